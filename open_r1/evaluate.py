@@ -1,0 +1,150 @@
+"""The grader's protocol, run locally: batched greedy generation and exact-match scoring.
+
+Used by `selfcheck.py`, by the in-training evaluation callback and by the tests, so all three measure the same
+thing the sealed verifier does: the EVAL template after the image in the model's chat template, greedy decoding,
+`max_new_tokens=256`, the model's own saved processor (its vision-token budget) and generation config, and the
+first `<answer>\\s*(\\d+)\\s*</answer>` match compared by integer equality.
+
+Batching: prompts are left-padded (right padding shifts Qwen2-VL's M-RoPE positions) and sorted by prompt length
+and image size so that a batch wastes little padding; results come back in dataset order.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+from open_r1 import protocol
+
+
+@dataclass
+class SetReport:
+    name: str
+    n: int
+    accuracy_pct: float
+    format_pct: float
+    mean_completion_tokens: float
+    truncated_pct: float
+    seconds: float
+    records: list[dict] = field(default_factory=list, repr=False)
+
+    def summary(self) -> dict:
+        out = asdict(self)
+        out.pop("records")
+        return out
+
+
+def _prompt_texts(processor, questions: list[str], template: str) -> list[str]:
+    messages = [protocol.build_messages(q, template) for q in questions]
+    return [processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
+
+
+def generate_batch(model, processor, images, questions, template=protocol.EVAL_TEMPLATE,
+                   max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS):
+    """Greedy completions for one batch. Returns (texts, completion token counts, truncated flags)."""
+    import torch
+
+    texts = _prompt_texts(processor, questions, template)
+    inputs = processor(text=texts, images=list(images), padding=True, padding_side="left", return_tensors="pt")
+    inputs = inputs.to(model.device)
+    with torch.inference_mode():
+        output = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
+    completion_ids = output[:, inputs["input_ids"].shape[1]:]
+    eos_ids = model.generation_config.eos_token_id
+    eos_ids = set([eos_ids] if isinstance(eos_ids, int) else (eos_ids or []))
+    pad_id = processor.tokenizer.pad_token_id
+    decoded, lengths, truncated = [], [], []
+    for row in completion_ids.tolist():
+        length = len(row)
+        for i, token in enumerate(row):  # completion ends at the first eos; pad after it is filler
+            if token in eos_ids or (token == pad_id and pad_id not in eos_ids):
+                length = i + 1
+                break
+        lengths.append(length)
+        truncated.append(length >= max_new_tokens and not (set(row[:length]) & eos_ids))
+        decoded.append(processor.tokenizer.decode(row[:length], skip_special_tokens=True))
+    return decoded, lengths, truncated
+
+
+def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limit=None,
+                     template=protocol.EVAL_TEMPLATE, max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS,
+                     progress=True) -> SetReport:
+    """Run the protocol over a counting dataset (columns image, problem, solution)."""
+    from tqdm.auto import tqdm
+
+    n = len(dataset) if limit is None else min(limit, len(dataset))
+    questions = list(dataset["problem"][:n]) if n else []
+    golds = [protocol.parse_gold(s) for s in dataset["solution"][:n]]
+    # Sort by question length, then image area (read lazily, batch by batch), to keep padding small.
+    order = sorted(range(n), key=lambda i: len(questions[i]))
+    records: list[dict | None] = [None] * n
+    start = time.perf_counter()
+    bar = tqdm(total=n, desc=f"selfcheck {name}", disable=not progress, unit="ex")
+    for begin in range(0, n, batch_size):
+        index = order[begin:begin + batch_size]
+        rows = dataset.select(index)
+        images = [image.convert("RGB") for image in rows["image"]]
+        texts, lengths, truncated = generate_batch(
+            model, processor, images, [questions[i] for i in index], template, max_new_tokens
+        )
+        for i, text, length, cut in zip(index, texts, lengths, truncated):
+            prediction = protocol.extract_answer(text)
+            records[i] = {
+                "index": i,
+                "question": questions[i],
+                "gold": golds[i],
+                "prediction": prediction,
+                "correct": prediction is not None and prediction == golds[i],
+                "completion_tokens": length,
+                "truncated": bool(cut),
+                "completion": text,
+            }
+        bar.update(len(index))
+    bar.close()
+    seconds = time.perf_counter() - start
+    done = [r for r in records if r is not None]
+
+    def pct(key):
+        return 100.0 * sum(bool(r[key]) for r in done) / max(len(done), 1)
+
+    return SetReport(
+        name=name,
+        n=len(done),
+        accuracy_pct=pct("correct"),
+        format_pct=100.0 * sum(r["prediction"] is not None for r in done) / max(len(done), 1),
+        mean_completion_tokens=sum(r["completion_tokens"] for r in done) / max(len(done), 1),
+        truncated_pct=pct("truncated"),
+        seconds=seconds,
+        records=done,
+    )
+
+
+def format_table(reports: list[SetReport]) -> str:
+    """Markdown table, one row per set, and the mean accuracy over sets (the score the grader reports)."""
+    header = "| set | n | accuracy % | format % | mean tokens | truncated % | seconds |\n|---|---:|---:|---:|---:|---:|---:|"
+    rows = [
+        f"| {r.name} | {r.n} | {r.accuracy_pct:.2f} | {r.format_pct:.2f} | {r.mean_completion_tokens:.1f} | "
+        f"{r.truncated_pct:.2f} | {r.seconds:.1f} |"
+        for r in reports
+    ]
+    mean = mean_accuracy(reports)
+    rows.append(f"| **mean** | | **{mean:.2f}** | | | | |")
+    return "\n".join([header, *rows])
+
+
+def mean_accuracy(reports: list[SetReport]) -> float:
+    return sum(r.accuracy_pct for r in reports) / len(reports) if reports else math.nan
+
+
+def write_report(path: str, reports: list[SetReport], model_dir: str, extra: dict | None = None) -> None:
+    payload = {
+        "model": model_dir,
+        "protocol": {"template": protocol.EVAL_TEMPLATE, "regex": protocol.ANSWER_RE.pattern,
+                     "max_new_tokens": protocol.EVAL_MAX_NEW_TOKENS, "decoding": "greedy"},
+        "mean_accuracy_pct": mean_accuracy(reports),
+        "sets": {r.name: {**r.summary(), "records": r.records} for r in reports},
+        **(extra or {}),
+    }
+    with open(path, "w") as handle:
+        json.dump(payload, handle, indent=1)

@@ -1,0 +1,211 @@
+"""GRPO on Qwen2-VL for counting VQA, on TRL's own `GRPOTrainer`.
+
+Usage:
+    accelerate launch --config_file zero3.json-accelerate... -m open_r1.grpo --config configs/qwen2vl_2b_counting.yaml
+    python -m open_r1.grpo --config configs/demo.yaml --output_dir runs/demo        # CPU demo
+Any recipe key can be overridden on the command line (`--learning_rate 2e-6 --reward_funcs exact_count format`).
+
+Algorithm: textbook GRPO as TRL implements it (group-normalised advantages over `num_generations` completions of
+one prompt, clipped policy-gradient surrogate, optional KL to the reference with `beta`, `loss_type` as in TRL).
+What this script adds, and nothing else:
+  * rewards come from the registry in `open_r1/rewards.py`, by name, with weights and parameters from the recipe;
+  * prompts are built by `open_r1/data.py` with *template mixing* (train and eval wordings, weighted), every gold
+    count parsed before the first step;
+  * the processor is loaded left-padded with the recipe's vision-token budget, and saved with the model, so the
+    exported submission resizes images the way training did;
+  * LoRA (through peft) stays off the vision tower unless `lora_vision: true`;
+  * `training_meta.json` beside the weights records what export needs (base model, LoRA or not, pixel budget).
+Deviations from R1-V's trainer: none in the algorithm; per-device batch > 1 is correct here (TRL splits pixel
+values by image grid), so we use it instead of R1-V's batch of 1.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
+
+from open_r1 import data as data_lib
+from open_r1 import modeling
+
+logger = logging.getLogger(__name__)
+
+TRAINING_META_FILE = "training_meta.json"
+LANGUAGE_LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+VISION_LORA_TARGETS = r".*visual\.blocks.*\.(qkv|proj|fc1|fc2)"
+
+
+class RecipeError(ValueError):
+    """A recipe setting that cannot work; the message names the setting and the fix."""
+
+
+@dataclass
+class CountingGRPOArguments(ScriptArguments):
+    """Recipe keys of our own (the rest are TRL's `GRPOConfig` and `ModelConfig`)."""
+
+    dataset_name: str | None = field(default=None, metadata={"help": "Train split: save_to_disk dir or hub name."})
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["exact_count", "format"],
+        metadata={"help": "Reward names from open_r1.rewards.REWARD_REGISTRY; weights go in reward_weights."},
+    )
+    reward_kwargs: str | None = field(
+        default=None,
+        metadata={"help": 'JSON (or a YAML mapping) of per-reward parameters, e.g. {"soft_count": {"tolerance": 2}}.'},
+    )
+    prompt_templates: list[str] = field(
+        default_factory=lambda: ["train:0.5", "eval:0.5"],
+        metadata={"help": "Template mixing: 'name:weight' entries, names from open_r1.protocol.TEMPLATES."},
+    )
+    min_pixels: int = field(default=3136, metadata={"help": "Smallest image area (pixels) after resizing."})
+    max_pixels: int = field(
+        default=401408, metadata={"help": "Vision-token budget: largest image area; 401408 = 512 tokens of 28x28."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N rows (smoke runs)."})
+    lora_vision: bool = field(default=False, metadata={"help": "Also put LoRA adapters on the vision tower."})
+    image_check_rows: int = field(default=8, metadata={"help": "Images decoded up front; -1 checks every row."})
+
+
+def parse_reward_kwargs(value) -> dict:
+    if value in (None, ""):
+        return {}
+    if isinstance(value, dict):
+        return value
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise RecipeError(f"reward_kwargs is not valid JSON ({exc}): {value!r}") from None
+    if not isinstance(parsed, dict):
+        raise RecipeError(f"reward_kwargs must be a mapping of reward name to parameters, got {parsed!r}")
+    return parsed
+
+
+def check_batch_geometry(args: GRPOConfig, num_processes: int) -> None:
+    """GRPO needs whole groups in every generation batch; say so before TRL fails deep inside."""
+    generation_batch = args.per_device_train_batch_size * num_processes * (args.steps_per_generation or 1)
+    if args.generation_batch_size is not None:
+        generation_batch = args.generation_batch_size
+    if args.num_generations < 2:
+        raise RecipeError("num_generations must be >= 2: GRPO normalises rewards within a group of completions")
+    if generation_batch % args.num_generations:
+        raise RecipeError(
+            f"the generation batch ({generation_batch} completions = per_device_train_batch_size "
+            f"{args.per_device_train_batch_size} x {num_processes} processes x steps_per_generation "
+            f"{args.steps_per_generation or 1}) is not divisible by num_generations {args.num_generations}. "
+            "per_device_train_batch_size counts completions, not prompts: make it a multiple of num_generations "
+            "(or raise steps_per_generation)"
+        )
+
+
+def lora_config(model_args: ModelConfig, lora_vision: bool):
+    """peft LoraConfig from the recipe; targets the language model only unless lora_vision."""
+    from trl import get_peft_config
+
+    if not model_args.use_peft:
+        return None
+    if model_args.lora_target_modules is None:
+        targets = LANGUAGE_LORA_TARGETS if not lora_vision else f"({LANGUAGE_LORA_TARGETS})|({VISION_LORA_TARGETS})"
+        model_args.lora_target_modules = targets
+    config = get_peft_config(model_args)
+    return config
+
+
+def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
+    """Everything up to `trainer.train()`: validated data, rewards, model, processor, LoRA, TRL's trainer."""
+    from trl import GRPOTrainer
+
+    from open_r1.rewards import get_reward_funcs
+
+    if not model_args.model_name_or_path:
+        raise RecipeError("no model: set model_name_or_path in the recipe or MODEL_PATH / --model_name_or_path")
+    if not script_args.dataset_name:
+        raise RecipeError("no training data: set dataset_name in the recipe or DATA / --dataset_name")
+    check_batch_geometry(training_args, training_args.world_size)
+    # Columns (solution, problem, image) must reach the reward functions.
+    training_args.remove_unused_columns = False
+
+    reward_funcs = get_reward_funcs(script_args.reward_funcs, parse_reward_kwargs(script_args.reward_kwargs))
+    weights = training_args.reward_weights
+    if weights is not None and len(weights) != len(reward_funcs):
+        raise RecipeError(
+            f"reward_weights has {len(weights)} entries for {len(reward_funcs)} reward_funcs "
+            f"{script_args.reward_funcs}; give one weight per reward"
+        )
+
+    modeling.check_model_dir(model_args.model_name_or_path)
+    dataset = data_lib.load_counting_dataset(script_args.dataset_name, script_args.dataset_train_split)
+    if script_args.max_train_samples:
+        dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
+    data_lib.validate_counting_dataset(dataset, script_args.dataset_name, script_args.image_check_rows)
+    templates = data_lib.TemplateMix.parse(script_args.prompt_templates)
+    train_dataset = data_lib.to_grpo_dataset(dataset, templates, seed=training_args.seed)
+
+    model = modeling.load_model(
+        model_args.model_name_or_path,
+        dtype=model_args.dtype,
+        attn_implementation=model_args.attn_implementation,
+    )
+    processor = modeling.load_processor(
+        model_args.model_name_or_path, script_args.min_pixels, script_args.max_pixels
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        processing_class=processor,
+        peft_config=lora_config(model_args, script_args.lora_vision),
+        callbacks=callbacks,
+    )
+    return trainer
+
+
+def write_training_meta(output_dir: str, script_args, model_args, processor) -> None:
+    min_pixels, max_pixels = modeling.pixel_budget(processor)
+    meta = {
+        "base_model": os.path.abspath(model_args.model_name_or_path),
+        "use_peft": bool(model_args.use_peft),
+        "min_pixels": min_pixels,
+        "max_pixels": max_pixels,
+        "reward_funcs": list(script_args.reward_funcs),
+        "prompt_templates": list(script_args.prompt_templates),
+    }
+    with open(os.path.join(output_dir, TRAINING_META_FILE), "w") as handle:
+        json.dump(meta, handle, indent=2)
+
+
+def main(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
+    trainer = build_trainer(script_args, training_args, model_args, callbacks=callbacks)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        trainer.processing_class.save_pretrained(training_args.output_dir)
+        write_training_meta(training_args.output_dir, script_args, model_args, trainer.processing_class)
+    trainer.accelerator.wait_for_everyone()
+    return trainer
+
+
+def parse_args(argv=None):
+    parser = TrlParser((CountingGRPOArguments, GRPOConfig, ModelConfig))
+    return parser.parse_args_and_config(args=argv)
+
+
+USER_ERRORS = (data_lib.DataError, modeling.ModelError, RecipeError)
+
+
+def cli(argv=None) -> int:
+    from open_r1.rewards import UnknownRewardError
+
+    try:
+        script_args, training_args, model_args = parse_args(argv)[:3]
+        main(script_args, training_args, model_args)
+    except (*USER_ERRORS, UnknownRewardError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,113 @@
+"""Loading Qwen2-VL policies and processors the one way training, export and selfcheck all use.
+
+Why a module of its own: the processor must be loaded with left padding (right padding silently shifts Qwen2-VL's
+M-RoPE positions during batched generation) and with the recipe's vision-token budget (`min_pixels`/`max_pixels`),
+and a wrong or missing model directory must fail with one clear message, not a deep traceback.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+QWEN2_VL_MODEL_TYPE = "qwen2_vl"
+# Token budget of one merged vision token: 14 px patches merged 2x2.
+PIXELS_PER_VISION_TOKEN = 28 * 28
+
+
+class ModelError(ValueError):
+    """A model directory that cannot be used; the message names the problem and the fix."""
+
+
+def check_model_dir(path: str) -> dict:
+    """Return the model's config.json as a dict after checking it is a Qwen2-VL checkpoint on disk."""
+    if not os.path.isdir(path):
+        raise ModelError(
+            f"model directory {path} does not exist. Set MODEL_PATH / --model_name_or_path to a Qwen2-VL checkpoint "
+            "(e.g. /app/models/Qwen2-VL-2B-Instruct), or build the tiny test model: "
+            "python scripts/make_tiny_model.py --out models/tiny-qwen2vl"
+        )
+    config_path = os.path.join(path, "config.json")
+    if not os.path.isfile(config_path):
+        if os.path.isfile(os.path.join(path, "adapter_config.json")):
+            raise ModelError(
+                f"{path} holds a LoRA adapter, not a full model. Merge it first: "
+                f"python scripts/export_submission.py --checkpoint {path} --out <dir>"
+            )
+        raise ModelError(f"{path} has no config.json; it is not a saved transformers model")
+    with open(config_path) as handle:
+        config = json.load(handle)
+    model_type = config.get("model_type")
+    if model_type != QWEN2_VL_MODEL_TYPE:
+        raise ModelError(
+            f"{path} is a {model_type!r} model ({config.get('architectures')}); this project trains and exports "
+            f"Qwen2-VL ('{QWEN2_VL_MODEL_TYPE}', Qwen2VLForConditionalGeneration). Point to a Qwen2-VL checkpoint"
+        )
+    return config
+
+
+def default_attn_implementation() -> str:
+    """flash-attn 2 where it is installed and a GPU is present, else PyTorch SDPA."""
+    import torch
+
+    if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def resolve_dtype(dtype):
+    import torch
+
+    if dtype is None:
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    if dtype == "auto":  # whatever the checkpoint was saved in
+        return "auto"
+    return getattr(torch, dtype) if isinstance(dtype, str) else dtype
+
+
+def load_model(path: str, dtype=None, attn_implementation: str | None = None, device_map=None):
+    """Qwen2VLForConditionalGeneration.from_pretrained, the class the grader loads, after checking the dir."""
+    from transformers import Qwen2VLForConditionalGeneration
+
+    check_model_dir(path)
+    return Qwen2VLForConditionalGeneration.from_pretrained(
+        path,
+        dtype=resolve_dtype(dtype),
+        attn_implementation=attn_implementation or default_attn_implementation(),
+        device_map=device_map,
+    )
+
+
+def load_processor(path: str, min_pixels: int | None = None, max_pixels: int | None = None):
+    """The processor with left padding and, when given, the vision-token budget set on its image processor."""
+    from transformers import AutoProcessor
+
+    try:
+        processor = AutoProcessor.from_pretrained(path, padding_side="left")
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load a processor from {path}: {exc}") from None
+    processor.tokenizer.padding_side = "left"
+    set_pixel_budget(processor, min_pixels, max_pixels)
+    return processor
+
+
+def set_pixel_budget(processor, min_pixels: int | None, max_pixels: int | None):
+    """Set the image processor's pixel range. Images are resized into [min_pixels, max_pixels] by area."""
+    image_processor = processor.image_processor
+    size = dict(image_processor.size or {})
+    if min_pixels is not None:
+        size["shortest_edge"] = int(min_pixels)
+    if max_pixels is not None:
+        size["longest_edge"] = int(max_pixels)
+    if size.get("shortest_edge", 0) > size.get("longest_edge", float("inf")):
+        raise ModelError(f"min_pixels {size['shortest_edge']} > max_pixels {size['longest_edge']}")
+    image_processor.size = size
+    # Older readers (transformers 4.x, qwen-vl-utils) look for these keys in preprocessor_config.json.
+    image_processor.min_pixels = size.get("shortest_edge")
+    image_processor.max_pixels = size.get("longest_edge")
+    return processor
+
+
+def pixel_budget(processor) -> tuple[int, int]:
+    size = processor.image_processor.size
+    return int(size["shortest_edge"]), int(size["longest_edge"])
