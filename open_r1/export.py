@@ -200,6 +200,7 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
         log(f"[export] writing merged model from {modeling_source} into {staging}")
         model.save_pretrained(staging, safe_serialization=True)
         processor.save_pretrained(staging)
+        modeling.write_compat_processor_files(staging)
         model.generation_config.save_pretrained(staging)
         report = verify_submission(staging, generate=verify)
         if not report.ok:

@@ -1,0 +1,158 @@
+"""Export (merge + atomic write + verify) and selfcheck on the tiny Qwen2-VL."""
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+from open_r1 import export as export_lib
+from open_r1.evaluate import evaluate_dataset
+from open_r1.modeling import load_model, load_processor
+from open_r1.protocol import EVAL_TEMPLATE
+
+
+def greedy(model, processor, image, question="How many items are there in the image?", tokens=12):
+    from open_r1.evaluate import generate_batch
+
+    texts, _, _ = generate_batch(model, processor, [image], [question], EVAL_TEMPLATE, tokens)
+    return texts[0]
+
+
+def probe_image():
+    return export_lib._probe_image()
+
+
+def make_lora_checkpoint(tiny_model_dir, out):
+    """A LoRA adapter with non-zero weights (as after training) saved like the trainer saves it."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    model = load_model(str(tiny_model_dir), dtype="float32")
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(model, config)
+    peft_model.save_pretrained(out)
+    processor = load_processor(str(tiny_model_dir), max_pixels=12544)
+    processor.save_pretrained(out)
+    with open(os.path.join(out, "training_meta.json"), "w") as handle:
+        json.dump({"base_model": str(tiny_model_dir), "use_peft": True, "min_pixels": 3136, "max_pixels": 12544},
+                  handle)
+    return peft_model.merge_and_unload(), processor
+
+
+def test_lora_export_roundtrip_matches_in_memory_merge(tiny_model_dir, tmp_path):
+    checkpoint = tmp_path / "run"
+    merged, processor = make_lora_checkpoint(tiny_model_dir, str(checkpoint))
+    expected = greedy(merged.eval(), processor, probe_image())
+    out = tmp_path / "submission"
+    report = export_lib.export_submission(str(checkpoint), str(out), log=lambda *_: None)
+    assert report.ok and report.path == str(out)
+    assert not os.path.exists(out / "adapter_config.json")
+    reloaded = load_model(str(out), dtype="float32").eval()
+    reloaded_processor = load_processor(str(out))
+    assert reloaded_processor.image_processor.size["longest_edge"] == 12544  # training budget travels along
+    assert greedy(reloaded, reloaded_processor, probe_image()) == expected
+    base = load_model(str(tiny_model_dir), dtype="float32").state_dict()
+    merged_weights = reloaded.state_dict()
+    q_proj = next(k for k in base if "language_model" in k and k.endswith("q_proj.weight"))
+    assert not torch.equal(merged_weights[q_proj], base[q_proj]), "the merged LoRA delta is missing"
+
+
+def test_export_keeps_previous_submission_and_leaves_no_temp(tiny_model_dir, tmp_path):
+    out = tmp_path / "submission"
+    export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
+    export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
+    siblings = sorted(p.name for p in tmp_path.iterdir())
+    assert "submission" in siblings
+    assert any(name.startswith("submission.prev-") for name in siblings)
+    assert not any(".tmp-" in name for name in siblings)
+
+
+def test_failed_verification_never_touches_the_submission(tiny_model_dir, tmp_path, monkeypatch):
+    out = tmp_path / "submission"
+    export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
+    before = sorted(os.listdir(out))
+    monkeypatch.setattr(export_lib, "verify_submission",
+                        lambda path, generate=True: export_lib.VerifyReport(path, problems=["boom"]))
+    with pytest.raises(export_lib.ExportError, match="boom"):
+        export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
+    assert sorted(os.listdir(out)) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["submission"]
+
+
+@pytest.fixture()
+def exported(tiny_model_dir, tmp_path):
+    out = tmp_path / "submission"
+    export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
+    return out
+
+
+def test_verify_catches_missing_processor_file(exported):
+    os.remove(exported / "preprocessor_config.json")
+    report = export_lib.verify_submission(str(exported))
+    assert not report.ok and any("preprocessor_config.json is missing" in p for p in report.problems)
+
+
+def test_verify_catches_wrong_architecture(exported):
+    config = json.loads((exported / "config.json").read_text())
+    config.update(model_type="llava", architectures=["LlavaForConditionalGeneration"])
+    (exported / "config.json").write_text(json.dumps(config))
+    report = export_lib.verify_submission(str(exported))
+    assert not report.ok and any(p.startswith("wrong architecture") for p in report.problems)
+
+
+def test_verify_catches_truncated_weights(exported):
+    weights = exported / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    report = export_lib.verify_submission(str(exported))
+    assert not report.ok and any("truncated" in p for p in report.problems)
+
+
+def test_verify_passes_a_good_export(exported):
+    report = export_lib.verify_submission(str(exported))
+    assert report.ok, report.problems
+    assert isinstance(report.sample_completion, str)
+
+
+def test_selfcheck_batched_equals_one_by_one(tiny_model_dir, scene_data_dir):
+    from open_r1.data import load_counting_dataset
+
+    model = load_model(str(tiny_model_dir), dtype="float32").eval()
+    processor = load_processor(str(tiny_model_dir), max_pixels=12544)
+    dataset = load_counting_dataset(os.path.join(scene_data_dir, "ood_val"))
+    batched = evaluate_dataset(model, processor, dataset, batch_size=4, limit=6, max_new_tokens=16, progress=False)
+    single = evaluate_dataset(model, processor, dataset, batch_size=1, limit=6, max_new_tokens=16, progress=False)
+    assert [r["completion"] for r in batched.records] == [r["completion"] for r in single.records]
+    assert [r["index"] for r in batched.records] == list(range(6))
+
+
+def test_selfcheck_cli_prints_table_and_json(exported, scene_data_dir, tmp_path, capsys):
+    import selfcheck
+
+    out = tmp_path / "report.json"
+    sets = [os.path.join(scene_data_dir, "val"), os.path.join(scene_data_dir, "ood_val")]
+    assert selfcheck.main(["--model", str(exported), "--sets", *sets, "--limit", "3", "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "| val | 3 |" in printed and "| ood_val | 3 |" in printed and "**mean**" in printed
+    report = json.loads(out.read_text())
+    assert set(report["sets"]) == {"val", "ood_val"}
+    assert len(report["sets"]["val"]["records"]) == 3
+    record = report["sets"]["val"]["records"][0]
+    assert {"gold", "prediction", "correct", "completion", "completion_tokens", "truncated"} <= set(record)
+
+
+def test_selfcheck_verify_flags(exported, capsys):
+    import selfcheck
+
+    assert selfcheck.main(["--verify", "--model", str(exported)]) == 0
+    shutil.rmtree(exported)
+    assert selfcheck.main(["--verify", "--model", str(exported)]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_selfcheck_missing_set_is_one_clear_error(exported, tmp_path, capsys):
+    import selfcheck
+
+    assert selfcheck.main(["--model", str(exported), "--sets", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -1,0 +1,153 @@
+"""GRPO training on the tiny Qwen2-VL: every trainable parameter moves, batching is exact, bad recipes fail clearly."""
+import os
+
+import pytest
+import torch
+
+from open_r1 import grpo
+from open_r1.modeling import load_model, load_processor
+
+FAST_RECIPE = [
+    "--num_generations", "2",
+    "--per_device_train_batch_size", "4",
+    "--max_completion_length", "8",
+    "--max_steps", "1",
+    "--learning_rate", "0.1",   # large, so a single step moves every parameter measurably
+    "--beta", "0.0",
+    "--logging_steps", "1",
+    "--save_strategy", "no",
+    "--report_to", "none",
+    "--dtype", "float32",
+    "--use_cpu", "true",
+    "--max_pixels", "12544",
+    "--max_train_samples", "8",
+    "--seed", "0",
+]
+
+
+def recipe_args(tiny_model_dir, scene_data_dir, tmp_path, *extra):
+    return [
+        "--model_name_or_path", str(tiny_model_dir),
+        "--dataset_name", os.path.join(scene_data_dir, "train"),
+        "--output_dir", str(tmp_path / "run"),
+        *FAST_RECIPE,
+        *extra,
+    ]
+
+
+def use_varied_reward(monkeypatch):
+    """Rewards that differ within a group, so advantages are non-zero and every parameter gets a gradient."""
+    from open_r1 import rewards
+
+    from open_r1.protocol import completion_text
+
+    def varied(completions, **kwargs):
+        return [float(len(completion_text(c)) % 3) for c in completions]
+
+    varied.__name__ = "varied"
+    monkeypatch.setattr(rewards, "get_reward_funcs", lambda names, kwargs=None: [varied])
+
+
+@pytest.mark.parametrize("use_peft", [False, True], ids=["full", "lora"])
+def test_one_step_changes_every_trainable_parameter(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, use_peft):
+    use_varied_reward(monkeypatch)
+    extra = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8"] if use_peft else []
+    script_args, training_args, model_args = grpo.parse_args(
+        recipe_args(tiny_model_dir, scene_data_dir, tmp_path, *extra)
+    )[:3]
+    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert before, "nothing is trainable"
+    if use_peft:
+        assert all("lora_" in n for n in before)
+        assert not any("visual" in n for n in before), "LoRA must stay off the vision tower by default"
+    trainer.train()
+    assert any("loss" in entry for entry in trainer.state.log_history)
+    unchanged = [n for n, p in trainer.model.named_parameters() if p.requires_grad and torch.equal(p, before[n])]
+    assert not unchanged, f"parameters that did not change: {unchanged[:5]}"
+
+
+def test_lora_vision_option_targets_the_vision_tower(tiny_model_dir, scene_data_dir, tmp_path):
+    script_args, training_args, model_args = grpo.parse_args(
+        recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--use_peft", "true", "--lora_vision", "true")
+    )[:3]
+    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert any("visual" in n for n in names) and any("language_model" in n for n in names)
+
+
+def test_batched_logprobs_equal_single_sample_for_mixed_image_sizes(tiny_model_dir, scene_data_dir, tmp_path):
+    """Per-device batch > 1 is exact: left-padded batches of different image sizes give each sample's log-probs."""
+    from PIL import Image
+    import numpy as np
+
+    script_args, training_args, model_args = grpo.parse_args(recipe_args(tiny_model_dir, scene_data_dir, tmp_path))[:3]
+    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    processor = trainer.processing_class
+    rng = np.random.default_rng(0)
+    sizes = [(64, 96), (112, 56), (84, 140)]
+    images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in sizes]
+    questions = ["How many items are there in the image?", "How many red cubes are there?", "How many?"]
+    completion = torch.tensor([[11, 12, 13, 14, 15]])
+
+    def logps(batch_images, batch_questions):
+        from open_r1.protocol import build_messages
+
+        texts = [processor.apply_chat_template(build_messages(q), tokenize=False, add_generation_prompt=True)
+                 for q in batch_questions]
+        inputs = processor(text=texts, images=batch_images, padding=True, return_tensors="pt")
+        n = len(texts)
+        input_ids = torch.cat([inputs["input_ids"], completion.repeat(n, 1)], dim=1)
+        mask = torch.cat([inputs["attention_mask"], torch.ones(n, completion.shape[1], dtype=torch.long)], dim=1)
+        with torch.no_grad():
+            out, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, input_ids, mask, completion.shape[1], batch_size=n,
+                pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"], num_images=[1] * n,
+            )
+        return out
+
+    batched = logps(images, questions)
+    single = torch.cat([logps([img], [q]) for img, q in zip(images, questions)])
+    assert len({i.size for i in images}) == 3
+    torch.testing.assert_close(batched, single, rtol=1e-4, atol=1e-4)
+
+
+def test_batch_not_divisible_by_group_size_is_one_clear_error(tiny_model_dir, scene_data_dir, tmp_path, capsys):
+    code = grpo.cli(recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--num_generations", "3"))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "not divisible by num_generations 3" in err and "Traceback" not in err
+
+
+def test_unknown_reward_lists_valid_names(tiny_model_dir, scene_data_dir, tmp_path, capsys):
+    code = grpo.cli(recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--reward_funcs", "exact_count", "acuracy"))
+    err = capsys.readouterr().err
+    assert code == 2 and "acuracy" in err and "exact_count" in err
+
+
+def test_missing_model_dir_is_one_clear_error(scene_data_dir, tmp_path, capsys):
+    code = grpo.cli(recipe_args(tmp_path / "no-model", scene_data_dir, tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2 and "does not exist" in err and "make_tiny_model.py" in err
+
+
+def test_wrong_architecture_is_one_clear_error(scene_data_dir, tmp_path, capsys):
+    wrong = tmp_path / "llama"
+    wrong.mkdir()
+    (wrong / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    code = grpo.cli(recipe_args(wrong, scene_data_dir, tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2 and "'llama' model" in err and "Qwen2VLForConditionalGeneration" in err
+
+
+def test_reward_weights_must_match_rewards(tiny_model_dir, scene_data_dir, tmp_path, capsys):
+    code = grpo.cli(recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--reward_weights", "1.0", "0.5", "0.2"))
+    assert code == 2 and "one weight per reward" in capsys.readouterr().err
+
+
+def test_processor_is_left_padded_with_recipe_pixel_budget(tiny_model_dir):
+    processor = load_processor(str(tiny_model_dir), min_pixels=3136, max_pixels=12544)
+    assert processor.tokenizer.padding_side == "left"
+    assert processor.image_processor.size["longest_edge"] == 12544
+    model = load_model(str(tiny_model_dir), dtype="float32")
+    assert type(model).__name__ == "Qwen2VLForConditionalGeneration"
