@@ -196,12 +196,12 @@ USER_ERRORS = (data_lib.DataError, modeling.ModelError, RecipeError)
 
 
 def cli(argv=None) -> int:
-    from open_r1.rewards import UnknownRewardError
+    from open_r1.rewards import RewardConfigError
 
     try:
         script_args, training_args, model_args = parse_args(argv)[:3]
         main(script_args, training_args, model_args)
-    except (*USER_ERRORS, UnknownRewardError) as exc:
+    except (*USER_ERRORS, RewardConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
