@@ -1,0 +1,213 @@
+"""The self-built Qwen2-VL checkpoint behaves like Qwen/Qwen2-VL-2B-Instruct on the real loading path."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import load_file
+from transformers import AutoProcessor, AutoTokenizer, Qwen2VLForConditionalGeneration
+
+from open_r1.tiny_model import (
+    PLACEHOLDER_TOKEN_FORMAT,
+    QWEN2VL_SPECIAL_TOKENS,
+    REAL_MAX_PIXELS,
+    REAL_MIN_PIXELS,
+    REAL_VOCAB_SIZE,
+    build_config,
+    build_qwen2vl,
+    count_parameters,
+    main,
+)
+
+COUNTING_PROMPT = (
+    "How many items are there in the image? First output the thinking process in <think> </think> and final "
+    "answer (number) in <answer> </answer> tags."
+)
+IMAGE_TEXT_MESSAGES = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": COUNTING_PROMPT}]}]
+# What the real Qwen2-VL-2B-Instruct template renders for one image + text turn, with the generation prompt.
+EXPECTED_RENDERING = (
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>" + COUNTING_PROMPT + "<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
+IMAGE_PAD_ID = QWEN2VL_SPECIAL_TOKENS["<|image_pad|>"]
+
+
+def random_image(width: int = 480, height: int = 320, seed: int = 0) -> Image.Image:
+    pixels = np.random.default_rng(seed).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+def test_special_tokens_have_the_real_ids(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    vocab_size = config.get("text_config", config)["vocab_size"]
+
+    assert type(tokenizer).__name__ == "Qwen2Tokenizer"
+    for token, token_id in QWEN2VL_SPECIAL_TOKENS.items():
+        assert tokenizer.convert_tokens_to_ids(token) == token_id, token
+        assert tokenizer.encode(token, add_special_tokens=False) == [token_id], token
+    assert len(tokenizer) == 151657 <= vocab_size == REAL_VOCAB_SIZE  # same as the real tokenizer
+    assert tokenizer.pad_token == "<|endoftext|>" and tokenizer.pad_token_id == 151643
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.eos_token_id == 151645
+    assert tokenizer.bos_token is None
+    assert "<|image_pad|>" in tokenizer.all_special_tokens
+
+
+def test_counting_text_uses_trained_tokens_and_round_trips(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    text = COUNTING_PROMPT + "\n<think> I count 3 red cubes and 12 balls. </think> <answer> 15 </answer>"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+
+    assert tokenizer.decode(ids) == text
+    assert len(ids) < len(text) / 3  # whole words, not bytes: the BPE learned the prompt vocabulary
+    # The placeholders that pad the BPE vocab up to the special ids are never produced by text.
+    placeholder_prefix = PLACEHOLDER_TOKEN_FORMAT.split("{")[0]
+    assert not any(token.startswith(placeholder_prefix) for token in tokenizer.convert_ids_to_tokens(ids))
+    assert tokenizer.convert_ids_to_tokens(151642) == PLACEHOLDER_TOKEN_FORMAT.format(151642)
+    # Qwen2's pre-tokenizer puts every digit in its own token, so numbers are read digit by digit.
+    assert tokenizer.tokenize("12") == ["1", "2"]
+
+
+def test_chat_template_renders_the_qwen2vl_layout(tiny_model_dir):
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+
+    for owner in (processor, tokenizer):
+        rendered = owner.apply_chat_template(IMAGE_TEXT_MESSAGES, tokenize=False, add_generation_prompt=True)
+        assert rendered == EXPECTED_RENDERING
+    with_system = [{"role": "system", "content": "Count."}, {"role": "user", "content": "Hi"}]
+    assert tokenizer.apply_chat_template(with_system, tokenize=False) == (
+        "<|im_start|>system\nCount.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+    )
+
+
+def test_processor_expands_image_pad_to_the_merged_patch_count(tiny_model_dir):
+    processor = AutoProcessor.from_pretrained(tiny_model_dir, padding_side="left")
+    assert type(processor).__name__ == "Qwen2VLProcessor"
+    assert processor.tokenizer.padding_side == "left"
+    image_processor = processor.image_processor
+    assert (image_processor.patch_size, image_processor.merge_size, image_processor.temporal_patch_size) == (14, 2, 2)
+    assert (image_processor.size["shortest_edge"], image_processor.size["longest_edge"]) == (
+        REAL_MIN_PIXELS,
+        REAL_MAX_PIXELS,
+    )
+
+    long_prompt = processor.apply_chat_template(IMAGE_TEXT_MESSAGES, add_generation_prompt=True)
+    short_prompt = "<|vision_start|><|image_pad|><|vision_end|>How many?"
+    batch = processor(
+        text=[long_prompt, short_prompt],
+        images=[random_image(480, 320, seed=0), random_image(480, 320, seed=1)],
+        padding=True,
+        return_tensors="pt",
+    )
+
+    merge_length = image_processor.merge_size**2
+    # 320x480 resizes to 308x476 (multiples of 28): a 22x34 patch grid, 187 merged tokens.
+    assert batch["image_grid_thw"].tolist() == [[1, 22, 34], [1, 22, 34]]
+    expected_pads = (batch["image_grid_thw"].prod(dim=-1) // merge_length).tolist()
+    assert (batch["input_ids"] == IMAGE_PAD_ID).sum(dim=1).tolist() == expected_pads == [187, 187]
+    assert batch["pixel_values"].shape == (2 * 22 * 34, 3 * 2 * 14 * 14)
+    # Left padding: the shorter prompt is padded at the front with <|endoftext|>, both end on real tokens.
+    assert batch["attention_mask"][:, -1].tolist() == [1, 1]
+    assert batch["attention_mask"][1, 0] == 0 and batch["input_ids"][1, 0] == 151643
+
+
+def test_model_loads_and_generates_from_pixels(tiny_model_dir):
+    processor = AutoProcessor.from_pretrained(tiny_model_dir, padding_side="left")
+    model = Qwen2VLForConditionalGeneration.from_pretrained(tiny_model_dir).eval()
+
+    assert model.config.image_token_id == IMAGE_PAD_ID
+    assert model.config.video_token_id == 151656
+    assert (model.config.vision_start_token_id, model.config.vision_end_token_id) == (151652, 151653)
+    assert model.config.text_config.vocab_size == REAL_VOCAB_SIZE
+    assert model.generation_config.eos_token_id == [151645, 151643]
+    assert model.generation_config.pad_token_id == model.generation_config.bos_token_id == 151643
+    # Tied like the real 2B: the LM head is the embedding matrix.
+    assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+
+    prompt = processor.apply_chat_template(IMAGE_TEXT_MESSAGES, add_generation_prompt=True)
+    inputs = processor(text=[prompt], images=[random_image()], return_tensors="pt")
+    with torch.no_grad():
+        output = model.generate(**inputs, max_new_tokens=4, do_sample=False)
+    assert output.shape == (1, inputs["input_ids"].shape[1] + 4)
+    assert torch.equal(output[:, : inputs["input_ids"].shape[1]], inputs["input_ids"])
+    assert isinstance(processor.batch_decode(output[:, -4:])[0], str)
+
+
+def test_same_seed_gives_identical_weights(tiny_model_dir, tmp_path):
+    rebuilt = build_qwen2vl(tmp_path / "seed0", seed=0)
+    other_seed = build_qwen2vl(tmp_path / "seed1", seed=1)
+
+    reference = load_file(tiny_model_dir / "model.safetensors")
+    same = load_file(rebuilt / "model.safetensors")
+    different = load_file(other_seed / "model.safetensors")
+    assert reference.keys() == same.keys() == different.keys()
+    assert all(torch.equal(reference[name], same[name]) for name in reference)
+    # Every randomly drawn tensor (everything but norms and biases) changes with the seed.
+    drawn = [name for name in reference if reference[name].ndim >= 2]
+    assert len(drawn) > 10 and not any(torch.equal(reference[name], different[name]) for name in drawn)
+    # The trained tokenizer is deterministic too.
+    assert (tiny_model_dir / "tokenizer.json").read_bytes() == (rebuilt / "tokenizer.json").read_bytes()
+
+
+def test_full_size_config_matches_the_real_2b_model():
+    config = build_config(full_size=True)
+    text, vision = config.text_config, config.vision_config
+
+    assert (text.hidden_size, text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads) == (
+        1536,
+        28,
+        12,
+        2,
+    )
+    assert (text.intermediate_size, text.max_position_embeddings, text.vocab_size) == (8960, 32768, 151936)
+    assert text.rope_parameters["rope_theta"] == 1_000_000.0
+    assert text.rope_parameters["mrope_section"] == [16, 24, 24]
+    assert config.tie_word_embeddings is True
+    assert str(config.dtype).removeprefix("torch.") == "bfloat16"
+    assert (vision.depth, vision.embed_dim, vision.num_heads, vision.mlp_ratio, vision.hidden_size) == (
+        32,
+        1280,
+        16,
+        4,
+        1536,
+    )
+    assert (vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size) == (14, 2, 2)
+    # Counted on the meta device: no memory allocated. Qwen2-VL-2B-Instruct has 2,208,985,600 parameters.
+    assert count_parameters(config) == 2_208_985_600
+
+
+def test_tiny_config_and_overrides(tmp_path):
+    config = build_config()
+    assert config.text_config.rope_parameters["mrope_section"] == [2, 3, 3]  # head_dim 16
+    assert config.vision_config.hidden_size == config.text_config.hidden_size
+    assert build_config(hidden_size=128, vision_depth=1).vision_config.depth == 1
+    with pytest.raises(TypeError, match="unknown overrides"):
+        build_config(hiden_size=128)
+    with pytest.raises(TypeError, match="vision_dept"):
+        build_config(vision_dept=1)
+    with pytest.raises(ValueError, match="mrope_section"):
+        build_config(mrope_section=[4, 4, 4])
+
+    out_dir = build_qwen2vl(tmp_path / "small_images", min_pixels=28 * 28, max_pixels=28 * 28 * 16)
+    processor = AutoProcessor.from_pretrained(out_dir)
+    assert processor.image_processor.size["longest_edge"] == 28 * 28 * 16
+    grid = processor.image_processor(random_image(), return_tensors="pt")["image_grid_thw"]
+    assert grid.prod() // 4 <= 16
+
+
+def test_cli_replaces_an_existing_checkpoint_atomically(tmp_path):
+    out_dir = tmp_path / "checkpoint"
+    out_dir.mkdir()
+    (out_dir / "stale.txt").write_text("from an older build")
+
+    assert main(["--out", str(out_dir), "--seed", "3"]) == out_dir.resolve()
+    assert not (out_dir / "stale.txt").exists()
+    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= {
+        path.name for path in out_dir.iterdir()
+    }
+    assert [path.name for path in tmp_path.iterdir()] == ["checkpoint"]  # no temp or old dirs left behind
