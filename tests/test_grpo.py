@@ -39,10 +39,12 @@ def use_varied_reward(monkeypatch):
     """Rewards that differ within a group, so advantages are non-zero and every parameter gets a gradient."""
     from open_r1 import rewards
 
+    import zlib
+
     from open_r1.protocol import completion_text
 
-    def varied(completions, **kwargs):
-        return [float(len(completion_text(c)) % 3) for c in completions]
+    def varied(completions, **kwargs):  # distinct sampled texts get distinct rewards
+        return [float(zlib.crc32(completion_text(c).encode()) % 97) for c in completions]
 
     varied.__name__ = "varied"
     monkeypatch.setattr(rewards, "get_reward_funcs", lambda names, kwargs=None: [varied])
@@ -51,7 +53,8 @@ def use_varied_reward(monkeypatch):
 @pytest.mark.parametrize("use_peft", [False, True], ids=["full", "lora"])
 def test_one_step_changes_every_trainable_parameter(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, use_peft):
     use_varied_reward(monkeypatch)
-    extra = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8"] if use_peft else []
+    # LoRA's B starts at zero, so A gets no gradient on the first step: LoRA needs two steps to move both.
+    extra = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--max_steps", "2"] if use_peft else []
     script_args, training_args, model_args = grpo.parse_args(
         recipe_args(tiny_model_dir, scene_data_dir, tmp_path, *extra)
     )[:3]
@@ -99,10 +102,12 @@ def test_batched_logprobs_equal_single_sample_for_mixed_image_sizes(tiny_model_d
         n = len(texts)
         input_ids = torch.cat([inputs["input_ids"], completion.repeat(n, 1)], dim=1)
         mask = torch.cat([inputs["attention_mask"], torch.ones(n, completion.shape[1], dtype=torch.long)], dim=1)
+        mm_types = torch.cat([inputs["mm_token_type_ids"], torch.zeros(n, completion.shape[1], dtype=torch.long)], 1)
         with torch.no_grad():
             out, _, _ = trainer._get_per_token_logps_and_entropies(
                 trainer.model, input_ids, mask, completion.shape[1], batch_size=n,
                 pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"], num_images=[1] * n,
+                mm_token_type_ids=mm_types,
             )
         return out
 
