@@ -121,7 +121,7 @@ def test_batch_not_divisible_by_group_size_is_one_clear_error(tiny_model_dir, sc
     code = grpo.cli(recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--num_generations", "3"))
     err = capsys.readouterr().err
     assert code == 2
-    assert "not divisible by num_generations 3" in err and "Traceback" not in err
+    assert "num_generations (3)" in err and "counts completions, not prompts" in err and "Traceback" not in err
 
 
 def test_unknown_reward_lists_valid_names(tiny_model_dir, scene_data_dir, tmp_path, capsys):
