@@ -134,3 +134,9 @@ def write_compat_processor_files(save_dir: str) -> None:
             template = handle.read()
         with open(json_path, "w") as handle:
             json.dump({"chat_template": template}, handle, indent=2)
+
+
+def pixel_budget(processor) -> tuple[int, int]:
+    """(min_pixels, max_pixels) of a processor's image resizing."""
+    size = processor.image_processor.size
+    return int(size["shortest_edge"]), int(size["longest_edge"])
