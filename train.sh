@@ -37,7 +37,7 @@ echo "[train.sh] recipe=$RECIPE model=$MODEL_PATH data=$DATA output=$OUTPUT_DIR 
 if [ "$NUM_GPUS" -eq 0 ]; then
   $PYTHON -m open_r1.grpo "${ARGS[@]}" --use_cpu true
 else
-  LAUNCH=(accelerate launch --num_processes "$NUM_GPUS" --num_machines 1 --machine_rank 0 --main_process_port "${MAIN_PORT:-29500}")
+  LAUNCH=($PYTHON -m accelerate.commands.launch --num_processes "$NUM_GPUS" --num_machines 1 --machine_rank 0 --main_process_port "${MAIN_PORT:-29500}")
   if [ "$ZERO3" = "1" ]; then
     ARGS+=(--deepspeed zero3.json)
   fi
