@@ -1,0 +1,49 @@
+#!/usr/bin/env python
+"""Rebuild the proxy experiment's markdown report and accuracy-by-gold-count plot from its results.json.
+
+    python scripts/make_results.py runs/proxy-results/results.json        # -> RESULTS.md + PNG beside it
+    python scripts/make_results.py runs/proxy-results/results.json --md docs/RESULTS.md --png docs/figures/acc_by_count.png
+
+The tables (split x recipe x seed, mean ± spread per recipe, the verdict ours vs weak_baseline, the ablations with
+their commands) and the plot are a pure function of results.json (written by scripts/proxy_experiment.py), so the
+published docs/RESULTS.md is reproducible from the JSON alone. Prints the verdict; exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from open_r1 import proxy  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", help="results.json from scripts/proxy_experiment.py")
+    parser.add_argument("--md", default=None, help="markdown to write (default: RESULTS.md beside the JSON)")
+    parser.add_argument("--png", default=None, help="plot to write (default: acc_by_count.png beside the markdown)")
+    args = parser.parse_args(argv)
+    try:
+        with open(args.results) as handle:
+            results = json.load(handle)
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot read {args.results}: {exc}", file=sys.stderr)
+        return 2
+    if "runs" not in results or "meta" not in results:
+        print(f"error: {args.results} is not a proxy-experiment results.json (no 'runs'/'meta')", file=sys.stderr)
+        return 2
+    md = Path(args.md) if args.md else Path(args.results).resolve().parent / "RESULTS.md"
+    md_path, png_path = proxy.write_report(results, md, args.png)
+    print(f"wrote {md_path} and {png_path}")
+    for split, verdict in proxy.summarize(results)["verdict"].items():
+        print(f"{split}: ours - weak_baseline = {verdict['delta']:+.1f} points, seed spread {verdict['spread']:.1f}: "
+              f"{'beats' if verdict['beats'] else 'does not beat'} it by more than the spread")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,398 @@
+#!/usr/bin/env python
+"""Warm start for the proxy experiment: a small Qwen2-VL trained from random init by SFT to count moderately well.
+
+    # GPU (one H200, ~4-5 min including data): renders data/proxy if missing, trains, saves models/proxy-warmstart
+    python scripts/sft_warmstart.py --out models/proxy-warmstart --data data/proxy --max-minutes 3.5
+    # CPU smoke test (seconds): tiny model, tiny data, 2 steps
+    python scripts/sft_warmstart.py --tiny --out /tmp/warm --data /tmp/warm-data
+
+What it does:
+  1. renders the splits with `open_r1.scenes.write_splits` unless `--data` already holds them (train for SFT, val /
+     compositional / ood_val for the proxy experiment), at a reduced image size (288x192, OOD 320x240);
+  2. builds a Qwen2-VL-architecture model from random init (`open_r1.tiny_model.build_config`, preset `small`:
+     hidden 256, 4 layers, vision depth 4 / width 256; 47.6M parameters, 38.9M of them the real-size embedding) with
+     the real-id tokenizer, chat template and processor of `open_r1.tiny_model`, seeded;
+  3. SFT with TRL's `SFTTrainer` on prompt-completion rows: the image, then the question under the EVAL or TRAIN
+     template (mixed 50/50 by default), and the protocol-format target `<think>There are N objects.</think>
+     <answer>N</answer>` (`--target-style answer`: `<answer>N</answer>`; `mixed`: either, per row). TRL's collator
+     renders the chat template, so the target ends with `<|im_end|>`, the eos of generation: the model learns to
+     stop right after `</answer>`. Loss on the completion only; packing off (not supported for images anyway);
+  4. stops at whichever comes first: `--max-steps` / `--epochs`, the wall-clock cap `--max-minutes` (the LR
+     schedule follows max(step fraction, time fraction), so a time-capped run still anneals), or `--stop-at-acc`
+     reached by the quick greedy check on held-out train rows (the model must leave room for RL to improve);
+  5. saves a full model dir loadable by `open_r1.modeling.load_model` / `load_processor` (processor left-padded,
+     pixel budget and both processor-file layouts, generation config) and scores `val` with the selfcheck protocol
+     (`open_r1.evaluate.evaluate_dataset`, max_new_tokens 256). `sft_report.json` in the model dir records all of it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from open_r1 import proxy  # noqa: E402
+
+REPORT_FILE = "sft_report.json"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="models/proxy-warmstart", help="model dir to write (replaced)")
+    parser.add_argument("--data", default="data/proxy", help="dir with the save_to_disk splits (rendered if missing)")
+    parser.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny model, tiny data, 2 steps")
+    parser.add_argument("--seed", type=int, default=0)
+    # data
+    parser.add_argument("--train-size", type=int, default=None,
+                        help=f"rows to render for train ({proxy.PROXY_SIZES['train']})")
+    parser.add_argument("--eval-size", type=int, default=None,
+                        help=f"rows to render for val / compositional / ood_val ({proxy.PROXY_SIZES['val']})")
+    parser.add_argument("--image-size", default=None, help=f"clevr splits ({proxy.PROXY_IMAGE_SIZE})")
+    parser.add_argument("--ood-image-size", default=None, help=f"ood_val ({proxy.PROXY_OOD_IMAGE_SIZE})")
+    parser.add_argument("--render-workers", type=int, default=None, help="scene rendering processes (all cores)")
+    # model
+    parser.add_argument("--preset", default=None, choices=sorted(proxy.MODEL_PRESETS), help="model size (small)")
+    parser.add_argument("--model-override", action="append", default=[], metavar="KEY=VALUE",
+                        help="build_config override, e.g. hidden_size=384 or vision_depth=6 (repeatable)")
+    parser.add_argument("--min-pixels", type=int, default=proxy.PROXY_MIN_PIXELS)
+    parser.add_argument("--max-pixels", type=int, default=None, help=f"vision-token budget ({proxy.PROXY_MAX_PIXELS})")
+    # SFT
+    parser.add_argument("--target-style", default="think", choices=proxy.TARGET_STYLES)
+    parser.add_argument("--templates", nargs="+", default=["eval:0.5", "train:0.5"],
+                        help="prompt template mix, entries name:weight (open_r1.protocol.TEMPLATES)")
+    parser.add_argument("--batch-size", type=int, default=None, help="per-step batch (128; tiny 4)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (from scratch)")
+    parser.add_argument("--min-lr-ratio", type=float, default=0.05, help="cosine floor, as a fraction of --lr")
+    parser.add_argument("--warmup", type=float, default=0.05, help="warm-up fraction of the run (steps or time)")
+    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--epochs", type=float, default=None, help="stop after this many epochs")
+    parser.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="wall-clock cap of the training loop (3.5 when neither --epochs nor --max-steps is given)")
+    parser.add_argument("--stop-at-acc", type=float, default=None,
+                        help="stop once the quick check reaches this accuracy in [0, 1] (0.65; 0 = never)")
+    parser.add_argument("--dev-size", type=int, default=None, help="train rows held out for the quick check (256)")
+    parser.add_argument("--eval-every", type=int, default=None, help="quick check every N steps (100; 0 = never)")
+    parser.add_argument("--workers", type=int, default=None, help="dataloader workers (min(8, cores - 1); tiny 0)")
+    # final evaluation
+    parser.add_argument("--eval-limit", type=int, default=None, help="val rows scored at the end (200; tiny 4)")
+    parser.add_argument("--eval-batch-size", type=int, default=None, help="generation batch of the evaluations")
+    parser.add_argument("--eval-max-new-tokens", type=int, default=None,
+                        help="final evaluation budget (the protocol's 256; tiny 16)")
+    parser.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
+    args = parser.parse_args(argv)
+    return finalize_args(args)
+
+
+def finalize_args(args):
+    tiny = args.tiny
+    defaults = {
+        "train_size": proxy.TINY_SIZES["train"] if tiny else proxy.PROXY_SIZES["train"],
+        "eval_size": proxy.TINY_SIZES["val"] if tiny else proxy.PROXY_SIZES["val"],
+        "image_size": proxy.TINY_IMAGE_SIZE if tiny else proxy.PROXY_IMAGE_SIZE,
+        "ood_image_size": proxy.TINY_OOD_IMAGE_SIZE if tiny else proxy.PROXY_OOD_IMAGE_SIZE,
+        "preset": "tiny" if tiny else "small",
+        "max_pixels": proxy.TINY_MAX_PIXELS if tiny else proxy.PROXY_MAX_PIXELS,
+        "batch_size": 4 if tiny else 128,
+        "stop_at_acc": 0.0 if tiny else 0.65,
+        "dev_size": 4 if tiny else 256,
+        "eval_every": 1 if tiny else 100,
+        "workers": 0 if tiny else max(0, min(8, (os.cpu_count() or 1) - 1)),
+        "eval_limit": 4 if tiny else 200,
+        "eval_batch_size": 4 if tiny else 128,
+        "eval_max_new_tokens": 16 if tiny else 256,
+    }
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if tiny and args.max_steps is None and args.epochs is None and args.max_minutes is None:
+        args.max_steps = 2
+    if args.max_steps is None and args.epochs is None and args.max_minutes is None:
+        args.max_minutes = 3.5
+    if args.target_style not in proxy.TARGET_STYLES:
+        raise SystemExit(f"error: --target-style must be one of {proxy.TARGET_STYLES}")
+    return args
+
+
+def parse_overrides(items: list[str]) -> dict:
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"error: --model-override {item!r} is not KEY=VALUE")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    return overrides
+
+
+class Schedule:
+    """LR multiplier and stop flag from progress = max(step / max_steps, elapsed / max_seconds).
+
+    Warm-up (linear) over the first `warmup` of the progress, then cosine down to `min_ratio`; training stops when
+    progress reaches 1. Time counts from the end of the first optimizer step (CUDA warm-up and the first batch are
+    not charged), so a wall-clock-capped run still anneals to its floor before it stops.
+    """
+
+    def __init__(self, max_steps: int | None, max_seconds: float | None, warmup: float, min_ratio: float):
+        self.max_steps, self.max_seconds = max_steps, max_seconds
+        self.warmup, self.min_ratio = warmup, min_ratio
+        self.t0: float | None = None
+        self.step = 0
+
+    def progress(self, step: int | None = None) -> float:
+        step = self.step if step is None else step
+        fractions = []
+        if self.max_steps:
+            fractions.append(step / self.max_steps)
+        if self.max_seconds and self.t0 is not None:
+            fractions.append((time.time() - self.t0) / self.max_seconds)
+        return max(fractions) if fractions else 0.0
+
+    def multiplier(self, scheduler_step: int) -> float:
+        p = min(1.0, self.progress(scheduler_step))
+        if self.warmup > 0 and p < self.warmup:
+            return max(p / self.warmup, 1e-3)
+        span = max(1e-9, 1.0 - self.warmup)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, (p - self.warmup) / span)))
+        return self.min_ratio + (1.0 - self.min_ratio) * cosine
+
+
+def build_trainer_class():
+    from torch.optim.lr_scheduler import LambdaLR
+    from trl import SFTTrainer
+
+    class TimedSFTTrainer(SFTTrainer):
+        """SFTTrainer whose LR follows `Schedule` (step- and/or time-based)."""
+
+        schedule: Schedule
+
+        def create_scheduler(self, num_training_steps, optimizer=None):
+            if self.lr_scheduler is None:
+                self.lr_scheduler = LambdaLR(optimizer or self.optimizer, self.schedule.multiplier)
+                self._created_lr_scheduler = True
+            return self.lr_scheduler
+
+    return TimedSFTTrainer
+
+
+def make_callback(schedule: Schedule, dev_dataset, processor, args, history: list, log):
+    import torch
+    from transformers import TrainerCallback
+
+    from open_r1.evaluate import evaluate_dataset
+
+    class ProgressCallback(TrainerCallback):
+        stop_reason = None
+
+        def on_step_end(self, targs, state, control, model=None, **kwargs):
+            if schedule.t0 is None:
+                schedule.t0 = time.time()
+            schedule.step = state.global_step
+            if args.eval_every and dev_dataset is not None and state.global_step % args.eval_every == 0:
+                accuracy = self.quick_check(model, state.global_step)
+                if args.stop_at_acc and accuracy >= 100.0 * args.stop_at_acc:
+                    control.should_training_stop = True
+                    self.stop_reason = f"quick check {accuracy:.1f}% >= {100 * args.stop_at_acc:.0f}%"
+            if schedule.progress() >= 1.0 and not control.should_training_stop:
+                control.should_training_stop = True
+                self.stop_reason = ("max steps" if schedule.max_steps and state.global_step >= schedule.max_steps
+                                    else "wall-clock cap")
+            return control
+
+        def quick_check(self, model, step) -> float:
+            was_training = model.training
+            model.eval()
+            autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if model.device.type == "cuda"
+                        else torch.autocast("cpu", enabled=False))
+            with torch.no_grad(), autocast:
+                report = evaluate_dataset(model, processor, dev_dataset, name="dev", batch_size=args.eval_batch_size,
+                                          max_new_tokens=32, progress=False)
+            if was_training:
+                model.train()
+            history.append({"step": step, "time": time.time() - (schedule.t0 or time.time()),
+                            "accuracy_pct": report.accuracy_pct, "format_pct": report.format_pct,
+                            "mean_completion_tokens": report.mean_completion_tokens})
+            log(f"[sft] step {step}: quick check (train hold-out, {report.n} rows, 32 new tokens) accuracy "
+                f"{report.accuracy_pct:.1f}% format {report.format_pct:.1f}% "
+                f"tokens {report.mean_completion_tokens:.1f}")
+            return report.accuracy_pct
+
+    return ProgressCallback()
+
+
+def save_model_dir(model, processor, out_dir: Path) -> None:
+    """Write the model dir atomically (staging dir, then rename), with both processor-file layouts."""
+    from open_r1 import modeling
+
+    out_dir = out_dir.resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        processor.tokenizer.padding_side = "left"
+        model.save_pretrained(staging)
+        processor.save_pretrained(staging)
+        modeling.write_compat_processor_files(str(staging))
+        for path in [staging, *staging.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.rename(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    command = "python scripts/sft_warmstart.py " + proxy.shell_join(sys.argv[1:] if argv is None else list(argv))
+    started = time.time()
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+
+    import torch
+    from transformers import set_seed
+    from trl import SFTConfig
+
+    from open_r1 import data as data_lib
+    from open_r1 import modeling, tiny_model
+    from open_r1.evaluate import evaluate_dataset
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    use_cuda = device.startswith("cuda")
+    if use_cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    # 1. data
+    sizes = {"train": args.train_size, **{split: args.eval_size for split in proxy.EVAL_SPLITS}}
+    data_info = proxy.ensure_splits(args.data, sizes, seed=args.seed, image_size=args.image_size,
+                                    ood_image_size=args.ood_image_size, workers=args.render_workers,
+                                    progress=not args.tiny, log=log, required={"train": 2, "val": 1})
+    train_full = data_lib.load_counting_dataset(os.path.join(args.data, "train"))
+    data_lib.validate_counting_dataset(train_full, "train")
+    dev_size = min(args.dev_size, max(len(train_full) // 4, 1)) if args.dev_size else 0
+    train_rows = len(train_full) - dev_size
+    train_split = train_full.select(range(train_rows))
+    dev_split = train_full.select(range(train_rows, len(train_full))) if dev_size else None
+    train_dataset = proxy.to_sft_dataset(train_split, args.templates, seed=args.seed, style=args.target_style)
+
+    # 2. model (random init, seeded) + processor with the real ids and chat template
+    set_seed(args.seed)
+    overrides = {**proxy.MODEL_PRESETS[args.preset], **parse_overrides(args.model_override)}
+    config = tiny_model.build_config(**overrides)
+    model = tiny_model.build_model(config, seed=args.seed).train()
+    processor = tiny_model.build_processor(tiny_model.build_tokenizer(), min_pixels=args.min_pixels,
+                                           max_pixels=args.max_pixels)
+    processor.tokenizer.padding_side = "left"  # generation (evaluation, GRPO) pads left; TRL's collator sets its own
+    parameters = sum(p.numel() for p in model.parameters())
+    log(f"[sft] model: {parameters / 1e6:.1f}M parameters ({overrides}); train rows {train_rows}, "
+        f"quick-check rows {dev_size}, target style {args.target_style}, templates {args.templates}")
+
+    # 3. SFT
+    steps_per_epoch = max(1, math.ceil(train_rows / args.batch_size))
+    max_steps = args.max_steps
+    if args.epochs is not None:
+        by_epochs = max(1, math.ceil(args.epochs * steps_per_epoch))
+        max_steps = by_epochs if max_steps is None else min(max_steps, by_epochs)
+    schedule = Schedule(max_steps, 60.0 * args.max_minutes if args.max_minutes else None, args.warmup,
+                        args.min_lr_ratio)
+    history: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="sft-warmstart-") as trainer_dir:
+        sft_args = SFTConfig(
+            output_dir=trainer_dir,
+            per_device_train_batch_size=args.batch_size,
+            gradient_accumulation_steps=1,
+            learning_rate=args.lr,
+            weight_decay=args.weight_decay,
+            adam_beta2=0.98,
+            max_grad_norm=1.0,
+            max_steps=max_steps if max_steps is not None else 10**7,  # time-capped runs stop through the callback
+            logging_steps=1 if args.tiny else 25,
+            save_strategy="no",
+            report_to="none",
+            bf16=use_cuda,
+            gradient_checkpointing=False,
+            dataloader_num_workers=args.workers,
+            dataloader_persistent_workers=args.workers > 0,
+            dataloader_prefetch_factor=4 if args.workers > 0 else None,
+            seed=args.seed,
+            data_seed=args.seed,
+            max_length=None,  # never cut image tokens; rows are ~100-200 tokens
+            completion_only_loss=True,
+            packing=False,
+            disable_tqdm=True,
+            use_cpu=not use_cuda,
+        )
+        trainer_class = build_trainer_class()
+        trainer_class.schedule = schedule
+        callback = make_callback(schedule, dev_split, processor, args, history, log)
+        trainer = trainer_class(model=model, args=sft_args, train_dataset=train_dataset, processing_class=processor,
+                                callbacks=[callback])
+        train_begin = time.time()
+        trainer.train()
+        train_seconds = time.time() - train_begin
+        steps = int(trainer.state.global_step)
+        losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
+        model = trainer.accelerator.unwrap_model(trainer.model)
+    stop_reason = callback.stop_reason or ("max steps" if max_steps and steps >= max_steps else "end of data")
+    log(f"[sft] {steps} steps ({steps / steps_per_epoch:.2f} epochs) in {train_seconds:.1f} s; stop: {stop_reason}")
+
+    # 4. save, reload the way training/selfcheck do, score val with the protocol
+    out_dir = Path(args.out)
+    model.eval()
+    save_model_dir(model, processor, out_dir)
+    del trainer
+    loaded = modeling.load_model(str(out_dir), dtype="float32").to(device).eval()
+    loaded_processor = modeling.load_processor(str(out_dir))
+    val = data_lib.load_counting_dataset(os.path.join(args.data, "val"))
+    report = evaluate_dataset(loaded, loaded_processor, val, name="val", batch_size=args.eval_batch_size,
+                              limit=args.eval_limit, max_new_tokens=args.eval_max_new_tokens, progress=False)
+    log(f"[sft] val (selfcheck protocol, {report.n} rows, max_new_tokens {args.eval_max_new_tokens}): accuracy "
+        f"{report.accuracy_pct:.2f}% format {report.format_pct:.2f}% mean tokens {report.mean_completion_tokens:.1f} "
+        f"truncated {report.truncated_pct:.2f}%")
+    if not args.tiny and not 30.0 <= report.accuracy_pct <= 70.0:
+        log(f"[sft] WARNING: val accuracy {report.accuracy_pct:.1f}% is outside the 'moderate' 30-70% band the "
+            "proxy experiment wants (raise --max-minutes/--epochs if lower; lower --stop-at-acc if higher)")
+
+    sft_report = {
+        "command": command,
+        "args": vars(args),
+        "device": torch.cuda.get_device_name(0) if use_cuda else "cpu",
+        "parameters": parameters,
+        "parameters_m": parameters / 1e6,
+        "model_overrides": overrides,
+        "target_style": args.target_style,
+        "templates": args.templates,
+        "train_rows": train_rows,
+        "quick_check_rows": dev_size,
+        "batch_size": args.batch_size,
+        "steps": steps,
+        "epochs": steps / steps_per_epoch,
+        "train_seconds": train_seconds,
+        "total_seconds": time.time() - started,
+        "stop_reason": stop_reason,
+        "loss_first": losses[0][1] if losses else None,
+        "loss_last": losses[-1][1] if losses else None,
+        "loss_curve": losses[:: max(1, len(losses) // 200)],
+        "quick_checks": history,
+        "data": {"dir": os.path.abspath(args.data), **data_info, "image_size": args.image_size,
+                 "ood_image_size": args.ood_image_size},
+        "val": {**report.summary(), "by_count": proxy.by_count(report.records),
+                "max_new_tokens": args.eval_max_new_tokens},
+    }
+    with open(out_dir / REPORT_FILE, "w") as handle:
+        json.dump(sft_report, handle, indent=1, default=str)
+    log(f"[sft] saved {out_dir} ({time.time() - started:.1f} s total); report {out_dir / REPORT_FILE}")
+    return sft_report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""Proxy experiment tooling: arms, equal-rollout sync, SFT rows, the report, and both scripts end to end (--tiny)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from open_r1 import protocol, proxy
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _grpo_args(arm: str):
+    from open_r1 import grpo
+
+    argv = ["--config", str(proxy.ARMS[arm].config_path()), "--output_dir", "/tmp/unused",
+            *proxy.arm_overrides(arm), "--bf16", "false", "--use_cpu", "true"]  # the YAMLs are for the GPU
+    return grpo.parse_args(argv)[:3]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Arms
+# --------------------------------------------------------------------------------------------------------------------
+def test_every_arm_parses_and_changes_only_what_it_claims():
+    from open_r1.grpo import parse_reward_kwargs
+
+    ours_script, ours_train, ours_model = _grpo_args("ours")
+    weak_script, weak_train, _ = _grpo_args("weak_baseline")
+    assert weak_script.reward_funcs == ["answer_tag"] and weak_script.prompt_templates == ["train:1.0"]
+    assert weak_train.num_generations == 4 and weak_train.beta == pytest.approx(0.04)
+    # Same rollouts per optimizer step for the two main recipes.
+    assert weak_train.generation_batch_size == ours_train.generation_batch_size
+    assert ours_script.reward_funcs == ["exact_count", "format", "soft_count", "length_penalty"]
+    ours_kwargs = parse_reward_kwargs(ours_script.reward_kwargs)
+    # The length penalty's budget is the completion cap (rewards.py: set budget_tokens when the cap is < 256).
+    assert ours_kwargs["length_penalty"]["budget_tokens"] == ours_train.max_completion_length
+
+    script, train, _ = _grpo_args("no_think")
+    kwargs = parse_reward_kwargs(script.reward_kwargs)
+    assert kwargs["format"] == {"require_think": False} and kwargs["length_penalty"]["think_budget"] == 0
+    assert kwargs["soft_count"] == ours_kwargs["soft_count"]
+
+    script, train, _ = _grpo_args("exact_only")
+    assert script.reward_funcs == ["exact_count", "format", "length_penalty"]
+    assert train.reward_weights == [1.0, 0.25, 0.5] and "soft_count" not in parse_reward_kwargs(script.reward_kwargs)
+
+    assert _grpo_args("no_kl")[1].beta == 0.0 and ours_train.beta > 0
+    g4 = _grpo_args("g4")[1]
+    assert g4.num_generations == 4 and g4.generation_batch_size == ours_train.generation_batch_size
+    assert _grpo_args("train_template")[0].prompt_templates == ["train:1.0"]
+    _, lora_train, lora_model = _grpo_args("lora")
+    assert lora_model.use_peft and not ours_model.use_peft
+    assert lora_train.learning_rate == pytest.approx(proxy.LORA_LR_FACTOR * ours_train.learning_rate)
+    for arm in proxy.ARMS:
+        assert ours_train.generation_batch_size % proxy.arm_num_generations(arm) == 0, arm
+
+
+def test_learning_rate_override_keeps_lora_factor():
+    assert proxy.arm_overrides("ours", learning_rate=1e-4) == ["--learning_rate", "0.0001"]
+    lora = proxy.arm_overrides("lora", learning_rate=1e-4)
+    assert lora[lora.index("--learning_rate") + 1] == f"{1e-4 * proxy.LORA_LR_FACTOR:g}"
+    with pytest.raises(KeyError):
+        proxy.arm_overrides("no_such_arm")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Equal rollouts
+# --------------------------------------------------------------------------------------------------------------------
+def _record(step, first, last):
+    return {"step": step, "first_step_time": first, "last_time": last}
+
+
+def test_stop_step_waits_until_every_arm_is_measured():
+    assert proxy.decide_stop_at({"a": _record(5, 0, 8), "b": None}, 10, 100, 400) is None  # b not started
+    assert proxy.decide_stop_at({"a": _record(5, 0, 8), "b": _record(2, 0, 2)}, 10, 100, 400) is None  # too few
+
+
+def test_stop_step_is_what_the_slowest_arm_reaches_by_the_deadline():
+    progress = {"fast": _record(11, 0.0, 10.0), "slow": _record(6, 0.0, 10.0)}  # 1.0 and 0.5 steps/s
+    stop = proxy.decide_stop_at(progress, now=10.0, train_deadline=110.0, max_steps=400, safety=1.0)
+    assert stop == 6 + 50  # slow: 0.5 steps/s x 100 s
+    assert proxy.decide_stop_at(progress, 10.0, 110.0, max_steps=20, safety=1.0) == 20  # capped
+    # Never below the furthest arm's next step; finished arms are ignored.
+    late = {"fast": _record(40, 0.0, 10.0), "slow": _record(6, 0.0, 10.0), "gone": {"done": True}}
+    assert proxy.decide_stop_at(late, 10.0, 12.0, 400, safety=1.0) == 41
+
+
+def test_sync_callback_stops_at_common_step_and_deadline(tmp_path):
+    from transformers import TrainerControl, TrainerState
+
+    control_path, progress_path = tmp_path / "control.json", tmp_path / "progress.json"
+    callback = proxy.make_sync_callback(str(progress_path), str(control_path), hard_deadline=None)
+    state, control = TrainerState(), TrainerControl()
+    state.max_steps = 100
+    callback.on_train_begin(None, state, control)
+    state.global_step = 1
+    callback.on_step_end(None, state, control)
+    assert not control.should_training_stop and json.loads(progress_path.read_text())["step"] == 1
+    control_path.write_text(json.dumps({"stop_at": 2}))
+    state.global_step = 2
+    callback.on_step_end(None, state, control)
+    assert control.should_training_stop and callback.stop_reason == "sync stop_at=2"
+    late = proxy.make_sync_callback(None, None, hard_deadline=0.0)
+    control = TrainerControl()
+    late.on_step_end(None, state, control)
+    assert control.should_training_stop and late.stop_reason == "hard deadline"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# SFT rows
+# --------------------------------------------------------------------------------------------------------------------
+def test_sft_targets_score_as_correct_and_well_formed():
+    from open_r1.rewards import format_checks
+
+    think, answer = proxy.sft_target(7, "think"), proxy.sft_target(10, "answer")
+    assert think == "<think>There are 7 objects.</think> <answer>7</answer>"
+    assert protocol.is_correct(think, 7) and protocol.is_correct(answer, 10)
+    assert all(format_checks(think).values())
+    checks = format_checks(answer)
+    assert checks["parseable"] and checks["single_answer"] and checks["clean_end"] and not checks["think_ok"]
+
+
+def test_sft_rows_mix_templates_and_styles(scene_data_dir, tiny_model_dir):
+    import datasets
+    from transformers import AutoProcessor
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    train = datasets.load_from_disk(os.path.join(scene_data_dir, "train"))
+    rows = proxy.to_sft_dataset(train, ["eval:0.5", "train:0.5"], seed=0, style="mixed")
+    assert set(rows["template"]) == {"eval", "train"}
+    styles = {"<think>" in r[0]["content"] for r in rows["completion"]}
+    assert styles == {True, False}
+    for row in rows:
+        gold = protocol.parse_gold(row["solution"])
+        expected = protocol.format_prompt(row["problem"], protocol.TEMPLATES[row["template"]])
+        assert row["prompt"][0]["content"] == expected
+        assert protocol.is_correct(row["completion"][0]["content"], gold)
+    # TRL's VLM collator trains on the completion only, and it ends with the eos of generation.
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    collator = DataCollatorForVisionLanguageModeling(processor=processor, completion_only_loss=True)
+    batch = collator([{k: rows[i][k] for k in ("prompt", "completion", "image")} for i in range(2)])
+    for i in range(2):
+        trained = batch["input_ids"][i][batch["labels"][i] != -100]
+        text = processor.tokenizer.decode(trained)
+        assert text.startswith(rows[i]["completion"][0]["content"])
+        assert "<|im_end|>" in text and "<|im_start|>" not in text and "How many" not in text
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------------------------------
+def _run(arm, seed, accs, status="ok"):
+    splits = {s: {"n": 10, "accuracy_pct": a, "format_pct": 100.0, "mean_completion_tokens": 18.0,
+                  "truncated_pct": 0.0, "seconds": 1.0, "by_count": {"3": [int(a // 10), 10]}}
+              for s, a in zip(proxy.EVAL_SPLITS, accs)}
+    return {"job": f"{arm}-s{seed}", "arm": arm, "seed": seed, "kind": "train", "status": status, "steps": 5,
+            "rollouts": 640, "splits": splits if status == "ok" else {},
+            "command": f"python -m open_r1.grpo --arm {arm}",
+            "rerun": f"python scripts/proxy_experiment.py --arms {arm}"}
+
+
+def _synthetic_results():
+    partial = _run("g4", 0, [50, 0, 0])  # stopped by the budget after scoring val only
+    partial.update(status="partial", splits={"val": partial["splits"]["val"]})
+    return {
+        "meta": {"splits": list(proxy.EVAL_SPLITS), "command": "python scripts/proxy_experiment.py", "eval_limit": 10,
+                 "generation_batch_size": 128, "stop_at": 5, "start": {"path": "m", "parameters_m": 47.0}},
+        "arm_order": ["weak_baseline", "ours", "no_kl", "g4"],
+        "arms": {a: {"role": proxy.ARMS[a].role, "question": proxy.ARMS[a].question, "change": proxy.ARMS[a].change}
+                 for a in ("weak_baseline", "ours", "no_kl", "g4")},
+        "before": {"job": "before", "status": "ok", "splits": _run("x", 0, [40, 40, 20])["splits"]},
+        "runs": [_run("weak_baseline", 0, [40, 40, 20]), _run("weak_baseline", 1, [41, 40, 21]),
+                 _run("ours", 0, [60, 55, 30]), _run("ours", 1, [62, 57, 22]), _run("no_kl", 0, [0, 0, 0], "failed"),
+                 partial],
+    }
+
+
+def test_verdict_needs_a_gap_larger_than_the_seed_spread():
+    verdict = proxy.summarize(_synthetic_results())["verdict"]
+    assert verdict["val"]["beats"] and verdict["val"]["delta"] == pytest.approx(20.5)
+    assert verdict["compositional"]["beats"]
+    # ood_val: +5.5 mean gap, but the ours seeds differ by 8 points -> not beyond the spread.
+    assert verdict["ood_val"]["spread"] == pytest.approx(8.0) and not verdict["ood_val"]["beats"]
+
+
+def test_make_results_rebuilds_tables_and_plot(tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(_synthetic_results()))
+    md, png = tmp_path / "docs" / "RESULTS.md", tmp_path / "docs" / "figures" / "acc.png"
+    completed = subprocess.run([sys.executable, str(REPO / "scripts" / "make_results.py"), str(results),
+                                "--md", str(md), "--png", str(png)], capture_output=True, text=True, cwd=REPO)
+    assert completed.returncode == 0, completed.stderr
+    text = md.read_text()
+    assert "| recipe | seed | val | compositional | ood_val |" in text
+    assert "| ours | 1 | 62.0 | 57.0 | 22.0 |" in text and "| weak_baseline | 0 | 40.0 | 40.0 | 20.0 |" in text
+    assert "| ours | 2 | 61.0 ± 2.0 (1.4)" in text  # mean ± range (sd)
+    assert "| ood_val | +5.5 | 8.0 | no |" in text and "| val | +20.5 | 2.0 | yes |" in text
+    assert "| no_kl |" in text and "failed" in text  # a failed arm is a row, not a crash
+    assert "| g4 | 0 | 50.0 | not scored | not scored |" in text  # a partial run keeps what was scored
+    assert "python -m open_r1.grpo --arm ours" in text and "](figures/acc.png)" in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "ood_val: ours - weak_baseline = +5.5" in completed.stdout and "does not beat" in completed.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert subprocess.run([sys.executable, str(REPO / "scripts" / "make_results.py"), str(bad)], cwd=REPO,
+                          capture_output=True).returncode == 2
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# End to end (--tiny, CPU)
+# --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_sft_warmstart_tiny_saves_a_loadable_left_padded_model(tmp_path, scene_data_dir):
+    import importlib.util
+
+    from transformers import AutoProcessor
+
+    from open_r1 import modeling
+
+    spec = importlib.util.spec_from_file_location("sft_warmstart", REPO / "scripts" / "sft_warmstart.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "warm"
+    report = module.main(["--tiny", "--out", str(out), "--data", scene_data_dir, "--max-steps", "1",
+                          "--eval-every", "1", "--seed", "0"])
+    assert report["steps"] == 1 and report["stop_reason"] == "max steps"
+    assert len(report["quick_checks"]) == 1 and report["quick_checks"][0]["step"] == 1
+    assert report["loss_first"] is not None and report["val"]["n"] == 4
+    assert AutoProcessor.from_pretrained(out).tokenizer.padding_side == "left"
+    model = modeling.load_model(str(out), dtype="float32")
+    processor = modeling.load_processor(str(out))
+    assert type(model).__name__ == "Qwen2VLForConditionalGeneration"
+    assert processor.image_processor.size["longest_edge"] == proxy.TINY_MAX_PIXELS
+    assert json.loads((out / "sft_report.json").read_text())["command"].startswith("python scripts/sft_warmstart.py")
+    assert (out / "preprocessor_config.json").is_file() and (out / "chat_template.json").is_file()
+    # The SFT step moved the weights away from the seeded random init.
+    import torch
+
+    from open_r1 import tiny_model
+
+    init = tiny_model.build_model(tiny_model.build_config(**proxy.MODEL_PRESETS["tiny"]), seed=0)
+    name, trained = next((n, p) for n, p in model.named_parameters() if "layers.0.mlp.up_proj" in n)
+    assert not torch.equal(trained, dict(init.named_parameters())[name])
+
+
+@pytest.mark.slow
+def test_proxy_experiment_tiny_end_to_end(tmp_path):
+    out = tmp_path / "proxy"
+    completed = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "proxy_experiment.py"), "--tiny", "--out", str(out),
+         "--data", str(tmp_path / "data"), "--max-steps", "1"],
+        capture_output=True, text=True, cwd=REPO, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["meta"]["tiny"] and results["arm_order"] == ["weak_baseline", "ours"]
+    assert results["before"]["status"] == "ok"
+    runs = {(r["arm"], r["seed"]): r for r in results["runs"]}
+    assert set(runs) == {("weak_baseline", 0), ("ours", 0)}
+    for (arm, _), run in runs.items():
+        assert run["status"] == "ok", run.get("error")
+        assert run["steps"] == 1 and run["rollouts"] == results["meta"]["generation_batch_size"]
+        assert run["command"].startswith("python -m open_r1.grpo --config ")
+        assert str(proxy.ARMS[arm].config_path()) in run["command"] and "--max_steps 1" in run["command"]
+        for split in proxy.EVAL_SPLITS:
+            cell = run["splits"][split]
+            assert cell["n"] == 4 and {"accuracy_pct", "format_pct", "mean_completion_tokens"} <= set(cell)
+            assert sum(total for _, total in cell["by_count"].values()) == 4
+    text = (out / "RESULTS.md").read_text()
+    assert "| recipe | seed | val | compositional | ood_val |" in text and "| before (warm start) |" in text
+    assert "| weak_baseline | 0 |" in text and "| ours | 0 |" in text and "## Verdict" in text
+    assert (out / "acc_by_count.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        names = tar.getnames()
+    assert {"logs/before.log", "logs/ours-s0.log", "logs/weak_baseline-s0.log"} <= set(names)
+    # The report is a pure function of results.json.
+    rebuilt = tmp_path / "rebuilt" / "RESULTS.md"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "make_results.py"), str(out / "results.json"),
+                    "--md", str(rebuilt)], check=True, cwd=REPO, capture_output=True)
+    assert rebuilt.read_text() == text
