@@ -38,6 +38,12 @@ LANGUAGE_LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_
 VISION_LORA_TARGETS = r".*visual\.blocks.*\.(qkv|proj|fc1|fc2)"
 
 
+BATCH_HINT = (
+    "per_device_train_batch_size counts completions, not prompts: make the generation batch a multiple of "
+    "num_generations"
+)
+
+
 class RecipeError(ValueError):
     """A recipe setting that cannot work; the message names the setting and the fix."""
 
@@ -66,6 +72,32 @@ class CountingGRPOArguments(ScriptArguments):
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N rows (smoke runs)."})
     lora_vision: bool = field(default=False, metadata={"help": "Also put LoRA adapters on the vision tower."})
     image_check_rows: int = field(default=8, metadata={"help": "Images decoded up front; -1 checks every row."})
+    # Run safety (open_r1/callbacks.py): time budget, in-training protocol evaluation with keep-best, resume.
+    time_budget: str | None = field(
+        default=None,
+        metadata={"help": "Deadline for the submission: '55m', '1h30m', '3600' (seconds from $TRAIN_START_TIME or "
+                  "process start) or an ISO datetime. Training stops early enough to save, export and verify."},
+    )
+    eval_sets: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Held-out save_to_disk dirs scored with the selfcheck protocol during training "
+                  "(names = dir basenames, e.g. /app/data/ood_val /app/data/val)."},
+    )
+    eval_steps_protocol: int = field(default=50, metadata={"help": "Evaluate eval_sets every N optimizer steps."})
+    eval_limit: int | None = field(default=200, metadata={"help": "Fixed subset: the first N rows of each eval set."})
+    eval_batch_size: int = field(default=32, metadata={"help": "Generation batch size of the in-training evaluation."})
+    eval_primary: str = field(default="ood_val", metadata={"help": "Keep-best set (highest accuracy wins)."})
+    eval_secondary: str | None = field(default="val", metadata={"help": "Keep-best tie-break set."})
+    eval_first_step: bool = field(
+        default=True, metadata={"help": "Also evaluate after step 1 (baseline score, measures the eval time)."}
+    )
+    keep_best: bool | None = field(
+        default=None,
+        metadata={"help": "Export the best evaluated checkpoint instead of the last (default: true with eval_sets)."},
+    )
+    auto_resume: bool = field(
+        default=True, metadata={"help": "Resume from the newest complete checkpoint-N in output_dir, if any."}
+    )
 
 
 def parse_reward_kwargs(value) -> dict:
@@ -94,8 +126,7 @@ def check_batch_geometry(args: GRPOConfig, num_processes: int) -> None:
             f"the generation batch ({generation_batch} completions = per_device_train_batch_size "
             f"{args.per_device_train_batch_size} x {num_processes} processes x steps_per_generation "
             f"{args.steps_per_generation or 1}) is not divisible by num_generations {args.num_generations}. "
-            "per_device_train_batch_size counts completions, not prompts: make it a multiple of num_generations "
-            "(or raise steps_per_generation)"
+            f"{BATCH_HINT}"
         )
 
 
@@ -177,12 +208,22 @@ def write_training_meta(output_dir: str, script_args, model_args, processor) -> 
 
 
 def main(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
-    trainer = build_trainer(script_args, training_args, model_args, callbacks=callbacks)
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
+    from open_r1 import callbacks as run_lib  # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
+
+    run = run_lib.build_run_callbacks(script_args, training_args)
+    trainer = build_trainer(script_args, training_args, model_args, callbacks=[*run.callbacks, *(callbacks or [])])
+    run.bind(trainer)
+    trainer.run_safety = run
+    if trainer.accelerator.is_main_process:  # before training: a checkpoint of a killed run stays exportable
+        os.makedirs(training_args.output_dir, exist_ok=True)
+        write_training_meta(training_args.output_dir, script_args, model_args, trainer.processing_class)
+    trainer.train(resume_from_checkpoint=run.resume_from)
+    if not run.stopped_by_signal:  # on a signal the checkpoint just saved is the final state: leave quickly
+        trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
         trainer.processing_class.save_pretrained(training_args.output_dir)
         write_training_meta(training_args.output_dir, script_args, model_args, trainer.processing_class)
+        run.finish(trainer, training_args.output_dir, final_model_saved=not run.stopped_by_signal)
     trainer.accelerator.wait_for_everyone()
     return trainer
 
@@ -199,12 +240,16 @@ def cli(argv=None) -> int:
     from open_r1.rewards import RewardConfigError
 
     try:
-        script_args, training_args, model_args = parse_args(argv)[:3]
-        main(script_args, training_args, model_args)
+        try:
+            script_args, training_args, model_args = parse_args(argv)[:3]
+        except ValueError as exc:  # GRPOConfig validates its fields when it is built
+            hint = BATCH_HINT if "num_generations" in str(exc) else "check the recipe and its overrides"
+            raise RecipeError(f"invalid recipe: {exc} ({hint})") from None
+        trainer = main(script_args, training_args, model_args)
     except (*USER_ERRORS, RewardConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return trainer.run_safety.exit_code  # 128+signal after SIGTERM/SIGINT (checkpoint saved), so train.sh stops
 
 
 if __name__ == "__main__":
