@@ -1,0 +1,267 @@
+"""The GRPO throughput bench (open_r1/bench.py, scripts/bench_grpo.py), the selfcheck speed bench and the vLLM recipe.
+
+The GPU numbers themselves come from the lead's H200 runs (docs/PERFORMANCE.md); here the CPU `--tiny` mode proves the
+machinery: every variant trains through TRL's own GRPOTrainer, the probe's time split and counts are consistent, a
+failing variant is reported and the run goes on, and completions have exactly the forced length.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from open_r1 import bench
+
+REPO = Path(__file__).resolve().parent.parent
+RECIPE = REPO / "configs" / "qwen2vl_2b_counting.yaml"
+VLLM_RECIPE = REPO / "configs" / "qwen2vl_2b_counting_vllm.yaml"
+VLLM_KEYS = {"use_vllm", "vllm_mode", "vllm_gpu_memory_utilization", "vllm_enable_sleep_mode", "output_dir"}
+TINY_BENCH_BUDGET_S = 90.0
+
+
+def run_script(args, timeout):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return proc, time.perf_counter() - start
+
+
+@pytest.mark.slow
+def test_tiny_bench_end_to_end(tmp_path):
+    """Two variants x 2 measured rounds on CPU, under 90 s, plus one broken variant that must not stop the run."""
+    out = tmp_path / "bench.json"
+    proc, elapsed = run_script(
+        [
+            "scripts/bench_grpo.py", "--tiny", "--variants", "plain_trl,broken,ours", "--steps", "2",
+            "--define", 'broken={"base": "plain_trl", "no_such_grpo_field": 1}',
+            "--out", str(out), "--work-dir", str(tmp_path / "work"),
+        ],
+        timeout=3 * TINY_BENCH_BUDGET_S,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert elapsed < TINY_BENCH_BUDGET_S, f"--tiny bench took {elapsed:.0f} s (budget {TINY_BENCH_BUDGET_S:.0f} s)"
+
+    report = json.loads(out.read_text())
+    assert report["mode"] == "tiny"
+    for key in ("torch", "transformers", "trl", "device"):
+        assert report["environment"][key]
+    length = report["shape"]["completion_length"]
+    assert length == bench.TINY_COMPLETION_LENGTH
+    variants = {v["name"]: v for v in report["variants"]}
+    assert list(variants) == ["plain_trl", "broken", "ours"]
+
+    broken = variants["broken"]
+    assert broken["status"] == "failed"
+    assert "no_such_grpo_field" in broken["error"] and "\n" not in broken["error"]
+
+    recipe_beta = yaml.safe_load(RECIPE.read_text()).get("beta", 0.0)
+    for name in ("plain_trl", "ours"):
+        v = variants[name]
+        assert v["status"] == "ok", v.get("error")
+        assert v["rollouts_per_s"] > 0
+        # every measured round generated one whole generation batch, each completion exactly the forced length
+        assert v["rollouts"] == v["rounds_measured"] * v["generations_per_round"] * v["generation_batch_size"]
+        assert v["rounds_measured"] == 2
+        assert v["completion_len_min"] == v["completion_len_max"] == length
+        assert v["gen_tokens"] == v["rollouts"] * length
+        assert abs(v["rollouts_per_s"] - v["rollouts"] / v["wall_s"]) < 1e-9
+        assert v["gen_s"] > 0 and v["train_s"] > 0 and v["train_tokens_per_s"] > 0
+        parts = v["gen_s"] + v["logp_s"] + v["prep_s"] + v["train_s"]
+        assert parts <= v["wall_s"] + 1e-6 and v["other_s"] >= -1e-6
+        assert v["trained_sequences"] == v["rollouts"] * v["num_iterations"]
+        for key in ("peak_allocated_gib", "peak_reserved_gib", "ratio_vs_plain_trl", "setup_s", "warmup_s"):
+            assert key in v
+    plain, ours = variants["plain_trl"], variants["ours"]
+    assert plain["ratio_vs_plain_trl"] == 1.0
+    assert ours["ratio_vs_plain_trl"] == pytest.approx(ours["rollouts_per_s"] / plain["rollouts_per_s"])
+    # plain TRL: one optimizer step per generation of per-device-batch completions, no reference model (beta 0)
+    assert plain["generation_batch_size"] == plain["per_device_train_batch_size"]
+    assert plain["beta"] == 0.0 and plain["logp_calls"] == 0
+    # ours: the recipe's algorithm (its beta: the reference forward runs iff beta != 0), 4 micro-batches a round
+    assert ours["beta"] == recipe_beta
+    assert (ours["logp_calls"] > 0) == (recipe_beta != 0.0)
+    assert ours["generation_batch_size"] == 4 * ours["per_device_train_batch_size"]
+    assert ours["train_micro_steps"] == 4 * ours["rounds_measured"]
+
+    table = proc.stdout
+    assert "| variant | status | rollouts/s | x plain_trl |" in table
+    assert "| broken | failed: TypeError" in table
+    assert "| ours | ok |" in table and "| plain_trl | ok |" in table
+
+
+def test_selfcheck_bench_forces_the_completion_length(tmp_path):
+    out = tmp_path / "selfcheck.json"
+    proc, _ = run_script(
+        ["scripts/bench_selfcheck.py", "--tiny", "--n", "8", "--batch-sizes", "4", "--data", "random",
+         "--out", str(out), "--work-dir", str(tmp_path / "work")],
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    (entry,) = report["batch_sizes"]
+    assert entry["status"] == "ok", entry
+    assert entry["examples"] == 8 and entry["examples_per_s"] > 0
+    assert entry["projected_s"] == pytest.approx(8 / entry["examples_per_s"])
+    # the worst case: greedy decoding never stops before the forced length
+    assert entry["mean_completion_tokens"] == report["shape"]["completion_length"] == bench.TINY_COMPLETION_LENGTH
+    assert "projected s for 8" in proc.stdout
+
+
+def test_vllm_recipe_wiring(tmp_path):
+    from open_r1 import grpo
+
+    script_args, training_args, model_args = grpo.parse_args(
+        ["--config", str(VLLM_RECIPE), "--use_cpu", "true", "--output_dir", str(tmp_path / "run")]
+    )[:3]
+    assert training_args.use_vllm is True
+    assert training_args.vllm_mode == "colocate"
+    assert 0.0 < training_args.vllm_gpu_memory_utilization < 1.0
+    grpo.check_batch_geometry(training_args, 1)
+    # TRL sizes vLLM's batch from the same keys; the rest of the recipe is the measured one.
+    assert training_args.per_device_train_batch_size % training_args.num_generations == 0
+
+
+def test_vllm_recipe_is_the_main_recipe_plus_vllm_keys():
+    main_recipe = yaml.safe_load(RECIPE.read_text())
+    vllm_recipe = yaml.safe_load(VLLM_RECIPE.read_text())
+    assert vllm_recipe["use_vllm"] is True and vllm_recipe["vllm_mode"] == "colocate"
+    strip = lambda recipe: {k: v for k, v in recipe.items() if k not in VLLM_KEYS}  # noqa: E731
+    assert strip(vllm_recipe) == strip(main_recipe), (
+        "configs/qwen2vl_2b_counting_vllm.yaml must be configs/qwen2vl_2b_counting.yaml plus the vLLM keys: "
+        "copy the changed keys over"
+    )
+    header = VLLM_RECIPE.read_text().splitlines()[0]
+    assert header.startswith("#") and "not measured" in header.lower()
+
+
+def tiny_context(tmp_path):
+    return bench.BenchContext(
+        tiny=True, model_dir="unused", recipe=bench.load_recipe(RECIPE), completion_length=16, steps=3, warmup=1,
+        seed=0, dataset=None, device="cpu", work_dir=str(tmp_path),
+    )
+
+
+def test_vllm_variant_wiring(tmp_path):
+    variant = bench.resolve_variant("ours_vllm", bench.PRESETS, bench.load_recipe(RECIPE))
+    args, _ = bench.build_grpo_config(variant, tiny_context(tmp_path), str(tmp_path / "out"))
+    assert args.use_vllm is True and args.vllm_mode == "colocate" and args.vllm_gpu_memory_utilization == 0.3
+    # forced length reaches vLLM too (TRL passes generation_kwargs to its sampling params)
+    assert args.generation_kwargs["min_new_tokens"] == 16
+    if bench.importlib.util.find_spec("vllm") is None:
+        assert bench.missing_requirements(variant) == ["vllm"]
+
+
+@pytest.mark.parametrize(
+    "name, optimizer_steps_per_round, generation_batch",
+    [("plain_trl", 1, 64), ("ours", 1, 256), ("ours_gen512", 1, 512), ("ours_spg4", 4, 256), ("ours_iter2", 2, 256),
+     ("ours_nogc_mb8", 1, 256)],
+)
+def test_round_geometry(tmp_path, name, optimizer_steps_per_round, generation_batch):
+    ctx = tiny_context(tmp_path)
+    ctx.tiny = False  # full-size batch sizes; use_cpu keeps GRPOConfig off the GPU checks
+    variant = bench.resolve_variant(name, bench.PRESETS, ctx.recipe)
+    variant.overrides.update({"use_cpu": True, "bf16": False})
+    args, geometry = bench.build_grpo_config(variant, ctx, str(tmp_path / "out"))
+    assert args.generation_batch_size == generation_batch
+    assert geometry["optimizer_steps_per_round"] == optimizer_steps_per_round
+    assert geometry["generations_per_round"] == 1
+    assert args.max_steps == (ctx.warmup + ctx.steps) * optimizer_steps_per_round
+    assert args.max_completion_length == 16 and args.generation_kwargs["min_new_tokens"] == 16
+    assert set(bench.VISION_SPECIAL_TOKEN_IDS) <= set(args.generation_kwargs["suppress_tokens"])
+
+
+@pytest.mark.parametrize("tiny", [True, False], ids=["tiny", "full"])
+def test_every_preset_builds_a_valid_config(tmp_path, tiny):
+    """Each preset resolves to a GRPOConfig with whole prompt groups, at full size and scaled down for --tiny."""
+    from open_r1 import grpo
+
+    ctx = tiny_context(tmp_path)
+    ctx.tiny = tiny
+    for name in bench.PRESETS:
+        variant = bench.resolve_variant(name, bench.PRESETS, ctx.recipe)
+        if not tiny:
+            variant.overrides.update({"use_cpu": True, "bf16": False})
+        args, geometry = bench.build_grpo_config(variant, ctx, str(tmp_path / name))
+        grpo.check_batch_geometry(args, 1)
+        assert geometry["optimizer_steps_per_round"] >= 1 and geometry["generations_per_round"] >= 1, name
+        assert bench.prompts_per_generation(variant, tiny) == args.generation_batch_size // args.num_generations, name
+
+
+def test_min_rollouts_measures_small_rounds_longer(tmp_path):
+    ctx = tiny_context(tmp_path)
+    ctx.tiny, ctx.steps, ctx.min_rollouts = False, 1, 192
+    rounds = {}
+    for name in ("plain_trl", "ours", "ours_gen512"):
+        variant = bench.resolve_variant(name, bench.PRESETS, ctx.recipe)
+        variant.overrides.update({"use_cpu": True, "bf16": False})
+        args, geometry = bench.build_grpo_config(variant, ctx, str(tmp_path / name))
+        rounds[name] = geometry["rounds_measured"]
+        assert args.max_steps == (ctx.warmup + rounds[name]) * geometry["optimizer_steps_per_round"]
+    assert rounds == {"plain_trl": 3, "ours": 1, "ours_gen512": 1}
+
+
+def test_plain_trl_takes_nothing_from_the_recipe(tmp_path):
+    recipe = bench.load_recipe(RECIPE)
+    plain = bench.resolve_variant("plain_trl", bench.PRESETS, recipe)
+    assert plain.overrides == {"per_device_train_batch_size": 64, "gradient_accumulation_steps": 1}
+    assert plain.max_pixels is None and plain.attn_implementation == "sdpa"
+    ours = bench.resolve_variant("ours", bench.PRESETS, recipe)
+    for key in ("beta", "loss_type", "num_generations"):
+        if key in recipe:
+            assert ours.overrides[key] == recipe[key]
+    assert ours.max_pixels == recipe.get("max_pixels")
+
+
+def test_defines_and_unknown_variants():
+    presets = {**bench.PRESETS, **bench.parse_defines(['mine={"base": "ours", "per_device_train_batch_size": 48}'])}
+    mine = bench.resolve_variant("mine", presets, {})
+    assert mine.overrides["per_device_train_batch_size"] == 48 and mine.overrides["gradient_accumulation_steps"] == 4
+    with pytest.raises(bench.BenchError, match="unknown variant"):
+        bench.resolve_variant("nope", presets, {})
+    with pytest.raises(bench.BenchError, match="NAME=JSON"):
+        bench.parse_defines(["no-equals-sign"])
+    with pytest.raises(bench.BenchError, match="not JSON"):
+        bench.parse_defines(["x={bad"])
+
+
+def test_in_memory_model_builder_on_cpu():
+    """The GPU path builds the model in memory (no checkpoint): check it on CPU with the tiny config."""
+    import torch
+
+    from open_r1 import tiny_model
+
+    model = bench.build_full_size_model("sdpa", "cpu", seed=0, config=tiny_model.build_config(full_size=False))
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert model.config._attn_implementation == "sdpa"
+    assert model.generation_config.eos_token_id == [tiny_model.EOS_TOKEN_ID, tiny_model.BOS_TOKEN_ID]
+    weight = model.model.language_model.layers[0].mlp.gate_proj.weight.float()
+    assert torch.isfinite(weight).all() and 0.01 < weight.std().item() < 0.05
+    full = bench.build_full_size_model("sdpa", "meta", seed=0)  # full size, no memory
+    assert 2.1e9 < sum(p.numel() for p in full.parameters()) < 2.3e9
+
+
+def test_forced_length_overrides_an_eager_end_of_turn(tiny_model_dir):
+    """selfcheck's worst case: even a model whose favourite token is <|im_end|> generates the full forced length."""
+    from open_r1 import modeling, tiny_model
+    from open_r1.evaluate import generate_batch
+
+    model = modeling.load_model(str(tiny_model_dir), dtype="float32", attn_implementation="sdpa").eval()
+    processor = modeling.load_processor(str(tiny_model_dir), max_pixels=12544)
+
+    def end_of_turn_first(module, inputs, output):
+        output[..., tiny_model.EOS_TOKEN_ID] = 1e4
+        return output
+
+    model.lm_head.register_forward_hook(end_of_turn_first)
+    images = bench.random_counting_dataset(2)["image"]
+    questions = ["How many items are there in the image?"] * 2
+    _, lengths, _ = generate_batch(model, processor, images, questions, max_new_tokens=8)
+    assert lengths == [1, 1]  # the hook works: without forcing, generation stops at once
+    bench.force_completion_length(model, 8)
+    _, lengths, truncated = generate_batch(model, processor, images, questions, max_new_tokens=8)
+    assert lengths == [8, 8] and truncated == [True, True]
