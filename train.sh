@@ -13,6 +13,7 @@
 # On a machine without a GPU it runs one CPU process (the demo: bash train.sh configs/demo.yaml).
 set -euo pipefail
 cd "$(dirname "$0")"
+export TRAIN_START_TIME=$(date +%s)  # origin of time_budget durations ("55m" counts from here)
 
 RECIPE=${1:-configs/qwen2vl_2b_counting.yaml}
 [ $# -gt 0 ] && shift
