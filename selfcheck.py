@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     parser.add_argument("--val", default=None, help="in-distribution val dir (default /app/data/val)")
     parser.add_argument("--ood-val", default=None, help="OOD val dir (default /app/data/ood_val)")
     parser.add_argument("--limit", type=int, default=None, help="first N examples of each set")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=256, help="fastest measured on one H200 (docs/PERFORMANCE.md)")
     parser.add_argument("--out", default=None, help="JSON report path (default <model>/selfcheck.json)")
     parser.add_argument("--verify", action="store_true", help="only check that the dir loads and generates")
     parser.add_argument("--strict", action="store_true", help="with --verify: an unparseable sample answer fails")

@@ -207,11 +207,23 @@ def write_training_meta(output_dir: str, script_args, model_args, processor) -> 
         json.dump(meta, handle, indent=2)
 
 
+def announce_rank(trainer) -> None:
+    """One line per process, so a multi-GPU log shows every rank joined (and under which distribution)."""
+    state = trainer.accelerator.state
+    plugin = getattr(state, "deepspeed_plugin", None)
+    zero = f", ZeRO stage {plugin.zero_stage}" if plugin is not None else ""
+    print(
+        f"[grpo] rank {state.process_index}/{state.num_processes} on {state.device}: {state.distributed_type}{zero}",
+        flush=True,
+    )
+
+
 def main(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
     from open_r1 import callbacks as run_lib  # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
 
     run = run_lib.build_run_callbacks(script_args, training_args)
     trainer = build_trainer(script_args, training_args, model_args, callbacks=[*run.callbacks, *(callbacks or [])])
+    announce_rank(trainer)
     run.bind(trainer)
     trainer.run_safety = run
     if trainer.accelerator.is_main_process:  # before training: a checkpoint of a killed run stays exportable
