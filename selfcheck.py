@@ -11,7 +11,6 @@ and generation config, first <answer>N</answer> match, integer equality. Prints 
 rate, mean completion tokens, truncated %) and the mean over sets; writes JSON with per-example predictions.
 """
 import argparse
-import json
 import os
 import sys
 

@@ -276,12 +276,7 @@ class ReserveEstimator:
 
     def dump(self, path: str) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        data = {}
-        try:
-            with open(path) as handle:
-                data = json.load(handle)
-        except (OSError, ValueError):
-            pass
+        data = keep_best_lib.read_json(path) or {}
         data.update(self.to_dict())
         if self.export_seconds is None:
             data.pop("export_seconds", None)
@@ -291,12 +286,7 @@ class ReserveEstimator:
 def record_export_seconds(run_dir: str, seconds: float) -> None:
     """Called by scripts/export_submission.py: the measured export (+verify) time, for the next round's budget."""
     path = os.path.join(run_dir, TIMINGS_FILE)
-    data = {}
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        pass
+    data = keep_best_lib.read_json(path) or {}
     previous = data.get("export_seconds")
     data["export_seconds"] = max(float(seconds), float(previous or 0.0))  # a max: the slow case matters
     keep_best_lib.write_json_atomic(path, data)

@@ -28,7 +28,8 @@ SELECTION_RULE = "highest {primary} accuracy, ties -> {secondary} accuracy, then
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
-def _read_json(path: str):
+def read_json(path: str):
+    """A JSON file's content, or None when it is missing or unreadable."""
     try:
         with open(path) as handle:
             return json.load(handle)
@@ -77,7 +78,7 @@ def complete_checkpoints(run_dir: str) -> list[str]:
 
 
 def load_history(run_dir: str) -> dict:
-    data = _read_json(os.path.join(run_dir, HISTORY_FILE))
+    data = read_json(os.path.join(run_dir, HISTORY_FILE))
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         return {"entries": []}
     return data
@@ -160,7 +161,7 @@ def resolve_export_checkpoint(run_dir: str, log=print) -> str:
     """
     if not os.path.isdir(run_dir):
         return run_dir
-    record = _read_json(os.path.join(run_dir, BEST_FILE)) or {}
+    record = read_json(os.path.join(run_dir, BEST_FILE)) or {}
     keep = record.get("keep_best", True)
     if keep:
         best, history = history_best(run_dir)
@@ -240,7 +241,7 @@ def plot_history(history: dict, log_history: list[dict] | None, path: str) -> st
 def latest_log_history(run_dir: str) -> list[dict]:
     """log_history from the newest trainer_state.json in the run (for re-plotting after the fact)."""
     for path in reversed(complete_checkpoints(run_dir)):
-        state = _read_json(os.path.join(path, "trainer_state.json"))
+        state = read_json(os.path.join(path, "trainer_state.json"))
         if isinstance(state, dict):
             return state.get("log_history") or []
     return []
