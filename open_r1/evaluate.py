@@ -5,8 +5,8 @@ thing the sealed verifier does: the EVAL template after the image in the model's
 `max_new_tokens=256`, the model's own saved processor (its vision-token budget) and generation config, and the
 first `<answer>\\s*(\\d+)\\s*</answer>` match compared by integer equality.
 
-Batching: prompts are left-padded (right padding shifts Qwen2-VL's M-RoPE positions) and sorted by prompt length
-and image size so that a batch wastes little padding; results come back in dataset order.
+Batching: prompts are left-padded (right padding shifts Qwen2-VL's M-RoPE positions) and sorted by question length
+so that a batch wastes little padding; results come back in dataset order.
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     n = len(dataset) if limit is None else min(limit, len(dataset))
     questions = list(dataset["problem"][:n]) if n else []
     golds = [protocol.parse_gold(s) for s in dataset["solution"][:n]]
-    # Sort by question length, then image area (read lazily, batch by batch), to keep padding small.
+    # Sort by question length to keep text padding small (images are decoded lazily, batch by batch).
     order = sorted(range(n), key=lambda i: len(questions[i]))
     records: list[dict | None] = [None] * n
     start = time.perf_counter()

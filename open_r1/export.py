@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 
 from open_r1 import modeling, protocol
+from open_r1.keep_best import read_json
 
 TRAINING_META_FILE = "training_meta.json"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 EXPECTED_ARCHITECTURE = "Qwen2VLForConditionalGeneration"
@@ -104,8 +104,8 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
     for name in TOKENIZER_FILES:
         if not os.path.isfile(os.path.join(path, name)):
             report.problems.append(f"tokenizer file {name} is missing: save the tokenizer (processor.save_pretrained)")
-    if not any(os.path.isfile(os.path.join(path, n)) for n in CHAT_TEMPLATE_FILES) and "chat_template" not in _json(
-        os.path.join(path, "tokenizer_config.json")
+    if not any(os.path.isfile(os.path.join(path, n)) for n in CHAT_TEMPLATE_FILES) and "chat_template" not in (
+        read_json(os.path.join(path, "tokenizer_config.json")) or {}
     ):
         report.problems.append("chat template is missing (chat_template.jinja): the prompt cannot be built")
     if not os.path.isfile(os.path.join(path, "generation_config.json")):
@@ -137,19 +137,11 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
     return report
 
 
-def _json(path: str) -> dict:
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return {}
-
-
 def _check_weights(path: str) -> list[str]:
     """Every safetensors file present, with a readable header and the size its header promises."""
     index_path = os.path.join(path, "model.safetensors.index.json")
     if os.path.isfile(index_path):
-        files = sorted(set(_json(index_path).get("weight_map", {}).values()))
+        files = sorted(set((read_json(index_path) or {}).get("weight_map", {}).values()))
     elif os.path.isfile(os.path.join(path, "model.safetensors")):
         files = ["model.safetensors"]
     else:
@@ -185,7 +177,6 @@ def _safetensors_problem(file_path: str) -> str | None:
 def export_submission(checkpoint: str, out: str, base_model: str | None = None, min_pixels: int | None = None,
                       max_pixels: int | None = None, verify: bool = True, log=print) -> VerifyReport:
     """Merge (if LoRA), save everything into a temp dir beside `out`, verify, then move into place."""
-    modeling_source = checkpoint
     if not os.path.isdir(checkpoint):
         raise ExportError(f"checkpoint {checkpoint} does not exist; train first (bash train.sh) or pass --checkpoint")
     meta = _read_meta(checkpoint)
@@ -201,7 +192,7 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.tmp-", dir=parent)
     try:
-        log(f"[export] writing merged model from {modeling_source} into {staging}")
+        log(f"[export] writing merged model from {checkpoint} into {staging}")
         model.save_pretrained(staging, safe_serialization=True)
         processor.save_pretrained(staging)
         modeling.write_compat_processor_files(staging)

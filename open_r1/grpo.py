@@ -30,10 +30,10 @@ from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from open_r1 import data as data_lib
 from open_r1 import modeling
+from open_r1.export import TRAINING_META_FILE
 
 logger = logging.getLogger(__name__)
 
-TRAINING_META_FILE = "training_meta.json"
 LANGUAGE_LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 VISION_LORA_TARGETS = r".*visual\.blocks.*\.(qkv|proj|fc1|fc2)"
 
@@ -226,7 +226,7 @@ def main(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_ar
     announce_rank(trainer)
     run.bind(trainer)
     trainer.run_safety = run
-    if trainer.accelerator.is_main_process:  # before training: a checkpoint of a killed run stays exportable
+    if trainer.accelerator.is_main_process:  # before training, so a checkpoint of a killed run stays exportable
         os.makedirs(training_args.output_dir, exist_ok=True)
         write_training_meta(training_args.output_dir, script_args, model_args, trainer.processing_class)
     trainer.train(resume_from_checkpoint=run.resume_from)
@@ -234,7 +234,6 @@ def main(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_ar
         trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
         trainer.processing_class.save_pretrained(training_args.output_dir)
-        write_training_meta(training_args.output_dir, script_args, model_args, trainer.processing_class)
         run.finish(trainer, training_args.output_dir, final_model_saved=not run.stopped_by_signal)
     trainer.accelerator.wait_for_everyone()
     return trainer

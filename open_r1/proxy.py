@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from open_r1 import protocol
+from open_r1.keep_best import read_json
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROXY_CONFIG_DIR = REPO_ROOT / "configs" / "proxy"
@@ -301,14 +302,6 @@ def _write_json_atomic(path: str | os.PathLike, payload: dict) -> None:
     os.replace(tmp, path)
 
 
-def _read_json(path: str | os.PathLike) -> dict | None:
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
-
-
 def make_sync_callback(progress_path: str | None, control_path: str | None, hard_deadline: float | None):
     """A TrainerCallback: writes {step, times} after every optimizer step, stops at the coordinator's `stop_at`
     (control file) so that concurrent arms end at the same step, i.e. the same number of rollouts, and stops at
@@ -338,7 +331,7 @@ def make_sync_callback(progress_path: str | None, control_path: str | None, hard
             if self.first_step_time is None:
                 self.first_step_time = now
             self._progress(state, phase="train")
-            control_payload = _read_json(control_path) if control_path else None
+            control_payload = read_json(control_path) if control_path else None
             stop_at = (control_payload or {}).get("stop_at")
             if stop_at is not None and state.global_step >= int(stop_at):
                 control.should_training_stop = True
@@ -527,7 +520,7 @@ def run_worker(spec: dict) -> dict:
         result["wall_seconds"] = result["finished"] - result["started"]
         sync = spec.get("sync") or {}
         if sync.get("progress"):
-            record = _read_json(sync["progress"]) or {}
+            record = read_json(sync["progress"]) or {}
             _write_json_atomic(sync["progress"], {**record, "done": True, "last_time": time.time()})
         _write_json_atomic(spec["result"], result)
     return result

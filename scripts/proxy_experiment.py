@@ -243,7 +243,7 @@ def main(argv=None) -> dict:
     # Collect
     runs, before = [], None
     for job in jobs:
-        result = proxy._read_json(job["result"]) or {"status": "killed",
+        result = proxy.read_json(job["result"]) or {"status": "killed",
                                                      "error": "no result (killed or crashed; see log)"}
         if result.get("status") in ("running", "evaluating"):  # stopped by the budget before it finished
             result["status"] = "partial" if result.get("splits") else "killed"
@@ -330,7 +330,7 @@ def package_versions() -> dict:
 
 def describe_start(warm: Path) -> dict:
     info: dict = {"path": str(warm)}
-    report = proxy._read_json(warm / "sft_report.json")
+    report = proxy.read_json(warm / "sft_report.json")
     if report:
         report = {k: v for k, v in report.items() if k not in ("loss_curve",)}
         info["sft_report"] = report
@@ -383,7 +383,7 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
         if sync and stop_at is None and train_deadline is not None and train_jobs:
             progress = {}
             for job in train_jobs:
-                record = proxy._read_json(job["sync"]["progress"])
+                record = proxy.read_json(job["sync"]["progress"])
                 if record is None and job["job"] not in running and job not in pending:
                     record = {"done": True}  # exited before it trained
                 progress[job["job"]] = record
@@ -396,7 +396,7 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
                     f"{train_deadline - now:.0f} s)")
         if now - last_report > 30:
             last_report = now
-            steps = {j["job"]: (proxy._read_json(j["sync"]["progress"]) or {}).get("step") for j in train_jobs}
+            steps = {j["job"]: (proxy.read_json(j["sync"]["progress"]) or {}).get("step") for j in train_jobs}
             log(f"progress: {steps}")
         if kill_at is not None and now > kill_at and running:
             for name, (job, proc, handle, _) in running.items():
