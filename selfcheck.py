@@ -48,11 +48,14 @@ def main(argv=None) -> int:
     parser.add_argument("--val", default=None, help="in-distribution val dir (default /app/data/val)")
     parser.add_argument("--ood-val", default=None, help="OOD val dir (default /app/data/ood_val)")
     parser.add_argument("--limit", type=int, default=None, help="first N examples of each set")
-    parser.add_argument("--batch-size", type=int, default=256, help="fastest measured on one H200 (docs/PERFORMANCE.md)")
+    parser.add_argument("--batch-size", type=int, default=512,
+                        help="fastest measured on one H200 (docs/PERFORMANCE.md); halved automatically on out-of-memory")
     parser.add_argument("--out", default=None, help="JSON report path (default <model>/selfcheck.json)")
     parser.add_argument("--verify", action="store_true", help="only check that the dir loads and generates")
     parser.add_argument("--strict", action="store_true", help="with --verify: an unparseable sample answer fails")
     parser.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
+    parser.add_argument("--compile", action="store_true",
+                        help="static KV cache + compiled decoding on GPU (same answers; see docs/PERFORMANCE.md)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
 
@@ -77,7 +80,7 @@ def main(argv=None) -> int:
         return 2
     reports = [
         evaluate_dataset(model, processor, dataset, name=name, batch_size=args.batch_size, limit=args.limit,
-                         progress=not args.quiet)
+                         progress=not args.quiet, compile_generation=args.compile)
         for name, dataset in datasets_
     ]
     print(format_table(reports))

@@ -14,6 +14,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 export TRAIN_START_TIME=$(date +%s)  # origin of time_budget durations ("55m" counts from here)
+# Less allocator fragmentation between generation (large KV cache) and training (activations); every GPU number in
+# docs/PERFORMANCE.md from 2026-11-30's clean bench was measured with it.
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 
 RECIPE=${1:-configs/qwen2vl_2b_counting.yaml}
 [ $# -gt 0 ] && shift

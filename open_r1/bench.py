@@ -96,7 +96,7 @@ DEFAULT_PROMPT_TEMPLATES = ["train:0.5", "eval:0.5"]
 # Keys of a variant that are bench options, not GRPOConfig fields.
 BENCH_OPTION_KEYS = {
     "base", "description", "recipe", "min_pixels", "max_pixels", "attn_implementation", "compile_generation",
-    "requires",
+    "lazy_images", "freeze_vision", "requires",
 }
 
 # The presets. `base` inherits another preset's keys; `recipe`: False (TRL defaults only), True (the recipe's
@@ -187,8 +187,51 @@ PRESETS: dict[str, dict[str, Any]] = {
     "ours_static_compile": {
         "base": "ours",
         "description": "static KV cache + torch.compile'd decoding (TRL turns compile off; the bench turns it on)",
-        "cache_implementation": "static",
         "compile_generation": True,
+    },
+    "ours_gen512_beta0_eagerimg": {
+        "base": "ours_gen512_beta0",
+        "description": "ours_gen512_beta0 with TRL's image handling: every micro-step decodes the generation batch",
+        "lazy_images": False,
+    },
+    "ours_gen512_beta0_compile": {
+        "base": "ours_gen512_beta0",
+        "description": "ours_gen512_beta0 + static KV cache and compiled (CUDA-graph) decoding",
+        "compile_generation": True,
+    },
+    "ours_gen512_beta0_compile_nogc_mb8": {
+        "base": "ours_gen512_beta0_compile",
+        "description": "ours_gen512_beta0_compile, no gradient checkpointing, micro-batches of 8",
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 64,
+        "gradient_checkpointing": False,
+    },
+    "ours_gen512_beta0_compile_nogc_mb16": {
+        "base": "ours_gen512_beta0_compile_nogc_mb8",
+        "description": "ours_gen512_beta0_compile, no gradient checkpointing, micro-batches of 16",
+        "per_device_train_batch_size": 16,
+        "gradient_accumulation_steps": 32,
+    },
+    "ours_gen512_beta0_compile_mb32": {
+        "base": "ours_gen512_beta0_compile",
+        "description": "ours_gen512_beta0_compile, gradient checkpointing, micro-batches of 32",
+        "per_device_train_batch_size": 32,
+        "gradient_accumulation_steps": 16,
+    },
+    "ours_gen1024_beta0_compile": {
+        "base": "ours_gen512_beta0_compile",
+        "description": "generate 1024 at once (64 x accumulation 16), compiled decoding",
+        "gradient_accumulation_steps": 16,
+    },
+    "ours_gen512_beta0_compile_frozenvit": {
+        "base": "ours_gen512_beta0_compile",
+        "description": "ours_gen512_beta0_compile with the vision tower frozen (freeze_vision: trains fewer weights)",
+        "freeze_vision": True,
+    },
+    "ours_gen512_beta0_compile_px100k": {
+        "base": "ours_gen512_beta0_compile",
+        "description": "ours_gen512_beta0_compile with 128 vision tokens (480x320 -> 126 instead of 187)",
+        "max_pixels": 100352,
     },
     "ours_empty_cache": {
         "base": "ours",
@@ -243,6 +286,8 @@ class Variant:
     max_pixels: int | None = None
     attn_implementation: str = "sdpa"
     compile_generation: bool = False
+    lazy_images: bool = False
+    freeze_vision: bool = False
     requires: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -254,6 +299,8 @@ class Variant:
             "max_pixels": self.max_pixels,
             "attn_implementation": self.attn_implementation,
             "compile_generation": self.compile_generation,
+            "lazy_images": self.lazy_images,
+            "freeze_vision": self.freeze_vision,
             "requires": self.requires,
         }
 
@@ -309,7 +356,11 @@ def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any])
         min_pixels=min_pixels,
         max_pixels=max_pixels,
         attn_implementation=attn,
-        compile_generation=bool(spec.get("compile_generation", False)),
+        # Our trainer's levers: lazy image decoding is on for every recipe variant (it changes no result), the
+        # recipe's own speed keys apply with recipe "all", freeze_vision (what trains) with any recipe mode.
+        compile_generation=bool(spec.get("compile_generation", recipe_mode == "all" and recipe.get("compile_generation"))),
+        lazy_images=bool(spec.get("lazy_images", bool(recipe_mode) and recipe.get("lazy_images", True))),
+        freeze_vision=bool(spec.get("freeze_vision", bool(recipe_mode) and recipe.get("freeze_vision", False))),
         requires=list(spec.get("requires", [])),
     )
 
@@ -476,6 +527,7 @@ class Probe:
     """Wraps the trainer's own methods on the instance; accumulates time only inside the measured window."""
 
     def __init__(self, trainer, warmup_optimizer_steps: int, total_optimizer_steps: int, sync):
+        import torch
         from transformers import TrainerCallback
 
         self.sync = sync
@@ -491,6 +543,7 @@ class Probe:
         self.train_start = time.perf_counter()
         self.warmup_end: float | None = None
         self.step_ends: list[float] = []
+        self.step_reserved_gib: list[float] = []  # after each measured optimizer step: a leak shows as growth
 
         probe = self
         for method, key in (
@@ -520,6 +573,8 @@ class Probe:
                     probe.measuring = True
                 elif probe.measuring:
                     probe.step_ends.append(now)
+                    if torch.cuda.is_available():
+                        probe.step_reserved_gib.append(round(torch.cuda.memory_reserved() / GIB, 2))
                 if state.global_step >= total_optimizer_steps and probe.measuring:
                     probe.window_end = now
                     probe.measuring = False
@@ -598,6 +653,7 @@ class Probe:
             "completion_len_min": min(self.completion_lengths) if self.completion_lengths else None,
             "completion_len_max": max(self.completion_lengths) if self.completion_lengths else None,
             "warmup_s": (self.warmup_end - self.train_start) if self.warmup_end else None,
+            "step_reserved_gib": self.step_reserved_gib,
             "optimizer_step_s": [
                 end - begin for begin, end in zip([self.window_start, *self.step_ends[:-1]], self.step_ends, strict=True)
             ],
@@ -740,6 +796,7 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
     from open_r1 import grpo as grpo_lib
     from open_r1 import modeling
     from open_r1.rewards import get_reward_funcs
+    from open_r1.trainer import CountingGRPOTrainer
 
     trainer = None
     try:
@@ -776,19 +833,21 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         train_dataset = grpo_dataset(ctx.dataset, templates, ctx.seed)
         processor = modeling.load_processor(ctx.model_dir, variant.min_pixels, variant.max_pixels)
         model = load_bench_model(ctx.tiny, ctx.model_dir, variant.attn_implementation, ctx.device, ctx.seed)
+        if variant.freeze_vision:
+            grpo_lib.freeze_vision_tower(model)
         ref_context = reference_model_from_policy(model) if args.beta != 0.0 else contextlib.nullcontext()
+        # plain TRL where no lever of ours is on, else our subclass (the same trainer train.sh runs)
+        ours = variant.lazy_images or variant.compile_generation
+        trainer_kwargs = dict(lazy_images=variant.lazy_images, compile_generation=variant.compile_generation)
         with ref_context:
-            trainer = GRPOTrainer(
+            trainer = (CountingGRPOTrainer if ours else GRPOTrainer)(
                 model=model,
                 reward_funcs=reward_funcs,
                 args=args,
                 train_dataset=train_dataset,
                 processing_class=processor,
+                **(trainer_kwargs if ours else {}),
             )
-        if variant.compile_generation:
-            # TRL builds its GenerationConfig with disable_compile=True; the lever is to let transformers compile the
-            # decode step over the static cache.
-            trainer.generation_config.disable_compile = False
         optimizer_steps_per_round = geometry["optimizer_steps_per_round"]
         probe = Probe(trainer, ctx.warmup * optimizer_steps_per_round, args.max_steps, sync)
         trainer.add_callback(probe.callback)
@@ -1127,7 +1186,8 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
     parser.add_argument("--measure-batches", type=int, default=None,
                         help="time only this many batches per batch size and project to --n (saves GPU time)")
     parser.add_argument("--batch-sizes", default=None,
-                        help=f"comma-separated (default {DEFAULT_SELFCHECK_BATCH_SIZES}; --tiny {DEFAULT_TINY_SELFCHECK_BATCH_SIZES})")
+                        help=f"comma-separated (default {DEFAULT_SELFCHECK_BATCH_SIZES}; --tiny "
+                        f"{DEFAULT_TINY_SELFCHECK_BATCH_SIZES}); a 'c' suffix (512c) runs selfcheck --compile")
     parser.add_argument("--completion-length", type=int, default=None,
                         help=f"forced new tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})")
     parser.add_argument("--budget-s", type=float, default=SELFCHECK_BUDGET_S, help="target seconds for --n examples")
@@ -1146,6 +1206,22 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, bool]]:
+    """'128,256,512c' -> [(128, False), (256, False), (512, True)]: a 'c' suffix is selfcheck --compile."""
+    runs = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        compiled = item.endswith("c")
+        number = item[:-1] if compiled else item
+        if not number.isdigit() or int(number) < 1:
+            raise BenchError(f"--batch-sizes: {item!r} is not a positive integer (optionally with a 'c' suffix)")
+        runs.append((int(number), compiled))
+    if not runs:
+        raise BenchError("--batch-sizes must list at least one batch size")
+    return runs
+
+
 def selfcheck_main(argv=None) -> int:
     import torch
 
@@ -1153,10 +1229,11 @@ def selfcheck_main(argv=None) -> int:
     from open_r1.evaluate import evaluate_dataset
 
     args = parse_selfcheck_cli(argv)
-    batch_sizes = [int(b) for b in (args.batch_sizes or (
-        DEFAULT_TINY_SELFCHECK_BATCH_SIZES if args.tiny else DEFAULT_SELFCHECK_BATCH_SIZES)).split(",") if b.strip()]
-    if not batch_sizes or min(batch_sizes) < 1 or args.n < 1:
-        raise BenchError("--batch-sizes must list positive integers and --n must be >= 1")
+    runs = parse_selfcheck_batch_sizes(args.batch_sizes or (
+        DEFAULT_TINY_SELFCHECK_BATCH_SIZES if args.tiny else DEFAULT_SELFCHECK_BATCH_SIZES))
+    batch_sizes = [batch_size for batch_size, _ in runs]
+    if args.n < 1:
+        raise BenchError("--n must be >= 1")
     completion_length = args.completion_length or (TINY_COMPLETION_LENGTH if args.tiny else BENCH_COMPLETION_LENGTH)
     started = time.perf_counter()
     device = check_device(args.tiny, args.threads)
@@ -1187,8 +1264,8 @@ def selfcheck_main(argv=None) -> int:
         env = payload["environment"]
         print(f"[selfcheck-bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} | "
               f"data: {data_source}", flush=True)
-        for batch_size in batch_sizes:
-            entry: dict[str, Any] = {"batch_size": batch_size, "examples": measured[batch_size]}
+        for batch_size, compiled in runs:
+            entry: dict[str, Any] = {"batch_size": batch_size, "compile": compiled, "examples": measured[batch_size]}
             elapsed = time.perf_counter() - started
             if args.deadline_s is not None and elapsed > args.deadline_s:
                 entry.update({"status": "skipped", "error": f"deadline: {elapsed:.0f} s > --deadline-s {args.deadline_s:.0f}"})
@@ -1202,10 +1279,11 @@ def selfcheck_main(argv=None) -> int:
                     torch.cuda.reset_peak_memory_stats()
                 # Warm-up batch, not timed (kernel selection, allocator growth).
                 evaluate_dataset(model, processor, dataset, name="warmup", batch_size=batch_size,
-                                 limit=batch_size, max_new_tokens=completion_length, progress=False)
+                                 limit=batch_size, max_new_tokens=completion_length, progress=False,
+                                 compile_generation=compiled)
                 report = evaluate_dataset(model, processor, dataset, name=f"bs{batch_size}", batch_size=batch_size,
                                           limit=measured[batch_size], max_new_tokens=completion_length,
-                                          progress=False)
+                                          progress=False, compile_generation=compiled)
                 per_s = report.n / report.seconds
                 entry.update({
                     "status": "ok",
@@ -1238,7 +1316,7 @@ def selfcheck_main(argv=None) -> int:
     print(format_selfcheck_table(payload))
     if best:
         verdict = "within" if best["within_budget"] else "OVER"
-        print(f"\n[selfcheck-bench] best: batch {best['batch_size']}: {args.n} examples x {completion_length} tokens in "
+        print(f"\n[selfcheck-bench] best: batch {best['batch_size']}{' compiled' if best.get('compile') else ''}: {args.n} examples x {completion_length} tokens in "
               f"{best['projected_s']:.0f} s ({verdict} the {args.budget_s:.0f} s budget)")
     print(f"[selfcheck-bench] JSON: {os.path.abspath(args.out)}")
     return 0
@@ -1249,11 +1327,12 @@ def format_selfcheck_table(payload: dict) -> str:
     rows = [f"| batch | status | examples timed | seconds | examples/s | projected s for {n} | mean tokens | "
             "peak reserved GiB |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
     for e in payload["batch_sizes"]:
+        label = f"{e['batch_size']}{' compiled' if e.get('compile') else ''}"
         if e["status"] != "ok":
-            rows.append(f"| {e['batch_size']} | {e['status']}: {e['error']} | - | - | - | - | - | "
+            rows.append(f"| {label} | {e['status']}: {e['error']} | - | - | - | - | - | "
                         f"{_fmt(e.get('peak_reserved_gib'), 1)} |")
             continue
-        rows.append(f"| {e['batch_size']} | ok | {e['examples']} | {e['seconds']:.1f} | {e['examples_per_s']:.2f} | "
+        rows.append(f"| {label} | ok | {e['examples']} | {e['seconds']:.1f} | {e['examples_per_s']:.2f} | "
                     f"{e['projected_s']:.0f} | {e['mean_completion_tokens']:.0f} | {_fmt(e.get('peak_reserved_gib'), 1)} |")
     return "\n".join(rows)
 

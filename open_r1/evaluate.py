@@ -35,21 +35,46 @@ class SetReport:
         return out
 
 
+CACHE_BUCKET_TOKENS = 128
+CACHE_MARGIN_TOKENS = 64
+
+
+def cache_length_bucket(prompt_tokens: int, completion_tokens: int) -> int:
+    """Static-cache length for prompts of up to `prompt_tokens` (+ a margin), in whole 128-token buckets: the cache
+    length is a compiled shape, so batches whose prompts differ by a few tokens share one compiled decode step."""
+    needed = prompt_tokens + completion_tokens + CACHE_MARGIN_TOKENS
+    return -(-needed // CACHE_BUCKET_TOKENS) * CACHE_BUCKET_TOKENS
+
+
+def static_cache_kwargs(prompt_tokens: int, max_new_tokens: int) -> dict:
+    """`generate` kwargs for a static (compiled on GPU) cache; the bucketed length where transformers has it (5.24+)."""
+    from transformers import GenerationConfig
+
+    kwargs = {"cache_implementation": "static"}
+    if hasattr(GenerationConfig(), "max_cache_len"):
+        kwargs["max_cache_len"] = cache_length_bucket(prompt_tokens, max_new_tokens)
+    return kwargs
+
+
 def _prompt_texts(processor, questions: list[str], template: str) -> list[str]:
     messages = [protocol.build_messages(q, template) for q in questions]
     return [processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
 
 
 def generate_batch(model, processor, images, questions, template=protocol.EVAL_TEMPLATE,
-                   max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS):
-    """Greedy completions for one batch. Returns (texts, completion token counts, truncated flags)."""
+                   max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS, compile_generation=False):
+    """Greedy completions for one batch. Returns (texts, completion token counts, truncated flags).
+
+    `compile_generation`: a static KV cache, which transformers decodes with a compiled, CUDA-graph step on GPUs
+    (same tokens as the dynamic cache; the first batch of each size pays for the compilation)."""
     import torch
 
     texts = _prompt_texts(processor, questions, template)
     inputs = processor(text=texts, images=list(images), padding=True, padding_side="left", return_tensors="pt")
     inputs = inputs.to(model.device)
     with torch.inference_mode():
-        output = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
+        extra = static_cache_kwargs(inputs["input_ids"].shape[1], max_new_tokens) if compile_generation else {}
+        output = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens, **extra)
     completion_ids = output[:, inputs["input_ids"].shape[1]:]
     eos_ids = model.generation_config.eos_token_id
     eos_ids = set([eos_ids] if isinstance(eos_ids, int) else (eos_ids or []))
@@ -69,8 +94,12 @@ def generate_batch(model, processor, images, questions, template=protocol.EVAL_T
 
 def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limit=None,
                      template=protocol.EVAL_TEMPLATE, max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS,
-                     progress=True) -> SetReport:
-    """Run the protocol over a counting dataset (columns image, problem, solution)."""
+                     progress=True, compile_generation=False) -> SetReport:
+    """Run the protocol over a counting dataset (columns image, problem, solution).
+
+    A batch that runs out of GPU memory is split in two and retried, and the rest of the set runs at the smaller
+    size (a warning says so): a batch size too large for the card costs time, never the evaluation."""
+    import torch
     from tqdm.auto import tqdm
 
     n = len(dataset) if limit is None else min(limit, len(dataset))
@@ -81,13 +110,27 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     records: list[dict | None] = [None] * n
     start = time.perf_counter()
     bar = tqdm(total=n, desc=f"selfcheck {name}", disable=not progress, unit="ex")
-    for begin in range(0, n, batch_size):
-        index = order[begin:begin + batch_size]
+    pending = [order[begin:begin + batch_size] for begin in range(0, n, batch_size)]
+    while pending:
+        index = pending.pop(0)
         rows = dataset.select(index)
         images = [image.convert("RGB") for image in rows["image"]]
-        texts, lengths, truncated = generate_batch(
-            model, processor, images, [questions[i] for i in index], template, max_new_tokens
-        )
+        try:
+            texts, lengths, truncated = generate_batch(
+                model, processor, images, [questions[i] for i in index], template, max_new_tokens, compile_generation
+            )
+        except torch.OutOfMemoryError:
+            if len(index) == 1:
+                raise
+            batch_size = (len(index) + 1) // 2
+            rest = [i for chunk in [index, *pending] for i in chunk]
+            pending = [rest[begin:begin + batch_size] for begin in range(0, len(rest), batch_size)]
+            del images, rows
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            print(f"[selfcheck] warning: out of GPU memory at batch {len(index)}; continuing at batch {batch_size} "
+                  f"(pass --batch-size {batch_size} to start there)", flush=True)
+            continue
         for i, text, length, cut in zip(index, texts, lengths, truncated):
             prediction = protocol.extract_answer(text)
             records[i] = {

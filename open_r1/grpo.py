@@ -13,7 +13,10 @@ What this script adds, and nothing else:
     count parsed before the first step;
   * the processor is loaded left-padded with the recipe's vision-token budget, and saved with the model, so the
     exported submission resizes images the way training did;
-  * LoRA (through peft) stays off the vision tower unless `lora_vision: true`;
+  * LoRA (through peft) stays off the vision tower unless `lora_vision: true`; `freeze_vision: true` trains the
+    language model and merger only (full fine-tuning);
+  * the trainer is `open_r1.trainer.CountingGRPOTrainer`: TRL's, with each round's images decoded once
+    (`lazy_images`) and an optional compiled decode step (`compile_generation`), both at TRL's hook points;
   * `training_meta.json` beside the weights records what export needs (base model, LoRA or not, pixel budget).
 Deviations from R1-V's trainer: none in the algorithm; per-device batch > 1 is correct here (TRL splits pixel
 values by image grid), so we use it instead of R1-V's batch of 1.
@@ -31,6 +34,7 @@ from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 from open_r1 import data as data_lib
 from open_r1 import modeling
 from open_r1.export import TRAINING_META_FILE
+from open_r1.trainer import CompileGenerationError
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +102,20 @@ class CountingGRPOArguments(ScriptArguments):
     auto_resume: bool = field(
         default=True, metadata={"help": "Resume from the newest complete checkpoint-N in output_dir, if any."}
     )
+    # Speed levers (open_r1/trainer.py; measured in docs/PERFORMANCE.md).
+    lazy_images: bool = field(
+        default=True,
+        metadata={"help": "Decode each round's images once, in threads, instead of at every micro-step."},
+    )
+    compile_generation: bool = field(
+        default=False,
+        metadata={"help": "Static KV cache + torch.compile'd (CUDA-graph) decode step for HF generate. Not with "
+                  "ZeRO-3 (train.sh ZERO3=0)."},
+    )
+    freeze_vision: bool = field(
+        default=False,
+        metadata={"help": "Train the language model and merger only; the vision tower's blocks stay as loaded."},
+    )
 
 
 def parse_reward_kwargs(value) -> dict:
@@ -143,11 +161,25 @@ def lora_config(model_args: ModelConfig, lora_vision: bool):
     return config
 
 
-def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
-    """Everything up to `trainer.train()`: validated data, rewards, model, processor, LoRA, TRL's trainer."""
-    from trl import GRPOTrainer
+def freeze_vision_tower(model) -> int:
+    """Stop gradients into the ViT (patch embedding and blocks); the merger that feeds the language model trains.
+    Returns the number of frozen parameters."""
+    visual = getattr(getattr(model, "model", model), "visual", None) or getattr(model, "visual", None)
+    if visual is None:
+        raise RecipeError(f"freeze_vision: {type(model).__name__} has no vision tower (model.visual)")
+    frozen = 0
+    for name, param in visual.named_parameters():
+        if not name.startswith("merger."):
+            param.requires_grad_(False)
+            frozen += param.numel()
+    return frozen
 
+
+def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
+    """Everything up to `trainer.train()`: validated data, rewards, model, processor, LoRA, the trainer
+    (TRL's `GRPOTrainer` with the speed levers of `open_r1.trainer`)."""
     from open_r1.rewards import get_reward_funcs
+    from open_r1.trainer import CountingGRPOTrainer
 
     if not model_args.model_name_or_path:
         raise RecipeError("no model: set model_name_or_path in the recipe or MODEL_PATH / --model_name_or_path")
@@ -178,10 +210,14 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
         dtype=model_args.dtype,
         attn_implementation=model_args.attn_implementation,
     )
+    if script_args.freeze_vision:
+        if model_args.use_peft:
+            raise RecipeError("freeze_vision is for full fine-tuning; with LoRA the tower is frozen unless lora_vision")
+        freeze_vision_tower(model)
     processor = modeling.load_processor(
         model_args.model_name_or_path, script_args.min_pixels, script_args.max_pixels
     )
-    trainer = GRPOTrainer(
+    trainer = CountingGRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
         args=training_args,
@@ -189,6 +225,8 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
         processing_class=processor,
         peft_config=lora_config(model_args, script_args.lora_vision),
         callbacks=callbacks,
+        lazy_images=script_args.lazy_images,
+        compile_generation=script_args.compile_generation,
     )
     return trainer
 
@@ -244,7 +282,7 @@ def parse_args(argv=None):
     return parser.parse_args_and_config(args=argv)
 
 
-USER_ERRORS = (data_lib.DataError, modeling.ModelError, RecipeError)
+USER_ERRORS = (data_lib.DataError, modeling.ModelError, RecipeError, CompileGenerationError)
 
 
 def cli(argv=None) -> int:

@@ -218,6 +218,8 @@ ARMS: dict[str, Arm] = {
         Arm("train_template", "ours.yaml", "ablation", "template mixing on/off", "train template only"),
         Arm("lora", "ours.yaml", "ablation", "LoRA vs full fine-tuning",
             "LoRA r=16 alpha=32 on the language model, learning rate x5"),
+        Arm("frozen_vit", "ours.yaml", "ablation", "train or freeze the vision tower (a speed lever)",
+            "freeze_vision: the ViT blocks stay as loaded; language model and merger train"),
     ]
 }
 MAIN_ARMS = ("weak_baseline", "ours")
@@ -274,6 +276,8 @@ def arm_overrides(name: str, learning_rate: float | None = None) -> list[str]:
         return ["--num_generations", "4", *lr_override]
     if name == "train_template":
         return ["--prompt_templates", "train:1.0", *lr_override]
+    if name == "frozen_vit":
+        return ["--freeze_vision", "true", *lr_override]
     raise KeyError(f"unknown arm {name!r}; known: {sorted(ARMS)}")
 
 

@@ -8,7 +8,8 @@
     python scripts/proxy_experiment.py --tiny --out /tmp/proxy-tiny
 
 Arms (open_r1/proxy.py ARMS; recipes in configs/proxy/): `weak_baseline` (the inherited setup), `ours` (the
-proposed recipe) and ablations of ours: `no_think`, `exact_only`, `no_kl`, `g4`, `train_template`, `lora`.
+proposed recipe) and ablations of ours: `no_think`, `exact_only`, `no_kl`, `g4`, `train_template`, `lora`,
+`frozen_vit`.
 Every arm is a GRPO run through `open_r1.grpo` (its `parse_args` on the recipe YAML + overrides, its
 `build_trainer`), in its own process, all arms at once on the one GPU (small models leave it mostly idle).
 
@@ -83,6 +84,9 @@ def parse_args(argv=None):
                         help=f"evaluation budget (the protocol's {protocol.EVAL_MAX_NEW_TOKENS}; tiny 16)")
     parser.add_argument("--parallel", type=int, default=None, help="jobs at once (default: all)")
     parser.add_argument("--threads-per-job", type=int, default=None, help="OMP threads per job")
+    parser.add_argument("--gpus", default=None,
+                        help="comma-separated GPU ids; jobs are spread over them round-robin (CUDA_VISIBLE_DEVICES "
+                             "per job). Default: every job sees the GPUs this process sees")
     parser.add_argument("--save-models", action="store_true", help="keep each run's final model in its run dir")
     parser.add_argument("--tiny", action="store_true", help="CPU smoke test (tiny model and data, 2 steps)")
     parser.add_argument("--no-before", action="store_true", help="skip evaluating the start model")
@@ -362,6 +366,8 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
                TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                HF_DATASETS_OFFLINE="1")
     env["PYTHONPATH"] = os.pathsep.join([str(proxy.REPO_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if getattr(args, "gpus", None) else []
+    launched = 0
     pending, running = list(jobs), {}
     stop_at = None
     last_report = 0.0
@@ -369,10 +375,13 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
         while pending and len(running) < parallel:
             job = pending.pop(0)
             handle = open(job["log"], "w")
+            job_env = dict(env, CUDA_VISIBLE_DEVICES=gpus[launched % len(gpus)]) if gpus else env
+            launched += 1
             proc = subprocess.Popen([sys.executable, "-m", "open_r1.proxy", "worker", "--spec", job["spec"]],
-                                    cwd=str(proxy.REPO_ROOT), stdout=handle, stderr=subprocess.STDOUT, env=env)
+                                    cwd=str(proxy.REPO_ROOT), stdout=handle, stderr=subprocess.STDOUT, env=job_env)
             running[job["job"]] = (job, proc, handle, time.time())
-            log(f"started {job['job']} (pid {proc.pid})")
+            where = f" on GPU {job_env['CUDA_VISIBLE_DEVICES']}" if gpus else ""
+            log(f"started {job['job']} (pid {proc.pid}){where}")
         for name, (job, proc, handle, t_start) in list(running.items()):
             code = proc.poll()
             if code is not None:

@@ -1,0 +1,131 @@
+"""`CountingGRPOTrainer`: TRL's `GRPOTrainer` plus two speed levers, each at one of TRL's own hook points.
+
+The algorithm is TRL's, unchanged. What this adds:
+
+* **Lazy image decoding** (`lazy_images=True`). TRL's dataloader yields the whole *generation* batch at every
+  micro-step (`per_device_train_batch_size x steps_per_generation` rows; `_prepare_inputs` only uses it on the step
+  that generates), so with 64 x 8 micro-steps every image of a round is decoded 8 times, with micro-batches of 8 it
+  is 64 times, on the training process, while the GPU waits. We store the `image` column undecoded
+  (`datasets.Image(decode=False)`, a metadata change; see `lazy_image_column`) and decode once per round, in
+  threads (PIL releases the GIL while decoding), in `_generate_and_score_completions` before TRL reads the images.
+  Measured on the full-size bench: docs/PERFORMANCE.md.
+* **Compiled decoding** (`compile_generation=True`). TRL builds its `GenerationConfig` with `disable_compile=True`
+  and a dynamic KV cache, so HF `generate` runs the decode step eagerly and is bound by per-step overhead. With a
+  static cache transformers compiles the decode step (`torch.compile`, mode `reduce-overhead`: CUDA graphs). The
+  cache length is a compiled shape, so it is bucketed (`generation_config.max_cache_len`, transformers >= 5.24):
+  sized before the first round from a sample of prompts, rounded up to 128 tokens with a margin, and raised (one
+  recompilation) only if a longer round comes. Each `generate` call builds a new static cache, which CUDA graphs
+  re-record rather than recompile; the re-record limit is raised so a long run keeps its graphs. Not with DeepSpeed
+  ZeRO-3 (parameters are gathered and released around every generation), where it is refused with a clear error.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from trl import GRPOTrainer
+
+from open_r1.evaluate import CACHE_BUCKET_TOKENS, cache_length_bucket  # noqa: F401 - one bucketing rule
+
+IMAGE_COLUMN = "image"
+# CUDA graphs are re-recorded when the static cache of a new `generate` call lives at new addresses; torch gives up
+# on graphs for a function after this many re-records (default 128, i.e. ~128 rounds).
+CUDAGRAPH_RERECORD_LIMIT = 1_000_000
+
+
+class CompileGenerationError(ValueError):
+    """compile_generation asked for where it cannot work; the message says what to change."""
+
+
+def lazy_image_column(dataset, column: str = IMAGE_COLUMN):
+    """The dataset with `column` left as encoded bytes/paths (decoded later by `decode_images`).
+
+    Only `datasets.Image` columns change; anything else (already-decoded lists, other feature types) is returned as
+    is, and `decode_images` leaves such values alone."""
+    from datasets import Image
+
+    feature = dataset.features.get(column)
+    if isinstance(feature, Image) and feature.decode:
+        return dataset.cast_column(column, Image(decode=False))
+    return dataset
+
+
+def _is_encoded_image(value: Any) -> bool:
+    return isinstance(value, dict) and ("bytes" in value or "path" in value)
+
+
+def decode_images(rows: list[dict], column: str = IMAGE_COLUMN, max_workers: int | None = None) -> list[dict]:
+    """Decode `row[column]` in place where it is an undecoded `datasets.Image` value ({'bytes', 'path'})."""
+    from datasets import Image
+
+    todo = [row for row in rows if _is_encoded_image(row.get(column))]
+    if not todo:
+        return rows
+    feature = Image()
+    workers = max_workers or min(8, os.cpu_count() or 1, len(todo))
+
+    def decode(row: dict) -> None:
+        row[column] = feature.decode_example(row[column])  # loads the pixels: the decode happens in this thread
+
+    if workers <= 1:
+        for row in todo:
+            decode(row)
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(decode, todo))
+    return rows
+
+
+def enable_compiled_generation(generation_config, deepspeed_plugin=None) -> None:
+    """Switch a TRL GenerationConfig to a static KV cache with a compiled (CUDA-graph) decode step."""
+    import torch
+    from transformers import CompileConfig
+
+    if deepspeed_plugin is not None and getattr(deepspeed_plugin, "zero_stage", 0) == 3:
+        raise CompileGenerationError(
+            "compile_generation does not work under DeepSpeed ZeRO-3 (parameters are gathered for every generation). "
+            "Run with ZERO3=0 (plain DDP) or set compile_generation: false"
+        )
+    generation_config.cache_implementation = "static"
+    generation_config.disable_compile = False
+    generation_config.compile_config = CompileConfig(fullgraph=False, mode="reduce-overhead")
+    torch._inductor.config.triton.cudagraph_unexpected_rerecord_limit = CUDAGRAPH_RERECORD_LIMIT
+
+
+def longest_prompt_tokens(processor, rows: list[dict]) -> int:
+    """Token length of the longest prompt (chat template, image tokens included) among `rows` of a GRPO dataset."""
+    lengths = []
+    for row in decode_images([dict(row) for row in rows]):
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": row["prompt"][-1]["content"]}]}]
+        text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        lengths.append(int(processor(text=[text], images=[row[IMAGE_COLUMN]], return_tensors="pt")["input_ids"].shape[1]))
+    return max(lengths)
+
+
+class CountingGRPOTrainer(GRPOTrainer):
+    """`GRPOTrainer` with lazy image decoding and optional compiled decoding (module docstring)."""
+
+    def __init__(self, *args, lazy_images: bool = True, compile_generation: bool = False, **kwargs):
+        if lazy_images and kwargs.get("train_dataset") is not None:
+            kwargs["train_dataset"] = lazy_image_column(kwargs["train_dataset"])
+        super().__init__(*args, **kwargs)
+        self.compile_generation = compile_generation
+        if compile_generation:
+            if self.use_vllm:
+                raise CompileGenerationError("compile_generation is for HF generate; vLLM compiles on its own: drop one")
+            enable_compiled_generation(self.generation_config, getattr(self.accelerator.state, "deepspeed_plugin", None))
+            sample = [self.train_dataset[i] for i in range(min(64, len(self.train_dataset)))]
+            if sample and isinstance(sample[0].get("prompt"), list):
+                self.generation_config.max_cache_len = cache_length_bucket(
+                    longest_prompt_tokens(self.processing_class, sample), self.max_completion_length)
+
+    def _generate_and_score_completions(self, inputs):
+        # The one place TRL reads a round's rows (training and evaluation): decode their images here, once.
+        output = super()._generate_and_score_completions(decode_images(inputs))
+        if self.compile_generation and "prompt_ids" in output:
+            # a longer round than the sample foresaw: raise the bucket once instead of recompiling every round
+            bucket = cache_length_bucket(output["prompt_ids"].shape[1], self.max_completion_length)
+            if bucket > (self.generation_config.max_cache_len or 0):
+                self.generation_config.max_cache_len = bucket
+        return output

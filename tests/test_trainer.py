@@ -1,0 +1,175 @@
+"""The speed levers of open_r1.trainer: lazy image decoding, compiled-generation wiring, frozen vision tower."""
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset, Image, load_from_disk
+from PIL import Image as PILImage
+
+from open_r1 import grpo, trainer as trainer_lib
+from tests.test_grpo import recipe_args, use_varied_reward
+
+
+def _png_dataset(n=3):
+    rng = np.random.default_rng(0)
+    images = [PILImage.fromarray(rng.integers(0, 255, (20 + i, 30, 3), dtype=np.uint8)) for i in range(n)]
+    return Dataset.from_dict({"image": images, "problem": ["q"] * n}).cast_column("image", Image())
+
+
+def test_lazy_column_keeps_bytes_and_decodes_to_the_same_pixels():
+    dataset = _png_dataset()
+    lazy = trainer_lib.lazy_image_column(dataset)
+    assert lazy.features["image"].decode is False
+    rows = [dict(row) for row in lazy]
+    assert all(isinstance(row["image"], dict) and row["image"]["bytes"] for row in rows)
+    trainer_lib.decode_images(rows, max_workers=2)
+    for row, eager in zip(rows, dataset):
+        assert isinstance(row["image"], PILImage.Image)
+        assert np.array_equal(np.asarray(row["image"]), np.asarray(eager["image"]))
+
+
+def test_lazy_column_leaves_other_columns_and_decoded_values_alone():
+    plain = Dataset.from_dict({"image": ["not an image feature"], "problem": ["q"]})
+    assert trainer_lib.lazy_image_column(plain) is plain
+    already = PILImage.new("RGB", (4, 4))
+    rows = [{"image": already}, {"problem": "no image"}]
+    assert trainer_lib.decode_images(rows) == [{"image": already}, {"problem": "no image"}]
+
+
+def _count_decodes(monkeypatch):
+    calls = {"n": 0}
+    original = Image.decode_example
+
+    def counting(self, value, token_per_repo_id=None):
+        calls["n"] += 1
+        return original(self, value, token_per_repo_id)
+
+    monkeypatch.setattr(Image, "decode_example", counting)
+    return calls
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
+def test_images_are_decoded_once_per_round_not_per_micro_step(lazy, tiny_model_dir, scene_data_dir, tmp_path,
+                                                              monkeypatch):
+    """TRL's dataloader yields the whole generation batch at every micro-step; lazy decoding pays for it once."""
+    use_varied_reward(monkeypatch)
+    accumulation, per_device = 4, 2  # generation batch 8 rows, yielded 4 times per optimizer step
+    script_args, training_args, model_args = grpo.parse_args(recipe_args(
+        tiny_model_dir, scene_data_dir, tmp_path, "--per_device_train_batch_size", str(per_device),
+        "--gradient_accumulation_steps", str(accumulation), "--lazy_images", str(lazy).lower(),
+    ))[:3]
+    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    calls = _count_decodes(monkeypatch)
+    trainer.train()
+    generation_batch = per_device * accumulation
+    if lazy:
+        assert calls["n"] == generation_batch
+    else:  # TRL decodes the batch at each micro-step (accelerate also prefetches one batch ahead)
+        assert calls["n"] >= generation_batch * accumulation
+
+
+def test_compiled_generation_config_and_its_refusals():
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(disable_compile=True)
+    trainer_lib.enable_compiled_generation(config)
+    assert config.cache_implementation == "static" and config.disable_compile is False
+    assert config.compile_config.mode == "reduce-overhead"
+    with pytest.raises(trainer_lib.CompileGenerationError, match="ZERO3=0"):
+        trainer_lib.enable_compiled_generation(GenerationConfig(), SimpleNamespace(zero_stage=3))
+
+
+def test_cache_length_buckets():
+    assert trainer_lib.cache_length_bucket(200, 256) == 640  # 200 + 256 + 64 margin = 520 -> 5 x 128
+    assert trainer_lib.cache_length_bucket(320, 256) == 640 and trainer_lib.cache_length_bucket(321, 256) == 768
+
+
+def test_compile_generation_trains_with_a_static_cache(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch):
+    """On CPU transformers runs the static cache eagerly (compilation is for GPUs): the GRPO path stays correct."""
+    use_varied_reward(monkeypatch)
+    script_args, training_args, model_args = grpo.parse_args(recipe_args(
+        tiny_model_dir, scene_data_dir, tmp_path, "--compile_generation", "true",
+    ))[:3]
+    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    assert trainer.generation_config.cache_implementation == "static"
+    cache_len = trainer.generation_config.max_cache_len  # one compiled shape for every round
+    assert cache_len % trainer_lib.CACHE_BUCKET_TOKENS == 0 and cache_len > trainer.max_completion_length
+    seen = []
+    original = type(trainer.model).generate
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs["generation_config"].cache_implementation)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(trainer.model), "generate", spy)
+    trainer.train()
+    assert seen and set(seen) == {"static"}
+    assert trainer.generation_config.max_cache_len == cache_len  # the sampled prompts foresaw the round
+    assert any("loss" in entry for entry in trainer.state.log_history)
+
+
+def test_freeze_vision_trains_language_model_and_merger_only(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch):
+    use_varied_reward(monkeypatch)
+    script_args, training_args, model_args = grpo.parse_args(recipe_args(
+        tiny_model_dir, scene_data_dir, tmp_path, "--freeze_vision", "true",
+    ))[:3]
+    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    params = dict(trainer.model.named_parameters())
+    frozen = {n for n, p in params.items() if not p.requires_grad}
+    assert frozen and all(".visual." in n and ".merger." not in n for n in frozen)
+    assert any(".merger." in n and p.requires_grad for n, p in params.items())
+    before = {n: p.detach().clone() for n, p in params.items()}
+    trainer.train()
+    for name, param in trainer.model.named_parameters():
+        assert torch.equal(param, before[name]) == (name in frozen), name
+
+
+def test_freeze_vision_with_lora_is_one_clear_error(tiny_model_dir, scene_data_dir, tmp_path, capsys):
+    code = grpo.cli(recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--freeze_vision", "true",
+                                "--use_peft", "true"))
+    assert code == 2
+    assert "freeze_vision" in capsys.readouterr().err
+
+
+def test_selfcheck_static_cache_gives_the_same_answers(tiny_model_dir, scene_data_dir):
+    """selfcheck --compile changes the KV cache (static, bucketed length), not a single generated token."""
+    from open_r1.data import load_counting_dataset
+    from open_r1.evaluate import evaluate_dataset
+    from open_r1.modeling import load_model, load_processor
+
+    model = load_model(str(tiny_model_dir), dtype="float32").eval()
+    processor = load_processor(str(tiny_model_dir), None, 12544)
+    dataset = load_counting_dataset(os.path.join(scene_data_dir, "val"))
+    kwargs = dict(batch_size=4, max_new_tokens=12, progress=False)
+    eager = evaluate_dataset(model, processor, dataset, **kwargs)
+    static = evaluate_dataset(model, processor, dataset, compile_generation=True, **kwargs)
+    assert [r["completion"] for r in static.records] == [r["completion"] for r in eager.records]
+    assert static.n == eager.n == len(dataset)
+
+
+def test_evaluation_halves_the_batch_on_out_of_memory(tiny_model_dir, scene_data_dir, monkeypatch, capsys):
+    """A batch size too large for the card costs a retry, not the evaluation: same records as a fitting batch size."""
+    from open_r1 import evaluate as evaluate_lib
+    from open_r1.data import load_counting_dataset
+    from open_r1.modeling import load_model, load_processor
+
+    model = load_model(str(tiny_model_dir), dtype="float32").eval()
+    processor = load_processor(str(tiny_model_dir), None, 12544)
+    dataset = load_counting_dataset(os.path.join(scene_data_dir, "val"))
+    reference = evaluate_lib.evaluate_dataset(model, processor, dataset, batch_size=2, max_new_tokens=6,
+                                              progress=False)
+    real, sizes = evaluate_lib.generate_batch, []
+
+    def tight_memory(model, processor, images, questions, *args):
+        sizes.append(len(images))
+        if len(images) > 2:  # the card fits 2 at a time
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(model, processor, images, questions, *args)
+
+    monkeypatch.setattr(evaluate_lib, "generate_batch", tight_memory)
+    report = evaluate_lib.evaluate_dataset(model, processor, dataset, batch_size=6, max_new_tokens=6, progress=False)
+    assert sizes == [6, 3, 2, 2, 2]  # 6 rows: 6 fails, 3 fails, then the set runs in batches of 2
+    assert [r["completion"] for r in report.records] == [r["completion"] for r in reference.records]
+    assert "out of GPU memory at batch 6" in capsys.readouterr().out
