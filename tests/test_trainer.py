@@ -12,6 +12,14 @@ from open_r1 import grpo, trainer as trainer_lib
 from tests.test_grpo import recipe_args, use_varied_reward
 
 
+def _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, *extra):
+    """open_r1.grpo's trainer on the tiny model with rewards that vary within a group (every parameter gets a gradient)."""
+    use_varied_reward(monkeypatch)
+    script_args, training_args, model_args = grpo.parse_args(
+        recipe_args(tiny_model_dir, scene_data_dir, tmp_path, *extra))[:3]
+    return grpo.build_trainer(script_args, training_args, model_args)
+
+
 def _png_dataset(n=3):
     rng = np.random.default_rng(0)
     images = [PILImage.fromarray(rng.integers(0, 255, (20 + i, 30, 3), dtype=np.uint8)) for i in range(n)]
@@ -54,13 +62,10 @@ def _count_decodes(monkeypatch):
 def test_images_are_decoded_once_per_round_not_per_micro_step(lazy, tiny_model_dir, scene_data_dir, tmp_path,
                                                               monkeypatch):
     """TRL's dataloader yields the whole generation batch at every micro-step; lazy decoding pays for it once."""
-    use_varied_reward(monkeypatch)
     accumulation, per_device = 4, 2  # generation batch 8 rows, yielded 4 times per optimizer step
-    script_args, training_args, model_args = grpo.parse_args(recipe_args(
-        tiny_model_dir, scene_data_dir, tmp_path, "--per_device_train_batch_size", str(per_device),
-        "--gradient_accumulation_steps", str(accumulation), "--lazy_images", str(lazy).lower(),
-    ))[:3]
-    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--per_device_train_batch_size",
+                       str(per_device), "--gradient_accumulation_steps", str(accumulation),
+                       "--lazy_images", str(lazy).lower())
     calls = _count_decodes(monkeypatch)
     trainer.train()
     generation_batch = per_device * accumulation
@@ -88,11 +93,7 @@ def test_cache_length_buckets():
 
 def test_compile_generation_trains_with_a_static_cache(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch):
     """On CPU transformers runs the static cache eagerly (compilation is for GPUs): the GRPO path stays correct."""
-    use_varied_reward(monkeypatch)
-    script_args, training_args, model_args = grpo.parse_args(recipe_args(
-        tiny_model_dir, scene_data_dir, tmp_path, "--compile_generation", "true",
-    ))[:3]
-    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--compile_generation", "true")
     assert trainer.generation_config.cache_implementation == "static"
     cache_len = trainer.generation_config.max_cache_len  # one compiled shape for every round
     assert cache_len % trainer_lib.CACHE_BUCKET_TOKENS == 0 and cache_len > trainer.max_completion_length
@@ -111,11 +112,7 @@ def test_compile_generation_trains_with_a_static_cache(tiny_model_dir, scene_dat
 
 
 def test_freeze_vision_trains_language_model_and_merger_only(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch):
-    use_varied_reward(monkeypatch)
-    script_args, training_args, model_args = grpo.parse_args(recipe_args(
-        tiny_model_dir, scene_data_dir, tmp_path, "--freeze_vision", "true",
-    ))[:3]
-    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--freeze_vision", "true")
     params = dict(trainer.model.named_parameters())
     frozen = {n for n, p in params.items() if not p.requires_grad}
     assert frozen and all(".visual." in n and ".merger." not in n for n in frozen)
