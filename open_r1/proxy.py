@@ -723,6 +723,27 @@ def render_markdown(results: dict, png_name: str | None = "acc_by_count.png") ->
                 "that spread is not evidence either way.")
             add("")
 
+    add("## Answer format by split")
+    add("")
+    add("An unparseable completion (no `<answer>N</answer>`) scores 0 under the protocol, so a split's accuracy is "
+        "parseable % × accuracy among parseable answers. Each cell: parseable % (accuracy % among parseable).")
+    add("")
+    add("| recipe | seed | " + " | ".join(splits) + " |")
+    add("|---|---|" + "---:|" * len(splits))
+    format_rows = [("before (warm start)", "–", before)] if before and before.get("status") in USABLE_STATUSES else []
+    for arm in results.get("arm_order", []):
+        format_rows += [(arm, run.get("seed"), run)
+                        for run in sorted(ok_runs(results, arm), key=lambda r: r.get("seed", 0))]
+    for label, seed, run in format_rows:
+        cells = []
+        for split in splits:
+            report = (run.get("splits") or {}).get(split) or {}
+            fmt, acc = report.get("format_pct"), report.get("accuracy_pct")
+            among = 100.0 * acc / fmt if fmt and acc is not None else None
+            cells.append(f"{_fmt(fmt)} ({_fmt(among)})" if fmt is not None else "–")
+        add(f"| {label} | {seed} | " + " | ".join(cells) + " |")
+    add("")
+
     add("## Training signal")
     add("")
     add("Means over the first and last 5 logged steps. A group whose rewards are all equal has zero advantage and "

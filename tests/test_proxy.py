@@ -154,8 +154,9 @@ def test_sft_rows_mix_templates_and_styles(scene_data_dir, tiny_model_dir):
 # --------------------------------------------------------------------------------------------------------------------
 # Report
 # --------------------------------------------------------------------------------------------------------------------
-def _run(arm, seed, accs, status="ok"):
-    splits = {s: {"n": 10, "accuracy_pct": a, "format_pct": 100.0, "mean_completion_tokens": 18.0,
+def _run(arm, seed, accs, status="ok", ood_format=100.0):
+    splits = {s: {"n": 10, "accuracy_pct": a, "format_pct": ood_format if s == "ood_val" else 100.0,
+                  "mean_completion_tokens": 18.0,
                   "truncated_pct": 0.0, "seconds": 1.0, "by_count": {"3": [int(a // 10), 10]}}
               for s, a in zip(proxy.EVAL_SPLITS, accs)}
     return {"job": f"{arm}-s{seed}", "arm": arm, "seed": seed, "kind": "train", "status": status, "steps": 5,
@@ -175,7 +176,7 @@ def _synthetic_results():
                  for a in ("weak_baseline", "ours", "no_kl", "g4")},
         "before": {"job": "before", "status": "ok", "splits": _run("x", 0, [40, 40, 20])["splits"]},
         "runs": [_run("weak_baseline", 0, [40, 40, 20]), _run("weak_baseline", 1, [41, 40, 21]),
-                 _run("ours", 0, [60, 55, 30]), _run("ours", 1, [62, 57, 22]), _run("no_kl", 0, [0, 0, 0], "failed"),
+                 _run("ours", 0, [60, 55, 30]), _run("ours", 1, [62, 57, 22], ood_format=50.0), _run("no_kl", 0, [0, 0, 0], "failed"),
                  partial],
     }
 
@@ -202,6 +203,7 @@ def test_make_results_rebuilds_tables_and_plot(tmp_path):
     assert "| ood_val | +5.5 | 8.0 | no |" in text and "| val | +20.5 | 2.0 | yes |" in text
     assert "| no_kl |" in text and "failed" in text  # a failed arm is a row, not a crash
     assert "| g4 | 0 | 50.0 | not scored | not scored |" in text  # a partial run keeps what was scored
+    assert "| ours | 1 | 100.0 (62.0) | 100.0 (57.0) | 50.0 (44.0) |" in text  # parseable % (accuracy among them)
     assert "python -m open_r1.grpo --arm ours" in text and "](figures/acc.png)" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "ood_val: ours - weak_baseline = +5.5" in completed.stdout and "does not beat" in completed.stdout
