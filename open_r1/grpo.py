@@ -112,6 +112,12 @@ class CountingGRPOArguments(ScriptArguments):
         metadata={"help": "Static KV cache + torch.compile'd (CUDA-graph) decode step for HF generate. Not with "
                   "ZeRO-3 (train.sh ZERO3=0)."},
     )
+    noisy_rollouts: float = field(
+        default=0.0,
+        metadata={"help": "Fraction of each group generated and trained on a Gaussian-noised image (NoisyRollout-"
+                  "style; 0 = off). See open_r1/trainer.py."},
+    )
+    noise_std: float = field(default=0.1, metadata={"help": "Pixel noise std for noisy_rollouts, pixel range [0, 1]."})
     freeze_vision: bool = field(
         default=False,
         metadata={"help": "Train the language model and merger only; the vision tower's blocks stay as loaded."},
@@ -210,6 +216,11 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
         dtype=model_args.dtype,
         attn_implementation=model_args.attn_implementation,
     )
+    if not 0.0 <= script_args.noisy_rollouts < 1.0 or script_args.noise_std <= 0:
+        raise RecipeError(
+            f"noisy_rollouts must be a fraction of each group in [0, 1) and noise_std > 0 (got "
+            f"{script_args.noisy_rollouts}, {script_args.noise_std}); e.g. noisy_rollouts: 0.5, noise_std: 0.1"
+        )
     if script_args.freeze_vision:
         if model_args.use_peft:
             raise RecipeError("freeze_vision is for full fine-tuning; with LoRA the tower is frozen unless lora_vision")
@@ -227,6 +238,8 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
         callbacks=callbacks,
         lazy_images=script_args.lazy_images,
         compile_generation=script_args.compile_generation,
+        noisy_fraction=script_args.noisy_rollouts,
+        noise_std=script_args.noise_std,
     )
     return trainer
 

@@ -220,6 +220,8 @@ ARMS: dict[str, Arm] = {
             "LoRA r=16 alpha=32 on the language model, learning rate x5"),
         Arm("frozen_vit", "ours.yaml", "ablation", "train or freeze the vision tower (a speed lever)",
             "freeze_vision: the ViT blocks stay as loaded; language model and merger train"),
+        Arm("noisy_rollouts", "ours.yaml", "ablation", "clean vs clean + noisy-image rollouts (NoisyRollout-style)",
+            "half of each group generated and trained on the image with Gaussian noise (std 0.1)"),
     ]
 }
 MAIN_ARMS = ("weak_baseline", "ours")
@@ -278,6 +280,8 @@ def arm_overrides(name: str, learning_rate: float | None = None) -> list[str]:
         return ["--prompt_templates", "train:1.0", *lr_override]
     if name == "frozen_vit":
         return ["--freeze_vision", "true", *lr_override]
+    if name == "noisy_rollouts":
+        return ["--noisy_rollouts", "0.5", "--noise_std", "0.1", *lr_override]
     raise KeyError(f"unknown arm {name!r}; known: {sorted(ARMS)}")
 
 

@@ -17,10 +17,21 @@ The algorithm is TRL's, unchanged. What this adds:
   recompilation) only if a longer round comes. Each `generate` call builds a new static cache, which CUDA graphs
   re-record rather than recompile; the re-record limit is raised so a long run keeps its graphs. Not with DeepSpeed
   ZeRO-3 (parameters are gathered and released around every generation), where it is refused with a clear error.
+
+And one recipe lever (it changes what is learned, default off):
+
+* **Noisy rollouts** (`noisy_fraction`, after NoisyRollout, arXiv 2504.13055: mixing rollouts on clean and distorted
+  images improves OOD). In each group of `num_generations` completions of one prompt, the last `noisy_fraction` of
+  them are generated *and trained* on the image with Gaussian pixel noise (`noise_std`, in [0, 1] units); the rest
+  see the clean image, and the group's advantages are normalised over both. Deviation from the paper: its policy
+  update conditions every rollout on the clean image; here each rollout is trained on the image it was generated
+  from, which keeps TRL's on-policy importance ratios exact and needs no change to TRL's loss. Training rounds only;
+  evaluation always sees clean images.
 """
 from __future__ import annotations
 
 import os
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -77,6 +88,23 @@ def decode_images(rows: list[dict], column: str = IMAGE_COLUMN, max_workers: int
     return rows
 
 
+def add_image_noise(image, std: float, seed: int):
+    """The PIL image plus Gaussian pixel noise of standard deviation `std` (pixel range [0, 1]), clipped; seeded."""
+    import numpy as np
+    from PIL import Image as PILImage
+
+    pixels = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
+    noisy = pixels + np.random.default_rng(seed).normal(0.0, std, pixels.shape).astype(np.float32)
+    return PILImage.fromarray((np.clip(noisy, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8))
+
+
+def noisy_positions(num_rows: int, group_size: int, fraction: float) -> list[int]:
+    """Rows whose rollout sees the noisy image: the last round(fraction x G) of every group of G consecutive rows
+    (TRL's sampler repeats each prompt G times in a row)."""
+    per_group = round(fraction * group_size)
+    return [i for i in range(num_rows) if i % group_size >= group_size - per_group]
+
+
 def enable_compiled_generation(generation_config, deepspeed_plugin=None) -> None:
     """Switch a TRL GenerationConfig to a static KV cache with a compiled (CUDA-graph) decode step."""
     import torch
@@ -106,11 +134,16 @@ def longest_prompt_tokens(processor, rows: list[dict]) -> int:
 class CountingGRPOTrainer(GRPOTrainer):
     """`GRPOTrainer` with lazy image decoding and optional compiled decoding (module docstring)."""
 
-    def __init__(self, *args, lazy_images: bool = True, compile_generation: bool = False, **kwargs):
+    def __init__(self, *args, lazy_images: bool = True, compile_generation: bool = False, noisy_fraction: float = 0.0,
+                 noise_std: float = 0.1, **kwargs):
+        if not 0.0 <= noisy_fraction < 1.0:
+            raise ValueError(f"noisy_rollouts must be in [0, 1) (a fraction of each group), got {noisy_fraction}")
         if lazy_images and kwargs.get("train_dataset") is not None:
             kwargs["train_dataset"] = lazy_image_column(kwargs["train_dataset"])
         super().__init__(*args, **kwargs)
         self.compile_generation = compile_generation
+        self.noisy_fraction = noisy_fraction
+        self.noise_std = noise_std
         if compile_generation:
             if self.use_vllm:
                 raise CompileGenerationError("compile_generation is for HF generate; vLLM compiles on its own: drop one")
@@ -122,10 +155,20 @@ class CountingGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         # The one place TRL reads a round's rows (training and evaluation): decode their images here, once.
-        output = super()._generate_and_score_completions(decode_images(inputs))
+        inputs = decode_images(inputs)
+        if self.noisy_fraction and self.model.training:
+            self._add_noise(inputs)
+        output = super()._generate_and_score_completions(inputs)
         if self.compile_generation and "prompt_ids" in output:
             # a longer round than the sample foresaw: raise the bucket once instead of recompiling every round
             bucket = cache_length_bucket(output["prompt_ids"].shape[1], self.max_completion_length)
             if bucket > (self.generation_config.max_cache_len or 0):
                 self.generation_config.max_cache_len = bucket
         return output
+
+    def _add_noise(self, rows: list[dict]) -> None:
+        rank = self.accelerator.process_index
+        for i in noisy_positions(len(rows), self.num_generations, self.noisy_fraction):
+            if rows[i].get(IMAGE_COLUMN) is not None:
+                seed = zlib.crc32(f"{self.args.seed}-{self.state.global_step}-{rank}-{i}".encode())
+                rows[i] = {**rows[i], IMAGE_COLUMN: add_image_noise(rows[i][IMAGE_COLUMN], self.noise_std, seed)}

@@ -56,6 +56,9 @@ def test_every_arm_parses_and_changes_only_what_it_claims():
     _, lora_train, lora_model = _grpo_args("lora")
     assert lora_model.use_peft and not ours_model.use_peft
     assert lora_train.learning_rate == pytest.approx(proxy.LORA_LR_FACTOR * ours_train.learning_rate)
+    assert _grpo_args("frozen_vit")[0].freeze_vision and not _grpo_args("ours")[0].freeze_vision
+    noisy = _grpo_args("noisy_rollouts")[0]
+    assert noisy.noisy_rollouts == 0.5 and noisy.noise_std == 0.1 and _grpo_args("ours")[0].noisy_rollouts == 0.0
     for arm in proxy.ARMS:
         assert ours_train.generation_batch_size % proxy.arm_num_generations(arm) == 0, arm
 

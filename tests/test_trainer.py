@@ -170,3 +170,42 @@ def test_evaluation_halves_the_batch_on_out_of_memory(tiny_model_dir, scene_data
     assert sizes == [6, 3, 2, 2, 2]  # 6 rows: 6 fails, 3 fails, then the set runs in batches of 2
     assert [r["completion"] for r in report.records] == [r["completion"] for r in reference.records]
     assert "out of GPU memory at batch 6" in capsys.readouterr().out
+
+
+def test_noisy_positions_take_the_tail_of_every_group():
+    assert trainer_lib.noisy_positions(8, 4, 0.5) == [2, 3, 6, 7]
+    assert trainer_lib.noisy_positions(8, 4, 0.25) == [3, 7]
+    assert trainer_lib.noisy_positions(8, 4, 0.0) == []
+
+
+def test_image_noise_is_seeded_bounded_and_changes_pixels():
+    image = PILImage.fromarray(np.full((10, 12, 3), 128, dtype=np.uint8))
+    a, b = (trainer_lib.add_image_noise(image, 0.1, seed=7) for _ in range(2))
+    pixels = np.asarray(a).astype(int)
+    assert np.array_equal(pixels, np.asarray(b)) and a.size == image.size
+    assert 0 < np.abs(pixels - 128).mean() < 0.2 * 255  # about std 0.1 x 255 x sqrt(2/pi) ~ 20
+    assert not np.array_equal(np.asarray(trainer_lib.add_image_noise(image, 0.1, seed=8)), pixels)
+
+
+def test_noisy_rollouts_distort_half_of_each_group_in_training_only(tiny_model_dir, scene_data_dir, tmp_path,
+                                                                    monkeypatch):
+    trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--num_generations", "4",
+                       "--noisy_rollouts", "0.5", "--noise_std", "0.2")
+    noised, real = [], trainer_lib.add_image_noise
+
+    def spy(image, std, seed):
+        noised.append((image.size, std))
+        return real(image, std, seed)
+
+    monkeypatch.setattr(trainer_lib, "add_image_noise", spy)
+    trainer.train()
+    assert len(noised) == 2 and {std for _, std in noised} == {0.2}  # 4 rows = one group of 4: its last 2
+    trainer.model.eval()
+    rows = [dict(trainer.train_dataset[i]) for i in range(4)]
+    trainer._generate_and_score_completions(rows)
+    assert len(noised) == 2  # evaluation-mode rounds see clean images
+
+
+def test_noisy_rollouts_out_of_range_is_one_clear_error(tiny_model_dir, scene_data_dir, tmp_path, capsys):
+    assert grpo.cli(recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--noisy_rollouts", "1.5")) == 2
+    assert "noisy_rollouts must be a fraction" in capsys.readouterr().err
