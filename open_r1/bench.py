@@ -96,7 +96,7 @@ DEFAULT_PROMPT_TEMPLATES = ["train:0.5", "eval:0.5"]
 # Keys of a variant that are bench options, not GRPOConfig fields.
 BENCH_OPTION_KEYS = {
     "base", "description", "recipe", "min_pixels", "max_pixels", "attn_implementation", "compile_generation",
-    "lazy_images", "freeze_vision", "requires",
+    "lazy_images", "freeze_vision", "dedupe_vision", "requires",
 }
 
 # The presets. `base` inherits another preset's keys; `recipe`: False (TRL defaults only), True (the recipe's
@@ -223,6 +223,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "description": "generate 1024 at once (64 x accumulation 16), compiled decoding",
         "gradient_accumulation_steps": 16,
     },
+    "ours_gen512_beta0_dedupe": {
+        "base": "ours_gen512_beta0",
+        "description": "ours_gen512_beta0, each distinct image through the ViT once (dedupe_vision: same update)",
+        "dedupe_vision": True,
+    },
     "ours_gen512_beta0_frozenvit": {
         "base": "ours_gen512_beta0",
         "description": "ours_gen512_beta0 with the vision tower frozen (freeze_vision: trains fewer weights)",
@@ -265,7 +270,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 # Most informative first: with --deadline-s the tail is what gets skipped.
-DEFAULT_VARIANTS = "plain_trl,ours_gen512_beta0,ours_gen512_beta0_px100k,ours_gen512_beta0_frozenvit"
+DEFAULT_VARIANTS = "plain_trl,ours_gen512_beta0,ours_gen512_beta0_dedupe,ours_gen512_beta0_frozenvit"
 DEFAULT_TINY_VARIANTS = "plain_trl,ours"
 BASELINE = "plain_trl"
 
@@ -291,6 +296,7 @@ class Variant:
     compile_generation: bool = False
     lazy_images: bool = False
     freeze_vision: bool = False
+    dedupe_vision: bool = False
     requires: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -304,6 +310,7 @@ class Variant:
             "compile_generation": self.compile_generation,
             "lazy_images": self.lazy_images,
             "freeze_vision": self.freeze_vision,
+            "dedupe_vision": self.dedupe_vision,
             "requires": self.requires,
         }
 
@@ -364,6 +371,7 @@ def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any])
         compile_generation=bool(spec.get("compile_generation", recipe_mode == "all" and recipe.get("compile_generation"))),
         lazy_images=bool(spec.get("lazy_images", bool(recipe_mode) and recipe.get("lazy_images", True))),
         freeze_vision=bool(spec.get("freeze_vision", bool(recipe_mode) and recipe.get("freeze_vision", False))),
+        dedupe_vision=bool(spec.get("dedupe_vision", recipe_mode == "all" and recipe.get("dedupe_vision"))),
         requires=list(spec.get("requires", [])),
     )
 
@@ -840,8 +848,9 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
             grpo_lib.freeze_vision_tower(model)
         ref_context = reference_model_from_policy(model) if args.beta != 0.0 else contextlib.nullcontext()
         # plain TRL where no lever of ours is on, else our subclass (the same trainer train.sh runs)
-        ours = variant.lazy_images or variant.compile_generation
-        trainer_kwargs = dict(lazy_images=variant.lazy_images, compile_generation=variant.compile_generation)
+        ours = variant.lazy_images or variant.compile_generation or variant.dedupe_vision
+        trainer_kwargs = dict(lazy_images=variant.lazy_images, compile_generation=variant.compile_generation,
+                              dedupe_vision=variant.dedupe_vision)
         with ref_context:
             trainer = (CountingGRPOTrainer if ours else GRPOTrainer)(
                 model=model,

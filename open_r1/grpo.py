@@ -112,6 +112,11 @@ class CountingGRPOArguments(ScriptArguments):
         metadata={"help": "Static KV cache + torch.compile'd (CUDA-graph) decode step for HF generate. Not with "
                   "ZeRO-3 (train.sh ZERO3=0)."},
     )
+    dedupe_vision: bool = field(
+        default=False,
+        metadata={"help": "Encode each distinct image of a batch once in the ViT and keep a prompt's completions in "
+                  "one micro-batch (same update, less ViT compute; not yet measured on a GPU)."},
+    )
     noisy_rollouts: float = field(
         default=0.0,
         metadata={"help": "Fraction of each group generated and trained on a Gaussian-noised image (NoisyRollout-"
@@ -170,7 +175,9 @@ def lora_config(model_args: ModelConfig, lora_vision: bool):
 def freeze_vision_tower(model) -> int:
     """Stop gradients into the ViT (patch embedding and blocks); the merger that feeds the language model trains.
     Returns the number of frozen parameters."""
-    visual = getattr(getattr(model, "model", model), "visual", None) or getattr(model, "visual", None)
+    from open_r1.trainer import vision_tower
+
+    visual = vision_tower(model)
     if visual is None:
         raise RecipeError(f"freeze_vision: {type(model).__name__} has no vision tower (model.visual)")
     frozen = 0
@@ -239,6 +246,7 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
         lazy_images=script_args.lazy_images,
         compile_generation=script_args.compile_generation,
         noisy_fraction=script_args.noisy_rollouts,
+        dedupe_vision=script_args.dedupe_vision,
         noise_std=script_args.noise_std,
     )
     return trainer

@@ -209,3 +209,112 @@ def test_noisy_rollouts_distort_half_of_each_group_in_training_only(tiny_model_d
 def test_noisy_rollouts_out_of_range_is_one_clear_error(tiny_model_dir, scene_data_dir, tmp_path, capsys):
     assert grpo.cli(recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--noisy_rollouts", "1.5")) == 2
     assert "noisy_rollouts must be a fraction" in capsys.readouterr().err
+
+
+# Vision de-duplication ----------------------------------------------------------------------------------------------
+def _vision_batch(processor, images):
+    out = processor.image_processor(images=images, return_tensors="pt")
+    return out["pixel_values"], out["image_grid_thw"]
+
+
+def test_duplicate_map_finds_exact_copies_only(tiny_model_dir):
+    from open_r1.modeling import load_processor
+
+    processor = load_processor(str(tiny_model_dir), None, 12544)
+    rng = np.random.default_rng(0)
+    a, b = (PILImage.fromarray(rng.integers(0, 255, (56, 84, 3), dtype=np.uint8)) for _ in range(2))
+    almost_a = np.asarray(a).copy()
+    almost_a[0, 0, 0] ^= 1  # one pixel differs by one level
+    pixels, grid = _vision_batch(processor, [a, b, a, PILImage.fromarray(almost_a), b, a])
+    assert trainer_lib.duplicate_map(pixels, grid) == [0, 1, 0, 3, 1, 0]
+
+
+def test_deduplicated_vision_tower_gives_the_same_features_and_gradients(tiny_model_dir):
+    from open_r1.modeling import load_model, load_processor
+
+    processor = load_processor(str(tiny_model_dir), None, 12544)
+    rng = np.random.default_rng(1)
+    images = [PILImage.fromarray(rng.integers(0, 255, (56, 84, 3), dtype=np.uint8)) for _ in range(2)]
+    pixels, grid = _vision_batch(processor, [images[0], images[1], images[0], images[0]])
+
+    def features_and_grads(dedupe):
+        model = load_model(str(tiny_model_dir), dtype="float32")
+        if dedupe:
+            assert trainer_lib.enable_vision_dedupe(model)
+        visual = trainer_lib.vision_tower(model)
+        calls = []
+        visual.register_forward_pre_hook(lambda module, args: calls.append(args[0].shape[0]))
+        features = model.model.get_image_features(pixels, grid).pooler_output
+        features = torch.cat(features)
+        weights = torch.linspace(-1, 1, features.numel()).reshape(features.shape)
+        (features * weights).sum().backward()
+        grads = {n: p.grad.clone() for n, p in visual.named_parameters() if p.grad is not None}
+        return features.detach(), grads, calls
+
+    plain, plain_grads, plain_calls = features_and_grads(False)
+    deduped, dedupe_grads, _ = features_and_grads(True)
+    torch.testing.assert_close(deduped, plain, rtol=1e-5, atol=1e-5)
+    assert plain_grads.keys() == dedupe_grads.keys() and plain_grads
+    for name in plain_grads:
+        torch.testing.assert_close(dedupe_grads[name], plain_grads[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_regroup_restores_generation_order_in_equal_micro_batches():
+    grid = torch.tensor([[1, 2, 2]] * 4)
+    rows = torch.arange(4)
+    batch = {
+        "prompt_ids": rows[:, None].repeat(1, 3), "advantages": rows.float(), "num_items_in_batch": torch.tensor(12),
+        "pixel_values": rows.repeat_interleave(4)[:, None].float().repeat(1, 5), "image_grid_thw": grid,
+        "num_images": [1, 1, 1, 1], trainer_lib.ROW_ID: rows,
+    }
+    shuffled = [2, 0, 3, 1]
+    from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
+
+    parts = split_pixel_values_by_grid(batch)
+    parts = {k: (v[shuffled] if isinstance(v, torch.Tensor) and v.ndim else
+                 [v[i] for i in shuffled] if isinstance(v, list) else v) for k, v in parts.items()}
+    micro = [unsplit_pixel_values_by_grid(c) for c in split_tensor_dict(parts, 2)]
+    regrouped = trainer_lib.regroup_micro_batches(micro)
+    assert [m["prompt_ids"][:, 0].tolist() for m in regrouped] == [[0, 1], [2, 3]]
+    assert [m["pixel_values"][:, 0].tolist() for m in regrouped] == [[0.0] * 4 + [1.0] * 4, [2.0] * 4 + [3.0] * 4]
+    assert all(trainer_lib.ROW_ID not in m and int(m["num_items_in_batch"]) == 12 for m in regrouped)
+
+
+def test_dedupe_vision_trains_whole_groups_per_micro_batch_with_the_same_update(tiny_model_dir, scene_data_dir,
+                                                                               tmp_path, monkeypatch):
+    """G=2, micro-batches of 2, 4 micro-batches per step. With regrouping the micro-batches are exactly the round's
+    rows in generation order (every key), every training forward sees one distinct image, and the step's update
+    (plain SGD: the update is the gradient) matches TRL's shuffled micro-batches. Both runs de-duplicate, so their
+    rollouts are the same samples; "matches" is within 1 % of the largest update entry, because TRL's own update moves
+    by ~0.1 % when only the micro-batch order changes (float summation order)."""
+    geometry = ["--num_generations", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4",
+                "--optim", "sgd", "--learning_rate", "1.0", "--max_grad_norm", "0", "--lr_scheduler_type", "constant"]
+    real = trainer_lib.duplicate_map
+
+    def one_step(regroup):
+        trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path / str(regroup), monkeypatch, *geometry,
+                           "--dedupe_vision", "true")
+        assert trainer.regroup_rounds  # this geometry and loss allow it
+        trainer.regroup_rounds = regroup
+        rounds, micro_batches = [], []
+        generate, prepare = trainer._generate_and_score_completions, trainer._prepare_inputs
+        trainer._generate_and_score_completions = lambda rows: rounds.append(generate(rows)) or rounds[-1]
+        trainer._prepare_inputs = lambda batch: micro_batches.append(prepare(batch)) or micro_batches[-1]
+        before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        distinct = []
+        monkeypatch.setattr(trainer_lib, "duplicate_map",
+                            lambda *a: distinct.append(len(set(mapping := real(*a)))) or mapping)
+        trainer.train()
+        return {n: p.detach() - before[n] for n, p in trainer.model.named_parameters()}, distinct, rounds, micro_batches
+
+    shuffled, _, _, _ = one_step(False)
+    regrouped, distinct, rounds, micro_batches = one_step(True)
+    (round_,) = rounds
+    for key in ("prompt_ids", "completion_ids", "advantages", "pixel_values", "image_grid_thw", "mm_token_type_ids"):
+        assert torch.equal(torch.cat([m[key] for m in micro_batches]), round_[key]), key
+    # the generation prefill encodes 8 rows = 4 prompts; each of the 4 training forwards holds one whole group
+    assert distinct == [4, 1, 1, 1, 1]
+    scale = max(float(delta.abs().max()) for delta in shuffled.values())
+    assert scale > 0
+    for name, delta in shuffled.items():
+        torch.testing.assert_close(regrouped[name], delta, rtol=0, atol=0.01 * scale, msg=name)
