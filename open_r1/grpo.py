@@ -16,7 +16,8 @@ What this script adds, and nothing else:
   * LoRA (through peft) stays off the vision tower unless `lora_vision: true`; `freeze_vision: true` trains the
     language model and merger only (full fine-tuning);
   * the trainer is `open_r1.trainer.CountingGRPOTrainer`: TRL's, with each round's images decoded once
-    (`lazy_images`) and an optional compiled decode step (`compile_generation`), both at TRL's hook points;
+    (`lazy_images`), and optionally a compiled decode step (`compile_generation`), ViT de-duplication
+    (`dedupe_vision`) and NoisyRollout-style noisy-image rollouts (`noisy_rollouts`), at TRL's hook points;
   * `training_meta.json` beside the weights records what export needs (base model, LoRA or not, pixel budget).
 Deviations from R1-V's trainer: none in the algorithm; per-device batch > 1 is correct here (TRL splits pixel
 values by image grid), so we use it instead of R1-V's batch of 1.
@@ -34,7 +35,7 @@ from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 from open_r1 import data as data_lib
 from open_r1 import modeling
 from open_r1.export import TRAINING_META_FILE
-from open_r1.trainer import CompileGenerationError
+from open_r1.trainer import CountingGRPOTrainer, TrainerOptionError, check_noisy_rollouts, vision_tower
 
 logger = logging.getLogger(__name__)
 
@@ -175,8 +176,6 @@ def lora_config(model_args: ModelConfig, lora_vision: bool):
 def freeze_vision_tower(model) -> int:
     """Stop gradients into the ViT (patch embedding and blocks); the merger that feeds the language model trains.
     Returns the number of frozen parameters."""
-    from open_r1.trainer import vision_tower
-
     visual = vision_tower(model)
     if visual is None:
         raise RecipeError(f"freeze_vision: {type(model).__name__} has no vision tower (model.visual)")
@@ -192,7 +191,6 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
     """Everything up to `trainer.train()`: validated data, rewards, model, processor, LoRA, the trainer
     (TRL's `GRPOTrainer` with the speed levers of `open_r1.trainer`)."""
     from open_r1.rewards import get_reward_funcs
-    from open_r1.trainer import CountingGRPOTrainer
 
     if not model_args.model_name_or_path:
         raise RecipeError("no model: set model_name_or_path in the recipe or MODEL_PATH / --model_name_or_path")
@@ -210,6 +208,7 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
             f"{script_args.reward_funcs}; give one weight per reward"
         )
 
+    check_noisy_rollouts(script_args.noisy_rollouts, script_args.noise_std)  # before the slow loads
     modeling.check_model_dir(model_args.model_name_or_path)
     dataset = data_lib.load_counting_dataset(script_args.dataset_name, script_args.dataset_train_split)
     if script_args.max_train_samples:
@@ -223,11 +222,6 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
         dtype=model_args.dtype,
         attn_implementation=model_args.attn_implementation,
     )
-    if not 0.0 <= script_args.noisy_rollouts < 1.0 or script_args.noise_std <= 0:
-        raise RecipeError(
-            f"noisy_rollouts must be a fraction of each group in [0, 1) and noise_std > 0 (got "
-            f"{script_args.noisy_rollouts}, {script_args.noise_std}); e.g. noisy_rollouts: 0.5, noise_std: 0.1"
-        )
     if script_args.freeze_vision:
         if model_args.use_peft:
             raise RecipeError("freeze_vision is for full fine-tuning; with LoRA the tower is frozen unless lora_vision")
@@ -303,7 +297,7 @@ def parse_args(argv=None):
     return parser.parse_args_and_config(args=argv)
 
 
-USER_ERRORS = (data_lib.DataError, modeling.ModelError, RecipeError, CompileGenerationError)
+USER_ERRORS = (data_lib.DataError, modeling.ModelError, RecipeError, TrainerOptionError)
 
 
 def cli(argv=None) -> int:

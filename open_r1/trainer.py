@@ -1,4 +1,4 @@
-"""`CountingGRPOTrainer`: TRL's `GRPOTrainer` plus two speed levers, each at one of TRL's own hook points.
+"""`CountingGRPOTrainer`: TRL's `GRPOTrainer` plus speed levers and one recipe lever, at TRL's own hook points.
 
 The algorithm is TRL's, unchanged. What this adds:
 
@@ -46,9 +46,10 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import torch
 from trl import GRPOTrainer
 
-from open_r1.evaluate import CACHE_BUCKET_TOKENS, cache_length_bucket  # noqa: F401 - one bucketing rule
+from open_r1.evaluate import cache_length_bucket  # one bucketing rule for training and selfcheck
 
 IMAGE_COLUMN = "image"
 # CUDA graphs are re-recorded when the static cache of a new `generate` call lives at new addresses; torch gives up
@@ -56,8 +57,17 @@ IMAGE_COLUMN = "image"
 CUDAGRAPH_RERECORD_LIMIT = 1_000_000
 
 
-class CompileGenerationError(ValueError):
-    """compile_generation asked for where it cannot work; the message says what to change."""
+class TrainerOptionError(ValueError):
+    """A trainer option that cannot work as set (compile_generation under ZeRO-3 or with vLLM, noisy_rollouts out of
+    range); the message says what to change."""
+
+
+def check_noisy_rollouts(fraction: float, std: float) -> None:
+    if not 0.0 <= fraction < 1.0 or std <= 0:
+        raise TrainerOptionError(
+            f"noisy_rollouts must be a fraction of each group in [0, 1) and noise_std > 0 (got {fraction}, {std}); "
+            "e.g. noisy_rollouts: 0.5, noise_std: 0.1"
+        )
 
 
 def lazy_image_column(dataset, column: str = IMAGE_COLUMN):
@@ -133,8 +143,6 @@ def vision_tower(model):
 
 def duplicate_map(pixel_values, grid_thw) -> list[int]:
     """For each image of a flattened Qwen2-VL batch, the index of the first image with identical patches and grid."""
-    import torch
-
     sizes = grid_thw.prod(-1).tolist()
     chunks = torch.split(pixel_values, sizes)
     weights = torch.linspace(0.5, 1.5, pixel_values.shape[-1], device=pixel_values.device, dtype=torch.float32)
@@ -158,8 +166,6 @@ class DedupeVisionMixin:
     """Mixed into the vision tower's class: encode each distinct image once, expand to every copy."""
 
     def forward(self, hidden_states, grid_thw, **kwargs):
-        import torch
-
         mapping = duplicate_map(hidden_states, grid_thw)
         unique = sorted(set(mapping))
         if len(unique) == len(mapping):
@@ -195,7 +201,6 @@ def enable_vision_dedupe(model) -> bool:
 
 def regroup_micro_batches(batches: list[dict], key: str = ROW_ID) -> list[dict]:
     """The micro-batches of a round with their rows back in generation order (groups contiguous), same sizes."""
-    import torch
     from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
 
     parts = [split_pixel_values_by_grid(batch) for batch in batches]
@@ -219,11 +224,10 @@ def regroup_micro_batches(batches: list[dict], key: str = ROW_ID) -> list[dict]:
 
 def enable_compiled_generation(generation_config, deepspeed_plugin=None) -> None:
     """Switch a TRL GenerationConfig to a static KV cache with a compiled (CUDA-graph) decode step."""
-    import torch
     from transformers import CompileConfig
 
     if deepspeed_plugin is not None and getattr(deepspeed_plugin, "zero_stage", 0) == 3:
-        raise CompileGenerationError(
+        raise TrainerOptionError(
             "compile_generation does not work under DeepSpeed ZeRO-3 (parameters are gathered for every generation). "
             "Run with ZERO3=0 (plain DDP) or set compile_generation: false"
         )
@@ -244,12 +248,12 @@ def longest_prompt_tokens(processor, rows: list[dict]) -> int:
 
 
 class CountingGRPOTrainer(GRPOTrainer):
-    """`GRPOTrainer` with lazy image decoding and optional compiled decoding (module docstring)."""
+    """`GRPOTrainer` with lazy image decoding, optional compiled decoding, ViT de-duplication and noisy rollouts
+    (module docstring)."""
 
     def __init__(self, *args, lazy_images: bool = True, compile_generation: bool = False, noisy_fraction: float = 0.0,
                  noise_std: float = 0.1, dedupe_vision: bool = False, **kwargs):
-        if not 0.0 <= noisy_fraction < 1.0:
-            raise ValueError(f"noisy_rollouts must be in [0, 1) (a fraction of each group), got {noisy_fraction}")
+        check_noisy_rollouts(noisy_fraction, noise_std)
         if lazy_images and kwargs.get("train_dataset") is not None:
             kwargs["train_dataset"] = lazy_image_column(kwargs["train_dataset"])
         super().__init__(*args, **kwargs)
@@ -264,7 +268,7 @@ class CountingGRPOTrainer(GRPOTrainer):
         )
         if compile_generation:
             if self.use_vllm:
-                raise CompileGenerationError("compile_generation is for HF generate; vLLM compiles on its own: drop one")
+                raise TrainerOptionError("compile_generation is for HF generate; vLLM compiles on its own: drop one")
             enable_compiled_generation(self.generation_config, getattr(self.accelerator.state, "deepspeed_plugin", None))
             sample = [self.train_dataset[i] for i in range(min(64, len(self.train_dataset)))]
             if sample and isinstance(sample[0].get("prompt"), list):
@@ -278,8 +282,6 @@ class CountingGRPOTrainer(GRPOTrainer):
             self._add_noise(inputs)
         output = super()._generate_and_score_completions(inputs)
         if self.regroup_rounds and self.model.training:
-            import torch
-
             output[ROW_ID] = torch.arange(len(inputs))  # follows TRL's shuffle; see _prepare_inputs
         if self.compile_generation and "prompt_ids" in output:
             # a longer round than the sample foresaw: raise the bucket once instead of recompiling every round

@@ -366,7 +366,7 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
                TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                HF_DATASETS_OFFLINE="1")
     env["PYTHONPATH"] = os.pathsep.join([str(proxy.REPO_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
-    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if getattr(args, "gpus", None) else []
+    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else []
     launched = 0
     pending, running = list(jobs), {}
     stop_at = None

@@ -9,6 +9,7 @@ from datasets import Dataset, Image, load_from_disk
 from PIL import Image as PILImage
 
 from open_r1 import grpo, trainer as trainer_lib
+from open_r1.evaluate import CACHE_BUCKET_TOKENS
 from tests.test_grpo import recipe_args, use_varied_reward
 
 
@@ -82,7 +83,7 @@ def test_compiled_generation_config_and_its_refusals():
     trainer_lib.enable_compiled_generation(config)
     assert config.cache_implementation == "static" and config.disable_compile is False
     assert config.compile_config.mode == "reduce-overhead"
-    with pytest.raises(trainer_lib.CompileGenerationError, match="ZERO3=0"):
+    with pytest.raises(trainer_lib.TrainerOptionError, match="ZERO3=0"):
         trainer_lib.enable_compiled_generation(GenerationConfig(), SimpleNamespace(zero_stage=3))
 
 
@@ -96,7 +97,7 @@ def test_compile_generation_trains_with_a_static_cache(tiny_model_dir, scene_dat
     trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--compile_generation", "true")
     assert trainer.generation_config.cache_implementation == "static"
     cache_len = trainer.generation_config.max_cache_len  # one compiled shape for every round
-    assert cache_len % trainer_lib.CACHE_BUCKET_TOKENS == 0 and cache_len > trainer.max_completion_length
+    assert cache_len % CACHE_BUCKET_TOKENS == 0 and cache_len > trainer.max_completion_length
     seen = []
     original = type(trainer.model).generate
 
@@ -141,7 +142,10 @@ def test_selfcheck_static_cache_gives_the_same_answers(tiny_model_dir, scene_dat
     dataset = load_counting_dataset(os.path.join(scene_data_dir, "val"))
     kwargs = dict(batch_size=4, max_new_tokens=12, progress=False)
     eager = evaluate_dataset(model, processor, dataset, **kwargs)
+    caches, generate = [], model.generate
+    model.generate = lambda **kw: caches.append(kw.get("cache_implementation")) or generate(**kw)
     static = evaluate_dataset(model, processor, dataset, compile_generation=True, **kwargs)
+    assert caches and set(caches) == {"static"}  # the static-cache path really ran
     assert [r["completion"] for r in static.records] == [r["completion"] for r in eager.records]
     assert static.n == eager.n == len(dataset)
 
