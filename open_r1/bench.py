@@ -233,6 +233,17 @@ PRESETS: dict[str, dict[str, Any]] = {
         "description": "ours_gen512_beta0 with the vision tower frozen (freeze_vision: trains fewer weights)",
         "freeze_vision": True,
     },
+    "ours_gen512_beta0_dedupe_frozenvit": {
+        "base": "ours_gen512_beta0_dedupe",
+        "description": "ours_gen512_beta0_dedupe with the vision tower frozen (freeze_vision: trains fewer weights)",
+        "freeze_vision": True,
+    },
+    "ours_gen512_beta0_dedupe_liger": {
+        "base": "ours_gen512_beta0_dedupe",
+        "description": "ours_gen512_beta0_dedupe + Liger layer kernels (RMSNorm, SwiGLU, RoPE; needs liger_kernel)",
+        "use_liger_kernel": True,
+        "requires": ["liger_kernel"],
+    },
     "ours_gen512_beta0_compile_frozenvit": {
         "base": "ours_gen512_beta0_compile",
         "description": "ours_gen512_beta0_compile with the vision tower frozen (freeze_vision: trains fewer weights)",
@@ -270,7 +281,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 # Most informative first: with --deadline-s the tail is what gets skipped.
-DEFAULT_VARIANTS = "plain_trl,ours_gen512_beta0,ours_gen512_beta0_dedupe,ours_gen512_beta0_frozenvit"
+DEFAULT_VARIANTS = "plain_trl,ours_gen512_beta0_dedupe,ours_gen512_beta0,ours_gen512_beta0_dedupe_frozenvit"
 DEFAULT_TINY_VARIANTS = "plain_trl,ours"
 BASELINE = "plain_trl"
 
@@ -869,6 +880,13 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         sync()
         result.update(probe.summary())
         result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
+        if variant.dedupe_vision:  # proof that the lever acted: images the ViT ran on vs images it was given
+            from open_r1.trainer import vision_tower
+
+            visual = vision_tower(trainer.model)
+            result.update(vit_images_seen=getattr(visual, "images_seen", None),
+                          vit_images_encoded=getattr(visual, "images_encoded", None),
+                          regrouped_micro_batches=bool(getattr(trainer, "regroup_rounds", False)))
     finally:
         if trainer is not None:
             with contextlib.suppress(Exception):

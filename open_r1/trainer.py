@@ -165,9 +165,15 @@ def duplicate_map(pixel_values, grid_thw) -> list[int]:
 class DedupeVisionMixin:
     """Mixed into the vision tower's class: encode each distinct image once, expand to every copy."""
 
+    # images given to / images run through the ViT since the subclass was installed (bench and tests read these)
+    images_seen = 0
+    images_encoded = 0
+
     def forward(self, hidden_states, grid_thw, **kwargs):
         mapping = duplicate_map(hidden_states, grid_thw)
         unique = sorted(set(mapping))
+        self.images_seen += len(mapping)
+        self.images_encoded += len(unique)
         if len(unique) == len(mapping):
             return super().forward(hidden_states, grid_thw, **kwargs)
         sizes = grid_thw.prod(-1).tolist()
