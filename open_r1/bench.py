@@ -238,6 +238,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "description": "ours_gen512_beta0_dedupe with the vision tower frozen (freeze_vision: trains fewer weights)",
         "freeze_vision": True,
     },
+    "ours_gen1024_beta0_dedupe": {
+        "base": "ours_gen512_beta0_dedupe",
+        "description": "ours_gen512_beta0_dedupe generating 1024 at once (64 x accumulation 16)",
+        "gradient_accumulation_steps": 16,
+    },
     "ours_gen512_beta0_dedupe_liger": {
         "base": "ours_gen512_beta0_dedupe",
         "description": "ours_gen512_beta0_dedupe + Liger layer kernels (RMSNorm, SwiGLU, RoPE; needs liger_kernel)",

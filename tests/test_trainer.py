@@ -309,10 +309,14 @@ def test_dedupe_vision_trains_whole_groups_per_micro_batch_with_the_same_update(
         monkeypatch.setattr(trainer_lib, "duplicate_map",
                             lambda *a: distinct.append(len(set(mapping := real(*a)))) or mapping)
         trainer.train()
+        visual = trainer_lib.vision_tower(trainer.model)
+        counts.append((visual.images_seen, visual.images_encoded))
         return {n: p.detach() - before[n] for n, p in trainer.model.named_parameters()}, distinct, rounds, micro_batches
 
+    counts = []
     shuffled, _, _, _ = one_step(False)
     regrouped, distinct, rounds, micro_batches = one_step(True)
+    assert counts[1] == (16, 8)  # the counters the bench reports: 8 prefill + 4 x 2 training rows, 4 + 4 x 1 encoded
     (round_,) = rounds
     for key in ("prompt_ids", "completion_ids", "advantages", "pixel_values", "image_grid_thw", "mm_token_type_ids"):
         assert torch.equal(torch.cat([m[key] for m in micro_batches]), round_[key]), key
