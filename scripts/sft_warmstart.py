@@ -8,7 +8,8 @@
 
 What it does:
   1. renders the splits with `open_r1.scenes.write_splits` unless `--data` already holds them (train for SFT, val /
-     compositional / ood_val for the proxy experiment), at a reduced image size (288x192, OOD 320x240);
+     compositional / ood_val for the proxy experiment, ood_train for the exposure rows), at a reduced image size
+     (336x224, OOD 336x252);
   2. builds a Qwen2-VL-architecture model from random init (`open_r1.tiny_model.build_config`, preset `small`:
      hidden 256, 4 layers, vision depth 4 / width 256; 47.6M parameters, 38.9M of them the real-size embedding) with
      the real-id tokenizer, chat template and processor of `open_r1.tiny_model`, seeded;
@@ -16,7 +17,9 @@ What it does:
      template (mixed 50/50 by default), and the protocol-format target `<think>There are N objects.</think>
      <answer>N</answer>` (`--target-style answer`: `<answer>N</answer>`; `mixed`: either, per row). TRL's collator
      renders the chat template, so the target ends with `<|im_end|>`, the eos of generation: the model learns to
-     stop right after `</answer>`. Loss on the completion only; packing off (not supported for images anyway);
+     stop right after `</answer>`. Loss on the completion only; packing off (not supported for images anyway).
+     Plus `--ood-exposure` OOD-renderer rows (default 3000) as pre-training-style VQA: the question alone, answered
+     with the bare number, never under a protocol template (why: `open_r1.proxy.to_exposure_sft_dataset`);
   4. stops at whichever comes first: `--max-steps` / `--epochs`, the wall-clock cap `--max-minutes` (the LR
      schedule follows max(step fraction, time fraction), so a time-capped run still anneals), or `--stop-at-acc`
      reached by the quick greedy check on held-out train rows (the model must leave room for RL to improve);
@@ -54,6 +57,10 @@ def parse_args(argv=None):
                         help=f"rows to render for train ({proxy.PROXY_SIZES['train']})")
     parser.add_argument("--eval-size", type=int, default=None,
                         help=f"rows to render for val / compositional / ood_val ({proxy.PROXY_SIZES['val']})")
+    parser.add_argument("--ood-exposure", type=int, default=None,
+                        help="OOD-renderer rows (split ood_train) added to SFT as the question alone answered with the "
+                             f"bare number, never in the protocol format ({proxy.PROXY_EXPOSURE_ROWS}; tiny "
+                             f"{proxy.TINY_EXPOSURE_ROWS}; 0 = CLEVR only). See open_r1.proxy.to_exposure_sft_dataset")
     parser.add_argument("--image-size", default=None, help=f"clevr splits ({proxy.PROXY_IMAGE_SIZE})")
     parser.add_argument("--ood-image-size", default=None, help=f"ood_val ({proxy.PROXY_OOD_IMAGE_SIZE})")
     parser.add_argument("--render-workers", type=int, default=None, help="scene rendering processes (all cores)")
@@ -96,6 +103,7 @@ def finalize_args(args):
     defaults = {
         "train_size": proxy.TINY_SIZES["train"] if tiny else proxy.PROXY_SIZES["train"],
         "eval_size": proxy.TINY_SIZES["val"] if tiny else proxy.PROXY_SIZES["val"],
+        "ood_exposure": proxy.TINY_EXPOSURE_ROWS if tiny else proxy.PROXY_EXPOSURE_ROWS,
         "image_size": proxy.TINY_IMAGE_SIZE if tiny else proxy.PROXY_IMAGE_SIZE,
         "ood_image_size": proxy.TINY_OOD_IMAGE_SIZE if tiny else proxy.PROXY_OOD_IMAGE_SIZE,
         "preset": "tiny" if tiny else "small",
@@ -118,6 +126,8 @@ def finalize_args(args):
         args.max_minutes = 3.5
     if args.target_style not in proxy.TARGET_STYLES:
         raise SystemExit(f"error: --target-style must be one of {proxy.TARGET_STYLES}")
+    if args.ood_exposure < 0:
+        raise SystemExit(f"error: --ood-exposure must be >= 0 rows (got {args.ood_exposure}); 0 switches it off")
     return args
 
 
@@ -273,9 +283,12 @@ def main(argv=None) -> dict:
 
     # 1. data
     sizes = {"train": args.train_size, **{split: args.eval_size for split in proxy.EVAL_SPLITS}}
+    required = {"train": 2, "val": 1}
+    if args.ood_exposure:
+        sizes[proxy.EXPOSURE_SPLIT] = required[proxy.EXPOSURE_SPLIT] = args.ood_exposure
     data_info = proxy.ensure_splits(args.data, sizes, seed=args.seed, image_size=args.image_size,
                                     ood_image_size=args.ood_image_size, workers=args.render_workers,
-                                    progress=not args.tiny, log=log, required={"train": 2, "val": 1})
+                                    progress=not args.tiny, log=log, required=required)
     train_full = data_lib.load_counting_dataset(os.path.join(args.data, "train"))
     data_lib.validate_counting_dataset(train_full, "train")
     dev_size = min(args.dev_size, max(len(train_full) // 4, 1)) if args.dev_size else 0
@@ -283,6 +296,14 @@ def main(argv=None) -> dict:
     train_split = train_full.select(range(train_rows))
     dev_split = train_full.select(range(train_rows, len(train_full))) if dev_size else None
     train_dataset = proxy.to_sft_dataset(train_split, args.templates, seed=args.seed, style=args.target_style)
+    exposure_rows = 0
+    if args.ood_exposure:
+        import datasets
+
+        exposure = data_lib.load_counting_dataset(os.path.join(args.data, proxy.EXPOSURE_SPLIT))
+        exposure = proxy.to_exposure_sft_dataset(exposure.select(range(min(args.ood_exposure, len(exposure)))))
+        exposure_rows = len(exposure)
+        train_dataset = datasets.concatenate_datasets([train_dataset, exposure.cast(train_dataset.features)])
 
     # 2. model (random init, seeded) + processor with the real ids and chat template
     set_seed(args.seed)
@@ -293,11 +314,12 @@ def main(argv=None) -> dict:
                                            max_pixels=args.max_pixels)
     processor.tokenizer.padding_side = "left"  # generation (evaluation, GRPO) pads left; TRL's collator sets its own
     parameters = sum(p.numel() for p in model.parameters())
-    log(f"[sft] model: {parameters / 1e6:.1f}M parameters ({overrides}); train rows {train_rows}, "
-        f"quick-check rows {dev_size}, target style {args.target_style}, templates {args.templates}")
+    log(f"[sft] model: {parameters / 1e6:.1f}M parameters ({overrides}); train rows {train_rows} + OOD exposure "
+        f"rows {exposure_rows}, quick-check rows {dev_size}, target style {args.target_style}, templates "
+        f"{args.templates}")
 
     # 3. SFT
-    steps_per_epoch = max(1, math.ceil(train_rows / args.batch_size))
+    steps_per_epoch = max(1, math.ceil(len(train_dataset) / args.batch_size))
     max_steps = args.max_steps
     if args.epochs is not None:
         by_epochs = max(1, math.ceil(args.epochs * steps_per_epoch))
@@ -358,6 +380,13 @@ def main(argv=None) -> dict:
     log(f"[sft] val (selfcheck protocol, {report.n} rows, max_new_tokens {args.eval_max_new_tokens}): accuracy "
         f"{report.accuracy_pct:.2f}% format {report.format_pct:.2f}% mean tokens {report.mean_completion_tokens:.1f} "
         f"truncated {report.truncated_pct:.2f}%")
+    ood_report = None
+    if exposure_rows:  # what the exposure bought: counting on the OOD renderer under the protocol
+        ood = data_lib.load_counting_dataset(os.path.join(args.data, "ood_val"))
+        ood_report = evaluate_dataset(loaded, loaded_processor, ood, name="ood_val", batch_size=args.eval_batch_size,
+                                      limit=args.eval_limit, max_new_tokens=args.eval_max_new_tokens, progress=False)
+        log(f"[sft] ood_val (selfcheck protocol, {ood_report.n} rows): accuracy {ood_report.accuracy_pct:.2f}% "
+            f"format {ood_report.format_pct:.2f}% mean tokens {ood_report.mean_completion_tokens:.1f}")
     if not args.tiny and not 30.0 <= report.accuracy_pct <= 70.0:
         log(f"[sft] WARNING: val accuracy {report.accuracy_pct:.1f}% is outside the 'moderate' 30-70% band the "
             "proxy experiment wants (raise --max-minutes/--epochs if lower; lower --stop-at-acc if higher)")
@@ -372,6 +401,8 @@ def main(argv=None) -> dict:
         "target_style": args.target_style,
         "templates": args.templates,
         "train_rows": train_rows,
+        "ood_exposure_rows": exposure_rows,
+        "ood_exposure_form": "question alone -> bare number (open_r1.proxy.to_exposure_sft_dataset)",
         "quick_check_rows": dev_size,
         "batch_size": args.batch_size,
         "steps": steps,
@@ -387,6 +418,7 @@ def main(argv=None) -> dict:
                  "ood_image_size": args.ood_image_size},
         "val": {**report.summary(), "by_count": proxy.by_count(report.records),
                 "max_new_tokens": args.eval_max_new_tokens},
+        "ood_val": ({**ood_report.summary(), "by_count": proxy.by_count(ood_report.records)} if ood_report else None),
     }
     with open(out_dir / REPORT_FILE, "w") as handle:
         json.dump(sft_report, handle, indent=1, default=str)

@@ -20,9 +20,10 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def scene_data_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Small generated splits (train/val/compositional/ood_val, save_to_disk layout) shared by the tests."""
+    """Small generated splits (train/val/compositional/ood_val, and ood_train for the warm start's exposure rows;
+    save_to_disk layout) shared by the tests."""
     from open_r1.scenes import write_splits
 
     out = tmp_path_factory.mktemp("scenes") / "data"
-    write_splits(str(out), {"train": 8, "val": 6, "compositional": 4, "ood_val": 6}, seed=0, workers=1)
+    write_splits(str(out), {"train": 8, "val": 6, "compositional": 4, "ood_val": 6, "ood_train": 4}, seed=0, workers=1)
     return str(out)

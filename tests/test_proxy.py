@@ -59,6 +59,8 @@ def test_every_arm_parses_and_changes_only_what_it_claims():
     assert _grpo_args("frozen_vit")[0].freeze_vision and not _grpo_args("ours")[0].freeze_vision
     noisy = _grpo_args("noisy_rollouts")[0]
     assert noisy.noisy_rollouts == 0.5 and noisy.noise_std == 0.1 and _grpo_args("ours")[0].noisy_rollouts == 0.0
+    low = _grpo_args("low_lr")[1]
+    assert low.learning_rate == pytest.approx(proxy.LOW_LR_FACTOR * ours_train.learning_rate)
     for arm in proxy.ARMS:
         assert ours_train.generation_batch_size % proxy.arm_num_generations(arm) == 0, arm
 
@@ -154,6 +156,45 @@ def test_sft_rows_mix_templates_and_styles(scene_data_dir, tiny_model_dir):
         assert "<|im_end|>" in text and "<|im_start|>" not in text and "How many" not in text
 
 
+def test_exposure_rows_are_plain_questions_answered_with_the_bare_number(scene_data_dir, tiny_model_dir):
+    """The warm start's OOD exposure: OOD-renderer images, the question without any protocol template, the bare
+    number as the trained completion (so the protocol format is never taught on that renderer)."""
+    import datasets
+    from transformers import AutoProcessor
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    ood = datasets.load_from_disk(os.path.join(scene_data_dir, proxy.EXPOSURE_SPLIT))
+    rows = proxy.to_exposure_sft_dataset(ood)
+    assert set(rows["template"]) == {proxy.EXPOSURE_TEMPLATE}
+    for row in rows:
+        assert row["prompt"][0]["content"] == row["problem"].strip()
+        assert row["completion"][0]["content"] == str(protocol.parse_gold(row["solution"]))
+        assert "<answer>" not in row["completion"][0]["content"] and "<think>" not in row["prompt"][0]["content"]
+    # the exposure and protocol rows train together in one SFT dataset
+    train = proxy.to_sft_dataset(datasets.load_from_disk(os.path.join(scene_data_dir, "train")), ["eval:1.0"])
+    mixed = datasets.concatenate_datasets([train, rows.cast(train.features)])
+    assert len(mixed) == len(train) + len(rows)
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    collator = DataCollatorForVisionLanguageModeling(processor=processor, completion_only_loss=True)
+    batch = collator([{k: rows[0][k] for k in ("prompt", "completion", "image")}])
+    trained = processor.tokenizer.decode(batch["input_ids"][0][batch["labels"][0] != -100])
+    assert trained.startswith(rows[0]["completion"][0]["content"] + "<|im_end|>")
+
+
+def test_ensure_splits_renders_only_what_is_missing(tmp_path):
+    from open_r1.scenes import write_splits
+
+    data = tmp_path / "data"
+    write_splits(str(data), {"train": 2, "val": 1}, seed=0, workers=1, image_size="112x84", progress=False)
+    train_state = (data / "train" / "state.json").read_text()
+    info = proxy.ensure_splits(data, {"train": 2, "val": 1, proxy.EXPOSURE_SPLIT: 2}, image_size="112x84",
+                               ood_image_size="112x84", workers=1, progress=False, log=lambda *_: None)
+    assert info["generated"] and info["sizes"] == {"train": 2, "val": 1, proxy.EXPOSURE_SPLIT: 2}
+    assert (data / "train" / "state.json").read_text() == train_state  # kept, not re-rendered
+    again = proxy.ensure_splits(data, {"train": 2, proxy.EXPOSURE_SPLIT: 2}, log=lambda *_: None)
+    assert not again["generated"]
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Report
 # --------------------------------------------------------------------------------------------------------------------
@@ -236,6 +277,7 @@ def test_sft_warmstart_tiny_saves_a_loadable_left_padded_model(tmp_path, scene_d
     assert report["steps"] == 1 and report["stop_reason"] == "max steps"
     assert len(report["quick_checks"]) == 1 and report["quick_checks"][0]["step"] == 1
     assert report["loss_first"] is not None and report["val"]["n"] == 4
+    assert report["ood_exposure_rows"] == proxy.TINY_EXPOSURE_ROWS and report["ood_val"]["n"] == 4
     assert AutoProcessor.from_pretrained(out).tokenizer.padding_side == "left"
     model = modeling.load_model(str(out), dtype="float32")
     processor = modeling.load_processor(str(out))

@@ -15,8 +15,10 @@ import sys
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
-DEFAULT_SIZES = {"train": 2000, "val": 200, "compositional": 200, "ood_val": 200}
-SPLIT_FLAGS = {"train": "--train", "val": "--val", "compositional": "--compositional", "ood_val": "--ood-val"}
+DEFAULT_SIZES = {"train": 2000, "val": 200, "compositional": 200, "ood_val": 200, "ood_train": 200}
+DEFAULT_SPLITS = ("train", "val", "compositional", "ood_val")  # ood_train only when --splits names it
+SPLIT_FLAGS = {"train": "--train", "val": "--val", "compositional": "--compositional", "ood_val": "--ood-val",
+               "ood_train": "--ood-train"}
 SAMPLES_PER_SPLIT = 4
 
 
@@ -37,12 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="output directory; gets one save_to_disk folder per split")
     for split, flag in SPLIT_FLAGS.items():
         parser.add_argument(flag, type=int, default=DEFAULT_SIZES[split], metavar="N", help=f"examples in {split} (default {DEFAULT_SIZES[split]})")
-    parser.add_argument("--splits", default=",".join(DEFAULT_SIZES), help="comma-separated splits to write (default: all four)")
+    parser.add_argument("--splits", default=",".join(DEFAULT_SPLITS),
+                        help="comma-separated splits to write (default: the four of the task; ood_train, OOD-renderer "
+                             "scenes for non-evaluation use, only when named)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     parser.add_argument("--questions", default="default", help="default | mixed | a comma-separated list of total,different,filtered")
     parser.add_argument("--image-size", default=None, metavar="WxH", help="clevr splits (default 480x320)")
-    parser.add_argument("--ood-image-size", default=None, metavar="WxH", help="ood_val (default 640x480)")
+    parser.add_argument("--ood-image-size", default=None, metavar="WxH", help="ood_val and ood_train (default 640x480)")
     parser.add_argument("--min-objects", type=int, default=3)
     parser.add_argument("--max-objects", type=int, default=10)
     parser.add_argument("--overwrite", action="store_true", help="replace the named splits if --out exists")

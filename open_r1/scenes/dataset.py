@@ -48,9 +48,12 @@ SPLITS: dict[str, tuple[str, str | None]] = {
     "val": ("clevr", "A"),
     "compositional": ("clevr", "B"),
     "ood_val": ("ood", None),
+    # OOD-renderer scenes for *other* training than counting supervision (the proxy warm start's exposure rows,
+    # scripts/sft_warmstart.py --ood-exposure); never part of an evaluation.
+    "ood_train": ("ood", None),
 }
 # Independent seed streams per split (never reuse or renumber: it would change every published split).
-_SPLIT_STREAM = {"train": 0, "val": 1, "compositional": 2, "ood_val": 3}
+_SPLIT_STREAM = {"train": 0, "val": 1, "compositional": 2, "ood_val": 3, "ood_train": 4}
 # zlib level for open_r1/scenes/png.py: about 1.5 ms and 33 KB per 480x320 image.
 PNG_COMPRESS_LEVEL = 3
 
