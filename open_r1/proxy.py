@@ -221,6 +221,7 @@ def to_exposure_sft_dataset(dataset):
 # Arms
 # --------------------------------------------------------------------------------------------------------------------
 LOW_LR_FACTOR = 0.3  # the low_lr arm: 1e-4 -> 3e-5
+THINK_ARM_BUDGET = 24  # the think arm's free thinking tokens (the first recipe's 96 of 256, scaled to the 64 cap)
 
 
 @dataclass
@@ -244,8 +245,8 @@ ARMS: dict[str, Arm] = {
             "answer_tag reward only, train template only, G=4, beta 0.04"),
         Arm("ours", "ours.yaml", "recipe", "the proposed recipe",
             "exact + format + soft + length rewards, eval/train template mix, G=8, beta 0.01, DAPO loss"),
-        Arm("no_think", "ours.yaml", "ablation", "short vs no thinking",
-            "format does not require the `<think>` block; the length penalty charges thinking from its first token"),
+        Arm("think", "ours.yaml", "ablation", "short vs no thinking",
+            "format requires the `<think>` block and the length penalty allows 24 thinking tokens (the first recipe)"),
         Arm("exact_only", "ours.yaml", "ablation", "exact vs exact + soft reward", "soft_count reward removed"),
         Arm("no_kl", "ours.yaml", "ablation", "KL on/off", "beta 0 (no reference model)"),
         Arm("g4", "ours.yaml", "ablation", "group size", "num_generations 4 (same completions per step: 2x prompts)"),
@@ -292,10 +293,10 @@ def arm_overrides(name: str, learning_rate: float | None = None) -> list[str]:
     lr_override = [] if learning_rate is None else ["--learning_rate", f"{base_lr:g}"]
     if name in ("weak_baseline", "ours"):
         return lr_override
-    if name == "no_think":
+    if name == "think":
         kwargs = _reward_kwargs(recipe)
-        kwargs["format"] = {**kwargs.get("format", {}), "require_think": False}
-        kwargs["length_penalty"] = {**kwargs.get("length_penalty", {}), "think_budget": 0}
+        kwargs["format"] = {**kwargs.get("format", {}), "require_think": True}
+        kwargs["length_penalty"] = {**kwargs.get("length_penalty", {}), "think_budget": THINK_ARM_BUDGET}
         return ["--reward_kwargs", json.dumps(kwargs, sort_keys=True), *lr_override]
     if name == "exact_only":
         funcs = list(recipe["reward_funcs"])
@@ -393,7 +394,7 @@ def make_sync_callback(progress_path: str | None, control_path: str | None, hard
 
 
 def decide_stop_at(progress: dict[str, dict], now: float, train_deadline: float, max_steps: int,
-                   safety: float = 0.85, min_steps: int = 3) -> int | None:
+                   safety: float = 0.85, min_steps: int = 6) -> int | None:
     """The common last step of all running arms, or None while it cannot be decided yet.
 
     `progress` maps a job to its latest progress record ({step, first_step_time, last_time}; `None` or a record

@@ -8,8 +8,8 @@
     python scripts/proxy_experiment.py --tiny --out /tmp/proxy-tiny
 
 Arms (open_r1/proxy.py ARMS; recipes in configs/proxy/): `weak_baseline` (the inherited setup), `ours` (the
-proposed recipe) and ablations of ours: `no_think`, `exact_only`, `no_kl`, `g4`, `train_template`, `lora`,
-`frozen_vit`, `noisy_rollouts`.
+proposed recipe) and ablations of ours: `think`, `exact_only`, `no_kl`, `g4`, `train_template`, `lora`,
+`frozen_vit`, `noisy_rollouts`, `low_lr`.
 Every arm is a GRPO run through `open_r1.grpo` (its `parse_args` on the recipe YAML + overrides, its
 `build_trainer`), in its own process, all arms at once on the one GPU (small models leave it mostly idle).
 

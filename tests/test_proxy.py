@@ -40,9 +40,11 @@ def test_every_arm_parses_and_changes_only_what_it_claims():
     # The length penalty's budget is the completion cap (rewards.py: set budget_tokens when the cap is < 256).
     assert ours_kwargs["length_penalty"]["budget_tokens"] == ours_train.max_completion_length
 
-    script, train, _ = _grpo_args("no_think")
+    assert ours_kwargs["format"] == {"require_think": False} and ours_kwargs["length_penalty"]["think_budget"] == 0
+    script, train, _ = _grpo_args("think")
     kwargs = parse_reward_kwargs(script.reward_kwargs)
-    assert kwargs["format"] == {"require_think": False} and kwargs["length_penalty"]["think_budget"] == 0
+    assert kwargs["format"] == {"require_think": True}
+    assert kwargs["length_penalty"]["think_budget"] == proxy.THINK_ARM_BUDGET
     assert kwargs["soft_count"] == ours_kwargs["soft_count"]
 
     script, train, _ = _grpo_args("exact_only")
