@@ -26,6 +26,8 @@ def main(argv=None) -> int:
     parser.add_argument("results", help="results.json from scripts/proxy_experiment.py")
     parser.add_argument("--md", default=None, help="markdown to write (default: RESULTS.md beside the JSON)")
     parser.add_argument("--png", default=None, help="plot to write (default: acc_by_count.png beside the markdown)")
+    parser.add_argument("--note", default=None,
+                        help="a paragraph put under the title (e.g. what changed since the run), kept in the command")
     args = parser.parse_args(argv)
     try:
         with open(args.results) as handle:
@@ -37,6 +39,11 @@ def main(argv=None) -> int:
         print(f"error: {args.results} is not a proxy-experiment results.json (no 'runs'/'meta')", file=sys.stderr)
         return 2
     md = Path(args.md) if args.md else Path(args.results).resolve().parent / "RESULTS.md"
+    # the report names the command that rebuilds it, with this invocation's paths
+    results["meta"]["rebuild_command"] = "python scripts/make_results.py " + proxy.shell_join(
+        sys.argv[1:] if argv is None else list(argv))
+    if args.note:
+        results["meta"]["note"] = args.note
     md_path, png_path = proxy.write_report(results, md, args.png)
     print(f"wrote {md_path} and {png_path}")
     for split, verdict in proxy.summarize(results)["verdict"].items():

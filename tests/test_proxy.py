@@ -240,9 +240,11 @@ def test_make_results_rebuilds_tables_and_plot(tmp_path):
     results.write_text(json.dumps(_synthetic_results()))
     md, png = tmp_path / "docs" / "RESULTS.md", tmp_path / "docs" / "figures" / "acc.png"
     completed = subprocess.run([sys.executable, str(REPO / "scripts" / "make_results.py"), str(results),
-                                "--md", str(md), "--png", str(png)], capture_output=True, text=True, cwd=REPO)
+                                "--md", str(md), "--png", str(png), "--note", "Made before X changed."],
+                               capture_output=True, text=True, cwd=REPO)
     assert completed.returncode == 0, completed.stderr
     text = md.read_text()
+    assert "> Made before X changed." in text and f"--md {md} --png {png} --note" in text  # how to rebuild it
     assert "| recipe | seed | val | compositional | ood_val |" in text
     assert "| ours | 1 | 62.0 | 57.0 | 22.0 |" in text and "| weak_baseline | 0 | 40.0 | 40.0 | 20.0 |" in text
     assert "| ours | 2 | 61.0 ± 2.0 (1.4)" in text  # mean ± range (sd)
