@@ -423,6 +423,22 @@ def decide_stop_at(progress: dict[str, dict], now: float, train_deadline: float,
     return int(min(max_steps, max(math.floor(min(projected)), furthest + 1)))
 
 
+def raise_stop_at(stop_at: int, progress: dict[str, dict], now: float, train_deadline: float, max_steps: int,
+                  margin: int = 2) -> int:
+    """`stop_at`, or a later common step when the arms turned out faster than first projected.
+
+    The first decision is made after a few steps, when start-up costs still weigh on the rates, so it undershoots.
+    Arms read the control file after every step, so the step can still be raised while every arm is at least `margin`
+    steps short of it (none can have stopped on the old value); it is never lowered.
+    """
+    steps = [int((record or {}).get("step") or 0) for record in progress.values()
+             if record is not None and not record.get("done")]
+    if not steps or max(steps) > stop_at - margin:
+        return stop_at
+    candidate = decide_stop_at(progress, now, train_deadline, max_steps)
+    return max(stop_at, candidate) if candidate is not None else stop_at
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Evaluation (the selfcheck protocol)
 # --------------------------------------------------------------------------------------------------------------------

@@ -17,7 +17,9 @@ Same number of rollouts: every arm generates the same number of completions per 
 (`--generation-batch`, 128) and stops at the same step. The step is either fixed (`--no-sync --max-steps N`) or
 decided while the arms run (default): once every arm has measured its speed over a few steps, the coordinator
 picks the largest step every arm can reach before the training deadline (`--budget-minutes` minus
-`--eval-reserve`) and all arms stop there. A run that still hits the deadline first stops short, and its row says so.
+`--eval-reserve`) and all arms stop there. Start-up makes that first projection low, so it is re-projected every 5 s
+and raised while every arm is at least 2 steps short of it (never lowered). A run that still hits the deadline first
+stops short, and its row says so.
 
 Evaluation: the start model once ("before") and every run after training, with `open_r1.evaluate.evaluate_dataset`
 (the engine of selfcheck.py: EVAL template, greedy, 256 new tokens, first <answer>N</answer>) on the first
@@ -279,6 +281,7 @@ def main(argv=None) -> dict:
             "created": dt.datetime.now().isoformat(timespec="seconds"),
             "command": command,
             "results_json": "results.json",
+            "rebuild_command": f"python scripts/make_results.py {out_dir / 'results.json'}",
             "versions": package_versions(),
             "tiny": args.tiny,
             "splits": list(proxy.EVAL_SPLITS),
@@ -370,7 +373,7 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
     launched = 0
     pending, running = list(jobs), {}
     stop_at = None
-    last_report = 0.0
+    last_report = last_decision = 0.0
     while pending or running:
         while pending and len(running) < parallel:
             job = pending.pop(0)
@@ -389,20 +392,26 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
                 del running[name]
                 log(f"{name} finished with exit code {code} after {time.time() - t_start:.0f} s")
         now = time.time()
-        if sync and stop_at is None and train_deadline is not None and train_jobs:
+        if sync and train_deadline is not None and train_jobs and now - last_decision > 5:
+            last_decision = now
             progress = {}
             for job in train_jobs:
                 record = proxy.read_json(job["sync"]["progress"])
                 if record is None and job["job"] not in running and job not in pending:
                     record = {"done": True}  # exited before it trained
                 progress[job["job"]] = record
-            stop_at = proxy.decide_stop_at(progress, now, train_deadline, max_steps)
-            if stop_at is not None:
+            if stop_at is None:
+                decided = proxy.decide_stop_at(progress, now, train_deadline, max_steps)
+            else:  # re-projected every few seconds: raised while no arm is near it, never lowered
+                decided = proxy.raise_stop_at(stop_at, progress, now, train_deadline, max_steps)
+            if decided is not None and decided != stop_at:
                 steps = {k: (v or {}).get("step") for k, v in progress.items()}
-                proxy._write_json_atomic(control_path, {"stop_at": stop_at, "decided_at": now, "steps": steps,
-                                                        "train_deadline": train_deadline})
-                log(f"common stop step: {stop_at} (steps now {steps}; training deadline in "
-                    f"{train_deadline - now:.0f} s)")
+                proxy._write_json_atomic(control_path, {"stop_at": decided, "decided_at": now, "steps": steps,
+                                                        "train_deadline": train_deadline,
+                                                        "previous": stop_at})
+                log(f"common stop step: {decided}{f' (raised from {stop_at})' if stop_at is not None else ''} "
+                    f"(steps now {steps}; training deadline in {train_deadline - now:.0f} s)")
+                stop_at = decided
         if now - last_report > 30:
             last_report = now
             steps = {j["job"]: (proxy.read_json(j["sync"]["progress"]) or {}).get("step") for j in train_jobs}

@@ -97,6 +97,19 @@ def test_stop_step_is_what_the_slowest_arm_reaches_by_the_deadline():
     assert proxy.decide_stop_at(late, 10.0, 12.0, 400, safety=1.0) == 41
 
 
+def test_stop_step_is_raised_when_arms_run_faster_but_never_lowered():
+    # two arms at 1 step/s from t=0; at t=10 (step 11) with 40 s left they can reach ~45 (0.85 safety)
+    fast = {"a": _record(11, 0.0, 10.0), "b": _record(11, 0.0, 10.0)}
+    assert proxy.raise_stop_at(30, fast, now=10.0, train_deadline=50.0, max_steps=400) == 45
+    # an arm within 2 steps of the old stop may already have stopped on it: keep it
+    near = {"a": _record(29, 0.0, 28.0), "b": _record(20, 0.0, 19.0)}
+    assert proxy.raise_stop_at(30, near, now=28.0, train_deadline=200.0, max_steps=400) == 30
+    # slower than projected: never lowered (the deadline callback stops the arm instead)
+    slow = {"a": _record(5, 0.0, 40.0), "b": _record(5, 0.0, 40.0)}
+    assert proxy.raise_stop_at(30, slow, now=40.0, train_deadline=50.0, max_steps=400) == 30
+    assert proxy.raise_stop_at(30, {"a": {"done": True}}, now=1.0, train_deadline=50.0, max_steps=400) == 30
+
+
 def test_sync_callback_stops_at_common_step_and_deadline(tmp_path):
     from transformers import TrainerControl, TrainerState
 
@@ -329,8 +342,10 @@ def test_proxy_experiment_tiny_end_to_end(tmp_path):
     with tarfile.open(out / "logs.tar.gz") as tar:
         names = tar.getnames()
     assert {"logs/before.log", "logs/ours-s0.log", "logs/weak_baseline-s0.log"} <= set(names)
-    # The report is a pure function of results.json.
+    # The report is a pure function of results.json (only the line naming the rebuild command differs).
     rebuilt = tmp_path / "rebuilt" / "RESULTS.md"
     subprocess.run([sys.executable, str(REPO / "scripts" / "make_results.py"), str(out / "results.json"),
                     "--md", str(rebuilt)], check=True, cwd=REPO, capture_output=True)
-    assert rebuilt.read_text() == text
+    original_lines, rebuilt_lines = text.splitlines(), rebuilt.read_text().splitlines()
+    assert f"--md {rebuilt}`" in rebuilt_lines[2]
+    assert original_lines[:2] + original_lines[3:] == rebuilt_lines[:2] + rebuilt_lines[3:]
