@@ -162,12 +162,24 @@ def sft_target(count: int, style: str) -> str:
     raise ValueError(f"unknown target style {style!r}; choose think or answer (or mixed for a per-row draw)")
 
 
-def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: str = "think"):
+THINK_NOISE_OFFSETS = (-2, -1, 1, 2)
+
+
+def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: str = "think",
+                   think_share: float = 0.5, think_noise: float = 0.0):
     """Add conversational `prompt` / `completion` columns (TRL prompt-completion format); the image stays in `image`.
 
     The user turn is plain text: TRL's collator puts the image placeholder before it, which is the grader's layout
     (image first, then the text). Each row gets a template drawn from `template_entries` ("eval:0.5"...) with a
-    seeded generator; style "mixed" draws think/answer per row (TON-style thought dropout).
+    seeded generator; style "mixed" draws think (with probability `think_share`) or answer per row (TON-style
+    thought dropout).
+
+    `think_noise` (default 0) makes the start model's thinking unreliable, the documented failure of the real start
+    model (Qwen2-VL-2B counts Super-CLEVR at 48 % under the think prompt vs 79-86 % answering directly; notes): that
+    fraction of the think-style rows state a wrong count (gold + one of THINK_NOISE_OFFSETS, kept >= 1) in the
+    thought *and* the answer that follows it; answer-style rows stay correct. A recipe can then gain by changing how
+    the model answers, which is where the published GRPO gains on counting come from, without the proxy having to
+    learn to see better. The `target_count` column records what each row teaches.
     """
     import numpy as np
 
@@ -175,18 +187,33 @@ def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: s
 
     if style not in TARGET_STYLES:
         raise ValueError(f"unknown target style {style!r}; choose one of {TARGET_STYLES}")
+    for name, value in (("think_share", think_share), ("think_noise", think_noise)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {value!r}")
     templates = TemplateMix.parse(template_entries)
     names = templates.assign(len(dataset), seed)
     golds = [protocol.parse_gold(s) for s in dataset["solution"]]
     styles = [style] * len(dataset)
     if style == "mixed":
         draw = np.random.default_rng(seed + 1).random(len(dataset))
-        styles = ["think" if d < 0.5 else "answer" for d in draw]
+        styles = ["think" if d < think_share else "answer" for d in draw]
+    targets = list(golds)
+    if think_noise:
+        rng = np.random.default_rng(seed + 2)
+        wrong = rng.random(len(dataset)) < think_noise
+        offsets = rng.choice(THINK_NOISE_OFFSETS, size=len(dataset))
+        for i, (gold, row_style) in enumerate(zip(golds, styles)):
+            if row_style == "think" and wrong[i]:
+                offset = int(offsets[i])
+                targets[i] = gold + offset if gold + offset >= 1 else gold + abs(offset)
     prompts = [
         [{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
         for problem, name in zip(dataset["problem"], names)
     ]
-    completions = [[{"role": "assistant", "content": sft_target(g, s)}] for g, s in zip(golds, styles)]
+    completions = [[{"role": "assistant", "content": sft_target(t, s)}] for t, s in zip(targets, styles)]
+    if "target_count" in dataset.column_names:
+        dataset = dataset.remove_columns("target_count")
+    dataset = dataset.add_column("target_count", targets)
     for column in ("prompt", "completion", "template"):
         if column in dataset.column_names:
             dataset = dataset.remove_columns(column)
@@ -210,11 +237,11 @@ def to_exposure_sft_dataset(dataset):
     golds = [protocol.parse_gold(s) for s in dataset["solution"]]
     prompts = [[{"role": "user", "content": str(problem).strip()}] for problem in dataset["problem"]]
     completions = [[{"role": "assistant", "content": str(int(g))}] for g in golds]
-    for column in ("prompt", "completion", "template"):
+    for column in ("prompt", "completion", "template", "target_count"):
         if column in dataset.column_names:
             dataset = dataset.remove_columns(column)
     return (dataset.add_column("prompt", prompts).add_column("completion", completions)
-            .add_column("template", [EXPOSURE_TEMPLATE] * len(dataset)))
+            .add_column("template", [EXPOSURE_TEMPLATE] * len(dataset)).add_column("target_count", golds))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -682,7 +709,10 @@ def render_markdown(results: dict, png_name: str | None = "acc_by_count.png") ->
             + (f" + {sft['ood_exposure_rows']} OOD-renderer exposure rows (split `{EXPOSURE_SPLIT}`: the question "
                "alone answered with the bare number, never the protocol format; `to_exposure_sft_dataset`)"
                if sft.get("ood_exposure_rows") else "")
-            + f", target style `{sft.get('target_style', '?')}`, {_fmt(sft.get('train_seconds'), 0)} s; stop reason: "
+            + f", target style `{sft.get('target_style', '?')}`"
+            + (f" (think share {sft.get('think_share'):g}, think noise {sft['think_noise']:g}: that fraction of think "
+               "targets state a wrong count)" if sft.get("think_noise") else "")
+            + f", {_fmt(sft.get('train_seconds'), 0)} s; stop reason: "
             f"{sft.get('stop_reason', '?')}. Command: `{sft.get('command', '?')}`")
     data = meta.get("data", {})
     add(f"- Data: `{data.get('dir', '?')}` rendered by `open_r1.scenes.write_splits` (sizes "

@@ -72,6 +72,12 @@ def parse_args(argv=None):
     parser.add_argument("--max-pixels", type=int, default=None, help=f"vision-token budget ({proxy.PROXY_MAX_PIXELS})")
     # SFT
     parser.add_argument("--target-style", default="think", choices=proxy.TARGET_STYLES)
+    parser.add_argument("--think-share", type=float, default=0.5,
+                        help="with --target-style mixed: fraction of rows with a think target (the rest answer only)")
+    parser.add_argument("--think-noise", type=float, default=0.0,
+                        help="fraction of think targets that state a wrong count (+-1 or 2) in thought and answer: "
+                             "a start model whose thinking hurts, as the real one's does "
+                             "(open_r1.proxy.to_sft_dataset); 0 = off")
     parser.add_argument("--templates", nargs="+", default=["eval:0.5", "train:0.5"],
                         help="prompt template mix, entries name:weight (open_r1.protocol.TEMPLATES)")
     parser.add_argument("--batch-size", type=int, default=None, help="per-step batch (128; tiny 4)")
@@ -126,6 +132,9 @@ def finalize_args(args):
         args.max_minutes = 3.5
     if args.target_style not in proxy.TARGET_STYLES:
         raise SystemExit(f"error: --target-style must be one of {proxy.TARGET_STYLES}")
+    for name in ("think_share", "think_noise"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be in [0, 1] (got {getattr(args, name)})")
     if args.ood_exposure < 0:
         raise SystemExit(f"error: --ood-exposure must be >= 0 rows (got {args.ood_exposure}); 0 switches it off")
     return args
@@ -295,7 +304,8 @@ def main(argv=None) -> dict:
     train_rows = len(train_full) - dev_size
     train_split = train_full.select(range(train_rows))
     dev_split = train_full.select(range(train_rows, len(train_full))) if dev_size else None
-    train_dataset = proxy.to_sft_dataset(train_split, args.templates, seed=args.seed, style=args.target_style)
+    train_dataset = proxy.to_sft_dataset(train_split, args.templates, seed=args.seed, style=args.target_style,
+                                         think_share=args.think_share, think_noise=args.think_noise)
     exposure_rows = 0
     if args.ood_exposure:
         import datasets
@@ -315,7 +325,8 @@ def main(argv=None) -> dict:
     processor.tokenizer.padding_side = "left"  # generation (evaluation, GRPO) pads left; TRL's collator sets its own
     parameters = sum(p.numel() for p in model.parameters())
     log(f"[sft] model: {parameters / 1e6:.1f}M parameters ({overrides}); train rows {train_rows} + OOD exposure "
-        f"rows {exposure_rows}, quick-check rows {dev_size}, target style {args.target_style}, templates "
+        f"rows {exposure_rows}, quick-check rows {dev_size}, target style {args.target_style} (think share "
+        f"{args.think_share:g}, think noise {args.think_noise:g}), templates "
         f"{args.templates}")
 
     # 3. SFT
@@ -399,6 +410,8 @@ def main(argv=None) -> dict:
         "parameters_m": parameters / 1e6,
         "model_overrides": overrides,
         "target_style": args.target_style,
+        "think_share": args.think_share,
+        "think_noise": args.think_noise,
         "templates": args.templates,
         "train_rows": train_rows,
         "ood_exposure_rows": exposure_rows,

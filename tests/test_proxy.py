@@ -171,6 +171,37 @@ def test_sft_rows_mix_templates_and_styles(scene_data_dir, tiny_model_dir):
         assert "<|im_end|>" in text and "<|im_start|>" not in text and "How many" not in text
 
 
+def test_think_noise_makes_only_think_targets_wrong_and_consistent(scene_data_dir):
+    """--think-noise: a start model whose thinking hurts. Wrong counts only in think-style rows, within +-2 of the
+    gold and never equal to it, the answer agreeing with the thought; answer-style rows always correct."""
+    import re
+
+    import datasets
+
+    train = datasets.load_from_disk(os.path.join(scene_data_dir, "train"))
+    train = datasets.concatenate_datasets([train] * 25)  # 200 rows, enough for the shares to show
+    rows = proxy.to_sft_dataset(train, ["eval:1.0"], seed=3, style="mixed", think_share=0.8, think_noise=0.5)
+    clean = proxy.to_sft_dataset(train, ["eval:1.0"], seed=3, style="mixed", think_share=0.8)
+    think_rows = wrong = 0
+    for row, clean_row in zip(rows, clean):
+        gold, text = protocol.parse_gold(row["solution"]), row["completion"][0]["content"]
+        answer = protocol.extract_answer(text)
+        assert answer == row["target_count"]
+        if "<think>" in text:
+            think_rows += 1
+            assert int(re.search(r"There are (\d+) objects", text).group(1)) == answer  # thought and answer agree
+            if answer != gold:
+                wrong += 1
+                assert abs(answer - gold) <= 2 and answer >= 1
+        else:
+            assert answer == gold
+        assert ("<think>" in text) == ("<think>" in clean_row["completion"][0]["content"])  # same style draw
+        assert clean_row["target_count"] == gold
+    assert 0.7 < think_rows / len(rows) < 0.9 and 0.35 < wrong / think_rows < 0.65
+    with pytest.raises(ValueError, match="think_noise"):
+        proxy.to_sft_dataset(train, ["eval:1.0"], think_noise=1.5)
+
+
 def test_exposure_rows_are_plain_questions_answered_with_the_bare_number(scene_data_dir, tiny_model_dir):
     """The warm start's OOD exposure: OOD-renderer images, the question without any protocol template, the bare
     number as the trained completion (so the protocol format is never taught on that renderer)."""
