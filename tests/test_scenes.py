@@ -23,7 +23,7 @@ from open_r1.scenes import (
     write_splits,
 )
 from open_r1.scenes import clevr
-from open_r1.scenes.cli import main
+from open_r1.scenes.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = "160x108"
@@ -330,3 +330,17 @@ def test_module_cli_exit_code_and_no_traceback(tmp_path):
         "error: --train must be at least 1 (got 0); to skip the split, leave it out of --splits"
     ]
     assert "Traceback" not in result.stderr and not out.exists()
+
+
+def test_ood_train_is_written_only_when_named_and_shares_no_scene_with_ood_val(tmp_path):
+    out = tmp_path / "data"
+    assert main(["--out", str(out), "--splits", "ood_val,ood_train", "--ood-val", "2", "--ood-train", "2",
+                 "--ood-image-size", "112x84", "--workers", "1", "--no-progress"]) == 0
+    assert sorted(os.listdir(out)) == ["ood_train", "ood_val"]
+    prints = {}
+    for split in ("ood_train", "ood_val"):
+        dataset = datasets.load_from_disk(str(out / split))
+        assert {json.loads(s)["renderer"] for s in dataset["scene"]} == {"ood"}
+        prints[split] = [scene_fingerprint(s) for s in dataset["scene"]]
+    assert not set(prints["ood_train"]) & set(prints["ood_val"])
+    assert "ood_train" not in build_parser().parse_args(["--out", "x"]).splits.split(",")
