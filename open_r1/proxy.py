@@ -271,7 +271,8 @@ ARMS: dict[str, Arm] = {
         Arm("weak_baseline", "weak_baseline.yaml", "baseline", "the inherited weak setup",
             "answer_tag reward only, train template only, G=4, beta 0.04"),
         Arm("ours", "ours.yaml", "recipe", "the proposed recipe",
-            "exact + format + soft + length rewards, eval/train template mix, G=8, beta 0.01, DAPO loss"),
+            "exact + format (no think block required) + soft + length (thinking charged from its first token) rewards, "
+            "eval/train template mix, G=8, beta 0.01, DAPO loss"),
         Arm("think", "ours.yaml", "ablation", "short vs no thinking",
             "format requires the `<think>` block and the length penalty allows 24 thinking tokens (the first recipe)"),
         Arm("exact_only", "ours.yaml", "ablation", "exact vs exact + soft reward", "soft_count reward removed"),
