@@ -823,7 +823,7 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
     from open_r1 import grpo as grpo_lib
     from open_r1 import modeling
     from open_r1.rewards import get_reward_funcs
-    from open_r1.trainer import CountingGRPOTrainer
+    from open_r1.trainer import CountingGRPOTrainer, vision_tower
 
     trainer = None
     try:
@@ -886,8 +886,6 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         result.update(probe.summary())
         result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
         if variant.dedupe_vision:  # proof that the lever acted: images the ViT ran on vs images it was given
-            from open_r1.trainer import vision_tower
-
             visual = vision_tower(trainer.model)
             result.update(vit_images_seen=getattr(visual, "images_seen", None),
                           vit_images_encoded=getattr(visual, "images_encoded", None),

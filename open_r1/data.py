@@ -140,6 +140,17 @@ class TemplateMix:
         return [self.names[i] for i in choice]
 
 
+def replace_columns(dataset, **columns):
+    """`dataset` with `columns` ({name: values}) added, replacing any of the same name (`add_column` refuses
+    duplicates; it also avoids rewriting the image bytes that `map` would)."""
+    stale = [name for name in columns if name in dataset.column_names]
+    if stale:
+        dataset = dataset.remove_columns(stale)
+    for name, values in columns.items():
+        dataset = dataset.add_column(name, values)
+    return dataset
+
+
 def to_grpo_dataset(dataset, templates: TemplateMix, seed: int = 0):
     """Add the TRL conversational `prompt` and the `template` used for it; images stay in the `image` column.
 
@@ -151,7 +162,4 @@ def to_grpo_dataset(dataset, templates: TemplateMix, seed: int = 0):
         [{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
         for problem, name in zip(dataset["problem"], names)
     ]
-    for column in ("prompt", "template"):
-        if column in dataset.column_names:
-            dataset = dataset.remove_columns(column)
-    return dataset.add_column("prompt", prompts).add_column("template", names)
+    return replace_columns(dataset, prompt=prompts, template=names)

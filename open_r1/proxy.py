@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from open_r1 import protocol
+from open_r1.data import TemplateMix, replace_columns
 from open_r1.keep_best import read_json
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -183,8 +184,6 @@ def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: s
     """
     import numpy as np
 
-    from open_r1.data import TemplateMix
-
     if style not in TARGET_STYLES:
         raise ValueError(f"unknown target style {style!r}; choose one of {TARGET_STYLES}")
     for name, value in (("think_share", think_share), ("think_noise", think_noise)):
@@ -211,13 +210,7 @@ def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: s
         for problem, name in zip(dataset["problem"], names)
     ]
     completions = [[{"role": "assistant", "content": sft_target(t, s)}] for t, s in zip(targets, styles)]
-    if "target_count" in dataset.column_names:
-        dataset = dataset.remove_columns("target_count")
-    dataset = dataset.add_column("target_count", targets)
-    for column in ("prompt", "completion", "template"):
-        if column in dataset.column_names:
-            dataset = dataset.remove_columns(column)
-    return dataset.add_column("prompt", prompts).add_column("completion", completions).add_column("template", names)
+    return replace_columns(dataset, target_count=targets, prompt=prompts, completion=completions, template=names)
 
 
 EXPOSURE_TEMPLATE = "plain"  # the `template` column of exposure rows: the question alone
@@ -237,11 +230,8 @@ def to_exposure_sft_dataset(dataset):
     golds = [protocol.parse_gold(s) for s in dataset["solution"]]
     prompts = [[{"role": "user", "content": str(problem).strip()}] for problem in dataset["problem"]]
     completions = [[{"role": "assistant", "content": str(int(g))}] for g in golds]
-    for column in ("prompt", "completion", "template", "target_count"):
-        if column in dataset.column_names:
-            dataset = dataset.remove_columns(column)
-    return (dataset.add_column("prompt", prompts).add_column("completion", completions)
-            .add_column("template", [EXPOSURE_TEMPLATE] * len(dataset)).add_column("target_count", golds))
+    return replace_columns(dataset, target_count=golds, prompt=prompts, completion=completions,
+                           template=[EXPOSURE_TEMPLATE] * len(dataset))
 
 
 # --------------------------------------------------------------------------------------------------------------------

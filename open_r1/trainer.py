@@ -18,16 +18,16 @@ The algorithm is TRL's, unchanged. What this adds:
   re-record rather than recompile; the re-record limit is raised so a long run keeps its graphs. Not with DeepSpeed
   ZeRO-3 (parameters are gathered and released around every generation), where it is refused with a clear error.
 
-* **Vision de-duplication** (`dedupe_vision=True`; on in `open_r1.grpo` and the recipes: 2.50x -> 3.77x plain TRL on the H200 bench, docs/PERFORMANCE.md). The G completions of a
-  prompt share one image, yet the training forward runs the ViT on every copy (forward, backward and the gradient
-  checkpointing recompute): about 40 % of the training FLOPs at 480x320 are the ViT, 7/8 of them repeated. Two
-  pieces: (1) the vision tower's class gets a subclass whose `forward` encodes each distinct image of a batch once
-  and expands the features (autograd sums the copies' gradients into the one encoding: the same gradient); (2) the
-  micro-batches of a round are put back in generation order after TRL's shuffle, so a group's copies share a
-  forward. (2) only runs where the order of micro-batches cannot change the update: one optimizer step per round
-  (`steps_per_generation == gradient_accumulation_steps`, `num_iterations == 1`), a loss whose normaliser does not
-  depend on the micro-batch (`dapo`, `dr_grpo`, `grpo`) and no per-micro-batch entropy quantile; otherwise only (1)
-  runs, on whatever duplicates a micro-batch happens to hold.
+* **Vision de-duplication** (`dedupe_vision=True`; on in `open_r1.grpo` and the recipes: 2.50x -> 3.77x plain TRL on
+  the H200 bench, docs/PERFORMANCE.md). The G completions of a prompt share one image, yet the training forward runs
+  the ViT on every copy (forward, backward and the gradient checkpointing recompute): about 40 % of the training FLOPs
+  at 480x320 are the ViT, 7/8 of them repeated. Two pieces: (1) the vision tower's class gets a subclass whose
+  `forward` encodes each distinct image of a batch once and expands the features (autograd sums the copies' gradients
+  into the one encoding: the same gradient); (2) the micro-batches of a round are put back in generation order after
+  TRL's shuffle, so a group's copies share a forward. (2) only runs where the order of micro-batches cannot change the
+  update: one optimizer step per round (`steps_per_generation == gradient_accumulation_steps`, `num_iterations == 1`),
+  a loss whose normaliser does not depend on the micro-batch (`dapo`, `dr_grpo`, `grpo`) and no per-micro-batch
+  entropy quantile; otherwise only (1) runs, on whatever duplicates a micro-batch happens to hold.
 
 And one recipe lever (it changes what is learned, default off):
 

@@ -385,19 +385,19 @@ def main(argv=None) -> dict:
     del trainer
     loaded = modeling.load_model(str(out_dir), dtype="float32").to(device).eval()
     loaded_processor = modeling.load_processor(str(out_dir))
-    val = data_lib.load_counting_dataset(os.path.join(args.data, "val"))
-    report = evaluate_dataset(loaded, loaded_processor, val, name="val", batch_size=args.eval_batch_size,
-                              limit=args.eval_limit, max_new_tokens=args.eval_max_new_tokens, progress=False)
-    log(f"[sft] val (selfcheck protocol, {report.n} rows, max_new_tokens {args.eval_max_new_tokens}): accuracy "
-        f"{report.accuracy_pct:.2f}% format {report.format_pct:.2f}% mean tokens {report.mean_completion_tokens:.1f} "
-        f"truncated {report.truncated_pct:.2f}%")
-    ood_report = None
-    if exposure_rows:  # what the exposure bought: counting on the OOD renderer under the protocol
-        ood = data_lib.load_counting_dataset(os.path.join(args.data, "ood_val"))
-        ood_report = evaluate_dataset(loaded, loaded_processor, ood, name="ood_val", batch_size=args.eval_batch_size,
-                                      limit=args.eval_limit, max_new_tokens=args.eval_max_new_tokens, progress=False)
-        log(f"[sft] ood_val (selfcheck protocol, {ood_report.n} rows): accuracy {ood_report.accuracy_pct:.2f}% "
-            f"format {ood_report.format_pct:.2f}% mean tokens {ood_report.mean_completion_tokens:.1f}")
+
+    def score(split: str):
+        dataset = data_lib.load_counting_dataset(os.path.join(args.data, split))
+        result = evaluate_dataset(loaded, loaded_processor, dataset, name=split, batch_size=args.eval_batch_size,
+                                  limit=args.eval_limit, max_new_tokens=args.eval_max_new_tokens, progress=False)
+        log(f"[sft] {split} (selfcheck protocol, {result.n} rows, max_new_tokens {args.eval_max_new_tokens}): "
+            f"accuracy {result.accuracy_pct:.2f}% format {result.format_pct:.2f}% mean tokens "
+            f"{result.mean_completion_tokens:.1f} truncated {result.truncated_pct:.2f}%")
+        return result
+
+    report = score("val")
+    # what the exposure bought: counting on the OOD renderer under the protocol
+    ood_report = score("ood_val") if exposure_rows else None
     if not args.tiny and not 30.0 <= report.accuracy_pct <= 70.0:
         log(f"[sft] WARNING: val accuracy {report.accuracy_pct:.1f}% is outside the 'moderate' 30-70% band the "
             "proxy experiment wants (raise --max-minutes/--epochs if lower; lower --stop-at-acc if higher)")
