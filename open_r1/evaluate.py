@@ -94,8 +94,11 @@ def generate_batch(model, processor, images, questions, template=protocol.EVAL_T
 
 def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limit=None,
                      template=protocol.EVAL_TEMPLATE, max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS,
-                     progress=True, compile_generation=False) -> SetReport:
+                     progress=True, compile_generation=False, extract=protocol.extract_answer) -> SetReport:
     """Run the protocol over a counting dataset (columns image, problem, solution).
+
+    `template` and `extract` are the grader's unless a diagnostic swaps them (the proxy's plain-question probe:
+    `open_r1.proxy.plain_count`); selfcheck and every reported protocol number use the defaults.
 
     A batch that runs out of GPU memory is split in two and retried, and the rest of the set runs at the smaller
     size (a warning says so): a batch size too large for the card costs time, never the evaluation."""
@@ -132,7 +135,7 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
                   f"(pass --batch-size {batch_size} to start there)", flush=True)
             continue
         for i, text, length, cut in zip(index, texts, lengths, truncated):
-            prediction = protocol.extract_answer(text)
+            prediction = extract(text)
             records[i] = {
                 "index": i,
                 "question": questions[i],

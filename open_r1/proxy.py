@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shlex
 import statistics
 import sys
@@ -213,12 +214,33 @@ def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: s
     return replace_columns(dataset, target_count=targets, prompt=prompts, completion=completions, template=names)
 
 
-EXPOSURE_TEMPLATE = "plain"  # the `template` column of exposure rows: the question alone
+EXPOSURE_TEMPLATE = "plain"  # the `template` column of plain rows (exposure and --plain-share): the question alone
+PLAIN_PROMPT = "{question}"  # the user text of plain rows, as a protocol.format_prompt template
+PLAIN_NUMBER_RE = re.compile(r"\d+")
+
+
+def plain_count(completion: str) -> int | None:
+    """The first integer of a plain answer ("7", "7 objects"), or None. A diagnostic of what the model knows when
+    asked directly; never a protocol score (the grader reads only `<answer>N</answer>`: open_r1.protocol)."""
+    match = PLAIN_NUMBER_RE.search(completion)
+    return int(match.group(0)) if match else None
+
+
+def split_plain_rows(n: int, plain_share: float, seed: int = 0) -> tuple[list[int], list[int]]:
+    """Row indices for the warm start's two kinds of CLEVR rows: (plain, protocol), a seeded draw of
+    round(plain_share * n) plain rows; both lists sorted."""
+    import numpy as np
+
+    if not 0.0 <= plain_share <= 1.0:
+        raise ValueError(f"plain_share must be in [0, 1], got {plain_share!r}")
+    order = np.random.default_rng(seed + 3).permutation(n)
+    k = int(round(plain_share * n))
+    return sorted(int(i) for i in order[:k]), sorted(int(i) for i in order[k:])
 
 
 def to_exposure_sft_dataset(dataset):
-    """Pretraining-style rows for the warm start's OOD exposure: the question alone (no protocol template) answered
-    with the bare number, on OOD-renderer images.
+    """Pretraining-style rows: the question alone (no protocol template) answered with the bare number. Used for
+    the warm start's OOD exposure (OOD-renderer images) and for its `--plain-share` CLEVR rows.
 
     Why: the real Qwen2-VL-2B has seen vehicles in pre-training and counts Super-CLEVR well when asked directly
     (79-86 %, ../shared/notes/counting-rl.md) but only 48 % under the think template. A model trained from scratch on
@@ -228,7 +250,8 @@ def to_exposure_sft_dataset(dataset):
     combine under the eval template is left to the recipes. ood_val is a disjoint seed stream of the same renderer.
     """
     golds = [protocol.parse_gold(s) for s in dataset["solution"]]
-    prompts = [[{"role": "user", "content": str(problem).strip()}] for problem in dataset["problem"]]
+    prompts = [[{"role": "user", "content": protocol.format_prompt(str(problem), PLAIN_PROMPT)}]
+               for problem in dataset["problem"]]
     completions = [[{"role": "assistant", "content": str(int(g))}] for g in golds]
     return replace_columns(dataset, target_count=golds, prompt=prompts, completion=completions,
                            template=[EXPOSURE_TEMPLATE] * len(dataset))

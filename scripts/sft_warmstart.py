@@ -19,13 +19,18 @@ What it does:
      renders the chat template, so the target ends with `<|im_end|>`, the eos of generation: the model learns to
      stop right after `</answer>`. Loss on the completion only; packing off (not supported for images anyway).
      Plus `--ood-exposure` OOD-renderer rows (default 3000) as pre-training-style VQA: the question alone, answered
-     with the bare number, never under a protocol template (why: `open_r1.proxy.to_exposure_sft_dataset`);
+     with the bare number, never under a protocol template (why: `open_r1.proxy.to_exposure_sft_dataset`).
+     `--plain-share P` teaches that fraction of the CLEVR rows the same plain way, so the protocol format is
+     learned from the rest only: a start model that counts better asked directly than under the protocol, as
+     Qwen2-VL-2B does (79-86 % vs 48 % on Super-CLEVR; ../shared/notes/counting-rl.md);
   4. stops at whichever comes first: `--max-steps` / `--epochs`, the wall-clock cap `--max-minutes` (the LR
      schedule follows max(step fraction, time fraction), so a time-capped run still anneals), or `--stop-at-acc`
      reached by the quick greedy check on held-out train rows (the model must leave room for RL to improve);
   5. saves a full model dir loadable by `open_r1.modeling.load_model` / `load_processor` (processor left-padded,
      pixel budget and both processor-file layouts, generation config) and scores `val` with the selfcheck protocol
-     (`open_r1.evaluate.evaluate_dataset`, max_new_tokens 256). `sft_report.json` in the model dir records all of it.
+     (`open_r1.evaluate.evaluate_dataset`, max_new_tokens 256), plus ood_val when it saw the exposure rows, plus a
+     diagnostic probe of both asked plainly (question alone, first integer: `open_r1.proxy.plain_count`) when any
+     plain rows were taught. `sft_report.json` in the model dir records all of it.
 """
 from __future__ import annotations
 
@@ -78,6 +83,9 @@ def parse_args(argv=None):
                         help="fraction of think targets that state a wrong count (+-1 or 2) in thought and answer: "
                              "a start model whose thinking hurts, as the real one's does "
                              "(open_r1.proxy.to_sft_dataset); 0 = off")
+    parser.add_argument("--plain-share", type=float, default=0.0,
+                        help="fraction of the CLEVR train rows taught as the question alone -> bare number (as the "
+                             "OOD exposure rows); the protocol format is learned from the rest only. 0 = off")
     parser.add_argument("--templates", nargs="+", default=["eval:0.5", "train:0.5"],
                         help="prompt template mix, entries name:weight (open_r1.protocol.TEMPLATES)")
     parser.add_argument("--batch-size", type=int, default=None, help="per-step batch (128; tiny 4)")
@@ -132,7 +140,7 @@ def finalize_args(args):
         args.max_minutes = 3.5
     if args.target_style not in proxy.TARGET_STYLES:
         raise SystemExit(f"error: --target-style must be one of {proxy.TARGET_STYLES}")
-    for name in ("think_share", "think_noise"):
+    for name in ("think_share", "think_noise", "plain_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be in [0, 1] (got {getattr(args, name)})")
     if args.ood_exposure < 0:
@@ -304,16 +312,27 @@ def main(argv=None) -> dict:
     train_rows = len(train_full) - dev_size
     train_split = train_full.select(range(train_rows))
     dev_split = train_full.select(range(train_rows, len(train_full))) if dev_size else None
-    train_dataset = proxy.to_sft_dataset(train_split, args.templates, seed=args.seed, style=args.target_style,
-                                         think_share=args.think_share, think_noise=args.think_noise)
+    plain_index, protocol_index = proxy.split_plain_rows(train_rows, args.plain_share, seed=args.seed)
+    if not protocol_index:
+        raise SystemExit("error: --plain-share 1 leaves no row in the protocol format; the start model must learn it "
+                         "from some rows (try 0.9)")
+    train_dataset = proxy.to_sft_dataset(train_split.select(protocol_index), args.templates, seed=args.seed,
+                                         style=args.target_style, think_share=args.think_share,
+                                         think_noise=args.think_noise)
+    plain_parts = []
+    if plain_index:
+        plain_parts.append(proxy.to_exposure_sft_dataset(train_split.select(plain_index)))
     exposure_rows = 0
     if args.ood_exposure:
-        import datasets
-
         exposure = data_lib.load_counting_dataset(os.path.join(args.data, proxy.EXPOSURE_SPLIT))
         exposure = proxy.to_exposure_sft_dataset(exposure.select(range(min(args.ood_exposure, len(exposure)))))
         exposure_rows = len(exposure)
-        train_dataset = datasets.concatenate_datasets([train_dataset, exposure.cast(train_dataset.features)])
+        plain_parts.append(exposure)
+    if plain_parts:
+        import datasets
+
+        train_dataset = datasets.concatenate_datasets(
+            [train_dataset, *(part.cast(train_dataset.features) for part in plain_parts)])
 
     # 2. model (random init, seeded) + processor with the real ids and chat template
     set_seed(args.seed)
@@ -325,7 +344,8 @@ def main(argv=None) -> dict:
     processor.tokenizer.padding_side = "left"  # generation (evaluation, GRPO) pads left; TRL's collator sets its own
     parameters = sum(p.numel() for p in model.parameters())
     log(f"[sft] model: {parameters / 1e6:.1f}M parameters ({overrides}); train rows {train_rows} + OOD exposure "
-        f"rows {exposure_rows}, quick-check rows {dev_size}, target style {args.target_style} (think share "
+        f"rows {exposure_rows}, of the train rows {len(plain_index)} plain and {len(protocol_index)} in the protocol "
+        f"format; quick-check rows {dev_size}, target style {args.target_style} (think share "
         f"{args.think_share:g}, think noise {args.think_noise:g}), templates "
         f"{args.templates}")
 
@@ -386,11 +406,14 @@ def main(argv=None) -> dict:
     loaded = modeling.load_model(str(out_dir), dtype="float32").to(device).eval()
     loaded_processor = modeling.load_processor(str(out_dir))
 
-    def score(split: str):
+    def score(split: str, plain: bool = False):
         dataset = data_lib.load_counting_dataset(os.path.join(args.data, split))
+        how = ({"template": proxy.PLAIN_PROMPT, "extract": proxy.plain_count} if plain else {})
         result = evaluate_dataset(loaded, loaded_processor, dataset, name=split, batch_size=args.eval_batch_size,
-                                  limit=args.eval_limit, max_new_tokens=args.eval_max_new_tokens, progress=False)
-        log(f"[sft] {split} (selfcheck protocol, {result.n} rows, max_new_tokens {args.eval_max_new_tokens}): "
+                                  limit=args.eval_limit, max_new_tokens=args.eval_max_new_tokens, progress=False,
+                                  **how)
+        what = "asked plainly, first integer (diagnostic)" if plain else "selfcheck protocol"
+        log(f"[sft] {split} ({what}, {result.n} rows, max_new_tokens {args.eval_max_new_tokens}): "
             f"accuracy {result.accuracy_pct:.2f}% format {result.format_pct:.2f}% mean tokens "
             f"{result.mean_completion_tokens:.1f} truncated {result.truncated_pct:.2f}%")
         return result
@@ -398,6 +421,9 @@ def main(argv=None) -> dict:
     report = score("val")
     # what the exposure bought: counting on the OOD renderer under the protocol
     ood_report = score("ood_val") if exposure_rows else None
+    # what the model knows when asked the way its plain rows taught: the gap to the protocol is what RL can close
+    plain_splits = (["val"] if plain_index else []) + (["ood_val"] if exposure_rows else [])
+    plain_reports = {split: score(split, plain=True) for split in plain_splits}
     if not args.tiny and not 30.0 <= report.accuracy_pct <= 70.0:
         log(f"[sft] WARNING: val accuracy {report.accuracy_pct:.1f}% is outside the 'moderate' 30-70% band the "
             "proxy experiment wants (raise --max-minutes/--epochs if lower; lower --stop-at-acc if higher)")
@@ -416,6 +442,9 @@ def main(argv=None) -> dict:
         "train_rows": train_rows,
         "ood_exposure_rows": exposure_rows,
         "ood_exposure_form": "question alone -> bare number (open_r1.proxy.to_exposure_sft_dataset)",
+        "plain_share": args.plain_share,
+        "plain_train_rows": len(plain_index),
+        "protocol_train_rows": len(protocol_index),
         "quick_check_rows": dev_size,
         "batch_size": args.batch_size,
         "steps": steps,
@@ -432,6 +461,9 @@ def main(argv=None) -> dict:
         "val": {**report.summary(), "by_count": proxy.by_count(report.records),
                 "max_new_tokens": args.eval_max_new_tokens},
         "ood_val": ({**ood_report.summary(), "by_count": proxy.by_count(ood_report.records)} if ood_report else None),
+        # diagnostic, not the protocol: the question alone, first integer of the answer (open_r1.proxy.plain_count)
+        "asked_plainly": {split: {**result.summary(), "by_count": proxy.by_count(result.records)}
+                          for split, result in plain_reports.items()},
     }
     with open(out_dir / REPORT_FILE, "w") as handle:
         json.dump(sft_report, handle, indent=1, default=str)

@@ -227,6 +227,23 @@ def test_exposure_rows_are_plain_questions_answered_with_the_bare_number(scene_d
     assert trained.startswith(rows[0]["completion"][0]["content"] + "<|im_end|>")
 
 
+def test_plain_count_reads_the_first_integer_and_is_not_the_protocol():
+    assert proxy.plain_count("7") == 7 and proxy.plain_count(" 10 objects, maybe 11") == 10
+    assert proxy.plain_count("seven") is None and proxy.plain_count("") is None
+    # the protocol would not score a bare number: the probe is a diagnostic only
+    assert protocol.extract_answer("7") is None
+
+
+def test_split_plain_rows_is_a_seeded_partition():
+    plain, formatted = proxy.split_plain_rows(100, 0.9, seed=0)
+    assert len(plain) == 90 and len(formatted) == 10 and sorted(plain + formatted) == list(range(100))
+    assert (plain, formatted) == proxy.split_plain_rows(100, 0.9, seed=0)
+    assert formatted != proxy.split_plain_rows(100, 0.9, seed=1)[1]
+    assert proxy.split_plain_rows(5, 0.0) == ([], [0, 1, 2, 3, 4])
+    with pytest.raises(ValueError, match="plain_share"):
+        proxy.split_plain_rows(5, 1.5)
+
+
 def test_ensure_splits_renders_only_what_is_missing(tmp_path):
     from open_r1.scenes import write_splits
 
@@ -341,6 +358,24 @@ def test_sft_warmstart_tiny_saves_a_loadable_left_padded_model(tmp_path, scene_d
     init = tiny_model.build_model(tiny_model.build_config(**proxy.MODEL_PRESETS["tiny"]), seed=0)
     name, trained = next((n, p) for n, p in model.named_parameters() if "layers.0.mlp.up_proj" in n)
     assert not torch.equal(trained, dict(init.named_parameters())[name])
+
+
+def test_sft_warmstart_plain_share_teaches_plain_rows_and_probes_them(tmp_path, scene_data_dir):
+    """--plain-share: that fraction of the CLEVR rows is taught as question -> bare number, the protocol format
+    from the rest; the report carries the plain-question probe next to the protocol scores."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sft_warmstart", REPO / "scripts" / "sft_warmstart.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    report = module.main(["--tiny", "--out", str(tmp_path / "warm"), "--data", scene_data_dir, "--max-steps", "1",
+                          "--eval-every", "0", "--plain-share", "0.5"])
+    assert report["plain_train_rows"] + report["protocol_train_rows"] == report["train_rows"]
+    assert report["plain_train_rows"] == round(0.5 * report["train_rows"])
+    assert set(report["asked_plainly"]) == {"val", "ood_val"}
+    assert report["asked_plainly"]["val"]["n"] == report["val"]["n"] == 4
+    with pytest.raises(SystemExit, match="plain-share"):
+        module.main(["--tiny", "--out", str(tmp_path / "bad"), "--data", scene_data_dir, "--plain-share", "1"])
 
 
 @pytest.mark.slow
