@@ -240,6 +240,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "ours_gen1024_beta0_dedupe": {
         "base": "ours_gen512_beta0_dedupe",
+        # measured: out of memory at the 40 GiB cap with the 2B model (docs/results/bench_grpo_gen1024.json)
         "description": "ours_gen512_beta0_dedupe generating 1024 at once (64 x accumulation 16)",
         "gradient_accumulation_steps": 16,
     },
