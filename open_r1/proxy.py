@@ -150,7 +150,7 @@ def ensure_splits(data_dir: str | os.PathLike, sizes: dict[str, int], seed: int 
 # --------------------------------------------------------------------------------------------------------------------
 # SFT rows
 # --------------------------------------------------------------------------------------------------------------------
-def sft_target(count: int, style: str) -> str:
+def sft_target(count: int, style: str, thought: str | None = None) -> str:
     """The assistant text for a gold count, in the protocol's format.
 
     think:  `<think>There are N objects.</think> <answer>N</answer>` (short thinking, as the grader's prompt asks);
@@ -158,7 +158,8 @@ def sft_target(count: int, style: str) -> str:
     The chat template closes the assistant turn with `<|im_end|>` (the eos of generation), so the model learns to stop.
     """
     if style == "think":
-        return f"<think>There are {int(count)} objects.</think> <answer>{int(count)}</answer>"
+        thought = thought or f"There are {int(count)} objects."
+        return f"<think>{thought}</think> <answer>{int(count)}</answer>"
     if style == "answer":
         return f"<answer>{int(count)}</answer>"
     raise ValueError(f"unknown target style {style!r}; choose think or answer (or mixed for a per-row draw)")
@@ -168,7 +169,7 @@ THINK_NOISE_OFFSETS = (-2, -1, 1, 2)
 
 
 def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: str = "think",
-                   think_share: float = 0.5, think_noise: float = 0.0):
+                   think_share: float = 0.5, think_noise: float = 0.0, thoughts: list[str] | None = None):
     """Add conversational `prompt` / `completion` columns (TRL prompt-completion format); the image stays in `image`.
 
     The user turn is plain text: TRL's collator puts the image placeholder before it, which is the grader's layout
@@ -210,8 +211,32 @@ def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: s
         [{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
         for problem, name in zip(dataset["problem"], names)
     ]
-    completions = [[{"role": "assistant", "content": sft_target(t, s)}] for t, s in zip(targets, styles)]
+    thoughts = thoughts or [None] * len(dataset)
+    completions = [[{"role": "assistant", "content": sft_target(t, s, thought)}]
+                   for t, s, thought in zip(targets, styles, thoughts)]
     return replace_columns(dataset, target_count=targets, prompt=prompts, completion=completions, template=names)
+
+
+def to_arithmetic_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: str = "think",
+                              think_share: float = 0.5):
+    """The protocol format taught on another task: each row keeps its image but asks "What is A plus B?" (A, B in
+    1..9, seeded) under a protocol template, answered `<think>A plus B is C.</think> <answer>C</answer>` (or the
+    answer alone, per `style` / `think_share` as in to_sft_dataset).
+
+    Why: Qwen2-VL-2B-Instruct learned answer tags from instruction data about other things, never from counting
+    these scenes under this prompt. A warm start that counts only from plain rows (`--plain-share 1`) and learns
+    the format only here has the same split: whether counting shows up inside the protocol format is left to the
+    model, and to the recipes. The `problem` / `solution` columns are replaced by the arithmetic ones.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed + 4)
+    left, right = rng.integers(1, 10, size=len(dataset)), rng.integers(1, 10, size=len(dataset))
+    questions = [f"What is {int(a)} plus {int(b)}?" for a, b in zip(left, right)]
+    rows = replace_columns(dataset, problem=questions,
+                           solution=[f"<answer> {int(a + b)} </answer>" for a, b in zip(left, right)])
+    thoughts = [f"{int(a)} plus {int(b)} is {int(a + b)}." for a, b in zip(left, right)]
+    return to_sft_dataset(rows, template_entries, seed=seed, style=style, think_share=think_share, thoughts=thoughts)
 
 
 EXPOSURE_TEMPLATE = "plain"  # the `template` column of plain rows (exposure and --plain-share): the question alone

@@ -22,7 +22,10 @@ What it does:
      with the bare number, never under a protocol template (why: `open_r1.proxy.to_exposure_sft_dataset`).
      `--plain-share P` teaches that fraction of the CLEVR rows the same plain way, so the protocol format is
      learned from the rest only: a start model that counts better asked directly than under the protocol, as
-     Qwen2-VL-2B does (79-86 % vs 48 % on Super-CLEVR; ../shared/notes/counting-rl.md);
+     Qwen2-VL-2B does (79-86 % vs 48 % on Super-CLEVR; ../shared/notes/counting-rl.md). `--format-rows N` adds N
+     rows that teach the protocol format on another task (train images asked "What is A plus B?" under a protocol
+     template: `open_r1.proxy.to_arithmetic_sft_dataset`); with `--plain-share 1` the start then never sees a
+     counting answer in the protocol format, as the real instruct model never did;
   4. stops at whichever comes first: `--max-steps` / `--epochs`, the wall-clock cap `--max-minutes` (the LR
      schedule follows max(step fraction, time fraction), so a time-capped run still anneals), or `--stop-at-acc`
      reached by the quick greedy check on held-out train rows (the model must leave room for RL to improve);
@@ -86,6 +89,10 @@ def parse_args(argv=None):
     parser.add_argument("--plain-share", type=float, default=0.0,
                         help="fraction of the CLEVR train rows taught as the question alone -> bare number (as the "
                              "OOD exposure rows); the protocol format is learned from the rest only. 0 = off")
+    parser.add_argument("--format-rows", type=int, default=0,
+                        help="train images asked 'What is A plus B?' under a protocol template, answered in the "
+                             "format: the format taught on another task (open_r1.proxy.to_arithmetic_sft_dataset). "
+                             "0 = off")
     parser.add_argument("--templates", nargs="+", default=["eval:0.5", "train:0.5"],
                         help="prompt template mix, entries name:weight (open_r1.protocol.TEMPLATES)")
     parser.add_argument("--batch-size", type=int, default=None, help="per-step batch (128; tiny 4)")
@@ -143,6 +150,8 @@ def finalize_args(args):
     for name in ("think_share", "think_noise", "plain_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be in [0, 1] (got {getattr(args, name)})")
+    if args.format_rows < 0:
+        raise SystemExit(f"error: --format-rows must be >= 0 (got {args.format_rows}); 0 switches it off")
     if args.ood_exposure < 0:
         raise SystemExit(f"error: --ood-exposure must be >= 0 rows (got {args.ood_exposure}); 0 switches it off")
     return args
@@ -313,26 +322,36 @@ def main(argv=None) -> dict:
     train_split = train_full.select(range(train_rows))
     dev_split = train_full.select(range(train_rows, len(train_full))) if dev_size else None
     plain_index, protocol_index = proxy.split_plain_rows(train_rows, args.plain_share, seed=args.seed)
-    if not protocol_index:
+    if not protocol_index and not args.format_rows:
         raise SystemExit("error: --plain-share 1 leaves no row in the protocol format; the start model must learn it "
-                         "from some rows (try 0.9)")
-    train_dataset = proxy.to_sft_dataset(train_split.select(protocol_index), args.templates, seed=args.seed,
-                                         style=args.target_style, think_share=args.think_share,
-                                         think_noise=args.think_noise)
-    plain_parts = []
+                         "from some rows (lower it, e.g. 0.9, or add --format-rows N to teach it on another task)")
+    if args.format_rows > train_rows:
+        raise SystemExit(f"error: --format-rows {args.format_rows} is more than the {train_rows} train rows it takes "
+                         "its images from")
+    parts = []
+    if protocol_index:
+        parts.append(proxy.to_sft_dataset(train_split.select(protocol_index), args.templates, seed=args.seed,
+                                          style=args.target_style, think_share=args.think_share,
+                                          think_noise=args.think_noise))
+    if args.format_rows:
+        parts.append(proxy.to_arithmetic_sft_dataset(train_split.select(range(args.format_rows)), args.templates,
+                                                     seed=args.seed, style=args.target_style,
+                                                     think_share=args.think_share))
+    train_dataset = parts[0]
+    extra_parts = parts[1:]  # concatenated after the protocol rows: arithmetic, plain, exposure
     if plain_index:
-        plain_parts.append(proxy.to_exposure_sft_dataset(train_split.select(plain_index)))
+        extra_parts.append(proxy.to_exposure_sft_dataset(train_split.select(plain_index)))
     exposure_rows = 0
     if args.ood_exposure:
         exposure = data_lib.load_counting_dataset(os.path.join(args.data, proxy.EXPOSURE_SPLIT))
         exposure = proxy.to_exposure_sft_dataset(exposure.select(range(min(args.ood_exposure, len(exposure)))))
         exposure_rows = len(exposure)
-        plain_parts.append(exposure)
-    if plain_parts:
+        extra_parts.append(exposure)
+    if extra_parts:
         import datasets
 
         train_dataset = datasets.concatenate_datasets(
-            [train_dataset, *(part.cast(train_dataset.features) for part in plain_parts)])
+            [train_dataset, *(part.cast(train_dataset.features) for part in extra_parts)])
 
     # 2. model (random init, seeded) + processor with the real ids and chat template
     set_seed(args.seed)
@@ -345,7 +364,7 @@ def main(argv=None) -> dict:
     parameters = sum(p.numel() for p in model.parameters())
     log(f"[sft] model: {parameters / 1e6:.1f}M parameters ({overrides}); train rows {train_rows} + OOD exposure "
         f"rows {exposure_rows}, of the train rows {len(plain_index)} plain and {len(protocol_index)} in the protocol "
-        f"format; quick-check rows {dev_size}, target style {args.target_style} (think share "
+        f"format, + {args.format_rows} arithmetic rows in the format; quick-check rows {dev_size}, target style {args.target_style} (think share "
         f"{args.think_share:g}, think noise {args.think_noise:g}), templates "
         f"{args.templates}")
 
@@ -445,6 +464,7 @@ def main(argv=None) -> dict:
         "plain_share": args.plain_share,
         "plain_train_rows": len(plain_index),
         "protocol_train_rows": len(protocol_index),
+        "format_rows": args.format_rows,
         "quick_check_rows": dev_size,
         "batch_size": args.batch_size,
         "steps": steps,

@@ -227,6 +227,29 @@ def test_exposure_rows_are_plain_questions_answered_with_the_bare_number(scene_d
     assert trained.startswith(rows[0]["completion"][0]["content"] + "<|im_end|>")
 
 
+def test_arithmetic_rows_teach_the_format_on_another_task(scene_data_dir):
+    """--format-rows: train images asked "What is A plus B?" under a protocol template, answered in the format with
+    the sum (thought and answer agree); the counting question and its gold are gone from those rows."""
+    import datasets
+
+    train = datasets.load_from_disk(os.path.join(scene_data_dir, "train"))
+    rows = proxy.to_arithmetic_sft_dataset(train, ["eval:0.5", "train:0.5"], seed=0, style="mixed")
+    assert len(rows) == len(train) and set(rows["template"]) <= {"eval", "train"}
+    styles = set()
+    for row in rows:
+        a, b = (int(x) for x in row["problem"].removeprefix("What is ").removesuffix("?").split(" plus "))
+        assert 1 <= a <= 9 and 1 <= b <= 9 and row["target_count"] == a + b
+        assert protocol.parse_gold(row["solution"]) == a + b
+        prompt, target = row["prompt"][0]["content"], row["completion"][0]["content"]
+        assert prompt == protocol.format_prompt(row["problem"], protocol.TEMPLATES[row["template"]])
+        assert protocol.is_correct(target, a + b)
+        styles.add("<think>" in target)
+        if "<think>" in target:
+            assert f"<think>{a} plus {b} is {a + b}.</think>" in target
+    assert styles == {True, False}
+    assert rows["problem"] == proxy.to_arithmetic_sft_dataset(train, ["eval:1.0"], seed=0)["problem"]
+
+
 def test_plain_count_reads_the_first_integer_and_is_not_the_protocol():
     assert proxy.plain_count("7") == 7 and proxy.plain_count(" 10 objects, maybe 11") == 10
     assert proxy.plain_count("seven") is None and proxy.plain_count("") is None
@@ -376,6 +399,13 @@ def test_sft_warmstart_plain_share_teaches_plain_rows_and_probes_them(tmp_path, 
     assert report["asked_plainly"]["val"]["n"] == report["val"]["n"] == 4
     with pytest.raises(SystemExit, match="plain-share"):
         module.main(["--tiny", "--out", str(tmp_path / "bad"), "--data", scene_data_dir, "--plain-share", "1"])
+    # all counting rows plain, the format taught on arithmetic rows only
+    report = module.main(["--tiny", "--out", str(tmp_path / "warm2"), "--data", scene_data_dir, "--max-steps", "1",
+                          "--eval-every", "0", "--plain-share", "1", "--format-rows", "3"])
+    assert report["protocol_train_rows"] == 0 and report["format_rows"] == 3
+    assert report["plain_train_rows"] == report["train_rows"]
+    with pytest.raises(SystemExit, match="format-rows"):
+        module.main(["--tiny", "--out", str(tmp_path / "bad"), "--data", scene_data_dir, "--format-rows", "10000"])
 
 
 @pytest.mark.slow
