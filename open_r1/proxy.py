@@ -495,10 +495,12 @@ def raise_stop_at(stop_at: int, progress: dict[str, dict], now: float, train_dea
 
     The first decision is made after a few steps, when start-up costs still weigh on the rates, so it undershoots.
     Arms read the control file after every step, so the step can still be raised while every arm is at least `margin`
-    steps short of it (none can have stopped on the old value); it is never lowered.
+    steps short of it (none can have stopped on the old value); it is never lowered, and never raised once any arm
+    has ended (it stopped on the old value and cannot follow: run 5 of the proxy lost a step that way).
     """
-    steps = [int((record or {}).get("step") or 0) for record in progress.values()
-             if record is not None and not record.get("done")]
+    if any(record is not None and record.get("done") for record in progress.values()):
+        return stop_at
+    steps = [int((record or {}).get("step") or 0) for record in progress.values() if record is not None]
     if not steps or max(steps) > stop_at - margin:
         return stop_at
     candidate = decide_stop_at(progress, now, train_deadline, max_steps)

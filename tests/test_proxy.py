@@ -108,6 +108,10 @@ def test_stop_step_is_raised_when_arms_run_faster_but_never_lowered():
     slow = {"a": _record(5, 0.0, 40.0), "b": _record(5, 0.0, 40.0)}
     assert proxy.raise_stop_at(30, slow, now=40.0, train_deadline=50.0, max_steps=400) == 30
     assert proxy.raise_stop_at(30, {"a": {"done": True}}, now=1.0, train_deadline=50.0, max_steps=400) == 30
+    # an arm that already ended (it stopped on the old step) cannot follow a raise, however far the others are
+    # (proxy run 5: arms at 22-24 raised the step to 27 after three had stopped at 26)
+    ended = {"a": {**_record(26, 0.0, 25.0), "done": True}, "b": _record(11, 0.0, 10.0)}
+    assert proxy.raise_stop_at(26, ended, now=10.0, train_deadline=200.0, max_steps=400) == 26
 
 
 def test_sync_callback_stops_at_common_step_and_deadline(tmp_path):
