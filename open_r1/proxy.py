@@ -520,10 +520,14 @@ def by_count(records: list[dict]) -> dict[str, list[int]]:
     return {str(k): table[k] for k in sorted(table)}
 
 
+PREDICTION_TEXT_CHARS = 120  # per-row completion text kept in the proxy's predictions files (logs.tar.gz)
+
+
 def evaluate_splits(model, processor, data_dir: str, splits=EVAL_SPLITS, limit: int | None = None,
                     batch_size: int = 64, max_new_tokens: int = protocol.EVAL_MAX_NEW_TOKENS,
                     template: str = protocol.EVAL_TEMPLATE, log=print, on_split=None) -> tuple[dict, dict]:
-    """The protocol on each split: ({split: summary + by_count}, {split: [(gold, prediction, tokens)]}).
+    """The protocol on each split: ({split: summary + by_count}, {split: [(gold, prediction, tokens, text)]}), the
+    text cut to PREDICTION_TEXT_CHARS (enough to see what an unparseable answer looks like).
 
     `on_split(summaries)` is called after each split, so a caller can save partial results as they come."""
     from open_r1.data import load_counting_dataset
@@ -535,7 +539,8 @@ def evaluate_splits(model, processor, data_dir: str, splits=EVAL_SPLITS, limit: 
         report = evaluate_dataset(model, processor, dataset, name=split, batch_size=batch_size, limit=limit,
                                   template=template, max_new_tokens=max_new_tokens, progress=False)
         summaries[split] = {**report.summary(), "by_count": by_count(report.records)}
-        predictions[split] = [[r["gold"], r["prediction"], r["completion_tokens"]] for r in report.records]
+        predictions[split] = [[r["gold"], r["prediction"], r["completion_tokens"], r["completion"][:PREDICTION_TEXT_CHARS]]
+                              for r in report.records]
         log(f"[eval] {split}: accuracy {report.accuracy_pct:.2f}% format {report.format_pct:.2f}% "
             f"tokens {report.mean_completion_tokens:.1f} n={report.n} ({report.seconds:.1f} s)")
         if on_split is not None:

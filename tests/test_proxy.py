@@ -441,7 +441,12 @@ def test_proxy_experiment_tiny_end_to_end(tmp_path):
     assert (out / "acc_by_count.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with tarfile.open(out / "logs.tar.gz") as tar:
         names = tar.getnames()
+        predictions = json.load(tar.extractfile("predictions/ours-s0.json"))
     assert {"logs/before.log", "logs/ours-s0.log", "logs/weak_baseline-s0.log"} <= set(names)
+    # per row: gold, prediction, tokens and the (cut) completion text, consistent with the protocol
+    for gold, prediction, tokens, completion in predictions["val"]:
+        assert prediction == protocol.extract_answer(completion) or len(completion) == proxy.PREDICTION_TEXT_CHARS
+        assert isinstance(gold, int) and isinstance(tokens, int)
     # The report is a pure function of results.json (only the line naming the rebuild command differs).
     rebuilt = tmp_path / "rebuilt" / "RESULTS.md"
     subprocess.run([sys.executable, str(REPO / "scripts" / "make_results.py"), str(out / "results.json"),
