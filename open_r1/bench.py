@@ -1027,6 +1027,16 @@ def build_tiny_checkpoint(work_dir: str) -> str:
     return str(build_qwen2vl(Path(work_dir) / "tiny-qwen2vl", full_size=False, seed=0))
 
 
+@contextlib.contextmanager
+def scratch_checkpoint(work_dir: str | None, prefix: str):
+    """(work_dir, model_dir) for one bench run: `work_dir`, or a temp dir removed at the end, holding the
+    checkpoint of build_tiny_checkpoint."""
+    with contextlib.ExitStack() as stack:
+        work_dir = work_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
+        os.makedirs(work_dir, exist_ok=True)
+        yield work_dir, build_tiny_checkpoint(work_dir)
+
+
 def parse_cli(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="GRPO throughput bench: plain TRL defaults vs our recipe's levers, one process.",
@@ -1079,10 +1089,7 @@ def main(argv=None) -> int:
 
     started = time.perf_counter()
     device = check_device(args.tiny, args.threads)
-    with contextlib.ExitStack() as stack:
-        work_dir = args.work_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-grpo-"))
-        os.makedirs(work_dir, exist_ok=True)
-        model_dir = build_tiny_checkpoint(work_dir)
+    with scratch_checkpoint(args.work_dir, "bench-grpo-") as (work_dir, model_dir):
         # Enough prompts for the largest generation batch twice over (the sampler needs whole generation batches).
         largest = max(prompts_per_generation(v, args.tiny) for v in variants)
         n = args.num_examples or max(16 if args.tiny else 64, 2 * largest)
@@ -1271,10 +1278,7 @@ def selfcheck_main(argv=None) -> int:
     completion_length = args.completion_length or (TINY_COMPLETION_LENGTH if args.tiny else BENCH_COMPLETION_LENGTH)
     started = time.perf_counter()
     device = check_device(args.tiny, args.threads)
-    with contextlib.ExitStack() as stack:
-        work_dir = args.work_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-selfcheck-"))
-        os.makedirs(work_dir, exist_ok=True)
-        model_dir = build_tiny_checkpoint(work_dir)
+    with scratch_checkpoint(args.work_dir, "bench-selfcheck-") as (work_dir, model_dir):
         measured = {bs: min(args.n, bs * args.measure_batches) if args.measure_batches else args.n for bs in batch_sizes}
         rows_needed = max(max(measured.values()), max(batch_sizes))
         base, data_source = counting_dataset(
