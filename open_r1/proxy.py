@@ -539,8 +539,10 @@ def evaluate_splits(model, processor, data_dir: str, splits=EVAL_SPLITS, limit: 
         report = evaluate_dataset(model, processor, dataset, name=split, batch_size=batch_size, limit=limit,
                                   template=template, max_new_tokens=max_new_tokens, progress=False)
         summaries[split] = {**report.summary(), "by_count": by_count(report.records)}
-        predictions[split] = [[r["gold"], r["prediction"], r["completion_tokens"], r["completion"][:PREDICTION_TEXT_CHARS]]
-                              for r in report.records]
+        predictions[split] = [
+            [r["gold"], r["prediction"], r["completion_tokens"], r["completion"][:PREDICTION_TEXT_CHARS]]
+            for r in report.records
+        ]
         log(f"[eval] {split}: accuracy {report.accuracy_pct:.2f}% format {report.format_pct:.2f}% "
             f"tokens {report.mean_completion_tokens:.1f} n={report.n} ({report.seconds:.1f} s)")
         if on_split is not None:

@@ -338,7 +338,7 @@ def main(argv=None) -> dict:
                                                      seed=args.seed, style=args.target_style,
                                                      think_share=args.think_share))
     train_dataset = parts[0]
-    extra_parts = parts[1:]  # concatenated after the protocol rows: arithmetic, plain, exposure
+    extra_parts = parts[1:]  # arithmetic (when after protocol rows), plain and exposure rows, cast to parts[0]'s schema
     if plain_index:
         extra_parts.append(proxy.to_exposure_sft_dataset(train_split.select(plain_index)))
     exposure_rows = 0
@@ -364,8 +364,8 @@ def main(argv=None) -> dict:
     parameters = sum(p.numel() for p in model.parameters())
     log(f"[sft] model: {parameters / 1e6:.1f}M parameters ({overrides}); train rows {train_rows} + OOD exposure "
         f"rows {exposure_rows}, of the train rows {len(plain_index)} plain and {len(protocol_index)} in the protocol "
-        f"format, + {args.format_rows} arithmetic rows in the format; quick-check rows {dev_size}, target style {args.target_style} (think share "
-        f"{args.think_share:g}, think noise {args.think_noise:g}), templates "
+        f"format, + {args.format_rows} arithmetic rows in the format; quick-check rows {dev_size}, target style "
+        f"{args.target_style} (think share {args.think_share:g}, think noise {args.think_noise:g}), templates "
         f"{args.templates}")
 
     # 3. SFT
