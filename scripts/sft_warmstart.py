@@ -25,7 +25,9 @@ What it does:
      Qwen2-VL-2B does (79-86 % vs 48 % on Super-CLEVR; ../shared/notes/counting-rl.md). `--format-rows N` adds N
      rows that teach the protocol format on another task (train images asked "What is A plus B?" under a protocol
      template: `open_r1.proxy.to_arithmetic_sft_dataset`); with `--plain-share 1` the start then never sees a
-     counting answer in the protocol format, as the real instruct model never did;
+     counting answer in the protocol format, as the real instruct model never did; `--format-ood-rows M` adds M
+     more such rows on OOD-renderer exposure images (the instruct model learned its answer format on all kinds of
+     images, so a tag habit tied to one renderer is an artifact of a start that saw the format on CLEVR only);
   4. stops at whichever comes first: `--max-steps` / `--epochs`, the wall-clock cap `--max-minutes` (the LR
      schedule follows max(step fraction, time fraction), so a time-capped run still anneals), or `--stop-at-acc`
      reached by the quick greedy check on held-out train rows (the model must leave room for RL to improve);
@@ -93,6 +95,9 @@ def parse_args(argv=None):
                         help="train images asked 'What is A plus B?' under a protocol template, answered in the "
                              "format: the format taught on another task (open_r1.proxy.to_arithmetic_sft_dataset). "
                              "0 = off")
+    parser.add_argument("--format-ood-rows", type=int, default=0,
+                        help="more arithmetic format rows, on OOD-renderer exposure images (needs --ood-exposure >= "
+                             "this): the format taught on more than one renderer's images. 0 = off")
     parser.add_argument("--templates", nargs="+", default=["eval:0.5", "train:0.5"],
                         help="prompt template mix, entries name:weight (open_r1.protocol.TEMPLATES)")
     parser.add_argument("--batch-size", type=int, default=None, help="per-step batch (128; tiny 4)")
@@ -150,8 +155,14 @@ def finalize_args(args):
     for name in ("think_share", "think_noise", "plain_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be in [0, 1] (got {getattr(args, name)})")
-    if args.format_rows < 0:
-        raise SystemExit(f"error: --format-rows must be >= 0 (got {args.format_rows}); 0 switches it off")
+    for name in ("format_rows", "format_ood_rows"):
+        if getattr(args, name) < 0:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 0 (got {getattr(args, name)}); "
+                             "0 switches it off")
+    if args.format_ood_rows > args.ood_exposure:
+        raise SystemExit(f"error: --format-ood-rows {args.format_ood_rows} takes its images from the OOD exposure "
+                         f"rows, but --ood-exposure is {args.ood_exposure}; raise --ood-exposure to at least "
+                         f"{args.format_ood_rows}")
     if args.ood_exposure < 0:
         raise SystemExit(f"error: --ood-exposure must be >= 0 rows (got {args.ood_exposure}); 0 switches it off")
     return args
@@ -322,7 +333,7 @@ def main(argv=None) -> dict:
     train_split = train_full.select(range(train_rows))
     dev_split = train_full.select(range(train_rows, len(train_full))) if dev_size else None
     plain_index, protocol_index = proxy.split_plain_rows(train_rows, args.plain_share, seed=args.seed)
-    if not protocol_index and not args.format_rows:
+    if not protocol_index and not (args.format_rows or args.format_ood_rows):
         raise SystemExit("error: --plain-share 1 leaves no row in the protocol format; the start model must learn it "
                          "from some rows (lower it, e.g. 0.9, or add --format-rows N to teach it on another task)")
     if args.format_rows > train_rows:
@@ -337,14 +348,23 @@ def main(argv=None) -> dict:
         parts.append(proxy.to_arithmetic_sft_dataset(train_split.select(range(args.format_rows)), args.templates,
                                                      seed=args.seed, style=args.target_style,
                                                      think_share=args.think_share))
+    exposure_split = (data_lib.load_counting_dataset(os.path.join(args.data, proxy.EXPOSURE_SPLIT))
+                      if args.ood_exposure else None)
+    format_ood_rows = 0
+    if args.format_ood_rows:
+        format_ood_rows = min(args.format_ood_rows, len(exposure_split))
+        # seed + 1: other sums than the CLEVR-image format rows draw
+        parts.append(proxy.to_arithmetic_sft_dataset(exposure_split.select(range(format_ood_rows)), args.templates,
+                                                     seed=args.seed + 1, style=args.target_style,
+                                                     think_share=args.think_share))
     train_dataset = parts[0]
     extra_parts = parts[1:]  # arithmetic (when after protocol rows), plain and exposure rows, cast to parts[0]'s schema
     if plain_index:
         extra_parts.append(proxy.to_exposure_sft_dataset(train_split.select(plain_index)))
     exposure_rows = 0
     if args.ood_exposure:
-        exposure = data_lib.load_counting_dataset(os.path.join(args.data, proxy.EXPOSURE_SPLIT))
-        exposure = proxy.to_exposure_sft_dataset(exposure.select(range(min(args.ood_exposure, len(exposure)))))
+        exposure = proxy.to_exposure_sft_dataset(
+            exposure_split.select(range(min(args.ood_exposure, len(exposure_split)))))
         exposure_rows = len(exposure)
         extra_parts.append(exposure)
     if extra_parts:
@@ -364,8 +384,8 @@ def main(argv=None) -> dict:
     parameters = sum(p.numel() for p in model.parameters())
     log(f"[sft] model: {parameters / 1e6:.1f}M parameters ({overrides}); train rows {train_rows} + OOD exposure "
         f"rows {exposure_rows}, of the train rows {len(plain_index)} plain and {len(protocol_index)} in the protocol "
-        f"format, + {args.format_rows} arithmetic rows in the format; quick-check rows {dev_size}, target style "
-        f"{args.target_style} (think share {args.think_share:g}, think noise {args.think_noise:g}), templates "
+        f"format, + {args.format_rows} + {format_ood_rows} (OOD images) arithmetic rows in the format; quick-check "
+        f"rows {dev_size}, target style {args.target_style} (think share {args.think_share:g}, think noise {args.think_noise:g}), templates "
         f"{args.templates}")
 
     # 3. SFT
@@ -468,6 +488,8 @@ def main(argv=None) -> dict:
         "plain_train_rows": len(plain_index),
         "protocol_train_rows": len(protocol_index),
         "format_rows": args.format_rows,
+        "format_ood_rows": format_ood_rows,
+        "sft_rows": len(train_dataset),
         "quick_check_rows": dev_size,
         "batch_size": args.batch_size,
         "steps": steps,
