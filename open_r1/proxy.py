@@ -694,8 +694,50 @@ def _acc(run: dict | None, split: str):
     return None if cell is None else cell.get("accuracy_pct")
 
 
+def best_constant_accuracy(by_count: dict) -> float | None:
+    """Accuracy (%) of always answering the most frequent gold count, from a split's `by_count` {count: [correct,
+    total]}: what a recipe that ignores the image can reach (e.g. a weak baseline collapsed to one answer)."""
+    totals = [int(total) for _, total in by_count.values()]
+    return 100.0 * max(totals) / sum(totals) if totals and sum(totals) else None
+
+
+def pairwise_wins(first: list[float], second: list[float]) -> float | None:
+    """Fraction of (first, second) pairs with first > second, ties counted half (the Mann-Whitney U / n1 n2)."""
+    pairs = [(a, b) for a in first for b in second]
+    if not pairs:
+        return None
+    return sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in pairs) / len(pairs)
+
+
+def permutation_p_value(strata: list[tuple[list[float], list[float]]]) -> float | None:
+    """One-sided exact permutation p-value that the first samples are higher than the second ones.
+
+    `strata`: one (first, second) pair of seed samples per run. Labels are exchanged only within a stratum (runs
+    differ in their start model, so a seed of one run is no exchangeable draw of another). Statistic: the sum over
+    strata of mean(first) - mean(second); p = the fraction of all relabellings whose statistic is at least the
+    observed one. Every relabelling is enumerated (3 vs 3 seeds: 20 per stratum, so one run alone can reach no
+    p below 1/20 = 0.05)."""
+    import itertools
+
+    options = []  # per stratum: the statistic of each relabelling
+    for first, second in strata:
+        values, k = list(first) + list(second), len(first)
+        if not first or not second:
+            return None
+        total = sum(values)
+        options.append([sum(values[i] for i in chosen) / k - (total - sum(values[i] for i in chosen)) / len(second)
+                        for chosen in itertools.combinations(range(len(values)), k)])
+    observed = sum(statistics.fmean(first) - statistics.fmean(second) for first, second in strata)
+    hits = total = 0
+    for combo in itertools.product(*options):
+        total += 1
+        hits += sum(combo) >= observed - 1e-9
+    return hits / total
+
+
 def summarize(results: dict) -> dict:
-    """{arm: {split: stats of accuracy over seeds}} and the verdict of ours vs weak_baseline per split."""
+    """{arm: {split: stats of accuracy over seeds}}, the verdict of ours vs weak_baseline per split (with the
+    seed-pair wins and the exact permutation p-value beside the spread rule) and each split's constant-answer floor."""
     splits = results.get("meta", {}).get("splits", list(EVAL_SPLITS))
     arms = [a for a in results.get("arm_order", []) if ok_runs(results, a)]
     table = {arm: {split: _stats([_acc(r, split) for r in ok_runs(results, arm)]) for split in splits}
@@ -708,17 +750,31 @@ def summarize(results: dict) -> dict:
                 continue
             delta = ours["mean"] - weak["mean"]
             spread = max(ours["range"], weak["range"])
+            ours_seeds = [a for a in (_acc(r, split) for r in ok_runs(results, "ours")) if a is not None]
+            weak_seeds = [a for a in (_acc(r, split) for r in ok_runs(results, "weak_baseline")) if a is not None]
             verdict[split] = {
                 "delta": delta, "spread": spread, "seeds": min(ours["n"], weak["n"]),
                 "beats": bool(delta > spread and min(ours["n"], weak["n"]) >= 2),
+                "wins": pairwise_wins(ours_seeds, weak_seeds),
+                "p_value": permutation_p_value([(ours_seeds, weak_seeds)]),
             }
-    return {"table": table, "verdict": verdict}
+    floor = {}
+    for run in [results.get("before"), *results.get("runs", [])]:
+        for split in splits:
+            by_count = (((run or {}).get("splits") or {}).get(split) or {}).get("by_count")
+            if split not in floor and by_count:
+                floor[split] = best_constant_accuracy(by_count)
+    return {"table": table, "verdict": verdict, "constant_floor": floor}
 
 
 def _fmt(value, digits=1, sign=False) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def _fmt_share(value) -> str:
+    return "–" if value is None else f"{100 * value:.0f} %"
 
 
 def _mean_over_splits(run: dict, key: str, splits) -> float | None:
@@ -820,20 +876,26 @@ def render_markdown(results: dict, png_name: str | None = "acc_by_count.png") ->
         cells = [(f"{_fmt(v['mean'])} ± {_fmt(v['range'])} ({_fmt(v['sd'])})" if v["n"] > 1 else _fmt(v["mean"]))
                  if v["n"] else "–" for v in row.values()]
         add(f"| {arm} | {n} | " + " | ".join(cells) + " |")
+    if summary["constant_floor"]:
+        add("| *one constant answer (the most frequent gold count)* | – | "
+            + " | ".join(_fmt(summary["constant_floor"].get(s)) for s in splits) + " |")
     add("")
 
     add("## Verdict: ours vs weak_baseline")
     add("")
     add("`yes` when the difference of the seed means is larger than the seed spread (the larger of the two recipes' "
-        "max − min over seeds), with at least 2 seeds each.")
+        "max − min over seeds), with at least 2 seeds each. Beside it: the share of (ours seed, weak seed) pairs "
+        "that ours wins, and the one-sided exact permutation p-value of the mean difference (`permutation_p_value`; "
+        "with 3 seeds each it cannot go below 0.05, pool runs with `scripts/pool_results.py`).")
     add("")
     if summary["verdict"]:
         add("| split | Δ mean (ours − weak) | seed spread (max of the two ranges) "
-            "| beats by more than the spread? |")
-        add("|---|---:|---:|---|")
+            "| beats by more than the spread? | seed pairs ours wins | permutation p |")
+        add("|---|---:|---:|---|---:|---:|")
         for split, v in summary["verdict"].items():
             note = "yes" if v["beats"] else ("no (fewer than 2 seeds)" if v["seeds"] < 2 else "no")
-            add(f"| {split} | {_fmt(v['delta'], 1, sign=True)} | {_fmt(v['spread'])} | {note} |")
+            add(f"| {split} | {_fmt(v['delta'], 1, sign=True)} | {_fmt(v['spread'])} | {note} | "
+                f"{_fmt_share(v.get('wins'))} | {_fmt(v.get('p_value'), 3)} |")
     else:
         add("Not available: ours and weak_baseline both need at least one successful run.")
     add("")
@@ -936,6 +998,57 @@ def render_markdown(results: dict, png_name: str | None = "acc_by_count.png") ->
             add(f"- {run.get('job')}: {run.get('error', run.get('status'))} (log: {run.get('log', '?')})")
         add("")
     return "\n".join(lines)
+
+
+def pool_runs(results_list: list[dict]) -> dict:
+    """ours vs weak_baseline over several proxy runs (results.json dicts), each run one stratum: per split, the
+    per-run verdicts, the mean of the per-run differences, the share of within-run (ours seed, weak seed) pairs
+    that ours wins, and the stratified exact permutation p-value (`permutation_p_value`)."""
+    splits = [s for s in EVAL_SPLITS
+              if all(s in r.get("meta", {}).get("splits", list(EVAL_SPLITS)) for r in results_list)]
+    pooled = {}
+    for split in splits:
+        strata, per_run = [], []
+        for results in results_list:
+            ours = [a for a in (_acc(r, split) for r in ok_runs(results, "ours")) if a is not None]
+            weak = [a for a in (_acc(r, split) for r in ok_runs(results, "weak_baseline")) if a is not None]
+            if not ours or not weak:
+                raise ValueError(f"a run without scored ours and weak_baseline seeds on {split}: "
+                                 f"{results.get('meta', {}).get('command', '?')}")
+            strata.append((ours, weak))
+            per_run.append(summarize(results)["verdict"][split])
+        pairs = [(a, b) for ours, weak in strata for a in ours for b in weak]
+        pooled[split] = {
+            "runs": per_run,
+            "ours_seeds": sum(len(o) for o, _ in strata), "weak_seeds": sum(len(w) for _, w in strata),
+            "delta": statistics.fmean(v["delta"] for v in per_run),
+            "runs_beating_spread": sum(v["beats"] for v in per_run),
+            "wins": sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in pairs) / len(pairs),
+            "p_value": permutation_p_value(strata),
+        }
+    return pooled
+
+
+def render_pooled_markdown(results_list: list[dict], labels: list[str], command: str = "") -> str:
+    """The pooled comparison of `pool_runs` as markdown: one row per split, one column group per run."""
+    pooled = pool_runs(results_list)
+    lines = ["# Proxy runs pooled: ours vs weak_baseline over several runs", ""]
+    if command:
+        lines += [f"Generated by `{command}`.", ""]
+    lines += ["Each run is one stratum (its own warm start): seed labels are exchanged only within a run for the "
+              "exact permutation test (`open_r1.proxy.permutation_p_value`, one-sided: ours higher), and only "
+              "within-run seed pairs are compared. The spread rule of each run's own report is listed per run.", ""]
+    lines += ["| run | warm start | proxy command |", "|---|---|---|"]
+    lines += [f"| {label} | `{((r.get('meta', {}).get('start') or {}).get('sft_report') or {}).get('command', '?')}` | "
+              f"`{r.get('meta', {}).get('command', '?')}` |" for label, r in zip(labels, results_list)]
+    lines += ["", "| split | " + " | ".join(f"{label}: Δ (spread)" for label in labels)
+              + " | runs beating their spread | mean Δ | within-run seed pairs ours wins | stratified permutation p |",
+              "|---|" + "---:|" * len(labels) + "---:|---:|---:|---:|"]
+    for split, v in pooled.items():
+        cells = [f"{_fmt(r['delta'], 1, sign=True)} ({_fmt(r['spread'])})" for r in v["runs"]]
+        lines.append(f"| {split} | " + " | ".join(cells) + f" | {v['runs_beating_spread']} of {len(v['runs'])} | "
+                     f"{_fmt(v['delta'], 1, sign=True)} | {_fmt_share(v['wins'])} | {_fmt(v['p_value'], 4)} |")
+    return "\n".join(lines) + "\n"
 
 
 def _pooled_by_count(runs: list[dict], split: str) -> tuple[list[int], list[float]]:

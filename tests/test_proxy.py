@@ -302,13 +302,16 @@ def _run(arm, seed, accs, status="ok", ood_format=100.0):
 def _synthetic_results():
     partial = _run("g4", 0, [50, 0, 0])  # stopped by the budget after scoring val only
     partial.update(status="partial", splits={"val": partial["splits"]["val"]})
+    before_splits = _run("x", 0, [40, 40, 20])["splits"]
+    for report in before_splits.values():  # 6 of 10 rows have gold 3: answering 3 always scores 60 %
+        report["by_count"] = {"3": [2, 6], "4": [2, 4]}
     return {
         "meta": {"splits": list(proxy.EVAL_SPLITS), "command": "python scripts/proxy_experiment.py", "eval_limit": 10,
                  "generation_batch_size": 128, "stop_at": 5, "start": {"path": "m", "parameters_m": 47.0}},
         "arm_order": ["weak_baseline", "ours", "no_kl", "g4"],
         "arms": {a: {"role": proxy.ARMS[a].role, "question": proxy.ARMS[a].question, "change": proxy.ARMS[a].change}
                  for a in ("weak_baseline", "ours", "no_kl", "g4")},
-        "before": {"job": "before", "status": "ok", "splits": _run("x", 0, [40, 40, 20])["splits"]},
+        "before": {"job": "before", "status": "ok", "splits": before_splits},
         "runs": [_run("weak_baseline", 0, [40, 40, 20]), _run("weak_baseline", 1, [41, 40, 21]),
                  _run("ours", 0, [60, 55, 30]), _run("ours", 1, [62, 57, 22], ood_format=50.0), _run("no_kl", 0, [0, 0, 0], "failed"),
                  partial],
@@ -321,6 +324,53 @@ def test_verdict_needs_a_gap_larger_than_the_seed_spread():
     assert verdict["compositional"]["beats"]
     # ood_val: +5.5 mean gap, but the ours seeds differ by 8 points -> not beyond the spread.
     assert verdict["ood_val"]["spread"] == pytest.approx(8.0) and not verdict["ood_val"]["beats"]
+
+
+def test_verdict_reports_seed_pair_wins_permutation_p_and_constant_floor():
+    summary = proxy.summarize(_synthetic_results())
+    # ood_val: ours 30, 22 vs weak 20, 21 -> ours wins all 4 pairs; 2 vs 2 seeds has 6 relabellings, one as extreme
+    assert summary["verdict"]["ood_val"]["wins"] == pytest.approx(1.0)
+    assert summary["verdict"]["ood_val"]["p_value"] == pytest.approx(1 / 6)
+    assert summary["constant_floor"] == {s: pytest.approx(60.0) for s in proxy.EVAL_SPLITS}
+
+
+def test_permutation_p_value_and_pairwise_wins_by_hand():
+    # first=[2], second=[1, 3]: relabellings {1}: 1 - 2 = -1, {2}: 2 - 2 = 0 (the observed), {3}: 3 - 1.5 -> 2 of 3
+    assert proxy.permutation_p_value([([2.0], [1.0, 3.0])]) == pytest.approx(2 / 3)
+    assert proxy.permutation_p_value([([3, 4, 5], [0, 1, 2])]) == pytest.approx(1 / 20)  # best a 3-vs-3 run can do
+    assert proxy.permutation_p_value([([0, 1, 2], [3, 4, 5])]) == pytest.approx(1.0)
+    # two runs, each all-higher: labels move only within a run -> 1 / (20 * 20)
+    assert proxy.permutation_p_value([([3, 4, 5], [0, 1, 2]), ([13, 14, 15], [10, 11, 12])]) == pytest.approx(1 / 400)
+    assert proxy.pairwise_wins([3, 5], [4, 4]) == pytest.approx(0.5)
+    assert proxy.pairwise_wins([4], [4]) == pytest.approx(0.5)  # a tie counts half
+    assert proxy.best_constant_accuracy({"3": [0, 2], "4": [1, 6], "5": [0, 2]}) == pytest.approx(60.0)
+
+
+def test_pool_results_strata_and_errors(tmp_path):
+    first, second = _synthetic_results(), _synthetic_results()
+    for run in second["runs"]:  # a second run whose ours ood_val seeds tie the weak ones in one pair
+        if run["arm"] == "ours":
+            run["splits"]["ood_val"]["accuracy_pct"] = 21.0
+    pooled = proxy.pool_runs([first, second])
+    assert pooled["val"]["runs_beating_spread"] == 2 and pooled["val"]["p_value"] == pytest.approx(1 / 36)
+    # ood_val of the second run: ours 21, 21 vs weak 20, 21 -> 2 wins + 2 ties (half each) of 4 pairs; the first
+    # run: 4 of 4
+    assert pooled["ood_val"]["wins"] == pytest.approx((4 + 3) / 8)
+    assert pooled["ood_val"]["delta"] == pytest.approx((5.5 + 0.5) / 2)
+    paths = []
+    for name, results in (("a", first), ("b", second)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(results))
+    md = tmp_path / "POOLED.md"
+    completed = subprocess.run([sys.executable, str(REPO / "scripts" / "pool_results.py"), *map(str, paths),
+                                "--labels", "A", "B", "--md", str(md)], capture_output=True, text=True, cwd=REPO)
+    assert completed.returncode == 0, completed.stderr
+    assert "| val | +20.5 (2.0) | +20.5 (2.0) | 2 of 2 | +20.5 | 100 % | 0.0278 |" in md.read_text()
+    del second["runs"][0:2]  # no weak_baseline left in the second run
+    paths[1].write_text(json.dumps(second))
+    completed = subprocess.run([sys.executable, str(REPO / "scripts" / "pool_results.py"), *map(str, paths)],
+                               capture_output=True, text=True, cwd=REPO)
+    assert completed.returncode == 2 and "without scored ours and weak_baseline" in completed.stderr
 
 
 def test_make_results_rebuilds_tables_and_plot(tmp_path):
@@ -336,7 +386,8 @@ def test_make_results_rebuilds_tables_and_plot(tmp_path):
     assert "| recipe | seed | val | compositional | ood_val |" in text
     assert "| ours | 1 | 62.0 | 57.0 | 22.0 |" in text and "| weak_baseline | 0 | 40.0 | 40.0 | 20.0 |" in text
     assert "| ours | 2 | 61.0 ± 2.0 (1.4)" in text  # mean ± range (sd)
-    assert "| ood_val | +5.5 | 8.0 | no |" in text and "| val | +20.5 | 2.0 | yes |" in text
+    assert "| ood_val | +5.5 | 8.0 | no | 100 % | 0.167 |" in text and "| val | +20.5 | 2.0 | yes |" in text
+    assert "| *one constant answer (the most frequent gold count)* | – | 60.0 | 60.0 | 60.0 |" in text
     assert "| no_kl |" in text and "failed" in text  # a failed arm is a row, not a crash
     assert "| g4 | 0 | 50.0 | not scored | not scored |" in text  # a partial run keeps what was scored
     assert "| ours | 1 | 100.0 (62.0) | 100.0 (57.0) | 50.0 (44.0) |" in text  # parseable % (accuracy among them)
@@ -408,8 +459,18 @@ def test_sft_warmstart_plain_share_teaches_plain_rows_and_probes_them(tmp_path, 
                           "--eval-every", "0", "--plain-share", "1", "--format-rows", "3"])
     assert report["protocol_train_rows"] == 0 and report["format_rows"] == 3
     assert report["plain_train_rows"] == report["train_rows"]
+    assert report["format_ood_rows"] == 0
     with pytest.raises(SystemExit, match="format-rows"):
         module.main(["--tiny", "--out", str(tmp_path / "bad"), "--data", scene_data_dir, "--format-rows", "10000"])
+    # the format also taught on OOD-renderer images; their number is bounded by the exposure rows
+    rows_with_3_clevr_format_rows = report["sft_rows"]
+    report = module.main(["--tiny", "--out", str(tmp_path / "warm3"), "--data", scene_data_dir, "--max-steps", "1",
+                          "--eval-every", "0", "--plain-share", "1", "--format-ood-rows", "2"])
+    assert report["format_rows"] == 0 and report["format_ood_rows"] == 2
+    assert report["sft_rows"] == rows_with_3_clevr_format_rows - 3 + 2
+    with pytest.raises(SystemExit, match="raise --ood-exposure"):
+        module.main(["--tiny", "--out", str(tmp_path / "bad"), "--data", scene_data_dir, "--ood-exposure", "1",
+                     "--format-ood-rows", "2"])
 
 
 @pytest.mark.slow
