@@ -385,8 +385,8 @@ def main(argv=None) -> dict:
     log(f"[sft] model: {parameters / 1e6:.1f}M parameters ({overrides}); train rows {train_rows} + OOD exposure "
         f"rows {exposure_rows}, of the train rows {len(plain_index)} plain and {len(protocol_index)} in the protocol "
         f"format, + {args.format_rows} + {format_ood_rows} (OOD images) arithmetic rows in the format; quick-check "
-        f"rows {dev_size}, target style {args.target_style} (think share {args.think_share:g}, think noise {args.think_noise:g}), templates "
-        f"{args.templates}")
+        f"rows {dev_size}, target style {args.target_style} (think share {args.think_share:g}, think noise "
+        f"{args.think_noise:g}), templates {args.templates}")
 
     # 3. SFT
     steps_per_epoch = max(1, math.ceil(len(train_dataset) / args.batch_size))
