@@ -1029,6 +1029,18 @@ def pool_runs(results_list: list[dict]) -> dict:
     return pooled
 
 
+def load_results(path: str | os.PathLike) -> dict:
+    """A proxy experiment's results.json, or ValueError naming what is wrong with the file."""
+    try:
+        with open(path) as handle:
+            results = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    if not isinstance(results, dict) or "runs" not in results or "meta" not in results:
+        raise ValueError(f"{path} is not a proxy-experiment results.json (no 'runs'/'meta')")
+    return results
+
+
 def render_pooled_markdown(results_list: list[dict], labels: list[str], command: str = "") -> str:
     """The pooled comparison of `pool_runs` as markdown: one row per split, one column group per run."""
     pooled = pool_runs(results_list)

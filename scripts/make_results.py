@@ -11,7 +11,6 @@ published docs/RESULTS.md is reproducible from the JSON alone. Prints the verdic
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -30,13 +29,9 @@ def main(argv=None) -> int:
                         help="a paragraph put under the title (e.g. what changed since the run), kept in the command")
     args = parser.parse_args(argv)
     try:
-        with open(args.results) as handle:
-            results = json.load(handle)
-    except (OSError, ValueError) as exc:
-        print(f"error: cannot read {args.results}: {exc}", file=sys.stderr)
-        return 2
-    if "runs" not in results or "meta" not in results:
-        print(f"error: {args.results} is not a proxy-experiment results.json (no 'runs'/'meta')", file=sys.stderr)
+        results = proxy.load_results(args.results)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     md = Path(args.md) if args.md else Path(args.results).resolve().parent / "RESULTS.md"
     # the report names the command that rebuilds it, with this invocation's paths

@@ -13,9 +13,7 @@ spread, the share of within-run seed pairs ours wins, and the stratified exact p
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -32,20 +30,9 @@ def main(argv=None) -> int:
     labels = args.labels or [os.path.splitext(os.path.basename(path))[0] for path in args.results]
     if len(labels) != len(args.results):
         parser.error(f"--labels names {len(labels)} runs but {len(args.results)} results files were given")
-    results_list = []
-    for path in args.results:
-        try:
-            with open(path) as handle:
-                results = json.load(handle)
-        except (OSError, ValueError) as exc:
-            print(f"error: cannot read {path}: {exc}", file=sys.stderr)
-            return 2
-        if "runs" not in results or "meta" not in results:
-            print(f"error: {path} is not a proxy-experiment results.json (no 'runs'/'meta')", file=sys.stderr)
-            return 2
-        results_list.append(results)
-    command = "python scripts/pool_results.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python scripts/pool_results.py " + proxy.shell_join(sys.argv[1:] if argv is None else list(argv))
     try:
+        results_list = [proxy.load_results(path) for path in args.results]
         text = proxy.render_pooled_markdown(results_list, labels, command=command)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
