@@ -1021,6 +1021,8 @@ def pool_runs(results_list: list[dict]) -> dict:
         pooled[split] = {
             "runs": per_run,
             "ours_seeds": sum(len(o) for o, _ in strata), "weak_seeds": sum(len(w) for _, w in strata),
+            "ours_mean": statistics.fmean(a for o, _ in strata for a in o),
+            "weak_mean": statistics.fmean(b for _, w in strata for b in w),
             "delta": statistics.fmean(v["delta"] for v in per_run),
             "runs_beating_spread": sum(v["beats"] for v in per_run),
             "wins": sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in pairs) / len(pairs),
@@ -1053,12 +1055,14 @@ def render_pooled_markdown(results_list: list[dict], labels: list[str], command:
     lines += ["| run | warm start | proxy command |", "|---|---|---|"]
     lines += [f"| {label} | `{((r.get('meta', {}).get('start') or {}).get('sft_report') or {}).get('command', '?')}` | "
               f"`{r.get('meta', {}).get('command', '?')}` |" for label, r in zip(labels, results_list)]
-    lines += ["", "| split | " + " | ".join(f"{label}: Δ (spread)" for label in labels)
-              + " | runs beating their spread | mean Δ | within-run seed pairs ours wins | stratified permutation p |",
-              "|---|" + "---:|" * len(labels) + "---:|---:|---:|---:|"]
+    per_run_columns = " | ".join(f"{label}: Δ (spread)" for label in labels)
+    lines += ["", f"| split | ours mean (seeds) | weak mean (seeds) | {per_run_columns} | runs beating their spread "
+              "| mean Δ | within-run seed pairs ours wins | stratified permutation p |",
+              "|---|---:|---:|" + "---:|" * len(labels) + "---:|---:|---:|---:|"]
     for split, v in pooled.items():
-        cells = [f"{_fmt(r['delta'], 1, sign=True)} ({_fmt(r['spread'])})" for r in v["runs"]]
-        lines.append(f"| {split} | " + " | ".join(cells) + f" | {v['runs_beating_spread']} of {len(v['runs'])} | "
+        cells = " | ".join(f"{_fmt(r['delta'], 1, sign=True)} ({_fmt(r['spread'])})" for r in v["runs"])
+        lines.append(f"| {split} | {_fmt(v['ours_mean'])} ({v['ours_seeds']}) | {_fmt(v['weak_mean'])} "
+                     f"({v['weak_seeds']}) | {cells} | {v['runs_beating_spread']} of {len(v['runs'])} | "
                      f"{_fmt(v['delta'], 1, sign=True)} | {_fmt_share(v['wins'])} | {_fmt(v['p_value'], 4)} |")
     return "\n".join(lines) + "\n"
 

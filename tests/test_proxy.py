@@ -365,7 +365,8 @@ def test_pool_results_strata_and_errors(tmp_path):
     completed = subprocess.run([sys.executable, str(REPO / "scripts" / "pool_results.py"), *map(str, paths),
                                 "--labels", "A", "B", "--md", str(md)], capture_output=True, text=True, cwd=REPO)
     assert completed.returncode == 0, completed.stderr
-    assert "| val | +20.5 (2.0) | +20.5 (2.0) | 2 of 2 | +20.5 | 100 % | 0.0278 |" in md.read_text()
+    assert ("| val | 61.0 (4) | 40.5 (4) | +20.5 (2.0) | +20.5 (2.0) | 2 of 2 | +20.5 | 100 % | 0.0278 |"
+            in md.read_text())
     del second["runs"][0:2]  # no weak_baseline left in the second run
     paths[1].write_text(json.dumps(second))
     completed = subprocess.run([sys.executable, str(REPO / "scripts" / "pool_results.py"), *map(str, paths)],
