@@ -694,6 +694,11 @@ def _acc(run: dict | None, split: str):
     return None if cell is None else cell.get("accuracy_pct")
 
 
+def _seed_accuracies(results: dict, arm: str, split: str) -> list[float]:
+    """The scored accuracies of `arm` on `split`, one per usable seed."""
+    return [a for a in (_acc(r, split) for r in ok_runs(results, arm)) if a is not None]
+
+
 def best_constant_accuracy(by_count: dict) -> float | None:
     """Accuracy (%) of always answering the most frequent gold count, from a split's `by_count` {count: [correct,
     total]}: what a recipe that ignores the image can reach (e.g. a weak baseline collapsed to one answer)."""
@@ -724,15 +729,15 @@ def permutation_p_value(strata: list[tuple[list[float], list[float]]]) -> float 
         values, k = list(first) + list(second), len(first)
         if not first or not second:
             return None
-        total = sum(values)
-        options.append([sum(values[i] for i in chosen) / k - (total - sum(values[i] for i in chosen)) / len(second)
+        value_sum = sum(values)
+        options.append([sum(values[i] for i in chosen) / k - (value_sum - sum(values[i] for i in chosen)) / len(second)
                         for chosen in itertools.combinations(range(len(values)), k)])
     observed = sum(statistics.fmean(first) - statistics.fmean(second) for first, second in strata)
-    hits = total = 0
+    hits = relabellings = 0
     for combo in itertools.product(*options):
-        total += 1
+        relabellings += 1
         hits += sum(combo) >= observed - 1e-9
-    return hits / total
+    return hits / relabellings
 
 
 def summarize(results: dict) -> dict:
@@ -740,8 +745,7 @@ def summarize(results: dict) -> dict:
     seed-pair wins and the exact permutation p-value beside the spread rule) and each split's constant-answer floor."""
     splits = results.get("meta", {}).get("splits", list(EVAL_SPLITS))
     arms = [a for a in results.get("arm_order", []) if ok_runs(results, a)]
-    table = {arm: {split: _stats([_acc(r, split) for r in ok_runs(results, arm)]) for split in splits}
-             for arm in arms}
+    table = {arm: {split: _stats(_seed_accuracies(results, arm, split)) for split in splits} for arm in arms}
     verdict = {}
     if "ours" in table and "weak_baseline" in table:
         for split in splits:
@@ -750,8 +754,8 @@ def summarize(results: dict) -> dict:
                 continue
             delta = ours["mean"] - weak["mean"]
             spread = max(ours["range"], weak["range"])
-            ours_seeds = [a for a in (_acc(r, split) for r in ok_runs(results, "ours")) if a is not None]
-            weak_seeds = [a for a in (_acc(r, split) for r in ok_runs(results, "weak_baseline")) if a is not None]
+            ours_seeds = _seed_accuracies(results, "ours", split)
+            weak_seeds = _seed_accuracies(results, "weak_baseline", split)
             verdict[split] = {
                 "delta": delta, "spread": spread, "seeds": min(ours["n"], weak["n"]),
                 "beats": bool(delta > spread and min(ours["n"], weak["n"]) >= 2),
@@ -1006,18 +1010,19 @@ def pool_runs(results_list: list[dict]) -> dict:
     that ours wins, and the stratified exact permutation p-value (`permutation_p_value`)."""
     splits = [s for s in EVAL_SPLITS
               if all(s in r.get("meta", {}).get("splits", list(EVAL_SPLITS)) for r in results_list)]
+    verdicts = [summarize(results)["verdict"] for results in results_list]
     pooled = {}
     for split in splits:
-        strata, per_run = [], []
+        strata = []
         for results in results_list:
-            ours = [a for a in (_acc(r, split) for r in ok_runs(results, "ours")) if a is not None]
-            weak = [a for a in (_acc(r, split) for r in ok_runs(results, "weak_baseline")) if a is not None]
+            ours = _seed_accuracies(results, "ours", split)
+            weak = _seed_accuracies(results, "weak_baseline", split)
             if not ours or not weak:
                 raise ValueError(f"a run without scored ours and weak_baseline seeds on {split}: "
                                  f"{results.get('meta', {}).get('command', '?')}")
             strata.append((ours, weak))
-            per_run.append(summarize(results)["verdict"][split])
-        pairs = [(a, b) for ours, weak in strata for a in ours for b in weak]
+        per_run = [verdict[split] for verdict in verdicts]
+        pair_counts = [len(ours) * len(weak) for ours, weak in strata]
         pooled[split] = {
             "runs": per_run,
             "ours_seeds": sum(len(o) for o, _ in strata), "weak_seeds": sum(len(w) for _, w in strata),
@@ -1025,7 +1030,9 @@ def pool_runs(results_list: list[dict]) -> dict:
             "weak_mean": statistics.fmean(b for _, w in strata for b in w),
             "delta": statistics.fmean(v["delta"] for v in per_run),
             "runs_beating_spread": sum(v["beats"] for v in per_run),
-            "wins": sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in pairs) / len(pairs),
+            # within-run pairs only: each run's share, weighted by its number of pairs
+            "wins": sum(pairwise_wins(ours, weak) * n for (ours, weak), n in zip(strata, pair_counts))
+            / sum(pair_counts),
             "p_value": permutation_p_value(strata),
         }
     return pooled
