@@ -12,11 +12,11 @@ install:
 # Small default split set for the demo (CLEVR-style train/val/compositional + OOD renderer).
 data: $(DEMO_DATA)/train/dataset_info.json
 $(DEMO_DATA)/train/dataset_info.json:
-	$(PY) -m open_r1.scenes --out $(DEMO_DATA) --train 512 --val 64 --compositional 64 --ood-val 64 --seed 0
+	$(PY) -m open_r1.tasks.counting.scenes --out $(DEMO_DATA) --train 512 --val 64 --compositional 64 --ood-val 64 --seed 0
 
 tiny-model: $(TINY_MODEL)/config.json
 $(TINY_MODEL)/config.json:
-	$(PY) scripts/make_tiny_model.py --out $(TINY_MODEL)
+	$(PY) -m open_r1.tiny_models --out $(TINY_MODEL)
 
 # End to end on CPU: data -> tiny model -> GRPO -> export -> selfcheck table.
 demo: data tiny-model

@@ -5,7 +5,7 @@
     python selfcheck.py --model submission --sets data/val data/ood_val data/compositional --limit 200
     python selfcheck.py --verify --model /app/submission   # load check only, says exactly what is wrong
 
-Protocol (open_r1/protocol.py): "{question} First output the thinking process in <think> </think> and final answer
+Protocol (open_r1/tasks/counting/protocol.py): "{question} First output the thinking process in <think> </think> and final answer
 (number) in <answer> </answer> tags." after the image, greedy, max_new_tokens=256, the model's own saved processor
 and generation config, first <answer>N</answer> match, integer equality. Prints a table per set (accuracy, format
 rate, mean completion tokens, truncated %) and the mean over sets; writes JSON with per-example predictions.
@@ -14,11 +14,13 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from open_r1.data import DataError, load_counting_dataset, validate_counting_dataset  # noqa: E402
 from open_r1.export import verify_submission  # noqa: E402
 from open_r1.modeling import ModelError, load_model, load_processor  # noqa: E402
+from open_r1.tasks.counting.data import (  # noqa: E402
+    DataError,
+    load_counting_dataset,
+    validate_counting_dataset,
+)
 
 DEFAULT_MODEL = "/app/submission"
 DEFAULT_SETS = ["/app/data/val", "/app/data/ood_val"]
@@ -65,7 +67,11 @@ def main(argv=None) -> int:
     try:
         import torch
 
-        from open_r1.evaluate import evaluate_dataset, format_table, write_report
+        from open_r1.tasks.counting.evaluate import (
+            evaluate_dataset,
+            format_table,
+            write_report,
+        )
 
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         datasets_ = []

@@ -48,5 +48,5 @@ else
   "${LAUNCH[@]}" -m open_r1.grpo "${ARGS[@]}"
 fi
 
-$PYTHON scripts/export_submission.py --checkpoint "$OUTPUT_DIR" --out "$SUBMISSION"
+$PYTHON -m open_r1.export --checkpoint "$OUTPUT_DIR" --out "$SUBMISSION"
 echo "[train.sh] done: submission in $SUBMISSION. Next: python selfcheck.py --model $SUBMISSION"

@@ -7,24 +7,24 @@ generation under the eval protocol), and only then renamed into place. An existi
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 
-from open_r1 import modeling, protocol
-from open_r1.keep_best import read_json
+from open_r1 import modeling
+from open_r1.errors import ExportError, ModelError  # noqa: F401  (re-exported)
+from open_r1.run.keep_best import read_json
+from open_r1.tasks.counting import protocol
 
 TRAINING_META_FILE = "training_meta.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 EXPECTED_ARCHITECTURE = "Qwen2VLForConditionalGeneration"
-
-
-class ExportError(RuntimeError):
-    """Export or verification failed; the message says what is wrong."""
 
 
 @dataclass
@@ -123,7 +123,7 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
     except Exception as exc:  # noqa: BLE001 - every load failure is a finding
         report.problems.append(f"loading failed: {type(exc).__name__}: {exc}")
         return report
-    from open_r1.evaluate import generate_batch
+    from open_r1.tasks.counting.evaluate import generate_batch
 
     try:
         texts, _, _ = generate_batch(model, processor, [image or _probe_image()], [question])
@@ -213,3 +213,56 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
     report.path = out
     log(f"[export] submission ready: {out}")
     return report
+
+
+# ---- command line --------------------------------------------------------------------------------------------------
+
+_START = time.time()  # import time of this module: the budget reserve covers the whole export process
+
+CLI_DOC = """Export a trained checkpoint as a submission: merged full weights + tokenizer + processor, written atomically.
+
+    python scripts/export_submission.py --checkpoint runs/demo --out submission
+    python scripts/export_submission.py --checkpoint runs/lora/checkpoint-300 --base-model /app/models/Qwen2-VL-2B-Instruct --out /app/submission
+
+A LoRA checkpoint is merged into its base (recorded in training_meta.json or adapter_config.json). The processor
+keeps the training vision-token budget. The result is verified (loads with Qwen2VLForConditionalGeneration and
+generates) in a temp dir beside --out before it replaces anything; a replaced submission is kept as
+<out>.prev-<timestamp>.
+
+Given a run dir, the exported checkpoint is the keep-best one (open_r1/run/keep_best.py: the best in-training OOD score
+recorded in eval_history.json / best_checkpoint.json), else the final model. The export time is recorded in the run
+dir (budget_timings.json) so the next round's time budget reserves the measured value.
+"""
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="training output dir or a checkpoint-N dir")
+    parser.add_argument("--out", required=True, help="submission dir to write (replaced atomically)")
+    parser.add_argument("--base-model", default=None, help="base model for a LoRA adapter (default: recorded one)")
+    parser.add_argument("--min-pixels", type=int, default=None)
+    parser.add_argument("--max-pixels", type=int, default=None)
+    parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
+    args = parser.parse_args(argv)
+    from open_r1.run.keep_best import resolve_export_checkpoint
+
+    started = _START if argv is None else time.time()
+    checkpoint = resolve_export_checkpoint(args.checkpoint)
+    try:
+        export_submission(checkpoint, args.out, args.base_model, args.min_pixels, args.max_pixels,
+                          verify=not args.no_verify_generate)
+    except (ExportError, ModelError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if os.path.isfile(os.path.join(args.checkpoint, "training_meta.json")):  # a run dir: feed the next budget
+        from open_r1.run import record_export_seconds
+
+        try:
+            record_export_seconds(args.checkpoint, time.time() - started)
+        except OSError as exc:
+            print(f"warning: could not record the export time in {args.checkpoint}: {exc}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,8 +8,8 @@ Any recipe key can be overridden on the command line (`--learning_rate 2e-6 --re
 Algorithm: textbook GRPO as TRL implements it (group-normalised advantages over `num_generations` completions of
 one prompt, clipped policy-gradient surrogate, optional KL to the reference with `beta`, `loss_type` as in TRL).
 What this script adds, and nothing else:
-  * rewards come from the registry in `open_r1/rewards.py`, by name, with weights and parameters from the recipe;
-  * prompts are built by `open_r1/data.py` with *template mixing* (train and eval wordings, weighted), every gold
+  * rewards come from the registry in `open_r1/tasks/counting/rewards.py`, by name, with weights and parameters from the recipe;
+  * prompts are built by `open_r1/tasks/counting/data.py` with *template mixing* (train and eval wordings, weighted), every gold
     count parsed before the first step;
   * the processor is loaded left-padded with the recipe's vision-token budget, and saved with the model, so the
     exported submission resizes images the way training did;
@@ -32,10 +32,16 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
-from open_r1 import data as data_lib
 from open_r1 import modeling
+from open_r1.errors import RecipeError  # noqa: F401  (re-exported)
 from open_r1.export import TRAINING_META_FILE
-from open_r1.trainer import CountingGRPOTrainer, TrainerOptionError, check_noisy_rollouts, vision_tower
+from open_r1.tasks.counting import data as data_lib
+from open_r1.trainer import (
+    CountingGRPOTrainer,
+    TrainerOptionError,
+    check_noisy_rollouts,
+    vision_tower,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +53,6 @@ BATCH_HINT = (
     "per_device_train_batch_size counts completions, not prompts: make the generation batch a multiple of "
     "num_generations"
 )
-
-
-class RecipeError(ValueError):
-    """A recipe setting that cannot work; the message names the setting and the fix."""
 
 
 @dataclass
@@ -68,7 +70,7 @@ class CountingGRPOArguments(ScriptArguments):
     )
     prompt_templates: list[str] = field(
         default_factory=lambda: ["train:0.5", "eval:0.5"],
-        metadata={"help": "Template mixing: 'name:weight' entries, names from open_r1.protocol.TEMPLATES."},
+        metadata={"help": "Template mixing: 'name:weight' entries, names from open_r1.tasks.counting.protocol.TEMPLATES."},
     )
     min_pixels: int = field(default=3136, metadata={"help": "Smallest image area (pixels) after resizing."})
     max_pixels: int = field(
@@ -77,7 +79,7 @@ class CountingGRPOArguments(ScriptArguments):
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N rows (smoke runs)."})
     lora_vision: bool = field(default=False, metadata={"help": "Also put LoRA adapters on the vision tower."})
     image_check_rows: int = field(default=8, metadata={"help": "Images decoded up front; -1 checks every row."})
-    # Run safety (open_r1/callbacks.py): time budget, in-training protocol evaluation with keep-best, resume.
+    # Run safety (open_r1/run/): time budget, in-training protocol evaluation with keep-best, resume.
     time_budget: str | None = field(
         default=None,
         metadata={"help": "Deadline for the submission: '55m', '1h30m', '3600' (seconds from $TRAIN_START_TIME or "
@@ -272,7 +274,9 @@ def announce_rank(trainer) -> None:
 
 
 def main(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
-    from open_r1 import callbacks as run_lib  # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
+    from open_r1 import (
+        run as run_lib,  # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
+    )
 
     run = run_lib.build_run_callbacks(script_args, training_args)
     trainer = build_trainer(script_args, training_args, model_args, callbacks=[*run.callbacks, *(callbacks or [])])

@@ -10,13 +10,11 @@ import importlib.util
 import json
 import os
 
+from open_r1.errors import ModelError  # noqa: F401  (re-exported)
+
 QWEN2_VL_MODEL_TYPE = "qwen2_vl"
 # Token budget of one merged vision token: 14 px patches merged 2x2.
 PIXELS_PER_VISION_TOKEN = 28 * 28
-
-
-class ModelError(ValueError):
-    """A model directory that cannot be used; the message names the problem and the fix."""
 
 
 def check_model_dir(path: str) -> dict:

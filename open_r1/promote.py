@@ -17,19 +17,19 @@ Rules:
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 
+from open_r1.errors import PromoteError  # noqa: F401  (re-exported)
+
 REPORT_FILE = "selfcheck.json"
-
-
-class PromoteError(RuntimeError):
-    """The promotion cannot be done (bad report, failed verification, ...); the message says why."""
 
 
 @dataclass
@@ -156,3 +156,42 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
     message = f"promoted {candidate} -> {submission}: {new_score:.2f}% mean accuracy (was {before})" + (
         f"; the previous submission is kept at {replaced} (delete it when you no longer need it)" if replaced else "")
     return PromoteResult(True, message, new_score, current_score, replaced)
+
+
+# ---- command line --------------------------------------------------------------------------------------------------
+
+
+CLI_DOC = """Replace the submission with a candidate only when its selfcheck report scores higher.
+
+    python selfcheck.py --model runs/r2/submission --out runs/r2/selfcheck.json
+    python scripts/promote.py --candidate runs/r2/submission --report runs/r2/selfcheck.json \
+        --submission /app/submission
+
+Compares the report's mean_accuracy_pct with the one recorded for the current submission (<submission>/selfcheck.json)
+over the same sets; promotes only a strictly higher score (--force overrides). The candidate is verified in a temp dir
+beside the submission before the swap; the replaced submission is kept as <submission>.replaced-<timestamp>.
+Exit status: 0 promoted, 1 refused (not better / not comparable), 2 error.
+"""
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--candidate", required=True, help="model dir to promote (an exported submission)")
+    parser.add_argument("--report", default=None, help=f"its selfcheck JSON (default <candidate>/{REPORT_FILE})")
+    parser.add_argument("--submission", default=os.environ.get("SUBMISSION", "/app/submission"))
+    parser.add_argument("--force", action="store_true", help="promote even if not better / not comparable")
+    parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
+    args = parser.parse_args(argv)
+    report = args.report or os.path.join(args.candidate, REPORT_FILE)
+    try:
+        result = promote(args.candidate, report, args.submission, force=args.force,
+                         verify_generate=not args.no_verify_generate)
+    except PromoteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"[promote] {result.message}", file=sys.stdout if result.promoted else sys.stderr)
+    return 0 if result.promoted else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,86 +1,51 @@
-"""Reward registry for GRPO on counting VQA (open-r1 style).
+"""The reward registry: a name -> factory map that recipes name rewards from (open-r1 style), for every task.
 
-Design
-------
-Every reward is scored against the same protocol the grader uses (``open_r1.protocol``): the prediction is the
-first match of ``protocol.ANSWER_RE`` and it is correct only on integer equality with the gold count. Nothing here
-re-defines that regex, so a completion the policy is paid for is a completion the grader counts.
+A reward has TRL's signature ``f(prompts, completions, completion_ids, **dataset_columns, trainer_state=...,
+log_extra=..., log_metric=...) -> list[float]``; every dataset column arrives as a list aligned with ``completions``
+(keep ``remove_unused_columns=False`` so the image reaches the reward too). Rewards take what they need by keyword,
+swallow the rest with ``**kwargs``, and log their sub-scores with ``log_metric(name, value)`` (EasyR1 style; ``None``
+when a test or selfcheck calls them).
 
-Registered rewards (name -> params):
+Tasks register theirs in their own module (``open_r1/tasks/<task>/rewards.py``), with a *factory* that takes the
+reward's params as keyword arguments::
 
-* ``exact_count``    accuracy, {0, 1}. 1.0 iff ``protocol.is_correct(text, parse_gold(solution))``.
-* ``format``         {0, 1}. 1.0 iff the answer parses under the eval regex, there is exactly one answer tag pair,
-                     nothing but whitespace follows ``</answer>`` and (``require_think=True``) there is exactly one
-                     ``<think>...</think>`` block that closes before the ``<answer>``. ``require_think=False`` drops
-                     the think condition (the "no thinking" ablation).
-* ``soft_count``     [0, 1]. ``max(0, 1 - |pred - gold| / tolerance)`` (``tolerance=3``); 0 when unparseable.
-                     Partial credit gives a gradient when no sample in a group is exactly right.
-* ``length_penalty`` [-1, 0]. -1 when no gradable answer ends inside the eval budget (``budget_tokens=256``); else a
-                     linear penalty for thinking beyond ``think_budget`` tokens (128), reaching ``-max_think_penalty``
-                     (0.5) when the think block would fill the whole budget.
-* ``answer_tag``     {0, 1}. The deliberately weak inherited reward (``configs/weak_baseline.yaml``): 1.0 when the
-                     string ``<answer>`` appears at all. Trivial to satisfy; kept only as a baseline.
-
-TRL 1.16 calls each reward as ``f(prompts=..., completions=..., completion_ids=..., **dataset_columns,
-trainer_state=..., log_extra=..., log_metric=...)``; every dataset column (``solution``, ``problem``, ``image``...)
-arrives as a list aligned with ``completions``. Rewards take what they need by keyword and swallow the rest with
-``**kwargs``. They log sub-scores through ``log_metric(name, value)`` (batch means, e.g. ``exact_count/accuracy``)
-when TRL passes it; tests and selfcheck may not, so ``log_metric=None`` is always accepted. TRL names a reward in its
-logs by ``func.__name__``, so ``get_reward_funcs`` returns callables named exactly as registered.
-
-Building rewards from a bad recipe (unknown name or param, a param out of range) raises ``RewardConfigError``
-(``UnknownRewardError`` for names), both ``ValueError``s. A gold ``solution`` that cannot be parsed raises
-``ValueError``: that is a data bug, and scoring it 0 would hide it.
-
-Adding a reward
----------------
-Register a *factory* that takes the reward's params as keyword arguments and returns the reward function::
-
-    from open_r1.protocol import completion_text, extract_answer
     from open_r1.rewards import register_reward
 
     @register_reward("even_count")
     def even_count(bonus: float = 1.0):
         def reward(completions, solution, log_metric=None, **kwargs) -> list[float]:
-            preds = [extract_answer(completion_text(c)) for c in completions]
-            return [bonus if p is not None and p % 2 == 0 else 0.0 for p in preds]
+            ...
         return reward
 
-A reward without params may be registered directly: decorating a function whose signature has a ``completions``
-parameter registers it as-is. Put new rewards in this module (or in a module imported before
-``get_reward_funcs`` runs), then name them in a recipe's ``reward_funcs`` and pass params via ``reward_kwargs``::
-
-    reward_funcs: [exact_count, format]
-    reward_kwargs: {format: {require_think: false}}
-    reward_weights: [1.0, 0.5]        # TRL's GRPOConfig field; aligned with reward_funcs, order preserved
+``get_reward_funcs`` imports every task's reward module first (``TASK_REWARD_MODULES``), so a recipe can name any
+registered reward. TRL names a reward in its logs by ``func.__name__``: the built callables carry the registry name.
 """
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
-import math
 from typing import Any, Callable, Iterable
 
-from open_r1.protocol import ANSWER_RE, EVAL_MAX_NEW_TOKENS, completion_text, extract_answer, is_correct, parse_gold
+from open_r1.errors import RewardConfigError, UnknownRewardError
 
 RewardFunc = Callable[..., list[float]]
 RewardFactory = Callable[..., RewardFunc]
 LogMetric = Callable[[str, float], None] | None
 
 REWARD_REGISTRY: dict[str, RewardFactory] = {}
-
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
-# Token estimate used only when a caller gives text without `completion_ids` (tests, selfcheck on raw strings).
-CHARS_PER_TOKEN_ESTIMATE = 4.0
+# Each task's rewards register themselves on import; the registry loads them by name (no import cycle).
+TASK_REWARD_MODULES = ("open_r1.tasks.counting.rewards", "open_r1.tasks.captioning.rewards")
 
 
-class RewardConfigError(ValueError):
-    """A reward list or reward params that cannot be built (bad param name or value, duplicates, stray kwargs)."""
-
-
-class UnknownRewardError(RewardConfigError):
-    """A reward name that is not in REWARD_REGISTRY."""
+def load_task_rewards() -> None:
+    """Import every task's reward module so that its rewards are registered."""
+    for module in TASK_REWARD_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if not (exc.name and (module == exc.name or module.startswith(exc.name + "."))):
+                raise  # a task module that exists but fails to import is a bug: say so
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -156,11 +121,12 @@ def get_reward_funcs(names: Iterable[str], reward_kwargs: dict[str, dict] | None
     names = list(names)
     reward_kwargs = dict(reward_kwargs or {})
 
+    load_task_rewards()
     unknown = [name for name in names if name not in REWARD_REGISTRY]
     if unknown:
         raise UnknownRewardError(
             f"unknown reward(s) {unknown}; valid names: {sorted(REWARD_REGISTRY)}. To add one, decorate a factory "
-            f"with @register_reward('<name>') in open_r1/rewards.py (see its module docstring)."
+            f"with @register_reward('<name>') in open_r1/tasks/<task>/rewards.py (see open_r1/tasks/counting/rewards.py)."
         )
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -201,203 +167,3 @@ def _require_number(reward: str, param: str, value: Any, integer: bool = False) 
     if isinstance(value, bool) or not isinstance(value, kinds):
         expected = "an integer" if integer else "a number"
         raise RewardConfigError(f"{reward}: {param} must be {expected}, got {value!r}")
-
-
-def _texts(completions: list[Any]) -> list[str]:
-    return [completion_text(c) for c in completions]
-
-
-def _golds(solution: list[Any] | None, n: int) -> list[int]:
-    if solution is None:
-        raise ValueError("this reward needs the dataset column 'solution' (gold like '<answer> 3 </answer>')")
-    if len(solution) != n:
-        raise ValueError(f"got {len(solution)} solutions for {n} completions; they must be aligned")
-    return [parse_gold(s) for s in solution]
-
-
-def format_checks(text: str) -> dict[str, bool]:
-    """The separate conditions the `format` reward combines (also handy for eval-time diagnostics).
-
-    parseable      the grader's regex finds an answer;
-    single_answer  exactly one `<answer>` and one `</answer>`;
-    clean_end      only whitespace after the first `</answer>` (and there is one);
-    think_ok       exactly one `<think>` and one `</think>`, in that order, closed before the first `<answer>`.
-    """
-    match = ANSWER_RE.search(text)
-    close_at = text.find(ANSWER_CLOSE)
-    answer_at = text.find(ANSWER_OPEN)
-    think_open_at, think_close_at = text.find(THINK_OPEN), text.find(THINK_CLOSE)
-    think_ok = (
-        text.count(THINK_OPEN) == 1
-        and text.count(THINK_CLOSE) == 1
-        and think_open_at < think_close_at
-        and (answer_at == -1 or think_close_at < answer_at)
-    )
-    return {
-        "parseable": match is not None,
-        "single_answer": text.count(ANSWER_OPEN) == 1 and text.count(ANSWER_CLOSE) == 1,
-        "clean_end": close_at != -1 and not text[close_at + len(ANSWER_CLOSE):].strip(),
-        "think_ok": think_ok,
-    }
-
-
-def think_char_span(text: str) -> int:
-    """Characters inside the first think block; an unclosed `<think>` runs to the end of the text."""
-    start = text.find(THINK_OPEN)
-    if start == -1:
-        return 0
-    start += len(THINK_OPEN)
-    end = text.find(THINK_CLOSE, start)
-    return (len(text) if end == -1 else end) - start
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Rewards. Each is a module-level scoring function plus a registered factory that validates params and binds them
-# with functools.partial, so a built reward pickles (worker processes, async trainers) and shows its params in repr.
-# --------------------------------------------------------------------------------------------------------------------
-def score_exact_count(completions, solution=None, log_metric: LogMetric = None, **kwargs) -> list[float]:
-    texts = _texts(completions)
-    golds = _golds(solution, len(texts))
-    rewards = [1.0 if is_correct(text, gold) else 0.0 for text, gold in zip(texts, golds)]
-    _log(log_metric, "exact_count/accuracy", _mean(rewards))
-    _log(log_metric, "exact_count/parseable", _mean([float(extract_answer(t) is not None) for t in texts]))
-    return rewards
-
-
-@register_reward("exact_count")
-def exact_count_reward() -> RewardFunc:
-    """Accuracy, {0, 1}: 1.0 iff the grader would mark the completion correct (`protocol.is_correct`)."""
-    return score_exact_count
-
-
-def score_format(completions, *, require_think: bool = True, log_metric: LogMetric = None, **kwargs) -> list[float]:
-    required = ["parseable", "single_answer", "clean_end"] + (["think_ok"] if require_think else [])
-    checks = [format_checks(text) for text in _texts(completions)]
-    rewards = [1.0 if all(c[key] for key in required) else 0.0 for c in checks]
-    for key in ("parseable", "single_answer", "clean_end", "think_ok"):
-        _log(log_metric, f"format/{key}", _mean([float(c[key]) for c in checks]))
-    return rewards
-
-
-@register_reward("format")
-def format_reward(require_think: bool = True) -> RewardFunc:
-    """{0, 1}: 1.0 iff the completion is well formed (see `format_checks`); think block required unless ablated."""
-    if not isinstance(require_think, bool):  # a YAML/JSON string "false" would silently be truthy
-        raise RewardConfigError(f"format: require_think must be true or false, got {require_think!r}")
-    return functools.partial(score_format, require_think=require_think)
-
-
-def score_soft_count(
-    completions, solution=None, *, tolerance: float = 3.0, log_metric: LogMetric = None, **kwargs
-) -> list[float]:
-    texts = _texts(completions)
-    golds = _golds(solution, len(texts))
-    preds = [extract_answer(text) for text in texts]
-    rewards = [
-        0.0 if pred is None else max(0.0, 1.0 - abs(pred - gold) / tolerance) for pred, gold in zip(preds, golds)
-    ]
-    errors = [abs(pred - gold) for pred, gold in zip(preds, golds) if pred is not None]
-    _log(log_metric, "soft_count/parseable", _mean([float(p is not None) for p in preds]))
-    if errors:  # no parseable answer -> no error to average; logging 0 would read as perfect counting
-        _log(log_metric, "soft_count/abs_error", _mean(errors))
-    return rewards
-
-
-@register_reward("soft_count")
-def soft_count_reward(tolerance: float = 3.0) -> RewardFunc:
-    """[0, 1]: partial credit ``max(0, 1 - |pred - gold| / tolerance)``; exact = 1.0, unparseable = 0.0."""
-    _require_number("soft_count", "tolerance", tolerance)
-    if not tolerance > 0:
-        raise RewardConfigError(f"soft_count: tolerance must be > 0, got {tolerance!r}")
-    return functools.partial(score_soft_count, tolerance=tolerance)
-
-
-def score_length_penalty(
-    completions,
-    completion_ids=None,
-    *,
-    budget_tokens: int = EVAL_MAX_NEW_TOKENS,
-    think_budget: int = 128,
-    max_think_penalty: float = 0.5,
-    log_metric: LogMetric = None,
-    **kwargs,
-) -> list[float]:
-    texts = _texts(completions)
-    if completion_ids is not None and len(completion_ids) != len(texts):
-        raise ValueError(f"got {len(completion_ids)} completion_ids for {len(texts)} completions")
-    rewards, truncated, think_tokens_all, n_tokens_all = [], [], [], []
-    for i, text in enumerate(texts):
-        if completion_ids is not None:
-            n_tokens = len(completion_ids[i])
-        else:
-            n_tokens = math.ceil(len(text) / CHARS_PER_TOKEN_ESTIMATE)
-        tokens_per_char = n_tokens / len(text) if text else 0.0
-        match = ANSWER_RE.search(text)
-        answer_end_token = match.end() * tokens_per_char if match else math.inf
-        is_truncated = n_tokens >= budget_tokens and answer_end_token > budget_tokens
-        think_tokens = think_char_span(text) * tokens_per_char
-        if is_truncated:
-            reward = -1.0
-        else:
-            over = max(0.0, think_tokens - think_budget) / (budget_tokens - think_budget)
-            reward = -max_think_penalty * min(1.0, over) + 0.0  # + 0.0 turns -0.0 into 0.0
-        rewards.append(reward)
-        truncated.append(float(is_truncated))
-        think_tokens_all.append(think_tokens)
-        n_tokens_all.append(float(n_tokens))
-    _log(log_metric, "length_penalty/truncated_frac", _mean(truncated))
-    _log(log_metric, "length_penalty/mean_think_tokens", _mean(think_tokens_all))
-    _log(log_metric, "length_penalty/mean_completion_tokens", _mean(n_tokens_all))
-    over_think_budget = [float(t > think_budget) for t in think_tokens_all]
-    _log(log_metric, "length_penalty/over_think_budget_frac", _mean(over_think_budget))
-    return rewards
-
-
-@register_reward("length_penalty")
-def length_penalty_reward(
-    budget_tokens: int = EVAL_MAX_NEW_TOKENS, think_budget: int = 128, max_think_penalty: float = 0.5
-) -> RewardFunc:
-    """[-1, 0]: penalises completions the eval budget would cut off, and long thinking.
-
-    Token counts come from `completion_ids` (TRL always passes them); without ids they are estimated as
-    ``ceil(chars / CHARS_PER_TOKEN_ESTIMATE)``. Positions inside a completion are estimated by character fraction:
-    think tokens = n_tokens * think_chars / total_chars, likewise the token at which the first answer ends.
-
-    * -1.0 when the completion reaches `budget_tokens` and no grader-parseable answer ends within the first
-      `budget_tokens` tokens: greedy eval at max_new_tokens=256 would stop before the answer (or never see one).
-      Set `budget_tokens` to the training `max_completion_length` if that is shorter than 256.
-    * otherwise ``-max_think_penalty * min(1, max(0, think_tokens - think_budget) / (budget_tokens - think_budget))``:
-      zero up to `think_budget`, linear above it, reaching -max_think_penalty when thinking fills the budget.
-      An unclosed `<think>` counts to the end of the completion.
-    """
-    for param, value in [("budget_tokens", budget_tokens), ("think_budget", think_budget)]:
-        _require_number("length_penalty", param, value, integer=True)
-    _require_number("length_penalty", "max_think_penalty", max_think_penalty)
-    if not 0 <= think_budget < budget_tokens:
-        raise RewardConfigError(
-            f"length_penalty: need 0 <= think_budget < budget_tokens, got {think_budget} and {budget_tokens}"
-        )
-    if not 0 <= max_think_penalty <= 1:
-        raise RewardConfigError(f"length_penalty: max_think_penalty must be in [0, 1], got {max_think_penalty!r}")
-    return functools.partial(
-        score_length_penalty,
-        budget_tokens=budget_tokens,
-        think_budget=think_budget,
-        max_think_penalty=max_think_penalty,
-    )
-
-
-def score_answer_tag(completions, log_metric: LogMetric = None, **kwargs) -> list[float]:
-    rewards = [1.0 if ANSWER_OPEN in text else 0.0 for text in _texts(completions)]
-    _log(log_metric, "answer_tag/present", _mean(rewards))
-    return rewards
-
-
-@register_reward("answer_tag")
-def answer_tag_reward() -> RewardFunc:
-    """{0, 1}: the deliberately weak inherited reward, 1.0 if the string "<answer>" appears anywhere.
-
-    Trivial to game (it ignores the number, the closing tag and correctness). It exists only so that
-    configs/weak_baseline.yaml reproduces the inherited setup; do not use it in a real recipe.
-    """
-    return score_answer_tag

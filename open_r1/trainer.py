@@ -49,17 +49,15 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from open_r1.evaluate import cache_length_bucket  # one bucketing rule for training and selfcheck
+from open_r1.errors import TrainerOptionError  # noqa: F401  (re-exported)
+from open_r1.tasks.counting.evaluate import (
+    cache_length_bucket,  # one bucketing rule for training and selfcheck
+)
 
 IMAGE_COLUMN = "image"
 # CUDA graphs are re-recorded when the static cache of a new `generate` call lives at new addresses; torch gives up
 # on graphs for a function after this many re-records (default 128, i.e. ~128 rounds).
 CUDAGRAPH_RERECORD_LIMIT = 1_000_000
-
-
-class TrainerOptionError(ValueError):
-    """A trainer option that cannot work as set (compile_generation under ZeRO-3 or with vLLM, noisy_rollouts out of
-    range); the message says what to change."""
 
 
 def check_noisy_rollouts(fraction: float, std: float) -> None:
@@ -207,7 +205,11 @@ def enable_vision_dedupe(model) -> bool:
 
 def regroup_micro_batches(batches: list[dict], key: str = ROW_ID) -> list[dict]:
     """The micro-batches of a round with their rows back in generation order (groups contiguous), same sizes."""
-    from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
+    from trl.trainer.utils import (
+        split_pixel_values_by_grid,
+        split_tensor_dict,
+        unsplit_pixel_values_by_grid,
+    )
 
     parts = [split_pixel_values_by_grid(batch) for batch in batches]
     merged: dict[str, Any] = {}

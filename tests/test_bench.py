@@ -1,4 +1,4 @@
-"""The GRPO throughput bench (open_r1/bench.py, scripts/bench_grpo.py), the selfcheck speed bench and the vLLM recipe.
+"""The GRPO throughput bench (experiments/bench/bench.py, experiments/bench/bench_grpo.py), the selfcheck speed bench and the vLLM recipe.
 
 The GPU numbers themselves come from the lead's H200 runs (docs/PERFORMANCE.md); here the CPU `--tiny` mode proves the
 machinery: every variant trains through TRL's own GRPOTrainer, the probe's time split and counts are consistent, a
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from open_r1 import bench
+from experiments.bench import bench
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPE = REPO / "configs" / "qwen2vl_2b_counting.yaml"
@@ -37,7 +37,7 @@ def test_tiny_bench_end_to_end(tmp_path):
     out = tmp_path / "bench.json"
     proc, elapsed = run_script(
         [
-            "scripts/bench_grpo.py", "--tiny", "--variants", "plain_trl,broken,ours", "--steps", "2",
+            "-m", "experiments.bench.bench_grpo", "--tiny", "--variants", "plain_trl,broken,ours", "--steps", "2",
             "--define", 'broken={"base": "plain_trl", "no_such_grpo_field": 1}',
             "--out", str(out), "--work-dir", str(tmp_path / "work"),
         ],
@@ -97,7 +97,7 @@ def test_tiny_bench_end_to_end(tmp_path):
 def test_selfcheck_bench_forces_the_completion_length(tmp_path):
     out = tmp_path / "selfcheck.json"
     proc, _ = run_script(
-        ["scripts/bench_selfcheck.py", "--tiny", "--n", "8", "--batch-sizes", "4", "--data", "random",
+        ["-m", "experiments.bench.bench_selfcheck", "--tiny", "--n", "8", "--batch-sizes", "4", "--data", "random",
          "--out", str(out), "--work-dir", str(tmp_path / "work")],
         timeout=300,
     )
@@ -233,7 +233,7 @@ def test_in_memory_model_builder_on_cpu():
     """The GPU path builds the model in memory (no checkpoint): check it on CPU with the tiny config."""
     import torch
 
-    from open_r1 import tiny_model
+    from open_r1 import tiny_models as tiny_model
 
     model = bench.build_full_size_model("sdpa", "cpu", seed=0, config=tiny_model.build_config(full_size=False))
     assert next(model.parameters()).dtype == torch.bfloat16
@@ -247,8 +247,9 @@ def test_in_memory_model_builder_on_cpu():
 
 def test_forced_length_overrides_an_eager_end_of_turn(tiny_model_dir):
     """selfcheck's worst case: even a model whose favourite token is <|im_end|> generates the full forced length."""
-    from open_r1 import modeling, tiny_model
-    from open_r1.evaluate import generate_batch
+    from open_r1 import modeling
+    from open_r1 import tiny_models as tiny_model
+    from open_r1.tasks.counting.evaluate import generate_batch
 
     model = modeling.load_model(str(tiny_model_dir), dtype="float32", attn_implementation="sdpa").eval()
     processor = modeling.load_processor(str(tiny_model_dir), max_pixels=12544)

@@ -9,9 +9,9 @@ import pytest
 from transformers import TrainerControl, TrainerState
 from transformers.trainer_utils import rotate_checkpoints
 
-from open_r1 import callbacks as cb
-from open_r1 import keep_best
-from open_r1.evaluate import SetReport
+from open_r1 import run as cb
+from open_r1.run import keep_best
+from open_r1.tasks.counting.evaluate import SetReport
 
 
 class Clock:
@@ -358,10 +358,7 @@ def test_resolve_export_checkpoint(tmp_path):
 
 
 def test_plot_run_script_tables_and_plots_a_run(tmp_path, capsys):
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
-    import plot_run
+    from open_r1.run import keep_best as plot_run
 
     make_checkpoint(tmp_path, 2)
     write_history(tmp_path, [{**entry(2, 60.0, 10.0), "reward": 0.5}, entry(4, 40.0, 90.0)])  # checkpoint-4 gone
@@ -395,8 +392,8 @@ RANK_SCRIPT = r"""
 import json, os, sys
 import torch.distributed as dist
 from datasets import Dataset
-from open_r1 import callbacks as cb
-from open_r1.evaluate import SetReport
+from open_r1 import run as cb
+from open_r1.tasks.counting.evaluate import SetReport
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()

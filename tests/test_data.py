@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from open_r1 import data as data_lib
-from open_r1 import protocol
+from open_r1.tasks.counting import data as data_lib
+from open_r1.tasks.counting import protocol
 
 
 def make_rows(n=4, solutions=None, problems=None):
@@ -64,7 +64,7 @@ def test_non_image_column_type_is_rejected():
 
 
 def test_load_missing_dir_says_how_to_generate(tmp_path):
-    with pytest.raises(data_lib.DataError, match="python -m open_r1.scenes"):
+    with pytest.raises(data_lib.DataError, match="python -m open_r1.tasks.counting.scenes"):
         data_lib.load_counting_dataset(str(tmp_path / "nope" / "train"))
 
 

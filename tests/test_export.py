@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from open_r1 import export as export_lib
-from open_r1.evaluate import evaluate_dataset
 from open_r1.modeling import load_model, load_processor
-from open_r1.protocol import EVAL_TEMPLATE
+from open_r1.tasks.counting.evaluate import evaluate_dataset
+from open_r1.tasks.counting.protocol import EVAL_TEMPLATE
 
 
 def greedy(model, processor, image, question="How many items are there in the image?", tokens=12):
-    from open_r1.evaluate import generate_batch
+    from open_r1.tasks.counting.evaluate import generate_batch
 
     texts, _, _ = generate_batch(model, processor, [image], [question], EVAL_TEMPLATE, tokens)
     return texts[0]
@@ -116,7 +116,7 @@ def test_verify_passes_a_good_export(exported):
 
 
 def test_selfcheck_batched_equals_one_by_one(tiny_model_dir, scene_data_dir):
-    from open_r1.data import load_counting_dataset
+    from open_r1.tasks.counting.data import load_counting_dataset
 
     model = load_model(str(tiny_model_dir), dtype="float32").eval()
     processor = load_processor(str(tiny_model_dir), max_pixels=12544)
@@ -127,7 +127,7 @@ def test_selfcheck_batched_equals_one_by_one(tiny_model_dir, scene_data_dir):
     assert [r["index"] for r in batched.records] == list(range(6))
 
     # a diagnostic swaps template and parser (the proxy's plain-question probe); the grader's stay the default
-    from open_r1 import proxy
+    from experiments.proxy import proxy
 
     calls = []
 

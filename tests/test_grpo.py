@@ -37,11 +37,10 @@ def recipe_args(tiny_model_dir, scene_data_dir, tmp_path, *extra):
 
 def use_varied_reward(monkeypatch):
     """Rewards that differ within a group, so advantages are non-zero and every parameter gets a gradient."""
-    from open_r1 import rewards
-
     import zlib
 
-    from open_r1.protocol import completion_text
+    from open_r1 import rewards
+    from open_r1.tasks.counting.protocol import completion_text
 
     def varied(completions, **kwargs):  # distinct sampled texts get distinct rewards
         return [float(zlib.crc32(completion_text(c).encode()) % 97) for c in completions]
@@ -81,8 +80,8 @@ def test_lora_vision_option_targets_the_vision_tower(tiny_model_dir, scene_data_
 
 def test_batched_logprobs_equal_single_sample_for_mixed_image_sizes(tiny_model_dir, scene_data_dir, tmp_path):
     """Per-device batch > 1 is exact: left-padded batches of different image sizes give each sample's log-probs."""
-    from PIL import Image
     import numpy as np
+    from PIL import Image
 
     script_args, training_args, model_args = grpo.parse_args(recipe_args(tiny_model_dir, scene_data_dir, tmp_path))[:3]
     trainer = grpo.build_trainer(script_args, training_args, model_args)
@@ -94,7 +93,7 @@ def test_batched_logprobs_equal_single_sample_for_mixed_image_sizes(tiny_model_d
     completion = torch.tensor([[11, 12, 13, 14, 15]])
 
     def logps(batch_images, batch_questions):
-        from open_r1.protocol import build_messages
+        from open_r1.tasks.counting.protocol import build_messages
 
         texts = [processor.apply_chat_template(build_messages(q), tokenize=False, add_generation_prompt=True)
                  for q in batch_questions]

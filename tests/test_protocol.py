@@ -1,11 +1,11 @@
-"""The eval protocol (open_r1/protocol.py): templates, the grader's regex, extraction, gold parsing, scoring.
+"""The eval protocol (open_r1/tasks/counting/protocol.py): templates, the grader's regex, extraction, gold parsing, scoring.
 
 These pin the grader's behaviour on adversarial strings; rewards are tested against them in test_rewards.py.
 """
 import pytest
 
-from open_r1 import protocol
-from open_r1.protocol import (
+from open_r1.tasks.counting import protocol
+from open_r1.tasks.counting.protocol import (
     ANSWER_RE,
     EVAL_MAX_NEW_TOKENS,
     EVAL_TEMPLATE,

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from open_r1 import protocol, proxy
+from experiments.proxy import proxy
+from open_r1.tasks.counting import protocol
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -139,7 +140,7 @@ def test_sync_callback_stops_at_common_step_and_deadline(tmp_path):
 # SFT rows
 # --------------------------------------------------------------------------------------------------------------------
 def test_sft_targets_score_as_correct_and_well_formed():
-    from open_r1.rewards import format_checks
+    from open_r1.tasks.counting.rewards import format_checks
 
     think, answer = proxy.sft_target(7, "think"), proxy.sft_target(10, "answer")
     assert think == "<think>There are 7 objects.</think> <answer>7</answer>"
@@ -272,7 +273,7 @@ def test_split_plain_rows_is_a_seeded_partition():
 
 
 def test_ensure_splits_renders_only_what_is_missing(tmp_path):
-    from open_r1.scenes import write_splits
+    from open_r1.tasks.counting.scenes import write_splits
 
     data = tmp_path / "data"
     write_splits(str(data), {"train": 2, "val": 1}, seed=0, workers=1, image_size="112x84", progress=False)
@@ -296,7 +297,7 @@ def _run(arm, seed, accs, status="ok", ood_format=100.0):
     return {"job": f"{arm}-s{seed}", "arm": arm, "seed": seed, "kind": "train", "status": status, "steps": 5,
             "rollouts": 640, "splits": splits if status == "ok" else {},
             "command": f"python -m open_r1.grpo --arm {arm}",
-            "rerun": f"python scripts/proxy_experiment.py --arms {arm}"}
+            "rerun": f"python -m experiments.proxy.proxy_experiment --arms {arm}"}
 
 
 def _synthetic_results():
@@ -306,7 +307,7 @@ def _synthetic_results():
     for report in before_splits.values():  # 6 of 10 rows have gold 3: answering 3 always scores 60 %
         report["by_count"] = {"3": [2, 6], "4": [2, 4]}
     return {
-        "meta": {"splits": list(proxy.EVAL_SPLITS), "command": "python scripts/proxy_experiment.py", "eval_limit": 10,
+        "meta": {"splits": list(proxy.EVAL_SPLITS), "command": "python -m experiments.proxy.proxy_experiment", "eval_limit": 10,
                  "generation_batch_size": 128, "stop_at": 5, "start": {"path": "m", "parameters_m": 47.0}},
         "arm_order": ["weak_baseline", "ours", "no_kl", "g4"],
         "arms": {a: {"role": proxy.ARMS[a].role, "question": proxy.ARMS[a].question, "change": proxy.ARMS[a].change}
@@ -362,14 +363,14 @@ def test_pool_results_strata_and_errors(tmp_path):
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps(results))
     md = tmp_path / "POOLED.md"
-    completed = subprocess.run([sys.executable, str(REPO / "scripts" / "pool_results.py"), *map(str, paths),
+    completed = subprocess.run([sys.executable, "-m", "experiments.proxy.pool_results", *map(str, paths),
                                 "--labels", "A", "B", "--md", str(md)], capture_output=True, text=True, cwd=REPO)
     assert completed.returncode == 0, completed.stderr
     assert ("| val | 61.0 (4) | 40.5 (4) | +20.5 (2.0) | +20.5 (2.0) | 2 of 2 | +20.5 | 100 % | 0.0278 |"
             in md.read_text())
     del second["runs"][0:2]  # no weak_baseline left in the second run
     paths[1].write_text(json.dumps(second))
-    completed = subprocess.run([sys.executable, str(REPO / "scripts" / "pool_results.py"), *map(str, paths)],
+    completed = subprocess.run([sys.executable, "-m", "experiments.proxy.pool_results", *map(str, paths)],
                                capture_output=True, text=True, cwd=REPO)
     assert completed.returncode == 2 and "without scored ours and weak_baseline" in completed.stderr
 
@@ -378,7 +379,7 @@ def test_make_results_rebuilds_tables_and_plot(tmp_path):
     results = tmp_path / "results.json"
     results.write_text(json.dumps(_synthetic_results()))
     md, png = tmp_path / "docs" / "RESULTS.md", tmp_path / "docs" / "figures" / "acc.png"
-    completed = subprocess.run([sys.executable, str(REPO / "scripts" / "make_results.py"), str(results),
+    completed = subprocess.run([sys.executable, "-m", "experiments.proxy.make_results", str(results),
                                 "--md", str(md), "--png", str(png), "--note", "Made before X changed."],
                                capture_output=True, text=True, cwd=REPO)
     assert completed.returncode == 0, completed.stderr
@@ -397,7 +398,7 @@ def test_make_results_rebuilds_tables_and_plot(tmp_path):
     assert "ood_val: ours - weak_baseline = +5.5" in completed.stdout and "does not beat" in completed.stdout
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
-    assert subprocess.run([sys.executable, str(REPO / "scripts" / "make_results.py"), str(bad)], cwd=REPO,
+    assert subprocess.run([sys.executable, "-m", "experiments.proxy.make_results", str(bad)], cwd=REPO,
                           capture_output=True).returncode == 2
 
 
@@ -412,9 +413,7 @@ def test_sft_warmstart_tiny_saves_a_loadable_left_padded_model(tmp_path, scene_d
 
     from open_r1 import modeling
 
-    spec = importlib.util.spec_from_file_location("sft_warmstart", REPO / "scripts" / "sft_warmstart.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module("experiments.proxy.sft_warmstart")
     out = tmp_path / "warm"
     report = module.main(["--tiny", "--out", str(out), "--data", scene_data_dir, "--max-steps", "1",
                           "--eval-every", "1", "--seed", "0"])
@@ -427,12 +426,12 @@ def test_sft_warmstart_tiny_saves_a_loadable_left_padded_model(tmp_path, scene_d
     processor = modeling.load_processor(str(out))
     assert type(model).__name__ == "Qwen2VLForConditionalGeneration"
     assert processor.image_processor.size["longest_edge"] == proxy.TINY_MAX_PIXELS
-    assert json.loads((out / "sft_report.json").read_text())["command"].startswith("python scripts/sft_warmstart.py")
+    assert json.loads((out / "sft_report.json").read_text())["command"].startswith("python -m experiments.proxy.sft_warmstart")
     assert (out / "preprocessor_config.json").is_file() and (out / "chat_template.json").is_file()
     # The SFT step moved the weights away from the seeded random init.
     import torch
 
-    from open_r1 import tiny_model
+    from open_r1 import tiny_models as tiny_model
 
     init = tiny_model.build_model(tiny_model.build_config(**proxy.MODEL_PRESETS["tiny"]), seed=0)
     name, trained = next((n, p) for n, p in model.named_parameters() if "layers.0.mlp.up_proj" in n)
@@ -444,9 +443,7 @@ def test_sft_warmstart_plain_share_teaches_plain_rows_and_probes_them(tmp_path, 
     from the rest; the report carries the plain-question probe next to the protocol scores."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("sft_warmstart", REPO / "scripts" / "sft_warmstart.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module("experiments.proxy.sft_warmstart")
     report = module.main(["--tiny", "--out", str(tmp_path / "warm"), "--data", scene_data_dir, "--max-steps", "1",
                           "--eval-every", "0", "--plain-share", "0.5"])
     assert report["plain_train_rows"] + report["protocol_train_rows"] == report["train_rows"]
@@ -478,7 +475,7 @@ def test_sft_warmstart_plain_share_teaches_plain_rows_and_probes_them(tmp_path, 
 def test_proxy_experiment_tiny_end_to_end(tmp_path):
     out = tmp_path / "proxy"
     completed = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "proxy_experiment.py"), "--tiny", "--out", str(out),
+        [sys.executable, "-m", "experiments.proxy.proxy_experiment", "--tiny", "--out", str(out),
          "--data", str(tmp_path / "data"), "--max-steps", "1"],
         capture_output=True, text=True, cwd=REPO, timeout=600,
     )
@@ -511,7 +508,7 @@ def test_proxy_experiment_tiny_end_to_end(tmp_path):
         assert isinstance(gold, int) and isinstance(tokens, int)
     # The report is a pure function of results.json (only the line naming the rebuild command differs).
     rebuilt = tmp_path / "rebuilt" / "RESULTS.md"
-    subprocess.run([sys.executable, str(REPO / "scripts" / "make_results.py"), str(out / "results.json"),
+    subprocess.run([sys.executable, "-m", "experiments.proxy.make_results", str(out / "results.json"),
                     "--md", str(rebuilt)], check=True, cwd=REPO, capture_output=True)
     original_lines, rebuilt_lines = text.splitlines(), rebuilt.read_text().splitlines()
     assert f"--md {rebuilt}`" in rebuilt_lines[2]

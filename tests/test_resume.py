@@ -14,11 +14,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from open_r1 import grpo, keep_best
-from open_r1.evaluate import SetReport, write_report
+from open_r1 import grpo
+from open_r1.run import keep_best
+from open_r1.tasks.counting.evaluate import SetReport, write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 FAST = [
     "--num_generations", "2",
@@ -75,8 +75,9 @@ def assert_resumed_weights(probe, checkpoint, base_model_dir):
 # the weights and a resume that loses them is caught.
 VARIED_REWARD_CLI = """
 import sys
-from open_r1 import grpo, rewards
-from open_r1.protocol import completion_text
+from open_r1 import grpo
+from open_r1 import rewards
+from open_r1.tasks.counting.protocol import completion_text
 def varied(completions, **kwargs):
     return [float(len(completion_text(c)) % 3) for c in completions]
 varied.__name__ = "varied"
@@ -197,8 +198,7 @@ def test_hard_kill_mid_training_then_rerun_finishes_the_same_total_steps(
 
 def test_too_short_budget_still_leaves_a_loadable_verified_submission(
         tiny_model_dir, scene_data_dir, tmp_path, capfd, monkeypatch):
-    import export_submission
-
+    from open_r1 import export as export_submission
     from open_r1.export import verify_submission
     from open_r1.modeling import load_model
 
@@ -226,7 +226,7 @@ def test_too_short_budget_still_leaves_a_loadable_verified_submission(
 def use_varied_reward(monkeypatch):
     """Rewards that differ within a group, so every step changes the weights (checkpoints are distinguishable)."""
     from open_r1 import rewards
-    from open_r1.protocol import completion_text
+    from open_r1.tasks.counting.protocol import completion_text
 
     def varied(completions, **kwargs):
         return [float(len(completion_text(c)) % 3) for c in completions]
@@ -238,9 +238,8 @@ def use_varied_reward(monkeypatch):
 def test_keep_best_exports_the_better_of_two_checkpoints(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch):
     """Real protocol engine (short generations) with the accuracies replaced by scores we control:
     OOD 50 % at step 1, 25 % at step 2 -> checkpoint-1 is exported although checkpoint-2 is the last."""
-    import export_submission
-
-    from open_r1 import evaluate as evaluate_lib
+    from open_r1 import export as export_submission
+    from open_r1.tasks.counting import evaluate as evaluate_lib
 
     use_varied_reward(monkeypatch)
     real_evaluate = evaluate_lib.evaluate_dataset
@@ -313,7 +312,7 @@ def current_and_candidate(exported_model, tmp_path):
 
 
 def promote_cli(*argv):
-    import promote
+    from open_r1 import promote
 
     return promote.main([*argv, "--no-verify-generate"])
 
@@ -335,7 +334,7 @@ def test_promote_refuses_a_worse_or_equal_report_and_force_overrides(current_and
 
 
 def test_promote_replaces_on_a_higher_score_after_verifying(current_and_candidate, tmp_path):
-    import promote
+    from open_r1 import promote
 
     submission, candidate = current_and_candidate
     better = fake_report(tmp_path / "new.json", candidate, {"val": 70.0, "ood_val": 50.0})

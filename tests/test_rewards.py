@@ -1,4 +1,4 @@
-"""Rewards (open_r1/rewards.py): grader consistency, format rules, partial credit, length penalty, the registry.
+"""Rewards (open_r1/tasks/counting/rewards.py): grader consistency, format rules, partial credit, length penalty, the registry.
 
 Every reward is called the way TRL 1.16 calls it: keyword arguments, dataset columns as aligned lists.
 """
@@ -7,14 +7,19 @@ import pickle
 
 import pytest
 
-from open_r1 import protocol, rewards
-from open_r1.protocol import EVAL_MAX_NEW_TOKENS, completion_text, is_correct, parse_gold
 from open_r1.rewards import (
     REWARD_REGISTRY,
     RewardConfigError,
     UnknownRewardError,
     get_reward_funcs,
     register_reward,
+)
+from open_r1.tasks.counting import protocol, rewards
+from open_r1.tasks.counting.protocol import (
+    EVAL_MAX_NEW_TOKENS,
+    completion_text,
+    is_correct,
+    parse_gold,
 )
 
 BUILTIN_REWARDS = ["answer_tag", "exact_count", "format", "length_penalty", "soft_count"]
@@ -400,7 +405,10 @@ def test_reward_name_is_registry_name(name):
 
 @pytest.mark.parametrize("name", BUILTIN_REWARDS)
 def test_trl_reads_the_registry_name(name):
-    from trl.trainer.utils import get_callable_name, is_async_callable  # what GRPOTrainer uses for names/dispatch
+    from trl.trainer.utils import (  # what GRPOTrainer uses for names/dispatch
+        get_callable_name,
+        is_async_callable,
+    )
 
     (func,) = get_reward_funcs([name])
     assert get_callable_name(func) == name
@@ -423,7 +431,7 @@ def test_unknown_reward_lists_valid_names_and_how_to_add_one():
     message = str(info.value)
     assert "acuracy" in message
     assert str(sorted(REWARD_REGISTRY)) in message
-    assert "register_reward" in message and "open_r1/rewards.py" in message
+    assert "register_reward" in message and "open_r1/tasks/counting/rewards.py" in message
     assert isinstance(info.value, ValueError)
 
 

@@ -12,18 +12,18 @@ import datasets
 import numpy as np
 import pytest
 
-from open_r1.protocol import parse_gold
-from open_r1.scenes import (
+from open_r1.tasks.counting.protocol import parse_gold
+from open_r1.tasks.counting.scenes import (
     SceneArgumentError,
     assert_disjoint,
     build_split,
+    clevr,
     example_seeds,
     render_scene,
     scene_fingerprint,
     write_splits,
 )
-from open_r1.scenes import clevr
-from open_r1.scenes.cli import build_parser, main
+from open_r1.tasks.counting.scenes.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = "160x108"
@@ -85,8 +85,8 @@ def test_split_gold_matches_id_buffer_of_its_scene(tmp_path):
 
 
 def _two_sphere_scene(with_near: bool):
-    from open_r1.scenes.geometry import ELLIPSOID, Camera, Material, Part
-    from open_r1.scenes.raytrace import RayCaster, SceneSpec
+    from open_r1.tasks.counting.scenes.geometry import ELLIPSOID, Camera, Material, Part
+    from open_r1.tasks.counting.scenes.raytrace import RayCaster, SceneSpec
 
     _, lighting = clevr.sample_view(np.random.default_rng(0), 64, 64)
     camera = Camera([0.0, -10.0, 1.0], [0.0, 0.0, 1.0], 40.0, 64, 64)
@@ -124,7 +124,7 @@ def test_png_encoder_round_trips():
 
     from PIL import Image
 
-    from open_r1.scenes.png import encode_png
+    from open_r1.tasks.counting.scenes.png import encode_png
 
     pixels = np.random.default_rng(0).integers(0, 256, size=(37, 53, 3), dtype=np.uint8)
     decoded = Image.open(io.BytesIO(encode_png(pixels)))
@@ -322,7 +322,7 @@ def test_bad_api_arguments_raise_scene_argument_error(tmp_path):
 def test_module_cli_exit_code_and_no_traceback(tmp_path):
     out = tmp_path / "data"
     result = subprocess.run(
-        [sys.executable, "-m", "open_r1.scenes", "--out", str(out), "--train", "0"],
+        [sys.executable, "-m", "open_r1.tasks.counting.scenes", "--out", str(out), "--train", "0"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2

@@ -10,7 +10,7 @@ from PIL import Image
 from safetensors.torch import load_file
 from transformers import AutoProcessor, AutoTokenizer, Qwen2VLForConditionalGeneration
 
-from open_r1.tiny_model import (
+from open_r1.tiny_models import (
     PLACEHOLDER_TOKEN_FORMAT,
     QWEN2VL_SPECIAL_TOKENS,
     REAL_MAX_PIXELS,

@@ -5,11 +5,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from datasets import Dataset, Image, load_from_disk
+from datasets import Dataset, Image
 from PIL import Image as PILImage
 
-from open_r1 import grpo, trainer as trainer_lib
-from open_r1.evaluate import CACHE_BUCKET_TOKENS
+from open_r1 import grpo
+from open_r1 import trainer as trainer_lib
+from open_r1.tasks.counting.evaluate import CACHE_BUCKET_TOKENS
 from tests.test_grpo import recipe_args, use_varied_reward
 
 
@@ -133,9 +134,9 @@ def test_freeze_vision_with_lora_is_one_clear_error(tiny_model_dir, scene_data_d
 
 def test_selfcheck_static_cache_gives_the_same_answers(tiny_model_dir, scene_data_dir):
     """selfcheck --compile changes the KV cache (static, bucketed length), not a single generated token."""
-    from open_r1.data import load_counting_dataset
-    from open_r1.evaluate import evaluate_dataset
     from open_r1.modeling import load_model, load_processor
+    from open_r1.tasks.counting.data import load_counting_dataset
+    from open_r1.tasks.counting.evaluate import evaluate_dataset
 
     model = load_model(str(tiny_model_dir), dtype="float32").eval()
     processor = load_processor(str(tiny_model_dir), None, 12544)
@@ -152,9 +153,9 @@ def test_selfcheck_static_cache_gives_the_same_answers(tiny_model_dir, scene_dat
 
 def test_evaluation_halves_the_batch_on_out_of_memory(tiny_model_dir, scene_data_dir, monkeypatch, capsys):
     """A batch size too large for the card costs a retry, not the evaluation: same records as a fitting batch size."""
-    from open_r1 import evaluate as evaluate_lib
-    from open_r1.data import load_counting_dataset
     from open_r1.modeling import load_model, load_processor
+    from open_r1.tasks.counting import evaluate as evaluate_lib
+    from open_r1.tasks.counting.data import load_counting_dataset
 
     model = load_model(str(tiny_model_dir), dtype="float32").eval()
     processor = load_processor(str(tiny_model_dir), None, 12544)
@@ -272,7 +273,11 @@ def test_regroup_restores_generation_order_in_equal_micro_batches():
         "num_images": [1, 1, 1, 1], trainer_lib.ROW_ID: rows,
     }
     shuffled = [2, 0, 3, 1]
-    from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
+    from trl.trainer.utils import (
+        split_pixel_values_by_grid,
+        split_tensor_dict,
+        unsplit_pixel_values_by_grid,
+    )
 
     parts = split_pixel_values_by_grid(batch)
     parts = {k: (v[shuffled] if isinstance(v, torch.Tensor) and v.ndim else

@@ -1,0 +1,1395 @@
+"""GRPO throughput benchmark: plain TRL defaults against our recipe's speed levers, in one process.
+
+    python -m experiments.bench.bench_grpo --variants plain_trl,ours,ours_beta0 --memory-cap-gib 40 --out bench.json   # GPU
+    python -m experiments.bench.bench_grpo --tiny --variants plain_trl,ours --steps 2                                  # CPU
+
+What is measured. Each *variant* is a named dict of `GRPOConfig` overrides (plus a few bench options: pixel budget,
+attention implementation, compiled decoding). All variants run TRL 1.16's own `GRPOTrainer` on the same *bench shape*:
+
+* the model: full Qwen2-VL-2B dimensions with random bf16 weights built directly on the GPU (`open_r1.tiny_models`
+  config; the real vocab and special-token ids), or with `--tiny` the tiny CPU model;
+* the tokenizer/processor: the project's real-id processor (`open_r1.tiny_models.build_qwen2vl`, loaded left-padded
+  through `open_r1.modeling.load_processor`);
+* the data: 480x320 counting images with image/problem/solution columns, through `open_r1.tasks.counting.data.to_grpo_dataset`,
+  so the prompts are the training prompts;
+* 8 completions per prompt, every completion exactly `--completion-length` tokens (256): `min_new_tokens` keeps the
+  end-of-turn tokens out, and the vision special tokens are suppressed as well (a random model would otherwise sample
+  them). The same `generation_kwargs` go to every variant;
+* our rewards (`open_r1.rewards`, the recipe's list);
+* a KL reference (beta > 0) that is a copy of the in-memory policy (TRL would load the policy's path again).
+
+`--tiny` (CPU, for CI) keeps each variant's geometry and shrinks its batches; its numbers mean nothing, it proves the
+machinery. docs/PERFORMANCE.md has the GPU commands and how to read the table.
+
+Nothing of TRL is copied: the trainer's own methods are wrapped on the instance, timed with `torch.cuda.synchronize()`:
+`_generate` (prompt tokenisation + HF `generate` + decoding) = **gen**; `_get_per_token_logps_and_entropies` under
+no_grad (reference and old-policy log-probs) = **logp**; the rest of `_prepare_inputs` (second image processing,
+rewards, advantages, padding) = **prep**; `training_step` minus `_prepare_inputs` (forward + backward of the loss)
+= **train**; wall time minus all that (optimizer step, dataloader, callbacks) = **other**.
+
+A *round* is one generation batch and every optimizer step trained on it (for plain TRL: one step of 64). The first
+`--warmup` rounds are not measured; `--steps` rounds are. rollouts/s = completions generated in the measured rounds /
+their wall time. Peak memory is `torch.cuda.max_memory_allocated` / `max_memory_reserved` over the whole variant
+(model build and warm-up included), under `torch.cuda.set_per_process_memory_fraction` when `--memory-cap-gib` is
+given, so a variant that does not fit fails with an out-of-memory error instead of reporting a peak nobody has.
+
+A failing variant (out of memory, compile error, a lever whose package is missing) is reported with the first line
+of its error, and the run goes on; the JSON is rewritten after every variant, so a run cut short keeps what it had.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import gc
+import importlib.util
+import json
+import math
+import os
+import platform
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_RECIPE = REPO_ROOT / "configs" / "qwen2vl_2b_counting.yaml"
+GIB = 1024**3
+
+BENCH_COMPLETION_LENGTH = 256
+TINY_COMPLETION_LENGTH = 16
+NUM_GENERATIONS = 8
+# --tiny keeps every variant's geometry (accumulation, steps_per_generation, iterations) and divides its batch sizes,
+# so that a CPU run exercises the same code paths in seconds: completions per batch / 32, generations per prompt / 4.
+TINY_BATCH_DIVISOR = 32
+TINY_GENERATIONS_DIVISOR = 4
+IMAGE_WIDTH, IMAGE_HEIGHT = 480, 320
+# Vision special tokens (<|vision_start|> .. <|video_pad|>): a random policy would sample them and a sampled
+# <|vision_start|><|video_pad|> pair makes the training forward look for a video. TRL itself suppresses only the
+# image pad; the bench suppresses all five, identically for every variant.
+VISION_SPECIAL_TOKEN_IDS = [151652, 151653, 151654, 151655, 151656]
+
+# Recipe keys that define the algorithm, not its speed: `ours*` variants take them from the recipe, so the bench
+# measures what training will run (a KL term with beta > 0 costs a reference model and its forward pass).
+RECIPE_ALGORITHM_KEYS = (
+    "beta", "loss_type", "num_generations", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+    "epsilon", "epsilon_high", "scale_rewards", "importance_sampling_level", "mask_truncated_completions",
+    "learning_rate", "reward_weights", "weight_decay", "max_grad_norm", "cast_lm_head_to_fp32",
+)
+# Recipe speed keys, taken only by `recipe_as_is` (the recipe exactly as written, to compare with the candidates).
+RECIPE_SPEED_KEYS = (
+    "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
+    "num_iterations", "gradient_checkpointing", "gradient_checkpointing_kwargs", "cache_implementation",
+    "use_liger_kernel", "torch_empty_cache_steps", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization",
+    "generation_kwargs", "optim",
+)
+# Every variant reads our own recipe keys reward_funcs / reward_kwargs / prompt_templates; ours* also min/max_pixels.
+DEFAULT_REWARD_FUNCS = ["exact_count", "format"]
+DEFAULT_PROMPT_TEMPLATES = ["train:0.5", "eval:0.5"]
+
+# Keys of a variant that are bench options, not GRPOConfig fields.
+BENCH_OPTION_KEYS = {
+    "base", "description", "recipe", "min_pixels", "max_pixels", "attn_implementation", "compile_generation",
+    "lazy_images", "freeze_vision", "dedupe_vision", "requires",
+}
+
+# The presets. `base` inherits another preset's keys; `recipe`: False (TRL defaults only), True (the recipe's
+# algorithm keys) or "all" (the recipe's speed keys too). Batch sizes count completions, as TRL's do.
+PRESETS: dict[str, dict[str, Any]] = {
+    "plain_trl": {
+        "description": "TRL 1.16 defaults, per-device batch 64, no accumulation (the reference of every ratio)",
+        "recipe": False,
+        "per_device_train_batch_size": 64,
+        "gradient_accumulation_steps": 1,
+    },
+    "plain_trl_ga4": {
+        "description": "TRL defaults, per-device batch 16 x accumulation 4 (generation batch 64)",
+        "recipe": False,
+        "per_device_train_batch_size": 16,
+        "gradient_accumulation_steps": 4,
+    },
+    "recipe_as_is": {
+        "description": "configs/qwen2vl_2b_counting.yaml exactly as written (its batch and checkpointing keys)",
+        "recipe": "all",
+    },
+    "ours": {
+        "description": "recipe algorithm; generate 256 at once (64 x accumulation 4, on-policy), grad ckpt",
+        "recipe": True,
+        "per_device_train_batch_size": 64,
+        "gradient_accumulation_steps": 4,
+        "gradient_checkpointing": True,
+    },
+    "ours_beta0": {"base": "ours", "description": "ours with beta 0: no reference model or its forward", "beta": 0.0},
+    "ours_gen512": {
+        "base": "ours",
+        "description": "generate 512 at once (64 x accumulation 8, on-policy)",
+        "gradient_accumulation_steps": 8,
+    },
+    "ours_gen512_beta0": {"base": "ours_gen512", "description": "ours_gen512 with beta 0", "beta": 0.0},
+    "ours_gen512_nogc_mb8": {
+        "base": "ours_gen512",
+        "description": "generate 512, no gradient checkpointing, micro-batches of 8 (8 x accumulation 64)",
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 64,
+        "gradient_checkpointing": False,
+    },
+    "ours_gen512_beta0_nogc_mb8": {"base": "ours_gen512_nogc_mb8", "description": "ours_gen512_nogc_mb8, beta 0",
+                                   "beta": 0.0},
+    "ours_gen512_beta0_px100k": {"base": "ours_gen512_beta0", "description": "ours_gen512_beta0, 128 vision tokens",
+                                 "max_pixels": 100352},
+    "ours_spg4": {
+        "base": "ours",
+        "description": "generate 256, 4 optimizer steps of 64 on it (steps_per_generation 4; old log-probs)",
+        "gradient_accumulation_steps": 1,
+        "steps_per_generation": 4,
+    },
+    "ours_iter2": {
+        "base": "ours",
+        "description": "ours reusing each rollout for 2 updates (num_iterations 2; old log-probs)",
+        "num_iterations": 2,
+    },
+    "ours_mb32": {
+        "base": "ours",
+        "description": "generate 256, train micro-batches of 32 (32 x accumulation 8)",
+        "per_device_train_batch_size": 32,
+        "gradient_accumulation_steps": 8,
+    },
+    "ours_nogc_mb16": {
+        "base": "ours",
+        "description": "no gradient checkpointing, micro-batches of 16 (16 x accumulation 16)",
+        "per_device_train_batch_size": 16,
+        "gradient_accumulation_steps": 16,
+        "gradient_checkpointing": False,
+    },
+    "ours_nogc_mb8": {
+        "base": "ours",
+        "description": "no gradient checkpointing, micro-batches of 8 (8 x accumulation 32)",
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 32,
+        "gradient_checkpointing": False,
+    },
+    "ours_px100k": {
+        "base": "ours",
+        "description": "vision-token budget 128 (max_pixels 100352): 480x320 -> 126 image tokens instead of 187",
+        "max_pixels": 100352,
+    },
+    "ours_px50k": {
+        "base": "ours",
+        "description": "vision-token budget 64 (max_pixels 50176)",
+        "max_pixels": 50176,
+    },
+    "ours_static_compile": {
+        "base": "ours",
+        "description": "static KV cache + torch.compile'd decoding (TRL turns compile off; the bench turns it on)",
+        "compile_generation": True,
+    },
+    "ours_gen512_beta0_eagerimg": {
+        "base": "ours_gen512_beta0",
+        "description": "ours_gen512_beta0 with TRL's image handling: every micro-step decodes the generation batch",
+        "lazy_images": False,
+    },
+    "ours_gen512_beta0_compile": {
+        "base": "ours_gen512_beta0",
+        "description": "ours_gen512_beta0 + static KV cache and compiled (CUDA-graph) decoding",
+        "compile_generation": True,
+    },
+    "ours_gen512_beta0_compile_nogc_mb8": {
+        "base": "ours_gen512_beta0_compile",
+        "description": "ours_gen512_beta0_compile, no gradient checkpointing, micro-batches of 8",
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 64,
+        "gradient_checkpointing": False,
+    },
+    "ours_gen512_beta0_compile_nogc_mb16": {
+        "base": "ours_gen512_beta0_compile_nogc_mb8",
+        "description": "ours_gen512_beta0_compile, no gradient checkpointing, micro-batches of 16",
+        "per_device_train_batch_size": 16,
+        "gradient_accumulation_steps": 32,
+    },
+    "ours_gen512_beta0_compile_mb32": {
+        "base": "ours_gen512_beta0_compile",
+        "description": "ours_gen512_beta0_compile, gradient checkpointing, micro-batches of 32",
+        "per_device_train_batch_size": 32,
+        "gradient_accumulation_steps": 16,
+    },
+    "ours_gen1024_beta0_compile": {
+        "base": "ours_gen512_beta0_compile",
+        "description": "generate 1024 at once (64 x accumulation 16), compiled decoding",
+        "gradient_accumulation_steps": 16,
+    },
+    "ours_gen512_beta0_dedupe": {
+        "base": "ours_gen512_beta0",
+        "description": "ours_gen512_beta0, each distinct image through the ViT once (dedupe_vision: same update)",
+        "dedupe_vision": True,
+    },
+    "ours_gen512_beta0_frozenvit": {
+        "base": "ours_gen512_beta0",
+        "description": "ours_gen512_beta0 with the vision tower frozen (freeze_vision: trains fewer weights)",
+        "freeze_vision": True,
+    },
+    "ours_gen512_beta0_dedupe_frozenvit": {
+        "base": "ours_gen512_beta0_dedupe",
+        "description": "ours_gen512_beta0_dedupe with the vision tower frozen (freeze_vision: trains fewer weights)",
+        "freeze_vision": True,
+    },
+    "ours_gen1024_beta0_dedupe": {
+        "base": "ours_gen512_beta0_dedupe",
+        # measured: out of memory at the 40 GiB cap with the 2B model (experiments/bench/results/bench_grpo_gen1024.json)
+        "description": "ours_gen512_beta0_dedupe generating 1024 at once (64 x accumulation 16)",
+        "gradient_accumulation_steps": 16,
+    },
+    "ours_gen512_beta0_dedupe_liger": {
+        "base": "ours_gen512_beta0_dedupe",
+        "description": "ours_gen512_beta0_dedupe + Liger layer kernels (RMSNorm, SwiGLU, RoPE; needs liger_kernel)",
+        "use_liger_kernel": True,
+        "requires": ["liger_kernel"],
+    },
+    "ours_gen512_beta0_compile_frozenvit": {
+        "base": "ours_gen512_beta0_compile",
+        "description": "ours_gen512_beta0_compile with the vision tower frozen (freeze_vision: trains fewer weights)",
+        "freeze_vision": True,
+    },
+    "ours_gen512_beta0_compile_px100k": {
+        "base": "ours_gen512_beta0_compile",
+        "description": "ours_gen512_beta0_compile with 128 vision tokens (480x320 -> 126 instead of 187)",
+        "max_pixels": 100352,
+    },
+    "ours_empty_cache": {
+        "base": "ours",
+        "description": "ours with torch_empty_cache_steps 1 (lower reserved peak, some speed)",
+        "torch_empty_cache_steps": 1,
+    },
+    "ours_liger": {
+        "base": "ours",
+        "description": "ours with TRL's use_liger_kernel (Liger layer kernels; needs liger_kernel)",
+        "use_liger_kernel": True,
+        "requires": ["liger_kernel"],
+    },
+    "ours_fa2": {
+        "base": "ours",
+        "description": "ours with flash-attention 2 instead of SDPA (needs flash_attn)",
+        "attn_implementation": "flash_attention_2",
+        "requires": ["flash_attn"],
+    },
+    "ours_vllm": {
+        "base": "ours",
+        "description": "vLLM colocate generation (TRL use_vllm; needs vllm; not measured on the project's GPU)",
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": 0.3,
+        "requires": ["vllm"],
+    },
+}
+# Most informative first: with --deadline-s the tail is what gets skipped.
+DEFAULT_VARIANTS = "plain_trl,ours_gen512_beta0_dedupe,ours_gen512_beta0,ours_gen512_beta0_dedupe_frozenvit"
+DEFAULT_TINY_VARIANTS = "plain_trl,ours"
+BASELINE = "plain_trl"
+
+
+class BenchError(ValueError):
+    """A bench invocation that cannot work (unknown variant, bad --define); the message names the fix."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Variants
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Variant:
+    name: str
+    description: str
+    overrides: dict[str, Any]  # GRPOConfig fields
+    recipe: bool | str = False
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    attn_implementation: str = "sdpa"
+    compile_generation: bool = False
+    lazy_images: bool = False
+    freeze_vision: bool = False
+    dedupe_vision: bool = False
+    requires: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "description": self.description,
+            "grpo_overrides": self.overrides,
+            "recipe": self.recipe,
+            "min_pixels": self.min_pixels,
+            "max_pixels": self.max_pixels,
+            "attn_implementation": self.attn_implementation,
+            "compile_generation": self.compile_generation,
+            "lazy_images": self.lazy_images,
+            "freeze_vision": self.freeze_vision,
+            "dedupe_vision": self.dedupe_vision,
+            "requires": self.requires,
+        }
+
+
+def parse_defines(defines: list[str] | None) -> dict[str, dict]:
+    """`--define NAME=JSON` entries: ad-hoc variants, e.g. 'ours_mb48={"base": "ours", "per_device_train_batch_size": 48}'."""
+    presets = {}
+    for entry in defines or []:
+        name, sep, body = entry.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise BenchError(f"--define {entry!r}: expected NAME=JSON, e.g. 'mine={{\"base\": \"ours\", \"beta\": 0}}'")
+        try:
+            spec = json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise BenchError(f"--define {name}: the value is not JSON ({exc})") from None
+        if not isinstance(spec, dict):
+            raise BenchError(f"--define {name}: the value must be a JSON object of GRPOConfig overrides")
+        presets[name] = spec
+    return presets
+
+
+def flatten_preset(name: str, presets: dict[str, dict], seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    if name not in presets:
+        raise BenchError(f"unknown variant {name!r}; known: {', '.join(sorted(presets))} (or add one with --define)")
+    if name in seen:
+        raise BenchError(f"variant {name!r} inherits from itself through 'base': {' -> '.join((*seen, name))}")
+    spec = dict(presets[name])
+    base = spec.pop("base", None)
+    merged = flatten_preset(base, presets, (*seen, name)) if base else {}
+    merged.pop("description", None)
+    merged.update(spec)
+    return merged
+
+
+def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any]) -> Variant:
+    """The variant's final GRPOConfig overrides: recipe keys (when it asks for them), then its own keys."""
+    spec = flatten_preset(name, presets)
+    recipe_mode = spec.get("recipe", False)
+    overrides: dict[str, Any] = {}
+    if recipe_mode:
+        keys = RECIPE_ALGORITHM_KEYS + (RECIPE_SPEED_KEYS if recipe_mode == "all" else ())
+        overrides.update({key: recipe[key] for key in keys if key in recipe})
+    overrides.update({key: value for key, value in spec.items() if key not in BENCH_OPTION_KEYS})
+    min_pixels = spec.get("min_pixels", recipe.get("min_pixels") if recipe_mode else None)
+    max_pixels = spec.get("max_pixels", recipe.get("max_pixels") if recipe_mode else None)
+    attn = spec.get("attn_implementation") or (recipe.get("attn_implementation") if recipe_mode else None) or "sdpa"
+    return Variant(
+        name=name,
+        description=spec.get("description", ""),
+        overrides=overrides,
+        recipe=recipe_mode,
+        min_pixels=min_pixels,
+        max_pixels=max_pixels,
+        attn_implementation=attn,
+        # Our trainer's levers: lazy image decoding is on for every recipe variant (it changes no result), the
+        # recipe's own speed keys apply with recipe "all", freeze_vision (what trains) with any recipe mode.
+        compile_generation=bool(spec.get("compile_generation", recipe_mode == "all" and recipe.get("compile_generation"))),
+        lazy_images=bool(spec.get("lazy_images", bool(recipe_mode) and recipe.get("lazy_images", True))),
+        freeze_vision=bool(spec.get("freeze_vision", bool(recipe_mode) and recipe.get("freeze_vision", False))),
+        dedupe_vision=bool(spec.get("dedupe_vision", recipe_mode == "all" and recipe.get("dedupe_vision"))),
+        requires=list(spec.get("requires", [])),
+    )
+
+
+def load_recipe(path: str | os.PathLike | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    import yaml
+
+    with open(path) as handle:
+        recipe = yaml.safe_load(handle) or {}
+    if not isinstance(recipe, dict):
+        raise BenchError(f"recipe {path} is not a YAML mapping")
+    return recipe
+
+
+def missing_requirements(variant: Variant) -> list[str]:
+    return [module for module in variant.requires if importlib.util.find_spec(module) is None]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Data and model
+# ---------------------------------------------------------------------------------------------------------------------
+
+_SHAPES = ["cube", "sphere", "cylinder"]
+_COLORS = ["red", "blue", "green", "yellow", "purple", "cyan", "brown", "gray"]
+
+
+def random_counting_dataset(n: int, seed: int = 0, width: int = IMAGE_WIDTH, height: int = IMAGE_HEIGHT):
+    """`n` rows of coloured rectangles on grey, with a counting question and its gold answer (fast to make)."""
+    import datasets
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    images, problems, solutions = [], [], []
+    for _ in range(n):
+        image = Image.new("RGB", (width, height), (128, 128, 128))
+        draw = ImageDraw.Draw(image)
+        count = int(rng.integers(1, 11))
+        for _ in range(count):
+            x, y = int(rng.integers(0, width - 40)), int(rng.integers(0, height - 40))
+            size = int(rng.integers(12, 40))
+            draw.rectangle([x, y, x + size, y + size], fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
+        images.append(image)
+        shape, color = _SHAPES[int(rng.integers(len(_SHAPES)))], _COLORS[int(rng.integers(len(_COLORS)))]
+        question = rng.choice([
+            "How many items are there in the image?",
+            f"How many {color} {shape}s are there?",
+            f"Subtract all {color} {shape}s. How many objects are left?",
+        ])
+        problems.append(str(question))
+        solutions.append(f"<answer> {count} </answer>")
+    features = datasets.Features(
+        {"image": datasets.Image(), "problem": datasets.Value("string"), "solution": datasets.Value("string")}
+    )
+    return datasets.Dataset.from_dict({"image": images, "problem": problems, "solution": solutions}, features=features)
+
+
+def counting_dataset(n: int, seed: int = 0, source: str = "auto", cache_dir: str | None = None, workers: int = 1,
+                     split: str = "train"):
+    """(dataset, description): rendered scenes from `open_r1.tasks.counting.scenes.build_split` when asked or available, else random."""
+    if source in ("auto", "scenes"):
+        try:
+            from open_r1.tasks.counting.scenes import build_split
+
+            dataset = build_split(split, n, seed=seed, workers=workers, progress=False, cache_dir=cache_dir)
+            missing = {"image", "problem", "solution"} - set(dataset.column_names)
+            if missing:
+                raise ValueError(f"build_split returned no {sorted(missing)} column(s)")
+            return dataset, f"open_r1.tasks.counting.scenes.build_split({split!r})"
+        except Exception as exc:  # noqa: BLE001 - reported, and 'auto' falls back
+            if source == "scenes":
+                raise
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return random_counting_dataset(n, seed), f"random {IMAGE_WIDTH}x{IMAGE_HEIGHT} rectangles (scenes: {reason})"
+    if source == "random":
+        return random_counting_dataset(n, seed), f"random {IMAGE_WIDTH}x{IMAGE_HEIGHT} rectangles"
+    raise BenchError(f"--data {source!r}: use auto, scenes or random")
+
+
+def grpo_dataset(dataset, templates: list[str], seed: int):
+    from open_r1.tasks.counting import data as data_lib
+
+    data_lib.validate_counting_dataset(dataset, "bench data", image_check_rows=2)
+    return data_lib.to_grpo_dataset(dataset, data_lib.TemplateMix.parse(templates), seed=seed)
+
+
+def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda", seed: int = 0, config=None,
+                          dtype: str = "bfloat16"):
+    """Full Qwen2-VL-2B dimensions (or `config`), random weights (transformers' own init, seeded), built directly
+    on `device` in `dtype`: no 4.4 GB checkpoint is written or read. The real generation config (eos ids) is set."""
+    import torch
+    from transformers import Qwen2VLForConditionalGeneration
+
+    from open_r1 import tiny_models as tiny_model
+
+    torch.manual_seed(seed)
+    config = config if config is not None else tiny_model.build_config(full_size=True)
+    with torch.device(device):
+        model = Qwen2VLForConditionalGeneration._from_config(
+            config, dtype=getattr(torch, dtype), attn_implementation=attn_implementation
+        )
+    model.generation_config = tiny_model.build_generation_config()
+    return model.eval()
+
+
+def load_bench_model(tiny: bool, model_dir: str, attn_implementation: str, device: str, seed: int):
+    if tiny:
+        from open_r1 import modeling
+
+        return modeling.load_model(model_dir, dtype="float32", attn_implementation=attn_implementation)
+    return build_full_size_model(attn_implementation, device, seed)
+
+
+@contextlib.contextmanager
+def reference_model_from_policy(policy):
+    """TRL builds the KL reference with `create_model_from_path(<the policy's path>)`; the bench's policy lives only
+    in memory, so hand TRL a copy of it instead (the same weights the reference would load)."""
+    import trl.trainer.grpo_trainer as grpo_trainer_module
+
+    original = grpo_trainer_module.create_model_from_path
+
+    def copy_of_policy(*args, **kwargs):
+        return copy.deepcopy(policy).eval()
+
+    grpo_trainer_module.create_model_from_path = copy_of_policy
+    try:
+        yield
+    finally:
+        grpo_trainer_module.create_model_from_path = original
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Timing probe
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class VariantTimeout(BaseException):
+    """Raised by SIGALRM in the main thread when a variant runs past --variant-timeout-s. A BaseException, so that
+    no library's `except Exception` swallows it; `run_variant` catches it and reports the variant as failed."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None):
+    usable = seconds and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise VariantTimeout(f"ran past --variant-timeout-s {seconds:.0f}")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class Probe:
+    """Wraps the trainer's own methods on the instance; accumulates time only inside the measured window."""
+
+    def __init__(self, trainer, warmup_optimizer_steps: int, total_optimizer_steps: int, sync):
+        import torch
+        from transformers import TrainerCallback
+
+        self.sync = sync
+        self.measuring = False
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.counts: dict[str, int] = defaultdict(int)
+        self.completion_lengths: list[int] = []
+        self.train_tokens = 0
+        self.train_padded_tokens = 0
+        self.train_sequences = 0
+        self.window_start: float | None = None
+        self.window_end: float | None = None
+        self.train_start = time.perf_counter()
+        self.warmup_end: float | None = None
+        self.step_ends: list[float] = []
+        self.step_reserved_gib: list[float] = []  # after each measured optimizer step: a leak shows as growth
+
+        probe = self
+        for method, key in (
+            ("_generate", "gen"),
+            ("_get_per_token_logps_and_entropies", None),
+            ("_prepare_inputs", "prepare"),
+            ("training_step", "training_step"),
+            ("compute_loss", "compute_loss"),
+        ):
+            setattr(trainer, method, self._wrap(getattr(trainer, method), key))
+
+        def open_window():
+            probe.sync()
+            probe.warmup_end = probe.window_start = time.perf_counter()
+            probe.measuring = True
+
+        class _Window(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kwargs):
+                if warmup_optimizer_steps == 0:
+                    open_window()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                probe.sync()
+                now = time.perf_counter()
+                if warmup_optimizer_steps and state.global_step == warmup_optimizer_steps:
+                    probe.warmup_end = probe.window_start = now
+                    probe.measuring = True
+                elif probe.measuring:
+                    probe.step_ends.append(now)
+                    if torch.cuda.is_available():
+                        probe.step_reserved_gib.append(round(torch.cuda.memory_reserved() / GIB, 2))
+                if state.global_step >= total_optimizer_steps and probe.measuring:
+                    probe.window_end = now
+                    probe.measuring = False
+
+        self.callback = _Window()
+
+    def _wrap(self, method, key):
+        import torch
+
+        probe = self
+
+        def timed(*args, **kwargs):
+            if not probe.measuring:
+                return method(*args, **kwargs)
+            bucket = key or ("logp" if not torch.is_grad_enabled() else "train_logp")
+            probe.sync()
+            start = time.perf_counter()
+            try:
+                result = method(*args, **kwargs)
+            finally:
+                probe.sync()
+                probe.seconds[bucket] += time.perf_counter() - start
+                probe.counts[bucket] += 1
+            if bucket == "gen":
+                probe._count_completions(result)
+            elif bucket == "compute_loss":
+                probe._count_train_tokens(args[1] if len(args) > 1 else kwargs.get("inputs"))
+            return result
+
+        return timed
+
+    def _count_completions(self, result):
+        # TRL 1.16: (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images)
+        completion_ids = result[1]
+        self.completion_lengths.extend(len(ids) for ids in completion_ids)
+
+    def _count_train_tokens(self, inputs):
+        if not isinstance(inputs, dict) or "completion_mask" not in inputs:
+            return
+        prompt_mask, completion_mask = inputs["prompt_mask"], inputs["completion_mask"]
+        self.train_tokens += int(prompt_mask.sum().item() + completion_mask.sum().item())
+        self.train_padded_tokens += int(prompt_mask.numel() + completion_mask.numel())
+        self.train_sequences += int(completion_mask.size(0))
+
+    def summary(self) -> dict[str, Any]:
+        if self.window_start is None or self.window_end is None:
+            raise RuntimeError(
+                "the measured window never closed: training stopped before the last measured round (fewer dataset "
+                "rows than one generation batch has prompts? raise --num-examples)"
+            )
+        wall = self.window_end - self.window_start
+        gen, logp = self.seconds["gen"], self.seconds["logp"]
+        prepare, training_step = self.seconds["prepare"], self.seconds["training_step"]
+        train = training_step - prepare
+        rollouts = len(self.completion_lengths)
+        gen_tokens = sum(self.completion_lengths)
+        return {
+            "wall_s": wall,
+            "rollouts": rollouts,
+            "rollouts_per_s": rollouts / wall if wall > 0 else None,
+            "gen_s": gen,
+            "logp_s": logp,
+            "prep_s": prepare - gen - logp,
+            "train_s": train,
+            "other_s": wall - training_step,
+            "gen_calls": self.counts["gen"],
+            "logp_calls": self.counts["logp"],
+            "train_micro_steps": self.counts["compute_loss"],
+            "gen_tokens": gen_tokens,
+            "gen_tokens_per_s": gen_tokens / gen if gen > 0 else None,
+            "train_tokens": self.train_tokens,
+            "train_padded_tokens": self.train_padded_tokens,
+            "train_tokens_per_s": self.train_tokens / train if train > 0 else None,
+            "trained_sequences": self.train_sequences,
+            "trained_sequences_per_s": self.train_sequences / wall if wall > 0 else None,
+            "completion_len_min": min(self.completion_lengths) if self.completion_lengths else None,
+            "completion_len_max": max(self.completion_lengths) if self.completion_lengths else None,
+            "warmup_s": (self.warmup_end - self.train_start) if self.warmup_end else None,
+            "step_reserved_gib": self.step_reserved_gib,
+            "optimizer_step_s": [
+                end - begin for begin, end in zip([self.window_start, *self.step_ends[:-1]], self.step_ends, strict=True)
+            ],
+        }
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One variant
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchContext:
+    tiny: bool
+    model_dir: str  # the tiny checkpoint: its processor always, its weights in --tiny mode
+    recipe: dict[str, Any]
+    completion_length: int
+    steps: int
+    warmup: int
+    seed: int
+    dataset: Any  # raw counting dataset (image/problem/solution)
+    device: str
+    work_dir: str
+    variant_timeout_s: float | None = None
+    min_rollouts: int = 0
+
+
+def rounds_geometry(args) -> dict[str, int]:
+    """Optimizer steps per round and generations per round for a resolved GRPOConfig."""
+    micro_per_generation = args.steps_per_generation * args.num_iterations
+    micro_per_round = math.lcm(micro_per_generation, args.gradient_accumulation_steps)
+    return {
+        "optimizer_steps_per_round": micro_per_round // args.gradient_accumulation_steps,
+        "generations_per_round": micro_per_round // micro_per_generation,
+    }
+
+
+def tiny_batch_sizes(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """--tiny batch sizes for GRPOConfig kwargs: / TINY_BATCH_DIVISOR, generations / TINY_GENERATIONS_DIVISOR, and
+    still whole prompt groups in every generation batch."""
+    generations = max(2, int(kwargs.get("num_generations", NUM_GENERATIONS)) // TINY_GENERATIONS_DIVISOR)
+    scaled: dict[str, Any] = {"num_generations": generations}
+    per_device = max(1, int(kwargs.get("per_device_train_batch_size", 8)) // TINY_BATCH_DIVISOR)
+    if kwargs.get("generation_batch_size"):
+        batch = max(1, int(kwargs["generation_batch_size"]) // TINY_BATCH_DIVISOR)
+        scaled["generation_batch_size"] = max(generations, batch // generations * generations)
+        per_device = min(per_device, scaled["generation_batch_size"])
+    else:
+        steps = int(kwargs.get("steps_per_generation") or kwargs.get("gradient_accumulation_steps", 1))
+        if (per_device * steps) % generations:
+            per_device = generations
+    scaled["per_device_train_batch_size"] = per_device
+    return scaled
+
+
+@contextlib.contextmanager
+def completion_only_scoring_on_cpu(enabled: bool):
+    """--tiny only. TRL's fused LM head scores only the completion positions where Triton runs (GPUs) and every
+    position elsewhere (kept for Neuron's fixed shapes); with the real 151936-token vocabulary that makes a CPU
+    training step ~15x slower than the same step with the GPU's behaviour. This gives the CPU the GPU's choice."""
+    if not enabled:
+        yield
+        return
+    import trl.trainer.utils as trl_utils
+
+    original = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: True
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
+
+
+def build_grpo_config(variant: Variant, ctx: BenchContext, output_dir: str):
+    from trl import GRPOConfig
+
+    kwargs: dict[str, Any] = {
+        "output_dir": output_dir,
+        "max_completion_length": ctx.completion_length,
+        "num_generations": NUM_GENERATIONS,
+        "report_to": "none",
+        "save_strategy": "no",
+        "seed": ctx.seed,
+        "max_steps": 1,  # replaced once the round geometry is known
+    }
+    kwargs.update(variant.overrides)
+    kwargs["max_completion_length"] = ctx.completion_length  # the bench shape wins over any recipe value
+    generation_kwargs = dict(variant.overrides.get("generation_kwargs") or {})
+    generation_kwargs.update({"min_new_tokens": ctx.completion_length, "suppress_tokens": VISION_SPECIAL_TOKEN_IDS})
+    kwargs["generation_kwargs"] = generation_kwargs
+    if ctx.tiny:
+        kwargs.update(tiny_batch_sizes(kwargs))
+        kwargs.update({"use_cpu": True, "bf16": False})
+    args = GRPOConfig(**kwargs)
+    geometry = rounds_geometry(args)
+    rollouts_per_round = args.generation_batch_size * geometry["generations_per_round"]
+    geometry["rounds_measured"] = max(ctx.steps, math.ceil(ctx.min_rollouts / rollouts_per_round))
+    args.max_steps = (ctx.warmup + geometry["rounds_measured"]) * geometry["optimizer_steps_per_round"]
+    return args, geometry
+
+
+def run_variant(variant: Variant, ctx: BenchContext) -> dict[str, Any]:
+    """One variant, never raising: status ok with its numbers, or failed with the first line of its error."""
+    import torch
+
+    on_cuda = ctx.device == "cuda"
+
+    def sync():
+        if on_cuda:
+            torch.cuda.synchronize()
+
+    result: dict[str, Any] = {"name": variant.name, **variant.to_dict()}
+    start = time.perf_counter()
+    try:
+        with time_limit(ctx.variant_timeout_s):
+            _train_variant(variant, ctx, result, sync, start)
+        result["status"] = "ok"
+    except (Exception, VariantTimeout) as exc:  # noqa: BLE001 - one failing lever must not stop the others
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        result["status"] = "failed"
+        result["error"] = f"{type(exc).__name__}: {message}"[:300]
+        result["traceback_tail"] = traceback.format_exc().strip().splitlines()[-6:]
+        del exc
+    finally:
+        result["total_s"] = time.perf_counter() - start
+        result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB if on_cuda else None
+        result["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB if on_cuda else None
+        release_memory(variant.compile_generation)
+        result["allocated_after_cleanup_gib"] = torch.cuda.memory_allocated() / GIB if on_cuda else None
+    return result
+
+
+def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], sync, start: float) -> None:
+    """Build the trainer, train warm-up + measured rounds, put the probe's numbers into `result`. Every object it
+    makes dies with its frame, so the caller can free the GPU memory after it returns or raises."""
+    import torch
+    from transformers import set_seed
+    from trl import GRPOTrainer
+
+    from open_r1 import grpo as grpo_lib
+    from open_r1 import modeling
+    from open_r1.rewards import get_reward_funcs
+    from open_r1.trainer import CountingGRPOTrainer, vision_tower
+
+    trainer = None
+    try:
+        if ctx.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+        set_seed(ctx.seed)
+        output_dir = tempfile.mkdtemp(prefix=f"{variant.name}-", dir=ctx.work_dir)
+        args, geometry = build_grpo_config(variant, ctx, output_dir)
+        result.update({
+            "per_device_train_batch_size": args.per_device_train_batch_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+            "steps_per_generation": args.steps_per_generation,
+            "generation_batch_size": args.generation_batch_size,
+            "num_iterations": args.num_iterations,
+            "gradient_checkpointing": bool(args.gradient_checkpointing),
+            "num_generations": args.num_generations,
+            "beta": args.beta,
+            "loss_type": args.loss_type,
+            "max_steps": args.max_steps,
+            "warmup_rounds": ctx.warmup,
+            **geometry,
+        })
+        grpo_lib.check_batch_geometry(args, 1)
+
+        # Every variant scores with the recipe's rewards (CPU work, the same for all); plain TRL weighs them equally.
+        reward_funcs = get_reward_funcs(
+            ctx.recipe.get("reward_funcs") or DEFAULT_REWARD_FUNCS,
+            grpo_lib.parse_reward_kwargs(ctx.recipe.get("reward_kwargs")),
+        )
+        if args.reward_weights is not None and len(args.reward_weights) != len(reward_funcs):
+            args.reward_weights = None  # plain TRL with the recipe's rewards: equal weights
+        templates = ctx.recipe.get("prompt_templates") or DEFAULT_PROMPT_TEMPLATES
+        train_dataset = grpo_dataset(ctx.dataset, templates, ctx.seed)
+        processor = modeling.load_processor(ctx.model_dir, variant.min_pixels, variant.max_pixels)
+        model = load_bench_model(ctx.tiny, ctx.model_dir, variant.attn_implementation, ctx.device, ctx.seed)
+        if variant.freeze_vision:
+            grpo_lib.freeze_vision_tower(model)
+        ref_context = reference_model_from_policy(model) if args.beta != 0.0 else contextlib.nullcontext()
+        # plain TRL where no lever of ours is on, else our subclass (the same trainer train.sh runs)
+        ours = variant.lazy_images or variant.compile_generation or variant.dedupe_vision
+        trainer_kwargs = dict(lazy_images=variant.lazy_images, compile_generation=variant.compile_generation,
+                              dedupe_vision=variant.dedupe_vision)
+        with ref_context:
+            trainer = (CountingGRPOTrainer if ours else GRPOTrainer)(
+                model=model,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=train_dataset,
+                processing_class=processor,
+                **(trainer_kwargs if ours else {}),
+            )
+        optimizer_steps_per_round = geometry["optimizer_steps_per_round"]
+        probe = Probe(trainer, ctx.warmup * optimizer_steps_per_round, args.max_steps, sync)
+        trainer.add_callback(probe.callback)
+        result["setup_s"] = time.perf_counter() - start
+        with completion_only_scoring_on_cpu(ctx.tiny):
+            trainer.train()
+        sync()
+        result.update(probe.summary())
+        result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
+        if variant.dedupe_vision:  # proof that the lever acted: images the ViT ran on vs images it was given
+            visual = vision_tower(trainer.model)
+            result.update(vit_images_seen=getattr(visual, "images_seen", None),
+                          vit_images_encoded=getattr(visual, "images_encoded", None),
+                          regrouped_micro_batches=bool(getattr(trainer, "regroup_rounds", False)))
+    finally:
+        if trainer is not None:
+            with contextlib.suppress(Exception):
+                trainer.accelerator.free_memory()
+
+
+def release_memory(reset_compiler: bool = False) -> None:
+    import torch
+
+    sys.last_traceback = sys.last_value = sys.last_type = None
+    gc.collect()
+    if reset_compiler:
+        with contextlib.suppress(Exception):
+            torch._dynamo.reset()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def add_ratios(results: list[dict], baseline: str = BASELINE) -> None:
+    base = next((r for r in results if r["name"] == baseline and r.get("status") == "ok"), None)
+    for r in results:
+        if base and r.get("status") == "ok" and base.get("rollouts_per_s"):
+            r["ratio_vs_plain_trl"] = r["rollouts_per_s"] / base["rollouts_per_s"]
+        else:
+            r["ratio_vs_plain_trl"] = None
+
+
+def _fmt(value, digits=2):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def format_table(results: list[dict]) -> str:
+    header = (
+        "| variant | status | rollouts/s | x plain_trl | trained seq/s | gen s | logp s | prep s | train s | other s | "
+        "gen tok/s | train tok/s | peak alloc GiB | peak reserved GiB |"
+    )
+    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    rows = [header, rule]
+    for r in results:
+        if r.get("status") != "ok":
+            rows.append(
+                f"| {r['name']} | {r.get('status')}: {r.get('error', '')} | - | - | - | - | - | - | - | - | - | - | "
+                f"{_fmt(r.get('peak_allocated_gib'), 1)} | {_fmt(r.get('peak_reserved_gib'), 1)} |"
+            )
+            continue
+        status = "ok" if r.get("forced_length_ok", True) else "ok, but completions not all forced-length!"
+        rows.append(
+            f"| {r['name']} | {status} | {_fmt(r['rollouts_per_s'])} | {_fmt(r.get('ratio_vs_plain_trl'))} | "
+            f"{_fmt(r['trained_sequences_per_s'])} | "
+            f"{_fmt(r['gen_s'], 1)} | {_fmt(r['logp_s'], 1)} | {_fmt(r['prep_s'], 1)} | {_fmt(r['train_s'], 1)} | "
+            f"{_fmt(r['other_s'], 1)} | {_fmt(r['gen_tokens_per_s'], 0)} | {_fmt(r['train_tokens_per_s'], 0)} | "
+            f"{_fmt(r.get('peak_allocated_gib'), 1)} | {_fmt(r.get('peak_reserved_gib'), 1)} |"
+        )
+    return "\n".join(rows)
+
+
+def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any]:
+    import torch
+    import transformers
+    import trl
+
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "device": device,
+        "memory_cap_gib": memory_cap_gib,
+    }
+    for module in ("liger_kernel", "flash_attn", "vllm"):
+        info[f"has_{module}"] = importlib.util.find_spec(module) is not None
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        info.update({"gpu": props.name, "gpu_total_gib": props.total_memory / GIB, "cuda": torch.version.cuda})
+    return info
+
+
+def write_json(path: str, payload: dict) -> None:
+    path = os.path.abspath(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as handle:
+        json.dump(payload, handle, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def check_device(tiny: bool, threads: int | None = None) -> str:
+    """The device, checked before any work (without initialising CUDA: the scene renderer forks workers later)."""
+    import torch
+
+    if tiny:
+        # The tiny model's ops are far too small for a thread pool: on a loaded 2-core machine two threads made a
+        # training step 6x slower than one (OpenMP waits dominate). One thread, unless --threads says otherwise.
+        torch.set_num_threads(threads or 1)
+        return "cpu"
+    if threads:
+        torch.set_num_threads(threads)
+    if not torch.cuda.is_available():
+        raise BenchError("no CUDA device: the full-size bench needs a GPU; use --tiny for the CPU mode")
+    return "cuda"
+
+
+def setup_device(device: str, memory_cap_gib: float | None) -> str:
+    """Initialise CUDA and cap this process's memory (a variant over the cap then fails with an OOM)."""
+    import torch
+
+    if device != "cuda":
+        return device
+    if memory_cap_gib:
+        total = torch.cuda.get_device_properties(0).total_memory
+        fraction = min(1.0, memory_cap_gib * GIB / total)
+        torch.cuda.set_per_process_memory_fraction(fraction, 0)
+    return "cuda"
+
+
+def build_tiny_checkpoint(work_dir: str) -> str:
+    """The project's real-id processor (and, in --tiny mode, the tiny weights), written once into `work_dir`."""
+    from open_r1.tiny_models import build_qwen2vl
+
+    return str(build_qwen2vl(Path(work_dir) / "tiny-qwen2vl", full_size=False, seed=0))
+
+
+@contextlib.contextmanager
+def scratch_checkpoint(work_dir: str | None, prefix: str):
+    """(work_dir, model_dir) for one bench run: `work_dir`, or a temp dir removed at the end, holding the
+    checkpoint of build_tiny_checkpoint."""
+    with contextlib.ExitStack() as stack:
+        work_dir = work_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
+        os.makedirs(work_dir, exist_ok=True)
+        yield work_dir, build_tiny_checkpoint(work_dir)
+
+
+def parse_cli(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="GRPO throughput bench: plain TRL defaults vs our recipe's levers, one process.",
+        epilog="Presets: " + "; ".join(f"{k}: {v.get('description', '')}" for k, v in PRESETS.items()),
+    )
+    parser.add_argument("--tiny", action="store_true", help="CPU mode: the tiny model, short completions")
+    parser.add_argument("--variants", default=None, help=f"comma-separated presets (default {DEFAULT_VARIANTS}; "
+                        f"--tiny: {DEFAULT_TINY_VARIANTS})")
+    parser.add_argument("--define", action="append", default=[], metavar="NAME=JSON",
+                        help='an ad-hoc variant: \'mine={"base": "ours", "per_device_train_batch_size": 48}\'')
+    parser.add_argument("--steps", type=int, default=3, help="measured rounds per variant (a round = one generation "
+                        "batch and every optimizer step on it; plain TRL: one step)")
+    parser.add_argument("--min-rollouts", type=int, default=0,
+                        help="measure more rounds where a round is small: at least this many completions per variant")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1)")
+    parser.add_argument("--completion-length", type=int, default=None,
+                        help=f"forced completion tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})")
+    parser.add_argument("--memory-cap-gib", type=float, default=None,
+                        help="cap this process's GPU memory (set_per_process_memory_fraction); over it = OOM = failed")
+    parser.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="recipe whose algorithm keys ours* variants use")
+    parser.add_argument("--data", default="auto", choices=["auto", "scenes", "random"],
+                        help="images: open_r1.tasks.counting.scenes.build_split (auto: when it works) or random rectangles")
+    parser.add_argument("--num-examples", type=int, default=None, help="dataset rows (default: enough for 2 rounds)")
+    parser.add_argument("--deadline-s", type=float, default=None,
+                        help="skip variants not started within this many seconds of the start (keeps a time box)")
+    parser.add_argument("--variant-timeout-s", type=float, default=None,
+                        help="stop a variant running longer than this (reported failed; the run goes on)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (--tiny default: 1)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="bench.json", help="JSON report (rewritten after every variant)")
+    parser.add_argument("--work-dir", default=None, help="scratch dir (default: a temp dir, removed at the end)")
+    parser.add_argument("--list", action="store_true", help="print the presets and exit")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_cli(argv)
+    presets = {**PRESETS, **parse_defines(args.define)}
+    if args.list:
+        for name in presets:
+            print(f"{name}: {json.dumps(flatten_preset(name, presets), default=str)}")
+        return 0
+    recipe = load_recipe(args.recipe)
+    names = [n.strip() for n in (args.variants or (DEFAULT_TINY_VARIANTS if args.tiny else DEFAULT_VARIANTS)).split(",")]
+    names = [n for n in names if n]
+    variants = [resolve_variant(name, presets, recipe) for name in names]  # unknown names fail before any work
+    completion_length = args.completion_length or (TINY_COMPLETION_LENGTH if args.tiny else BENCH_COMPLETION_LENGTH)
+    if args.steps < 1 or args.warmup < 0:
+        raise BenchError("--steps must be >= 1 and --warmup >= 0")
+
+    started = time.perf_counter()
+    device = check_device(args.tiny, args.threads)
+    with scratch_checkpoint(args.work_dir, "bench-grpo-") as (work_dir, model_dir):
+        # Enough prompts for the largest generation batch twice over (the sampler needs whole generation batches).
+        largest = max(prompts_per_generation(v, args.tiny) for v in variants)
+        n = args.num_examples or max(16 if args.tiny else 64, 2 * largest)
+        data_start = time.perf_counter()
+        dataset, data_source = counting_dataset(n, args.seed, args.data, cache_dir=os.path.join(work_dir, "data"),
+                                                workers=1 if args.tiny else min(8, os.cpu_count() or 1))
+        setup_device(device, args.memory_cap_gib)
+        ctx = BenchContext(
+            tiny=args.tiny, model_dir=model_dir, recipe=recipe, completion_length=completion_length,
+            steps=args.steps, warmup=args.warmup, seed=args.seed, dataset=dataset, device=device, work_dir=work_dir,
+            variant_timeout_s=args.variant_timeout_s, min_rollouts=args.min_rollouts,
+        )
+        payload: dict[str, Any] = {
+            "bench": "grpo",
+            "mode": "tiny" if args.tiny else "full_size",
+            "environment": environment_info(device, args.memory_cap_gib),
+            "shape": {
+                "completion_length": completion_length,
+                "num_generations": NUM_GENERATIONS,
+                "image": "x".join(str(side) for side in dataset[0]["image"].size),
+                "data": data_source,
+                "num_examples": n,
+                "data_s": time.perf_counter() - data_start,
+                "recipe": str(args.recipe),
+                "steps": args.steps,
+                "min_rollouts": args.min_rollouts,
+                "warmup": args.warmup,
+            },
+            "variants": [],
+        }
+        env = payload["environment"]
+        print(f"[bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} "
+              f"trl {env['trl']} | cap {args.memory_cap_gib} GiB | data: {data_source}", flush=True)
+        results = payload["variants"]
+        for variant in variants:
+            missing = missing_requirements(variant)
+            elapsed = time.perf_counter() - started
+            if missing:
+                result = {"name": variant.name, **variant.to_dict(), "status": "skipped",
+                          "error": f"not installed: {', '.join(missing)}"}
+            elif args.deadline_s is not None and elapsed > args.deadline_s:
+                result = {"name": variant.name, **variant.to_dict(), "status": "skipped",
+                          "error": f"deadline: {elapsed:.0f} s > --deadline-s {args.deadline_s:.0f}"}
+            else:
+                print(f"[bench] {variant.name}: {variant.description}", flush=True)
+                result = run_variant(variant, ctx)
+            results.append(result)
+            add_ratios(results)
+            payload["elapsed_s"] = time.perf_counter() - started
+            write_json(args.out, payload)
+            line = (f"{result['rollouts_per_s']:.2f} rollouts/s" if result.get("status") == "ok"
+                    else f"{result['status']}: {result.get('error')}")
+            print(f"[bench] {variant.name}: {line} ({result.get('total_s', 0):.0f} s)", flush=True)
+        payload["summary"] = summarize(results, args.memory_cap_gib)
+        payload["elapsed_s"] = time.perf_counter() - started
+        write_json(args.out, payload)
+    print()
+    print(format_table(results))
+    print()
+    print(payload["summary"]["line"])
+    print(f"[bench] JSON: {os.path.abspath(args.out)} ({payload['elapsed_s']:.0f} s)")
+    return 0
+
+
+def prompts_per_generation(variant: Variant, tiny: bool) -> int:
+    """Distinct prompts in one generation batch of `variant` (the dataset needs at least that many rows)."""
+    kwargs = {"num_generations": NUM_GENERATIONS, **variant.overrides}
+    if tiny:
+        kwargs.update(tiny_batch_sizes(kwargs))
+    if kwargs.get("generation_batch_size"):
+        batch = int(kwargs["generation_batch_size"])
+    else:
+        steps = kwargs.get("steps_per_generation") or kwargs.get("gradient_accumulation_steps", 1)
+        batch = int(kwargs.get("per_device_train_batch_size", 8)) * int(steps)
+    return max(1, batch // int(kwargs["num_generations"]))
+
+
+def summarize(results: list[dict], memory_cap_gib: float | None) -> dict[str, Any]:
+    ok = [r for r in results if r.get("status") == "ok" and r["name"] != BASELINE and r.get("ratio_vs_plain_trl")]
+    if memory_cap_gib is None:
+        fitting = [r for r in ok if r.get("peak_reserved_gib") is None or r["peak_reserved_gib"] <= 40.0]
+    else:
+        fitting = ok  # a variant over the cap has failed with an OOM
+    best = max(fitting, key=lambda r: r["ratio_vs_plain_trl"], default=None)
+    if best is None:
+        return {"best": None, "line": "[bench] no variant to compare with plain_trl"}
+    return {
+        "best": best["name"],
+        "best_ratio": best["ratio_vs_plain_trl"],
+        "best_peak_reserved_gib": best.get("peak_reserved_gib"),
+        "line": f"[bench] best: {best['name']} at {best['ratio_vs_plain_trl']:.2f}x plain_trl "
+                f"({best['rollouts_per_s']:.2f} rollouts/s, peak reserved {_fmt(best.get('peak_reserved_gib'), 1)} GiB)",
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# selfcheck speed (experiments/bench/bench_selfcheck.py)
+# ---------------------------------------------------------------------------------------------------------------------
+
+SELFCHECK_TARGET_EXAMPLES = 3000
+SELFCHECK_BUDGET_S = 90.0
+DEFAULT_SELFCHECK_BATCH_SIZES = "64,128,256"
+DEFAULT_TINY_SELFCHECK_BATCH_SIZES = "4,8"
+
+
+def force_completion_length(model, length: int) -> None:
+    """Make every `generate` on `model` produce at least `length` new tokens (end-of-turn tokens masked until then).
+
+    `open_r1.tasks.counting.evaluate.generate_batch` calls `generate(do_sample=False, max_new_tokens=256)` and the model's generation
+    config supplies everything else, so setting `min_new_tokens` there forces selfcheck's worst case without any
+    change to the evaluation code."""
+    model.generation_config.min_new_tokens = length
+
+
+def repeat_rows(dataset, n: int):
+    """`dataset` cycled to exactly `n` rows (speed depends on the image size and question, not on novelty)."""
+    import datasets
+
+    if len(dataset) >= n:
+        return dataset.select(range(n))
+    copies = [dataset] * (n // len(dataset))
+    if n % len(dataset):
+        copies.append(dataset.select(range(n % len(dataset))))
+    return datasets.concatenate_datasets(copies)
+
+
+def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="selfcheck speed: open_r1.tasks.counting.evaluate.evaluate_dataset (the grader's protocol, greedy) on the "
+        "full-size random Qwen2-VL-2B, every completion forced to 256 tokens (the worst case).",
+    )
+    parser.add_argument("--tiny", action="store_true", help="CPU mode: the tiny model")
+    parser.add_argument("--n", type=int, default=SELFCHECK_TARGET_EXAMPLES,
+                        help="examples per batch size (and the projection target), default 3000")
+    parser.add_argument("--measure-batches", type=int, default=None,
+                        help="time only this many batches per batch size and project to --n (saves GPU time)")
+    parser.add_argument("--batch-sizes", default=None,
+                        help=f"comma-separated (default {DEFAULT_SELFCHECK_BATCH_SIZES}; --tiny "
+                        f"{DEFAULT_TINY_SELFCHECK_BATCH_SIZES}); a 'c' suffix (512c) runs selfcheck --compile")
+    parser.add_argument("--completion-length", type=int, default=None,
+                        help=f"forced new tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})")
+    parser.add_argument("--budget-s", type=float, default=SELFCHECK_BUDGET_S, help="target seconds for --n examples")
+    parser.add_argument("--max-pixels", type=int, default=None, help="processor budget (default: the checkpoint's)")
+    parser.add_argument("--attn-implementation", default="sdpa")
+    parser.add_argument("--data", default="auto", choices=["auto", "scenes", "random"])
+    parser.add_argument("--split", default="val", help="scenes split: val (480x320) or ood_val (640x480, more "
+                        "vision tokens)")
+    parser.add_argument("--unique-examples", type=int, default=256, help="distinct rows made, then cycled to --n")
+    parser.add_argument("--memory-cap-gib", type=float, default=None)
+    parser.add_argument("--deadline-s", type=float, default=None, help="skip batch sizes not started by then")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="selfcheck_bench.json")
+    parser.add_argument("--work-dir", default=None)
+    return parser.parse_args(argv)
+
+
+def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, bool]]:
+    """'128,256,512c' -> [(128, False), (256, False), (512, True)]: a 'c' suffix is selfcheck --compile."""
+    runs = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        compiled = item.endswith("c")
+        number = item[:-1] if compiled else item
+        if not number.isdigit() or int(number) < 1:
+            raise BenchError(f"--batch-sizes: {item!r} is not a positive integer (optionally with a 'c' suffix)")
+        runs.append((int(number), compiled))
+    if not runs:
+        raise BenchError("--batch-sizes must list at least one batch size")
+    return runs
+
+
+def selfcheck_main(argv=None) -> int:
+    import torch
+
+    from open_r1 import modeling
+    from open_r1.tasks.counting.evaluate import evaluate_dataset
+
+    args = parse_selfcheck_cli(argv)
+    runs = parse_selfcheck_batch_sizes(args.batch_sizes or (
+        DEFAULT_TINY_SELFCHECK_BATCH_SIZES if args.tiny else DEFAULT_SELFCHECK_BATCH_SIZES))
+    batch_sizes = [batch_size for batch_size, _ in runs]
+    if args.n < 1:
+        raise BenchError("--n must be >= 1")
+    completion_length = args.completion_length or (TINY_COMPLETION_LENGTH if args.tiny else BENCH_COMPLETION_LENGTH)
+    started = time.perf_counter()
+    device = check_device(args.tiny, args.threads)
+    with scratch_checkpoint(args.work_dir, "bench-selfcheck-") as (work_dir, model_dir):
+        measured = {bs: min(args.n, bs * args.measure_batches) if args.measure_batches else args.n for bs in batch_sizes}
+        rows_needed = max(max(measured.values()), max(batch_sizes))
+        base, data_source = counting_dataset(
+            min(rows_needed, args.unique_examples), args.seed, args.data, cache_dir=os.path.join(work_dir, "data"),
+            workers=1 if args.tiny else min(8, os.cpu_count() or 1), split=args.split,
+        )
+        setup_device(device, args.memory_cap_gib)
+        dataset = repeat_rows(base, rows_needed)
+        processor = modeling.load_processor(model_dir, None, args.max_pixels)
+        model = load_bench_model(args.tiny, model_dir, args.attn_implementation, device, args.seed).eval()
+        force_completion_length(model, completion_length)
+        payload: dict[str, Any] = {
+            "bench": "selfcheck",
+            "mode": "tiny" if args.tiny else "full_size",
+            "environment": environment_info(device, args.memory_cap_gib),
+            "shape": {"completion_length": completion_length, "target_examples": args.n, "data": data_source,
+                      "image": "x".join(str(side) for side in dataset[0]["image"].size),
+                      "budget_s": args.budget_s},
+            "batch_sizes": [],
+        }
+        env = payload["environment"]
+        print(f"[selfcheck-bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} | "
+              f"data: {data_source}", flush=True)
+        for batch_size, compiled in runs:
+            entry: dict[str, Any] = {"batch_size": batch_size, "compile": compiled, "examples": measured[batch_size]}
+            elapsed = time.perf_counter() - started
+            if args.deadline_s is not None and elapsed > args.deadline_s:
+                entry.update({"status": "skipped", "error": f"deadline: {elapsed:.0f} s > --deadline-s {args.deadline_s:.0f}"})
+                payload["batch_sizes"].append(entry)
+                write_json(args.out, payload)
+                print(f"[selfcheck-bench] batch {batch_size}: skipped ({entry['error']})", flush=True)
+                continue
+            try:
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                # Warm-up batch, not timed (kernel selection, allocator growth).
+                evaluate_dataset(model, processor, dataset, name="warmup", batch_size=batch_size,
+                                 limit=batch_size, max_new_tokens=completion_length, progress=False,
+                                 compile_generation=compiled)
+                report = evaluate_dataset(model, processor, dataset, name=f"bs{batch_size}", batch_size=batch_size,
+                                          limit=measured[batch_size], max_new_tokens=completion_length,
+                                          progress=False, compile_generation=compiled)
+                per_s = report.n / report.seconds
+                entry.update({
+                    "status": "ok",
+                    "seconds": report.seconds,
+                    "examples_per_s": per_s,
+                    "projected_s": args.n / per_s,
+                    "mean_completion_tokens": report.mean_completion_tokens,
+                    "within_budget": args.n / per_s <= args.budget_s,
+                })
+            except Exception as exc:  # noqa: BLE001 - an OOM at one batch size must not hide the others
+                message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                entry.update({"status": "failed", "error": f"{type(exc).__name__}: {message}"[:300]})
+                del exc
+            if device == "cuda":
+                entry["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB
+                entry["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB
+            release_memory()
+            payload["batch_sizes"].append(entry)
+            payload["elapsed_s"] = time.perf_counter() - started
+            write_json(args.out, payload)
+            line = (f"{entry['examples_per_s']:.1f} ex/s, {args.n} in {entry['projected_s']:.0f} s"
+                    if entry["status"] == "ok" else f"failed: {entry['error']}")
+            print(f"[selfcheck-bench] batch {batch_size}: {line}", flush=True)
+        ok = [e for e in payload["batch_sizes"] if e["status"] == "ok"]
+        best = min(ok, key=lambda e: e["projected_s"], default=None)
+        payload["best"] = best
+        payload["elapsed_s"] = time.perf_counter() - started
+        write_json(args.out, payload)
+    print()
+    print(format_selfcheck_table(payload))
+    if best:
+        verdict = "within" if best["within_budget"] else "OVER"
+        print(f"\n[selfcheck-bench] best: batch {best['batch_size']}{' compiled' if best.get('compile') else ''}: {args.n} examples x {completion_length} tokens in "
+              f"{best['projected_s']:.0f} s ({verdict} the {args.budget_s:.0f} s budget)")
+    print(f"[selfcheck-bench] JSON: {os.path.abspath(args.out)}")
+    return 0
+
+
+def format_selfcheck_table(payload: dict) -> str:
+    n = payload["shape"]["target_examples"]
+    rows = [f"| batch | status | examples timed | seconds | examples/s | projected s for {n} | mean tokens | "
+            "peak reserved GiB |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for e in payload["batch_sizes"]:
+        label = f"{e['batch_size']}{' compiled' if e.get('compile') else ''}"
+        if e["status"] != "ok":
+            rows.append(f"| {label} | {e['status']}: {e['error']} | - | - | - | - | - | "
+                        f"{_fmt(e.get('peak_reserved_gib'), 1)} |")
+            continue
+        rows.append(f"| {label} | ok | {e['examples']} | {e['seconds']:.1f} | {e['examples_per_s']:.2f} | "
+                    f"{e['projected_s']:.0f} | {e['mean_completion_tokens']:.0f} | {_fmt(e.get('peak_reserved_gib'), 1)} |")
+    return "\n".join(rows)
+
+
+def selfcheck_cli(argv=None) -> int:
+    try:
+        return selfcheck_main(argv)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def cli(argv=None) -> int:
+    try:
+        return main(argv)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

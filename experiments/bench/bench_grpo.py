@@ -1,0 +1,22 @@
+#!/usr/bin/env python
+"""GRPO throughput bench: plain TRL 1.16 defaults vs our recipe's speed levers, in one process (experiments/bench/bench.py).
+
+    python -m experiments.bench.bench_grpo --variants plain_trl,ours,ours_beta0 --memory-cap-gib 40 --out bench.json  # one GPU
+    python -m experiments.bench.bench_grpo --tiny --variants plain_trl,ours --steps 2 --out /tmp/bench.json          # CPU check
+    python -m experiments.bench.bench_grpo --list                                                                      # presets
+
+Prints a markdown table (rollouts/s, ratio vs plain_trl, gen / logp / prep / train / other seconds, tokens/s, peak
+GPU memory) and writes the JSON to --out after every variant. docs/PERFORMANCE.md says how to read it.
+"""
+import os
+import sys
+
+# Everything is built locally (model, processor, data): never reach for a hub, and keep tokenizers single-threaded.
+for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_name, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from experiments.bench.bench import cli  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,22 @@
+#!/usr/bin/env python
+"""selfcheck speed bench: the grader's protocol (open_r1.tasks.counting.evaluate.evaluate_dataset, greedy) on the full-size random
+Qwen2-VL-2B with every completion forced to 256 new tokens (the worst case), at several batch sizes.
+
+    python -m experiments.bench.bench_selfcheck --batch-sizes 64,128,256 --out selfcheck_bench.json            # 3000 each
+    python -m experiments.bench.bench_selfcheck --batch-sizes 128,256,512 --measure-batches 2 --out s.json     # projected
+    python -m experiments.bench.bench_selfcheck --tiny --n 16 --batch-sizes 4,8                                # CPU check
+
+Reports examples/s and the projected time for --n examples (default 3000) against the 90 s budget.
+"""
+import os
+import sys
+
+# Everything is built locally (model, processor, data): never reach for a hub, and keep tokenizers single-threaded.
+for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_name, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from experiments.bench.bench import selfcheck_cli  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(selfcheck_cli())

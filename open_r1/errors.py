@@ -1,0 +1,56 @@
+"""One family of errors for every entry point: each message names the problem and the fix.
+
+Every entry point (`train.sh` -> `open_r1.grpo`, `selfcheck.py`, export, promote, the scene generator, the
+tiny-model builder, the captioning stages) catches `OpenR1Error` and prints `error: <message>` with exit status 2,
+never a traceback. The subclasses say which input was wrong; they stay `ValueError`/`RuntimeError`s so callers that
+catch the builtin kinds keep working.
+"""
+from __future__ import annotations
+
+
+class OpenR1Error(Exception):
+    """Base class: a user-facing problem whose message says what is wrong and what to do."""
+
+
+class RecipeError(OpenR1Error, ValueError):
+    """A recipe setting that cannot work; the message names the setting and the fix."""
+
+
+class BudgetError(RecipeError):
+    """A time_budget value that cannot be parsed."""
+
+
+class RewardConfigError(RecipeError):
+    """A reward list or reward params that cannot be built (bad param name or value, duplicates, stray kwargs)."""
+
+
+class UnknownRewardError(RewardConfigError):
+    """A reward name that is not registered."""
+
+
+class TrainerOptionError(RecipeError):
+    """A trainer speed/recipe lever that cannot be used in this setup."""
+
+
+class DataError(OpenR1Error, ValueError):
+    """A data set that cannot be used (missing dir, wrong columns, unreadable image, bad gold answer)."""
+
+
+class ModelError(OpenR1Error, ValueError):
+    """A model directory that cannot be used; the message names the problem and the fix."""
+
+
+class ExportError(OpenR1Error, RuntimeError):
+    """An export that cannot be completed; the previous submission is left in place."""
+
+
+class PromoteError(OpenR1Error, RuntimeError):
+    """A promotion that cannot be done (bad report, unverifiable candidate)."""
+
+
+class SceneArgumentError(OpenR1Error, ValueError):
+    """A bad argument to the scene generator's API or command line."""
+
+
+class SceneGenerationError(OpenR1Error, RuntimeError):
+    """No acceptable scene could be sampled (e.g. objects cannot all stay visible at a tiny image size)."""

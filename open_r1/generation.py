@@ -1,0 +1,66 @@
+"""Batched generation for evaluation, task-neutral: left-padded prompts + images in, completion texts out.
+
+The tasks' evaluations (`open_r1/tasks/<task>/evaluate.py`) build the prompt texts from their protocol and score
+what comes back; this module only generates. Prompts are left-padded (right padding shifts Qwen-VL's M-RoPE
+positions), a completion ends at its first EOS, and a completion that used all `max_new_tokens` without an EOS is
+reported as truncated.
+"""
+from __future__ import annotations
+
+CACHE_BUCKET_TOKENS = 128
+CACHE_MARGIN_TOKENS = 64
+
+
+def cache_length_bucket(prompt_tokens: int, completion_tokens: int) -> int:
+    """Static-cache length for prompts of up to `prompt_tokens` (+ a margin), in whole 128-token buckets: the cache
+    length is a compiled shape, so batches whose prompts differ by a few tokens share one compiled decode step."""
+    needed = prompt_tokens + completion_tokens + CACHE_MARGIN_TOKENS
+    return -(-needed // CACHE_BUCKET_TOKENS) * CACHE_BUCKET_TOKENS
+
+
+def static_cache_kwargs(prompt_tokens: int, max_new_tokens: int) -> dict:
+    """`generate` kwargs for a static (compiled on GPU) cache; the bucketed length where transformers has it (5.24+)."""
+    from transformers import GenerationConfig
+
+    kwargs = {"cache_implementation": "static"}
+    if hasattr(GenerationConfig(), "max_cache_len"):
+        kwargs["max_cache_len"] = cache_length_bucket(prompt_tokens, max_new_tokens)
+    return kwargs
+
+
+def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compile_generation=False,
+                   do_sample=False, **generate_kwargs):
+    """Completions for one batch of chat-formatted prompt texts. Returns (texts, completion token counts,
+    truncated flags).
+
+    `compile_generation`: a static KV cache, which transformers decodes with a compiled, CUDA-graph step on GPUs
+    (same tokens as the dynamic cache; the first batch of each size pays for the compilation)."""
+    import torch
+
+    inputs = processor(text=list(prompt_texts), images=list(images), padding=True, padding_side="left",
+                       return_tensors="pt")
+    inputs = inputs.to(model.device)
+    with torch.inference_mode():
+        extra = static_cache_kwargs(inputs["input_ids"].shape[1], max_new_tokens) if compile_generation else {}
+        output = model.generate(**inputs, do_sample=do_sample, max_new_tokens=max_new_tokens, **extra,
+                                **generate_kwargs)
+    completion_ids = output[:, inputs["input_ids"].shape[1]:]
+    return decode_completions(completion_ids.tolist(), processor, model.generation_config.eos_token_id,
+                              max_new_tokens)
+
+
+def decode_completions(rows, processor, eos_token_id, max_new_tokens):
+    """(texts, lengths, truncated) of completion token rows: each ends at its first EOS; pad after it is filler."""
+    eos_ids = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
+    pad_id = processor.tokenizer.pad_token_id
+    decoded, lengths, truncated = [], [], []
+    for row in rows:
+        length = len(row)
+        for i, token in enumerate(row):
+            if token in eos_ids or (token == pad_id and pad_id not in eos_ids):
+                length = i + 1
+                break
+        lengths.append(length)
+        truncated.append(length >= max_new_tokens and not (set(row[:length]) & eos_ids))
+        decoded.append(processor.tokenizer.decode(row[:length], skip_special_tokens=True))
+    return decoded, lengths, truncated

@@ -1,0 +1,129 @@
+"""Never lose a run: time budget, graceful stop on SIGTERM/SIGINT, in-training protocol evaluation with keep-best,
+and auto-resume. Everything hooks into the trainer through `TrainerCallback` events; nothing patches the trainer.
+
+The parts, one module each: `budget` (time budget), `signals` (graceful stop), `evaluation` (in-training
+evaluation + keep-best bookkeeping), `resume`, `keep_best` (checkpoint selection and its files). This module wires
+them from the recipe keys (`build_run_callbacks`).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from open_r1.errors import BudgetError, DataError, RecipeError  # noqa: F401  (BudgetError, DataError re-exported)
+from open_r1.run import keep_best as keep_best_lib
+from open_r1.run.budget import (  # noqa: F401
+    TIMINGS_FILE,  # noqa: F401
+    ReserveEstimator,
+    TimeBudgetCallback,
+    parse_time_budget,
+    record_export_seconds,
+)
+from open_r1.run.common import _log, _reduce_max  # noqa: F401
+from open_r1.run.evaluation import InTrainingEvalCallback
+from open_r1.run.resume import (  # noqa: F401
+    ResumeWeightsCallback,
+    find_resume_checkpoint,
+    resolve_resume,
+)
+from open_r1.run.signals import GracefulStopCallback
+
+# ---- wiring for open_r1.grpo ------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunSafety:
+    """The callbacks of one training run and what main() needs afterwards."""
+
+    callbacks: list
+    graceful: GracefulStopCallback
+    budget: TimeBudgetCallback | None = None
+    evaluator: InTrainingEvalCallback | None = None
+    keep_best: bool = False
+    resume_from: str | None = None  # for trainer.train(resume_from_checkpoint=...)
+
+    def bind(self, trainer) -> None:
+        if self.evaluator is not None:
+            self.evaluator.bind(trainer)
+
+
+    @property
+    def stopped_by_signal(self) -> bool:
+        return self.graceful.stop_requested
+
+    @property
+    def exit_code(self) -> int:
+        return self.graceful.exit_code or 0
+
+    def finish(self, trainer, output_dir: str, final_model_saved: bool) -> dict:
+        """Main process, after training: best_checkpoint.json names what export must take."""
+        return keep_best_lib.write_best_checkpoint(
+            output_dir, keep_best=self.keep_best, final_step=trainer.state.global_step,
+            final_model_saved=final_model_saved, log=_log,
+        )
+
+
+def load_eval_sets(paths: list[str], limit: int | None = None) -> dict:
+    """{basename: dataset (first `limit` rows)} from save_to_disk dirs, validated like the training data."""
+    from open_r1.tasks.counting import data as data_lib
+
+    sets = {}
+    for path in paths:
+        name = os.path.basename(os.path.normpath(path))
+        if name in sets:
+            raise data_lib.DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
+        dataset = data_lib.load_counting_dataset(path)
+        if limit is not None:
+            dataset = dataset.select(range(min(limit, len(dataset))))
+        data_lib.validate_counting_dataset(dataset, path)
+        sets[name] = dataset
+    return sets
+
+
+def build_run_callbacks(script_args, training_args) -> RunSafety:
+    """Callbacks from the recipe keys (auto_resume, time_budget, eval_sets, eval_steps_protocol, eval_limit,
+    eval_batch_size, eval_primary, eval_secondary, eval_first_step, keep_best). Order matters: resume weights first,
+    then budget, then signal, then eval, so that the evaluation at a stop step knows why training stops."""
+    estimator = ReserveEstimator()
+    callbacks: list = []
+    resume_from = resolve_resume(training_args, getattr(script_args, "auto_resume", True))
+    if resume_from is not None:
+        callbacks.append(ResumeWeightsCallback(resume_from))  # first: the weights are right before anything else
+    budget = None
+    time_budget = getattr(script_args, "time_budget", None)
+    eval_paths = list(getattr(script_args, "eval_sets", None) or [])
+    every = getattr(script_args, "eval_steps_protocol", None)
+    if time_budget:
+        try:
+            deadline = parse_time_budget(time_budget)
+        except BudgetError as exc:
+            raise RecipeError(str(exc)) from None
+        budget = TimeBudgetCallback(deadline, estimator, eval_every_n_steps=every if eval_paths else None)
+        callbacks.append(budget)
+    graceful = GracefulStopCallback()
+    callbacks.append(graceful)
+    evaluator = None
+    keep_best = getattr(script_args, "keep_best", None)
+    keep_best = bool(eval_paths) if keep_best is None else bool(keep_best)
+    if eval_paths:
+        if not every or every < 1:
+            raise RecipeError(f"eval_steps_protocol must be >= 1 when eval_sets is set, got {every}")
+        eval_sets = load_eval_sets(eval_paths, getattr(script_args, "eval_limit", None))
+        evaluator = InTrainingEvalCallback(
+            eval_sets, every, limit=getattr(script_args, "eval_limit", None),
+            batch_size=getattr(script_args, "eval_batch_size", 32),
+            primary=getattr(script_args, "eval_primary", "ood_val"),
+            secondary=getattr(script_args, "eval_secondary", "val"),
+            keep_best=keep_best, eval_first_step=getattr(script_args, "eval_first_step", True),
+            estimator=estimator, skip=lambda: graceful.stop_requested,
+        )
+        callbacks.append(evaluator)
+        wanted = getattr(script_args, "eval_primary", "ood_val")
+        if wanted != evaluator.primary and getattr(training_args, "process_index", 0) == 0:
+            _log(f"[eval] eval_primary {wanted!r} is not one of the eval sets {sorted(eval_sets)}: keep-best ranks "
+                 f"by {evaluator.primary!r} (ties -> {evaluator.secondary!r}); set eval_primary to the OOD set's name")
+    elif keep_best:
+        raise RecipeError("keep_best needs eval_sets (held-out sets to score checkpoints on)")
+    return RunSafety(callbacks=callbacks, graceful=graceful, budget=budget, evaluator=evaluator, keep_best=keep_best,
+                     resume_from=resume_from)
+

@@ -1,0 +1,289 @@
+"""In-training evaluation (`InTrainingEvalCallback`)
+    Every `every_n_steps` steps (also at step 1 with `eval_first_step`, and at the last step) it runs the selfcheck
+    protocol engine, `open_r1.tasks.counting.evaluate.evaluate_dataset` (EVAL template, greedy, 256 new tokens, batched,
+    left-padded), on the first `limit` rows of each eval set, with the training processor (the pixel budget that is
+    saved with the model). The model is TRL's own generation view (`trl.models.unwrap_model_for_generation`: the
+    accelerator's unwrapped module; under DeepSpeed ZeRO-3 the parameters are gathered), switched to eval mode
+    under `torch.no_grad()` and switched back to train mode afterwards. Multi-process: every rank must take part
+    (under ZeRO-3 `generate` synchronises the ranks at every token), so each rank evaluates an equal-sized shard of
+    the subset (padded with repeats, dropped again) and the records are all-gathered; every rank then holds the
+    same scores (they feed the trainer state, which must agree across ranks) and rank 0 writes the files.
+    Accuracies are logged as `eval/<set>_accuracy` in the same log row as the GRPO rewards of that step; a
+    checkpoint is saved at that step; `<output_dir>/eval_history.json` gets {step, checkpoint, scores, reward (mean
+    of the logged rewards since the previous evaluation), ...} and `eval_history.png` is redrawn.
+    Keep-best (`open_r1.run.keep_best.select_best`): highest primary (OOD) accuracy, ties -> secondary (ID), then the
+    later step. The best checkpoint is recorded in the trainer state (`best_model_checkpoint`, `best_global_step`,
+    `best_metric`), which is what the trainer's `save_total_limit` rotation protects from deletion.
+"""
+from __future__ import annotations
+
+import os
+import time
+from contextlib import nullcontext
+
+from transformers import TrainerCallback
+
+from open_r1.run import keep_best as keep_best_lib
+from open_r1.run.budget import ReserveEstimator
+from open_r1.run.common import _is_rank0, _log, _world_size
+
+# ---- in-training evaluation + keep-best -------------------------------------------------------------------------
+
+
+def _report_from_records(name: str, records: list[dict], seconds: float):
+    from open_r1.tasks.counting.evaluate import SetReport
+
+    n = len(records)
+
+    def pct(flag):
+        return 100.0 * sum(bool(flag(r)) for r in records) / max(n, 1)
+
+    return SetReport(
+        name=name, n=n, accuracy_pct=pct(lambda r: r["correct"]),
+        format_pct=pct(lambda r: r["prediction"] is not None),
+        mean_completion_tokens=sum(r["completion_tokens"] for r in records) / max(n, 1),
+        truncated_pct=pct(lambda r: r["truncated"]), seconds=seconds, records=records,
+    )
+
+
+class InTrainingEvalCallback(TrainerCallback):
+    """Selfcheck protocol on held-out sets every N steps, keep-best bookkeeping (see the module docstring)."""
+
+    def __init__(self, eval_sets: dict, every_n_steps: int, limit: int | None = None, batch_size: int = 32,
+                 primary: str = "ood_val", secondary: str | None = "val", keep_best: bool = True,
+                 eval_first_step: bool = True, estimator: ReserveEstimator | None = None,
+                 skip=None, evaluate_fn=None, plot: bool = True, log=_log):
+        if not eval_sets:
+            raise ValueError("InTrainingEvalCallback needs at least one eval set")
+        if every_n_steps is None or every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
+        self.eval_sets = dict(eval_sets)
+        self.every_n_steps = int(every_n_steps)
+        self.limit = limit
+        self.batch_size = batch_size
+        self.primary = primary if primary in self.eval_sets else next(iter(self.eval_sets))
+        self.secondary = secondary if secondary in self.eval_sets and secondary != self.primary else None
+        self.keep_best = keep_best
+        self.eval_first_step = eval_first_step
+        self.estimator = estimator or ReserveEstimator()
+        self.estimator.eval_enabled = True
+        self.skip = skip or (lambda: False)
+        self.evaluate_fn = evaluate_fn
+        self.plot = plot
+        self.log = log
+        self.trainer = None
+        self.history: dict = {"entries": []}
+        self._pending: dict | None = None
+        self._evaluated_steps: set[int] = set()
+        self._gone: set[int] = set()
+
+    def bind(self, trainer) -> None:
+        """The trainer gives the accelerator (unwrap / ZeRO-3 gather) and the metrics that share the reward row."""
+        self.trainer = trainer
+
+    # files -------------------------------------------------------------------------------------------------------
+    def _history_payload(self) -> dict:
+        best = self._best()
+        return {
+            "primary": self.primary,
+            "secondary": self.secondary,
+            "limit": self.limit,
+            "selection": keep_best_lib.SELECTION_RULE.format(primary=self.primary, secondary=self.secondary or "-"),
+            "best": best,
+            "entries": self.history["entries"],
+        }
+
+    def _write_files(self, args, state) -> None:
+        if not _is_rank0(state):
+            return
+        os.makedirs(args.output_dir, exist_ok=True)
+        payload = self._history_payload()
+        keep_best_lib.write_json_atomic(os.path.join(args.output_dir, keep_best_lib.HISTORY_FILE), payload)
+        if self.plot:
+            try:
+                keep_best_lib.plot_history(payload, state.log_history,
+                                           os.path.join(args.output_dir, keep_best_lib.HISTORY_PLOT))
+            except Exception as exc:  # noqa: BLE001 - a plot must never stop training
+                self.log(f"[eval] warning: plot failed: {type(exc).__name__}: {exc}")
+
+    # evaluation --------------------------------------------------------------------------------------------------
+    def _generation_model(self, args, model):
+        trainer = self.trainer
+        if trainer is None or not hasattr(trainer, "accelerator"):
+            return nullcontext(model)
+        from trl.models import unwrap_model_for_generation
+
+        return unwrap_model_for_generation(
+            getattr(trainer, "model_wrapped", None) or trainer.model,
+            trainer.accelerator,
+            gather_deepspeed3_params=getattr(args, "ds3_gather_for_generation", True),
+            gradient_checkpointing_kwargs=getattr(args, "gradient_checkpointing_kwargs", None),
+        )
+
+    def _evaluate_set(self, model, processor, name, dataset):
+        from open_r1.tasks.counting import evaluate as evaluate_lib
+
+        evaluate_fn = self.evaluate_fn or evaluate_lib.evaluate_dataset
+        n = len(dataset) if self.limit is None else min(self.limit, len(dataset))
+        world = _world_size()
+        if world == 1:
+            return evaluate_fn(model, processor, dataset, name=name, batch_size=self.batch_size, limit=n,
+                               progress=False)
+        import torch.distributed as dist
+
+        rank = dist.get_rank()
+        mine = list(range(rank, n, world))
+        per_rank = -(-n // world)
+        real = len(mine)
+        padded = mine + [mine[-1] if mine else 0] * (per_rank - real)  # same number of batches on every rank
+        start = time.perf_counter()
+        report = evaluate_fn(model, processor, dataset.select(padded), name=name, batch_size=self.batch_size,
+                             limit=None, progress=False)
+        records = []
+        for record in report.records:
+            if record["index"] < real:
+                records.append({**record, "index": padded[record["index"]]})
+        per_rank_records: list = [None] * world
+        dist.all_gather_object(per_rank_records, records)
+        gathered = sorted((r for part in per_rank_records for r in part), key=lambda r: r["index"])
+        return _report_from_records(name, gathered, time.perf_counter() - start)
+
+    def evaluate(self, args, model=None, processor=None) -> dict:
+        """{set name: SetReport} for the current weights; identical on every rank."""
+        import torch
+
+        trainer = self.trainer
+        if trainer is not None and getattr(trainer, "processing_class", None) is not None:
+            processor = trainer.processing_class
+        with self._generation_model(args, model) as generation_model:
+            generation_model = generation_model if generation_model is not None else model
+            was_training = generation_model.training
+            generation_model.eval()
+            try:
+                with torch.no_grad():
+                    return {name: self._evaluate_set(generation_model, processor, name, dataset)
+                            for name, dataset in self.eval_sets.items()}
+            finally:
+                if was_training:
+                    generation_model.train()
+
+    def _log_metrics(self, control, metrics: dict) -> None:
+        """Into the trainer's metrics for this step, so they land in the same log row as the rewards."""
+        trainer = self.trainer
+        store = getattr(trainer, "_metrics", None)
+        if isinstance(store, dict) and "train" in store:
+            for key, value in metrics.items():
+                store["train"][key].append(value)
+            control.should_log = True
+        elif trainer is not None and hasattr(trainer, "log"):
+            from transformers import Trainer
+
+            Trainer.log(trainer, dict(metrics))
+
+    # hooks -------------------------------------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, **kwargs):
+        history = keep_best_lib.load_history(args.output_dir)
+        # entries past the resumed step belong to a trajectory that is being redone (or to an older run)
+        self.history = {"entries": [e for e in history["entries"] if e.get("step", 0) <= state.global_step]}
+        self._evaluated_steps = {e["step"] for e in self.history["entries"]}
+        # Checkpoints already gone (rotated away) cannot be exported. Checked once here, where every rank sees the
+        # same files; later choices use only what every rank knows (rotation never deletes the best checkpoint).
+        self._gone = {e["step"] for e in self.history["entries"]
+                      if not e.get("checkpoint")
+                      or not keep_best_lib.has_weights(os.path.join(args.output_dir, e["checkpoint"]))}
+        best = self._best()
+        if best is not None and self.keep_best:
+            self._set_trainer_best(args, state, best)
+        return control
+
+    def _best(self):
+        candidates = [e for e in self.history["entries"] if e.get("checkpoint") and e["step"] not in self._gone]
+        return keep_best_lib.select_best(candidates, self.primary, self.secondary)
+
+    def _due(self, state, control) -> bool:
+        step = state.global_step
+        if step in self._evaluated_steps or self.skip():
+            return False
+        final = control.should_training_stop or step >= state.max_steps
+        if final and not self.estimator.final_eval_allowed:
+            if _is_rank0(state):
+                self.log(f"[eval] skipping the evaluation at step {step}: it does not fit in the time budget")
+            return False
+        return final or step % self.every_n_steps == 0 or (self.eval_first_step and step == 1)
+
+    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if not self._due(state, control):
+            return control
+        step = state.global_step
+        start = time.perf_counter()
+        reports = self.evaluate(args, model, processing_class)
+        seconds = time.perf_counter() - start
+        self.estimator.observe_eval(seconds)
+        self._evaluated_steps.add(step)
+        scores = {name: report.accuracy_pct for name, report in reports.items()}
+        self._pending = {
+            "step": step,
+            "checkpoint": None,
+            "scores": scores,
+            "format_pct": {name: r.format_pct for name, r in reports.items()},
+            "mean_completion_tokens": {name: r.mean_completion_tokens for name, r in reports.items()},
+            "truncated_pct": {name: r.truncated_pct for name, r in reports.items()},
+            "n": {name: r.n for name, r in reports.items()},
+            "reward": None,
+            "eval_seconds": round(seconds, 3),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+        self._log_metrics(control, {f"eval/{name}_accuracy": value for name, value in scores.items()})
+        control.should_save = True  # the evaluated weights become checkpoint-<step>
+        if _is_rank0(state):
+            self.log(f"[eval] step {step}: " + ", ".join(f"{k} {v:.2f}%" for k, v in scores.items())
+                     + f" ({seconds:.1f}s)")
+        self.estimator.last_eval_end = self.estimator.clock()
+        return control
+
+    def _reward_since_previous_eval(self, state, step: int) -> float | None:
+        previous = max((e["step"] for e in self.history["entries"] if e["step"] < step), default=0)
+        values = [e["reward"] for e in state.log_history
+                  if e.get("reward") is not None and previous < e.get("step", 0) <= step]
+        return sum(values) / len(values) if values else None
+
+    def _finalize(self, args, state, saved: bool) -> None:
+        entry, self._pending = self._pending, None
+        name = f"checkpoint-{entry['step']}"
+        entry["checkpoint"] = name if saved else None
+        entry["reward"] = self._reward_since_previous_eval(state, entry["step"])
+        self.history["entries"] = [e for e in self.history["entries"] if e["step"] != entry["step"]] + [entry]
+        self.history["entries"].sort(key=lambda e: e["step"])
+        self._gone.discard(entry["step"])
+        if self.keep_best and entry["checkpoint"]:
+            best = self._best()
+            if best is not None:
+                if best["step"] == entry["step"] and _is_rank0(state):
+                    self.log(f"[keep-best] new best: {name} ({self.primary} {entry['scores'][self.primary]:.2f}%)")
+                self._set_trainer_best(args, state, best)
+        self._write_files(args, state)
+
+    def _set_trainer_best(self, args, state, best: dict) -> None:
+        """Record the best in the trainer state: its save_total_limit rotation never deletes best_model_checkpoint."""
+        state.best_model_checkpoint = os.path.join(args.output_dir, best["checkpoint"])
+        state.best_global_step = best["step"]
+        state.best_metric = best["scores"].get(self.primary)
+
+    def on_save(self, args, state, control, **kwargs):
+        if self._pending is not None and self._pending["step"] == state.global_step:
+            self._finalize(args, state, saved=True)
+        return control
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self._pending is not None:  # evaluated but not saved (should not happen): record it without a checkpoint
+            self._finalize(args, state, saved=False)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._pending is not None:
+            self._finalize(args, state, saved=False)
+        elif self.history["entries"]:
+            self._write_files(args, state)  # final redraw with the complete reward curve
+        return control
+
+

@@ -1,5 +1,0 @@
-"""``python -m open_r1.scenes --out data --train 2000 ...``: see open_r1/scenes/cli.py."""
-from open_r1.scenes.cli import main
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Counting that generalizes: the grader protocol, rewards, data validation, evaluation and the scene renderer."""

@@ -1,0 +1,162 @@
+"""Counting-VQA data: load, validate up front, and turn rows into TRL conversational prompts.
+
+A dataset is what users have on disk (`Dataset.save_to_disk`, or a hub name where a hub is reachable) with the
+columns `image` (PIL), `problem` (the question) and `solution` (`<answer> N </answer>`). Every gold count is parsed
+before training starts, so a bad row fails in seconds with its index instead of hours later inside a reward.
+
+Template mixing: a recipe lists prompt templates with weights (`prompt_templates: ["train:0.5", "eval:0.5"]`).
+Each row gets one template, drawn once from a seeded generator, so the policy sees the grader's wording during
+training instead of only the inherited R1-V wording.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from open_r1.errors import DataError  # noqa: F401  (re-exported)
+from open_r1.tasks.counting import protocol
+
+REQUIRED_COLUMNS = ("image", "problem", "solution")
+
+
+def load_counting_dataset(path_or_name: str, split: str = "train"):
+    """Load a split: a `save_to_disk` directory (a Dataset, or a DatasetDict holding `split`) or a hub name."""
+    import datasets
+
+    if os.path.isdir(path_or_name):
+        try:
+            loaded = datasets.load_from_disk(path_or_name)
+        except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
+            raise DataError(
+                f"{path_or_name} is a directory but not a dataset saved with Dataset.save_to_disk ({exc}). "
+                "Point to the split's directory (e.g. data/train), or generate one: python -m open_r1.tasks.counting.scenes --out data"
+            ) from None
+        if isinstance(loaded, datasets.DatasetDict):
+            if split not in loaded:
+                raise DataError(f"{path_or_name} holds splits {sorted(loaded)}, not {split!r}; pass one of those")
+            loaded = loaded[split]
+        return loaded
+    if os.path.sep in path_or_name or path_or_name.startswith("."):
+        raise DataError(
+            f"dataset directory {path_or_name} does not exist. Generate the embedded default with "
+            "`python -m open_r1.tasks.counting.scenes --out data` or point DATA / --dataset_name to your split"
+        )
+    try:  # a hub name: only works where a hub is reachable
+        return datasets.load_dataset(path_or_name, split=split)
+    except Exception as exc:  # noqa: BLE001
+        raise DataError(f"could not load dataset {path_or_name!r} (split {split!r}): {exc}") from None
+
+
+def validate_counting_dataset(dataset, name: str = "dataset", image_check_rows: int = 8) -> list[int]:
+    """Check columns and types, parse every gold count, decode a few images. Returns the gold counts.
+
+    Raises DataError naming the first bad row. Images are decoded only for the first `image_check_rows` rows
+    (decoding all 68k up front would cost minutes); -1 decodes every image.
+    """
+    import datasets
+
+    if len(dataset) == 0:
+        raise DataError(f"{name} is empty")
+    missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
+    if missing:
+        raise DataError(
+            f"{name} lacks column(s) {missing}; it has {dataset.column_names}. Counting data needs "
+            f"{list(REQUIRED_COLUMNS)}: image (PIL), problem (the question), solution ('<answer> N </answer>')"
+        )
+    if not isinstance(dataset.features["image"], datasets.Image):
+        raise DataError(
+            f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image. "
+            "Cast it: dataset.cast_column('image', datasets.Image())"
+        )
+    golds = []
+    for row, solution in enumerate(dataset["solution"]):
+        try:
+            golds.append(protocol.parse_gold(solution))
+        except ValueError:
+            raise DataError(
+                f"{name} row {row}: cannot parse a gold count from solution {solution!r}; "
+                "expected '<answer> N </answer>' with a non-negative integer N"
+            ) from None
+    for row, problem in enumerate(dataset["problem"]):
+        if not isinstance(problem, str) or not problem.strip():
+            raise DataError(f"{name} row {row}: problem is {problem!r}; every row needs a question")
+    rows = range(len(dataset)) if image_check_rows < 0 else range(min(image_check_rows, len(dataset)))
+    for row in rows:
+        check_image(dataset, row, name)
+    return golds
+
+
+def check_image(dataset, row: int, name: str = "dataset"):
+    """Decode one row's image, turning a decoding failure into a DataError naming the row."""
+    try:
+        image = dataset[row]["image"]
+        image.load()
+    except Exception as exc:  # noqa: BLE001 - PIL raises many types
+        raise DataError(f"{name} row {row}: unreadable image ({type(exc).__name__}: {exc}); fix or drop that row") from None
+    if image is None or min(image.size) < 1:
+        raise DataError(f"{name} row {row}: empty image")
+    return image
+
+
+@dataclass(frozen=True)
+class TemplateMix:
+    """Named templates with sampling weights, parsed from recipe entries like "eval:0.5"."""
+
+    names: tuple[str, ...]
+    weights: tuple[float, ...]
+
+    @classmethod
+    def parse(cls, entries: list[str] | None) -> "TemplateMix":
+        entries = entries or ["train:1.0"]
+        names, weights = [], []
+        for entry in entries:
+            name, _, weight = str(entry).partition(":")
+            if name not in protocol.TEMPLATES:
+                raise DataError(
+                    f"unknown prompt template {name!r} in prompt_templates; valid: {sorted(protocol.TEMPLATES)} "
+                    "(entries look like 'eval:0.5')"
+                )
+            try:
+                value = float(weight) if weight else 1.0
+            except ValueError:
+                raise DataError(f"prompt_templates entry {entry!r}: weight must be a number, e.g. 'eval:0.5'") from None
+            if value < 0:
+                raise DataError(f"prompt_templates entry {entry!r}: weight must be >= 0")
+            names.append(name)
+            weights.append(value)
+        if sum(weights) <= 0:
+            raise DataError("prompt_templates: weights sum to 0; give at least one template a positive weight")
+        return cls(tuple(names), tuple(weights))
+
+    def assign(self, n: int, seed: int) -> list[str]:
+        """One template name per row, reproducible from the seed."""
+        probabilities = np.asarray(self.weights) / sum(self.weights)
+        choice = np.random.default_rng(seed).choice(len(self.names), size=n, p=probabilities)
+        return [self.names[i] for i in choice]
+
+
+def replace_columns(dataset, **columns):
+    """`dataset` with `columns` ({name: values}) added, replacing any of the same name (`add_column` refuses
+    duplicates; it also avoids rewriting the image bytes that `map` would)."""
+    stale = [name for name in columns if name in dataset.column_names]
+    if stale:
+        dataset = dataset.remove_columns(stale)
+    for name, values in columns.items():
+        dataset = dataset.add_column(name, values)
+    return dataset
+
+
+def to_grpo_dataset(dataset, templates: TemplateMix, seed: int = 0):
+    """Add the TRL conversational `prompt` and the `template` used for it; images stay in the `image` column.
+
+    The user turn is plain text: TRL puts the image placeholder before it, which gives the same layout as the
+    grader's messages (image first, then the text). `add_column` avoids rewriting the image bytes that `map` would.
+    """
+    names = templates.assign(len(dataset), seed)
+    prompts = [
+        [{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
+        for problem, name in zip(dataset["problem"], names)
+    ]
+    return replace_columns(dataset, prompt=prompts, template=names)

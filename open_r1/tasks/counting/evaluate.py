@@ -1,0 +1,157 @@
+"""The grader's protocol, run locally: batched greedy generation and exact-match scoring.
+
+Used by `selfcheck.py`, by the in-training evaluation callback and by the tests, so all three measure the same
+thing the sealed verifier does: the EVAL template after the image in the model's chat template, greedy decoding,
+`max_new_tokens=256`, the model's own saved processor (its vision-token budget) and generation config, and the
+first `<answer>\\s*(\\d+)\\s*</answer>` match compared by integer equality.
+
+Batching: prompts are left-padded (right padding shifts Qwen2-VL's M-RoPE positions) and sorted by question length
+so that a batch wastes little padding; results come back in dataset order.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+from open_r1.generation import (  # noqa: F401  (re-exported for the trainer and tests)
+    CACHE_BUCKET_TOKENS,
+    cache_length_bucket,
+    generate_texts,
+    static_cache_kwargs,
+)
+from open_r1.tasks.counting import protocol
+
+
+@dataclass
+class SetReport:
+    name: str
+    n: int
+    accuracy_pct: float
+    format_pct: float
+    mean_completion_tokens: float
+    truncated_pct: float
+    seconds: float
+    records: list[dict] = field(default_factory=list, repr=False)
+
+    def summary(self) -> dict:
+        out = asdict(self)
+        out.pop("records")
+        return out
+
+
+def _prompt_texts(processor, questions: list[str], template: str) -> list[str]:
+    messages = [protocol.build_messages(q, template) for q in questions]
+    return [processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
+
+
+def generate_batch(model, processor, images, questions, template=protocol.EVAL_TEMPLATE,
+                   max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS, compile_generation=False):
+    """Greedy protocol completions for one batch. Returns (texts, completion token counts, truncated flags)."""
+    return generate_texts(model, processor, _prompt_texts(processor, questions, template), images, max_new_tokens,
+                          compile_generation=compile_generation)
+
+
+def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limit=None,
+                     template=protocol.EVAL_TEMPLATE, max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS,
+                     progress=True, compile_generation=False, extract=protocol.extract_answer) -> SetReport:
+    """Run the protocol over a counting dataset (columns image, problem, solution).
+
+    `template` and `extract` are the grader's unless a diagnostic swaps them (the proxy's plain-question probe:
+    `experiments.proxy.proxy.plain_count`); selfcheck and every reported protocol number use the defaults.
+
+    A batch that runs out of GPU memory is split in two and retried, and the rest of the set runs at the smaller
+    size (a warning says so): a batch size too large for the card costs time, never the evaluation."""
+    import torch
+    from tqdm.auto import tqdm
+
+    n = len(dataset) if limit is None else min(limit, len(dataset))
+    questions = list(dataset["problem"][:n]) if n else []
+    golds = [protocol.parse_gold(s) for s in dataset["solution"][:n]]
+    # Sort by question length to keep text padding small (images are decoded lazily, batch by batch).
+    order = sorted(range(n), key=lambda i: len(questions[i]))
+    records: list[dict | None] = [None] * n
+    start = time.perf_counter()
+    bar = tqdm(total=n, desc=f"selfcheck {name}", disable=not progress, unit="ex")
+    pending = [order[begin:begin + batch_size] for begin in range(0, n, batch_size)]
+    while pending:
+        index = pending.pop(0)
+        rows = dataset.select(index)
+        images = [image.convert("RGB") for image in rows["image"]]
+        try:
+            texts, lengths, truncated = generate_batch(
+                model, processor, images, [questions[i] for i in index], template, max_new_tokens, compile_generation
+            )
+        except torch.OutOfMemoryError:
+            if len(index) == 1:
+                raise
+            batch_size = (len(index) + 1) // 2
+            rest = [i for chunk in [index, *pending] for i in chunk]
+            pending = [rest[begin:begin + batch_size] for begin in range(0, len(rest), batch_size)]
+            del images, rows
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            print(f"[selfcheck] warning: out of GPU memory at batch {len(index)}; continuing at batch {batch_size} "
+                  f"(pass --batch-size {batch_size} to start there)", flush=True)
+            continue
+        for i, text, length, cut in zip(index, texts, lengths, truncated):
+            prediction = extract(text)
+            records[i] = {
+                "index": i,
+                "question": questions[i],
+                "gold": golds[i],
+                "prediction": prediction,
+                "correct": prediction is not None and prediction == golds[i],
+                "completion_tokens": length,
+                "truncated": bool(cut),
+                "completion": text,
+            }
+        bar.update(len(index))
+    bar.close()
+    seconds = time.perf_counter() - start
+    done = [r for r in records if r is not None]
+
+    def pct(key):
+        return 100.0 * sum(bool(r[key]) for r in done) / max(len(done), 1)
+
+    return SetReport(
+        name=name,
+        n=len(done),
+        accuracy_pct=pct("correct"),
+        format_pct=100.0 * sum(r["prediction"] is not None for r in done) / max(len(done), 1),
+        mean_completion_tokens=sum(r["completion_tokens"] for r in done) / max(len(done), 1),
+        truncated_pct=pct("truncated"),
+        seconds=seconds,
+        records=done,
+    )
+
+
+def format_table(reports: list[SetReport]) -> str:
+    """Markdown table, one row per set, and the mean accuracy over sets (the score the grader reports)."""
+    header = "| set | n | accuracy % | format % | mean tokens | truncated % | seconds |\n|---|---:|---:|---:|---:|---:|---:|"
+    rows = [
+        f"| {r.name} | {r.n} | {r.accuracy_pct:.2f} | {r.format_pct:.2f} | {r.mean_completion_tokens:.1f} | "
+        f"{r.truncated_pct:.2f} | {r.seconds:.1f} |"
+        for r in reports
+    ]
+    mean = mean_accuracy(reports)
+    rows.append(f"| **mean** | | **{mean:.2f}** | | | | |")
+    return "\n".join([header, *rows])
+
+
+def mean_accuracy(reports: list[SetReport]) -> float:
+    return sum(r.accuracy_pct for r in reports) / len(reports) if reports else math.nan
+
+
+def write_report(path: str, reports: list[SetReport], model_dir: str, extra: dict | None = None) -> None:
+    payload = {
+        "model": model_dir,
+        "protocol": {"template": protocol.EVAL_TEMPLATE, "regex": protocol.ANSWER_RE.pattern,
+                     "max_new_tokens": protocol.EVAL_MAX_NEW_TOKENS, "decoding": "greedy"},
+        "mean_accuracy_pct": mean_accuracy(reports),
+        "sets": {r.name: {**r.summary(), "records": r.records} for r in reports},
+        **(extra or {}),
+    }
+    with open(path, "w") as handle:
+        json.dump(payload, handle, indent=1)

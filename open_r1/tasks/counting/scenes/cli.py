@@ -1,0 +1,165 @@
+"""Command line for the scene generator: ``python -m open_r1.tasks.counting.scenes`` and ``scripts/generate_data.py``.
+
+Writes the splits (``--out DIR``, one ``save_to_disk`` folder per split) and prints a table of split, n,
+images/s and path. ``--preview N`` instead renders N images of one ``--renderer`` as PNG files, to look at.
+Bad arguments print one ``error: ...`` line saying how to fix them, exit with status 2 and write nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+# One BLAS thread per process (must be set before numpy loads): the generator parallelises over processes, and
+# numpy's small matrix products run slower, not faster, with several threads.
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+DEFAULT_SIZES = {"train": 2000, "val": 200, "compositional": 200, "ood_val": 200, "ood_train": 200}
+DEFAULT_SPLITS = ("train", "val", "compositional", "ood_val")  # ood_train only when --splits names it
+SPLIT_FLAGS = {"train": "--train", "val": "--val", "compositional": "--compositional", "ood_val": "--ood-val",
+               "ood_train": "--ood-train"}
+SAMPLES_PER_SPLIT = 4
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's default prints the whole usage block first
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m open_r1.tasks.counting.scenes",
+        description="Render CLEVR-style counting splits (train/val: CoGenT A, compositional: B, ood_val: vehicles).",
+    )
+    parser.add_argument("--out", required=True, help="output directory; gets one save_to_disk folder per split")
+    for split, flag in SPLIT_FLAGS.items():
+        parser.add_argument(flag, type=int, default=DEFAULT_SIZES[split], metavar="N", help=f"examples in {split} (default {DEFAULT_SIZES[split]})")
+    parser.add_argument("--splits", default=",".join(DEFAULT_SPLITS),
+                        help="comma-separated splits to write (default: the four of the task; ood_train, OOD-renderer "
+                             "scenes for non-evaluation use, only when named)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    parser.add_argument("--questions", default="default", help="default | mixed | a comma-separated list of total,different,filtered")
+    parser.add_argument("--image-size", default=None, metavar="WxH", help="clevr splits (default 480x320)")
+    parser.add_argument("--ood-image-size", default=None, metavar="WxH", help="ood_val and ood_train (default 640x480)")
+    parser.add_argument("--min-objects", type=int, default=3)
+    parser.add_argument("--max-objects", type=int, default=10)
+    parser.add_argument("--overwrite", action="store_true", help="replace the named splits if --out exists")
+    parser.add_argument("--samples", default=None, metavar="DIR", help=f"also save the first {SAMPLES_PER_SPLIT} images of each split as DIR/<split>_<i>.png")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--preview", type=int, default=None, metavar="N", help="instead of splits: render N PNGs of --renderer into --out")
+    parser.add_argument("--renderer", default="clevr", help="for --preview: clevr | ood")
+    parser.add_argument("--condition", default="A", help="for --preview with clevr: CoGenT condition A | B")
+    return parser
+
+
+def _questions_arg(text: str):
+    return text if text in ("default", "mixed") else [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _run_splits(args) -> int:
+    from .dataset import SPLITS, write_splits
+    from .errors import SceneArgumentError
+
+    names = [name.strip() for name in args.splits.split(",") if name.strip()]
+    for name in names:
+        if name not in SPLITS:
+            raise SceneArgumentError(f"unknown split {name!r} in --splits; choose from: {', '.join(SPLITS)}")
+    if not names:
+        raise SceneArgumentError(f"--splits is empty; name at least one of: {', '.join(SPLITS)}")
+    sizes = {}
+    for name in names:
+        n = getattr(args, name)
+        if n < 1:
+            raise SceneArgumentError(
+                f"{SPLIT_FLAGS[name]} must be at least 1 (got {n}); to skip the split, leave it out of --splits"
+            )
+        sizes[name] = n
+    stats: dict = {}
+    paths = write_splits(
+        args.out,
+        sizes,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        workers=args.workers,
+        questions=_questions_arg(args.questions),
+        image_size=args.image_size,
+        ood_image_size=args.ood_image_size,
+        min_objects=args.min_objects,
+        max_objects=args.max_objects,
+        progress=not args.no_progress,
+        stats=stats,
+    )
+    rows = []
+    for split in paths:
+        per_core = stats[split]["images_per_cpu_s"]
+        rows.append(
+            (
+                split,
+                str(stats[split]["n"]),
+                f"{stats[split]['images_per_s']:.1f}",
+                "n/a" if per_core is None else f"{per_core:.1f}",
+                str(paths[split]),
+            )
+        )
+    # images/s: wall clock with all workers; per CPU-s: what one core renders per second of its time.
+    header = ("split", "n", "images/s", "images/CPU-s", "path")
+    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
+    for row in [header, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    if args.samples:
+        _save_samples(args.samples, paths)
+    return 0
+
+
+def _save_samples(directory: str, paths: dict) -> None:
+    import datasets
+
+    os.makedirs(directory, exist_ok=True)
+    for split, path in paths.items():
+        dataset = datasets.load_from_disk(str(path))
+        for i in range(min(SAMPLES_PER_SPLIT, len(dataset))):
+            dataset[i]["image"].save(os.path.join(directory, f"{split}_{i}.png"), optimize=True)
+    print(f"samples: {directory}")
+
+
+def _run_preview(args) -> int:
+    import json
+
+    from .errors import SceneArgumentError
+    from .render import parse_image_size, render_scene, validate_scene_args
+
+    if args.preview < 1:
+        raise SceneArgumentError(f"--preview must be at least 1 (got {args.preview})")
+    validate_scene_args(args.renderer, args.condition, args.min_objects, args.max_objects)
+    size = parse_image_size(args.ood_image_size if args.renderer == "ood" else args.image_size, args.renderer)
+    if os.path.exists(args.out) and not args.overwrite:
+        raise SceneArgumentError(f"output directory {args.out} already exists; pass --overwrite, or choose a new --out")
+    os.makedirs(args.out, exist_ok=True)
+    scenes = []
+    for i in range(args.preview):
+        image, scene, _ = render_scene(
+            args.seed * 1_000_003 + i, args.renderer, args.condition, size, args.min_objects, args.max_objects
+        )
+        image.save(os.path.join(args.out, f"{args.renderer}_{i}.png"))
+        scenes.append(scene)
+    with open(os.path.join(args.out, "scenes.json"), "w") as handle:
+        json.dump(scenes, handle, indent=1)
+    print(f"wrote {args.preview} images to {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .errors import SceneArgumentError
+
+    try:
+        args = build_parser().parse_args(argv)
+        return _run_preview(args) if args.preview is not None else _run_splits(args)
+    except (UsageError, SceneArgumentError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
