@@ -33,12 +33,11 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from open_r1 import modeling
-from open_r1.errors import RecipeError  # noqa: F401  (re-exported)
+from open_r1.errors import OpenR1Error, RecipeError  # noqa: F401  (RecipeError re-exported)
 from open_r1.export import TRAINING_META_FILE
-from open_r1.tasks.counting import data as data_lib
+from open_r1.tasks import get_task
 from open_r1.trainer import (
     CountingGRPOTrainer,
-    TrainerOptionError,
     check_noisy_rollouts,
     vision_tower,
 )
@@ -59,6 +58,11 @@ BATCH_HINT = (
 class CountingGRPOArguments(ScriptArguments):
     """Recipe keys of our own (the rest are TRL's `GRPOConfig` and `ModelConfig`)."""
 
+    task: str = field(
+        default="counting",
+        metadata={"help": "Which task folder builds the prompts and scores held-out sets: counting | captioning "
+                  "(open_r1/tasks/)."},
+    )
     dataset_name: str | None = field(default=None, metadata={"help": "Train split: save_to_disk dir or hub name."})
     reward_funcs: list[str] = field(
         default_factory=lambda: ["exact_count", "format"],
@@ -104,6 +108,11 @@ class CountingGRPOArguments(ScriptArguments):
     )
     auto_resume: bool = field(
         default=True, metadata={"help": "Resume from the newest complete checkpoint-N in output_dir, if any."}
+    )
+    resume_mismatch_ok: bool = field(
+        default=False,
+        metadata={"help": "Resume a run dir trained from another base model / reward or prompt recipe (refused by "
+                  "default: open_r1/validate.py)."},
     )
     # Speed levers (open_r1/trainer.py; measured in docs/PERFORMANCE.md).
     lazy_images: bool = field(
@@ -212,12 +221,7 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
 
     check_noisy_rollouts(script_args.noisy_rollouts, script_args.noise_std)  # before the slow loads
     modeling.check_model_dir(model_args.model_name_or_path)
-    dataset = data_lib.load_counting_dataset(script_args.dataset_name, script_args.dataset_train_split)
-    if script_args.max_train_samples:
-        dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
-    data_lib.validate_counting_dataset(dataset, script_args.dataset_name, script_args.image_check_rows)
-    templates = data_lib.TemplateMix.parse(script_args.prompt_templates)
-    train_dataset = data_lib.to_grpo_dataset(dataset, templates, seed=training_args.seed)
+    train_dataset = get_task(script_args.task, script_args).train_dataset(script_args, training_args)
 
     model = modeling.load_model(
         model_args.model_name_or_path,
@@ -255,8 +259,9 @@ def write_training_meta(output_dir: str, script_args, model_args, processor) -> 
         "use_peft": bool(model_args.use_peft),
         "min_pixels": min_pixels,
         "max_pixels": max_pixels,
+        "task": script_args.task,
         "reward_funcs": list(script_args.reward_funcs),
-        "prompt_templates": list(script_args.prompt_templates),
+        **get_task(script_args.task, script_args).training_meta(script_args),
     }
     with open(os.path.join(output_dir, TRAINING_META_FILE), "w") as handle:
         json.dump(meta, handle, indent=2)
@@ -278,7 +283,10 @@ def main(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_ar
         run as run_lib,  # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
     )
 
-    run = run_lib.build_run_callbacks(script_args, training_args)
+    from open_r1 import validate  # every recipe value, path, device, model file and image, before the model loads
+
+    validate.validate_training(script_args, training_args, model_args, submission=os.environ.get("SUBMISSION"))
+    run = run_lib.build_run_callbacks(script_args, training_args, get_task(script_args.task, script_args))
     trainer = build_trainer(script_args, training_args, model_args, callbacks=[*run.callbacks, *(callbacks or [])])
     announce_rank(trainer)
     run.bind(trainer)
@@ -301,20 +309,26 @@ def parse_args(argv=None):
     return parser.parse_args_and_config(args=argv)
 
 
-USER_ERRORS = (data_lib.DataError, modeling.ModelError, RecipeError, TrainerOptionError)
+USER_ERRORS = (OpenR1Error,)
 
 
 def cli(argv=None) -> int:
-    from open_r1.rewards import RewardConfigError
-
     try:
         try:
             script_args, training_args, model_args = parse_args(argv)[:3]
+        except FileNotFoundError as exc:  # --config pointing nowhere
+            raise RecipeError(f"recipe file {exc.filename} does not exist (--config); see configs/*.yaml") from None
+        except OSError as exc:
+            raise RecipeError(f"cannot read the recipe ({exc}) (--config)") from None
         except ValueError as exc:  # GRPOConfig validates its fields when it is built
             hint = BATCH_HINT if "num_generations" in str(exc) else "check the recipe and its overrides"
             raise RecipeError(f"invalid recipe: {exc} ({hint})") from None
+        except Exception as exc:  # a YAML syntax error (yaml.YAMLError); anything else is a bug: re-raised
+            if type(exc).__module__.split(".")[0] != "yaml":
+                raise
+            raise RecipeError(f"the recipe is not valid YAML: {exc} (--config)") from None
         trainer = main(script_args, training_args, model_args)
-    except (*USER_ERRORS, RewardConfigError) as exc:
+    except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return trainer.run_safety.exit_code  # 128+signal after SIGTERM/SIGINT (checkpoint saved), so train.sh stops

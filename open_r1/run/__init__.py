@@ -7,7 +7,6 @@ them from the recipe keys (`build_run_callbacks`).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from open_r1.errors import BudgetError, DataError, RecipeError  # noqa: F401  (BudgetError, DataError re-exported)
@@ -63,24 +62,7 @@ class RunSafety:
         )
 
 
-def load_eval_sets(paths: list[str], limit: int | None = None) -> dict:
-    """{basename: dataset (first `limit` rows)} from save_to_disk dirs, validated like the training data."""
-    from open_r1.tasks.counting import data as data_lib
-
-    sets = {}
-    for path in paths:
-        name = os.path.basename(os.path.normpath(path))
-        if name in sets:
-            raise data_lib.DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
-        dataset = data_lib.load_counting_dataset(path)
-        if limit is not None:
-            dataset = dataset.select(range(min(limit, len(dataset))))
-        data_lib.validate_counting_dataset(dataset, path)
-        sets[name] = dataset
-    return sets
-
-
-def build_run_callbacks(script_args, training_args) -> RunSafety:
+def build_run_callbacks(script_args, training_args, task=None) -> RunSafety:
     """Callbacks from the recipe keys (auto_resume, time_budget, eval_sets, eval_steps_protocol, eval_limit,
     eval_batch_size, eval_primary, eval_secondary, eval_first_step, keep_best). Order matters: resume weights first,
     then budget, then signal, then eval, so that the evaluation at a stop step knows why training stops."""
@@ -108,14 +90,18 @@ def build_run_callbacks(script_args, training_args) -> RunSafety:
     if eval_paths:
         if not every or every < 1:
             raise RecipeError(f"eval_steps_protocol must be >= 1 when eval_sets is set, got {every}")
-        eval_sets = load_eval_sets(eval_paths, getattr(script_args, "eval_limit", None))
+        if task is None:
+            from open_r1.tasks import get_task
+
+            task = get_task(getattr(script_args, "task", "counting"), script_args)
+        eval_sets = task.load_eval_sets(eval_paths, getattr(script_args, "eval_limit", None))
         evaluator = InTrainingEvalCallback(
             eval_sets, every, limit=getattr(script_args, "eval_limit", None),
             batch_size=getattr(script_args, "eval_batch_size", 32),
             primary=getattr(script_args, "eval_primary", "ood_val"),
             secondary=getattr(script_args, "eval_secondary", "val"),
             keep_best=keep_best, eval_first_step=getattr(script_args, "eval_first_step", True),
-            estimator=estimator, skip=lambda: graceful.stop_requested,
+            estimator=estimator, skip=lambda: graceful.stop_requested, task=task,
         )
         callbacks.append(evaluator)
         wanted = getattr(script_args, "eval_primary", "ood_val")

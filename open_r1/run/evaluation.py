@@ -8,7 +8,7 @@
     (under ZeRO-3 `generate` synchronises the ranks at every token), so each rank evaluates an equal-sized shard of
     the subset (padded with repeats, dropped again) and the records are all-gathered; every rank then holds the
     same scores (they feed the trainer state, which must agree across ranks) and rank 0 writes the files.
-    Accuracies are logged as `eval/<set>_accuracy` in the same log row as the GRPO rewards of that step; a
+    Scores (the task's `metric`: accuracy % for counting) are logged as `eval/<set>_<metric>` in the same log row as the GRPO rewards of that step; a
     checkpoint is saved at that step; `<output_dir>/eval_history.json` gets {step, checkpoint, scores, reward (mean
     of the logged rewards since the previous evaluation), ...} and `eval_history.png` is redrawn.
     Keep-best (`open_r1.run.keep_best.select_best`): highest primary (OOD) accuracy, ties -> secondary (ID), then the
@@ -30,29 +30,13 @@ from open_r1.run.common import _is_rank0, _log, _world_size
 # ---- in-training evaluation + keep-best -------------------------------------------------------------------------
 
 
-def _report_from_records(name: str, records: list[dict], seconds: float):
-    from open_r1.tasks.counting.evaluate import SetReport
-
-    n = len(records)
-
-    def pct(flag):
-        return 100.0 * sum(bool(flag(r)) for r in records) / max(n, 1)
-
-    return SetReport(
-        name=name, n=n, accuracy_pct=pct(lambda r: r["correct"]),
-        format_pct=pct(lambda r: r["prediction"] is not None),
-        mean_completion_tokens=sum(r["completion_tokens"] for r in records) / max(n, 1),
-        truncated_pct=pct(lambda r: r["truncated"]), seconds=seconds, records=records,
-    )
-
-
 class InTrainingEvalCallback(TrainerCallback):
     """Selfcheck protocol on held-out sets every N steps, keep-best bookkeeping (see the module docstring)."""
 
     def __init__(self, eval_sets: dict, every_n_steps: int, limit: int | None = None, batch_size: int = 32,
                  primary: str = "ood_val", secondary: str | None = "val", keep_best: bool = True,
                  eval_first_step: bool = True, estimator: ReserveEstimator | None = None,
-                 skip=None, evaluate_fn=None, plot: bool = True, log=_log):
+                 skip=None, evaluate_fn=None, plot: bool = True, log=_log, task=None):
         if not eval_sets:
             raise ValueError("InTrainingEvalCallback needs at least one eval set")
         if every_n_steps is None or every_n_steps < 1:
@@ -69,6 +53,11 @@ class InTrainingEvalCallback(TrainerCallback):
         self.estimator.eval_enabled = True
         self.skip = skip or (lambda: False)
         self.evaluate_fn = evaluate_fn
+        if task is None:  # the counting protocol unless the run says otherwise
+            from open_r1.tasks import get_task
+
+            task = get_task("counting")
+        self.task = task
         self.plot = plot
         self.log = log
         self.trainer = None
@@ -121,9 +110,7 @@ class InTrainingEvalCallback(TrainerCallback):
         )
 
     def _evaluate_set(self, model, processor, name, dataset):
-        from open_r1.tasks.counting import evaluate as evaluate_lib
-
-        evaluate_fn = self.evaluate_fn or evaluate_lib.evaluate_dataset
+        evaluate_fn = self.evaluate_fn or self.task.evaluate
         n = len(dataset) if self.limit is None else min(self.limit, len(dataset))
         world = _world_size()
         if world == 1:
@@ -146,10 +133,10 @@ class InTrainingEvalCallback(TrainerCallback):
         per_rank_records: list = [None] * world
         dist.all_gather_object(per_rank_records, records)
         gathered = sorted((r for part in per_rank_records for r in part), key=lambda r: r["index"])
-        return _report_from_records(name, gathered, time.perf_counter() - start)
+        return self.task.report_from_records(name, gathered, time.perf_counter() - start)
 
     def evaluate(self, args, model=None, processor=None) -> dict:
-        """{set name: SetReport} for the current weights; identical on every rank."""
+        """{set name: the task's report} for the current weights; identical on every rank."""
         import torch
 
         trainer = self.trainer
@@ -220,23 +207,18 @@ class InTrainingEvalCallback(TrainerCallback):
         seconds = time.perf_counter() - start
         self.estimator.observe_eval(seconds)
         self._evaluated_steps.add(step)
-        scores = {name: report.accuracy_pct for name, report in reports.items()}
-        self._pending = {
-            "step": step,
-            "checkpoint": None,
-            "scores": scores,
-            "format_pct": {name: r.format_pct for name, r in reports.items()},
-            "mean_completion_tokens": {name: r.mean_completion_tokens for name, r in reports.items()},
-            "truncated_pct": {name: r.truncated_pct for name, r in reports.items()},
-            "n": {name: r.n for name, r in reports.items()},
-            "reward": None,
-            "eval_seconds": round(seconds, 3),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        }
-        self._log_metrics(control, {f"eval/{name}_accuracy": value for name, value in scores.items()})
+        scores = {name: report.score for name, report in reports.items()}
+        self._pending = {"step": step, "checkpoint": None, "scores": scores, "metric": self.task.metric}
+        for name, report in reports.items():  # every number of the task's report, per set
+            for key, value in report.summary().items():
+                if key not in ("name", "seconds") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._pending.setdefault(key, {})[name] = value
+        self._pending.update({"reward": None, "eval_seconds": round(seconds, 3),
+                              "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        self._log_metrics(control, {f"eval/{name}_{self.task.metric}": value for name, value in scores.items()})
         control.should_save = True  # the evaluated weights become checkpoint-<step>
         if _is_rank0(state):
-            self.log(f"[eval] step {step}: " + ", ".join(f"{k} {v:.2f}%" for k, v in scores.items())
+            self.log(f"[eval] step {step}: {self.task.metric} " + ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
                      + f" ({seconds:.1f}s)")
         self.estimator.last_eval_end = self.estimator.clock()
         return control

@@ -6,3 +6,62 @@
 The engine (`open_r1/*.py`, `open_r1/run/`) knows no task; a task imports the engine, never the reverse except
 through the registries (rewards by name, `open_r1.rewards.TASK_REWARD_MODULES`).
 """
+from __future__ import annotations
+
+import importlib
+
+from open_r1.errors import RecipeError
+
+# name -> module holding `TASK`, a class built with the recipe's script arguments (see `Task` below).
+TASK_MODULES = {
+    "counting": "open_r1.tasks.counting.task",
+    "captioning": "open_r1.tasks.captioning.task",
+}
+
+
+class Task:
+    """What the engine asks of a task; one subclass per task folder (`open_r1/tasks/<task>/task.py`).
+
+    The engine's GRPO entry (`open_r1.grpo`) builds its training set with `train_dataset`; the in-training
+    evaluation (`open_r1.run.evaluation`) scores held-out sets with `evaluate` and keeps the best checkpoint by the
+    reports' `score` (higher is better), logged as `eval/<set>_<metric>`.
+
+    A report is any object with `name`, `n`, `seconds`, `records` (dicts with an `index` into the evaluated set),
+    `score` and `summary()` (a dict of its numbers); `report_from_records` rebuilds one from records gathered
+    across ranks.
+    """
+
+    name = "task"
+    metric = "score"
+    default_primary = "val"
+    default_secondary: str | None = None
+
+    def __init__(self, script_args=None):
+        self.script_args = script_args
+
+    def train_dataset(self, script_args, training_args):
+        """The validated GRPO training set: a `prompt` column (chat messages) plus the columns rewards read."""
+        raise NotImplementedError
+
+    def load_eval_sets(self, paths: list[str], limit: int | None = None) -> dict:
+        """{name: dataset} of held-out sets, validated like the training data, first `limit` rows each."""
+        raise NotImplementedError
+
+    def evaluate(self, model, processor, dataset, name: str, batch_size: int, limit: int | None = None,
+                 progress: bool = False):
+        raise NotImplementedError
+
+    def report_from_records(self, name: str, records: list[dict], seconds: float):
+        raise NotImplementedError
+
+    def training_meta(self, script_args) -> dict:
+        """Task fields recorded in training_meta.json beside the weights."""
+        return {}
+
+
+def get_task(name: str, script_args=None) -> Task:
+    """The task object for a recipe's `task` key."""
+    if name not in TASK_MODULES:
+        raise RecipeError(f"unknown task {name!r}; set task to one of {sorted(TASK_MODULES)}")
+    module = importlib.import_module(TASK_MODULES[name])
+    return module.TASK(script_args)

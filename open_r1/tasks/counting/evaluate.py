@@ -35,10 +35,30 @@ class SetReport:
     seconds: float
     records: list[dict] = field(default_factory=list, repr=False)
 
+    @property
+    def score(self) -> float:
+        """What keep-best ranks checkpoints by: the grader's accuracy."""
+        return self.accuracy_pct
+
     def summary(self) -> dict:
         out = asdict(self)
         out.pop("records")
         return out
+
+
+def report_from_records(name: str, records: list[dict], seconds: float) -> SetReport:
+    """A SetReport over per-example records (e.g. gathered from several ranks)."""
+    n = len(records)
+
+    def pct(flag):
+        return 100.0 * sum(bool(flag(r)) for r in records) / max(n, 1)
+
+    return SetReport(
+        name=name, n=n, accuracy_pct=pct(lambda r: r["correct"]),
+        format_pct=pct(lambda r: r["prediction"] is not None),
+        mean_completion_tokens=sum(r["completion_tokens"] for r in records) / max(n, 1),
+        truncated_pct=pct(lambda r: r["truncated"]), seconds=seconds, records=records,
+    )
 
 
 def _prompt_texts(processor, questions: list[str], template: str) -> list[str]:
@@ -110,21 +130,7 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
         bar.update(len(index))
     bar.close()
     seconds = time.perf_counter() - start
-    done = [r for r in records if r is not None]
-
-    def pct(key):
-        return 100.0 * sum(bool(r[key]) for r in done) / max(len(done), 1)
-
-    return SetReport(
-        name=name,
-        n=len(done),
-        accuracy_pct=pct("correct"),
-        format_pct=100.0 * sum(r["prediction"] is not None for r in done) / max(len(done), 1),
-        mean_completion_tokens=sum(r["completion_tokens"] for r in done) / max(len(done), 1),
-        truncated_pct=pct("truncated"),
-        seconds=seconds,
-        records=done,
-    )
+    return report_from_records(name, [r for r in records if r is not None], seconds)
 
 
 def format_table(reports: list[SetReport]) -> str:

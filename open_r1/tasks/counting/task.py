@@ -1,0 +1,51 @@
+"""The counting task as the engine sees it: training prompts with template mixing, held-out sets scored with the
+grader's protocol (accuracy %, keep-best by the OOD set)."""
+from __future__ import annotations
+
+import os
+
+from open_r1.errors import DataError
+from open_r1.tasks import Task
+from open_r1.tasks.counting import data as data_lib
+from open_r1.tasks.counting import evaluate as evaluate_lib
+
+
+class CountingTask(Task):
+    name = "counting"
+    metric = "accuracy"
+    default_primary = "ood_val"
+    default_secondary = "val"
+
+    def train_dataset(self, script_args, training_args):
+        dataset = data_lib.load_counting_dataset(script_args.dataset_name, script_args.dataset_train_split)
+        if script_args.max_train_samples:
+            dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
+        data_lib.validate_counting_dataset(dataset, script_args.dataset_name, script_args.image_check_rows)
+        templates = data_lib.TemplateMix.parse(script_args.prompt_templates)
+        return data_lib.to_grpo_dataset(dataset, templates, seed=training_args.seed)
+
+    def load_eval_sets(self, paths, limit=None):
+        sets = {}
+        for path in paths:
+            name = os.path.basename(os.path.normpath(path))
+            if name in sets:
+                raise DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
+            dataset = data_lib.load_counting_dataset(path)
+            if limit is not None:
+                dataset = dataset.select(range(min(limit, len(dataset))))
+            data_lib.validate_counting_dataset(dataset, path)
+            sets[name] = dataset
+        return sets
+
+    def evaluate(self, model, processor, dataset, name, batch_size, limit=None, progress=False):
+        return evaluate_lib.evaluate_dataset(model, processor, dataset, name=name, batch_size=batch_size,
+                                             limit=limit, progress=progress)
+
+    def report_from_records(self, name, records, seconds):
+        return evaluate_lib.report_from_records(name, records, seconds)
+
+    def training_meta(self, script_args):
+        return {"prompt_templates": list(script_args.prompt_templates)}
+
+
+TASK = CountingTask
