@@ -1,8 +1,12 @@
-"""Loading Qwen2-VL policies and processors the one way training, export and selfcheck all use.
+"""Loading Qwen-VL policies and processors the one way training, export and selfcheck all use.
 
-Why a module of its own: the processor must be loaded with left padding (right padding silently shifts Qwen2-VL's
+Why a module of its own: the processor must be loaded with left padding (right padding silently shifts Qwen-VL's
 M-RoPE positions during batched generation) and with the recipe's vision-token budget (`min_pixels`/`max_pixels`),
 and a wrong or missing model directory must fail with one clear message, not a deep traceback.
+
+Every supported family (`open_r1.families`: Qwen2-VL, Qwen2.5-VL, Qwen3-VL) loads through transformers'
+`AutoModelForImageTextToText`; the vision-token budget is counted in the family's own merged-token area
+(28x28 pixels for Qwen2/2.5-VL, 32x32 for Qwen3-VL).
 """
 from __future__ import annotations
 
@@ -11,19 +15,44 @@ import json
 import os
 
 from open_r1.errors import ModelError  # noqa: F401  (re-exported)
+from open_r1.families import FAMILIES, ModelFamily, get_family
 
 QWEN2_VL_MODEL_TYPE = "qwen2_vl"
-# Token budget of one merged vision token: 14 px patches merged 2x2.
-PIXELS_PER_VISION_TOKEN = 28 * 28
+# Default vision-token budget of training, in merged tokens: at least 4, at most 512 per image (Qwen2-VL: 3136 and
+# 401408 pixels; Qwen3-VL: 4096 and 524288).
+MIN_VISION_TOKENS = 4
+MAX_VISION_TOKENS = 512
+
+
+def pixels_for_tokens(family: ModelFamily | str, tokens: int) -> int:
+    """Image area (pixels) that `tokens` merged vision tokens of `family` cover."""
+    family = FAMILIES[family] if isinstance(family, str) else family
+    return int(tokens) * family.pixels_per_token
+
+
+def vision_tokens(family: ModelFamily | str, pixels: int) -> int:
+    """Merged vision tokens an image of `pixels` area gives (at most; resizing rounds to the family's grid)."""
+    family = FAMILIES[family] if isinstance(family, str) else family
+    return int(pixels) // family.pixels_per_token
+
+
+def default_pixel_budget(family: ModelFamily | str) -> tuple[int, int]:
+    """(min_pixels, max_pixels) of training by the family's geometry: MIN/MAX_VISION_TOKENS merged tokens."""
+    return pixels_for_tokens(family, MIN_VISION_TOKENS), pixels_for_tokens(family, MAX_VISION_TOKENS)
+
+
+def family_of_dir(path: str) -> ModelFamily:
+    """The family of a checked model dir (config.json's model_type)."""
+    return get_family(check_model_dir(path).get("model_type"), where=path)
 
 
 def check_model_dir(path: str) -> dict:
-    """Return the model's config.json as a dict after checking it is a Qwen2-VL checkpoint on disk."""
+    """Return the model's config.json as a dict after checking it is a checkpoint of a supported family on disk."""
     if not os.path.isdir(path):
         raise ModelError(
-            f"model directory {path} does not exist. Set MODEL_PATH / --model_name_or_path to a Qwen2-VL checkpoint "
-            "(e.g. /app/models/Qwen2-VL-2B-Instruct), or build the tiny test model: "
-            "python scripts/make_tiny_model.py --out models/tiny-qwen2vl"
+            f"model directory {path} does not exist. Set MODEL_PATH / --model_name_or_path to a Qwen2-VL, Qwen2.5-VL "
+            "or Qwen3-VL checkpoint (e.g. /app/models/Qwen2-VL-2B-Instruct), or build a tiny test model: "
+            "python scripts/make_tiny_model.py --family qwen2_vl --out models/tiny-qwen2vl"
         )
     config_path = os.path.join(path, "config.json")
     if not os.path.isfile(config_path):
@@ -35,12 +64,7 @@ def check_model_dir(path: str) -> dict:
         raise ModelError(f"{path} has no config.json; it is not a saved transformers model")
     with open(config_path) as handle:
         config = json.load(handle)
-    model_type = config.get("model_type")
-    if model_type != QWEN2_VL_MODEL_TYPE:
-        raise ModelError(
-            f"{path} is a {model_type!r} model ({config.get('architectures')}); this project trains and exports "
-            f"Qwen2-VL ('{QWEN2_VL_MODEL_TYPE}', Qwen2VLForConditionalGeneration). Point to a Qwen2-VL checkpoint"
-        )
+    get_family(config.get("model_type"), where=f"{path} ({config.get('architectures')})")
     return config
 
 
@@ -64,16 +88,23 @@ def resolve_dtype(dtype):
 
 
 def load_model(path: str, dtype=None, attn_implementation: str | None = None, device_map=None):
-    """Qwen2VLForConditionalGeneration.from_pretrained, the class the grader loads, after checking the dir."""
-    from transformers import Qwen2VLForConditionalGeneration
+    """AutoModelForImageTextToText.from_pretrained after checking the dir holds a supported family.
 
-    check_model_dir(path)
-    return Qwen2VLForConditionalGeneration.from_pretrained(
+    The class it resolves to is the family's (`Qwen2VLForConditionalGeneration` for Qwen2-VL: the class the counting
+    grader loads; `Qwen2_5_VLForConditionalGeneration`, `Qwen3VLForConditionalGeneration`)."""
+    from transformers import AutoModelForImageTextToText
+
+    family = family_of_dir(path)
+    model = AutoModelForImageTextToText.from_pretrained(
         path,
         dtype=resolve_dtype(dtype),
         attn_implementation=attn_implementation or default_attn_implementation(),
         device_map=device_map,
     )
+    if type(model).__name__ != family.class_name:
+        raise ModelError(f"{path} loaded as {type(model).__name__}, expected {family.class_name} for a "
+                         f"{family.name} checkpoint; check config.json's architectures")
+    return model
 
 
 def load_processor(path: str, min_pixels: int | None = None, max_pixels: int | None = None):
@@ -104,7 +135,7 @@ def set_pixel_budget(processor, min_pixels: int | None, max_pixels: int | None):
 
 
 def write_compat_processor_files(save_dir: str) -> None:
-    """Write the processor files every transformers version finds, as the real Qwen2-VL-2B-Instruct repo has them.
+    """Write the processor files every transformers version finds, as the real Qwen-VL repos have them.
 
     transformers 5 saves one `processor_config.json` (image processor nested) and `chat_template.jinja`; 4.x and
     qwen-vl-utils read `preprocessor_config.json` (with `min_pixels`/`max_pixels`) and `chat_template.json`. The
@@ -122,7 +153,13 @@ def write_compat_processor_files(save_dir: str) -> None:
     size = image_config.get("size") or {}
     if "shortest_edge" in size and "longest_edge" in size:
         image_config["min_pixels"], image_config["max_pixels"] = size["shortest_edge"], size["longest_edge"]
-    image_config.setdefault("processor_class", "Qwen2VLProcessor")
+    processor_class = "Qwen2VLProcessor"
+    config_path = os.path.join(save_dir, "config.json")
+    if os.path.isfile(config_path):
+        with open(config_path) as handle:
+            family = FAMILIES.get(json.load(handle).get("model_type") or "")
+        processor_class = family.processor_class if family is not None else processor_class
+    image_config.setdefault("processor_class", processor_class)
     with open(preprocessor_path, "w") as handle:
         json.dump(image_config, handle, indent=2)
     jinja_path = os.path.join(save_dir, "chat_template.jinja")

@@ -1,25 +1,31 @@
-"""A Qwen2-VL checkpoint the project builds itself, laid out exactly like `Qwen/Qwen2-VL-2B-Instruct`.
+"""Qwen-VL checkpoints the project builds itself, laid out exactly like the real ones, one builder per family.
 
 Why: the real weights cannot be downloaded here (no model hub), yet the training, evaluation and export code must be
 exercised end to end on the real loading path (`AutoProcessor.from_pretrained`,
-`Qwen2VLForConditionalGeneration.from_pretrained`). So this module writes a directory with the same files, classes,
-special-token ids, chat template, image-processor settings and generation config as the real checkpoint, and only
-the sizes differ:
+`AutoModelForImageTextToText.from_pretrained`). So this module writes a directory with the same files, classes,
+special-token ids, chat template, image-processor settings and generation config as the real checkpoint of a family
+(`open_r1.families`), and only the sizes differ:
+
+* `qwen2_vl`   like `Qwen/Qwen2-VL-2B-Instruct`;
+* `qwen2_5_vl` like `Qwen/Qwen2.5-VL-3B-Instruct` (SwiGLU ViT with window attention, 22 added tokens);
+* `qwen3_vl`   like `Qwen/Qwen3-VL-2B-Thinking` (16 px patches, deepstack, interleaved M-RoPE, 26 added tokens
+  with `<think>` 151667 / `</think>` 151668, a generation prompt that opens the think block); `thinking=False`
+  gives the Instruct template.
 
 * tiny (default): a ~10M-parameter model (almost all of it the 151936-row embedding, kept at the real vocab size so
   token ids mean the same as in the real model) that builds in seconds on CPU, for tests;
-* `full_size=True`: the real 2B dimensions (~2.2B parameters) with random bf16 weights, for GPU benchmarks that
-  need the real compute and memory profile but not the real answers.
+* `full_size=True`: the real dimensions (Qwen2-VL-2B, Qwen2.5-VL-3B, Qwen3-VL-2B) with random bf16 weights, for
+  GPU benchmarks that need the real compute and memory profile but not the real answers.
 
 The tokenizer is a byte-level BPE trained here (Qwen2's normaliser, pre-tokenizer regex and decoder) on a small
-embedded corpus covering the counting prompts, digits, `<think>`/`<answer>` and simple English. To give the 14
-Qwen2-VL special tokens their real ids (151643..151656) the BPE vocabulary is padded up to id 151642 with
-placeholder tokens that no text can produce, so `len(tokenizer)` is 151657 exactly as for the real tokenizer.
+embedded corpus covering the counting prompts, digits, `<think>`/`<answer>` and simple English. To give the added
+tokens their real ids (151643 on) the BPE vocabulary is padded up to id 151642 with placeholder tokens that no text
+can produce, so `len(tokenizer)` is the real one (151657 / 151665 / 151669).
 
 Weights are drawn per parameter from a generator seeded by (seed, parameter name), so the same seed gives the same
 state dict independently of construction order or transformers' own init code.
 
-Only APIs present in transformers 5.17 are used (the GPU machine's version).
+    python -m open_r1.tiny_models --family qwen3_vl --out models/tiny-qwen3vl      # or scripts/make_tiny_model.py
 """
 from __future__ import annotations
 
@@ -52,6 +58,32 @@ QWEN2VL_SPECIAL_TOKENS: dict[str, int] = {
     "<|image_pad|>": 151655,
     "<|video_pad|>": 151656,
 }
+# Qwen2.5 tokenizers add tool-call and fill-in-the-middle tokens after the vision ones; Qwen3 adds tool responses and
+# the think tags. In the real tokenizers these later ones are added but not "special" (decode keeps them).
+QWEN2_5_VL_ADDED_TOKENS: dict[str, int] = {
+    **QWEN2VL_SPECIAL_TOKENS,
+    "<tool_call>": 151657,
+    "</tool_call>": 151658,
+    "<|fim_prefix|>": 151659,
+    "<|fim_middle|>": 151660,
+    "<|fim_suffix|>": 151661,
+    "<|fim_pad|>": 151662,
+    "<|repo_name|>": 151663,
+    "<|file_sep|>": 151664,
+}
+QWEN3_VL_ADDED_TOKENS: dict[str, int] = {
+    **QWEN2_5_VL_ADDED_TOKENS,
+    "<tool_response>": 151665,
+    "</tool_response>": 151666,
+    "<think>": 151667,
+    "</think>": 151668,
+}
+ADDED_TOKENS: dict[str, dict[str, int]] = {
+    "qwen2_vl": QWEN2VL_SPECIAL_TOKENS,
+    "qwen2_5_vl": QWEN2_5_VL_ADDED_TOKENS,
+    "qwen3_vl": QWEN3_VL_ADDED_TOKENS,
+}
+SPECIAL_TOKENS = set(QWEN2VL_SPECIAL_TOKENS)  # the rest are added tokens with special=False, as in the real files
 FIRST_SPECIAL_TOKEN_ID = 151643  # = size of the real BPE vocabulary
 REAL_VOCAB_SIZE = 151936  # embedding rows of the real model (padded past len(tokenizer) == 151657)
 PLACEHOLDER_TOKEN_FORMAT = "<|reserved_{}|>"  # fills BPE ids nothing encodes to, up to FIRST_SPECIAL_TOKEN_ID
@@ -74,6 +106,51 @@ QWEN2VL_CHAT_TEMPLATE = (
     "%}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}"
     "<|im_start|>assistant\n{% endif %}"
 )
+
+# Qwen2.5-VL-Instruct ships the same chat template as Qwen2-VL-Instruct.
+QWEN2_5_VL_CHAT_TEMPLATE = QWEN2VL_CHAT_TEMPLATE
+
+
+def _qwen3_vl_chat_template(thinking: bool) -> str:
+    """The Qwen3-VL chat template, reduced to what a VLM prompt uses (no tool calls): no default system prompt,
+    image/video placeholders as in Qwen2-VL, earlier assistant turns without their think block, and the generation
+    prompt `<|im_start|>assistant\n` (Instruct) or `<|im_start|>assistant\n<think>\n` (Thinking: the model writes its
+    reasoning first and closes it with `</think>`)."""
+    generation_prompt = "<|im_start|>assistant\n<think>\n" if thinking else "<|im_start|>assistant\n"
+    return (
+        "{%- set image_count = namespace(value=0) -%}{%- set video_count = namespace(value=0) -%}"
+        "{%- macro render_content(content, do_vision_count) -%}{%- if content is string -%}{{- content -}}"
+        "{%- else -%}{%- for item in content -%}"
+        "{%- if item['type'] == 'image' or 'image' in item or 'image_url' in item -%}"
+        "{%- if do_vision_count -%}{%- set image_count.value = image_count.value + 1 -%}{%- endif -%}"
+        "{%- if add_vision_id -%}Picture {{ image_count.value }}: {% endif -%}"
+        "<|vision_start|><|image_pad|><|vision_end|>"
+        "{%- elif item['type'] == 'video' or 'video' in item -%}"
+        "{%- if do_vision_count -%}{%- set video_count.value = video_count.value + 1 -%}{%- endif -%}"
+        "{%- if add_vision_id -%}Video {{ video_count.value }}: {% endif -%}"
+        "<|vision_start|><|video_pad|><|vision_end|>"
+        "{%- elif 'text' in item -%}{{- item['text'] -}}{%- endif -%}{%- endfor -%}{%- endif -%}{%- endmacro -%}"
+        "{%- for message in messages -%}"
+        "{%- if message['role'] == 'assistant' -%}"
+        "{%- set content = render_content(message['content'], false) -%}"
+        "{%- if '</think>' in content -%}{%- set content = content.split('</think>')[-1].lstrip('\n') -%}{%- endif -%}"
+        "{{- '<|im_start|>assistant\n' + content + '<|im_end|>\n' -}}"
+        "{%- else -%}"
+        "{{- '<|im_start|>' + message['role'] + '\n' + render_content(message['content'], true) + '<|im_end|>\n' -}}"
+        "{%- endif -%}{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '" + generation_prompt.replace("\n", "\\n") + "' -}}{%- endif -%}"
+    )
+
+
+QWEN3_VL_THINKING_CHAT_TEMPLATE = _qwen3_vl_chat_template(thinking=True)
+QWEN3_VL_INSTRUCT_CHAT_TEMPLATE = _qwen3_vl_chat_template(thinking=False)
+
+
+def chat_template(family: str, thinking: bool = True) -> str:
+    if family == "qwen3_vl":
+        return QWEN3_VL_THINKING_CHAT_TEMPLATE if thinking else QWEN3_VL_INSTRUCT_CHAT_TEMPLATE
+    return QWEN2_5_VL_CHAT_TEMPLATE if family == "qwen2_5_vl" else QWEN2VL_CHAT_TEMPLATE
+
 
 # The real preprocessor_config.json values (min/max pixels = 4 / 16384 merged patches of 28x28).
 REAL_MIN_PIXELS = 56 * 56  # 3136
@@ -129,9 +206,101 @@ FULL_SIZE_DEFAULTS: dict[str, Any] = {
     "tie_word_embeddings": True,
     "dtype": "bfloat16",  # the real checkpoint's dtype
 }
+# Qwen2.5-VL and Qwen3-VL. Full sizes are the public config.json values of Qwen/Qwen2.5-VL-3B-Instruct and
+# Qwen/Qwen3-VL-2B-{Instruct,Thinking} on the Hugging Face hub (as published; not downloadable here, written down
+# from the model cards' config files). Vision keys use these families' field names (hidden_size / intermediate_size;
+# the merger's out_hidden_size always follows the text hidden_size).
+QWEN2_5_VL_TINY_DEFAULTS: dict[str, Any] = {
+    **{k: v for k, v in TINY_MODEL_DEFAULTS.items() if not k.startswith("vision_")},
+    "vision_depth": 2,
+    "vision_hidden_size": 32,
+    "vision_intermediate_size": 64,
+    "vision_num_heads": 4,
+    "vision_window_size": 56,  # 2 merged tokens of 28 px per window side: tiny images still see several windows
+    "vision_fullatt_block_indexes": [1],
+}
+QWEN2_5_VL_FULL_SIZE_DEFAULTS: dict[str, Any] = {  # Qwen/Qwen2.5-VL-3B-Instruct
+    "hidden_size": 2048,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "intermediate_size": 11008,
+    "max_position_embeddings": 128000,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "vision_depth": 32,
+    "vision_hidden_size": 1280,
+    "vision_intermediate_size": 3420,
+    "vision_num_heads": 16,
+    "vision_window_size": 112,
+    "vision_fullatt_block_indexes": [7, 15, 23, 31],
+    "tie_word_embeddings": True,
+    "dtype": "bfloat16",
+}
+QWEN3_VL_TINY_DEFAULTS: dict[str, Any] = {
+    **{k: v for k, v in TINY_MODEL_DEFAULTS.items() if not k.startswith("vision_")},
+    "head_dim": 16,
+    "rope_theta": 5_000_000.0,
+    "vision_depth": 2,
+    "vision_hidden_size": 32,
+    "vision_intermediate_size": 64,
+    "vision_num_heads": 4,
+    "vision_num_position_embeddings": 64,  # an 8x8 learned grid, resampled to each image (real: 48x48)
+    "vision_deepstack_visual_indexes": [0, 1],
+}
+QWEN3_VL_FULL_SIZE_DEFAULTS: dict[str, Any] = {  # Qwen/Qwen3-VL-2B-Instruct (the Thinking model has the same dims)
+    "hidden_size": 2048,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 6144,
+    "max_position_embeddings": 262144,
+    "rope_theta": 5_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "mrope_section": [24, 20, 20],
+    "vision_depth": 24,
+    "vision_hidden_size": 1024,
+    "vision_intermediate_size": 4096,
+    "vision_num_heads": 16,
+    "vision_num_position_embeddings": 2304,
+    "vision_deepstack_visual_indexes": [5, 11, 17],
+    "tie_word_embeddings": True,
+    "dtype": "bfloat16",
+}
+MODEL_DEFAULTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # family -> (tiny, full size)
+    "qwen2_vl": (TINY_MODEL_DEFAULTS, FULL_SIZE_DEFAULTS),
+    "qwen2_5_vl": (QWEN2_5_VL_TINY_DEFAULTS, QWEN2_5_VL_FULL_SIZE_DEFAULTS),
+    "qwen3_vl": (QWEN3_VL_TINY_DEFAULTS, QWEN3_VL_FULL_SIZE_DEFAULTS),
+}
+# The real processors: Qwen2/2.5-VL resize into [4, 16384] merged tokens of 28x28 with OpenAI-CLIP normalisation;
+# Qwen3-VL into [64, 16384] tokens of 32x32 (65536 .. 16777216 pixels) with mean = std = 0.5.
+QWEN3_VL_MIN_PIXELS = 65536
+QWEN3_VL_MAX_PIXELS = 16777216
+PROCESSOR_DEFAULTS: dict[str, dict[str, Any]] = {
+    "qwen2_vl": {"min_pixels": REAL_MIN_PIXELS, "max_pixels": REAL_MAX_PIXELS, "patch_size": 14,
+                 "image_mean": OPENAI_CLIP_MEAN, "image_std": OPENAI_CLIP_STD},
+    "qwen2_5_vl": {"min_pixels": REAL_MIN_PIXELS, "max_pixels": REAL_MAX_PIXELS, "patch_size": 14,
+                   "image_mean": OPENAI_CLIP_MEAN, "image_std": OPENAI_CLIP_STD},
+    "qwen3_vl": {"min_pixels": QWEN3_VL_MIN_PIXELS, "max_pixels": QWEN3_VL_MAX_PIXELS, "patch_size": 16,
+                 "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]},
+}
+# Qwen3-VL Thinking's generation_config.json samples (the model card's recommended top_p 0.95, top_k 20); the
+# evaluation protocol decodes greedily regardless, and GRPO sets its own sampling.
+QWEN3_VL_GENERATION_CONFIG: dict[str, Any] = {
+    "bos_token_id": BOS_TOKEN_ID,
+    "pad_token_id": PAD_TOKEN_ID,
+    "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID],
+    "do_sample": True,
+    "temperature": 1.0,
+    "top_p": 0.95,
+    "top_k": 20,
+}
 # Overrides that are not model-config fields.
 PROCESSOR_OVERRIDE_KEYS = ("min_pixels", "max_pixels")
-BUILD_OVERRIDE_KEYS = ("bpe_vocab_size",)
+BUILD_OVERRIDE_KEYS = ("bpe_vocab_size", "thinking")
+BUILD_MARKER_FILE = "tiny_model.json"  # written into every built dir: how it was built (and that it may be rebuilt)
+TRAINED_MARKERS = ("trainer_state.json", "training_meta.json", "adapter_config.json", "optimizer.pt")
 DEFAULT_BPE_VOCAB_SIZE = 4096  # upper bound; the small corpus runs out of merges first (~2.5k tokens)
 INITIALIZER_RANGE = 0.02
 
@@ -299,11 +468,19 @@ def _train_byte_level_bpe(vocab_size: int) -> tuple[dict[str, int], list[tuple[s
     return dict(model_json["vocab"]), merges
 
 
-def build_tokenizer(bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE):
-    """A `Qwen2Tokenizer` (the class the real tokenizer_config names): a small trained BPE, the real special ids."""
+def _family(family: str):
+    from open_r1.families import get_family
+
+    return get_family(family, where=f"the tiny-model family {family!r}")
+
+
+def build_tokenizer(bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE, family: str = "qwen2_vl", thinking: bool = True):
+    """A `Qwen2Tokenizer` (the class every family's tokenizer_config names): a small trained BPE, the real added ids."""
     from tokenizers import AddedToken
     from transformers import Qwen2Tokenizer
 
+    _family(family)
+    added = ADDED_TOKENS[family]
     vocab, merges = _train_byte_level_bpe(bpe_vocab_size)
     trained_size = len(vocab)
     if trained_size >= FIRST_SPECIAL_TOKEN_ID:
@@ -314,7 +491,7 @@ def build_tokenizer(bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE):
     if len(vocab) != FIRST_SPECIAL_TOKEN_ID:
         raise AssertionError("placeholder names collided with trained tokens")
 
-    special_tokens = list(QWEN2VL_SPECIAL_TOKENS)
+    special_tokens = [token for token in added if token in SPECIAL_TOKENS]
     tokenizer = Qwen2Tokenizer(
         vocab=vocab,
         merges=merges,
@@ -324,24 +501,24 @@ def build_tokenizer(bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE):
         pad_token="<|endoftext|>",
         # Passing the ids makes them added in id order, right after the padded vocab: exactly the real ids.
         added_tokens_decoder={
-            token_id: AddedToken(token, special=True, normalized=False, lstrip=False, rstrip=False)
-            for token, token_id in QWEN2VL_SPECIAL_TOKENS.items()
+            token_id: AddedToken(token, special=token in SPECIAL_TOKENS, normalized=False, lstrip=False, rstrip=False)
+            for token, token_id in added.items()
         },
         extra_special_tokens=special_tokens[1:],  # the real `additional_special_tokens`
-        model_max_length=32768,
+        model_max_length=262144 if family == "qwen3_vl" else (131072 if family == "qwen2_5_vl" else 32768),
         clean_up_tokenization_spaces=False,
         errors="replace",
         split_special_tokens=False,
-        chat_template=QWEN2VL_CHAT_TEMPLATE,
+        chat_template=chat_template(family, thinking),
     )
-    _check_special_token_ids(tokenizer)
+    _check_special_token_ids(tokenizer, added)
     return tokenizer
 
 
-def _check_special_token_ids(tokenizer) -> None:
+def _check_special_token_ids(tokenizer, added: dict[str, int] = QWEN2VL_SPECIAL_TOKENS) -> None:
     wrong = {
         token: tokenizer.convert_tokens_to_ids(token)
-        for token, token_id in QWEN2VL_SPECIAL_TOKENS.items()
+        for token, token_id in added.items()
         if tokenizer.convert_tokens_to_ids(token) != token_id
     }
     if wrong:
@@ -353,32 +530,36 @@ def _check_special_token_ids(tokenizer) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def build_processor(tokenizer=None, min_pixels: int = REAL_MIN_PIXELS, max_pixels: int = REAL_MAX_PIXELS):
-    """`Qwen2VLProcessor` = the tokenizer + the real image-processor settings (pixel budget overridable)."""
-    from transformers import (
-        Qwen2VLImageProcessor,
-        Qwen2VLProcessor,
-        Qwen2VLVideoProcessor,
-    )
+def build_processor(tokenizer=None, min_pixels: int | None = None, max_pixels: int | None = None,
+                    family: str = "qwen2_vl", thinking: bool = True):
+    """The family's processor = the tokenizer + the real image-processor settings (pixel budget overridable)."""
+    import transformers
+    from transformers import Qwen2VLImageProcessor
 
+    record = _family(family)
+    defaults = PROCESSOR_DEFAULTS[family]
     if tokenizer is None:
-        tokenizer = build_tokenizer()
+        tokenizer = build_tokenizer(family=family, thinking=thinking)
+    min_pixels = defaults["min_pixels"] if min_pixels is None else min_pixels
+    max_pixels = defaults["max_pixels"] if max_pixels is None else max_pixels
     # A fresh `size` dict rather than min_pixels=/max_pixels=: in 5.17 those kwargs write into the class-level
-    # default dict, leaking into every later Qwen2VLImageProcessor in the process.
+    # default dict, leaking into every later Qwen2VLImageProcessor in the process. All three families use
+    # Qwen2VLImageProcessor (Qwen3-VL with 16 px patches).
     image_processor = Qwen2VLImageProcessor(
         size={"shortest_edge": int(min_pixels), "longest_edge": int(max_pixels)},
-        patch_size=14,
+        patch_size=record.patch_size,
         temporal_patch_size=2,
-        merge_size=2,
-        image_mean=list(OPENAI_CLIP_MEAN),
-        image_std=list(OPENAI_CLIP_STD),
+        merge_size=record.merge_size,
+        image_mean=list(defaults["image_mean"]),
+        image_std=list(defaults["image_std"]),
     )
-    video_processor = Qwen2VLVideoProcessor()
-    return Qwen2VLProcessor(
+    video_class = "Qwen3VLVideoProcessor" if family == "qwen3_vl" else "Qwen2VLVideoProcessor"
+    video_processor = getattr(transformers, video_class)()
+    return getattr(transformers, record.processor_class)(
         image_processor=image_processor,
         tokenizer=tokenizer,
         video_processor=video_processor,
-        chat_template=QWEN2VL_CHAT_TEMPLATE,
+        chat_template=chat_template(family, thinking),
     )
 
 
@@ -387,9 +568,13 @@ def build_processor(tokenizer=None, min_pixels: int = REAL_MIN_PIXELS, max_pixel
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _default_mrope_section(head_dim: int) -> list[int]:
-    """Split head_dim/2 rotary frequencies into (temporal, height, width) as the real model does (16, 24, 24 of 64)."""
+def _default_mrope_section(head_dim: int, family: str = "qwen2_vl") -> list[int]:
+    """Split head_dim/2 rotary frequencies into (temporal, height, width) as the real model does: 16, 24, 24 of 64
+    (Qwen2/2.5-VL); Qwen3-VL interleaves them and gives temporal the most, 24, 20, 20 of 64."""
     half = head_dim // 2
+    if family == "qwen3_vl":
+        spatial = max(1, half // 4)
+        return [half - 2 * spatial, spatial, spatial]
     temporal = half // 4
     height = (half - temporal) // 2
     return [temporal, height, half - temporal - height]
@@ -400,58 +585,91 @@ def _config_fields(config_class) -> set[str]:
     return set(inspect.signature(config_class.__init__).parameters) - {"self", "kwargs"}
 
 
-def build_config(full_size: bool = False, **overrides: Any):
-    """The `Qwen2VLConfig`: tiny or the real 2B sizes, with the real vocab and special-token ids.
+_CONFIG_CLASSES = {  # family -> (config, text config, vision config) class names in transformers
+    "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLTextConfig", "Qwen2VLVisionConfig"),
+    "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLTextConfig", "Qwen2_5_VLVisionConfig"),
+    "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLTextConfig", "Qwen3VLVisionConfig"),
+}
+
+
+def _vision_base(family: str, text_hidden: int) -> dict[str, Any]:
+    """The vision-config fields every checkpoint of the family shares (sizes come from the defaults/overrides)."""
+    if family == "qwen2_vl":
+        return {"depth": 32, "embed_dim": 1280, "hidden_size": text_hidden, "hidden_act": "quick_gelu",
+                "mlp_ratio": 4, "num_heads": 16, "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2,
+                "temporal_patch_size": 2, "initializer_range": INITIALIZER_RANGE}
+    if family == "qwen2_5_vl":
+        return {"hidden_act": "silu", "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2,
+                "temporal_patch_size": 2, "tokens_per_second": 2, "out_hidden_size": text_hidden,
+                "initializer_range": INITIALIZER_RANGE}
+    return {"hidden_act": "gelu_pytorch_tanh", "in_channels": 3, "patch_size": 16, "spatial_merge_size": 2,
+            "temporal_patch_size": 2, "out_hidden_size": text_hidden, "initializer_range": INITIALIZER_RANGE}
+
+
+def _check_vision(family: str, vision: dict[str, Any]) -> None:
+    depth = int(vision.get("depth", 0))
+    if family == "qwen2_5_vl":
+        bad = [i for i in vision.get("fullatt_block_indexes", []) if i not in range(depth)]
+        if bad:
+            raise ValueError(f"vision_fullatt_block_indexes {bad} are outside range(vision_depth={depth})")
+    if family == "qwen3_vl":
+        bad = [i for i in vision.get("deepstack_visual_indexes", []) if i not in range(depth)]
+        if bad:
+            raise ValueError(f"vision_deepstack_visual_indexes {bad} are outside range(vision_depth={depth})")
+        side = round(int(vision["num_position_embeddings"]) ** 0.5)
+        if side * side != int(vision["num_position_embeddings"]):
+            raise ValueError(f"vision_num_position_embeddings {vision['num_position_embeddings']} must be a perfect "
+                             "square (a learned side x side grid)")
+
+
+def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides: Any):
+    """The family's config: tiny or the real sizes, with the real vocab and special-token ids.
 
     Overrides: any text-config field (`hidden_size`, `num_hidden_layers`, ...), `rope_theta`, `mrope_section`,
-    `vision_<field>` for the vision config (`vision_depth`, `vision_embed_dim`, ...), `tie_word_embeddings`, `dtype`.
+    `vision_<field>` for the vision config (`vision_depth`, `vision_embed_dim` / `vision_hidden_size`, ...),
+    `tie_word_embeddings`, `dtype`.
     """
-    from transformers import Qwen2VLConfig, Qwen2VLTextConfig, Qwen2VLVisionConfig
+    import transformers
 
-    settings = dict(FULL_SIZE_DEFAULTS if full_size else TINY_MODEL_DEFAULTS)
+    record = _family(family)
+    config_class, text_class, vision_class = (getattr(transformers, name) for name in _CONFIG_CLASSES[family])
+    settings = dict(MODEL_DEFAULTS[family][1 if full_size else 0])
     settings.update(overrides)
     vision = {key[len("vision_"):]: settings.pop(key) for key in list(settings) if key.startswith("vision_")}
     tie_word_embeddings = bool(settings.pop("tie_word_embeddings"))
     dtype = str(settings.pop("dtype")).removeprefix("torch.")
     rope_theta = float(settings.pop("rope_theta"))
-    head_dim = settings["hidden_size"] // settings["num_attention_heads"]
-    mrope_section = list(settings.pop("mrope_section", None) or _default_mrope_section(head_dim))
+    head_dim = settings.get("head_dim") or settings["hidden_size"] // settings["num_attention_heads"]
+    mrope_section = list(settings.pop("mrope_section", None) or _default_mrope_section(head_dim, family))
     if sum(mrope_section) != head_dim // 2:
         raise ValueError(f"mrope_section {mrope_section} must sum to head_dim/2 = {head_dim // 2}")
 
-    unknown = set(settings) - _config_fields(Qwen2VLTextConfig)
-    unknown |= {f"vision_{key}" for key in set(vision) - _config_fields(Qwen2VLVisionConfig)}
+    unknown = set(settings) - _config_fields(text_class)
+    unknown |= {f"vision_{key}" for key in set(vision) - _config_fields(vision_class)}
     if unknown:
         raise TypeError(f"unknown overrides {sorted(unknown)}")
+    rope_parameters = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": mrope_section}
+    if family == "qwen3_vl":
+        rope_parameters["mrope_interleaved"] = True
+        text_extra = {"attention_bias": False, "attention_dropout": 0.0, "pad_token_id": PAD_TOKEN_ID}
+    else:
+        text_extra = {"use_sliding_window": False, "max_window_layers": settings["num_hidden_layers"],
+                      "attention_dropout": 0.0, "bos_token_id": BOS_TOKEN_ID, "eos_token_id": EOS_TOKEN_ID,
+                      "pad_token_id": PAD_TOKEN_ID}
     text_config = {
         "vocab_size": REAL_VOCAB_SIZE,
         "hidden_act": "silu",
         "initializer_range": INITIALIZER_RANGE,
-        "use_sliding_window": False,
-        "max_window_layers": settings["num_hidden_layers"],
-        "attention_dropout": 0.0,
-        "bos_token_id": BOS_TOKEN_ID,
-        "eos_token_id": EOS_TOKEN_ID,
-        "pad_token_id": PAD_TOKEN_ID,
-        "rope_parameters": {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": mrope_section},
+        **text_extra,
+        "rope_parameters": rope_parameters,
         "dtype": dtype,
         **settings,
     }
-    vision_config = {
-        "depth": 32,
-        "embed_dim": 1280,
-        "hidden_size": text_config["hidden_size"],  # merger output feeds the text embeddings
-        "hidden_act": "quick_gelu",
-        "mlp_ratio": 4,
-        "num_heads": 16,
-        "in_channels": 3,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "initializer_range": INITIALIZER_RANGE,
-        **vision,
-    }
-    config = Qwen2VLConfig(
+    vision_config = {**_vision_base(family, text_config["hidden_size"]), **vision}
+    _check_vision(family, vision_config)
+    top_level = {"bos_token_id": BOS_TOKEN_ID, "eos_token_id": EOS_TOKEN_ID, "pad_token_id": PAD_TOKEN_ID} \
+        if family == "qwen2_vl" else {}
+    return config_class(
         text_config=text_config,
         vision_config=vision_config,
         image_token_id=QWEN2VL_SPECIAL_TOKENS["<|image_pad|>"],
@@ -459,22 +677,24 @@ def build_config(full_size: bool = False, **overrides: Any):
         vision_start_token_id=QWEN2VL_SPECIAL_TOKENS["<|vision_start|>"],
         vision_end_token_id=QWEN2VL_SPECIAL_TOKENS["<|vision_end|>"],
         tie_word_embeddings=tie_word_embeddings,
-        bos_token_id=BOS_TOKEN_ID,
-        eos_token_id=EOS_TOKEN_ID,
-        pad_token_id=PAD_TOKEN_ID,
-        architectures=["Qwen2VLForConditionalGeneration"],
+        architectures=[record.class_name],
         dtype=dtype,
+        **top_level,
     )
-    return config
+
+
+def _model_class(config):
+    from open_r1.families import get_family
+
+    return get_family(config.model_type).model_class()
 
 
 def count_parameters(config) -> int:
     """Parameter count of a config without allocating weights (built on the meta device); tied weights count once."""
     import torch
-    from transformers import Qwen2VLForConditionalGeneration
 
     with torch.device("meta"):
-        model = Qwen2VLForConditionalGeneration(config)
+        model = _model_class(config)(config)
     return sum(parameter.numel() for parameter in model.parameters())
 
 
@@ -495,7 +715,7 @@ def initialize_weights(model, seed: int, std: float = INITIALIZER_RANGE) -> None
     norm_parameters = {
         id(parameter)
         for module in model.modules()
-        if "Norm" in type(module).__name__  # nn.LayerNorm and Qwen2VLRMSNorm
+        if "Norm" in type(module).__name__  # nn.LayerNorm and the families' RMSNorms
         for parameter in module.parameters(recurse=False)
     }
     to_draw = []
@@ -522,10 +742,9 @@ def initialize_weights(model, seed: int, std: float = INITIALIZER_RANGE) -> None
         list(pool.map(draw, to_draw))
 
 
-def build_model(config, seed: int = 0):
-    """A `Qwen2VLForConditionalGeneration` for `config` with seeded weights, in the config's dtype."""
+def build_model(config, seed: int = 0, thinking: bool = True):
+    """The family's `*ForConditionalGeneration` for `config` with seeded weights, in the config's dtype."""
     import torch
-    from transformers import Qwen2VLForConditionalGeneration
     from transformers.initialization import no_init_weights
 
     dtype = getattr(torch, str(config.dtype).removeprefix("torch.")) if config.dtype else torch.float32
@@ -534,19 +753,20 @@ def build_model(config, seed: int = 0):
     try:
         # Every weight is overwritten below, so skip torch's and transformers' own init (half the full-size build).
         with no_init_weights():
-            model = Qwen2VLForConditionalGeneration(config)
+            model = _model_class(config)(config)
     finally:
         torch.set_default_dtype(previous_dtype)
     model.tie_weights()  # no_init_weights also skips the tying that init_weights does
-    initialize_weights(model, seed=seed, std=config.text_config.initializer_range)
-    model.generation_config = build_generation_config()
+    initialize_weights(model, seed=seed, std=INITIALIZER_RANGE)
+    model.generation_config = build_generation_config(config.model_type, thinking)
     return model.eval()
 
 
-def build_generation_config():
+def build_generation_config(family: str = "qwen2_vl", thinking: bool = True):
     from transformers import GenerationConfig
 
-    return GenerationConfig(**REAL_GENERATION_CONFIG)
+    values = QWEN3_VL_GENERATION_CONFIG if family == "qwen3_vl" and thinking else REAL_GENERATION_CONFIG
+    return GenerationConfig(**values)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -554,29 +774,39 @@ def build_generation_config():
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def build_qwen2vl(out_dir: str | os.PathLike, full_size: bool = False, seed: int = 0, **overrides: Any) -> Path:
-    """Write a Qwen2-VL checkpoint directory (model, tokenizer, processor, generation config); return its path.
+def build_tiny(family: str, out_dir: str | os.PathLike, full_size: bool = False, seed: int = 0,
+               overwrite: bool = False, **overrides: Any) -> Path:
+    """Write a checkpoint directory of `family` (model, tokenizer, processor, generation config); return its path.
 
-    Loadable with `AutoProcessor.from_pretrained(out_dir)` and `Qwen2VLForConditionalGeneration.from_pretrained(
-    out_dir)` like `Qwen/Qwen2-VL-2B-Instruct`. Written to a temporary sibling directory then renamed into place,
-    so a reader never sees a half-written checkpoint; an existing `out_dir` is replaced.
+    Loadable with `AutoProcessor.from_pretrained(out_dir)` and `AutoModelForImageTextToText.from_pretrained(out_dir)`
+    like the family's real checkpoint. Written to a temporary sibling directory then renamed into place, so a reader
+    never sees a half-written checkpoint. An existing `out_dir` is replaced only when this builder wrote it and
+    nothing was trained into it, or with `overwrite=True`; otherwise a ModelError says so.
 
-    Overrides: `min_pixels` / `max_pixels` (image processor), `bpe_vocab_size` (tokenizer), and any model-config
-    override accepted by `build_config`.
+    Overrides: `min_pixels` / `max_pixels` (image processor), `bpe_vocab_size` (tokenizer), `thinking` (Qwen3-VL:
+    the Thinking chat template and generation config, default True), and any model-config override accepted by
+    `build_config`.
     """
+    _family(family)
     out_dir = Path(out_dir).resolve()
+    check_replaceable(out_dir, overwrite)
     processor_overrides = {key: overrides.pop(key) for key in PROCESSOR_OVERRIDE_KEYS if key in overrides}
     bpe_vocab_size = int(overrides.pop("bpe_vocab_size", DEFAULT_BPE_VOCAB_SIZE))
-    config = build_config(full_size=full_size, **overrides)
+    thinking = bool(overrides.pop("thinking", True))
+    config = build_config(full_size=full_size, family=family, **overrides)
 
-    processor = build_processor(build_tokenizer(bpe_vocab_size), **processor_overrides)
-    model = build_model(config, seed=seed)
+    tokenizer = build_tokenizer(bpe_vocab_size, family=family, thinking=thinking)
+    processor = build_processor(tokenizer, family=family, thinking=thinking, **processor_overrides)
+    model = build_model(config, seed=seed, thinking=thinking)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         model.save_pretrained(staging_dir)
         processor.save_pretrained(staging_dir)
+        marker = {"builder": "open_r1.tiny_models", "family": family, "full_size": full_size, "seed": seed,
+                  "thinking": thinking if family == "qwen3_vl" else None}
+        (staging_dir / BUILD_MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
         # mkdtemp (and transformers' own temp files) are private to the owner; a checkpoint is meant to be shared.
         for path in [staging_dir, *staging_dir.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
@@ -585,6 +815,31 @@ def build_qwen2vl(out_dir: str | os.PathLike, full_size: bool = False, seed: int
         shutil.rmtree(staging_dir, ignore_errors=True)
         raise
     return out_dir
+
+
+def build_qwen2vl(out_dir: str | os.PathLike, full_size: bool = False, seed: int = 0, **overrides: Any) -> Path:
+    """`build_tiny("qwen2_vl", ...)`: a checkpoint laid out like `Qwen/Qwen2-VL-2B-Instruct`."""
+    return build_tiny("qwen2_vl", out_dir, full_size=full_size, seed=seed, **overrides)
+
+
+def check_replaceable(out_dir: Path, overwrite: bool = False) -> None:
+    """Refuse to replace a dir this builder did not write, or one a run trained into, unless `overwrite`."""
+    from open_r1.errors import ModelError
+
+    if not out_dir.exists() or overwrite:
+        return
+    if not out_dir.is_dir():
+        raise ModelError(f"{out_dir} exists and is not a directory; pick another --out")
+    entries = {path.name for path in out_dir.iterdir()}
+    if not entries:
+        return
+    trained = sorted(name for name in entries if name in TRAINED_MARKERS or name.startswith("checkpoint-"))
+    if BUILD_MARKER_FILE in entries and not trained:
+        return  # an earlier build of this tool: safe to rebuild
+    what = f"a trained model ({', '.join(trained[:3])})" if trained else (
+        "a model" if "config.json" in entries else f"{len(entries)} files not written by this builder")
+    raise ModelError(f"{out_dir} already holds {what}; refusing to replace it. Pick another --out, or pass "
+                     "--overwrite (overwrite=True) to delete it and build there")
 
 
 def _swap_into_place(staging_dir: Path, out_dir: Path) -> None:
@@ -598,17 +853,39 @@ def _swap_into_place(staging_dir: Path, out_dir: Path) -> None:
         shutil.rmtree(previous_dir, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> Path:
+def main(argv: list[str] | None = None) -> int:
+    """CLI: build one checkpoint; prints its path. Exit 0, or 2 with `error: ...` for a bad request."""
+    import sys
+
+    from open_r1.errors import OpenR1Error
+    from open_r1.families import SUPPORTED
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="checkpoint directory to write (replaced if it exists)")
-    parser.add_argument("--full-size", action="store_true", help="real 2B dimensions, random bf16 weights")
+    parser.add_argument("--family", default="qwen2_vl", choices=SUPPORTED, help="model family (default qwen2_vl)")
+    parser.add_argument("--out", required=True, help="checkpoint directory to write (atomically)")
+    parser.add_argument("--full-size", action="store_true", help="the real model's dimensions, random bf16 weights")
     parser.add_argument("--seed", type=int, default=0, help="weights are a pure function of the seed")
-    parser.add_argument("--min-pixels", type=int, default=None, help=f"image processor min_pixels ({REAL_MIN_PIXELS})")
-    parser.add_argument("--max-pixels", type=int, default=None, help=f"image processor max_pixels ({REAL_MAX_PIXELS})")
+    parser.add_argument("--min-pixels", type=int, default=None, help="image processor min_pixels (the real one's)")
+    parser.add_argument("--max-pixels", type=int, default=None, help="image processor max_pixels (the real one's)")
+    parser.add_argument("--instruct", action="store_true",
+                        help="qwen3_vl: the Instruct chat template (default: Thinking, prompt ends with <think>)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out even if it holds a trained model or files this tool did not write")
     args = parser.parse_args(argv)
-    overrides = {
+    overrides: dict[str, Any] = {
         key: value for key, value in (("min_pixels", args.min_pixels), ("max_pixels", args.max_pixels)) if value
     }
-    out_dir = build_qwen2vl(args.out, full_size=args.full_size, seed=args.seed, **overrides)
+    if args.family == "qwen3_vl":
+        overrides["thinking"] = not args.instruct
+    try:
+        out_dir = build_tiny(args.family, args.out, full_size=args.full_size, seed=args.seed,
+                             overwrite=args.overwrite, **overrides)
+    except (OpenR1Error, ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(out_dir)
-    return out_dir
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -200,14 +200,28 @@ def test_tiny_config_and_overrides(tmp_path):
     assert grid.prod() // 4 <= 16
 
 
-def test_cli_replaces_an_existing_checkpoint_atomically(tmp_path):
+def test_cli_rebuilds_its_own_checkpoint_atomically(tmp_path):
     out_dir = tmp_path / "checkpoint"
-    out_dir.mkdir()
-    (out_dir / "stale.txt").write_text("from an older build")
-
-    assert main(["--out", str(out_dir), "--seed", "3"]) == out_dir.resolve()
-    assert not (out_dir / "stale.txt").exists()
-    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= {
+    assert main(["--out", str(out_dir), "--seed", "3"]) == 0
+    first = (out_dir / "model.safetensors").read_bytes()
+    assert main(["--out", str(out_dir), "--seed", "4"]) == 0  # its own earlier build: replaced without a flag
+    assert (out_dir / "model.safetensors").read_bytes() != first
+    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json", "tiny_model.json"} <= {
         path.name for path in out_dir.iterdir()
     }
     assert [path.name for path in tmp_path.iterdir()] == ["checkpoint"]  # no temp or old dirs left behind
+
+
+@pytest.mark.parametrize("content", ["stale.txt", "trainer_state.json"], ids=["foreign-files", "trained"])
+def test_cli_refuses_to_replace_a_dir_it_did_not_build_unless_overwrite(tmp_path, capsys, content):
+    out_dir = tmp_path / "checkpoint"
+    assert main(["--out", str(out_dir)]) == 0
+    if content == "stale.txt":
+        (out_dir / "tiny_model.json").unlink()  # not (any longer) this builder's dir
+    (out_dir / content).write_text("{}")
+    assert main(["--out", str(out_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to replace" in err and "--overwrite" in err and "Traceback" not in err
+    assert (out_dir / content).exists()  # untouched
+    assert main(["--out", str(out_dir), "--overwrite"]) == 0
+    assert not (out_dir / content).exists()
