@@ -1,0 +1,389 @@
+"""Caption-contest data: load and validate the real layout, then build SFT rows, preference pairs and splits.
+
+Expected layout
+---------------
+A directory written by ``datasets.Dataset.save_to_disk`` (or a ``DatasetDict`` of them, pick one with ``split=``),
+**one row per caption**:
+
+=============  ===================  ===========================================================================
+column         type                 meaning
+=============  ===================  ===========================================================================
+``contest``    int or str           the cartoon (contest) id; every caption of one cartoon shares it
+``image``      ``datasets.Image``   the cartoon (repeated on each of its caption rows)
+``caption``    str                  one caption entry, one line
+``mean``       float                mean rating of the caption (finite)
+``precision``  float >= 0           spread of the rating: by default **the standard error of the mean** (see
+                                    ``se_from`` in ``standard_errors``)
+``votes``      int >= 0             number of ratings
+``scene``, ``twist``, ``location``, ``entities``  (optional) the cartoon's description fields (str, or a list of
+                                    str for entities); missing columns are simply left out of the prompt
+=============  ===================  ===========================================================================
+
+The offline stand-in (``open_r1.tasks.captioning.standin``) writes exactly this layout plus two analysis columns:
+``oracle`` (the hidden funniness score) and ``scene_meta`` (JSON of what was rendered). ``load_captions`` drops
+``oracle`` unless ``keep_oracle=True``: no training path may read it.
+
+Building blocks
+---------------
+* ``load_captions`` / ``validate_captions``: one ``DataError`` per problem (missing columns, non-finite means,
+  negative votes or precision, empty or multi-line captions, an unreadable image with its row index);
+* ``top_k_rows``: the top-k captions of each contest by mean (what trace synthesis explains);
+* ``sft_rows``: TRL ``SFTTrainer`` prompt-completion VLM rows from those rows and their ``thinking`` column;
+* ``preference_pairs``: Bradley-Terry pairs under the k-sigma gap rule with an explicit standard error;
+* ``split_by_contest``: train / val / test with disjoint contests;
+* ``prompt_rows``: one GRPO / evaluation prompt row per contest.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+from open_r1.errors import DataError
+from open_r1.tasks.captioning import protocol
+
+logger = logging.getLogger(__name__)
+
+REQUIRED_COLUMNS = ("contest", "image", "caption", "mean", "precision", "votes")
+DESCRIPTION_FIELDS = protocol.DESCRIPTION_FIELDS
+# Columns for analysis only (the stand-in's hidden score): dropped by every loader unless asked for.
+ANALYSIS_COLUMNS = ("oracle",)
+THINKING_COLUMN = "thinking"  # written by trace synthesis (or standin.templated_thinking) on top_k_rows(...)
+SE_FROM = ("precision", "std_over_sqrt_votes")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Loading and validation
+# --------------------------------------------------------------------------------------------------------------------
+def load_captions(path: str | os.PathLike, split: str | None = None, *, keep_oracle: bool = False,
+                  check_images: str = "first_per_contest"):
+    """Load and validate a caption-contest dataset saved with ``save_to_disk`` (see the module docstring).
+
+    ``split`` picks one split of a saved DatasetDict. ``keep_oracle=True`` keeps the stand-in's ``oracle`` column
+    (analysis and evaluation only). ``check_images``: ``"first_per_contest"`` (default: decode the first image of
+    every contest), ``"all"`` or ``"none"``.
+    """
+    import datasets
+
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise DataError(
+            f"caption dataset directory {path} does not exist; save one with Dataset.save_to_disk, or generate the "
+            f"offline stand-in: python -m open_r1.tasks.captioning.standin --out {path} --contests 40"
+        )
+    try:
+        loaded = datasets.load_from_disk(path)
+    except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
+        raise DataError(f"{path} is not a dataset saved with save_to_disk ({exc}); point to a split's directory") from None
+    if isinstance(loaded, datasets.DatasetDict):
+        if split is None or split not in loaded:
+            raise DataError(f"{path} holds splits {sorted(loaded)}; pass split= one of those (got {split!r})")
+        loaded = loaded[split]
+    if not keep_oracle:
+        loaded = drop_analysis_columns(loaded)
+    validate_captions(loaded, name=path, check_images=check_images)
+    return loaded
+
+
+def drop_analysis_columns(dataset):
+    """The dataset without ``ANALYSIS_COLUMNS`` (the stand-in's hidden oracle score)."""
+    present = [c for c in ANALYSIS_COLUMNS if c in dataset.column_names]
+    return dataset.remove_columns(present) if present else dataset
+
+
+def _column(dataset, name: str) -> list:
+    return list(dataset.select_columns([name])[name]) if len(dataset) else []
+
+
+def validate_captions(dataset, name: str = "caption dataset", check_images: str = "first_per_contest") -> None:
+    """Raise one DataError for the first problem found, naming the column, the row and the fix."""
+    import datasets
+
+    if check_images not in ("first_per_contest", "all", "none"):
+        raise DataError(f"check_images must be 'first_per_contest', 'all' or 'none', got {check_images!r}")
+    if len(dataset) == 0:
+        raise DataError(f"{name} is empty; it needs one row per caption")
+    missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
+    if missing:
+        raise DataError(
+            f"{name} lacks column(s) {missing}; it has {dataset.column_names}. The caption layout needs "
+            f"{list(REQUIRED_COLUMNS)} (one row per caption; see open_r1/tasks/captioning/data.py)"
+        )
+    if not isinstance(dataset.features["image"], datasets.Image):
+        raise DataError(
+            f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image; "
+            "cast it with dataset.cast_column('image', datasets.Image())"
+        )
+    for row, value in enumerate(_column(dataset, "mean")):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise DataError(f"{name} row {row}: mean {value!r} is not a finite number; fix or drop that caption")
+    for row, value in enumerate(_column(dataset, "votes")):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+            raise DataError(f"{name} row {row}: votes {value!r} must be an integer >= 0")
+    for row, value in enumerate(_column(dataset, "precision")):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            raise DataError(f"{name} row {row}: precision {value!r} must be a finite number >= 0")
+    for row, value in enumerate(_column(dataset, "caption")):
+        if not isinstance(value, str) or not value.strip():
+            raise DataError(f"{name} row {row}: empty caption {value!r}; drop rows without a caption")
+        if "\n" in value.strip() or "\r" in value.strip():
+            raise DataError(f"{name} row {row}: caption {value!r} spans several lines; captions are one line")
+    contests = _column(dataset, "contest")
+    for row, value in enumerate(contests):
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise DataError(f"{name} row {row}: missing contest id; every caption needs the id of its cartoon")
+    if check_images == "none":
+        return
+    if check_images == "all":
+        rows = range(len(dataset))
+    else:
+        first: dict[Any, int] = {}
+        for row, contest in enumerate(contests):
+            first.setdefault(contest, row)
+        rows = sorted(first.values())
+    raw = dataset.cast_column("image", datasets.Image(decode=False))
+    for row in rows:
+        _decode_image(raw[row]["image"], row, name)
+
+
+def _decode_image(cell: Any, row: int, name: str):
+    import io
+
+    from PIL import Image
+
+    try:
+        if cell is None:
+            raise ValueError("no image")
+        if cell.get("bytes"):
+            image = Image.open(io.BytesIO(cell["bytes"]))
+        elif cell.get("path"):
+            image = Image.open(cell["path"])
+        else:
+            raise ValueError("neither bytes nor path")
+        image.load()
+        return image
+    except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
+        raise DataError(f"{name} row {row}: unreadable image ({exc}); re-encode or drop that cartoon") from None
+
+
+def _contest_groups(dataset) -> dict[Any, list[int]]:
+    groups: dict[Any, list[int]] = {}
+    for row, contest in enumerate(_column(dataset, "contest")):
+        groups.setdefault(contest, []).append(row)
+    return groups
+
+
+def _description_columns(dataset) -> list[str]:
+    return [c for c in DESCRIPTION_FIELDS if c in dataset.column_names]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# SFT rows
+# --------------------------------------------------------------------------------------------------------------------
+def top_k_rows(dataset, top_k: int = 3):
+    """The ``top_k`` captions of every contest by mean (ties: more votes first, then row order), contest order kept.
+
+    This is what trace synthesis explains; it adds a ``thinking`` column (``THINKING_COLUMN``) for ``sft_rows``.
+    """
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise DataError(f"top_k must be a positive integer, got {top_k!r}")
+    means, votes = _column(dataset, "mean"), _column(dataset, "votes")
+    keep = []
+    for rows in _contest_groups(dataset).values():
+        ranked = sorted(rows, key=lambda r: (-means[r], -votes[r], r))
+        keep.extend(sorted(ranked[:top_k]))
+    return drop_analysis_columns(dataset.select(keep))
+
+
+def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN):
+    """TRL SFTTrainer prompt-completion VLM rows for the top-k captions of each contest.
+
+    Each row: ``{"prompt": protocol.build_messages(desc), "completion": [assistant turn with
+    protocol.format_target(thinking, caption)], "images": [image], "contest": id}``. ``dataset`` holds the caption
+    rows with a ``thinking`` column (from trace synthesis on ``top_k_rows``, or ``standin.templated_thinking``);
+    rows whose thinking is None or empty (traces dropped by synthesis) are skipped and counted in the log. A
+    dataset of all captions may be passed: only the top-k per contest are used.
+    """
+    import datasets
+
+    if thinking_column not in dataset.column_names:
+        raise DataError(
+            f"sft_rows needs a {thinking_column!r} column (the synthesized trace of each caption); it has "
+            f"{dataset.column_names}. Run trace synthesis on data.top_k_rows(dataset) first (or, on the stand-in, "
+            f"standin.add_templated_thinking)"
+        )
+    top = top_k_rows(dataset, top_k)
+    desc_cols = _description_columns(top)
+    table = top.select_columns(["contest", "caption", thinking_column, *desc_cols])
+    out: dict[str, list] = {"prompt": [], "completion": [], "images": [], "contest": []}
+    keep, skipped = [], 0
+    for row, record in enumerate(table):
+        thinking = record[thinking_column]
+        if thinking is None or not str(thinking).strip():
+            skipped += 1
+            continue
+        keep.append(row)
+        target = protocol.format_target(str(thinking), record["caption"])
+        out["prompt"].append(protocol.build_messages(protocol.description_from_row(record)))
+        out["completion"].append([{"role": "assistant", "content": [{"type": "text", "text": target}]}])
+        out["contest"].append(record["contest"])
+    if skipped:
+        logger.warning("sft_rows: skipped %d of %d top-%d rows without a thinking trace", skipped, len(table), top_k)
+    if not keep:
+        raise DataError("sft_rows: no row has a thinking trace; trace synthesis dropped every one")
+    images = top.select(keep)["image"]
+    out["images"] = [[image] for image in images]
+    return datasets.Dataset.from_dict(out)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Preference pairs
+# --------------------------------------------------------------------------------------------------------------------
+def standard_errors(dataset, se_from: str | Callable[[dict], float] = "precision") -> np.ndarray:
+    """The standard error of each caption's mean rating, made explicit.
+
+    * ``"precision"``: the ``precision`` column already *is* the standard error of the mean (the stand-in writes it
+      so; the public humor-r1 code assumed this for the real data without checking);
+    * ``"std_over_sqrt_votes"``: ``precision`` is the per-vote standard deviation; SE = precision / sqrt(votes)
+      (rows with 0 votes get an infinite SE, so they never form a pair);
+    * a callable ``row -> se`` for anything else (e.g. ``lambda r: 1 / math.sqrt(r["precision"])`` when precision
+      is an inverse variance).
+
+    Check which one your data holds before building pairs: getting it wrong changes the k-sigma rule by a factor
+    of sqrt(votes).
+    """
+    if callable(se_from):
+        table = dataset.select_columns([c for c in dataset.column_names if c != "image"])
+        se = np.array([float(se_from(row)) for row in table], dtype=np.float64)
+    elif se_from == "precision":
+        se = np.asarray(_column(dataset, "precision"), dtype=np.float64)
+    elif se_from == "std_over_sqrt_votes":
+        std = np.asarray(_column(dataset, "precision"), dtype=np.float64)
+        votes = np.asarray(_column(dataset, "votes"), dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            se = np.where(votes > 0, std / np.sqrt(np.maximum(votes, 1.0)), np.inf)
+    else:
+        raise DataError(f"se_from must be one of {SE_FROM} or a callable row -> se, got {se_from!r}")
+    bad = np.flatnonzero(np.isnan(se) | (se < 0))
+    if len(bad):
+        raise DataError(f"standard error of row {int(bad[0])} is {se[bad[0]]!r}; it must be a number >= 0")
+    return se
+
+
+def _qualifying_pairs(mean: np.ndarray, se: np.ndarray, k: float, block: int = 1024) -> np.ndarray:
+    """All (i, j), i < j (local indices), with |mean_i - mean_j| > k * sqrt(se_i^2 + se_j^2), blockwise in memory."""
+    n = len(mean)
+    found = []
+    for start in range(0, n, block):
+        i = np.arange(start, min(start + block, n))
+        gap = np.abs(mean[i, None] - mean[None, :])
+        threshold = k * np.sqrt(se[i, None] ** 2 + se[None, :] ** 2)
+        ok = (gap > threshold) & (np.arange(n)[None, :] > i[:, None])
+        a, b = np.nonzero(ok)
+        found.append(np.stack([i[a], b], axis=1))
+    return np.concatenate(found) if found else np.empty((0, 2), dtype=np.int64)
+
+
+def preference_pairs(dataset, k: float = 3.0, se_from: str | Callable[[dict], float] = "precision",
+                     cap_per_contest: int | None = 1000, seed: int = 0, *, se: Any = None,
+                     keep_oracle: bool = False):
+    """Bradley-Terry pairs: two captions of one contest whose mean gap exceeds ``k * sqrt(se_1^2 + se_2^2)``.
+
+    ``se_from`` (alias ``se``) says what the standard error is (``standard_errors``). Per contest every qualifying
+    pair is found, then at most ``cap_per_contest`` are drawn uniformly at random (None: no cap); the pairs of all
+    contests are then shuffled together with ``seed``, so any prefix spans the contests (never the first N pairs in
+    contest order). Columns: ``contest``, ``image``, description fields, ``chosen`` (higher mean), ``rejected``,
+    ``gap`` (mean difference > 0), ``z`` (gap over its combined SE); with ``keep_oracle`` (stand-in analysis only)
+    also ``chosen_oracle`` / ``rejected_oracle``.
+    """
+    if se is not None:
+        se_from = se
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not k >= 0:
+        raise DataError(f"k must be a number >= 0, got {k!r}")
+    if cap_per_contest is not None and (isinstance(cap_per_contest, bool) or not isinstance(cap_per_contest, int)
+                                        or cap_per_contest < 1):
+        raise DataError(f"cap_per_contest must be a positive integer or None, got {cap_per_contest!r}")
+    if keep_oracle and "oracle" not in dataset.column_names:
+        raise DataError("keep_oracle=True needs the 'oracle' column: load with load_captions(..., keep_oracle=True)")
+    rng = np.random.default_rng(seed)
+    mean = np.asarray(_column(dataset, "mean"), dtype=np.float64)
+    ses = standard_errors(dataset, se_from)
+    pairs = []
+    for rows in _contest_groups(dataset).values():
+        rows = np.asarray(rows)
+        local = _qualifying_pairs(mean[rows], ses[rows], float(k))
+        if cap_per_contest is not None and len(local) > cap_per_contest:
+            local = local[rng.choice(len(local), size=cap_per_contest, replace=False)]
+        pairs.append(rows[local])
+    pairs = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.int64)
+    if not len(pairs):
+        raise DataError(
+            f"no caption pair passes the gap rule (k={k}, se_from={se_from!r}); lower k, or check that the standard "
+            f"errors are what se_from says"
+        )
+    pairs = pairs[rng.permutation(len(pairs))]
+    hi_first = mean[pairs[:, 0]] >= mean[pairs[:, 1]]
+    chosen = np.where(hi_first, pairs[:, 0], pairs[:, 1])
+    rejected = np.where(hi_first, pairs[:, 1], pairs[:, 0])
+    captions = _column(dataset, "caption")
+    gap = mean[chosen] - mean[rejected]
+    z = gap / np.maximum(np.sqrt(ses[chosen] ** 2 + ses[rejected] ** 2), 1e-12)
+    base = dataset.select_columns(["contest", "image", *_description_columns(dataset)]).select(chosen.tolist())
+    base = base.add_column("chosen", [captions[i] for i in chosen])
+    base = base.add_column("rejected", [captions[i] for i in rejected])
+    base = base.add_column("gap", gap.tolist())
+    base = base.add_column("z", z.tolist())
+    if keep_oracle:
+        oracle = np.asarray(_column(dataset, "oracle"), dtype=np.float64)
+        base = base.add_column("chosen_oracle", oracle[chosen].tolist())
+        base = base.add_column("rejected_oracle", oracle[rejected].tolist())
+    return base
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Splits and prompt rows
+# --------------------------------------------------------------------------------------------------------------------
+def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, seed: int = 0):
+    """A ``DatasetDict`` train / val / test whose contests are disjoint (every caption of a contest in one split).
+
+    Contests are shuffled with ``seed``; val and test get ``round(frac * n_contests)`` contests each, at least one
+    when their fraction is > 0, and train keeps at least one.
+    """
+    import datasets
+
+    for name, frac in (("val_frac", val_frac), ("test_frac", test_frac)):
+        if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac < 1:
+            raise DataError(f"{name} must be in [0, 1), got {frac!r}")
+    groups = _contest_groups(dataset)
+    contests = list(groups)
+    n = len(contests)
+    order = np.random.default_rng(seed).permutation(n)
+    n_val = max(1, round(val_frac * n)) if val_frac > 0 else 0
+    n_test = max(1, round(test_frac * n)) if test_frac > 0 else 0
+    if n - n_val - n_test < 1:
+        raise DataError(f"{n} contests cannot fill val ({n_val}), test ({n_test}) and a train split; add contests")
+    parts = {"val": order[:n_val], "test": order[n_val:n_val + n_test], "train": order[n_val + n_test:]}
+    out = {}
+    for split in ("train", "val", "test"):
+        rows = sorted(r for c in parts[split] for r in groups[contests[c]])
+        out[split] = dataset.select(rows)
+    return datasets.DatasetDict(out)
+
+
+def prompt_rows(dataset):
+    """One row per contest for GRPO and evaluation: ``prompt`` (``protocol.build_messages(desc)``), ``image``,
+    ``contest`` and the description columns (which the ``caption_rm`` reward reads back). Analysis columns are
+    dropped."""
+    groups = _contest_groups(dataset)
+    first = [rows[0] for rows in groups.values()]
+    desc_cols = _description_columns(dataset)
+    base = dataset.select_columns(["contest", "image", *desc_cols]).select(first)
+    table = base.select_columns(desc_cols) if desc_cols else None
+    prompts = [
+        protocol.build_messages(protocol.description_from_row(table[i]) if table is not None else None)
+        for i in range(len(base))
+    ]
+    return base.add_column("prompt", prompts)

@@ -1,0 +1,698 @@
+"""An offline stand-in for the caption-contest data: rendered "cartoons", many captions each, a hidden funniness rule.
+
+No hub is reachable here, and users want to try the whole pipeline on any machine, so this module generates data in
+exactly the real layout (``open_r1/tasks/captioning/data.py``) from the counting task's ray-tracing renderers
+(``open_r1.tasks.counting.scenes``: the CLEVR-like renderer for train/val/test, the OOD vehicle renderer for the
+``ood`` split).
+
+The cartoon
+-----------
+Each contest is one rendered scene with 3-7 objects (``--min-objects/--max-objects``) of which exactly one is
+*odd*: all objects share one value of an attribute dimension and the odd one has another (CLEVR renderer:
+colour, shape or size, with the other objects also sharing shape, colour and material; OOD renderer: colour, all
+vehicles sharing one colour and pattern). Which object is odd, and how, is visible only in the image: the text description says "one of
+them does not fit in", never which one.
+
+The hidden rule (``oracle_score``), a function of (caption text, scene) only, so it can score any caption a policy
+writes, not just the generated candidates:
+
+* +2.0 when the caption names the odd value (e.g. "blue" when one cube of five is blue), +0.5 more when it also
+  names the odd object's noun (the shape / vehicle);
+* +1.0 for a pun on the odd value from ``PUNS`` (e.g. blue -> "feeling blue"), +0.25 for a pun on another value
+  present in the scene, -0.5 for a pun on an absent value;
+* -1.5 per colour or shape named that is *absent* from the scene (at most two counted);
+* -0.1 per word beyond 12;
+* a small deterministic per-caption "wit" term in [-0.2, 0.2] (hash of the caption), so candidate means are not
+  all ties. Nothing here is learnable from text alone: the same caption scores high on one image and low on another.
+
+Candidates are built from joke frames with a referent (the odd object, a majority object, an absent object, or a
+vague one), an optional pun and an optional long tail. Votes are simulated: each of ``votes ~ max(min_votes,
+Poisson(mean_votes))`` raters gives 1, 2 or 3 (unfunny / somewhat / funny: thresholds on ``oracle + N(0,
+vote_noise)``); ``mean`` is their mean, ``precision`` the **standard error** of that mean (std / sqrt(votes)), so
+``data.preference_pairs(..., se_from="precision")`` is right for this data. ``oracle`` is written for analysis only
+(``data.load_captions`` drops it unless ``keep_oracle=True``); ``scene_meta`` (JSON) says what was rendered.
+
+Descriptions: ``scene`` (how many objects and of what kind), ``twist`` (always "one of them does not quite fit in"),
+``location`` (the floor / ground and sky), ``entities`` (the kind of thing: "shapes" / "toy vehicles", never
+which shapes or colours, which would let a text-only model see what is absent).
+
+Pre-training corpora and templated thinking
+-------------------------------------------
+The stand-in's tiny "base" policy and RM backbone first learn to see these scenes: ``pretrain_rows`` gives
+prompt-completion rows of three kinds (``describe``: list the objects; ``question``: plain questions about the scene;
+``fluency``: *uniformly random* candidate captions under the task prompt and format, so the base can write captions
+but is not selected for funniness). ``templated_thinking(row)`` is a **templated** thinking trace from the scene
+metadata ("Most of the objects are red cubes, but one is blue..."): tiny models cannot write real explanations, so
+the stand-in's SFT traces may come from it; the real synthesis code path is run on the stand-in all the same.
+
+CLI::
+
+    python -m open_r1.tasks.captioning.standin --out data/humor --contests 40 --ood-contests 10 \\
+        --captions 24 --image-size 128x96 --workers 2
+
+writes ``train/ val/ test/ ood/`` (``save_to_disk``, contests split with ``data.split_by_contest``) and
+``standin.json`` (the arguments and row counts).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+from typing import Any
+
+import numpy as np
+
+from open_r1.errors import DataError, OpenR1Error, SceneArgumentError, SceneGenerationError
+from open_r1.tasks.captioning import data as cdata
+from open_r1.tasks.captioning import protocol
+from open_r1.tasks.counting.scenes import clevr, ood
+from open_r1.tasks.counting.scenes.png import encode_png
+from open_r1.tasks.counting.scenes.raytrace import RayCaster
+from open_r1.tasks.counting.scenes.render import as_generator, default_min_visible_pixels, parse_image_size
+
+RENDERERS = {"clevr": clevr, "ood": ood}
+# Attribute dimensions that can make the odd object odd, per renderer.
+# OOD: colour only (sizes read ambiguously under its perspective camera, textures blur at small image sizes).
+ODD_DIMENSIONS = {"clevr": ("color", "shape", "size"), "ood": ("color",)}
+MAX_LAYOUT_ATTEMPTS = 300
+_SPLIT_STREAM = {"main": 0, "ood": 1}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Vocabulary: words a caption may use for an attribute value (the oracle reads these), and the pun table.
+# ---------------------------------------------------------------------------------------------------------------------
+COLOR_WORDS = {c: (c,) for c in sorted(set(clevr.COLORS) | set(ood.COLORS))}
+COLOR_WORDS["gray"] = ("gray", "grey")
+SHAPE_WORDS = {
+    "cube": ("cube", "cubes", "box", "boxes", "block", "blocks"),
+    "sphere": ("sphere", "spheres", "ball", "balls"),
+    "cylinder": ("cylinder", "cylinders", "can", "cans"),
+    "car": ("car", "cars"),
+    "bus": ("bus", "buses"),
+    "truck": ("truck", "trucks"),
+    "bike": ("bike", "bikes", "bicycle", "bicycles"),
+    "plane": ("plane", "planes", "airplane", "airplanes"),
+}
+SIZE_WORDS = {"large": ("large", "big", "huge", "giant"), "small": ("small", "tiny", "little")}
+TEXTURE_WORDS = {"striped": ("striped", "stripy"), "checkered": ("checkered", "checked"), "plain": ("plain",)}
+VOCAB = {"color": COLOR_WORDS, "shape": SHAPE_WORDS, "size": SIZE_WORDS, "texture": TEXTURE_WORDS}
+WORD_TO_VALUE = {w: (dim, value) for dim, table in VOCAB.items() for value, words in table.items() for w in words}
+NOUN = {"cube": "cube", "sphere": "sphere", "cylinder": "cylinder", "car": "car", "bus": "bus", "truck": "truck",
+        "bike": "bike", "plane": "plane"}
+PLURAL = {"cube": "cubes", "sphere": "spheres", "cylinder": "cylinders", "car": "cars", "bus": "buses",
+          "truck": "trucks", "bike": "bikes", "plane": "planes"}
+PUNS = {
+    "red": "seeing red", "blue": "feeling blue", "green": "green with envy", "yellow": "mellow yellow",
+    "gray": "a gray area", "brown": "brownie points", "purple": "purple prose", "cyan": "cyan you believe it",
+    "orange": "orange you glad", "white": "a white lie", "black": "back in the black", "pink": "tickled pink",
+    "cube": "thinking outside the box", "sphere": "on the ball", "cylinder": "firing on all cylinders",
+    "car": "driven to distraction", "bus": "missed the bus", "truck": "keep on trucking", "bike": "on your bike",
+    "plane": "plane as day", "large": "a big deal", "small": "small talk", "striped": "earned its stripes",
+    "checkered": "a checkered past", "plain": "plain and simple",
+}
+FRAMES = (
+    "Nobody tell the {ref} it was adopted.",
+    "I told you the {ref} would make a scene.",
+    "Honestly, the {ref} is only here for the snacks.",
+    "We agreed on a dress code, and then the {ref} showed up.",
+    "The {ref} insists this is a business meeting.",
+    "Act natural, the {ref} is watching.",
+    "Every family has a {ref}.",
+    "Relax, the {ref} always stands like that.",
+    "Who invited the {ref}?",
+    "It's not a phase, Mom, I'm a {ref}.",
+    "The {ref} heard about the layoffs first.",
+    "Somebody has to be the {ref}.",
+)
+VAGUE_REFS = ("new guy", "one in the corner", "odd one out", "intern", "guest of honor")
+LONG_TAIL = " and frankly I have been meaning to say this to all of you for quite some time now"
+
+W_ODD, W_ODD_NOUN, W_PUN_ODD, W_PUN_PRESENT, W_PUN_ABSENT = 2.0, 0.5, 1.0, 0.25, -0.5
+W_ABSENT, MAX_ABSENT, FREE_WORDS, W_LENGTH, WIT = -1.5, 2, 12, -0.1, 0.2
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Rendering a scene with one odd object
+# ---------------------------------------------------------------------------------------------------------------------
+def _choose_other(rng, options, current):
+    others = [o for o in options if o != current]
+    return str(rng.choice(others))
+
+
+def _make_odd(rng: np.random.Generator, renderer: str, objects: list[dict]) -> dict | None:
+    """Rewrite sampled objects so all share a value of one dimension and one object differs. None: retry."""
+    dims = ODD_DIMENSIONS[renderer]
+    dim = str(rng.choice(dims))
+    n = len(objects)
+    sizes = clevr.SIZES if renderer == "clevr" else ood.SIZES
+    if dim == "size":  # shrinking is always safe for the placed layout; growing is not: the odd one must be large
+        large = [i for i, o in enumerate(objects) if o["size"] == "large"]
+        if not large:
+            return None
+        odd = int(rng.choice(large))
+    else:
+        odd = int(rng.integers(n))
+    if renderer == "clevr":
+        shape = str(rng.choice(clevr.SHAPES))
+        color = str(rng.choice(list(clevr.COLORS)))
+        material = str(rng.choice(clevr.MATERIALS))
+        for o in objects:
+            o["shape"], o["color"], o["material"] = shape, color, material
+        palette = {"color": list(clevr.COLORS), "shape": list(clevr.SHAPES)}
+    else:
+        color = str(rng.choice(list(ood.COLORS)))
+        texture = str(rng.choice(ood.TEXTURES))
+        for o in objects:
+            o["color"], o["texture"] = color, texture
+        palette = {"color": list(ood.COLORS), "texture": list(ood.TEXTURES)}
+    if dim == "size":
+        for i, o in enumerate(objects):
+            if i != odd and o["size"] != "small":
+                o["_radius"] *= sizes["small"] / sizes[o["size"]]
+                o["size"] = "small"
+        majority, odd_value = "small", "large"
+    else:
+        majority = objects[(odd + 1) % n][dim]
+        odd_value = _choose_other(rng, palette[dim], majority)
+        objects[odd][dim] = odd_value
+    if renderer == "clevr":  # resting height depends on shape and size (as clevr.sample_objects sets it)
+        for o in objects:
+            radius = clevr.SIZES[o["size"]]
+            o["_radius"] = radius
+            o["position"][2] = radius if o["shape"] != "cube" else radius / math.sqrt(2.0)
+    return {"dimension": dim, "odd_index": odd, "odd_value": odd_value, "majority_value": majority}
+
+
+def _footprints(renderer: str, objects: list[dict]) -> list:
+    # Contact-shadow footprints, as each renderer's build_spec derives them from its objects.
+    if renderer == "clevr":
+        return [(o["position"][0], o["position"][1], o["_radius"] if o["shape"] != "sphere" else 0.55 * o["_radius"])
+                for o in objects]
+    return [(o["position"][0], o["position"][1], 0.5 * o["_radius"]) if o["shape"] != "plane" else None
+            for o in objects]
+
+
+def render_odd_scene(rng_or_seed: Any, renderer: str = "clevr", image_size: Any = (128, 96), min_objects: int = 3,
+                     max_objects: int = 7):
+    """Render one scene with exactly one odd object: (PIL image, scene_meta dict).
+
+    The counting renderers sample the layout, camera and lights (``build_spec``); the objects' attributes are then
+    rewritten (``_make_odd``) and the parts rebuilt with the renderer's own ``object_parts``. Layouts are redrawn
+    until every object has enough visible pixels, as ``render_scene`` does.
+    """
+    from PIL import Image
+
+    if renderer not in RENDERERS:
+        raise SceneArgumentError(f"unknown renderer {renderer!r}; choose one of {sorted(RENDERERS)}")
+    if not (isinstance(min_objects, int) and isinstance(max_objects, int) and 2 <= min_objects <= max_objects <= 15):
+        raise SceneArgumentError(f"need 2 <= min_objects <= max_objects <= 15, got {min_objects}, {max_objects}")
+    width, height = parse_image_size(image_size, renderer)
+    min_pixels = default_min_visible_pixels(width, height)
+    rng = as_generator(rng_or_seed)
+    module = RENDERERS[renderer]
+    n_objects = int(rng.integers(min_objects, max_objects + 1))
+    for _ in range(MAX_LAYOUT_ATTEMPTS):
+        spec, objects, environment = module.build_spec(rng, n_objects, "A", width, height)
+        odd = _make_odd(rng, renderer, objects)
+        if odd is None:
+            continue
+        parts = [part for i, obj in enumerate(objects) for part in module.object_parts(obj, i)]
+        spec = dataclasses.replace(spec, parts=parts, footprints=_footprints(renderer, objects))
+        caster = RayCaster(spec)
+        ids = caster.trace().object_ids
+        visible = np.bincount(ids[ids >= 0], minlength=n_objects)
+        if visible.min() >= min_pixels:
+            break
+    else:
+        raise SceneGenerationError(
+            f"could not lay out {n_objects} visible objects at {width}x{height} in {MAX_LAYOUT_ATTEMPTS} attempts; "
+            f"use a larger --image-size or fewer --max-objects"
+        )
+    image = Image.fromarray(caster.render(anti_alias=True))
+    keys = ("shape", "color", "size", "material", "texture")
+    meta = {
+        "renderer": renderer,
+        "image_size": [width, height],
+        "environment": environment,
+        "objects": [{k: o[k] for k in keys if k in o} | {"visible_pixels": int(v)} for o, v in zip(objects, visible)],
+        **odd,
+    }
+    return image, meta
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The hidden rule
+# ---------------------------------------------------------------------------------------------------------------------
+_TOKEN = re.compile(r"[a-z]+")
+
+
+def _present(meta: dict) -> dict[str, set]:
+    present: dict[str, set] = {dim: set() for dim in VOCAB}
+    for obj in meta["objects"]:
+        for dim in VOCAB:
+            if dim in obj:
+                present[dim].add(obj[dim])
+    return present
+
+
+def _caption_puns(text: str) -> tuple[list[str], str]:
+    """Pun values found in a lower-cased caption, and the text with those phrases removed."""
+    found = []
+    for value, phrase in PUNS.items():
+        if phrase in text:
+            found.append(value)
+            text = text.replace(phrase, " ")
+    return found, text
+
+
+def _pun_dimension(value: str) -> str:
+    for dim, table in VOCAB.items():
+        if value in table:
+            return dim
+    raise KeyError(value)
+
+
+def oracle_details(caption: str, meta: dict) -> dict:
+    """The hidden score's parts for one caption on one scene (see the module docstring)."""
+    text = " ".join(caption.lower().split())
+    puns, rest = _caption_puns(text)
+    mentioned: dict[str, set] = {dim: set() for dim in VOCAB}
+    for token in _TOKEN.findall(rest):
+        if token in WORD_TO_VALUE:
+            dim, value = WORD_TO_VALUE[token]
+            mentioned[dim].add(value)
+    present = _present(meta)
+    dim, odd_value = meta["dimension"], meta["odd_value"]
+    odd_obj = meta["objects"][meta["odd_index"]]
+    names_odd = odd_value in mentioned[dim]
+    names_noun = names_odd and dim != "shape" and odd_obj["shape"] in mentioned["shape"]
+    absent = sum(len(mentioned[d] - present[d]) for d in ("color", "shape"))
+    pun_score = 0.0
+    for value in puns:
+        if value == odd_value:
+            pun_score += W_PUN_ODD
+        elif value in present[_pun_dimension(value)]:
+            pun_score += W_PUN_PRESENT
+        else:
+            pun_score += W_PUN_ABSENT
+    words = protocol.count_words(caption)
+    wit = (int(hashlib.sha1(text.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF * 2.0 - 1.0) * WIT
+    parts = {
+        "names_odd": W_ODD * names_odd,
+        "names_odd_noun": W_ODD_NOUN * names_noun,
+        "puns": pun_score,
+        "absent": W_ABSENT * min(absent, MAX_ABSENT),
+        "length": W_LENGTH * max(0, words - FREE_WORDS),
+        "wit": wit,
+    }
+    parts["score"] = float(sum(parts.values()))
+    return parts
+
+
+def oracle_score(caption: str, meta: dict | str) -> float:
+    """The hidden funniness of ``caption`` on the scene ``meta`` (a dict or the ``scene_meta`` JSON)."""
+    if isinstance(meta, str):
+        meta = json.loads(meta)
+    return oracle_details(caption, meta)["score"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Candidates, votes, descriptions
+# ---------------------------------------------------------------------------------------------------------------------
+def _phrase(dim_value_pairs: list[str], noun: str) -> str:
+    return " ".join([*dim_value_pairs, noun])
+
+
+def _referents(rng: np.random.Generator, meta: dict) -> dict[str, str]:
+    renderer = meta["renderer"]
+    dim, odd_value, majority = meta["dimension"], meta["odd_value"], meta["majority_value"]
+    odd_obj = meta["objects"][meta["odd_index"]]
+    other = meta["objects"][(meta["odd_index"] + 1) % len(meta["objects"])]
+    present = _present(meta)
+    module = RENDERERS[renderer]
+    shapes = clevr.SHAPES if renderer == "clevr" else ood.CATEGORIES
+    absent_colors = [c for c in module.COLORS if c not in present["color"]]
+    absent_shapes = [s for s in shapes if s not in present["shape"]]
+    if dim == "shape":
+        odd_ref = _phrase([odd_obj["color"]], NOUN[odd_value])
+        majority_ref = _phrase([other["color"]], NOUN[majority])
+    else:
+        odd_ref = _phrase([odd_value], NOUN[odd_obj["shape"]])
+        majority_ref = _phrase([majority], NOUN[other["shape"]])
+    absent_ref = _phrase([str(rng.choice(absent_colors))], NOUN[str(rng.choice(absent_shapes))]) \
+        if absent_colors and absent_shapes else "unicorn"
+    return {"odd": odd_ref, "majority": majority_ref, "absent": absent_ref, "vague": str(rng.choice(VAGUE_REFS))}
+
+
+def candidate_captions(rng: np.random.Generator, meta: dict, n: int) -> list[dict]:
+    """``n`` distinct candidate captions for a scene, each with its referent kind, pun kind and length kind."""
+    present = _present(meta)
+    pun_values = {
+        "odd": [meta["odd_value"]],
+        "present": [v for d in VOCAB for v in present[d] if v in PUNS and v != meta["odd_value"]],
+        "absent": [v for v in PUNS if not any(v in present[d] for d in VOCAB)],
+    }
+    out, seen = [], set()
+    for _ in range(n * 20):
+        if len(out) == n:
+            break
+        refs = _referents(rng, meta)
+        ref_kind = str(rng.choice(["odd", "majority", "absent", "vague"], p=[0.3, 0.25, 0.2, 0.25]))
+        pun_kind = str(rng.choice(["none", "odd", "present", "absent"], p=[0.55, 0.15, 0.15, 0.15]))
+        if pun_kind != "none" and not pun_values[pun_kind]:
+            pun_kind = "none"
+        long = bool(rng.random() < 0.2)
+        text = str(rng.choice(FRAMES)).format(ref=refs[ref_kind])
+        if pun_kind != "none":
+            text = text[:-1] + f", talk about {PUNS[str(rng.choice(pun_values[pun_kind]))]}" + text[-1]
+        if long:
+            text = text[:-1] + LONG_TAIL + text[-1]
+        text = text[0].upper() + text[1:]
+        if text in seen:
+            continue
+        seen.add(text)
+        out.append({"caption": text, "ref_kind": ref_kind, "pun_kind": pun_kind, "long": long})
+    if len(out) < n:
+        raise SceneGenerationError(f"could only make {len(out)} distinct captions of {n}; ask for fewer --captions")
+    return out
+
+
+def simulate_votes(rng: np.random.Generator, oracle: float, mean_votes: float = 30.0, min_votes: int = 10,
+                   vote_noise: float = 1.5) -> dict:
+    """Simulated ratings 1/2/3 (thresholds 0.5 and 2.0 on ``oracle + N(0, vote_noise)``): mean, SE, votes."""
+    votes = max(int(min_votes), int(rng.poisson(mean_votes)))
+    latent = oracle + rng.normal(0.0, vote_noise, size=votes)
+    ratings = 1.0 + (latent > 0.5) + (latent > 2.0)
+    std = float(ratings.std(ddof=1)) if votes > 1 else 0.0
+    return {"mean": float(ratings.mean()), "precision": std / math.sqrt(votes), "votes": votes}
+
+
+def describe(meta: dict) -> dict:
+    """The text description fields; they never say which object is odd (that is only in the image)."""
+    n = len(meta["objects"])
+    env = meta["environment"]
+    # Entities name the kind of thing only: listing shapes or colours would let a text-only model see what is absent.
+    if meta["renderer"] == "clevr":
+        kind, location, entities = "shapes", "a bare studio floor", ["shapes"]
+    else:
+        kind = "toy vehicles"
+        location = f"{env.get('ground', 'the ground')} under a {env.get('sky', 'plain')} sky"
+        entities = ["toy vehicles"]
+    return {
+        "scene": f"{n} {kind} stand around together.",
+        "twist": "One of them does not quite fit in.",
+        "location": location,
+        "entities": entities,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Contests and splits
+# ---------------------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class StandinConfig:
+    captions: int = 24
+    image_size: tuple[int, int] = (128, 96)
+    min_objects: int = 3
+    max_objects: int = 7
+    mean_votes: float = 30.0
+    min_votes: int = 10
+    vote_noise: float = 1.5
+    seed: int = 0
+
+
+def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
+    """All caption rows of one contest (deterministic in (seed, stream, index))."""
+    renderer = "ood" if stream == "ood" else "clevr"
+    scene_seed = np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index, 0))
+    text_rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index, 1)))
+    size = config.image_size if renderer == "clevr" else _ood_size(config.image_size)
+    image, meta = render_odd_scene(scene_seed, renderer, size, config.min_objects, config.max_objects)
+    png = {"bytes": encode_png(np.asarray(image), 3), "path": None}
+    contest = index + (100000 if stream == "ood" else 0)
+    desc = describe(meta)
+    meta_json = json.dumps(meta, separators=(",", ":"))
+    rows = []
+    for cand in candidate_captions(text_rng, meta, config.captions):
+        oracle = oracle_score(cand["caption"], meta)
+        votes = simulate_votes(text_rng, oracle, config.mean_votes, config.min_votes, config.vote_noise)
+        rows.append({"contest": contest, "image": png, **desc, "caption": cand["caption"], **votes,
+                     "oracle": oracle, "scene_meta": meta_json, "renderer": renderer})
+    return rows
+
+
+def _ood_size(size: tuple[int, int]) -> tuple[int, int]:
+    return size  # the same pixel budget; the OOD shift is the renderer, not the resolution
+
+
+def features():
+    import datasets
+
+    return datasets.Features({
+        "contest": datasets.Value("int64"),
+        "image": datasets.Image(),
+        "scene": datasets.Value("string"),
+        "twist": datasets.Value("string"),
+        "location": datasets.Value("string"),
+        "entities": datasets.Sequence(datasets.Value("string")),
+        "caption": datasets.Value("string"),
+        "mean": datasets.Value("float64"),
+        "precision": datasets.Value("float64"),
+        "votes": datasets.Value("int64"),
+        "oracle": datasets.Value("float64"),
+        "scene_meta": datasets.Value("string"),
+        "renderer": datasets.Value("string"),
+    })
+
+
+def build_contests(n: int, config: StandinConfig = StandinConfig(), stream: str = "main", workers: int = 1):
+    """A ``datasets.Dataset`` of ``n`` contests (one row per caption) from the CLEVR-like (``main``) or OOD stream."""
+    import datasets
+
+    if stream not in _SPLIT_STREAM:
+        raise SceneArgumentError(f"stream must be one of {sorted(_SPLIT_STREAM)}, got {stream!r}")
+    if n < 1:
+        raise SceneArgumentError(f"need at least one contest, got {n}")
+    make = functools.partial(make_contest, config, stream)
+    if workers > 1 and n > 1:
+        from open_r1.tasks.counting.scenes.dataset import _limit_blas_threads, _pool_context
+
+        with _pool_context().Pool(min(workers, n), initializer=_limit_blas_threads) as pool:
+            contests = pool.map(make, range(n), chunksize=max(1, n // (workers * 4)))
+    else:
+        contests = [make(i) for i in range(n)]
+    rows = [row for contest in contests for row in contest]
+    return datasets.Dataset.from_list(rows, features=features())
+
+
+def write_standin(out_dir: str | os.PathLike, contests: int, ood_contests: int | None = None,
+                  val_frac: float = 0.15, test_frac: float = 0.15, config: StandinConfig = StandinConfig(),
+                  workers: int = 1, overwrite: bool = False) -> dict[str, str]:
+    """Write ``train/ val/ test/`` (CLEVR-like contests split by contest) and ``ood/`` (OOD renderer) under out_dir."""
+    out_dir = os.fspath(out_dir)
+    if os.path.exists(os.path.join(out_dir, "standin.json")) and not overwrite:
+        raise SceneArgumentError(f"{out_dir} already holds a stand-in; pass --overwrite (or overwrite=True) to replace it")
+    ood_contests = max(1, contests // 4) if ood_contests is None else ood_contests
+    main = build_contests(contests, config, "main", workers)
+    splits = dict(cdata.split_by_contest(main, val_frac, test_frac, seed=config.seed))
+    if ood_contests:
+        splits["ood"] = build_contests(ood_contests, config, "ood", workers)
+    paths, counts = {}, {}
+    for name, ds in splits.items():
+        path = os.path.join(out_dir, name)
+        ds.save_to_disk(path)
+        paths[name] = path
+        counts[name] = {"rows": len(ds), "contests": len(set(ds["contest"]))}
+    with open(os.path.join(out_dir, "standin.json"), "w") as f:
+        json.dump({"contests": contests, "ood_contests": ood_contests, "val_frac": val_frac, "test_frac": test_frac,
+                   "config": dataclasses.asdict(config), "splits": counts}, f, indent=2)
+    return paths
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Templated thinking and pre-training corpora
+# ---------------------------------------------------------------------------------------------------------------------
+def _meta(row: dict) -> dict:
+    if "scene_meta" not in row:
+        raise DataError("the stand-in helpers need the 'scene_meta' column; it is in every stand-in split")
+    meta = row["scene_meta"]
+    return json.loads(meta) if isinstance(meta, str) else meta
+
+
+def _majority_phrase(meta: dict) -> str:
+    other = meta["objects"][(meta["odd_index"] + 1) % len(meta["objects"])]
+    if meta["renderer"] == "clevr":
+        return f"{other['size'] if meta['dimension'] == 'size' else other['color']} {PLURAL[other['shape']]}"
+    noun = "vehicles"
+    return f"{meta['majority_value']} {noun}"
+
+
+def odd_object_phrase(meta: dict) -> str:
+    """"the blue cube": the odd object by its odd value and noun."""
+    odd = meta["objects"][meta["odd_index"]]
+    if meta["dimension"] == "shape":
+        return f"the {odd['color']} {NOUN[odd['shape']]}"
+    return f"the {meta['odd_value']} {NOUN[odd['shape']]}"
+
+
+def templated_thinking(row: dict) -> str:
+    """A TEMPLATED thinking trace for a stand-in caption row (from ``scene_meta``, not from a model).
+
+    Stands in for the real synthesis output when the policy is too small to write explanations; it says what is
+    odd in the picture and that the caption plays on it. It never quotes the caption.
+    """
+    meta = _meta(row)
+    dim_word = {"color": "colour", "shape": "shape", "size": "size", "texture": "pattern"}[meta["dimension"]]
+    return (
+        f"Most of the objects are {meta['majority_value']} ones, but {odd_object_phrase(meta)} differs in "
+        f"{dim_word}. A good caption points at {odd_object_phrase(meta)} and plays on it being "
+        f"{meta['odd_value']}."
+    )
+
+
+def add_templated_thinking(dataset):
+    """``dataset`` with a ``thinking`` column from ``templated_thinking`` (for ``data.sft_rows`` on the stand-in)."""
+    table = dataset.select_columns(["scene_meta"])
+    return dataset.add_column(cdata.THINKING_COLUMN, [templated_thinking(r) for r in table])
+
+
+def _qa_messages(question: str) -> list[dict]:
+    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+
+
+def _completion(text: str) -> list[dict]:
+    return [{"role": "assistant", "content": [{"type": "text", "text": text}]}]
+
+
+def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str]]:
+    """Plain questions about a scene with their answers (no captions, no funniness)."""
+    present = _present(meta)
+    n = len(meta["objects"])
+    odd = odd_object_phrase(meta)
+    module = RENDERERS[meta["renderer"]]
+    shapes = clevr.SHAPES if meta["renderer"] == "clevr" else ood.CATEGORIES
+    qa = [
+        ("How many objects are there?", str(n)),
+        ("Which object is different from the others?", odd[0].upper() + odd[1:] + "."),
+        (f"In what way is {odd} different?", f"Its {meta['dimension']}: it is {meta['odd_value']}, the others are "
+                                               f"{meta['majority_value']}."),
+    ]
+    absent_colors = [c for c in module.COLORS if c not in present["color"]]
+    if absent_colors:
+        qa.append((f"Is there anything {rng.choice(absent_colors)} in the picture?", "No."))
+    qa.append((f"Is there anything {rng.choice(sorted(present['color']))} in the picture?", "Yes."))
+    absent_shapes = [s for s in shapes if s not in present["shape"]]
+    if absent_shapes:
+        qa.append((f"Is there a {NOUN[str(rng.choice(absent_shapes))]} in the picture?", "No."))
+    return qa
+
+
+def scene_description(meta: dict) -> str:
+    """A one-sentence literal description: what is there, and which one is odd."""
+    n = len(meta["objects"])
+    return (f"There are {n} objects. Most are {_majority_phrase(meta)}; {odd_object_phrase(meta)} is the odd one "
+            f"out, being {meta['odd_value']}.")
+
+
+def pretrain_rows(dataset, kinds: tuple[str, ...] = ("describe", "question", "fluency"), per_contest: int = 4,
+                  think_prefix: bool = True, seed: int = 0):
+    """Prompt-completion rows that teach a tiny base model (policy or RM backbone) to see the stand-in's scenes.
+
+    * ``describe``: "Describe the picture." -> ``scene_description``;
+    * ``question``: ``scene_questions`` (count, which is odd, how, present/absent colours and shapes);
+    * ``fluency``: the task prompt (``protocol.build_messages``) -> ``format_target(neutral thinking, caption)`` for
+      captions drawn *uniformly* from the contest's candidates (never by funniness), so the base writes captions in
+      the format without knowing the rule.
+
+    ``per_contest`` rows of each kind per contest (questions: up to that many). ``think_prefix``: completions of the
+    describe/question kinds start with an empty think block (``</think>\\n\\n``), as a Thinking model's template has
+    already opened ``<think>``; pass False for a backbone without one. Columns: prompt, completion, images, kind,
+    contest. Never reads ``oracle``, ``mean`` or ``votes``.
+    """
+    import datasets
+
+    unknown = sorted(set(kinds) - {"describe", "question", "fluency"})
+    if unknown:
+        raise DataError(f"unknown pretrain kind(s) {unknown}; choose from describe, question, fluency")
+    rng = np.random.default_rng(seed)
+    groups = cdata._contest_groups(dataset)
+    table = dataset.select_columns(["contest", "caption", "scene_meta", *cdata._description_columns(dataset)])
+    prefix = f"{protocol.THINK_CLOSE}\n\n" if think_prefix else ""
+    out: dict[str, list] = {"prompt": [], "completion": [], "images": [], "kind": [], "contest": []}
+    image_rows = []
+
+    def add(prompt, text, kind, contest, row):
+        out["prompt"].append(prompt)
+        out["completion"].append(_completion(text))
+        out["kind"].append(kind)
+        out["contest"].append(contest)
+        image_rows.append(row)
+
+    for contest, rows in groups.items():
+        first = table[rows[0]]
+        meta = _meta(first)
+        if "describe" in kinds:
+            for _ in range(per_contest):
+                add(_qa_messages("Describe the picture."), prefix + scene_description(meta), "describe", contest, rows[0])
+        if "question" in kinds:
+            qa = scene_questions(rng, meta)
+            for i in rng.permutation(len(qa))[:per_contest]:
+                add(_qa_messages(qa[i][0]), prefix + qa[i][1], "question", contest, rows[0])
+        if "fluency" in kinds:
+            desc = protocol.description_from_row(first)
+            for r in rng.choice(rows, size=min(per_contest, len(rows)), replace=False):
+                target = protocol.format_target("Let me look at the picture and write a caption.", table[int(r)]["caption"])
+                add(protocol.build_messages(desc), target, "fluency", contest, int(r))
+    images = dataset.select(image_rows)["image"]
+    out["images"] = [[image] for image in images]
+    return datasets.Dataset.from_dict(out)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m open_r1.tasks.captioning.standin", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="output directory (train/ val/ test/ ood/ and standin.json)")
+    parser.add_argument("--contests", type=int, required=True, help="CLEVR-like contests, split by contest")
+    parser.add_argument("--ood-contests", type=int, default=None, help="OOD-renderer contests (default contests // 4)")
+    parser.add_argument("--captions", type=int, default=24, help="candidate captions per contest")
+    parser.add_argument("--image-size", default="128x96", help="WIDTHxHEIGHT (e.g. 128x96 for tiny runs)")
+    parser.add_argument("--min-objects", type=int, default=3)
+    parser.add_argument("--max-objects", type=int, default=7)
+    parser.add_argument("--mean-votes", type=float, default=30.0)
+    parser.add_argument("--min-votes", type=int, default=10)
+    parser.add_argument("--vote-noise", type=float, default=1.5)
+    parser.add_argument("--val-frac", type=float, default=0.15)
+    parser.add_argument("--test-frac", type=float, default=0.15)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--overwrite", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = StandinConfig(
+            captions=args.captions, image_size=parse_image_size(args.image_size), min_objects=args.min_objects,
+            max_objects=args.max_objects, mean_votes=args.mean_votes, min_votes=args.min_votes,
+            vote_noise=args.vote_noise, seed=args.seed,
+        )
+        paths = write_standin(args.out, args.contests, args.ood_contests, args.val_frac, args.test_frac, config,
+                              args.workers, args.overwrite)
+    except OpenR1Error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
