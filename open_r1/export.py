@@ -2,23 +2,29 @@
 
 Atomic by construction: everything is written into a temporary directory beside the target, verified there the
 way the grader loads it (`Qwen2VLForConditionalGeneration.from_pretrained`, `AutoProcessor`, one greedy
-generation under the eval protocol), and only then renamed into place. An existing submission is moved aside to
-`<target>.prev-<timestamp>` first, so neither a crash nor a bad export loses a finished model.
+generation under the eval protocol), its modes set to 0755/0644, and only then swapped into place by `install`
+(one atomic exchange, or two journaled renames that `recover_interrupted_swap` completes on the next run). The
+model that was there is kept at `<target>.prev-<timestamp>`; a *scored* submission (one holding its selfcheck.json)
+is not replaced at all unless asked (`--replace`): the new model goes beside it. Neither a crash, a signal nor a
+bad export loses a finished model.
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 
 from open_r1 import modeling
-from open_r1.errors import ExportError, ModelError  # noqa: F401  (re-exported)
-from open_r1.run.keep_best import read_json
+from open_r1.errors import ExportError, ModelError, OpenR1Error  # noqa: F401  (re-exported)
+from open_r1.run.keep_best import read_json, write_json_atomic
 from open_r1.tasks.counting import protocol
 
 TRAINING_META_FILE = "training_meta.json"
@@ -33,6 +39,7 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     sample_completion: str | None = None
+    installed: bool | None = None  # export: True = at --out, False = written beside a scored submission
 
     @property
     def ok(self) -> bool:
@@ -141,7 +148,10 @@ def _check_weights(path: str) -> list[str]:
     """Every safetensors file present, with a readable header and the size its header promises."""
     index_path = os.path.join(path, "model.safetensors.index.json")
     if os.path.isfile(index_path):
-        files = sorted(set((read_json(index_path) or {}).get("weight_map", {}).values()))
+        index = read_json(index_path)
+        if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+            return ["weights index model.safetensors.index.json is not valid JSON with a weight_map: re-save the model"]
+        files = sorted(set(index["weight_map"].values()))
     elif os.path.isfile(os.path.join(path, "model.safetensors")):
         files = ["model.safetensors"]
     else:
@@ -175,10 +185,29 @@ def _safetensors_problem(file_path: str) -> str | None:
 
 
 def export_submission(checkpoint: str, out: str, base_model: str | None = None, min_pixels: int | None = None,
-                      max_pixels: int | None = None, verify: bool = True, log=print) -> VerifyReport:
-    """Merge (if LoRA), save everything into a temp dir beside `out`, verify, then move into place."""
+                      max_pixels: int | None = None, verify: bool = True, log=print,
+                      replace_scored: bool = False) -> VerifyReport:
+    """Merge (if LoRA), save everything into a temp dir beside `out`, verify, then install it (see `install`).
+
+    `out` holding a scored submission (its selfcheck.json) is never replaced unless `replace_scored`: the new model
+    is written beside it as `<out>.candidate-<timestamp>` (report.path) with the commands to score and promote it.
+    """
     if not os.path.isdir(checkpoint):
         raise ExportError(f"checkpoint {checkpoint} does not exist; train first (bash train.sh) or pass --checkpoint")
+    from open_r1.validate import check_checkpoint, writable_problem
+
+    out = os.path.abspath(out.rstrip("/") or out)
+    problem = writable_problem(out)
+    if problem:
+        raise ExportError(f"cannot write the submission: {problem} (--out / SUBMISSION)")
+    problem = check_checkpoint(checkpoint)
+    if problem:
+        raise ExportError(f"checkpoint {checkpoint} does not load: {problem}. Export another checkpoint "
+                          "(--checkpoint <run dir>/checkpoint-N) or re-train")
+    parent = os.path.dirname(out)
+    os.makedirs(parent, exist_ok=True)
+    recover_interrupted_swap(out, log=log)
+    clean_stale_staging(out, log=log)
     meta = _read_meta(checkpoint)
     model, base = load_for_export(checkpoint, base_model)
     processor_source = checkpoint if os.path.isfile(os.path.join(checkpoint, "preprocessor_config.json")) else base
@@ -187,32 +216,246 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
         min_pixels if min_pixels is not None else meta.get("min_pixels"),
         max_pixels if max_pixels is not None else meta.get("max_pixels"),
     )
-    out = os.path.abspath(out)
-    parent = os.path.dirname(out)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.tmp-", dir=parent)
+    staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX.format(name=os.path.basename(out))}{os.getpid()}-",
+                               dir=parent)
+    verified = False
     try:
         log(f"[export] writing merged model from {checkpoint} into {staging}")
         model.save_pretrained(staging, safe_serialization=True)
         processor.save_pretrained(staging)
         modeling.write_compat_processor_files(staging)
         model.generation_config.save_pretrained(staging)
+        fix_modes(staging)
         report = verify_submission(staging, generate=verify)
         if not report.ok:
-            raise ExportError("the exported model failed verification: " + "; ".join(report.problems))
+            raise ExportError("the exported model failed verification: " + "; ".join(report.problems)
+                              + f". The submission at {out} is unchanged")
+        verified = True
         for warning in report.warnings:
             log(f"[export] warning: {warning}")
-        if os.path.exists(out):
-            aside = f"{out}.prev-{time.strftime('%Y%m%d-%H%M%S')}"
-            os.rename(out, aside)
-            log(f"[export] previous submission kept at {aside}")
-        os.rename(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        current = scored_submission(out)
+        if current is not None and not replace_scored:
+            beside = _unique(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.rename(staging, beside)
+            score = current.get("mean_accuracy_pct")
+            log(f"[export] {out} holds a scored submission ({score}% mean accuracy in its {REPORT_FILE}): kept. "
+                f"The new model is at {beside}; " + promote_hint(beside, out, current)
+                + " (or export with --replace to overwrite without comparing)")
+            report.path = beside
+            report.installed = False
+            return report
+        install(staging, out, "prev", log=log)
+    except BaseException as exc:
+        if os.path.exists(_journal_path(out)):  # the swap itself failed half-way (an OSError): finish or undo it
+            discard_staging(staging, out, log=log)
+        elif verified and os.path.isdir(staging):  # a verified model is never deleted: keep it beside the target
+            kept = _unique(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.rename(staging, kept)
+            log(f"[export] interrupted ({type(exc).__name__}); {out} is unchanged, the verified new model is kept "
+                f"at {kept}")
+        else:
+            shutil.rmtree(staging, ignore_errors=True)  # a partial write, never a model
+            if isinstance(exc, KeyboardInterrupt):
+                log(f"[export] interrupted before the new model was verified; {out} is unchanged")
         raise
     report.path = out
+    report.installed = True
     log(f"[export] submission ready: {out}")
     return report
+
+
+# ---- installing a verified model at the submission path -------------------------------------------------------------
+#
+# Guarantees (docs/GUARANTEES.md): the model at `target` is always complete. The new model is written and verified
+# in `.<name>.tmp-<pid>-*` beside it, its modes set like any save_pretrained output (dirs 0755, files 0644), then
+# swapped in by ONE atomic renameat2(RENAME_EXCHANGE) where the file system supports it (Linux >= 3.15), else by two
+# renames. Either way a journal `.<name>.swap.json` is written first and removed last, SIGINT/SIGTERM are held back
+# during the swap, and `recover_interrupted_swap` (run first by export, promote and selfcheck) completes or undoes a
+# swap that a SIGKILL or a power cut interrupted.
+
+SWAP_JOURNAL = ".{name}.swap.json"
+STAGING_PREFIX = ".{name}.tmp-"
+REPORT_FILE = "selfcheck.json"
+
+
+def fix_modes(root: str) -> None:
+    """Dirs 0755, files 0644, whatever the umask of mkdtemp (0700): a grader running as another user reads it."""
+    os.chmod(root, 0o755)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            os.chmod(os.path.join(dirpath, name), 0o755)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o644)
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swap two paths (renameat2 RENAME_EXCHANGE). False when the system cannot."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), a)
+
+
+def _unique(path: str) -> str:
+    candidate, suffix = path, 1
+    while os.path.exists(candidate):
+        candidate, suffix = f"{path}-{suffix}", suffix + 1
+    return candidate
+
+
+def _journal_path(target: str) -> str:
+    return os.path.join(os.path.dirname(target), SWAP_JOURNAL.format(name=os.path.basename(target)))
+
+
+class _SignalsHeld:
+    """Hold SIGINT/SIGTERM back (delivered on exit) so a swap of two renames is never cut in the middle."""
+
+    def __enter__(self):
+        self.held = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
+        if self.held:
+            self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        return self
+
+    def __exit__(self, *exc):
+        if self.held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
+        return False
+
+
+def install(staging: str, target: str, aside_tag: str = "prev", log=print) -> str | None:
+    """Put the verified model `staging` at `target`; the model that was there is kept at
+    `<target>.<aside_tag>-<timestamp>` (returned; None when there was none)."""
+    aside = _unique(f"{target}.{aside_tag}-{time.strftime('%Y%m%d-%H%M%S')}")
+    journal = _journal_path(target)
+    with _SignalsHeld():
+        if not os.path.exists(target):
+            os.rename(staging, target)
+            return None
+        write_json_atomic(journal, {"target": target, "staging": staging, "aside": aside,
+                                    "new_inode": os.stat(staging).st_ino, "pid": os.getpid()})
+        if _exchange(staging, target):  # one atomic step: the new model at target, the old one at staging
+            os.rename(staging, aside)
+        else:
+            os.rename(target, aside)
+            os.rename(staging, target)
+        os.remove(journal)
+    log(f"[export] previous model kept at {aside}")
+    return aside
+
+
+def discard_staging(staging: str, target: str, log=print) -> None:
+    """Drop a staging dir after a failure; when a swap was under way (journal present) recover it instead, since
+    the staging path may then hold the previous model."""
+    if os.path.exists(_journal_path(target)):
+        recover_interrupted_swap(target, log=log)  # moves whatever model `staging` held to its place
+    if os.path.isdir(staging):
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def recover_interrupted_swap(target: str, log=print) -> str | None:
+    """Complete or undo a swap cut short by SIGKILL or a power cut (its journal is still there). Returns a line
+    saying what was done, or None when there was nothing to recover."""
+    target = os.path.abspath(target.rstrip("/"))
+    journal = _journal_path(target)
+    record = read_json(journal)
+    if not isinstance(record, dict):
+        if os.path.exists(journal):
+            os.remove(journal)
+        return None
+    staging, aside, new_inode = record.get("staging"), record.get("aside"), record.get("new_inode")
+
+    def inode(path):
+        try:
+            return os.stat(path).st_ino
+        except OSError:
+            return None
+
+    if not os.path.exists(target):
+        if staging and inode(staging) == new_inode:
+            os.rename(staging, target)
+            done = f"completed an interrupted swap: the new model {staging} is now {target}"
+        elif aside and os.path.isdir(aside):
+            os.rename(aside, target)
+            done = f"restored {target} from {aside} after an interrupted swap"
+        else:
+            done = f"an interrupted swap left nothing to restore at {target}"
+    elif inode(target) == new_inode:
+        done = f"completed an interrupted swap: {target} is the new model"
+        if staging and os.path.isdir(staging):
+            os.rename(staging, aside)
+            done += f", the previous one is kept at {aside}"
+    else:
+        done = f"an interrupted swap never replaced {target} (unchanged)"
+        if staging and inode(staging) == new_inode:
+            kept = _unique(f"{target}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.rename(staging, kept)
+            done += f"; the verified new model is kept at {kept}"
+    os.remove(journal)
+    log(f"[export] {done}")
+    return done
+
+
+def clean_stale_staging(target: str, log=print) -> list[str]:
+    """Remove `.<name>.tmp-<pid>-*` dirs of export processes that are gone (never a finished model: a staging dir
+    becomes the submission by rename); report those whose owner cannot be told."""
+    parent, name = os.path.dirname(os.path.abspath(target)), os.path.basename(os.path.abspath(target))
+    if not os.path.isdir(parent):
+        return []
+    removed = []
+    journal = read_json(_journal_path(target)) or {}
+    for entry in sorted(os.listdir(parent)):
+        if not entry.startswith(STAGING_PREFIX.format(name=name)):
+            continue
+        path = os.path.join(parent, entry)
+        if path == journal.get("staging"):
+            continue
+        pid = entry[len(STAGING_PREFIX.format(name=name)):].split("-", 1)[0]
+        alive = pid.isdigit() and _pid_alive(int(pid))
+        if pid.isdigit() and not alive:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+            log(f"[export] removed {path}: the staging dir of an export (pid {pid}) that did not finish")
+        elif not pid.isdigit():
+            log(f"[export] warning: stale staging dir {path} from an older export; delete it when no export runs")
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def scored_submission(path: str) -> dict | None:
+    """The selfcheck report recorded with an existing submission, when it has one (any readable JSON dict)."""
+    report = read_json(os.path.join(path, REPORT_FILE)) if os.path.isdir(path) else None
+    return report if isinstance(report, dict) else None
+
+
+def promote_hint(candidate: str, target: str, report: dict | None) -> str:
+    sets = (report or {}).get("sets_paths") or sorted((report or {}).get("sets") or [])
+    limit = (report or {}).get("limit")
+    sets_arg = f" --sets {' '.join(sets)}" if sets else ""
+    limit_arg = f" --limit {limit}" if limit else ""
+    return (f"score it the same way and promote it if it is better: python selfcheck.py --model {candidate}"
+            f"{sets_arg}{limit_arg} && python -m open_r1.promote --candidate {candidate} --submission {target}")
 
 
 # ---- command line --------------------------------------------------------------------------------------------------
@@ -226,13 +469,19 @@ CLI_DOC = """Export a trained checkpoint as a submission: merged full weights + 
 
 A LoRA checkpoint is merged into its base (recorded in training_meta.json or adapter_config.json). The processor
 keeps the training vision-token budget. The result is verified (loads with Qwen2VLForConditionalGeneration and
-generates) in a temp dir beside --out before it replaces anything; a replaced submission is kept as
-<out>.prev-<timestamp>.
+generates) in a temp dir beside --out, with modes 0755/0644, before it replaces anything; the swap is atomic
+(docs/GUARANTEES.md) and a replaced submission is kept as <out>.prev-<timestamp>. A submission that holds its
+selfcheck report (selfcheck.json) is never replaced without --replace: the new model goes to
+<out>.candidate-<timestamp> and the commands to score and promote it are printed.
 
 Given a run dir, the exported checkpoint is the keep-best one (open_r1/run/keep_best.py: the best in-training OOD score
 recorded in eval_history.json / best_checkpoint.json), else the final model. The export time is recorded in the run
 dir (budget_timings.json) so the next round's time budget reserves the measured value.
 """
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def main(argv=None) -> int:
@@ -243,17 +492,31 @@ def main(argv=None) -> int:
     parser.add_argument("--min-pixels", type=int, default=None)
     parser.add_argument("--max-pixels", type=int, default=None)
     parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
+    parser.add_argument("--replace", action="store_true",
+                        help=f"replace a scored submission (one with {REPORT_FILE}) without comparing; by default "
+                        "the new model is written beside it as <out>.candidate-<timestamp>")
     args = parser.parse_args(argv)
     from open_r1.run.keep_best import resolve_export_checkpoint
 
     started = _START if argv is None else time.time()
-    checkpoint = resolve_export_checkpoint(args.checkpoint)
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # SIGTERM unwinds like Ctrl-C: nothing half-done
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        export_submission(checkpoint, args.out, args.base_model, args.min_pixels, args.max_pixels,
-                          verify=not args.no_verify_generate)
-    except (ExportError, ModelError) as exc:
+        checkpoint = resolve_export_checkpoint(args.checkpoint)
+        report = export_submission(checkpoint, args.out, args.base_model, args.min_pixels, args.max_pixels,
+                                   verify=not args.no_verify_generate, replace_scored=args.replace)
+    except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        name = str(exc) or "SIGINT"
+        print(f"error: export interrupted ({name}); the submission at {os.path.abspath(args.out)} is unchanged",
+              file=sys.stderr)
+        return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if os.path.isfile(os.path.join(args.checkpoint, "training_meta.json")):  # a run dir: feed the next budget
         from open_r1.run import record_export_seconds
 

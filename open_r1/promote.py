@@ -7,12 +7,14 @@ Rules:
   * the current submission's score is the report recorded with it, `<submission>/selfcheck.json` (selfcheck.py writes
     it there by default; promote copies the candidate's report there when it promotes);
   * the candidate replaces it only when `mean_accuracy_pct` is strictly higher; `force=True` overrides every refusal;
-  * both reports must cover the same sets with the same number of examples each, under the same protocol, else the
-    comparison is meaningless and promote refuses (with the differences in the message);
+  * both reports must cover the same sets (names, paths, rows on disk) with the same number of examples each, under
+    the same protocol, else the comparison is meaningless and promote refuses (with the differences in the message);
+  * an unreadable current report refuses without --force and is overridden by it;
   * no current submission -> the candidate is promoted (nothing to lose);
   * the candidate is copied into a temp dir beside the submission, verified there the way the grader loads it
-    (`export.verify_submission`: files, architecture, weights, load, one greedy generation), and only then swapped
-    in by two renames; the replaced submission is kept as `<submission>.replaced-YYYYmmdd-HHMMSS` until the user
+    (`export.verify_submission`: files, architecture, weights, load, one greedy generation), its modes set to
+    0755/0644, and only then swapped in by `export.install` (atomic; see docs/GUARANTEES.md); the replaced
+    submission is kept as `<submission>.replaced-YYYYmmdd-HHMMSS` until the user
     deletes it. A failure at any point leaves the current submission untouched.
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from open_r1.errors import PromoteError  # noqa: F401  (re-exported)
+from open_r1.errors import OpenR1Error, PromoteError  # noqa: F401  (re-exported)
 
 REPORT_FILE = "selfcheck.json"
 
@@ -58,18 +60,35 @@ def load_report(path: str) -> dict:
     return report
 
 
+def _set_paths(report: dict) -> dict:
+    """{set name: real path} from a selfcheck report's sets_paths (a list in the order of its sets)."""
+    paths = report.get("sets_paths")
+    if isinstance(paths, dict):
+        return {name: os.path.realpath(p) for name, p in paths.items()}
+    if isinstance(paths, list) and len(paths) == len(report["sets"]):
+        return {name: os.path.realpath(p) for name, p in zip(report["sets"], paths)}
+    return {}
+
+
 def report_mismatch(new: dict, current: dict) -> list[str]:
-    """Why two reports are not comparable (empty list = comparable)."""
+    """Why two reports are not comparable (empty list = comparable): the same sets (names, paths, rows on disk and
+    examples scored) under the same protocol."""
     problems = []
     new_sets, cur_sets = set(new["sets"]), set(current["sets"])
     if new_sets != cur_sets:
         problems.append(f"different sets: new {sorted(new_sets)} vs current {sorted(cur_sets)}")
+    new_paths, cur_paths = _set_paths(new), _set_paths(current)
+    new_rows, cur_rows = new.get("sets_rows") or {}, current.get("sets_rows") or {}
     for name in sorted(new_sets & cur_sets):
         n_new, n_cur = new["sets"][name].get("n"), current["sets"][name].get("n")
         if n_new != n_cur:
             problems.append(f"set {name}: {n_new} examples in the new report vs {n_cur} in the current one")
-    if new.get("protocol") and current.get("protocol") and new["protocol"] != current["protocol"]:
-        problems.append(f"different protocol: new {new['protocol']} vs current {current['protocol']}")
+        if name in new_paths and name in cur_paths and new_paths[name] != cur_paths[name]:
+            problems.append(f"set {name}: measured on {new_paths[name]} (new) vs {cur_paths[name]} (current)")
+        if name in new_rows and name in cur_rows and new_rows[name] != cur_rows[name]:
+            problems.append(f"set {name}: {new_rows[name]} rows on disk (new) vs {cur_rows[name]} (current)")
+    if (new.get("protocol") or None) != (current.get("protocol") or None):
+        problems.append(f"different protocol: new {new.get('protocol')} vs current {current.get('protocol')}")
     return problems
 
 
@@ -81,7 +100,16 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
             log=print) -> PromoteResult:
     """Compare, verify, swap (see the module docstring). Raises PromoteError when it cannot proceed; returns a
     result with promoted=False when the candidate is not better (a refusal, not an error)."""
-    from open_r1.export import verify_submission
+    from open_r1.export import (
+        STAGING_PREFIX,
+        clean_stale_staging,
+        discard_staging,
+        fix_modes,
+        install,
+        recover_interrupted_swap,
+        verify_submission,
+    )
+    from open_r1.validate import writable_problem
 
     candidate = os.path.abspath(candidate)
     submission = os.path.abspath(submission.rstrip("/"))
@@ -99,6 +127,8 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
         log(f"[promote] warning: {message}; promoting anyway (--force)")
 
     current_score = None
+    current = None
+    recover_interrupted_swap(submission, log=log)
     if os.path.exists(submission):
         current_path = os.path.join(submission, REPORT_FILE)
         if not os.path.isfile(current_path):
@@ -109,7 +139,15 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
                     "or pass --force", new_score)
             log(f"[promote] warning: {submission} has no recorded report; replacing it anyway (--force)")
         else:
-            current = load_report(current_path)
+            try:
+                current = load_report(current_path)
+            except PromoteError as exc:
+                if not force:
+                    raise PromoteError(f"{exc}. Re-score the current submission (python selfcheck.py --model "
+                                       f"{submission} --sets <the candidate's sets>), or pass --force") from None
+                log(f"[promote] warning: {exc}; replacing it anyway (--force)")
+                current = None
+        if current is not None:
             current_score = float(current["mean_accuracy_pct"])
             mismatch = report_mismatch(new, current)
             if mismatch and not force:
@@ -126,31 +164,23 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
                 log(f"[promote] warning: {problem} (--force)")
 
     parent = os.path.dirname(submission)
+    problem = writable_problem(submission)
+    if problem:
+        raise PromoteError(f"cannot write the submission: {problem} (--submission / SUBMISSION)")
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(submission)}.promote-", dir=parent)
-    replaced = None
+    clean_stale_staging(submission, log=log)
+    staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX.format(name=os.path.basename(submission))}{os.getpid()}-",
+                               dir=parent)
     try:
         shutil.copytree(candidate, staging, dirs_exist_ok=True)
+        shutil.copyfile(report_path, os.path.join(staging, REPORT_FILE))
+        fix_modes(staging)
         verdict = verify_submission(staging, generate=verify_generate)
         if not verdict.ok:
             raise PromoteError(f"the candidate {candidate} fails verification: " + "; ".join(verdict.problems))
-        shutil.copyfile(report_path, os.path.join(staging, REPORT_FILE))
-        if os.path.exists(submission):
-            replaced = f"{submission}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"
-            suffix = 1
-            while os.path.exists(replaced):
-                replaced = f"{submission}.replaced-{time.strftime('%Y%m%d-%H%M%S')}-{suffix}"
-                suffix += 1
-            os.rename(submission, replaced)
-        try:
-            os.rename(staging, submission)
-        except BaseException:
-            if replaced:
-                os.rename(replaced, submission)  # put the old one back
-                replaced = None
-            raise
+        replaced = install(staging, submission, "replaced", log=log)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard_staging(staging, submission, log=log)  # a copy: the candidate itself stays where it is
         raise
     before = "none" if current_score is None else f"{current_score:.2f}%"
     message = f"promoted {candidate} -> {submission}: {new_score:.2f}% mean accuracy (was {before})" + (
@@ -186,7 +216,7 @@ def main(argv=None) -> int:
     try:
         result = promote(args.candidate, report, args.submission, force=args.force,
                          verify_generate=not args.no_verify_generate)
-    except PromoteError as exc:
+    except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"[promote] {result.message}", file=sys.stdout if result.promoted else sys.stderr)

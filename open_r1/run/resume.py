@@ -1,8 +1,9 @@
 """Resume (`resolve_resume`)
     With `auto_resume` (default) and no explicit `resume_from_checkpoint`, a run dir holding complete
     `checkpoint-N` dirs resumes from the newest complete one (optimizer, scheduler, RNG, trainer state and
-    callback state restored by the trainer); a checkpoint without trainer_state.json was cut short by a kill and
-    is skipped.
+    callback state restored by the trainer). Complete means its files load: trainer_state.json parses, the weights'
+    safetensors headers and sizes are whole, optimizer/scheduler/RNG archives are readable; a newer checkpoint that
+    fails is skipped with a log line. The log says what was restored and what started fresh.
 """
 from __future__ import annotations
 
@@ -17,19 +18,82 @@ from open_r1.run.common import _is_rank0, _log
 # ---- resume -------------------------------------------------------------------------------------------------------
 
 
+RESTORABLE = {
+    "optimizer": ("optimizer.pt",),
+    "scheduler": ("scheduler.pt",),
+    "RNG": ("rng_state.pth", "rng_state_0.pth"),
+}
+
+
+def _zip_problem(path: str) -> str | None:
+    """torch.save files are zip archives: a truncated one has no readable central directory."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            archive.namelist()
+    except (OSError, zipfile.BadZipFile) as exc:
+        return f"{os.path.basename(path)} is unreadable ({exc})"
+    return None
+
+
+def checkpoint_problem(path: str) -> str | None:
+    """Why checkpoint-N would not load (None = complete): trainer_state.json parses, the weights' headers and
+    sizes are whole, and the optimizer/scheduler/RNG files present are readable archives."""
+    from open_r1.validate import check_checkpoint
+
+    state_path = os.path.join(path, "trainer_state.json")
+    if not os.path.isfile(state_path):
+        return "no trainer_state.json (the run was killed while saving)"
+    try:
+        with open(state_path) as handle:
+            json.load(handle)
+    except (OSError, ValueError) as exc:
+        return f"trainer_state.json is unreadable ({exc})"
+    problem = check_checkpoint(path)
+    if problem:
+        return problem
+    for names in RESTORABLE.values():
+        for name in names:
+            file_path = os.path.join(path, name)
+            if os.path.isfile(file_path):
+                problem = _zip_problem(file_path)
+                if problem:
+                    return problem
+    return None
+
+
 def find_resume_checkpoint(output_dir: str, log=None) -> str | None:
-    """Newest complete checkpoint-N in output_dir (trainer_state.json present), or None."""
+    """Newest checkpoint-N in output_dir whose files load (see `checkpoint_problem`), or None. Newer ones that do
+    not load are skipped, with a log line each."""
     if not os.path.isdir(output_dir):
         return None
-    complete = keep_best_lib.complete_checkpoints(output_dir)
-    newest = complete[-1] if complete else None
-    if log:
-        newest_step = keep_best_lib.checkpoint_step(newest) if newest else -1
-        for name in sorted(os.listdir(output_dir)):
-            step = keep_best_lib.checkpoint_step(name)
-            if step is not None and step > newest_step:
-                log(f"[resume] skipping {name}: incomplete (no trainer_state.json; the run was killed while saving)")
-    return newest
+    steps = sorted((step, name) for name in os.listdir(output_dir)
+                   if (step := keep_best_lib.checkpoint_step(name)) is not None
+                   and os.path.isdir(os.path.join(output_dir, name)))
+    for _, name in reversed(steps):
+        path = os.path.join(output_dir, name)
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        if log:
+            log(f"[resume] skipping {name}: incomplete ({problem}); falling back to the previous checkpoint")
+    return None
+
+
+def restored_parts(checkpoint: str) -> tuple[list[str], list[str]]:
+    """(restored, started fresh) as transformers will do it: the optimizer and scheduler are loaded only when BOTH
+    files exist; the RNG state when its file exists; trainer state and weights always."""
+    has = {part: any(os.path.isfile(os.path.join(checkpoint, n)) for n in names) for part, names in RESTORABLE.items()}
+    restored, fresh = ["weights", "trainer state (step, logs)"], []
+    if has["optimizer"] and has["scheduler"]:
+        restored += ["optimizer", "scheduler"]
+    else:
+        missing = [f"{p}.pt" for p in ("optimizer", "scheduler") if not has[p]]
+        fresh += [f"optimizer and scheduler ({' and '.join(missing)} missing; transformers loads both or neither; "
+                  "the learning rate is re-derived from the schedule at the resumed step)"]
+    (restored if has["RNG"] else fresh).append("RNG")
+    return restored, fresh
 
 
 def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | None:
@@ -60,14 +124,26 @@ def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | N
                 state = json.load(handle)
         except (OSError, ValueError):
             pass
+        restored, fresh = restored_parts(checkpoint)
         say(f"[resume] resuming from {checkpoint} (step {state.get('global_step', '?')} of "
-            f"{state.get('max_steps', '?')}): weights, optimizer, scheduler, RNG and trainer state are restored. "
-            "Start fresh with --auto_resume false or another --output_dir")
+            f"{state.get('max_steps', '?')} when it was saved; now max_steps {getattr(training_args, 'max_steps', '?')})"
+            f": restored {', '.join(restored)}"
+            + (f"; started fresh: {'; '.join(fresh)}" if fresh else "")
+            + ". Start fresh with --auto_resume false or another --output_dir")
     return checkpoint
 
 
 class ResumeWeightsCallback(TrainerCallback):
-    """Load a full-weights checkpoint's weights the way `from_pretrained` does, after the trainer's own resume.
+    """Make the resumed state the checkpoint's: the learning rate of THIS run's schedule at the resumed step, and
+    the checkpoint's weights.
+
+    Learning rate: the optimizer state restored from optimizer.pt carries the learning rate of the old run's last
+    step (0 at the end of a linear decay), and transformers uses it for the first resumed step; with a longer
+    `max_steps` the schedule continues from there instead. When optimizer.pt/scheduler.pt are missing the scheduler
+    starts at step 0 (warm-up again, the peak rate). `align_schedule` sets the scheduler to the resumed step and
+    every param group to the current schedule's value there, and logs the change.
+
+    Weights: load a full-weights checkpoint's weights the way `from_pretrained` does, after the trainer's own resume.
 
     Why: transformers 5 saves Qwen2-VL in the original checkpoint layout (`visual.*`, `model.layers.*`) and renames the
     keys on `from_pretrained`, but `Trainer._load_from_checkpoint` calls `model.load_state_dict(strict=False)` on the
@@ -83,7 +159,26 @@ class ResumeWeightsCallback(TrainerCallback):
         self.log = log
         self.loaded = False
 
+    def align_schedule(self, state, optimizer, scheduler) -> None:
+        lambdas = getattr(scheduler, "lr_lambdas", None)
+        if optimizer is None or not lambdas or not hasattr(scheduler, "base_lrs"):
+            return
+        step = int(state.global_step or 0)
+        was = scheduler.last_epoch
+        if was != step:  # a fresh scheduler (its files were missing): fast-forward it to the resumed step
+            scheduler.last_epoch = step
+        values = [base * fn(step) for fn, base in zip(lambdas, scheduler.base_lrs)]
+        before = [group["lr"] for group in optimizer.param_groups]
+        for group, value in zip(optimizer.param_groups, values):
+            group["lr"] = value
+        scheduler._last_lr = list(values)
+        if _is_rank0(state) and (before != values or was != step):
+            self.log(f"[resume] learning rate at step {step} set from this run's schedule (max_steps "
+                     f"{state.max_steps}): {before[0]:.3g} -> {values[0]:.3g}"
+                     + (f" (scheduler fast-forwarded from step {was})" if was != step else ""))
+
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.align_schedule(state, kwargs.get("optimizer"), kwargs.get("lr_scheduler"))
         if model is None or getattr(args, "deepspeed", None) or getattr(args, "fsdp", None):
             return control
         if os.path.isfile(os.path.join(self.checkpoint, "adapter_config.json")) or hasattr(model, "peft_config"):
