@@ -1,0 +1,246 @@
+"""The graph decoder (open_r1/decoding.py) against HF `generate`, on tiny models of every supported family.
+
+On CPU the decoder runs its step uncompiled (the same function that is CUDA-graph-captured on GPUs), in float32, so
+greedy tokens must equal `generate`'s exactly. The tiny checkpoints' weights are re-drawn with a larger spread so
+that greedy decoding does not collapse onto one token (a constant output would hide position or cache errors).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from open_r1.decoding import (
+    GraphDecoder,
+    SamplingSettings,
+    UnsupportedGeneration,
+    check_zero3,
+    choose_tokens,
+    process_logits,
+    resolve_settings,
+    strip_after_eos,
+)
+from open_r1.errors import RecipeError
+
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
+QUESTIONS = ["How many?", "Count the red cubes and the blue spheres in the picture, carefully.", "n?"]
+
+
+def _build(family, out_dir):
+    from open_r1 import tiny_models
+
+    if hasattr(tiny_models, "build_tiny"):
+        return tiny_models.build_tiny(family, out_dir, seed=0)
+    if family != "qwen2_vl":
+        pytest.skip("open_r1.tiny_models.build_tiny is not available for this family")
+    return tiny_models.build_qwen2vl(out_dir, seed=0)
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family_model(request, tmp_path_factory):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    path = _build(request.param, tmp_path_factory.mktemp(request.param) / "model")
+    processor = AutoProcessor.from_pretrained(path, padding_side="left")
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).eval()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.ndim >= 2:
+                param.copy_(torch.randn(param.shape, generator=generator) * (0.5 / param.shape[-1] ** 0.5))
+        # an LM head of its own: tied to the embedding, a random model mostly repeats its input token
+        head = model.get_output_embeddings()
+        head.weight = torch.nn.Parameter(torch.randn(head.weight.shape, generator=generator))
+    return request.param, model, processor
+
+
+def _images(n, seed=0):
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    return [Image.fromarray(rng.integers(0, 255, (56 + 28 * (i % 3), 84, 3), dtype=np.uint8)) for i in range(n)]
+
+
+def _inputs(processor, questions, images=True, seed=0):
+    texts = []
+    for q in questions:
+        content = ([{"type": "image"}] if images else []) + [{"type": "text", "text": q}]
+        texts.append(processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True))
+    kwargs = {"images": _images(len(questions), seed)} if images else {}
+    return processor(text=texts, padding=True, padding_side="left", return_tensors="pt", **kwargs)
+
+
+def _hf(model, inputs, **kwargs):
+    with torch.no_grad():
+        out = model.generate(**inputs, **kwargs)
+    return out[:, inputs["input_ids"].shape[1]:]
+
+
+def _ours(decoder, inputs, **kwargs):
+    settings = resolve_settings(decoder.model.generation_config, **kwargs)
+    return decoder.generate(**inputs, settings=settings)
+
+
+def _same_rows(hf_ids, our_ids, eos):
+    return strip_after_eos(hf_ids, eos) == strip_after_eos(our_ids, eos)
+
+
+def test_greedy_tokens_equal_generate_with_images_and_mixed_lengths(family_model):
+    family, model, processor = family_model
+    inputs = _inputs(processor, QUESTIONS)
+    assert len(set(inputs["attention_mask"].sum(1).tolist())) > 1  # mixed prompt lengths: left padding is used
+    kwargs = dict(max_new_tokens=12, do_sample=False, eos_token_id=[-5], pad_token_id=processor.tokenizer.pad_token_id)
+    reference = _hf(model, inputs, **kwargs)
+    assert len(set(reference.flatten().tolist())) > 3, "degenerate reference: the test would not see errors"
+    ours = _ours(GraphDecoder(model), inputs, **kwargs)
+    assert torch.equal(ours, reference)
+
+
+def test_early_eos_stops_rows_and_pads_after(family_model):
+    family, model, processor = family_model
+    inputs = _inputs(processor, QUESTIONS, seed=1)
+    pad = processor.tokenizer.pad_token_id
+    free = _hf(model, inputs, max_new_tokens=12, do_sample=False, eos_token_id=[-5], pad_token_id=pad)
+    stop = int(free[0, 3])  # row 0 ends at step 3 (or earlier if the token came sooner); others maybe never
+    kwargs = dict(max_new_tokens=12, do_sample=False, eos_token_id=[stop], pad_token_id=pad)
+    reference = _hf(model, inputs, **kwargs)
+    decoder = GraphDecoder(model, check_every=4)
+    ours = _ours(decoder, inputs, **kwargs)
+    assert _same_rows(reference, ours, [stop])
+    row0 = strip_after_eos(ours, [stop])[0]
+    assert row0[-1] == stop and len(row0) <= 4
+    assert ours[0, len(row0):].eq(pad).all()  # finished rows emit padding
+    # every row finishing early ends the loop at the next check (every 4 steps), not at max_new_tokens
+    all_stop = _hf(model, inputs, max_new_tokens=1, do_sample=False, eos_token_id=[-5], pad_token_id=pad)[:, 0]
+    kwargs["eos_token_id"] = sorted(set(all_stop.tolist()))
+    short = _ours(decoder, inputs, **kwargs)
+    assert short.shape[1] == 4
+    assert _same_rows(_hf(model, inputs, **kwargs), short, kwargs["eos_token_id"])
+
+
+def test_text_only_prompts_match_generate(family_model):
+    family, model, processor = family_model
+    if family != "qwen2_vl":
+        pytest.skip("one family suffices for the text-only path")
+    inputs = _inputs(processor, QUESTIONS, images=False)
+    kwargs = dict(max_new_tokens=8, do_sample=False, eos_token_id=[-5], pad_token_id=processor.tokenizer.pad_token_id)
+    assert torch.equal(_ours(GraphDecoder(model), inputs, **kwargs), _hf(model, inputs, **kwargs))
+
+
+def test_cache_is_reused_and_grown_once_for_a_longer_prompt(family_model):
+    family, model, processor = family_model
+    if family != "qwen2_vl":
+        pytest.skip("cache management is family-independent")
+    pad = processor.tokenizer.pad_token_id
+    kwargs = dict(max_new_tokens=6, do_sample=False, eos_token_id=[-5], pad_token_id=pad)
+    decoder = GraphDecoder(model, cache_margin=0, cache_bucket=8)
+    first = _inputs(processor, QUESTIONS)
+    assert torch.equal(_ours(decoder, first, **kwargs), _hf(model, first, **kwargs))
+    pointer, length = decoder.cache_data_ptr(), decoder.max_cache_len
+    # a second round, different images, fewer rows (padded to the cache's batch): same tensors, same tokens
+    second = _inputs(processor, QUESTIONS[:2], seed=3)
+    assert torch.equal(_ours(decoder, second, **kwargs), _hf(model, second, **kwargs))
+    assert decoder.cache_data_ptr() == pointer and decoder.allocations == 1 and decoder.calls == 2
+    # a prompt longer than the cache holds: reallocated once (bigger), not crashed, still exact
+    long_question = "Count every object: " + "cubes and spheres and cylinders, " * 8
+    third = _inputs(processor, [long_question, "n?"], seed=4)
+    assert third["input_ids"].shape[1] + 6 > length
+    assert torch.equal(_ours(decoder, third, **kwargs), _hf(model, third, **kwargs))
+    assert decoder.allocations == 2 and decoder.max_cache_len >= third["input_ids"].shape[1] + 6
+    pointer = decoder.cache_data_ptr()
+    _ours(decoder, first, **kwargs)
+    assert decoder.allocations == 2 and decoder.cache_data_ptr() == pointer
+
+
+def test_top_k_1_sampling_equals_greedy(family_model):
+    family, model, processor = family_model
+    if family != "qwen2_vl":
+        pytest.skip("sampling is family-independent")
+    inputs = _inputs(processor, QUESTIONS)
+    base = dict(max_new_tokens=8, eos_token_id=[-5], pad_token_id=processor.tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    sampled = _ours(GraphDecoder(model), inputs, do_sample=True, top_k=1, temperature=0.7, **base)
+    assert torch.equal(sampled, _hf(model, inputs, do_sample=False, **base))
+
+
+def _draw(logits_row, settings, n=20000, seed=0):
+    logits = logits_row.expand(n, -1).clone()
+    vocab = logits.shape[-1]
+    processed = process_logits(logits, settings, torch.zeros(vocab, dtype=torch.bool),
+                               torch.zeros(vocab, dtype=torch.bool), torch.tensor(0))
+    return choose_tokens(processed, settings, generator=torch.Generator().manual_seed(seed))
+
+
+def _frequencies(samples, vocab):
+    return torch.bincount(samples, minlength=vocab).double() / samples.numel()
+
+
+def _assert_matches(freq, probs, n):
+    sigma = (probs * (1 - probs) / n).sqrt()
+    assert ((freq - probs).abs() <= 5 * sigma + 1e-9).all(), (freq, probs)
+
+
+LOGITS = torch.linspace(2.0, -2.0, 12)
+
+
+def test_sampling_follows_the_softmax_and_temperature():
+    n = 20000
+    for temperature in (1.0, 0.5, 2.0):
+        settings = SamplingSettings(max_new_tokens=1, do_sample=True, temperature=temperature)
+        freq = _frequencies(_draw(LOGITS, settings, n), 12)
+        _assert_matches(freq, (LOGITS.double() / temperature).softmax(-1), n)
+    # temperature changes the distribution the way it should: colder puts more mass on the top token
+    cold = _frequencies(_draw(LOGITS, SamplingSettings(max_new_tokens=1, do_sample=True, temperature=0.5)), 12)
+    hot = _frequencies(_draw(LOGITS, SamplingSettings(max_new_tokens=1, do_sample=True, temperature=2.0)), 12)
+    assert cold[0] > 0.5 > hot[0] and hot[-1] > cold[-1]
+
+
+def test_top_k_and_top_p_never_emit_outside_their_set_and_renormalise():
+    n = 20000
+    shuffled = LOGITS[torch.randperm(12, generator=torch.Generator().manual_seed(0))]
+    settings = SamplingSettings(max_new_tokens=1, do_sample=True, top_k=4)
+    samples = _draw(shuffled, settings, n)
+    top4 = set(torch.topk(shuffled, 4).indices.tolist())
+    assert set(samples.tolist()) == top4
+    expected = torch.full((12,), float("-inf"), dtype=torch.float64)
+    expected[list(top4)] = shuffled.double()[list(top4)]
+    _assert_matches(_frequencies(samples, 12), expected.softmax(-1), n)
+    # top-p: the smallest set whose probability reaches p (HF's rule), here the top 3 of this distribution
+    probs = shuffled.double().softmax(-1)
+    order = probs.argsort(descending=True)
+    p = float(probs[order[:3]].sum()) - 1e-3
+    nucleus = _draw(shuffled, SamplingSettings(max_new_tokens=1, do_sample=True, top_p=p), n)
+    assert set(nucleus.tolist()) == set(order[:3].tolist())
+    # min-p: tokens below min_p x the top probability are never drawn
+    min_p = _draw(shuffled, SamplingSettings(max_new_tokens=1, do_sample=True, min_p=0.5), n)
+    assert set(min_p.tolist()) == set((probs >= 0.5 * probs.max()).nonzero().flatten().tolist())
+
+
+def test_min_new_tokens_and_suppressed_tokens_are_never_chosen():
+    vocab = 12
+    settings = SamplingSettings(max_new_tokens=4, do_sample=False, min_new_tokens=2, eos_token_ids=(0,),
+                                suppress_tokens=(1,))
+    suppress = torch.zeros(vocab, dtype=torch.bool)
+    suppress[1] = True
+    eos = torch.zeros(vocab, dtype=torch.bool)
+    eos[0] = True
+    logits = LOGITS.expand(3, -1).clone()  # token 0 is the largest, token 1 the second
+    assert process_logits(logits, settings, suppress, eos, torch.tensor(1)).argmax(-1).eq(2).all()
+    assert process_logits(logits, settings, suppress, eos, torch.tensor(2)).argmax(-1).eq(0).all()
+
+
+def test_unsupported_settings_and_zero3_are_refused():
+    with pytest.raises(UnsupportedGeneration, match="repetition_penalty"):
+        resolve_settings(None, max_new_tokens=4, repetition_penalty=1.2)
+    with pytest.raises(UnsupportedGeneration, match="max_new_tokens"):
+        resolve_settings(None, do_sample=False)
+    settings = resolve_settings(None, max_new_tokens=4, do_sample=True, top_k=0, top_p=1.0, min_p=None,
+                                repetition_penalty=1.0, eos_token_id=[5, 6], suppress_tokens=[7])
+    assert settings.top_k == 0 and settings.top_p == 1.0 and settings.eos_token_ids == (5, 6)
+
+    class Plugin:
+        zero_stage = 3
+
+    with pytest.raises(RecipeError, match="ZERO3=0"):
+        check_zero3(Plugin())
+    check_zero3(None)
