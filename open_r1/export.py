@@ -30,7 +30,11 @@ from open_r1.tasks.counting import protocol
 TRAINING_META_FILE = "training_meta.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+# The class the counting grader loads a submission with. Other families (open_r1.families) export and verify as
+# their own class (`expected_class=None`), but cannot be the counting submission.
 EXPECTED_ARCHITECTURE = "Qwen2VLForConditionalGeneration"
+COUNTING_GRADER_CLASS = EXPECTED_ARCHITECTURE
+ANY_FAMILY_HINT = "selfcheck.py --verify --any-family / export --any-family"
 
 
 @dataclass
@@ -39,6 +43,8 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     sample_completion: str | None = None
+    loaded_class: str | None = None  # the transformers class the dir loaded as
+    expected_class: str | None = None  # the class the grader needs (None: the dir's own family's class)
     installed: bool | None = None  # export: True = at --out, False = written beside a scored submission
 
     @property
@@ -84,26 +90,51 @@ def _probe_image():
     return Image.fromarray((np.stack([grid * 8, grid * 4, 255 - grid * 8], axis=-1)).astype("uint8"))
 
 
+def architecture_problems(config: dict, expected_class: str | None = EXPECTED_ARCHITECTURE) -> list[str]:
+    """What is wrong with config.json's model_type / architectures for a grader that loads `expected_class`
+    (None: any supported family, loaded as its own class)."""
+    from open_r1.families import FAMILIES
+
+    model_type, architectures = config.get("model_type"), config.get("architectures") or []
+    family = FAMILIES.get(model_type or "")
+    if family is None:
+        needs = (f"the grader loads {expected_class}" if expected_class else "supported families: "
+                 + ", ".join(f"{f.model_type} ({f.class_name})" for f in FAMILIES.values()))
+        return [f"wrong architecture: config.json says model_type={model_type!r}, architectures={architectures}; "
+                f"{needs}"]
+    if family.class_name not in architectures:
+        return [f"wrong architecture: config.json says model_type={model_type!r} ({family.name}) but architectures="
+                f"{architectures}, not {family.class_name}; re-save the model with save_pretrained"]
+    if expected_class and family.class_name != expected_class:
+        return [f"wrong architecture for the counting submission: this is a {family.name} checkpoint "
+                f"({family.class_name}); the counting grader loads {expected_class} (a Qwen2-VL model), which cannot "
+                f"load it. Submit a Qwen2-VL model for counting, or check it as a {family.name} model of its own "
+                f"({ANY_FAMILY_HINT})"]
+    return []
+
+
 def verify_submission(path: str, generate: bool = True, strict_answer: bool = False, image=None,
-                      question: str = "How many items are there in the image?") -> VerifyReport:
-    """Check a submission dir the way the grader will load it. Never raises for a bad dir: it reports."""
-    report = VerifyReport(path=path)
+                      question: str = "How many items are there in the image?",
+                      expected_class: str | None = EXPECTED_ARCHITECTURE) -> VerifyReport:
+    """Check a submission dir the way the grader will load it. Never raises for a bad dir: it reports.
+
+    `expected_class`: the class the grader loads (default: the counting grader's Qwen2VLForConditionalGeneration);
+    None checks the dir as a model of its own family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)."""
+    report = VerifyReport(path=path, expected_class=expected_class)
     if not os.path.isdir(path):
         report.problems.append(f"{path} does not exist")
         return report
     config_path = os.path.join(path, "config.json")
     if not os.path.isfile(config_path):
-        report.problems.append("config.json is missing: not a saved transformers model")
+        if os.path.isfile(os.path.join(path, "adapter_config.json")):
+            report.problems.append(f"{path} is a LoRA adapter (adapter_config.json, no config.json), not a full "
+                                   f"model; merge it with python -m open_r1.export --checkpoint {path} --out <dir>")
+        else:
+            report.problems.append("config.json is missing: not a saved transformers model")
         return report
     with open(config_path) as handle:
         config = json.load(handle)
-    if config.get("model_type") != modeling.QWEN2_VL_MODEL_TYPE or EXPECTED_ARCHITECTURE not in (
-        config.get("architectures") or []
-    ):
-        report.problems.append(
-            f"wrong architecture: config.json says model_type={config.get('model_type')!r}, "
-            f"architectures={config.get('architectures')}; the grader loads {EXPECTED_ARCHITECTURE}"
-        )
+    report.problems.extend(architecture_problems(config, expected_class))
     if os.path.isfile(os.path.join(path, "adapter_config.json")):
         report.problems.append("adapter_config.json present: a LoRA adapter must be merged into full weights")
     if not os.path.isfile(os.path.join(path, "preprocessor_config.json")):
@@ -124,6 +155,7 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
         import torch
 
         model = modeling.load_model(path, dtype="auto", attn_implementation="sdpa")
+        report.loaded_class = type(model).__name__
         if torch.cuda.is_available():  # a 2B model generates 256 tokens in seconds on a GPU, minutes on a CPU
             model = model.to("cuda")
         processor = modeling.load_processor(path)
@@ -186,11 +218,14 @@ def _safetensors_problem(file_path: str) -> str | None:
 
 def export_submission(checkpoint: str, out: str, base_model: str | None = None, min_pixels: int | None = None,
                       max_pixels: int | None = None, verify: bool = True, log=print,
-                      replace_scored: bool = False) -> VerifyReport:
+                      replace_scored: bool = False,
+                      expected_class: str | None = EXPECTED_ARCHITECTURE) -> VerifyReport:
     """Merge (if LoRA), save everything into a temp dir beside `out`, verify, then install it (see `install`).
 
     `out` holding a scored submission (its selfcheck.json) is never replaced unless `replace_scored`: the new model
     is written beside it as `<out>.candidate-<timestamp>` (report.path) with the commands to score and promote it.
+    `expected_class`: the class the grader loads (default: the counting grader's); None verifies the export as a
+    model of its own family (Qwen2.5-VL, Qwen3-VL, ...).
     """
     if not os.path.isdir(checkpoint):
         raise ExportError(f"checkpoint {checkpoint} does not exist; train first (bash train.sh) or pass --checkpoint")
@@ -226,7 +261,7 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
         modeling.write_compat_processor_files(staging)
         model.generation_config.save_pretrained(staging)
         fix_modes(staging)
-        report = verify_submission(staging, generate=verify)
+        report = verify_submission(staging, generate=verify, expected_class=expected_class)
         if not report.ok:
             raise ExportError("the exported model failed verification: " + "; ".join(report.problems)
                               + f". The submission at {out} is unchanged")
@@ -492,6 +527,9 @@ def main(argv=None) -> int:
     parser.add_argument("--min-pixels", type=int, default=None)
     parser.add_argument("--max-pixels", type=int, default=None)
     parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
+    parser.add_argument("--any-family", action="store_true",
+                        help=f"verify as a model of its own family (Qwen2.5-VL, Qwen3-VL), not as the counting "
+                        f"submission the grader loads with {EXPECTED_ARCHITECTURE}")
     parser.add_argument("--replace", action="store_true",
                         help=f"replace a scored submission (one with {REPORT_FILE}) without comparing; by default "
                         "the new model is written beside it as <out>.candidate-<timestamp>")
@@ -505,7 +543,8 @@ def main(argv=None) -> int:
     try:
         checkpoint = resolve_export_checkpoint(args.checkpoint)
         report = export_submission(checkpoint, args.out, args.base_model, args.min_pixels, args.max_pixels,
-                                   verify=not args.no_verify_generate, replace_scored=args.replace)
+                                   verify=not args.no_verify_generate, replace_scored=args.replace,
+                                   expected_class=None if args.any_family else EXPECTED_ARCHITECTURE)
     except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
