@@ -43,7 +43,72 @@ def run_verify(model_dir: str, strict: bool) -> int:
     return 0
 
 
+def check_arguments(args) -> None:
+    """Bad option values, before anything loads (one error listing each)."""
+    from open_r1.validate import raise_all
+
+    problems = []
+    if args.limit is not None and args.limit < 1:
+        problems.append(f"--limit must be >= 1 (examples per set), got {args.limit}; leave it out to score every row")
+    if args.batch_size < 1:
+        problems.append(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.device is not None:
+        import torch
+
+        kind = args.device.split(":")[0]
+        if kind not in ("cuda", "cpu"):
+            problems.append(f"--device {args.device!r}: use cuda, cuda:N or cpu")
+        elif kind == "cuda" and not torch.cuda.is_available():
+            problems.append(f"--device {args.device}: no GPU is visible (torch.cuda.is_available() is False); "
+                            "use --device cpu or leave --device out")
+    raise_all(problems, header="bad arguments")
+
+
+def unique_set_names(paths: list[str]) -> list[str]:
+    """Set names for the report: dir basenames, with parent dirs added where two sets share one (a report keeps
+    every set it measured)."""
+    parts = [os.path.normpath(os.path.abspath(p)).split(os.sep) for p in paths]
+    depth = 1
+    while depth < max(len(p) for p in parts):
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+        depth += 1
+    return ["/".join(p) for p in parts]
+
+
+def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int | None) -> list:
+    """Check the model dir and every set at once (one error listing each problem with its option), then every
+    image the run will read; returns [(name, dataset)]."""
+    from open_r1.validate import check_images, dataset_problems, model_dir_problems, raise_all
+
+    option = "--sets" if explicit_sets else "--sets (or --val / --ood-val)"
+    problems = model_dir_problems(model_dir, "--model / SUBMISSION")
+    loaded = []
+    for path in sets:
+        found, dataset = dataset_problems(path, option)
+        problems += found
+        if dataset is not None:
+            loaded.append((path, dataset))
+    raise_all(problems)
+    for path, dataset in loaded:
+        validate_counting_dataset(dataset, path, image_check_rows=0)
+        check_images(dataset, path, rows=limit)
+    names = unique_set_names(sets)
+    return [(names[sets.index(path)], dataset) for path, dataset in loaded]
+
+
 def main(argv=None) -> int:
+    from open_r1.errors import OpenR1Error
+
+    try:
+        return _run(argv)
+    except OpenR1Error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=os.environ.get("SUBMISSION", DEFAULT_MODEL))
     parser.add_argument("--sets", nargs="+", default=None, help="save_to_disk dirs (default: val and ood_val)")
@@ -60,6 +125,10 @@ def main(argv=None) -> int:
                         help="static KV cache + compiled decoding on GPU (same answers; see docs/PERFORMANCE.md)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
+    check_arguments(args)
+    from open_r1.export import recover_interrupted_swap
+
+    recover_interrupted_swap(args.model)  # a swap cut by a power loss is completed or undone first
 
     if args.verify:
         return run_verify(args.model, args.strict)
@@ -74,11 +143,7 @@ def main(argv=None) -> int:
         )
 
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        datasets_ = []
-        for path in sets:
-            dataset = load_counting_dataset(path)
-            validate_counting_dataset(dataset, path)
-            datasets_.append((set_name(path), dataset))
+        datasets_ = load_sets(args.model, sets, bool(args.sets), args.limit)
         model = load_model(args.model, dtype="auto").to(device).eval()
         processor = load_processor(args.model)
     except (DataError, ModelError) as exc:
@@ -91,11 +156,13 @@ def main(argv=None) -> int:
     ]
     print(format_table(reports))
     out = args.out or os.path.join(args.model, "selfcheck.json")
+    extra = {"sets_paths": {name: os.path.abspath(path) for (name, _), path in zip(datasets_, sets)},
+             "sets_rows": {name: len(dataset) for name, dataset in datasets_}, "limit": args.limit}
     try:
-        write_report(out, reports, args.model, {"sets_paths": sets, "limit": args.limit})
+        write_report(out, reports, args.model, extra)
     except OSError:
         out = os.path.abspath("selfcheck.json")
-        write_report(out, reports, args.model, {"sets_paths": sets, "limit": args.limit})
+        write_report(out, reports, args.model, extra)
     print(f"report: {out}")
     return 0
 

@@ -2,6 +2,7 @@
 # Train with GRPO, then export the merged model to the submission dir.
 #
 #   bash train.sh [RECIPE.yaml] [--any_recipe_key value ...]
+#   bash train.sh --help
 #
 # Environment (defaults are the users' machine layout):
 #   MODEL_PATH  base model                    (/app/models/Qwen2-VL-2B-Instruct)
@@ -10,9 +11,20 @@
 #   OUTPUT_DIR  run dir with checkpoints      (runs/<recipe name>)
 #   NUM_GPUS    processes to launch           (all visible GPUs; 0 = CPU mode)
 #   ZERO3       1 = DeepSpeed ZeRO-3 with zero3.json on GPUs (default 1), 0 = plain DDP
+#   REPLACE_SUBMISSION  1 = replace a scored submission (one holding its selfcheck.json) without comparing;
+#               by default the new model is written beside it (<SUBMISSION>.candidate-<time>) with the commands
+#               to score and promote it (docs/GUARANTEES.md)
 # On a machine without a GPU it runs one CPU process (the demo: bash train.sh configs/demo.yaml).
+# Every input is checked before the model loads (open_r1/validate.py). SIGTERM/SIGINT reach the trainer, which
+# saves a checkpoint and stops; no export follows a stop (re-run the same command to resume, then export).
 set -euo pipefail
 cd "$(dirname "$0")"
+
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+esac
+
 export TRAIN_START_TIME=$(date +%s)  # origin of time_budget durations ("55m" counts from here)
 # Less allocator fragmentation between generation (large KV cache) and training (activations); every GPU number in
 # docs/PERFORMANCE.md from 2026-11-30's clean bench was measured with it.
@@ -21,32 +33,85 @@ export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:Tr
 RECIPE=${1:-configs/qwen2vl_2b_counting.yaml}
 [ $# -gt 0 ] && shift
 if [ ! -f "$RECIPE" ]; then
-  echo "error: recipe $RECIPE not found; pass one of: $(ls configs/*.yaml | tr '\n' ' ')" >&2
+  echo "error: recipe $RECIPE not found; pass one of: $(ls configs/*.yaml | tr '\n' ' ') (bash train.sh --help)" >&2
   exit 2
 fi
 MODEL_PATH=${MODEL_PATH:-/app/models/Qwen2-VL-2B-Instruct}
 DATA=${DATA:-/app/data/train}
 SUBMISSION=${SUBMISSION:-/app/submission}
+export SUBMISSION  # open_r1.grpo checks up front that it can be written
 OUTPUT_DIR=${OUTPUT_DIR:-runs/$(basename "$RECIPE" .yaml)}
 ZERO3=${ZERO3:-1}
 PYTHON=${PYTHON:-python}
 
-if [ -z "${NUM_GPUS:-}" ]; then
-  NUM_GPUS=$($PYTHON -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+VISIBLE_GPUS=$($PYTHON -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+NUM_GPUS=${NUM_GPUS:-$VISIBLE_GPUS}
+if ! [[ "$NUM_GPUS" =~ ^[0-9]+$ ]]; then
+  echo "error: NUM_GPUS=$NUM_GPUS is not a number of GPUs (0 = CPU mode)" >&2
+  exit 2
+fi
+if [ "$NUM_GPUS" -gt "$VISIBLE_GPUS" ]; then
+  echo "error: NUM_GPUS=$NUM_GPUS but this machine shows $VISIBLE_GPUS GPU(s) (torch.cuda.device_count());" \
+       "set NUM_GPUS=$VISIBLE_GPUS (0 = CPU mode, e.g. bash train.sh configs/demo.yaml)" >&2
+  exit 2
 fi
 
 ARGS=(--config "$RECIPE" --model_name_or_path "$MODEL_PATH" --dataset_name "$DATA" --output_dir "$OUTPUT_DIR" "$@")
 echo "[train.sh] recipe=$RECIPE model=$MODEL_PATH data=$DATA output=$OUTPUT_DIR gpus=$NUM_GPUS submission=$SUBMISSION"
 
+# Run a child in the background and wait for it, forwarding SIGTERM/SIGINT: the trainer's graceful stop saves a
+# checkpoint at the end of the step (a shell killed alone would leave it orphaned, never saving).
+CHILD=""
+SIGNALLED=""
+forward() {
+  SIGNALLED=$1
+  echo "[train.sh] $1 received: asking the trainer to save a checkpoint and stop" >&2
+  # SIGTERM for both: background children of a non-interactive shell start with SIGINT ignored.
+  [ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null || true
+}
+trap 'forward SIGTERM' TERM
+trap 'forward SIGINT' INT
+run_child() {
+  "$@" &
+  CHILD=$!
+  local rc=0
+  while true; do
+    rc=0
+    wait "$CHILD" || rc=$?
+    # wait returns >128 when a trapped signal interrupts it; the child is still running then
+    if kill -0 "$CHILD" 2>/dev/null; then continue; fi
+    break
+  done
+  CHILD=""
+  return "$rc"
+}
+
+RC=0
 if [ "$NUM_GPUS" -eq 0 ]; then
-  $PYTHON -m open_r1.grpo "${ARGS[@]}" --use_cpu true
+  run_child $PYTHON -m open_r1.grpo "${ARGS[@]}" --use_cpu true || RC=$?
 else
   LAUNCH=($PYTHON -m accelerate.commands.launch --num_processes "$NUM_GPUS" --num_machines 1 --machine_rank 0 --main_process_port "${MAIN_PORT:-29500}")
   if [ "$ZERO3" = "1" ]; then
     ARGS+=(--deepspeed zero3.json)
   fi
-  "${LAUNCH[@]}" -m open_r1.grpo "${ARGS[@]}"
+  run_child "${LAUNCH[@]}" -m open_r1.grpo "${ARGS[@]}" || RC=$?
+fi
+if [ -n "$SIGNALLED" ] || [ "$RC" -ge 128 ]; then
+  echo "[train.sh] training stopped by ${SIGNALLED:-a signal} (exit $RC): no export. The last checkpoint is in" \
+       "$OUTPUT_DIR; re-run the same command to resume, or export it: $PYTHON -m open_r1.export --checkpoint" \
+       "$OUTPUT_DIR --out $SUBMISSION" >&2
+  case "$SIGNALLED" in SIGINT) exit 130 ;; SIGTERM) exit 143 ;; esac
+  exit "$RC"
+fi
+if [ "$RC" -ne 0 ]; then
+  exit "$RC"
 fi
 
-$PYTHON -m open_r1.export --checkpoint "$OUTPUT_DIR" --out "$SUBMISSION"
-echo "[train.sh] done: submission in $SUBMISSION. Next: python selfcheck.py --model $SUBMISSION"
+EXPORT_ARGS=(--checkpoint "$OUTPUT_DIR" --out "$SUBMISSION")
+[ "${REPLACE_SUBMISSION:-0}" = "1" ] && EXPORT_ARGS+=(--replace)
+RC=0
+run_child $PYTHON -m open_r1.export "${EXPORT_ARGS[@]}" || RC=$?
+if [ "$RC" -ne 0 ]; then
+  exit "$RC"
+fi
+echo "[train.sh] done. Next: python selfcheck.py --model $SUBMISSION (or the candidate path printed above)"
