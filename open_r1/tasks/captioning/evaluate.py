@@ -1,0 +1,359 @@
+"""Best-of-N evaluation of captioning policies: pure metrics over sample records, a paired comparison, a driver.
+
+Records
+-------
+One record per generated sample: ``{"contest", "sample_index", "completion", "caption" (str | None),
+"rm_raw" (float | None: the RM's raw BT score of the caption, None when no caption parsed), "truncated" (bool),
+"oracle" (float | None, stand-in only: the hidden score of the caption)}``. The metrics are pure functions of
+records, so tests feed fixed fake outputs; ``evaluate_policy`` produces records from a model.
+
+Metrics (per policy; every mean is first taken per cartoon, then over cartoons, so cartoons weigh equally)
+-------
+* ``format_rate``: share of samples whose caption parses (``protocol.parse_caption``);
+* ``truncated_rate``: share of samples that used the whole token budget without ending;
+* ``emitted_sigmoid``: mean sigma(RM) over emitted captions (cartoons without any emitted caption are left out);
+  ``emitted_raw``: the same on raw BT scores, for reference only;
+* ``fail_as_zero``: mean of sigma(RM), a failed sample counting 0, **on the sigmoid scale**: raw BT scores have no
+  fixed zero (typical means are negative), so counting a failure as raw 0 would reward failing;
+* ``bon@n`` for n in 1, 2, 4, 8 (n <= N): the expected max of sigma(RM) (failures 0) over n of the N samples drawn
+  without replacement, computed exactly from the order statistics: E = sum_i v_(i) C(i-1, n-1) / C(N, n);
+* stand-in only: ``oracle_emitted`` (mean oracle over emitted captions) and ``oracle_pick`` (the oracle score of the
+  RM-best emitted caption of each cartoon: what best-of-N with this RM would ship).
+
+Comparison to a baseline policy
+-------------------------------
+``paired_bootstrap``: the difference of per-cartoon values (policy - baseline) over the cartoons both have, with a
+percentile CI from resampling *cartoons* with replacement (samples of one cartoon are not independent; the public
+code's "+1.69 sigma" was an unpaired z over samples). Reported for fail-as-zero sigma(RM), bon@N and, on the
+stand-in, oracle_pick. ``reward_hacking`` is True when the RM metric (fail-as-zero sigma) goes up while the oracle of
+the picks goes down (point estimates); ``reward_hacking_significant`` when both CIs exclude 0 that way.
+
+Output: ``write_report`` writes ``bon_eval.md`` (a markdown table), ``bon_eval.json`` and ``bon_curve.png`` (the
+BoN curve of each policy).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from open_r1.tasks.captioning import protocol
+from open_r1.tasks.captioning.rewards import sigmoid
+
+BON_NS = (1, 2, 4, 8)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Per-cartoon values
+# --------------------------------------------------------------------------------------------------------------------
+def _group(records: Iterable[dict]) -> dict[Any, list[dict]]:
+    groups: dict[Any, list[dict]] = {}
+    for record in records:
+        groups.setdefault(record["contest"], []).append(record)
+    for contest, rows in groups.items():
+        indices = [r.get("sample_index") for r in rows]
+        if None not in indices and len(set(indices)) != len(indices):
+            raise ValueError(f"contest {contest!r} has duplicate sample_index values {sorted(indices)}")
+    return groups
+
+
+def sample_value(record: dict) -> float:
+    """sigma(RM) of an emitted caption, 0 for a failed sample."""
+    if record.get("caption") is None or record.get("rm_raw") is None:
+        return 0.0
+    return sigmoid(float(record["rm_raw"]))
+
+
+def expected_max_of_subset(values: Sequence[float], n: int) -> float:
+    """E[max of n values drawn without replacement from ``values``], exactly (order statistics)."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    big_n = len(v)
+    if not 1 <= n <= big_n:
+        raise ValueError(f"n must be in [1, {big_n}], got {n}")
+    weights = np.array([math.comb(i, n - 1) for i in range(big_n)], dtype=np.float64) / math.comb(big_n, n)
+    return float((v * weights).sum())
+
+
+def per_cartoon(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> dict[Any, dict]:
+    """Per cartoon: n, format, truncated, fail_as_zero, emitted_sigmoid/raw (None if nothing emitted), bon@n,
+    oracle_emitted / oracle_pick (None without oracle values)."""
+    out = {}
+    for contest, rows in _group(records).items():
+        values = [sample_value(r) for r in rows]
+        emitted = [r for r in rows if r.get("caption") is not None and r.get("rm_raw") is not None]
+        entry = {
+            "n": len(rows),
+            "format": sum(r.get("caption") is not None for r in rows) / len(rows),
+            "truncated": sum(bool(r.get("truncated")) for r in rows) / len(rows),
+            "fail_as_zero": float(np.mean(values)),
+            "emitted_sigmoid": float(np.mean([sigmoid(float(r["rm_raw"])) for r in emitted])) if emitted else None,
+            "emitted_raw": float(np.mean([float(r["rm_raw"]) for r in emitted])) if emitted else None,
+        }
+        for n in bon_ns:
+            entry[f"bon@{n}"] = expected_max_of_subset(values, n) if n <= len(rows) else None
+        with_oracle = [r for r in emitted if r.get("oracle") is not None]
+        entry["oracle_emitted"] = float(np.mean([r["oracle"] for r in with_oracle])) if with_oracle else None
+        if with_oracle:
+            best = max(with_oracle, key=lambda r: (float(r["rm_raw"]), -int(r.get("sample_index") or 0)))
+            entry["oracle_pick"] = float(best["oracle"])
+        else:
+            entry["oracle_pick"] = None
+        out[contest] = entry
+    if not out:
+        raise ValueError("no records to evaluate")
+    return out
+
+
+def _mean_of(cartoons: dict[Any, dict], key: str) -> float | None:
+    values = [c[key] for c in cartoons.values() if c.get(key) is not None]
+    return float(np.mean(values)) if values else None
+
+
+def policy_metrics(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> dict:
+    """The summary metrics of one policy's records (see the module docstring), plus its per-cartoon values."""
+    records = list(records)
+    cartoons = per_cartoon(records, bon_ns)
+    n_samples = {c["n"] for c in cartoons.values()}
+    metrics = {
+        "cartoons": len(cartoons),
+        "samples": len(records),
+        "samples_per_cartoon": min(n_samples) if len(n_samples) == 1 else sorted(n_samples),
+        "format_rate": _mean_of(cartoons, "format"),
+        "truncated_rate": _mean_of(cartoons, "truncated"),
+        "emitted_sigmoid": _mean_of(cartoons, "emitted_sigmoid"),
+        "emitted_raw": _mean_of(cartoons, "emitted_raw"),
+        "fail_as_zero": _mean_of(cartoons, "fail_as_zero"),
+    }
+    for n in bon_ns:
+        metrics[f"bon@{n}"] = _mean_of(cartoons, f"bon@{n}")
+    metrics["oracle_emitted"] = _mean_of(cartoons, "oracle_emitted")
+    metrics["oracle_pick"] = _mean_of(cartoons, "oracle_pick")
+    metrics["per_cartoon"] = {str(k): v for k, v in cartoons.items()}
+    return metrics
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Paired comparison
+# --------------------------------------------------------------------------------------------------------------------
+def paired_bootstrap(policy: dict[Any, float | None], baseline: dict[Any, float | None], n_boot: int = 2000,
+                     seed: int = 0, alpha: float = 0.05) -> dict | None:
+    """Mean of per-cartoon differences (policy - baseline) over shared cartoons, with a percentile bootstrap CI that
+    resamples cartoons. None when no cartoon has both values."""
+    keys = [k for k in policy if k in baseline and policy[k] is not None and baseline[k] is not None]
+    if not keys:
+        return None
+    diffs = np.array([policy[k] - baseline[k] for k in keys], dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    boot = diffs[rng.integers(0, len(diffs), size=(n_boot, len(diffs)))].mean(axis=1)
+    lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    return {"diff": float(diffs.mean()), "lo": float(lo), "hi": float(hi), "cartoons": len(keys),
+            "n_boot": n_boot, "confidence": 1 - alpha}
+
+
+def _column(metrics: dict, key: str) -> dict[str, float | None]:
+    return {k: v.get(key) for k, v in metrics["per_cartoon"].items()}
+
+
+def compare(policy: dict, baseline: dict, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Paired differences of ``policy_metrics`` outputs (policy - baseline) and the reward-hacking flags."""
+    keys = ["fail_as_zero", "emitted_sigmoid", "oracle_pick", "oracle_emitted"]
+    bon_keys = [f"bon@{n}" for n in BON_NS if policy.get(f"bon@{n}") is not None and baseline.get(f"bon@{n}") is not None]
+    out = {key: paired_bootstrap(_column(policy, key), _column(baseline, key), n_boot, seed) for key in keys + bon_keys}
+    rm, oracle = out["fail_as_zero"], out["oracle_pick"]
+    if rm is not None and oracle is not None:
+        out["reward_hacking"] = bool(rm["diff"] > 0 and oracle["diff"] < 0)
+        out["reward_hacking_significant"] = bool(rm["lo"] > 0 and oracle["hi"] < 0)
+    else:
+        out["reward_hacking"] = out["reward_hacking_significant"] = None
+    return out
+
+
+def evaluate_records(records_by_policy: dict[str, list[dict]], baseline: str | None = None, n_boot: int = 2000,
+                     seed: int = 0) -> dict:
+    """The full report: metrics per policy and, with a baseline, the paired comparison of every other policy."""
+    if baseline is not None and baseline not in records_by_policy:
+        raise ValueError(f"baseline {baseline!r} is not one of the policies {sorted(records_by_policy)}")
+    policies = {name: policy_metrics(records) for name, records in records_by_policy.items()}
+    comparisons = {}
+    if baseline is not None:
+        for name, metrics in policies.items():
+            if name != baseline:
+                comparisons[name] = compare(metrics, policies[baseline], n_boot, seed)
+    return {"baseline": baseline, "policies": policies, "comparisons": comparisons}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Report files
+# --------------------------------------------------------------------------------------------------------------------
+def _fmt(value: Any, pct: bool = False, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    return f"{100 * value:.1f}" if pct else f"{value:.{digits}f}"
+
+
+def _fmt_ci(entry: dict | None) -> str:
+    if entry is None:
+        return "–"
+    return f"{entry['diff']:+.3f} [{entry['lo']:+.3f}, {entry['hi']:+.3f}]"
+
+
+def markdown_table(report: dict) -> str:
+    """The policies' metrics and the paired differences to the baseline, as markdown."""
+    policies = report["policies"]
+    has_oracle = any(m.get("oracle_pick") is not None for m in policies.values())
+    bon = [f"bon@{n}" for n in BON_NS if any(m.get(f"bon@{n}") is not None for m in policies.values())]
+    head = ["policy", "cartoons", "N", "format %", "truncated %", "σ(RM) emitted", "fail-as-0 σ(RM)", *bon]
+    if has_oracle:
+        head += ["oracle emitted", "oracle of RM pick"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, m in policies.items():
+        row = [name, str(m["cartoons"]), str(m["samples_per_cartoon"]), _fmt(m["format_rate"], True),
+               _fmt(m["truncated_rate"], True), _fmt(m["emitted_sigmoid"]), _fmt(m["fail_as_zero"]),
+               *[_fmt(m[k]) for k in bon]]
+        if has_oracle:
+            row += [_fmt(m["oracle_emitted"]), _fmt(m["oracle_pick"])]
+        lines.append("| " + " | ".join(row) + " |")
+    if report.get("comparisons"):
+        conf = next(iter(report["comparisons"].values()))["fail_as_zero"]
+        level = f"{100 * conf['confidence']:.0f} %" if conf else "95 %"
+        lines += ["", f"Paired differences to **{report['baseline']}** (policy − baseline, mean over shared cartoons, "
+                      f"{level} bootstrap CI resampling cartoons):", ""]
+        head = ["policy", "fail-as-0 σ(RM)", f"{bon[-1]}" if bon else "bon", "σ(RM) emitted"]
+        if has_oracle:
+            head += ["oracle of RM pick", "reward hacking"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for name, c in report["comparisons"].items():
+            row = [name, _fmt_ci(c["fail_as_zero"]), _fmt_ci(c.get(bon[-1]) if bon else None),
+                   _fmt_ci(c["emitted_sigmoid"])]
+            if has_oracle:
+                flag = c["reward_hacking"]
+                row += [_fmt_ci(c["oracle_pick"]),
+                        "–" if flag is None else ("**YES** (significant)" if c["reward_hacking_significant"]
+                                                  else ("yes (point estimates)" if flag else "no"))]
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_bon(report: dict, path: str) -> str:
+    """BoN curve (expected max sigma(RM), failures 0, against n) of each policy, saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for name, m in report["policies"].items():
+        ns = [n for n in BON_NS if m.get(f"bon@{n}") is not None]
+        ax.plot(ns, [m[f"bon@{n}"] for n in ns], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(BON_NS), [str(n) for n in BON_NS])
+    ax.set_xlabel("n (samples per cartoon)")
+    ax.set_ylabel("best-of-n σ(RM), failures = 0")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[dict]] | None = None) -> dict[str, str]:
+    """``bon_eval.md``, ``bon_eval.json`` (+ ``samples.jsonl`` when records are given) and ``bon_curve.png``."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {"markdown": os.path.join(out_dir, "bon_eval.md"), "json": os.path.join(out_dir, "bon_eval.json"),
+             "plot": os.path.join(out_dir, "bon_curve.png")}
+    with open(paths["markdown"], "w") as f:
+        f.write(markdown_table(report))
+    with open(paths["json"], "w") as f:
+        json.dump(report, f, indent=2, default=str)
+    plot_bon(report, paths["plot"])
+    if records_by_policy is not None:
+        paths["samples"] = os.path.join(out_dir, "samples.jsonl")
+        with open(paths["samples"], "w") as f:
+            for name, records in records_by_policy.items():
+                for r in records:
+                    f.write(json.dumps({"policy": name, **r}, default=str) + "\n")
+    return paths
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Driver: generate N samples per cartoon with the engine, parse, score with the RM (and the stand-in's oracle)
+# --------------------------------------------------------------------------------------------------------------------
+def score_records(records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model,
+                  batch_size: int = 16) -> list[dict]:
+    """Fill ``rm_raw`` of records with a caption (in place; also returned)."""
+    from open_r1.tasks.captioning.rewards import _score, get_reward_model
+
+    model = get_reward_model(reward_model) if isinstance(reward_model, (str, os.PathLike)) else reward_model
+    todo = [r for r in records if r.get("caption") is not None]
+    if todo:
+        scores = _score(model, [images_by_contest[r["contest"]] for r in todo],
+                        [protocol.rm_messages(descs_by_contest[r["contest"]], r["caption"]) for r in todo], batch_size)
+        for r, s in zip(todo, scores):
+            r["rm_raw"] = float(s)
+    for r in records:
+        r.setdefault("rm_raw", None)
+    return records
+
+
+def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_new_tokens: int = protocol.MAX_NEW_TOKENS,
+                    temperature: float = 1.0, top_p: float | None = None, batch_size: int = 8,
+                    rm_batch_size: int = 16, max_words: int = protocol.MAX_WORDS, seed: int = 0,
+                    max_cartoons: int | None = None, use_stop: bool = False, oracle: bool | str = "auto") -> list[dict]:
+    """N sampled completions per cartoon of ``dataset``, parsed and scored: a list of records (module docstring).
+
+    ``dataset``: caption rows (one per caption; reduced to one prompt per contest) or ``data.prompt_rows`` output.
+    Prompts are ``processor.apply_chat_template(protocol.build_messages(desc), add_generation_prompt=True)``, the same
+    as every stage. ``use_stop`` stops at ``protocol.STOP`` (HF keeps the stop string, so the parser still sees the
+    closing tag). ``oracle``: ``"auto"`` scores emitted captions with the stand-in's hidden rule when the rows carry
+    ``scene_meta`` (analysis only; nothing is trained on it).
+    """
+    import torch
+
+    from open_r1.generation import generate_texts
+    from open_r1.tasks.captioning import data as cdata
+
+    rows = cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset
+    metas = None
+    if oracle and "scene_meta" in dataset.column_names:
+        groups = cdata._contest_groups(dataset)
+        table = dataset.select_columns(["scene_meta"])
+        metas = {contest: table[idx[0]]["scene_meta"] for contest, idx in groups.items()}
+    elif oracle is True:
+        raise ValueError("oracle=True needs the stand-in's scene_meta column")
+    if max_cartoons is not None:
+        rows = rows.select(range(min(max_cartoons, len(rows))))
+    contests = list(rows["contest"])
+    images = {c: img for c, img in zip(contests, rows["image"])}
+    desc_cols = [f for f in protocol.DESCRIPTION_FIELDS if f in rows.column_names]
+    table = rows.select_columns(desc_cols) if desc_cols else None
+    descs = {c: (protocol.description_from_row(table[i]) if table is not None else None) for i, c in enumerate(contests)}
+    prompt_text = {c: processor.apply_chat_template(protocol.build_messages(descs[c]), tokenize=False,
+                                                    add_generation_prompt=True) for c in contests}
+    jobs = [(c, k) for c in contests for k in range(n)]
+    gen_kwargs: dict[str, Any] = {"temperature": temperature}
+    if top_p is not None:
+        gen_kwargs["top_p"] = top_p
+    if use_stop:
+        gen_kwargs.update(stop_strings=list(protocol.STOP), tokenizer=processor.tokenizer)
+    torch.manual_seed(seed)
+    records: list[dict] = []
+    for start in range(0, len(jobs), batch_size):
+        batch = jobs[start:start + batch_size]
+        texts, lengths, truncated = generate_texts(
+            model, processor, [prompt_text[c] for c, _ in batch], [images[c] for c, _ in batch], max_new_tokens,
+            do_sample=True, **gen_kwargs)
+        for (c, k), text, length, trunc in zip(batch, texts, lengths, truncated):
+            records.append({"contest": c, "sample_index": k, "completion": text,
+                            "caption": protocol.parse_caption(text, max_words), "completion_tokens": int(length),
+                            "truncated": bool(trunc)})
+    score_records(records, images, descs, reward_model, rm_batch_size)
+    if metas is not None:
+        from open_r1.tasks.captioning.standin import oracle_score
+
+        for r in records:
+            r["oracle"] = oracle_score(r["caption"], metas[r["contest"]]) if r["caption"] is not None else None
+    return records

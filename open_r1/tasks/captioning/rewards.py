@@ -1,0 +1,189 @@
+"""The captioning reward, registered in the engine's reward registry: ``caption_rm``.
+
+``caption_rm`` scores a completion with the Bradley-Terry VLM reward model (``open_r1.reward_model``) on the row's
+cartoon:
+
+* the caption is ``protocol.parse_caption(completion, max_words)`` (strict: the single ``<caption>`` after the
+  single ``</think>``, one line, non-empty, at most ``max_words`` words, nothing after it);
+* parsed:  ``reward = format_bonus + (1 - format_bonus) * sigmoid(RM(image, protocol.rm_messages(desc, caption)))``
+  (in [format_bonus, 1]; ``format_bonus=0`` gives sigma(RM) exactly);
+* not parsed: ``reward = fail_value`` (default 0.0, i.e. the bottom of the sigmoid scale). The reward is on the
+  sigmoid scale on purpose: raw BT scores have no fixed zero, so "failure = 0" on raw scores (about -2 to -4 for
+  typical captions) would *pay* for failing, as the public humor-r1 code did.
+
+Recipe::
+
+    reward_funcs: [caption_rm]
+    reward_kwargs: {caption_rm: {reward_model: runs/rm, fail_value: 0.0, format_bonus: 0.0, device: cuda:0}}
+
+TRL passes every dataset column as a keyword list aligned with the completions (keep
+``remove_unused_columns=False``): the reward reads ``image`` (a PIL image per completion; an ``images`` list column
+is accepted too) and the description columns ``scene``/``twist``/``location``/``entities`` (missing ones are left
+out, exactly as ``data.prompt_rows`` built the prompt). Everything else is swallowed.
+
+The RM is loaded once per process and cached by (path, device) (``get_reward_model``), scored in batches of
+``batch_size`` without gradients (``RewardModel.score``). Tests may put any object with a ``score(images,
+messages) -> list[float]`` method in the cache with ``register_reward_model``.
+
+Logged sub-scores (batch values, through TRL's ``log_metric``): ``caption_rm/format_ok`` (parsed share),
+``caption_rm/sigmoid_mean`` and ``caption_rm/raw_mean`` (over parsed captions), ``caption_rm/reward_mean``,
+``caption_rm/caption_words``, ``caption_rm/caption_in_think`` and ``caption_rm/fail/<reason>`` for every parse
+failure reason (``protocol.PARSE_REASONS``).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import Any
+
+from open_r1.errors import RewardConfigError
+from open_r1.rewards import LogMetric, RewardFunc, _log, _mean, _require_number, register_reward
+from open_r1.tasks.captioning import protocol
+
+_RM_CACHE: dict[tuple[str, str], Any] = {}
+
+
+def _cache_key(path: str, device: Any) -> tuple[str, str]:
+    return os.path.abspath(os.fspath(path)), str(device) if device is not None else "auto"
+
+
+def get_reward_model(path: str, device: Any = None):
+    """The reward model saved at ``path`` on ``device``, loaded once per process (cached by path and device)."""
+    key = _cache_key(path, device)
+    if key not in _RM_CACHE:
+        from open_r1.reward_model import load_reward_model
+
+        _RM_CACHE[key] = load_reward_model(path, device=device)
+    return _RM_CACHE[key]
+
+
+def register_reward_model(path: str, model: Any, device: Any = None) -> None:
+    """Put an already-built reward model (anything with ``.score(images, messages)``) in the cache under (path,
+    device): for tests, or to share one loaded RM between the reward and an evaluation in one process."""
+    _RM_CACHE[_cache_key(path, device)] = model
+
+
+def clear_reward_model_cache() -> None:
+    _RM_CACHE.clear()
+
+
+def sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)
+    return z / (1.0 + z)
+
+
+def _images(image: Any, images: Any, n: int) -> list:
+    if image is None and images is not None:  # an `images` column: a list of images per row; the cartoon is the first
+        image = [row[0] if isinstance(row, (list, tuple)) else row for row in images]
+    if image is None:
+        raise ValueError(
+            "caption_rm needs the dataset column 'image' (the cartoon, one per completion); keep "
+            "remove_unused_columns=False in the GRPO config so TRL passes it to rewards"
+        )
+    if not isinstance(image, (list, tuple)) or len(image) != n:
+        raise ValueError(f"caption_rm got {len(image) if isinstance(image, (list, tuple)) else image!r} images for "
+                         f"{n} completions; they must be aligned")
+    return list(image)
+
+
+def _descriptions(columns: dict[str, Any], n: int) -> list[dict]:
+    descs: list[dict] = [{} for _ in range(n)]
+    for field in protocol.DESCRIPTION_FIELDS:
+        values = columns.get(field)
+        if values is None:
+            continue
+        if len(values) != n:
+            raise ValueError(f"caption_rm got {len(values)} values of {field!r} for {n} completions")
+        for desc, value in zip(descs, values):
+            if value is not None:
+                desc[field] = value
+    return descs
+
+
+def score_caption_rm(
+    completions,
+    image=None,
+    images=None,
+    scene=None,
+    twist=None,
+    location=None,
+    entities=None,
+    *,
+    reward_model: str,
+    fail_value: float = 0.0,
+    format_bonus: float = 0.0,
+    max_words: int = protocol.MAX_WORDS,
+    device: str | None = None,
+    batch_size: int = 16,
+    log_metric: LogMetric = None,
+    **kwargs,
+) -> list[float]:
+    n = len(completions)
+    parses = [protocol.parse_details(c, max_words) for c in completions]
+    ok = [i for i, p in enumerate(parses) if p.ok]
+    rewards = [float(fail_value)] * n
+    raw: list[float] = []
+    if ok:
+        imgs = _images(image, images, n)
+        descs = _descriptions({"scene": scene, "twist": twist, "location": location, "entities": entities}, n)
+        model = get_reward_model(reward_model, device)
+        messages = [protocol.rm_messages(descs[i], parses[i].caption) for i in ok]
+        raw = [float(s) for s in _score(model, [imgs[i] for i in ok], messages, batch_size)]
+        if len(raw) != len(ok):
+            raise RuntimeError(f"the reward model returned {len(raw)} scores for {len(ok)} captions")
+        for i, s in zip(ok, raw):
+            rewards[i] = format_bonus + (1.0 - format_bonus) * sigmoid(s)
+    _log(log_metric, "caption_rm/format_ok", len(ok) / n if n else 0.0)
+    if raw:  # no caption parsed -> nothing to average; logging 0 would read as a real score
+        _log(log_metric, "caption_rm/sigmoid_mean", _mean([sigmoid(s) for s in raw]))
+        _log(log_metric, "caption_rm/raw_mean", _mean(raw))
+        _log(log_metric, "caption_rm/caption_words", _mean([protocol.count_words(parses[i].caption) for i in ok]))
+    _log(log_metric, "caption_rm/reward_mean", _mean(rewards))
+    _log(log_metric, "caption_rm/caption_in_think", _mean([float(p.caption_in_think) for p in parses]))
+    for reason in protocol.PARSE_REASONS[1:]:
+        _log(log_metric, f"caption_rm/fail/{reason}", _mean([float(p.reason == reason) for p in parses]))
+    return rewards
+
+
+def _score(model, images: list, messages: list, batch_size: int) -> list[float]:
+    try:
+        return model.score(images, messages, batch_size=batch_size)
+    except TypeError:  # a scorer without a batch_size parameter: batch here
+        out: list[float] = []
+        for start in range(0, len(images), batch_size):
+            out.extend(model.score(images[start:start + batch_size], messages[start:start + batch_size]))
+        return out
+
+
+@register_reward("caption_rm")
+def caption_rm_reward(
+    reward_model: str,
+    fail_value: float = 0.0,
+    format_bonus: float = 0.0,
+    max_words: int = protocol.MAX_WORDS,
+    device: str | None = None,
+    batch_size: int = 16,
+) -> RewardFunc:
+    """sigma(RM(image, caption)) for a completion whose caption parses (``protocol.parse_caption``), else
+    ``fail_value``; ``format_bonus`` b gives ``b + (1 - b) * sigma(RM)`` to parsed captions. See the module doc."""
+    if not isinstance(reward_model, (str, os.PathLike)) or not str(reward_model):
+        raise RewardConfigError(f"caption_rm: reward_model must be the path of a saved reward-model dir, got {reward_model!r}")
+    _require_number("caption_rm", "fail_value", fail_value)
+    _require_number("caption_rm", "format_bonus", format_bonus)
+    _require_number("caption_rm", "max_words", max_words, integer=True)
+    _require_number("caption_rm", "batch_size", batch_size, integer=True)
+    if not math.isfinite(fail_value):
+        raise RewardConfigError(f"caption_rm: fail_value must be finite, got {fail_value!r}")
+    if not 0 <= format_bonus < 1:
+        raise RewardConfigError(f"caption_rm: format_bonus must be in [0, 1), got {format_bonus!r}")
+    if max_words < 1 or batch_size < 1:
+        raise RewardConfigError(f"caption_rm: max_words and batch_size must be >= 1, got {max_words}, {batch_size}")
+    if device is not None and not isinstance(device, str):
+        raise RewardConfigError(f"caption_rm: device must be a string like 'cuda:1' or 'cpu', got {device!r}")
+    return functools.partial(
+        score_caption_rm, reward_model=os.fspath(reward_model), fail_value=float(fail_value),
+        format_bonus=float(format_bonus), max_words=max_words, device=device, batch_size=batch_size,
+    )

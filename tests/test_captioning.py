@@ -1,0 +1,510 @@
+"""Captioning task side: protocol parser, data rules, the caption_rm reward, best-of-N metrics, the stand-in.
+
+CPU only and fast: the stand-in fixture renders a handful of 96x64 cartoons once per module; the RM is a fake
+scorer injected through the reward's cache (the real RM has its own tests in tests/test_reward_model.py).
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from open_r1.errors import DataError, RewardConfigError
+from open_r1.tasks.captioning import data as cdata
+from open_r1.tasks.captioning import evaluate as ev
+from open_r1.tasks.captioning import protocol as P
+from open_r1.tasks.captioning import rewards as cr
+from open_r1.tasks.captioning import standin as S
+
+
+def logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Protocol
+# --------------------------------------------------------------------------------------------------------------------
+GOOD = "The odd one is blue.</think>\n\n<caption>Nobody tell the blue cube.</caption>"
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("Maybe <caption>Inside think</caption> works.</think>\n\n", "caption_only_in_think"),
+    ("Hmm.</think>\n\n<caption>One</caption>\n<caption>Two</caption>", "multiple_captions"),
+    ("Hmm.</think>\n\n<caption>Line one\nline two</caption>", "multi_line"),
+    ("Hmm.</think>\n\n<caption>   </caption>", "empty"),
+    ("Hmm.</think>\n\n<caption></caption>", "empty"),
+    ("Hmm.</think>\n\n<caption>No closing tag", "unclosed_caption"),
+    ("Hmm.</think>\n\n<caption>" + " ".join(["word"] * 26) + "</caption>", "too_long"),
+    ("Hmm.</think>\n\n<caption>Fine caption</caption> and then some commentary", "trailing_text"),
+    ("Hmm.</think>\n\n<caption>Fine caption</caption><caption>", "multiple_captions"),
+    ("Hmm.</think>\n\nHere it is: <caption>Fine caption</caption>", "text_before_caption"),
+    ("Still thinking <caption>truncated mid-think", "no_think_close"),
+    ("Hmm.</think>\n\n</think><caption>x</caption>", "multiple_think_close"),
+    ("<think>a<think>b</think>\n\n<caption>x</caption>", "extra_think_open"),
+    ("Hmm.</think>\n\nJust a caption without tags", "no_caption"),
+    ("Hmm.</think>\n\n<caption>a </think-ish <caption x</caption>", "tag_in_caption"),
+])
+def test_parser_rejects_adversarial_completions(text, reason):
+    parsed = P.parse_details(text)
+    assert parsed.caption is None and P.parse_caption(text) is None
+    assert parsed.reason == reason
+
+
+def test_parser_accepts_the_format_with_or_without_opening_think_and_eos():
+    assert P.parse_caption(GOOD) == "Nobody tell the blue cube."
+    assert P.parse_caption("<think>\n" + GOOD) == "Nobody tell the blue cube."
+    assert P.parse_caption("  <think>" + GOOD + "<|im_end|>\n") == "Nobody tell the blue cube."
+    assert P.parse_caption("x</think><caption>  padded  </caption>\n\n") == "padded"
+
+
+def test_caption_inside_think_never_counts():
+    # the think block's draft is ignored; the caption after </think> is the one
+    text = "Draft <caption>the draft</caption> no.</think>\n\n<caption>the final</caption>"
+    parsed = P.parse_details(text)
+    assert parsed.caption == "the final" and parsed.caption_in_think
+
+
+def test_word_limit_is_a_parameter():
+    text = "x</think>\n\n<caption>" + " ".join(["w"] * 10) + "</caption>"
+    assert P.parse_caption(text, max_words=10) is not None
+    assert P.parse_details(text, max_words=9).reason == "too_long"
+
+
+def test_format_target_round_trips_and_rejects_bad_pieces():
+    target = P.format_target("It is odd.", "Hello there")
+    assert target == "It is odd.</think>\n\n<caption>Hello there</caption>"
+    assert P.parse_caption(target) == "Hello there"
+    with pytest.raises(DataError):
+        P.format_target("sneaky </think>", "x")
+    with pytest.raises(DataError):
+        P.format_target("ok", "two\nlines")
+
+
+def test_messages_are_one_prompt_for_every_stage():
+    desc = {"twist": "a twist", "scene": "a room", "entities": ["cat", "dog"]}
+    messages = P.build_messages(desc)
+    assert messages[0] == {"role": "system", "content": [{"type": "text", "text": P.SYSTEM_PROMPT}]}
+    assert messages[1]["role"] == "user" and messages[1]["content"][0] == {"type": "image"}
+    text = messages[1]["content"][1]["text"]
+    assert text == f"{P.CAPTION_REQUEST}\nScene: a room\nTwist: a twist\nEntities: cat, dog"
+    assert P.user_text(None) == P.CAPTION_REQUEST
+    rm = P.rm_messages(desc, " A caption ")
+    assert rm[:2] == messages
+    assert rm[2] == {"role": "assistant", "content": [{"type": "text", "text": "<caption>A caption</caption>"}]}
+    with pytest.raises(DataError, match="unknown description field"):
+        P.user_text({"scnee": "typo"})
+    synth = P.synthesis_messages(desc, "Cap")
+    assert synth[0] == messages[0] and synth[1]["content"][1]["text"].startswith(text)
+
+
+def test_trace_leak_check():
+    assert P.trace_leaks_caption("it says nobody tell the blue cube", "Nobody tell the blue cube!")
+    assert not P.trace_leaks_caption("the blue one stands out", "Nobody tell the blue cube!")
+    assert P.trace_leaks_caption("a </think> tag", "x")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Data: hand-made rows
+# --------------------------------------------------------------------------------------------------------------------
+def _png(color=(200, 10, 10)) -> dict:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), color).save(buf, format="PNG")
+    return {"bytes": buf.getvalue(), "path": None}
+
+
+def make_rows(rows: list[dict]):
+    import datasets
+
+    feats = datasets.Features({
+        "contest": datasets.Value("int64"), "image": datasets.Image(), "scene": datasets.Value("string"),
+        "caption": datasets.Value("string"), "mean": datasets.Value("float64"),
+        "precision": datasets.Value("float64"), "votes": datasets.Value("int64"),
+    })
+    full = [{"image": _png((10 * r["contest"] % 255, 0, 0)), "scene": f"scene {r['contest']}", "votes": 16,
+             "precision": 0.1, **r} for r in rows]
+    return datasets.Dataset.from_list(full, features=feats)
+
+
+def test_sigma_gap_rule_with_explicit_standard_error():
+    rows = make_rows([
+        {"contest": 1, "caption": "a", "mean": 3.0, "precision": 0.4},
+        {"contest": 1, "caption": "b", "mean": 2.0, "precision": 0.4},
+        {"contest": 1, "caption": "c", "mean": 1.9, "precision": 0.4},
+    ])
+    # precision as the SE: threshold 3 * sqrt(0.16 + 0.16) = 1.70 > every gap -> no pair
+    with pytest.raises(DataError, match="no caption pair"):
+        cdata.preference_pairs(rows, k=3.0, se_from="precision")
+    # precision as a per-vote std, 16 votes: SE 0.1, threshold 0.424: (a,b) gap 1.0 and (a,c) 1.1 pass, (b,c) 0.1 not
+    pairs = cdata.preference_pairs(rows, k=3.0, se_from="std_over_sqrt_votes")
+    got = sorted(zip(pairs["chosen"], pairs["rejected"]))
+    assert got == [("a", "b"), ("a", "c")]
+    assert sorted(round(g, 6) for g in pairs["gap"]) == [1.0, 1.1]
+    assert all(g > 0 for g in pairs["gap"])
+    # a callable SE, and the `se` alias
+    same = cdata.preference_pairs(rows, k=3.0, se=lambda r: r["precision"] / math.sqrt(r["votes"]))
+    assert sorted(zip(same["chosen"], same["rejected"])) == got
+    assert set(pairs.column_names) >= {"contest", "image", "scene", "chosen", "rejected", "gap"}
+    assert "oracle" not in pairs.column_names
+
+
+def test_gap_must_exceed_the_threshold_strictly():
+    rows = make_rows([
+        {"contest": 1, "caption": "a", "mean": 1.0, "precision": 0.0},
+        {"contest": 1, "caption": "b", "mean": 0.5, "precision": 0.0},
+    ])
+    assert len(cdata.preference_pairs(rows, k=3.0)) == 1
+    rows = make_rows([
+        {"contest": 1, "caption": "a", "mean": 1.0, "precision": 0.3},
+        {"contest": 1, "caption": "b", "mean": 0.1, "precision": 0.4},  # threshold 3 * 0.5 = 1.5 > 0.9
+        {"contest": 1, "caption": "c", "mean": -0.5, "precision": 0.4},  # a-c gap 1.5 == threshold: not a pair
+    ])
+    with pytest.raises(DataError):
+        cdata.preference_pairs(rows, k=3.0)
+
+
+def test_cap_per_contest_is_a_seeded_random_subset_and_pairs_are_shuffled_across_contests():
+    big = [{"contest": 7, "caption": f"c{i}", "mean": float(i), "precision": 0.0} for i in range(6)]  # 15 pairs
+    small = [{"contest": 3, "caption": f"s{i}", "mean": float(i), "precision": 0.0} for i in range(3)]  # 3 pairs
+    rows = make_rows(small + big)
+    all_pairs = cdata.preference_pairs(rows, cap_per_contest=None)
+    assert len(all_pairs) == 3 + 15
+    capped = [cdata.preference_pairs(rows, cap_per_contest=4, seed=s) for s in range(5)]
+    for pairs in capped:
+        contests = list(pairs["contest"])
+        assert contests.count(7) == 4 and contests.count(3) == 3
+    assert capped[0]["chosen"] == cdata.preference_pairs(rows, cap_per_contest=4, seed=0)["chosen"]  # seeded
+    big_subsets = {tuple(sorted((c, r) for c, r, k in zip(p["chosen"], p["rejected"], p["contest"]) if k == 7))
+                   for p in capped}
+    assert len(big_subsets) > 1  # not always the same (first) 4 pairs
+    first_four = {("c1", "c0"), ("c2", "c0"), ("c3", "c0"), ("c4", "c0")}  # i<j order would give these
+    assert any(set(s) != first_four for s in big_subsets)
+    orders = {tuple(p["contest"]) for p in capped}
+    assert any(order != tuple(sorted(order)) for order in orders)  # contests interleaved, not contest order
+    with pytest.raises(DataError):
+        cdata.preference_pairs(rows, cap_per_contest=0)
+
+
+def test_split_by_contest_is_disjoint_and_complete():
+    rows = make_rows([{"contest": c, "caption": f"{c}-{i}", "mean": float(i)} for c in range(20) for i in range(3)])
+    splits = cdata.split_by_contest(rows, val_frac=0.2, test_frac=0.1, seed=1)
+    sets = {name: set(split["contest"]) for name, split in splits.items()}
+    assert sets["train"].isdisjoint(sets["val"]) and sets["train"].isdisjoint(sets["test"])
+    assert sets["val"].isdisjoint(sets["test"])
+    assert sets["train"] | sets["val"] | sets["test"] == set(range(20))
+    assert (len(sets["val"]), len(sets["test"])) == (4, 2)
+    assert sum(len(s) for s in splits.values()) == len(rows)  # every caption of a contest follows it
+    other = cdata.split_by_contest(rows, val_frac=0.2, test_frac=0.1, seed=2)
+    assert set(other["val"]["contest"]) != sets["val"] or set(other["test"]["contest"]) != sets["test"]
+
+
+def test_top_k_and_sft_rows_format():
+    rows = make_rows([{"contest": 1, "caption": c, "mean": m} for c, m in [("low", 1.0), ("top", 3.0), ("mid", 2.0),
+                                                                           ("lowest", 0.5)]])
+    top = cdata.top_k_rows(rows, 2)
+    assert sorted(top["caption"]) == ["mid", "top"]
+    with pytest.raises(DataError, match="thinking"):
+        cdata.sft_rows(rows)
+    top = top.add_column("thinking", ["Because.", None])  # one trace dropped by synthesis
+    sft = cdata.sft_rows(top, top_k=2)
+    assert len(sft) == 1
+    row = sft[0]
+    kept = [c for c, t in zip(top["caption"], top["thinking"]) if t][0]
+    assert row["completion"][0]["role"] == "assistant"
+    assert row["completion"][0]["content"][0]["text"] == P.format_target("Because.", kept)
+    assert row["prompt"][0]["content"][0]["text"] == P.SYSTEM_PROMPT
+    assert row["prompt"][1]["content"][1]["text"] == P.user_text({"scene": "scene 1"})
+    assert len(row["images"]) == 1
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda r: r.remove_columns(["votes"]), "lacks column"),
+    (lambda r: r.map(lambda x, i: {"mean": float("nan") if i == 1 else x["mean"]}, with_indices=True), "row 1: mean"),
+    (lambda r: r.map(lambda x, i: {"votes": -1 if i == 2 else x["votes"]}, with_indices=True), "row 2: votes"),
+    (lambda r: r.map(lambda x, i: {"caption": " " if i == 0 else x["caption"]}, with_indices=True), "row 0: empty"),
+])
+def test_validation_names_the_problem(change, match):
+    rows = make_rows([{"contest": 1, "caption": f"c{i}", "mean": float(i)} for i in range(3)])
+    with pytest.raises(DataError, match=match):
+        cdata.validate_captions(change(rows))
+
+
+def test_validation_reports_unreadable_image_row():
+    import datasets
+
+    rows = make_rows([{"contest": c, "caption": "c", "mean": 1.0} for c in range(3)])
+    raw = rows.cast_column("image", datasets.Image(decode=False))
+    raw = raw.map(lambda x, i: {"image": {"bytes": b"not a png" if i == 2 else x["image"]["bytes"], "path": None}},
+                  with_indices=True)
+    broken = raw.cast_column("image", datasets.Image())
+    with pytest.raises(DataError, match="row 2: unreadable image"):
+        cdata.validate_captions(broken)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# caption_rm
+# --------------------------------------------------------------------------------------------------------------------
+class FakeRM:
+    """Scores by caption length (a fixed rule), records what it was asked."""
+
+    def __init__(self):
+        self.calls = []
+
+    def score(self, images, messages, batch_size=16):
+        self.calls.append((list(images), messages))
+        return [len(m[2]["content"][0]["text"]) / 10.0 - 2.0 for m in messages]
+
+
+@pytest.fixture()
+def fake_rm():
+    rm = FakeRM()
+    cr.register_reward_model("fake/rm", rm, device="cpu")
+    yield rm
+    cr.clear_reward_model_cache()
+
+
+def _caption_score(caption: str) -> float:
+    return len(f"<caption>{caption}</caption>") / 10.0 - 2.0
+
+
+def test_caption_rm_gates_on_the_parser_and_passes_the_image(fake_rm):
+    from open_r1.rewards import get_reward_funcs
+
+    (reward,) = get_reward_funcs(["caption_rm"], {"caption_rm": {"reward_model": "fake/rm", "device": "cpu",
+                                                                 "fail_value": -0.25}})
+    assert reward.__name__ == "caption_rm"
+    img_a, img_b, img_c = object(), object(), object()  # any object: the reward must hand over exactly these
+    completions = ["a</think>\n\n<caption>Hi</caption>",
+                   "b <caption>only in think</caption>",  # fails
+                   [{"role": "assistant", "content": "c</think><caption>Hello you</caption>"}]]
+    logged = {}
+    out = reward(completions=completions, prompts=None, image=[img_a, img_b, img_c], scene=["s1", "s2", "s3"],
+                 contest=[1, 2, 3], log_metric=lambda k, v: logged.__setitem__(k, v))
+    assert out[1] == -0.25
+    assert out[0] == pytest.approx(cr.sigmoid(_caption_score("Hi")))
+    assert out[2] == pytest.approx(cr.sigmoid(_caption_score("Hello you")))
+    (images, messages), = fake_rm.calls  # one batched call, failures never scored
+    assert images[0] is img_a and images[1] is img_c and len(images) == 2
+    assert messages[0] == P.rm_messages({"scene": "s1"}, "Hi") and messages[1] == P.rm_messages({"scene": "s3"}, "Hello you")
+    assert logged["caption_rm/format_ok"] == pytest.approx(2 / 3)
+    assert logged["caption_rm/raw_mean"] == pytest.approx((_caption_score("Hi") + _caption_score("Hello you")) / 2)
+    assert logged["caption_rm/sigmoid_mean"] == pytest.approx((out[0] + out[2]) / 2)
+    assert logged["caption_rm/fail/no_think_close"] == pytest.approx(1 / 3)  # think never closed
+    assert logged["caption_rm/caption_in_think"] == pytest.approx(1 / 3)
+    assert logged["caption_rm/fail/caption_only_in_think"] == 0.0
+
+
+def test_caption_rm_format_bonus_batches_and_all_fail(fake_rm):
+    func = cr.caption_rm_reward(reward_model="fake/rm", device="cpu", format_bonus=0.2, batch_size=1)
+    good = "x</think>\n\n<caption>Yo</caption>"
+    out = func([good, good], image=["i1", "i2"])
+    assert out == pytest.approx([0.2 + 0.8 * cr.sigmoid(_caption_score("Yo"))] * 2)
+    assert len(fake_rm.calls) == 1  # the fake takes batch_size itself
+    logged = {}
+    assert func(["no tags", "x</think>"], image=None, log_metric=lambda k, v: logged.__setitem__(k, v)) == [0.0, 0.0]
+    assert "caption_rm/raw_mean" not in logged  # nothing parsed: no fake average
+    with pytest.raises(ValueError, match="image"):
+        func([good], completion_ids=None)  # a parsed caption and no image column: say so
+    # an `images` column (list per row) is accepted as well
+    assert func([good], images=[["i1"]]) == pytest.approx([0.2 + 0.8 * cr.sigmoid(_caption_score("Yo"))])
+
+
+def test_caption_rm_rejects_bad_params():
+    for params in ({"reward_model": ""}, {"reward_model": "x", "format_bonus": 1.0},
+                   {"reward_model": "x", "fail_value": float("nan")}, {"reward_model": "x", "max_words": 0},
+                   {"reward_model": "x", "fail_value": "0"}):
+        with pytest.raises(RewardConfigError):
+            cr.caption_rm_reward(**params)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Best-of-N metrics on fixed fake outputs
+# --------------------------------------------------------------------------------------------------------------------
+def _records(spec: dict) -> list[dict]:
+    """spec: contest -> list of (sigma or None for a failure, oracle, truncated)."""
+    out = []
+    for contest, samples in spec.items():
+        for k, (p, oracle, truncated) in enumerate(samples):
+            out.append({"contest": contest, "sample_index": k, "completion": "...",
+                        "caption": None if p is None else f"cap{k}", "rm_raw": None if p is None else logit(p),
+                        "truncated": truncated, "oracle": None if p is None else oracle})
+    return out
+
+
+POLICY = _records({
+    "A": [(0.8, 1.0, False), (None, None, True), (0.4, -1.0, False), (0.6, 2.0, False)],
+    "B": [(None, None, True), (None, None, False), (0.5, 0.0, False), (0.9, -2.0, False)],
+})
+BASELINE = _records({
+    "A": [(0.5, 2.0, False), (0.5, 2.0, False), (None, None, False), (0.3, 1.0, False)],
+    "B": [(0.2, 1.0, False), (0.4, 1.5, False), (None, None, False), (None, None, False)],
+})
+
+
+def test_expected_max_matches_enumeration():
+    values = [0.0, 0.4, 0.6, 0.8, 0.1]
+    for n in range(1, 6):
+        brute = np.mean([max(c) for c in itertools.combinations(values, n)])
+        assert ev.expected_max_of_subset(values, n) == pytest.approx(brute)
+
+
+def test_policy_metrics_hand_computed():
+    m = ev.policy_metrics(POLICY)
+    assert m["cartoons"] == 2 and m["samples_per_cartoon"] == 4
+    assert m["format_rate"] == pytest.approx((3 / 4 + 2 / 4) / 2)  # 0.625
+    assert m["truncated_rate"] == pytest.approx((1 / 4 + 1 / 4) / 2)
+    assert m["fail_as_zero"] == pytest.approx((0.45 + 0.35) / 2)  # A (0.8+0+0.4+0.6)/4, B (0+0+0.5+0.9)/4
+    assert m["emitted_sigmoid"] == pytest.approx((0.6 + 0.7) / 2)
+    assert m["bon@1"] == pytest.approx(m["fail_as_zero"])
+    # A sorted [0, .4, .6, .8]: (0.4*1 + 0.6*2 + 0.8*3)/6 = 4.0/6; B [0, 0, .5, .9]: (0.5*2 + 0.9*3)/6 = 3.7/6
+    assert m["bon@2"] == pytest.approx((4.0 / 6 + 3.7 / 6) / 2)
+    assert m["bon@4"] == pytest.approx((0.8 + 0.9) / 2)
+    assert m["bon@8"] is None  # N = 4
+    assert m["oracle_pick"] == pytest.approx((1.0 + -2.0) / 2)  # RM-best: A sample 0 (oracle 1), B sample 3 (-2)
+    assert m["oracle_emitted"] == pytest.approx((2.0 / 3 + -1.0) / 2)
+
+
+def test_fail_as_zero_is_on_the_sigmoid_scale():
+    # a policy that always fails must not beat one that emits captions with (typical) negative raw BT scores
+    fails = _records({"A": [(None, None, False)] * 4})
+    emits = _records({"A": [(cr.sigmoid(-3.0), 0.0, False)] * 4})
+    assert ev.policy_metrics(fails)["fail_as_zero"] == 0.0
+    emitted = ev.policy_metrics(emits)["fail_as_zero"]
+    assert emitted == pytest.approx(cr.sigmoid(-3.0)) and emitted > 0.0
+
+
+def test_paired_comparison_and_reward_hacking_flag(tmp_path):
+    report = ev.evaluate_records({"base": BASELINE, "grpo": POLICY}, baseline="base", n_boot=500, seed=0)
+    c = report["comparisons"]["grpo"]
+    base = ev.policy_metrics(BASELINE)
+    # baseline per cartoon: fail-as-0 A (0.5+0.5+0+0.3)/4 = 0.325, B (0.2+0.4)/4 = 0.15; policy A 0.45, B 0.35
+    assert base["fail_as_zero"] == pytest.approx((0.325 + 0.15) / 2)
+    assert c["fail_as_zero"]["diff"] == pytest.approx(((0.45 - 0.325) + (0.35 - 0.15)) / 2)
+    assert 0.125 - 1e-9 <= c["fail_as_zero"]["lo"] <= c["fail_as_zero"]["hi"] <= 0.2 + 1e-9  # between the two diffs
+    # oracle of the RM pick: baseline A sample 0 (ties go to the first index) = 2.0, B sample 1 = 1.5
+    assert c["oracle_pick"]["diff"] == pytest.approx(((1.0 - 2.0) + (-2.0 - 1.5)) / 2)
+    assert c["reward_hacking"] is True and c["reward_hacking_significant"] is True
+    same = ev.compare(base, base)
+    assert same["fail_as_zero"]["diff"] == 0.0 and same["fail_as_zero"]["lo"] == same["fail_as_zero"]["hi"] == 0.0
+    assert same["reward_hacking"] is False
+    paths = ev.write_report(report, str(tmp_path), {"base": BASELINE, "grpo": POLICY})
+    table = open(paths["markdown"]).read()
+    assert "| grpo | 2 | 4 | 62.5 | 25.0 |" in table and "YES" in table
+    assert json.load(open(paths["json"]))["comparisons"]["grpo"]["reward_hacking"] is True
+    assert open(paths["plot"], "rb").read(4) == b"\x89PNG"
+
+
+def test_paired_bootstrap_pairs_by_cartoon():
+    policy = {"a": 1.0, "b": 2.0, "c": None}
+    baseline = {"a": 0.5, "b": 2.5, "d": 9.0}
+    out = ev.paired_bootstrap(policy, baseline, n_boot=200)
+    assert out["cartoons"] == 2 and out["diff"] == pytest.approx(0.0)
+    assert out["lo"] >= -0.5 - 1e-9 and out["hi"] <= 0.5 + 1e-9
+    assert ev.paired_bootstrap({"a": 1.0}, {"b": 1.0}) is None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Stand-in
+# --------------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def standin_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("standin")
+    config = S.StandinConfig(captions=12, image_size=(96, 64), max_objects=5)
+    paths = S.write_standin(out, contests=8, ood_contests=2, val_frac=0.25, test_frac=0.125, config=config)
+    return out, paths
+
+
+def test_standin_rule_depends_on_the_image():
+    scenes = [S.render_odd_scene(seed, "clevr", (96, 64))[1] for seed in range(12)]
+    meta = next(m for m in scenes if m["dimension"] == "color")
+    odd = meta["objects"][meta["odd_index"]]
+    assert sum(o["color"] == meta["odd_value"] for o in meta["objects"]) == 1  # exactly one odd object
+    present_colors = {o["color"] for o in meta["objects"]}
+    absent = next(c for c in S.clevr.COLORS if c not in present_colors)
+    absent_shape = next(s for s in S.clevr.SHAPES if s != odd["shape"])  # colour-odd scenes share one shape
+    names_odd = f"Nobody tell {S.odd_object_phrase(meta)} it was adopted."
+    names_absent = f"Nobody tell the {absent} {absent_shape} it was adopted."
+    assert S.oracle_score(names_odd, meta) > S.oracle_score(names_absent, meta) + 1.0
+    # the same caption on a rendered scene without that colour scores low: the rule reads the image content
+    others = [m for m in scenes if meta["odd_value"] not in {o["color"] for o in m["objects"]}]
+    assert others
+    for other in others:
+        # loses the odd-object bonus and pays for an absent colour (even where its shape happens to be the odd one)
+        assert S.oracle_score(names_odd, other) <= S.oracle_score(names_odd, meta) - 2.0 + 1e-9
+    # puns on the odd value score extra; length is penalised
+    if meta["odd_value"] in S.PUNS:
+        with_pun = names_odd[:-1] + f", talk about {S.PUNS[meta['odd_value']]}."
+        assert S.oracle_details(with_pun, meta)["puns"] == S.W_PUN_ODD
+    long = names_odd[:-1] + S.LONG_TAIL + "."
+    assert S.oracle_details(long, meta)["length"] < 0
+
+
+def test_standin_image_dependence_on_a_fixed_color_scene():
+    meta = {"renderer": "clevr", "dimension": "color", "odd_index": 0, "odd_value": "blue", "majority_value": "red",
+            "objects": [{"shape": "cube", "color": "blue", "size": "small"}] +
+                       [{"shape": "cube", "color": "red", "size": "small"}] * 3}
+    swapped = {**meta, "odd_value": "green", "objects": [{"shape": "cube", "color": "green", "size": "small"}] +
+               [{"shape": "cube", "color": "red", "size": "small"}] * 3}
+    caption = "Nobody tell the blue cube it was adopted."
+    absent = "Nobody tell the purple sphere it was adopted."
+    assert S.oracle_score(caption, meta) > S.oracle_score(absent, meta)
+    assert S.oracle_score(caption, meta) - S.oracle_score(caption, swapped) >= 2.0 + 0.5 + 1.5 - 1e-9
+
+
+def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir):
+    out, paths = standin_dir
+    assert set(paths) == {"train", "val", "test", "ood"}
+    contests = {name: set(cdata.load_captions(p)["contest"]) for name, p in paths.items()}
+    for a, b in itertools.combinations(contests, 2):
+        assert contests[a].isdisjoint(contests[b])
+    train = cdata.load_captions(paths["train"])
+    assert "oracle" not in train.column_names  # dropped by the loader
+    assert set(cdata.REQUIRED_COLUMNS) <= set(train.column_names)
+    with_oracle = cdata.load_captions(paths["train"], keep_oracle=True)
+    assert "oracle" in with_oracle.column_names
+    ood = cdata.load_captions(paths["ood"])
+    assert set(ood["renderer"]) == {"ood"} and set(train["renderer"]) == {"clevr"}
+    # what training reads never has the oracle, even when loaded with it
+    for rows in (cdata.sft_rows(S.add_templated_thinking(cdata.top_k_rows(with_oracle, 3))),
+                 cdata.preference_pairs(with_oracle, cap_per_contest=20), cdata.prompt_rows(with_oracle),
+                 S.pretrain_rows(with_oracle), cdata.top_k_rows(with_oracle, 2)):
+        assert not any("oracle" in c for c in rows.column_names)
+        assert "oracle" not in json.dumps(rows[0], default=str)
+    # the descriptions never name the odd object: it is only in the image
+    meta = json.loads(train[0]["scene_meta"])
+    text = P.user_text(P.description_from_row(train[0]))
+    assert meta["odd_value"] not in text.lower()
+    # stand-in votes agree with the oracle on the pairs the k-sigma rule keeps
+    pairs = cdata.preference_pairs(with_oracle, keep_oracle=True, cap_per_contest=50)
+    agree = np.mean(np.array(pairs["chosen_oracle"]) > np.array(pairs["rejected_oracle"]))
+    assert agree > 0.9
+
+
+def test_standin_is_deterministic_and_pretrain_rows_format(standin_dir):
+    config = S.StandinConfig(captions=6, image_size=(96, 64), max_objects=4)
+    a, b = S.make_contest(config, "main", 5), S.make_contest(config, "main", 5)
+    assert [r["caption"] for r in a] == [r["caption"] for r in b] and [r["mean"] for r in a] == [r["mean"] for r in b]
+    assert a[0]["image"]["bytes"] == b[0]["image"]["bytes"]
+    assert all(r["precision"] >= 0 and r["votes"] >= config.min_votes for r in a)
+    _, paths = standin_dir
+    train = cdata.load_captions(paths["train"])
+    rows = S.pretrain_rows(train, per_contest=2)
+    assert set(rows["kind"]) == {"describe", "question", "fluency"}
+    fluency = rows.filter(lambda r: r["kind"] == "fluency")[0]
+    assert fluency["prompt"][0]["content"][0]["text"] == P.SYSTEM_PROMPT
+    assert P.parse_caption(fluency["completion"][0]["content"][0]["text"]) is not None
+    thinking = S.templated_thinking(train[0])
+    assert not P.trace_leaks_caption(thinking, train[0]["caption"]) or "talk about" in train[0]["caption"]
+
+
+def test_standin_cli(tmp_path):
+    out = tmp_path / "cli"
+    assert S.main(["--out", str(out), "--contests", "4", "--ood-contests", "1", "--captions", "6",
+                   "--image-size", "96x64", "--max-objects", "4", "--val-frac", "0.25", "--test-frac", "0.25"]) == 0
+    assert json.load(open(out / "standin.json"))["splits"]["ood"]["contests"] == 1
+    assert S.main(["--out", str(out), "--contests", "4"]) == 2  # refuses to overwrite without --overwrite
