@@ -264,10 +264,24 @@ secondary/ID, then later step) among those still on disk is marked with '*' and 
 
 
 def main(argv=None) -> int:
+    from open_r1.errors import OpenR1Error
+
+    try:
+        return _main(argv)
+    except OpenR1Error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir")
     parser.add_argument("--out", default=None, help=f"PNG path (default <run_dir>/{HISTORY_PLOT})")
     args = parser.parse_args(argv)
+    if not os.path.isdir(args.run_dir):
+        from open_r1.errors import OpenR1Error
+
+        raise OpenR1Error(f"run dir {args.run_dir} does not exist; pass a training output_dir (runs/<recipe>)")
     history = load_history(args.run_dir)
     if not history["entries"]:
         print(f"error: no evaluated checkpoints in {args.run_dir} ({HISTORY_FILE} missing or empty); "

@@ -80,6 +80,11 @@ def _run_splits(args) -> int:
                 f"{SPLIT_FLAGS[name]} must be at least 1 (got {n}); to skip the split, leave it out of --splits"
             )
         sizes[name] = n
+    from open_r1.validate import writable_problem
+
+    problem = writable_problem(args.out)
+    if problem:  # before minutes of rendering
+        raise SceneArgumentError(f"cannot write --out: {problem}; choose another --out")
     stats: dict = {}
     paths = write_splits(
         args.out,
@@ -155,11 +160,11 @@ def _run_preview(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .errors import SceneArgumentError
+    from open_r1.errors import OpenR1Error
 
     try:
         args = build_parser().parse_args(argv)
         return _run_preview(args) if args.preview is not None else _run_splits(args)
-    except (UsageError, SceneArgumentError) as exc:
+    except (UsageError, OpenR1Error) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
