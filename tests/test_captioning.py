@@ -508,3 +508,35 @@ def test_standin_cli(tmp_path):
                    "--image-size", "96x64", "--max-objects", "4", "--val-frac", "0.25", "--test-frac", "0.25"]) == 0
     assert json.load(open(out / "standin.json"))["splits"]["ood"]["contests"] == 1
     assert S.main(["--out", str(out), "--contests", "4"]) == 2  # refuses to overwrite without --overwrite
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Task interface (GRPO prompts + in-training evaluation), with a tiny Qwen3-VL and the fake RM
+# --------------------------------------------------------------------------------------------------------------------
+def test_task_train_prompts_and_eval_report(standin_dir, tiny_model_dirs, fake_rm):
+    from types import SimpleNamespace
+
+    from open_r1 import modeling
+    from open_r1.tasks import get_task
+
+    _, paths = standin_dir
+    args = SimpleNamespace(task="captioning", dataset_name=paths["train"], dataset_train_split="train",
+                           max_train_samples=3, reward_kwargs=json.dumps({"caption_rm": {"reward_model": "fake/rm",
+                                                                                         "device": "cpu"}}),
+                           caption_eval_max_new_tokens=8)
+    task = get_task("captioning", args)
+    train = task.train_dataset(args, SimpleNamespace(seed=0))
+    assert len(train) == 3 and len(set(train["contest"])) == 3
+    assert train[0]["prompt"][1]["content"][1]["text"] == P.user_text(P.description_from_row(train[0]))
+    assert not any("oracle" in c or c == "scene_meta" for c in train.column_names)
+    sets = task.load_eval_sets([paths["val"], paths["ood"]], limit=2)
+    assert set(sets) == {"val", "ood"} and all(len(s) <= 2 for s in sets.values())
+    model_dir = tiny_model_dirs["qwen3_vl"]
+    model = modeling.load_model(str(model_dir), dtype="float32", attn_implementation="eager")
+    processor = modeling.load_processor(str(model_dir))
+    report = task.evaluate(model.eval(), processor, sets["val"], name="val", batch_size=2)
+    assert report.n == len(sets["val"]) and 0.0 <= report.score <= 1.0
+    assert all(r["index"] in range(len(sets["val"])) for r in report.records)
+    assert set(report.summary()) >= {"name", "n", "format_rate", "fail_as_zero"}
+    rebuilt = task.report_from_records("val", report.records, 1.0)
+    assert rebuilt.score == report.score

@@ -302,14 +302,16 @@ def score_records(records: list[dict], images_by_contest: dict, descs_by_contest
 def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_new_tokens: int = protocol.MAX_NEW_TOKENS,
                     temperature: float = 1.0, top_p: float | None = None, batch_size: int = 8,
                     rm_batch_size: int = 16, max_words: int = protocol.MAX_WORDS, seed: int = 0,
-                    max_cartoons: int | None = None, use_stop: bool = False, oracle: bool | str = "auto") -> list[dict]:
+                    max_cartoons: int | None = None, use_stop: bool = False, oracle: bool | str = "auto",
+                    do_sample: bool = True) -> list[dict]:
     """N sampled completions per cartoon of ``dataset``, parsed and scored: a list of records (module docstring).
 
     ``dataset``: caption rows (one per caption; reduced to one prompt per contest) or ``data.prompt_rows`` output.
     Prompts are ``processor.apply_chat_template(protocol.build_messages(desc), add_generation_prompt=True)``, the same
     as every stage. ``use_stop`` stops at ``protocol.STOP`` (HF keeps the stop string, so the parser still sees the
     closing tag). ``oracle``: ``"auto"`` scores emitted captions with the stand-in's hidden rule when the rows carry
-    ``scene_meta`` (analysis only; nothing is trained on it).
+    ``scene_meta`` (analysis only; nothing is trained on it). ``do_sample=False`` decodes greedily (then ``n``
+    should be 1). Each record also carries ``index``, the cartoon's row in the (prompt-row) dataset.
     """
     import torch
 
@@ -322,6 +324,7 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
         groups = cdata._contest_groups(dataset)
         table = dataset.select_columns(["scene_meta"])
         metas = {contest: table[idx[0]]["scene_meta"] for contest, idx in groups.items()}
+        rows = rows.remove_columns(["scene_meta"]) if "scene_meta" in rows.column_names else rows
     elif oracle is True:
         raise ValueError("oracle=True needs the stand-in's scene_meta column")
     if max_cartoons is not None:
@@ -333,9 +336,10 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     descs = {c: (protocol.description_from_row(table[i]) if table is not None else None) for i, c in enumerate(contests)}
     prompt_text = {c: processor.apply_chat_template(protocol.build_messages(descs[c]), tokenize=False,
                                                     add_generation_prompt=True) for c in contests}
+    position = {c: i for i, c in enumerate(contests)}
     jobs = [(c, k) for c in contests for k in range(n)]
-    gen_kwargs: dict[str, Any] = {"temperature": temperature}
-    if top_p is not None:
+    gen_kwargs: dict[str, Any] = {"temperature": temperature} if do_sample else {}
+    if top_p is not None and do_sample:
         gen_kwargs["top_p"] = top_p
     if use_stop:
         gen_kwargs.update(stop_strings=list(protocol.STOP), tokenizer=processor.tokenizer)
@@ -345,9 +349,9 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
         batch = jobs[start:start + batch_size]
         texts, lengths, truncated = generate_texts(
             model, processor, [prompt_text[c] for c, _ in batch], [images[c] for c, _ in batch], max_new_tokens,
-            do_sample=True, **gen_kwargs)
+            do_sample=do_sample, **gen_kwargs)
         for (c, k), text, length, trunc in zip(batch, texts, lengths, truncated):
-            records.append({"contest": c, "sample_index": k, "completion": text,
+            records.append({"contest": c, "index": position[c], "sample_index": k, "completion": text,
                             "caption": protocol.parse_caption(text, max_words), "completion_tokens": int(length),
                             "truncated": bool(trunc)})
     score_records(records, images, descs, reward_model, rm_batch_size)

@@ -1,0 +1,163 @@
+"""The captioning task as the engine sees it (``task: captioning`` in a GRPO recipe).
+
+* Training prompts: one row per contest of ``dataset_name`` (a caption dataset in the layout of
+  ``open_r1/tasks/captioning/data.py``, split ``dataset_train_split`` when it is a DatasetDict): ``prompt`` =
+  ``protocol.build_messages(description)``, ``image``, ``contest`` and the description columns, which the
+  ``caption_rm`` reward reads back (keep ``remove_unused_columns: false``). ``max_train_samples`` keeps the first N
+  contests. The stand-in's ``oracle`` never reaches training (``data.load_captions`` drops it).
+* In-training evaluation (``eval_sets``: caption dataset dirs, named by basename, e.g. ``val`` and ``ood``): the
+  first ``eval_limit`` cartoons of each, one greedy completion each under the same prompt and the protocol's
+  ``MAX_NEW_TOKENS``, scored with the same reward model the ``caption_rm`` reward uses (its ``reward_model`` and
+  ``device`` from ``reward_kwargs``). The score keep-best ranks by is the **fail-as-zero sigma(RM)** mean (in [0, 1]),
+  logged as ``eval/<set>_fail0_sigma_rm``; the report also carries the format and truncation rates, sigma(RM) over
+  emitted captions and, on the stand-in, the hidden oracle score of the captions (analysis only).
+
+Optional recipe attributes read with defaults (the GRPO entry passes its script arguments through): 
+``caption_eval_samples`` (1), ``caption_eval_temperature`` (None = greedy), ``caption_eval_max_new_tokens``
+(``protocol.MAX_NEW_TOKENS``), ``caption_eval_reward_model`` (default: ``reward_kwargs.caption_rm.reward_model``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from open_r1.errors import DataError, RecipeError
+from open_r1.tasks import Task
+from open_r1.tasks.captioning import data as data_lib
+from open_r1.tasks.captioning import evaluate as evaluate_lib
+from open_r1.tasks.captioning import protocol
+
+
+@dataclass
+class CaptionSetReport:
+    """One eval set's result in the engine's report shape (name, n, seconds, records, score, summary())."""
+
+    name: str
+    n: int
+    seconds: float
+    metrics: dict
+    records: list[dict] = field(default_factory=list, repr=False)
+
+    @property
+    def score(self) -> float:
+        """What keep-best ranks checkpoints by: the fail-as-zero sigma(RM) mean over cartoons."""
+        return float(self.metrics["fail_as_zero"])
+
+    def summary(self) -> dict:
+        keys = ("format_rate", "truncated_rate", "emitted_sigmoid", "fail_as_zero", "oracle_emitted", "oracle_pick")
+        out = {"name": self.name, "n": self.n, "seconds": round(self.seconds, 2)}
+        out.update({k: self.metrics[k] for k in keys if self.metrics.get(k) is not None})
+        tokens = [r["completion_tokens"] for r in self.records if r.get("completion_tokens") is not None]
+        if tokens:
+            out["mean_completion_tokens"] = sum(tokens) / len(tokens)
+        return out
+
+
+def report_from_records(name: str, records: list[dict], seconds: float) -> CaptionSetReport:
+    metrics = evaluate_lib.policy_metrics(records, bon_ns=(1,))
+    metrics.pop("per_cartoon", None)
+    return CaptionSetReport(name=name, n=metrics["cartoons"], seconds=seconds, metrics=metrics, records=records)
+
+
+def _reward_kwargs(script_args) -> dict:
+    value = getattr(script_args, "reward_kwargs", None)
+    if value in (None, ""):
+        return {}
+    if isinstance(value, dict):
+        return value
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise RecipeError(f"reward_kwargs is not valid JSON ({exc}): {value!r}") from None
+    return parsed if isinstance(parsed, dict) else {}
+
+
+class CaptioningTask(Task):
+    name = "captioning"
+    metric = "fail0_sigma_rm"
+    default_primary = "val"
+    default_secondary = "ood"
+
+    # -- training -------------------------------------------------------------------------------------------------
+    def train_dataset(self, script_args, training_args):
+        if not script_args.dataset_name:
+            raise DataError("task captioning needs dataset_name: a caption dataset dir (see open_r1/tasks/captioning/data.py)")
+        split = getattr(script_args, "dataset_train_split", None)
+        path = script_args.dataset_name
+        dataset = data_lib.load_captions(path, split=split if _is_dataset_dict(path) else None)
+        rows = data_lib.prompt_rows(dataset)
+        limit = getattr(script_args, "max_train_samples", None)
+        if limit:
+            rows = rows.select(range(min(limit, len(rows))))
+        return rows
+
+    def training_meta(self, script_args) -> dict:
+        return {"caption_protocol": {"max_words": protocol.MAX_WORDS, "max_new_tokens": protocol.MAX_NEW_TOKENS,
+                                     "system_prompt_sha": _sha(protocol.SYSTEM_PROMPT)},
+                "eval_reward_model": self._rm_settings()[0]}
+
+    # -- evaluation -----------------------------------------------------------------------------------------------
+    def _rm_settings(self) -> tuple[str | None, str | None]:
+        args = self.script_args
+        explicit = getattr(args, "caption_eval_reward_model", None)
+        kwargs = _reward_kwargs(args).get("caption_rm", {}) if args is not None else {}
+        return explicit or kwargs.get("reward_model"), kwargs.get("device")
+
+    def load_eval_sets(self, paths, limit=None):
+        sets = {}
+        for path in paths:
+            name = os.path.basename(os.path.normpath(path))
+            if name in sets:
+                raise DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
+            captions = data_lib.load_captions(path)
+            rows = data_lib.prompt_rows(captions)
+            if "scene_meta" in captions.column_names:  # the stand-in: the oracle scores emitted captions (analysis)
+                groups = data_lib._contest_groups(captions)
+                metas = captions.select_columns(["scene_meta"])
+                rows = rows.add_column("scene_meta", [metas[idx[0]]["scene_meta"] for idx in groups.values()])
+            if limit is not None:
+                rows = rows.select(range(min(limit, len(rows))))
+            sets[name] = rows
+        return sets
+
+    def evaluate(self, model, processor, dataset, name, batch_size, limit=None, progress=False):
+        import time
+
+        path, device = self._rm_settings()
+        if not path:
+            raise RecipeError(
+                "the captioning evaluation scores with the reward model: set reward_kwargs.caption_rm.reward_model "
+                "(or caption_eval_reward_model) in the recipe"
+            )
+        from open_r1.tasks.captioning.rewards import get_reward_model
+
+        args = self.script_args
+        n = int(getattr(args, "caption_eval_samples", 1) or 1)
+        temperature = getattr(args, "caption_eval_temperature", None)
+        max_new_tokens = int(getattr(args, "caption_eval_max_new_tokens", None) or protocol.MAX_NEW_TOKENS)
+        if limit is not None:
+            dataset = dataset.select(range(min(limit, len(dataset))))
+        start = time.perf_counter()
+        records = evaluate_lib.evaluate_policy(
+            model, processor, dataset, get_reward_model(path, device), n=n, max_new_tokens=max_new_tokens,
+            temperature=temperature if temperature is not None else 1.0, do_sample=temperature is not None,
+            batch_size=batch_size, seed=0,
+        )
+        return report_from_records(name, records, time.perf_counter() - start)
+
+    def report_from_records(self, name, records, seconds):
+        return report_from_records(name, records, seconds)
+
+
+def _is_dataset_dict(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "dataset_dict.json"))
+
+
+def _sha(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+TASK = CaptioningTask
