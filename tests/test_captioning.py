@@ -540,3 +540,71 @@ def test_task_train_prompts_and_eval_report(standin_dir, tiny_model_dirs, fake_r
     assert set(report.summary()) >= {"name", "n", "format_rate", "fail_as_zero"}
     rebuilt = task.report_from_records("val", report.records, 1.0)
     assert rebuilt.score == report.score
+
+
+def test_caption_rm_with_the_real_reward_model_dir(standin_dir, tiny_model_dirs, tmp_path):
+    """caption_rm loads the saved RM dir once (open_r1.reward_model) and scores the row's image + rm_messages."""
+    import torch
+
+    from open_r1.reward_model import build_reward_model
+
+    rm = build_reward_model(str(tiny_model_dirs["qwen2_5_vl"]), dtype="float32", attn_implementation="eager")
+    with torch.no_grad():  # a non-zero head, so that scores differ between inputs
+        rm.head.weight.copy_(torch.randn_like(rm.head.weight, generator=torch.Generator().manual_seed(0)))
+    rm_dir = rm.save(str(tmp_path / "rm"))
+    _, paths = standin_dir
+    rows = cdata.prompt_rows(cdata.load_captions(paths["val"]))
+    images = rows["image"][:2]
+    descs = [P.description_from_row(rows[i]) for i in range(2)]
+    cr.clear_reward_model_cache()
+    try:
+        func = cr.caption_rm_reward(reward_model=rm_dir, device="cpu", batch_size=2)
+        completion = "x</think>\n\n<caption>Nobody tell the blue cube.</caption>"
+        kwargs = {f: [d.get(f) for d in descs] for f in P.DESCRIPTION_FIELDS}
+        out = func([completion, completion, "no caption"], image=[images[0], images[1], images[1]],
+                   **{k: v + [v[-1]] for k, v in kwargs.items()})
+        loaded = cr.get_reward_model(rm_dir, "cpu")
+        assert func([completion], image=[images[0]], **{k: v[:1] for k, v in kwargs.items()}) and \
+            cr.get_reward_model(rm_dir, "cpu") is loaded  # loaded once per process
+        expected = loaded.score(images, [P.rm_messages(d, "Nobody tell the blue cube.") for d in descs])
+        assert out[:2] == pytest.approx([cr.sigmoid(s) for s in expected], abs=1e-5)
+        assert out[0] != pytest.approx(out[1])  # the image (and its description) changes the score
+        assert out[2] == 0.0
+    finally:
+        cr.clear_reward_model_cache()
+
+
+def test_sft_rows_train_exactly_the_completion_under_trls_collator(standin_dir, tiny_model_dirs):
+    """With the processor, TRL's VLM collator puts the loss on exactly format_target(...) + end of turn, for the
+    Thinking template (whose rendering of a conversational assistant turn would drop or rewrite the think block)."""
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    from open_r1 import modeling
+
+    processor = modeling.load_processor(str(tiny_model_dirs["qwen3_vl"]))
+    assert cdata.generation_prompt_opens_think(processor)
+    _, paths = standin_dir
+    top = S.add_templated_thinking(cdata.top_k_rows(cdata.load_captions(paths["train"]), 1))
+    rows = cdata.sft_rows(top, top_k=1, processor=processor)
+    assert rows[0]["prompt"].endswith("<|im_start|>assistant\n<think>\n")
+    collator = DataCollatorForVisionLanguageModeling(processor, completion_only_loss=True)
+    batch = collator([dict(rows[i]) for i in range(2)])
+    for i in range(2):
+        trained = batch["input_ids"][i][batch["labels"][i] != -100]
+        text = processor.tokenizer.decode(trained)
+        expected = P.format_target(top[i]["thinking"], top[i]["caption"])
+        assert text == expected + "<|im_end|>\n"
+        assert P.parse_caption(text) == top[i]["caption"]
+    assert "pixel_values" in batch
+    # the pre-training corpus takes the same path; a backbone template without <think> gets no think prefix
+    pre = S.pretrain_rows(cdata.load_captions(paths["train"]), per_contest=1, processor=processor)
+    assert all(c.endswith("<|im_end|>\n") for c in pre["completion"])
+    for kind, completion in zip(pre["kind"], pre["completion"]):
+        if kind == "fluency":
+            assert P.parse_caption(completion) is not None
+        else:
+            assert completion.startswith("</think>\n\n")
+    plain = modeling.load_processor(str(tiny_model_dirs["qwen2_5_vl"]))
+    pre = S.pretrain_rows(cdata.load_captions(paths["train"]), per_contest=1, processor=plain)
+    assert not any("think>" in c for c in pre["completion"])
+    assert cdata.sft_rows(top, top_k=1, processor=plain)[0]["completion"].startswith("<think>\n")

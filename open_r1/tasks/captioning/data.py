@@ -198,7 +198,7 @@ def top_k_rows(dataset, top_k: int = 3):
     return drop_analysis_columns(dataset.select(keep))
 
 
-def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN):
+def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, processor=None):
     """TRL SFTTrainer prompt-completion VLM rows for the top-k captions of each contest.
 
     Each row: ``{"prompt": protocol.build_messages(desc), "completion": [assistant turn with
@@ -206,6 +206,14 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN):
     rows with a ``thinking`` column (from trace synthesis on ``top_k_rows``, or ``standin.templated_thinking``);
     rows whose thinking is None or empty (traces dropped by synthesis) are skipped and counted in the log. A
     dataset of all captions may be passed: only the top-k per contest are used.
+
+    ``processor`` (recommended for a Thinking policy): emit the rows as *text* prompt-completion instead, ``prompt`` =
+    ``processor.apply_chat_template(build_messages(desc), add_generation_prompt=True)`` (ending ``<think>\n``) and
+    ``completion`` = ``format_target(thinking, caption)`` + the end-of-turn text. TRL renders conversational
+    completions through the chat template, and Qwen3 Thinking templates rewrite the think block of an assistant turn
+    (the real one re-renders it as ``<think>\n{r}\n</think>\n\n``; the repo's tiny template drops it entirely,
+    so conversational rows would train on the caption alone); the text form trains on exactly the completion the
+    policy must generate after the generation prompt, whatever the template does.
     """
     import datasets
 
@@ -219,6 +227,9 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN):
     desc_cols = _description_columns(top)
     table = top.select_columns(["contest", "caption", thinking_column, *desc_cols])
     out: dict[str, list] = {"prompt": [], "completion": [], "images": [], "contest": []}
+    end_of_turn = _end_of_turn(processor) if processor is not None else None
+    # a template whose generation prompt does not open the think block (an Instruct model): the completion opens it
+    think_open = "" if processor is None or generation_prompt_opens_think(processor) else protocol.THINK_OPEN + "\n"
     keep, skipped = [], 0
     for row, record in enumerate(table):
         thinking = record[thinking_column]
@@ -227,8 +238,13 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN):
             continue
         keep.append(row)
         target = protocol.format_target(str(thinking), record["caption"])
-        out["prompt"].append(protocol.build_messages(protocol.description_from_row(record)))
-        out["completion"].append([{"role": "assistant", "content": [{"type": "text", "text": target}]}])
+        messages = protocol.build_messages(protocol.description_from_row(record))
+        if processor is None:
+            out["prompt"].append(messages)
+            out["completion"].append([{"role": "assistant", "content": [{"type": "text", "text": target}]}])
+        else:
+            out["prompt"].append(processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+            out["completion"].append(think_open + target + end_of_turn)
         out["contest"].append(record["contest"])
     if skipped:
         logger.warning("sft_rows: skipped %d of %d top-%d rows without a thinking trace", skipped, len(table), top_k)
@@ -237,6 +253,24 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN):
     images = top.select(keep)["image"]
     out["images"] = [[image] for image in images]
     return datasets.Dataset.from_dict(out)
+
+
+def generation_prompt_opens_think(processor) -> bool:
+    """Whether the processor's generation prompt already opens the think block (a Qwen3 *Thinking* template)."""
+    probe = [{"role": "user", "content": [{"type": "text", "text": "q"}]}]
+    text = processor.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    return text.rstrip("\n").endswith(protocol.THINK_OPEN)
+
+
+def _end_of_turn(processor) -> str:
+    """The text that ends an assistant turn in the processor's chat template (``<|im_end|>\n`` for Qwen)."""
+    probe = [{"role": "user", "content": [{"type": "text", "text": "q"}]},
+             {"role": "assistant", "content": [{"type": "text", "text": "ANSWER"}]}]
+    tail = processor.apply_chat_template(probe, tokenize=False).split("ANSWER")[-1]
+    if not tail.strip():
+        tokenizer = getattr(processor, "tokenizer", processor)
+        tail = tokenizer.eos_token or ""
+    return tail
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ writes, not just the generated candidates:
 * +1.0 for a pun on the odd value from ``PUNS`` (e.g. blue -> "feeling blue"), +0.25 for a pun on another value
   present in the scene, -0.5 for a pun on an absent value;
 * -1.5 per colour or shape named that is *absent* from the scene (at most two counted);
-* -0.1 per word beyond 12;
+* -0.05 per word beyond 12 (length is the rule's main text-only cue; kept small, see ``P_LONG``);
 * a small deterministic per-caption "wit" term in [-0.2, 0.2] (hash of the caption), so candidate means are not
   all ties. Nothing here is learnable from text alone: the same caption scores high on one image and low on another.
 
@@ -133,7 +133,11 @@ VAGUE_REFS = ("new guy", "one in the corner", "odd one out", "intern", "guest of
 LONG_TAIL = " and frankly I have been meaning to say this to all of you for quite some time now"
 
 W_ODD, W_ODD_NOUN, W_PUN_ODD, W_PUN_PRESENT, W_PUN_ABSENT = 2.0, 0.5, 1.0, 0.25, -0.5
-W_ABSENT, MAX_ABSENT, FREE_WORDS, W_LENGTH, WIT = -1.5, 2, 12, -0.1, 0.2
+W_ABSENT, MAX_ABSENT, FREE_WORDS, W_LENGTH, WIT = -1.5, 2, 12, -0.05, 0.2
+# Share of candidates with the long tail. Length is the rule's main text-only cue: with -0.05/word and 10 % long
+# candidates, a linear text-only fit ranks held-out k-sigma pairs at about 0.60 (the oracle: > 0.99), so an RM has to
+# look at the image to do well (measured on 60 contests x 24 captions; -0.1/word and 20 % gave 0.68).
+P_LONG = 0.1
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -366,7 +370,7 @@ def candidate_captions(rng: np.random.Generator, meta: dict, n: int) -> list[dic
         pun_kind = str(rng.choice(["none", "odd", "present", "absent"], p=[0.55, 0.15, 0.15, 0.15]))
         if pun_kind != "none" and not pun_values[pun_kind]:
             pun_kind = "none"
-        long = bool(rng.random() < 0.2)
+        long = bool(rng.random() < P_LONG)
         text = str(rng.choice(FRAMES)).format(ref=refs[ref_kind])
         if pun_kind != "none":
             text = text[:-1] + f", talk about {PUNS[str(rng.choice(pun_values[pun_kind]))]}" + text[-1]
@@ -600,7 +604,7 @@ def scene_description(meta: dict) -> str:
 
 
 def pretrain_rows(dataset, kinds: tuple[str, ...] = ("describe", "question", "fluency"), per_contest: int = 4,
-                  think_prefix: bool = True, seed: int = 0):
+                  think_prefix: bool | None = None, seed: int = 0, processor=None):
     """Prompt-completion rows that teach a tiny base model (policy or RM backbone) to see the stand-in's scenes.
 
     * ``describe``: "Describe the picture." -> ``scene_description``;
@@ -610,9 +614,11 @@ def pretrain_rows(dataset, kinds: tuple[str, ...] = ("describe", "question", "fl
       the format without knowing the rule.
 
     ``per_contest`` rows of each kind per contest (questions: up to that many). ``think_prefix``: completions of the
-    describe/question kinds start with an empty think block (``</think>\\n\\n``), as a Thinking model's template has
-    already opened ``<think>``; pass False for a backbone without one. Columns: prompt, completion, images, kind,
-    contest. Never reads ``oracle``, ``mean`` or ``votes``.
+    describe/question kinds start with an empty think block (``</think>\n\n``), as a Thinking model's template has
+    already opened ``<think>``; default: True, or, with a ``processor``, whether its generation prompt ends with
+    ``<think>\n``. ``processor``: emit text prompt-completion rows (see ``data.sft_rows``: Thinking templates rewrite
+    conversational assistant turns). Columns: prompt, completion, images, kind, contest. Never reads ``oracle``,
+    ``mean`` or ``votes``.
     """
     import datasets
 
@@ -622,13 +628,20 @@ def pretrain_rows(dataset, kinds: tuple[str, ...] = ("describe", "question", "fl
     rng = np.random.default_rng(seed)
     groups = cdata._contest_groups(dataset)
     table = dataset.select_columns(["contest", "caption", "scene_meta", *cdata._description_columns(dataset)])
+    if think_prefix is None:
+        think_prefix = True if processor is None else cdata.generation_prompt_opens_think(processor)
     prefix = f"{protocol.THINK_CLOSE}\n\n" if think_prefix else ""
     out: dict[str, list] = {"prompt": [], "completion": [], "images": [], "kind": [], "contest": []}
     image_rows = []
+    end_of_turn = cdata._end_of_turn(processor) if processor is not None else None
 
     def add(prompt, text, kind, contest, row):
-        out["prompt"].append(prompt)
-        out["completion"].append(_completion(text))
+        if processor is None:
+            out["prompt"].append(prompt)
+            out["completion"].append(_completion(text))
+        else:
+            out["prompt"].append(processor.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True))
+            out["completion"].append(text + end_of_turn)
         out["kind"].append(kind)
         out["contest"].append(contest)
         image_rows.append(row)
@@ -646,7 +659,10 @@ def pretrain_rows(dataset, kinds: tuple[str, ...] = ("describe", "question", "fl
         if "fluency" in kinds:
             desc = protocol.description_from_row(first)
             for r in rng.choice(rows, size=min(per_contest, len(rows)), replace=False):
-                target = protocol.format_target("Let me look at the picture and write a caption.", table[int(r)]["caption"])
+                caption = table[int(r)]["caption"]
+                target = protocol.format_target("Let me look at the picture and write a caption.", caption)
+                if not think_prefix:  # a backbone without thinking: the caption in its tags only
+                    target = f"{protocol.CAPTION_OPEN}{caption}{protocol.CAPTION_CLOSE}"
                 add(protocol.build_messages(desc), target, "fluency", contest, int(r))
     images = dataset.select(image_rows)["image"]
     out["images"] = [[image] for image in images]
