@@ -214,7 +214,7 @@ def test_top_k_and_sft_rows_format():
     sft = cdata.sft_rows(top, top_k=2)
     assert len(sft) == 1
     row = sft[0]
-    kept = [c for c, t in zip(top["caption"], top["thinking"]) if t][0]
+    kept = next(c for c, t in zip(top["caption"], top["thinking"]) if t)
     assert row["completion"][0]["role"] == "assistant"
     assert row["completion"][0]["content"][0]["text"] == P.format_target("Because.", kept)
     assert row["prompt"][0]["content"][0]["text"] == P.SYSTEM_PROMPT
@@ -393,10 +393,13 @@ def test_paired_comparison_and_reward_hacking_flag(tmp_path):
     assert same["fail_as_zero"]["diff"] == 0.0 and same["fail_as_zero"]["lo"] == same["fail_as_zero"]["hi"] == 0.0
     assert same["reward_hacking"] is False
     paths = ev.write_report(report, str(tmp_path), {"base": BASELINE, "grpo": POLICY})
-    table = open(paths["markdown"]).read()
+    with open(paths["markdown"]) as f:
+        table = f.read()
     assert "| grpo | 2 | 4 | 62.5 | 25.0 |" in table and "YES" in table
-    assert json.load(open(paths["json"]))["comparisons"]["grpo"]["reward_hacking"] is True
-    assert open(paths["plot"], "rb").read(4) == b"\x89PNG"
+    with open(paths["json"]) as f:
+        assert json.load(f)["comparisons"]["grpo"]["reward_hacking"] is True
+    with open(paths["plot"], "rb") as f:
+        assert f.read(4) == b"\x89PNG"
 
 
 def test_paired_bootstrap_pairs_by_cartoon():
@@ -457,7 +460,7 @@ def test_standin_image_dependence_on_a_fixed_color_scene():
 
 
 def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir):
-    out, paths = standin_dir
+    _, paths = standin_dir
     assert set(paths) == {"train", "val", "test", "ood"}
     contests = {name: set(cdata.load_captions(p)["contest"]) for name, p in paths.items()}
     for a, b in itertools.combinations(contests, 2):
@@ -506,7 +509,8 @@ def test_standin_cli(tmp_path):
     out = tmp_path / "cli"
     assert S.main(["--out", str(out), "--contests", "4", "--ood-contests", "1", "--captions", "6",
                    "--image-size", "96x64", "--max-objects", "4", "--val-frac", "0.25", "--test-frac", "0.25"]) == 0
-    assert json.load(open(out / "standin.json"))["splits"]["ood"]["contests"] == 1
+    with open(out / "standin.json") as f:
+        assert json.load(f)["splits"]["ood"]["contests"] == 1
     assert S.main(["--out", str(out), "--contests", "4"]) == 2  # refuses to overwrite without --overwrite
 
 

@@ -38,7 +38,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -36,7 +36,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -219,8 +220,9 @@ def markdown_table(report: dict) -> str:
     if report.get("comparisons"):
         conf = next(iter(report["comparisons"].values()))["fail_as_zero"]
         level = f"{100 * conf['confidence']:.0f} %" if conf else "95 %"
-        lines += ["", f"Paired differences to **{report['baseline']}** (policy − baseline, mean over shared cartoons, "
-                      f"{level} bootstrap CI resampling cartoons):", ""]
+        title = (f"Paired differences to **{report['baseline']}** (policy − baseline, mean over shared cartoons, "
+                 f"{level} bootstrap CI resampling cartoons):")
+        lines += ["", title, ""]
         head = ["policy", "fail-as-0 σ(RM)", f"{bon[-1]}" if bon else "bon", "σ(RM) emitted"]
         if has_oracle:
             head += ["oracle of RM pick", "reward hacking"]
@@ -274,8 +276,7 @@ def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[d
         paths["samples"] = os.path.join(out_dir, "samples.jsonl")
         with open(paths["samples"], "w") as f:
             for name, records in records_by_policy.items():
-                for r in records:
-                    f.write(json.dumps({"policy": name, **r}, default=str) + "\n")
+                f.writelines(json.dumps({"policy": name, **r}, default=str) + "\n" for r in records)
     return paths
 
 

@@ -51,14 +51,37 @@ import re
 from typing import Any, NamedTuple
 
 from open_r1.errors import DataError
-from open_r1.tasks.counting.protocol import completion_text  # task-neutral: str or TRL message list -> text
+from open_r1.tasks.counting.protocol import (
+    completion_text,  # task-neutral: str or TRL message list -> text
+)
 
 __all__ = [
-    "SYSTEM_PROMPT", "CAPTION_REQUEST", "DESCRIPTION_FIELDS", "MAX_WORDS", "MAX_NEW_TOKENS", "STOP", "EOS_STRINGS",
-    "THINK_OPEN", "THINK_CLOSE", "CAPTION_OPEN", "CAPTION_CLOSE", "PARSE_REASONS", "CaptionParse",
-    "user_text", "build_messages", "format_target", "parse_caption", "parse_details", "rm_messages",
-    "synthesis_messages", "SYNTHESIS_INSTRUCTION", "SYNTHESIS_MAX_NEW_TOKENS", "trace_leaks_caption",
-    "completion_text", "description_from_row", "count_words",
+    "CAPTION_CLOSE",
+    "CAPTION_OPEN",
+    "CAPTION_REQUEST",
+    "DESCRIPTION_FIELDS",
+    "EOS_STRINGS",
+    "MAX_NEW_TOKENS",
+    "MAX_WORDS",
+    "PARSE_REASONS",
+    "STOP",
+    "SYNTHESIS_INSTRUCTION",
+    "SYNTHESIS_MAX_NEW_TOKENS",
+    "SYSTEM_PROMPT",
+    "THINK_CLOSE",
+    "THINK_OPEN",
+    "CaptionParse",
+    "build_messages",
+    "completion_text",
+    "count_words",
+    "description_from_row",
+    "format_target",
+    "parse_caption",
+    "parse_details",
+    "rm_messages",
+    "synthesis_messages",
+    "trace_leaks_caption",
+    "user_text",
 ]
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -197,8 +220,7 @@ def parse_details(text: Any, max_words: int = MAX_WORDS) -> CaptionParse:
     """Parse a completion (str or TRL message list) strictly; see the module docstring for the rules."""
     text = completion_text(text)
     body = text.lstrip()
-    if body.startswith(THINK_OPEN):
-        body = body[len(THINK_OPEN):]
+    body = body.removeprefix(THINK_OPEN)
     if THINK_OPEN in body:
         return CaptionParse(None, "extra_think_open")
     n_close = body.count(THINK_CLOSE)

@@ -38,7 +38,14 @@ import os
 from typing import Any
 
 from open_r1.errors import RewardConfigError
-from open_r1.rewards import LogMetric, RewardFunc, _log, _mean, _require_number, register_reward
+from open_r1.rewards import (
+    LogMetric,
+    RewardFunc,
+    _log,
+    _mean,
+    _require_number,
+    register_reward,
+)
 from open_r1.tasks.captioning import protocol
 
 _RM_CACHE: dict[tuple[str, str], Any] = {}

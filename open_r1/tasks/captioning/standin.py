@@ -68,13 +68,22 @@ from typing import Any
 
 import numpy as np
 
-from open_r1.errors import DataError, OpenR1Error, SceneArgumentError, SceneGenerationError
+from open_r1.errors import (
+    DataError,
+    OpenR1Error,
+    SceneArgumentError,
+    SceneGenerationError,
+)
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
 from open_r1.tasks.counting.scenes import clevr, ood
 from open_r1.tasks.counting.scenes.png import encode_png
 from open_r1.tasks.counting.scenes.raytrace import RayCaster
-from open_r1.tasks.counting.scenes.render import as_generator, default_min_visible_pixels, parse_image_size
+from open_r1.tasks.counting.scenes.render import (
+    as_generator,
+    default_min_visible_pixels,
+    parse_image_size,
+)
 
 RENDERERS = {"clevr": clevr, "ood": ood}
 # Attribute dimensions that can make the odd object odd, per renderer.
@@ -484,7 +493,10 @@ def build_contests(n: int, config: StandinConfig = StandinConfig(), stream: str 
         raise SceneArgumentError(f"need at least one contest, got {n}")
     make = functools.partial(make_contest, config, stream)
     if workers > 1 and n > 1:
-        from open_r1.tasks.counting.scenes.dataset import _limit_blas_threads, _pool_context
+        from open_r1.tasks.counting.scenes.dataset import (
+            _limit_blas_threads,
+            _pool_context,
+        )
 
         with _pool_context().Pool(min(workers, n), initializer=_limit_blas_threads) as pool:
             contests = pool.map(make, range(n), chunksize=max(1, n // (workers * 4)))
@@ -583,8 +595,8 @@ def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str
     qa = [
         ("How many objects are there?", str(n)),
         ("Which object is different from the others?", odd[0].upper() + odd[1:] + "."),
-        (f"In what way is {odd} different?", f"Its {meta['dimension']}: it is {meta['odd_value']}, the others are "
-                                               f"{meta['majority_value']}."),
+        (f"In what way is {odd} different?",
+         f"Its {meta['dimension']}: it is {meta['odd_value']}, the others are {meta['majority_value']}."),
     ]
     absent_colors = [c for c in module.COLORS if c not in present["color"]]
     if absent_colors:
