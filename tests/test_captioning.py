@@ -612,3 +612,18 @@ def test_sft_rows_train_exactly_the_completion_under_trls_collator(standin_dir, 
     pre = S.pretrain_rows(cdata.load_captions(paths["train"]), per_contest=1, processor=plain)
     assert not any("think>" in c for c in pre["completion"])
     assert cdata.sft_rows(top, top_k=1, processor=plain)[0]["completion"].startswith("<think>\n")
+
+
+def test_filter_captions_and_rename(tmp_path):
+    rows = make_rows([{"contest": 1, "caption": f"a{i}", "mean": 1.0, "votes": 10 + i} for i in range(3)] +
+                     [{"contest": 2, "caption": f"b{i}", "mean": 1.0, "votes": 5 + 5 * i} for i in range(3)])
+    kept = cdata.filter_captions(rows, min_votes=10, min_captions=3)
+    assert set(kept["contest"]) == {1} and len(kept) == 3  # contest 2 has only 2 captions with >= 10 votes
+    assert len(cdata.filter_captions(rows, min_votes=10, min_captions=2)) == 5
+    with pytest.raises(DataError):
+        cdata.filter_captions(rows, min_votes=100)
+    rows.rename_columns({"scene": "canny", "contest": "contest_number"}).save_to_disk(str(tmp_path / "real"))
+    with pytest.raises(DataError, match="lacks column"):
+        cdata.load_captions(tmp_path / "real")
+    loaded = cdata.load_captions(tmp_path / "real", rename=cdata.HUMOR_R1_RENAME)
+    assert {"scene", "contest"} <= set(loaded.column_names)

@@ -27,6 +27,8 @@ Building blocks
 ---------------
 * ``load_captions`` / ``validate_captions``: one ``DataError`` per problem (missing columns, non-finite means,
   negative votes or precision, empty or multi-line captions, an unreadable image with its row index);
+* ``filter_captions``: the public pipeline's filters made explicit (>= 10 votes per caption, >= 20 captions per
+  contest); ``load_captions(..., rename=HUMOR_R1_RENAME)`` maps the public description names (canny, uncanny);
 * ``top_k_rows``: the top-k captions of each contest by mean (what trace synthesis explains);
 * ``sft_rows``: TRL ``SFTTrainer`` prompt-completion VLM rows from those rows and their ``thinking`` column;
 * ``preference_pairs``: Bradley-Terry pairs under the k-sigma gap rule with an explicit standard error;
@@ -60,12 +62,13 @@ SE_FROM = ("precision", "std_over_sqrt_votes")
 # Loading and validation
 # --------------------------------------------------------------------------------------------------------------------
 def load_captions(path: str | os.PathLike, split: str | None = None, *, keep_oracle: bool = False,
-                  check_images: str = "first_per_contest"):
+                  check_images: str = "first_per_contest", rename: dict[str, str] | None = None):
     """Load and validate a caption-contest dataset saved with ``save_to_disk`` (see the module docstring).
 
     ``split`` picks one split of a saved DatasetDict. ``keep_oracle=True`` keeps the stand-in's ``oracle`` column
     (analysis and evaluation only). ``check_images``: ``"first_per_contest"`` (default: decode the first image of
-    every contest), ``"all"`` or ``"none"``.
+    every contest), ``"all"`` or ``"none"``. ``rename`` maps source column names to this layout's before validation
+    (e.g. ``HUMOR_R1_RENAME`` for the public humor-r1 description names: canny -> scene, uncanny -> twist).
     """
     import datasets
 
@@ -83,10 +86,38 @@ def load_captions(path: str | os.PathLike, split: str | None = None, *, keep_ora
         if split is None or split not in loaded:
             raise DataError(f"{path} holds splits {sorted(loaded)}; pass split= one of those (got {split!r})")
         loaded = loaded[split]
+    if rename:
+        present = {k: v for k, v in rename.items() if k in loaded.column_names and k != v}
+        clash = sorted(v for v in present.values() if v in loaded.column_names)
+        if clash:
+            raise DataError(f"{path}: cannot rename to {clash}: the dataset already has those columns")
+        loaded = loaded.rename_columns(present)
     if not keep_oracle:
         loaded = drop_analysis_columns(loaded)
     validate_captions(loaded, name=path, check_images=check_images)
     return loaded
+
+
+# The public humor-r1 data (yguooo/newyorker_caption_ranking) names the description fields canny / uncanny.
+HUMOR_R1_RENAME = {"canny": "scene", "uncanny": "twist", "contest_number": "contest"}
+
+
+def filter_captions(dataset, min_votes: int = 10, min_captions: int = 20):
+    """The public pipeline's filters, explicit: captions with at least ``min_votes`` votes, then contests with at
+    least ``min_captions`` such captions (humor-r1: 10 and 20). Returns the kept rows in their order."""
+    for name, value in (("min_votes", min_votes), ("min_captions", min_captions)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise DataError(f"{name} must be an integer >= 0, got {value!r}")
+    votes = _column(dataset, "votes")
+    voted = [row for row, v in enumerate(votes) if v >= min_votes]
+    contests = _column(dataset, "contest")
+    counts: dict[Any, int] = {}
+    for row in voted:
+        counts[contests[row]] = counts.get(contests[row], 0) + 1
+    keep = [row for row in voted if counts[contests[row]] >= min_captions]
+    if not keep:
+        raise DataError(f"no contest keeps {min_captions} captions with >= {min_votes} votes; lower the thresholds")
+    return dataset.select(keep)
 
 
 def drop_analysis_columns(dataset):
