@@ -627,3 +627,16 @@ def test_filter_captions_and_rename(tmp_path):
         cdata.load_captions(tmp_path / "real")
     loaded = cdata.load_captions(tmp_path / "real", rename=cdata.HUMOR_R1_RENAME)
     assert {"scene", "contest"} <= set(loaded.column_names)
+
+
+def test_evaluate_cli_from_records(tmp_path):
+    for name, records in (("base", BASELINE), ("grpo", POLICY)):
+        with open(tmp_path / f"{name}.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    out = tmp_path / "report"
+    assert ev.main(["--records", f"base={tmp_path / 'base.jsonl'}", f"grpo={tmp_path / 'grpo.jsonl'}",
+                    "--baseline", "base", "--out", str(out), "--n-boot", "200"]) == 0
+    with open(out / "bon_eval.json") as f:
+        report = json.load(f)
+    assert report["policies"]["grpo"]["fail_as_zero"] == pytest.approx(0.40)
+    assert ev.main(["--records", "nonsense", "--out", str(out)]) == 2

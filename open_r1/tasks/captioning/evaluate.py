@@ -29,7 +29,10 @@ stand-in, oracle_pick. ``reward_hacking`` is True when the RM metric (fail-as-ze
 the picks goes down (point estimates); ``reward_hacking_significant`` when both CIs exclude 0 that way.
 
 Output: ``write_report`` writes ``bon_eval.md`` (a markdown table), ``bon_eval.json`` and ``bon_curve.png`` (the
-BoN curve of each policy).
+BoN curve of each policy). From saved records (JSONL)::
+
+    python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl grpo=grpo.jsonl \
+        --baseline sft --out runs/humor/eval
 """
 from __future__ import annotations
 
@@ -362,3 +365,63 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
         for r in records:
             r["oracle"] = oracle_score(r["caption"], metas[r["contest"]]) if r["caption"] is not None else None
     return records
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Command line: records (JSONL, one record per line) of several policies -> the report files
+# --------------------------------------------------------------------------------------------------------------------
+def read_records(path: str) -> list[dict]:
+    from open_r1.errors import DataError
+
+    records = []
+    with open(path) as handle:
+        for line_no, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{line_no}: not JSON ({exc})") from None
+            missing = [k for k in ("contest", "caption", "rm_raw") if k not in record]
+            if missing:
+                raise DataError(f"{path}:{line_no}: record lacks {missing}; records need contest, caption, rm_raw")
+            records.append(record)
+    if not records:
+        raise DataError(f"{path} holds no records")
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    from open_r1.errors import OpenR1Error
+
+    parser = argparse.ArgumentParser(prog="python -m open_r1.tasks.captioning.evaluate",
+                                     description="Best-of-N report from per-sample records of several policies.")
+    parser.add_argument("--records", nargs="+", required=True, metavar="NAME=PATH",
+                        help="a policy name and its records (JSONL), e.g. base=runs/base.jsonl grpo=runs/grpo.jsonl")
+    parser.add_argument("--baseline", default=None, help="policy the others are compared to (paired by cartoon)")
+    parser.add_argument("--out", required=True, help="directory for bon_eval.md, bon_eval.json, bon_curve.png")
+    parser.add_argument("--n-boot", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        by_policy = {}
+        for item in args.records:
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                raise ValueError(f"--records {item!r} is not NAME=PATH")
+            by_policy[name] = read_records(path)
+        report = evaluate_records(by_policy, args.baseline, args.n_boot, args.seed)
+        paths = write_report(report, args.out)
+    except (OpenR1Error, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(markdown_table(report))
+    print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
