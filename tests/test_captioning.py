@@ -314,8 +314,8 @@ def test_caption_rm_format_bonus_batches_and_all_fail(fake_rm):
     assert func([good], images=[["i1"]]) == pytest.approx([0.2 + 0.8 * cr.sigmoid(_caption_score("Yo"))])
 
 
-def test_caption_rm_rejects_bad_params():
-    for params in ({"reward_model": ""}, {"reward_model": "x", "format_bonus": 1.0},
+def test_caption_rm_rejects_bad_params(fake_rm):
+    for params in ({"reward_model": ""}, {"reward_model": "not/a/dir"}, {"reward_model": "x", "format_bonus": 1.0},
                    {"reward_model": "x", "fail_value": float("nan")}, {"reward_model": "x", "max_words": 0},
                    {"reward_model": "x", "fail_value": "0"}):
         with pytest.raises(RewardConfigError):

@@ -21,7 +21,8 @@ TRL passes every dataset column as a keyword list aligned with the completions (
 is accepted too) and the description columns ``scene``/``twist``/``location``/``entities`` (missing ones are left
 out, exactly as ``data.prompt_rows`` built the prompt). Everything else is swallowed.
 
-The RM is loaded once per process and cached by (path, device) (``get_reward_model``), scored in batches of
+The factory checks that ``reward_model`` is a saved RM dir (fails at recipe time, not at the first step); the RM
+is loaded once per process and cached by (path, device) (``get_reward_model``), scored in batches of
 ``batch_size`` without gradients (``RewardModel.score``). Tests may put any object with a ``score(images,
 messages) -> list[float]`` method in the cache with ``register_reward_model``.
 
@@ -190,6 +191,14 @@ def caption_rm_reward(
         raise RewardConfigError(f"caption_rm: max_words and batch_size must be >= 1, got {max_words}, {batch_size}")
     if device is not None and not isinstance(device, str):
         raise RewardConfigError(f"caption_rm: device must be a string like 'cuda:1' or 'cpu', got {device!r}")
+    if _cache_key(reward_model, device) not in _RM_CACHE:  # fail at recipe time, not at the first GRPO step
+        from open_r1.reward_model import META_FILE
+
+        if not os.path.isfile(os.path.join(os.fspath(reward_model), META_FILE)):
+            raise RewardConfigError(
+                f"caption_rm: {reward_model} is not a saved reward-model dir (no {META_FILE}); train one first "
+                f"(open_r1/reward_model.py) and point reward_kwargs.caption_rm.reward_model at it"
+            )
     return functools.partial(
         score_caption_rm, reward_model=os.fspath(reward_model), fail_value=float(fail_value),
         format_bonus=float(format_bonus), max_words=max_words, device=device, batch_size=batch_size,
