@@ -113,7 +113,9 @@ QWEN2_5_VL_CHAT_TEMPLATE = QWEN2VL_CHAT_TEMPLATE
 
 def _qwen3_vl_chat_template(thinking: bool) -> str:
     """The Qwen3-VL chat template, reduced to what a VLM prompt uses (no tool calls): no default system prompt,
-    image/video placeholders as in Qwen2-VL, earlier assistant turns without their think block, and the generation
+    image/video placeholders as in Qwen2-VL, earlier assistant turns without their think block (Thinking: the turn
+    after the last user turn keeps it, rendered `<think>\n{reasoning}\n</think>\n\n{answer}` as the real template
+    does, so prompt + completion starts with the generation prompt and SFT trains the reasoning), and the generation
     prompt `<|im_start|>assistant\n` (Instruct) or `<|im_start|>assistant\n<think>\n` (Thinking: the model writes its
     reasoning first and closes it with `</think>`)."""
     generation_prompt = "<|im_start|>assistant\n<think>\n" if thinking else "<|im_start|>assistant\n"
@@ -130,12 +132,23 @@ def _qwen3_vl_chat_template(thinking: bool) -> str:
         "{%- if add_vision_id -%}Video {{ video_count.value }}: {% endif -%}"
         "<|vision_start|><|video_pad|><|vision_end|>"
         "{%- elif 'text' in item -%}{{- item['text'] -}}{%- endif -%}{%- endfor -%}{%- endif -%}{%- endmacro -%}"
+        "{%- set ns = namespace(last_query_index=messages|length - 1) -%}"
+        "{%- for message in messages -%}{%- if message['role'] == 'user' -%}{%- set ns.last_query_index = loop.index0 -%}"
+        "{%- endif -%}{%- endfor -%}"
         "{%- for message in messages -%}"
         "{%- if message['role'] == 'assistant' -%}"
         "{%- set content = render_content(message['content'], false) -%}"
-        "{%- if '</think>' in content -%}{%- set content = content.split('</think>')[-1].lstrip('\n') -%}{%- endif -%}"
-        "{{- '<|im_start|>assistant\n' + content + '<|im_end|>\n' -}}"
-        "{%- else -%}"
+        "{%- set reasoning = '' -%}"
+        "{%- if '</think>' in content -%}"
+        "{%- set reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') -%}"
+        "{%- set content = content.split('</think>')[-1].lstrip('\n') -%}{%- endif -%}"
+        + (  # Thinking: the answer turn after the last user turn keeps its think block, as the real template does
+            "{%- if loop.index0 > ns.last_query_index and (loop.last or reasoning) -%}"
+            "{{- '<|im_start|>assistant\n<think>\n' + reasoning.strip('\n') + '\n</think>\n\n' + content.lstrip('\n')"
+            " + '<|im_end|>\n' -}}{%- else -%}{{- '<|im_start|>assistant\n' + content + '<|im_end|>\n' -}}{%- endif -%}"
+            if thinking else "{{- '<|im_start|>assistant\n' + content + '<|im_end|>\n' -}}"
+        )
+        + "{%- else -%}"
         "{{- '<|im_start|>' + message['role'] + '\n' + render_content(message['content'], true) + '<|im_end|>\n' -}}"
         "{%- endif -%}{%- endfor -%}"
         "{%- if add_generation_prompt -%}{{- '" + generation_prompt.replace("\n", "\\n") + "' -}}{%- endif -%}"
