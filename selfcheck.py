@@ -68,13 +68,14 @@ def unique_set_names(paths: list[str]) -> list[str]:
     """Set names for the report: dir basenames, with parent dirs added where two sets share one (a report keeps
     every set it measured)."""
     parts = [os.path.normpath(os.path.abspath(p)).split(os.sep) for p in paths]
-    depth = 1
-    while depth < max(len(p) for p in parts):
-        names = ["/".join(p[-depth:]) for p in parts]
-        if len(set(names)) == len(names):
+    depth = [1] * len(paths)
+    while True:
+        names = ["/".join(p[-d:]).lstrip("/") for p, d in zip(parts, depth)]
+        clashes = [i for i, n in enumerate(names) if names.count(n) > 1 and depth[i] < len(parts[i])]
+        if not clashes:
             return names
-        depth += 1
-    return ["/".join(p) for p in parts]
+        for i in clashes:
+            depth[i] += 1
 
 
 def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int | None) -> list:
@@ -84,6 +85,9 @@ def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int |
 
     option = "--sets" if explicit_sets else "--sets (or --val / --ood-val)"
     problems = model_dir_problems(model_dir, "--model / SUBMISSION")
+    real = [os.path.realpath(p) for p in sets]
+    problems += [f"{path} is listed twice ({option}): each set is scored once"
+                 for i, path in enumerate(sets) if real[i] in real[:i]]
     loaded = []
     for path in sets:
         found, dataset = dataset_problems(path, option)

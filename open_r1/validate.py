@@ -180,8 +180,10 @@ def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> l
     except (OSError, ValueError) as exc:
         return [f"{path}/config.json is not valid JSON ({exc}); re-save the model ({option})"]
     report = export_lib.verify_submission(path, generate=False)
+    has_processor = os.path.isfile(os.path.join(path, "processor_config.json"))  # transformers 5 layout
     problems = [p for p in report.problems
-                if need_tokenizer or not any(k in p for k in ("tokenizer", "chat template", "processor"))]
+                if (need_tokenizer or not any(k in p for k in ("tokenizer", "chat template", "processor")))
+                and not (has_processor and "preprocessor_config.json" in p)]
     return [f"model {path}: {p} ({option})" for p in problems]
 
 

@@ -1,0 +1,626 @@
+"""Bad input and faults, as a hostile user tries them (issue #15): every entry point answers one clear error naming
+the fix (exit status 2, no traceback) or does the right thing, and no case loses or silently replaces a model.
+
+Entry points run as subprocesses where `python -m` matters (an error class imported under two module names is
+not caught); each test asserts the exit code, the message, and that the user's files are intact.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAS_GPU = torch.cuda.is_available()
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------------
+
+
+def run(*argv, env=None, timeout=600):
+    """A command from the repo root; returns (rc, stdout, stderr)."""
+    result = subprocess.run(list(argv), cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})})
+    return result.returncode, result.stdout, result.stderr
+
+
+def py(*argv, **kwargs):
+    return run(sys.executable, *argv, **kwargs)
+
+
+def tree_digest(path) -> dict:
+    """{relative path: sha256} of every file under path (to prove a model dir was not touched)."""
+    digest = {}
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            with open(full, "rb") as handle:
+                digest[os.path.relpath(full, path)] = hashlib.sha256(handle.read()).hexdigest()
+    return digest
+
+
+def assert_clean_error(rc, err, *needles, code=2):
+    assert rc == code, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    for needle in needles:
+        assert needle in err, f"{needle!r} not in:\n{err[-3000:]}"
+
+
+def grpo_args(model, data, out, *extra):
+    return ["-m", "open_r1.grpo", "--config", "configs/demo.yaml", "--model_name_or_path", str(model),
+            "--dataset_name", str(data), "--output_dir", str(out), "--use_cpu", "true", *extra]
+
+
+def fake_checkpoint(model_dir, path, step: int, optimizer=True, scheduler=True):
+    """A checkpoint-N dir as the trainer writes it (weights of the tiny model, small state files)."""
+    os.makedirs(path)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(model_dir, name), path)
+    with open(os.path.join(path, "trainer_state.json"), "w") as handle:
+        json.dump({"global_step": step, "max_steps": 4, "log_history": []}, handle)
+    if optimizer:
+        torch.save({"state": {}, "param_groups": []}, os.path.join(path, "optimizer.pt"))
+    if scheduler:
+        torch.save({"last_epoch": step}, os.path.join(path, "scheduler.pt"))
+    torch.save({"python": 0}, os.path.join(path, "rng_state.pth"))
+    return path
+
+
+def fake_report(path, model_dir, accuracies: dict, n=4, sets_paths=None, protocol=True):
+    from open_r1.tasks.counting.evaluate import SetReport, write_report
+
+    reports = [SetReport(name=k, n=n, accuracy_pct=v, format_pct=100.0, mean_completion_tokens=20.0,
+                         truncated_pct=0.0, seconds=1.0) for k, v in accuracies.items()]
+    write_report(str(path), reports, str(model_dir), {"sets_paths": sets_paths} if sets_paths else None)
+    if not protocol:
+        data = json.loads(open(path).read())
+        data.pop("protocol")
+        with open(path, "w") as handle:
+            json.dump(data, handle)
+    return str(path)
+
+
+# ---- fixtures (module scope: built once) ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_model_dir, tmp_path_factory):
+    """The tiny model exported once as a submission (static verification only)."""
+    from open_r1.export import export_submission
+
+    out = tmp_path_factory.mktemp("bad_input_export") / "model"
+    export_submission(str(tiny_model_dir), str(out), verify=False, log=lambda *_: None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def broken_models(exported, tmp_path_factory):
+    """Model dirs broken the ways users break them, each with the message it must produce."""
+    root = tmp_path_factory.mktemp("broken_models")
+    cases = {}
+
+    def copy(name):
+        path = root / name
+        shutil.copytree(exported, path)
+        return path
+
+    path = copy("truncated")
+    data = (path / "model.safetensors").read_bytes()
+    (path / "model.safetensors").write_bytes(data[: len(data) // 2])
+    cases["truncated"] = (path, "truncated")
+
+    path = copy("missing_shard")
+    os.rename(path / "model.safetensors", path / "model-00001-of-00002.safetensors")
+    (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    cases["missing_shard"] = (path, "model-00002-of-00002.safetensors named in the index is missing")
+
+    path = copy("index_not_json")
+    os.rename(path / "model.safetensors", path / "model-00001-of-00001.safetensors")
+    (path / "model.safetensors.index.json").write_text("{not json")
+    cases["index_not_json"] = (path, "model.safetensors.index.json is not")
+
+    path = copy("no_tokenizer")
+    os.remove(path / "tokenizer.json")
+    cases["no_tokenizer"] = (path, "tokenizer file tokenizer.json is missing")
+
+    path = copy("no_chat_template")
+    for name in ("chat_template.jinja", "chat_template.json"):
+        if (path / name).exists():
+            os.remove(path / name)
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    cases["no_chat_template"] = (path, "chat template is missing")
+
+    path = root / "adapter"
+    path.mkdir()
+    (path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(exported),
+                                                          "peft_type": "LORA"}))
+    (path / "adapter_model.safetensors").write_bytes(b"\0" * 16)
+    cases["adapter"] = (path, "merge it with python -m open_r1.export")
+    return cases
+
+
+@pytest.fixture(scope="module")
+def corrupt_data(scene_data_dir, tmp_path_factory):
+    """A 14-row split (train + val) whose image at row 10 is garbage: past the 8 rows checked before."""
+    import datasets
+
+    rows = datasets.concatenate_datasets([datasets.load_from_disk(os.path.join(scene_data_dir, "train")),
+                                          datasets.load_from_disk(os.path.join(scene_data_dir, "val"))])
+    raw = rows.cast_column("image", datasets.Image(decode=False))
+
+    def damage(example, index):
+        if index == 10:
+            example["image"] = {"bytes": example["image"]["bytes"][:40] + b"garbage" * 20, "path": None}
+        return example
+
+    broken = raw.map(damage, with_indices=True).cast_column("image", datasets.Image())
+    out = tmp_path_factory.mktemp("corrupt") / "train"
+    broken.save_to_disk(str(out))
+    return out
+
+
+@pytest.fixture()
+def file_in_the_way(tmp_path):
+    """A regular file: any dir 'under' it cannot be created, even by root."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a dir")
+    return blocker
+
+
+# ---- recipe values, paths, devices: one message, before the model loads ----------------------------------------
+
+
+def test_grpo_lists_every_bad_value_and_path_at_once(tiny_model_dir, scene_data_dir, tmp_path, file_in_the_way):
+    before = tree_digest(tiny_model_dir)
+    rc, _, err = py(*grpo_args(
+        tmp_path / "no_model", tmp_path / "no_data", file_in_the_way / "run",
+        "--reward_weights", "1", "nan", "0.5", "0.5", "--time_budget", "abc",
+        "--eval_sets", str(tmp_path / "no_eval"), os.path.join(scene_data_dir, "val"),
+        "--eval_steps_protocol", "0", "--eval_limit", "0"),
+        env={"SUBMISSION": str(file_in_the_way / "submission")})
+    assert_clean_error(
+        rc, err, "error: cannot start, 9 problems",
+        "reward_weights[1] (reward format) is nan", "time_budget 'abc'", "eval_steps_protocol must be >= 1",
+        "eval_limit must be >= 1", f"model {tmp_path / 'no_model'} does not exist (MODEL_PATH",
+        f"{tmp_path / 'no_data'} does not exist (DATA", f"{tmp_path / 'no_eval'} does not exist (--eval_sets",
+        "output dir:", "(OUTPUT_DIR", "submission dir:", "(SUBMISSION")
+    assert err.index("model ") < err.index("data set")  # the model first: the most common mistake
+    assert "point DATA / --dataset_name" not in err  # a missing eval set is not fixed with DATA
+    assert tree_digest(tiny_model_dir) == before and file_in_the_way.read_text() == "a file, not a dir"
+
+
+def test_grpo_negative_budget_and_keep_best_without_eval_sets(tiny_model_dir, scene_data_dir, tmp_path):
+    rc, _, err = py(*grpo_args(tiny_model_dir, os.path.join(scene_data_dir, "train"), tmp_path / "run",
+                               "--time_budget=-5m", "--keep_best", "true"))
+    assert_clean_error(rc, err, "time_budget '-5m'", "keep_best needs eval_sets", "--eval_sets")
+    assert not (tmp_path / "run").exists()  # nothing written before validation passed
+
+
+def test_time_budget_zero_or_off_means_no_budget():
+    from open_r1 import validate
+    from open_r1.run import TimeBudgetCallback, build_run_callbacks
+
+    for value in ("0", "off", "none"):
+        script_args = types.SimpleNamespace(time_budget=value, eval_sets=[], keep_best=None, auto_resume=False,
+                                            eval_steps_protocol=50)
+        assert validate.normalise_time_budget(script_args) == []
+        assert script_args.time_budget is None
+        training_args = types.SimpleNamespace(output_dir="/nonexistent", resume_from_checkpoint=None,
+                                              process_index=0)
+        run_safety = build_run_callbacks(script_args, training_args)
+        assert not any(isinstance(c, TimeBudgetCallback) for c in run_safety.callbacks)
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the refusal on a machine without a GPU")
+def test_gpu_recipe_on_a_cpu_machine_is_refused(tiny_model_dir, scene_data_dir, tmp_path):
+    rc, _, err = py("-m", "open_r1.grpo", "--config", "configs/qwen2vl_2b_counting.yaml", "--model_name_or_path",
+                    str(tiny_model_dir), "--dataset_name", os.path.join(scene_data_dir, "train"), "--eval_sets",
+                    os.path.join(scene_data_dir, "ood_val"), os.path.join(scene_data_dir, "val"), "--output_dir",
+                    str(tmp_path / "run"), "--use_cpu", "true")
+    assert_clean_error(rc, err, "this recipe needs GPUs (bf16, 512 completions", "configs/demo.yaml")
+
+
+def test_corrupt_image_past_the_first_rows_fails_with_its_row(tiny_model_dir, corrupt_data, tmp_path):
+    rc, _, err = py(*grpo_args(tiny_model_dir, corrupt_data, tmp_path / "run"))
+    assert_clean_error(rc, err, f"{corrupt_data} row 10: unreadable image")
+    assert not (tmp_path / "run").exists()
+
+
+def test_check_images_streams_every_row_of_an_eval_set(corrupt_data):
+    import datasets
+
+    from open_r1.errors import DataError
+    from open_r1.validate import check_images
+
+    dataset = datasets.load_from_disk(str(corrupt_data))
+    check_images(dataset, "eval", rows=10)  # rows 0-9 are fine: the limit is respected
+    with pytest.raises(DataError, match="eval row 10: unreadable image"):
+        check_images(dataset, "eval", batch_size=3)  # across batch boundaries the index stays right
+
+
+def test_invalid_yaml_and_missing_config(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("reward_funcs: [exact_count\nbeta: :\n")
+    rc, _, err = py("-m", "open_r1.grpo", "--config", str(bad))
+    assert_clean_error(rc, err, "the recipe is not valid YAML", "(--config)")
+    rc, _, err = py("-m", "open_r1.grpo", "--config", str(tmp_path / "nope.yaml"))
+    assert_clean_error(rc, err, f"recipe file {tmp_path / 'nope.yaml'} does not exist (--config)")
+
+
+# ---- model dirs --------------------------------------------------------------------------------------------------
+
+
+def test_broken_model_dirs_are_named_before_loading(broken_models, scene_data_dir):
+    """selfcheck without --verify (the subprocess covers the entry point; the rest run in-process)."""
+    from open_r1.validate import model_dir_problems
+
+    path, needle = broken_models["truncated"]
+    before = tree_digest(path)
+    rc, _, err = py("selfcheck.py", "--model", str(path), "--sets", os.path.join(scene_data_dir, "val"),
+                    "--quiet")
+    assert_clean_error(rc, err, needle, "(--model / SUBMISSION)")
+    assert tree_digest(path) == before
+    for name, (path, needle) in broken_models.items():
+        problems = model_dir_problems(str(path), "--model")
+        assert problems and any(needle in p for p in problems), (name, problems)
+
+
+def test_verify_names_an_unmerged_adapter(broken_models):
+    path, _ = broken_models["adapter"]
+    rc, out, err = py("selfcheck.py", "--verify", "--model", str(path))
+    assert rc == 1 and "Traceback" not in err
+    assert "is a LoRA adapter" in err and f"python -m open_r1.export --checkpoint {path}" in err
+
+
+# ---- selfcheck arguments ---------------------------------------------------------------------------------------
+
+
+def test_selfcheck_bad_arguments_are_one_error(exported, tmp_path):
+    argv = ["selfcheck.py", "--model", str(exported), "--limit", "0", "--batch-size", "0"]
+    needles = ["--limit must be >= 1", "--batch-size must be >= 1"]
+    if not HAS_GPU:
+        argv += ["--device", "cuda"]
+        needles.append("--device cuda: no GPU is visible")
+    rc, _, err = py(*argv)
+    assert_clean_error(rc, err, *needles)
+    assert not (exported / "selfcheck.json").exists()
+
+
+def test_selfcheck_unknown_sets_name_the_right_option(exported, tmp_path):
+    rc, _, err = py("selfcheck.py", "--model", str(exported), "--sets", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert_clean_error(rc, err, f"{tmp_path / 'a'} does not exist (--sets)", f"{tmp_path / 'b'} does not exist")
+    assert "DATA" not in err and "--dataset_name" not in err  # selfcheck has no such options
+    rc, _, err = py("selfcheck.py", "--model", str(exported), "--val", str(tmp_path / "v"))
+    assert_clean_error(rc, err, "(--sets (or --val / --ood-val))")
+
+
+def test_selfcheck_report_keeps_sets_that_share_a_basename():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("selfcheck_module", os.path.join(ROOT, "selfcheck.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.unique_set_names(["/d/a/val", "/d/b/val", "/d/ood_val"]) == ["a/val", "b/val", "ood_val"]
+
+
+# ---- the submission is sacred ------------------------------------------------------------------------------------
+
+
+def test_export_is_readable_by_others_whatever_the_umask(tiny_model_dir, tmp_path):
+    from open_r1.export import export_submission
+
+    old = os.umask(0o077)
+    try:
+        export_submission(str(tiny_model_dir), str(tmp_path / "sub"), verify=False, log=lambda *_: None)
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "sub").st_mode & 0o777 == 0o755
+    for name in os.listdir(tmp_path / "sub"):
+        assert os.stat(tmp_path / "sub" / name).st_mode & 0o777 == 0o644, name
+
+
+def test_export_never_replaces_a_scored_submission_unless_told(tiny_model_dir, exported, tmp_path):
+    submission = tmp_path / "app" / "submission"
+    shutil.copytree(exported, submission)
+    fake_report(submission / "selfcheck.json", submission, {"val": 55.0, "ood_val": 55.0},
+                sets_paths=["/data/val", "/data/ood_val"])
+    before = tree_digest(submission)
+    rc, out, err = py("-m", "open_r1.export", "--checkpoint", str(tiny_model_dir), "--out", str(submission),
+                      "--no-verify-generate")
+    assert rc == 0, err[-3000:]
+    assert tree_digest(submission) == before
+    beside = [p for p in submission.parent.iterdir() if p.name.startswith("submission.candidate-")]
+    assert len(beside) == 1 and (beside[0] / "model.safetensors").is_file()
+    assert "holds a scored submission (55.0% mean accuracy" in out
+    assert f"python selfcheck.py --model {beside[0]} --sets /data/val /data/ood_val" in out
+    assert f"python -m open_r1.promote --candidate {beside[0]} --submission {submission}" in out
+
+    rc, out, err = py("-m", "open_r1.export", "--checkpoint", str(tiny_model_dir), "--out", str(submission),
+                      "--no-verify-generate", "--replace")
+    assert rc == 0, err[-3000:]
+    assert not (submission / "selfcheck.json").exists()
+    kept = [p for p in submission.parent.iterdir() if p.name.startswith("submission.prev-")]
+    assert len(kept) == 1 and tree_digest(kept[0]) == before
+
+
+def test_export_errors_before_loading_leave_the_submission(tiny_model_dir, exported, broken_models, tmp_path,
+                                                           file_in_the_way):
+    submission = tmp_path / "submission"
+    shutil.copytree(exported, submission)
+    before = tree_digest(submission)
+    broken, _ = broken_models["truncated"]
+    rc, _, err = py("-m", "open_r1.export", "--checkpoint", str(broken), "--out", str(submission))
+    assert_clean_error(rc, err, f"checkpoint {broken} does not load", "truncated")
+    rc, _, err = py("-m", "open_r1.export", "--checkpoint", str(tiny_model_dir), "--out",
+                    str(file_in_the_way / "sub"))
+    assert_clean_error(rc, err, "cannot write the submission", "(--out / SUBMISSION)")
+    assert tree_digest(submission) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "submission"]
+
+
+def test_sigterm_during_export_restores_never_deletes(tiny_model_dir, exported, tmp_path):
+    submission = tmp_path / "submission"
+    shutil.copytree(exported, submission)
+    before = tree_digest(submission)
+    proc = subprocess.Popen([sys.executable, "-m", "open_r1.export", "--checkpoint", str(tiny_model_dir),
+                             "--out", str(submission)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    while proc.poll() is None and not any(".submission.tmp-" in p.name for p in tmp_path.iterdir()):
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=600)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert not any(".tmp-" in n for n in names), names
+    if proc.returncode == 143:  # stopped: the old submission is exactly as it was, nothing half-made remains
+        assert "export interrupted (SIGTERM)" in err and "Traceback" not in err
+        assert tree_digest(submission) == before
+        assert all(n == "submission" or n.startswith("submission.candidate-") for n in names), names
+    else:  # the signal came after the swap: a complete new model at the path, the old kept beside it
+        assert proc.returncode == 0, err[-3000:]
+        assert (submission / "model.safetensors").is_file()
+        assert any(tree_digest(tmp_path / n) == before for n in names if n.startswith("submission.prev-"))
+
+
+def test_an_interrupted_swap_is_recovered_on_the_next_run(tmp_path):
+    """The journal states a SIGKILL or power loss can leave (signals are held during the swap itself)."""
+    from open_r1.export import _journal_path, recover_interrupted_swap
+    from open_r1.run.keep_best import write_json_atomic
+
+    def model(path, text):
+        path.mkdir()
+        (path / "weights").write_text(text)
+        return path
+
+    target, staging, aside = tmp_path / "sub", tmp_path / ".sub.tmp-1-x", tmp_path / "sub.prev-1"
+
+    def journal():
+        write_json_atomic(_journal_path(str(target)), {"target": str(target), "staging": str(staging),
+                                                        "aside": str(aside), "new_inode": os.stat(staging).st_ino})
+
+    # 1. killed after moving the old one aside (two-rename fallback): the new one is put in place
+    model(aside, "old"), model(staging, "new"), journal()
+    assert "completed an interrupted swap" in recover_interrupted_swap(str(target), log=lambda *_: None)
+    assert (target / "weights").read_text() == "new" and (aside / "weights").read_text() == "old"
+    assert not os.path.exists(_journal_path(str(target)))
+    shutil.rmtree(target), shutil.rmtree(aside)
+
+    # 2. killed right after the atomic exchange: the old one (now at the staging path) is moved aside, kept
+    model(staging, "new"), journal()
+    os.rename(staging, target)
+    model(staging, "old")
+    recover_interrupted_swap(str(target), log=lambda *_: None)
+    assert (target / "weights").read_text() == "new" and (aside / "weights").read_text() == "old"
+    shutil.rmtree(target), shutil.rmtree(aside)
+
+    # 3. killed before anything moved: the old submission stays, the verified new one is kept beside it
+    model(target, "old"), model(staging, "new"), journal()
+    recover_interrupted_swap(str(target), log=lambda *_: None)
+    assert (target / "weights").read_text() == "old" and not staging.exists()
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("sub.candidate-")]
+    assert len(kept) == 1 and (kept[0] / "weights").read_text() == "new"
+
+
+def test_stale_staging_dirs_are_cleaned_or_reported(tmp_path):
+    from open_r1.export import clean_stale_staging
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".sub.tmp-{dead.pid}-abc"
+    live = tmp_path / f".sub.tmp-{os.getpid()}-def"
+    legacy = tmp_path / ".sub.tmp-xyz"
+    for path in (stale, live, legacy):
+        path.mkdir()
+    lines = []
+    assert clean_stale_staging(str(tmp_path / "sub"), log=lines.append) == [str(stale)]
+    assert not stale.exists() and live.exists() and legacy.exists()
+    assert any("stale staging dir" in line and str(legacy) in line for line in lines)
+
+
+# ---- promote compares like with like ---------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def current_and_candidate(exported, tmp_path):
+    submission, candidate = tmp_path / "app" / "submission", tmp_path / "candidate"
+    shutil.copytree(exported, submission)
+    shutil.copytree(exported, candidate)
+    fake_report(submission / "selfcheck.json", submission, {"val": 60.0, "ood_val": 40.0},
+                sets_paths=["/data/val", "/data/ood_val"])
+    return submission, candidate
+
+
+def promote_cli(*argv):
+    from open_r1 import promote
+
+    return promote.main([*argv, "--no-verify-generate"])
+
+
+def test_promote_refuses_other_set_paths_and_other_protocol(current_and_candidate, tmp_path, capsys):
+    submission, candidate = current_and_candidate
+    before = tree_digest(submission)
+    other = fake_report(tmp_path / "a.json", candidate, {"val": 90.0, "ood_val": 90.0},
+                        sets_paths=["/elsewhere/val", "/data/ood_val"])
+    assert promote_cli("--candidate", str(candidate), "--report", other, "--submission", str(submission)) == 1
+    assert "set val: measured on /elsewhere/val (new) vs /data/val (current)" in capsys.readouterr().err
+    no_protocol = fake_report(tmp_path / "b.json", candidate, {"val": 90.0, "ood_val": 90.0},
+                              sets_paths=["/data/val", "/data/ood_val"], protocol=False)
+    assert promote_cli("--candidate", str(candidate), "--report", no_protocol, "--submission", str(submission)) == 1
+    assert "different protocol" in capsys.readouterr().err
+    assert tree_digest(submission) == before
+
+
+def test_a_corrupt_current_report_refuses_but_never_blocks_force(current_and_candidate, tmp_path, capsys):
+    submission, candidate = current_and_candidate
+    (submission / "selfcheck.json").write_text("{truncated")
+    before = tree_digest(submission)
+    better = fake_report(tmp_path / "new.json", candidate, {"val": 90.0, "ood_val": 90.0})
+    rc, _, err = py("-m", "open_r1.promote", "--candidate", str(candidate), "--report", better, "--submission",
+                    str(submission), "--no-verify-generate")
+    assert_clean_error(rc, err, "is not readable JSON", "or pass --force")
+    assert tree_digest(submission) == before
+    assert promote_cli("--candidate", str(candidate), "--report", better, "--submission", str(submission),
+                       "--force") == 0
+    assert json.loads((submission / "selfcheck.json").read_text())["mean_accuracy_pct"] == 90.0
+    assert os.stat(submission).st_mode & 0o777 == 0o755
+    kept = [p for p in submission.parent.iterdir() if p.name.startswith("submission.replaced-")]
+    assert len(kept) == 1 and tree_digest(kept[0]) == before
+
+
+# ---- resume tells the truth --------------------------------------------------------------------------------------
+
+
+def test_resume_skips_a_truncated_newest_checkpoint(tiny_model_dir, tmp_path):
+    from open_r1.run.resume import find_resume_checkpoint
+
+    good = fake_checkpoint(tiny_model_dir, tmp_path / "checkpoint-2", 2)
+    bad = fake_checkpoint(tiny_model_dir, tmp_path / "checkpoint-4", 4)
+    weights = os.path.join(bad, "model.safetensors")
+    data = open(weights, "rb").read()
+    with open(weights, "wb") as handle:
+        handle.write(data[: len(data) // 3])
+    lines = []
+    assert find_resume_checkpoint(str(tmp_path), log=lines.append) == str(good)
+    assert any("skipping checkpoint-4: incomplete" in line and "truncated" in line for line in lines)
+    assert os.path.getsize(weights) == len(data) // 3  # nothing deleted: the user decides
+
+
+def test_resume_log_says_what_started_fresh(tiny_model_dir, tmp_path):
+    from open_r1.run.resume import resolve_resume
+
+    fake_checkpoint(tiny_model_dir, tmp_path / "checkpoint-3", 3, optimizer=False)
+    lines = []
+    args = types.SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=None, process_index=0,
+                                 max_steps=8)
+    assert resolve_resume(args, True, log=lines.append) == str(tmp_path / "checkpoint-3")
+    line = lines[-1]
+    assert "started fresh: optimizer and scheduler (optimizer.pt missing" in line
+    assert "restored weights, trainer state (step, logs), RNG" in line
+    assert "restored weights, trainer state (step, logs), optimizer" not in line
+
+
+def test_lr_after_a_longer_max_steps_continues_the_new_schedule():
+    from transformers import get_linear_schedule_with_warmup
+
+    from open_r1.run.resume import ResumeWeightsCallback
+
+    def make(total):
+        params = [torch.nn.Parameter(torch.zeros(1))]
+        optimizer = torch.optim.AdamW(params, lr=1.0)
+        return optimizer, get_linear_schedule_with_warmup(optimizer, 0, total)
+
+    old_opt, old_sched = make(4)
+    for _ in range(4):
+        old_opt.step()
+        old_sched.step()
+    assert old_opt.param_groups[0]["lr"] == 0.0  # the end of the old schedule
+    new_opt, new_sched = make(8)
+    new_opt.load_state_dict(old_opt.state_dict())
+    new_sched.load_state_dict(old_sched.state_dict())
+    state = types.SimpleNamespace(global_step=4, max_steps=8, is_world_process_zero=True)
+    lines = []
+    ResumeWeightsCallback("unused", log=lines.append).align_schedule(state, new_opt, new_sched)
+    assert new_opt.param_groups[0]["lr"] == pytest.approx(0.5)  # step 4 of 8, linear decay from 1.0
+    assert any("learning rate at step 4" in line for line in lines)
+
+    fresh_opt, fresh_sched = make(8)  # scheduler.pt missing: transformers starts it at step 0 (peak)
+    ResumeWeightsCallback("unused", log=lines.append).align_schedule(state, fresh_opt, fresh_sched)
+    assert fresh_sched.last_epoch == 4 and fresh_opt.param_groups[0]["lr"] == pytest.approx(0.5)
+
+
+def test_a_run_dir_of_another_base_model_is_refused(tiny_model_dir, scene_data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    fake_checkpoint(tiny_model_dir, run_dir / "checkpoint-2", 2)
+    meta = {"base_model": "/models/another-base", "use_peft": False, "reward_funcs": ["exact_count", "format"]}
+    (run_dir / "training_meta.json").write_text(json.dumps(meta))
+    before = tree_digest(run_dir)
+    rc, _, err = py(*grpo_args(tiny_model_dir, os.path.join(scene_data_dir, "train"), run_dir))
+    assert_clean_error(rc, err, "holds a run trained with another base model /models/another-base",
+                       "--resume_mismatch_ok true", "--auto_resume false")
+    assert tree_digest(run_dir) == before  # training_meta.json still names the run's real base
+
+
+# ---- train.sh ------------------------------------------------------------------------------------------------------
+
+
+def test_train_sh_help_and_gpu_count():
+    rc, out, err = run("bash", "train.sh", "--help")
+    assert rc == 0 and "bash train.sh [RECIPE.yaml]" in out and "SUBMISSION" in out
+    if not HAS_GPU:
+        rc, out, err = run("bash", "train.sh", "configs/demo.yaml", env={"NUM_GPUS": "2"})
+        assert_clean_error(rc, err, "NUM_GPUS=2 but this machine shows 0 GPU(s)", "set NUM_GPUS=0")
+        assert "mpi4py" not in err
+
+
+def test_sigterm_to_train_sh_reaches_the_trainer_and_skips_export(tiny_model_dir, scene_data_dir, tmp_path):
+    env = {**os.environ, "MODEL_PATH": str(tiny_model_dir), "DATA": os.path.join(scene_data_dir, "train"),
+           "SUBMISSION": str(tmp_path / "submission"), "OUTPUT_DIR": str(tmp_path / "run"), "NUM_GPUS": "0",
+           "PYTHON": sys.executable, "PYTHONWARNINGS": "ignore"}
+    log = open(tmp_path / "log.txt", "w+")
+    proc = subprocess.Popen(["bash", "train.sh", "configs/demo.yaml", "--max_steps", "200", "--max_pixels", "12544",
+                             "--max_completion_length", "8"], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        while proc.poll() is None and "[run] training in" not in open(tmp_path / "log.txt").read():
+            time.sleep(0.2)
+        assert proc.poll() is None, open(tmp_path / "log.txt").read()[-3000:]
+        proc.send_signal(signal.SIGTERM)  # to the shell only, as a job scheduler does
+        rc = proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = open(tmp_path / "log.txt").read()
+    assert rc == 143, text[-3000:]
+    assert "SIGTERM received: asking the trainer to save a checkpoint" in text
+    assert "no export" in text and "[export]" not in text
+    assert not (tmp_path / "submission").exists()
+    checkpoints = [p for p in (tmp_path / "run").iterdir() if p.name.startswith("checkpoint-")]
+    assert checkpoints and all((p / "trainer_state.json").is_file() for p in checkpoints)
+    with pytest.raises(ProcessLookupError):  # the trainer did not run on orphaned
+        os.killpg(proc.pid, 0)
+
+
+# ---- the other entry points --------------------------------------------------------------------------------------
+
+
+def test_scene_generator_and_run_plot_errors_are_clean(tmp_path, file_in_the_way):
+    rc, _, err = py("-m", "open_r1.tasks.counting.scenes", "--out", str(file_in_the_way / "data"), "--splits",
+                    "train", "--train", "2")
+    assert_clean_error(rc, err, "cannot write --out", "is not a directory")
+    rc, _, err = py("-m", "open_r1.run.keep_best", str(tmp_path / "no_run"))
+    assert_clean_error(rc, err, f"run dir {tmp_path / 'no_run'} does not exist")
+    rc, _, err = py("-m", "open_r1.promote", "--candidate", str(tmp_path / "none"), "--submission",
+                    str(tmp_path / "sub"))
+    assert_clean_error(rc, err, f"candidate {tmp_path / 'none'} does not exist")
