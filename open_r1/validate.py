@@ -179,7 +179,9 @@ def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> l
         return [f"{path} has no config.json: not a saved transformers model ({option})"]
     except (OSError, ValueError) as exc:
         return [f"{path}/config.json is not valid JSON ({exc}); re-save the model ({option})"]
-    report = export_lib.verify_submission(path, generate=False)
+    # any supported family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) as its own class: a base model or an evaluated model
+    # need not be the counting submission (export and selfcheck --verify check that)
+    report = export_lib.verify_submission(path, generate=False, expected_class=None)
     has_processor = os.path.isfile(os.path.join(path, "processor_config.json"))  # transformers 5 layout
     problems = [p for p in report.problems
                 if (need_tokenizer or not any(k in p for k in ("tokenizer", "chat template", "processor")))
@@ -264,6 +266,17 @@ def dataset_problems(path: str, option: str, split: str = "train") -> tuple[list
     if os.path.sep in str(path) or str(path).startswith(".") or os.path.isabs(str(path)):
         if not os.path.exists(path):
             return [f"data set {path} does not exist ({option})"], None
+    if os.path.isdir(path):
+        state = None
+        try:
+            with open(os.path.join(path, "state.json")) as handle:
+                state = json.load(handle)
+        except (OSError, ValueError):
+            pass
+        if isinstance(state, dict) and not state.get("_data_files"):
+            return [f"data set {path} has no rows: an empty data set ({option})"], None
+        if not os.listdir(path):
+            return [f"data set {path} is an empty directory, not a save_to_disk data set ({option})"], None
     try:
         dataset = data_lib.load_counting_dataset(path, split)
     except OpenR1Error as exc:
@@ -351,7 +364,7 @@ def check_resume_compat(output_dir: str, checkpoint: str | None, base_model: str
     recorded = meta.get("base_model")
     if recorded and base_model and os.path.abspath(base_model) != os.path.abspath(recorded):
         differences.append(f"base model {recorded} (now {os.path.abspath(base_model)})")
-    for key in ("reward_funcs", "prompt_templates"):
+    for key in ("task", "reward_funcs", "prompt_templates"):
         if key in meta and getattr(script_args, key, None) is not None and list(meta[key]) != list(
                 getattr(script_args, key)):
             differences.append(f"{key} {meta[key]} (now {list(getattr(script_args, key))})")

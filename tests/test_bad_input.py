@@ -250,6 +250,18 @@ def test_check_images_streams_every_row_of_an_eval_set(corrupt_data):
         check_images(dataset, "eval", batch_size=3)  # across batch boundaries the index stays right
 
 
+def test_empty_data_sets_are_called_empty(scene_data_dir, tmp_path):
+    import datasets
+
+    from open_r1.validate import dataset_problems
+
+    datasets.load_from_disk(os.path.join(scene_data_dir, "val")).select([]).save_to_disk(str(tmp_path / "zero"))
+    (tmp_path / "blank").mkdir()
+    assert dataset_problems(str(tmp_path / "zero"), "--sets")[0] == [
+        f"data set {tmp_path / 'zero'} has no rows: an empty data set (--sets)"]
+    assert "is an empty directory" in dataset_problems(str(tmp_path / "blank"), "--eval_sets")[0][0]
+
+
 def test_invalid_yaml_and_missing_config(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("reward_funcs: [exact_count\nbeta: :\n")
