@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from open_r1.export import verify_submission  # noqa: E402
+from open_r1.export import COUNTING_GRADER_CLASS, verify_submission  # noqa: E402
 from open_r1.modeling import ModelError, load_model, load_processor  # noqa: E402
 from open_r1.tasks.counting.data import (  # noqa: E402
     DataError,
@@ -30,8 +30,11 @@ def set_name(path: str) -> str:
     return os.path.basename(os.path.normpath(path))
 
 
-def run_verify(model_dir: str, strict: bool) -> int:
-    report = verify_submission(model_dir, strict_answer=strict)
+def run_verify(model_dir: str, strict: bool, any_family: bool = False) -> int:
+    """The counting submission's load check (the grader loads Qwen2VLForConditionalGeneration), or with
+    `any_family` the check of a model of any supported family as its own class."""
+    report = verify_submission(model_dir, strict_answer=strict,
+                               expected_class=None if any_family else COUNTING_GRADER_CLASS)
     for warning in report.warnings:
         print(f"warning: {warning}")
     if not report.ok:
@@ -39,7 +42,8 @@ def run_verify(model_dir: str, strict: bool) -> int:
             print(f"problem: {problem}", file=sys.stderr)
         print(f"FAIL: {model_dir} would not load or run as the grader loads it", file=sys.stderr)
         return 1
-    print(f"OK: {model_dir} loads as Qwen2VLForConditionalGeneration and generates: {report.sample_completion!r}")
+    role = "" if any_family else " (the class the counting grader loads)"
+    print(f"OK: {model_dir} loads as {report.loaded_class}{role} and generates: {report.sample_completion!r}")
     return 0
 
 
@@ -124,10 +128,14 @@ def _run(argv=None) -> int:
     parser.add_argument("--out", default=None, help="JSON report path (default <model>/selfcheck.json)")
     parser.add_argument("--verify", action="store_true", help="only check that the dir loads and generates")
     parser.add_argument("--strict", action="store_true", help="with --verify: an unparseable sample answer fails")
+    parser.add_argument("--any-family", action="store_true",
+                        help="with --verify: check a Qwen2.5-VL / Qwen3-VL dir as its own class, not as the counting "
+                        "submission (the counting grader loads Qwen2VLForConditionalGeneration)")
     parser.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
-    parser.add_argument("--compile", action="store_true",
-                        help="static KV cache + compiled decoding on GPU (same answers; see docs/PERFORMANCE.md)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--decoder", choices=["auto", "graph", "eager", "hf"], default="auto",
+                        help="graph: static cache + CUDA-graph decode step (open_r1/decoding.py, same greedy answers, "
+                        "faster on GPUs: docs/PERFORMANCE.md); hf: transformers generate; auto: graph on CUDA, hf on CPU")
     args = parser.parse_args(argv)
     check_arguments(args)
     from open_r1.export import recover_interrupted_swap
@@ -135,7 +143,7 @@ def _run(argv=None) -> int:
     recover_interrupted_swap(args.model)  # a swap cut by a power loss is completed or undone first
 
     if args.verify:
-        return run_verify(args.model, args.strict)
+        return run_verify(args.model, args.strict, args.any_family)
     sets = args.sets or [args.val or DEFAULT_SETS[0], args.ood_val or DEFAULT_SETS[1]]
     try:
         import torch
@@ -153,9 +161,12 @@ def _run(argv=None) -> int:
     except (DataError, ModelError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    import open_r1.generation
+
+    open_r1.generation.DEFAULT_DECODER = args.decoder  # what evaluate_dataset's generate_texts calls use
     reports = [
         evaluate_dataset(model, processor, dataset, name=name, batch_size=args.batch_size, limit=args.limit,
-                         progress=not args.quiet, compile_generation=args.compile)
+                         progress=not args.quiet)
         for name, dataset in datasets_
     ]
     print(format_table(reports))

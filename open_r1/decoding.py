@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -230,13 +231,14 @@ class GraphDecoder:
         self.max_cache_len = 0
         self.allocations = 0
         self.calls = 0
+        self.timings: list[dict] = []  # per call: rows, prompt_len, steps, prefill_s, decode_s (last 256 calls)
+        self._steps = {}
         self._step_fn = None
-        self._step_key = None
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------------------------------------------------------
-    def _ensure_cache(self, rows: int, needed_len: int) -> None:
-        if self.cache is not None and rows <= self.batch_size and needed_len <= self.max_cache_len:
+    def _ensure_cache(self, rows: int, needed_len: int, fresh: bool = False) -> None:
+        if not fresh and self.cache is not None and rows <= self.batch_size and needed_len <= self.max_cache_len:
             self.cache.reset()  # zeroed in place: same tensors, same addresses for the captured step
             return
         from transformers import StaticCache
@@ -244,21 +246,17 @@ class GraphDecoder:
         batch = max(rows, self.batch_size)
         length = max(_bucket(needed_len + self.cache_margin, self.cache_bucket), self.max_cache_len)
         if self.cache is not None:
-            logger.warning("graph decoder: cache %dx%d too small for %d rows x %d tokens; reallocating to %dx%d "
+            logger.warning("graph decoder: cache %dx%d cannot take %d rows x %d tokens%s; reallocating to %dx%d "
                            "(the decode step is compiled again)", self.batch_size, self.max_cache_len, rows,
-                           needed_len, batch, length)
+                           needed_len, " in a new dtype" if fresh else "", batch, length)
             self.cache = None
-            self._step_fn = None
+            self._steps = {}  # the old steps read the old cache; new ones are built (and compiled) for the new one
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-        text = _text_config(self.model)
-        param = next(self.model.parameters())
-        cache = StaticCache(config=self.model.config, max_cache_len=length)
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-        if hasattr(cache, "early_initialization"):
-            cache.early_initialization(batch_size=batch, num_heads=text.num_key_value_heads, head_dim=head_dim,
-                                       dtype=param.dtype, device=self.device)
-        self.cache, self.batch_size, self.max_cache_len = cache, batch, length
+        # allocated by the first prefill (StaticLayer's lazy init: the forward's dtype, e.g. under bf16 autocast),
+        # then only reset
+        self.cache = StaticCache(config=self.model.config, max_cache_len=length)
+        self.batch_size, self.max_cache_len = batch, length
         self.allocations += 1
         # persistent step inputs (fixed addresses, so a CUDA graph can read them in place)
         self._tokens = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
@@ -291,9 +289,9 @@ class GraphDecoder:
 
         compiled = step
         if self.compile:
-            import torch._inductor.config as inductor_config
+            from open_r1 import compat
 
-            inductor_config.triton.cudagraph_unexpected_rerecord_limit = 1_000_000
+            compat.raise_cudagraph_rerecord_limit()  # torch's private inductor knob, via open_r1.compat
             compiled = torch.compile(step, mode="reduce-overhead", fullgraph=False, dynamic=False)
         return step, compiled, suppress, eos_mask
 
@@ -315,7 +313,6 @@ class GraphDecoder:
                                                             device=value.device)])
         return torch.cat([input_ids, dummy_ids]), torch.cat([attention_mask, dummy_mask]), padded
 
-    @torch.no_grad()
     def generate(self, input_ids, attention_mask=None, settings: SamplingSettings | None = None,
                  generation_config=None, **model_inputs) -> torch.Tensor:
         """Completion token ids (n, T) for left-padded prompts; T <= max_new_tokens (stops once every row finished,
@@ -323,8 +320,25 @@ class GraphDecoder:
 
         `model_inputs`: the processor's other outputs (pixel_values, image_grid_thw, mm_token_type_ids, ...).
         `settings` or `generation_config` (+ kwargs in `model_inputs` that are generation settings) say how."""
-        with self._lock:
+        # outside inference mode: the cache outlives this call and is updated in place by later (no_grad) calls
+        with self._lock, torch.inference_mode(False), torch.no_grad():
             return self._generate(input_ids, attention_mask, settings, generation_config, model_inputs)
+
+    def hf_generate(self, input_ids, attention_mask=None, generation_config=None, **model_inputs):
+        """Drop-in for `model.generate(**inputs, generation_config=...)` as TRL calls it: prompt + completion ids.
+        Settings this decoder lacks go to the model class's own `generate`."""
+        try:
+            settings = resolve_settings(generation_config or self.model.generation_config,
+                                        **{k: model_inputs.pop(k) for k in list(model_inputs)
+                                           if k not in _MODEL_INPUT_KEYS})
+        except UnsupportedGeneration as error:
+            if not getattr(self, "_warned", False):
+                logger.warning("graph decoder not used (%s); HF generate instead", error)
+                self._warned = True
+            return type(self.model).generate(self.model, input_ids=input_ids, attention_mask=attention_mask,
+                                             generation_config=generation_config, **model_inputs)
+        completion = self.generate(input_ids, attention_mask, settings=settings, **model_inputs)
+        return torch.cat([input_ids.to(completion.device), completion], dim=1)
 
     def _generate(self, input_ids, attention_mask, settings, generation_config, model_inputs):
         if settings is None:
@@ -339,16 +353,19 @@ class GraphDecoder:
         max_new = settings.max_new_tokens
         self._ensure_cache(n, prompt_len + max_new)
         self.calls += 1
-        key = (settings, self.batch_size, self.max_cache_len)
-        if self._step_key != key:
-            self._eager_step, self._step_fn, self._suppress, self._eos_mask = self._make_step(settings)
-            self._step_key = key
+        key = (settings, self.compile)
+        if key not in self._steps:  # one step per settings (training's sampling, evaluation's greedy), kept
+            self._steps[key] = self._make_step(settings)
+        _, self._step_fn, self._suppress, self._eos_mask = self._steps[key]
         extra = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in model_inputs.items()}
         ids, mask, extra = self._pad_rows(input_ids, attention_mask, extra, settings.pad_token_id)
         batch = ids.shape[0]
 
         was_training = self.model.training
         self.model.eval()
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        sync()
+        started = time.perf_counter()
         try:
             # ---- prefill through the model's own forward: ViT, M-RoPE positions, rope_deltas (deepstack) ----
             inner = _inner_model(self.model)
@@ -360,8 +377,18 @@ class GraphDecoder:
             if not has_vision:
                 text_pos = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
                 prefill_kwargs["position_ids"] = text_pos.unsqueeze(0).expand(3, -1, -1)
-            out = self.model(input_ids=ids, attention_mask=mask, cache=self.cache, use_cache=True,
-                             logits_to_keep=1, **prefill_kwargs, **extra)
+            try:
+                out = self.model(input_ids=ids, attention_mask=mask, cache=self.cache, use_cache=True,
+                                 logits_to_keep=1, **prefill_kwargs, **extra)
+            except RuntimeError as error:
+                if "dtype" not in str(error):
+                    raise
+                # the cache was allocated by a forward in another dtype (e.g. evaluation without autocast)
+                self._ensure_cache(n, prompt_len + max_new, fresh=True)
+                self._steps[key] = self._make_step(settings)
+                _, self._step_fn, self._suppress, self._eos_mask = self._steps[key]
+                out = self.model(input_ids=ids, attention_mask=mask, cache=self.cache, use_cache=True,
+                                 logits_to_keep=1, **prefill_kwargs, **extra)
             deltas = getattr(inner, "rope_deltas", None) if has_vision else None
             next_pos = valid + (deltas.view(-1).to(device) if deltas is not None else 0)
 
@@ -380,6 +407,8 @@ class GraphDecoder:
             unfinished[n:] = False
             result = torch.full((batch, max_new), pad, dtype=torch.long, device=device)
             steps_run = max_new
+            sync()
+            prefilled = time.perf_counter()
             for t in range(max_new):
                 if t > 0:
                     self._tokens.copy_(result[:, t - 1:t])
@@ -394,6 +423,10 @@ class GraphDecoder:
                 if (t + 1) % self.check_every == 0 and t + 1 < max_new and not bool(unfinished.any()):
                     steps_run = t + 1  # the one host sync: every check_every steps
                     break
+            sync()
+            self.timings = self.timings[-255:] + [{
+                "rows": n, "batch": batch, "prompt_len": prompt_len, "steps": steps_run,
+                "prefill_s": prefilled - started, "decode_s": time.perf_counter() - prefilled}]
         finally:
             if was_training:
                 self.model.train()

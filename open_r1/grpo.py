@@ -16,7 +16,7 @@ What this script adds, and nothing else:
   * LoRA (through peft) stays off the vision tower unless `lora_vision: true`; `freeze_vision: true` trains the
     language model and merger only (full fine-tuning);
   * the trainer is `open_r1.trainer.CountingGRPOTrainer`: TRL's, with each round's images decoded once
-    (`lazy_images`), and optionally a compiled decode step (`compile_generation`), ViT de-duplication
+    (`lazy_images`), and optionally ViT de-duplication
     (`dedupe_vision`) and NoisyRollout-style noisy-image rollouts (`noisy_rollouts`), at TRL's hook points;
   * `training_meta.json` beside the weights records what export needs (base model, LoRA or not, pixel budget).
 Deviations from R1-V's trainer: none in the algorithm; per-device batch > 1 is correct here (TRL splits pixel
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from open_r1 import modeling
+from open_r1.families import FAMILIES
 from open_r1.errors import OpenR1Error, RecipeError  # noqa: F401  (RecipeError re-exported)
 from open_r1.export import TRAINING_META_FILE
 from open_r1.tasks import get_task
@@ -44,8 +45,10 @@ from open_r1.trainer import (
 
 logger = logging.getLogger(__name__)
 
-LANGUAGE_LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
-VISION_LORA_TARGETS = r".*visual\.blocks.*\.(qkv|proj|fc1|fc2)"
+# LoRA targets are per model family (open_r1.families: e.g. Qwen3-VL's ViT MLP is linear_fc1/linear_fc2, Qwen2.5-VL's
+# gate/up/down_proj); these are Qwen2-VL's, kept for callers that read them.
+LANGUAGE_LORA_TARGETS = FAMILIES["qwen2_vl"].language_lora_targets
+VISION_LORA_TARGETS = FAMILIES["qwen2_vl"].vision_lora_targets
 
 
 BATCH_HINT = (
@@ -76,9 +79,12 @@ class CountingGRPOArguments(ScriptArguments):
         default_factory=lambda: ["train:0.5", "eval:0.5"],
         metadata={"help": "Template mixing: 'name:weight' entries, names from open_r1.tasks.counting.protocol.TEMPLATES."},
     )
-    min_pixels: int = field(default=3136, metadata={"help": "Smallest image area (pixels) after resizing."})
-    max_pixels: int = field(
-        default=401408, metadata={"help": "Vision-token budget: largest image area; 401408 = 512 tokens of 28x28."}
+    min_pixels: int | None = field(
+        default=None, metadata={"help": "Smallest image area (pixels) after resizing (default: 4 merged tokens of the "
+                                "model family: 3136 for Qwen2/2.5-VL's 28x28, 4096 for Qwen3-VL's 32x32)."})
+    max_pixels: int | None = field(
+        default=None, metadata={"help": "Vision-token budget: largest image area (default: 512 merged tokens of the "
+                                "model family: 401408 for Qwen2/2.5-VL, 524288 for Qwen3-VL)."}
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N rows (smoke runs)."})
     lora_vision: bool = field(default=False, metadata={"help": "Also put LoRA adapters on the vision tower."})
@@ -115,19 +121,20 @@ class CountingGRPOArguments(ScriptArguments):
                   "default: open_r1/validate.py)."},
     )
     # Speed levers (open_r1/trainer.py; measured in docs/PERFORMANCE.md).
+    fast_decode: str = field(
+        default="auto",
+        metadata={"help": "Rollouts with the CUDA-graph decoder (open_r1/decoding.py) instead of HF generate: auto "
+                  "(on a CUDA device without ZeRO-3 or vLLM), true (required: refused under ZeRO-3, run "
+                  "train.sh with ZERO3=0), false (HF generate)."},
+    )
     lazy_images: bool = field(
         default=True,
         metadata={"help": "Decode each round's images once, in threads, instead of at every micro-step."},
     )
-    compile_generation: bool = field(
-        default=False,
-        metadata={"help": "Static KV cache + torch.compile'd (CUDA-graph) decode step for HF generate. Not with "
-                  "ZeRO-3 (train.sh ZERO3=0)."},
-    )
     dedupe_vision: bool = field(
         default=True,
         metadata={"help": "Encode each distinct image of a batch once in the ViT and keep a prompt's completions in "
-                  "one micro-batch (same update, less ViT compute: 2.50x -> 3.77x plain TRL on an H200)."},
+                  "one micro-batch (same update, less ViT compute; measured in docs/PERFORMANCE.md)."},
     )
     noisy_rollouts: float = field(
         default=0.0,
@@ -155,44 +162,28 @@ def parse_reward_kwargs(value) -> dict:
     return parsed
 
 
-def check_batch_geometry(args: GRPOConfig, num_processes: int) -> None:
-    """GRPO needs whole groups in every generation batch; say so before TRL fails deep inside."""
-    generation_batch = args.per_device_train_batch_size * num_processes * (args.steps_per_generation or 1)
-    if args.generation_batch_size is not None:
-        generation_batch = args.generation_batch_size
-    if args.num_generations < 2:
-        raise RecipeError("num_generations must be >= 2: GRPO normalises rewards within a group of completions")
-    if generation_batch % args.num_generations:
-        raise RecipeError(
-            f"the generation batch ({generation_batch} completions = per_device_train_batch_size "
-            f"{args.per_device_train_batch_size} x {num_processes} processes x steps_per_generation "
-            f"{args.steps_per_generation or 1}) is not divisible by num_generations {args.num_generations}. "
-            f"{BATCH_HINT}"
-        )
-
-
-def lora_config(model_args: ModelConfig, lora_vision: bool):
-    """peft LoraConfig from the recipe; targets the language model only unless lora_vision."""
+def lora_config(model_args: ModelConfig, lora_vision: bool, family=FAMILIES["qwen2_vl"]):
+    """peft LoraConfig from the recipe; targets the family's language model only unless lora_vision."""
     from trl import get_peft_config
 
     if not model_args.use_peft:
         return None
     if model_args.lora_target_modules is None:
-        targets = LANGUAGE_LORA_TARGETS if not lora_vision else f"({LANGUAGE_LORA_TARGETS})|({VISION_LORA_TARGETS})"
-        model_args.lora_target_modules = targets
+        model_args.lora_target_modules = family.lora_targets(vision=lora_vision)
     config = get_peft_config(model_args)
     return config
 
 
 def freeze_vision_tower(model) -> int:
-    """Stop gradients into the ViT (patch embedding and blocks); the merger that feeds the language model trains.
+    """Stop gradients into the ViT (patch embedding and blocks); the mergers that feed the language model train
+    (`merger`, and Qwen3-VL's `deepstack_merger_list`).
     Returns the number of frozen parameters."""
     visual = vision_tower(model)
     if visual is None:
         raise RecipeError(f"freeze_vision: {type(model).__name__} has no vision tower (model.visual)")
     frozen = 0
     for name, param in visual.named_parameters():
-        if not name.startswith("merger."):
+        if not name.startswith(("merger.", "deepstack_merger_list.")):
             param.requires_grad_(False)
             frozen += param.numel()
     return frozen
@@ -207,7 +198,6 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
         raise RecipeError("no model: set model_name_or_path in the recipe or MODEL_PATH / --model_name_or_path")
     if not script_args.dataset_name:
         raise RecipeError("no training data: set dataset_name in the recipe or DATA / --dataset_name")
-    check_batch_geometry(training_args, training_args.world_size)
     # Columns (solution, problem, image) must reach the reward functions.
     training_args.remove_unused_columns = False
 
@@ -220,7 +210,7 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
         )
 
     check_noisy_rollouts(script_args.noisy_rollouts, script_args.noise_std)  # before the slow loads
-    modeling.check_model_dir(model_args.model_name_or_path)
+    family = modeling.family_of_dir(model_args.model_name_or_path)
     train_dataset = get_task(script_args.task, script_args).train_dataset(script_args, training_args)
 
     model = modeling.load_model(
@@ -232,8 +222,11 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
         if model_args.use_peft:
             raise RecipeError("freeze_vision is for full fine-tuning; with LoRA the tower is frozen unless lora_vision")
         freeze_vision_tower(model)
+    default_min, default_max = modeling.default_pixel_budget(family)  # the family's patch x merge geometry
     processor = modeling.load_processor(
-        model_args.model_name_or_path, script_args.min_pixels, script_args.max_pixels
+        model_args.model_name_or_path,
+        default_min if script_args.min_pixels is None else script_args.min_pixels,
+        default_max if script_args.max_pixels is None else script_args.max_pixels,
     )
     trainer = CountingGRPOTrainer(
         model=model,
@@ -241,13 +234,13 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
         args=training_args,
         train_dataset=train_dataset,
         processing_class=processor,
-        peft_config=lora_config(model_args, script_args.lora_vision),
+        peft_config=lora_config(model_args, script_args.lora_vision, family),
         callbacks=callbacks,
         lazy_images=script_args.lazy_images,
-        compile_generation=script_args.compile_generation,
         noisy_fraction=script_args.noisy_rollouts,
         dedupe_vision=script_args.dedupe_vision,
         noise_std=script_args.noise_std,
+        fast_decode=script_args.fast_decode,
     )
     return trainer
 
@@ -312,7 +305,55 @@ def parse_args(argv=None):
 USER_ERRORS = (OpenR1Error,)
 
 
+# The TRL keys a recipe of ours usually sets, shown by the short --help (the rest: --help-all).
+COMMON_TRL_KEYS = (
+    "model_name_or_path", "output_dir", "learning_rate", "lr_scheduler_type", "max_steps", "num_generations",
+    "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length", "temperature", "beta",
+    "loss_type", "reward_weights", "use_peft", "lora_r", "activation_checkpointing", "bf16", "dtype", "use_vllm",
+    "logging_steps", "save_steps", "report_to", "seed",
+)
+
+
+def short_help() -> str:
+    """--help: our recipe keys first, then the common TRL ones; TRL's full list (hundreds of keys) is --help-all."""
+    import dataclasses
+    import textwrap
+
+    def describe(field_) -> str:
+        text = " ".join(str(field_.metadata.get("help", "")).split())
+        default = field_.default if field_.default is not dataclasses.MISSING else (
+            field_.default_factory() if field_.default_factory is not dataclasses.MISSING else None)
+        head = f"  --{field_.name} (default: {default!r})"
+        return head + "\n" + textwrap.fill(text, width=110, initial_indent=" " * 6, subsequent_indent=" " * 6)
+
+    ours = [f for f in dataclasses.fields(CountingGRPOArguments)
+            if f.name == "dataset_name" or f.name not in {g.name for g in dataclasses.fields(ScriptArguments)}]
+    trl_fields = {f.name: f for cls in (GRPOConfig, ModelConfig) for f in dataclasses.fields(cls)}
+    common = [trl_fields[name] for name in COMMON_TRL_KEYS if name in trl_fields]
+    total = len(trl_fields) + len(dataclasses.fields(ScriptArguments))
+    return "\n".join([
+        "usage: python -m open_r1.grpo --config RECIPE.yaml [--KEY VALUE ...]",
+        "       (bash train.sh RECIPE.yaml [--KEY VALUE ...] sets model, data and output dir from the environment)",
+        "",
+        "Every key can go in the recipe YAML or on the command line; the command line wins.",
+        "",
+        "Recipe keys of this project (open_r1/grpo.py: CountingGRPOArguments):",
+        *map(describe, ours),
+        "",
+        "Common keys of TRL's GRPOConfig / ModelConfig:",
+        *map(describe, common),
+        "",
+        f"All {total} keys, TRL's included: python -m open_r1.grpo --help-all",
+    ])
+
+
 def cli(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--help-all" in argv:  # TRL's own parser help: every GRPOConfig / ModelConfig / ScriptArguments key
+        argv = ["--help" if arg == "--help-all" else arg for arg in argv]
+    elif "-h" in argv or "--help" in argv:
+        print(short_help())
+        return 0
     try:
         try:
             script_args, training_args, model_args = parse_args(argv)[:3]

@@ -259,7 +259,10 @@ QWEN3_VL_TINY_DEFAULTS: dict[str, Any] = {
     "vision_intermediate_size": 64,
     "vision_num_heads": 4,
     "vision_num_position_embeddings": 64,  # an 8x8 learned grid, resampled to each image (real: 48x48)
-    "vision_deepstack_visual_indexes": [0, 1],
+    # Deepstack feature k is added to the output of decoder layer k; with 2 decoder layers a second one would only
+    # reach the last layer's image positions (no gradient from the answer), so the tiny model has one, as the real
+    # 28-layer model has 3 ([5, 11, 17]) well before its last layer.
+    "vision_deepstack_visual_indexes": [0],
 }
 QWEN3_VL_FULL_SIZE_DEFAULTS: dict[str, Any] = {  # Qwen/Qwen3-VL-2B-Instruct (the Thinking model has the same dims)
     "hidden_size": 2048,

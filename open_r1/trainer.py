@@ -1,5 +1,9 @@
 """`CountingGRPOTrainer`: TRL's `GRPOTrainer` plus speed levers and one recipe lever, at TRL's own hook points.
 
+Task- and family-neutral: it trains any model family of `open_r1.families` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL). The
+TRL internals it hooks into are reached through `open_r1.compat` (`GRPORoundHooks`), nothing else here names a
+private TRL/transformers/torch attribute.
+
 The algorithm is TRL's, unchanged. What this adds:
 
 * **Lazy image decoding** (`lazy_images=True`). TRL's dataloader yields the whole *generation* batch at every
@@ -9,21 +13,13 @@ The algorithm is TRL's, unchanged. What this adds:
   (`datasets.Image(decode=False)`, a metadata change; see `lazy_image_column`) and decode once per round, in
   threads (PIL releases the GIL while decoding), in `_generate_and_score_completions` before TRL reads the images.
   Measured on the full-size bench: docs/PERFORMANCE.md.
-* **Compiled decoding** (`compile_generation=True`). TRL builds its `GenerationConfig` with `disable_compile=True`
-  and a dynamic KV cache, so HF `generate` runs the decode step eagerly and is bound by per-step overhead. With a
-  static cache transformers compiles the decode step (`torch.compile`, mode `reduce-overhead`: CUDA graphs). The
-  cache length is a compiled shape, so it is bucketed (`generation_config.max_cache_len`, transformers >= 5.24):
-  sized before the first round from a sample of prompts, rounded up to 128 tokens with a margin, and raised (one
-  recompilation) only if a longer round comes. Each `generate` call builds a new static cache, which CUDA graphs
-  re-record rather than recompile; the re-record limit is raised so a long run keeps its graphs. Not with DeepSpeed
-  ZeRO-3 (parameters are gathered and released around every generation), where it is refused with a clear error.
-
-* **Vision de-duplication** (`dedupe_vision=True`; on in `open_r1.grpo` and the recipes: 2.50x -> 3.77x plain TRL on
-  the H200 bench, docs/PERFORMANCE.md). The G completions of a prompt share one image, yet the training forward runs
+* **Vision de-duplication** (`dedupe_vision=True`; on in `open_r1.grpo` and the recipes; its speed-up is
+  measured in docs/PERFORMANCE.md). The G completions of a prompt share one image, yet the training forward runs
   the ViT on every copy (forward, backward and the gradient checkpointing recompute): about 40 % of the training FLOPs
   at 480x320 are the ViT, 7/8 of them repeated. Two pieces: (1) the vision tower's class gets a subclass whose
-  `forward` encodes each distinct image of a batch once and expands the features (autograd sums the copies' gradients
-  into the one encoding: the same gradient); (2) the micro-batches of a round are put back in generation order after
+  `forward` encodes each distinct image of a batch once and expands every per-patch and per-merged-token output
+  (`last_hidden_state`, `pooler_output`, and Qwen3-VL's `deepstack_features`) back to every copy (autograd sums the
+  copies' gradients into the one encoding: the same gradient); (2) the micro-batches of a round are put back in generation order after
   TRL's shuffle, so a group's copies share a forward. (2) only runs where the order of micro-batches cannot change the
   update: one optimizer step per round (`steps_per_generation == gradient_accumulation_steps`, `num_iterations == 1`),
   a loss whose normaliser does not depend on the micro-batch (`dapo`, `dr_grpo`, `grpo`) and no per-micro-batch
@@ -49,15 +45,36 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+from open_r1 import compat
 from open_r1.errors import TrainerOptionError  # noqa: F401  (re-exported)
-from open_r1.tasks.counting.evaluate import (
-    cache_length_bucket,  # one bucketing rule for training and selfcheck
-)
+from open_r1.families import vision_tower  # one definition, per family (also re-exported)
 
 IMAGE_COLUMN = "image"
-# CUDA graphs are re-recorded when the static cache of a new `generate` call lives at new addresses; torch gives up
-# on graphs for a function after this many re-records (default 128, i.e. ~128 rounds).
-CUDAGRAPH_RERECORD_LIMIT = 1_000_000
+
+
+def resolve_fast_decode(value, trainer) -> str | None:
+    """`fast_decode` -> 'graph' (CUDA-graph decoder), 'eager' (same decoder uncompiled: CPU tests) or None (HF
+    generate). True / 'graph' asks for it (refused under DeepSpeed ZeRO-3, and with vLLM); 'auto' uses it where it
+    can run (a CUDA device, no ZeRO-3, no vLLM) and HF generate elsewhere; False / 'hf' never."""
+    from open_r1.decoding import check_zero3
+
+    value = {True: "graph", False: "hf", None: "hf", "true": "graph", "false": "hf"}.get(value, value)
+    if value not in ("auto", "graph", "eager", "hf"):
+        raise TrainerOptionError(f"fast_decode must be true, false, auto, graph, eager or hf (got {value!r})")
+    if value == "hf":
+        return None
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    zero3 = plugin is not None and getattr(plugin, "zero_stage", 0) == 3
+    if value == "auto":
+        if trainer.use_vllm or zero3 or trainer.accelerator.device.type != "cuda":
+            return None
+        return "graph"
+    if trainer.use_vllm:
+        raise TrainerOptionError("fast_decode replaces HF generate; with use_vllm vLLM generates: drop one")
+    check_zero3(plugin)
+    if value == "graph" and trainer.accelerator.device.type != "cuda":
+        return "eager"  # CUDA graphs need a CUDA device: the same decoder, uncompiled
+    return value
 
 
 def check_noisy_rollouts(fraction: float, std: float) -> None:
@@ -131,16 +148,8 @@ ROW_ID = "open_r1_row_id"  # generation order of a round's rows; rides through T
 ORDER_FREE_LOSSES = ("dapo", "dr_grpo", "grpo")
 
 
-def vision_tower(model):
-    """The ViT module of a Qwen2-VL model (bare, wrapped in peft, or the inner Qwen2VLModel), or None."""
-    if hasattr(model, "get_base_model"):
-        model = model.get_base_model()
-    inner = getattr(model, "model", model)
-    return getattr(inner, "visual", None) or getattr(model, "visual", None)
-
-
 def duplicate_map(pixel_values, grid_thw) -> list[int]:
-    """For each image of a flattened Qwen2-VL batch, the index of the first image with identical patches and grid."""
+    """For each image of a flattened Qwen-VL batch (patch rows of every image, one after the other), the index of the first image with identical patches and grid."""
     sizes = grid_thw.prod(-1).tolist()
     chunks = torch.split(pixel_values, sizes)
     weights = torch.linspace(0.5, 1.5, pixel_values.shape[-1], device=pixel_values.device, dtype=torch.float32)
@@ -160,8 +169,20 @@ def duplicate_map(pixel_values, grid_thw) -> list[int]:
     return mapping
 
 
+# Keys of vision kwargs that carry precomputed per-batch geometry (transformers.vision_utils, torch.export paths);
+# with them the tower cannot be run on a subset of the images, so it runs on all of them.
+PRECOMPUTED_VISION_KWARGS = ("cu_seqlens", "max_seqlen", "position_ids", "window_index", "cu_window_seqlens",
+                             "max_window_seqlen", "interp_indices", "interp_weights")
+
+
 class DedupeVisionMixin:
-    """Mixed into the vision tower's class: encode each distinct image once, expand to every copy."""
+    """Mixed into the vision tower's class: encode each distinct image once, expand to every copy.
+
+    Per family (all three towers take `(hidden_states, grid_thw, **kwargs)` with one row per patch): per-patch
+    outputs (`last_hidden_state`, recorded `hidden_states`) are expanded by each image's patch count, merged outputs
+    (`pooler_output`, Qwen3-VL's `deepstack_features`, one tensor per deepstack layer) by its merged-token count.
+    Qwen2.5-VL's per-patch outputs are in window order, but the window permutation stays inside each image, so an
+    image's rows are still one contiguous block."""
 
     # images given to / images run through the ViT since the subclass was installed (bench and tests read these)
     images_seen = 0
@@ -170,25 +191,35 @@ class DedupeVisionMixin:
     def forward(self, hidden_states, grid_thw, **kwargs):
         mapping = duplicate_map(hidden_states, grid_thw)
         unique = sorted(set(mapping))
+        if (len(unique) == len(mapping) or any(kwargs.get(k) is not None for k in PRECOMPUTED_VISION_KWARGS)
+                or kwargs.get("output_attentions")):
+            self.images_seen += len(mapping)
+            self.images_encoded += len(mapping)
+            return super().forward(hidden_states, grid_thw, **kwargs)
         self.images_seen += len(mapping)
         self.images_encoded += len(unique)
-        if len(unique) == len(mapping):
-            return super().forward(hidden_states, grid_thw, **kwargs)
         sizes = grid_thw.prod(-1).tolist()
         chunks = torch.split(hidden_states, sizes)
         outputs = super().forward(torch.cat([chunks[i] for i in unique]), grid_thw[unique], **kwargs)
         merge = self.spatial_merge_size ** 2
+        merged_sizes = [size // merge for size in sizes]
 
         def expand(tensor, per_image):
             pieces = dict(zip(unique, torch.split(tensor, [per_image[i] for i in unique])))
             return torch.cat([pieces[i] for i in mapping])
 
-        merged_sizes = [size // merge for size in sizes]
         if isinstance(outputs, torch.Tensor):  # older transformers return the merged features alone
             return expand(outputs, merged_sizes)
+        if isinstance(outputs, tuple):  # return_dict=False: (last_hidden_state, pooler_output, ...)
+            raise TrainerOptionError("dedupe_vision needs the vision tower's dict output (return_dict=True); "
+                                     "set dedupe_vision: false")
         if getattr(outputs, "last_hidden_state", None) is not None:
             outputs.last_hidden_state = expand(outputs.last_hidden_state, sizes)
+        if getattr(outputs, "hidden_states", None) is not None:
+            outputs.hidden_states = tuple(expand(h, sizes) for h in outputs.hidden_states)
         outputs.pooler_output = expand(outputs.pooler_output, merged_sizes)
+        if getattr(outputs, "deepstack_features", None) is not None:  # Qwen3-VL: one merged tensor per layer
+            outputs.deepstack_features = [expand(feature, merged_sizes) for feature in outputs.deepstack_features]
         return outputs
 
 
@@ -197,21 +228,13 @@ def enable_vision_dedupe(model) -> bool:
     visual = vision_tower(model)
     if visual is None:
         return False
-    if not isinstance(visual, DedupeVisionMixin):
-        base = type(visual)
-        visual.__class__ = type(f"Dedupe{base.__name__}", (DedupeVisionMixin, base), {})
+    compat.subclass_instance(visual, DedupeVisionMixin, prefix="Dedupe")
     return True
 
 
 def regroup_micro_batches(batches: list[dict], key: str = ROW_ID) -> list[dict]:
     """The micro-batches of a round with their rows back in generation order (groups contiguous), same sizes."""
-    from trl.trainer.utils import (
-        split_pixel_values_by_grid,
-        split_tensor_dict,
-        unsplit_pixel_values_by_grid,
-    )
-
-    parts = [split_pixel_values_by_grid(batch) for batch in batches]
+    parts = [compat.split_by_image(batch) for batch in batches]
     merged: dict[str, Any] = {}
     for name, first in parts[0].items():
         values = [part[name] for part in parts]
@@ -227,86 +250,60 @@ def regroup_micro_batches(batches: list[dict], key: str = ROW_ID) -> list[dict]:
             merged[name] = value[order]
         elif isinstance(value, list):
             merged[name] = [value[i] for i in order]
-    return [unsplit_pixel_values_by_grid(chunk) for chunk in split_tensor_dict(merged, len(batches))]
+    return [compat.unsplit_by_image(chunk) for chunk in compat.split_rows(merged, len(batches))]
 
 
-def enable_compiled_generation(generation_config, deepspeed_plugin=None) -> None:
-    """Switch a TRL GenerationConfig to a static KV cache with a compiled (CUDA-graph) decode step."""
-    from transformers import CompileConfig
+class CountingGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer):
+    """`GRPOTrainer` with lazy image decoding, ViT de-duplication and noisy rollouts (module docstring), through the
+    round hooks of `open_r1.compat.GRPORoundHooks`."""
 
-    if deepspeed_plugin is not None and getattr(deepspeed_plugin, "zero_stage", 0) == 3:
-        raise TrainerOptionError(
-            "compile_generation does not work under DeepSpeed ZeRO-3 (parameters are gathered for every generation). "
-            "Run with ZERO3=0 (plain DDP) or set compile_generation: false"
-        )
-    generation_config.cache_implementation = "static"
-    generation_config.disable_compile = False
-    generation_config.compile_config = CompileConfig(fullgraph=False, mode="reduce-overhead")
-    torch._inductor.config.triton.cudagraph_unexpected_rerecord_limit = CUDAGRAPH_RERECORD_LIMIT
-
-
-def longest_prompt_tokens(processor, rows: list[dict]) -> int:
-    """Token length of the longest prompt (chat template, image tokens included) among `rows` of a GRPO dataset."""
-    lengths = []
-    for row in decode_images([dict(row) for row in rows]):
-        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": row["prompt"][-1]["content"]}]}]
-        text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        lengths.append(int(processor(text=[text], images=[row[IMAGE_COLUMN]], return_tensors="pt")["input_ids"].shape[1]))
-    return max(lengths)
-
-
-class CountingGRPOTrainer(GRPOTrainer):
-    """`GRPOTrainer` with lazy image decoding, optional compiled decoding, ViT de-duplication and noisy rollouts
-    (module docstring)."""
-
-    def __init__(self, *args, lazy_images: bool = True, compile_generation: bool = False, noisy_fraction: float = 0.0,
-                 noise_std: float = 0.1, dedupe_vision: bool = False, **kwargs):
+    def __init__(self, *args, lazy_images: bool = True, noisy_fraction: float = 0.0, noise_std: float = 0.1,
+                 dedupe_vision: bool = False, fast_decode: bool | str = "auto", **kwargs):
         check_noisy_rollouts(noisy_fraction, noise_std)
         if lazy_images and kwargs.get("train_dataset") is not None:
             kwargs["train_dataset"] = lazy_image_column(kwargs["train_dataset"])
         super().__init__(*args, **kwargs)
-        self.compile_generation = compile_generation
         self.noisy_fraction = noisy_fraction
         self.noise_std = noise_std
+        self.fast_decode = resolve_fast_decode(fast_decode, self)
+        self._graph_decoder = None
         self.dedupe_vision = dedupe_vision and enable_vision_dedupe(self.model)
         args = self.args
         self.regroup_rounds = self.dedupe_vision and (
             args.steps_per_generation == args.gradient_accumulation_steps and self.num_iterations == 1
             and self.loss_type in ORDER_FREE_LOSSES and (getattr(args, "top_entropy_quantile", 1.0) or 1.0) >= 1.0
         )
-        if compile_generation:
-            if self.use_vllm:
-                raise TrainerOptionError("compile_generation is for HF generate; vLLM compiles on its own: drop one")
-            enable_compiled_generation(self.generation_config, getattr(self.accelerator.state, "deepspeed_plugin", None))
-            sample = [self.train_dataset[i] for i in range(min(64, len(self.train_dataset)))]
-            if sample and isinstance(sample[0].get("prompt"), list):
-                self.generation_config.max_cache_len = cache_length_bucket(
-                    longest_prompt_tokens(self.processing_class, sample), self.max_completion_length)
 
-    def _generate_and_score_completions(self, inputs):
+    def rollout_generator(self):
+        """The graph decoder's `generate` for TRL's rollouts (compat.GRPOGenerateHook), or None for HF generate."""
+        if not self.fast_decode:
+            return None
+        if self._graph_decoder is None:
+            from open_r1.decoding import GraphDecoder
+            from open_r1.generation import decoder_for
+
+            model = self.accelerator.unwrap_model(self.model_wrapped)
+            # one decoder (one static cache) per model and process, shared with the in-training evaluation
+            self._graph_decoder = decoder_for(model, decoder=GraphDecoder(model, compile=self.fast_decode == "graph"))
+        return self._graph_decoder.hf_generate
+
+    def before_round(self, rows):
         # The one place TRL reads a round's rows (training and evaluation): decode their images here, once.
-        inputs = decode_images(inputs)
+        rows = decode_images(rows)
         if self.noisy_fraction and self.model.training:
-            self._add_noise(inputs)
-        output = super()._generate_and_score_completions(inputs)
+            self._add_noise(rows)
+        return rows
+
+    def after_round(self, rows, output):
         if self.regroup_rounds and self.model.training:
-            output[ROW_ID] = torch.arange(len(inputs))  # follows TRL's shuffle; see _prepare_inputs
-        if self.compile_generation and "prompt_ids" in output:
-            # a longer round than the sample foresaw: raise the bucket once instead of recompiling every round
-            bucket = cache_length_bucket(output["prompt_ids"].shape[1], self.max_completion_length)
-            if bucket > (self.generation_config.max_cache_len or 0):
-                self.generation_config.max_cache_len = bucket
+            output[ROW_ID] = torch.arange(len(rows))  # follows TRL's shuffle; see regroup_round
         return output
 
-    def _prepare_inputs(self, generation_batch):
-        previous = getattr(self, "_buffered_inputs", None)
-        inputs = super()._prepare_inputs(generation_batch)
-        buffered = getattr(self, "_buffered_inputs", None)
-        if buffered is not previous and buffered and ROW_ID in buffered[0]:
+    def regroup_round(self, micro_batches):
+        if self.model.training and ROW_ID in micro_batches[0]:
             # a new round: put its rows back in generation order so that each micro-batch holds whole groups
-            self._buffered_inputs = regroup_micro_batches(buffered)
-            inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
-        return inputs
+            return regroup_micro_batches(micro_batches)
+        return micro_batches
 
     def _add_noise(self, rows: list[dict]) -> None:
         rank = self.accelerator.process_index

@@ -6,16 +6,43 @@ from pathlib import Path
 import pytest
 
 
+MODEL_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+
+
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """family -> a tiny checkpoint of that family (open_r1.tiny_models.build_tiny, seed 0), each built on first use
+    and once per test session (~1 s each). Shared by all tests, so treat them as read-only."""
+    from open_r1.tiny_models import build_tiny
+
+    class TinyModelDirs(dict):
+        def __missing__(self, family: str) -> Path:
+            self[family] = build_tiny(family, tmp_path_factory.mktemp(f"tiny_{family}") / "model", seed=0)
+            return self[family]
+
+    return TinyModelDirs()
+
+
+@pytest.fixture(scope="session", params=MODEL_FAMILIES)
+def family(request) -> str:
+    """Parametrises a test over the supported model families (open_r1.families)."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def family_model_dir(tiny_model_dirs, family) -> Path:
+    """The tiny checkpoint of the `family` under test."""
+    return tiny_model_dirs[family]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tiny_model_dirs) -> Path:
     """A tiny Qwen2-VL checkpoint (open_r1.tiny_models, seed 0), built once per test session (~1 s).
 
     Laid out like Qwen/Qwen2-VL-2B-Instruct: load it with AutoProcessor / Qwen2VLForConditionalGeneration
     `.from_pretrained`. Shared by all tests, so treat it as read-only.
     """
-    from open_r1.tiny_models import build_qwen2vl
-
-    return build_qwen2vl(tmp_path_factory.mktemp("tiny_qwen2vl") / "model", seed=0)
+    return tiny_model_dirs["qwen2_vl"]
 
 
 @pytest.fixture(scope="session")

@@ -73,17 +73,26 @@ def test_failed_verification_never_touches_the_submission(tiny_model_dir, tmp_pa
     export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
     before = sorted(os.listdir(out))
     monkeypatch.setattr(export_lib, "verify_submission",
-                        lambda path, generate=True: export_lib.VerifyReport(path, problems=["boom"]))
+                        lambda path, generate=True, **kwargs: export_lib.VerifyReport(path, problems=["boom"]))
     with pytest.raises(export_lib.ExportError, match="boom"):
         export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
     assert sorted(os.listdir(out)) == before
     assert [p.name for p in tmp_path.iterdir()] == ["submission"]
 
 
-@pytest.fixture()
-def exported(tiny_model_dir, tmp_path):
-    out = tmp_path / "submission"
+@pytest.fixture(scope="module")
+def exported_once(tiny_model_dir, tmp_path_factory):
+    """One export (merge + save + verify with a generation) of the tiny model for the whole module."""
+    out = tmp_path_factory.mktemp("exported") / "submission"
     export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
+    return out
+
+
+@pytest.fixture()
+def exported(exported_once, tmp_path):
+    """A private copy of the module's export: tests may damage it (delete files, rewrite the config)."""
+    out = tmp_path / "submission"
+    shutil.copytree(exported_once, out)
     return out
 
 

@@ -1,6 +1,5 @@
-"""The speed levers of open_r1.trainer: lazy image decoding, compiled-generation wiring, frozen vision tower."""
+"""The speed levers of open_r1.trainer: lazy image decoding, frozen vision tower, ViT de-duplication, noisy rollouts."""
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,7 +9,6 @@ from PIL import Image as PILImage
 
 from open_r1 import grpo
 from open_r1 import trainer as trainer_lib
-from open_r1.tasks.counting.evaluate import CACHE_BUCKET_TOKENS
 from tests.test_grpo import recipe_args, use_varied_reward
 
 
@@ -77,40 +75,11 @@ def test_images_are_decoded_once_per_round_not_per_micro_step(lazy, tiny_model_d
         assert calls["n"] >= generation_batch * accumulation
 
 
-def test_compiled_generation_config_and_its_refusals():
-    from transformers import GenerationConfig
-
-    config = GenerationConfig(disable_compile=True)
-    trainer_lib.enable_compiled_generation(config)
-    assert config.cache_implementation == "static" and config.disable_compile is False
-    assert config.compile_config.mode == "reduce-overhead"
-    with pytest.raises(trainer_lib.TrainerOptionError, match="ZERO3=0"):
-        trainer_lib.enable_compiled_generation(GenerationConfig(), SimpleNamespace(zero_stage=3))
-
-
 def test_cache_length_buckets():
-    assert trainer_lib.cache_length_bucket(200, 256) == 640  # 200 + 256 + 64 margin = 520 -> 5 x 128
-    assert trainer_lib.cache_length_bucket(320, 256) == 640 and trainer_lib.cache_length_bucket(321, 256) == 768
+    from open_r1.generation import cache_length_bucket
 
-
-def test_compile_generation_trains_with_a_static_cache(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch):
-    """On CPU transformers runs the static cache eagerly (compilation is for GPUs): the GRPO path stays correct."""
-    trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--compile_generation", "true")
-    assert trainer.generation_config.cache_implementation == "static"
-    cache_len = trainer.generation_config.max_cache_len  # one compiled shape for every round
-    assert cache_len % CACHE_BUCKET_TOKENS == 0 and cache_len > trainer.max_completion_length
-    seen = []
-    original = type(trainer.model).generate
-
-    def spy(self, *args, **kwargs):
-        seen.append(kwargs["generation_config"].cache_implementation)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(trainer.model), "generate", spy)
-    trainer.train()
-    assert seen and set(seen) == {"static"}
-    assert trainer.generation_config.max_cache_len == cache_len  # the sampled prompts foresaw the round
-    assert any("loss" in entry for entry in trainer.state.log_history)
+    assert cache_length_bucket(200, 256) == 640  # 200 + 256 + 64 margin = 520 -> 5 x 128
+    assert cache_length_bucket(320, 256) == 640 and cache_length_bucket(321, 256) == 768
 
 
 def test_freeze_vision_trains_language_model_and_merger_only(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch):

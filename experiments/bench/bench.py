@@ -96,7 +96,7 @@ DEFAULT_PROMPT_TEMPLATES = ["train:0.5", "eval:0.5"]
 # Keys of a variant that are bench options, not GRPOConfig fields.
 BENCH_OPTION_KEYS = {
     "base", "description", "recipe", "min_pixels", "max_pixels", "attn_implementation", "compile_generation",
-    "lazy_images", "freeze_vision", "dedupe_vision", "requires",
+    "lazy_images", "freeze_vision", "dedupe_vision", "requires", "fast_decode",
 }
 
 # The presets. `base` inherits another preset's keys; `recipe`: False (TRL defaults only), True (the recipe's
@@ -228,6 +228,17 @@ PRESETS: dict[str, dict[str, Any]] = {
         "description": "ours_gen512_beta0, each distinct image through the ViT once (dedupe_vision: same update)",
         "dedupe_vision": True,
     },
+    "ours_gen512_beta0_dedupe_graph": {
+        "base": "ours_gen512_beta0_dedupe",
+        "description": "ours_gen512_beta0_dedupe with the CUDA-graph decoder (fast_decode: open_r1/decoding.py)",
+        "fast_decode": "graph",
+    },
+    "ours_gen512_beta0_dedupe_graph_mb128": {
+        "base": "ours_gen512_beta0_dedupe_graph",
+        "description": "ours_gen512_beta0_dedupe_graph, training micro-batches of 128 (accumulation 4)",
+        "per_device_train_batch_size": 128,
+        "gradient_accumulation_steps": 4,
+    },
     "ours_gen512_beta0_frozenvit": {
         "base": "ours_gen512_beta0",
         "description": "ours_gen512_beta0 with the vision tower frozen (freeze_vision: trains fewer weights)",
@@ -314,6 +325,7 @@ class Variant:
     lazy_images: bool = False
     freeze_vision: bool = False
     dedupe_vision: bool = False
+    fast_decode: str = "hf"  # our trainer's rollout decoder: hf (HF generate), graph (CUDA graphs), eager
     requires: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -328,6 +340,7 @@ class Variant:
             "lazy_images": self.lazy_images,
             "freeze_vision": self.freeze_vision,
             "dedupe_vision": self.dedupe_vision,
+            "fast_decode": self.fast_decode,
             "requires": self.requires,
         }
 
@@ -389,6 +402,7 @@ def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any])
         lazy_images=bool(spec.get("lazy_images", bool(recipe_mode) and recipe.get("lazy_images", True))),
         freeze_vision=bool(spec.get("freeze_vision", bool(recipe_mode) and recipe.get("freeze_vision", False))),
         dedupe_vision=bool(spec.get("dedupe_vision", recipe_mode == "all" and recipe.get("dedupe_vision"))),
+        fast_decode=str(spec.get("fast_decode", "hf")),
         requires=list(spec.get("requires", [])),
     )
 
@@ -673,6 +687,9 @@ class Probe:
             "train_micro_steps": self.counts["compute_loss"],
             "gen_tokens": gen_tokens,
             "gen_tokens_per_s": gen_tokens / gen if gen > 0 else None,
+            # all of `_generate` (tokenisation, image processing, prefill, decoding) per token step of one call
+            "gen_ms_per_step": (1000 * gen / (self.counts["gen"] * max(self.completion_lengths))
+                                if gen > 0 and self.completion_lengths else None),
             "train_tokens": self.train_tokens,
             "train_padded_tokens": self.train_padded_tokens,
             "train_tokens_per_s": self.train_tokens / train if train > 0 else None,
@@ -809,7 +826,7 @@ def run_variant(variant: Variant, ctx: BenchContext) -> dict[str, Any]:
         result["total_s"] = time.perf_counter() - start
         result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB if on_cuda else None
         result["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB if on_cuda else None
-        release_memory(variant.compile_generation)
+        release_memory(variant.compile_generation or variant.fast_decode != "hf")
         result["allocated_after_cleanup_gib"] = torch.cuda.memory_allocated() / GIB if on_cuda else None
     return result
 
@@ -848,7 +865,9 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
             "warmup_rounds": ctx.warmup,
             **geometry,
         })
-        grpo_lib.check_batch_geometry(args, 1)
+        check_geometry = getattr(grpo_lib, "check_batch_geometry", None)  # moving to open_r1/validate.py
+        if check_geometry is not None:
+            check_geometry(args, 1)
 
         # Every variant scores with the recipe's rewards (CPU work, the same for all); plain TRL weighs them equally.
         reward_funcs = get_reward_funcs(
@@ -865,9 +884,12 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
             grpo_lib.freeze_vision_tower(model)
         ref_context = reference_model_from_policy(model) if args.beta != 0.0 else contextlib.nullcontext()
         # plain TRL where no lever of ours is on, else our subclass (the same trainer train.sh runs)
-        ours = variant.lazy_images or variant.compile_generation or variant.dedupe_vision
-        trainer_kwargs = dict(lazy_images=variant.lazy_images, compile_generation=variant.compile_generation,
-                              dedupe_vision=variant.dedupe_vision)
+        if variant.compile_generation:  # reported as this variant's error; the recorded results stay as measured
+            raise RuntimeError("compile_generation was retired from the trainer (transformers' static-cache compiled "
+                               "generate measured slower: results/bench_grpo_compile.json); see open_r1/decoding.py")
+        ours = variant.lazy_images or variant.dedupe_vision or variant.fast_decode != "hf"
+        trainer_kwargs = dict(lazy_images=variant.lazy_images, dedupe_vision=variant.dedupe_vision,
+                              fast_decode=variant.fast_decode)
         with ref_context:
             trainer = (CountingGRPOTrainer if ours else GRPOTrainer)(
                 model=model,
@@ -885,6 +907,14 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
             trainer.train()
         sync()
         result.update(probe.summary())
+        decoder = getattr(trainer, "_graph_decoder", None)
+        if decoder is not None and decoder.timings:  # the decoder's own prefill / decode-loop split
+            measured = decoder.timings[-result["gen_calls"]:] if result["gen_calls"] else []
+            steps = sum(t["steps"] - 1 for t in measured)
+            result.update(decoder_prefill_s=sum(t["prefill_s"] for t in measured),
+                          decoder_decode_s=sum(t["decode_s"] for t in measured),
+                          decode_ms_per_step=1000 * sum(t["decode_s"] for t in measured) / steps if steps else None,
+                          decoder_cache_allocations=decoder.allocations, decoder_calls=decoder.calls)
         result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
         if variant.dedupe_vision:  # proof that the lever acted: images the ViT ran on vs images it was given
             visual = vision_tower(trainer.model)
@@ -901,6 +931,9 @@ def release_memory(reset_compiler: bool = False) -> None:
     import torch
 
     sys.last_traceback = sys.last_value = sys.last_type = None
+    import open_r1.generation as generation_lib
+
+    generation_lib.forget_decoders()  # the registry holds each model's decoder (and so the model) until told
     gc.collect()
     if reset_compiler:
         with contextlib.suppress(Exception):
@@ -934,14 +967,14 @@ def _fmt(value, digits=2):
 def format_table(results: list[dict]) -> str:
     header = (
         "| variant | status | rollouts/s | x plain_trl | trained seq/s | gen s | logp s | prep s | train s | other s | "
-        "gen tok/s | train tok/s | peak alloc GiB | peak reserved GiB |"
+        "gen tok/s | gen ms/step | decode ms/step | train tok/s | peak alloc GiB | peak reserved GiB |"
     )
-    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     rows = [header, rule]
     for r in results:
         if r.get("status") != "ok":
             rows.append(
-                f"| {r['name']} | {r.get('status')}: {r.get('error', '')} | - | - | - | - | - | - | - | - | - | - | "
+                f"| {r['name']} | {r.get('status')}: {r.get('error', '')} | - | - | - | - | - | - | - | - | - | - | - | - | "
                 f"{_fmt(r.get('peak_allocated_gib'), 1)} | {_fmt(r.get('peak_reserved_gib'), 1)} |"
             )
             continue
@@ -950,7 +983,8 @@ def format_table(results: list[dict]) -> str:
             f"| {r['name']} | {status} | {_fmt(r['rollouts_per_s'])} | {_fmt(r.get('ratio_vs_plain_trl'))} | "
             f"{_fmt(r['trained_sequences_per_s'])} | "
             f"{_fmt(r['gen_s'], 1)} | {_fmt(r['logp_s'], 1)} | {_fmt(r['prep_s'], 1)} | {_fmt(r['train_s'], 1)} | "
-            f"{_fmt(r['other_s'], 1)} | {_fmt(r['gen_tokens_per_s'], 0)} | {_fmt(r['train_tokens_per_s'], 0)} | "
+            f"{_fmt(r['other_s'], 1)} | {_fmt(r['gen_tokens_per_s'], 0)} | {_fmt(r.get('gen_ms_per_step'), 1)} | "
+            f"{_fmt(r.get('decode_ms_per_step'), 1)} | {_fmt(r['train_tokens_per_s'], 0)} | "
             f"{_fmt(r.get('peak_allocated_gib'), 1)} | {_fmt(r.get('peak_reserved_gib'), 1)} |"
         )
     return "\n".join(rows)
@@ -1239,6 +1273,11 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
                         "vision tokens)")
     parser.add_argument("--unique-examples", type=int, default=256, help="distinct rows made, then cycled to --n")
     parser.add_argument("--memory-cap-gib", type=float, default=None)
+    parser.add_argument("--decoder", default="hf", choices=["auto", "graph", "eager", "hf"],
+                        help="generate_texts' decoder for every batch size (open_r1/decoding.py; selfcheck --decoder)")
+    parser.add_argument("--compare-hf", type=int, default=0,
+                        help="after timing: this many examples greedy with --decoder and with HF generate, "
+                        "answers and tokens compared (the JSON's 'compare_hf')")
     parser.add_argument("--deadline-s", type=float, default=None, help="skip batch sizes not started by then")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -1290,8 +1329,12 @@ def selfcheck_main(argv=None) -> int:
         processor = modeling.load_processor(model_dir, None, args.max_pixels)
         model = load_bench_model(args.tiny, model_dir, args.attn_implementation, device, args.seed).eval()
         force_completion_length(model, completion_length)
+        import open_r1.generation as generation_lib
+
+        generation_lib.DEFAULT_DECODER = args.decoder
         payload: dict[str, Any] = {
             "bench": "selfcheck",
+            "decoder": args.decoder,
             "mode": "tiny" if args.tiny else "full_size",
             "environment": environment_info(device, args.memory_cap_gib),
             "shape": {"completion_length": completion_length, "target_examples": args.n, "data": data_source,
@@ -1348,6 +1391,10 @@ def selfcheck_main(argv=None) -> int:
         ok = [e for e in payload["batch_sizes"] if e["status"] == "ok"]
         best = min(ok, key=lambda e: e["projected_s"], default=None)
         payload["best"] = best
+        if args.compare_hf:
+            payload["compare_hf"] = compare_with_hf(model, processor, dataset, args.compare_hf,
+                                                    max(batch_sizes), completion_length, args.decoder)
+            print(f"[selfcheck-bench] vs HF generate: {payload['compare_hf']}", flush=True)
         payload["elapsed_s"] = time.perf_counter() - started
         write_json(args.out, payload)
     print()
@@ -1358,6 +1405,33 @@ def selfcheck_main(argv=None) -> int:
               f"{best['projected_s']:.0f} s ({verdict} the {args.budget_s:.0f} s budget)")
     print(f"[selfcheck-bench] JSON: {os.path.abspath(args.out)}")
     return 0
+
+
+def compare_with_hf(model, processor, dataset, n, batch_size, completion_length, decoder) -> dict[str, Any]:
+    """Greedy answers of `decoder` against HF generate on the first `n` examples: equal predictions / texts."""
+    import open_r1.generation as generation_lib
+    from open_r1.tasks.counting.evaluate import evaluate_dataset
+
+    reports = {}
+    for name in (decoder, "hf"):
+        generation_lib.DEFAULT_DECODER = name
+        reports[name] = evaluate_dataset(model, processor, dataset, name=name, batch_size=batch_size, limit=n,
+                                         max_new_tokens=completion_length, progress=False).records
+    generation_lib.DEFAULT_DECODER = decoder
+    ours, hf = reports[decoder], reports["hf"]
+    same_prediction = sum(a["prediction"] == b["prediction"] for a, b in zip(ours, hf))
+    same_text = sum(a["completion"] == b["completion"] for a, b in zip(ours, hf))
+    tokenizer = processor.tokenizer
+
+    def common_prefix(a, b):
+        x, y = tokenizer(a)["input_ids"], tokenizer(b)["input_ids"]
+        k = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+        return k / max(len(x), len(y), 1)
+
+    prefix = [common_prefix(a["completion"], b["completion"]) for a, b in zip(ours, hf)]
+    return {"examples": len(ours), "same_prediction": same_prediction, "same_completion_text": same_text,
+            "mean_common_prefix_fraction": sum(prefix) / max(len(prefix), 1),
+            "predictions_parsed": sum(r["prediction"] is not None for r in hf)}
 
 
 def format_selfcheck_table(payload: dict) -> str:

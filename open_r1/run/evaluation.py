@@ -156,11 +156,10 @@ class InTrainingEvalCallback(TrainerCallback):
 
     def _log_metrics(self, control, metrics: dict) -> None:
         """Into the trainer's metrics for this step, so they land in the same log row as the rewards."""
+        from open_r1 import compat
+
         trainer = self.trainer
-        store = getattr(trainer, "_metrics", None)
-        if isinstance(store, dict) and "train" in store:
-            for key, value in metrics.items():
-                store["train"][key].append(value)
+        if compat.log_step_metrics(trainer, metrics):
             control.should_log = True
         elif trainer is not None and hasattr(trainer, "log"):
             from transformers import Trainer

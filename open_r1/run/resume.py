@@ -12,6 +12,7 @@ import os
 
 from transformers import TrainerCallback
 
+from open_r1 import compat
 from open_r1.run import keep_best as keep_best_lib
 from open_r1.run.common import _is_rank0, _log
 
@@ -171,7 +172,7 @@ class ResumeWeightsCallback(TrainerCallback):
         before = [group["lr"] for group in optimizer.param_groups]
         for group, value in zip(optimizer.param_groups, values):
             group["lr"] = value
-        scheduler._last_lr = list(values)
+        compat.set_scheduler_last_lr(scheduler, values)  # what get_last_lr() (the logged lr) reports
         if _is_rank0(state) and (before != values or was != step):
             self.log(f"[resume] learning rate at step {step} set from this run's schedule (max_steps "
                      f"{state.max_steps}): {before[0]:.3g} -> {values[0]:.3g}"

@@ -1,0 +1,175 @@
+"""Every use of a private TRL / transformers / torch name, in one place, each behind a small named function.
+
+TRL is pinned at 1.16.0 and transformers at 5.24; the names below are not public API and may move in any release.
+Each accessor's docstring says what it relies on, and `tests/test_compat.py` holds one contract test per item that
+fails loudly (with the item's name) when an upgrade moves it, instead of the engine silently changing behaviour.
+Where the libraries have a public way it is used instead, elsewhere: reward sub-scores go through TRL's
+`log_metric` reward kwarg, keep-best through Trainer's `best_model_checkpoint`, the distributed evaluation through
+`torch.distributed.all_gather_object`, weight checks through `safetensors.safe_open`.
+
+Items:
+
+1. `GRPORoundHooks` (a mixin placed before `GRPOTrainer`): TRL's private round machinery as three public-named
+   hooks. It relies on `GRPOTrainer._generate_and_score_completions(inputs)` being the one call that turns a
+   round's rows into a scored batch (training and evaluation), and on `GRPOTrainer._prepare_inputs` generating,
+   `split_pixel_values_by_grid` -> `shuffle_sequence_dict` -> `split_tensor_dict` -> storing the micro-batches in
+   `self._buffered_inputs`, then returning `self._buffered_inputs[self._step % self.args.steps_per_generation]`
+   (`_step` is incremented afterwards, in `training_step`).
+2. `split_by_image`, `unsplit_by_image`, `split_rows`: `trl.trainer.utils.split_pixel_values_by_grid`,
+   `unsplit_pixel_values_by_grid`, `split_tensor_dict` (a batch's `pixel_values` as a per-image list and back;
+   a dict of row-aligned values in n equal chunks).
+3. `subclass_instance`: swapping an instance's `__class__` for a subclass that adds a mixin (the ViT
+   de-duplication): works while the vision tower classes are plain `nn.Module` subclasses without `__slots__`.
+4. `log_step_metrics`: `GRPOTrainer._metrics[mode][name]` lists, averaged into the next `log` row (so an
+   in-training evaluation lands in the same row as that step's rewards).
+5. `set_scheduler_last_lr`: `torch.optim.lr_scheduler.LRScheduler._last_lr`, what `get_last_lr()` returns (the
+   trainer logs it), after a resume sets each group's lr by hand.
+6. `GRPOGenerateHook`: TRL's `GRPOTrainer._generate_single_turn` and the `generate` call inside it (below).
+7. `raise_cudagraph_rerecord_limit`: `torch._inductor.config.triton.cudagraph_unexpected_rerecord_limit`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+# ---- 1. GRPOTrainer's round hooks ------------------------------------------------------------------------------
+
+
+class GRPORoundHooks:
+    """Mixed in before `trl.GRPOTrainer` (`class T(GRPORoundHooks, GRPOTrainer)`): override the public hooks.
+
+    * `before_round(rows) -> rows`: the rows of a round (training or evaluation) before TRL generates from them;
+    * `after_round(rows, output) -> output`: the scored batch TRL built from them;
+    * `regroup_round(micro_batches) -> micro_batches`: a new training round's micro-batches, after TRL's shuffle
+      and split, before the first is used; return the same list to keep TRL's order.
+    """
+
+    def before_round(self, rows: list[dict]) -> list[dict]:
+        return rows
+
+    def after_round(self, rows: list[dict], output: dict) -> dict:
+        return output
+
+    def regroup_round(self, micro_batches: list[dict]) -> list[dict]:
+        return micro_batches
+
+    def _generate_and_score_completions(self, inputs):
+        inputs = self.before_round(inputs)
+        return self.after_round(inputs, super()._generate_and_score_completions(inputs))
+
+    def _prepare_inputs(self, generation_batch):
+        previous = getattr(self, "_buffered_inputs", None)
+        inputs = super()._prepare_inputs(generation_batch)
+        buffered = getattr(self, "_buffered_inputs", None)
+        if buffered is not previous and buffered:  # TRL just generated a new round and split it
+            regrouped = self.regroup_round(buffered)
+            if regrouped is not buffered:
+                self._buffered_inputs = regrouped
+                inputs = regrouped[self._step % self.args.steps_per_generation]
+        return inputs
+
+
+# ---- 2. TRL's batch split helpers ------------------------------------------------------------------------------
+
+
+def split_by_image(batch: dict) -> dict:
+    """`pixel_values` as one tensor per row (by `image_grid_thw` / `num_images`): TRL's split_pixel_values_by_grid."""
+    from trl.trainer.utils import split_pixel_values_by_grid
+
+    return split_pixel_values_by_grid(batch)
+
+
+def unsplit_by_image(batch: dict) -> dict:
+    """The inverse of `split_by_image`: TRL's unsplit_pixel_values_by_grid."""
+    from trl.trainer.utils import unsplit_pixel_values_by_grid
+
+    return unsplit_pixel_values_by_grid(batch)
+
+
+def split_rows(batch: dict, num_chunks: int) -> list[dict]:
+    """A dict of row-aligned tensors/lists in `num_chunks` equal chunks (scalars copied): TRL's split_tensor_dict."""
+    from trl.trainer.utils import split_tensor_dict
+
+    return split_tensor_dict(batch, num_chunks)
+
+
+# ---- 3. instance class swap ------------------------------------------------------------------------------------
+
+
+def subclass_instance(obj: Any, mixin: type, prefix: str) -> bool:
+    """Give `obj` the class `type(prefix + name, (mixin, type(obj)), {})` in place (weights, module names and
+    `state_dict` unchanged). Returns False when it already had `mixin`."""
+    if isinstance(obj, mixin):
+        return False
+    base = type(obj)
+    obj.__class__ = type(f"{prefix}{base.__name__}", (mixin, base), {})
+    return True
+
+
+# ---- 4. the trainer's per-step metrics -------------------------------------------------------------------------
+
+
+def log_step_metrics(trainer, metrics: dict[str, float], mode: str = "train") -> bool:
+    """Append `metrics` to GRPOTrainer's `_metrics[mode]` (averaged into its next log row). False when the trainer
+    has no such store (then log them with the public `Trainer.log`)."""
+    store = getattr(trainer, "_metrics", None)
+    if not isinstance(store, dict) or mode not in store:
+        return False
+    for key, value in metrics.items():
+        store[mode][key].append(value)
+    return True
+
+
+# ---- 5. LR scheduler's last lr ---------------------------------------------------------------------------------
+
+
+def set_scheduler_last_lr(scheduler, values: list[float]) -> None:
+    """Make `scheduler.get_last_lr()` report `values` (torch's `LRScheduler._last_lr`)."""
+    scheduler._last_lr = list(values)
+
+
+# ---- 6. the rollout generate call ------------------------------------------------------------------------------
+
+
+class GRPOGenerateHook:
+    """Mixed in before `trl.GRPOTrainer`: override `rollout_generator()` to replace the HF `generate` call of TRL's
+    plain-transformers rollout path (no vLLM, no continuous batching) with another function of the same contract:
+    `fn(input_ids=..., attention_mask=..., generation_config=..., **multimodal) -> prompt + completion ids` (left
+    -padded prompts in, `(B, prompt_len + T)` out, pad after EOS). Return None to keep HF `generate`.
+
+    Relies on TRL 1.16's `GRPOTrainer._generate_single_turn(prompt_ids, images, multimodal_fields,
+    num_generations, ...)` being the method that pads the prompts, builds the multimodal inputs and calls
+    `unwrapped_model.generate(**generate_inputs, generation_config=self.generation_config)` on the model that
+    `unwrap_model_for_generation` returns (the trainer's `self.model` without DeepSpeed/FSDP), and on its flags
+    `use_vllm` / `use_transformers_continuous_batching`. The replacement is an instance attribute `generate` set
+    on that model for the duration of the call only: TRL's padding, unwrapping and EOS masking stay TRL's."""
+
+    def rollout_generator(self):
+        return None
+
+    def _generate_single_turn(self, *args, **kwargs):
+        fn = self.rollout_generator()
+        if fn is None or self.use_vllm or getattr(self, "use_transformers_continuous_batching", False):
+            return super()._generate_single_turn(*args, **kwargs)
+        model = self.accelerator.unwrap_model(self.model_wrapped)
+        targets = [m for m in {id(model): model, id(self.model): self.model}.values()]
+        for target in targets:
+            target.__dict__["generate"] = fn
+        try:
+            return super()._generate_single_turn(*args, **kwargs)
+        finally:
+            for target in targets:
+                target.__dict__.pop("generate", None)
+
+
+# ---- 7. torch inductor's CUDA-graph re-record limit ------------------------------------------------------------
+
+CUDAGRAPH_RERECORD_LIMIT = 1_000_000
+
+
+def raise_cudagraph_rerecord_limit(limit: int = CUDAGRAPH_RERECORD_LIMIT) -> None:
+    """Let torch.compile(mode="reduce-overhead") re-record a function's CUDA graphs up to `limit` times (default
+    128: a decoder whose static buffers move would fall back to eager after ~128 calls). Relies on
+    `torch._inductor.config.triton.cudagraph_unexpected_rerecord_limit`."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.triton.cudagraph_unexpected_rerecord_limit = int(limit)

@@ -1,0 +1,148 @@
+"""The package's shape: no module-level import circle, no `sys.path` edits, and selfcheck on the grader's protocol."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "open_r1"
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _top_level_statements(body):
+    """Module-level statements, looking into top-level if/try blocks (not functions/classes, not TYPE_CHECKING)."""
+    for node in body:
+        if isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            if "TYPE_CHECKING" not in test:
+                yield from _top_level_statements(node.body)
+            yield from _top_level_statements(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody):
+                yield from _top_level_statements(block)
+        else:
+            yield node
+
+
+def import_graph(root: Path = ROOT, package: str = PACKAGE) -> dict[str, set[str]]:
+    """module -> package modules it imports at module level (what runs when it is imported)."""
+    paths = {module_name(p, root): p for p in sorted((root / package).rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        is_package = path.name == "__init__.py"
+        edges = set()
+        for node in _top_level_statements(ast.parse(path.read_text(), filename=str(path)).body):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: from the module's own package
+                    base = name.split(".") if is_package else name.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in paths else module
+                           for alias in node.names]
+            else:
+                continue
+            edges |= {t for t in targets if t in paths and t != name}
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in graph.get(node, ()):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                item = stack.pop()
+                on_stack.discard(item)
+                component.append(item)
+                if item == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_check_finds_a_circle(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.sub import b\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text("import os\nfrom .. import c\n")
+    (pkg / "c.py").write_text("def f():\n    import pkg.a\nfrom pkg import a\n")
+    graph = import_graph(tmp_path, "pkg")
+    assert graph["pkg.a"] == {"pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.c"}
+    assert cycles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+def test_no_module_level_import_circle_in_the_package():
+    graph = import_graph()
+    assert "open_r1.grpo" in graph and "open_r1.families" in graph
+    assert not cycles(graph), f"module-level import circles: {cycles(graph)}"
+
+
+def test_no_sys_path_edits_in_the_repo():
+    offenders = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if any(part.startswith(".") or part in {"build", "dist", "node_modules"} for part in path.parts):
+            continue
+        if path == Path(__file__).resolve():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (isinstance(node, ast.Attribute) and node.attr in {"insert", "append", "extend"}
+                    and ast.unparse(node.value) == "sys.path"):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, f"sys.path edits (use python -m or [project.scripts] entry points): {offenders}"
+
+
+def test_selfcheck_generates_with_exactly_the_protocols_new_token_budget(tiny_model_dir, scene_data_dir, tmp_path,
+                                                                        monkeypatch):
+    """The grader decodes 256 new tokens: selfcheck must hand exactly protocol.EVAL_MAX_NEW_TOKENS to generate."""
+    from transformers import GenerationMixin
+
+    import selfcheck
+    from open_r1.tasks.counting import protocol
+
+    assert protocol.EVAL_MAX_NEW_TOKENS == 256  # the grader's protocol
+    seen = []
+    real = GenerationMixin.generate
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("max_new_tokens", getattr(kwargs.get("generation_config"), "max_new_tokens", None)))
+        kwargs["max_new_tokens"] = 2  # what reached generate is recorded; decode only 2 to stay fast
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GenerationMixin, "generate", spy)
+    sets = [str(Path(scene_data_dir) / "val")]
+    code = selfcheck.main(["--model", str(tiny_model_dir), "--sets", *sets, "--limit", "2", "--out",
+                           str(tmp_path / "report.json"), "--quiet", "--device", "cpu", "--decoder", "hf"]
+                          if "--decoder" in Path(selfcheck.__file__).read_text() else
+                          ["--model", str(tiny_model_dir), "--sets", *sets, "--limit", "2", "--out",
+                           str(tmp_path / "report.json"), "--quiet", "--device", "cpu"])
+    assert code == 0
+    assert seen and set(seen) == {protocol.EVAL_MAX_NEW_TOKENS}, seen
