@@ -42,7 +42,8 @@ import tarfile
 import time
 from pathlib import Path
 
-from open_r1.tasks.counting import protocol, proxy  # noqa: E402
+from experiments.proxy import proxy  # noqa: E402
+from open_r1.tasks.counting import protocol  # noqa: E402
 
 TINY_GRPO_OVERRIDES = [
     "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
@@ -54,7 +55,8 @@ TINY_GRPO_OVERRIDES = [
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warmstart", default=None, help="start model dir (experiments/proxy/sft_warmstart.py --out)")
-    parser.add_argument("--data", default=None, help="dir with train/val/compositional/ood_val (data/proxy)")
+    parser.add_argument("--data", default=None,
+                        help="dir with train/val/compositional/ood_val (data/proxy; --tiny: <out>/data)")
     parser.add_argument("--out", default="runs/proxy-results",
                         help="results dir (results.json, RESULTS.md, acc_by_count.png, logs.tar.gz)")
     parser.add_argument("--work-dir", default=None, help="run dirs, specs, per-job logs (default <out>/work)")
@@ -93,7 +95,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     tiny = args.tiny
     defaults = {
-        "data": "data/proxy-tiny" if tiny else "data/proxy",
+        "data": os.path.join(args.out, "data") if tiny else "data/proxy",  # tiny: under --out, not the working tree
         "arms": list(proxy.MAIN_ARMS) if tiny else list(proxy.ARMS),
         "seeds": [0] if tiny else [0, 1],
         "ablation_seeds": [0],
