@@ -22,7 +22,7 @@ What it does:
      with the bare number, never under a protocol template (why: `experiments.proxy.proxy.to_exposure_sft_dataset`).
      `--plain-share P` teaches that fraction of the CLEVR rows the same plain way, so the protocol format is
      learned from the rest only: a start model that counts better asked directly than under the protocol, as
-     Qwen2-VL-2B does (79-86 % vs 48 % on Super-CLEVR; ../shared/notes/counting-rl.md). `--format-rows N` adds N
+     Qwen2-VL-2B does (79-86 % vs 48 % on Super-CLEVR; docs/RECIPE.md). `--format-rows N` adds N
      rows that teach the protocol format on another task (train images asked "What is A plus B?" under a protocol
      template: `experiments.proxy.proxy.to_arithmetic_sft_dataset`); with `--plain-share 1` the start then never sees a
      counting answer in the protocol format, as the real instruct model never did; `--format-ood-rows M` adds M
@@ -410,7 +410,7 @@ def main(argv=None) -> dict:
             save_strategy="no",
             report_to="none",
             bf16=use_cuda,
-            gradient_checkpointing=False,
+            activation_checkpointing=False,
             dataloader_num_workers=args.workers,
             dataloader_persistent_workers=args.workers > 0,
             dataloader_prefetch_factor=4 if args.workers > 0 else None,
