@@ -225,3 +225,111 @@ def test_cli_refuses_to_replace_a_dir_it_did_not_build_unless_overwrite(tmp_path
     assert (out_dir / content).exists()  # untouched
     assert main(["--out", str(out_dir), "--overwrite"]) == 0
     assert not (out_dir / content).exists()
+
+
+# ---- the other families ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family, length", [("qwen2_vl", 151657), ("qwen2_5_vl", 151665), ("qwen3_vl", 151669)])
+def test_each_family_has_its_real_added_token_ids(tiny_model_dirs, family, length):
+    from open_r1.tiny_models import ADDED_TOKENS
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dirs[family])
+    assert len(tokenizer) == length
+    for token, token_id in ADDED_TOKENS[family].items():
+        assert tokenizer.encode(token, add_special_tokens=False) == [token_id], token
+    think = tokenizer.encode("<think>\nthree</think>", add_special_tokens=False)
+    if family == "qwen3_vl":  # Qwen3 adds the think tags as single (non-special) tokens: decode keeps them
+        assert (think[0], think[-1]) == (151667, 151668)
+        assert tokenizer.decode(think, skip_special_tokens=True) == "<think>\nthree</think>"
+    else:
+        assert 151667 not in think and 151668 not in think
+    assert (tokenizer.eos_token_id, tokenizer.pad_token_id) == (151645, 151643)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_each_family_renders_its_chat_template(tiny_model_dirs, family):
+    processor = AutoProcessor.from_pretrained(tiny_model_dirs[family])
+    rendered = processor.apply_chat_template(IMAGE_TEXT_MESSAGES, tokenize=False, add_generation_prompt=True)
+    user_turn = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>" + COUNTING_PROMPT + "<|im_end|>\n"
+    if family == "qwen3_vl":  # Qwen3-VL Thinking: no default system turn, the generation prompt opens the think block
+        assert rendered == user_turn + "<|im_start|>assistant\n<think>\n"
+    else:  # Qwen2.5-VL ships Qwen2-VL's template
+        assert rendered == EXPECTED_RENDERING
+    answer = {"role": "assistant", "content": "<think>\nthree\n</think>\n\n<answer>3</answer>"}
+    with_answer = processor.apply_chat_template([*IMAGE_TEXT_MESSAGES, answer], tokenize=False)
+    assert with_answer.endswith("<|im_start|>assistant\n<think>\nthree\n</think>\n\n<answer>3</answer><|im_end|>\n")
+    follow_up = processor.apply_chat_template([*IMAGE_TEXT_MESSAGES, answer, {"role": "user", "content": "Sure?"}],
+                                              tokenize=False)
+    if family == "qwen3_vl":  # the reasoning of a turn before the last user turn is dropped, as in the real template
+        assert "<|im_start|>assistant\n<answer>3</answer><|im_end|>\n<|im_start|>user\nSure?" in follow_up
+    else:
+        assert "</think>\n\n<answer>3</answer><|im_end|>\n<|im_start|>user\nSure?" in follow_up
+
+
+def test_qwen3_vl_instruct_template_and_processor_geometry(tmp_path):
+    from open_r1.tiny_models import build_tiny
+
+    out = build_tiny("qwen3_vl", tmp_path / "instruct", thinking=False, max_pixels=32 * 32 * 16)
+    processor = AutoProcessor.from_pretrained(out)
+    assert type(processor).__name__ == "Qwen3VLProcessor"
+    rendered = processor.apply_chat_template(IMAGE_TEXT_MESSAGES, tokenize=False, add_generation_prompt=True)
+    assert rendered.endswith("<|im_start|>assistant\n") and "<think>" not in rendered.split(COUNTING_PROMPT)[-1]
+    image_processor = processor.image_processor
+    assert (image_processor.patch_size, image_processor.merge_size) == (16, 2)
+    assert list(image_processor.image_mean) == [0.5, 0.5, 0.5]
+    batch = processor(text=[rendered], images=[random_image(480, 320)], return_tensors="pt")
+    merged = int(batch["image_grid_thw"].prod()) // 4
+    assert merged <= 16 and (batch["input_ids"] == IMAGE_PAD_ID).sum() == merged
+
+
+def test_tiny_configs_of_the_other_families():
+    qwen25 = build_config(family="qwen2_5_vl")
+    assert qwen25.model_type == "qwen2_5_vl" and qwen25.vision_config.patch_size == 14
+    assert set(qwen25.vision_config.fullatt_block_indexes) <= set(range(qwen25.vision_config.depth))
+    assert qwen25.vision_config.out_hidden_size == qwen25.text_config.hidden_size
+    qwen3 = build_config(family="qwen3_vl")
+    text, vision = qwen3.text_config, qwen3.vision_config
+    assert (text.vocab_size, text.hidden_size, text.num_hidden_layers, text.head_dim) == (151936, 64, 2, 16)
+    assert (text.num_attention_heads, text.num_key_value_heads) == (4, 2)
+    assert sum(text.rope_parameters["mrope_section"]) == text.head_dim // 2
+    assert text.rope_parameters["mrope_interleaved"] is True
+    assert (vision.depth, vision.hidden_size, vision.patch_size, vision.spatial_merge_size) == (2, 32, 16, 2)
+    assert vision.out_hidden_size == text.hidden_size and round(vision.num_position_embeddings ** 0.5) ** 2 == (
+        vision.num_position_embeddings)
+    assert set(vision.deepstack_visual_indexes) <= set(range(vision.depth))
+    with pytest.raises(ValueError, match="deepstack"):
+        build_config(family="qwen3_vl", vision_deepstack_visual_indexes=[2])
+    with pytest.raises(ValueError, match="perfect square"):
+        build_config(family="qwen3_vl", vision_num_position_embeddings=60)
+    with pytest.raises(ValueError, match="fullatt"):
+        build_config(family="qwen2_5_vl", vision_fullatt_block_indexes=[5])
+    with pytest.raises(TypeError, match="vision_embed_dim"):  # a Qwen2-VL field name on Qwen3-VL
+        build_config(family="qwen3_vl", vision_embed_dim=32)
+
+
+def test_full_size_configs_have_the_public_dimensions():
+    qwen25 = build_config(full_size=True, family="qwen2_5_vl")  # Qwen/Qwen2.5-VL-3B-Instruct
+    text, vision = qwen25.text_config, qwen25.vision_config
+    assert (text.hidden_size, text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads,
+            text.intermediate_size) == (2048, 36, 16, 2, 11008)
+    assert (vision.depth, vision.hidden_size, vision.intermediate_size, vision.window_size,
+            list(vision.fullatt_block_indexes), vision.out_hidden_size) == (32, 1280, 3420, 112, [7, 15, 23, 31], 2048)
+    assert 3.7e9 < count_parameters(qwen25) < 3.8e9  # "3B": 3.75B with the tied embedding counted once
+    qwen3 = build_config(full_size=True, family="qwen3_vl")  # Qwen/Qwen3-VL-2B-{Instruct,Thinking}
+    text, vision = qwen3.text_config, qwen3.vision_config
+    assert (text.hidden_size, text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads,
+            text.head_dim, text.intermediate_size) == (2048, 28, 16, 8, 128, 6144)
+    assert text.rope_parameters["mrope_section"] == [24, 20, 20] and text.rope_parameters["rope_theta"] == 5e6
+    assert (vision.depth, vision.hidden_size, vision.num_position_embeddings, list(vision.deepstack_visual_indexes),
+            vision.patch_size) == (24, 1024, 2304, [5, 11, 17], 16)
+    assert 2.0e9 < count_parameters(qwen3) < 2.2e9  # "2B"
+
+
+def test_cli_builds_a_qwen3_vl_checkpoint(tmp_path, capsys):
+    out = tmp_path / "tiny-qwen3vl"
+    assert main(["--family", "qwen3_vl", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out.resolve())
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "qwen3_vl" and config["architectures"] == ["Qwen3VLForConditionalGeneration"]
+    assert json.loads((out / "tiny_model.json").read_text())["family"] == "qwen3_vl"
+    with pytest.raises(SystemExit):
+        main(["--family", "llava", "--out", str(tmp_path / "x")])
