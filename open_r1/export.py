@@ -14,6 +14,7 @@ import argparse
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -171,9 +172,20 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
         return report
     report.sample_completion = texts[0]
     if protocol.extract_answer(texts[0]) is None:
-        message = f"the sample completion has no parseable <answer>N</answer>: {texts[0][:120]!r}"
+        message = f"the sample completion has no parseable <answer>N</answer>: {one_line(texts[0])}"
         (report.problems if strict_answer else report.warnings).append(message)
     return report
+
+
+def one_line(text: str | None, limit: int = 80) -> str:
+    """A sample completion for a log line: whitespace collapsed, runs of one repeated token shortened, at most
+    `limit` characters, quoted (a random model's ~150 reserved tokens would otherwise fill the screen)."""
+    if text is None:
+        return "None"
+    flat = " ".join(text.split())
+    flat = re.sub(r"(\S+?)(?:\s*\1){3,}", lambda m: f"{m.group(1)} ... x{len(re.findall(re.escape(m.group(1)), m.group(0)))}",
+                  flat)
+    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
 
 
 def _check_weights(path: str) -> list[str]:
@@ -201,18 +213,17 @@ def _check_weights(path: str) -> list[str]:
 
 
 def _safetensors_problem(file_path: str) -> str | None:
-    size = os.path.getsize(file_path)
+    """Why a .safetensors file would not load, or None: `safetensors.safe_open` reads the header and checks that
+    the file covers every tensor it declares (a truncated copy fails here, not at load time)."""
+    from safetensors import SafetensorError, safe_open
+
     try:
-        with open(file_path, "rb") as handle:
-            header_len = int.from_bytes(handle.read(8), "little")
-            if header_len <= 0 or 8 + header_len > size:
-                return f"truncated or corrupt (header of {header_len} bytes, file of {size})"
-            header = json.loads(handle.read(header_len))
-    except (OSError, ValueError) as exc:
+        with safe_open(file_path, framework="pt") as handle:
+            handle.keys()
+    except SafetensorError as exc:
+        return f"truncated or corrupt ({exc}; {os.path.getsize(file_path)} bytes on disk)"
+    except OSError as exc:
         return f"unreadable ({exc})"
-    data_end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
-    if 8 + header_len + data_end > size:
-        return f"truncated: {size} bytes on disk, header promises {8 + header_len + data_end}"
     return None
 
 
@@ -520,6 +531,9 @@ def _raise_interrupt(signum, frame):
 
 
 def main(argv=None) -> int:
+    from open_r1.noise import quiet_library_noise
+
+    quiet_library_noise()
     parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="training output dir or a checkpoint-N dir")
     parser.add_argument("--out", required=True, help="submission dir to write (replaced atomically)")
