@@ -26,9 +26,11 @@ Items:
    trainer logs it), after a resume sets each group's lr by hand.
 6. `GRPOGenerateHook`: TRL's `GRPOTrainer._generate_single_turn` and the `generate` call inside it (below).
 7. `raise_cudagraph_rerecord_limit`: `torch._inductor.config.triton.cudagraph_unexpected_rerecord_limit`.
+8. `completion_only_scoring`: `trl.trainer.utils._use_triton` (the GPU bench's --tiny CPU mode only).
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 # ---- 1. GRPOTrainer's round hooks ------------------------------------------------------------------------------
@@ -173,3 +175,23 @@ def raise_cudagraph_rerecord_limit(limit: int = CUDAGRAPH_RERECORD_LIMIT) -> Non
     import torch._inductor.config as inductor_config
 
     inductor_config.triton.cudagraph_unexpected_rerecord_limit = int(limit)
+
+
+# ---- 8. TRL's fused LM-head choice (bench --tiny only) ---------------------------------------------------------
+
+
+@contextlib.contextmanager
+def completion_only_scoring(enabled: bool = True):
+    """Within the block, TRL scores only the completion positions (its Triton/GPU path) on any device: a CPU
+    bench step then has the GPU's cost profile. Relies on `trl.trainer.utils._use_triton(device) -> bool`."""
+    if not enabled:
+        yield
+        return
+    import trl.trainer.utils as trl_utils
+
+    original = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: True
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original

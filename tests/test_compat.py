@@ -194,6 +194,20 @@ def test_item7_cudagraph_rerecord_limit_knob_exists():
         inductor_config.triton.cudagraph_unexpected_rerecord_limit = previous
 
 
+# ---- 8. TRL's Triton choice ---------------------------------------------------------------------------------------
+def test_item8_use_triton_decides_completion_only_scoring():
+    from trl.trainer import utils
+
+    assert _params(utils._use_triton) == ["device"]
+    cpu = torch.device("cpu")
+    before = utils._use_triton(cpu)
+    with compat.completion_only_scoring():
+        assert utils._use_triton(cpu) is True
+    assert utils._use_triton(cpu) == before
+    with compat.completion_only_scoring(enabled=False):
+        assert utils._use_triton(cpu) == before
+
+
 # ---- nothing private outside compat.py ----------------------------------------------------------------------------
 LIBRARIES = ("torch", "trl", "transformers", "accelerate", "peft", "datasets", "safetensors", "deepspeed")
 
@@ -240,6 +254,7 @@ def test_the_static_check_finds_private_uses(tmp_path):
 
 
 def test_no_private_library_name_outside_compat():
-    files = [p for p in sorted((ROOT / "open_r1").rglob("*.py")) if p.name != "compat.py"] + [ROOT / "selfcheck.py"]
+    files = [p for folder in ("open_r1", "experiments", "scripts") for p in sorted((ROOT / folder).rglob("*.py"))
+             if p.name != "compat.py"] + [ROOT / "selfcheck.py"]
     uses = [use for path in files for use in private_library_uses(path)]
     assert not uses, f"private TRL/transformers/torch names outside open_r1/compat.py: {uses}"

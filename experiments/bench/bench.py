@@ -496,14 +496,14 @@ def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda
     """Full Qwen2-VL-2B dimensions (or `config`), random weights (transformers' own init, seeded), built directly
     on `device` in `dtype`: no 4.4 GB checkpoint is written or read. The real generation config (eos ids) is set."""
     import torch
-    from transformers import Qwen2VLForConditionalGeneration
+    from transformers import AutoModelForImageTextToText
 
     from open_r1 import tiny_models as tiny_model
 
     torch.manual_seed(seed)
     config = config if config is not None else tiny_model.build_config(full_size=True)
     with torch.device(device):
-        model = Qwen2VLForConditionalGeneration._from_config(
+        model = AutoModelForImageTextToText.from_config(
             config, dtype=getattr(torch, dtype), attn_implementation=attn_implementation
         )
     model.generation_config = tiny_model.build_generation_config()
@@ -759,17 +759,10 @@ def completion_only_scoring_on_cpu(enabled: bool):
     """--tiny only. TRL's fused LM head scores only the completion positions where Triton runs (GPUs) and every
     position elsewhere (kept for Neuron's fixed shapes); with the real 151936-token vocabulary that makes a CPU
     training step ~15x slower than the same step with the GPU's behaviour. This gives the CPU the GPU's choice."""
-    if not enabled:
-        yield
-        return
-    import trl.trainer.utils as trl_utils
+    from open_r1 import compat
 
-    original = trl_utils._use_triton
-    trl_utils._use_triton = lambda device: True
-    try:
+    with compat.completion_only_scoring(enabled):
         yield
-    finally:
-        trl_utils._use_triton = original
 
 
 def build_grpo_config(variant: Variant, ctx: BenchContext, output_dir: str):
@@ -937,7 +930,7 @@ def release_memory(reset_compiler: bool = False) -> None:
     gc.collect()
     if reset_compiler:
         with contextlib.suppress(Exception):
-            torch._dynamo.reset()
+            torch.compiler.reset()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
