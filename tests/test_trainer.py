@@ -102,7 +102,7 @@ def test_freeze_vision_with_lora_is_one_clear_error(tiny_model_dir, scene_data_d
 
 
 def test_selfcheck_static_cache_gives_the_same_answers(tiny_model_dir, scene_data_dir):
-    """selfcheck --compile changes the KV cache (static, bucketed length), not a single generated token."""
+    """The evaluation's static-cache path (open_r1.generation) changes the KV cache, not a single generated token."""
     from open_r1.modeling import load_model, load_processor
     from open_r1.tasks.counting.data import load_counting_dataset
     from open_r1.tasks.counting.evaluate import evaluate_dataset
