@@ -1,0 +1,145 @@
+"""What the captioning stage drivers share: one YAML recipe per pipeline, its paths, logging, and the CLI shell.
+
+A recipe (``configs/captioning/*.yaml``) has one section per stage (``data``, ``pretrain``, ``synthesize``, ``sft``,
+``rm``, ``grpo``, ``eval``) plus ``work_dir`` and ``seed``; every stage reads its section and the shared paths
+below, so the stages can run one by one (``python -m open_r1.tasks.captioning.stage_<name> --config R``) or all in
+one process (``python -m open_r1.tasks.captioning.pipeline --config R``). ``--set section.key=value`` overrides any
+key (the value is parsed as YAML). ``stage: {...}`` blocks may also name explicit paths (``model``, ``data``, ...)
+so a stage can run on the real data and models without the rest of the chain.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+from typing import Any, Callable
+
+from open_r1.errors import OpenR1Error, RecipeError
+
+STAGES = ("data", "pretrain", "synthesize", "sft", "rm", "grpo", "eval")
+
+
+def load_recipe(path: str, overrides: list[str] | None = None) -> dict:
+    import yaml
+
+    if not os.path.isfile(path):
+        raise RecipeError(f"recipe {path} does not exist; see configs/captioning/*.yaml")
+    with open(path) as handle:
+        try:
+            recipe = yaml.safe_load(handle) or {}
+        except yaml.YAMLError as exc:
+            raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from None
+    if not isinstance(recipe, dict):
+        raise RecipeError(f"recipe {path} must be a mapping of stage sections")
+    unknown = sorted(set(recipe) - {*STAGES, "work_dir", "seed", "name", "notes", "time_budget_s"})
+    if unknown:
+        raise RecipeError(f"recipe {path}: unknown top-level key(s) {unknown}; valid: work_dir, seed, name, "
+                          f"time_budget_s, notes and the stage sections {list(STAGES)}")
+    for item in overrides or []:
+        apply_override(recipe, item)
+    recipe.setdefault("work_dir", "runs/humor")
+    recipe.setdefault("seed", 0)
+    recipe["_recipe_path"] = os.path.abspath(path)
+    return recipe
+
+
+def apply_override(recipe: dict, item: str) -> None:
+    import yaml
+
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise RecipeError(f"--set {item!r} is not section.key=value")
+    parts = key.split(".")
+    node = recipe
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise RecipeError(f"--set {item!r}: {part} is not a section")
+    node[parts[-1]] = yaml.safe_load(value)
+
+
+def section(recipe: dict, name: str) -> dict:
+    value = recipe.get(name) or {}
+    if not isinstance(value, dict):
+        raise RecipeError(f"recipe section {name!r} must be a mapping, got {value!r}")
+    return copy.deepcopy(value)
+
+
+class Paths:
+    """Where every stage reads and writes, under the recipe's work_dir (a stage's explicit path keys win)."""
+
+    def __init__(self, recipe: dict):
+        self.root = os.path.abspath(recipe["work_dir"])
+        self.data = os.path.abspath(section(recipe, "data").get("dir") or os.path.join(self.root, "data"))
+        self.models = os.path.join(self.root, "models")
+        self.results = os.path.join(self.root, "results")
+        pretrain = section(recipe, "pretrain")
+        self.policy_base = os.path.abspath(pretrain.get("policy_out") or os.path.join(self.models, "policy-base"))
+        self.rm_base = os.path.abspath(pretrain.get("rm_out") or os.path.join(self.models, "rm-backbone"))
+        self.traces = os.path.join(self.root, "traces")
+        self.policy_sft = os.path.abspath(section(recipe, "sft").get("out") or os.path.join(self.models, "policy-sft"))
+        rm = section(recipe, "rm")
+        self.rm = os.path.abspath(rm.get("out") or os.path.join(self.models, "rm"))
+        self.rm_blind = os.path.abspath(rm.get("blind_out") or os.path.join(self.models, "rm-blind"))
+        self.grpo = os.path.join(self.root, "grpo")
+
+    def split(self, name: str) -> str:
+        return os.path.join(self.data, name)
+
+    def grpo_run(self, seed: int) -> str:
+        return os.path.join(self.grpo, f"seed{seed}")
+
+    def grpo_model(self, seed: int) -> str:
+        return os.path.join(self.models, f"policy-grpo-seed{seed}")
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def write_json(path: str, value: Any) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as handle:
+        json.dump(value, handle, indent=1, default=str)
+    os.replace(tmp, path)
+    return path
+
+
+def read_json(path: str) -> Any:
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def seconds_left(recipe: dict, stage: str) -> float | None:
+    """The stage's wall-clock cap (its `max_seconds`), or None."""
+    value = section(recipe, stage).get("max_seconds")
+    return float(value) if value else None
+
+
+def stage_cli(name: str, run: Callable[[dict], dict], doc: str, argv: list[str] | None = None) -> int:
+    """`python -m open_r1.tasks.captioning.stage_<name> --config R [--set k=v ...]`: run one stage, print its summary
+    JSON, exit 2 with one line on a user error."""
+    parser = argparse.ArgumentParser(prog=f"python -m open_r1.tasks.captioning.stage_{name}", description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="pipeline recipe (configs/captioning/*.yaml)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a recipe key (repeatable), e.g. --set rm.max_seconds=60")
+    args = parser.parse_args(argv)
+    try:
+        recipe = load_recipe(args.config, args.set)
+        summary = run(recipe)
+    except OpenR1Error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=1, default=str)[:4000])
+    return 0

@@ -1,0 +1,64 @@
+"""Stage 0 (stand-in only): generate the offline caption-contest data, and the pre-training exposure images.
+
+Algorithm: ``standin.write_standin`` renders ``contests`` CLEVR-like cartoons (split train/val/test by contest) and
+``ood_contests`` OOD-renderer cartoons (split ``ood``), each with ``captions`` candidate captions scored by the
+hidden image-dependent rule and rated by simulated voters (module docstring of ``standin``). With
+``pretrain_ood_contests`` > 0 it also renders that many *further* OOD-renderer scenes (indices after the evaluation
+ones, so disjoint from ``ood``) into ``ood_pretrain``: the base models' pre-training sees that renderer's images in
+describe/question rows only (never captions), as real base models have seen all kinds of images. The counting proxy
+does the same (its OOD exposure rows).
+
+Deviation from the seed: the seed downloads the real New Yorker caption-contest ratings; none are reachable here. On
+the real data skip this stage and point ``data.dir`` to a directory with ``train/ val/ test/`` in the layout of
+``open_r1/tasks/captioning/data.py``.
+
+    python -m open_r1.tasks.captioning.stage_data --config configs/captioning/standin_demo.yaml
+"""
+from __future__ import annotations
+
+import os
+
+from open_r1.tasks.captioning import stage_common as common
+
+OOD_PRETRAIN_OFFSET = 50_000  # scene indices of the exposure split start here (the evaluation OOD split uses 0..n-1)
+
+
+def run(recipe: dict) -> dict:
+    from open_r1.tasks.captioning import standin
+    from open_r1.tasks.counting.scenes.render import parse_image_size
+
+    cfg = common.section(recipe, "data")
+    paths = common.Paths(recipe)
+    marker = os.path.join(paths.data, "standin.json")
+    if os.path.isfile(marker) and not cfg.get("overwrite", False):
+        common.log(f"[data] {paths.data} already holds the stand-in; reusing it")
+        return common.read_json(marker)
+    config = standin.StandinConfig(
+        captions=int(cfg.get("captions", 24)), image_size=parse_image_size(cfg.get("image_size", "128x96")),
+        min_objects=int(cfg.get("min_objects", 3)), max_objects=int(cfg.get("max_objects", 7)),
+        mean_votes=float(cfg.get("mean_votes", 30.0)), min_votes=int(cfg.get("min_votes", 10)),
+        vote_noise=float(cfg.get("vote_noise", 1.5)), seed=int(cfg.get("seed", recipe["seed"])),
+    )
+    workers = int(cfg.get("workers") or max(1, min(16, (os.cpu_count() or 2) - 1)))
+    standin.write_standin(paths.data, int(cfg["contests"]), cfg.get("ood_contests"), float(cfg.get("val_frac", 0.15)),
+                          float(cfg.get("test_frac", 0.15)), config, workers=workers, overwrite=True)
+    exposure = int(cfg.get("pretrain_ood_contests", 0))
+    info = common.read_json(marker)
+    if exposure:
+        import datasets
+
+        rows = [row for i in range(OOD_PRETRAIN_OFFSET, OOD_PRETRAIN_OFFSET + exposure)
+                for row in standin.make_contest(config, "ood", i)[:1]]  # images only: one caption row per scene
+        datasets.Dataset.from_list(rows, features=standin.features()).save_to_disk(paths.split("ood_pretrain"))
+        info["splits"]["ood_pretrain"] = {"rows": len(rows), "contests": exposure}
+        common.write_json(marker, info)
+    common.log(f"[data] wrote {paths.data}: {info['splits']}")
+    return info
+
+
+def main(argv=None) -> int:
+    return common.stage_cli("data", run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

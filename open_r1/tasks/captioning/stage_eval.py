@@ -1,0 +1,111 @@
+"""Stage 5: best-of-N evaluation of the base, SFT and GRPO policies on the held-out and OOD cartoons.
+
+Algorithm: for every policy (``base``: the stand-in's pre-trained policy or the real base; ``sft``; ``grpo_s<S>``
+for each GRPO seed) and every split in ``eval.splits`` (test = held-out contests of the training renderer, ood = the
+OOD renderer), ``evaluate.evaluate_policy`` samples N completions per cartoon under the one protocol prompt (T=1,
+``max_new_tokens``), parses them strictly and scores the captions with the reward model (and, on the stand-in, the
+hidden oracle: analysis only). ``evaluate.evaluate_records`` gives per policy the format rate, truncation rate,
+mean sigma(RM) over emitted captions, the fail-as-zero sigma(RM) mean, BoN@{1,2,4,8}, the oracle of emitted captions
+and of the RM's pick, and, against the SFT start (``baseline``), paired bootstrap CIs over cartoons and the
+reward-hacking flag (RM up while the oracle of the picks goes down). ``write_report`` writes ``bon_eval.md`` / JSON /
+PNG per split; ``summary.json`` collects the per-seed GRPO-vs-SFT differences the issue's Must-show asks for.
+
+Deviations from the seed: one prompt for every stage (the seed's eval used another system prompt); the fail-as-zero
+mean is on the sigmoid scale (the seed's on raw BT scores rewarded failing); the comparison is paired over cartoons
+(the seed's "+1.69 sigma" was an unpaired z over samples).
+
+    python -m open_r1.tasks.captioning.stage_eval --config configs/captioning/standin_demo.yaml
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from open_r1.tasks.captioning import stage_common as common
+
+
+def policies(recipe: dict) -> dict[str, str]:
+    cfg = common.section(recipe, "eval")
+    paths = common.Paths(recipe)
+    if cfg.get("policies"):
+        return dict(cfg["policies"])
+    out = {"base": paths.policy_base, "sft": paths.policy_sft}
+    for seed in common.section(recipe, "grpo").get("seeds", [0]):
+        if os.path.isdir(paths.grpo_model(int(seed))):
+            out[f"grpo_s{seed}"] = paths.grpo_model(int(seed))
+    return out
+
+
+def run(recipe: dict) -> dict:
+    import torch
+
+    from open_r1 import modeling
+    from open_r1.reward_model import load_reward_model
+    from open_r1.tasks.captioning import data as cdata
+    from open_r1.tasks.captioning import evaluate as ev
+
+    cfg = common.section(recipe, "eval")
+    paths = common.Paths(recipe)
+    device = common.device()
+    rm = load_reward_model(cfg.get("reward_model") or paths.rm, device=device)
+    named = policies(recipe)
+    splits = list(cfg.get("splits", ["test", "ood"]))
+    data = {s: cdata.load_captions(cfg.get("data", {}).get(s) if isinstance(cfg.get("data"), dict) else paths.split(s),
+                                   check_images="none") for s in splits}
+    records: dict[str, dict[str, list]] = {s: {} for s in splits}
+    timings = {}
+    for name, path in named.items():
+        started = time.time()
+        model = modeling.load_model(path, dtype=None if device == "cuda" else "float32").to(device).eval()
+        processor = modeling.load_processor(path)
+        for split in splits:
+            with torch.no_grad():
+                records[split][name] = ev.evaluate_policy(
+                    model, processor, data[split], rm, n=int(cfg.get("n", 8)),
+                    max_new_tokens=int(cfg.get("max_new_tokens", 1024)),
+                    temperature=float(cfg.get("temperature", 1.0)), batch_size=int(cfg.get("batch_size", 64)),
+                    seed=int(recipe["seed"]), max_cartoons=cfg.get("limit"), use_stop=bool(cfg.get("use_stop", False)))
+        timings[name] = time.time() - started
+        common.log(f"[eval] {name}: {sum(len(records[s][name]) for s in splits)} samples in {timings[name]:.1f} s")
+        del model
+    baseline = cfg.get("baseline", "sft") if "sft" in named else None
+    summary = {"policies": named, "splits": {}, "timings": timings}
+    for split in splits:
+        report = ev.evaluate_records(records[split], baseline=baseline, n_boot=int(cfg.get("n_boot", 2000)),
+                                     seed=int(recipe["seed"]))
+        out = ev.write_report(report, os.path.join(paths.results, f"eval_{split}"), records[split])
+        common.log(f"[eval] {split}:\n{ev.markdown_table(report)}")
+        summary["splits"][split] = {"report_files": out, "table": ev.markdown_table(report),
+                                    "metrics": {n: {k: v for k, v in m.items() if k != "per_cartoon"}
+                                                for n, m in report["policies"].items()},
+                                    "vs_baseline": report["comparisons"]}
+    summary["must_show_grpo"] = grpo_checks(summary)
+    common.write_json(os.path.join(paths.results, "eval_summary.json"), summary)
+    return summary
+
+
+def grpo_checks(summary: dict) -> dict:
+    """Per GRPO seed and split: did fail-as-zero sigma(RM) AND the oracle (of emitted captions, and of the RM's
+    picks) rise over the SFT start? (point estimates, with the paired CIs beside them)."""
+    out = {}
+    for split, block in summary["splits"].items():
+        for name, comp in (block.get("vs_baseline") or {}).items():
+            if not name.startswith("grpo"):
+                continue
+            get = lambda key: (comp.get(key) or {}).get("diff")  # noqa: E731
+            out.setdefault(name, {})[split] = {
+                "d_fail_as_zero": get("fail_as_zero"), "d_oracle_emitted": get("oracle_emitted"),
+                "d_oracle_pick": get("oracle_pick"),
+                "fail_as_zero_ci": comp.get("fail_as_zero"), "oracle_emitted_ci": comp.get("oracle_emitted"),
+                "both_up": bool((get("fail_as_zero") or 0) > 0 and (get("oracle_emitted") or 0) > 0),
+                "reward_hacking": comp.get("reward_hacking"),
+            }
+    return out
+
+
+def main(argv=None) -> int:
+    return common.stage_cli("eval", run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""Stage 4: GRPO of the SFT policy against the reward model, through the engine's GRPO entry (TRL GRPOTrainer).
+
+Algorithm (the seed's stage 3, on this repo's engine): for each seed, one ``open_r1.grpo`` run with ``task:
+captioning`` (prompts = one row per training contest, ``protocol.build_messages(description)`` + the cartoon;
+``open_r1/tasks/captioning/task.py``) and the registered reward ``caption_rm``: sigma(RM(image, caption)) when the
+completion's caption parses strictly, else ``fail_value`` (0, the bottom of the sigmoid scale), no format bonus.
+Group-normalised advantages over ``num_generations`` completions per prompt, TRL's clipped surrogate with
+``loss_type: dapo`` (never TRL 1.16's ``cispo``, which clamps the ratio at epsilon_high: REINFORCE x 0.28), KL
+coefficient ``beta``, a fresh LoRA on the merged SFT model's language model, temperature 1. The recipe written for each
+seed is saved as ``<work_dir>/grpo/seed<S>/grpo_recipe.yaml`` (the exact ``python -m open_r1.grpo --config`` input).
+The LoRA is merged afterwards (``open_r1.export.load_for_export``) into ``models/policy-grpo-seed<S>``.
+
+Deviations from the seed: the seed's GRPO sees 1 prompt per step (batch 1 x GA 8 with G=8) and uses ``cispo``; here
+several prompts per step (``per_device_train_batch_size / num_generations``) and ``dapo``. The reward's knobs live
+in the recipe (``reward_kwargs``), not in environment variables. The stand-in runs few steps with a higher
+learning rate; the real recipe (configs/captioning/real_grpo.yaml) is the seed's G=8, 200 steps, 1536 tokens.
+
+    python -m open_r1.tasks.captioning.stage_grpo --config configs/captioning/standin_demo.yaml
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from open_r1.tasks.captioning import stage_common as common
+
+# recipe keys of the grpo section that are pipeline settings, not open_r1.grpo recipe keys
+PIPELINE_KEYS = ("seeds", "fail_value", "format_bonus", "max_seconds", "rm_device", "merge", "lora_r", "lora_alpha",
+                 "eval_sets", "extra")
+
+
+def grpo_recipe(recipe: dict, seed: int) -> dict:
+    """The ``open_r1.grpo`` recipe of one seed's run."""
+    from open_r1 import modeling
+
+    cfg = common.section(recipe, "grpo")
+    paths = common.Paths(recipe)
+    policy = cfg.get("model") or paths.policy_sft
+    rm = cfg.get("reward_model") or paths.rm
+    cuda = common.device() == "cuda"
+    min_pixels, max_pixels = modeling.pixel_budget(modeling.load_processor(policy))
+    out = {
+        "task": "captioning",
+        "model_name_or_path": policy,
+        "dataset_name": cfg.get("dataset") or paths.split("train"),
+        "output_dir": paths.grpo_run(seed),
+        "seed": seed,
+        "reward_funcs": ["caption_rm"],
+        "reward_kwargs": {"caption_rm": {"reward_model": rm, "fail_value": float(cfg.get("fail_value", 0.0)),
+                                         "format_bonus": float(cfg.get("format_bonus", 0.0)),
+                                         "device": cfg.get("rm_device") or ("cuda:0" if cuda else "cpu")}},
+        "min_pixels": min_pixels,
+        "max_pixels": max_pixels,
+        "use_peft": True,
+        "lora_r": int(cfg.get("lora_r", 32)),
+        "lora_alpha": int(cfg.get("lora_alpha", 32)),
+        "bf16": cuda,
+        "use_cpu": not cuda,
+        "report_to": "none",
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "dedupe_vision": False,
+        "auto_resume": False,
+        "eval_sets": [paths.split(s) for s in cfg.get("eval_sets", [])],
+    }
+    for key, value in cfg.items():
+        if key not in PIPELINE_KEYS and key not in ("model", "reward_model", "dataset"):
+            out[key] = value
+    out.update(cfg.get("extra") or {})
+    if out.get("loss_type") == "cispo":
+        from open_r1.errors import RecipeError
+
+        raise RecipeError("grpo.loss_type cispo: TRL 1.16 clamps the ratio at epsilon_high (REINFORCE x 0.28); use "
+                          "dapo or grpo")
+    if cfg.get("max_seconds"):
+        out["time_budget"] = str(int(cfg["max_seconds"]))
+    return out
+
+
+def run_seed(recipe: dict, seed: int) -> dict:
+    import yaml
+
+    from open_r1 import grpo
+    from open_r1.export import load_for_export
+    from open_r1.sft import save_model_dir
+    from open_r1 import modeling
+    from open_r1.errors import RecipeError
+
+    paths = common.Paths(recipe)
+    settings = grpo_recipe(recipe, seed)
+    os.makedirs(settings["output_dir"], exist_ok=True)
+    path = os.path.join(settings["output_dir"], "grpo_recipe.yaml")
+    with open(path, "w") as handle:
+        yaml.safe_dump(settings, handle, sort_keys=False)
+    common.log(f"[grpo] seed {seed}: python -m open_r1.grpo --config {path}")
+    started = time.time()
+    script_args, training_args, model_args = grpo.parse_args(["--config", path])[:3]
+    if os.environ.get("TRAIN_START_TIME") is None:
+        os.environ["TRAIN_START_TIME"] = str(started)  # the time budget counts from this run's start
+    trainer = grpo.main(script_args, training_args, model_args)
+    os.environ.pop("TRAIN_START_TIME", None)
+    if trainer.run_safety.exit_code:
+        raise RecipeError(f"GRPO seed {seed} stopped with exit code {trainer.run_safety.exit_code}")
+    history = [dict(e) for e in trainer.state.log_history]
+    del trainer
+    seconds = time.time() - started
+    merged, _ = load_for_export(settings["output_dir"])
+    processor = modeling.load_processor(settings["output_dir"], settings["min_pixels"], settings["max_pixels"])
+    save_model_dir(merged, processor, paths.grpo_model(seed))
+    keys = ("reward", "caption_rm/format_ok", "caption_rm/sigmoid_mean", "kl", "completions/mean_length")
+    curve = [{k: e[k] for k in ("step", *keys) if k in e} for e in history if "reward" in e]
+    common.log(f"[grpo] seed {seed}: {len(curve)} steps in {seconds:.1f} s; reward "
+               f"{curve[0].get('reward') if curve else None} -> {curve[-1].get('reward') if curve else None}")
+    return {"seed": seed, "recipe": path, "seconds": seconds, "model": paths.grpo_model(seed), "curve": curve}
+
+
+def run(recipe: dict) -> dict:
+    seeds = common.section(recipe, "grpo").get("seeds", [0])
+    return {"runs": [run_seed(recipe, int(seed)) for seed in seeds]}
+
+
+def main(argv=None) -> int:
+    return common.stage_cli("grpo", run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""Stage 0b (stand-in only): pre-train the stand-in's small base models from random init on the generated scenes.
+
+Algorithm: for each of the two base models (``pretrain.policy``: family qwen3_vl, the Thinking chat template, as
+Qwen3-VL-2B-Thinking; ``pretrain.rm_backbone``: family qwen2_5_vl, as Qwen2.5-VL-3B) a checkpoint of the family is
+built with random weights (``open_r1.tiny_models.build_tiny``, sizes from the recipe's ``overrides``), then fully
+fine-tuned with TRL's ``SFTTrainer`` (``open_r1.sft.train_sft``, ``lora_r: 0``, cosine LR that follows max(step
+fraction, time fraction)) on ``standin.pretrain_rows`` of the train contests: describe the picture, plain questions
+about it (count, which object is odd, present / absent colours and shapes) and caption *fluency* (uniformly drawn
+candidate captions under the task prompt and output format, so the base writes captions in the format but is not
+selected for funniness), plus describe/question rows of the ``ood_pretrain`` exposure scenes when the data stage made
+them. Never reads ``oracle``, ``mean`` or ``votes``.
+
+Deviation from the seed: the seed starts from the released Qwen3-VL-2B-Thinking and Qwen2.5-VL-3B-Instruct, which
+cannot be downloaded here; on real data skip this stage and set ``sft.model`` / ``rm.backbone`` to those
+checkpoints (configs/captioning/real_*.yaml). The stand-in bases see far less than a real base (minutes of
+pre-training on one scene generator), so what the later stages measure is the pipeline's mechanics and relative
+effects, not the real models' numbers.
+
+    python -m open_r1.tasks.captioning.stage_pretrain --config configs/captioning/standin_demo.yaml
+"""
+from __future__ import annotations
+
+import os
+
+from open_r1.tasks.captioning import stage_common as common
+
+MODELS = ("policy", "rm_backbone")
+
+
+def pretrain_dataset(recipe: dict, which: str):
+    import datasets
+
+    from open_r1.tasks.captioning import data as cdata
+    from open_r1.tasks.captioning import standin
+
+    cfg = common.section(common.section(recipe, "pretrain"), which)
+    paths = common.Paths(recipe)
+    per_contest = int(cfg.get("per_contest", 4))
+    think_prefix = bool(cfg.get("think_prefix", which == "policy"))
+    kinds = tuple(cfg.get("kinds", ("describe", "question", "fluency")))
+    train = cdata.load_captions(paths.split("train"), check_images="none", keep_oracle=False)
+    parts = [standin.pretrain_rows(train, kinds=kinds, per_contest=per_contest, think_prefix=think_prefix,
+                                   seed=int(recipe["seed"]))]
+    exposure = paths.split("ood_pretrain")
+    if os.path.isdir(exposure) and cfg.get("ood_exposure", True):
+        ood = cdata.load_captions(exposure, check_images="none")
+        parts.append(standin.pretrain_rows(ood, kinds=tuple(k for k in kinds if k != "fluency") or ("describe",),
+                                           per_contest=per_contest, think_prefix=think_prefix,
+                                           seed=int(recipe["seed"]) + 1))
+    rows = datasets.concatenate_datasets([parts[0], *(p.cast(parts[0].features) for p in parts[1:])])
+    return rows.shuffle(seed=int(recipe["seed"]))
+
+
+def pretrain_one(recipe: dict, which: str) -> dict:
+    from open_r1 import sft, tiny_models
+
+    cfg = common.section(common.section(recipe, "pretrain"), which)
+    paths = common.Paths(recipe)
+    out = paths.policy_base if which == "policy" else paths.rm_base
+    family = cfg.get("family", "qwen3_vl" if which == "policy" else "qwen2_5_vl")
+    init = out + ".init"
+    overrides = dict(cfg.get("overrides") or {})
+    tiny_models.build_tiny(family, init, seed=int(cfg.get("seed", recipe["seed"])), overwrite=True, **overrides)
+    rows = pretrain_dataset(recipe, which)
+    settings = sft.SFTSettings(
+        learning_rate=float(cfg.get("learning_rate", 1e-3)), schedule="cosine", warmup=float(cfg.get("warmup", 0.05)),
+        epochs=cfg.get("epochs"), max_steps=cfg.get("max_steps"), max_seconds=cfg.get("max_seconds"),
+        per_device_batch_size=int(cfg.get("batch_size", 8)), gradient_accumulation_steps=1,
+        weight_decay=float(cfg.get("weight_decay", 0.01)), lora_r=0, min_pixels=cfg.get("min_pixels"),
+        max_pixels=cfg.get("max_pixels"), seed=int(recipe["seed"]), logging_steps=int(cfg.get("logging_steps", 10)),
+        dataloader_workers=int(cfg.get("dataloader_workers", 0)),
+        extra={"adam_beta2": 0.98},
+    )
+    common.log(f"[pretrain] {which}: family {family} {overrides}, {len(rows)} rows")
+    report = sft.train_sft(rows, out, settings, model_path=init, log=common.log)
+    import shutil
+
+    shutil.rmtree(init, ignore_errors=True)
+    report.update({"family": family, "overrides": overrides, "out": out})
+    return report
+
+
+def run(recipe: dict) -> dict:
+    which = common.section(recipe, "pretrain").get("only")
+    return {name: pretrain_one(recipe, name) for name in MODELS if which in (None, name)}
+
+
+def main(argv=None) -> int:
+    return common.stage_cli("pretrain", run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

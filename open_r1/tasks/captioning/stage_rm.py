@@ -1,0 +1,155 @@
+"""Stage 3: the Bradley-Terry VLM reward model, its held-out pairwise accuracy, and an image-blind control.
+
+Algorithm (the seed's RM, with its faults fixed): preference pairs of the training contests by the k-sigma rule
+(``data.preference_pairs``: two captions of one contest whose mean-rating gap exceeds ``k * sqrt(se1^2 + se2^2)``
+with an explicit standard error, at most ``cap_per_contest`` per contest drawn at random, then all pairs shuffled
+with the seed, so any prefix spans the contests). Each side is ``protocol.rm_messages(description, caption)``: the
+task's own prompt (with the description) + the assistant turn ``<caption>…</caption>``, with the cartoon.
+``open_r1.reward_model``: VLM backbone (``AutoModel``) + zero-initialised ``Linear(hidden, 1)`` head read at the
+last real token (padding-side proof), loss -log sigmoid(s_chosen - s_rejected) (optional margin and centring),
+trained with a ``transformers.Trainer`` subclass, the same pixel budget in training and scoring (saved with the
+model), saved as one dir. Held-out: pairwise accuracy on the pairs of the held-out contests (``eval_splits``; test
+and the OOD renderer by default) with a bootstrap CI that resamples contests. The image-blind control is the same
+recipe with every image replaced by one blank grey image (training and scoring): what the RM gets from the text alone.
+
+Deviations from the seed: the caption is not cut to 80 tokens and the description is part of the prompt (the seed's
+RM ignores it); pairs are drawn at random per contest (the seed takes the first 20k in contest order); pooling reads
+the attention mask (the seed's ``attention_mask.sum(1) - 1`` is wrong under left padding); the seed scores full
+resolution after training at <= 448 px, here one budget. The stand-in trains the whole small backbone (no LoRA)
+with a higher learning rate; the real recipe uses LoRA r16/alpha32, lr 1e-5 cosine (configs/captioning/real_rm.yaml).
+
+    python -m open_r1.tasks.captioning.stage_rm --config configs/captioning/standin_demo.yaml
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from open_r1.tasks.captioning import stage_common as common
+
+
+def blank_like(image):
+    from PIL import Image
+
+    return Image.new("RGB", image.size, (128, 128, 128))
+
+
+def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
+    """RM pair rows ({image, chosen, rejected, group}) from ``data.preference_pairs`` output."""
+    from open_r1.tasks.captioning import protocol
+
+    rows = []
+    images = pairs["image"]
+    table = pairs.remove_columns(["image"])
+    for image, record in zip(images, table):
+        desc = protocol.description_from_row(record)
+        image = image.convert("RGB")
+        row = {"image": blank_like(image) if blind else image, "chosen": protocol.rm_messages(desc, record["chosen"]),
+               "rejected": protocol.rm_messages(desc, record["rejected"]), "group": record["contest"]}
+        if keep_oracle:
+            row["oracle_order"] = record["chosen_oracle"] > record["rejected_oracle"]
+        rows.append(row)
+    return rows
+
+
+def held_out_pairs(recipe: dict, split: str, blind: bool):
+    from open_r1.tasks.captioning import data as cdata
+
+    cfg = common.section(recipe, "rm")
+    paths = common.Paths(recipe)
+    dataset = cdata.load_captions(paths.split(split), check_images="none", keep_oracle=True)
+    pairs = cdata.preference_pairs(dataset, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
+                                   cap_per_contest=int(cfg.get("eval_cap_per_contest", 200)),
+                                   seed=int(recipe["seed"]) + 7, keep_oracle=True)
+    return pair_rows(pairs, blind=blind, keep_oracle=True)
+
+
+def train_one(recipe: dict, blind: bool) -> dict:
+    import torch
+    from transformers import TrainerCallback, TrainingArguments
+
+    from open_r1 import reward_model as rm_lib
+    from open_r1.tasks.captioning import data as cdata
+
+    cfg = common.section(recipe, "rm")
+    paths = common.Paths(recipe)
+    backbone = cfg.get("backbone") or paths.rm_base
+    out = paths.rm_blind if blind else paths.rm
+    train = cdata.load_captions(paths.split("train"), check_images="none")
+    pairs = cdata.preference_pairs(train, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
+                                   cap_per_contest=cfg.get("cap_per_contest", 1000), seed=int(recipe["seed"]))
+    if cfg.get("max_pairs"):
+        pairs = pairs.select(range(min(int(cfg["max_pairs"]), len(pairs))))
+    rows = pair_rows(pairs, blind=blind)
+    cuda = torch.cuda.is_available()
+    model = rm_lib.build_reward_model(
+        backbone, min_pixels=cfg.get("min_pixels"), max_pixels=cfg.get("max_pixels"),
+        dtype=cfg.get("dtype") or ("float32" if not cfg.get("lora") or not cuda else None),
+        lora=cfg.get("lora"), meta={"blind": blind, "train_pairs": len(rows), "k": cfg.get("k", 3.0)})
+    if not cuda:
+        model = model.float()
+    max_seconds = cfg.get("max_seconds")
+
+    class TimeCap(TrainerCallback):
+        t0 = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.t0 = self.t0 or time.time()
+            if max_seconds and time.time() - self.t0 > float(max_seconds):
+                control.should_training_stop = True
+            return control
+
+    work = os.path.join(paths.root, "rm-trainer-blind" if blind else "rm-trainer")
+    args = TrainingArguments(
+        output_dir=work, per_device_train_batch_size=int(cfg.get("per_device_batch_size", 8)),
+        gradient_accumulation_steps=int(cfg.get("gradient_accumulation_steps", 1)),
+        learning_rate=float(cfg.get("learning_rate", 1e-5)), lr_scheduler_type=cfg.get("lr_scheduler", "cosine"),
+        warmup_steps=float(cfg.get("warmup_ratio", 0.03)), num_train_epochs=float(cfg.get("epochs", 1)),
+        max_steps=int(cfg.get("max_steps") or -1), weight_decay=float(cfg.get("weight_decay", 0.0)),
+        logging_steps=int(cfg.get("logging_steps", 10)), save_strategy="no", report_to="none",
+        bf16=cuda, use_cpu=not cuda, seed=int(recipe["seed"]), data_seed=int(recipe["seed"]),
+        dataloader_num_workers=int(cfg.get("dataloader_workers", 0)), disable_tqdm=True,
+        gradient_checkpointing=bool(cfg.get("gradient_checkpointing", False)), remove_unused_columns=False,
+    )
+    common.log(f"[rm{' blind' if blind else ''}] {len(rows)} train pairs from {len(set(pairs['contest']))} contests; "
+               f"backbone {backbone}")
+    started = time.time()
+    trainer = rm_lib.train_reward_model(model, rows, args,
+                                        center_rewards_coefficient=cfg.get("center_rewards_coefficient"))
+    seconds = time.time() - started
+    losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
+    model.save(out, extra_meta={"train_seconds": seconds, "steps": trainer.state.global_step})
+    del trainer
+    report = {"out": out, "blind": blind, "train_pairs": len(rows), "steps": int(model.meta["steps"]),
+              "train_seconds": seconds, "loss_first": losses[0][1] if losses else None,
+              "loss_last": losses[-1][1] if losses else None, "loss_curve": losses[:: max(1, len(losses) // 50)],
+              "held_out": {}}
+    for split in cfg.get("eval_splits", ["test", "ood"]):
+        if not os.path.isdir(paths.split(split)):
+            continue
+        held = held_out_pairs(recipe, split, blind)
+        result = rm_lib.evaluate_pairs(model, held, batch_size=int(cfg.get("eval_batch_size", 32)),
+                                       seed=int(recipe["seed"]))
+        result["oracle_agreement_of_labels"] = sum(r["oracle_order"] for r in held) / len(held)
+        report["held_out"][split] = result
+        common.log(f"[rm{' blind' if blind else ''}] {split}: pairwise accuracy {result['accuracy']:.3f} "
+                   f"[{result['ci_low']:.3f}, {result['ci_high']:.3f}] over {result['n_pairs']} pairs of "
+                   f"{result['n_groups']} contests")
+    common.write_json(os.path.join(out, "rm_report.json"), report)
+    return report
+
+
+def run(recipe: dict) -> dict:
+    cfg = common.section(recipe, "rm")
+    report = {"rm": train_one(recipe, blind=False)}
+    if cfg.get("blind", True):
+        report["rm_blind"] = train_one(recipe, blind=True)
+    return report
+
+
+def main(argv=None) -> int:
+    return common.stage_cli("rm", run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
