@@ -297,9 +297,33 @@ def main(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_ar
     return trainer
 
 
+@dataclass
+class _ActivationCheckpointingAlias:
+    """transformers < 5.23 knows only `gradient_checkpointing`; our recipes write the new name
+    `activation_checkpointing` (5.23+ warns on the old one), so on those versions the new key is accepted here."""
+
+    activation_checkpointing: bool | None = field(
+        default=None, metadata={"help": "Activation (gradient) checkpointing; transformers < 5.23 calls it "
+                                "gradient_checkpointing."})
+
+
+def _has_activation_checkpointing() -> bool:
+    import dataclasses
+
+    return "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
+
+
 def parse_args(argv=None):
-    parser = TrlParser((CountingGRPOArguments, GRPOConfig, ModelConfig))
-    return parser.parse_args_and_config(args=argv)
+    classes = [CountingGRPOArguments, GRPOConfig, ModelConfig]
+    legacy = not _has_activation_checkpointing()
+    if legacy:
+        classes.append(_ActivationCheckpointingAlias)
+    parsed = list(TrlParser(tuple(classes)).parse_args_and_config(args=argv))
+    if legacy:
+        alias = parsed.pop(3)
+        if alias.activation_checkpointing is not None:
+            parsed[1].gradient_checkpointing = alias.activation_checkpointing
+    return tuple(parsed)
 
 
 USER_ERRORS = (OpenR1Error,)
@@ -348,6 +372,9 @@ def short_help() -> str:
 
 
 def cli(argv=None) -> int:
+    from open_r1.noise import quiet_library_noise
+
+    quiet_library_noise()
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--help-all" in argv:  # TRL's own parser help: every GRPOConfig / ModelConfig / ScriptArguments key
         argv = ["--help" if arg == "--help-all" else arg for arg in argv]

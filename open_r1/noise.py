@@ -1,0 +1,36 @@
+"""Library noise, filtered once at the entry points (`open_r1.grpo`, `selfcheck.py`, `open_r1.export`, the demo).
+
+Only warnings the libraries raise about themselves, which a user cannot act on, are listed; warnings our own code
+could cause are fixed where they arise instead (e.g. the recipes set `activation_checkpointing`, transformers 5.24's
+name, not `gradient_checkpointing`). pyproject.toml's pytest `filterwarnings` lists the same ones.
+"""
+from __future__ import annotations
+
+import warnings
+
+LIBRARY_WARNINGS = (
+    # TRL 1.16's GRPOConfig / SFTConfig default the deprecated alias gradient_checkpointing=True, so transformers
+    # 5.24 warns on every config a recipe builds without naming activation_checkpointing.
+    (FutureWarning, r"`gradient_checkpointing` is deprecated"),
+    # TRL 1.16 reads model.is_gradient_checkpointing (renamed in transformers 5.24) around generation.
+    (FutureWarning, r"`is_gradient_checkpointing` is deprecated"),
+    # ... and calls model.gradient_checkpointing_enable (renamed activation_checkpointing_enable).
+    (FutureWarning, r"`gradient_checkpointing_enable` is deprecated"),
+)
+
+
+def quiet_library_noise(progress_bars: bool = True) -> None:
+    """Ignore LIBRARY_WARNINGS; with `progress_bars=False` also the per-call loading / saving / casting bars of
+    transformers and datasets (the demo's log shows its own one-line steps instead)."""
+    for category, message in LIBRARY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    if not progress_bars:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        try:
+            import datasets
+
+            datasets.disable_progress_bars()
+        except ImportError:
+            pass
