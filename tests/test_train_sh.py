@@ -21,7 +21,8 @@ def test_demo_recipe_end_to_end_through_train_sh(tiny_model_dir, scene_data_dir,
         "PYTHON": sys.executable,
     }
     result = subprocess.run(
-        ["bash", "train.sh", "configs/demo.yaml", "--max_steps", "2", "--max_pixels", "12544"],
+        ["bash", "train.sh", "configs/demo.yaml", "--max_steps", "2", "--max_pixels", "12544",
+         "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "16"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -1,0 +1,512 @@
+"""The CPU demo: a small Qwen2-VL learns to count under the grader's protocol, start and trained model side by side.
+
+    python -m open_r1.tasks.counting.demo --out runs/demo         # `make demo`; measured time in docs/DEMO.md
+
+Steps (each reuses the code the real pipeline runs):
+  1. data: easy CLEVR-style splits (1-5 objects, 168x112 px) rendered by `open_r1.tasks.counting.scenes.write_splits`
+     into `<out>/data` (train, val, compositional = CoGenT condition B, ood_val = the other renderer);
+  2. demo model: a Qwen2-VL (the real classes, processor and chat template) with a small vocabulary (the BPE of
+     `open_r1.tiny_models`, special tokens right after it: ~2.6k rows instead of 151936) and a small vision tower,
+     random init. The real-id tiny model (`open_r1.tiny_models`) stays for the compatibility tests;
+  3. warm start: TRL `SFTTrainer` on rows of `open_r1.tasks.counting.sft` (the proxy experiment's rows): every
+     counting row taught plainly (question alone -> bare number), the protocol format taught only on another task
+     ("What is A plus B?" under a protocol template). The start counts when asked plainly and is weak inside the
+     protocol format: the design of the proxy's runs 7 and 8 (docs/RECIPE.md);
+  4. GRPO with the recipe's rewards (`configs/demo.yaml`, through `open_r1.grpo` and `open_r1.export`, as
+     `train.sh` runs them);
+  5. the selfcheck protocol (`open_r1.tasks.counting.evaluate.evaluate_dataset`: EVAL template, greedy,
+     max_new_tokens 256, first `<answer>N</answer>`) on the first `--eval-limit` rows of val, compositional and
+     ood_val, for the start and the trained model; a side-by-side table, `<out>/demo.json` and the plots
+     `<out>/acc_by_count.png` (accuracy by gold count) and `<out>/curves.png` (reward and in-training eval curves).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from open_r1.tasks.counting import protocol, sft
+
+EVAL_SPLITS = ("val", "compositional", "ood_val")
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_RECIPE = "configs/demo.yaml"
+# The warm start the repo ships (built by `make demo-start`, command and numbers in its start_report.json).
+SHIPPED_START = Path(__file__).resolve().parent / "demo_start"
+START_REPORT = "start_report.json"
+
+# The demo model: Qwen2-VL classes at a size that trains in minutes on 2 CPU cores.
+DEMO_MODEL = {
+    "hidden_size": 128,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 384,
+    "vision_depth": 2,
+    "vision_embed_dim": 64,
+    "vision_num_heads": 4,
+    "vision_mlp_ratio": 2,
+    "max_position_embeddings": 4096,
+    "dtype": "float32",
+}
+DEMO_IMAGE_SIZE = "168x112"  # multiples of 28 px: 6 x 4 = 24 merged vision tokens, never resampled
+DEMO_MAX_PIXELS = 168 * 112
+DEMO_MIN_OBJECTS, DEMO_MAX_OBJECTS = 1, 5
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Demo model
+# ---------------------------------------------------------------------------------------------------------------------
+def build_small_vocab_tokenizer():
+    """`Qwen2Tokenizer` with the tiny model's trained BPE and the 14 Qwen2-VL special tokens right after it (ids
+    len(bpe) .. len(bpe) + 13): the same strings and chat template, a ~2.6k-token vocabulary."""
+    from tokenizers import AddedToken
+    from transformers import Qwen2Tokenizer
+
+    from open_r1 import tiny_models
+
+    vocab, merges = tiny_models._train_byte_level_bpe(tiny_models.DEFAULT_BPE_VOCAB_SIZE)
+    first = len(vocab)
+    specials = {token: first + i for i, token in enumerate(tiny_models.QWEN2VL_SPECIAL_TOKENS)}
+    tokenizer = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        unk_token=None,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        added_tokens_decoder={token_id: AddedToken(token, special=True, normalized=False, lstrip=False, rstrip=False)
+                              for token, token_id in specials.items()},
+        extra_special_tokens=list(specials)[1:],
+        model_max_length=4096,
+        clean_up_tokenization_spaces=False,
+        errors="replace",
+        split_special_tokens=False,
+        chat_template=tiny_models.QWEN2VL_CHAT_TEMPLATE,
+    )
+    wrong = {t: tokenizer.convert_tokens_to_ids(t) for t, i in specials.items() if tokenizer.convert_tokens_to_ids(t) != i}
+    if wrong:
+        raise AssertionError(f"special tokens got the wrong ids: {wrong}")
+    return tokenizer, specials
+
+
+def build_demo_model(seed: int = 0, overrides: dict | None = None):
+    """(model, processor): random-init Qwen2-VL with the small vocabulary; every config id points at the new ids."""
+    from transformers import GenerationConfig
+
+    from open_r1 import tiny_models
+
+    tokenizer, ids = build_small_vocab_tokenizer()
+    vocab_size = 64 * math.ceil(len(tokenizer) / 64)
+    bos = pad = ids["<|endoftext|>"]
+    eos = ids["<|im_end|>"]
+    config = tiny_models.build_config(vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad,
+                                      **{**DEMO_MODEL, **(overrides or {})})
+    for target in (config, config.text_config):
+        target.bos_token_id, target.eos_token_id, target.pad_token_id = bos, eos, pad
+    config.image_token_id = ids["<|image_pad|>"]
+    config.video_token_id = ids["<|video_pad|>"]
+    config.vision_start_token_id = ids["<|vision_start|>"]
+    config.vision_end_token_id = ids["<|vision_end|>"]
+    model = tiny_models.build_model(config, seed=seed)
+    model.generation_config = GenerationConfig(
+        **{**tiny_models.REAL_GENERATION_CONFIG, "bos_token_id": bos, "pad_token_id": pad, "eos_token_id": [eos, bos]})
+    processor = tiny_models.build_processor(tokenizer, min_pixels=tiny_models.REAL_MIN_PIXELS,
+                                            max_pixels=DEMO_MAX_PIXELS)
+    processor.tokenizer.padding_side = "left"
+    return model, processor
+
+
+def save_model_dir(model, processor, out_dir: str | os.PathLike) -> Path:
+    """A model dir loadable by `open_r1.modeling.load_model` / `load_processor` (both processor-file layouts)."""
+    import shutil
+    import tempfile
+
+    from open_r1 import modeling
+
+    out_dir = Path(out_dir).resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        processor.tokenizer.padding_side = "left"
+        model.save_pretrained(staging)
+        processor.save_pretrained(staging)
+        modeling.write_compat_processor_files(str(staging))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.rename(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Steps
+# ---------------------------------------------------------------------------------------------------------------------
+def render_data(data_dir: Path, args) -> dict:
+    import datasets
+
+    from open_r1.tasks.counting.scenes import write_splits
+
+    sizes = {"train": args.train_size, **{split: args.eval_size for split in EVAL_SPLITS}}
+    present = {}
+    for split in sizes:
+        try:
+            present[split] = len(datasets.load_from_disk(str(data_dir / split)))
+        except (FileNotFoundError, ValueError):
+            present[split] = 0
+    missing = {split: n for split, n in sizes.items() if present[split] < n}
+    if not missing:
+        log(f"[demo] data: reusing {data_dir} {present}")
+        return present
+    started = time.time()
+    write_splits(str(data_dir), missing, seed=args.seed, overwrite=True, workers=args.workers,
+                 image_size=DEMO_IMAGE_SIZE, ood_image_size=DEMO_IMAGE_SIZE, min_objects=DEMO_MIN_OBJECTS,
+                 max_objects=DEMO_MAX_OBJECTS, progress=False)
+    log(f"[demo] data: rendered {missing} into {data_dir} in {time.time() - started:.0f} s "
+        f"({DEMO_IMAGE_SIZE}, {DEMO_MIN_OBJECTS}-{DEMO_MAX_OBJECTS} objects)")
+    return sizes
+
+
+def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
+    """Random init -> SFT (TRL SFTTrainer): plain counting rows + the protocol format on arithmetic rows."""
+    import tempfile
+
+    import datasets
+    import torch
+    from transformers import set_seed
+    from trl import SFTConfig, SFTTrainer
+
+    from open_r1.tasks.counting.data import load_counting_dataset
+
+    started = time.time()
+    train = load_counting_dataset(str(data_dir / "train"))
+    plain = sft.to_exposure_sft_dataset(train)  # question alone -> bare number
+    n_format = min(args.format_rows, len(train))
+    fmt = sft.to_arithmetic_sft_dataset(train.select(range(n_format)), ["eval:0.5", "train:0.5"], seed=args.seed,
+                                        style="mixed", think_share=0.5)
+    rows = datasets.concatenate_datasets([fmt, plain.cast(fmt.features)]).shuffle(seed=args.seed)
+    set_seed(args.seed)
+    model, processor = build_demo_model(seed=args.seed)
+    model.train()
+    parameters = sum(p.numel() for p in model.parameters())
+    log(f"[demo] warm start: {parameters / 1e6:.2f}M-parameter Qwen2-VL (vocab {model.config.text_config.vocab_size}),"
+        f" SFT on {len(plain)} plain counting rows + {n_format} arithmetic rows in the protocol format, "
+        f"{args.sft_steps} steps")
+    use_cuda = torch.cuda.is_available() and args.device != "cpu"
+    torch.set_num_threads(max(1, args.threads))
+    with tempfile.TemporaryDirectory(prefix="demo-sft-") as trainer_dir:
+        config = SFTConfig(
+            output_dir=trainer_dir, per_device_train_batch_size=args.sft_batch_size, learning_rate=args.sft_lr,
+            lr_scheduler_type="cosine", warmup_steps=max(1, args.sft_steps // 20), weight_decay=0.01,
+            adam_beta2=0.98, max_grad_norm=1.0, max_steps=args.sft_steps, logging_steps=10, save_strategy="no",
+            report_to="none", bf16=False, dataloader_num_workers=args.workers if use_cuda else 0, seed=args.seed, data_seed=args.seed,
+            max_length=None, completion_only_loss=True, packing=False, disable_tqdm=True, use_cpu=not use_cuda,
+            activation_checkpointing=False,
+        )
+        trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=processor)
+        trainer.train()
+        losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
+        model = trainer.accelerator.unwrap_model(trainer.model).eval()
+    save_model_dir(model.to("cpu"), processor, out_dir)
+    seconds = time.time() - started
+    log(f"[demo] warm start saved to {out_dir} in {seconds:.0f} s (loss {losses[0][1]:.3f} -> {losses[-1][1]:.3f})")
+    info = {"command": "python -m open_r1.tasks.counting.demo " + " ".join(args.argv), "device":
+            torch.cuda.get_device_name(0) if use_cuda else "cpu", "parameters": parameters, "sft_rows": len(rows),
+            "plain_rows": len(plain), "format_rows": n_format, "steps": args.sft_steps, "batch_size": args.sft_batch_size,
+            "lr": args.sft_lr, "seconds": seconds, "loss_first": losses[0][1], "loss_last": losses[-1][1]}
+    with open(out_dir / START_REPORT, "w") as handle:
+        json.dump(info, handle, indent=1)
+    return info
+
+
+def evaluate_model(model_dir: Path, data_dir: Path, args, label: str, plain: bool = False) -> dict:
+    """The selfcheck protocol on every eval split; {split: SetReport}."""
+    import torch
+
+    from open_r1.modeling import load_model, load_processor
+    from open_r1.tasks.counting.data import load_counting_dataset
+    from open_r1.tasks.counting.evaluate import evaluate_dataset
+
+    torch.set_num_threads(max(1, args.threads))
+    model = load_model(str(model_dir), dtype="float32").eval()
+    processor = load_processor(str(model_dir))
+    reports = {}
+    started = time.time()
+    for split in EVAL_SPLITS:
+        dataset = load_counting_dataset(str(data_dir / split))
+        reports[split] = evaluate_dataset(model, processor, dataset, name=split, batch_size=args.eval_batch_size,
+                                          limit=args.eval_limit, progress=False)
+    log(f"[demo] {label}: " + ", ".join(f"{s} {r.accuracy_pct:.1f}%" for s, r in reports.items())
+        + f" ({time.time() - started:.0f} s)")
+    if plain:  # diagnostic, not the protocol: the question alone, first integer of the answer
+        dataset = load_counting_dataset(str(data_dir / "val"))
+        probe = evaluate_dataset(model, processor, dataset, name="val (asked plainly)", batch_size=args.eval_batch_size,
+                                 limit=args.eval_limit, max_new_tokens=8, progress=False, template=sft.PLAIN_PROMPT,
+                                 extract=sft.plain_count)
+        reports["val_plain"] = probe
+        log(f"[demo] {label}, val asked plainly (diagnostic): {probe.accuracy_pct:.1f}%")
+    return reports
+
+
+def train_grpo(start_dir: Path, data_dir: Path, run_dir: Path, submission: Path, args) -> dict:
+    """GRPO with configs/demo.yaml through open_r1.grpo (as train.sh runs it), then open_r1.export."""
+    from open_r1 import grpo
+    from open_r1.export import export_submission
+
+    started = time.time()
+    recipe = args.recipe if os.path.isfile(args.recipe) else str(REPO_ROOT / args.recipe)
+    argv = ["--config", recipe, "--model_name_or_path", str(start_dir), "--dataset_name",
+            str(data_dir / "train"), "--output_dir", str(run_dir), "--use_cpu", "true",
+            "--eval_sets", str(data_dir / "val"), str(data_dir / "compositional"), *args.grpo_args]
+    if args.grpo_steps is not None:
+        argv += ["--max_steps", str(args.grpo_steps)]
+    log(f"[demo] GRPO: python -m open_r1.grpo {' '.join(argv)}")
+    script_args, training_args, model_args = grpo.parse_args(argv)[:3]
+    trainer = grpo.main(script_args, training_args, model_args)
+    steps = int(trainer.state.global_step)
+    log_history = list(trainer.state.log_history)
+    del trainer
+    export_submission(str(run_dir), str(submission), log=lambda m: None)
+    seconds = time.time() - started
+    log(f"[demo] GRPO: {steps} steps in {seconds:.0f} s; exported to {submission}")
+    return {"steps": steps, "seconds": seconds, "log_history": log_history}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------------------------------
+def wilson_halfwidth(pct: float, n: int) -> float:
+    """95 % half-width (points) of an accuracy measured on n rows: the noise of one evaluation."""
+    if n <= 0:
+        return float("nan")
+    p = pct / 100.0
+    return 100.0 * 1.96 * math.sqrt(max(p * (1 - p), 1.0 / n) / n)
+
+
+def side_by_side(before: dict, after: dict) -> str:
+    header = ("| split | n | start acc % | trained acc % | gain (points) | 95% noise ± | one constant answer % | "
+              "start format % | trained format % | start tokens | trained tokens |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
+    for split in EVAL_SPLITS:
+        b, a = before[split], after[split]
+        noise = math.hypot(wilson_halfwidth(b.accuracy_pct, b.n), wilson_halfwidth(a.accuracy_pct, a.n))
+        rows.append(f"| {split} | {a.n} | {b.accuracy_pct:.1f} | {a.accuracy_pct:.1f} | "
+                    f"{a.accuracy_pct - b.accuracy_pct:+.1f} | {noise:.1f} | {constant_answer_pct(a.records):.1f} | "
+                    f"{b.format_pct:.1f} | {a.format_pct:.1f} | "
+                    f"{b.mean_completion_tokens:.1f} | {a.mean_completion_tokens:.1f} |")
+    return "\n".join([header, *rows])
+
+
+def constant_answer_pct(records: list[dict]) -> float:
+    """Accuracy of always answering the split's most frequent gold count: the floor a collapsed policy reaches."""
+    golds = [int(r["gold"]) for r in records]
+    return 100.0 * max(golds.count(g) for g in set(golds)) / len(golds) if golds else float("nan")
+
+
+def by_count(records: list[dict]) -> dict[int, tuple[int, int]]:
+    table: dict[int, list[int]] = {}
+    for record in records:
+        cell = table.setdefault(int(record["gold"]), [0, 0])
+        cell[0] += int(bool(record["correct"]))
+        cell[1] += 1
+    return {gold: (cell[0], cell[1]) for gold, cell in sorted(table.items())}
+
+
+def plot_by_count(before: dict, after: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(EVAL_SPLITS), figsize=(4 * len(EVAL_SPLITS), 3.4), sharey=True)
+    for ax, split in zip(axes, EVAL_SPLITS):
+        for label, reports, offset in (("start", before, -0.2), ("trained", after, 0.2)):
+            table = by_count(reports[split].records)
+            golds = list(table)
+            ax.bar([g + offset for g in golds], [100.0 * c / max(n, 1) for c, n in table.values()], width=0.4,
+                   label=f"{label} ({reports[split].accuracy_pct:.0f}%)")
+        ax.set_title(split)
+        ax.set_xlabel("gold count")
+        ax.set_ylim(0, 100)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("accuracy % (selfcheck protocol)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_curves(log_history: list[dict], eval_history: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(10, 3.4))
+    rewards = [(e["step"], e["reward"]) for e in log_history if e.get("reward") is not None]
+    if rewards:
+        ax_reward.plot(*zip(*rewards), color="tab:green", label="total reward")
+    for key, color in (("rewards/exact_count/mean", "tab:blue"), ("rewards/format/mean", "tab:orange")):
+        points = [(e["step"], e[key]) for e in log_history if e.get(key) is not None]
+        if points:
+            ax_reward.plot(*zip(*points), color=color, alpha=0.7, label=key.split("/")[1])
+    ax_reward.set_xlabel("GRPO step")
+    ax_reward.set_title("reward (training rollouts)")
+    ax_reward.grid(alpha=0.3)
+    ax_reward.legend(fontsize=8)
+    entries = sorted(eval_history.get("entries", []), key=lambda e: e["step"])
+    for name in sorted({n for e in entries for n in (e.get("scores") or {})}):
+        points = [(e["step"], e["scores"][name]) for e in entries if name in (e.get("scores") or {})]
+        ax_eval.plot(*zip(*points), marker="o", label=name)
+    ax_eval.set_xlabel("GRPO step")
+    ax_eval.set_ylabel("accuracy %")
+    ax_eval.set_title("in-training eval (selfcheck protocol, subset)")
+    ax_eval.grid(alpha=0.3)
+    if entries:
+        ax_eval.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--out", default="runs/demo", help="everything goes here: data, models, run, report, plots")
+    parser.add_argument("--start", default=None,
+                        help=f"start model dir (default: the shipped warm start {SHIPPED_START.relative_to(REPO_ROOT)}"
+                             ", or one trained first when it is missing or with --from-scratch)")
+    parser.add_argument("--from-scratch", action="store_true",
+                        help="train the warm start first (SFT from random init, into <out>/start)")
+    parser.add_argument("--build-start", default=None, metavar="DIR",
+                        help="only build a warm start into DIR (data, SFT, start_report.json), then stop")
+    parser.add_argument("--recipe", default=DEFAULT_RECIPE, help="GRPO recipe")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-size", type=int, default=None,
+                        help="train rows rendered (GRPO prompts; also the SFT rows when a start is trained). "
+                             "Default 400, or 4000 when a start is trained")
+    parser.add_argument("--eval-size", type=int, default=200, help="rows rendered per eval split")
+    parser.add_argument("--eval-limit", type=int, default=200, help="rows scored per split (selfcheck --limit)")
+    parser.add_argument("--eval-batch-size", type=int, default=100)
+    parser.add_argument("--format-rows", type=int, default=500, help="arithmetic rows that teach the protocol format")
+    parser.add_argument("--sft-steps", type=int, default=1500)
+    parser.add_argument("--sft-batch-size", type=int, default=64)
+    parser.add_argument("--sft-lr", type=float, default=2e-3)
+    parser.add_argument("--device", default=None, help="SFT device: cuda / cpu (default: cuda when available); "
+                        "GRPO and the evaluation run on CPU")
+    parser.add_argument("--grpo-steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (1: on a loaded 2-core machine more threads ran slower; docs/DEMO.md)")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="scene rendering processes")
+    parser.add_argument("grpo_args", nargs="*", help="extra recipe overrides after --, e.g. -- --learning_rate 1e-3")
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    trains_start = bool(args.build_start or args.from_scratch
+                        or (args.start is None and not (SHIPPED_START / "config.json").is_file()))
+    if args.train_size is None:
+        args.train_size = 4000 if trains_start else 400
+    args.trains_start = trains_start
+    return args
+
+
+def main(argv=None) -> int:
+    from open_r1.noise import quiet_library_noise
+
+    quiet_library_noise(progress_bars=False)
+    args = parse_args(argv)
+    from open_r1.run.keep_best import load_history
+
+    started = time.time()
+    out = Path(args.out).resolve()
+    data_dir, run_dir, submission = out / "data", out / "grpo", out / "trained"
+    out.mkdir(parents=True, exist_ok=True)
+    timings = {}
+    render_data(data_dir, args)
+    timings["data_s"] = time.time() - started
+    sft_info = None
+    if args.build_start:
+        sft_info = warm_start(data_dir, Path(args.build_start), args)
+        before = evaluate_model(Path(args.build_start), data_dir, args, "warm start (selfcheck protocol)", plain=True)
+        sft_info["eval"] = {split: report.summary() for split, report in before.items()}
+        with open(Path(args.build_start) / START_REPORT, "w") as handle:
+            json.dump(sft_info, handle, indent=1)
+        return 0
+    if args.trains_start:
+        start_dir = out / "start"
+        sft_info = warm_start(data_dir, start_dir, args)
+    else:
+        start_dir = Path(args.start).resolve() if args.start else SHIPPED_START
+        log(f"[demo] start model: {start_dir} (warm start; rebuild it with `make demo-start`, or train one "
+            "first with --from-scratch)")
+    timings["warm_start_s"] = time.time() - started - timings["data_s"]
+    before = evaluate_model(start_dir, data_dir, args, "start model (selfcheck protocol)", plain=True)
+    timings["eval_start_s"] = time.time() - started - sum(timings.values())
+    if run_dir.exists():
+        import shutil
+
+        shutil.rmtree(run_dir)  # a fresh GRPO run (auto-resume would continue an old one)
+    grpo_info = train_grpo(start_dir, data_dir, run_dir, submission, args)
+    timings["grpo_s"] = time.time() - started - sum(timings.values())
+    after = evaluate_model(submission, data_dir, args, "trained model (selfcheck protocol)", plain=True)
+    timings["eval_trained_s"] = time.time() - started - sum(timings.values())
+    total = time.time() - started
+
+    table = side_by_side(before, after)
+    plot_by_count(before, after, out / "acc_by_count.png")
+    eval_history = load_history(str(run_dir))
+    plot_curves(grpo_info["log_history"], eval_history, out / "curves.png")
+    report = {
+        "command": "python -m open_r1.tasks.counting.demo " + " ".join(args.argv),
+        "total_seconds": total,
+        "timings_s": timings,
+        "load_average": os.getloadavg(),
+        "protocol": {"template": protocol.EVAL_TEMPLATE, "max_new_tokens": protocol.EVAL_MAX_NEW_TOKENS,
+                     "decoding": "greedy", "limit": args.eval_limit},
+        "start_model": str(start_dir), "trained_model": str(submission),
+        "start_report": _read_json(start_dir / START_REPORT),
+        "warm_start": sft_info,
+        "grpo": {"steps": grpo_info["steps"], "seconds": grpo_info["seconds"], "recipe": args.recipe},
+        "splits": {split: {"constant_answer_pct": constant_answer_pct(after[split].records),
+                           "start": {**before[split].summary(), "by_count": by_count(before[split].records)},
+                           "trained": {**after[split].summary(), "by_count": by_count(after[split].records)}}
+                   for split in EVAL_SPLITS},
+        "samples": {split: {"start": before[split].records[0]["completion"][:120],
+                            "trained": after[split].records[0]["completion"][:120]} for split in EVAL_SPLITS},
+    }
+    with open(out / "demo.json", "w") as handle:
+        json.dump(report, handle, indent=1, default=str)
+    log("")
+    log(f"Start model (SFT warm start) vs trained model (+{grpo_info['steps']} GRPO steps), selfcheck protocol:")
+    log(table)
+    for split in EVAL_SPLITS:
+        log(f"  {split} sample (gold {before[split].records[0]['gold']}): start "
+            f"{' '.join(report['samples'][split]['start'].split())[:70]!r} -> trained "
+            f"{' '.join(report['samples'][split]['trained'].split())[:70]!r}")
+    log(f"[demo] {total / 60:.1f} min in all ({', '.join(f'{k[:-2]} {v:.0f} s' for k, v in timings.items())}); "
+        f"load average {os.getloadavg()[0]:.1f}")
+    log(f"[demo] report {out / 'demo.json'}; plots {out / 'acc_by_count.png'}, {out / 'curves.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
