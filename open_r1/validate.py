@@ -127,7 +127,7 @@ def check_eval_settings(script_args) -> list[str]:
 
 
 def check_devices(training_args, model_args=None, num_processes: int | None = None) -> list[str]:
-    """A recipe that needs GPUs (DeepSpeed, bf16, or a generation batch a CPU cannot carry) on a machine without one."""
+    """A recipe that needs GPUs (DeepSpeed, or a generation batch a CPU cannot carry) on a machine without one."""
     import torch
 
     if os.environ.get(ALLOW_CPU_ENV) == "1":
@@ -137,8 +137,6 @@ def check_devices(training_args, model_args=None, num_processes: int | None = No
     reasons = []
     if getattr(training_args, "deepspeed", None):
         reasons.append("DeepSpeed")
-    if getattr(training_args, "bf16", False):
-        reasons.append("bf16")
     completions = (getattr(training_args, "generation_batch_size", None)
                    or training_args.per_device_train_batch_size * (getattr(training_args, "steps_per_generation", None)
                                                                    or 1))

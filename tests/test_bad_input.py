@@ -229,7 +229,7 @@ def test_gpu_recipe_on_a_cpu_machine_is_refused(tiny_model_dir, scene_data_dir, 
                     str(tiny_model_dir), "--dataset_name", os.path.join(scene_data_dir, "train"), "--eval_sets",
                     os.path.join(scene_data_dir, "ood_val"), os.path.join(scene_data_dir, "val"), "--output_dir",
                     str(tmp_path / "run"), "--use_cpu", "true")
-    assert_clean_error(rc, err, "this recipe needs GPUs (bf16, 512 completions", "configs/demo.yaml")
+    assert_clean_error(rc, err, "this recipe needs GPUs (512 completions per generation round)", "configs/demo.yaml")
 
 
 def test_corrupt_image_past_the_first_rows_fails_with_its_row(tiny_model_dir, corrupt_data, tmp_path):

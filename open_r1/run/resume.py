@@ -126,9 +126,10 @@ def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | N
         except (OSError, ValueError):
             pass
         restored, fresh = restored_parts(checkpoint)
+        now = getattr(training_args, "max_steps", None)
+        longer = f"; this run's max_steps is {now}" if now not in (None, state.get("max_steps")) else ""
         say(f"[resume] resuming from {checkpoint} (step {state.get('global_step', '?')} of "
-            f"{state.get('max_steps', '?')} when it was saved; now max_steps {getattr(training_args, 'max_steps', '?')})"
-            f": restored {', '.join(restored)}"
+            f"{state.get('max_steps', '?')}{longer}): restored {', '.join(restored)}"
             + (f"; started fresh: {'; '.join(fresh)}" if fresh else "")
             + ". Start fresh with --auto_resume false or another --output_dir")
     return checkpoint
