@@ -29,17 +29,34 @@ def static_cache_kwargs(prompt_tokens: int, max_new_tokens: int) -> dict:
 
 
 def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compile_generation=False,
-                   do_sample=False, **generate_kwargs):
+                   do_sample=False, decoder=None, **generate_kwargs):
     """Completions for one batch of chat-formatted prompt texts. Returns (texts, completion token counts,
     truncated flags).
 
     `compile_generation`: a static KV cache, which transformers decodes with a compiled, CUDA-graph step on GPUs
-    (same tokens as the dynamic cache; the first batch of each size pays for the compilation)."""
+    (same tokens as the dynamic cache; the first batch of each size pays for the compilation).
+
+    `decoder`: 'graph' (open_r1.decoding.GraphDecoder: static cache + CUDA-graph decode step, one per model, kept
+    across calls), 'eager' (the same decoder uncompiled), 'hf' (transformers generate) or 'auto'/None
+    (`DEFAULT_DECODER`: 'graph' on CUDA devices, 'hf' elsewhere). A setting the graph decoder lacks falls back to
+    'hf' with a warning."""
     import torch
 
     inputs = processor(text=list(prompt_texts), images=list(images), padding=True, padding_side="left",
                        return_tensors="pt")
     inputs = inputs.to(model.device)
+    choice = resolve_decoder(decoder, model.device)
+    if choice != "hf" and not compile_generation:
+        from open_r1.decoding import UnsupportedGeneration, resolve_settings
+
+        try:
+            settings = resolve_settings(model.generation_config, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                                        **generate_kwargs)
+        except UnsupportedGeneration as error:
+            _warn_fallback(str(error))
+        else:
+            completion_ids = decoder_for(model, compile=choice == "graph").generate(**inputs, settings=settings)
+            return decode_completions(completion_ids.tolist(), processor, settings.eos_token_ids, max_new_tokens)
     with torch.inference_mode():
         extra = static_cache_kwargs(inputs["input_ids"].shape[1], max_new_tokens) if compile_generation else {}
         output = model.generate(**inputs, do_sample=do_sample, max_new_tokens=max_new_tokens, **extra,
@@ -47,6 +64,54 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
     completion_ids = output[:, inputs["input_ids"].shape[1]:]
     return decode_completions(completion_ids.tolist(), processor, model.generation_config.eos_token_id,
                               max_new_tokens)
+
+
+DEFAULT_DECODER = "auto"  # selfcheck --decoder sets it; generate_texts(decoder=...) overrides per call
+_DECODERS: "weakref.WeakKeyDictionary" = None  # model -> GraphDecoder (one static cache per model and process)
+
+
+def resolve_decoder(decoder, device) -> str:
+    """'graph' | 'eager' | 'hf' for `decoder` ('auto'/None: `DEFAULT_DECODER`, then graph on CUDA, hf elsewhere)."""
+    from open_r1.decoding import DECODER_CHOICES, default_decoder
+    from open_r1.errors import RecipeError
+
+    decoder = decoder or DEFAULT_DECODER
+    if decoder not in DECODER_CHOICES:
+        raise RecipeError(f"decoder must be one of {', '.join(DECODER_CHOICES)} (got {decoder!r})")
+    return default_decoder(device) if decoder == "auto" else decoder
+
+
+def decoder_for(model, compile: bool | None = None, decoder=None):
+    """The process's GraphDecoder for `model` (created on first use, then reused: its cache is allocated once).
+    `decoder`: register an existing one (the trainer shares its training decoder with evaluation)."""
+    global _DECODERS
+    import weakref
+
+    from open_r1.decoding import GraphDecoder
+
+    if _DECODERS is None:
+        _DECODERS = weakref.WeakKeyDictionary()
+    if decoder is not None:
+        _DECODERS[model] = decoder
+    if model not in _DECODERS:
+        _DECODERS[model] = GraphDecoder(model, compile=compile)
+    found = _DECODERS[model]
+    if compile is not None and found.compile != compile:
+        found.compile = compile  # steps are kept per (settings, compile): the other kind is built on first use
+    return found
+
+
+def forget_decoders() -> None:
+    """Drop every registered decoder (their caches, and the models they hold): for processes that build several
+    models one after another (the benches); a training or selfcheck process keeps its one decoder."""
+    if _DECODERS is not None:
+        _DECODERS.clear()
+
+
+def _warn_fallback(reason: str) -> None:
+    import warnings
+
+    warnings.warn(f"graph decoder not used ({reason}); generating with HF generate", stacklevel=3)
 
 
 def decode_completions(rows, processor, eos_token_id, max_new_tokens):

@@ -244,3 +244,84 @@ def test_unsupported_settings_and_zero3_are_refused():
     with pytest.raises(RecipeError, match="ZERO3=0"):
         check_zero3(Plugin())
     check_zero3(None)
+
+
+def test_training_rollouts_go_through_the_decoder_at_trls_generate_call(tiny_model_dir, scene_data_dir, tmp_path,
+                                                                         monkeypatch):
+    """open_r1.grpo's trainer with fast_decode=eager (the graph decoder uncompiled, on CPU): TRL's rollout path
+    calls the decoder instead of HF generate, a round trains, and the cache is allocated once over two rounds."""
+    from open_r1 import grpo
+    from open_r1.decoding import GraphDecoder
+    from tests.test_grpo import recipe_args, use_varied_reward
+
+    use_varied_reward(monkeypatch)
+    calls = []
+    original = GraphDecoder.generate
+
+    def spy(self, *args, **kwargs):
+        calls.append(kwargs["settings"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GraphDecoder, "generate", spy)
+    script_args, training_args, model_args = grpo.parse_args(
+        recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--fast_decode", "eager", "--max_steps", "2"))[:3]
+    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    trainer.train()
+    assert len(calls) == 2 and calls[0].do_sample and calls[0].max_new_tokens == training_args.max_completion_length
+    decoder = trainer._graph_decoder
+    assert decoder.allocations == 1 and decoder.calls == 2 and not decoder.compile
+    assert "generate" not in trainer.model.__dict__  # the hook is removed after each call
+
+
+def test_fast_decode_is_refused_under_zero3_and_auto_falls_back_on_cpu(tiny_model_dir, scene_data_dir, tmp_path,
+                                                                       monkeypatch):
+    from open_r1 import grpo
+    from open_r1 import trainer as trainer_lib
+    from tests.test_grpo import recipe_args
+
+    script_args, training_args, model_args = grpo.parse_args(recipe_args(tiny_model_dir, scene_data_dir, tmp_path))[:3]
+    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    assert trainer.fast_decode is None and trainer.rollout_generator() is None  # auto on CPU: HF generate
+
+    class Plugin:
+        zero_stage = 3
+
+    monkeypatch.setattr(type(trainer.accelerator.state), "deepspeed_plugin", Plugin(), raising=False)
+    with pytest.raises(RecipeError, match="ZERO3=0"):
+        trainer_lib.resolve_fast_decode(True, trainer)
+    assert trainer_lib.resolve_fast_decode("auto", trainer) is None
+
+
+def test_gqa_decode_attention_equals_the_repeat_kv_path_transformers_takes_under_compile(monkeypatch):
+    """The captured step's attention (`gqa_decode_sdpa`: query heads packed per KV head) against transformers' own
+    sdpa on the path it takes while dynamo traces (KV heads repeated): same output, masked positions ignored."""
+    import transformers.integrations.sdpa_attention as sdpa_lib
+
+    from open_r1 import decoding
+
+    class Layer(torch.nn.Module):
+        num_key_value_groups = 6
+        is_causal = True
+
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(3, 12, 1, 16, generator=generator)
+    key = torch.randn(3, 2, 10, 16, generator=generator)
+    value = torch.randn(3, 2, 10, 16, generator=generator)
+    mask = torch.ones(3, 1, 1, 10, dtype=torch.bool)
+    mask[0, ..., :4] = False  # left padding
+    mask[:, ..., 8:] = False  # static-cache slots not written yet
+    monkeypatch.setattr(sdpa_lib, "is_torchdynamo_compiling", lambda: True)  # transformers' compiled path
+    reference, _ = sdpa_lib.sdpa_attention_forward(Layer(), query, key, value, mask, scaling=0.25)
+    monkeypatch.setattr(decoding, "_ORIGINAL_SDPA", sdpa_lib.sdpa_attention_forward)
+    ours, _ = decoding.gqa_decode_sdpa(Layer(), query, key, value, mask, scaling=0.25)
+    assert ours.shape == reference.shape == (3, 1, 12, 16)
+    assert torch.allclose(ours, reference, atol=1e-6)
+    garbage = key.clone()
+    garbage[:, :, 8:] = 1e4  # what sits in masked slots does not matter
+    again, _ = decoding.gqa_decode_sdpa(Layer(), query, garbage, value, mask, scaling=0.25)
+    assert torch.allclose(again, ours, atol=1e-6)
+    # prompts (more than one query token) go to transformers' function untouched
+    calls = []
+    monkeypatch.setattr(decoding, "_ORIGINAL_SDPA", lambda *a, **k: calls.append(1) or (None, None))
+    decoding.gqa_decode_sdpa(Layer(), torch.randn(3, 12, 4, 16), key, value, None)
+    assert calls == [1]

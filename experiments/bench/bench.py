@@ -1359,6 +1359,13 @@ def selfcheck_main(argv=None) -> int:
                                           limit=measured[batch_size], max_new_tokens=completion_length,
                                           progress=False, compile_generation=compiled)
                 per_s = report.n / report.seconds
+                decoder = (generation_lib._DECODERS or {}).get(model)
+                timed = decoder.timings[-(-report.n // batch_size):] if decoder is not None and decoder.timings else []
+                if timed:  # the graph decoder's own split of the measured batches
+                    entry.update(decoder_prefill_s=sum(t["prefill_s"] for t in timed),
+                                 decoder_decode_s=sum(t["decode_s"] for t in timed),
+                                 decode_ms_per_step=1000 * sum(t["decode_s"] for t in timed)
+                                 / max(sum(t["steps"] - 1 for t in timed), 1))
                 entry.update({
                     "status": "ok",
                     "seconds": report.seconds,
