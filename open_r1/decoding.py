@@ -242,6 +242,12 @@ def check_zero3(deepspeed_plugin) -> None:
             "fast_decode: false")
 
 
+def zero3_partitioned(model) -> bool:
+    """Whether `model`'s parameters are DeepSpeed ZeRO-3 partitions (they carry DeepSpeed's `ds_id`)."""
+    first = next(model.parameters(), None)
+    return first is not None and hasattr(first, "ds_id")
+
+
 def default_decoder(device) -> str:
     """'graph' (compiled CUDA-graph step) on CUDA devices, 'hf' (transformers generate) elsewhere."""
     return "graph" if torch.device(device).type == "cuda" else "hf"

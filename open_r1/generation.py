@@ -46,6 +46,14 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
                        return_tensors="pt")
     inputs = inputs.to(model.device)
     choice = resolve_decoder(decoder, model.device)
+    from open_r1.decoding import zero3_partitioned
+
+    if choice != "hf" and zero3_partitioned(model):
+        if (decoder or DEFAULT_DECODER) != "auto":
+            from open_r1.decoding import check_zero3
+
+            check_zero3(type("ZeRO3", (), {"zero_stage": 3})())  # the RecipeError that names the fix
+        choice = "hf"  # ZeRO-3: gathered weights move between calls; a captured step cannot follow them
     if choice != "hf" and not compile_generation:
         from open_r1.decoding import UnsupportedGeneration, resolve_settings
 

@@ -66,6 +66,9 @@ def resolve_fast_decode(value, trainer) -> str | None:
     plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
     zero3 = plugin is not None and getattr(plugin, "zero_stage", 0) == 3
     if value == "auto":
+        if zero3 and trainer.accelerator.is_main_process:
+            print("[grpo] fast_decode auto: HF generate under DeepSpeed ZeRO-3 (the CUDA-graph decoder needs whole "
+                  "weights at fixed addresses); train.sh ZERO3=0 (DDP) uses it", flush=True)
         if trainer.use_vllm or zero3 or trainer.accelerator.device.type != "cuda":
             return None
         return "graph"

@@ -325,3 +325,32 @@ def test_gqa_decode_attention_equals_the_repeat_kv_path_transformers_takes_under
     monkeypatch.setattr(decoding, "_ORIGINAL_SDPA", lambda *a, **k: calls.append(1) or (None, None))
     decoding.gqa_decode_sdpa(Layer(), torch.randn(3, 12, 4, 16), key, value, None)
     assert calls == [1]
+
+
+def test_generate_texts_decoder_option_gives_hf_answers_and_refuses_zero3(tiny_model_dir, monkeypatch):
+    """generate_texts (what selfcheck / evaluate_dataset call): decoder='eager' (the graph decoder's code path,
+    uncompiled) returns HF generate's texts, lengths and truncation flags; a ZeRO-3-partitioned model falls back
+    to HF under 'auto' and is refused for an explicit graph decoder."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from open_r1 import decoding, generation
+
+    processor = AutoProcessor.from_pretrained(tiny_model_dir, padding_side="left")
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    texts = [processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text",
+             "text": q}]}], add_generation_prompt=True) for q in QUESTIONS]
+    images = _images(len(texts))
+    hf = generation.generate_texts(model, processor, texts, images, 6, decoder="hf")
+    ours = generation.generate_texts(model, processor, texts, images, 6, decoder="eager")
+    assert ours == hf
+    decoder = generation.decoder_for(model)
+    assert decoder.calls == 1 and not decoder.compile
+    generation.generate_texts(model, processor, texts, images, 6, decoder="eager")
+    assert generation.decoder_for(model) is decoder and decoder.allocations == 1  # one decoder per model, reused
+    monkeypatch.setattr(decoding, "zero3_partitioned", lambda model: True)
+    with pytest.raises(RecipeError, match="ZERO3=0"):
+        generation.generate_texts(model, processor, texts, images, 6, decoder="eager")
+    monkeypatch.setattr(generation, "DEFAULT_DECODER", "auto")
+    assert generation.generate_texts(model, processor, texts, images, 6) == hf
+    assert decoder.calls == 2
+    generation.forget_decoders()
