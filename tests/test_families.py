@@ -219,11 +219,9 @@ def test_verify_passes_for_each_family_and_the_counting_check_names_the_grader_c
         assert families.FAMILIES[family].class_name in captured.err and "--any-family" in captured.err
 
 
-def test_counting_export_of_another_family_is_refused_before_it_replaces_anything(family, family_model_dir,
-                                                                                   tmp_path):
-    if family == "qwen2_vl":
-        pytest.skip("Qwen2-VL is the counting grader's class")
+@pytest.mark.parametrize("other", ["qwen2_5_vl", "qwen3_vl"])  # Qwen2-VL is the counting grader's own class
+def test_counting_export_of_another_family_is_refused_before_it_replaces_anything(tiny_model_dirs, other, tmp_path):
     out = tmp_path / "submission"
     with pytest.raises(export_lib.ExportError, match="Qwen2VLForConditionalGeneration"):
-        export_lib.export_submission(str(family_model_dir), str(out), verify=False, log=lambda *_: None)
+        export_lib.export_submission(str(tiny_model_dirs[other]), str(out), verify=False, log=lambda *_: None)
     assert not out.exists()
