@@ -26,7 +26,64 @@ from open_r1.tasks.captioning import stage_common as common
 ORDER = ("data", "pretrain", "synthesize", "sft", "rm", "grpo", "eval")
 
 
-def run_pipeline(recipe: dict, stages=ORDER, out: str | None = None) -> dict:
+def parallel_jobs(recipe: dict, name: str) -> list[list[str]] | None:
+    """With ``parallel: true`` in the recipe's stage section, the --set overrides of independent sub-jobs that run as
+    separate processes at once (small models leave a GPU mostly idle): the two base models, the RM and its blind
+    control, the GRPO seeds. None: run the stage in this process."""
+    if not common.section(recipe, name).get("parallel"):
+        return None
+    if name == "pretrain":
+        return [[f"pretrain.only={which}"] for which in ("policy", "rm_backbone")]
+    if name == "rm":
+        jobs = [["rm.only=rm"]]
+        if common.section(recipe, "rm").get("blind", True):
+            jobs.append(["rm.only=rm_blind"])
+        return jobs
+    if name == "grpo":
+        return [[f"grpo.seeds=[{int(seed)}]"] for seed in common.section(recipe, "grpo").get("seeds", [0])]
+    return None
+
+
+def run_parallel(recipe: dict, name: str, jobs: list[list[str]], overrides: list[str]) -> dict:
+    import subprocess
+
+    paths = common.Paths(recipe)
+    logs = os.path.join(paths.root, "logs")
+    os.makedirs(logs, exist_ok=True)
+    procs = []
+    for i, sets in enumerate(jobs):
+        result = os.path.join(logs, f"{name}_{i}.json")
+        log_path = os.path.join(logs, f"{name}_{i}.log")
+        command = [sys.executable, "-m", f"open_r1.tasks.captioning.stage_{name}", "--config",
+                   recipe["_recipe_path"], "--result", result]
+        for item in [*overrides, *sets]:
+            command += ["--set", item]
+        handle = open(log_path, "w")
+        procs.append((subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT), handle, result, log_path,
+                      sets))
+        common.log(f"[pipeline] {name} job {i} ({' '.join(sets)}): log {log_path}")
+    merged: dict = {}
+    failed = []
+    for proc, handle, result, log_path, sets in procs:
+        code = proc.wait()
+        handle.close()
+        with open(log_path) as f:
+            ours = [line.rstrip() for line in f if line.startswith("[") or "error" in line.lower()]
+        print("\n".join(ours[-25:]), flush=True)
+        if code != 0 or not os.path.isfile(result):
+            failed.append(f"{' '.join(sets)} (exit {code}, log {log_path})")
+            continue
+        part = common.read_json(result)
+        if name == "grpo":
+            merged.setdefault("runs", []).extend(part.get("runs", []))
+        else:
+            merged.update(part)
+    if failed:
+        raise OpenR1Error(f"stage {name}: sub-job(s) failed: {'; '.join(failed)}")
+    return merged
+
+
+def run_pipeline(recipe: dict, stages=ORDER, out: str | None = None, overrides: list[str] | None = None) -> dict:
     paths = common.Paths(recipe)
     os.makedirs(paths.results, exist_ok=True)
     summary_path = os.path.join(paths.results, "pipeline.json")
@@ -37,10 +94,18 @@ def run_pipeline(recipe: dict, stages=ORDER, out: str | None = None) -> dict:
     for name in stages:
         t0 = time.time()
         common.log(f"[pipeline] stage {name} (elapsed {t0 - started:.0f} s)")
-        module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
-        result = module.run(recipe)
+        jobs = parallel_jobs(recipe, name)
+        if jobs:
+            result = run_parallel(recipe, name, jobs, overrides or [])
+        else:
+            module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
+            result = module.run(recipe)
         summary["stages"][name] = {"seconds": time.time() - t0, "result": result}
         common.write_json(summary_path, summary)
+        if out:  # after every stage: a run cut short still returns what it measured
+            with open(os.path.join(paths.results, "results.md"), "w") as handle:
+                handle.write(results_markdown(summary))
+            copy_results(paths, out)
     summary["total_seconds"] = time.time() - started
     common.write_json(summary_path, summary)
     markdown = results_markdown(summary)
@@ -129,7 +194,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         recipe = common.load_recipe(args.config, args.set)
-        run_pipeline(recipe, args.stages, args.out)
+        run_pipeline(recipe, args.stages, args.out, args.set)
     except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -134,6 +134,7 @@ def stage_cli(name: str, run: Callable[[dict], dict], doc: str, argv: list[str] 
     parser.add_argument("--config", required=True, help="pipeline recipe (configs/captioning/*.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a recipe key (repeatable), e.g. --set rm.max_seconds=60")
+    parser.add_argument("--result", default=None, help="also write the stage's summary JSON to this file")
     args = parser.parse_args(argv)
     try:
         recipe = load_recipe(args.config, args.set)
@@ -141,5 +142,8 @@ def stage_cli(name: str, run: Callable[[dict], dict], doc: str, argv: list[str] 
     except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(summary, indent=1, default=str)[:4000])
+    if args.result:
+        write_json(args.result, summary)
+    text = json.dumps(summary, indent=1, default=str)
+    print(text if len(text) < 3000 else text[:3000] + " ...")
     return 0

@@ -26,7 +26,7 @@ from open_r1.tasks.captioning import stage_common as common
 
 # recipe keys of the grpo section that are pipeline settings, not open_r1.grpo recipe keys
 PIPELINE_KEYS = ("seeds", "fail_value", "format_bonus", "max_seconds", "rm_device", "merge", "lora_r", "lora_alpha",
-                 "eval_sets", "extra")
+                 "eval_sets", "extra", "parallel", "only")
 
 
 def grpo_recipe(recipe: dict, seed: int) -> dict:
@@ -72,9 +72,25 @@ def grpo_recipe(recipe: dict, seed: int) -> dict:
 
         raise RecipeError("grpo.loss_type cispo: TRL 1.16 clamps the ratio at epsilon_high (REINFORCE x 0.28); use "
                           "dapo or grpo")
-    if cfg.get("max_seconds"):
-        out["time_budget"] = str(int(cfg["max_seconds"]))
     return out
+
+
+def time_cap(max_seconds: float | None):
+    """A callback that ends training after `max_seconds` of steps (the first step's compile time not counted): the
+    stand-in's stage-wise time budget. (The engine's `time_budget` is a deadline for a submission, with export and
+    verification reserves; this is a plain training cap.)"""
+    from transformers import TrainerCallback
+
+    class TimeCap(TrainerCallback):
+        t0 = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.t0 = self.t0 or time.time()
+            if max_seconds and time.time() - self.t0 > float(max_seconds):
+                control.should_training_stop = True
+            return control
+
+    return TimeCap()
 
 
 def run_seed(recipe: dict, seed: int) -> dict:
@@ -95,10 +111,8 @@ def run_seed(recipe: dict, seed: int) -> dict:
     common.log(f"[grpo] seed {seed}: python -m open_r1.grpo --config {path}")
     started = time.time()
     script_args, training_args, model_args = grpo.parse_args(["--config", path])[:3]
-    if os.environ.get("TRAIN_START_TIME") is None:
-        os.environ["TRAIN_START_TIME"] = str(started)  # the time budget counts from this run's start
-    trainer = grpo.main(script_args, training_args, model_args)
-    os.environ.pop("TRAIN_START_TIME", None)
+    cap = common.section(recipe, "grpo").get("max_seconds")
+    trainer = grpo.main(script_args, training_args, model_args, callbacks=[time_cap(cap)] if cap else None)
     if trainer.run_safety.exit_code:
         raise RecipeError(f"GRPO seed {seed} stopped with exit code {trainer.run_safety.exit_code}")
     history = [dict(e) for e in trainer.state.log_history]

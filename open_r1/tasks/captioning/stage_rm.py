@@ -39,12 +39,21 @@ def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dic
     from open_r1.tasks.captioning import protocol
 
     rows = []
-    images = pairs["image"]
     table = pairs.remove_columns(["image"])
-    for image, record in zip(images, table):
-        desc = protocol.description_from_row(record)
+    contests = table["contest"]
+    first: dict = {}
+    for i, contest in enumerate(contests):
+        first.setdefault(contest, i)
+    # one decoded image per contest, shared by its pairs (not one decode and copy per pair)
+    decoded = pairs.select(list(first.values()))["image"]
+    images = {}
+    for contest, image in zip(first, decoded):
         image = image.convert("RGB")
-        row = {"image": blank_like(image) if blind else image, "chosen": protocol.rm_messages(desc, record["chosen"]),
+        images[contest] = blank_like(image) if blind else image
+    for record in table:
+        desc = protocol.description_from_row(record)
+        image = images[record["contest"]]
+        row = {"image": image, "chosen": protocol.rm_messages(desc, record["chosen"]),
                "rejected": protocol.rm_messages(desc, record["rejected"]), "group": record["contest"]}
         if keep_oracle:
             row["oracle_order"] = record["chosen_oracle"] > record["rejected_oracle"]
@@ -141,8 +150,11 @@ def train_one(recipe: dict, blind: bool) -> dict:
 
 def run(recipe: dict) -> dict:
     cfg = common.section(recipe, "rm")
-    report = {"rm": train_one(recipe, blind=False)}
-    if cfg.get("blind", True):
+    only = cfg.get("only")  # rm | rm_blind: one of the two (the pipeline runs them in parallel processes)
+    report = {}
+    if only in (None, "rm"):
+        report["rm"] = train_one(recipe, blind=False)
+    if cfg.get("blind", True) and only in (None, "rm_blind"):
         report["rm_blind"] = train_one(recipe, blind=True)
     return report
 

@@ -1,0 +1,59 @@
+"""The humor-r1 chain end to end on CPU (`make humor-demo`'s pipeline), on an even smaller setting: stand-in data,
+tiny base models pre-trained from random init, trace synthesis (real code path), SFT + merge, RM + image-blind RM,
+GRPO through the engine's `open_r1.grpo` with the `caption_rm` reward, and the best-of-N table."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytestmark = pytest.mark.slow  # several minutes on 2 CPU cores
+
+
+def test_humor_demo_end_to_end(tmp_path):
+    from open_r1.tasks.captioning import pipeline
+    from open_r1.tasks.captioning import stage_common as common
+
+    overrides = [
+        f"work_dir={tmp_path / 'run'}",
+        "data.contests=10", "data.ood_contests=2", "data.pretrain_ood_contests=2", "data.captions=10",
+        "pretrain.policy.max_steps=1", "pretrain.rm_backbone.max_steps=1",
+        "synthesize.limit=2", "synthesize.max_new_tokens=8",
+        "sft.max_steps=1", "rm.max_steps=2", "rm.eval_cap_per_contest=4",
+        "grpo.max_steps=1", "grpo.max_completion_length=16",
+        "eval.n=2", "eval.limit=1", "eval.max_new_tokens=16",
+    ]
+    recipe = common.load_recipe("configs/captioning/standin_demo.yaml", overrides)
+    out = tmp_path / "out"
+    summary = pipeline.run_pipeline(recipe, out=str(out))
+
+    root = tmp_path / "run"
+    assert set(summary["stages"]) == set(pipeline.ORDER)
+    # every stage left its artefact: full model dirs (LoRA merged), the RM dirs, the eval tables
+    for model in ("policy-base", "rm-backbone", "policy-sft", "policy-grpo-seed0"):
+        assert (root / "models" / model / "config.json").is_file(), model
+        assert not (root / "models" / model / "adapter_config.json").exists(), model
+    for rm in ("rm", "rm-blind"):
+        meta = json.loads((root / "models" / rm / "reward_model.json").read_text())
+        assert meta["pooling"] == "last_real_token" and meta["blind"] == (rm == "rm-blind")
+    rm_result = summary["stages"]["rm"]["result"]
+    for key in ("rm", "rm_blind"):
+        for split in ("test", "ood"):
+            accuracy = rm_result[key]["held_out"][split]
+            assert 0.0 <= accuracy["ci_low"] <= accuracy["accuracy"] <= accuracy["ci_high"] <= 1.0
+    synth = summary["stages"]["synthesize"]["result"]
+    assert synth["rows"] == 2 and synth["kept"] + synth["truncated"] + synth["empty"] + synth["leaks_caption"] == 2
+    grpo_recipe = (root / "grpo" / "seed0" / "grpo_recipe.yaml").read_text()
+    assert "task: captioning" in grpo_recipe and "caption_rm" in grpo_recipe and "cispo" not in grpo_recipe
+    evaluation = summary["stages"]["eval"]["result"]
+    for split in ("test", "ood"):
+        metrics = evaluation["splits"][split]["metrics"]
+        assert set(metrics) == {"base", "sft", "grpo_s0"}
+        assert all(0.0 <= m["fail_as_zero"] <= 1.0 for m in metrics.values())
+        assert (root / "results" / f"eval_{split}" / "bon_eval.md").is_file()
+    assert "grpo_s0" in evaluation["must_show_grpo"]
+    table = (root / "results" / "results.md").read_text()
+    assert "Best-of-N, split test" in table and "image-blind" in table
+    copied = sorted(os.listdir(out))
+    assert "results.md" in copied and "pipeline.json" in copied and len(copied) <= 8
