@@ -1,7 +1,7 @@
 # Common tasks (docs/DEMO.md for the demo, README.md for the rest).
 PY ?= python
 
-.PHONY: install demo demo-start demo-gpu test test-fast humor-demo humor-demo
+.PHONY: install demo demo-start demo-gpu test test-fast humor-demo
 
 install:
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
@@ -32,14 +32,6 @@ test: install
 # Without the end-to-end tests marked slow.
 test-fast:
 	$(PY) -m pytest -q -m "not slow"
-
-# humor-r1 captioning, the whole chain on CPU with tiny models on generated data (minutes), ending in the eval table:
-# stand-in data -> base pre-training -> trace synthesis -> SFT + merge -> RM + blind RM -> GRPO -> best-of-N.
-HUMOR_DEMO_DIR ?= runs/humor-demo
-humor-demo:
-	$(PY) -m open_r1.tasks.captioning.pipeline --config configs/captioning/standin_demo.yaml \
-		--set work_dir=$(HUMOR_DEMO_DIR) --set data.overwrite=true
-	cat $(HUMOR_DEMO_DIR)/results/results.md
 
 # humor-r1 captioning, the whole chain on CPU with tiny models on generated data (minutes), ending in the eval table:
 # stand-in data -> base pre-training -> trace synthesis -> SFT + merge -> RM + blind RM -> GRPO -> best-of-N.
