@@ -572,6 +572,44 @@ def test_lr_after_a_longer_max_steps_continues_the_new_schedule():
     assert fresh_sched.last_epoch == 4 and fresh_opt.param_groups[0]["lr"] == pytest.approx(0.5)
 
 
+FAST = ["--num_generations", "2", "--per_device_train_batch_size", "4", "--max_completion_length", "8",
+        "--max_pixels", "12544", "--max_train_samples", "8", "--learning_rate", "0.1", "--beta", "0.0",
+        "--logging_steps", "1", "--report_to", "none", "--dtype", "float32", "--use_cpu", "true", "--seed", "0",
+        "--lr_scheduler_type", "linear", "--warmup_steps", "0", "--save_strategy", "steps", "--save_steps", "2"]
+
+
+def test_resumed_run_with_a_longer_max_steps_trains_at_the_new_schedule(tiny_model_dir, scene_data_dir, tmp_path,
+                                                                        capfd):
+    """End to end: 2 steps (the linear schedule ends at lr 0), then resume with max_steps 4: the first resumed step
+    must use the new schedule's rate at step 2, not the 0 stored in optimizer.pt."""
+    from transformers import TrainerCallback
+
+    from open_r1 import grpo
+
+    class LearningRateAtStepBegin(TrainerCallback):
+        def __init__(self):
+            self.seen = []
+
+        def on_step_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+            expected = lr_scheduler.base_lrs[0] * lr_scheduler.lr_lambdas[0](state.global_step)
+            self.seen.append((state.global_step, optimizer.param_groups[0]["lr"], expected))
+
+    def train(max_steps, probe=None):
+        argv = ["--model_name_or_path", str(tiny_model_dir), "--dataset_name", os.path.join(scene_data_dir, "train"),
+                "--output_dir", str(tmp_path / "run"), *FAST, "--max_steps", str(max_steps)]
+        script_args, training_args, model_args = grpo.parse_args(argv)[:3]
+        return grpo.main(script_args, training_args, model_args, callbacks=[probe] if probe else None)
+
+    train(2)
+    probe = LearningRateAtStepBegin()
+    trainer = train(4, probe)
+    assert trainer.state.global_step == 4
+    step, used, expected = probe.seen[0]
+    assert step == 2 and expected == pytest.approx(0.05) and used == pytest.approx(expected)
+    err = capfd.readouterr().err
+    assert "this run's max_steps is 4" in err and "learning rate at step 2 set from this run's schedule" in err
+
+
 def test_a_run_dir_of_another_base_model_is_refused(tiny_model_dir, scene_data_dir, tmp_path):
     run_dir = tmp_path / "run"
     fake_checkpoint(tiny_model_dir, run_dir / "checkpoint-2", 2)
