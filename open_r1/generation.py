@@ -63,7 +63,13 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
         except UnsupportedGeneration as error:
             _warn_fallback(str(error))
         else:
-            completion_ids = decoder_for(model, compile=choice == "graph").generate(**inputs, settings=settings)
+            try:
+                completion_ids = decoder_for(model, compile=choice == "graph").generate(**inputs, settings=settings)
+            except torch.OutOfMemoryError:
+                # drop the decoder (its cache is sized for this batch): a caller that retries with a smaller batch
+                # (evaluate_dataset halves it) gets a decoder sized for that one
+                _DECODERS.pop(model, None)
+                raise
             return decode_completions(completion_ids.tolist(), processor, settings.eos_token_ids, max_new_tokens)
     with torch.inference_mode():
         extra = static_cache_kwargs(inputs["input_ids"].shape[1], max_new_tokens) if compile_generation else {}

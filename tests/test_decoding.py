@@ -354,3 +354,25 @@ def test_generate_texts_decoder_option_gives_hf_answers_and_refuses_zero3(tiny_m
     assert generation.generate_texts(model, processor, texts, images, 6) == hf
     assert decoder.calls == 2
     generation.forget_decoders()
+
+
+def test_out_of_memory_drops_the_decoder_so_a_smaller_retry_gets_a_smaller_cache(tiny_model_dir, monkeypatch):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from open_r1 import generation
+    from open_r1.decoding import GraphDecoder
+
+    processor = AutoProcessor.from_pretrained(tiny_model_dir, padding_side="left")
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    texts = [processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text",
+             "text": q}]}], add_generation_prompt=True) for q in QUESTIONS]
+    images = _images(len(texts))
+    first = generation.decoder_for(model, compile=False)
+    monkeypatch.setattr(GraphDecoder, "generate", lambda self, *a, **k: (_ for _ in ()).throw(torch.OutOfMemoryError()))
+    with pytest.raises(torch.OutOfMemoryError):
+        generation.generate_texts(model, processor, texts, images, 4, decoder="eager")
+    monkeypatch.undo()
+    out = generation.generate_texts(model, processor, texts[:1], images[:1], 4, decoder="eager")
+    again = generation.decoder_for(model)
+    assert again is not first and again.batch_size == 1 and len(out[0]) == 1
+    generation.forget_decoders()
