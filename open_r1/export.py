@@ -455,8 +455,9 @@ def recover_interrupted_swap(target: str, log=print) -> str | None:
 
 
 def clean_stale_staging(target: str, log=print) -> list[str]:
-    """Remove `.<name>.tmp-<pid>-*` dirs of export processes that are gone (never a finished model: a staging dir
-    becomes the submission by rename); report those whose owner cannot be told."""
+    """Remove the partial `.<name>.tmp-<pid>-*` dirs of export processes that are gone; one that holds a complete
+    model (killed between verification and swap) is kept as `<name>.candidate-<time>`; report those whose owner
+    cannot be told."""
     parent, name = os.path.dirname(os.path.abspath(target)), os.path.basename(os.path.abspath(target))
     if not os.path.isdir(parent):
         return []
@@ -471,9 +472,15 @@ def clean_stale_staging(target: str, log=print) -> list[str]:
         pid = entry[len(STAGING_PREFIX.format(name=name)):].split("-", 1)[0]
         alive = pid.isdigit() and _pid_alive(int(pid))
         if pid.isdigit() and not alive:
+            if verify_submission(path, generate=False, expected_class=None).ok:  # killed after verifying: keep it
+                kept = _unique(f"{os.path.join(parent, name)}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+                os.rename(path, kept)
+                log(f"[export] {path} (an export, pid {pid}, killed before its swap) holds a complete model: kept "
+                    f"at {kept}")
+                continue
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
-            log(f"[export] removed {path}: the staging dir of an export (pid {pid}) that did not finish")
+            log(f"[export] removed {path}: the partial staging dir of an export (pid {pid}) that did not finish")
         elif not pid.isdigit():
             log(f"[export] warning: stale staging dir {path} from an older export; delete it when no export runs")
     return removed

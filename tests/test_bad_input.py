@@ -445,7 +445,7 @@ def test_an_interrupted_swap_is_recovered_on_the_next_run(tmp_path):
     assert len(kept) == 1 and (kept[0] / "weights").read_text() == "new"
 
 
-def test_stale_staging_dirs_are_cleaned_or_reported(tmp_path):
+def test_stale_staging_dirs_are_cleaned_or_reported(exported, tmp_path):
     from open_r1.export import clean_stale_staging
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -455,10 +455,15 @@ def test_stale_staging_dirs_are_cleaned_or_reported(tmp_path):
     legacy = tmp_path / ".sub.tmp-xyz"
     for path in (stale, live, legacy):
         path.mkdir()
+    (stale / "config.json").write_text("{}")  # half-written
+    finished = tmp_path / f".sub.tmp-{dead.pid}-ghi"  # killed after verification, before the swap
+    shutil.copytree(exported, finished)
     lines = []
     assert clean_stale_staging(str(tmp_path / "sub"), log=lines.append) == [str(stale)]
-    assert not stale.exists() and live.exists() and legacy.exists()
+    assert not stale.exists() and live.exists() and legacy.exists() and not finished.exists()
     assert any("stale staging dir" in line and str(legacy) in line for line in lines)
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("sub.candidate-")]
+    assert len(kept) == 1 and tree_digest(kept[0]) == tree_digest(exported)
 
 
 # ---- promote compares like with like ---------------------------------------------------------------------------
