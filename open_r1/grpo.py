@@ -390,6 +390,9 @@ def cli(argv=None) -> int:
             raise RecipeError(f"cannot read the recipe ({exc}) (--config)") from None
         except ValueError as exc:  # GRPOConfig validates its fields when it is built
             hint = BATCH_HINT if "num_generations" in str(exc) else "check the recipe and its overrides"
+            if "bf16/gpu" in str(exc):
+                hint = ("no GPU is visible: pass --use_cpu true (train.sh does when NUM_GPUS=0) with a CPU recipe "
+                        "such as configs/demo.yaml, or run on a GPU machine")
             raise RecipeError(f"invalid recipe: {exc} ({hint})") from None
         except Exception as exc:  # a YAML syntax error (yaml.YAMLError); anything else is a bug: re-raised
             if type(exc).__module__.split(".")[0] != "yaml":

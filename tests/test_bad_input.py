@@ -262,6 +262,24 @@ def test_empty_data_sets_are_called_empty(scene_data_dir, tmp_path):
     assert "is an empty directory" in dataset_problems(str(tmp_path / "blank"), "--eval_sets")[0][0]
 
 
+def test_an_error_raised_deep_in_another_module_is_caught_under_dash_m(tiny_model_dir, scene_data_dir, tmp_path):
+    """The data module raises after validation, while the trainer is built: under `python -m open_r1.grpo` the
+    module runs as __main__, so only the package-level family (open_r1.errors) can catch it."""
+    rc, _, err = py(*grpo_args(tiny_model_dir, os.path.join(scene_data_dir, "train"), tmp_path / "run",
+                               "--prompt_templates", "bogus:1"))
+    assert_clean_error(rc, err, "error: unknown prompt template 'bogus'")
+
+
+def test_unknown_recipe_key_is_a_recipe_error(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("learning_rate: 1.0e-6\nreward_wieghts: [1.0]\n")
+    rc, _, err = py("-m", "open_r1.grpo", "--config", str(recipe), "--use_cpu", "true")
+    assert_clean_error(rc, err, "error: invalid recipe", "reward_wieghts")
+    if not HAS_GPU:  # TRL's bf16 default on a CPU machine: the fix is named
+        rc, _, err = py("-m", "open_r1.grpo", "--config", "configs/demo.yaml", "--bf16", "true")
+        assert_clean_error(rc, err, "no GPU is visible: pass --use_cpu true")
+
+
 def test_invalid_yaml_and_missing_config(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("reward_funcs: [exact_count\nbeta: :\n")
