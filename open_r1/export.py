@@ -248,8 +248,15 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
         raise ExportError(f"cannot write the submission: {problem} (--out / SUBMISSION)")
     problem = check_checkpoint(checkpoint)
     if problem:
-        raise ExportError(f"checkpoint {checkpoint} does not load: {problem}. Export another checkpoint "
-                          "(--checkpoint <run dir>/checkpoint-N) or re-train")
+        from open_r1.run.resume import find_resume_checkpoint
+
+        run_dir = os.path.dirname(os.path.abspath(checkpoint.rstrip("/")))
+        loadable = find_resume_checkpoint(run_dir) if os.path.basename(checkpoint.rstrip("/")).startswith(
+            "checkpoint-") else None
+        fix = (f"export the newest checkpoint that loads: --checkpoint {loadable}" if loadable
+               else "export another checkpoint (--checkpoint <run dir>/checkpoint-N) or re-train")
+        raise ExportError(f"checkpoint {checkpoint} does not load: {problem}. {fix}; the submission at {out} is "
+                          "unchanged")
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     recover_interrupted_swap(out, log=log)

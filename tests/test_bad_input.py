@@ -400,6 +400,22 @@ def test_export_errors_before_loading_leave_the_submission(tiny_model_dir, expor
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "submission"]
 
 
+def test_export_of_a_broken_keep_best_choice_names_a_checkpoint_that_loads(tiny_model_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    good = fake_checkpoint(tiny_model_dir, run_dir / "checkpoint-2", 2)
+    best = fake_checkpoint(tiny_model_dir, run_dir / "checkpoint-4", 4)
+    weights = os.path.join(best, "model.safetensors")
+    data = open(weights, "rb").read()
+    open(weights, "wb").write(data[:100])
+    (run_dir / "training_meta.json").write_text(json.dumps({"base_model": str(tiny_model_dir)}))
+    (run_dir / "eval_history.json").write_text(json.dumps({"primary": "ood_val", "secondary": "val", "entries": [
+        {"step": 2, "checkpoint": "checkpoint-2", "scores": {"ood_val": 10.0}},
+        {"step": 4, "checkpoint": "checkpoint-4", "scores": {"ood_val": 50.0}}]}))
+    rc, _, err = py("-m", "open_r1.export", "--checkpoint", str(run_dir), "--out", str(tmp_path / "sub"))
+    assert_clean_error(rc, err, f"checkpoint {best} does not load", f"--checkpoint {good}")
+    assert not (tmp_path / "sub").exists() and os.path.getsize(weights) == 100
+
+
 def test_sigterm_during_export_restores_never_deletes(tiny_model_dir, exported, tmp_path):
     submission = tmp_path / "submission"
     shutil.copytree(exported, submission)
