@@ -38,8 +38,9 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -105,8 +106,8 @@ def pairwise_accuracy(chosen: Sequence[float], rejected: Sequence[float], groups
         draw = [sums[rng.randrange(len(sums))] for _ in sums]
         stats.append(sum(s for s, _ in draw) / sum(n for _, n in draw))
     stats.sort()
-    lo_i = int(math.floor((1 - level) / 2 * n_boot))
-    hi_i = min(n_boot - 1, int(math.ceil((1 + level) / 2 * n_boot)) - 1)
+    lo_i = math.floor((1 - level) / 2 * n_boot)
+    hi_i = min(n_boot - 1, math.ceil((1 + level) / 2 * n_boot) - 1)
     return {
         "accuracy": sum(wins) / len(wins),
         "ci_low": stats[lo_i],
@@ -124,7 +125,7 @@ def chat_text(processor, messages: list[dict]) -> str:
     """The chat-template text of a full conversation, without the template's trailing newline (so the last real
     token is the final turn's end-of-turn token)."""
     text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
-    return text[:-1] if text.endswith("\n") else text
+    return text.removesuffix("\n")
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ def test_pooling_same_score_left_and_right_padding(backbones, family):
     left = rm.score(images, messages, padding_side="left")
     right = rm.score(images, messages, padding_side="right")
     alone = [rm.score([image], [m])[0] for image, m in zip(images, messages)]  # no padding at all
-    assert len(set(round(s, 4) for s in left)) == 3, "scores should differ between rows"
+    assert len({round(s, 4) for s in left}) == 3, "scores should differ between rows"
     for a, b, c in zip(left, right, alone):
         assert a == pytest.approx(c, abs=1e-4)
         assert b == pytest.approx(c, abs=1e-4)

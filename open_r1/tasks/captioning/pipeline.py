@@ -58,7 +58,7 @@ def run_parallel(recipe: dict, name: str, jobs: list[list[str]], overrides: list
                    recipe["_recipe_path"], "--result", result]
         for item in [*overrides, *sets]:
             command += ["--set", item]
-        handle = open(log_path, "w")
+        handle = open(log_path, "w")  # noqa: SIM115 - closed after the process ends, below
         procs.append((subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT), handle, result, log_path,
                       sets))
         common.log(f"[pipeline] {name} job {i} ({' '.join(sets)}): log {log_path}")
@@ -129,7 +129,7 @@ def _fmt(x, digits=3):
 
 def results_markdown(summary: dict) -> str:
     lines = [f"# humor-r1 pipeline results ({summary.get('device')})", "",
-             f"recipe: `{summary.get('recipe')}`; total {summary.get('total_seconds', 0):.0f} s", ""]
+             (f"recipe: `{summary.get('recipe')}`; total {summary.get('total_seconds', 0):.0f} s"), ""]
     stages = summary.get("stages", {})
     lines += ["| stage | seconds |", "|---|---|"]
     lines += [f"| {name} | {block['seconds']:.1f} |" for name, block in stages.items()]
@@ -144,9 +144,9 @@ def results_markdown(summary: dict) -> str:
                              f"{r['n_groups']} | {_fmt(r.get('oracle_agreement_of_labels'))} |")
     synth = (stages.get("synthesize") or {}).get("result")
     if synth:
-        lines += ["", f"Trace synthesis (real code path, {synth.get('engine')}): {synth.get('rows')} rows, kept "
-                  f"{synth.get('kept')}, dropped truncated {synth.get('truncated')}, empty {synth.get('empty')}, "
-                  f"caption-leaking {synth.get('leaks_caption')}; SFT traces: {synth.get('sft_traces')}."]
+        lines += ["", (f"Trace synthesis (real code path, {synth.get('engine')}): {synth.get('rows')} rows, kept "
+                       f"{synth.get('kept')}, dropped truncated {synth.get('truncated')}, empty {synth.get('empty')}, "
+                       f"caption-leaking {synth.get('leaks_caption')}; SFT traces: {synth.get('sft_traces')}.")]
     ev = (stages.get("eval") or {}).get("result") or {}
     checks = ev.get("must_show_grpo") or {}
     if checks:

@@ -92,7 +92,9 @@ def grpo_checks(summary: dict) -> dict:
         for name, comp in (block.get("vs_baseline") or {}).items():
             if not name.startswith("grpo"):
                 continue
-            get = lambda key: (comp.get(key) or {}).get("diff")  # noqa: E731
+            def get(key, comp=comp):
+                return (comp.get(key) or {}).get("diff")
+
             out.setdefault(name, {})[split] = {
                 "d_fail_as_zero": get("fail_as_zero"), "d_oracle_emitted": get("oracle_emitted"),
                 "d_oracle_pick": get("oracle_pick"),

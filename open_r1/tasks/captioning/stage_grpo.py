@@ -96,11 +96,10 @@ def time_cap(max_seconds: float | None):
 def run_seed(recipe: dict, seed: int) -> dict:
     import yaml
 
-    from open_r1 import grpo
+    from open_r1 import grpo, modeling
+    from open_r1.errors import RecipeError
     from open_r1.export import load_for_export
     from open_r1.sft import save_model_dir
-    from open_r1 import modeling
-    from open_r1.errors import RecipeError
 
     paths = common.Paths(recipe)
     settings = grpo_recipe(recipe, seed)
@@ -118,7 +117,10 @@ def run_seed(recipe: dict, seed: int) -> dict:
     history = [dict(e) for e in trainer.state.log_history]
     del trainer
     seconds = time.time() - started
-    merged, _ = load_for_export(settings["output_dir"])
+    from open_r1.run.keep_best import resolve_export_checkpoint
+
+    # the keep-best checkpoint when the run evaluated (eval_sets), else the final adapter
+    merged, _ = load_for_export(resolve_export_checkpoint(settings["output_dir"]))
     processor = modeling.load_processor(settings["output_dir"], settings["min_pixels"], settings["max_pixels"])
     save_model_dir(merged, processor, paths.grpo_model(seed))
     keys = ("reward", "caption_rm/format_ok", "caption_rm/sigmoid_mean", "kl", "completions/mean_length")
