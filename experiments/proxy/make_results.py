@@ -22,6 +22,8 @@ def main(argv=None) -> int:
     parser.add_argument("results", help="results.json from experiments/proxy/proxy_experiment.py")
     parser.add_argument("--md", default=None, help="markdown to write (default: RESULTS.md beside the JSON)")
     parser.add_argument("--png", default=None, help="plot to write (default: acc_by_count.png beside the markdown)")
+    parser.add_argument("--title", default=None, help="the report's title (each run's report has its own; "
+                        "experiments/LOG.md lists them)")
     parser.add_argument("--note", default=None,
                         help="a paragraph put under the title (e.g. what changed since the run), kept in the command")
     args = parser.parse_args(argv)
@@ -36,6 +38,8 @@ def main(argv=None) -> int:
         sys.argv[1:] if argv is None else list(argv))
     if args.note:
         results["meta"]["note"] = args.note
+    if args.title:
+        results["meta"]["title"] = args.title
     md_path, png_path = proxy.write_report(results, md, args.png)
     print(f"wrote {md_path} and {png_path}")
     for split, verdict in proxy.summarize(results)["verdict"].items():
