@@ -27,7 +27,7 @@ demo-gpu:
 
 # The whole suite (CI: .ci/run). Measured time in README.md.
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 # Without the end-to-end tests marked slow.
 test-fast:

@@ -14,8 +14,8 @@ LIBRARY_WARNINGS = (
     (FutureWarning, r"`gradient_checkpointing` is deprecated"),
     # TRL 1.16 reads model.is_gradient_checkpointing (renamed in transformers 5.24) around generation.
     (FutureWarning, r"`is_gradient_checkpointing` is deprecated"),
-    # ... and calls model.gradient_checkpointing_enable (renamed activation_checkpointing_enable).
-    (FutureWarning, r"`gradient_checkpointing_enable` is deprecated"),
+    # ... and calls model.gradient_checkpointing_enable / _disable (renamed activation_checkpointing_*).
+    (FutureWarning, r"`gradient_checkpointing_(enable|disable)` is deprecated"),
 )
 
 
