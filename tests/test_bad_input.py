@@ -238,6 +238,13 @@ def test_corrupt_image_past_the_first_rows_fails_with_its_row(tiny_model_dir, co
     assert not (tmp_path / "run").exists()
 
 
+def test_selfcheck_set_with_a_corrupt_image_fails_with_its_row(exported, corrupt_data, scene_data_dir):
+    rc, _, err = py("selfcheck.py", "--model", str(exported), "--sets", os.path.join(scene_data_dir, "val"),
+                    str(corrupt_data), "--quiet")
+    assert_clean_error(rc, err, f"{corrupt_data} row 10: unreadable image")
+    assert not (exported / "selfcheck.json").exists()
+
+
 def test_check_images_streams_every_row_of_an_eval_set(corrupt_data):
     import datasets
 
