@@ -8,9 +8,47 @@ import os
 
 import pytest
 
-pytestmark = pytest.mark.slow  # several minutes on 2 CPU cores
+def test_split_trace_drops_and_counts():
+    from open_r1.tasks.captioning.stage_synthesize import split_trace
+
+    assert split_trace("The blue cube is odd.</think>\n\n<caption>x</caption>") == ("The blue cube is odd.", "ok")
+    assert split_trace("never closed because the budget ran out") == (None, "truncated")
+    assert split_trace("  </think> anything") == (None, "empty")
 
 
+def test_grpo_recipe_refuses_cispo_and_wires_caption_rm(tmp_path):
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_grpo
+    from open_r1.tiny_models import build_tiny
+
+    policy = build_tiny("qwen3_vl", tmp_path / "policy", min_pixels=3136, max_pixels=12288)
+    recipe = common.load_recipe("configs/captioning/standin_demo.yaml",
+                                [f"work_dir={tmp_path}", f"grpo.model={policy}", "grpo.fail_value=0.0"])
+    settings = stage_grpo.grpo_recipe(recipe, seed=3)
+    assert settings["task"] == "captioning" and settings["reward_funcs"] == ["caption_rm"]
+    assert settings["reward_kwargs"]["caption_rm"]["fail_value"] == 0.0
+    assert settings["loss_type"] == "dapo" and settings["seed"] == 3
+    assert (settings["min_pixels"], settings["max_pixels"]) == (3136, 12288)  # the policy's saved budget
+    assert "seeds" not in settings and "max_seconds" not in settings  # pipeline keys stay out of the GRPO recipe
+    common.apply_override(recipe, "grpo.loss_type=cispo")
+    with pytest.raises(RecipeError, match="cispo"):
+        stage_grpo.grpo_recipe(recipe, seed=0)
+
+
+def test_parallel_jobs_split_independent_work():
+    from open_r1.tasks.captioning import pipeline
+    from open_r1.tasks.captioning import stage_common as common
+
+    recipe = common.load_recipe("configs/captioning/standin_h200.yaml")
+    assert pipeline.parallel_jobs(recipe, "grpo") == [["grpo.seeds=[0]"], ["grpo.seeds=[1]"], ["grpo.seeds=[2]"]]
+    assert pipeline.parallel_jobs(recipe, "rm") == [["rm.only=rm"], ["rm.only=rm_blind"]]
+    assert pipeline.parallel_jobs(recipe, "sft") is None
+    demo = common.load_recipe("configs/captioning/standin_demo.yaml")
+    assert pipeline.parallel_jobs(demo, "grpo") is None
+
+
+@pytest.mark.slow  # ~5 minutes on 2 CPU cores
 def test_humor_demo_end_to_end(tmp_path):
     from open_r1.tasks.captioning import pipeline
     from open_r1.tasks.captioning import stage_common as common
