@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+
 def test_split_trace_drops_and_counts():
     from open_r1.tasks.captioning.stage_synthesize import split_trace
 
