@@ -474,12 +474,15 @@ def test_sft_warmstart_plain_share_teaches_plain_rows_and_probes_them(tmp_path, 
 @pytest.mark.slow
 def test_proxy_experiment_tiny_end_to_end(tmp_path):
     out = tmp_path / "proxy"
-    completed = subprocess.run(
-        [sys.executable, "-m", "experiments.proxy.proxy_experiment", "--tiny", "--out", str(out),
-         "--data", str(tmp_path / "data"), "--max-steps", "1"],
+    old_default = os.path.join(REPO, "data", "proxy-tiny")  # where --tiny used to write, inside the working tree
+    existed = os.path.exists(old_default)
+    completed = subprocess.run(  # no --data: the tiny run renders its data under --out, never into the repo
+        [sys.executable, "-m", "experiments.proxy.proxy_experiment", "--tiny", "--out", str(out), "--max-steps", "1"],
         capture_output=True, text=True, cwd=REPO, timeout=600,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert (out / "data" / "train" / "dataset_info.json").is_file()
+    assert os.path.exists(old_default) == existed
     results = json.loads((out / "results.json").read_text())
     assert results["meta"]["tiny"] and results["arm_order"] == ["weak_baseline", "ours"]
     assert results["before"]["status"] == "ok"
