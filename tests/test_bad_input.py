@@ -540,6 +540,15 @@ def test_promote_refuses_other_set_paths_and_other_protocol(current_and_candidat
     assert tree_digest(submission) == before
 
 
+def test_promote_into_an_unwritable_place_fails_before_copying(exported, tmp_path, file_in_the_way, capsys):
+    report = fake_report(tmp_path / "r.json", exported, {"val": 90.0})
+    before = tree_digest(exported)
+    assert promote_cli("--candidate", str(exported), "--report", report, "--submission",
+                       str(file_in_the_way / "submission")) == 2
+    assert "cannot write the submission" in capsys.readouterr().err
+    assert tree_digest(exported) == before
+
+
 def test_a_corrupt_current_report_refuses_but_never_blocks_force(current_and_candidate, tmp_path, capsys):
     submission, candidate = current_and_candidate
     (submission / "selfcheck.json").write_text("{truncated")
