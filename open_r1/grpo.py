@@ -88,7 +88,11 @@ class CountingGRPOArguments(ScriptArguments):
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N rows (smoke runs)."})
     lora_vision: bool = field(default=False, metadata={"help": "Also put LoRA adapters on the vision tower."})
-    image_check_rows: int = field(default=8, metadata={"help": "Images decoded up front; -1 checks every row."})
+    image_check_rows: int = field(
+        default=8,
+        metadata={"help": "Images fully decoded by the data module; -1 decodes every row. Independently, every image "
+                  "of every set the run reads is verified up front (header + checksums, open_r1/validate.py)."},
+    )
     # Run safety (open_r1/run/): time budget, in-training protocol evaluation with keep-best, resume.
     time_budget: str | None = field(
         default=None,

@@ -213,14 +213,16 @@ def test_time_budget_zero_or_off_means_no_budget():
     from open_r1.run import TimeBudgetCallback, build_run_callbacks
 
     for value in ("0", "off", "none"):
-        script_args = types.SimpleNamespace(time_budget=value, eval_sets=[], keep_best=None, auto_resume=False,
-                                            eval_steps_protocol=50)
-        assert validate.normalise_time_budget(script_args) == []
-        assert script_args.time_budget is None
         training_args = types.SimpleNamespace(output_dir="/nonexistent", resume_from_checkpoint=None,
                                               process_index=0)
-        run_safety = build_run_callbacks(script_args, training_args)
-        assert not any(isinstance(c, TimeBudgetCallback) for c in run_safety.callbacks)
+        for validated in (True, False):  # build_run_callbacks is safe on its own too
+            script_args = types.SimpleNamespace(time_budget=value, eval_sets=[], keep_best=None, auto_resume=False,
+                                                eval_steps_protocol=50)
+            if validated:
+                assert validate.normalise_time_budget(script_args) == []
+                assert script_args.time_budget is None
+            run_safety = build_run_callbacks(script_args, training_args)
+            assert not any(isinstance(c, TimeBudgetCallback) for c in run_safety.callbacks)
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the refusal on a machine without a GPU")

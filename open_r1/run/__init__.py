@@ -80,8 +80,9 @@ def build_run_callbacks(script_args, training_args, task=None) -> RunSafety:
             deadline = parse_time_budget(time_budget)
         except BudgetError as exc:
             raise RecipeError(str(exc)) from None
-        budget = TimeBudgetCallback(deadline, estimator, eval_every_n_steps=every if eval_paths else None)
-        callbacks.append(budget)
+        if deadline is not None:  # '0' / 'off' / 'none' parse to no budget
+            budget = TimeBudgetCallback(deadline, estimator, eval_every_n_steps=every if eval_paths else None)
+            callbacks.append(budget)
     graceful = GracefulStopCallback()
     callbacks.append(graceful)
     evaluator = None
