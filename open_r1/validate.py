@@ -126,6 +126,23 @@ def check_eval_settings(script_args) -> list[str]:
     return problems
 
 
+def check_sizes(script_args) -> list[str]:
+    """Counts and pixel budgets that would silently mean something else (0 rows = all rows) or fail after the
+    model loaded (min_pixels > max_pixels)."""
+    problems = []
+    rows = getattr(script_args, "max_train_samples", None)
+    if rows is not None and rows < 1:
+        problems.append(f"max_train_samples must be >= 1 or null (every row), got {rows} (--max_train_samples)")
+    low, high = getattr(script_args, "min_pixels", None), getattr(script_args, "max_pixels", None)
+    for name, value in (("min_pixels", low), ("max_pixels", high)):
+        if value is not None and value < 1:
+            problems.append(f"{name} must be >= 1, got {value} (--{name})")
+    if low is not None and high is not None and low > high:
+        problems.append(f"min_pixels {low} > max_pixels {high}: images are resized into [min_pixels, max_pixels] "
+                        "(--min_pixels / --max_pixels)")
+    return problems
+
+
 def check_devices(training_args, model_args=None, num_processes: int | None = None) -> list[str]:
     """A recipe that needs GPUs (DeepSpeed, or a generation batch a CPU cannot carry) on a machine without one."""
     import torch
@@ -297,6 +314,7 @@ def validate_training(script_args, training_args, model_args, submission: str | 
                                      getattr(script_args, "reward_funcs", None))
     problems += normalise_time_budget(script_args)
     problems += check_eval_settings(script_args)
+    problems += check_sizes(script_args)
     problems += check_devices(training_args, model_args)
     # paths: model first (the most common mistake), then data, eval sets, outputs
     model_path = getattr(model_args, "model_name_or_path", None)

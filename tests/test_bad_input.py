@@ -203,8 +203,10 @@ def test_grpo_lists_every_bad_value_and_path_at_once(tiny_model_dir, scene_data_
 
 def test_grpo_negative_budget_and_keep_best_without_eval_sets(tiny_model_dir, scene_data_dir, tmp_path):
     rc, _, err = py(*grpo_args(tiny_model_dir, os.path.join(scene_data_dir, "train"), tmp_path / "run",
-                               "--time_budget=-5m", "--keep_best", "true"))
-    assert_clean_error(rc, err, "time_budget '-5m'", "keep_best needs eval_sets", "--eval_sets")
+                               "--time_budget=-5m", "--keep_best", "true", "--max_train_samples", "0",
+                               "--min_pixels", "50000", "--max_pixels", "12544"))
+    assert_clean_error(rc, err, "time_budget '-5m'", "keep_best needs eval_sets", "--eval_sets",
+                       "max_train_samples must be >= 1", "min_pixels 50000 > max_pixels 12544")
     assert not (tmp_path / "run").exists()  # nothing written before validation passed
 
 
