@@ -123,7 +123,7 @@ def train_one(recipe: dict, blind: bool) -> dict:
     common.log(f"[rm{' blind' if blind else ''}] {len(rows)} train pairs from {len(set(pairs['contest']))} contests; "
                f"backbone {backbone}")
     started = time.time()
-    trainer = rm_lib.train_reward_model(model, rows, args,
+    trainer = rm_lib.train_reward_model(model, rows, args, callbacks=[TimeCap()] if max_seconds else None,
                                         center_rewards_coefficient=cfg.get("center_rewards_coefficient"))
     seconds = time.time() - started
     losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
