@@ -1,9 +1,22 @@
 """Shared pytest fixtures."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# One torch/OpenMP thread per test process (and the subprocesses tests start, which inherit it). The tiny models are
+# overhead-bound, and on a shared 2-core machine two OpenMP threads wait for each other: tests/test_export.py +
+# tests/test_tiny_model.py took 205 s with the default and 78 s with one thread there (2026-12-01, load ~4.5).
+# Set OMP_NUM_THREADS yourself to override.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+try:
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+except (ImportError, ValueError):
+    pass
 
 
 MODEL_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
