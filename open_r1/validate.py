@@ -174,7 +174,8 @@ def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> l
     from open_r1 import export as export_lib
 
     if not os.path.isdir(path):
-        return [f"model {path} does not exist ({option})"]
+        return [f"model {path} does not exist ({option}); for a tiny test model: "
+                "python -m open_r1.tiny_models --out models/tiny-qwen2vl"]
     if os.path.isfile(os.path.join(path, "adapter_config.json")) and not os.path.isfile(
             os.path.join(path, "config.json")):
         return [f"{path} is a LoRA adapter, not a full model; merge it with "
@@ -198,6 +199,9 @@ def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> l
     # need not be the counting submission (export and selfcheck --verify check that)
     report = export_lib.verify_submission(path, generate=False, expected_class=None)
     has_processor = os.path.isfile(os.path.join(path, "processor_config.json"))  # transformers 5 layout
+    wrong = [p for p in report.problems if p.startswith("wrong architecture")]
+    if wrong:  # the other files of a model we cannot train are beside the point
+        return [f"model {path}: {wrong[0]} ({option})"]
     problems = [p for p in report.problems
                 if (need_tokenizer or not any(k in p for k in ("tokenizer", "chat template", "processor")))
                 and not (has_processor and "preprocessor_config.json" in p)]
