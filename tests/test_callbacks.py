@@ -6,6 +6,8 @@ import signal
 import types
 
 import pytest
+import torch
+from safetensors.torch import save_file
 from transformers import TrainerControl, TrainerState
 from transformers.trainer_utils import rotate_checkpoints
 
@@ -220,7 +222,7 @@ def make_checkpoint(run_dir, step):
     path = run_dir / f"checkpoint-{step}"
     path.mkdir(parents=True)
     (path / "config.json").write_text("{}")
-    (path / "model.safetensors").write_bytes(b"x")
+    save_file({"w": torch.zeros(1)}, str(path / "model.safetensors"))  # loads: resume checks the files load
     (path / "trainer_state.json").write_text(json.dumps({"global_step": step, "max_steps": 10}))
     return path
 
