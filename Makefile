@@ -25,13 +25,15 @@ demo-gpu:
 	$(PY) -m experiments.proxy.proxy_experiment --warmstart runs/demo-gpu/warm --data runs/demo-gpu/data \
 		--out runs/demo-gpu/results --arms weak_baseline ours --seeds 0 --eval-limit 400 --gpus 0 --budget-minutes 4
 
-# The whole suite (CI: .ci/run). Measured time in README.md.
+# The whole suite (CI: .ci/run), slow end-to-end tests included, in TEST_WORKERS processes (pytest-xdist; one
+# test file per worker at a time, so module fixtures are built once). Measured time in README.md.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # Without the end-to-end tests marked slow.
 test-fast:
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 # humor-r1 captioning, the whole chain on CPU with tiny models on generated data (minutes), ending in the eval table:
 # stand-in data -> base pre-training -> trace synthesis -> SFT + merge -> RM + blind RM -> GRPO -> best-of-N.
