@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from open_r1 import modeling
-from open_r1.families import FAMILIES
 from open_r1.errors import OpenR1Error, RecipeError  # noqa: F401  (RecipeError re-exported)
 from open_r1.export import TRAINING_META_FILE
+from open_r1.families import FAMILIES
+from open_r1.rewards import parse_reward_kwargs  # noqa: F401  (re-exported: recipes' reward params)
 from open_r1.tasks import get_task
 from open_r1.trainer import (
     CountingGRPOTrainer,
@@ -152,20 +153,6 @@ class CountingGRPOArguments(ScriptArguments):
     )
 
 
-def parse_reward_kwargs(value) -> dict:
-    if value in (None, ""):
-        return {}
-    if isinstance(value, dict):
-        return value
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise RecipeError(f"reward_kwargs is not valid JSON ({exc}): {value!r}") from None
-    if not isinstance(parsed, dict):
-        raise RecipeError(f"reward_kwargs must be a mapping of reward name to parameters, got {parsed!r}")
-    return parsed
-
-
 def lora_config(model_args: ModelConfig, lora_vision: bool, family=FAMILIES["qwen2_vl"]):
     """peft LoraConfig from the recipe; targets the family's language model only unless lora_vision."""
     from trl import get_peft_config
@@ -279,8 +266,9 @@ def main(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_ar
     from open_r1 import (
         run as run_lib,  # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
     )
-
-    from open_r1 import validate  # every recipe value, path, device, model file and image, before the model loads
+    from open_r1 import (
+        validate,  # every recipe value, path, device, model file and image, before the model loads
+    )
 
     validate.validate_training(script_args, training_args, model_args, submission=os.environ.get("SUBMISSION"))
     run = run_lib.build_run_callbacks(script_args, training_args, get_task(script_args.task, script_args))

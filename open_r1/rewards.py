@@ -25,9 +25,10 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import json
 from typing import Any, Callable, Iterable
 
-from open_r1.errors import RewardConfigError, UnknownRewardError
+from open_r1.errors import RecipeError, RewardConfigError, UnknownRewardError
 
 RewardFunc = Callable[..., list[float]]
 RewardFactory = Callable[..., RewardFunc]
@@ -167,3 +168,18 @@ def _require_number(reward: str, param: str, value: Any, integer: bool = False) 
     if isinstance(value, bool) or not isinstance(value, kinds):
         expected = "an integer" if integer else "a number"
         raise RewardConfigError(f"{reward}: {param} must be {expected}, got {value!r}")
+
+
+def parse_reward_kwargs(value) -> dict:
+    """A recipe's `reward_kwargs` (JSON text, or a mapping from YAML) as {reward name: params}."""
+    if value in (None, ""):
+        return {}
+    if isinstance(value, dict):
+        return value
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise RecipeError(f"reward_kwargs is not valid JSON ({exc}): {value!r}") from None
+    if not isinstance(parsed, dict):
+        raise RecipeError(f"reward_kwargs must be a mapping of reward name to parameters, got {parsed!r}")
+    return parsed

@@ -18,11 +18,11 @@ Optional recipe attributes read with defaults (the GRPO entry passes its script 
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 
 from open_r1.errors import DataError, RecipeError
+from open_r1.rewards import parse_reward_kwargs
 from open_r1.tasks import Task
 from open_r1.tasks.captioning import data as data_lib
 from open_r1.tasks.captioning import evaluate as evaluate_lib
@@ -60,19 +60,6 @@ def report_from_records(name: str, records: list[dict], seconds: float) -> Capti
     return CaptionSetReport(name=name, n=metrics["cartoons"], seconds=seconds, metrics=metrics, records=records)
 
 
-def _reward_kwargs(script_args) -> dict:
-    value = getattr(script_args, "reward_kwargs", None)
-    if value in (None, ""):
-        return {}
-    if isinstance(value, dict):
-        return value
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise RecipeError(f"reward_kwargs is not valid JSON ({exc}): {value!r}") from None
-    return parsed if isinstance(parsed, dict) else {}
-
-
 class CaptioningTask(Task):
     name = "captioning"
     metric = "fail0_sigma_rm"
@@ -101,7 +88,7 @@ class CaptioningTask(Task):
     def _rm_settings(self) -> tuple[str | None, str | None]:
         args = self.script_args
         explicit = getattr(args, "caption_eval_reward_model", None)
-        kwargs = _reward_kwargs(args).get("caption_rm", {}) if args is not None else {}
+        kwargs = parse_reward_kwargs(getattr(args, "reward_kwargs", None)).get("caption_rm", {}) if args is not None else {}
         return explicit or kwargs.get("reward_model"), kwargs.get("device")
 
     def load_eval_sets(self, paths, limit=None):
