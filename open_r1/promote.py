@@ -26,7 +26,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 
 from open_r1.errors import OpenR1Error, PromoteError  # noqa: F401  (re-exported)

@@ -22,7 +22,7 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from open_r1.errors import DataError, ModelError, OpenR1Error, RecipeError
+from open_r1.errors import DataError, OpenR1Error, RecipeError
 
 MERGE_HINT = "python -m open_r1.export --checkpoint {path} --out <merged dir>"
 ALLOW_CPU_ENV = "OPEN_R1_ALLOW_CPU"
