@@ -175,3 +175,34 @@ def pixel_budget(processor) -> tuple[int, int]:
     """(min_pixels, max_pixels) of a processor's image resizing."""
     size = processor.image_processor.size
     return int(size["shortest_edge"]), int(size["longest_edge"])
+
+
+def save_model_dir(model, processor, out_dir) -> str:
+    """Write a full model dir atomically: weights, the processor left-padded in both processor-file layouts, the
+    generation config, modes 0755/0644 (readable by other users); built in a staging dir beside `out_dir`, then
+    renamed into place. A failure leaves `out_dir` as it was."""
+    import shutil
+    import tempfile
+
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
+    try:
+        processor.tokenizer.padding_side = "left"
+        model.save_pretrained(staging)
+        processor.save_pretrained(staging)
+        write_compat_processor_files(staging)
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(staging)
+        for root, dirs, files in os.walk(staging):
+            os.chmod(root, 0o755)
+            for name in files:
+                os.chmod(os.path.join(root, name), 0o644)
+        if os.path.exists(out_dir):
+            shutil.rmtree(out_dir)
+        os.rename(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir

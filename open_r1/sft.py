@@ -137,27 +137,6 @@ def lora_config(model, settings: SFTSettings):
                       target_modules=targets, bias="none", task_type="CAUSAL_LM")
 
 
-def save_model_dir(model, processor, out_dir: str) -> str:
-    """A full model dir (weights, processor left-padded, both processor-file layouts, generation config), atomic."""
-    out_dir = os.path.abspath(out_dir)
-    os.makedirs(os.path.dirname(out_dir), exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=os.path.dirname(out_dir))
-    try:
-        processor.tokenizer.padding_side = "left"
-        model.save_pretrained(staging, safe_serialization=True)
-        processor.save_pretrained(staging)
-        modeling.write_compat_processor_files(staging)
-        if getattr(model, "generation_config", None) is not None:
-            model.generation_config.save_pretrained(staging)
-        if os.path.exists(out_dir):
-            shutil.rmtree(out_dir)
-        os.rename(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out_dir
-
-
 def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | None = None, model=None,
               processor=None, work_dir: str | None = None, verify_export: bool = False, log=print) -> dict:
     """SFT on prompt-completion rows; writes a full model dir at `out_dir` and returns a report (also saved there).
@@ -251,7 +230,7 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
         # the export's merge (base from training_meta.json + adapter, merge_and_unload); the counting submission's
         # verification (Qwen2-VL class, <answer> probe) does not apply to other tasks, so the dir is saved here
         merged, _ = load_for_export(run_dir)
-        save_model_dir(merged, processor, out_dir)
+        modeling.save_model_dir(merged, processor, out_dir)
         report["merged_from"] = run_dir
         if verify_export:
             from open_r1.export import verify_submission
@@ -259,7 +238,7 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
             report["verify_problems"] = verify_submission(out_dir, generate=False).problems
     else:
         model = trainer.accelerator.unwrap_model(trainer.model).eval()
-        save_model_dir(model, processor, out_dir)
+        modeling.save_model_dir(model, processor, out_dir)
         if work_dir is None:
             shutil.rmtree(run_dir, ignore_errors=True)
     with open(os.path.join(out_dir, SFT_REPORT_FILE), "w") as handle:

@@ -43,7 +43,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -274,28 +273,6 @@ def make_callback(schedule: Schedule, dev_dataset, processor, args, history: lis
     return ProgressCallback()
 
 
-def save_model_dir(model, processor, out_dir: Path) -> None:
-    """Write the model dir atomically (staging dir, then rename), with both processor-file layouts."""
-    from open_r1 import modeling
-
-    out_dir = out_dir.resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        processor.tokenizer.padding_side = "left"
-        model.save_pretrained(staging)
-        processor.save_pretrained(staging)
-        modeling.write_compat_processor_files(str(staging))
-        for path in [staging, *staging.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.rename(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
 def main(argv=None) -> dict:
     args = parse_args(argv)
     command = "python -m experiments.proxy.sft_warmstart " + proxy.shell_join(sys.argv[1:] if argv is None else list(argv))
@@ -439,7 +416,7 @@ def main(argv=None) -> dict:
     # 4. save, reload the way training/selfcheck do, score val with the protocol
     out_dir = Path(args.out)
     model.eval()
-    save_model_dir(model, processor, out_dir)
+    modeling.save_model_dir(model, processor, out_dir)
     del trainer
     loaded = modeling.load_model(str(out_dir), dtype="float32").to(device).eval()
     loaded_processor = modeling.load_processor(str(out_dir))

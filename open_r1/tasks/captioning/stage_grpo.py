@@ -75,31 +75,13 @@ def grpo_recipe(recipe: dict, seed: int) -> dict:
     return out
 
 
-def time_cap(max_seconds: float | None):
-    """A callback that ends training after `max_seconds` of steps (the first step's compile time not counted): the
-    stand-in's stage-wise time budget. (The engine's `time_budget` is a deadline for a submission, with export and
-    verification reserves; this is a plain training cap.)"""
-    from transformers import TrainerCallback
-
-    class TimeCap(TrainerCallback):
-        t0 = None
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.t0 = self.t0 or time.time()
-            if max_seconds and time.time() - self.t0 > float(max_seconds):
-                control.should_training_stop = True
-            return control
-
-    return TimeCap()
-
-
 def run_seed(recipe: dict, seed: int) -> dict:
     import yaml
 
     from open_r1 import grpo, modeling
     from open_r1.errors import RecipeError
     from open_r1.export import load_for_export
-    from open_r1.sft import save_model_dir
+    from open_r1.modeling import save_model_dir
 
     paths = common.Paths(recipe)
     settings = grpo_recipe(recipe, seed)
@@ -111,7 +93,7 @@ def run_seed(recipe: dict, seed: int) -> dict:
     started = time.time()
     script_args, training_args, model_args = grpo.parse_args(["--config", path])[:3]
     cap = common.section(recipe, "grpo").get("max_seconds")
-    trainer = grpo.main(script_args, training_args, model_args, callbacks=[time_cap(cap)] if cap else None)
+    trainer = grpo.main(script_args, training_args, model_args, callbacks=[common.time_cap(cap)] if cap else None)
     if trainer.run_safety.exit_code:
         raise RecipeError(f"GRPO seed {seed} stopped with exit code {trainer.run_safety.exit_code}")
     history = [dict(e) for e in trainer.state.log_history]

@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from open_r1 import modeling
 from open_r1.tasks.counting import protocol, sft
 
 EVAL_SPLITS = ("val", "compositional", "ood_val")
@@ -131,30 +132,6 @@ def build_demo_model(seed: int = 0, overrides: dict | None = None):
     return model, processor
 
 
-def save_model_dir(model, processor, out_dir: str | os.PathLike) -> Path:
-    """A model dir loadable by `open_r1.modeling.load_model` / `load_processor` (both processor-file layouts)."""
-    import shutil
-    import tempfile
-
-    from open_r1 import modeling
-
-    out_dir = Path(out_dir).resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        processor.tokenizer.padding_side = "left"
-        model.save_pretrained(staging)
-        processor.save_pretrained(staging)
-        modeling.write_compat_processor_files(str(staging))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.rename(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out_dir
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # Steps
 # ---------------------------------------------------------------------------------------------------------------------
@@ -223,7 +200,7 @@ def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
         trainer.train()
         losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
         model = trainer.accelerator.unwrap_model(trainer.model).eval()
-    save_model_dir(model.to("cpu"), processor, out_dir)
+    modeling.save_model_dir(model.to("cpu"), processor, out_dir)
     seconds = time.time() - started
     log(f"[demo] warm start saved to {out_dir} in {seconds:.0f} s (loss {losses[0][1]:.3f} -> {losses[-1][1]:.3f})")
     info = {"command": "python -m open_r1.tasks.counting.demo " + " ".join(args.argv), "device":
