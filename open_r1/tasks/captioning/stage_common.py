@@ -148,3 +148,21 @@ def stage_cli(name: str, run: Callable[[dict], dict], doc: str, argv: list[str] 
     text = json.dumps(summary, indent=1, default=str)
     print(text if len(text) < 3000 else text[:3000] + " ...")
     return 0
+
+
+def time_cap(max_seconds: float | None):
+    """A callback that ends training after `max_seconds` of steps (the first step's compile time not counted): the
+    stand-in's stage-wise time budget. (The engine's `time_budget` is a deadline for a submission, with export and
+    verification reserves; this is a plain training cap.)"""
+    from transformers import TrainerCallback
+
+    class TimeCap(TrainerCallback):
+        t0 = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.t0 = self.t0 or time.time()
+            if max_seconds and time.time() - self.t0 > float(max_seconds):
+                control.should_training_stop = True
+            return control
+
+    return TimeCap()

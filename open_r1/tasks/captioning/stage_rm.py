@@ -75,7 +75,7 @@ def held_out_pairs(recipe: dict, split: str, blind: bool):
 
 def train_one(recipe: dict, blind: bool) -> dict:
     import torch
-    from transformers import TrainerCallback, TrainingArguments
+    from transformers import TrainingArguments
 
     from open_r1 import reward_model as rm_lib
     from open_r1.tasks.captioning import data as cdata
@@ -99,15 +99,6 @@ def train_one(recipe: dict, blind: bool) -> dict:
         model = model.float()
     max_seconds = cfg.get("max_seconds")
 
-    class TimeCap(TrainerCallback):
-        t0 = None
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.t0 = self.t0 or time.time()
-            if max_seconds and time.time() - self.t0 > float(max_seconds):
-                control.should_training_stop = True
-            return control
-
     work = os.path.join(paths.root, "rm-trainer-blind" if blind else "rm-trainer")
     args = TrainingArguments(
         output_dir=work, per_device_train_batch_size=int(cfg.get("per_device_batch_size", 8)),
@@ -123,7 +114,7 @@ def train_one(recipe: dict, blind: bool) -> dict:
     common.log(f"[rm{' blind' if blind else ''}] {len(rows)} train pairs from {len(set(pairs['contest']))} contests; "
                f"backbone {backbone}")
     started = time.time()
-    trainer = rm_lib.train_reward_model(model, rows, args, callbacks=[TimeCap()] if max_seconds else None,
+    trainer = rm_lib.train_reward_model(model, rows, args, callbacks=[common.time_cap(max_seconds)] if max_seconds else None,
                                         center_rewards_coefficient=cfg.get("center_rewards_coefficient"))
     seconds = time.time() - started
     losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
