@@ -10,9 +10,12 @@ Every supported family (`open_r1.families`: Qwen2-VL, Qwen2.5-VL, Qwen3-VL) load
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import shutil
+import tempfile
 
 from open_r1.errors import ModelError  # noqa: F401  (re-exported)
 from open_r1.families import FAMILIES, ModelFamily, get_family
@@ -177,25 +180,17 @@ def pixel_budget(processor) -> tuple[int, int]:
     return int(size["shortest_edge"]), int(size["longest_edge"])
 
 
-def save_model_dir(model, processor, out_dir) -> str:
-    """Write a full model dir atomically: weights, the processor left-padded in both processor-file layouts, the
-    generation config, modes 0755/0644 (readable by other users); built in a staging dir beside `out_dir`, then
-    renamed into place. A failure leaves `out_dir` as it was."""
-    import shutil
-    import tempfile
-
+@contextlib.contextmanager
+def staged_dir(out_dir):
+    """Build a model dir in a staging dir beside `out_dir` (yielded), then give it modes 0755/0644 (readable by other
+    users) and rename it into place; on any failure the staging dir is removed and `out_dir` stays as it was."""
     out_dir = os.path.abspath(os.fspath(out_dir))
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
     try:
-        processor.tokenizer.padding_side = "left"
-        model.save_pretrained(staging)
-        processor.save_pretrained(staging)
-        write_compat_processor_files(staging)
-        if getattr(model, "generation_config", None) is not None:
-            model.generation_config.save_pretrained(staging)
-        for root, dirs, files in os.walk(staging):
+        yield staging
+        for root, _dirs, files in os.walk(staging):
             os.chmod(root, 0o755)
             for name in files:
                 os.chmod(os.path.join(root, name), 0o644)
@@ -205,4 +200,16 @@ def save_model_dir(model, processor, out_dir) -> str:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return out_dir
+
+
+def save_model_dir(model, processor, out_dir) -> str:
+    """Write a full model dir atomically (`staged_dir`): weights, the processor left-padded in both processor-file
+    layouts, the generation config."""
+    with staged_dir(out_dir) as staging:
+        processor.tokenizer.padding_side = "left"
+        model.save_pretrained(staging)
+        processor.save_pretrained(staging)
+        write_compat_processor_files(staging)
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(staging)
+    return os.path.abspath(os.fspath(out_dir))

@@ -36,8 +36,6 @@ import json
 import math
 import os
 import random
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -234,9 +232,7 @@ class RewardModel(nn.Module):
         if hasattr(self.backbone, "merge_and_unload"):
             self.backbone = self.backbone.merge_and_unload()  # folds LoRA in; the model scores the same
         out_dir = os.path.abspath(out_dir)
-        os.makedirs(os.path.dirname(out_dir), exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=os.path.dirname(out_dir))
-        try:
+        with modeling.staged_dir(out_dir) as staging:
             self.backbone.save_pretrained(staging, safe_serialization=True)
             save_file({"weight": self.head.weight.detach().float().cpu().contiguous()}, os.path.join(staging, HEAD_FILE))
             self.processor.save_pretrained(staging)
@@ -246,12 +242,6 @@ class RewardModel(nn.Module):
                     "model_type": self.config.model_type}
             with open(os.path.join(staging, META_FILE), "w") as handle:
                 json.dump(meta, handle, indent=2, default=str)
-            if os.path.exists(out_dir):
-                shutil.rmtree(out_dir)
-            os.rename(staging, out_dir)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         self.meta = meta
         return out_dir
 
