@@ -144,6 +144,9 @@ def _run(argv=None) -> int:
     parser.add_argument("--decoder", choices=["auto", "graph", "eager", "hf"], default="auto",
                         help="graph: static cache + CUDA-graph decode step (open_r1/decoding.py, same greedy answers, "
                         "faster on GPUs: docs/PERFORMANCE.md); hf: transformers generate; auto: graph on CUDA, hf on CPU")
+    parser.add_argument("--image-device", choices=["cpu", "cuda"], default="cpu",
+                        help="where images are preprocessed: cpu (default; in a thread beside the GPU's work) or cuda "
+                        "(faster; pixel values may differ from the CPU's in the last bits)")
     args = parser.parse_args(argv)
     check_arguments(args)
     from open_r1.export import recover_interrupted_swap
@@ -174,7 +177,8 @@ def _run(argv=None) -> int:
     open_r1.generation.DEFAULT_DECODER = args.decoder  # what evaluate_dataset's generate_texts calls use
     reports = [
         evaluate_dataset(model, processor, dataset, name=name, batch_size=args.batch_size, limit=args.limit,
-                         progress=not args.quiet)
+                         progress=not args.quiet,
+                         image_device="cuda" if args.image_device == "cuda" and device.startswith("cuda") else None)
         for name, dataset in datasets_
     ]
     print(format_table(reports))

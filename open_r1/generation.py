@@ -28,8 +28,23 @@ def static_cache_kwargs(prompt_tokens: int, max_new_tokens: int) -> dict:
     return kwargs
 
 
+def prepare_inputs(processor, prompt_texts, images, image_device=None, pin_memory=False):
+    """The processor's batch for `generate_texts(inputs=...)`: left-padded prompt ids + image tensors (CPU work an
+    evaluation can do for the next batch while the GPU generates this one). `image_device`: run the image
+    preprocessing there (the torchvision backend's `device`; 'cuda' moves resize/normalise/patchify to the GPU).
+    `pin_memory`: page-locked CPU tensors, so the copy to the GPU can overlap other work."""
+    extra = {"device": image_device} if image_device else {}
+    inputs = processor(text=list(prompt_texts), images=list(images), padding=True, padding_side="left",
+                       return_tensors="pt", **extra)
+    if pin_memory:
+        for key, value in inputs.items():
+            if hasattr(value, "pin_memory") and value.device.type == "cpu":
+                inputs[key] = value.pin_memory()
+    return inputs
+
+
 def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compile_generation=False,
-                   do_sample=False, decoder=None, **generate_kwargs):
+                   do_sample=False, decoder=None, inputs=None, **generate_kwargs):
     """Completions for one batch of chat-formatted prompt texts. Returns (texts, completion token counts,
     truncated flags).
 
@@ -39,12 +54,14 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
     `decoder`: 'graph' (open_r1.decoding.GraphDecoder: static cache + CUDA-graph decode step, one per model, kept
     across calls), 'eager' (the same decoder uncompiled), 'hf' (transformers generate) or 'auto'/None
     (`DEFAULT_DECODER`: 'graph' on CUDA devices, 'hf' elsewhere). A setting the graph decoder lacks falls back to
-    'hf' with a warning."""
+    'hf' with a warning.
+
+    `inputs`: the batch `prepare_inputs` made from these prompts (then `prompt_texts` and `images` are unused)."""
     import torch
 
-    inputs = processor(text=list(prompt_texts), images=list(images), padding=True, padding_side="left",
-                       return_tensors="pt")
-    inputs = inputs.to(model.device)
+    if inputs is None:
+        inputs = prepare_inputs(processor, prompt_texts, images)
+    inputs = inputs.to(model.device, non_blocking=True)
     choice = resolve_decoder(decoder, model.device)
     from open_r1.decoding import zero3_partitioned
 

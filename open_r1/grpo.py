@@ -141,6 +141,11 @@ class CountingGRPOArguments(ScriptArguments):
         metadata={"help": "Encode each distinct image of a batch once in the ViT and keep a prompt's completions in "
                   "one micro-batch (same update, less ViT compute; measured in docs/PERFORMANCE.md)."},
     )
+    dedupe_images: bool = field(
+        default=True,
+        metadata={"help": "Preprocess each distinct image of a round once (TRL preprocesses every completion's copy, "
+                  "twice per round); the processor's outputs are unchanged (open_r1/image_dedupe.py)."},
+    )
     noisy_rollouts: float = field(
         default=0.0,
         metadata={"help": "Fraction of each group generated and trained on a Gaussian-noised image (NoisyRollout-"
@@ -230,6 +235,7 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
         lazy_images=script_args.lazy_images,
         noisy_fraction=script_args.noisy_rollouts,
         dedupe_vision=script_args.dedupe_vision,
+        dedupe_images=script_args.dedupe_images,
         noise_std=script_args.noise_std,
         fast_decode=script_args.fast_decode,
     )

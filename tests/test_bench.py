@@ -264,3 +264,14 @@ def test_forced_length_overrides_an_eager_end_of_turn(tiny_model_dir):
     bench.force_completion_length(model, 8)
     _, lengths, truncated = generate_batch(model, processor, images, questions, max_new_tokens=8)
     assert lengths == [8, 8] and truncated == [True, True]
+
+
+def test_selfcheck_bench_batch_size_suffixes_pick_the_options():
+    from experiments.bench.bench import BenchError, parse_selfcheck_batch_sizes, selfcheck_label
+
+    runs = parse_selfcheck_batch_sizes("256, 512n,512g,128cn")
+    assert runs == [(256, {}), (512, {"no_prefetch": True}), (512, {"gpu_images": True}),
+                    (128, {"compile": True, "no_prefetch": True})]
+    assert selfcheck_label({"batch_size": 512, "gpu_images": True}) == "512 gpu images"
+    with pytest.raises(BenchError, match="positive integer"):
+        parse_selfcheck_batch_sizes("512x")

@@ -69,8 +69,16 @@ def test_images_are_decoded_once_per_round_not_per_micro_step(lazy, tiny_model_d
     calls = _count_decodes(monkeypatch)
     trainer.train()
     generation_batch = per_device * accumulation
-    if lazy:
-        assert calls["n"] == generation_batch
+    rounds = trainer.state.global_step  # one generation round per optimizer step here
+    if lazy:  # once per distinct image: a prompt's G rows hold the same bytes
+        distinct = rounds * generation_batch // trainer.num_generations
+        assert calls["n"] == distinct
+        # and the processor preprocessed each distinct image once per round, not G copies twice
+        from open_r1.image_dedupe import dedupe_state
+
+        state = dedupe_state(trainer.processing_class)
+        assert state.images_seen == 2 * rounds * generation_batch
+        assert state.images_processed == distinct
     else:  # TRL decodes the batch at each micro-step (accelerate also prefetches one batch ahead)
         assert calls["n"] >= generation_batch * accumulation
 
@@ -131,19 +139,36 @@ def test_evaluation_halves_the_batch_on_out_of_memory(tiny_model_dir, scene_data
     dataset = load_counting_dataset(os.path.join(scene_data_dir, "val"))
     reference = evaluate_lib.evaluate_dataset(model, processor, dataset, batch_size=2, max_new_tokens=6,
                                               progress=False)
-    real, sizes = evaluate_lib.generate_batch, []
+    real, sizes = evaluate_lib.generate_texts, []
 
-    def tight_memory(model, processor, images, questions, *args):
-        sizes.append(len(images))
-        if len(images) > 2:  # the card fits 2 at a time
+    def tight_memory(model, processor, texts, images, *args, inputs=None, **kwargs):
+        sizes.append(inputs["input_ids"].shape[0])
+        if sizes[-1] > 2:  # the card fits 2 at a time
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(model, processor, images, questions, *args)
+        return real(model, processor, texts, images, *args, inputs=inputs, **kwargs)
 
-    monkeypatch.setattr(evaluate_lib, "generate_batch", tight_memory)
+    monkeypatch.setattr(evaluate_lib, "generate_texts", tight_memory)
     report = evaluate_lib.evaluate_dataset(model, processor, dataset, batch_size=6, max_new_tokens=6, progress=False)
     assert sizes == [6, 3, 2, 2, 2]  # 6 rows: 6 fails, 3 fails, then the set runs in batches of 2
     assert [r["completion"] for r in report.records] == [r["completion"] for r in reference.records]
     assert "out of GPU memory at batch 6" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_prefetching_evaluation_gives_the_same_records(tiny_model_dir, scene_data_dir, batch_size):
+    """The next batch built in a thread while this one generates: the same inputs, so the same completions."""
+    from open_r1.modeling import load_model, load_processor
+    from open_r1.tasks.counting import evaluate as evaluate_lib
+    from open_r1.tasks.counting.data import load_counting_dataset
+
+    model = load_model(str(tiny_model_dir), dtype="float32").eval()
+    processor = load_processor(str(tiny_model_dir), None, 12544)
+    dataset = load_counting_dataset(os.path.join(scene_data_dir, "val"))
+    kwargs = dict(batch_size=batch_size, limit=6, max_new_tokens=6, progress=False)
+    serial = evaluate_lib.evaluate_dataset(model, processor, dataset, prefetch=False, **kwargs)
+    ahead = evaluate_lib.evaluate_dataset(model, processor, dataset, prefetch=True, **kwargs)
+    assert [r["completion"] for r in ahead.records] == [r["completion"] for r in serial.records]
+    assert [r["index"] for r in ahead.records] == list(range(6))
 
 
 def test_noisy_positions_take_the_tail_of_every_group():

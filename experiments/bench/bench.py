@@ -96,7 +96,7 @@ DEFAULT_PROMPT_TEMPLATES = ["train:0.5", "eval:0.5"]
 # Keys of a variant that are bench options, not GRPOConfig fields.
 BENCH_OPTION_KEYS = {
     "base", "description", "recipe", "min_pixels", "max_pixels", "attn_implementation", "compile_generation",
-    "lazy_images", "freeze_vision", "dedupe_vision", "requires", "fast_decode",
+    "lazy_images", "freeze_vision", "dedupe_vision", "requires", "fast_decode", "dedupe_images",
 }
 
 # The presets. `base` inherits another preset's keys; `recipe`: False (TRL defaults only), True (the recipe's
@@ -233,6 +233,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         "description": "ours_gen512_beta0_dedupe with the CUDA-graph decoder (fast_decode: open_r1/decoding.py)",
         "fast_decode": "graph",
     },
+    "ours_fast": {
+        "base": "ours_gen512_beta0_dedupe_graph",
+        "description": "the shipped speed levers: ours_gen512_beta0_dedupe_graph + each distinct image preprocessed "
+                       "once per round (dedupe_images: open_r1/image_dedupe.py)",
+        "dedupe_images": True,
+    },
+    "ours_fast_hf": {
+        "base": "ours_fast",
+        "description": "ours_fast with HF generate instead of the CUDA-graph decoder",
+        "fast_decode": "hf",
+    },
+    "ours_fast_mb128": {
+        "base": "ours_fast",
+        "description": "ours_fast, training micro-batches of 128 (accumulation 4)",
+        "per_device_train_batch_size": 128,
+        "gradient_accumulation_steps": 4,
+    },
     "ours_gen512_beta0_dedupe_graph_mb128": {
         "base": "ours_gen512_beta0_dedupe_graph",
         "description": "ours_gen512_beta0_dedupe_graph, training micro-batches of 128 (accumulation 4)",
@@ -326,6 +343,7 @@ class Variant:
     freeze_vision: bool = False
     dedupe_vision: bool = False
     fast_decode: str = "hf"  # our trainer's rollout decoder: hf (HF generate), graph (CUDA graphs), eager
+    dedupe_images: bool = False  # each distinct image preprocessed once per round (open_r1/image_dedupe.py)
     requires: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -341,6 +359,7 @@ class Variant:
             "freeze_vision": self.freeze_vision,
             "dedupe_vision": self.dedupe_vision,
             "fast_decode": self.fast_decode,
+            "dedupe_images": self.dedupe_images,
             "requires": self.requires,
         }
 
@@ -403,6 +422,8 @@ def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any])
         freeze_vision=bool(spec.get("freeze_vision", bool(recipe_mode) and recipe.get("freeze_vision", False))),
         dedupe_vision=bool(spec.get("dedupe_vision", recipe_mode == "all" and recipe.get("dedupe_vision"))),
         fast_decode=str(spec.get("fast_decode", "hf")),
+        # off unless a variant names it: the variants measured before it existed keep their meaning
+        dedupe_images=bool(spec.get("dedupe_images", False)),
         requires=list(spec.get("requires", [])),
     )
 
@@ -880,9 +901,9 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         if variant.compile_generation:  # reported as this variant's error; the recorded results stay as measured
             raise RuntimeError("compile_generation was retired from the trainer (transformers' static-cache compiled "
                                "generate measured slower: results/bench_grpo_compile.json); see open_r1/decoding.py")
-        ours = variant.lazy_images or variant.dedupe_vision or variant.fast_decode != "hf"
+        ours = variant.lazy_images or variant.dedupe_vision or variant.fast_decode != "hf" or variant.dedupe_images
         trainer_kwargs = dict(lazy_images=variant.lazy_images, dedupe_vision=variant.dedupe_vision,
-                              fast_decode=variant.fast_decode)
+                              fast_decode=variant.fast_decode, dedupe_images=variant.dedupe_images)
         with ref_context:
             trainer = (CountingGRPOTrainer if ours else GRPOTrainer)(
                 model=model,
@@ -909,6 +930,11 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
                           decode_ms_per_step=1000 * sum(t["decode_s"] for t in measured) / steps if steps else None,
                           decoder_cache_allocations=decoder.allocations, decoder_calls=decoder.calls)
         result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
+        if variant.dedupe_images:  # proof that the lever acted: images preprocessed vs images given
+            from open_r1.image_dedupe import dedupe_state
+
+            state = dedupe_state(trainer.processing_class)
+            result.update(images_preprocessed=state.images_processed, images_given=state.images_seen)
         if variant.dedupe_vision:  # proof that the lever acted: images the ViT ran on vs images it was given
             visual = vision_tower(trainer.model)
             result.update(vit_images_seen=getattr(visual, "images_seen", None),
@@ -1217,7 +1243,7 @@ def summarize(results: list[dict], memory_cap_gib: float | None) -> dict[str, An
 # ---------------------------------------------------------------------------------------------------------------------
 
 SELFCHECK_TARGET_EXAMPLES = 3000
-SELFCHECK_BUDGET_S = 90.0
+SELFCHECK_BUDGET_S = 35.0  # issue #16 target on one H200 (was 90 s)
 DEFAULT_SELFCHECK_BATCH_SIZES = "64,128,256"
 DEFAULT_TINY_SELFCHECK_BATCH_SIZES = "4,8"
 
@@ -1279,20 +1305,31 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, bool]]:
-    """'128,256,512c' -> [(128, False), (256, False), (512, True)]: a 'c' suffix is selfcheck --compile."""
+SELFCHECK_SUFFIXES = {"c": "compile", "n": "no_prefetch", "g": "gpu_images"}
+
+
+def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, dict[str, bool]]]:
+    """'256,512n,512g' -> [(256, {}), (512, {'no_prefetch': True}), (512, {'gpu_images': True})]. Suffix letters:
+    c = selfcheck --compile (transformers' static-cache generate), n = no prefetch (the next batch's CPU work
+    serial with the GPU's), g = image preprocessing on the GPU (selfcheck --image-device cuda)."""
     runs = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
-        compiled = item.endswith("c")
-        number = item[:-1] if compiled else item
+        number = item.rstrip("".join(SELFCHECK_SUFFIXES))
+        flags = {SELFCHECK_SUFFIXES[letter]: True for letter in item[len(number):]}
         if not number.isdigit() or int(number) < 1:
-            raise BenchError(f"--batch-sizes: {item!r} is not a positive integer (optionally with a 'c' suffix)")
-        runs.append((int(number), compiled))
+            raise BenchError(f"--batch-sizes: {item!r} is not a positive integer with optional suffixes "
+                             f"({', '.join(f'{k}={v}' for k, v in SELFCHECK_SUFFIXES.items())})")
+        runs.append((int(number), flags))
     if not runs:
         raise BenchError("--batch-sizes must list at least one batch size")
     return runs
+
+
+def selfcheck_label(entry: dict) -> str:
+    return f"{entry['batch_size']}" + "".join(f" {name.replace('_', ' ')}" for name in SELFCHECK_SUFFIXES.values()
+                                              if entry.get(name))
 
 
 def selfcheck_main(argv=None) -> int:
@@ -1338,8 +1375,12 @@ def selfcheck_main(argv=None) -> int:
         env = payload["environment"]
         print(f"[selfcheck-bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} | "
               f"data: {data_source}", flush=True)
-        for batch_size, compiled in runs:
-            entry: dict[str, Any] = {"batch_size": batch_size, "compile": compiled, "examples": measured[batch_size]}
+        for batch_size, flags in runs:
+            compiled = flags.get("compile", False)
+            options = dict(compile_generation=compiled, prefetch=not flags.get("no_prefetch", False),
+                           image_device="cuda" if flags.get("gpu_images") and device == "cuda" else None)
+            entry: dict[str, Any] = {"batch_size": batch_size, "examples": measured[batch_size],
+                                     **{name: flags.get(name, False) for name in SELFCHECK_SUFFIXES.values()}}
             elapsed = time.perf_counter() - started
             if args.deadline_s is not None and elapsed > args.deadline_s:
                 entry.update({"status": "skipped", "error": f"deadline: {elapsed:.0f} s > --deadline-s {args.deadline_s:.0f}"})
@@ -1353,11 +1394,11 @@ def selfcheck_main(argv=None) -> int:
                     torch.cuda.reset_peak_memory_stats()
                 # Warm-up batch, not timed (kernel selection, allocator growth).
                 evaluate_dataset(model, processor, dataset, name="warmup", batch_size=batch_size,
-                                 limit=batch_size, max_new_tokens=completion_length, progress=False,
-                                 compile_generation=compiled)
+                                 limit=batch_size, max_new_tokens=completion_length, progress=False, **options)
                 report = evaluate_dataset(model, processor, dataset, name=f"bs{batch_size}", batch_size=batch_size,
                                           limit=measured[batch_size], max_new_tokens=completion_length,
-                                          progress=False, compile_generation=compiled)
+                                          progress=False, **options)
+                entry["answers"] = [r["prediction"] for r in report.records]  # compared across entries below
                 per_s = report.n / report.seconds
                 decoder = (generation_lib._DECODERS or {}).get(model)
                 timed = decoder.timings[-(-report.n // batch_size):] if decoder is not None and decoder.timings else []
@@ -1387,8 +1428,18 @@ def selfcheck_main(argv=None) -> int:
             write_json(args.out, payload)
             line = (f"{entry['examples_per_s']:.1f} ex/s, {args.n} in {entry['projected_s']:.0f} s"
                     if entry["status"] == "ok" else f"failed: {entry['error']}")
-            print(f"[selfcheck-bench] batch {batch_size}: {line}", flush=True)
+            print(f"[selfcheck-bench] batch {selfcheck_label(entry)}: {line}", flush=True)
         ok = [e for e in payload["batch_sizes"] if e["status"] == "ok"]
+        # every option must give the first entry's answers (greedy: prefetching changes nothing; GPU image
+        # preprocessing may change pixels in the last bits, which this counts)
+        reference = ok[0]["answers"] if ok else []
+        for e in payload["batch_sizes"]:
+            answers = e.pop("answers", None)
+            if answers is not None and e is not ok[0]:
+                common = min(len(answers), len(reference))
+                e["same_answers_as_first"] = sum(a == b for a, b in zip(answers[:common], reference[:common]))
+                e["answers_compared"] = common
+        write_json(args.out, payload)
         best = min(ok, key=lambda e: e["projected_s"], default=None)
         payload["best"] = best
         if args.compare_hf:
@@ -1401,7 +1452,7 @@ def selfcheck_main(argv=None) -> int:
     print(format_selfcheck_table(payload))
     if best:
         verdict = "within" if best["within_budget"] else "OVER"
-        print(f"\n[selfcheck-bench] best: batch {best['batch_size']}{' compiled' if best.get('compile') else ''}: {args.n} examples x {completion_length} tokens in "
+        print(f"\n[selfcheck-bench] best: batch {selfcheck_label(best)}: {args.n} examples x {completion_length} tokens in "
               f"{best['projected_s']:.0f} s ({verdict} the {args.budget_s:.0f} s budget)")
     print(f"[selfcheck-bench] JSON: {os.path.abspath(args.out)}")
     return 0
@@ -1439,7 +1490,7 @@ def format_selfcheck_table(payload: dict) -> str:
     rows = [f"| batch | status | examples timed | seconds | examples/s | projected s for {n} | mean tokens | "
             "peak reserved GiB |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
     for e in payload["batch_sizes"]:
-        label = f"{e['batch_size']}{' compiled' if e.get('compile') else ''}"
+        label = selfcheck_label(e)
         if e["status"] != "ok":
             rows.append(f"| {label} | {e['status']}: {e['error']} | - | - | - | - | - | "
                         f"{_fmt(e.get('peak_reserved_gib'), 1)} |")

@@ -6,7 +6,7 @@ Qwen2-VL-2B with every completion forced to 256 new tokens (the worst case), at 
     python -m experiments.bench.bench_selfcheck --batch-sizes 128,256,512 --measure-batches 2 --out s.json     # projected
     python -m experiments.bench.bench_selfcheck --tiny --n 16 --batch-sizes 4,8                                # CPU check
 
-Reports examples/s and the projected time for --n examples (default 3000) against the 90 s budget.
+Reports examples/s and the projected time for --n examples (default 3000) against the 35 s budget (issue #16).
 """
 import os
 import sys

@@ -6,7 +6,9 @@ thing the sealed verifier does: the EVAL template after the image in the model's
 first `<answer>\\s*(\\d+)\\s*</answer>` match compared by integer equality.
 
 Batching: prompts are left-padded (right padding shifts Qwen2-VL's M-RoPE positions) and sorted by question length
-so that a batch wastes little padding; results come back in dataset order.
+so that a batch wastes little padding; results come back in dataset order. The next batch's CPU work (image
+decoding, the chat template, the processor) runs in a background thread while the GPU generates the current one
+(`prefetch`); the inputs are the same either way, so the answers are too.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from open_r1.generation import (  # noqa: F401  (re-exported for the trainer and
     CACHE_BUCKET_TOKENS,
     cache_length_bucket,
     generate_texts,
+    prepare_inputs,
     static_cache_kwargs,
 )
 from open_r1.tasks.counting import protocol
@@ -73,16 +76,31 @@ def generate_batch(model, processor, images, questions, template=protocol.EVAL_T
                           compile_generation=compile_generation)
 
 
+def _batch_inputs(dataset, index, questions, processor, template, image_device=None, pin_memory=False):
+    """The processor's batch for the rows `index`: decoded RGB images + the protocol prompt (CPU work)."""
+    rows = dataset.select(index)
+    images = [image.convert("RGB") for image in rows["image"]]
+    texts = _prompt_texts(processor, [questions[i] for i in index], template)
+    return prepare_inputs(processor, texts, images, image_device=image_device, pin_memory=pin_memory)
+
+
 def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limit=None,
                      template=protocol.EVAL_TEMPLATE, max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS,
-                     progress=True, compile_generation=False, extract=protocol.extract_answer) -> SetReport:
+                     progress=True, compile_generation=False, extract=protocol.extract_answer, prefetch=True,
+                     image_device=None) -> SetReport:
     """Run the protocol over a counting dataset (columns image, problem, solution).
 
     `template` and `extract` are the grader's unless a diagnostic swaps them (the proxy's plain-question probe:
     `experiments.proxy.proxy.plain_count`); selfcheck and every reported protocol number use the defaults.
 
+    `prefetch`: build the next batch's inputs in a background thread while this one generates (same inputs, same
+    answers). `image_device`: preprocess images there ('cuda': on the GPU; pixel values can differ from the CPU's
+    in the last bits, so answers may too: a speed option, off by default).
+
     A batch that runs out of GPU memory is split in two and retried, and the rest of the set runs at the smaller
     size (a warning says so): a batch size too large for the card costs time, never the evaluation."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import torch
     from tqdm.auto import tqdm
 
@@ -95,39 +113,52 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     start = time.perf_counter()
     bar = tqdm(total=n, desc=f"selfcheck {name}", disable=not progress, unit="ex")
     pending = [order[begin:begin + batch_size] for begin in range(0, n, batch_size)]
-    while pending:
-        index = pending.pop(0)
-        rows = dataset.select(index)
-        images = [image.convert("RGB") for image in rows["image"]]
-        try:
-            texts, lengths, truncated = generate_batch(
-                model, processor, images, [questions[i] for i in index], template, max_new_tokens, compile_generation
-            )
-        except torch.OutOfMemoryError:
-            if len(index) == 1:
-                raise
-            batch_size = (len(index) + 1) // 2
-            rest = [i for chunk in [index, *pending] for i in chunk]
-            pending = [rest[begin:begin + batch_size] for begin in range(0, len(rest), batch_size)]
-            del images, rows
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            print(f"[selfcheck] warning: out of GPU memory at batch {len(index)}; continuing at batch {batch_size} "
-                  f"(pass --batch-size {batch_size} to start there)", flush=True)
-            continue
-        for i, text, length, cut in zip(index, texts, lengths, truncated):
-            prediction = extract(text)
-            records[i] = {
-                "index": i,
-                "question": questions[i],
-                "gold": golds[i],
-                "prediction": prediction,
-                "correct": prediction is not None and prediction == golds[i],
-                "completion_tokens": length,
-                "truncated": bool(cut),
-                "completion": text,
-            }
-        bar.update(len(index))
+    on_cuda = getattr(model, "device", torch.device("cpu")).type == "cuda"
+
+    def build(index):
+        return _batch_inputs(dataset, index, questions, processor, template, image_device,
+                             pin_memory=on_cuda and image_device is None)
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="selfcheck-prefetch") if prefetch else None
+    ahead = None  # (index list, future of its inputs): the next batch, being built
+    try:
+        while pending:
+            index = pending.pop(0)
+            inputs = ahead[1].result() if ahead is not None and ahead[0] is index else build(index)
+            ahead = (pending[0], pool.submit(build, pending[0])) if pool is not None and pending else None
+            try:
+                texts, lengths, truncated = generate_texts(model, processor, None, None, max_new_tokens,
+                                                           compile_generation=compile_generation, inputs=inputs)
+            except torch.OutOfMemoryError:
+                if len(index) == 1:
+                    raise
+                batch_size = (len(index) + 1) // 2
+                rest = [i for chunk in [index, *pending] for i in chunk]
+                pending = [rest[begin:begin + batch_size] for begin in range(0, len(rest), batch_size)]
+                ahead = None  # built for the old batch size: dropped
+                del inputs
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                print(f"[selfcheck] warning: out of GPU memory at batch {len(index)}; continuing at batch "
+                      f"{batch_size} (pass --batch-size {batch_size} to start there)", flush=True)
+                continue
+            del inputs
+            for i, text, length, cut in zip(index, texts, lengths, truncated):
+                prediction = extract(text)
+                records[i] = {
+                    "index": i,
+                    "question": questions[i],
+                    "gold": golds[i],
+                    "prediction": prediction,
+                    "correct": prediction is not None and prediction == golds[i],
+                    "completion_tokens": length,
+                    "truncated": bool(cut),
+                    "completion": text,
+                }
+            bar.update(len(index))
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     bar.close()
     seconds = time.perf_counter() - start
     return report_from_records(name, [r for r in records if r is not None], seconds)
