@@ -307,7 +307,7 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
                     temperature: float = 1.0, top_p: float | None = None, batch_size: int = 8,
                     rm_batch_size: int = 16, max_words: int = protocol.MAX_WORDS, seed: int = 0,
                     max_cartoons: int | None = None, use_stop: bool = False, oracle: bool | str = "auto",
-                    do_sample: bool = True) -> list[dict]:
+                    do_sample: bool = True, decoder: str | None = None) -> list[dict]:
     """N sampled completions per cartoon of ``dataset``, parsed and scored: a list of records (module docstring).
 
     ``dataset``: caption rows (one per caption; reduced to one prompt per contest) or ``data.prompt_rows`` output.
@@ -315,7 +315,9 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     as every stage. ``use_stop`` stops at ``protocol.STOP`` (HF keeps the stop string, so the parser still sees the
     closing tag). ``oracle``: ``"auto"`` scores emitted captions with the stand-in's hidden rule when the rows carry
     ``scene_meta`` (analysis only; nothing is trained on it). ``do_sample=False`` decodes greedily (then ``n``
-    should be 1). Each record also carries ``index``, the cartoon's row in the (prompt-row) dataset.
+    should be 1). Each record also carries ``index``, the cartoon's row in the (prompt-row) dataset. ``decoder``:
+    ``open_r1.generation.generate_texts``' choice (None: its default, the CUDA-graph decoder on GPUs; 'hf' for
+    small models, whose per-model compile costs more than it saves).
     """
     import torch
 
@@ -353,7 +355,7 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
         batch = jobs[start:start + batch_size]
         texts, lengths, truncated = generate_texts(
             model, processor, [prompt_text[c] for c, _ in batch], [images[c] for c, _ in batch], max_new_tokens,
-            do_sample=do_sample, **gen_kwargs)
+            do_sample=do_sample, decoder=decoder, **gen_kwargs)
         for (c, k), text, length, trunc in zip(batch, texts, lengths, truncated):
             records.append({"contest": c, "index": position[c], "sample_index": k, "completion": text,
                             "caption": protocol.parse_caption(text, max_words), "completion_tokens": int(length),

@@ -64,7 +64,8 @@ def run(recipe: dict) -> dict:
                     model, processor, data[split], rm, n=int(cfg.get("n", 8)),
                     max_new_tokens=int(cfg.get("max_new_tokens", 1024)),
                     temperature=float(cfg.get("temperature", 1.0)), batch_size=int(cfg.get("batch_size", 64)),
-                    seed=int(recipe["seed"]), max_cartoons=cfg.get("limit"), use_stop=bool(cfg.get("use_stop", False)))
+                    seed=int(recipe["seed"]), max_cartoons=cfg.get("limit"), use_stop=bool(cfg.get("use_stop", False)),
+                    decoder=cfg.get("decoder"))
         timings[name] = time.time() - started
         common.log(f"[eval] {name}: {sum(len(records[s][name]) for s in splits)} samples in {timings[name]:.1f} s")
         del model

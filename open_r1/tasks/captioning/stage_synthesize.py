@@ -87,7 +87,7 @@ def _generate_hf(model_path, records, messages, cfg, max_new):
         out, _, cut = generate_texts(
             model, processor, prompts, [r["image"] for r in chunk], max_new, do_sample=True,
             temperature=float(cfg.get("temperature", 0.4)), top_p=float(cfg.get("top_p", 0.9)),
-            stop_strings=[protocol.THINK_CLOSE], tokenizer=processor.tokenizer,
+            stop_strings=[protocol.THINK_CLOSE], tokenizer=processor.tokenizer, decoder=cfg.get("decoder"),
         )
         texts += out
         truncated += cut
