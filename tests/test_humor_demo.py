@@ -49,6 +49,81 @@ def test_parallel_jobs_split_independent_work():
     assert pipeline.parallel_jobs(demo, "grpo") is None
 
 
+def _fake_stages(monkeypatch, events, fail=None):
+    """Stage modules and sub-job processes replaced by recorders: what the pipeline starts, runs and waits for."""
+    import importlib
+
+    from open_r1.tasks.captioning import pipeline
+
+    for name in pipeline.ORDER:
+        module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
+
+        def run(recipe, name=name):
+            events.append(("run", name))
+            if name == fail:
+                raise RuntimeError(f"{name} failed")
+            return {"stage": name}
+
+        monkeypatch.setattr(module, "run", run)
+
+    class Proc:
+        def __init__(self):
+            self.terminated = False
+
+        def poll(self):
+            return None
+
+        def terminate(self):
+            self.terminated = True
+            events.append(("terminate",))
+
+        def wait(self):
+            return 0
+
+    class Handle:
+        def close(self):
+            pass
+
+    def launch(recipe, name, jobs, overrides):
+        events.append(("launch", name))
+        return [(Proc(), Handle(), None, None, sets) for sets in jobs]
+
+    def collect(name, procs):
+        events.append(("collect", name))
+        return {"stage": name}
+
+    monkeypatch.setattr(pipeline, "launch_parallel", launch)
+    monkeypatch.setattr(pipeline, "collect_parallel", collect)
+
+
+def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch):
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import pipeline
+    from open_r1.tasks.captioning import stage_common as common
+
+    recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}"])
+    assert recipe["start_early"] == {"rm": "synthesize"}
+    events = []
+    _fake_stages(monkeypatch, events)
+    summary = pipeline.run_pipeline(recipe, ("synthesize", "sft", "rm", "grpo"))
+    assert events == [("launch", "rm"), ("run", "synthesize"), ("run", "sft"), ("collect", "rm"),
+                      ("launch", "grpo"), ("collect", "grpo")]
+    assert summary["stages"]["rm"]["result"] == {"stage": "rm"}
+    # without synthesize in the run, the RM starts beside the next stage before it
+    events.clear()
+    pipeline.run_pipeline(recipe, ("sft", "rm"))
+    assert events == [("launch", "rm"), ("run", "sft"), ("collect", "rm")]
+    # a failing stage does not leave the early jobs running
+    events.clear()
+    _fake_stages(monkeypatch, events, fail="sft")
+    with pytest.raises(RuntimeError, match="sft failed"):
+        pipeline.run_pipeline(recipe, ("synthesize", "sft", "rm"))
+    assert ("terminate",) in events and ("collect", "rm") not in events
+    common.apply_override(recipe, "start_early={grpo: eval}")
+    with pytest.raises(RecipeError, match="before it"):
+        pipeline.early_starts(recipe, pipeline.ORDER)
+
+
 @pytest.mark.slow  # ~5 minutes on 2 CPU cores
 def test_humor_demo_end_to_end(tmp_path):
     from open_r1.tasks.captioning import pipeline

@@ -44,7 +44,8 @@ def parallel_jobs(recipe: dict, name: str) -> list[list[str]] | None:
     return None
 
 
-def run_parallel(recipe: dict, name: str, jobs: list[list[str]], overrides: list[str]) -> dict:
+def launch_parallel(recipe: dict, name: str, jobs: list[list[str]], overrides: list[str]) -> list[tuple]:
+    """Start a stage's sub-jobs as processes (logs under ``<work_dir>/logs``); `collect_parallel` waits for them."""
     import subprocess
 
     paths = common.Paths(recipe)
@@ -58,10 +59,14 @@ def run_parallel(recipe: dict, name: str, jobs: list[list[str]], overrides: list
                    recipe["_recipe_path"], "--result", result]
         for item in [*overrides, *sets]:
             command += ["--set", item]
-        handle = open(log_path, "w")  # noqa: SIM115 - closed after the process ends, below
+        handle = open(log_path, "w")  # noqa: SIM115 - closed after the process ends, in collect_parallel
         procs.append((subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT), handle, result, log_path,
                       sets))
         common.log(f"[pipeline] {name} job {i} ({' '.join(sets)}): log {log_path}")
+    return procs
+
+
+def collect_parallel(name: str, procs: list[tuple]) -> dict:
     merged: dict = {}
     failed = []
     for proc, handle, result, log_path, sets in procs:
@@ -83,6 +88,33 @@ def run_parallel(recipe: dict, name: str, jobs: list[list[str]], overrides: list
     return merged
 
 
+def run_parallel(recipe: dict, name: str, jobs: list[list[str]], overrides: list[str]) -> dict:
+    return collect_parallel(name, launch_parallel(recipe, name, jobs, overrides))
+
+
+def early_starts(recipe: dict, stages) -> dict[str, str]:
+    """``start_early: {rm: synthesize}`` in the recipe: start stage rm's parallel sub-jobs when stage synthesize
+    begins (rm needs only the data and the RM backbone, so it can share the GPU with synthesis and SFT); its result
+    is collected at its own place in the order. Only for parallel stages that come later in the order."""
+    from open_r1.errors import RecipeError
+
+    wanted = recipe.get("start_early") or {}
+    if not isinstance(wanted, dict):
+        raise RecipeError("start_early must map a stage to the stage at whose start it begins, e.g. {rm: synthesize}")
+    out = {}
+    for stage, at in wanted.items():
+        if stage not in ORDER or at not in ORDER or ORDER.index(at) >= ORDER.index(stage):
+            raise RecipeError(f"start_early: {stage}: {at} must be a stage before it (order: {' '.join(ORDER)})")
+        if not common.section(recipe, stage).get("parallel"):
+            raise RecipeError(f"start_early: {stage} needs {stage}.parallel: true (its jobs run as processes)")
+        if stage in stages:
+            # the stage it waits for is not run: start at the first stage run after `at`, if any comes before it
+            later = [s for s in stages if ORDER.index(at) <= ORDER.index(s) < ORDER.index(stage)]
+            if later:
+                out[later[0]] = stage
+    return out
+
+
 def run_pipeline(recipe: dict, stages=ORDER, out: str | None = None, overrides: list[str] | None = None) -> dict:
     paths = common.Paths(recipe)
     os.makedirs(paths.results, exist_ok=True)
@@ -91,21 +123,40 @@ def run_pipeline(recipe: dict, stages=ORDER, out: str | None = None, overrides: 
     summary["recipe"] = recipe.get("_recipe_path")
     summary["device"] = _device_name()
     started = time.time()
-    for name in stages:
-        t0 = time.time()
-        common.log(f"[pipeline] stage {name} (elapsed {t0 - started:.0f} s)")
-        jobs = parallel_jobs(recipe, name)
-        if jobs:
-            result = run_parallel(recipe, name, jobs, overrides or [])
-        else:
-            module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
-            result = module.run(recipe)
-        summary["stages"][name] = {"seconds": time.time() - t0, "result": result}
-        common.write_json(summary_path, summary)
-        if out:  # after every stage: a run cut short still returns what it measured
-            with open(os.path.join(paths.results, "results.md"), "w") as handle:
-                handle.write(results_markdown(summary))
-            copy_results(paths, out)
+    starts_at = early_starts(recipe, stages)
+    running: dict[str, tuple[float, list]] = {}  # stage -> (start time, its processes), started early
+    try:
+        for name in stages:
+            if name in starts_at:
+                early = starts_at[name]
+                common.log(f"[pipeline] stage {early} starts early, beside {name} (elapsed {time.time() - started:.0f} s)")
+                running[early] = (time.time(), launch_parallel(recipe, early, parallel_jobs(recipe, early),
+                                                              overrides or []))
+            t0 = time.time()
+            common.log(f"[pipeline] stage {name} (elapsed {t0 - started:.0f} s)")
+            if name in running:
+                t0, procs = running.pop(name)
+                result = collect_parallel(name, procs)
+            else:
+                jobs = parallel_jobs(recipe, name)
+                if jobs:
+                    result = run_parallel(recipe, name, jobs, overrides or [])
+                else:
+                    module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
+                    result = module.run(recipe)
+            summary["stages"][name] = {"seconds": time.time() - t0, "result": result}
+            common.write_json(summary_path, summary)
+            if out:  # after every stage: a run cut short still returns what it measured
+                with open(os.path.join(paths.results, "results.md"), "w") as handle:
+                    handle.write(results_markdown(summary))
+                copy_results(paths, out)
+    finally:
+        for _, procs in running.values():  # a failed stage: do not leave early jobs running
+            for proc, handle, *_ in procs:
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait()
+                handle.close()
     summary["total_seconds"] = time.time() - started
     common.write_json(summary_path, summary)
     markdown = results_markdown(summary)

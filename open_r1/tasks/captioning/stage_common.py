@@ -35,10 +35,10 @@ def load_recipe(path: str, overrides: list[str] | None = None) -> dict:
             raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from None
     if not isinstance(recipe, dict):
         raise RecipeError(f"recipe {path} must be a mapping of stage sections")
-    unknown = sorted(set(recipe) - {*STAGES, "work_dir", "seed", "name", "notes", "time_budget_s"})
+    unknown = sorted(set(recipe) - {*STAGES, "work_dir", "seed", "name", "notes", "time_budget_s", "start_early"})
     if unknown:
         raise RecipeError(f"recipe {path}: unknown top-level key(s) {unknown}; valid: work_dir, seed, name, "
-                          f"time_budget_s, notes and the stage sections {list(STAGES)}")
+                          f"time_budget_s, notes, start_early and the stage sections {list(STAGES)}")
     for item in overrides or []:
         apply_override(recipe, item)
     recipe.setdefault("work_dir", "runs/humor")
