@@ -156,6 +156,10 @@ class RewardModel(nn.Module):
         super().__init__()
         self.backbone = backbone
         self.processor = processor
+        if processor is not None:
+            from open_r1.image_dedupe import enable_image_dedupe
+
+            enable_image_dedupe(processor)  # a pair's two conversations (and a contest's pairs) share one image
         hidden = text_hidden_size(self._base_backbone().config)
         self.head = nn.Linear(hidden, 1, bias=False, dtype=torch.float32)
         nn.init.zeros_(self.head.weight)
