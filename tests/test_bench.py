@@ -97,19 +97,23 @@ def test_tiny_bench_end_to_end(tmp_path):
 def test_selfcheck_bench_forces_the_completion_length(tmp_path):
     out = tmp_path / "selfcheck.json"
     proc, _ = run_script(
-        ["-m", "experiments.bench.bench_selfcheck", "--tiny", "--n", "8", "--batch-sizes", "4", "--data", "random",
-         "--out", str(out), "--work-dir", str(tmp_path / "work")],
+        ["-m", "experiments.bench.bench_selfcheck", "--tiny", "--n", "12", "--batch-sizes", "4", "--data", "random",
+         "--decoder", "eager", "--out", str(out), "--work-dir", str(tmp_path / "work")],
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     (entry,) = report["batch_sizes"]
     assert entry["status"] == "ok", entry
-    assert entry["examples"] == 8 and entry["examples_per_s"] > 0
-    assert entry["projected_s"] == pytest.approx(8 / entry["examples_per_s"])
+    assert entry["examples"] == 12 and entry["examples_per_s"] > 0
+    assert entry["projected_s"] == pytest.approx(12 / entry["examples_per_s"])
+    # the decoder's phase split covers every measured batch (3 of 4), not the last one only
+    assert entry["decoder_batches_timed"] == 3
+    steps = 3 * (bench.TINY_COMPLETION_LENGTH - 1)
+    assert entry["decode_ms_per_step"] == pytest.approx(1000 * entry["decoder_decode_s"] / steps)
     # the worst case: greedy decoding never stops before the forced length
     assert entry["mean_completion_tokens"] == report["shape"]["completion_length"] == bench.TINY_COMPLETION_LENGTH
-    assert "projected s for 8" in proc.stdout
+    assert "projected s for 12" in proc.stdout
 
 
 def test_vllm_recipe_wiring(tmp_path):

@@ -640,3 +640,32 @@ def test_evaluate_cli_from_records(tmp_path):
         report = json.load(f)
     assert report["policies"]["grpo"]["fail_as_zero"] == pytest.approx(0.40)
     assert ev.main(["--records", "nonsense", "--out", str(out)]) == 2
+
+
+def test_standin_has_no_text_only_leaks_from_size_or_other_renderers_puns():
+    """The odd one is never marked by a word alone: size is no odd dimension (the odd one could only be 'large'),
+    and an absent pun is a value this renderer can draw (a bus pun on a CLEVR scene is absent by the text alone)."""
+    import numpy as np
+
+    from open_r1.tasks.captioning import standin
+
+    assert "size" not in standin.ODD_DIMENSIONS["clevr"]
+    meta = {"renderer": "clevr", "dimension": "color", "odd_index": 0, "odd_value": "blue", "majority_value": "red",
+            "objects": [{"shape": "cube", "color": "blue", "size": "small"}] +
+                       [{"shape": "cube", "color": "red", "size": "large"}] * 3}
+    captions = standin.candidate_captions(np.random.default_rng(0), meta, 24)
+    own = set(standin.renderer_values("clevr"))
+    for c in captions:
+        puns, _ = standin._caption_puns(c["caption"].lower())
+        assert set(puns) <= own, (c, puns)
+
+
+def test_text_only_probe_reads_text_cues_and_nothing_else():
+    from experiments.captioning.text_only_probe import fit_and_score
+
+    words = ["alpha", "beta", "gamma", "delta", "omega", "zeta"]
+    cued = [{"chosen": f"the {w} cat sat", "rejected": f"the {w} dog sat"} for w in words for _ in range(3)]
+    blind = [{"chosen": f"the {w} cat sat", "rejected": f"the {w} cat sat"} for w in words]
+    result = fit_and_score(cued, {"cued": cued, "same_text": blind}, steps=100, min_count=1)
+    assert result["cued"]["accuracy"] == 1.0
+    assert result["same_text"]["accuracy"] == 0.5  # identical texts: the model cannot prefer either

@@ -9,7 +9,7 @@ The cartoon
 -----------
 Each contest is one rendered scene with 3-7 objects (``--min-objects/--max-objects``) of which exactly one is
 *odd*: all objects share one value of an attribute dimension and the odd one has another (CLEVR renderer:
-colour, shape or size, with the other objects also sharing shape, colour and material; OOD renderer: colour, all
+colour or shape, with the other objects also sharing shape, colour and material; OOD renderer: colour, all
 vehicles sharing one colour and pattern). Which object is odd, and how, is visible only in the image: the text description says "one of
 them does not fit in", never which one.
 
@@ -19,7 +19,8 @@ writes, not just the generated candidates:
 * +2.0 when the caption names the odd value (e.g. "blue" when one cube of five is blue), +0.5 more when it also
   names the odd object's noun (the shape / vehicle);
 * +1.0 for a pun on the odd value from ``PUNS`` (e.g. blue -> "feeling blue"), +0.25 for a pun on another value
-  present in the scene, -0.5 for a pun on an absent value;
+  present in the scene, -1.25 for a pun on an absent value of this renderer's palette (so a pun's expected
+  score is about zero whatever its words: a pun is no text-only cue);
 * -1.5 per colour or shape named that is *absent* from the scene (at most two counted);
 * -0.05 per word beyond 12 (length is the rule's main text-only cue; kept small, see ``P_LONG``);
 * a small deterministic per-caption "wit" term in [-0.2, 0.2] (hash of the caption), so candidate means are not
@@ -88,7 +89,9 @@ from open_r1.tasks.counting.scenes.render import (
 RENDERERS = {"clevr": clevr, "ood": ood}
 # Attribute dimensions that can make the odd object odd, per renderer.
 # OOD: colour only (sizes read ambiguously under its perspective camera, textures blur at small image sizes).
-ODD_DIMENSIONS = {"clevr": ("color", "shape", "size"), "ood": ("color",)}
+# Size is not an odd dimension: the layout only allows shrinking, so the odd one would always be "large" and the
+# word alone would mark the funny caption (a text-only leak: measured, see TEXT_ONLY_PROBE in docs/CAPTIONING.md).
+ODD_DIMENSIONS = {"clevr": ("color", "shape"), "ood": ("color",)}
 MAX_LAYOUT_ATTEMPTS = 300
 _SPLIT_STREAM = {"main": 0, "ood": 1}
 
@@ -141,11 +144,12 @@ FRAMES = (
 VAGUE_REFS = ("new guy", "one in the corner", "odd one out", "intern", "guest of honor")
 LONG_TAIL = " and frankly I have been meaning to say this to all of you for quite some time now"
 
-W_ODD, W_ODD_NOUN, W_PUN_ODD, W_PUN_PRESENT, W_PUN_ABSENT = 2.0, 0.5, 1.0, 0.25, -0.5
+W_ODD, W_ODD_NOUN, W_PUN_ODD, W_PUN_PRESENT, W_PUN_ABSENT = 2.0, 0.5, 1.0, 0.25, -1.25
 W_ABSENT, MAX_ABSENT, FREE_WORDS, W_LENGTH, WIT = -1.5, 2, 12, -0.05, 0.2
-# Share of candidates with the long tail. Length is the rule's main text-only cue: with -0.05/word and 10 % long
-# candidates, a linear text-only fit ranks held-out k-sigma pairs at about 0.60 (the oracle: > 0.99), so an RM has to
-# look at the image to do well (measured on 60 contests x 24 captions; -0.1/word and 20 % gave 0.68).
+# Share of candidates with the long tail (length: a deliberate, small text-only cue). The text-only ceiling, a
+# bag-of-words pairwise model on the RM's pairs (experiments/captioning/text_only_probe.py), reads 0.58 on held-out
+# test pairs and 0.50 on OOD (the oracle: > 0.99); before size left ODD_DIMENSIONS and absent puns were confined to
+# the renderer's palette it read 0.665 (experiments/captioning/results/, docs/CAPTIONING.md).
 P_LONG = 0.1
 
 
@@ -362,13 +366,24 @@ def _referents(rng: np.random.Generator, meta: dict) -> dict[str, str]:
     return {"odd": odd_ref, "majority": majority_ref, "absent": absent_ref, "vague": str(rng.choice(VAGUE_REFS))}
 
 
+def renderer_values(renderer: str) -> list[str]:
+    """The attribute values a renderer can draw (colours, shapes or vehicle kinds, sizes, textures)."""
+    module = RENDERERS[renderer]
+    if renderer == "clevr":
+        return [*module.COLORS, *module.SHAPES, *clevr.SIZES]
+    return [*module.COLORS, *module.CATEGORIES, *getattr(module, "SIZES", {}), *getattr(module, "TEXTURES", ())]
+
+
 def candidate_captions(rng: np.random.Generator, meta: dict, n: int) -> list[dict]:
     """``n`` distinct candidate captions for a scene, each with its referent kind, pun kind and length kind."""
     present = _present(meta)
+    # absent puns come from this renderer's own palette (a bus pun on a CLEVR scene would be absent by the
+    # description alone: a text-only cue)
+    own = set(renderer_values(meta["renderer"]))
     pun_values = {
         "odd": [meta["odd_value"]],
         "present": [v for d in VOCAB for v in present[d] if v in PUNS and v != meta["odd_value"]],
-        "absent": [v for v in PUNS if not any(v in present[d] for d in VOCAB)],
+        "absent": [v for v in PUNS if v in own and not any(v in present[d] for d in VOCAB)],
     }
     out, seen = [], set()
     for _ in range(n * 20):
