@@ -5,7 +5,7 @@ calls it twice per round (`_tokenize_prompts` for generation, then `_generate_an
 forward inputs). With 64 prompts x 8 completions that is 1024 image preprocessings per round for 64 distinct
 images; measured on the full-size bench it was several seconds of serial CPU work per round while the GPU waited
 (docs/PERFORMANCE.md). The images are the same Python objects in both calls (TRL puts the row's image into the
-prompt messages, and `open_r1.trainer.decode_images` decodes identical bytes once), so identity is the key.
+prompt messages, and `open_r1.images.decode_images` decodes identical bytes once), so identity is the key.
 
 What it does, and no more: the image processor's `preprocess(images, **kwargs)` gets the flat list of images,
 runs the library's own preprocessing on the distinct ones not already held from the previous call with the same

@@ -44,9 +44,7 @@ And one recipe lever (it changes what is learned, default off):
 """
 from __future__ import annotations
 
-import os
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -55,8 +53,8 @@ from trl import GRPOTrainer
 from open_r1 import compat
 from open_r1.errors import TrainerOptionError  # noqa: F401  (re-exported)
 from open_r1.families import vision_tower  # one definition, per family (also re-exported)
+from open_r1.images import IMAGE_COLUMN, decode_images, lazy_image_column  # noqa: F401  (re-exported)
 
-IMAGE_COLUMN = "image"
 
 
 def resolve_fast_decode(value, trainer) -> str | None:
@@ -93,55 +91,6 @@ def check_noisy_rollouts(fraction: float, std: float) -> None:
             f"noisy_rollouts must be a fraction of each group in [0, 1) and noise_std > 0 (got {fraction}, {std}); "
             "e.g. noisy_rollouts: 0.5, noise_std: 0.1"
         )
-
-
-def lazy_image_column(dataset, column: str = IMAGE_COLUMN):
-    """The dataset with `column` left as encoded bytes/paths (decoded later by `decode_images`).
-
-    Only `datasets.Image` columns change; anything else (already-decoded lists, other feature types) is returned as
-    is, and `decode_images` leaves such values alone."""
-    from datasets import Image
-
-    feature = dataset.features.get(column)
-    if isinstance(feature, Image) and feature.decode:
-        return dataset.cast_column(column, Image(decode=False))
-    return dataset
-
-
-def _is_encoded_image(value: Any) -> bool:
-    return isinstance(value, dict) and ("bytes" in value or "path" in value)
-
-
-def decode_images(rows: list[dict], column: str = IMAGE_COLUMN, max_workers: int | None = None) -> list[dict]:
-    """Decode `row[column]` in place where it is an undecoded `datasets.Image` value ({'bytes', 'path'}). Rows
-    holding the same bytes (a GRPO round repeats each prompt's row G times) get one decoded image object, so the
-    image preprocessing downstream (`open_r1.image_dedupe`) sees them as one."""
-    from datasets import Image
-
-    todo = [row for row in rows if _is_encoded_image(row.get(column))]
-    if not todo:
-        return rows
-    feature = Image()
-    groups: dict[Any, list[dict]] = {}
-    for row in todo:
-        value = row[column]
-        key = value.get("bytes") or value.get("path") or id(value)
-        groups.setdefault(key, []).append(row)
-    firsts = [members[0][column] for members in groups.values()]
-    workers = max_workers or min(8, os.cpu_count() or 1, len(firsts))
-
-    def decode(value: dict):
-        return feature.decode_example(value)  # loads the pixels: the decode happens in this thread
-
-    if workers <= 1:
-        decoded = [decode(value) for value in firsts]
-    else:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            decoded = list(pool.map(decode, firsts))
-    for members, image in zip(groups.values(), decoded):
-        for row in members:
-            row[column] = image
-    return rows
 
 
 def add_image_noise(image, std: float, seed: int):

@@ -77,9 +77,12 @@ def generate_batch(model, processor, images, questions, template=protocol.EVAL_T
 
 
 def _batch_inputs(dataset, index, questions, processor, template, image_device=None, pin_memory=False):
-    """The processor's batch for the rows `index`: decoded RGB images + the protocol prompt (CPU work)."""
-    rows = dataset.select(index)
-    images = [image.convert("RGB") for image in rows["image"]]
+    """The processor's batch for the rows `index`: decoded RGB images + the protocol prompt (CPU work). The image
+    column arrives undecoded (`lazy_image_column`) and is decoded here in threads."""
+    from open_r1.images import decode_images
+
+    rows = decode_images([{"image": image} for image in dataset.select(index)["image"]])
+    images = [row["image"].convert("RGB") for row in rows]
     texts = _prompt_texts(processor, [questions[i] for i in index], template)
     return prepare_inputs(processor, texts, images, image_device=image_device, pin_memory=pin_memory)
 
@@ -114,6 +117,9 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     bar = tqdm(total=n, desc=f"selfcheck {name}", disable=not progress, unit="ex")
     pending = [order[begin:begin + batch_size] for begin in range(0, n, batch_size)]
     on_cuda = getattr(model, "device", torch.device("cpu")).type == "cuda"
+    from open_r1.images import lazy_image_column
+
+    dataset = lazy_image_column(dataset)  # decoded batch by batch, in threads (a metadata change)
 
     def build(index):
         return _batch_inputs(dataset, index, questions, processor, template, image_device,

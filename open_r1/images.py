@@ -1,0 +1,60 @@
+"""Lazily decoded image columns: keep a `datasets.Image` column as bytes and decode a batch's images at once, in
+threads (PIL releases the GIL while decoding), identical bytes once. Used by the GRPO trainer (once per round,
+`open_r1/trainer.py`) and by the evaluation (the next batch, in the prefetch thread, `tasks/counting/evaluate.py`).
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+IMAGE_COLUMN = "image"
+
+
+def lazy_image_column(dataset, column: str = IMAGE_COLUMN):
+    """The dataset with `column` left as encoded bytes/paths (decoded later by `decode_images`).
+
+    Only `datasets.Image` columns change; anything else (already-decoded lists, other feature types) is returned as
+    is, and `decode_images` leaves such values alone."""
+    from datasets import Image
+
+    feature = dataset.features.get(column)
+    if isinstance(feature, Image) and feature.decode:
+        return dataset.cast_column(column, Image(decode=False))
+    return dataset
+
+
+def _is_encoded_image(value: Any) -> bool:
+    return isinstance(value, dict) and ("bytes" in value or "path" in value)
+
+
+def decode_images(rows: list[dict], column: str = IMAGE_COLUMN, max_workers: int | None = None) -> list[dict]:
+    """Decode `row[column]` in place where it is an undecoded `datasets.Image` value ({'bytes', 'path'}). Rows
+    holding the same bytes (a GRPO round repeats each prompt's row G times) get one decoded image object, so the
+    image preprocessing downstream (`open_r1.image_dedupe`) sees them as one."""
+    from datasets import Image
+
+    todo = [row for row in rows if _is_encoded_image(row.get(column))]
+    if not todo:
+        return rows
+    feature = Image()
+    groups: dict[Any, list[dict]] = {}
+    for row in todo:
+        value = row[column]
+        key = value.get("bytes") or value.get("path") or id(value)
+        groups.setdefault(key, []).append(row)
+    firsts = [members[0][column] for members in groups.values()]
+    workers = max_workers or min(8, os.cpu_count() or 1, len(firsts))
+
+    def decode(value: dict):
+        return feature.decode_example(value)  # loads the pixels: the decode happens in this thread
+
+    if workers <= 1:
+        decoded = [decode(value) for value in firsts]
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            decoded = list(pool.map(decode, firsts))
+    for members, image in zip(groups.values(), decoded):
+        for row in members:
+            row[column] = image
+    return rows
