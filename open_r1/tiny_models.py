@@ -451,7 +451,7 @@ def tokenizer_training_corpus() -> list[str]:
     return lines
 
 
-def _train_byte_level_bpe(vocab_size: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
+def train_byte_level_bpe(vocab_size: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """Train a byte-level BPE with Qwen2's normaliser and pre-tokenizer; return its vocab and merges."""
     from tokenizers import (
         Regex,
@@ -492,12 +492,9 @@ def _family(family: str):
 
 def build_tokenizer(bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE, family: str = "qwen2_vl", thinking: bool = True):
     """A `Qwen2Tokenizer` (the class every family's tokenizer_config names): a small trained BPE, the real added ids."""
-    from tokenizers import AddedToken
-    from transformers import Qwen2Tokenizer
-
     _family(family)
     added = ADDED_TOKENS[family]
-    vocab, merges = _train_byte_level_bpe(bpe_vocab_size)
+    vocab, merges = train_byte_level_bpe(bpe_vocab_size)
     trained_size = len(vocab)
     if trained_size >= FIRST_SPECIAL_TOKEN_ID:
         raise ValueError(f"trained BPE has {trained_size} tokens; it must stay below {FIRST_SPECIAL_TOKEN_ID}")
@@ -507,6 +504,18 @@ def build_tokenizer(bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE, family: str = 
     if len(vocab) != FIRST_SPECIAL_TOKEN_ID:
         raise AssertionError("placeholder names collided with trained tokens")
 
+    return qwen2_tokenizer(vocab, merges, added, chat_template(family, thinking),
+                           model_max_length=262144 if family == "qwen3_vl" else (131072 if family == "qwen2_5_vl"
+                                                                                 else 32768))
+
+
+def qwen2_tokenizer(vocab: dict[str, int], merges: list, added: dict[str, int], chat_template: str,
+                    model_max_length: int):
+    """A `Qwen2Tokenizer` over a BPE (`vocab`, `merges`) with the `added` tokens at their ids (special where the real
+    files mark them special), Qwen2's settings, `chat_template`; the ids are checked."""
+    from tokenizers import AddedToken
+    from transformers import Qwen2Tokenizer
+
     special_tokens = [token for token in added if token in SPECIAL_TOKENS]
     tokenizer = Qwen2Tokenizer(
         vocab=vocab,
@@ -515,23 +524,23 @@ def build_tokenizer(bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE, family: str = 
         bos_token=None,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
-        # Passing the ids makes them added in id order, right after the padded vocab: exactly the real ids.
+        # Passing the ids makes them added in id order, right after the vocab: exactly the ids asked for.
         added_tokens_decoder={
             token_id: AddedToken(token, special=token in SPECIAL_TOKENS, normalized=False, lstrip=False, rstrip=False)
             for token, token_id in added.items()
         },
         extra_special_tokens=special_tokens[1:],  # the real `additional_special_tokens`
-        model_max_length=262144 if family == "qwen3_vl" else (131072 if family == "qwen2_5_vl" else 32768),
+        model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
         errors="replace",
         split_special_tokens=False,
-        chat_template=chat_template(family, thinking),
+        chat_template=chat_template,
     )
-    _check_special_token_ids(tokenizer, added)
+    check_special_token_ids(tokenizer, added)
     return tokenizer
 
 
-def _check_special_token_ids(tokenizer, added: dict[str, int] = QWEN2VL_SPECIAL_TOKENS) -> None:
+def check_special_token_ids(tokenizer, added: dict[str, int] = QWEN2VL_SPECIAL_TOKENS) -> None:
     wrong = {
         token: tokenizer.convert_tokens_to_ids(token)
         for token, token_id in added.items()

@@ -75,33 +75,13 @@ def log(message: str) -> None:
 def build_small_vocab_tokenizer():
     """`Qwen2Tokenizer` with the tiny model's trained BPE and the 14 Qwen2-VL special tokens right after it (ids
     len(bpe) .. len(bpe) + 13): the same strings and chat template, a ~2.6k-token vocabulary."""
-    from tokenizers import AddedToken
-    from transformers import Qwen2Tokenizer
-
     from open_r1 import tiny_models
 
-    vocab, merges = tiny_models._train_byte_level_bpe(tiny_models.DEFAULT_BPE_VOCAB_SIZE)
+    vocab, merges = tiny_models.train_byte_level_bpe(tiny_models.DEFAULT_BPE_VOCAB_SIZE)
     first = len(vocab)
     specials = {token: first + i for i, token in enumerate(tiny_models.QWEN2VL_SPECIAL_TOKENS)}
-    tokenizer = Qwen2Tokenizer(
-        vocab=vocab,
-        merges=merges,
-        unk_token=None,
-        bos_token=None,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        added_tokens_decoder={token_id: AddedToken(token, special=True, normalized=False, lstrip=False, rstrip=False)
-                              for token, token_id in specials.items()},
-        extra_special_tokens=list(specials)[1:],
-        model_max_length=4096,
-        clean_up_tokenization_spaces=False,
-        errors="replace",
-        split_special_tokens=False,
-        chat_template=tiny_models.QWEN2VL_CHAT_TEMPLATE,
-    )
-    wrong = {t: tokenizer.convert_tokens_to_ids(t) for t, i in specials.items() if tokenizer.convert_tokens_to_ids(t) != i}
-    if wrong:
-        raise AssertionError(f"special tokens got the wrong ids: {wrong}")
+    tokenizer = tiny_models.qwen2_tokenizer(vocab, merges, specials, tiny_models.QWEN2VL_CHAT_TEMPLATE,
+                                            model_max_length=4096)
     return tokenizer, specials
 
 
