@@ -12,7 +12,7 @@ runs the library's own preprocessing on the distinct ones not already held from 
 keyword arguments, and builds the batch output by copying each image's rows back to every position that holds it:
 `pixel_values` (the patch rows of each image, in image order) and `image_grid_thw` come out exactly as the plain
 processor would build them. Outputs of any other layout (another processor family, other keys, no tensors) are
-the library's own, computed on the full list. The cache holds the last call's distinct images (strong references,
+the library's own, computed on the full list, and from then on that processor is left to the library. The cache holds the last call's distinct images (strong references,
 so an `id` cannot be reused while held) and their rows: one round's distinct images, nothing older.
 
 The subclass keeps the base class's name, so a saved `preprocessor_config.json` still names the library's class.
@@ -34,6 +34,7 @@ class DedupeState:
     held: dict = field(default_factory=dict)  # id(image) -> (image, (pixel rows, grid_thw))
     images_seen: int = 0  # images given to the processor since the mixin was installed (benches, tests)
     images_processed: int = 0  # images it actually preprocessed
+    unsupported: bool = False  # its outputs had a layout this does not know: every later call is the plain one
 
 
 _STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -58,6 +59,8 @@ class DedupeImagesMixin:
         except (TypeError, ValueError):
             return super().preprocess(images, *args, **kwargs)
         state = dedupe_state(self)
+        if state.unsupported:
+            return super().preprocess(images, *args, **kwargs)
         # the output type is not a preprocessing setting: rows are tensors whatever `return_tensors` asks for (TRL's
         # two calls differ only in it), and the composed output is converted to it below
         settings = {key: value for key, value in kwargs.items() if key != "return_tensors"}
@@ -76,16 +79,15 @@ class DedupeImagesMixin:
             output = super().preprocess(images, *args, **kwargs)
             state.images_processed += len(flat)
             rows = per_image_rows(output, len(flat))
-            if rows is None:
-                _remember(state, None, [], [])
-            else:
-                _remember(state, signature, distinct, rows)
+            state.unsupported = rows is None
+            _remember(state, signature, distinct, rows or [])
             return output
         fresh = {}
         if todo:
             output = super().preprocess(todo, *args, **kwargs)
             rows = per_image_rows(output, len(todo))
-            if rows is None:  # a layout this does not know: the library's result on the whole list
+            if rows is None:  # a layout this does not know: the library's result on the whole list, from now on
+                state.unsupported = True
                 state.images_processed += len(flat)
                 _remember(state, None, [], [])
                 return super().preprocess(images, *args, **kwargs)

@@ -71,3 +71,27 @@ def test_a_saved_processor_names_the_library_class_and_holds_no_cache(tmp_path):
     loaded = AutoProcessor.from_pretrained(tmp_path)
     assert type(loaded.image_processor).__name__ == "Qwen2VLImageProcessor"
     assert not hasattr(loaded.image_processor, "_dedupe_cache")
+
+
+def test_a_layout_it_does_not_know_is_left_to_the_library_from_then_on(monkeypatch):
+    """Outputs it cannot split per image: the library's result on the whole list, and later calls are plain ones
+    (not a wasted preprocessing of the distinct images first, every call)."""
+    import open_r1.image_dedupe as dedupe_lib
+
+    images = _images(2)
+    ours = build_processor()
+    enable_image_dedupe(ours)
+    base = type(ours.image_processor).__mro__[2]  # (the swapped class, the mixin, the library's class)
+    calls = []
+    real = base.preprocess
+    monkeypatch.setattr(base, "preprocess", lambda self, imgs, *a, **k: calls.append(1) or real(self, imgs, *a, **k))
+    monkeypatch.setattr(dedupe_lib, "per_image_rows", lambda output, count: None)
+    expected = _call(build_processor(), images)
+    calls.clear()
+    first = _call(ours, images)
+    assert len(calls) == 2  # the distinct images, then (layout unknown) the whole list
+    second = _call(ours, images)
+    assert len(calls) == 3  # the plain call only
+    assert dedupe_state(ours).unsupported
+    for key in expected:
+        assert torch.equal(first[key], expected[key]) and torch.equal(second[key], expected[key]), key

@@ -1404,7 +1404,7 @@ def selfcheck_main(argv=None) -> int:
                 batches = math.ceil(report.n / batch_size)  # the measured batches are the decoder's last calls
                 timed = decoder.timings[-batches:] if decoder is not None and decoder.timings else []
                 if timed:  # the graph decoder's own split of the measured batches
-                    entry.update(decoder_batches_timed=len(timed),decoder_prefill_s=sum(t["prefill_s"] for t in timed),
+                    entry.update(decoder_batches_timed=len(timed), decoder_prefill_s=sum(t["prefill_s"] for t in timed),
                                  decoder_decode_s=sum(t["decode_s"] for t in timed),
                                  decode_ms_per_step=1000 * sum(t["decode_s"] for t in timed)
                                  / max(sum(t["steps"] - 1 for t in timed), 1))

@@ -61,10 +61,6 @@ def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dic
     return rows
 
 
-def trainer_steps(losses) -> str:
-    return f"{len(losses)}" + (f" (last at step {losses[-1][0]})" if losses else "")
-
-
 def held_out_pairs(recipe: dict, split: str, blind: bool):
     from open_r1.tasks.captioning import data as cdata
 
@@ -124,7 +120,7 @@ def train_one(recipe: dict, blind: bool) -> dict:
     losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
     model.save(out, extra_meta={"train_seconds": seconds, "steps": trainer.state.global_step})
     del trainer
-    common.log(f"[rm{' blind' if blind else ''}] {trainer_steps(losses)} logged losses; saved {out}")
+    common.log(f"[rm{' blind' if blind else ''}] {model.meta['steps']} steps; saved {out}")
     report = {"out": out, "blind": blind, "train_pairs": len(rows), "steps": int(model.meta["steps"]),
               "train_seconds": seconds, "loss_first": losses[0][1] if losses else None,
               "loss_last": losses[-1][1] if losses else None, "loss_curve": losses[:: max(1, len(losses) // 50)],
