@@ -210,8 +210,9 @@ class RewardModel(nn.Module):
 
     @torch.no_grad()
     def score(self, images: Sequence, messages_list: Sequence[list[dict]], batch_size: int = 16,
-              padding_side: str = "left") -> list[float]:
-        """Raw BT scores of (image, conversation) rows, batched, without gradients, in eval mode."""
+              padding_side: str = "left", progress=None) -> list[float]:
+        """Raw BT scores of (image, conversation) rows, batched, without gradients, in eval mode. `progress(done,
+        total)` is called after each batch (long scoring shows it is moving)."""
         was_training = self.training
         self.eval()
         scores: list[float] = []
@@ -223,6 +224,8 @@ class RewardModel(nn.Module):
                                     padding_side=padding_side).to(self.device)
                 with autocast:
                     scores.extend(float(s) for s in self(**batch).float().cpu())
+                if progress is not None:
+                    progress(len(scores), len(images))
         finally:
             if was_training:
                 self.train()
@@ -401,12 +404,16 @@ def train_reward_model(model: RewardModel, pairs: Sequence[dict], training_args,
 
 
 def evaluate_pairs(model: RewardModel, pairs: Sequence[dict], batch_size: int = 16, n_boot: int = 2000,
-                   seed: int = 0, group_key: str = "group") -> dict:
-    """Held-out pairwise accuracy of `model` on pair rows, with the by-group bootstrap CI (`pairwise_accuracy`)."""
+                   seed: int = 0, group_key: str = "group", progress=None) -> dict:
+    """Held-out pairwise accuracy of `model` on pair rows, with the by-group bootstrap CI (`pairwise_accuracy`).
+    `progress(done, total)`: called after each scored batch, counting both sides of every pair."""
     pairs = list(pairs)
-    chosen = model.score([p["image"] for p in pairs], [p["chosen"] for p in pairs], batch_size=batch_size)
+    n = len(pairs)
+    chosen = model.score([p["image"] for p in pairs], [p["chosen"] for p in pairs], batch_size=batch_size,
+                         progress=None if progress is None else (lambda done, _: progress(done, 2 * n)))
     rejected = model.score([p.get("rejected_image") or p["image"] for p in pairs], [p["rejected"] for p in pairs],
-                           batch_size=batch_size)
+                           batch_size=batch_size,
+                           progress=None if progress is None else (lambda done, _: progress(n + done, 2 * n)))
     groups = [p.get(group_key) for p in pairs]
     return pairwise_accuracy(chosen, rejected, groups if all(g is not None for g in groups) else None,
                              n_boot=n_boot, seed=seed)

@@ -505,6 +505,33 @@ def test_standin_is_deterministic_and_pretrain_rows_format(standin_dir):
     assert not P.trace_leaks_caption(thinking, train[0]["caption"]) or "talk about" in train[0]["caption"]
 
 
+def test_perception_probe_reads_the_odd_value_strictly(standin_dir):
+    meta = {"renderer": "clevr", "dimension": "color", "odd_index": 0, "odd_value": "blue", "majority_value": "red",
+            "objects": [{"shape": "cube", "color": "blue"}] + [{"shape": "cube", "color": "red"}] * 3}
+    assert S.perceives_odd("The blue cube.", meta) and S.perceives_odd("</think>\n\nthe BLUE box", json.dumps(meta))
+    assert not S.perceives_odd("The red cube.", meta)  # a majority value
+    assert not S.perceives_odd("The blue or red cube.", meta)  # two values of the odd dimension
+    assert not S.perceives_odd("It is feeling blue.", meta)  # a pun is not a name (as the oracle reads it)
+    shape = {**meta, "dimension": "shape", "odd_value": "sphere", "majority_value": "cube"}
+    assert S.perceives_odd("The red ball.", shape) and not S.perceives_odd("The red cube.", shape)
+    # one probe row per held-out contest, in the pre-training question format, the answer from the scene itself
+    _, paths = standin_dir
+    val = cdata.load_captions(paths["val"], keep_oracle=True)
+    rows = S.perception_probe_rows(val)
+    assert len(rows) == len(set(val["contest"])) and len(S.perception_probe_rows(val, limit=1)) == 1
+    assert rows[0]["messages"][0]["content"][1]["text"] == S.PROBE_QUESTION
+    scene = json.loads(rows[0]["scene_meta"])
+    assert S.perceives_odd(S.odd_object_phrase(scene), scene)  # the pre-training answer passes its own probe
+    assert not S.perceives_odd(S.scene_description(scene), scene)  # the description names both values
+
+
+def test_exposure_scenes_are_disjoint_images_one_row_each():
+    config = S.StandinConfig(captions=6, image_size=(96, 64), max_objects=4)
+    scenes = S.build_contests(2, config, "main", start=50_000, rows_per_contest=1)
+    assert scenes["contest"] == [50_000, 50_001]
+    assert scenes[0]["caption"] == S.make_contest(config, "main", 50_000)[0]["caption"]  # the same index, the same scene
+
+
 def test_standin_cli(tmp_path):
     out = tmp_path / "cli"
     assert S.main(["--out", str(out), "--contests", "4", "--ood-contests", "1", "--captions", "6",

@@ -84,8 +84,8 @@ def _fake_stages(monkeypatch, events, fail=None):
         def close(self):
             pass
 
-    def launch(recipe, name, jobs, overrides):
-        events.append(("launch", name))
+    def launch(recipe, name, jobs, overrides, sharing=None):
+        events.append(("launch", name, sharing))
         return [(Proc(), Handle(), None, None, sets) for sets in jobs]
 
     def collect(name, procs):
@@ -106,13 +106,14 @@ def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch)
     events = []
     _fake_stages(monkeypatch, events)
     summary = pipeline.run_pipeline(recipe, ("synthesize", "sft", "rm", "grpo"))
-    assert events == [("launch", "rm"), ("run", "synthesize"), ("run", "sft"), ("collect", "rm"),
-                      ("launch", "grpo"), ("collect", "grpo")]
+    # the early RM jobs share the cores with this process: 2 jobs + 1
+    assert events == [("launch", "rm", 3), ("run", "synthesize"), ("run", "sft"), ("collect", "rm"),
+                      ("launch", "grpo", None), ("collect", "grpo")]
     assert summary["stages"]["rm"]["result"] == {"stage": "rm"}
     # without synthesize in the run, the RM starts beside the next stage before it
     events.clear()
     pipeline.run_pipeline(recipe, ("sft", "rm"))
-    assert events == [("launch", "rm"), ("run", "sft"), ("collect", "rm")]
+    assert events == [("launch", "rm", 3), ("run", "sft"), ("collect", "rm")]
     # a failing stage does not leave the early jobs running
     events.clear()
     _fake_stages(monkeypatch, events, fail="sft")
@@ -124,6 +125,16 @@ def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch)
         pipeline.early_starts(recipe, pipeline.ORDER)
 
 
+def test_parallel_jobs_share_the_cores():
+    from open_r1.tasks.captioning import pipeline
+
+    env = pipeline.child_env({"PATH": "/bin"}, sharing=3, cpus=16)
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "5" and env["PATH"] == "/bin"
+    assert env["PYTHONFAULTHANDLER"] == "1"
+    assert pipeline.child_env({}, sharing=8, cpus=4)["OMP_NUM_THREADS"] == "1"  # never zero
+    assert pipeline.child_env({"OMP_NUM_THREADS": "2"}, sharing=3, cpus=16)["OMP_NUM_THREADS"] == "2"  # the user's
+
+
 @pytest.mark.slow  # ~5 minutes on 2 CPU cores
 def test_humor_demo_end_to_end(tmp_path):
     from open_r1.tasks.captioning import pipeline
@@ -131,7 +142,8 @@ def test_humor_demo_end_to_end(tmp_path):
 
     overrides = [
         f"work_dir={tmp_path / 'run'}",
-        "data.contests=10", "data.ood_contests=2", "data.pretrain_ood_contests=2", "data.captions=10",
+        "data.contests=10", "data.ood_contests=2", "data.pretrain_ood_contests=2",
+        "data.pretrain_main_contests=2", "data.captions=10",
         "pretrain.policy.max_steps=1", "pretrain.rm_backbone.max_steps=1",
         "synthesize.limit=2", "synthesize.max_new_tokens=8",
         "sft.max_steps=1", "rm.max_steps=2", "rm.eval_cap_per_contest=4",
@@ -156,6 +168,12 @@ def test_humor_demo_end_to_end(tmp_path):
         for split in ("test", "ood"):
             accuracy = rm_result[key]["held_out"][split]
             assert 0.0 <= accuracy["ci_low"] <= accuracy["accuracy"] <= accuracy["ci_high"] <= 1.0
+    # both bases were probed on held-out scenes: does it name the odd value (a share, with the answers it gave)
+    for which in ("policy", "rm_backbone"):
+        probe = summary["stages"]["pretrain"]["result"][which]["perception"]
+        assert set(probe) == {"val", "ood"} and all(0.0 <= p["accuracy"] <= 1.0 and p["n"] >= 1 for p in probe.values())
+    data_info = summary["stages"]["data"]["result"]["splits"]
+    assert data_info["main_pretrain"] == {"rows": 2, "contests": 2} and data_info["ood_pretrain"]["rows"] == 2
     synth = summary["stages"]["synthesize"]["result"]
     assert synth["rows"] == 2 and synth["kept"] + synth["truncated"] + synth["empty"] + synth["leaks_caption"] == 2
     grpo_recipe = (root / "grpo" / "seed0" / "grpo_recipe.yaml").read_text()

@@ -180,5 +180,7 @@ def test_rm_loss_falls_on_toy_set(backbones, tmp_path):
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert losses[0] == pytest.approx(math.log(2), abs=1e-4)
     assert min(losses[-3:]) < 0.5 * math.log(2)
-    result = rm_lib.evaluate_pairs(model, pairs, n_boot=200)
+    seen = []
+    result = rm_lib.evaluate_pairs(model, pairs, batch_size=3, n_boot=200, progress=lambda *a: seen.append(a))
     assert result["accuracy"] == 1.0
+    assert seen == [(3, 16), (6, 16), (8, 16), (11, 16), (14, 16), (16, 16)]  # both sides, batch by batch

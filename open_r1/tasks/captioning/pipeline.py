@@ -44,8 +44,27 @@ def parallel_jobs(recipe: dict, name: str) -> list[list[str]] | None:
     return None
 
 
-def launch_parallel(recipe: dict, name: str, jobs: list[list[str]], overrides: list[str]) -> list[tuple]:
-    """Start a stage's sub-jobs as processes (logs under ``<work_dir>/logs``); `collect_parallel` waits for them."""
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def child_env(base: dict, sharing: int, cpus: int | None = None) -> dict:
+    """The environment of a sub-job that shares the machine's cores with `sharing - 1` other processes: each gets
+    an equal share of CPU threads (every process otherwise starts one OpenMP thread per core for its processor's
+    and torch's CPU work, and several such processes oversubscribe the cores many times over), unless the user set
+    the thread variables; and ``PYTHONFAULTHANDLER=1``, so a fatal signal (``timeout -s ABRT``) prints every thread's
+    stack into the job's log."""
+    env = dict(base)
+    threads = str(max(1, (cpus or os.cpu_count() or 1) // max(1, sharing)))
+    for key in THREAD_VARIABLES:
+        env.setdefault(key, threads)
+    env.setdefault("PYTHONFAULTHANDLER", "1")
+    return env
+
+
+def launch_parallel(recipe: dict, name: str, jobs: list[list[str]], overrides: list[str],
+                    sharing: int | None = None) -> list[tuple]:
+    """Start a stage's sub-jobs as processes (logs under ``<work_dir>/logs``); `collect_parallel` waits for them.
+    `sharing`: how many processes use the machine meanwhile (default: the jobs), for their CPU thread share."""
     import subprocess
 
     paths = common.Paths(recipe)
@@ -60,8 +79,9 @@ def launch_parallel(recipe: dict, name: str, jobs: list[list[str]], overrides: l
         for item in [*overrides, *sets]:
             command += ["--set", item]
         handle = open(log_path, "w")  # noqa: SIM115 - closed after the process ends, in collect_parallel
-        procs.append((subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT), handle, result, log_path,
-                      sets))
+        env = child_env(os.environ, sharing or len(jobs))
+        procs.append((subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env), handle, result,
+                      log_path, sets))
         common.log(f"[pipeline] {name} job {i} ({' '.join(sets)}): log {log_path}")
     return procs
 
@@ -130,13 +150,18 @@ def run_pipeline(recipe: dict, stages=ORDER, out: str | None = None, overrides: 
             if name in starts_at:
                 early = starts_at[name]
                 common.log(f"[pipeline] stage {early} starts early, beside {name} (elapsed {time.time() - started:.0f} s)")
-                running[early] = (time.time(), launch_parallel(recipe, early, parallel_jobs(recipe, early),
-                                                              overrides or []))
+                jobs = parallel_jobs(recipe, early)
+                # this process keeps running stages meanwhile: it takes one share of the cores too
+                running[early] = (time.time(), launch_parallel(recipe, early, jobs, overrides or [],
+                                                              sharing=len(jobs) + 1))
+                _share_threads(len(jobs) + 1)
             t0 = time.time()
             common.log(f"[pipeline] stage {name} (elapsed {t0 - started:.0f} s)")
             if name in running:
                 t0, procs = running.pop(name)
                 result = collect_parallel(name, procs)
+                if not running:
+                    _share_threads(1)
             else:
                 jobs = parallel_jobs(recipe, name)
                 if jobs:
@@ -151,6 +176,8 @@ def run_pipeline(recipe: dict, stages=ORDER, out: str | None = None, overrides: 
                     handle.write(results_markdown(summary))
                 copy_results(paths, out)
     finally:
+        if running:
+            _share_threads(1)
         for _, procs in running.values():  # a failed stage: do not leave early jobs running
             for proc, handle, *_ in procs:
                 if proc.poll() is None:
@@ -166,6 +193,18 @@ def run_pipeline(recipe: dict, stages=ORDER, out: str | None = None, overrides: 
     if out:
         copy_results(paths, out)
     return summary
+
+
+_THREADS_AT_START: list[int] = []
+
+
+def _share_threads(sharing: int) -> None:
+    """This process's torch CPU threads while `sharing - 1` early jobs run beside it (1: back to the start value)."""
+    import torch
+
+    if not _THREADS_AT_START:
+        _THREADS_AT_START.append(torch.get_num_threads())
+    torch.set_num_threads(max(1, _THREADS_AT_START[0] // max(1, sharing)))
 
 
 def _device_name() -> str:

@@ -6,7 +6,9 @@ hidden image-dependent rule and rated by simulated voters (module docstring of `
 ``pretrain_ood_contests`` > 0 it also renders that many *further* OOD-renderer scenes (indices after the evaluation
 ones, so disjoint from ``ood``) into ``ood_pretrain``: the base models' pre-training sees that renderer's images in
 describe/question rows only (never captions), as real base models have seen all kinds of images. The counting proxy
-does the same (its OOD exposure rows).
+does the same (its OOD exposure rows). ``pretrain_main_contests`` does the same for the CLEVR-like renderer
+(``main_pretrain``, indices disjoint from every contest): a real base has seen far more than the few hundred training
+cartoons, and seeing which object is odd has to be learned from images before an RM can use it.
 
 Deviation from the seed: the seed downloads the real New Yorker caption-contest ratings; none are reachable here. On
 the real data skip this stage and point ``data.dir`` to a directory with ``train/ val/ test/`` in the layout of
@@ -20,7 +22,7 @@ import os
 
 from open_r1.tasks.captioning import stage_common as common
 
-OOD_PRETRAIN_OFFSET = 50_000  # scene indices of the exposure split start here (the evaluation OOD split uses 0..n-1)
+PRETRAIN_OFFSET = 50_000  # scene indices of the exposure splits start here (the contests use 0..n-1)
 
 
 def run(recipe: dict) -> dict:
@@ -42,16 +44,16 @@ def run(recipe: dict) -> dict:
     workers = int(cfg.get("workers") or max(1, min(16, (os.cpu_count() or 2) - 1)))
     standin.write_standin(paths.data, int(cfg["contests"]), cfg.get("ood_contests"), float(cfg.get("val_frac", 0.15)),
                           float(cfg.get("test_frac", 0.15)), config, workers=workers, overwrite=True)
-    exposure = int(cfg.get("pretrain_ood_contests", 0))
     info = common.read_json(marker)
-    if exposure:
-        import datasets
-
-        rows = [row for i in range(OOD_PRETRAIN_OFFSET, OOD_PRETRAIN_OFFSET + exposure)
-                for row in standin.make_contest(config, "ood", i)[:1]]  # images only: one caption row per scene
-        datasets.Dataset.from_list(rows, features=standin.features()).save_to_disk(paths.split("ood_pretrain"))
-        info["splits"]["ood_pretrain"] = {"rows": len(rows), "contests": exposure}
-        common.write_json(marker, info)
+    for key, stream, split in (("pretrain_ood_contests", "ood", "ood_pretrain"),
+                               ("pretrain_main_contests", "main", "main_pretrain")):
+        exposure = int(cfg.get(key, 0))
+        if exposure:  # images only: one caption row per scene
+            scenes = standin.build_contests(exposure, config, stream, workers=workers, start=PRETRAIN_OFFSET,
+                                            rows_per_contest=1)
+            scenes.save_to_disk(paths.split(split))
+            info["splits"][split] = {"rows": len(scenes), "contests": exposure}
+    common.write_json(marker, info)
     common.log(f"[data] wrote {paths.data}: {info['splits']}")
     return info
 

@@ -7,8 +7,9 @@ fine-tuned with TRL's ``SFTTrainer`` (``open_r1.sft.train_sft``, ``lora_r: 0``, 
 fraction, time fraction)) on ``standin.pretrain_rows`` of the train contests: describe the picture, plain questions
 about it (count, which object is odd, present / absent colours and shapes) and caption *fluency* (uniformly drawn
 candidate captions under the task prompt and output format, so the base writes captions in the format but is not
-selected for funniness), plus describe/question rows of the ``ood_pretrain`` exposure scenes when the data stage made
-them. Never reads ``oracle``, ``mean`` or ``votes``.
+selected for funniness), plus describe/question rows of the ``ood_pretrain`` / ``main_pretrain`` exposure scenes when the data stage made
+them. Never reads ``oracle``, ``mean`` or ``votes``. Then a perception probe (``perception``): the share of held-out
+scenes (val, OOD) on which the base, asked which object is different, names the odd value.
 
 Deviation from the seed: the seed starts from the released Qwen3-VL-2B-Thinking and Qwen2.5-VL-3B-Instruct, which
 cannot be downloaded here; on real data skip this stage and set ``sft.model`` / ``rm.backbone`` to those
@@ -41,12 +42,13 @@ def pretrain_dataset(recipe: dict, which: str):
     train = cdata.load_captions(paths.split("train"), check_images="none", keep_oracle=False)
     parts = [standin.pretrain_rows(train, kinds=kinds, per_contest=per_contest, think_prefix=think_prefix,
                                    seed=int(recipe["seed"]))]
-    exposure = paths.split("ood_pretrain")
-    if os.path.isdir(exposure) and cfg.get("ood_exposure", True):
-        ood = cdata.load_captions(exposure, check_images="none")
-        parts.append(standin.pretrain_rows(ood, kinds=tuple(k for k in kinds if k != "fluency") or ("describe",),
-                                           per_contest=per_contest, think_prefix=think_prefix,
-                                           seed=int(recipe["seed"]) + 1))
+    for offset, split in enumerate(("ood_pretrain", "main_pretrain"), start=1):
+        exposure = paths.split(split)
+        if os.path.isdir(exposure) and cfg.get("exposure", cfg.get("ood_exposure", True)):
+            scenes = cdata.load_captions(exposure, check_images="none")
+            parts.append(standin.pretrain_rows(scenes, kinds=tuple(k for k in kinds if k != "fluency") or ("describe",),
+                                               per_contest=int(cfg.get("exposure_per_contest", per_contest)),
+                                               think_prefix=think_prefix, seed=int(recipe["seed"]) + offset))
     rows = datasets.concatenate_datasets([parts[0], *(p.cast(parts[0].features) for p in parts[1:])])
     return rows.shuffle(seed=int(recipe["seed"]))
 
@@ -77,7 +79,41 @@ def pretrain_one(recipe: dict, which: str) -> dict:
 
     shutil.rmtree(init, ignore_errors=True)
     report.update({"family": family, "overrides": overrides, "out": out})
+    if cfg.get("probe_limit", 48):
+        report["perception"] = perception(recipe, out, int(cfg.get("probe_limit", 48)), cfg)
+        common.log(f"[pretrain] {which}: names the odd object's odd value on held-out scenes: "
+                   + ", ".join(f"{k} {v['accuracy']:.2f} ({v['n']})" for k, v in report["perception"].items()))
     return report
+
+
+def perception(recipe: dict, model_dir: str, limit: int, cfg: dict) -> dict:
+    """Greedy answers of a pre-trained base to ``standin.PROBE_QUESTION`` on held-out contests (val and the OOD
+    renderer: images pre-training never saw): the share that names the odd object's odd value
+    (``standin.perceives_odd``). What an RM on this backbone, and a policy, must see to read the hidden rule."""
+    import torch
+
+    from open_r1 import modeling
+    from open_r1.generation import generate_texts
+    from open_r1.tasks.captioning import data as cdata
+    from open_r1.tasks.captioning import standin
+
+    paths = common.Paths(recipe)
+    model = modeling.load_model(model_dir, dtype=None if torch.cuda.is_available() else "float32")
+    model = model.to(common.device()).eval()
+    processor = modeling.load_processor(model_dir, cfg.get("min_pixels"), cfg.get("max_pixels"))
+    out = {}
+    for split in ("val", "ood"):
+        if not os.path.isdir(paths.split(split)):
+            continue
+        rows = standin.perception_probe_rows(cdata.load_captions(paths.split(split), check_images="none",
+                                                                 keep_oracle=True), limit)
+        prompts = [processor.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True)
+                   for r in rows]
+        texts, _, _ = generate_texts(model, processor, prompts, [r["image"] for r in rows], 24, decoder="hf")
+        hits = [standin.perceives_odd(t, r["scene_meta"]) for t, r in zip(texts, rows)]
+        out[split] = {"accuracy": sum(hits) / len(hits), "n": len(hits), "examples": texts[:3]}
+    del model
+    return out
 
 
 def run(recipe: dict) -> dict:

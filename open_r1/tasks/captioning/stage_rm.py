@@ -73,6 +73,18 @@ def held_out_pairs(recipe: dict, split: str, blind: bool):
     return pair_rows(pairs, blind=blind, keep_oracle=True)
 
 
+def _progress(label: str, every_s: float = 15.0):
+    """A `progress(done, total)` that logs at most every `every_s` seconds (and at the end)."""
+    last = [time.time()]
+
+    def progress(done: int, total: int) -> None:
+        if done == total or time.time() - last[0] >= every_s:
+            last[0] = time.time()
+            common.log(f"{label}: scored {done}/{total} conversations")
+
+    return progress
+
+
 def train_one(recipe: dict, blind: bool) -> dict:
     import torch
     from transformers import TrainingArguments
@@ -133,7 +145,7 @@ def train_one(recipe: dict, blind: bool) -> dict:
         common.log(f"[rm{' blind' if blind else ''}] {split}: scoring {len(held)} held-out pairs "
                    f"(built in {time.time() - t0:.1f} s)")
         result = rm_lib.evaluate_pairs(model, held, batch_size=int(cfg.get("eval_batch_size", 32)),
-                                       seed=int(recipe["seed"]))
+                                       seed=int(recipe["seed"]), progress=_progress(f"[rm{' blind' if blind else ''}] {split}"))
         result["oracle_agreement_of_labels"] = sum(r["oracle_order"] for r in held) / len(held)
         report["held_out"][split] = result
         common.log(f"[rm{' blind' if blind else ''}] {split}: pairwise accuracy {result['accuracy']:.3f} "

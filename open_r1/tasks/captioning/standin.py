@@ -297,12 +297,8 @@ def _pun_dimension(value: str) -> str:
 def oracle_details(caption: str, meta: dict) -> dict:
     """The hidden score's parts for one caption on one scene (see the module docstring)."""
     text = " ".join(caption.lower().split())
-    puns, rest = _caption_puns(text)
-    mentioned: dict[str, set] = {dim: set() for dim in VOCAB}
-    for token in _TOKEN.findall(rest):
-        if token in WORD_TO_VALUE:
-            dim, value = WORD_TO_VALUE[token]
-            mentioned[dim].add(value)
+    puns, _ = _caption_puns(text)
+    mentioned = mentioned_values(text)
     present = _present(meta)
     dim, odd_value = meta["dimension"], meta["odd_value"]
     odd_obj = meta["objects"][meta["odd_index"]]
@@ -474,6 +470,11 @@ def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
     return rows
 
 
+def _make_rows(config: StandinConfig, stream: str, keep: int | None, index: int) -> list[dict]:
+    rows = make_contest(config, stream, index)
+    return rows if keep is None else rows[:keep]
+
+
 def _ood_size(size: tuple[int, int]) -> tuple[int, int]:
     return size  # the same pixel budget; the OOD shift is the renderer, not the resolution
 
@@ -498,15 +499,19 @@ def features():
     })
 
 
-def build_contests(n: int, config: StandinConfig = StandinConfig(), stream: str = "main", workers: int = 1):
-    """A ``datasets.Dataset`` of ``n`` contests (one row per caption) from the CLEVR-like (``main``) or OOD stream."""
+def build_contests(n: int, config: StandinConfig = StandinConfig(), stream: str = "main", workers: int = 1,
+                   start: int = 0, rows_per_contest: int | None = None):
+    """A ``datasets.Dataset`` of ``n`` contests (one row per caption) from the CLEVR-like (``main``) or OOD stream:
+    contest indices ``start .. start + n - 1`` (deterministic per index); ``rows_per_contest`` keeps only that many
+    caption rows of each (pre-training exposure scenes need the image, not the captions)."""
     import datasets
 
     if stream not in _SPLIT_STREAM:
         raise SceneArgumentError(f"stream must be one of {sorted(_SPLIT_STREAM)}, got {stream!r}")
     if n < 1:
         raise SceneArgumentError(f"need at least one contest, got {n}")
-    make = functools.partial(make_contest, config, stream)
+    make = functools.partial(_make_rows, config, stream, rows_per_contest)
+    indices = range(int(start), int(start) + n)
     if workers > 1 and n > 1:
         from open_r1.tasks.counting.scenes.dataset import (
             _limit_blas_threads,
@@ -514,9 +519,9 @@ def build_contests(n: int, config: StandinConfig = StandinConfig(), stream: str 
         )
 
         with _pool_context().Pool(min(workers, n), initializer=_limit_blas_threads) as pool:
-            contests = pool.map(make, range(n), chunksize=max(1, n // (workers * 4)))
+            contests = pool.map(make, indices, chunksize=max(1, n // (workers * 4)))
     else:
-        contests = [make(i) for i in range(n)]
+        contests = [make(i) for i in indices]
     rows = [row for contest in contests for row in contest]
     return datasets.Dataset.from_list(rows, features=features())
 
@@ -609,7 +614,7 @@ def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str
     shapes = clevr.SHAPES if meta["renderer"] == "clevr" else ood.CATEGORIES
     qa = [
         ("How many objects are there?", str(n)),
-        ("Which object is different from the others?", odd[0].upper() + odd[1:] + "."),
+        (PROBE_QUESTION, odd[0].upper() + odd[1:] + "."),
         (f"In what way is {odd} different?",
          f"Its {meta['dimension']}: it is {meta['odd_value']}, the others are {meta['majority_value']}."),
     ]
@@ -621,6 +626,37 @@ def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str
     if absent_shapes:
         qa.append((f"Is there a {NOUN[str(rng.choice(absent_shapes))]} in the picture?", "No."))
     return qa
+
+
+PROBE_QUESTION = "Which object is different from the others?"
+
+
+def mentioned_values(text: str) -> dict[str, set]:
+    """The attribute values a text names, per dimension (the oracle's reading of words, puns removed)."""
+    _, rest = _caption_puns(" ".join(text.lower().split()))
+    mentioned: dict[str, set] = {dim: set() for dim in VOCAB}
+    for token in _TOKEN.findall(rest):
+        if token in WORD_TO_VALUE:
+            dim, value = WORD_TO_VALUE[token]
+            mentioned[dim].add(value)
+    return mentioned
+
+
+def perceives_odd(answer: str, meta: dict | str) -> bool:
+    """Whether an answer to ``PROBE_QUESTION`` names the odd object's odd value and no other value of that dimension
+    ("The blue cube." when one cube of five is blue; "blue or red" is wrong)."""
+    meta = json.loads(meta) if isinstance(meta, str) else meta
+    return mentioned_values(answer)[meta["dimension"]] == {meta["odd_value"]}
+
+
+def perception_probe_rows(dataset, limit: int | None = None) -> list[dict]:
+    """One ``PROBE_QUESTION`` row per contest ({messages, image, scene_meta}), in the pre-training rows' format:
+    held-out splits measure whether a pre-trained base sees which object is odd (what an RM needs to read)."""
+    groups = cdata._contest_groups(dataset)
+    firsts = [rows[0] for rows in groups.values()][: limit or None]
+    table = dataset.select(firsts)
+    return [{"messages": _qa_messages(PROBE_QUESTION), "image": row["image"], "scene_meta": row["scene_meta"]}
+            for row in table]
 
 
 def scene_description(meta: dict) -> str:
