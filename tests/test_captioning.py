@@ -367,6 +367,24 @@ def test_policy_metrics_hand_computed():
     assert m["bon@8"] is None  # N = 4
     assert m["oracle_pick"] == pytest.approx((1.0 + -2.0) / 2)  # RM-best: A sample 0 (oracle 1), B sample 3 (-2)
     assert m["oracle_emitted"] == pytest.approx((2.0 / 3 + -1.0) / 2)
+    # the 3 failures of "..." completions, by the parser's reason
+    assert m["format_failures"] == {"no_think_close": 3} and m["top_failure"] == "no_think_close"
+    assert len(m["example_completions"]["failed"]) == 2
+
+
+def test_format_failures_count_the_parsers_reasons():
+    records = [{"completion": "a</think>\n\n<caption>x</caption>", "caption": "x"},
+               {"completion": "a</think>\n\n<caption>x", "caption": None},
+               {"completion": "a</think>\n\n<caption>y", "caption": None},
+               {"completion": "<caption>x</caption> a</think>", "caption": None},
+               {"completion": "whatever", "caption": None, "parse_reason": "too_long"}]  # the record's own verdict wins
+    out = ev.format_failures(records, examples=1)
+    assert out["format_failures"] == {"unclosed_caption": 2, "caption_only_in_think": 1, "too_long": 1}
+    assert out["top_failure"] == "unclosed_caption"
+    assert out["example_completions"] == {"failed": ["a</think>\n\n<caption>x"],
+                                          "parsed": ["a</think>\n\n<caption>x</caption>"]}
+    table = ev.markdown_table({"policies": {"p": {**ev.policy_metrics(POLICY)}}, "comparisons": {}})
+    assert "commonest format failure" in table and "no_think_close (3/8)" in table
 
 
 def test_fail_as_zero_is_on_the_sigmoid_scale():

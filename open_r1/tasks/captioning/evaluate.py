@@ -4,7 +4,7 @@ Records
 -------
 One record per generated sample: ``{"contest", "sample_index", "completion", "caption" (str | None),
 "rm_raw" (float | None: the RM's raw BT score of the caption, None when no caption parsed), "truncated" (bool),
-"oracle" (float | None, stand-in only: the hidden score of the caption)}``. The metrics are pure functions of
+"oracle" (float | None, stand-in only: the hidden score of the caption), "parse_reason" (the parser's verdict)}``. The metrics are pure functions of
 records, so tests feed fixed fake outputs; ``evaluate_policy`` produces records from a model.
 
 Metrics (per policy; every mean is first taken per cartoon, then over cartoons, so cartoons weigh equally)
@@ -17,6 +17,8 @@ Metrics (per policy; every mean is first taken per cartoon, then over cartoons, 
   fixed zero (typical means are negative), so counting a failure as raw 0 would reward failing;
 * ``bon@n`` for n in 1, 2, 4, 8 (n <= N): the expected max of sigma(RM) (failures 0) over n of the N samples drawn
   without replacement, computed exactly from the order statistics: E = sum_i v_(i) C(i-1, n-1) / C(N, n);
+* ``format_failures`` (the parser's reason per failed sample, counted), ``top_failure`` and a few
+  ``example_completions``: what to fix when the format rate is low;
 * stand-in only: ``oracle_emitted`` (mean oracle over emitted captions) and ``oracle_pick`` (the oracle score of the
   RM-best emitted caption of each cartoon: what best-of-N with this RM would ship).
 
@@ -135,8 +137,28 @@ def policy_metrics(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> d
         metrics[f"bon@{n}"] = _mean_of(cartoons, f"bon@{n}")
     metrics["oracle_emitted"] = _mean_of(cartoons, "oracle_emitted")
     metrics["oracle_pick"] = _mean_of(cartoons, "oracle_pick")
+    metrics.update(format_failures(records))
     metrics["per_cartoon"] = {str(k): v for k, v in cartoons.items()}
     return metrics
+
+
+def format_failures(records: Sequence[dict], examples: int = 2, max_chars: int = 400) -> dict:
+    """Why samples failed the format: ``format_failures`` = {parser reason: count} over failed samples (the record's
+    ``parse_reason``, else ``protocol.parse_details`` of its completion), ``top_failure`` = the commonest reason
+    or None, and a few ``example_completions`` ({"failed": [...], "parsed": [...]}, cut to ``max_chars``)."""
+    counts: dict[str, int] = {}
+    shown: dict[str, list[str]] = {"failed": [], "parsed": []}
+    for r in records:
+        text = r.get("completion")
+        kind = "parsed" if r.get("caption") is not None else "failed"
+        if kind == "failed":
+            reason = r.get("parse_reason") or (protocol.parse_details(text).reason if text is not None else "unknown")
+            counts[reason] = counts.get(reason, 0) + 1
+        if text is not None and len(shown[kind]) < examples:
+            shown[kind].append(str(protocol.completion_text(text))[:max_chars])
+    top = max(counts, key=counts.get) if counts else None
+    return {"format_failures": dict(sorted(counts.items(), key=lambda kv: -kv[1])), "top_failure": top,
+            "example_completions": shown}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -212,6 +234,7 @@ def markdown_table(report: dict) -> str:
     head = ["policy", "cartoons", "N", "format %", "truncated %", "σ(RM) emitted", "fail-as-0 σ(RM)", *bon]
     if has_oracle:
         head += ["oracle emitted", "oracle of RM pick"]
+    head.append("commonest format failure")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in policies.items():
         row = [name, str(m["cartoons"]), str(m["samples_per_cartoon"]), _fmt(m["format_rate"], True),
@@ -219,6 +242,9 @@ def markdown_table(report: dict) -> str:
                *[_fmt(m[k]) for k in bon]]
         if has_oracle:
             row += [_fmt(m["oracle_emitted"]), _fmt(m["oracle_pick"])]
+        fails = m.get("format_failures") or {}
+        top = m.get("top_failure")
+        row.append(f"{top} ({fails[top]}/{m['samples']})" if top else "–")
         lines.append("| " + " | ".join(row) + " |")
     if report.get("comparisons"):
         conf = next(iter(report["comparisons"].values()))["fail_as_zero"]
@@ -357,9 +383,10 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
             model, processor, [prompt_text[c] for c, _ in batch], [images[c] for c, _ in batch], max_new_tokens,
             do_sample=do_sample, decoder=decoder, **gen_kwargs)
         for (c, k), text, length, trunc in zip(batch, texts, lengths, truncated):
+            parsed = protocol.parse_details(text, max_words)
             records.append({"contest": c, "index": position[c], "sample_index": k, "completion": text,
-                            "caption": protocol.parse_caption(text, max_words), "completion_tokens": int(length),
-                            "truncated": bool(trunc)})
+                            "caption": parsed.caption, "parse_reason": parsed.reason,
+                            "completion_tokens": int(length), "truncated": bool(trunc)})
     score_records(records, images, descs, reward_model, rm_batch_size)
     if metas is not None:
         from open_r1.tasks.captioning.standin import oracle_score
