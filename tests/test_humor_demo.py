@@ -125,6 +125,49 @@ def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch)
         pipeline.early_starts(recipe, pipeline.ORDER)
 
 
+def test_grpo_checks_separate_point_estimates_from_cis():
+    from open_r1.tasks.captioning import pipeline, stage_eval
+
+    def ci(diff, lo, hi):
+        return {"diff": diff, "lo": lo, "hi": hi}
+
+    summary = {"splits": {"test": {"vs_baseline": {
+        "grpo_s0": {"fail_as_zero": ci(0.17, 0.12, 0.21), "oracle_emitted": ci(0.2, 0.05, 0.4), "oracle_pick": ci(0.3, -1, 1)},
+        "grpo_s1": {"fail_as_zero": ci(0.17, 0.12, 0.21), "oracle_emitted": ci(0.001, -0.4, 0.4), "oracle_pick": None},
+        "base": {"fail_as_zero": ci(-0.1, -0.2, 0.0), "oracle_emitted": ci(-1, -2, 0)}}}}}
+    checks = stage_eval.grpo_checks(summary)
+    assert set(checks) == {"grpo_s0", "grpo_s1"}  # only GRPO runs are checked
+    assert checks["grpo_s0"]["test"]["both_up"] and checks["grpo_s0"]["test"]["both_up_ci"]
+    assert checks["grpo_s1"]["test"]["both_up"] and not checks["grpo_s1"]["test"]["both_up_ci"]  # a +0.001 is no rise
+    table = pipeline.results_markdown({"stages": {"eval": {"seconds": 2.0, "result": {"must_show_grpo": checks}},
+                                                  "rm": {"seconds": 3.0, "result": {}}}, "total_seconds": 2.0})
+    assert "| grpo_s1 | test | 0.170 [0.120, 0.210] | 0.001 [-0.400, 0.400] | – | yes | no |" in table
+    assert "stages 5 s in all (the last invocation 2 s)" in table
+
+
+def test_pretraining_rows_of_the_exposure_scenes(tmp_path):
+    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_data, stage_pretrain
+
+    recipe = common.load_recipe("configs/captioning/standin_demo.yaml", [
+        f"work_dir={tmp_path}", "data.contests=4", "data.ood_contests=1", "data.pretrain_ood_contests=2",
+        "data.pretrain_main_contests=2", "data.captions=6", "data.image_size=96x64", "data.workers=1",
+        "data.max_objects=4"])
+    info = stage_data.run(recipe)
+    assert info["splits"]["main_pretrain"]["contests"] == 2 and info["splits"]["ood_pretrain"]["contests"] == 2
+
+    def kinds_by_source(rows):
+        out = {}
+        for kind, contest in zip(rows["kind"], rows["contest"]):
+            out.setdefault("exposure" if contest >= stage_data.PRETRAIN_OFFSET else "train", set()).add(kind)
+        return out
+
+    default = kinds_by_source(stage_pretrain.pretrain_dataset(recipe, "policy"))
+    assert default == {"train": {"describe", "question", "fluency"}, "exposure": {"describe", "question"}}
+    common.apply_override(recipe, "pretrain.policy.exposure_kinds=[describe, fluency]")
+    assert kinds_by_source(stage_pretrain.pretrain_dataset(recipe, "policy"))["exposure"] == {"describe", "fluency"}
+
+
 def test_parallel_jobs_share_the_cores():
     from open_r1.tasks.captioning import pipeline
 

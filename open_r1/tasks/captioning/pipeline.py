@@ -217,9 +217,14 @@ def _fmt(x, digits=3):
     return "–" if x is None else f"{x:.{digits}f}"
 
 
+def _stage_seconds(summary: dict) -> float:
+    return sum(block.get("seconds", 0.0) for block in summary.get("stages", {}).values())
+
+
 def results_markdown(summary: dict) -> str:
     lines = [f"# humor-r1 pipeline results ({summary.get('device')})", "",
-             (f"recipe: `{summary.get('recipe')}`; total {summary.get('total_seconds', 0):.0f} s"), ""]
+             (f"recipe: `{summary.get('recipe')}`; stages {_stage_seconds(summary):.0f} s in all "
+              f"(the last invocation {summary.get('total_seconds', 0):.0f} s)"), ""]
     stages = summary.get("stages", {})
     lines += ["| stage | seconds |", "|---|---|"]
     lines += [f"| {name} | {block['seconds']:.1f} |" for name, block in stages.items()]
@@ -241,14 +246,15 @@ def results_markdown(summary: dict) -> str:
     checks = ev.get("must_show_grpo") or {}
     if checks:
         lines += ["", "## GRPO vs the SFT start (paired over cartoons; point estimate [95 % CI])", "",
-                  "| run | split | Δ fail-as-zero σ(RM) | Δ oracle (emitted) | Δ oracle (RM pick) | both up |",
-                  "|---|---|---|---|---|---|"]
+                  "| run | split | Δ fail-as-zero σ(RM) | Δ oracle (emitted) | Δ oracle (RM pick) | both up (point estimates) "
+                  "| both up (CIs above 0) |", "|---|---|---|---|---|---|---|"]
         for name, per_split in checks.items():
             for split, c in per_split.items():
                 f0, oe = c.get("fail_as_zero_ci") or {}, c.get("oracle_emitted_ci") or {}
                 lines.append(f"| {name} | {split} | {_fmt(c['d_fail_as_zero'])} [{_fmt(f0.get('lo'))}, "
                              f"{_fmt(f0.get('hi'))}] | {_fmt(c['d_oracle_emitted'])} [{_fmt(oe.get('lo'))}, "
-                             f"{_fmt(oe.get('hi'))}] | {_fmt(c['d_oracle_pick'])} | {'yes' if c['both_up'] else 'no'} |")
+                             f"{_fmt(oe.get('hi'))}] | {_fmt(c['d_oracle_pick'])} | {'yes' if c['both_up'] else 'no'} | "
+                             f"{'yes' if c.get('both_up_ci') else 'no'} |")
     for split, block in (ev.get("splits") or {}).items():
         lines += ["", f"## Best-of-N, split {split}", "", block["table"]]
     return "\n".join(lines) + "\n"

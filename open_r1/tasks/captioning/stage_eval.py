@@ -87,7 +87,7 @@ def run(recipe: dict) -> dict:
 
 def grpo_checks(summary: dict) -> dict:
     """Per GRPO seed and split: did fail-as-zero sigma(RM) AND the oracle (of emitted captions, and of the RM's
-    picks) rise over the SFT start? (point estimates, with the paired CIs beside them)."""
+    picks) rise over the SFT start? ``both_up``: the point estimates; ``both_up_ci``: both paired CIs above 0."""
     out = {}
     for split, block in summary["splits"].items():
         for name, comp in (block.get("vs_baseline") or {}).items():
@@ -101,6 +101,8 @@ def grpo_checks(summary: dict) -> dict:
                 "d_oracle_pick": get("oracle_pick"),
                 "fail_as_zero_ci": comp.get("fail_as_zero"), "oracle_emitted_ci": comp.get("oracle_emitted"),
                 "both_up": bool((get("fail_as_zero") or 0) > 0 and (get("oracle_emitted") or 0) > 0),
+                "both_up_ci": bool(((comp.get("fail_as_zero") or {}).get("lo") or 0) > 0
+                                   and ((comp.get("oracle_emitted") or {}).get("lo") or 0) > 0),
                 "reward_hacking": comp.get("reward_hacking"),
             }
     return out

@@ -8,7 +8,10 @@ fraction, time fraction)) on ``standin.pretrain_rows`` of the train contests: de
 about it (count, which object is odd, present / absent colours and shapes) and caption *fluency* (uniformly drawn
 candidate captions under the task prompt and output format, so the base writes captions in the format but is not
 selected for funniness), plus describe/question rows of the ``ood_pretrain`` / ``main_pretrain`` exposure scenes when the data stage made
-them. Never reads ``oracle``, ``mean`` or ``votes``. Then a perception probe (``perception``): the share of held-out
+them (``exposure_kinds``, default describe and question; ``fluency`` there too shows the base the task's prompt and
+format on those renderers' images, with uniformly drawn captions: without it the stand-in policy answers the task
+prompt on an OOD image the way it answered questions about such images, with an empty think block, and its format
+fails there). Never reads ``oracle``, ``mean`` or ``votes``. Then a perception probe (``perception``): the share of held-out
 scenes (val, OOD) on which the base, asked which object is different, names the odd value.
 
 Deviation from the seed: the seed starts from the released Qwen3-VL-2B-Thinking and Qwen2.5-VL-3B-Instruct, which
@@ -46,7 +49,9 @@ def pretrain_dataset(recipe: dict, which: str):
         exposure = paths.split(split)
         if os.path.isdir(exposure) and cfg.get("exposure", cfg.get("ood_exposure", True)):
             scenes = cdata.load_captions(exposure, check_images="none")
-            parts.append(standin.pretrain_rows(scenes, kinds=tuple(k for k in kinds if k != "fluency") or ("describe",),
+            # by default no fluency rows: the exposure scenes show the images, not the task (see the module docstring)
+            exposure_kinds = tuple(cfg.get("exposure_kinds") or [k for k in kinds if k != "fluency"] or ["describe"])
+            parts.append(standin.pretrain_rows(scenes, kinds=exposure_kinds,
                                                per_contest=int(cfg.get("exposure_per_contest", per_contest)),
                                                think_prefix=think_prefix, seed=int(recipe["seed"]) + offset))
     rows = datasets.concatenate_datasets([parts[0], *(p.cast(parts[0].features) for p in parts[1:])])
