@@ -38,7 +38,7 @@ def prepare_inputs(processor, prompt_texts, images, image_device=None, pin_memor
                        return_tensors="pt", **extra)
     if pin_memory:
         for key, value in inputs.items():
-            if hasattr(value, "pin_memory") and value.device.type == "cpu":
+            if hasattr(value, "pin_memory") and value.device.type == "cpu" and not value.is_pinned():
                 inputs[key] = value.pin_memory()
     return inputs
 

@@ -97,14 +97,14 @@ def test_tiny_bench_end_to_end(tmp_path):
 def test_selfcheck_bench_forces_the_completion_length(tmp_path):
     out = tmp_path / "selfcheck.json"
     proc, _ = run_script(
-        ["-m", "experiments.bench.bench_selfcheck", "--tiny", "--n", "12", "--batch-sizes", "4", "--data", "random",
+        ["-m", "experiments.bench.bench_selfcheck", "--tiny", "--n", "12", "--batch-sizes", "4,4n", "--data", "random",
          "--decoder", "eager", "--out", str(out), "--work-dir", str(tmp_path / "work")],
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
-    (entry,) = report["batch_sizes"]
-    assert entry["status"] == "ok", entry
+    entry, serial = report["batch_sizes"]
+    assert entry["status"] == "ok" and serial["status"] == "ok", report["batch_sizes"]
     assert entry["examples"] == 12 and entry["examples_per_s"] > 0
     assert entry["projected_s"] == pytest.approx(12 / entry["examples_per_s"])
     # the decoder's phase split covers every measured batch (3 of 4), not the last one only
@@ -114,6 +114,19 @@ def test_selfcheck_bench_forces_the_completion_length(tmp_path):
     # the worst case: greedy decoding never stops before the forced length
     assert entry["mean_completion_tokens"] == report["shape"]["completion_length"] == bench.TINY_COMPLETION_LENGTH
     assert "projected s for 12" in proc.stdout
+    # the evaluation's own per-batch split, beside the decoder's
+    assert [b["rows"] for b in entry["batches"]] == [4, 4, 4]
+    assert [b["built"] for b in entry["batches"]] == ["here", "ahead", "ahead"]
+    assert entry["first_batch_wait_s"] == entry["batches"][0]["wait_s"]
+    assert entry["decoder_prefill_s"] == pytest.approx(sum(b["prefill_s"] for b in entry["batches"]))
+    assert entry["decoder_decode_s"] == pytest.approx(sum(b["decode_s"] for b in entry["batches"]))
+    assert [b["built"] for b in serial["batches"]] == ["here", "here", "here"]  # 4n: no prefetch
+    # greedy, the same inputs: the second entry's texts are the first's, counted beside the answers
+    assert "same_completions_as_first" not in entry
+    assert (serial["answers_compared"], serial["same_answers_as_first"], serial["same_completions_as_first"]) \
+        == (12, 12, 12)
+    assert "| 4 no prefetch | ok | 12 |" in proc.stdout and "| 12 / 12 |" in proc.stdout
+    assert all("answers" not in e and "completions" not in e for e in report["batch_sizes"])  # not in the JSON
 
 
 def test_vllm_recipe_wiring(tmp_path):
@@ -279,3 +292,39 @@ def test_selfcheck_bench_batch_size_suffixes_pick_the_options():
     assert selfcheck_label({"batch_size": 512, "gpu_images": True}) == "512 gpu images"
     with pytest.raises(BenchError, match="positive integer"):
         parse_selfcheck_batch_sizes("512x")
+
+
+def test_selfcheck_bench_counts_answers_and_completion_texts_equal_to_the_first_entry():
+    """Random weights: every answer is None, so answers agree trivially; the completion texts are the real check."""
+    entries = [{"status": "failed"}, {"status": "ok"}, {"status": "ok"}, {"status": "skipped"}, {"status": "ok"}]
+    outputs = [None,
+               {"answers": [None, None, 3], "completions": ["a b", "c d", "<answer>3</answer>"]},
+               {"answers": [None, None, 3], "completions": ["a b", "c e", "<answer>3</answer>"]},
+               None,
+               {"answers": [None, 2], "completions": ["x", "c d"]}]  # a shorter run: compared over 2
+    bench.compare_with_first(entries, outputs)
+    failed, first, second, skipped, third = entries
+    assert "same_answers_as_first" not in first and "same_completions_as_first" not in failed
+    assert (second["answers_compared"], second["same_answers_as_first"], second["same_completions_as_first"]) \
+        == (3, 3, 2)
+    assert (third["answers_compared"], third["same_answers_as_first"], third["same_completions_as_first"]) \
+        == (2, 1, 1)
+    assert skipped == {"status": "skipped"}
+    bench.compare_with_first([{"status": "failed"}], [None])  # nothing to compare: no error
+    table = bench.format_selfcheck_table({"shape": {"target_examples": 3}, "batch_sizes": [
+        {"batch_size": 4, "status": "ok", "examples": 3, "seconds": 1.0, "examples_per_s": 3.0, "projected_s": 1.0,
+         "mean_completion_tokens": 16.0, "first_batch_wait_s": 0.25, **second}]})
+    assert "| first batch wait s | same texts as first |" in table and "| 0.25 | 2 / 3 |" in table
+
+
+def test_selfcheck_batch_split_joins_the_decoders_timings():
+    batches = [{"rows": 4, "built": "here", "wait_s": 2.0, "generate_s": 5.0, "post_s": 0.1},
+               {"rows": 2, "built": "ahead", "wait_s": 0.5, "generate_s": 4.0, "post_s": 0.1}]
+    decoder = [{"prefill_s": 3.0, "decode_s": 1.5}, {"prefill_s": 2.0, "decode_s": 1.5}]
+    split = bench.selfcheck_batch_split(batches, decoder)
+    assert split["first_batch_wait_s"] == 2.0 and split["wait_s"] == 2.5
+    assert split["generate_s"] == 9.0 and split["post_s"] == pytest.approx(0.2)
+    assert [(b["prefill_s"], b["decode_s"]) for b in split["batches"]] == [(3.0, 1.5), (2.0, 1.5)]
+    assert "prefill_s" not in batches[0]  # the caller's dicts are not changed
+    assert "prefill_s" not in bench.selfcheck_batch_split(batches, decoder[:1])["batches"][0]  # counts differ
+    assert bench.selfcheck_batch_split([], []) == {}

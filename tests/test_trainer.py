@@ -171,6 +171,71 @@ def test_prefetching_evaluation_gives_the_same_records(tiny_model_dir, scene_dat
     assert [r["index"] for r in ahead.records] == list(range(6))
 
 
+def _mixed_counting_dataset(scene_data_dir):
+    """val (480x320, one question) + ood_val (640x480, a longer question) + three odd-sized random images with a
+    third, longest question: sorted by question length, batches hold several prompt lengths (left padding) and
+    image sizes (different patch counts) at once."""
+    import datasets
+
+    from open_r1.tasks.counting.data import load_counting_dataset
+
+    columns = ["image", "problem", "solution"]
+    parts = [load_counting_dataset(os.path.join(scene_data_dir, split)).select_columns(columns)
+             for split in ("val", "ood_val")]
+    rng = np.random.default_rng(1)
+    odd = [PILImage.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+           for h, w in ((150, 90), (60, 200), (97, 131))]
+    extra = datasets.Dataset.from_dict(
+        {"image": odd, "problem": ["How many objects can you count in this picture, all of them together?"] * 3,
+         "solution": ["<answer> 3 </answer>"] * 3}, features=parts[0].features)
+    return datasets.concatenate_datasets([*parts, extra])
+
+
+@pytest.mark.parametrize("batch_size", [5, 8])
+def test_prefetched_evaluation_gets_the_same_model_inputs_and_times_every_batch(tiny_model_dir, scene_data_dir,
+                                                                                monkeypatch, batch_size):
+    """Images of several sizes and mixed prompt lengths: what reaches generate_texts, batch by batch, and the records
+    are identical with and without prefetch; `timings` gets one entry per batch (the bench's per-batch split)."""
+    from open_r1.modeling import load_model, load_processor
+    from open_r1.tasks.counting import evaluate as evaluate_lib
+
+    model = load_model(str(tiny_model_dir), dtype="float32").eval()
+    processor = load_processor(str(tiny_model_dir), None, 12544)
+    dataset = _mixed_counting_dataset(scene_data_dir)
+    real = evaluate_lib.generate_texts
+    runs = {}
+    def recording(batches):  # generate_texts that keeps a copy of every batch's inputs
+        def spy(model, processor, texts, images, *args, inputs=None, **kwargs):
+            batches.append({key: value.clone() for key, value in inputs.items()})
+            return real(model, processor, texts, images, *args, inputs=inputs, **kwargs)
+
+        return spy
+
+    for prefetch in (False, True):
+        batches = []
+        monkeypatch.setattr(evaluate_lib, "generate_texts", recording(batches))
+        timings = []
+        report = evaluate_lib.evaluate_dataset(model, processor, dataset, batch_size=batch_size, max_new_tokens=6,
+                                               progress=False, prefetch=prefetch, timings=timings)
+        runs[prefetch] = (report, batches, timings)
+    (serial, serial_batches, _), (ahead, ahead_batches, _) = runs[False], runs[True]
+    n_batches = -(-len(dataset) // batch_size)
+    assert len(serial_batches) == len(ahead_batches) == n_batches
+    assert ahead.records == serial.records
+    assert [r["index"] for r in serial.records] == list(range(len(dataset)))
+    for got, expected in zip(ahead_batches, serial_batches):
+        assert set(got) == set(expected)
+        for key in got:
+            assert got[key].dtype == expected[key].dtype and torch.equal(got[key], expected[key]), key
+    # a batch held several image sizes and several prompt lengths
+    assert any(len(set(b["image_grid_thw"][:, 1:].prod(-1).tolist())) > 1 and bool((b["attention_mask"] == 0).any())
+               for b in serial_batches)
+    for prefetch, (_, batches, timings) in runs.items():
+        assert [t["rows"] for t in timings] == [len(b["input_ids"]) for b in batches]
+        assert [t["built"] for t in timings] == ["here"] + ["ahead" if prefetch else "here"] * (n_batches - 1)
+        assert all(t["wait_s"] >= 0 and t["generate_s"] > 0 and t["post_s"] >= 0 for t in timings)
+
+
 def test_noisy_positions_take_the_tail_of_every_group():
     assert trainer_lib.noisy_positions(8, 4, 0.5) == [2, 3, 6, 7]
     assert trainer_lib.noisy_positions(8, 4, 0.25) == [3, 7]

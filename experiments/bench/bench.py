@@ -1372,6 +1372,7 @@ def selfcheck_main(argv=None) -> int:
                       "budget_s": args.budget_s},
             "batch_sizes": [],
         }
+        outputs: dict[int, dict] = {}  # id(entry) -> its answers and completion texts (not written to the JSON)
         env = payload["environment"]
         print(f"[selfcheck-bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} | "
               f"data: {data_source}", flush=True)
@@ -1395,10 +1396,12 @@ def selfcheck_main(argv=None) -> int:
                 # Warm-up batch, not timed (kernel selection, allocator growth).
                 evaluate_dataset(model, processor, dataset, name="warmup", batch_size=batch_size,
                                  limit=batch_size, max_new_tokens=completion_length, progress=False, **options)
+                batch_timings: list[dict] = []
                 report = evaluate_dataset(model, processor, dataset, name=f"bs{batch_size}", batch_size=batch_size,
                                           limit=measured[batch_size], max_new_tokens=completion_length,
-                                          progress=False, **options)
-                entry["answers"] = [r["prediction"] for r in report.records]  # compared across entries below
+                                          progress=False, timings=batch_timings, **options)
+                outputs[id(entry)] = {"answers": [r["prediction"] for r in report.records],  # compared below
+                                      "completions": [r["completion"] for r in report.records]}
                 per_s = report.n / report.seconds
                 decoder = (generation_lib._DECODERS or {}).get(model)
                 batches = math.ceil(report.n / batch_size)  # the measured batches are the decoder's last calls
@@ -1408,6 +1411,7 @@ def selfcheck_main(argv=None) -> int:
                                  decoder_decode_s=sum(t["decode_s"] for t in timed),
                                  decode_ms_per_step=1000 * sum(t["decode_s"] for t in timed)
                                  / max(sum(t["steps"] - 1 for t in timed), 1))
+                entry.update(selfcheck_batch_split(batch_timings, timed))
                 entry.update({
                     "status": "ok",
                     "seconds": report.seconds,
@@ -1431,15 +1435,7 @@ def selfcheck_main(argv=None) -> int:
                     if entry["status"] == "ok" else f"failed: {entry['error']}")
             print(f"[selfcheck-bench] batch {selfcheck_label(entry)}: {line}", flush=True)
         ok = [e for e in payload["batch_sizes"] if e["status"] == "ok"]
-        # every option must give the first entry's answers (greedy: prefetching changes nothing; GPU image
-        # preprocessing may change pixels in the last bits, which this counts)
-        reference = ok[0]["answers"] if ok else []
-        for e in payload["batch_sizes"]:
-            answers = e.pop("answers", None)
-            if answers is not None and e is not ok[0]:
-                common = min(len(answers), len(reference))
-                e["same_answers_as_first"] = sum(a == b for a, b in zip(answers[:common], reference[:common]))
-                e["answers_compared"] = common
+        compare_with_first(payload["batch_sizes"], [outputs.get(id(e)) for e in payload["batch_sizes"]])
         write_json(args.out, payload)
         best = min(ok, key=lambda e: e["projected_s"], default=None)
         payload["best"] = best
@@ -1457,6 +1453,40 @@ def selfcheck_main(argv=None) -> int:
               f"{best['projected_s']:.0f} s ({verdict} the {args.budget_s:.0f} s budget)")
     print(f"[selfcheck-bench] JSON: {os.path.abspath(args.out)}")
     return 0
+
+
+def compare_with_first(entries: list[dict], outputs: list[dict | None]) -> None:
+    """Every ok entry after the first ok one gets how many of its answers (`same_answers_as_first`) and of its
+    completion texts (`same_completions_as_first`) equal the first's, over `answers_compared` examples. `outputs`:
+    per entry, None or {'answers': [...], 'completions': [...]} of its measured call. Greedy decoding of the same
+    inputs must give the same texts (prefetching or not); GPU image preprocessing may change pixels in the last
+    bits, which this counts. With random weights the answers agree trivially (nothing parses), the texts do not:
+    3000 x 256 identical tokens is the real check."""
+    pairs = [(e, out) for e, out in zip(entries, outputs) if e.get("status") == "ok" and out is not None]
+    if not pairs:
+        return
+    _, first = pairs[0]
+    for entry, out in pairs[1:]:
+        common = min(len(out["answers"]), len(first["answers"]))
+        entry["answers_compared"] = common
+        entry["same_answers_as_first"] = sum(a == b for a, b in zip(out["answers"][:common], first["answers"]))
+        entry["same_completions_as_first"] = sum(
+            a == b for a, b in zip(out["completions"][:common], first["completions"]))
+
+
+def selfcheck_batch_split(batch_timings: list[dict], decoder_timings: list[dict]) -> dict[str, Any]:
+    """The measured call's per-batch split for the JSON: the evaluation's own (`wait_s`: the loop waiting for the
+    batch's inputs, the first batch's build included; `generate_s`; `post_s`), with the graph decoder's prefill and
+    decode seconds beside them when it timed as many batches; and the totals."""
+    batches = [dict(t) for t in batch_timings]
+    if decoder_timings and len(decoder_timings) == len(batches):
+        for batch, timed in zip(batches, decoder_timings):
+            batch.update(prefill_s=timed["prefill_s"], decode_s=timed["decode_s"])
+    if not batches:
+        return {}
+    return {"batches": batches, "first_batch_wait_s": batches[0]["wait_s"],
+            "wait_s": sum(b["wait_s"] for b in batches), "generate_s": sum(b["generate_s"] for b in batches),
+            "post_s": sum(b["post_s"] for b in batches)}
 
 
 def compare_with_hf(model, processor, dataset, n, batch_size, completion_length, decoder) -> dict[str, Any]:
@@ -1488,16 +1518,20 @@ def compare_with_hf(model, processor, dataset, n, batch_size, completion_length,
 
 def format_selfcheck_table(payload: dict) -> str:
     n = payload["shape"]["target_examples"]
-    rows = [f"| batch | status | examples timed | seconds | examples/s | projected s for {n} | mean tokens | "
-            "peak reserved GiB |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    rows = [(f"| batch | status | examples timed | seconds | examples/s | projected s for {n} | mean tokens | "
+             "first batch wait s | same texts as first | peak reserved GiB |"),
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for e in payload["batch_sizes"]:
         label = selfcheck_label(e)
         if e["status"] != "ok":
-            rows.append(f"| {label} | {e['status']}: {e['error']} | - | - | - | - | - | "
+            rows.append(f"| {label} | {e['status']}: {e['error']} | - | - | - | - | - | - | - | "
                         f"{_fmt(e.get('peak_reserved_gib'), 1)} |")
             continue
+        same = (f"{e['same_completions_as_first']} / {e['answers_compared']}"
+                if "same_completions_as_first" in e else "-")
         rows.append(f"| {label} | ok | {e['examples']} | {e['seconds']:.1f} | {e['examples_per_s']:.2f} | "
-                    f"{e['projected_s']:.0f} | {e['mean_completion_tokens']:.0f} | {_fmt(e.get('peak_reserved_gib'), 1)} |")
+                    f"{e['projected_s']:.0f} | {e['mean_completion_tokens']:.0f} | "
+                    f"{_fmt(e.get('first_batch_wait_s'), 2)} | {same} | {_fmt(e.get('peak_reserved_gib'), 1)} |")
     return "\n".join(rows)
 
 

@@ -90,7 +90,7 @@ def _batch_inputs(dataset, index, questions, processor, template, image_device=N
 def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limit=None,
                      template=protocol.EVAL_TEMPLATE, max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS,
                      progress=True, compile_generation=False, extract=protocol.extract_answer, prefetch=True,
-                     image_device=None) -> SetReport:
+                     image_device=None, timings: list | None = None) -> SetReport:
     """Run the protocol over a counting dataset (columns image, problem, solution).
 
     `template` and `extract` are the grader's unless a diagnostic swaps them (the proxy's plain-question probe:
@@ -99,6 +99,10 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     `prefetch`: build the next batch's inputs in a background thread while this one generates (same inputs, same
     answers). `image_device`: preprocess images there ('cuda': on the GPU; pixel values can differ from the CPU's
     in the last bits, so answers may too: a speed option, off by default).
+
+    `timings`: a list that gets one dict per batch, for benches (`rows`; `wait_s`, the seconds the loop waited for
+    the batch's inputs; `built`, 'here' (built while the GPU waited) or 'ahead' (prefetched); `generate_s`,
+    `generate_texts` with its text decoding; `post_s`, answer extraction and records).
 
     A batch that runs out of GPU memory is split in two and retried, and the rest of the set runs at the smaller
     size (a warning says so): a batch size too large for the card costs time, never the evaluation."""
@@ -130,8 +134,14 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     try:
         while pending:
             index = pending.pop(0)
-            inputs = ahead[1].result() if ahead is not None and ahead[0] is index else build(index)
+            waited = time.perf_counter()
+            if ahead is not None and ahead[0] is index:
+                inputs, built = ahead[1].result(), "ahead"
+            else:  # the GPU waits for this batch
+                inputs, built = build(index), "here"
+            waited = time.perf_counter() - waited
             ahead = (pending[0], pool.submit(build, pending[0])) if pool is not None and pending else None
+            generating = time.perf_counter()
             try:
                 texts, lengths, truncated = generate_texts(model, processor, None, None, max_new_tokens,
                                                            compile_generation=compile_generation, inputs=inputs)
@@ -149,6 +159,7 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
                       f"{batch_size} (pass --batch-size {batch_size} to start there)", flush=True)
                 continue
             del inputs
+            posting = time.perf_counter()
             for i, text, length, cut in zip(index, texts, lengths, truncated):
                 prediction = extract(text)
                 records[i] = {
@@ -161,6 +172,9 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
                     "truncated": bool(cut),
                     "completion": text,
                 }
+            if timings is not None:
+                timings.append({"rows": len(index), "built": built, "wait_s": waited,
+                                "generate_s": posting - generating, "post_s": time.perf_counter() - posting})
             bar.update(len(index))
     finally:
         if pool is not None:
