@@ -547,7 +547,8 @@ def test_exposure_scenes_are_disjoint_images_one_row_each():
     config = S.StandinConfig(captions=6, image_size=(96, 64), max_objects=4)
     scenes = S.build_contests(2, config, "main", start=50_000, rows_per_contest=1)
     assert scenes["contest"] == [50_000, 50_001]
-    assert scenes[0]["caption"] == S.make_contest(config, "main", 50_000)[0]["caption"]  # the same index, the same scene
+    # the same index, the same scene
+    assert scenes[0]["caption"] == S.make_contest(config, "main", 50_000)[0]["caption"]
 
 
 def test_standin_cli(tmp_path):

@@ -132,7 +132,8 @@ def test_grpo_checks_separate_point_estimates_from_cis():
         return {"diff": diff, "lo": lo, "hi": hi}
 
     summary = {"splits": {"test": {"vs_baseline": {
-        "grpo_s0": {"fail_as_zero": ci(0.17, 0.12, 0.21), "oracle_emitted": ci(0.2, 0.05, 0.4), "oracle_pick": ci(0.3, -1, 1)},
+        "grpo_s0": {"fail_as_zero": ci(0.17, 0.12, 0.21), "oracle_emitted": ci(0.2, 0.05, 0.4),
+                    "oracle_pick": ci(0.3, -1, 1)},
         "grpo_s1": {"fail_as_zero": ci(0.17, 0.12, 0.21), "oracle_emitted": ci(0.001, -0.4, 0.4), "oracle_pick": None},
         "base": {"fail_as_zero": ci(-0.1, -0.2, 0.0), "oracle_emitted": ci(-1, -2, 0)}}}}}
     checks = stage_eval.grpo_checks(summary)

@@ -4,8 +4,9 @@ Records
 -------
 One record per generated sample: ``{"contest", "sample_index", "completion", "caption" (str | None),
 "rm_raw" (float | None: the RM's raw BT score of the caption, None when no caption parsed), "truncated" (bool),
-"oracle" (float | None, stand-in only: the hidden score of the caption), "parse_reason" (the parser's verdict)}``. The metrics are pure functions of
-records, so tests feed fixed fake outputs; ``evaluate_policy`` produces records from a model.
+"oracle" (float | None, stand-in only: the hidden score of the caption), "parse_reason" (the parser's verdict)}``.
+The metrics are pure functions of records, so tests feed fixed fake outputs; ``evaluate_policy`` produces records
+from a model.
 
 Metrics (per policy; every mean is first taken per cartoon, then over cartoons, so cartoons weigh equally)
 -------

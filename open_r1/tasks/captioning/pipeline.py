@@ -246,15 +246,15 @@ def results_markdown(summary: dict) -> str:
     checks = ev.get("must_show_grpo") or {}
     if checks:
         lines += ["", "## GRPO vs the SFT start (paired over cartoons; point estimate [95 % CI])", "",
-                  "| run | split | Δ fail-as-zero σ(RM) | Δ oracle (emitted) | Δ oracle (RM pick) | both up (point estimates) "
-                  "| both up (CIs above 0) |", "|---|---|---|---|---|---|---|"]
+                  "| run | split | Δ fail-as-zero σ(RM) | Δ oracle (emitted) | Δ oracle (RM pick) "
+                  "| both up (point estimates) | both up (CIs above 0) |", "|---|---|---|---|---|---|---|"]
         for name, per_split in checks.items():
             for split, c in per_split.items():
                 f0, oe = c.get("fail_as_zero_ci") or {}, c.get("oracle_emitted_ci") or {}
                 lines.append(f"| {name} | {split} | {_fmt(c['d_fail_as_zero'])} [{_fmt(f0.get('lo'))}, "
                              f"{_fmt(f0.get('hi'))}] | {_fmt(c['d_oracle_emitted'])} [{_fmt(oe.get('lo'))}, "
-                             f"{_fmt(oe.get('hi'))}] | {_fmt(c['d_oracle_pick'])} | {'yes' if c['both_up'] else 'no'} | "
-                             f"{'yes' if c.get('both_up_ci') else 'no'} |")
+                             f"{_fmt(oe.get('hi'))}] | {_fmt(c['d_oracle_pick'])} | "
+                             f"{'yes' if c['both_up'] else 'no'} | {'yes' if c.get('both_up_ci') else 'no'} |")
     for split, block in (ev.get("splits") or {}).items():
         lines += ["", f"## Best-of-N, split {split}", "", block["table"]]
     return "\n".join(lines) + "\n"

@@ -7,12 +7,12 @@ fine-tuned with TRL's ``SFTTrainer`` (``open_r1.sft.train_sft``, ``lora_r: 0``, 
 fraction, time fraction)) on ``standin.pretrain_rows`` of the train contests: describe the picture, plain questions
 about it (count, which object is odd, present / absent colours and shapes) and caption *fluency* (uniformly drawn
 candidate captions under the task prompt and output format, so the base writes captions in the format but is not
-selected for funniness), plus describe/question rows of the ``ood_pretrain`` / ``main_pretrain`` exposure scenes when the data stage made
-them (``exposure_kinds``, default describe and question; ``fluency`` there too shows the base the task's prompt and
-format on those renderers' images, with uniformly drawn captions: without it the stand-in policy answers the task
-prompt on an OOD image the way it answered questions about such images, with an empty think block, and its format
-fails there). Never reads ``oracle``, ``mean`` or ``votes``. Then a perception probe (``perception``): the share of held-out
-scenes (val, OOD) on which the base, asked which object is different, names the odd value.
+selected for funniness), plus rows of the ``ood_pretrain`` / ``main_pretrain`` exposure scenes when the data stage
+made them (``exposure_kinds``, default describe and question; ``fluency`` there too shows the base the task's prompt
+and format on those renderers' images, with uniformly drawn captions: without it the stand-in policy answers the
+task prompt on an OOD image the way it answered questions about such images, with an empty think block, and its
+format fails there). Never reads ``oracle``, ``mean`` or ``votes``. Then a perception probe (``perception``): the
+share of held-out scenes (val, OOD) on which the base, asked which object is different, names the odd value.
 
 Deviation from the seed: the seed starts from the released Qwen3-VL-2B-Thinking and Qwen2.5-VL-3B-Instruct, which
 cannot be downloaded here; on real data skip this stage and set ``sft.model`` / ``rm.backbone`` to those

@@ -145,7 +145,8 @@ def train_one(recipe: dict, blind: bool) -> dict:
         common.log(f"[rm{' blind' if blind else ''}] {split}: scoring {len(held)} held-out pairs "
                    f"(built in {time.time() - t0:.1f} s)")
         result = rm_lib.evaluate_pairs(model, held, batch_size=int(cfg.get("eval_batch_size", 32)),
-                                       seed=int(recipe["seed"]), progress=_progress(f"[rm{' blind' if blind else ''}] {split}"))
+                                       seed=int(recipe["seed"]),
+                                       progress=_progress(f"[rm{' blind' if blind else ''}] {split}"))
         result["oracle_agreement_of_labels"] = sum(r["oracle_order"] for r in held) / len(held)
         report["held_out"][split] = result
         common.log(f"[rm{' blind' if blind else ''}] {split}: pairwise accuracy {result['accuracy']:.3f} "
