@@ -97,7 +97,7 @@ def test_tiny_bench_end_to_end(tmp_path):
 def test_selfcheck_bench_forces_the_completion_length(tmp_path):
     out = tmp_path / "selfcheck.json"
     proc, _ = run_script(
-        ["-m", "experiments.bench.bench_selfcheck", "--tiny", "--n", "12", "--batch-sizes", "4,4n", "--data", "random",
+        ["-m", "experiments.bench.bench_selfcheck", "--tiny", "--n", "12", "--batch-sizes", "4,4nv", "--data", "random",
          "--decoder", "eager", "--out", str(out), "--work-dir", str(tmp_path / "work")],
         timeout=300,
     )
@@ -120,12 +120,15 @@ def test_selfcheck_bench_forces_the_completion_length(tmp_path):
     assert entry["first_batch_wait_s"] == entry["batches"][0]["wait_s"]
     assert entry["decoder_prefill_s"] == pytest.approx(sum(b["prefill_s"] for b in entry["batches"]))
     assert entry["decoder_decode_s"] == pytest.approx(sum(b["decode_s"] for b in entry["batches"]))
-    assert [b["built"] for b in serial["batches"]] == ["here", "here", "here"]  # 4n: no prefetch
+    assert [b["built"] for b in serial["batches"]] == ["here", "here", "here"]  # 4nv: no prefetch
+    # v: the vision tower's share of the prefill, timed in every measured batch (and only there)
+    assert serial["vision_calls"] == 3 and 0 < serial["vision_s"] <= serial["decoder_prefill_s"]
+    assert "vision_s" not in entry
     # greedy, the same inputs: the second entry's texts are the first's, counted beside the answers
     assert "same_completions_as_first" not in entry
     assert (serial["answers_compared"], serial["same_answers_as_first"], serial["same_completions_as_first"]) \
         == (12, 12, 12)
-    assert "| 4 no prefetch | ok | 12 |" in proc.stdout and "| 12 / 12 |" in proc.stdout
+    assert "| 4 no prefetch vision timing | ok | 12 |" in proc.stdout and "| 12 / 12 |" in proc.stdout
     assert all("answers" not in e and "completions" not in e for e in report["batch_sizes"])  # not in the JSON
 
 

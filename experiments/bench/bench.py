@@ -1305,13 +1305,42 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-SELFCHECK_SUFFIXES = {"c": "compile", "n": "no_prefetch", "g": "gpu_images"}
+SELFCHECK_SUFFIXES = {"c": "compile", "n": "no_prefetch", "g": "gpu_images", "v": "vision_timing"}
+
+
+class ModuleTimer:
+    """Seconds spent inside one module's forward calls, through forward hooks that synchronise the GPU at entry and
+    exit: a profiling row's tool (the syncs cost a little), for the vision tower, which runs only in the prefill."""
+
+    def __init__(self, module, cuda: bool):
+        import torch
+
+        self.seconds, self.calls, self._t0 = 0.0, 0, None
+        self._sync = torch.cuda.synchronize if cuda else (lambda: None)
+        self._handles = [module.register_forward_pre_hook(self._start), module.register_forward_hook(self._stop)]
+
+    def _start(self, module, args):
+        self._sync()
+        self._t0 = time.perf_counter()
+
+    def _stop(self, module, args, output):
+        self._sync()
+        self.seconds += time.perf_counter() - self._t0
+        self.calls += 1
+
+    def reset(self) -> None:
+        self.seconds, self.calls = 0.0, 0
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
 
 
 def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, dict[str, bool]]]:
     """'256,512n,512g' -> [(256, {}), (512, {'no_prefetch': True}), (512, {'gpu_images': True})]. Suffix letters:
     c = selfcheck --compile (transformers' static-cache generate), n = no prefetch (the next batch's CPU work
-    serial with the GPU's), g = image preprocessing on the GPU (selfcheck --image-device cuda)."""
+    serial with the GPU's), g = image preprocessing on the GPU (selfcheck --image-device cuda), v = time the vision
+    tower's forward calls (`vision_s`, a part of the prefill; GPU syncs around it, so a row of its own)."""
     runs = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -1397,9 +1426,21 @@ def selfcheck_main(argv=None) -> int:
                 evaluate_dataset(model, processor, dataset, name="warmup", batch_size=batch_size,
                                  limit=batch_size, max_new_tokens=completion_length, progress=False, **options)
                 batch_timings: list[dict] = []
-                report = evaluate_dataset(model, processor, dataset, name=f"bs{batch_size}", batch_size=batch_size,
-                                          limit=measured[batch_size], max_new_tokens=completion_length,
-                                          progress=False, timings=batch_timings, **options)
+                timer = None
+                if flags.get("vision_timing"):
+                    from open_r1.families import vision_tower
+
+                    timer = ModuleTimer(vision_tower(model), cuda=device == "cuda")
+                try:
+                    report = evaluate_dataset(model, processor, dataset, name=f"bs{batch_size}",
+                                              batch_size=batch_size, limit=measured[batch_size],
+                                              max_new_tokens=completion_length, progress=False,
+                                              timings=batch_timings, **options)
+                finally:
+                    if timer is not None:
+                        timer.remove()
+                if timer is not None:
+                    entry.update(vision_s=timer.seconds, vision_calls=timer.calls)
                 outputs[id(entry)] = {"answers": [r["prediction"] for r in report.records],  # compared below
                                       "completions": [r["completion"] for r in report.records]}
                 per_s = report.n / report.seconds
