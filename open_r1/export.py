@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from open_r1 import modeling
 from open_r1.errors import ExportError, ModelError, OpenR1Error  # noqa: F401  (re-exported)
 from open_r1.run.keep_best import read_json, write_json_atomic
-from open_r1.tasks.counting import protocol
 
 TRAINING_META_FILE = "training_meta.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -115,12 +114,13 @@ def architecture_problems(config: dict, expected_class: str | None = EXPECTED_AR
 
 
 def verify_submission(path: str, generate: bool = True, strict_answer: bool = False, image=None,
-                      question: str = "How many items are there in the image?",
-                      expected_class: str | None = EXPECTED_ARCHITECTURE) -> VerifyReport:
+                      expected_class: str | None = EXPECTED_ARCHITECTURE, task: str = "counting") -> VerifyReport:
     """Check a submission dir the way the grader will load it. Never raises for a bad dir: it reports.
 
     `expected_class`: the class the grader loads (default: the counting grader's Qwen2VLForConditionalGeneration);
-    None checks the dir as a model of its own family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)."""
+    None checks the dir as a model of its own family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL). `generate`: load it and
+    write one greedy completion under `task`'s protocol (`open_r1.tasks.get_task(task).probe`); output that does not
+    follow the format is a warning, or a problem with `strict_answer`."""
     report = VerifyReport(path=path, expected_class=expected_class)
     if not os.path.isdir(path):
         report.problems.append(f"{path} does not exist")
@@ -152,6 +152,9 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
     report.problems.extend(_check_weights(path))
     if report.problems or not generate:
         return report
+    from open_r1.tasks import get_task
+
+    probe = get_task(task).probe  # an unknown task fails here, before the model loads
     try:
         import torch
 
@@ -163,16 +166,13 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
     except Exception as exc:  # noqa: BLE001 - every load failure is a finding
         report.problems.append(f"loading failed: {type(exc).__name__}: {exc}")
         return report
-    from open_r1.tasks.counting.evaluate import generate_batch
-
     try:
-        texts, _, _ = generate_batch(model, processor, [image or _probe_image()], [question])
+        text, message = probe(model, processor, image or _probe_image())
     except Exception as exc:  # noqa: BLE001
         report.problems.append(f"generation failed: {type(exc).__name__}: {exc}")
         return report
-    report.sample_completion = texts[0]
-    if protocol.extract_answer(texts[0]) is None:
-        message = f"the sample completion has no parseable <answer>N</answer>: {one_line(texts[0])}"
+    report.sample_completion = text
+    if message:
         (report.problems if strict_answer else report.warnings).append(message)
     return report
 

@@ -278,9 +278,38 @@ def check_images(dataset, name: str, rows: int | None = None, workers: int | Non
             offset += len(cells)
 
 
-def dataset_problems(path: str, option: str, split: str = "train") -> tuple[list[str], object]:
-    """(problems, dataset or None) for a save_to_disk dir / hub name."""
-    from open_r1.tasks.counting import data as data_lib
+def load_split(path_or_name: str, split: str = "train", generate_hint: str | None = None):
+    """Load a split: a `save_to_disk` directory (a Dataset, or a DatasetDict holding `split`) or a hub name.
+    `generate_hint`: the command that makes the task's embedded default data, named in the errors."""
+    import datasets
+
+    if os.path.isdir(path_or_name):
+        try:
+            loaded = datasets.load_from_disk(path_or_name)
+        except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
+            hint = f", or generate one: {generate_hint}" if generate_hint else ""
+            raise DataError(
+                f"{path_or_name} is a directory but not a dataset saved with Dataset.save_to_disk ({exc}). "
+                f"Point to the split's directory (e.g. data/train){hint}"
+            ) from None
+        if isinstance(loaded, datasets.DatasetDict):
+            if split not in loaded:
+                raise DataError(f"{path_or_name} holds splits {sorted(loaded)}, not {split!r}; pass one of those")
+            loaded = loaded[split]
+        return loaded
+    if os.path.sep in path_or_name or path_or_name.startswith("."):
+        start = f"Generate the embedded default with `{generate_hint}` or point" if generate_hint else "Point"
+        raise DataError(f"dataset directory {path_or_name} does not exist. {start} DATA / --dataset_name to your split")
+    try:  # a hub name: only works where a hub is reachable
+        return datasets.load_dataset(path_or_name, split=split)
+    except Exception as exc:  # noqa: BLE001
+        raise DataError(f"could not load dataset {path_or_name!r} (split {split!r}): {exc}") from None
+
+
+def dataset_problems(path: str, option: str, split: str = "train", task: str = "counting") -> tuple[list[str], object]:
+    """(problems, dataset or None) for a save_to_disk dir / hub name, loaded the way the recipe's `task` loads its
+    data (`open_r1.tasks.get_task(task).load_split`)."""
+    from open_r1.tasks import get_task
 
     if os.path.sep in str(path) or str(path).startswith(".") or os.path.isabs(str(path)):
         if not os.path.exists(path):
@@ -297,7 +326,7 @@ def dataset_problems(path: str, option: str, split: str = "train") -> tuple[list
         if not os.listdir(path):
             return [f"data set {path} is an empty directory, not a save_to_disk data set ({option})"], None
     try:
-        dataset = data_lib.load_counting_dataset(path, split)
+        dataset = get_task(task).load_split(path, split)
     except OpenR1Error as exc:
         text = str(exc).replace("point DATA / --dataset_name to your split", f"set {option}")
         return [f"{text} ({option})" if option not in text else text], None
@@ -328,16 +357,17 @@ def validate_training(script_args, training_args, model_args, submission: str | 
     else:
         problems += model_dir_problems(model_path, "MODEL_PATH (train.sh) / --model_name_or_path")
     train = None
+    task = getattr(script_args, "task", None) or "counting"
     data_path = getattr(script_args, "dataset_name", None)
     if not data_path:
         problems.append("no training data: set dataset_name in the recipe, or DATA (train.sh) / --dataset_name")
     else:
         found, train = dataset_problems(data_path, "DATA (train.sh) / --dataset_name",
-                                        getattr(script_args, "dataset_train_split", "train"))
+                                        getattr(script_args, "dataset_train_split", "train"), task=task)
         problems += found
     eval_sets = []
     for path in list(getattr(script_args, "eval_sets", None) or []):
-        found, dataset = dataset_problems(path, "--eval_sets (recipe key eval_sets)")
+        found, dataset = dataset_problems(path, "--eval_sets (recipe key eval_sets)", task=task)
         problems += found
         if dataset is not None:
             eval_sets.append((path, dataset))

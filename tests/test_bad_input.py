@@ -273,6 +273,23 @@ def test_empty_data_sets_are_called_empty(scene_data_dir, tmp_path):
     assert "is an empty directory" in dataset_problems(str(tmp_path / "blank"), "--eval_sets")[0][0]
 
 
+def test_data_sets_are_checked_the_way_their_task_loads_them(scene_data_dir, tmp_path):
+    from open_r1.validate import dataset_problems
+
+    counting_val = os.path.join(scene_data_dir, "val")
+    assert dataset_problems(counting_val, "--eval_sets")[0] == []  # task counting (the default)
+    found, dataset = dataset_problems(counting_val, "--eval_sets", task="captioning")
+    assert dataset is None and len(found) == 1 and "caption" in found[0] and "--eval_sets" in found[0]
+    # each task's loader names the command that makes its embedded default data
+    from open_r1.errors import DataError
+    from open_r1.tasks import get_task
+
+    missing = str(tmp_path / "nope" / "train")
+    for task, hint in (("counting", "open_r1.tasks.counting.scenes"), ("captioning", "open_r1.tasks.captioning.standin")):
+        with pytest.raises(DataError, match=hint.replace(".", r"\.")):
+            get_task(task).load_split(missing)
+
+
 def test_an_error_raised_deep_in_another_module_is_caught_under_dash_m(tiny_model_dir, scene_data_dir, tmp_path):
     """The data module raises after validation, while the trainer is built: under `python -m open_r1.grpo` the
     module runs as __main__, so only the package-level family (open_r1.errors) can catch it."""

@@ -124,6 +124,48 @@ def test_verify_passes_a_good_export(exported):
     assert isinstance(report.sample_completion, str)
 
 
+def test_verify_generates_under_the_tasks_protocol(tiny_model_dirs, tmp_path, monkeypatch):
+    from open_r1.errors import RecipeError
+    from open_r1.tasks import get_task
+    from open_r1.tasks.captioning import protocol as caption_protocol
+    from open_r1.tasks.counting import protocol as counting_protocol
+
+    import open_r1.generation as generation_lib
+
+    qwen3 = str(tmp_path / "qwen3")  # saved as the export saves (both processor config layouts)
+    source = str(tiny_model_dirs["qwen3_vl"])
+    export_lib.modeling.save_model_dir(export_lib.modeling.load_model(source, dtype="float32"),
+                                       export_lib.modeling.load_processor(source), qwen3)
+    prompts = []
+    real_prepare = generation_lib.prepare_inputs
+
+    def recording_prepare(processor, prompt_texts, images, **kwargs):  # the probe's prompt as the model sees it
+        prompts.append(list(prompt_texts)[0])
+        return real_prepare(processor, prompt_texts, images, **kwargs)
+
+    monkeypatch.setattr(generation_lib, "prepare_inputs", recording_prepare)
+    counting = export_lib.verify_submission(qwen3, expected_class=None)
+    captioning = export_lib.verify_submission(qwen3, expected_class=None, task="captioning")
+    assert "How many items are there in the image?" in prompts[0]
+    assert counting_protocol.EVAL_TEMPLATE.split("}")[-1].strip()[:40] in prompts[0]
+    assert caption_protocol.SYSTEM_PROMPT in prompts[-1]
+    # a random model follows neither format: a warning naming each task's parser, a problem when strict
+    assert counting.ok and any("<answer>N</answer>" in w for w in counting.warnings)
+    assert captioning.ok and any("no parseable caption" in w for w in captioning.warnings)
+    strict = export_lib.verify_submission(qwen3, expected_class=None, task="captioning", strict_answer=True)
+    assert not strict.ok and any("no parseable caption" in p for p in strict.problems)
+    # the probe passes what the task's parser accepts
+    good = "It is odd.</think>\n\n<caption>Who invited the blue cube?</caption>"
+    monkeypatch.setattr(generation_lib, "generate_texts", lambda *a, **k: ([good], [12], [False]))
+    processor = export_lib.modeling.load_processor(qwen3)
+    assert get_task("captioning").probe(None, processor, export_lib._probe_image()) == (good, None)
+    loads = []
+    monkeypatch.setattr(export_lib.modeling, "load_model", lambda *a, **k: loads.append(a))
+    with pytest.raises(RecipeError, match="unknown task"):
+        export_lib.verify_submission(qwen3, expected_class=None, task="poetry")
+    assert loads == []  # refused before the model loads
+
+
 def test_selfcheck_batched_equals_one_by_one(tiny_model_dir, scene_data_dir):
     from open_r1.tasks.counting.data import load_counting_dataset
 

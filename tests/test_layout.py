@@ -106,6 +106,43 @@ def test_no_module_level_import_circle_in_the_package():
     assert not cycles(graph), f"module-level import circles: {cycles(graph)}"
 
 
+def task_imports_of_the_engine(root: Path = ROOT, package: str = PACKAGE) -> dict[str, list[str]]:
+    """Engine module (everything outside `<package>/tasks/`) -> the task modules it imports anywhere in its code
+    (functions too): only the registry `<package>.tasks` itself is allowed."""
+    found = {}
+    for path in sorted((root / package).rglob("*.py")):
+        name = module_name(path, root)
+        if name.startswith(f"{package}.tasks"):
+            continue
+        hits = []
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module]
+                if node.module == f"{package}.tasks":  # `from pkg.tasks import counting` names a task folder
+                    tasks_dir = root / package / "tasks"
+                    targets += [f"{node.module}.{alias.name}" for alias in node.names
+                                if (tasks_dir / alias.name).is_dir() or (tasks_dir / f"{alias.name}.py").is_file()]
+            hits += [t for t in targets if t.startswith(f"{package}.tasks.")]
+        if hits:
+            found[name] = sorted(set(hits))
+    return found
+
+
+def test_the_engine_knows_no_task(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "tasks" / "counting").mkdir(parents=True)
+    (pkg / "engine.py").write_text("from pkg.tasks import get_task\ndef f():\n    from pkg.tasks.counting import p\n")
+    (pkg / "other.py").write_text("from pkg.tasks import counting, get_task\nimport pkg.tasks.counting.p\n")
+    (pkg / "tasks" / "counting" / "p.py").write_text("from pkg import engine\n")
+    assert task_imports_of_the_engine(tmp_path, "pkg") == {"pkg.engine": ["pkg.tasks.counting"],
+                                                           "pkg.other": ["pkg.tasks.counting", "pkg.tasks.counting.p"]}
+    # the engine reaches a task only through the registry (open_r1.tasks.get_task, the reward registry)
+    assert task_imports_of_the_engine() == {}
+
+
 def test_no_sys_path_edits_in_the_repo():
     offenders = []
     for path in sorted(ROOT.rglob("*.py")):

@@ -58,6 +58,20 @@ class Task:
         """Task fields recorded in training_meta.json beside the weights."""
         return {}
 
+    # the command that writes the task's embedded default data, named in data errors (None: none)
+    generate_hint: str | None = None
+
+    def load_split(self, path_or_name: str, split: str = "train"):
+        """A split of the task's data (a save_to_disk dir or a hub name), as the pre-load validation loads it."""
+        from open_r1.validate import load_split
+
+        return load_split(path_or_name, split, self.generate_hint)
+
+    def probe(self, model, processor, image) -> tuple[str, str | None]:
+        """One greedy completion of the task's prompt on `image`, and a one-line problem when it does not follow
+        the task's output format (None when it does): the export's load-and-generate check."""
+        raise NotImplementedError
+
 
 def get_task(name: str, script_args=None) -> Task:
     """The task object for a recipe's `task` key."""

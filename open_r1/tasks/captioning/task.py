@@ -79,6 +79,26 @@ class CaptioningTask(Task):
             rows = rows.select(range(min(limit, len(rows))))
         return rows
 
+    generate_hint = "python -m open_r1.tasks.captioning.standin --out data/humor --contests 40"
+
+    def load_split(self, path_or_name, split="train"):
+        if os.path.isdir(path_or_name):  # a caption dataset: its columns checked as training will read them
+            return data_lib.load_captions(path_or_name, split=split if _is_dataset_dict(path_or_name) else None,
+                                          check_images="none")
+        return super().load_split(path_or_name, split)
+
+    def probe(self, model, processor, image):
+        from open_r1.export import one_line
+        from open_r1.generation import generate_texts
+
+        prompt = processor.apply_chat_template(protocol.build_messages(None), tokenize=False,
+                                               add_generation_prompt=True)
+        texts, _, _ = generate_texts(model, processor, [prompt], [image], protocol.MAX_NEW_TOKENS)
+        parsed = protocol.parse_details(texts[0])
+        if not parsed.ok:
+            return texts[0], f"the sample completion has no parseable caption ({parsed.reason}): {one_line(texts[0])}"
+        return texts[0], None
+
     def training_meta(self, script_args) -> dict:
         return {"caption_protocol": {"max_words": protocol.MAX_WORDS, "max_new_tokens": protocol.MAX_NEW_TOKENS,
                                      "system_prompt_sha": _sha(protocol.SYSTEM_PROMPT)},

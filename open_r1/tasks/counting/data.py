@@ -10,7 +10,6 @@ training instead of only the inherited R1-V wording.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,32 +20,14 @@ from open_r1.tasks.counting import protocol
 REQUIRED_COLUMNS = ("image", "problem", "solution")
 
 
+GENERATE_HINT = "python -m open_r1.tasks.counting.scenes --out data"
+
+
 def load_counting_dataset(path_or_name: str, split: str = "train"):
     """Load a split: a `save_to_disk` directory (a Dataset, or a DatasetDict holding `split`) or a hub name."""
-    import datasets
+    from open_r1.validate import load_split
 
-    if os.path.isdir(path_or_name):
-        try:
-            loaded = datasets.load_from_disk(path_or_name)
-        except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
-            raise DataError(
-                f"{path_or_name} is a directory but not a dataset saved with Dataset.save_to_disk ({exc}). "
-                "Point to the split's directory (e.g. data/train), or generate one: python -m open_r1.tasks.counting.scenes --out data"
-            ) from None
-        if isinstance(loaded, datasets.DatasetDict):
-            if split not in loaded:
-                raise DataError(f"{path_or_name} holds splits {sorted(loaded)}, not {split!r}; pass one of those")
-            loaded = loaded[split]
-        return loaded
-    if os.path.sep in path_or_name or path_or_name.startswith("."):
-        raise DataError(
-            f"dataset directory {path_or_name} does not exist. Generate the embedded default with "
-            "`python -m open_r1.tasks.counting.scenes --out data` or point DATA / --dataset_name to your split"
-        )
-    try:  # a hub name: only works where a hub is reachable
-        return datasets.load_dataset(path_or_name, split=split)
-    except Exception as exc:  # noqa: BLE001
-        raise DataError(f"could not load dataset {path_or_name!r} (split {split!r}): {exc}") from None
+    return load_split(path_or_name, split, GENERATE_HINT)
 
 
 def validate_counting_dataset(dataset, name: str = "dataset", image_check_rows: int = 8) -> list[int]:

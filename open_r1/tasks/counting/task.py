@@ -15,6 +15,8 @@ class CountingTask(Task):
     metric = "accuracy"
     default_primary = "ood_val"
     default_secondary = "val"
+    generate_hint = data_lib.GENERATE_HINT
+    probe_question = "How many items are there in the image?"
 
     def train_dataset(self, script_args, training_args):
         dataset = data_lib.load_counting_dataset(script_args.dataset_name, script_args.dataset_train_split)
@@ -46,6 +48,15 @@ class CountingTask(Task):
 
     def training_meta(self, script_args):
         return {"prompt_templates": list(script_args.prompt_templates)}
+
+    def probe(self, model, processor, image):
+        from open_r1.export import one_line
+        from open_r1.tasks.counting import protocol
+
+        texts, _, _ = evaluate_lib.generate_batch(model, processor, [image], [self.probe_question])
+        if protocol.extract_answer(texts[0]) is None:
+            return texts[0], f"the sample completion has no parseable <answer>N</answer>: {one_line(texts[0])}"
+        return texts[0], None
 
 
 TASK = CountingTask
