@@ -12,8 +12,9 @@ runs the library's own preprocessing on the distinct ones not already held from 
 keyword arguments, and builds the batch output by copying each image's rows back to every position that holds it:
 `pixel_values` (the patch rows of each image, in image order) and `image_grid_thw` come out exactly as the plain
 processor would build them. Outputs of any other layout (another processor family, other keys, no tensors) are
-the library's own, computed on the full list, and from then on that processor is left to the library. The cache holds the last call's distinct images (strong references,
-so an `id` cannot be reused while held) and their rows: one round's distinct images, nothing older.
+the library's own, computed on the full list, and from then on that processor is left to the library. The cache
+holds the last call's distinct images (strong references, so an `id` cannot be reused while held) and their rows:
+one round's distinct images, nothing older.
 
 The subclass keeps the base class's name, so a saved `preprocessor_config.json` still names the library's class.
 """
@@ -132,4 +133,5 @@ def enable_image_dedupe(processor) -> bool:
     image_processor = getattr(processor, "image_processor", processor)
     if image_processor is None or not hasattr(image_processor, "preprocess"):
         return False
-    return compat.subclass_instance(image_processor, DedupeImagesMixin, prefix="")  # same name: saved configs name the library class
+    # the same class name: saved configs name the library's class
+    return compat.subclass_instance(image_processor, DedupeImagesMixin, prefix="")

@@ -1328,9 +1328,6 @@ class ModuleTimer:
         self.seconds += time.perf_counter() - self._t0
         self.calls += 1
 
-    def reset(self) -> None:
-        self.seconds, self.calls = 0.0, 0
-
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()

@@ -90,7 +90,7 @@ RENDERERS = {"clevr": clevr, "ood": ood}
 # Attribute dimensions that can make the odd object odd, per renderer.
 # OOD: colour only (sizes read ambiguously under its perspective camera, textures blur at small image sizes).
 # Size is not an odd dimension: the layout only allows shrinking, so the odd one would always be "large" and the
-# word alone would mark the funny caption (a text-only leak: measured, see TEXT_ONLY_PROBE in docs/CAPTIONING.md).
+# word alone would mark the funny caption (a text-only leak: measured, docs/CAPTIONING.md, "A text-only leak").
 ODD_DIMENSIONS = {"clevr": ("color", "shape"), "ood": ("color",)}
 MAX_LAYOUT_ATTEMPTS = 300
 _SPLIT_STREAM = {"main": 0, "ood": 1}
@@ -294,11 +294,21 @@ def _pun_dimension(value: str) -> str:
     raise KeyError(value)
 
 
+def _reading(text: str) -> tuple[list[str], dict[str, set]]:
+    """The pun values of a text and the attribute values its other words name, per dimension (one pass)."""
+    puns, rest = _caption_puns(" ".join(text.lower().split()))
+    mentioned: dict[str, set] = {dim: set() for dim in VOCAB}
+    for token in _TOKEN.findall(rest):
+        if token in WORD_TO_VALUE:
+            dim, value = WORD_TO_VALUE[token]
+            mentioned[dim].add(value)
+    return puns, mentioned
+
+
 def oracle_details(caption: str, meta: dict) -> dict:
     """The hidden score's parts for one caption on one scene (see the module docstring)."""
     text = " ".join(caption.lower().split())
-    puns, _ = _caption_puns(text)
-    mentioned = mentioned_values(text)
+    puns, mentioned = _reading(text)
     present = _present(meta)
     dim, odd_value = meta["dimension"], meta["odd_value"]
     odd_obj = meta["objects"][meta["odd_index"]]
@@ -605,6 +615,9 @@ def _completion(text: str) -> list[dict]:
     return [{"role": "assistant", "content": [{"type": "text", "text": text}]}]
 
 
+PROBE_QUESTION = "Which object is different from the others?"
+
+
 def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str]]:
     """Plain questions about a scene with their answers (no captions, no funniness)."""
     present = _present(meta)
@@ -628,18 +641,9 @@ def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str
     return qa
 
 
-PROBE_QUESTION = "Which object is different from the others?"
-
-
 def mentioned_values(text: str) -> dict[str, set]:
     """The attribute values a text names, per dimension (the oracle's reading of words, puns removed)."""
-    _, rest = _caption_puns(" ".join(text.lower().split()))
-    mentioned: dict[str, set] = {dim: set() for dim in VOCAB}
-    for token in _TOKEN.findall(rest):
-        if token in WORD_TO_VALUE:
-            dim, value = WORD_TO_VALUE[token]
-            mentioned[dim].add(value)
-    return mentioned
+    return _reading(text)[1]
 
 
 def perceives_odd(answer: str, meta: dict | str) -> bool:
