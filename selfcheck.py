@@ -147,6 +147,9 @@ def _run(argv=None) -> int:
     parser.add_argument("--image-device", choices=["cpu", "cuda"], default="cpu",
                         help="where images are preprocessed: cpu (default; in a thread beside the GPU's work) or cuda "
                         "(faster; pixel values may differ from the CPU's in the last bits)")
+    parser.add_argument("--vision-attention", choices=["grouped", "per_image"], default="grouped",
+                        help="grouped: the vision tower's SDPA attention once per image size (the same result, "
+                        "faster: docs/PERFORMANCE.md); per_image: transformers' loop over the images")
     args = parser.parse_args(argv)
     check_arguments(args)
     from open_r1.export import recover_interrupted_swap
@@ -167,7 +170,7 @@ def _run(argv=None) -> int:
 
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         datasets_ = load_sets(args.model, sets, bool(args.sets), args.limit)
-        model = load_model(args.model, dtype="auto").to(device).eval()
+        model = load_model(args.model, dtype="auto", vision_attention=args.vision_attention).to(device).eval()
         processor = load_processor(args.model)
     except (DataError, ModelError) as exc:
         print(f"error: {exc}", file=sys.stderr)

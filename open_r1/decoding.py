@@ -5,7 +5,9 @@ logits processors, per-step position computation, a cache that grows). `GraphDec
 only the loop around it:
 
 * **prefill** through the HF model's own forward (ViT, M-RoPE positions and `rope_deltas`, Qwen3-VL's deepstack),
-  into a transformers `StaticCache`;
+  into a transformers `StaticCache`. The M-RoPE positions may come precomputed (`rope_positions`: the model's own
+  `get_rope_index` run on the processor's CPU tensors, e.g. in an evaluation's prefetch thread): on the GPU that
+  method is a Python loop over the rows with several host syncs each;
 * **one-token decode step**: the model's own forward over that cache with explicit M-RoPE positions (the prefill's
   last position + 1 per row, i.e. the valid length + `rope_deltas`), then the logits processing (suppressed tokens,
   `min_new_tokens`) and temperature / top-k / top-p / min-p sampling (Gumbel-max: exact sampling from the
@@ -218,6 +220,29 @@ def install_gqa_decode_attention() -> None:
     AttentionInterface.register("sdpa", gqa_decode_sdpa)
 
 
+ROPE_INPUT_KEYS = ("position_ids", "rope_deltas")
+
+
+def rope_positions(model, inputs) -> dict | None:
+    """{'position_ids': (3, rows, length), 'rope_deltas': (rows, 1)} for a processor batch with images, computed by
+    the model's own `get_rope_index` on the batch's CPU tensors (the same call the prefill makes on the GPU), or None
+    (no images, tensors not on the CPU, or a model without M-RoPE). Cheap on the CPU and free when run ahead of
+    the GPU (an evaluation's prefetch thread)."""
+    inner = _inner_model(model)
+    get_rope_index = getattr(inner, "get_rope_index", None)
+    ids, grid = inputs.get("input_ids"), inputs.get("image_grid_thw")
+    if get_rope_index is None or ids is None or grid is None or "mm_token_type_ids" not in inputs:
+        return None
+    tensors = [inputs[k] for k in ("input_ids", "attention_mask", "mm_token_type_ids", "image_grid_thw")
+               if inputs.get(k) is not None]
+    if any(t.device.type != "cpu" for t in tensors) or inputs.get("video_grid_thw") is not None:
+        return None
+    with torch.no_grad():
+        position_ids, deltas = get_rope_index(ids, mm_token_type_ids=inputs["mm_token_type_ids"],
+                                              image_grid_thw=grid, attention_mask=inputs.get("attention_mask"))
+    return {"position_ids": position_ids, "rope_deltas": deltas}
+
+
 def _text_config(model):
     config = model.config
     return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
@@ -361,12 +386,26 @@ class GraphDecoder:
                                                             device=value.device)])
         return torch.cat([input_ids, dummy_ids]), torch.cat([attention_mask, dummy_mask]), padded
 
+    def _pad_positions(self, given: dict, missing: int):
+        """Precomputed (position_ids, rope_deltas) on the device, padded like `_pad_rows` pads the batch: a dummy
+        row's one real token sits at position 0 with delta 0, what `get_rope_index` gives such a row. (None, None)
+        when not given."""
+        if "position_ids" not in given or "rope_deltas" not in given:
+            return None, None
+        positions = given["position_ids"].to(self.device, non_blocking=True)
+        deltas = given["rope_deltas"].to(self.device, non_blocking=True)
+        if missing:
+            positions = torch.cat([positions, positions.new_zeros(3, missing, positions.shape[2])], dim=1)
+            deltas = torch.cat([deltas, deltas.new_zeros(missing, deltas.shape[1])])
+        return positions, deltas
+
     def generate(self, input_ids, attention_mask=None, settings: SamplingSettings | None = None,
                  generation_config=None, **model_inputs) -> torch.Tensor:
         """Completion token ids (n, T) for left-padded prompts; T <= max_new_tokens (stops once every row finished,
         checked every `check_every` steps); after a row's EOS come `pad_token_id`s, as `generate` returns them.
 
-        `model_inputs`: the processor's other outputs (pixel_values, image_grid_thw, mm_token_type_ids, ...).
+        `model_inputs`: the processor's other outputs (pixel_values, image_grid_thw, mm_token_type_ids, ...), and
+        optionally the prefill's M-RoPE `position_ids` and `rope_deltas` precomputed (`rope_positions`).
         `settings` or `generation_config` (+ kwargs in `model_inputs` that are generation settings) say how."""
         # outside inference mode: the cache outlives this call and is updated in place by later (no_grad) calls
         with self._lock, torch.inference_mode(False), torch.no_grad():
@@ -383,6 +422,8 @@ class GraphDecoder:
             if not getattr(self, "_warned", False):
                 logger.warning("graph decoder not used (%s); HF generate instead", error)
                 self._warned = True
+            for key in ROPE_INPUT_KEYS:  # HF generate computes its own
+                model_inputs.pop(key, None)
             return type(self.model).generate(self.model, input_ids=input_ids, attention_mask=attention_mask,
                                              generation_config=generation_config, **model_inputs)
         completion = self.generate(input_ids, attention_mask, settings=settings, **model_inputs)
@@ -405,8 +446,10 @@ class GraphDecoder:
         if key not in self._steps:  # one step per settings (training's sampling, evaluation's greedy), kept
             self._steps[key] = self._make_step(settings)
         _, self._step_fn, self._suppress, self._eos_mask = self._steps[key]
+        given = {k: model_inputs.pop(k) for k in ROPE_INPUT_KEYS if k in model_inputs}
         extra = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in model_inputs.items()}
         ids, mask, extra = self._pad_rows(input_ids, attention_mask, extra, settings.pad_token_id)
+        given_positions, given_deltas = self._pad_positions(given, ids.shape[0] - n)
         batch = ids.shape[0]
 
         was_training = self.model.training
@@ -425,6 +468,8 @@ class GraphDecoder:
             if not has_vision:
                 text_pos = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
                 prefill_kwargs["position_ids"] = text_pos.unsqueeze(0).expand(3, -1, -1)
+            elif given_positions is not None:  # precomputed (rope_positions): the model skips get_rope_index
+                prefill_kwargs["position_ids"] = given_positions
             try:
                 out = self.model(input_ids=ids, attention_mask=mask, cache=self.cache, use_cache=True,
                                  logits_to_keep=1, **prefill_kwargs, **extra)
@@ -437,7 +482,8 @@ class GraphDecoder:
                 _, self._step_fn, self._suppress, self._eos_mask = self._steps[key]
                 out = self.model(input_ids=ids, attention_mask=mask, cache=self.cache, use_cache=True,
                                  logits_to_keep=1, **prefill_kwargs, **extra)
-            deltas = getattr(inner, "rope_deltas", None) if has_vision else None
+            deltas = (given_deltas if given_positions is not None else getattr(inner, "rope_deltas", None)
+                      ) if has_vision else None
             next_pos = valid + (deltas.view(-1).to(device) if deltas is not None else 0)
 
             self._step.zero_()
@@ -484,7 +530,7 @@ class GraphDecoder:
 # processor outputs that go to the model's forward; anything else passed to generate() is a generation setting
 _MODEL_INPUT_KEYS = {
     "pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "mm_token_type_ids",
-    "second_per_grid_ts", "token_type_ids", "cache_position",
+    "second_per_grid_ts", "token_type_ids", "cache_position", *ROPE_INPUT_KEYS,
 }
 
 

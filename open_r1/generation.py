@@ -28,14 +28,20 @@ def static_cache_kwargs(prompt_tokens: int, max_new_tokens: int) -> dict:
     return kwargs
 
 
-def prepare_inputs(processor, prompt_texts, images, image_device=None, pin_memory=False):
+def prepare_inputs(processor, prompt_texts, images, image_device=None, pin_memory=False, rope_model=None):
     """The processor's batch for `generate_texts(inputs=...)`: left-padded prompt ids + image tensors (CPU work an
     evaluation can do for the next batch while the GPU generates this one). `image_device`: run the image
     preprocessing there (the torchvision backend's `device`; 'cuda' moves resize/normalise/patchify to the GPU).
-    `pin_memory`: page-locked CPU tensors, so the copy to the GPU can overlap other work."""
+    `pin_memory`: page-locked CPU tensors, so the copy to the GPU can overlap other work. `rope_model`: also the
+    prefill's M-RoPE positions, by that model's own method on these CPU tensors (`decoding.rope_positions`; the
+    graph decoder uses them, HF generate computes its own)."""
     extra = {"device": image_device} if image_device else {}
     inputs = processor(text=list(prompt_texts), images=list(images), padding=True, padding_side="left",
                        return_tensors="pt", **extra)
+    if rope_model is not None:
+        from open_r1.decoding import rope_positions
+
+        inputs.update(rope_positions(rope_model, inputs) or {})
     if pin_memory:
         for key, value in inputs.items():
             if hasattr(value, "pin_memory") and value.device.type == "cpu" and not value.is_pinned():
@@ -61,6 +67,9 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
 
     if inputs is None:
         inputs = prepare_inputs(processor, prompt_texts, images)
+    from open_r1.decoding import ROPE_INPUT_KEYS
+
+    positions = {key: inputs.pop(key) for key in ROPE_INPUT_KEYS if key in inputs}  # the graph decoder's only
     inputs = inputs.to(model.device, non_blocking=True)
     choice = resolve_decoder(decoder, model.device)
     from open_r1.decoding import zero3_partitioned
@@ -81,7 +90,8 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
             _warn_fallback(str(error))
         else:
             try:
-                completion_ids = decoder_for(model, compile=choice == "graph").generate(**inputs, settings=settings)
+                completion_ids = decoder_for(model, compile=choice == "graph").generate(**inputs, **positions,
+                                                                                        settings=settings)
             except torch.OutOfMemoryError:
                 # drop the decoder (its cache is sized for this batch): a caller that retries with a smaller batch
                 # (evaluate_dataset halves it) gets a decoder sized for that one

@@ -90,11 +90,14 @@ def resolve_dtype(dtype):
     return getattr(torch, dtype) if isinstance(dtype, str) else dtype
 
 
-def load_model(path: str, dtype=None, attn_implementation: str | None = None, device_map=None):
+def load_model(path: str, dtype=None, attn_implementation: str | None = None, device_map=None,
+               vision_attention: str = "grouped"):
     """AutoModelForImageTextToText.from_pretrained after checking the dir holds a supported family.
 
     The class it resolves to is the family's (`Qwen2VLForConditionalGeneration` for Qwen2-VL: the class the counting
-    grader loads; `Qwen2_5_VLForConditionalGeneration`, `Qwen3VLForConditionalGeneration`)."""
+    grader loads; `Qwen2_5_VLForConditionalGeneration`, `Qwen3VLForConditionalGeneration`). `vision_attention`:
+    'grouped' runs an SDPA vision tower's attention once per image size instead of once per image (the same
+    result; `open_r1.vision_attention`), 'per_image' keeps transformers' loop. Not saved with the model."""
     from transformers import AutoModelForImageTextToText
 
     family = family_of_dir(path)
@@ -107,6 +110,9 @@ def load_model(path: str, dtype=None, attn_implementation: str | None = None, de
     if type(model).__name__ != family.class_name:
         raise ModelError(f"{path} loaded as {type(model).__name__}, expected {family.class_name} for a "
                          f"{family.name} checkpoint; check config.json's architectures")
+    from open_r1.vision_attention import use_grouped_vision_attention
+
+    use_grouped_vision_attention(model, vision_attention)
     return model
 
 

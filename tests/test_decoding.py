@@ -96,6 +96,29 @@ def test_greedy_tokens_equal_generate_with_images_and_mixed_lengths(family_model
     assert torch.equal(ours, reference)
 
 
+def test_positions_precomputed_on_the_cpu_give_the_same_tokens_also_in_a_padded_batch(family_model):
+    """rope_positions (the model's get_rope_index on the processor's CPU tensors) handed to the decoder gives the
+    tokens of the prefill computing them itself and of HF generate, also when the batch is padded to the cache's
+    rows with dummy rows (a 2-row call after a 3-row one)."""
+    from open_r1.decoding import rope_positions
+
+    family, model, processor = family_model
+    kwargs = dict(max_new_tokens=10, do_sample=False, eos_token_id=[-5], pad_token_id=processor.tokenizer.pad_token_id)
+    decoder = GraphDecoder(model)
+    for questions in (QUESTIONS, QUESTIONS[1:]):
+        inputs = _inputs(processor, questions, seed=2)
+        given = rope_positions(model, inputs)
+        assert given is not None and given["position_ids"].shape == (3, *inputs["input_ids"].shape)
+        assert bool((given["rope_deltas"] != 0).any())  # image rows: M-RoPE positions differ from 0..n-1
+        reference = _hf(model, inputs, **kwargs)
+        settings = resolve_settings(model.generation_config, **kwargs)
+        with_given = decoder.generate(**inputs, **given, settings=settings)
+        assert decoder.batch_size == len(QUESTIONS)
+        assert torch.equal(with_given, reference)
+        assert torch.equal(decoder.generate(**inputs, settings=settings), reference)
+    assert rope_positions(model, _inputs(processor, QUESTIONS, images=False)) is None  # text only: the default
+
+
 def test_early_eos_stops_rows_and_pads_after(family_model):
     family, model, processor = family_model
     inputs = _inputs(processor, QUESTIONS, seed=1)
@@ -345,6 +368,10 @@ def test_generate_texts_decoder_option_gives_hf_answers_and_refuses_zero3(tiny_m
     assert ours == hf
     decoder = generation.decoder_for(model)
     assert decoder.calls == 1 and not decoder.compile
+    for choice in ("eager", "hf"):  # positions precomputed with the batch (prefetch): used by ours, dropped by HF's
+        inputs = generation.prepare_inputs(processor, texts, images, rope_model=model)
+        assert {"position_ids", "rope_deltas"} <= set(inputs)
+        assert generation.generate_texts(model, processor, None, None, 6, decoder=choice, inputs=inputs) == hf
     generation.generate_texts(model, processor, texts, images, 6, decoder="eager")
     assert generation.decoder_for(model) is decoder and decoder.allocations == 1  # one decoder per model, reused
     monkeypatch.setattr(decoding, "zero3_partitioned", lambda model: True)
@@ -352,7 +379,7 @@ def test_generate_texts_decoder_option_gives_hf_answers_and_refuses_zero3(tiny_m
         generation.generate_texts(model, processor, texts, images, 6, decoder="eager")
     monkeypatch.setattr(generation, "DEFAULT_DECODER", "auto")
     assert generation.generate_texts(model, processor, texts, images, 6) == hf
-    assert decoder.calls == 2
+    assert decoder.calls == 3  # the eager calls above; the ZeRO-3 fallback went to HF
     generation.forget_decoders()
 
 

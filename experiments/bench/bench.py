@@ -96,7 +96,7 @@ DEFAULT_PROMPT_TEMPLATES = ["train:0.5", "eval:0.5"]
 # Keys of a variant that are bench options, not GRPOConfig fields.
 BENCH_OPTION_KEYS = {
     "base", "description", "recipe", "min_pixels", "max_pixels", "attn_implementation", "compile_generation",
-    "lazy_images", "freeze_vision", "dedupe_vision", "requires", "fast_decode", "dedupe_images",
+    "lazy_images", "freeze_vision", "dedupe_vision", "requires", "fast_decode", "dedupe_images", "vision_attention",
 }
 
 # The presets. `base` inherits another preset's keys; `recipe`: False (TRL defaults only), True (the recipe's
@@ -244,6 +244,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "description": "ours_fast with HF generate instead of the CUDA-graph decoder",
         "fast_decode": "hf",
     },
+    "ours_fast_grouped": {
+        "base": "ours_fast",
+        "description": "ours_fast with the vision tower's attention once per image size (vision_attention: grouped, "
+                       "open_r1/vision_attention.py; what modeling.load_model, hence train.sh, now uses)",
+        "vision_attention": "grouped",
+    },
     "ours_fast_mb128": {
         "base": "ours_fast",
         "description": "ours_fast, training micro-batches of 128 (accumulation 4)",
@@ -344,6 +350,9 @@ class Variant:
     dedupe_vision: bool = False
     fast_decode: str = "hf"  # our trainer's rollout decoder: hf (HF generate), graph (CUDA graphs), eager
     dedupe_images: bool = False  # each distinct image preprocessed once per round (open_r1/image_dedupe.py)
+    # transformers' per-image loop unless a variant names 'grouped' (open_r1/vision_attention.py): the variants
+    # measured before it existed keep their meaning
+    vision_attention: str = "per_image"
     requires: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -360,6 +369,7 @@ class Variant:
             "dedupe_vision": self.dedupe_vision,
             "fast_decode": self.fast_decode,
             "dedupe_images": self.dedupe_images,
+            "vision_attention": self.vision_attention,
             "requires": self.requires,
         }
 
@@ -424,6 +434,7 @@ def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any])
         fast_decode=str(spec.get("fast_decode", "hf")),
         # off unless a variant names it: the variants measured before it existed keep their meaning
         dedupe_images=bool(spec.get("dedupe_images", False)),
+        vision_attention=str(spec.get("vision_attention", "per_image")),
         requires=list(spec.get("requires", [])),
     )
 
@@ -531,12 +542,18 @@ def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda
     return model.eval()
 
 
-def load_bench_model(tiny: bool, model_dir: str, attn_implementation: str, device: str, seed: int):
+def load_bench_model(tiny: bool, model_dir: str, attn_implementation: str, device: str, seed: int,
+                     vision_attention: str = "per_image"):
+    from open_r1.vision_attention import use_grouped_vision_attention
+
     if tiny:
         from open_r1 import modeling
 
-        return modeling.load_model(model_dir, dtype="float32", attn_implementation=attn_implementation)
-    return build_full_size_model(attn_implementation, device, seed)
+        model = modeling.load_model(model_dir, dtype="float32", attn_implementation=attn_implementation)
+    else:
+        model = build_full_size_model(attn_implementation, device, seed)
+    use_grouped_vision_attention(model, vision_attention)
+    return model
 
 
 @contextlib.contextmanager
@@ -893,7 +910,8 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         templates = ctx.recipe.get("prompt_templates") or DEFAULT_PROMPT_TEMPLATES
         train_dataset = grpo_dataset(ctx.dataset, templates, ctx.seed)
         processor = modeling.load_processor(ctx.model_dir, variant.min_pixels, variant.max_pixels)
-        model = load_bench_model(ctx.tiny, ctx.model_dir, variant.attn_implementation, ctx.device, ctx.seed)
+        model = load_bench_model(ctx.tiny, ctx.model_dir, variant.attn_implementation, ctx.device, ctx.seed,
+                                 variant.vision_attention)
         if variant.freeze_vision:
             grpo_lib.freeze_vision_tower(model)
         ref_context = reference_model_from_policy(model) if args.beta != 0.0 else contextlib.nullcontext()
@@ -1305,7 +1323,8 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-SELFCHECK_SUFFIXES = {"c": "compile", "n": "no_prefetch", "g": "gpu_images", "v": "vision_timing"}
+SELFCHECK_SUFFIXES = {"c": "compile", "n": "no_prefetch", "g": "gpu_images", "v": "vision_timing",
+                      "u": "per_image_vision_attention", "p": "gpu_positions"}
 
 
 class ModuleTimer:
@@ -1337,7 +1356,9 @@ def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, dict[str, bool]]]:
     """'256,512n,512g' -> [(256, {}), (512, {'no_prefetch': True}), (512, {'gpu_images': True})]. Suffix letters:
     c = selfcheck --compile (transformers' static-cache generate), n = no prefetch (the next batch's CPU work
     serial with the GPU's), g = image preprocessing on the GPU (selfcheck --image-device cuda), v = time the vision
-    tower's forward calls (`vision_s`, a part of the prefill; GPU syncs around it, so a row of its own)."""
+    tower's forward calls (`vision_s`, a part of the prefill; GPU syncs around it, so a row of its own),
+    u = transformers' per-image vision attention (selfcheck --vision-attention per_image; default: grouped),
+    p = the M-RoPE positions computed in the prefill on the GPU (default: with the batch's CPU work)."""
     runs = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -1405,7 +1426,11 @@ def selfcheck_main(argv=None) -> int:
         for batch_size, flags in runs:
             compiled = flags.get("compile", False)
             options = dict(compile_generation=compiled, prefetch=not flags.get("no_prefetch", False),
-                           image_device="cuda" if flags.get("gpu_images") and device == "cuda" else None)
+                           image_device="cuda" if flags.get("gpu_images") and device == "cuda" else None,
+                           cpu_positions=not flags.get("gpu_positions", False))
+            from open_r1.vision_attention import use_grouped_vision_attention
+
+            use_grouped_vision_attention(model, "per_image" if flags.get("per_image_vision_attention") else "grouped")
             entry: dict[str, Any] = {"batch_size": batch_size, "examples": measured[batch_size],
                                      **{name: flags.get(name, False) for name in SELFCHECK_SUFFIXES.values()}}
             elapsed = time.perf_counter() - started

@@ -76,7 +76,8 @@ def generate_batch(model, processor, images, questions, template=protocol.EVAL_T
                           compile_generation=compile_generation)
 
 
-def _batch_inputs(dataset, index, questions, processor, template, image_device=None, pin_memory=False):
+def _batch_inputs(dataset, index, questions, processor, template, image_device=None, pin_memory=False,
+                  rope_model=None):
     """The processor's batch for the rows `index`: decoded RGB images + the protocol prompt (CPU work). The image
     column arrives undecoded (`lazy_image_column`) and is decoded here in threads."""
     from open_r1.images import decode_images
@@ -84,13 +85,14 @@ def _batch_inputs(dataset, index, questions, processor, template, image_device=N
     rows = decode_images([{"image": image} for image in dataset.select(index)["image"]])
     images = [row["image"].convert("RGB") for row in rows]
     texts = _prompt_texts(processor, [questions[i] for i in index], template)
-    return prepare_inputs(processor, texts, images, image_device=image_device, pin_memory=pin_memory)
+    return prepare_inputs(processor, texts, images, image_device=image_device, pin_memory=pin_memory,
+                          rope_model=rope_model)
 
 
 def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limit=None,
                      template=protocol.EVAL_TEMPLATE, max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS,
                      progress=True, compile_generation=False, extract=protocol.extract_answer, prefetch=True,
-                     image_device=None, timings: list | None = None) -> SetReport:
+                     image_device=None, timings: list | None = None, cpu_positions: bool = True) -> SetReport:
     """Run the protocol over a counting dataset (columns image, problem, solution).
 
     `template` and `extract` are the grader's unless a diagnostic swaps them (the proxy's plain-question probe:
@@ -98,7 +100,9 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
 
     `prefetch`: build the next batch's inputs in a background thread while this one generates (same inputs, same
     answers). `image_device`: preprocess images there ('cuda': on the GPU; pixel values can differ from the CPU's
-    in the last bits, so answers may too: a speed option, off by default).
+    in the last bits, so answers may too: a speed option, off by default). `cpu_positions`: for the graph decoder,
+    compute the prefill's M-RoPE positions with the batch's other CPU work (`decoding.rope_positions`, the model's own method;
+    the same positions) instead of in the prefill, where it is a loop over the rows with host syncs.
 
     `timings`: a list that gets one dict per batch, for benches (`rows`; `wait_s`, the seconds the loop waited for
     the batch's inputs; `built`, 'here' (built while the GPU waited) or 'ahead' (prefetched); `generate_s`,
@@ -127,8 +131,14 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
 
     def build(index):
         return _batch_inputs(dataset, index, questions, processor, template, image_device,
-                             pin_memory=on_cuda and image_device is None)
+                             pin_memory=on_cuda and image_device is None,
+                             rope_model=model if precompute_positions else None)
 
+    from open_r1.generation import resolve_decoder
+
+    # only the graph decoder takes precomputed positions (HF generate computes its own)
+    precompute_positions = (cpu_positions and image_device is None and not compile_generation
+                            and resolve_decoder(None, getattr(model, "device", "cpu")) != "hf")
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="selfcheck-prefetch") if prefetch else None
     ahead = None  # (index list, future of its inputs): the next batch, being built
     try:

@@ -1,0 +1,94 @@
+"""The vision tower's attention in one SDPA call per image size, instead of one per image.
+
+transformers 5.24's Qwen2-VL / Qwen2.5-VL / Qwen3-VL vision attention packs every image's patches into one
+sequence. With flash attention it passes the image boundaries (`cu_seqlens`) to a variable-length kernel; with any
+other implementation it splits the sequence at those boundaries and calls the attention function once per image
+and layer. For a selfcheck batch of 512 images through Qwen2-VL-2B's 32 vision layers that is 16,384 small SDPA
+calls per prefill, each a few microseconds of GPU work behind tens of microseconds of Python and launch overhead.
+
+`grouped_sdpa` takes the boundaries and runs PyTorch's SDPA once per distinct segment length: segments of equal
+length (images of the same size; Qwen2.5-VL's full windows) are stacked into one `(n, heads, length, dim)` batch.
+Each segment still attends only to itself, so the result is the per-image computation's (bit for bit on CPU,
+tested; on GPUs the kernels may differ in the last bits). No model code is replaced: the function is registered
+through transformers' `AttentionInterface`, the library's extension point, and set on the vision sub-config only
+(`model.set_attn_implementation({"vision_config": NAME})`); the language model keeps its own implementation.
+
+What it relies on (checked by `tests/test_vision_attention.py` for every supported family): transformers hands
+`cu_seq_lens_q` to an implementation only when its name contains "flash" (`is_flash_attention_requested` is a
+substring test), hence the name. Nothing else in those vision towers reads the name beyond computing `max_seqlen`.
+The setting lives on the loaded model only and is not written by `save_pretrained` (tested), so a saved
+checkpoint loads with plain transformers.
+"""
+from __future__ import annotations
+
+import torch
+
+from open_r1.errors import ModelError
+
+# "flash" must stay in the name: it is what makes transformers pass cu_seqlens (see the module docstring).
+NAME = "open_r1_flash_grouped_sdpa"
+
+VISION_ATTENTION_CHOICES = ("grouped", "per_image")
+
+
+def grouped_sdpa(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, cu_seq_lens_q=None,
+                 cu_seq_lens_k=None, is_causal=False, **kwargs):
+    """Attention of packed segments `(1, heads, total, dim)` split at `cu_seq_lens_q`; returns `(1, total, heads,
+    dim)` as transformers' attention functions do. One SDPA call per distinct segment length."""
+    if cu_seq_lens_q is None or attention_mask is not None or is_causal:
+        raise ModelError(f"{NAME} is a vision-tower attention (packed, non-causal segments at cu_seqlens); it was "
+                         f"called from {type(module).__name__} without them. Set it on the vision sub-config only: "
+                         "open_r1.vision_attention.use_grouped_vision_attention(model)")
+    _, heads, total, dim = query.shape
+    bounds = cu_seq_lens_q.tolist()  # transformers' per-image path makes the same host copy
+    starts, lengths = bounds[:-1], [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+    if len(set(lengths)) == 1:  # every image the same size (the common case): a reshape, no gather
+        count, length = len(lengths), lengths[0]
+        q, k, v = (t.view(heads, count, length, dim).transpose(0, 1) for t in (query, key, value))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scaling, dropout_p=dropout)
+        return out.transpose(1, 2).reshape(1, total, heads, dim), None
+    out = query.new_empty(total, heads, dim)
+    by_length: dict[int, list[int]] = {}
+    for start, length in zip(starts, lengths):
+        by_length.setdefault(length, []).append(start)
+    for length, group in by_length.items():
+        index = (torch.tensor(group, device=query.device)[:, None]
+                 + torch.arange(length, device=query.device)).reshape(-1)
+        q, k, v = (t[0, :, index].view(heads, len(group), length, dim).transpose(0, 1) for t in (query, key, value))
+        grouped = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scaling, dropout_p=dropout)
+        out[index] = grouped.transpose(1, 2).reshape(-1, heads, dim).to(out.dtype)
+    return out.unsqueeze(0), None
+
+
+def register() -> None:
+    """Register `grouped_sdpa` under `NAME` with transformers (idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, grouped_sdpa)
+
+
+def vision_implementation(model) -> str | None:
+    """The vision sub-config's attention implementation, or None for a model without one."""
+    vision = getattr(getattr(model, "config", None), "vision_config", None)
+    return getattr(vision, "_attn_implementation", None) if vision is not None else None
+
+
+def use_grouped_vision_attention(model, choice: str = "grouped") -> bool:
+    """Set the vision tower's attention to `grouped_sdpa` ('grouped') or leave transformers' own ('per_image').
+    Only where the vision tower uses SDPA: flash attention already takes the whole batch in one call, and eager
+    attention is left as chosen. Returns whether it was set. Works on peft-wrapped models (the config is shared)."""
+    if choice not in VISION_ATTENTION_CHOICES:
+        raise ModelError(f"vision_attention must be one of {', '.join(VISION_ATTENTION_CHOICES)} (got {choice!r})")
+    from open_r1.families import base_model
+
+    model = base_model(model)
+    current = vision_implementation(model)
+    if choice == "per_image":
+        if current == NAME:
+            model.set_attn_implementation({"vision_config": "sdpa"})
+        return False
+    if current != "sdpa":
+        return current == NAME
+    register()
+    model.set_attn_implementation({"vision_config": NAME})
+    return True
