@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                                  pin_memory=device == "cuda")
 
         cpu_inputs = build()
-        gpu_inputs = cpu_inputs.to(device)
+        gpu_inputs = build().to(device)  # BatchFeature.to moves in place: a batch of its own
         decoder = GraphDecoder(model, compile=False)
         settings = resolve_settings(model.generation_config, max_new_tokens=1, do_sample=False)
         parts: dict = {}
