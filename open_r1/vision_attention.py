@@ -6,8 +6,9 @@ other implementation it splits the sequence at those boundaries and calls the at
 and layer. For a selfcheck batch of 512 images through Qwen2-VL-2B's 32 vision layers that is 16,384 small SDPA
 calls per prefill, each a few microseconds of GPU work behind tens of microseconds of Python and launch overhead.
 
-`grouped_sdpa` takes the boundaries and runs PyTorch's SDPA once per distinct segment length: segments of equal
-length (images of the same size; Qwen2.5-VL's full windows) are stacked into one `(n, heads, length, dim)` batch.
+`grouped_sdpa` takes the boundaries and runs PyTorch's SDPA once per distinct segment length (in chunks of at most
+`MAX_TOKENS_PER_CALL` tokens): segments of equal length (images of the same size; Qwen2.5-VL's full windows) are
+stacked into one `(n, heads, length, dim)` batch.
 Each segment still attends only to itself, so the result is the per-image computation's (bit for bit on CPU,
 tested; on GPUs the kernels may differ in the last bits). No model code is replaced: the function is registered
 through transformers' `AttentionInterface`, the library's extension point, and set on the vision sub-config only
@@ -30,6 +31,11 @@ NAME = "open_r1_flash_grouped_sdpa"
 
 VISION_ATTENTION_CHOICES = ("grouped", "per_image")
 
+# Segments per SDPA call are capped at this many tokens in all: one call over a selfcheck batch's 512 images (383k
+# patch tokens) held ~8 GiB more at peak than transformers' loop (2026-12-02, docs/PERFORMANCE.md run F); chunks of
+# 64k tokens bound the extra copies to a few hundred MB for ~6 calls per layer instead of 512.
+MAX_TOKENS_PER_CALL = 1 << 16
+
 
 def grouped_sdpa(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, cu_seq_lens_q=None,
                  cu_seq_lens_k=None, is_causal=False, **kwargs):
@@ -42,21 +48,32 @@ def grouped_sdpa(module, query, key, value, attention_mask=None, scaling=None, d
     _, heads, total, dim = query.shape
     bounds = cu_seq_lens_q.tolist()  # transformers' per-image path makes the same host copy
     starts, lengths = bounds[:-1], [b - a for a, b in zip(bounds[:-1], bounds[1:])]
-    if len(set(lengths)) == 1:  # every image the same size (the common case): a reshape, no gather
-        count, length = len(lengths), lengths[0]
-        q, k, v = (t.view(heads, count, length, dim).transpose(0, 1) for t in (query, key, value))
-        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scaling, dropout_p=dropout)
-        return out.transpose(1, 2).reshape(1, total, heads, dim), None
     out = query.new_empty(total, heads, dim)
+
+    def attend(q, k, v):  # (n, heads, length, dim) each
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scaling, dropout_p=dropout)
+
+    if len(set(lengths)) == 1:  # every image the same size (the common case): reshapes, no gather
+        count, length = len(lengths), lengths[0]
+        q, k, v = (t.view(heads, count, length, dim) for t in (query, key, value))
+        step = max(1, MAX_TOKENS_PER_CALL // max(length, 1))
+        for first in range(0, count, step):
+            chunk = slice(first, min(first + step, count))
+            o = attend(*(t[:, chunk].transpose(0, 1) for t in (q, k, v)))
+            out[chunk.start * length:chunk.stop * length] = o.transpose(1, 2).reshape(-1, heads, dim)
+        return out.unsqueeze(0), None
     by_length: dict[int, list[int]] = {}
     for start, length in zip(starts, lengths):
         by_length.setdefault(length, []).append(start)
     for length, group in by_length.items():
-        index = (torch.tensor(group, device=query.device)[:, None]
-                 + torch.arange(length, device=query.device)).reshape(-1)
-        q, k, v = (t[0, :, index].view(heads, len(group), length, dim).transpose(0, 1) for t in (query, key, value))
-        grouped = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scaling, dropout_p=dropout)
-        out[index] = grouped.transpose(1, 2).reshape(-1, heads, dim).to(out.dtype)
+        step = max(1, MAX_TOKENS_PER_CALL // max(length, 1))
+        for first in range(0, len(group), step):
+            part = group[first:first + step]
+            index = (torch.tensor(part, device=query.device)[:, None]
+                     + torch.arange(length, device=query.device)).reshape(-1)
+            o = attend(*(t[0, :, index].view(heads, len(part), length, dim).transpose(0, 1)
+                         for t in (query, key, value)))
+            out[index] = o.transpose(1, 2).reshape(-1, heads, dim).to(out.dtype)
     return out.unsqueeze(0), None
 
 

@@ -112,3 +112,21 @@ def test_other_implementations_are_left_alone_and_bad_use_is_named(tiny_model_di
     query = torch.zeros(1, 2, 4, 8)
     with pytest.raises(ModelError, match="vision sub-config only"):  # e.g. set on a language model's config
         vision_attention.grouped_sdpa(torch.nn.Module(), query, query, query, attention_mask=torch.ones(1, 1, 4, 4))
+
+
+def test_chunked_calls_give_the_same_result(tiny_model_dirs, monkeypatch):
+    """Segments go to SDPA in chunks of at most MAX_TOKENS_PER_CALL tokens (bounded extra memory): the result does
+    not depend on the chunk size, for equal and for mixed segment lengths."""
+    model = _load(tiny_model_dirs["qwen2_5_vl"]).eval()
+    vision_attention.use_grouped_vision_attention(model)
+    for sizes in (SIZES, [(64, 96)] * 5):
+        pixels, grid = _pixels(tiny_model_dirs["qwen2_5_vl"], sizes, seed=3)
+        with torch.no_grad():
+            whole = _features(model, pixels, grid)
+            monkeypatch.setattr(vision_attention, "MAX_TOKENS_PER_CALL", 1)  # one segment per call
+            single = _features(model, pixels, grid)
+            monkeypatch.setattr(vision_attention, "MAX_TOKENS_PER_CALL", 40)  # a few segments per call
+            few = _features(model, pixels, grid)
+            monkeypatch.undo()
+        torch.testing.assert_close(single, whole, rtol=0, atol=1e-6)
+        torch.testing.assert_close(few, whole, rtol=0, atol=1e-6)

@@ -1323,8 +1323,16 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _default_chunk_tokens() -> int:
+    from open_r1 import vision_attention
+
+    return vision_attention.MAX_TOKENS_PER_CALL
+
+
+CHUNK_TOKENS = _default_chunk_tokens()
+
 SELFCHECK_SUFFIXES = {"c": "compile", "n": "no_prefetch", "g": "gpu_images", "v": "vision_timing",
-                      "u": "per_image_vision_attention", "p": "gpu_positions"}
+                      "u": "per_image_vision_attention", "p": "gpu_positions", "w": "whole_batch_vision_attention"}
 
 
 class ModuleTimer:
@@ -1358,7 +1366,9 @@ def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, dict[str, bool]]]:
     serial with the GPU's), g = image preprocessing on the GPU (selfcheck --image-device cuda), v = time the vision
     tower's forward calls (`vision_s`, a part of the prefill; GPU syncs around it, so a row of its own),
     u = transformers' per-image vision attention (selfcheck --vision-attention per_image; default: grouped),
-    p = the M-RoPE positions computed in the prefill on the GPU (default: with the batch's CPU work)."""
+    p = the M-RoPE positions computed in the prefill on the GPU (default: with the batch's CPU work),
+    w = the grouped vision attention over all of a size's images in one call (default: chunks of
+    `open_r1.vision_attention.MAX_TOKENS_PER_CALL` tokens)."""
     runs = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -1428,9 +1438,12 @@ def selfcheck_main(argv=None) -> int:
             options = dict(compile_generation=compiled, prefetch=not flags.get("no_prefetch", False),
                            image_device="cuda" if flags.get("gpu_images") and device == "cuda" else None,
                            cpu_positions=not flags.get("gpu_positions", False))
-            from open_r1.vision_attention import use_grouped_vision_attention
+            from open_r1 import vision_attention
 
-            use_grouped_vision_attention(model, "per_image" if flags.get("per_image_vision_attention") else "grouped")
+            vision_attention.use_grouped_vision_attention(
+                model, "per_image" if flags.get("per_image_vision_attention") else "grouped")
+            vision_attention.MAX_TOKENS_PER_CALL = (1 << 40 if flags.get("whole_batch_vision_attention")
+                                                    else CHUNK_TOKENS)
             entry: dict[str, Any] = {"batch_size": batch_size, "examples": measured[batch_size],
                                      **{name: flags.get(name, False) for name in SELFCHECK_SUFFIXES.values()}}
             elapsed = time.perf_counter() - started
