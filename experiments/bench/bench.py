@@ -1323,16 +1323,10 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _default_chunk_tokens() -> int:
-    from open_r1 import vision_attention
-
-    return vision_attention.MAX_TOKENS_PER_CALL
-
-
-CHUNK_TOKENS = _default_chunk_tokens()
+CHUNK_TOKENS = 1 << 16  # the 'k' suffix's cap on vision-attention tokens per SDPA call
 
 SELFCHECK_SUFFIXES = {"c": "compile", "n": "no_prefetch", "g": "gpu_images", "v": "vision_timing",
-                      "u": "per_image_vision_attention", "p": "gpu_positions", "w": "whole_batch_vision_attention"}
+                      "u": "per_image_vision_attention", "p": "gpu_positions", "k": "chunked_vision_attention"}
 
 
 class ModuleTimer:
@@ -1367,8 +1361,8 @@ def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, dict[str, bool]]]:
     tower's forward calls (`vision_s`, a part of the prefill; GPU syncs around it, so a row of its own),
     u = transformers' per-image vision attention (selfcheck --vision-attention per_image; default: grouped),
     p = the M-RoPE positions computed in the prefill on the GPU (default: with the batch's CPU work),
-    w = the grouped vision attention over all of a size's images in one call (default: chunks of
-    `open_r1.vision_attention.MAX_TOKENS_PER_CALL` tokens)."""
+    k = the grouped vision attention in chunks of CHUNK_TOKENS (64k) tokens per call (default: all of a size's
+    images in one call)."""
     runs = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -1442,8 +1436,7 @@ def selfcheck_main(argv=None) -> int:
 
             vision_attention.use_grouped_vision_attention(
                 model, "per_image" if flags.get("per_image_vision_attention") else "grouped")
-            vision_attention.MAX_TOKENS_PER_CALL = (1 << 40 if flags.get("whole_batch_vision_attention")
-                                                    else CHUNK_TOKENS)
+            vision_attention.MAX_TOKENS_PER_CALL = CHUNK_TOKENS if flags.get("chunked_vision_attention") else None
             entry: dict[str, Any] = {"batch_size": batch_size, "examples": measured[batch_size],
                                      **{name: flags.get(name, False) for name in SELFCHECK_SUFFIXES.values()}}
             elapsed = time.perf_counter() - started
@@ -1503,8 +1496,7 @@ def selfcheck_main(argv=None) -> int:
             if device == "cuda":
                 entry["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB
                 entry["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB
-            # the compiler's state too: CUDA-graph trees keep the previous row's memory pool (its static cache)
-            # alive, which read as ~8 GiB more peak memory in every row after the first (runs E and F)
+            # the compiler's state too, so a row's peak memory never includes the previous row's CUDA-graph pools
             release_memory(reset_compiler=args.decoder != "hf" or compiled)
             payload["batch_sizes"].append(entry)
             payload["elapsed_s"] = time.perf_counter() - started
