@@ -6,7 +6,7 @@ other implementation it splits the sequence at those boundaries and calls the at
 and layer. For a selfcheck batch of 512 images through Qwen2-VL-2B's 32 vision layers that is 16,384 small SDPA
 calls per prefill, each a few microseconds of GPU work behind tens of microseconds of Python and launch overhead.
 
-`grouped_sdpa` takes the boundaries and runs PyTorch's SDPA once per distinct segment length (in chunks of at most
+`grouped_sdpa` takes the boundaries and runs PyTorch's SDPA once per distinct segment length (or in chunks of at most
 `MAX_TOKENS_PER_CALL` tokens): segments of equal length (images of the same size; Qwen2.5-VL's full windows) are
 stacked into one `(n, heads, length, dim)` batch.
 Each segment still attends only to itself, so the result is the per-image computation's (bit for bit on CPU,
@@ -31,10 +31,11 @@ NAME = "open_r1_flash_grouped_sdpa"
 
 VISION_ATTENTION_CHOICES = ("grouped", "per_image")
 
-# Segments per SDPA call are capped at this many tokens in all: one call over a selfcheck batch's 512 images (383k
-# patch tokens) held ~8 GiB more at peak than transformers' loop (2026-12-02, docs/PERFORMANCE.md run F); chunks of
-# 64k tokens bound the extra copies to a few hundred MB for ~6 calls per layer instead of 512.
-MAX_TOKENS_PER_CALL = 1 << 16
+# None: one SDPA call per segment length, what was measured (docs/PERFORMANCE.md, run F: a selfcheck batch of 512
+# images, 383k patch tokens, peaked ~8 GiB above transformers' loop). A number caps the tokens per call (1 << 16:
+# ~6 calls per layer at that batch, extra copies of a few hundred MB): the candidate fix for that memory, tested
+# for equal results on CPU, not yet measured on a GPU (the bench's 'k' suffix).
+MAX_TOKENS_PER_CALL: int | None = None
 
 
 def grouped_sdpa(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, cu_seq_lens_q=None,
@@ -56,7 +57,7 @@ def grouped_sdpa(module, query, key, value, attention_mask=None, scaling=None, d
     if len(set(lengths)) == 1:  # every image the same size (the common case): reshapes, no gather
         count, length = len(lengths), lengths[0]
         q, k, v = (t.view(heads, count, length, dim) for t in (query, key, value))
-        step = max(1, MAX_TOKENS_PER_CALL // max(length, 1))
+        step = _segments_per_call(length, count)
         for first in range(0, count, step):
             chunk = slice(first, min(first + step, count))
             o = attend(*(t[:, chunk].transpose(0, 1) for t in (q, k, v)))
@@ -66,7 +67,7 @@ def grouped_sdpa(module, query, key, value, attention_mask=None, scaling=None, d
     for start, length in zip(starts, lengths):
         by_length.setdefault(length, []).append(start)
     for length, group in by_length.items():
-        step = max(1, MAX_TOKENS_PER_CALL // max(length, 1))
+        step = _segments_per_call(length, len(group))
         for first in range(0, len(group), step):
             part = group[first:first + step]
             index = (torch.tensor(part, device=query.device)[:, None]
@@ -75,6 +76,12 @@ def grouped_sdpa(module, query, key, value, attention_mask=None, scaling=None, d
                          for t in (query, key, value)))
             out[index] = o.transpose(1, 2).reshape(-1, heads, dim).to(out.dtype)
     return out.unsqueeze(0), None
+
+
+def _segments_per_call(length: int, count: int) -> int:
+    if MAX_TOKENS_PER_CALL is None:
+        return max(count, 1)
+    return max(1, MAX_TOKENS_PER_CALL // max(length, 1))
 
 
 def register() -> None:

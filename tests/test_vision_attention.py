@@ -115,8 +115,8 @@ def test_other_implementations_are_left_alone_and_bad_use_is_named(tiny_model_di
 
 
 def test_chunked_calls_give_the_same_result(tiny_model_dirs, monkeypatch):
-    """Segments go to SDPA in chunks of at most MAX_TOKENS_PER_CALL tokens (bounded extra memory): the result does
-    not depend on the chunk size, for equal and for mixed segment lengths."""
+    """With MAX_TOKENS_PER_CALL set, segments go to SDPA in chunks of at most that many tokens (bounded extra
+    memory): the result does not depend on the chunk size, for equal and for mixed segment lengths."""
     model = _load(tiny_model_dirs["qwen2_5_vl"]).eval()
     vision_attention.use_grouped_vision_attention(model)
     for sizes in (SIZES, [(64, 96)] * 5):
