@@ -97,14 +97,14 @@ def test_tiny_bench_end_to_end(tmp_path):
 def test_selfcheck_bench_forces_the_completion_length(tmp_path):
     out = tmp_path / "selfcheck.json"
     proc, _ = run_script(
-        ["-m", "experiments.bench.bench_selfcheck", "--tiny", "--n", "12", "--batch-sizes", "4,4nv", "--data", "random",
+        ["-m", "experiments.bench.bench_selfcheck", "--tiny", "--n", "12", "--batch-sizes", "4,4nv,4upk", "--data", "random",
          "--decoder", "eager", "--out", str(out), "--work-dir", str(tmp_path / "work")],
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
-    entry, serial = report["batch_sizes"]
-    assert entry["status"] == "ok" and serial["status"] == "ok", report["batch_sizes"]
+    entry, serial, before = report["batch_sizes"]
+    assert {entry["status"], serial["status"], before["status"]} == {"ok"}, report["batch_sizes"]
     assert entry["examples"] == 12 and entry["examples_per_s"] > 0
     assert entry["projected_s"] == pytest.approx(12 / entry["examples_per_s"])
     # the decoder's phase split covers every measured batch (3 of 4), not the last one only
@@ -128,6 +128,10 @@ def test_selfcheck_bench_forces_the_completion_length(tmp_path):
     assert "same_completions_as_first" not in entry
     assert (serial["answers_compared"], serial["same_answers_as_first"], serial["same_completions_as_first"]) \
         == (12, 12, 12)
+    # 4upk: transformers' per-image vision attention, positions in the prefill (the path before the prefill
+    # levers), chunked calls: the same texts as the default's
+    assert before["per_image_vision_attention"] and before["gpu_positions"] and before["chunked_vision_attention"]
+    assert before["same_completions_as_first"] == 12
     assert "| 4 no prefetch vision timing | ok | 12 |" in proc.stdout and "| 12 / 12 |" in proc.stdout
     assert all("answers" not in e and "completions" not in e for e in report["batch_sizes"])  # not in the JSON
 
@@ -293,6 +297,8 @@ def test_selfcheck_bench_batch_size_suffixes_pick_the_options():
     assert runs == [(256, {}), (512, {"no_prefetch": True}), (512, {"gpu_images": True}),
                     (128, {"compile": True, "no_prefetch": True})]
     assert selfcheck_label({"batch_size": 512, "gpu_images": True}) == "512 gpu images"
+    assert parse_selfcheck_batch_sizes("512upk") == [(512, {"per_image_vision_attention": True, "gpu_positions": True,
+                                                             "chunked_vision_attention": True})]
     with pytest.raises(BenchError, match="positive integer"):
         parse_selfcheck_batch_sizes("512x")
 
@@ -331,3 +337,18 @@ def test_selfcheck_batch_split_joins_the_decoders_timings():
     assert "prefill_s" not in batches[0]  # the caller's dicts are not changed
     assert "prefill_s" not in bench.selfcheck_batch_split(batches, decoder[:1])["batches"][0]  # counts differ
     assert bench.selfcheck_batch_split([], []) == {}
+
+
+def test_prefill_profile_times_every_part_on_the_tiny_model(tmp_path):
+    """experiments/bench/profile_prefill.py --tiny: every part timed, the three prefill settings, a profiler table."""
+    out = tmp_path / "profile.json"
+    proc, _ = run_script(["-m", "experiments.bench.profile_prefill", "--tiny", "--batch-size", "4", "--repeats", "1",
+                          "--out", str(out)], timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["parts"]) == {
+        "cpu_build", "positions_cpu", "positions_gpu", "vision_per_image", "vision_grouped",
+        "prefill_per_image_gpu_positions", "prefill_grouped_gpu_positions", "prefill_grouped_cpu_positions"}
+    assert all(part["median_s"] > 0 for part in report["parts"].values())
+    assert report["batch_size"] == 4 and report["vision_patches"] > 0
+    assert report["top_by_cpu_time"] and "| prefill grouped cpu positions |" in proc.stdout
