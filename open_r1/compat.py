@@ -27,6 +27,8 @@ Items:
 6. `GRPOGenerateHook`: TRL's `GRPOTrainer._generate_single_turn` and the `generate` call inside it (below).
 7. `raise_cudagraph_rerecord_limit`: `torch._inductor.config.triton.cudagraph_unexpected_rerecord_limit`.
 8. `completion_only_scoring`: `trl.trainer.utils._use_triton` (the GPU bench's --tiny CPU mode only).
+9. `attn_implementation`: a (sub-)config's `_attn_implementation`, the name its modules look their attention
+   function up by (`set_attn_implementation` is the public setter; there is no public getter).
 """
 from __future__ import annotations
 
@@ -195,3 +197,13 @@ def completion_only_scoring(enabled: bool = True):
         yield
     finally:
         trl_utils._use_triton = original
+
+
+# ---- 9. a config's attention implementation -------------------------------------------------------------------
+
+
+def attn_implementation(config) -> str | None:
+    """The attention implementation `config`'s modules use (e.g. a model's `config.vision_config`), or None.
+    Relies on `PretrainedConfig._attn_implementation`, which `set_attn_implementation` sets and the attention
+    layers read (`ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, ...)`)."""
+    return getattr(config, "_attn_implementation", None) if config is not None else None

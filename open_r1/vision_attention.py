@@ -48,40 +48,23 @@ def grouped_sdpa(module, query, key, value, attention_mask=None, scaling=None, d
                          "open_r1.vision_attention.use_grouped_vision_attention(model)")
     _, heads, total, dim = query.shape
     bounds = cu_seq_lens_q.tolist()  # transformers' per-image path makes the same host copy
-    starts, lengths = bounds[:-1], [b - a for a, b in zip(bounds[:-1], bounds[1:])]
-    out = query.new_empty(total, heads, dim)
-
-    def attend(q, k, v):  # (n, heads, length, dim) each
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scaling, dropout_p=dropout)
-
-    if len(set(lengths)) == 1:  # every image the same size (the common case): reshapes, no gather
-        count, length = len(lengths), lengths[0]
-        q, k, v = (t.view(heads, count, length, dim) for t in (query, key, value))
-        step = _segments_per_call(length, count)
-        for first in range(0, count, step):
-            chunk = slice(first, min(first + step, count))
-            o = attend(*(t[:, chunk].transpose(0, 1) for t in (q, k, v)))
-            out[chunk.start * length:chunk.stop * length] = o.transpose(1, 2).reshape(-1, heads, dim)
-        return out.unsqueeze(0), None
     by_length: dict[int, list[int]] = {}
-    for start, length in zip(starts, lengths):
-        by_length.setdefault(length, []).append(start)
-    for length, group in by_length.items():
-        step = _segments_per_call(length, len(group))
-        for first in range(0, len(group), step):
-            part = group[first:first + step]
-            index = (torch.tensor(part, device=query.device)[:, None]
-                     + torch.arange(length, device=query.device)).reshape(-1)
-            o = attend(*(t[0, :, index].view(heads, len(part), length, dim).transpose(0, 1)
-                         for t in (query, key, value)))
-            out[index] = o.transpose(1, 2).reshape(-1, heads, dim).to(out.dtype)
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        by_length.setdefault(end - start, []).append(start)
+    out = query.new_empty(total, heads, dim)
+    for length, starts in by_length.items():
+        step = len(starts) if MAX_TOKENS_PER_CALL is None else max(1, MAX_TOKENS_PER_CALL // max(length, 1))
+        for first in range(0, len(starts), step):
+            part = starts[first:first + step]
+            if part[-1] - part[0] == (len(part) - 1) * length:  # adjacent segments (images of one size): a view
+                rows = slice(part[0], part[0] + len(part) * length)
+            else:
+                rows = (torch.tensor(part, device=query.device)[:, None]
+                        + torch.arange(length, device=query.device)).reshape(-1)
+            q, k, v = (t[0, :, rows].view(heads, len(part), length, dim).transpose(0, 1) for t in (query, key, value))
+            attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scaling, dropout_p=dropout)
+            out[rows] = attended.transpose(1, 2).reshape(-1, heads, dim)
     return out.unsqueeze(0), None
-
-
-def _segments_per_call(length: int, count: int) -> int:
-    if MAX_TOKENS_PER_CALL is None:
-        return max(count, 1)
-    return max(1, MAX_TOKENS_PER_CALL // max(length, 1))
 
 
 def register() -> None:
@@ -93,8 +76,9 @@ def register() -> None:
 
 def vision_implementation(model) -> str | None:
     """The vision sub-config's attention implementation, or None for a model without one."""
-    vision = getattr(getattr(model, "config", None), "vision_config", None)
-    return getattr(vision, "_attn_implementation", None) if vision is not None else None
+    from open_r1.compat import attn_implementation
+
+    return attn_implementation(getattr(getattr(model, "config", None), "vision_config", None))
 
 
 def use_grouped_vision_attention(model, choice: str = "grouped") -> bool:

@@ -255,11 +255,12 @@ def test_in_memory_model_builder_on_cpu():
     """The GPU path builds the model in memory (no checkpoint): check it on CPU with the tiny config."""
     import torch
 
+    from open_r1 import compat
     from open_r1 import tiny_models as tiny_model
 
     model = bench.build_full_size_model("sdpa", "cpu", seed=0, config=tiny_model.build_config(full_size=False))
     assert next(model.parameters()).dtype == torch.bfloat16
-    assert model.config._attn_implementation == "sdpa"
+    assert compat.attn_implementation(model.config) == "sdpa"
     assert model.generation_config.eos_token_id == [tiny_model.EOS_TOKEN_ID, tiny_model.BOS_TOKEN_ID]
     weight = model.model.language_model.layers[0].mlp.gate_proj.weight.float()
     assert torch.isfinite(weight).all() and 0.01 < weight.std().item() < 0.05

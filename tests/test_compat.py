@@ -208,6 +208,21 @@ def test_item8_use_triton_decides_completion_only_scoring():
         assert utils._use_triton(cpu) == before
 
 
+def test_item9_attn_implementation_is_what_set_attn_implementation_sets_per_sub_config(tiny_model_dir):
+    import transformers.models.qwen2_vl.modeling_qwen2_vl as qwen2_vl
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32,
+                                                        attn_implementation="sdpa")
+    vision, text = model.config.vision_config, model.config.get_text_config()
+    assert compat.attn_implementation(vision) == compat.attn_implementation(text) == "sdpa"
+    model.set_attn_implementation({"vision_config": "eager"})
+    assert (compat.attn_implementation(vision), compat.attn_implementation(text)) == ("eager", "sdpa")
+    assert compat.attn_implementation(None) is None
+    # the attention layers look their function up by that attribute
+    assert "self.config._attn_implementation" in _source(qwen2_vl.VisionAttention.forward)
+
+
 # ---- nothing private outside compat.py ----------------------------------------------------------------------------
 LIBRARIES = ("torch", "trl", "transformers", "accelerate", "peft", "datasets", "safetensors", "deepspeed")
 

@@ -43,8 +43,10 @@ def _features(model, pixels, grid):
     return torch.cat(list(pooled)) if isinstance(pooled, (list, tuple)) else pooled
 
 
-def test_grouped_attention_equals_the_per_image_loop_and_gets_the_image_boundaries(family_model_dir, monkeypatch):
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+def test_grouped_attention_equals_the_per_image_loop_and_gets_the_image_boundaries(family_model_dir):
+    from transformers import AttentionInterface
+
+    from open_r1.compat import attn_implementation
 
     model = _load(family_model_dir).eval()
     pixels, grid = _pixels(family_model_dir, SIZES)
@@ -54,16 +56,19 @@ def test_grouped_attention_equals_the_per_image_loop_and_gets_the_image_boundari
         reference = _features(model, pixels, grid)
     assert vision_attention.use_grouped_vision_attention(model) is True
     assert vision_attention.vision_implementation(model) == vision_attention.NAME
-    assert model.config.get_text_config()._attn_implementation == "sdpa"  # the language model keeps its own
+    assert attn_implementation(model.config.get_text_config()) == "sdpa"  # the language model keeps its own
     calls = []
 
     def spy(module, query, key, value, **kwargs):
         calls.append(kwargs["cu_seq_lens_q"].tolist())
         return vision_attention.grouped_sdpa(module, query, key, value, **kwargs)
 
-    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS._global_mapping, vision_attention.NAME, spy)
-    with torch.no_grad():
-        grouped = _features(model, pixels, grid)
+    AttentionInterface.register(vision_attention.NAME, spy)
+    try:
+        with torch.no_grad():
+            grouped = _features(model, pixels, grid)
+    finally:
+        vision_attention.register()  # grouped_sdpa again
     blocks = len(vision_tower(model).blocks)
     assert len(calls) == blocks  # one call per layer, each with the image (or window) boundaries
     assert calls[0][-1] == pixels.shape[0] and len(calls[0]) >= len(SIZES) + 1

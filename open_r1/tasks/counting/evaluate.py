@@ -101,8 +101,8 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     `prefetch`: build the next batch's inputs in a background thread while this one generates (same inputs, same
     answers). `image_device`: preprocess images there ('cuda': on the GPU; pixel values can differ from the CPU's
     in the last bits, so answers may too: a speed option, off by default). `cpu_positions`: for the graph decoder,
-    compute the prefill's M-RoPE positions with the batch's other CPU work (`decoding.rope_positions`, the model's own method;
-    the same positions) instead of in the prefill, where it is a loop over the rows with host syncs.
+    compute the prefill's M-RoPE positions with the batch's other CPU work (`decoding.rope_positions`, the model's
+    own method; the same positions) instead of in the prefill, where it is a loop over the rows with host syncs.
 
     `timings`: a list that gets one dict per batch, for benches (`rows`; `wait_s`, the seconds the loop waited for
     the batch's inputs; `built`, 'here' (built while the GPU waited) or 'ahead' (prefetched); `generate_s`,
@@ -128,17 +128,17 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     from open_r1.images import lazy_image_column
 
     dataset = lazy_image_column(dataset)  # decoded batch by batch, in threads (a metadata change)
+    from open_r1.generation import resolve_decoder
+
+    # only the graph decoder takes precomputed positions (HF generate computes its own)
+    precompute_positions = (cpu_positions and image_device is None and not compile_generation
+                            and resolve_decoder(None, getattr(model, "device", "cpu")) != "hf")
 
     def build(index):
         return _batch_inputs(dataset, index, questions, processor, template, image_device,
                              pin_memory=on_cuda and image_device is None,
                              rope_model=model if precompute_positions else None)
 
-    from open_r1.generation import resolve_decoder
-
-    # only the graph decoder takes precomputed positions (HF generate computes its own)
-    precompute_positions = (cpu_positions and image_device is None and not compile_generation
-                            and resolve_decoder(None, getattr(model, "device", "cpu")) != "hf")
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="selfcheck-prefetch") if prefetch else None
     ahead = None  # (index list, future of its inputs): the next batch, being built
     try:
