@@ -43,6 +43,10 @@ def test_parallel_jobs_split_independent_work():
 
     recipe = common.load_recipe("configs/captioning/standin_h200.yaml")
     assert pipeline.parallel_jobs(recipe, "grpo") == [["grpo.seeds=[0]"], ["grpo.seeds=[1]"], ["grpo.seeds=[2]"]]
+    # one process per RM seed, and the blind control (trained once)
+    assert pipeline.parallel_jobs(recipe, "rm") == [["rm.only=rm", "rm.seed=0"], ["rm.only=rm", "rm.seed=1"],
+                                                    ["rm.only=rm", "rm.seed=2"], ["rm.only=rm_blind"]]
+    common.apply_override(recipe, "rm.seeds=[5]")
     assert pipeline.parallel_jobs(recipe, "rm") == [["rm.only=rm"], ["rm.only=rm_blind"]]
     assert pipeline.parallel_jobs(recipe, "sft") is None
     demo = common.load_recipe("configs/captioning/standin_demo.yaml")
@@ -65,6 +69,9 @@ def _fake_stages(monkeypatch, events, fail=None):
             return {"stage": name}
 
         monkeypatch.setattr(module, "run", run)
+        if hasattr(module, "finish"):
+            monkeypatch.setattr(module, "finish", lambda recipe, result, name=name: events.append(("finish", name))
+                                or result)
 
     class Proc:
         def __init__(self):
@@ -106,14 +113,15 @@ def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch)
     events = []
     _fake_stages(monkeypatch, events)
     summary = pipeline.run_pipeline(recipe, ("synthesize", "sft", "rm", "grpo"))
-    # the early RM jobs share the cores with this process: 2 jobs + 1
-    assert events == [("launch", "rm", 3), ("run", "synthesize"), ("run", "sft"), ("collect", "rm"),
+    # the early RM jobs (3 seeds + the blind control) share the cores with this process: 4 jobs + 1; their merged
+    # results go through the stage's finish (the seed choice)
+    assert events == [("launch", "rm", 5), ("run", "synthesize"), ("run", "sft"), ("collect", "rm"), ("finish", "rm"),
                       ("launch", "grpo", None), ("collect", "grpo")]
     assert summary["stages"]["rm"]["result"] == {"stage": "rm"}
     # without synthesize in the run, the RM starts beside the next stage before it
     events.clear()
     pipeline.run_pipeline(recipe, ("sft", "rm"))
-    assert events == [("launch", "rm", 3), ("run", "sft"), ("collect", "rm")]
+    assert events == [("launch", "rm", 5), ("run", "sft"), ("collect", "rm"), ("finish", "rm")]
     # a failing stage does not leave the early jobs running
     events.clear()
     _fake_stages(monkeypatch, events, fail="sft")
@@ -123,6 +131,58 @@ def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch)
     common.apply_override(recipe, "start_early={grpo: eval}")
     with pytest.raises(RecipeError, match="before it"):
         pipeline.early_starts(recipe, pipeline.ORDER)
+
+
+def _acc(value):
+    return {"accuracy": value, "ci_low": value - 0.05, "ci_high": value + 0.05, "n_pairs": 10, "n_groups": 2}
+
+
+def test_rm_seeds_keep_the_best_on_val_as_the_rm(tmp_path):
+    from open_r1.errors import OpenR1Error, RecipeError
+    from open_r1.tasks.captioning import pipeline, stage_rm
+    from open_r1.tasks.captioning import stage_common as common
+
+    recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}"])
+    paths = common.Paths(recipe)
+    assert stage_rm.rm_seeds(recipe) == [0, 1, 2]
+    assert stage_rm.scored_splits(recipe) == ["val", "test", "ood"]  # val joins: the choice reads it
+    report = {}
+    for seed, (val, test) in {0: (0.61, 0.90), 1: (0.74, 0.70), 2: (0.74, 0.55)}.items():
+        out = paths.rm_seed(seed)
+        os.makedirs(out)
+        with open(os.path.join(out, "weights"), "w") as handle:
+            handle.write(f"seed {seed}")
+        report[f"rm_s{seed}"] = {"out": out, "seed": seed, "held_out": {"val": _acc(val), "test": _acc(test)}}
+    report["rm_blind"] = {"out": paths.rm_blind, "held_out": {"val": _acc(0.99), "test": _acc(0.5)}}
+    os.makedirs(paths.rm)
+    with open(os.path.join(paths.rm, "stale"), "w") as handle:
+        handle.write("an older RM")
+    result = stage_rm.finish(recipe, report)
+    # val decides (test never does; the blind control never competes); a tie goes to the lower seed
+    assert result["rm"]["selected"] == {"seed": 1, "by": "val accuracy", "val_accuracy": {0: 0.61, 1: 0.74, 2: 0.74}}
+    assert result["rm"]["out"] == paths.rm and result["rm"]["held_out"]["test"]["accuracy"] == 0.70
+    assert sorted(os.listdir(paths.rm)) == ["weights"]  # a whole copy of seed 1's dir, the older RM replaced
+    assert open(os.path.join(paths.rm, "weights")).read() == "seed 1"
+    assert all(os.path.isdir(paths.rm_seed(seed)) for seed in (0, 1, 2))  # every seed's RM stays
+    table = pipeline.results_markdown({"stages": {"rm": {"seconds": 1.0, "result": result}}, "total_seconds": 1.0})
+    assert "| with image (kept: seed 1, best on val) | test | 0.700 |" in table
+    assert "| with image, seed 2 | val | 0.740 |" in table and "| image-blind | test | 0.500 |" in table
+    # one seed: no choice, no copy
+    single = common.load_recipe("configs/captioning/standin_demo.yaml", [f"work_dir={tmp_path / 'one'}"])
+    assert stage_rm.finish(single, {"rm": {"x": 1}}) == {"rm": {"x": 1}}
+    assert stage_rm.scored_splits(single) == ["test", "ood"]
+    # a seed without val, bad seed lists, a job seed outside the list: one clear error each
+    del report["rm_s2"]["held_out"]["val"]
+    with pytest.raises(OpenR1Error, match=r"seed\(s\) \[2\] have no val accuracy"):
+        stage_rm.finish(recipe, report)
+    for bad in ("[]", "[1, 1]", "[0.5]", "3"):
+        common.apply_override(recipe, f"rm.seeds={bad}")
+        with pytest.raises(RecipeError, match="rm.seeds must be a list of distinct integers"):
+            stage_rm.rm_seeds(recipe)
+    common.apply_override(recipe, "rm.seeds=[0, 1]")
+    common.apply_override(recipe, "rm.seed=7")
+    with pytest.raises(RecipeError, match=r"rm.seed=7 is not one of rm.seeds \[0, 1\]"):
+        stage_rm.run(recipe)
 
 
 def test_grpo_checks_separate_point_estimates_from_cis():
@@ -190,7 +250,7 @@ def test_humor_demo_end_to_end(tmp_path):
         "data.pretrain_main_contests=2", "data.captions=10",
         "pretrain.policy.max_steps=1", "pretrain.rm_backbone.max_steps=1",
         "synthesize.limit=2", "synthesize.max_new_tokens=8",
-        "sft.max_steps=1", "rm.max_steps=2", "rm.eval_cap_per_contest=4",
+        "sft.max_steps=1", "rm.max_steps=2", "rm.eval_cap_per_contest=4", "rm.seeds=[0, 1]",
         "grpo.max_steps=1", "grpo.max_completion_length=16",
         "eval.n=2", "eval.limit=1", "eval.max_new_tokens=16",
     ]
@@ -208,10 +268,18 @@ def test_humor_demo_end_to_end(tmp_path):
         meta = json.loads((root / "models" / rm / "reward_model.json").read_text())
         assert meta["pooling"] == "last_real_token" and meta["blind"] == (rm == "rm-blind")
     rm_result = summary["stages"]["rm"]["result"]
-    for key in ("rm", "rm_blind"):
-        for split in ("test", "ood"):
+    for key in ("rm", "rm_s0", "rm_s1", "rm_blind"):
+        for split in ("val", "test", "ood"):  # val too: two seeds compete on it
             accuracy = rm_result[key]["held_out"][split]
             assert 0.0 <= accuracy["ci_low"] <= accuracy["accuracy"] <= accuracy["ci_high"] <= 1.0
+    # the kept RM is a copy of the seed that did best on val, and says so
+    kept = rm_result["rm"]["selected"]["seed"]
+    val = {seed: rm_result[f"rm_s{seed}"]["held_out"]["val"]["accuracy"] for seed in (0, 1)}
+    assert val[kept] == max(val.values()) and rm_result["rm"]["selected"]["val_accuracy"] == val
+    kept_meta = json.loads((root / "models" / "rm" / "reward_model.json").read_text())
+    assert kept_meta["seed"] == kept and (root / "models" / f"rm-s{1 - kept}" / "reward_model.json").is_file()
+    assert ((root / "models" / "rm" / "reward_head.safetensors").read_bytes()
+            == (root / "models" / f"rm-s{kept}" / "reward_head.safetensors").read_bytes())
     # both bases were probed on held-out scenes: does it name the odd value (a share, with the answers it gave)
     for which in ("policy", "rm_backbone"):
         probe = summary["stages"]["pretrain"]["result"][which]["perception"]

@@ -35,7 +35,10 @@ def parallel_jobs(recipe: dict, name: str) -> list[list[str]] | None:
     if name == "pretrain":
         return [[f"pretrain.only={which}"] for which in ("policy", "rm_backbone")]
     if name == "rm":
-        jobs = [["rm.only=rm"]]
+        from open_r1.tasks.captioning.stage_rm import rm_seeds
+
+        seeds = rm_seeds(recipe)
+        jobs = [["rm.only=rm"] + ([f"rm.seed={seed}"] if len(seeds) > 1 else []) for seed in seeds]
         if common.section(recipe, "rm").get("blind", True):
             jobs.append(["rm.only=rm_blind"])
         return jobs
@@ -157,18 +160,17 @@ def run_pipeline(recipe: dict, stages=ORDER, out: str | None = None, overrides: 
                 _share_threads(len(jobs) + 1)
             t0 = time.time()
             common.log(f"[pipeline] stage {name} (elapsed {t0 - started:.0f} s)")
+            module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
+            jobs = parallel_jobs(recipe, name)
             if name in running:
                 t0, procs = running.pop(name)
                 result = collect_parallel(name, procs)
                 if not running:
                     _share_threads(1)
             else:
-                jobs = parallel_jobs(recipe, name)
-                if jobs:
-                    result = run_parallel(recipe, name, jobs, overrides or [])
-                else:
-                    module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
-                    result = module.run(recipe)
+                result = run_parallel(recipe, name, jobs, overrides or []) if jobs else module.run(recipe)
+            if jobs and hasattr(module, "finish"):
+                result = module.finish(recipe, result)  # over the merged sub-jobs (the RM's seed choice)
             summary["stages"][name] = {"seconds": time.time() - t0, "result": result}
             common.write_json(summary_path, summary)
             if out:  # after every stage: a run cut short still returns what it measured
@@ -232,9 +234,13 @@ def results_markdown(summary: dict) -> str:
     if rm:
         lines += ["", "## Reward model: held-out pairwise accuracy (95 % bootstrap CI over contests)", "",
                   "| RM | split | accuracy | CI | pairs | contests | label/oracle agreement |", "|---|---|---|---|---|---|---|"]
-        for key in ("rm", "rm_blind"):
+        kept = (rm.get("rm") or {}).get("selected")
+        labels = {"rm": "with image" + (f" (kept: seed {kept['seed']}, best on val)" if kept else "")}
+        labels.update({key: f"with image, seed {key[4:]}" for key in sorted(rm) if key.startswith("rm_s")})
+        labels["rm_blind"] = "image-blind"
+        for key, label in labels.items():
             for split, r in ((rm.get(key) or {}).get("held_out") or {}).items():
-                lines.append(f"| {'image-blind' if key == 'rm_blind' else 'with image'} | {split} | "
+                lines.append(f"| {label} | {split} | "
                              f"{_fmt(r['accuracy'])} | [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | {r['n_pairs']} | "
                              f"{r['n_groups']} | {_fmt(r.get('oracle_agreement_of_labels'))} |")
     synth = (stages.get("synthesize") or {}).get("result")

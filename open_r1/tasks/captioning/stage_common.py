@@ -87,6 +87,10 @@ class Paths:
         self.rm_blind = os.path.abspath(rm.get("blind_out") or os.path.join(self.models, "rm-blind"))
         self.grpo = os.path.join(self.root, "grpo")
 
+    def rm_seed(self, seed: int) -> str:
+        """One seed's RM when ``rm.seeds`` lists several (the one chosen on val is then copied to ``rm``)."""
+        return f"{self.rm}-s{int(seed)}"
+
     def split(self, name: str) -> str:
         return os.path.join(self.data, name)
 

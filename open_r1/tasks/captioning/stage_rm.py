@@ -12,6 +12,12 @@ model), saved as one dir. Held-out: pairwise accuracy on the pairs of the held-o
 and the OOD renderer by default) with a bootstrap CI that resamples contests. The image-blind control is the same
 recipe with every image replaced by one blank grey image (training and scoring): what the RM gets from the text alone.
 
+Seeds (``rm.seeds: [0, 1, 2]``): whether a short RM run learns to read the image varies from run to run (on the
+stand-in, one recipe gave 0.725 and 0.604 on test), so the stage can train one RM per seed (the data order; the pairs
+are the same), score each on the val contests as well, and keep the one with the best val accuracy as THE RM
+(``models/rm``, a copy; each seed's dir stays as ``models/rm-s<seed>``). Every seed's accuracies are reported, so
+the selection is visible; test and OOD play no part in it. The blind control trains once, with the first seed.
+
 Deviations from the seed: the caption is not cut to 80 tokens and the description is part of the prompt (the seed's
 RM ignores it); pairs are drawn at random per contest (the seed takes the first 20k in contest order); pooling reads
 the attention mask (the seed's ``attention_mask.sum(1) - 1`` is wrong under left padding); the seed scores full
@@ -85,7 +91,29 @@ def _progress(label: str, every_s: float = 15.0):
     return progress
 
 
-def train_one(recipe: dict, blind: bool) -> dict:
+def rm_seeds(recipe: dict) -> list[int]:
+    """The RM seeds of the recipe (``rm.seeds``; default: the recipe's seed), validated."""
+    from open_r1.errors import RecipeError
+
+    seeds = common.section(recipe, "rm").get("seeds")
+    if seeds is None:
+        return [int(recipe["seed"])]
+    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
+            or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+        raise RecipeError(f"rm.seeds must be a list of distinct integers, e.g. [0, 1, 2]; got {seeds!r}")
+    return seeds
+
+
+def scored_splits(recipe: dict) -> list[str]:
+    """The held-out splits each RM is scored on: ``eval_splits``, with val first when several seeds compete (the
+    selection reads val only)."""
+    splits = list(common.section(recipe, "rm").get("eval_splits", ["test", "ood"]))
+    if len(rm_seeds(recipe)) > 1 and "val" not in splits:
+        splits.insert(0, "val")
+    return splits
+
+
+def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
     import torch
     from transformers import TrainingArguments
 
@@ -95,7 +123,10 @@ def train_one(recipe: dict, blind: bool) -> dict:
     cfg = common.section(recipe, "rm")
     paths = common.Paths(recipe)
     backbone = cfg.get("backbone") or paths.rm_base
-    out = paths.rm_blind if blind else paths.rm
+    seeds = rm_seeds(recipe)
+    seed = seeds[0] if seed is None else int(seed)
+    out = paths.rm_blind if blind else (paths.rm if len(seeds) == 1 else paths.rm_seed(seed))
+    tag = f"[rm{' blind' if blind else ''}{'' if len(seeds) == 1 else f' s{seed}'}]"
     train = cdata.load_captions(paths.split("train"), check_images="none")
     pairs = cdata.preference_pairs(train, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
                                    cap_per_contest=cfg.get("cap_per_contest", 1000), seed=int(recipe["seed"]))
@@ -106,12 +137,12 @@ def train_one(recipe: dict, blind: bool) -> dict:
     model = rm_lib.build_reward_model(
         backbone, min_pixels=cfg.get("min_pixels"), max_pixels=cfg.get("max_pixels"),
         dtype=cfg.get("dtype") or ("float32" if not cfg.get("lora") or not cuda else None),
-        lora=cfg.get("lora"), meta={"blind": blind, "train_pairs": len(rows), "k": cfg.get("k", 3.0)})
+        lora=cfg.get("lora"), meta={"blind": blind, "train_pairs": len(rows), "k": cfg.get("k", 3.0), "seed": seed})
     if not cuda:
         model = model.float()
     max_seconds = cfg.get("max_seconds")
 
-    work = os.path.join(paths.root, "rm-trainer-blind" if blind else "rm-trainer")
+    work = os.path.join(paths.root, "rm-trainer-blind" if blind else f"rm-trainer-s{seed}")
     args = TrainingArguments(
         output_dir=work, per_device_train_batch_size=int(cfg.get("per_device_batch_size", 8)),
         gradient_accumulation_steps=int(cfg.get("gradient_accumulation_steps", 1)),
@@ -119,11 +150,11 @@ def train_one(recipe: dict, blind: bool) -> dict:
         warmup_steps=float(cfg.get("warmup_ratio", 0.03)), num_train_epochs=float(cfg.get("epochs", 1)),
         max_steps=int(cfg.get("max_steps") or -1), weight_decay=float(cfg.get("weight_decay", 0.0)),
         logging_steps=int(cfg.get("logging_steps", 10)), save_strategy="no", report_to="none",
-        bf16=cuda, use_cpu=not cuda, seed=int(recipe["seed"]), data_seed=int(recipe["seed"]),
+        bf16=cuda, use_cpu=not cuda, seed=seed, data_seed=seed,
         dataloader_num_workers=int(cfg.get("dataloader_workers", 0)), disable_tqdm=True,
         gradient_checkpointing=bool(cfg.get("gradient_checkpointing", False)), remove_unused_columns=False,
     )
-    common.log(f"[rm{' blind' if blind else ''}] {len(rows)} train pairs from {len(set(pairs['contest']))} contests; "
+    common.log(f"{tag} {len(rows)} train pairs from {len(set(pairs['contest']))} contests; "
                f"backbone {backbone}")
     started = time.time()
     trainer = rm_lib.train_reward_model(model, rows, args, callbacks=[common.time_cap(max_seconds)] if max_seconds else None,
@@ -132,24 +163,24 @@ def train_one(recipe: dict, blind: bool) -> dict:
     losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
     model.save(out, extra_meta={"train_seconds": seconds, "steps": trainer.state.global_step})
     del trainer
-    common.log(f"[rm{' blind' if blind else ''}] {model.meta['steps']} steps; saved {out}")
-    report = {"out": out, "blind": blind, "train_pairs": len(rows), "steps": int(model.meta["steps"]),
+    common.log(f"{tag} {model.meta['steps']} steps; saved {out}")
+    report = {"out": out, "blind": blind, "seed": seed, "train_pairs": len(rows), "steps": int(model.meta["steps"]),
               "train_seconds": seconds, "loss_first": losses[0][1] if losses else None,
               "loss_last": losses[-1][1] if losses else None, "loss_curve": losses[:: max(1, len(losses) // 50)],
               "held_out": {}}
-    for split in cfg.get("eval_splits", ["test", "ood"]):
+    for split in scored_splits(recipe):
         if not os.path.isdir(paths.split(split)):
             continue
         t0 = time.time()
         held = held_out_pairs(recipe, split, blind)
-        common.log(f"[rm{' blind' if blind else ''}] {split}: scoring {len(held)} held-out pairs "
+        common.log(f"{tag} {split}: scoring {len(held)} held-out pairs "
                    f"(built in {time.time() - t0:.1f} s)")
         result = rm_lib.evaluate_pairs(model, held, batch_size=int(cfg.get("eval_batch_size", 32)),
                                        seed=int(recipe["seed"]),
-                                       progress=_progress(f"[rm{' blind' if blind else ''}] {split}"))
+                                       progress=_progress(f"{tag} {split}"))
         result["oracle_agreement_of_labels"] = sum(r["oracle_order"] for r in held) / len(held)
         report["held_out"][split] = result
-        common.log(f"[rm{' blind' if blind else ''}] {split}: pairwise accuracy {result['accuracy']:.3f} "
+        common.log(f"{tag} {split}: pairwise accuracy {result['accuracy']:.3f} "
                    f"[{result['ci_low']:.3f}, {result['ci_high']:.3f}] over {result['n_pairs']} pairs of "
                    f"{result['n_groups']} contests")
     common.write_json(os.path.join(out, "rm_report.json"), report)
@@ -157,14 +188,60 @@ def train_one(recipe: dict, blind: bool) -> dict:
 
 
 def run(recipe: dict) -> dict:
+    """Train the RM(s) and the blind control. ``rm.only`` (rm | rm_blind) and ``rm.seed`` (one of ``rm.seeds``)
+    restrict this process to one job: the pipeline runs the jobs as parallel processes and then calls `finish`."""
+    from open_r1.errors import RecipeError
+
     cfg = common.section(recipe, "rm")
-    only = cfg.get("only")  # rm | rm_blind: one of the two (the pipeline runs them in parallel processes)
+    only = cfg.get("only")
+    seeds = rm_seeds(recipe)
+    if cfg.get("seed") is not None and cfg["seed"] not in seeds:
+        raise RecipeError(f"rm.seed={cfg['seed']!r} is not one of rm.seeds {seeds}")
+    mine = [cfg["seed"]] if cfg.get("seed") is not None else seeds
     report = {}
     if only in (None, "rm"):
-        report["rm"] = train_one(recipe, blind=False)
+        for seed in mine:
+            report[seed_key(seeds, seed)] = train_one(recipe, blind=False, seed=seed)
     if cfg.get("blind", True) and only in (None, "rm_blind"):
-        report["rm_blind"] = train_one(recipe, blind=True)
-    return report
+        report["rm_blind"] = train_one(recipe, blind=True, seed=seeds[0])
+    return report if only is not None else finish(recipe, report)
+
+
+def seed_key(seeds: list[int], seed: int) -> str:
+    return "rm" if len(seeds) == 1 else f"rm_s{int(seed)}"
+
+
+def choose_seed(reports: dict[int, dict], split: str = "val") -> int:
+    """The seed whose RM has the best pairwise accuracy on `split` (ties: the lowest seed)."""
+    from open_r1.errors import OpenR1Error
+
+    missing = [seed for seed, r in reports.items() if split not in (r.get("held_out") or {})]
+    if missing:
+        raise OpenR1Error(f"RM seed(s) {missing} have no {split} accuracy to choose by; is the {split} split built?")
+    return max(sorted(reports), key=lambda seed: reports[seed]["held_out"][split]["accuracy"])
+
+
+def finish(recipe: dict, report: dict) -> dict:
+    """With several seeds: keep the RM with the best val accuracy as ``models/rm`` (a copy of its seed dir, staged so a
+    failure leaves no half-written RM) and report it under ``rm`` with the choice (``selected``: the seed, the split,
+    every seed's val accuracy). One seed: the report as it is."""
+    import shutil
+
+    from open_r1 import modeling
+
+    seeds = rm_seeds(recipe)
+    if len(seeds) == 1:
+        return report
+    reports = {seed: report[seed_key(seeds, seed)] for seed in seeds}
+    chosen = choose_seed(reports)
+    paths = common.Paths(recipe)
+    with modeling.staged_dir(paths.rm) as staging:
+        shutil.copytree(reports[chosen]["out"], staging, dirs_exist_ok=True)
+    val = {seed: reports[seed]["held_out"]["val"]["accuracy"] for seed in seeds}
+    common.log(f"[rm] kept seed {chosen} as {paths.rm} (val accuracy by seed: "
+               + ", ".join(f"s{seed} {acc:.3f}" for seed, acc in val.items()) + ")")
+    return {**report, "rm": {**reports[chosen], "out": paths.rm,
+                             "selected": {"seed": chosen, "by": "val accuracy", "val_accuracy": val}}}
 
 
 def main(argv=None) -> int:
