@@ -43,11 +43,11 @@ def test_parallel_jobs_split_independent_work():
 
     recipe = common.load_recipe("configs/captioning/standin_h200.yaml")
     assert pipeline.parallel_jobs(recipe, "grpo") == [["grpo.seeds=[0]"], ["grpo.seeds=[1]"], ["grpo.seeds=[2]"]]
-    # one process per RM seed, and the blind control (trained once)
+    assert pipeline.parallel_jobs(recipe, "rm") == [["rm.only=rm"], ["rm.only=rm_blind"]]
+    # several RM seeds: one process each, and the blind control (trained once)
+    common.apply_override(recipe, "rm.seeds=[0, 1, 2]")
     assert pipeline.parallel_jobs(recipe, "rm") == [["rm.only=rm", "rm.seed=0"], ["rm.only=rm", "rm.seed=1"],
                                                     ["rm.only=rm", "rm.seed=2"], ["rm.only=rm_blind"]]
-    common.apply_override(recipe, "rm.seeds=[5]")
-    assert pipeline.parallel_jobs(recipe, "rm") == [["rm.only=rm"], ["rm.only=rm_blind"]]
     assert pipeline.parallel_jobs(recipe, "sft") is None
     demo = common.load_recipe("configs/captioning/standin_demo.yaml")
     assert pipeline.parallel_jobs(demo, "grpo") is None
@@ -108,7 +108,7 @@ def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch)
     from open_r1.tasks.captioning import pipeline
     from open_r1.tasks.captioning import stage_common as common
 
-    recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}"])
+    recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}", "rm.seeds=[0, 1, 2]"])
     assert recipe["start_early"] == {"rm": "synthesize"}
     events = []
     _fake_stages(monkeypatch, events)
@@ -142,7 +142,7 @@ def test_rm_seeds_keep_the_best_on_val_as_the_rm(tmp_path):
     from open_r1.tasks.captioning import pipeline, stage_rm
     from open_r1.tasks.captioning import stage_common as common
 
-    recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}"])
+    recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}", "rm.seeds=[0, 1, 2]"])
     paths = common.Paths(recipe)
     assert stage_rm.rm_seeds(recipe) == [0, 1, 2]
     assert stage_rm.scored_splits(recipe) == ["val", "test", "ood"]  # val joins: the choice reads it
@@ -280,6 +280,16 @@ def test_humor_demo_end_to_end(tmp_path):
     assert kept_meta["seed"] == kept and (root / "models" / f"rm-s{1 - kept}" / "reward_model.json").is_file()
     assert ((root / "models" / "rm" / "reward_head.safetensors").read_bytes()
             == (root / "models" / f"rm-s{kept}" / "reward_head.safetensors").read_bytes())
+    # a saved RM scored again (a run cut during its scoring) gives what its training report holds
+    from experiments.captioning import score_rm
+
+    assert score_rm.main(["--config", "configs/captioning/standin_demo.yaml", *[f"--set={o}" for o in overrides],
+                          "--model", str(root / "models" / "rm-blind"), "--splits", "test",
+                          "--out", str(tmp_path / "scores.json")]) == 0
+    again = json.loads((tmp_path / "scores.json").read_text())[str(root / "models" / "rm-blind")]
+    assert again["blind"] is True and set(again["held_out"]) == {"test"}
+    assert again["held_out"]["test"]["accuracy"] == pytest.approx(rm_result["rm_blind"]["held_out"]["test"]["accuracy"])
+    assert score_rm.main(["--config", "configs/captioning/standin_demo.yaml", "--model", str(tmp_path)]) == 2
     # both bases were probed on held-out scenes: does it name the odd value (a share, with the answers it gave)
     for which in ("policy", "rm_backbone"):
         probe = summary["stages"]["pretrain"]["result"][which]["perception"]
@@ -288,6 +298,7 @@ def test_humor_demo_end_to_end(tmp_path):
     assert data_info["main_pretrain"] == {"rows": 2, "contests": 2} and data_info["ood_pretrain"]["rows"] == 2
     synth = summary["stages"]["synthesize"]["result"]
     assert synth["rows"] == 2 and synth["kept"] + synth["truncated"] + synth["empty"] + synth["leaks_caption"] == 2
+    assert [run["steps"] for run in summary["stages"]["grpo"]["result"]["runs"]] == [1]  # optimizer steps
     grpo_recipe = (root / "grpo" / "seed0" / "grpo_recipe.yaml").read_text()
     assert "task: captioning" in grpo_recipe and "caption_rm" in grpo_recipe and "cispo" not in grpo_recipe
     evaluation = summary["stages"]["eval"]["result"]

@@ -97,6 +97,7 @@ def run_seed(recipe: dict, seed: int) -> dict:
     if trainer.run_safety.exit_code:
         raise RecipeError(f"GRPO seed {seed} stopped with exit code {trainer.run_safety.exit_code}")
     history = [dict(e) for e in trainer.state.log_history]
+    steps = int(trainer.state.global_step)
     del trainer
     seconds = time.time() - started
     from open_r1.run.keep_best import resolve_export_checkpoint
@@ -107,9 +108,11 @@ def run_seed(recipe: dict, seed: int) -> dict:
     save_model_dir(merged, processor, paths.grpo_model(seed))
     keys = ("reward", "caption_rm/format_ok", "caption_rm/sigmoid_mean", "kl", "completions/mean_length")
     curve = [{k: e[k] for k in ("step", *keys) if k in e} for e in history if "reward" in e]
-    common.log(f"[grpo] seed {seed}: {len(curve)} steps in {seconds:.1f} s; reward "
+    common.log(f"[grpo] seed {seed}: {steps} steps in {seconds:.1f} s; reward (logged every "
+               f"{settings.get('logging_steps')} steps) "
                f"{curve[0].get('reward') if curve else None} -> {curve[-1].get('reward') if curve else None}")
-    return {"seed": seed, "recipe": path, "seconds": seconds, "model": paths.grpo_model(seed), "curve": curve}
+    return {"seed": seed, "recipe": path, "seconds": seconds, "steps": steps, "model": paths.grpo_model(seed),
+            "curve": curve}
 
 
 def run(recipe: dict) -> dict:

@@ -167,24 +167,45 @@ def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
     report = {"out": out, "blind": blind, "seed": seed, "train_pairs": len(rows), "steps": int(model.meta["steps"]),
               "train_seconds": seconds, "loss_first": losses[0][1] if losses else None,
               "loss_last": losses[-1][1] if losses else None, "loss_curve": losses[:: max(1, len(losses) // 50)],
-              "held_out": {}}
-    for split in scored_splits(recipe):
+              "held_out": score_held_out(recipe, model, blind, tag)}
+    common.write_json(os.path.join(out, "rm_report.json"), report)
+    return report
+
+
+def score_held_out(recipe: dict, model, blind: bool, tag: str = "[rm]", splits: list[str] | None = None) -> dict:
+    """Pairwise accuracy (with the by-contest CI) of `model` on each held-out split's k-sigma pairs that exists
+    (default: `scored_splits`); blind: every image the blank one, as the blind RM was trained."""
+    from open_r1 import reward_model as rm_lib
+
+    cfg = common.section(recipe, "rm")
+    paths = common.Paths(recipe)
+    results = {}
+    for split in splits or scored_splits(recipe):
         if not os.path.isdir(paths.split(split)):
             continue
         t0 = time.time()
         held = held_out_pairs(recipe, split, blind)
-        common.log(f"{tag} {split}: scoring {len(held)} held-out pairs "
-                   f"(built in {time.time() - t0:.1f} s)")
+        common.log(f"{tag} {split}: scoring {len(held)} held-out pairs (built in {time.time() - t0:.1f} s)")
         result = rm_lib.evaluate_pairs(model, held, batch_size=int(cfg.get("eval_batch_size", 32)),
-                                       seed=int(recipe["seed"]),
-                                       progress=_progress(f"{tag} {split}"))
+                                       seed=int(recipe["seed"]), progress=_progress(f"{tag} {split}"))
         result["oracle_agreement_of_labels"] = sum(r["oracle_order"] for r in held) / len(held)
-        report["held_out"][split] = result
+        results[split] = result
         common.log(f"{tag} {split}: pairwise accuracy {result['accuracy']:.3f} "
                    f"[{result['ci_low']:.3f}, {result['ci_high']:.3f}] over {result['n_pairs']} pairs of "
                    f"{result['n_groups']} contests")
-    common.write_json(os.path.join(out, "rm_report.json"), report)
-    return report
+    return results
+
+
+def rescore(recipe: dict, model_dir: str, splits: list[str] | None = None) -> dict:
+    """Score a saved RM dir on the recipe's held-out splits again (e.g. after a run was cut during its scoring);
+    blind or not as its saved meta says."""
+    from open_r1 import reward_model as rm_lib
+
+    model = rm_lib.load_reward_model(model_dir)
+    blind = bool(model.meta.get("blind"))
+    held_out = score_held_out(recipe, model, blind, f"[rescore {os.path.basename(model_dir)}]", splits)
+    return {"out": os.path.abspath(model_dir), "blind": blind, "seed": model.meta.get("seed"),
+            "steps": model.meta.get("steps"), "held_out": held_out}
 
 
 def run(recipe: dict) -> dict:

@@ -1,0 +1,48 @@
+"""Score saved reward-model dirs on a recipe's held-out splits again: the RM stage's own scoring
+(`stage_rm.score_held_out`: the k-sigma pairs of each split's contests, pairwise accuracy with the by-contest
+bootstrap CI; a blind RM sees the blank image, as it was trained). For a run cut during its held-out scoring (the
+models are saved before it), and for RMs trained outside the pipeline. One process, the models one after another.
+
+    python -m experiments.captioning.score_rm --config configs/captioning/standin_h200.yaml \
+        --model runs/humor-h200/models/rm-s1 runs/humor-h200/models/rm-blind --splits val test ood --out scores.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv=None) -> int:
+    from open_r1.errors import OpenR1Error
+    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_rm
+
+    parser = argparse.ArgumentParser(prog="python -m experiments.captioning.score_rm", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--model", nargs="+", required=True, help="saved RM dirs (reward_model.json inside)")
+    parser.add_argument("--splits", nargs="+", default=None, help="default: the recipe's RM scoring splits")
+    parser.add_argument("--out", default=None, help="write the results here as JSON")
+    args = parser.parse_args(argv)
+    try:
+        recipe = common.load_recipe(args.config, args.set)
+        results = {}
+        for path in args.model:
+            results[path] = stage_rm.rescore(recipe, path, args.splits)
+    except OpenR1Error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path, result in results.items():
+        for split, r in result["held_out"].items():
+            print(f"{path} ({'blind' if result['blind'] else 'image'}) {split}: {r['accuracy']:.3f} "
+                  f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] over {r['n_pairs']} pairs of {r['n_groups']} contests")
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(results, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
