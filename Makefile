@@ -1,11 +1,15 @@
 # Common tasks (docs/DEMO.md for the demo, README.md for the rest).
 PY ?= python
 
-.PHONY: install demo demo-start demo-gpu test test-fast humor-demo
+.PHONY: install quality demo demo-start demo-gpu test test-fast humor-demo
 
 install:
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
 	$(PY) -m pip install -q -e ".[dev]"
+
+# Lint: pyflakes errors, syntax, import order, whitespace (config in pyproject.toml). `make test` runs it first.
+quality:
+	$(PY) -m ruff check .
 
 # CPU, 2 cores: the shipped warm start vs the same model after GRPO, side by side (selfcheck protocol), plots + JSON
 # in runs/demo. Measured time and table: docs/DEMO.md.
@@ -29,6 +33,7 @@ demo-gpu:
 # test file per worker at a time, so module fixtures are built once). Measured time in README.md.
 TEST_WORKERS ?= 2
 test: install
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # Without the end-to-end tests marked slow.

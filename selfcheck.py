@@ -18,7 +18,6 @@ from open_r1.export import COUNTING_GRADER_CLASS, one_line, verify_submission  #
 from open_r1.modeling import ModelError, load_model, load_processor  # noqa: E402
 from open_r1.tasks.counting.data import (  # noqa: E402
     DataError,
-    load_counting_dataset,
     validate_counting_dataset,
 )
 

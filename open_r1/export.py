@@ -570,7 +570,7 @@ def main(argv=None) -> int:
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         checkpoint = resolve_export_checkpoint(args.checkpoint)
-        report = export_submission(checkpoint, args.out, args.base_model, args.min_pixels, args.max_pixels,
+        export_submission(checkpoint, args.out, args.base_model, args.min_pixels, args.max_pixels,
                                    verify=not args.no_verify_generate, replace_scored=args.replace,
                                    expected_class=None if args.any_family else EXPECTED_ARCHITECTURE)
     except OpenR1Error as exc:

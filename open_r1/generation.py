@@ -7,6 +7,8 @@ reported as truncated.
 """
 from __future__ import annotations
 
+import weakref
+
 CACHE_BUCKET_TOKENS = 128
 CACHE_MARGIN_TOKENS = 64
 
@@ -108,7 +110,7 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
 
 
 DEFAULT_DECODER = "auto"  # selfcheck --decoder sets it; generate_texts(decoder=...) overrides per call
-_DECODERS: "weakref.WeakKeyDictionary" = None  # model -> GraphDecoder (one static cache per model and process)
+_DECODERS: weakref.WeakKeyDictionary | None = None  # model -> GraphDecoder (one static cache per model and process)
 
 
 def resolve_decoder(decoder, device) -> str:
@@ -126,8 +128,6 @@ def decoder_for(model, compile: bool | None = None, decoder=None):
     """The process's GraphDecoder for `model` (created on first use, then reused: its cache is allocated once).
     `decoder`: register an existing one (the trainer shares its training decoder with evaluation)."""
     global _DECODERS
-    import weakref
-
     from open_r1.decoding import GraphDecoder
 
     if _DECODERS is None:

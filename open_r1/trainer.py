@@ -56,7 +56,6 @@ from open_r1.families import vision_tower  # one definition, per family (also re
 from open_r1.images import IMAGE_COLUMN, decode_images, lazy_image_column  # noqa: F401  (re-exported)
 
 
-
 def resolve_fast_decode(value, trainer) -> str | None:
     """`fast_decode` -> 'graph' (CUDA-graph decoder), 'eager' (same decoder uncompiled: CPU tests) or None (HF
     generate). True / 'graph' asks for it (refused under DeepSpeed ZeRO-3, and with vLLM); 'auto' uses it where it

@@ -125,12 +125,11 @@ def test_verify_passes_a_good_export(exported):
 
 
 def test_verify_generates_under_the_tasks_protocol(tiny_model_dirs, tmp_path, monkeypatch):
+    import open_r1.generation as generation_lib
     from open_r1.errors import RecipeError
     from open_r1.tasks import get_task
     from open_r1.tasks.captioning import protocol as caption_protocol
     from open_r1.tasks.counting import protocol as counting_protocol
-
-    import open_r1.generation as generation_lib
 
     qwen3 = str(tmp_path / "qwen3")  # saved as the export saves (both processor config layouts)
     source = str(tiny_model_dirs["qwen3_vl"])

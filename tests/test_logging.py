@@ -3,9 +3,8 @@
 tensorboard is in the `dev` extra (and the `tensorboard` one), so CI runs this; nothing here reaches a network."""
 import os
 
-from tests.test_grpo import recipe_args
-
 from open_r1 import grpo
+from tests.test_grpo import recipe_args
 
 
 def test_report_to_tensorboard_writes_the_reward_curve(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch):

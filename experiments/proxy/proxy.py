@@ -149,18 +149,17 @@ def ensure_splits(data_dir: str | os.PathLike, sizes: dict[str, int], seed: int 
 # SFT rows: in the package (open_r1/tasks/counting/sft.py), so the CPU demo uses the same rows; re-exported here.
 # --------------------------------------------------------------------------------------------------------------------
 from open_r1.tasks.counting.sft import (  # noqa: E402,F401
-    sft_target,
-    THINK_NOISE_OFFSETS,
-    to_sft_dataset,
-    to_arithmetic_sft_dataset,
     EXPOSURE_TEMPLATE,
-    PLAIN_PROMPT,
     PLAIN_NUMBER_RE,
+    PLAIN_PROMPT,
+    THINK_NOISE_OFFSETS,
     plain_count,
+    sft_target,
     split_plain_rows,
+    to_arithmetic_sft_dataset,
     to_exposure_sft_dataset,
+    to_sft_dataset,
 )
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # Arms

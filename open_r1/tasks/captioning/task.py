@@ -12,7 +12,7 @@
   logged as ``eval/<set>_fail0_sigma_rm``; the report also carries the format and truncation rates, sigma(RM) over
   emitted captions and, on the stand-in, the hidden oracle score of the captions (analysis only).
 
-Optional recipe attributes read with defaults (the GRPO entry passes its script arguments through): 
+Optional recipe attributes read with defaults (the GRPO entry passes its script arguments through):
 ``caption_eval_samples`` (1), ``caption_eval_temperature`` (None = greedy), ``caption_eval_max_new_tokens``
 (``protocol.MAX_NEW_TOKENS``), ``caption_eval_reward_model`` (default: ``reward_kwargs.caption_rm.reward_model``).
 """
