@@ -482,8 +482,12 @@ class GraphDecoder:
                 _, self._step_fn, self._suppress, self._eos_mask = self._steps[key]
                 out = self.model(input_ids=ids, attention_mask=mask, cache=self.cache, use_cache=True,
                                  logits_to_keep=1, **prefill_kwargs, **extra)
-            deltas = (given_deltas if given_positions is not None else getattr(inner, "rope_deltas", None)
-                      ) if has_vision else None
+            if not has_vision:
+                deltas = None
+            elif given_positions is not None:
+                deltas = given_deltas
+            else:  # what the prefill's own get_rope_index left on the model
+                deltas = getattr(inner, "rope_deltas", None)
             next_pos = valid + (deltas.view(-1).to(device) if deltas is not None else 0)
 
             self._step.zero_()

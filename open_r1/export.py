@@ -571,8 +571,8 @@ def main(argv=None) -> int:
     try:
         checkpoint = resolve_export_checkpoint(args.checkpoint)
         export_submission(checkpoint, args.out, args.base_model, args.min_pixels, args.max_pixels,
-                                   verify=not args.no_verify_generate, replace_scored=args.replace,
-                                   expected_class=None if args.any_family else EXPECTED_ARCHITECTURE)
+                          verify=not args.no_verify_generate, replace_scored=args.replace,
+                          expected_class=None if args.any_family else EXPECTED_ARCHITECTURE)
     except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -251,7 +251,7 @@ def test_humor_demo_end_to_end(tmp_path):
         "pretrain.policy.max_steps=1", "pretrain.rm_backbone.max_steps=1",
         "synthesize.limit=2", "synthesize.max_new_tokens=8",
         "sft.max_steps=1", "rm.max_steps=2", "rm.eval_cap_per_contest=4", "rm.seeds=[0, 1]",
-        "grpo.max_steps=1", "grpo.max_completion_length=16",
+        "grpo.max_steps=2", "grpo.max_completion_length=16", "grpo.logging_steps=5",
         "eval.n=2", "eval.limit=1", "eval.max_new_tokens=16",
     ]
     recipe = common.load_recipe("configs/captioning/standin_demo.yaml", overrides)
@@ -298,7 +298,8 @@ def test_humor_demo_end_to_end(tmp_path):
     assert data_info["main_pretrain"] == {"rows": 2, "contests": 2} and data_info["ood_pretrain"]["rows"] == 2
     synth = summary["stages"]["synthesize"]["result"]
     assert synth["rows"] == 2 and synth["kept"] + synth["truncated"] + synth["empty"] + synth["leaks_caption"] == 2
-    assert [run["steps"] for run in summary["stages"]["grpo"]["result"]["runs"]] == [1]  # optimizer steps
+    # optimizer steps, not logged points (logging every 5 steps: 2 steps, fewer points)
+    assert [run["steps"] for run in summary["stages"]["grpo"]["result"]["runs"]] == [2]
     grpo_recipe = (root / "grpo" / "seed0" / "grpo_recipe.yaml").read_text()
     assert "task: captioning" in grpo_recipe and "caption_rm" in grpo_recipe and "cispo" not in grpo_recipe
     evaluation = summary["stages"]["eval"]["result"]

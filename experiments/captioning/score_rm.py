@@ -9,7 +9,6 @@ models are saved before it), and for RMs trained outside the pipeline. One proce
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
@@ -39,8 +38,7 @@ def main(argv=None) -> int:
             print(f"{path} ({'blind' if result['blind'] else 'image'}) {split}: {r['accuracy']:.3f} "
                   f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] over {r['n_pairs']} pairs of {r['n_groups']} contests")
     if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(results, handle, indent=1)
+        common.write_json(args.out, results)
     return 0
 
 
