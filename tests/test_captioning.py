@@ -523,7 +523,7 @@ def test_standin_is_deterministic_and_pretrain_rows_format(standin_dir):
     assert not P.trace_leaks_caption(thinking, train[0]["caption"]) or "talk about" in train[0]["caption"]
 
 
-def test_pretrain_rows_pass_the_stored_images_through_without_reencoding(standin_dir, monkeypatch):
+def test_pretrain_and_sft_rows_pass_the_stored_images_through_without_reencoding(standin_dir, monkeypatch):
     import datasets
     from PIL import Image
 
@@ -533,14 +533,14 @@ def test_pretrain_rows_pass_the_stored_images_through_without_reencoding(standin
     def no_save(*args, **kwargs):  # re-encoding each image cost ~80 % of the pre-training rows' build
         raise AssertionError("pretrain_rows re-encoded an image")
 
-    monkeypatch.setattr(Image.Image, "save", no_save)
-    rows = S.pretrain_rows(train, per_contest=2)
-    assert rows.features["images"] == datasets.List(datasets.Image())
     stored = set(train.cast_column("image", datasets.Image(decode=False))["image"][i]["bytes"] for i in range(len(train)))
-    raw = rows.cast_column("images", datasets.List(datasets.Image(decode=False)))["images"]
-    assert all(len(r) == 1 and r[0]["bytes"] in stored for r in raw)
-    first = rows[0]["images"][0]  # still decodes to the picture
-    assert first.size == train[0]["image"].size
+    traced = S.add_templated_thinking(cdata.top_k_rows(train, 2))
+    monkeypatch.setattr(Image.Image, "save", no_save)
+    for rows in (S.pretrain_rows(train, per_contest=2), cdata.sft_rows(traced, top_k=2)):
+        assert rows.features["images"] == datasets.List(datasets.Image())
+        raw = rows.cast_column("images", datasets.List(datasets.Image(decode=False)))["images"]
+        assert all(len(r) == 1 and r[0]["bytes"] in stored for r in raw)
+        assert rows[0]["images"][0].size == train[0]["image"].size  # still decodes to the picture
 
 
 def test_perception_probe_reads_the_odd_value_strictly(standin_dir):

@@ -687,7 +687,6 @@ def pretrain_rows(dataset, kinds: tuple[str, ...] = ("describe", "question", "fl
     conversational assistant turns). Columns: prompt, completion, images, kind, contest. Never reads ``oracle``,
     ``mean`` or ``votes``.
     """
-    import datasets
 
     unknown = sorted(set(kinds) - {"describe", "question", "fluency"})
     if unknown:
@@ -731,12 +730,7 @@ def pretrain_rows(dataset, kinds: tuple[str, ...] = ("describe", "question", "fl
                 if not think_prefix:  # a backbone without thinking: the caption in its tags only
                     target = f"{protocol.CAPTION_OPEN}{caption}{protocol.CAPTION_CLOSE}"
                 add(protocol.build_messages(desc), target, "fluency", contest, int(r))
-    # the stored PNG bytes pass through as they are: decoding every image and re-encoding it as PNG for the new
-    # table took ~80 % of this function (~6 ms an image; ~3 minutes of one core for 30k rows)
-    images = dataset.select(image_rows).cast_column("image", datasets.Image(decode=False))["image"]
-    out["images"] = [[image] for image in images]
-    rows = datasets.Dataset.from_dict(out)
-    return rows.cast_column("images", datasets.List(datasets.Image()))
+    return cdata.with_images(out, dataset, image_rows)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
