@@ -58,7 +58,7 @@ def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dic
     for contest, image in zip(first, decoded):
         image = image.convert("RGB")
         images[contest] = blank_like(image) if blind else image
-    for record in table:
+    for record in table.to_list():  # one Arrow -> Python conversion; row-by-row access cost ~40 % of this function
         desc = protocol.description_from_row(record)
         image = images[record["contest"]]
         row = {"image": image, "chosen": protocol.rm_messages(desc, record["chosen"]),
