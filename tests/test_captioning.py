@@ -530,10 +530,10 @@ def test_pretrain_and_sft_rows_pass_the_stored_images_through_without_reencoding
     _, paths = standin_dir
     train = cdata.load_captions(paths["train"])
 
-    def no_save(*args, **kwargs):  # re-encoding each image cost ~80 % of the pre-training rows' build
-        raise AssertionError("pretrain_rows re-encoded an image")
+    def no_save(*args, **kwargs):  # re-encoding each image cost ~80 % of the rows' build
+        raise AssertionError("an image was re-encoded")
 
-    stored = set(train.cast_column("image", datasets.Image(decode=False))["image"][i]["bytes"] for i in range(len(train)))
+    stored = {image["bytes"] for image in train.cast_column("image", datasets.Image(decode=False))["image"]}
     traced = S.add_templated_thinking(cdata.top_k_rows(train, 2))
     monkeypatch.setattr(Image.Image, "save", no_save)
     for rows in (S.pretrain_rows(train, per_contest=2), cdata.sft_rows(traced, top_k=2)):

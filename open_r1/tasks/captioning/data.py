@@ -247,7 +247,6 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, pr
     so conversational rows would train on the caption alone); the text form trains on exactly the completion the
     policy must generate after the generation prompt, whatever the template does.
     """
-
     if thinking_column not in dataset.column_names:
         raise DataError(
             f"sft_rows needs a {thinking_column!r} column (the synthesized trace of each caption); it has "

@@ -687,7 +687,6 @@ def pretrain_rows(dataset, kinds: tuple[str, ...] = ("describe", "question", "fl
     conversational assistant turns). Columns: prompt, completion, images, kind, contest. Never reads ``oracle``,
     ``mean`` or ``votes``.
     """
-
     unknown = sorted(set(kinds) - {"describe", "question", "fluency"})
     if unknown:
         raise DataError(f"unknown pretrain kind(s) {unknown}; choose from describe, question, fluency")
