@@ -132,6 +132,27 @@ def test_save_load_round_trip(rm, tmp_path):
         rm_lib.load_reward_model(str(tmp_path))  # not an RM dir
 
 
+def test_rm_vision_tower_runs_grouped_attention_with_the_loops_scores(rm, tmp_path):
+    """The RM's backbone takes the engine's grouped vision attention (built and loaded alike), which scores as
+    transformers' per-image loop does: the loop was 1796 SDPA calls per forward of a 64-pair batch."""
+    from open_r1 import vision_attention
+
+    assert vision_attention.vision_implementation(rm.backbone) == vision_attention.NAME
+    images = [_image(5), _image(6), _image(7)]
+    messages = [_messages("one"), _messages("two words"), _messages("three words here")]
+    grouped = rm.score(images, messages)
+    vision_attention.use_grouped_vision_attention(rm.backbone, "per_image")
+    try:
+        assert vision_attention.vision_implementation(rm.backbone) == "sdpa"
+        assert rm.score(images, messages) == pytest.approx(grouped, abs=1e-5)
+    finally:
+        vision_attention.use_grouped_vision_attention(rm.backbone, "grouped")
+    path = rm.save(str(tmp_path / "rm"))
+    loaded = rm_lib.load_reward_model(path, device="cpu", dtype="float32", attn_implementation="sdpa")
+    assert vision_attention.vision_implementation(loaded.backbone) == vision_attention.NAME
+    assert loaded.score(images, messages) == pytest.approx(grouped, abs=1e-5)
+
+
 def test_lora_rm_saves_merged(backbones, tmp_path):
     model = rm_lib.build_reward_model(backbones["qwen2_5_vl"], min_pixels=PIXELS, max_pixels=PIXELS, dtype="float32",
                                       lora={"r": 4, "alpha": 8})

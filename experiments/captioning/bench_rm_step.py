@@ -1,0 +1,100 @@
+"""Time one reward-model training step with the vision tower's attention as transformers' per-image loop and as the
+engine's grouped SDPA (`open_r1.vision_attention`), on the same batches, alternating, in one process.
+
+A step = forward of a batch of B pairs (2B conversations), the BT loss, backward, AdamW step, under bf16 autocast
+on a GPU as the RM stage trains. The batches are collated before timing (the stage's collation runs in dataloader
+workers); the first `--warmup` steps of each variant are not counted. Reports median and mean ms per step.
+
+    python -m experiments.captioning.bench_rm_step --config configs/captioning/standin_h200.yaml --steps 20 \
+        --out rm_step.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from open_r1 import reward_model as rm_lib
+    from open_r1 import vision_attention
+    from open_r1.errors import OpenR1Error
+    from open_r1.tasks.captioning import data as cdata
+    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_rm
+
+    parser = argparse.ArgumentParser(prog="python -m experiments.captioning.bench_rm_step", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per variant and round")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2, help="per_image, grouped, per_image, grouped, ...")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    try:
+        recipe = common.load_recipe(args.config, args.set)
+        cfg, paths = common.section(recipe, "rm"), common.Paths(recipe)
+        train = cdata.load_captions(paths.split("train"), check_images="none")
+        pairs = cdata.preference_pairs(train, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
+                                       cap_per_contest=cfg.get("cap_per_contest", 1000), seed=int(recipe["seed"]))
+        batch_pairs = int(cfg.get("per_device_batch_size", 8))
+        pairs = pairs.select(range(min(len(pairs), batch_pairs * (args.steps + args.warmup))))
+        rows = stage_rm.pair_rows(pairs)
+        cuda = torch.cuda.is_available()
+        model = rm_lib.build_reward_model(cfg.get("backbone") or paths.rm_base, min_pixels=cfg.get("min_pixels"),
+                                          max_pixels=cfg.get("max_pixels"), dtype="float32")
+    except OpenR1Error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    device = "cuda" if cuda else "cpu"
+    model = model.to(device).train()
+    collator = rm_lib.PairCollator(model.processor)
+    random.Random(0).shuffle(rows)
+    batches = [collator(rows[i:i + batch_pairs]) for i in range(0, len(rows) - batch_pairs + 1, batch_pairs)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=float(cfg.get("learning_rate", 1e-5)))
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
+
+    def step(batch):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with autocast:
+            scores = model(**batch)
+        half = scores.shape[0] // 2
+        rm_lib.bradley_terry_loss(scores[:half].float(), scores[half:].float()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    times: dict[str, list[float]] = {"per_image": [], "grouped": []}
+    for _ in range(args.rounds):
+        for choice in times:
+            vision_attention.use_grouped_vision_attention(model.backbone, choice)
+            for i, batch in enumerate(batches):
+                if cuda:
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                step(batch)
+                if cuda:
+                    torch.cuda.synchronize()
+                if i >= args.warmup:
+                    times[choice].append(time.perf_counter() - start)
+    result = {
+        "device": torch.cuda.get_device_name() if cuda else "cpu", "pairs_per_step": batch_pairs,
+        "conversations_per_step": 2 * batch_pairs, "steps_timed": {k: len(v) for k, v in times.items()},
+        **{f"{k}_ms_median": 1000 * statistics.median(v) for k, v in times.items()},
+        **{f"{k}_ms_mean": 1000 * statistics.fmean(v) for k, v in times.items()},
+    }
+    result["speedup_median"] = result["per_image_ms_median"] / result["grouped_ms_median"]
+    print(json.dumps(result, indent=2))
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(result, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
