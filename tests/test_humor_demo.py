@@ -43,6 +43,7 @@ def test_parallel_jobs_split_independent_work():
 
     recipe = common.load_recipe("configs/captioning/standin_h200.yaml")
     assert pipeline.parallel_jobs(recipe, "grpo") == [["grpo.seeds=[0]"], ["grpo.seeds=[1]"], ["grpo.seeds=[2]"]]
+    common.apply_override(recipe, "rm.seeds=[0]")  # one seed: the RM and the blind control
     assert pipeline.parallel_jobs(recipe, "rm") == [["rm.only=rm"], ["rm.only=rm_blind"]]
     # several RM seeds: one process each, and the blind control (trained once)
     common.apply_override(recipe, "rm.seeds=[0, 1, 2]")
