@@ -612,6 +612,30 @@ def test_task_train_prompts_and_eval_report(standin_dir, tiny_model_dirs, fake_r
     assert rebuilt.score == report.score
 
 
+def test_evaluate_policy_without_a_reward_model_parses_and_leaves_rm_scores_empty(standin_dir, tiny_model_dirs,
+                                                                                     fake_rm):
+    """reward_model=None: a format-only look at a policy (no RM asked); with one, the same samples get scores."""
+    from open_r1 import modeling
+    from open_r1.tasks.captioning import evaluate as ev
+
+    _, paths = standin_dir
+    data = cdata.load_captions(paths["val"], check_images="none")
+    model_dir = tiny_model_dirs["qwen3_vl"]
+    model = modeling.load_model(str(model_dir), dtype="float32", attn_implementation="eager").eval()
+    processor = modeling.load_processor(str(model_dir))
+    kwargs = dict(n=2, max_new_tokens=6, batch_size=4, max_cartoons=2, seed=0, decoder="hf")
+    plain = ev.evaluate_policy(model, processor, data, None, **kwargs)
+    assert len(plain) == 4 and all(r["rm_raw"] is None and r["parse_reason"] for r in plain)
+    assert not fake_rm.calls
+    # a parsed caption is scored when an RM is given (one record made to parse: the tiny model's text would not)
+    records = [{**plain[0], "caption": "A caption."}, plain[1]]
+    images = {r["contest"]: data[0]["image"] for r in records}
+    descs = {r["contest"]: None for r in records}
+    scored = ev.score_records([dict(r) for r in records], images, descs, fake_rm)
+    assert scored[0]["rm_raw"] == pytest.approx(len("<caption>A caption.</caption>") / 10.0 - 2.0)
+    assert ev.score_records([dict(r) for r in records], images, descs, None)[0]["rm_raw"] is None
+
+
 def test_caption_rm_with_the_real_reward_model_dir(standin_dir, tiny_model_dirs, tmp_path):
     """caption_rm loads the saved RM dir once (open_r1.reward_model) and scores the row's image + rm_messages."""
     import torch

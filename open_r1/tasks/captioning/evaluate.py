@@ -315,11 +315,12 @@ def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[d
 # --------------------------------------------------------------------------------------------------------------------
 def score_records(records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model,
                   batch_size: int = 16) -> list[dict]:
-    """Fill ``rm_raw`` of records with a caption (in place; also returned)."""
+    """Fill ``rm_raw`` of records with a caption (in place; also returned). ``reward_model=None``: every ``rm_raw``
+    is None (a format-only look at a policy, e.g. before any RM exists; `policy_metrics` needs the scores)."""
     from open_r1.tasks.captioning.rewards import _score, get_reward_model
 
     model = get_reward_model(reward_model) if isinstance(reward_model, (str, os.PathLike)) else reward_model
-    todo = [r for r in records if r.get("caption") is not None]
+    todo = [r for r in records if r.get("caption") is not None] if model is not None else []
     if todo:
         scores = _score(model, [images_by_contest[r["contest"]] for r in todo],
                         [protocol.rm_messages(descs_by_contest[r["contest"]], r["caption"]) for r in todo], batch_size)
@@ -344,7 +345,8 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     ``scene_meta`` (analysis only; nothing is trained on it). ``do_sample=False`` decodes greedily (then ``n``
     should be 1). Each record also carries ``index``, the cartoon's row in the (prompt-row) dataset. ``decoder``:
     ``open_r1.generation.generate_texts``' choice (None: its default, the CUDA-graph decoder on GPUs; 'hf' for
-    small models, whose per-model compile costs more than it saves).
+    small models, whose per-model compile costs more than it saves). ``reward_model=None``: no RM scores
+    (``rm_raw`` None; parsing and the oracle as usual).
     """
     import torch
 

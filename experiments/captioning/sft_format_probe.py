@@ -1,0 +1,121 @@
+"""Does the wording of the stand-in's templated thinking break the SFT policy's format?
+
+Question: in run 7 the SFT policy wrote the format in 33 % of its test samples (the base: 96.5 %); the commonest
+failure was no `</think>`, and failed samples open a caption inside the thinking (`... Aost caption>Relax, ...`).
+The templated trace says "A good caption points at ...": the stand-in's tokenizer splits `caption` into the same
+sub-words as the `<caption>` tag, which follows them twice in every target, so a weak policy sampling at T 0.7 may
+continue the trace's word with the tag's `>`. This probe trains the SFT stage on the same rows with each trace
+wording (the recipe's settings, the variants as parallel processes) and samples every SFT policy on the held-out
+splits as the eval stage does (no RM: format, failures, the oracle of emitted captions).
+
+Needs a work dir with the data, the pre-trained policy and the top-k traces (`--stages data pretrain synthesize`).
+
+    python -m experiments.captioning.sft_format_probe --config configs/captioning/standin_h200.yaml --out probe.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def thinking_without_the_tag_word(row: dict) -> str:
+    """`standin.templated_thinking` with "caption" replaced by "joke" (the same facts, no shared sub-words)."""
+    from open_r1.tasks.captioning import standin
+
+    return standin.templated_thinking(row).replace("A good caption", "A good joke")
+
+
+VARIANTS = {"recipe": None, "no_tag_word": thinking_without_the_tag_word}
+
+
+def summarize(records: list[dict]) -> dict:
+    from collections import Counter
+
+    n = len(records)
+    parsed = [r for r in records if r["caption"] is not None]
+    oracle = [r["oracle"] for r in parsed if r.get("oracle") is not None]
+    failures = Counter(r["parse_reason"] for r in records if r["caption"] is None)
+    return {"samples": n, "format_rate": len(parsed) / n if n else None,
+            "truncated_rate": sum(r["truncated"] for r in records) / n if n else None,
+            "oracle_emitted": sum(oracle) / len(oracle) if oracle else None,
+            "failures": dict(failures.most_common()),
+            "examples_failed": [r["completion"][:300] for r in records if r["caption"] is None][:3]}
+
+
+def main(argv=None) -> int:
+    import datasets
+    import torch
+
+    from open_r1 import modeling
+    from open_r1.errors import OpenR1Error
+    from open_r1.tasks.captioning import data as cdata
+    from open_r1.tasks.captioning import evaluate as ev
+    from open_r1.tasks.captioning import stage_common as common
+
+    parser = argparse.ArgumentParser(prog="python -m experiments.captioning.sft_format_probe", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    try:
+        recipe = common.load_recipe(args.config, args.set)
+        paths = common.Paths(recipe)
+        top = datasets.load_from_disk(os.path.join(paths.traces, "train_top_k"))
+        ecfg = common.section(recipe, "eval")
+        splits = list(ecfg.get("splits", ["test", "ood"]))
+        data = {s: cdata.load_captions(paths.split(s), check_images="none") for s in splits}
+    except (OpenR1Error, FileNotFoundError) as exc:
+        print(f"error: {exc} (run --stages data pretrain synthesize first)", file=sys.stderr)
+        return 2
+    jobs, started = {}, time.time()
+    for name in args.variants:
+        traces, out = os.path.join(paths.traces, f"train_top_k_{name}"), os.path.join(paths.models, f"probe-sft-{name}")
+        rows = top
+        if VARIANTS[name] is not None:
+            table = top.select_columns([c for c in top.column_names if c != "image"])
+            rows = top.remove_columns([cdata.THINKING_COLUMN]).add_column(
+                cdata.THINKING_COLUMN, [VARIANTS[name](r) for r in table])
+        rows.save_to_disk(traces)
+        log = open(os.path.join(paths.root, f"probe_sft_{name}.log"), "w")
+        command = [sys.executable, "-m", "open_r1.tasks.captioning.stage_sft", "--config", args.config, *sum(
+            (["--set", s] for s in args.set), []), "--set", f"sft.traces={traces}", "--set", f"sft.out={out}"]
+        jobs[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), out, log)
+        common.log(f"[probe] SFT {name}: {' '.join(command[1:])}")
+    results: dict = {"variants": {}, "eval": {k: ecfg.get(k) for k in ("n", "temperature", "max_new_tokens", "limit")}}
+    for name, (proc, out, log) in jobs.items():
+        if proc.wait() != 0:
+            print(f"error: SFT of variant {name} failed (exit {proc.returncode}); see {log.name}", file=sys.stderr)
+            return 2
+        common.log(f"[probe] SFT {name} done at {time.time() - started:.0f} s")
+    device = common.device()
+    for name, (_, out, _) in jobs.items():
+        model = modeling.load_model(out, dtype=None if device == "cuda" else "float32").to(device).eval()
+        processor = modeling.load_processor(out)
+        entry = {}
+        for split in splits:
+            with torch.no_grad():
+                records = ev.evaluate_policy(
+                    model, processor, data[split], None, n=int(ecfg.get("n", 8)),
+                    max_new_tokens=int(ecfg.get("max_new_tokens", 128)),
+                    temperature=float(ecfg.get("temperature", 1.0)), batch_size=int(ecfg.get("batch_size", 64)),
+                    seed=int(recipe["seed"]), max_cartoons=ecfg.get("limit"), decoder=ecfg.get("decoder"))
+            entry[split] = summarize(records)
+            common.log(f"[probe] {name} {split}: format {entry[split]['format_rate']:.3f}, oracle emitted "
+                       f"{entry[split]['oracle_emitted']}, failures {entry[split]['failures']}")
+        results["variants"][name] = entry
+        del model
+        if args.out:  # after each variant: a cut run keeps what it measured
+            with open(args.out, "w") as handle:
+                json.dump(results, handle, indent=2)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
