@@ -5,7 +5,7 @@ failure was no `</think>`, and failed samples open a caption inside the thinking
 The templated trace says "A good caption points at ...": the stand-in's tokenizer splits `caption` into the same
 sub-words as the `<caption>` tag, which follows them twice in every target, so a weak policy sampling at T 0.7 may
 continue the trace's word with the tag's `>`. This probe trains the SFT stage on the same rows with each trace
-wording (the recipe's settings, the variants as parallel processes) and samples every SFT policy on the held-out
+wording (the recipe's settings, one variant after the other) and samples every SFT policy on the held-out
 splits as the eval stage does (no RM: format, failures, the oracle of emitted captions).
 
 Needs a work dir with the data, the pre-trained policy and the top-k traces (`--stages data pretrain synthesize`).
@@ -61,6 +61,7 @@ def main(argv=None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--reuse", action="store_true", help="skip the SFT of a variant whose model dir exists")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     try:
@@ -73,28 +74,31 @@ def main(argv=None) -> int:
     except (OpenR1Error, FileNotFoundError) as exc:
         print(f"error: {exc} (run --stages data pretrain synthesize first)", file=sys.stderr)
         return 2
-    jobs, started = {}, time.time()
+    outs, started = {}, time.time()
     for name in args.variants:
         traces, out = os.path.join(paths.traces, f"train_top_k_{name}"), os.path.join(paths.models, f"probe-sft-{name}")
+        outs[name] = out
+        if args.reuse and os.path.isfile(os.path.join(out, "config.json")):
+            common.log(f"[probe] SFT {name}: reusing {out}")
+            continue
         rows = top
         if VARIANTS[name] is not None:
             table = top.select_columns([c for c in top.column_names if c != "image"])
             rows = top.remove_columns([cdata.THINKING_COLUMN]).add_column(
                 cdata.THINKING_COLUMN, [VARIANTS[name](r) for r in table])
         rows.save_to_disk(traces)
-        log = open(os.path.join(paths.root, f"probe_sft_{name}.log"), "w")
         command = [sys.executable, "-m", "open_r1.tasks.captioning.stage_sft", "--config", args.config, *sum(
             (["--set", s] for s in args.set), []), "--set", f"sft.traces={traces}", "--set", f"sft.out={out}"]
-        jobs[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), out, log)
         common.log(f"[probe] SFT {name}: {' '.join(command[1:])}")
-    results: dict = {"variants": {}, "eval": {k: ecfg.get(k) for k in ("n", "temperature", "max_new_tokens", "limit")}}
-    for name, (proc, out, log) in jobs.items():
-        if proc.wait() != 0:
-            print(f"error: SFT of variant {name} failed (exit {proc.returncode}); see {log.name}", file=sys.stderr)
-            return 2
+        # one after the other: two SFT processes on one H200 ran ~5x slower each (run 7), so sft.max_seconds cut them
+        with open(os.path.join(paths.root, f"probe_sft_{name}.log"), "w") as log:
+            if subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
+                print(f"error: SFT of variant {name} failed; see {log.name}", file=sys.stderr)
+                return 2
         common.log(f"[probe] SFT {name} done at {time.time() - started:.0f} s")
+    results: dict = {"variants": {}, "eval": {k: ecfg.get(k) for k in ("n", "temperature", "max_new_tokens", "limit")}}
     device = common.device()
-    for name, (_, out, _) in jobs.items():
+    for name, out in outs.items():
         model = modeling.load_model(out, dtype=None if device == "cuda" else "float32").to(device).eval()
         processor = modeling.load_processor(out)
         entry = {}
