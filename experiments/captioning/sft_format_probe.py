@@ -5,7 +5,8 @@ failure was no `</think>`, and failed samples open a caption inside the thinking
 The templated trace says "A good caption points at ...": the stand-in's tokenizer splits `caption` into the same
 sub-words as the `<caption>` tag, which follows them twice in every target, so a weak policy sampling at T 0.7 may
 continue the trace's word with the tag's `>`. This probe trains the SFT stage on the same rows with each trace
-wording (the recipe's settings, one variant after the other) and samples every SFT policy on the held-out
+wording (`--variants`: `recipe`, `no_tag_word` ("caption" -> "joke"), `first_sentence` (what is odd, the odd
+object's phrase once); the recipe's settings, one variant after the other) and samples every SFT policy on the held-out
 splits as the eval stage does (no RM: format, failures, the oracle of emitted captions).
 
 Needs a work dir with the data, the pre-trained policy and the top-k traces (`--stages data pretrain synthesize`).
@@ -29,7 +30,14 @@ def thinking_without_the_tag_word(row: dict) -> str:
     return standin.templated_thinking(row).replace("A good caption", "A good joke")
 
 
-VARIANTS = {"recipe": None, "no_tag_word": thinking_without_the_tag_word}
+def thinking_first_sentence(row: dict) -> str:
+    """Only the template's first sentence (what is odd): half the tokens, and the odd object's phrase once."""
+    from open_r1.tasks.captioning import standin
+
+    return standin.templated_thinking(row).split(". ")[0] + "."
+
+
+VARIANTS = {"recipe": None, "no_tag_word": thinking_without_the_tag_word, "first_sentence": thinking_first_sentence}
 
 
 def summarize(records: list[dict]) -> dict:
@@ -60,7 +68,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True)
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=["recipe", "no_tag_word"], choices=list(VARIANTS))
     parser.add_argument("--reuse", action="store_true", help="skip the SFT of a variant whose model dir exists")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
