@@ -63,6 +63,7 @@ def main(argv=None) -> int:
     from open_r1.tasks.captioning import data as cdata
     from open_r1.tasks.captioning import evaluate as ev
     from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_eval
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.sft_format_probe", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,7 +76,8 @@ def main(argv=None) -> int:
     try:
         recipe = common.load_recipe(args.config, args.set)
         paths = common.Paths(recipe)
-        top = datasets.load_from_disk(os.path.join(paths.traces, "train_top_k"))
+        top_path = os.path.join(paths.traces, "train_top_k")
+        top = datasets.load_from_disk(top_path)
         ecfg = common.section(recipe, "eval")
         splits = list(ecfg.get("splits", ["test", "ood"]))
         data = {s: cdata.load_captions(paths.split(s), check_images="none") for s in splits}
@@ -84,17 +86,16 @@ def main(argv=None) -> int:
         return 2
     outs, started = {}, time.time()
     for name in args.variants:
-        traces, out = os.path.join(paths.traces, f"train_top_k_{name}"), os.path.join(paths.models, f"probe-sft-{name}")
-        outs[name] = out
+        out = outs[name] = os.path.join(paths.models, f"probe-sft-{name}")
         if args.reuse and os.path.isfile(os.path.join(out, "config.json")):
             common.log(f"[probe] SFT {name}: reusing {out}")
             continue
-        rows = top
+        traces = top_path  # the recipe's traces as synthesize wrote them; a variant rewrites only the thinking
         if VARIANTS[name] is not None:
+            traces = os.path.join(paths.traces, f"train_top_k_{name}")
             table = top.select_columns([c for c in top.column_names if c != "image"])
-            rows = top.remove_columns([cdata.THINKING_COLUMN]).add_column(
-                cdata.THINKING_COLUMN, [VARIANTS[name](r) for r in table])
-        rows.save_to_disk(traces)
+            top.remove_columns([cdata.THINKING_COLUMN]).add_column(
+                cdata.THINKING_COLUMN, [VARIANTS[name](r) for r in table]).save_to_disk(traces)
         command = [sys.executable, "-m", "open_r1.tasks.captioning.stage_sft", "--config", args.config, *sum(
             (["--set", s] for s in args.set), []), "--set", f"sft.traces={traces}", "--set", f"sft.out={out}"]
         common.log(f"[probe] SFT {name}: {' '.join(command[1:])}")
@@ -112,11 +113,8 @@ def main(argv=None) -> int:
         entry = {}
         for split in splits:
             with torch.no_grad():
-                records = ev.evaluate_policy(
-                    model, processor, data[split], None, n=int(ecfg.get("n", 8)),
-                    max_new_tokens=int(ecfg.get("max_new_tokens", 128)),
-                    temperature=float(ecfg.get("temperature", 1.0)), batch_size=int(ecfg.get("batch_size", 64)),
-                    seed=int(recipe["seed"]), max_cartoons=ecfg.get("limit"), decoder=ecfg.get("decoder"))
+                records = ev.evaluate_policy(model, processor, data[split], None,
+                                             **stage_eval.sampling_kwargs(recipe))
             entry[split] = summarize(records)
             common.log(f"[probe] {name} {split}: format {entry[split]['format_rate']:.3f}, oracle emitted "
                        f"{entry[split]['oracle_emitted']}, failures {entry[split]['failures']}")

@@ -36,6 +36,16 @@ def policies(recipe: dict) -> dict[str, str]:
     return out
 
 
+def sampling_kwargs(recipe: dict) -> dict:
+    """`evaluate.evaluate_policy`'s sampling settings from the recipe's ``eval`` section (the stage's and any probe's
+    that samples "as the eval stage does")."""
+    cfg = common.section(recipe, "eval")
+    return dict(n=int(cfg.get("n", 8)), max_new_tokens=int(cfg.get("max_new_tokens", 1024)),
+                temperature=float(cfg.get("temperature", 1.0)), batch_size=int(cfg.get("batch_size", 64)),
+                seed=int(recipe["seed"]), max_cartoons=cfg.get("limit"), use_stop=bool(cfg.get("use_stop", False)),
+                decoder=cfg.get("decoder"))
+
+
 def run(recipe: dict) -> dict:
     import torch
 
@@ -60,12 +70,8 @@ def run(recipe: dict) -> dict:
         processor = modeling.load_processor(path)
         for split in splits:
             with torch.no_grad():
-                records[split][name] = ev.evaluate_policy(
-                    model, processor, data[split], rm, n=int(cfg.get("n", 8)),
-                    max_new_tokens=int(cfg.get("max_new_tokens", 1024)),
-                    temperature=float(cfg.get("temperature", 1.0)), batch_size=int(cfg.get("batch_size", 64)),
-                    seed=int(recipe["seed"]), max_cartoons=cfg.get("limit"), use_stop=bool(cfg.get("use_stop", False)),
-                    decoder=cfg.get("decoder"))
+                records[split][name] = ev.evaluate_policy(model, processor, data[split], rm,
+                                                          **sampling_kwargs(recipe))
         timings[name] = time.time() - started
         common.log(f"[eval] {name}: {sum(len(records[s][name]) for s in splits)} samples in {timings[name]:.1f} s")
         del model
