@@ -372,6 +372,64 @@ def test_policy_metrics_hand_computed():
     assert len(m["example_completions"]["failed"]) == 2
 
 
+def test_rm_oracle_agreement_and_pick_vs_emitted_hand_computed():
+    """On the policy's own captions: does the RM order pairs as the oracle does, and is its pick better than the mean?"""
+    m = ev.policy_metrics(POLICY)
+    # A emitted (sigma, oracle): (.8, 1), (.4, -1), (.6, 2): pairs agree, disagree (.8 > .6 but 1 < 2), agree -> 2/3;
+    # B: (.5, 0), (.9, -2): disagree -> 0
+    assert m["per_cartoon"]["A"]["rm_oracle_agreement"] == pytest.approx(2 / 3)
+    assert m["per_cartoon"]["B"]["rm_oracle_agreement"] == 0.0
+    assert m["rm_oracle_agreement"] == pytest.approx(1 / 3) and m["rm_oracle_pairs"] == 4
+    # pick - mean emitted oracle: A 1 - 2/3, B -2 - (-1)
+    assert m["pick_vs_emitted"]["diff"] == pytest.approx(((1 - 2 / 3) + (-2 + 1)) / 2)
+    # oracle gaps under the margin are left out, RM ties count half
+    close = _records({"A": [(0.8, 1.0, False), (0.4, 1.0 + ev.ORACLE_PAIR_MARGIN / 2, False), (0.8, 3.0, False)]})
+    one = ev.policy_metrics(close)  # pairs (0, 2): an RM tie; (1, 2): agree; (0, 1): gap under the margin
+    assert one["rm_oracle_pairs"] == 2 and one["rm_oracle_agreement"] == pytest.approx((0.5 + 1.0) / 2)
+    assert ev.policy_metrics(_records({"A": [(0.8, 1.0, False), (None, None, False)]}))["rm_oracle_agreement"] is None
+    table = ev.markdown_table({"policies": {"p": m}, "comparisons": {}})
+    assert "RM–oracle agreement (own pairs)" in table and "0.333 (4)" in table
+
+
+def test_oracle_parts_of_the_emitted_captions_and_of_the_rms_picks():
+    records = POLICY[:4]  # cartoon A: emitted samples 0, 2, 3; the RM picks sample 0
+    parts = {0: {"names_odd": 2.0, "absent": 0.0, "score": 2.0}, 2: {"names_odd": 0.0, "absent": -1.5, "score": -1.5},
+             3: {"names_odd": 2.0, "absent": -1.5, "score": 0.5}}
+    records = [{**r, "oracle_parts": parts.get(r["sample_index"]) if r["caption"] else None} for r in records]
+    m = ev.policy_metrics(records)
+    assert m["oracle_parts_emitted"] == pytest.approx({"names_odd": 4 / 3, "absent": -1.0, "score": 1 / 3})
+    assert m["oracle_parts_pick"] == {"names_odd": 2.0, "absent": 0.0, "score": 2.0}
+    table = ev.markdown_table({"policies": {"p": m}, "comparisons": {}})
+    assert "| p | +1.33 → +2.00 | -1.00 → +0.00 |" in table
+    assert ev.policy_metrics(POLICY)["oracle_parts_pick"] is None  # records without parts
+
+
+def test_evaluate_policy_scores_the_oracle_and_its_parts(standin_dir, tiny_model_dirs, fake_rm, monkeypatch):
+    """A parsed caption gets the stand-in's oracle score and its parts (standin.oracle_details of the cartoon)."""
+    import open_r1.generation as generation
+    from open_r1 import modeling
+
+    _, paths = standin_dir
+    data = cdata.load_captions(paths["val"], check_images="none")
+    meta = json.loads(data[0]["scene_meta"])
+    caption = f"Nobody tell {S.odd_object_phrase(meta)} it was adopted."
+    texts = [P.format_target("odd one out.", caption), "no format"]
+
+    def fake_generate(model, processor, prompts, images, max_new_tokens, **kwargs):
+        return [texts[i % 2] for i in range(len(prompts))], [5] * len(prompts), [False] * len(prompts)
+
+    monkeypatch.setattr(generation, "generate_texts", fake_generate)
+    model_dir = tiny_model_dirs["qwen3_vl"]
+    processor = modeling.load_processor(str(model_dir))
+    records = ev.evaluate_policy(None, processor, data, fake_rm, n=2, max_cartoons=1, decoder="hf")
+    parsed, failed = records
+    assert parsed["caption"] == caption and failed["caption"] is None
+    assert parsed["oracle_parts"] == S.oracle_details(caption, meta) and parsed["oracle_parts"]["names_odd"] > 0
+    assert parsed["oracle"] == S.oracle_score(caption, meta)
+    assert failed["oracle"] is None and failed["oracle_parts"] is None
+    assert ev.policy_metrics(records)["oracle_parts_pick"] == S.oracle_details(caption, meta)
+
+
 def test_format_failures_count_the_parsers_reasons():
     records = [{"completion": "a</think>\n\n<caption>x</caption>", "caption": "x"},
                {"completion": "a</think>\n\n<caption>x", "caption": None},

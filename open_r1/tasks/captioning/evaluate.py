@@ -21,7 +21,15 @@ Metrics (per policy; every mean is first taken per cartoon, then over cartoons, 
 * ``format_failures`` (the parser's reason per failed sample, counted), ``top_failure`` and a few
   ``example_completions``: what to fix when the format rate is low;
 * stand-in only: ``oracle_emitted`` (mean oracle over emitted captions) and ``oracle_pick`` (the oracle score of the
-  RM-best emitted caption of each cartoon: what best-of-N with this RM would ship).
+  RM-best emitted caption of each cartoon: what best-of-N with this RM would ship); ``pick_vs_emitted``: their
+  per-cartoon difference (pick - mean emitted) with a bootstrap CI over cartoons (below 0: the RM's pick is worse by
+  the oracle than a random emitted caption); ``rm_oracle_agreement``: over pairs of one cartoon's emitted captions
+  whose oracle scores differ by at least ``ORACLE_PAIR_MARGIN``, the share the RM orders as the oracle does (RM
+  ties count half; ``rm_oracle_pairs`` such pairs). The RM's held-out accuracy is measured on the contests' candidate
+  pairs; this is its accuracy on the policy's *own* captions, the ones GRPO ranks. With records that carry
+  ``oracle_parts`` (``standin.oracle_details``), ``oracle_parts_emitted`` / ``oracle_parts_pick``: the mean of each
+  part of the hidden score (naming the odd object, puns, absent objects, length, ...) over the emitted captions and
+  over the RM's picks, i.e. what the RM's picks get wrong.
 
 Comparison to a baseline policy
 -------------------------------
@@ -51,6 +59,8 @@ from open_r1.tasks.captioning import protocol
 from open_r1.tasks.captioning.rewards import sigmoid
 
 BON_NS = (1, 2, 4, 8)
+# oracle gaps below this are left out of rm_oracle_agreement: the stand-in's oracle has a +-0.2 "wit" term per caption
+ORACLE_PAIR_MARGIN = 0.5
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -84,9 +94,31 @@ def expected_max_of_subset(values: Sequence[float], n: int) -> float:
     return float((v * weights).sum())
 
 
+def rm_oracle_agreement(rows: Sequence[dict], margin: float = ORACLE_PAIR_MARGIN) -> tuple[float | None, int]:
+    """Share of pairs of emitted, oracle-scored records whose oracle scores differ by >= ``margin`` that the RM
+    orders the same way (an RM tie counts 0.5), and the number of such pairs; (None, 0) without any."""
+    scored = [(float(r["rm_raw"]), float(r["oracle"])) for r in rows
+              if r.get("caption") is not None and r.get("rm_raw") is not None and r.get("oracle") is not None]
+    agree, pairs = 0.0, 0
+    for i, (rm_a, oracle_a) in enumerate(scored):
+        for rm_b, oracle_b in scored[i + 1:]:
+            if abs(oracle_a - oracle_b) < margin:
+                continue
+            pairs += 1
+            agree += 0.5 if rm_a == rm_b else float((rm_a - rm_b) * (oracle_a - oracle_b) > 0)
+    return (agree / pairs if pairs else None), pairs
+
+
+def _mean_parts(parts: Sequence[dict]) -> dict[str, float] | None:
+    if not parts:
+        return None
+    return {key: float(np.mean([p[key] for p in parts])) for key in parts[0]}
+
+
 def per_cartoon(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> dict[Any, dict]:
     """Per cartoon: n, format, truncated, fail_as_zero, emitted_sigmoid/raw (None if nothing emitted), bon@n,
-    oracle_emitted / oracle_pick (None without oracle values)."""
+    oracle_emitted / oracle_pick, rm_oracle_agreement / rm_oracle_pairs and oracle_parts_emitted / _pick (None
+    without oracle values)."""
     out = {}
     for contest, rows in _group(records).items():
         values = [sample_value(r) for r in rows]
@@ -103,11 +135,14 @@ def per_cartoon(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> dict
             entry[f"bon@{n}"] = expected_max_of_subset(values, n) if n <= len(rows) else None
         with_oracle = [r for r in emitted if r.get("oracle") is not None]
         entry["oracle_emitted"] = float(np.mean([r["oracle"] for r in with_oracle])) if with_oracle else None
-        if with_oracle:
-            best = max(with_oracle, key=lambda r: (float(r["rm_raw"]), -int(r.get("sample_index") or 0)))
-            entry["oracle_pick"] = float(best["oracle"])
-        else:
-            entry["oracle_pick"] = None
+        best = max(with_oracle, key=lambda r: (float(r["rm_raw"]), -int(r.get("sample_index") or 0))) \
+            if with_oracle else None
+        entry["oracle_pick"] = float(best["oracle"]) if best is not None else None
+        entry["rm_oracle_agreement"], entry["rm_oracle_pairs"] = rm_oracle_agreement(with_oracle)
+        with_parts = [r for r in with_oracle if r.get("oracle_parts")]
+        entry["oracle_parts_emitted"] = _mean_parts([r["oracle_parts"] for r in with_parts])
+        entry["oracle_parts_pick"] = dict(best["oracle_parts"]) if best is not None and best.get("oracle_parts") \
+            else None
         out[contest] = entry
     if not out:
         raise ValueError("no records to evaluate")
@@ -138,8 +173,16 @@ def policy_metrics(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> d
         metrics[f"bon@{n}"] = _mean_of(cartoons, f"bon@{n}")
     metrics["oracle_emitted"] = _mean_of(cartoons, "oracle_emitted")
     metrics["oracle_pick"] = _mean_of(cartoons, "oracle_pick")
+    by_cartoon = {str(k): v for k, v in cartoons.items()}
+    metrics["pick_vs_emitted"] = paired_bootstrap({k: v["oracle_pick"] for k, v in by_cartoon.items()},
+                                                  {k: v["oracle_emitted"] for k, v in by_cartoon.items()})
+    metrics["rm_oracle_agreement"] = _mean_of(cartoons, "rm_oracle_agreement")
+    metrics["rm_oracle_pairs"] = int(sum(c["rm_oracle_pairs"] for c in cartoons.values()))
+    for kind in ("emitted", "pick"):
+        metrics[f"oracle_parts_{kind}"] = _mean_parts([c[f"oracle_parts_{kind}"] for c in cartoons.values()
+                                                       if c.get(f"oracle_parts_{kind}")])
     metrics.update(format_failures(records))
-    metrics["per_cartoon"] = {str(k): v for k, v in cartoons.items()}
+    metrics["per_cartoon"] = by_cartoon
     return metrics
 
 
@@ -234,7 +277,7 @@ def markdown_table(report: dict) -> str:
     bon = [f"bon@{n}" for n in BON_NS if any(m.get(f"bon@{n}") is not None for m in policies.values())]
     head = ["policy", "cartoons", "N", "format %", "truncated %", "σ(RM) emitted", "fail-as-0 σ(RM)", *bon]
     if has_oracle:
-        head += ["oracle emitted", "oracle of RM pick"]
+        head += ["oracle emitted", "oracle of RM pick", "pick − emitted oracle", "RM–oracle agreement (own pairs)"]
     head.append("commonest format failure")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in policies.items():
@@ -242,11 +285,21 @@ def markdown_table(report: dict) -> str:
                _fmt(m["truncated_rate"], True), _fmt(m["emitted_sigmoid"]), _fmt(m["fail_as_zero"]),
                *[_fmt(m[k]) for k in bon]]
         if has_oracle:
-            row += [_fmt(m["oracle_emitted"]), _fmt(m["oracle_pick"])]
+            agreement = m.get("rm_oracle_agreement")
+            row += [_fmt(m["oracle_emitted"]), _fmt(m["oracle_pick"]), _fmt_ci(m.get("pick_vs_emitted")),
+                    "–" if agreement is None else f"{agreement:.3f} ({m.get('rm_oracle_pairs', 0)})"]
         fails = m.get("format_failures") or {}
         top = m.get("top_failure")
         row.append(f"{top} ({fails[top]}/{m['samples']})" if top else "–")
         lines.append("| " + " | ".join(row) + " |")
+    parts = [name for name, m in policies.items() if m.get("oracle_parts_emitted") and m.get("oracle_parts_pick")]
+    if parts:
+        keys = [k for k in policies[parts[0]]["oracle_parts_emitted"] if k != "score"]
+        lines += ["", "The oracle's parts, mean over emitted captions → over the RM's picks (per cartoon, then over "
+                      "cartoons):", "", "| policy | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 1)]
+        for name in parts:
+            emitted, pick = policies[name]["oracle_parts_emitted"], policies[name]["oracle_parts_pick"]
+            lines.append(f"| {name} | " + " | ".join(f"{emitted[k]:+.2f} → {pick[k]:+.2f}" for k in keys) + " |")
     if report.get("comparisons"):
         conf = next(iter(report["comparisons"].values()))["fail_as_zero"]
         level = f"{100 * conf['confidence']:.0f} %" if conf else "95 %"
@@ -392,10 +445,12 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
                             "completion_tokens": int(length), "truncated": bool(trunc)})
     score_records(records, images, descs, reward_model, rm_batch_size)
     if metas is not None:
-        from open_r1.tasks.captioning.standin import oracle_score
+        from open_r1.tasks.captioning.standin import oracle_details
 
         for r in records:
-            r["oracle"] = oracle_score(r["caption"], metas[r["contest"]]) if r["caption"] is not None else None
+            details = oracle_details(r["caption"], metas[r["contest"]]) if r["caption"] is not None else None
+            r["oracle"] = details["score"] if details is not None else None
+            r["oracle_parts"] = details
     return records
 
 

@@ -305,8 +305,11 @@ def _reading(text: str) -> tuple[list[str], dict[str, set]]:
     return puns, mentioned
 
 
-def oracle_details(caption: str, meta: dict) -> dict:
-    """The hidden score's parts for one caption on one scene (see the module docstring)."""
+def oracle_details(caption: str, meta: dict | str) -> dict:
+    """The hidden score's parts for one caption on one scene (a dict or the ``scene_meta`` JSON; see the module
+    docstring), and their sum as ``score``."""
+    if isinstance(meta, str):
+        meta = json.loads(meta)
     text = " ".join(caption.lower().split())
     puns, mentioned = _reading(text)
     present = _present(meta)
@@ -339,8 +342,6 @@ def oracle_details(caption: str, meta: dict) -> dict:
 
 def oracle_score(caption: str, meta: dict | str) -> float:
     """The hidden funniness of ``caption`` on the scene ``meta`` (a dict or the ``scene_meta`` JSON)."""
-    if isinstance(meta, str):
-        meta = json.loads(meta)
     return oracle_details(caption, meta)["score"]
 
 
