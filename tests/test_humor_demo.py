@@ -314,3 +314,25 @@ def test_humor_demo_end_to_end(tmp_path):
     assert "Best-of-N, split test" in table and "image-blind" in table
     copied = sorted(os.listdir(out))
     assert "results.md" in copied and "pipeline.json" in copied and len(copied) <= 8
+
+
+def test_rm_stage_keeps_a_seed_whenever_one_process_trains_them_all(tmp_path, monkeypatch):
+    """rm.only=rm without rm.seed trains every seed in this process: the choice of models/rm is made here too (it
+    used to be skipped, leaving GRPO without an RM); one seed's job (rm.seed) leaves the choice to the pipeline."""
+    from open_r1.tasks.captioning import stage_rm
+    from open_r1.tasks.captioning import stage_common as common
+
+    trained, finished = [], []
+    monkeypatch.setattr(stage_rm, "train_one", lambda recipe, blind, seed=None: trained.append((blind, seed)) or
+                        {"seed": seed, "blind": blind})
+    monkeypatch.setattr(stage_rm, "finish", lambda recipe, report: finished.append(sorted(report)) or report)
+    base = [f"work_dir={tmp_path}", "rm.seeds=[0, 1]"]
+    for extra, jobs, choice in ((["rm.only=rm"], [(False, 0), (False, 1)], [["rm_s0", "rm_s1"]]),
+                                ([], [(False, 0), (False, 1), (True, 0)], [["rm_blind", "rm_s0", "rm_s1"]]),
+                                (["rm.only=rm", "rm.seed=1"], [(False, 1)], []),
+                                (["rm.only=rm_blind"], [(True, 0)], [])):
+        trained.clear()
+        finished.clear()
+        stage_rm.run(common.load_recipe("configs/captioning/standin_h200.yaml", base + extra))
+        assert trained == jobs and finished == choice, extra
+

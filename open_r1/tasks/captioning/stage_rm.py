@@ -213,7 +213,9 @@ def rescore(recipe: dict, model_dir: str, splits: list[str] | None = None) -> di
 
 def run(recipe: dict) -> dict:
     """Train the RM(s) and the blind control. ``rm.only`` (rm | rm_blind) and ``rm.seed`` (one of ``rm.seeds``)
-    restrict this process to one job: the pipeline runs the jobs as parallel processes and then calls `finish`."""
+    restrict this process to one job: the pipeline runs the jobs as parallel processes and then calls `finish`.
+    Whenever this process trains every seed (``rm.only`` unset or ``rm``, no ``rm.seed``), it keeps the best on val
+    as ``models/rm`` itself."""
     from open_r1.errors import RecipeError
 
     cfg = common.section(recipe, "rm")
@@ -228,7 +230,9 @@ def run(recipe: dict) -> dict:
             report[seed_key(seeds, seed)] = train_one(recipe, blind=False, seed=seed)
     if cfg.get("blind", True) and only in (None, "rm_blind"):
         report["rm_blind"] = train_one(recipe, blind=True, seed=seeds[0])
-    return report if only is not None else finish(recipe, report)
+    # a process that trained every seed makes the choice (with rm.only=rm too); one job of several leaves it to the
+    # pipeline, which calls `finish` on the merged results
+    return finish(recipe, report) if only in (None, "rm") and cfg.get("seed") is None else report
 
 
 def seed_key(seeds: list[int], seed: int) -> str:
