@@ -319,8 +319,8 @@ def test_humor_demo_end_to_end(tmp_path):
 def test_rm_stage_keeps_a_seed_whenever_one_process_trains_them_all(tmp_path, monkeypatch):
     """rm.only=rm without rm.seed trains every seed in this process: the choice of models/rm is made here too (it
     used to be skipped, leaving GRPO without an RM); one seed's job (rm.seed) leaves the choice to the pipeline."""
-    from open_r1.tasks.captioning import stage_rm
     from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_rm
 
     trained, finished = [], []
     monkeypatch.setattr(stage_rm, "train_one", lambda recipe, blind, seed=None: trained.append((blind, seed)) or
