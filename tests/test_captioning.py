@@ -817,3 +817,84 @@ def test_text_only_probe_reads_text_cues_and_nothing_else():
     result = fit_and_score(cued, {"cued": cued, "same_text": blind}, steps=100, min_count=1)
     assert result["cued"]["accuracy"] == 1.0
     assert result["same_text"]["accuracy"] == 0.5  # identical texts: the model cannot prefer either
+
+
+def test_rate_captions_simulates_readers_for_new_captions_only(standin_dir):
+    """A ratings round on a policy's captions: new rows in the dataset's columns, rated as the candidates were
+    (simulate_votes on the oracle), known / repeated captions and unknown contests skipped and counted."""
+    _, paths = standin_dir
+    train = cdata.load_captions(paths["train"], keep_oracle=True)
+    contest, known = train[0]["contest"], train[0]["caption"]
+    meta = json.loads(train[0]["scene_meta"])
+    new = f"Nobody tell {S.odd_object_phrase(meta)} it was adopted."
+    samples = [{"contest": contest, "caption": known}, {"contest": contest, "caption": new},
+               {"contest": contest, "caption": f" {new} "}, {"contest": -1, "caption": "x"}]
+    rated, counts = S.rate_captions(train, samples, seed=3)
+    assert counts == {"samples": 4, "rated": 1, "known_caption": 2, "unknown_contest": 1}
+    assert rated.column_names == train.column_names and len(rated) == 1
+    row = rated[0]
+    assert row["caption"] == new and row["contest"] == contest and row["scene_meta"] == train[0]["scene_meta"]
+    assert row["oracle"] == pytest.approx(S.oracle_score(new, meta))
+    expected = S.simulate_votes(np.random.default_rng(3), S.oracle_score(new, meta))
+    assert {k: row[k] for k in ("mean", "precision", "votes")} == pytest.approx(expected)
+    assert row["image"].size == train[0]["image"].size
+    # without the oracle column (as training loads it) the rows carry no oracle either
+    plain = cdata.load_captions(paths["train"])
+    assert "oracle" not in S.rate_captions(plain, samples)[0].column_names
+    with pytest.raises(DataError, match="real raters"):
+        S.rate_captions(plain.remove_columns(["scene_meta"]), samples)
+
+
+def test_onpolicy_ratings_writes_a_split_the_rm_trains_on(standin_dir, tiny_model_dirs, tmp_path, monkeypatch):
+    """experiments/captioning/onpolicy_ratings.py: the policy's parsed samples are rated and saved beside the training
+    contests; rm.train_split=train_rated makes the RM's pairs come from it (a missing split: one clear error)."""
+    import shutil
+
+    import open_r1.generation as generation
+    from experiments.captioning import onpolicy_ratings
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_rm
+
+    _, paths = standin_dir
+    recipe_path = tmp_path / "recipe.yaml"
+    recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 0\neval: {{n: 2, max_new_tokens: 8}}\n"
+                           "rm: {k: 1.0, cap_per_contest: 50}\n")
+    recipe = common.load_recipe(str(recipe_path))
+    where = common.Paths(recipe)
+    shutil.copytree(paths["train"], where.split("train"))
+    shutil.copytree(tiny_model_dirs["qwen3_vl"], where.policy_sft)
+    train = cdata.load_captions(where.split("train"), keep_oracle=True)
+    metas = {r["contest"]: json.loads(r["scene_meta"]) for r in train.select_columns(["contest", "scene_meta"])}
+    captions = {c: f"Nobody tell {S.odd_object_phrase(m)} it was adopted, talk about a twist." for c, m in metas.items()}
+    prompts_seen = []
+
+    def fake_generate(model, processor, prompts, images, max_new_tokens, **kwargs):
+        prompts_seen.extend(prompts)
+        return ([P.format_target("odd.", "placeholder") for _ in prompts], [4] * len(prompts), [False] * len(prompts))
+
+    monkeypatch.setattr(generation, "generate_texts", fake_generate)
+    # each contest's samples carry that contest's caption (the fake cannot see which prompt is which contest)
+    monkeypatch.setattr(ev, "evaluate_policy", _wrap_contest_captions(ev.evaluate_policy, captions))
+    with pytest.raises(RecipeError, match="train_split"):
+        stage_rm.training_pairs(common.load_recipe(str(recipe_path), ["rm.train_split=train_rated"]))
+    out = tmp_path / "rated.json"
+    assert onpolicy_ratings.main(["--config", str(recipe_path), "--n", "2", "--out", str(out)]) == 0
+    summary = json.loads(out.read_text())
+    contests = len(metas)
+    assert len(prompts_seen) == 2 * contests and summary["samples"] == 2 * contests
+    assert summary["counts"]["rated"] == contests and summary["counts"]["known_caption"] == contests  # 2nd repeats
+    assert summary["rows"] == len(train) + contests and summary["pairs_with_a_rated_caption"] > 0
+    pairs = stage_rm.training_pairs(common.load_recipe(str(recipe_path), ["rm.train_split=train_rated"]))
+    assert any(c in captions.values() for c in [*pairs["chosen"], *pairs["rejected"]])
+    plain = stage_rm.training_pairs(recipe)
+    assert not any(c in captions.values() for c in [*plain["chosen"], *plain["rejected"]])
+
+
+def _wrap_contest_captions(evaluate_policy, captions):
+    def wrapped(*args, **kwargs):
+        records = evaluate_policy(*args, **kwargs)
+        for r in records:
+            r["caption"] = captions[r["contest"]]
+        return records
+    return wrapped

@@ -21,6 +21,10 @@ the choice picked noise; in run 6 two seeds read 0.700 / 0.644 on val and 0.670 
 sudden drop in loss earlier), so there it helped, and in run 7 val picked the one seed of three that reached 0.752 on
 test (the others 0.612 and 0.625). The H200 recipe trains three seeds.
 
+``rm.train_split`` (default ``train``) names the split the pairs come from: ``train_rated`` is the training contests
+plus a round of (on the stand-in, simulated) ratings on a policy's own samples (``experiments/captioning/
+onpolicy_ratings.py``), for an RM that has seen the kind of captions GRPO will ask it to rank.
+
 Deviations from the seed: the caption is not cut to 80 tokens and the description is part of the prompt (the seed's
 RM ignores it); pairs are drawn at random per contest (the seed takes the first 20k in contest order); pooling reads
 the attention mask (the seed's ``attention_mask.sum(1) - 1`` is wrong under left padding); the seed scores full
@@ -116,12 +120,32 @@ def scored_splits(recipe: dict) -> list[str]:
     return splits
 
 
+def training_pairs(recipe: dict):
+    """The k-sigma preference pairs the RM trains on, from the split ``rm.train_split`` (default ``train``; e.g.
+    ``train_rated``: the training contests with a round of ratings on a policy's samples added,
+    ``experiments/captioning/onpolicy_ratings.py``), capped per contest and shuffled with the recipe's seed."""
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import data as cdata
+
+    cfg = common.section(recipe, "rm")
+    split = str(cfg.get("train_split", "train"))
+    path = common.Paths(recipe).split(split)
+    if not os.path.isdir(path):
+        raise RecipeError(f"rm.train_split={split!r}: no split at {path}; use 'train' (the data stage's) or make it "
+                          f"first (train_rated: python -m experiments.captioning.onpolicy_ratings --config ...)")
+    train = cdata.load_captions(path, check_images="none")
+    pairs = cdata.preference_pairs(train, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
+                                   cap_per_contest=cfg.get("cap_per_contest", 1000), seed=int(recipe["seed"]))
+    if cfg.get("max_pairs"):
+        pairs = pairs.select(range(min(int(cfg["max_pairs"]), len(pairs))))
+    return pairs
+
+
 def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
     import torch
     from transformers import TrainingArguments
 
     from open_r1 import reward_model as rm_lib
-    from open_r1.tasks.captioning import data as cdata
 
     cfg = common.section(recipe, "rm")
     paths = common.Paths(recipe)
@@ -130,11 +154,7 @@ def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
     seed = seeds[0] if seed is None else int(seed)
     out = paths.rm_blind if blind else (paths.rm if len(seeds) == 1 else paths.rm_seed(seed))
     tag = f"[rm{' blind' if blind else ''}{'' if len(seeds) == 1 else f' s{seed}'}]"
-    train = cdata.load_captions(paths.split("train"), check_images="none")
-    pairs = cdata.preference_pairs(train, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
-                                   cap_per_contest=cfg.get("cap_per_contest", 1000), seed=int(recipe["seed"]))
-    if cfg.get("max_pairs"):
-        pairs = pairs.select(range(min(int(cfg["max_pairs"]), len(pairs))))
+    pairs = training_pairs(recipe)
     rows = pair_rows(pairs, blind=blind)
     cuda = torch.cuda.is_available()
     model = rm_lib.build_reward_model(

@@ -481,6 +481,45 @@ def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
     return rows
 
 
+def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = StandinConfig()):
+    """A new round of *simulated* ratings: caption rows, in ``dataset``'s columns, for the captions of ``samples``
+    (dicts with ``contest`` and ``caption``, e.g. a policy's parsed samples), each rated by simulated readers exactly as
+    the contests' own candidates were (``simulate_votes`` on the hidden oracle, ``config``'s vote settings). This is
+    the stand-in's version of collecting human ratings on a policy's outputs (iterated RLHF); the oracle stays an
+    analysis column. Skipped and counted: captions already in their contest or repeated, contests not in ``dataset``.
+    Returns ``(datasets.Dataset, counts)``."""
+    import datasets
+
+    if "scene_meta" not in dataset.column_names:
+        raise DataError("rate_captions simulates readers from the stand-in's scene_meta; real data needs real raters")
+    groups = cdata._contest_groups(dataset)
+    table = dataset.select_columns([c for c in dataset.column_names if c != "image"])
+    images = dataset.cast_column("image", datasets.Image(decode=False)).select_columns(["image"])
+    seen = {contest: {table[i]["caption"] for i in idx} for contest, idx in groups.items()}
+    rng = np.random.default_rng(seed)
+    rows, counts = [], {"samples": 0, "rated": 0, "known_caption": 0, "unknown_contest": 0}
+    for sample in samples:
+        counts["samples"] += 1
+        contest, caption = sample["contest"], str(sample["caption"]).strip()
+        if contest not in groups:
+            counts["unknown_contest"] += 1
+            continue
+        if caption in seen[contest]:
+            counts["known_caption"] += 1
+            continue
+        seen[contest].add(caption)
+        first = groups[contest][0]
+        row = {**table[first], "image": images[first]["image"], "caption": caption}
+        oracle = oracle_score(caption, row["scene_meta"])
+        if "oracle" in row:  # kept only where the dataset keeps it (analysis); the votes are what training reads
+            row["oracle"] = oracle
+        row.update(simulate_votes(rng, oracle, config.mean_votes, config.min_votes, config.vote_noise))
+        rows.append(row)
+        counts["rated"] += 1
+    return (datasets.Dataset.from_list(rows, features=dataset.features).select_columns(dataset.column_names) if rows
+            else dataset.select([])), counts
+
+
 def _make_rows(config: StandinConfig, stream: str, keep: int | None, index: int) -> list[dict]:
     rows = make_contest(config, stream, index)
     return rows if keep is None else rows[:keep]

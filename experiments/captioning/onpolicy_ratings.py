@@ -1,0 +1,105 @@
+"""A round of ratings on a policy's own captions, for the RM (stand-in: simulated readers). Probe, not a stage.
+
+Why: in runs 7 and 8 (docs/CAPTIONING.md) the RM reached 0.72-0.75 pairwise accuracy on the contests' candidate
+pairs, yet the caption it picked out of a policy's 16 samples had a *lower* oracle score than the samples' mean, for
+every policy on test: among the policy's own captions it does not rank with the oracle, so GRPO cannot raise the
+oracle through it. The textbook remedy (iterated RLHF) is to rate the policy's samples and train the RM on them too.
+
+What it does: samples ``--n`` completions for each training contest from ``--policy`` (default: the SFT policy) with
+the eval stage's sampling settings (``stage_eval.sampling_kwargs``, no RM), keeps the parsed captions, has them rated
+(``standin.rate_captions``: simulated votes on the hidden oracle, the same simulation as the contests' candidates;
+on real data this is where human ratings would come in), and saves the training contests plus the rated rows as the
+split ``--split`` (default ``train_rated``). Then train the RM on it: ``--stages rm --set rm.train_split=train_rated``.
+Prints and writes (``--out``) the counts, the oracle of the rated captions against the candidates', and how many
+k-sigma pairs involve a rated caption.
+
+    python -m experiments.captioning.onpolicy_ratings --config configs/captioning/standin_h200.yaml --n 8 --out rated.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+
+def main(argv=None) -> int:
+    import datasets
+    import numpy as np
+    import torch
+
+    from open_r1 import modeling
+    from open_r1.errors import OpenR1Error
+    from open_r1.tasks.captioning import data as cdata
+    from open_r1.tasks.captioning import evaluate as ev
+    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_eval, standin
+
+    parser = argparse.ArgumentParser(prog="python -m experiments.captioning.onpolicy_ratings", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--policy", default=None, help="model dir to sample (default: the recipe's SFT policy)")
+    parser.add_argument("--n", type=int, default=8, help="samples per training contest")
+    parser.add_argument("--contests", type=int, default=None, help="only the first N training contests")
+    parser.add_argument("--split", default="train_rated", help="name of the split to write under the data dir")
+    parser.add_argument("--out", default=None, help="write the summary JSON here")
+    args = parser.parse_args(argv)
+    try:
+        recipe = common.load_recipe(args.config, args.set)
+        paths = common.Paths(recipe)
+        policy = args.policy or paths.policy_sft
+        if not os.path.isfile(os.path.join(policy, "config.json")):
+            raise OpenR1Error(f"no policy at {policy}; run --stages data pretrain synthesize sft first (or --policy)")
+        if args.n < 1 or args.split == "train":
+            raise OpenR1Error("--n must be >= 1 and --split must not be 'train' (the data stage's split stays as it is)")
+        train = cdata.load_captions(paths.split("train"), check_images="none", keep_oracle=True)
+        if "scene_meta" not in train.column_names:
+            raise OpenR1Error("the simulated readers need the stand-in's scene_meta; real data needs real ratings")
+    except OpenR1Error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    started = time.time()
+    device = common.device()
+    model = modeling.load_model(policy, dtype=None if device == "cuda" else "float32").to(device).eval()
+    processor = modeling.load_processor(policy)
+    sampling = {**stage_eval.sampling_kwargs(recipe), "n": args.n, "max_cartoons": args.contests}
+    with torch.no_grad():
+        records = ev.evaluate_policy(model, processor, train, None, oracle=False, **sampling)
+    del model
+    sampled = time.time() - started
+    parsed = [r for r in records if r["caption"] is not None]
+    rated, counts = standin.rate_captions(train, parsed, seed=int(recipe["seed"]))
+    out = paths.split(args.split)
+    staging = out + ".tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    datasets.concatenate_datasets([train, rated]).save_to_disk(staging)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(staging, out)
+    cfg = common.section(recipe, "rm")
+    merged = cdata.load_captions(out, check_images="none")
+    pairs = cdata.preference_pairs(merged, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
+                                   cap_per_contest=None, seed=int(recipe["seed"]))
+    new = set(zip(rated["contest"], rated["caption"])) if len(rated) else set()
+    columns = pairs.select_columns(["contest", "chosen", "rejected"])
+    with_new = sum((c, a) in new or (c, b) in new for c, a, b in zip(columns["contest"], columns["chosen"],
+                                                                    columns["rejected"]))
+    summary = {
+        "policy": policy, "samples": len(records), "format_rate": len(parsed) / len(records), "counts": counts,
+        "sample_seconds": round(sampled, 1), "split": out, "rows": len(merged),
+        "oracle_rated_mean": float(np.mean(rated["oracle"])) if len(rated) else None,
+        "oracle_candidates_mean": float(np.mean(train["oracle"])),
+        "pairs": len(pairs), "pairs_with_a_rated_caption": int(with_new),
+        "next": f"--stages rm --set rm.train_split={args.split}",
+    }
+    print(json.dumps(summary, indent=2))
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(summary, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
