@@ -91,8 +91,7 @@ def main(argv=None) -> int:
     result["speedup_median"] = result["per_image_ms_median"] / result["grouped_ms_median"]
     print(json.dumps(result, indent=2))
     if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(result, handle, indent=2)
+        common.write_json(args.out, result)
     return 0
 
 

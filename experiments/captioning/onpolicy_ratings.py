@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 
@@ -73,11 +72,8 @@ def main(argv=None) -> int:
     parsed = [r for r in records if r["caption"] is not None]
     rated, counts = standin.rate_captions(train, parsed, seed=int(recipe["seed"]))
     out = paths.split(args.split)
-    staging = out + ".tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    datasets.concatenate_datasets([train, rated]).save_to_disk(staging)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(staging, out)
+    with modeling.staged_dir(out) as staging:  # a cut run leaves the old split (or none), never half of one
+        datasets.concatenate_datasets([train, rated]).save_to_disk(staging)
     cfg = common.section(recipe, "rm")
     merged = cdata.load_captions(out, check_images="none")
     pairs = cdata.preference_pairs(merged, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
@@ -96,8 +92,7 @@ def main(argv=None) -> int:
     }
     print(json.dumps(summary, indent=2))
     if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(summary, handle, indent=2)
+        common.write_json(args.out, summary)
     return 0
 
 

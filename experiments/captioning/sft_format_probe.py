@@ -121,8 +121,7 @@ def main(argv=None) -> int:
         results["variants"][name] = entry
         del model
         if args.out:  # after each variant: a cut run keeps what it measured
-            with open(args.out, "w") as handle:
-                json.dump(results, handle, indent=2)
+            common.write_json(args.out, results)
     print(json.dumps(results, indent=2))
     return 0
 

@@ -94,8 +94,7 @@ def main(argv=None) -> int:
     result = {"config": args.config, "overrides": args.set, **fit_and_score(train, held)}
     print(json.dumps(result, indent=1))
     if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(result, handle, indent=1)
+        common.write_json(args.out, result)
     return 0
 
 
