@@ -411,7 +411,7 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     if oracle and "scene_meta" in dataset.column_names:
         groups = cdata._contest_groups(dataset)
         table = dataset.select_columns(["scene_meta"])
-        metas = {contest: table[idx[0]]["scene_meta"] for contest, idx in groups.items()}
+        metas = {contest: json.loads(table[idx[0]]["scene_meta"]) for contest, idx in groups.items()}  # once per cartoon, not per sample
         rows = rows.remove_columns(["scene_meta"]) if "scene_meta" in rows.column_names else rows
     elif oracle is True:
         raise ValueError("oracle=True needs the stand-in's scene_meta column")
