@@ -190,6 +190,19 @@ def test_cap_per_contest_is_a_seeded_random_subset_and_pairs_are_shuffled_across
         cdata.preference_pairs(rows, cap_per_contest=0)
 
 
+def test_pair_indices_are_the_rows_of_preference_pairs():
+    rows = make_rows([{"contest": c, "caption": f"{c}-{i}", "mean": float(i * (c + 1)), "precision": 0.1}
+                      for c in range(4) for i in range(5)])
+    for cap in (None, 3):
+        index = cdata.pair_indices(rows, k=3.0, cap_per_contest=cap, seed=2)
+        pairs = cdata.preference_pairs(rows, k=3.0, cap_per_contest=cap, seed=2)
+        captions = rows["caption"]
+        assert [captions[i] for i in index[:, 0]] == pairs["chosen"]
+        assert [captions[i] for i in index[:, 1]] == pairs["rejected"]
+    with pytest.raises(DataError, match="cap_per_contest"):
+        cdata.pair_indices(rows, cap_per_contest=0)
+
+
 def test_split_by_contest_is_disjoint_and_complete():
     rows = make_rows([{"contest": c, "caption": f"{c}-{i}", "mean": float(i)} for c in range(20) for i in range(3)])
     splits = cdata.split_by_contest(rows, val_frac=0.2, test_frac=0.1, seed=1)
@@ -681,9 +694,12 @@ def test_evaluate_policy_without_a_reward_model_parses_and_leaves_rm_scores_empt
     model_dir = tiny_model_dirs["qwen3_vl"]
     model = modeling.load_model(str(model_dir), dtype="float32", attn_implementation="eager").eval()
     processor = modeling.load_processor(str(model_dir))
-    kwargs = dict(n=2, max_new_tokens=6, batch_size=4, max_cartoons=2, seed=0, decoder="hf")
-    plain = ev.evaluate_policy(model, processor, data, None, **kwargs)
+    kwargs = dict(n=2, max_new_tokens=6, batch_size=3, max_cartoons=2, seed=0, decoder="hf")
+    seen = []
+    plain = ev.evaluate_policy(model, processor, data, None, progress=lambda done, total: seen.append((done, total)),
+                               **kwargs)
     assert len(plain) == 4 and all(r["rm_raw"] is None and r["parse_reason"] for r in plain)
+    assert seen == [(3, 4), (4, 4)]  # after each batch of 3
     assert not fake_rm.calls
     # a parsed caption is scored when an RM is given (one record made to parse: the tiny model's text would not)
     records = [{**plain[0], "caption": "A caption."}, plain[1]]
@@ -887,6 +903,10 @@ def test_onpolicy_ratings_writes_a_split_the_rm_trains_on(standin_dir, tiny_mode
     assert summary["rows"] == len(train) + contests and summary["pairs_with_a_rated_caption"] > 0
     pairs = stage_rm.training_pairs(common.load_recipe(str(recipe_path), ["rm.train_split=train_rated"]))
     assert any(c in captions.values() for c in [*pairs["chosen"], *pairs["rejected"]])
+    # the summary counts the pairs the RM trains on (same rule, cap and seed), one rated caption per contest here
+    rated_pairs = sum(a in captions.values() or b in captions.values() for a, b in zip(pairs["chosen"], pairs["rejected"]))
+    assert summary["pairs"] == len(pairs) and summary["pairs_with_a_rated_caption"] == rated_pairs
+    assert summary["pairs_of_two_rated_captions"] == 0
     plain = stage_rm.training_pairs(recipe)
     assert not any(c in captions.values() for c in [*plain["chosen"], *plain["rejected"]])
 

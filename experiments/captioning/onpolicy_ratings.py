@@ -10,8 +10,8 @@ the eval stage's sampling settings (``stage_eval.sampling_kwargs``, no RM), keep
 (``standin.rate_captions``: simulated votes on the hidden oracle, the same simulation as the contests' candidates;
 on real data this is where human ratings would come in), and saves the training contests plus the rated rows as the
 split ``--split`` (default ``train_rated``). Then train the RM on it: ``--stages rm --set rm.train_split=train_rated``.
-Prints and writes (``--out``) the counts, the oracle of the rated captions against the candidates', and how many
-k-sigma pairs involve a rated caption.
+Logs its progress; prints and writes (``--out``) the counts, the oracle of the rated captions against the
+candidates', and how many of the RM's training pairs (its k-sigma rule and cap) involve a rated caption.
 
     python -m experiments.captioning.onpolicy_ratings --config configs/captioning/standin_h200.yaml --n 8 --out rated.json
 """
@@ -65,29 +65,42 @@ def main(argv=None) -> int:
     model = modeling.load_model(policy, dtype=None if device == "cuda" else "float32").to(device).eval()
     processor = modeling.load_processor(policy)
     sampling = {**stage_eval.sampling_kwargs(recipe), "n": args.n, "max_cartoons": args.contests}
+    total_contests = len(set(train["contest"])) if args.contests is None else args.contests
+    common.log(f"[ratings] sampling {args.n} per contest on {total_contests} training contests from {policy}")
+    marks = {}
+
+    def progress(done: int, total: int) -> None:  # about every tenth of the way, and at the end
+        mark = done * 10 // total
+        if mark not in marks:
+            marks[mark] = done
+            common.log(f"[ratings] {done}/{total} samples in {time.time() - started:.0f} s")
+
     with torch.no_grad():
-        records = ev.evaluate_policy(model, processor, train, None, oracle=False, **sampling)
+        records = ev.evaluate_policy(model, processor, train, None, oracle=False, progress=progress, **sampling)
     del model
     sampled = time.time() - started
     parsed = [r for r in records if r["caption"] is not None]
     rated, counts = standin.rate_captions(train, parsed, seed=int(recipe["seed"]))
+    common.log(f"[ratings] {len(parsed)} of {len(records)} samples parsed, {counts['rated']} new captions rated")
     out = paths.split(args.split)
     with modeling.staged_dir(out) as staging:  # a cut run leaves the old split (or none), never half of one
         datasets.concatenate_datasets([train, rated]).save_to_disk(staging)
     cfg = common.section(recipe, "rm")
     merged = cdata.load_captions(out, check_images="none")
-    pairs = cdata.preference_pairs(merged, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
-                                   cap_per_contest=None, seed=int(recipe["seed"]))
+    # the pairs the RM will train on (its rule, cap and seed, as stage_rm.training_pairs), as row indices: building
+    # the pair dataset would copy an image per pair (an uncapped count did that here and outlasted its call)
+    index = cdata.pair_indices(merged, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
+                               cap_per_contest=cfg.get("cap_per_contest", 1000), seed=int(recipe["seed"]))
     new = set(zip(rated["contest"], rated["caption"])) if len(rated) else set()
-    columns = pairs.select_columns(["contest", "chosen", "rejected"])
-    with_new = sum((c, a) in new or (c, b) in new for c, a, b in zip(columns["contest"], columns["chosen"],
-                                                                    columns["rejected"]))
+    is_new = np.array([key in new for key in zip(merged["contest"], merged["caption"])], dtype=bool)
+    with_new = int(is_new[index].any(axis=1).sum())
+    both_new = int(is_new[index].all(axis=1).sum())
     summary = {
         "policy": policy, "samples": len(records), "format_rate": len(parsed) / len(records), "counts": counts,
         "sample_seconds": round(sampled, 1), "split": out, "rows": len(merged),
         "oracle_rated_mean": float(np.mean(rated["oracle"])) if len(rated) else None,
         "oracle_candidates_mean": float(np.mean(train["oracle"])),
-        "pairs": len(pairs), "pairs_with_a_rated_caption": int(with_new),
+        "pairs": len(index), "pairs_with_a_rated_caption": with_new, "pairs_of_two_rated_captions": both_new,
         "next": f"--stages rm --set rm.train_split={args.split}",
     }
     print(json.dumps(summary, indent=2))

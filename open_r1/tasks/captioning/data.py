@@ -31,7 +31,8 @@ Building blocks
   contest); ``load_captions(..., rename=HUMOR_R1_RENAME)`` maps the public description names (canny, uncanny);
 * ``top_k_rows``: the top-k captions of each contest by mean (what trace synthesis explains);
 * ``sft_rows``: TRL ``SFTTrainer`` prompt-completion VLM rows from those rows and their ``thinking`` column;
-* ``preference_pairs``: Bradley-Terry pairs under the k-sigma gap rule with an explicit standard error;
+* ``preference_pairs``: Bradley-Terry pairs under the k-sigma gap rule with an explicit standard error
+  (``pair_indices``: their rows only);
 * ``split_by_contest``: train / val / test with disjoint contests;
 * ``prompt_rows``: one GRPO / evaluation prompt row per contest.
 """
@@ -360,18 +361,11 @@ def _qualifying_pairs(mean: np.ndarray, se: np.ndarray, k: float, block: int = 1
     return np.concatenate(found) if found else np.empty((0, 2), dtype=np.int64)
 
 
-def preference_pairs(dataset, k: float = 3.0, se_from: str | Callable[[dict], float] = "precision",
-                     cap_per_contest: int | None = 1000, seed: int = 0, *, se: Any = None,
-                     keep_oracle: bool = False):
-    """Bradley-Terry pairs: two captions of one contest whose mean gap exceeds ``k * sqrt(se_1^2 + se_2^2)``.
-
-    ``se_from`` (alias ``se``) says what the standard error is (``standard_errors``). Per contest every qualifying
-    pair is found, then at most ``cap_per_contest`` are drawn uniformly at random (None: no cap); the pairs of all
-    contests are then shuffled together with ``seed``, so any prefix spans the contests (never the first N pairs in
-    contest order). Columns: ``contest``, ``image``, description fields, ``chosen`` (higher mean), ``rejected``,
-    ``gap`` (mean difference > 0), ``z`` (gap over its combined SE); with ``keep_oracle`` (stand-in analysis only)
-    also ``chosen_oracle`` / ``rejected_oracle``.
-    """
+def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float] = "precision",
+                 cap_per_contest: int | None = 1000, seed: int = 0, *, se: Any = None) -> np.ndarray:
+    """The rows of ``preference_pairs``' pairs, without building the pair dataset: an int array ``(n, 2)`` of
+    (chosen, rejected) row indices into ``dataset``, in ``preference_pairs``' order (same rule, cap and seed). For
+    counting or selecting pairs cheaply (the pair dataset copies each pair's image)."""
     if se is not None:
         se_from = se
     if isinstance(k, bool) or not isinstance(k, (int, float)) or not k >= 0:
@@ -379,8 +373,6 @@ def preference_pairs(dataset, k: float = 3.0, se_from: str | Callable[[dict], fl
     if cap_per_contest is not None and (isinstance(cap_per_contest, bool) or not isinstance(cap_per_contest, int)
                                         or cap_per_contest < 1):
         raise DataError(f"cap_per_contest must be a positive integer or None, got {cap_per_contest!r}")
-    if keep_oracle and "oracle" not in dataset.column_names:
-        raise DataError("keep_oracle=True needs the 'oracle' column: load with load_captions(..., keep_oracle=True)")
     rng = np.random.default_rng(seed)
     mean = np.asarray(_column(dataset, "mean"), dtype=np.float64)
     ses = standard_errors(dataset, se_from)
@@ -399,8 +391,30 @@ def preference_pairs(dataset, k: float = 3.0, se_from: str | Callable[[dict], fl
         )
     pairs = pairs[rng.permutation(len(pairs))]
     hi_first = mean[pairs[:, 0]] >= mean[pairs[:, 1]]
-    chosen = np.where(hi_first, pairs[:, 0], pairs[:, 1])
-    rejected = np.where(hi_first, pairs[:, 1], pairs[:, 0])
+    return np.stack([np.where(hi_first, pairs[:, 0], pairs[:, 1]), np.where(hi_first, pairs[:, 1], pairs[:, 0])],
+                    axis=1)
+
+
+def preference_pairs(dataset, k: float = 3.0, se_from: str | Callable[[dict], float] = "precision",
+                     cap_per_contest: int | None = 1000, seed: int = 0, *, se: Any = None,
+                     keep_oracle: bool = False):
+    """Bradley-Terry pairs: two captions of one contest whose mean gap exceeds ``k * sqrt(se_1^2 + se_2^2)``.
+
+    ``se_from`` (alias ``se``) says what the standard error is (``standard_errors``). Per contest every qualifying
+    pair is found, then at most ``cap_per_contest`` are drawn uniformly at random (None: no cap); the pairs of all
+    contests are then shuffled together with ``seed``, so any prefix spans the contests (never the first N pairs in
+    contest order). Columns: ``contest``, ``image``, description fields, ``chosen`` (higher mean), ``rejected``,
+    ``gap`` (mean difference > 0), ``z`` (gap over its combined SE); with ``keep_oracle`` (stand-in analysis only)
+    also ``chosen_oracle`` / ``rejected_oracle``. The rows alone: ``pair_indices``.
+    """
+    if se is not None:
+        se_from = se
+    if keep_oracle and "oracle" not in dataset.column_names:
+        raise DataError("keep_oracle=True needs the 'oracle' column: load with load_captions(..., keep_oracle=True)")
+    index = pair_indices(dataset, k, se_from, cap_per_contest, seed)
+    chosen, rejected = index[:, 0], index[:, 1]
+    mean = np.asarray(_column(dataset, "mean"), dtype=np.float64)
+    ses = standard_errors(dataset, se_from)
     captions = _column(dataset, "caption")
     gap = mean[chosen] - mean[rejected]
     z = gap / np.maximum(np.sqrt(ses[chosen] ** 2 + ses[rejected] ** 2), 1e-12)

@@ -51,7 +51,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -388,7 +388,8 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
                     temperature: float = 1.0, top_p: float | None = None, batch_size: int = 8,
                     rm_batch_size: int = 16, max_words: int = protocol.MAX_WORDS, seed: int = 0,
                     max_cartoons: int | None = None, use_stop: bool = False, oracle: bool | str = "auto",
-                    do_sample: bool = True, decoder: str | None = None) -> list[dict]:
+                    do_sample: bool = True, decoder: str | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """N sampled completions per cartoon of ``dataset``, parsed and scored: a list of records (module docstring).
 
     ``dataset``: caption rows (one per caption; reduced to one prompt per contest) or ``data.prompt_rows`` output.
@@ -399,7 +400,7 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     should be 1). Each record also carries ``index``, the cartoon's row in the (prompt-row) dataset. ``decoder``:
     ``open_r1.generation.generate_texts``' choice (None: its default, the CUDA-graph decoder on GPUs; 'hf' for
     small models, whose per-model compile costs more than it saves). ``reward_model=None``: no RM scores
-    (``rm_raw`` None; parsing and the oracle as usual).
+    (``rm_raw`` None; parsing and the oracle as usual). ``progress(done, total)``: called after each batch.
     """
     import torch
 
@@ -443,6 +444,8 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
             records.append({"contest": c, "index": position[c], "sample_index": k, "completion": text,
                             "caption": parsed.caption, "parse_reason": parsed.reason,
                             "completion_tokens": int(length), "truncated": bool(trunc)})
+        if progress is not None:
+            progress(len(records), len(jobs))
     score_records(records, images, descs, reward_model, rm_batch_size)
     if metas is not None:
         from open_r1.tasks.captioning.standin import oracle_details

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 
+from open_r1.errors import RecipeError
 from open_r1.tasks.captioning import stage_common as common
 
 
@@ -28,7 +29,11 @@ def policies(recipe: dict) -> dict[str, str]:
     cfg = common.section(recipe, "eval")
     paths = common.Paths(recipe)
     if cfg.get("policies"):
-        return dict(cfg["policies"])
+        named = cfg["policies"]
+        if not isinstance(named, dict) or not all(isinstance(v, str) and v for v in named.values()):
+            raise RecipeError(f"eval.policies must map names to model dirs, e.g. {{sft: runs/x/models/policy-sft}} "
+                              f"(YAML needs the space after the colon), got {named!r}")
+        return dict(named)
     out = {"base": paths.policy_base, "sft": paths.policy_sft}
     for seed in common.section(recipe, "grpo").get("seeds", [0]):
         if os.path.isdir(paths.grpo_model(int(seed))):
