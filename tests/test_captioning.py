@@ -861,21 +861,20 @@ def test_rate_captions_simulates_readers_for_new_captions_only(standin_dir):
         S.rate_captions(plain.remove_columns(["scene_meta"]), samples)
 
 
-def test_onpolicy_ratings_writes_a_split_the_rm_trains_on(standin_dir, tiny_model_dirs, tmp_path, monkeypatch):
-    """experiments/captioning/onpolicy_ratings.py: the policy's parsed samples are rated and saved beside the training
-    contests; rm.train_split=train_rated makes the RM's pairs come from it (a missing split: one clear error)."""
+def test_ratings_stage_writes_a_split_the_rm_trains_on(standin_dir, tiny_model_dirs, tmp_path, monkeypatch):
+    """stage_ratings: the policy's parsed samples are rated and saved beside the training contests;
+    rm.train_split=train_rated makes the RM's pairs come from it (a missing split: one clear error)."""
     import shutil
 
     import open_r1.generation as generation
-    from experiments.captioning import onpolicy_ratings
     from open_r1.errors import RecipeError
     from open_r1.tasks.captioning import stage_common as common
-    from open_r1.tasks.captioning import stage_rm
+    from open_r1.tasks.captioning import stage_ratings, stage_rm
 
     _, paths = standin_dir
     recipe_path = tmp_path / "recipe.yaml"
     recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 0\neval: {{n: 2, max_new_tokens: 8}}\n"
-                           "rm: {k: 1.0, cap_per_contest: 50}\n")
+                           "ratings: {n: 2}\nrm: {k: 1.0, cap_per_contest: 50}\n")
     recipe = common.load_recipe(str(recipe_path))
     where = common.Paths(recipe)
     shutil.copytree(paths["train"], where.split("train"))
@@ -895,7 +894,7 @@ def test_onpolicy_ratings_writes_a_split_the_rm_trains_on(standin_dir, tiny_mode
     with pytest.raises(RecipeError, match="train_split"):
         stage_rm.training_pairs(common.load_recipe(str(recipe_path), ["rm.train_split=train_rated"]))
     out = tmp_path / "rated.json"
-    assert onpolicy_ratings.main(["--config", str(recipe_path), "--n", "2", "--out", str(out)]) == 0
+    assert stage_ratings.main(["--config", str(recipe_path), "--result", str(out)]) == 0
     summary = json.loads(out.read_text())
     contests = len(metas)
     assert len(prompts_seen) == 2 * contests and summary["samples"] == 2 * contests

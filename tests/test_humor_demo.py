@@ -109,8 +109,14 @@ def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch)
     from open_r1.tasks.captioning import pipeline
     from open_r1.tasks.captioning import stage_common as common
 
+    # the H200 recipe's RM trains on the ratings round (it needs the SFT policy): no start_early there
     recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}", "rm.seeds=[0, 1, 2]"])
-    assert recipe["start_early"] == {"rm": "synthesize"}
+    assert "start_early" not in recipe and recipe["rm"]["train_split"] == recipe.get("ratings", {}).get(
+        "split", "train_rated")
+    common.apply_override(recipe, "start_early={rm: synthesize}")
+    with pytest.raises(RecipeError, match="ratings stage's split"):
+        pipeline.early_starts(recipe, pipeline.ORDER)
+    common.apply_override(recipe, "rm.train_split=train")  # an RM on the data stage's pairs may start early
     events = []
     _fake_stages(monkeypatch, events)
     summary = pipeline.run_pipeline(recipe, ("synthesize", "sft", "rm", "grpo"))
@@ -136,6 +142,44 @@ def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch)
 
 def _acc(value):
     return {"accuracy": value, "ci_low": value - 0.05, "ci_high": value + 0.05, "n_pairs": 10, "n_groups": 2}
+
+
+def test_the_ratings_stage_is_optional_and_checked(tmp_path):
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import pipeline, stage_ratings
+    from open_r1.tasks.captioning import stage_common as common
+
+    recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}"])
+    assert pipeline.default_stages(recipe) == list(pipeline.ORDER)
+    del recipe["ratings"]
+    assert pipeline.default_stages(recipe) == [s for s in pipeline.ORDER if s != "ratings"]
+    assert stage_ratings.settings(recipe) == {"n": 8, "contests": None, "split": "train_rated", "policy": None}
+    for bad, match in (("n=0", "ratings.n"), ("n=2.5", "ratings.n"), ("contests=0", "ratings.contests"),
+                       ("split=train", "name a new split"), ("split=a/b", "name a new split"),
+                       ("samples=3", "unknown key")):
+        with pytest.raises(RecipeError, match=match):
+            stage_ratings.settings(common.load_recipe("configs/captioning/standin_h200.yaml", [f"ratings.{bad}"]))
+    with pytest.raises(RecipeError, match="no policy"):  # before any data or model loads
+        stage_ratings.run(recipe)
+    table = pipeline.results_markdown({"stages": {"ratings": {"seconds": 1.0, "result": {
+        "samples": 40, "format_rate": 0.25, "counts": {"rated": 9}, "oracle_rated_mean": 0.1,
+        "oracle_candidates_mean": -0.2, "pairs": 500, "pairs_with_a_rated_caption": 30,
+        "pairs_of_two_rated_captions": 2, "split": "/w/data/train_rated"}}}, "total_seconds": 1.0})
+    assert ("40 samples of the SFT policy, format 25.0 %, 9 new captions rated (oracle mean 0.100, the candidates' "
+            "-0.200); 30 of the RM's 500 training pairs (2 of two rated captions) in split `train_rated`") in table
+
+
+def test_eval_policies_from_the_recipe_are_checked():
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_eval
+
+    recipe = common.load_recipe("configs/captioning/standin_demo.yaml", ["eval.policies={sft: /m/policy-sft}"])
+    assert stage_eval.policies(recipe) == {"sft": "/m/policy-sft"}
+    # without the space YAML reads one key with no value: one clear error, not a TypeError deep in model loading
+    common.apply_override(recipe, "eval.policies={sft:/m/policy-sft}")
+    with pytest.raises(RecipeError, match="space after the colon"):
+        stage_eval.policies(recipe)
 
 
 def test_rm_seeds_keep_the_best_on_val_as_the_rm(tmp_path):
@@ -261,6 +305,13 @@ def test_humor_demo_end_to_end(tmp_path):
 
     root = tmp_path / "run"
     assert set(summary["stages"]) == set(pipeline.ORDER)
+    # the ratings round ran and the RM trained on its split (the demo's untrained policy may parse nothing)
+    ratings = summary["stages"]["ratings"]["result"]
+    from open_r1.tasks.captioning import data as cdata
+
+    train_contests = set(cdata.load_captions(str(root / "data" / "train"), check_images="none")["contest"])
+    assert ratings["samples"] == 2 * len(train_contests)  # ratings.n = 2 per training contest
+    assert (root / "data" / "train_rated" / "dataset_info.json").is_file()
     # every stage left its artefact: full model dirs (LoRA merged), the RM dirs, the eval tables
     for model in ("policy-base", "rm-backbone", "policy-sft", "policy-grpo-seed0"):
         assert (root / "models" / model / "config.json").is_file(), model

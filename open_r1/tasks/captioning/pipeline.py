@@ -1,6 +1,6 @@
-"""The whole humor-r1 chain in one process: data -> base pre-training -> trace synthesis -> SFT + merge -> RM (+ blind
-RM) -> GRPO x seeds -> best-of-N evaluation, with a wall-clock cap per stage (each stage's ``max_seconds``) and one
-results folder.
+"""The whole humor-r1 chain in one process: data -> base pre-training -> trace synthesis -> SFT + merge -> (a round of
+ratings on the SFT policy's captions, when the recipe has a ``ratings`` section) -> RM (+ blind RM) -> GRPO x seeds ->
+best-of-N evaluation, with a wall-clock cap per stage (each stage's ``max_seconds``) and one results folder.
 
     python -m open_r1.tasks.captioning.pipeline --config configs/captioning/standin_demo.yaml      # make humor-demo
     python -m open_r1.tasks.captioning.pipeline --config configs/captioning/standin_h200.yaml --out $OUT
@@ -23,7 +23,12 @@ import time
 from open_r1.errors import OpenR1Error
 from open_r1.tasks.captioning import stage_common as common
 
-ORDER = ("data", "pretrain", "synthesize", "sft", "rm", "grpo", "eval")
+ORDER = ("data", "pretrain", "synthesize", "sft", "ratings", "rm", "grpo", "eval")
+OPTIONAL = ("ratings",)  # run by default only where the recipe has the stage's section
+
+
+def default_stages(recipe: dict) -> list[str]:
+    return [s for s in ORDER if s not in OPTIONAL or s in recipe]
 
 
 def parallel_jobs(recipe: dict, name: str) -> list[list[str]] | None:
@@ -130,6 +135,11 @@ def early_starts(recipe: dict, stages) -> dict[str, str]:
             raise RecipeError(f"start_early: {stage}: {at} must be a stage before it (order: {' '.join(ORDER)})")
         if not common.section(recipe, stage).get("parallel"):
             raise RecipeError(f"start_early: {stage} needs {stage}.parallel: true (its jobs run as processes)")
+        if stage == "rm" and "ratings" in recipe and ORDER.index(at) <= ORDER.index("ratings") and (
+                str(common.section(recipe, "rm").get("train_split", "train"))
+                == str(common.section(recipe, "ratings").get("split", "train_rated"))):
+            raise RecipeError(f"start_early: rm trains on the ratings stage's split (rm.train_split), so it cannot "
+                              f"begin at {at}; drop start_early.rm or start it after ratings")
         if stage in stages:
             # the stage it waits for is not run: start at the first stage run after `at`, if any comes before it
             later = [s for s in stages if ORDER.index(at) <= ORDER.index(s) < ORDER.index(stage)]
@@ -138,7 +148,9 @@ def early_starts(recipe: dict, stages) -> dict[str, str]:
     return out
 
 
-def run_pipeline(recipe: dict, stages=ORDER, out: str | None = None, overrides: list[str] | None = None) -> dict:
+def run_pipeline(recipe: dict, stages=None, out: str | None = None, overrides: list[str] | None = None) -> dict:
+    """Run ``stages`` in order (None: ``default_stages``)."""
+    stages = default_stages(recipe) if stages is None else list(stages)
     paths = common.Paths(recipe)
     os.makedirs(paths.results, exist_ok=True)
     summary_path = os.path.join(paths.results, "pipeline.json")
@@ -243,6 +255,14 @@ def results_markdown(summary: dict) -> str:
                 lines.append(f"| {label} | {split} | "
                              f"{_fmt(r['accuracy'])} | [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | {r['n_pairs']} | "
                              f"{r['n_groups']} | {_fmt(r.get('oracle_agreement_of_labels'))} |")
+    ratings = (stages.get("ratings") or {}).get("result")
+    if ratings:
+        lines += ["", (f"Ratings round (simulated readers): {ratings['samples']} samples of the SFT policy, format "
+                       f"{100 * ratings['format_rate']:.1f} %, {ratings['counts']['rated']} new captions rated (oracle "
+                       f"mean {_fmt(ratings['oracle_rated_mean'])}, the candidates' {_fmt(ratings['oracle_candidates_mean'])}); "
+                       f"{ratings['pairs_with_a_rated_caption']} of the RM's {ratings['pairs']} training pairs "
+                       f"({ratings['pairs_of_two_rated_captions']} of two rated captions) in split "
+                       f"`{os.path.basename(ratings['split'])}`.")]
     synth = (stages.get("synthesize") or {}).get("result")
     if synth:
         lines += ["", (f"Trace synthesis (real code path, {synth.get('engine')}): {synth.get('rows')} rows, kept "
@@ -291,12 +311,13 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True)
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    parser.add_argument("--stages", nargs="+", default=list(ORDER), choices=ORDER)
+    parser.add_argument("--stages", nargs="+", default=None, choices=ORDER,
+                        help="a subset, in order (default: all; ratings only where the recipe has its section)")
     parser.add_argument("--out", default=None, help="copy the small result files here")
     args = parser.parse_args(argv)
     try:
         recipe = common.load_recipe(args.config, args.set)
-        run_pipeline(recipe, args.stages, args.out, args.set)
+        run_pipeline(recipe, args.stages or default_stages(recipe), args.out, args.set)
     except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

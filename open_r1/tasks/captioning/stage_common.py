@@ -1,7 +1,7 @@
 """What the captioning stage drivers share: one YAML recipe per pipeline, its paths, logging, and the CLI shell.
 
 A recipe (``configs/captioning/*.yaml``) has one section per stage (``data``, ``pretrain``, ``synthesize``, ``sft``,
-``rm``, ``grpo``, ``eval``) plus ``work_dir`` and ``seed``; every stage reads its section and the shared paths
+the optional ``ratings``, ``rm``, ``grpo``, ``eval``) plus ``work_dir`` and ``seed``; every stage reads its section and the shared paths
 below, so the stages can run one by one (``python -m open_r1.tasks.captioning.stage_<name> --config R``) or all in
 one process (``python -m open_r1.tasks.captioning.pipeline --config R``). ``--set section.key=value`` overrides any
 key (the value is parsed as YAML). ``stage: {...}`` blocks may also name explicit paths (``model``, ``data``, ...)
@@ -20,7 +20,7 @@ from typing import Any
 
 from open_r1.errors import OpenR1Error, RecipeError
 
-STAGES = ("data", "pretrain", "synthesize", "sft", "rm", "grpo", "eval")
+STAGES = ("data", "pretrain", "synthesize", "sft", "ratings", "rm", "grpo", "eval")
 
 
 def load_recipe(path: str, overrides: list[str] | None = None) -> dict:

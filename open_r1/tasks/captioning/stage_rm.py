@@ -22,8 +22,8 @@ sudden drop in loss earlier), so there it helped, and in run 7 val picked the on
 test (the others 0.612 and 0.625). The H200 recipe trains three seeds.
 
 ``rm.train_split`` (default ``train``) names the split the pairs come from: ``train_rated`` is the training contests
-plus a round of (on the stand-in, simulated) ratings on a policy's own samples (``experiments/captioning/
-onpolicy_ratings.py``), for an RM that has seen the kind of captions GRPO will ask it to rank.
+plus a round of (on the stand-in, simulated) ratings on the SFT policy's own samples (the stage before this one,
+``stage_ratings``), for an RM that has seen the kind of captions GRPO will ask it to rank.
 
 Deviations from the seed: the caption is not cut to 80 tokens and the description is part of the prompt (the seed's
 RM ignores it); pairs are drawn at random per contest (the seed takes the first 20k in contest order); pooling reads
@@ -123,7 +123,7 @@ def scored_splits(recipe: dict) -> list[str]:
 def training_pairs(recipe: dict):
     """The k-sigma preference pairs the RM trains on, from the split ``rm.train_split`` (default ``train``; e.g.
     ``train_rated``: the training contests with a round of ratings on a policy's samples added,
-    ``experiments/captioning/onpolicy_ratings.py``), capped per contest and shuffled with the recipe's seed."""
+    ``stage_ratings``), capped per contest and shuffled with the recipe's seed."""
     from open_r1.errors import RecipeError
     from open_r1.tasks.captioning import data as cdata
 
@@ -132,7 +132,7 @@ def training_pairs(recipe: dict):
     path = common.Paths(recipe).split(split)
     if not os.path.isdir(path):
         raise RecipeError(f"rm.train_split={split!r}: no split at {path}; use 'train' (the data stage's) or make it "
-                          f"first (train_rated: python -m experiments.captioning.onpolicy_ratings --config ...)")
+                          f"first (train_rated: --stages ratings, after sft)")
     train = cdata.load_captions(path, check_images="none")
     pairs = cdata.preference_pairs(train, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
                                    cap_per_contest=cfg.get("cap_per_contest", 1000), seed=int(recipe["seed"]))
