@@ -50,8 +50,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 

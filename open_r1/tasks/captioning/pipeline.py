@@ -125,6 +125,7 @@ def early_starts(recipe: dict, stages) -> dict[str, str]:
     begins (rm needs only the data and the RM backbone, so it can share the GPU with synthesis and SFT); its result
     is collected at its own place in the order. Only for parallel stages that come later in the order."""
     from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import stage_ratings
 
     wanted = recipe.get("start_early") or {}
     if not isinstance(wanted, dict):
@@ -136,8 +137,7 @@ def early_starts(recipe: dict, stages) -> dict[str, str]:
         if not common.section(recipe, stage).get("parallel"):
             raise RecipeError(f"start_early: {stage} needs {stage}.parallel: true (its jobs run as processes)")
         if stage == "rm" and "ratings" in recipe and ORDER.index(at) <= ORDER.index("ratings") and (
-                str(common.section(recipe, "rm").get("train_split", "train"))
-                == str(common.section(recipe, "ratings").get("split", "train_rated"))):
+                str(common.section(recipe, "rm").get("train_split", "train")) == stage_ratings.settings(recipe)["split"]):
             raise RecipeError(f"start_early: rm trains on the ratings stage's split (rm.train_split), so it cannot "
                               f"begin at {at}; drop start_early.rm or start it after ratings")
         if stage in stages:
@@ -317,7 +317,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         recipe = common.load_recipe(args.config, args.set)
-        run_pipeline(recipe, args.stages or default_stages(recipe), args.out, args.set)
+        run_pipeline(recipe, args.stages, args.out, args.set)
     except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -59,7 +59,7 @@ def run(recipe: dict) -> dict:
     from open_r1 import modeling
     from open_r1.tasks.captioning import data as cdata
     from open_r1.tasks.captioning import evaluate as ev
-    from open_r1.tasks.captioning import stage_eval, standin
+    from open_r1.tasks.captioning import stage_eval, stage_rm, standin
 
     cfg = settings(recipe)
     paths = common.Paths(recipe)
@@ -94,16 +94,16 @@ def run(recipe: dict) -> dict:
     rated, counts = standin.rate_captions(train, parsed, seed=int(recipe["seed"]))
     common.log(f"[ratings] {len(parsed)} of {len(records)} samples parsed, {counts['rated']} new captions rated")
     out = paths.split(cfg["split"])
+    merged = datasets.concatenate_datasets([train, rated])  # the rated rows last
     with modeling.staged_dir(out) as staging:  # a cut run leaves the old split (or none), never half of one
-        datasets.concatenate_datasets([train, rated]).save_to_disk(staging)
+        merged.save_to_disk(staging)
     rm = common.section(recipe, "rm")
-    merged = cdata.load_captions(out, check_images="none")
-    # the pairs the RM will train on (its rule, cap and seed, as stage_rm.training_pairs), as row indices: building
+    # the pairs the RM will train on (stage_rm.training_pairs' rule, cap, seed and prefix), as row indices: building
     # the pair dataset would copy an image per pair (an uncapped count did that once and outlasted its GPU call)
-    index = cdata.pair_indices(merged, k=float(rm.get("k", 3.0)), se_from=rm.get("se_from", "precision"),
-                               cap_per_contest=rm.get("cap_per_contest", 1000), seed=int(recipe["seed"]))
-    new = set(zip(rated["contest"], rated["caption"])) if len(rated) else set()
-    is_new = np.array([key in new for key in zip(merged["contest"], merged["caption"])], dtype=bool)
+    index = cdata.pair_indices(merged, **stage_rm.pair_rule(recipe))
+    if rm.get("max_pairs"):
+        index = index[:int(rm["max_pairs"])]
+    is_new = np.arange(len(merged)) >= len(train)
     summary = {
         "policy": policy, "samples": len(records), "format_rate": len(parsed) / max(1, len(records)),
         "counts": counts, "sample_seconds": round(sampled, 1), "split": out, "rows": len(merged),

@@ -120,6 +120,14 @@ def scored_splits(recipe: dict) -> list[str]:
     return splits
 
 
+def pair_rule(recipe: dict) -> dict:
+    """The k-sigma rule, cap per contest and seed of the RM's training pairs, as ``data.preference_pairs`` /
+    ``data.pair_indices`` keyword arguments (``rm.max_pairs``, if set, then keeps a prefix)."""
+    cfg = common.section(recipe, "rm")
+    return {"k": float(cfg.get("k", 3.0)), "se_from": cfg.get("se_from", "precision"),
+            "cap_per_contest": cfg.get("cap_per_contest", 1000), "seed": int(recipe["seed"])}
+
+
 def training_pairs(recipe: dict):
     """The k-sigma preference pairs the RM trains on, from the split ``rm.train_split`` (default ``train``; e.g.
     ``train_rated``: the training contests with a round of ratings on a policy's samples added,
@@ -134,8 +142,7 @@ def training_pairs(recipe: dict):
         raise RecipeError(f"rm.train_split={split!r}: no split at {path}; use 'train' (the data stage's) or make it "
                           f"first (train_rated: --stages ratings, after sft)")
     train = cdata.load_captions(path, check_images="none")
-    pairs = cdata.preference_pairs(train, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
-                                   cap_per_contest=cfg.get("cap_per_contest", 1000), seed=int(recipe["seed"]))
+    pairs = cdata.preference_pairs(train, **pair_rule(recipe))
     if cfg.get("max_pairs"):
         pairs = pairs.select(range(min(int(cfg["max_pairs"]), len(pairs))))
     return pairs
