@@ -120,6 +120,9 @@ def load_processor(path: str, min_pixels: int | None = None, max_pixels: int | N
     """The processor with left padding and, when given, the vision-token budget set on its image processor."""
     from transformers import AutoProcessor
 
+    if not os.path.isdir(path):  # else transformers reads the path as a hub repo id and says so, misleadingly
+        raise ModelError(f"processor directory {path} does not exist; pass a saved model dir (the processor is saved "
+                         "beside the weights)")
     try:
         processor = AutoProcessor.from_pretrained(path, padding_side="left")
     except (OSError, ValueError) as exc:

@@ -26,6 +26,12 @@ def test_grpo_recipe_refuses_cispo_and_wires_caption_rm(tmp_path):
     policy = build_tiny("qwen3_vl", tmp_path / "policy", min_pixels=3136, max_pixels=12288)
     recipe = common.load_recipe("configs/captioning/standin_demo.yaml",
                                 [f"work_dir={tmp_path}", f"grpo.model={policy}", "grpo.fail_value=0.0"])
+    with pytest.raises(RecipeError, match="the reward model .* run the rm stage first"):
+        stage_grpo.grpo_recipe(recipe, seed=3)
+    paths = common.Paths(recipe)
+    for path, marker in ((paths.rm, common.RM_MARKER), (paths.split("train"), common.DATASET_MARKER)):
+        os.makedirs(path)
+        open(os.path.join(path, marker), "w").close()
     settings = stage_grpo.grpo_recipe(recipe, seed=3)
     assert settings["task"] == "captioning" and settings["reward_funcs"] == ["caption_rm"]
     assert settings["reward_kwargs"]["caption_rm"]["fail_value"] == 0.0
@@ -102,6 +108,7 @@ def _fake_stages(monkeypatch, events, fail=None):
 
     monkeypatch.setattr(pipeline, "launch_parallel", launch)
     monkeypatch.setattr(pipeline, "collect_parallel", collect)
+    monkeypatch.setattr(pipeline, "preflight", lambda recipe, stages: None)  # no work_dir on disk here
 
 
 def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch):
@@ -159,7 +166,7 @@ def test_the_ratings_stage_is_optional_and_checked(tmp_path):
                        ("samples=3", "unknown key")):
         with pytest.raises(RecipeError, match=match):
             stage_ratings.settings(common.load_recipe("configs/captioning/standin_h200.yaml", [f"ratings.{bad}"]))
-    with pytest.raises(RecipeError, match="no policy"):  # before any data or model loads
+    with pytest.raises(RecipeError, match="SFT policy .* does not exist: run the sft stage"):  # before any loading
         stage_ratings.run(recipe)
     table = pipeline.results_markdown({"stages": {"ratings": {"seconds": 1.0, "result": {
         "samples": 40, "format_rate": 0.25, "counts": {"rated": 9}, "oracle_rated_mean": 0.1,
@@ -167,6 +174,58 @@ def test_the_ratings_stage_is_optional_and_checked(tmp_path):
         "pairs_of_two_rated_captions": 2, "split": "/w/data/train_rated"}}}, "total_seconds": 1.0})
     assert ("40 samples of the SFT policy, format 25.0 %, 9 new captions rated (oracle mean 0.100, the candidates' "
             "-0.200); 30 of the RM's 500 training pairs (2 of two rated captions) in split `train_rated`") in table
+
+
+def test_a_missing_input_fails_before_any_stage_runs_naming_the_stage_to_run(tmp_path, capsys):
+    from open_r1 import modeling, reward_model
+    from open_r1.errors import ModelError, RecipeError
+    from open_r1.tasks.captioning import pipeline
+    from open_r1.tasks.captioning import stage_common as common
+
+    assert common.RM_MARKER == reward_model.META_FILE
+    recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}"])
+    paths = common.Paths(recipe)
+    pipeline.preflight(recipe, pipeline.default_stages(recipe))  # the whole chain makes its own inputs
+    # the second call of a chain on a machine whose work_dir is gone (run 10): one line, exit 2, no stage started
+    code = pipeline.main(["--config", "configs/captioning/standin_h200.yaml", "--set", f"work_dir={tmp_path}",
+                          "--stages", "grpo", "eval"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"the SFT policy {paths.policy_sft} does not exist: run the sft stage first" in err
+    assert not os.path.exists(os.path.join(paths.results, "pipeline.json"))
+
+    def make(path, marker=common.MODEL_MARKER):
+        os.makedirs(path, exist_ok=True)
+        open(os.path.join(path, marker), "w").close()
+
+    os.makedirs(paths.rm)  # a dir without its marker file: "has no"
+    make(paths.policy_sft)
+    with pytest.raises(RecipeError, match=f"reward model {paths.rm} has no reward_model.json: run the rm stage"):
+        pipeline.preflight(recipe, ["grpo", "eval"])
+    make(paths.rm, common.RM_MARKER)
+    with pytest.raises(RecipeError, match="the train split .* run the data stage"):
+        pipeline.preflight(recipe, ["grpo", "eval"])
+    for split in ("train", "test"):
+        make(paths.split(split), common.DATASET_MARKER)
+    with pytest.raises(RecipeError, match="the policy 'base' .* run the pretrain stage"):  # eval's inputs too
+        pipeline.preflight(recipe, ["grpo", "eval"])
+    make(paths.policy_base)
+    with pytest.raises(RecipeError, match="the ood split"):
+        pipeline.preflight(recipe, ["grpo", "eval"])
+    make(paths.split("ood"), common.DATASET_MARKER)
+    pipeline.preflight(recipe, ["grpo", "eval"])
+    # the RM of this recipe trains on the ratings stage's split, so that is the stage to run
+    make(paths.rm_base)
+    with pytest.raises(RecipeError, match="train_rated split .* run the ratings stage first .* or set rm.train_split"):
+        pipeline.preflight(recipe, ["rm"])
+    pipeline.preflight(recipe, ["ratings", "rm"])
+    # a policy named in the recipe is not made by a stage: the fix is the key
+    common.apply_override(recipe, f"eval.policies={{mine: {tmp_path}/nowhere}}")
+    with pytest.raises(RecipeError, match=r"the policy 'mine' .*nowhere does not exist: set eval.policies to"):
+        pipeline.preflight(recipe, ["eval"])
+    # beneath the stages: a missing dir is named as such (transformers would call it an invalid hub repo id)
+    with pytest.raises(ModelError, match=f"processor directory {tmp_path}/nowhere does not exist"):
+        modeling.load_processor(f"{tmp_path}/nowhere")
 
 
 def test_eval_policies_from_the_recipe_are_checked():
@@ -377,6 +436,7 @@ def test_rm_stage_keeps_a_seed_whenever_one_process_trains_them_all(tmp_path, mo
     monkeypatch.setattr(stage_rm, "train_one", lambda recipe, blind, seed=None: trained.append((blind, seed)) or
                         {"seed": seed, "blind": blind})
     monkeypatch.setattr(stage_rm, "finish", lambda recipe, report: finished.append(sorted(report)) or report)
+    monkeypatch.setattr(stage_rm, "inputs", lambda recipe: {})  # no backbone or data on disk here
     base = [f"work_dir={tmp_path}", "rm.seeds=[0, 1]"]
     for extra, jobs, choice in ((["rm.only=rm"], [(False, 0), (False, 1)], [["rm_s0", "rm_s1"]]),
                                 ([], [(False, 0), (False, 1), (True, 0)], [["rm_blind", "rm_s0", "rm_s1"]]),

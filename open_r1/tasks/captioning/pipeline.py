@@ -148,6 +148,15 @@ def early_starts(recipe: dict, stages) -> dict[str, str]:
     return out
 
 
+def preflight(recipe: dict, stages) -> None:
+    """Before any stage runs: every stage's inputs (its module's ``inputs``) are on disk or made by a stage that runs
+    before it, so a chain whose work_dir is gone fails at once with the stage to run, not minutes in."""
+    for i, name in enumerate(stages):
+        module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
+        if hasattr(module, "inputs"):
+            common.check_inputs(module.inputs(recipe), produced=stages[:i])
+
+
 def run_pipeline(recipe: dict, stages=None, out: str | None = None, overrides: list[str] | None = None) -> dict:
     """Run ``stages`` in order (None: ``default_stages``)."""
     stages = default_stages(recipe) if stages is None else list(stages)
@@ -159,6 +168,7 @@ def run_pipeline(recipe: dict, stages=None, out: str | None = None, overrides: l
     summary["device"] = _device_name()
     started = time.time()
     starts_at = early_starts(recipe, stages)
+    preflight(recipe, stages)
     running: dict[str, tuple[float, list]] = {}  # stage -> (start time, its processes), started early
     try:
         for name in stages:

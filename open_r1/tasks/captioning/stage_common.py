@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from open_r1.errors import OpenR1Error, RecipeError
 
@@ -99,6 +99,39 @@ class Paths:
 
     def grpo_model(self, seed: int) -> str:
         return os.path.join(self.models, f"policy-grpo-seed{seed}")
+
+
+MODEL_MARKER = "config.json"
+RM_MARKER = "reward_model.json"  # open_r1.reward_model.META_FILE (a test holds them equal; that module imports torch)
+DATASET_MARKER = "state.json"  # what Dataset.save_to_disk writes
+
+
+class Input(NamedTuple):
+    """A stage's input that an earlier stage writes: where, what it is, the stage that makes it, the recipe key that
+    names another one, and the file that shows it is complete."""
+    path: str
+    what: str
+    made_by: str
+    key: str
+    marker: str = MODEL_MARKER
+
+
+def split_input(paths: Paths, split: str, made_by: str = "data", key: str = "data.dir") -> Input:
+    return Input(paths.split(split), f"the {split} split", made_by, key, DATASET_MARKER)
+
+
+def check_inputs(inputs: dict[str, Input], produced=()) -> dict[str, str]:
+    """Each input's path, after checking that it is there (those of the stages in `produced`, which run first, are
+    not checked): checked before anything loads, with one error that names the stage to run (a work_dir lost with a
+    machine, a stage skipped) instead of a loader's traceback."""
+    for item in inputs.values():
+        if item.made_by in produced or os.path.isfile(os.path.join(item.path, item.marker)):
+            continue
+        state = "does not exist" if not os.path.exists(item.path) else f"has no {item.marker}"
+        fix = (f"run the {item.made_by} stage first with the same recipe and work_dir (--stages {item.made_by} ...), "
+               f"or set {item.key} to an existing one" if item.made_by in STAGES else f"set {item.key} to an existing one")
+        raise RecipeError(f"{item.what} {item.path} {state}: {fix}")
+    return {name: item.path for name, item in inputs.items()}
 
 
 def log(message: str) -> None:

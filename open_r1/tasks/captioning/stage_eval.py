@@ -51,6 +51,22 @@ def sampling_kwargs(recipe: dict) -> dict:
                 decoder=cfg.get("decoder"))
 
 
+def inputs(recipe: dict) -> dict[str, common.Input]:
+    cfg = common.section(recipe, "eval")
+    paths = common.Paths(recipe)
+    named = bool(cfg.get("policies"))
+    makers = {"base": "pretrain", "sft": "sft"}
+    out = {"rm": common.Input(cfg.get("reward_model") or paths.rm, "the reward model", "rm", "eval.reward_model",
+                              common.RM_MARKER)}
+    for name, path in policies(recipe).items():
+        out[f"policy {name}"] = common.Input(path, f"the policy {name!r}", "" if named else makers.get(name, "grpo"),
+                                             "eval.policies")
+    if not isinstance(cfg.get("data"), dict):
+        for split in cfg.get("splits", ["test", "ood"]):
+            out[split] = common.split_input(paths, split)
+    return out
+
+
 def run(recipe: dict) -> dict:
     import torch
 
@@ -62,7 +78,8 @@ def run(recipe: dict) -> dict:
     cfg = common.section(recipe, "eval")
     paths = common.Paths(recipe)
     device = common.device()
-    rm = load_reward_model(cfg.get("reward_model") or paths.rm, device=device)
+    found = common.check_inputs(inputs(recipe))
+    rm = load_reward_model(found["rm"], device=device)
     named = policies(recipe)
     splits = list(cfg.get("splits", ["test", "ood"]))
     data = {s: cdata.load_captions(cfg.get("data", {}).get(s) if isinstance(cfg.get("data"), dict) else paths.split(s),

@@ -29,14 +29,25 @@ PIPELINE_KEYS = ("seeds", "fail_value", "format_bonus", "max_seconds", "rm_devic
                  "eval_sets", "extra", "parallel", "only")
 
 
+def inputs(recipe: dict) -> dict[str, common.Input]:
+    cfg = common.section(recipe, "grpo")
+    paths = common.Paths(recipe)
+    out = {"policy": common.Input(cfg.get("model") or paths.policy_sft, "the SFT policy", "sft", "grpo.model"),
+           "rm": common.Input(cfg.get("reward_model") or paths.rm, "the reward model", "rm", "grpo.reward_model",
+                              common.RM_MARKER)}
+    if not cfg.get("dataset"):
+        out["train"] = common.split_input(paths, "train")
+    return out
+
+
 def grpo_recipe(recipe: dict, seed: int) -> dict:
     """The ``open_r1.grpo`` recipe of one seed's run."""
     from open_r1 import modeling
 
     cfg = common.section(recipe, "grpo")
     paths = common.Paths(recipe)
-    policy = cfg.get("model") or paths.policy_sft
-    rm = cfg.get("reward_model") or paths.rm
+    found = common.check_inputs(inputs(recipe))
+    policy, rm = found["policy"], found["rm"]
     cuda = common.device() == "cuda"
     min_pixels, max_pixels = modeling.pixel_budget(modeling.load_processor(policy))
     out = {

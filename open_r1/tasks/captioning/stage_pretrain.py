@@ -121,7 +121,12 @@ def perception(recipe: dict, model_dir: str, limit: int, cfg: dict) -> dict:
     return out
 
 
+def inputs(recipe: dict) -> dict[str, common.Input]:
+    return {"train": common.split_input(common.Paths(recipe), "train")}
+
+
 def run(recipe: dict) -> dict:
+    common.check_inputs(inputs(recipe))
     which = common.section(recipe, "pretrain").get("only")
     return {name: pretrain_one(recipe, name) for name in MODELS if which in (None, name)}
 

@@ -51,6 +51,13 @@ def settings(recipe: dict) -> dict:
     return out
 
 
+def inputs(recipe: dict) -> dict[str, common.Input]:
+    paths = common.Paths(recipe)
+    return {"policy": common.Input(settings(recipe)["policy"] or paths.policy_sft, "the SFT policy", "sft",
+                                   "ratings.policy"),
+            "train": common.split_input(paths, "train")}
+
+
 def run(recipe: dict) -> dict:
     import datasets
     import numpy as np
@@ -63,9 +70,7 @@ def run(recipe: dict) -> dict:
 
     cfg = settings(recipe)
     paths = common.Paths(recipe)
-    policy = cfg["policy"] or paths.policy_sft
-    if not os.path.isfile(os.path.join(policy, "config.json")):
-        raise RecipeError(f"ratings: no policy at {policy}; run the stages up to sft first (or set ratings.policy)")
+    policy = common.check_inputs(inputs(recipe))["policy"]
     train = cdata.load_captions(paths.split("train"), check_images="none", keep_oracle=True)
     if "scene_meta" not in train.column_names:
         raise RecipeError("ratings: the simulated readers need the stand-in's scene_meta; on real data collect human "

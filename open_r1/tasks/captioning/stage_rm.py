@@ -238,6 +238,18 @@ def rescore(recipe: dict, model_dir: str, splits: list[str] | None = None) -> di
             "steps": model.meta.get("steps"), "held_out": held_out}
 
 
+def inputs(recipe: dict) -> dict[str, common.Input]:
+    from open_r1.tasks.captioning import stage_ratings
+
+    cfg = common.section(recipe, "rm")
+    paths = common.Paths(recipe)
+    split = str(cfg.get("train_split", "train"))
+    rated = "ratings" in recipe and split == stage_ratings.settings(recipe)["split"]
+    return {"backbone": common.Input(cfg.get("backbone") or paths.rm_base, "the RM backbone", "pretrain",
+                                     "rm.backbone"),
+            "train": common.split_input(paths, split, *(("ratings", "rm.train_split") if rated else ()))}
+
+
 def run(recipe: dict) -> dict:
     """Train the RM(s) and the blind control. ``rm.only`` (rm | rm_blind) and ``rm.seed`` (one of ``rm.seeds``)
     restrict this process to one job: the pipeline runs the jobs as parallel processes and then calls `finish`.
@@ -250,6 +262,7 @@ def run(recipe: dict) -> dict:
     seeds = rm_seeds(recipe)
     if cfg.get("seed") is not None and cfg["seed"] not in seeds:
         raise RecipeError(f"rm.seed={cfg['seed']!r} is not one of rm.seeds {seeds}")
+    common.check_inputs(inputs(recipe))
     mine = [cfg["seed"]] if cfg.get("seed") is not None else seeds
     report = {}
     if only in (None, "rm"):

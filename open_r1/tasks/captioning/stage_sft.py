@@ -22,6 +22,14 @@ import os
 from open_r1.tasks.captioning import stage_common as common
 
 
+def inputs(recipe: dict) -> dict[str, common.Input]:
+    cfg = common.section(recipe, "sft")
+    paths = common.Paths(recipe)
+    return {"model": common.Input(cfg.get("model") or paths.policy_base, "the base policy", "pretrain", "sft.model"),
+            "traces": common.Input(cfg.get("traces") or os.path.join(paths.traces, "train_top_k"), "the SFT traces",
+                                   "synthesize", "sft.traces", common.DATASET_MARKER)}
+
+
 def run(recipe: dict) -> dict:
     import datasets
 
@@ -30,8 +38,8 @@ def run(recipe: dict) -> dict:
 
     cfg = common.section(recipe, "sft")
     paths = common.Paths(recipe)
-    model_path = cfg.get("model") or paths.policy_base
-    traces = cfg.get("traces") or os.path.join(paths.traces, "train_top_k")
+    found = common.check_inputs(inputs(recipe))
+    model_path, traces = found["model"], found["traces"]
     top = datasets.load_from_disk(traces)
     rows = cdata.sft_rows(top, int(cfg.get("top_k", 3)))
     settings = sft.SFTSettings(

@@ -113,6 +113,13 @@ def _generate_vllm(model_path, records, messages, cfg, max_new):  # pragma: no c
     return texts, [o.outputs[0].finish_reason == "length" for o in outputs]
 
 
+def inputs(recipe: dict) -> dict[str, common.Input]:
+    paths = common.Paths(recipe)
+    model = common.section(recipe, "synthesize").get("model") or paths.policy_base
+    return {"model": common.Input(model, "the base policy", "pretrain", "synthesize.model"),
+            "train": common.split_input(paths, "train")}
+
+
 def run(recipe: dict) -> dict:
     import datasets
 
@@ -121,7 +128,7 @@ def run(recipe: dict) -> dict:
 
     cfg = common.section(recipe, "synthesize")
     paths = common.Paths(recipe)
-    model_path = cfg.get("model") or paths.policy_base
+    model_path = common.check_inputs(inputs(recipe))["model"]
     train = cdata.load_captions(paths.split("train"), check_images="none")
     top = cdata.top_k_rows(train, int(common.section(recipe, "sft").get("top_k", 3)))
     limit = cfg.get("limit")
