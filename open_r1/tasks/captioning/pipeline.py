@@ -160,6 +160,8 @@ def preflight(recipe: dict, stages) -> None:
 def run_pipeline(recipe: dict, stages=None, out: str | None = None, overrides: list[str] | None = None) -> dict:
     """Run ``stages`` in order (None: ``default_stages``)."""
     stages = default_stages(recipe) if stages is None else list(stages)
+    starts_at = early_starts(recipe, stages)
+    preflight(recipe, stages)  # before anything is written into the work_dir
     paths = common.Paths(recipe)
     os.makedirs(paths.results, exist_ok=True)
     summary_path = os.path.join(paths.results, "pipeline.json")
@@ -167,8 +169,6 @@ def run_pipeline(recipe: dict, stages=None, out: str | None = None, overrides: l
     summary["recipe"] = recipe.get("_recipe_path")
     summary["device"] = _device_name()
     started = time.time()
-    starts_at = early_starts(recipe, stages)
-    preflight(recipe, stages)
     running: dict[str, tuple[float, list]] = {}  # stage -> (start time, its processes), started early
     try:
         for name in stages:

@@ -132,15 +132,10 @@ def training_pairs(recipe: dict):
     """The k-sigma preference pairs the RM trains on, from the split ``rm.train_split`` (default ``train``; e.g.
     ``train_rated``: the training contests with a round of ratings on a policy's samples added,
     ``stage_ratings``), capped per contest and shuffled with the recipe's seed."""
-    from open_r1.errors import RecipeError
     from open_r1.tasks.captioning import data as cdata
 
     cfg = common.section(recipe, "rm")
-    split = str(cfg.get("train_split", "train"))
-    path = common.Paths(recipe).split(split)
-    if not os.path.isdir(path):
-        raise RecipeError(f"rm.train_split={split!r}: no split at {path}; use 'train' (the data stage's) or make it "
-                          f"first (train_rated: --stages ratings, after sft)")
+    path = common.check_inputs({"train": inputs(recipe)["train"]})["train"]
     train = cdata.load_captions(path, check_images="none")
     pairs = cdata.preference_pairs(train, **pair_rule(recipe))
     if cfg.get("max_pairs"):
@@ -244,10 +239,11 @@ def inputs(recipe: dict) -> dict[str, common.Input]:
     cfg = common.section(recipe, "rm")
     paths = common.Paths(recipe)
     split = str(cfg.get("train_split", "train"))
-    rated = "ratings" in recipe and split == stage_ratings.settings(recipe)["split"]
+    # a split other than the data stage's: the ratings stage's (train_rated), or one the user made
+    made_by = "data" if split == "train" else "ratings" if split == stage_ratings.settings(recipe)["split"] else ""
     return {"backbone": common.Input(cfg.get("backbone") or paths.rm_base, "the RM backbone", "pretrain",
                                      "rm.backbone"),
-            "train": common.split_input(paths, split, *(("ratings", "rm.train_split") if rated else ()))}
+            "train": common.split_input(paths, split, made_by, "data.dir" if split == "train" else "rm.train_split")}
 
 
 def run(recipe: dict) -> dict:
