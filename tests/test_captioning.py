@@ -440,7 +440,31 @@ def test_evaluate_policy_scores_the_oracle_and_its_parts(standin_dir, tiny_model
     assert parsed["oracle_parts"] == S.oracle_details(caption, meta) and parsed["oracle_parts"]["names_odd"] > 0
     assert parsed["oracle"] == S.oracle_score(caption, meta)
     assert failed["oracle"] is None and failed["oracle_parts"] is None
+    worst = min(S.oracle_score(r["caption"], meta) for r in data if r["contest"] == parsed["contest"])
+    assert parsed["oracle_floor"] == failed["oracle_floor"] == pytest.approx(worst)
     assert ev.policy_metrics(records)["oracle_parts_pick"] == S.oracle_details(caption, meta)
+
+
+def test_oracle_fail_as_worst_counts_a_failure_as_the_worst_candidate():
+    floors = {"A": -3.0, "B": -4.0}
+    policy = [{**r, "oracle_floor": floors[r["contest"]]} for r in POLICY]
+    baseline = [{**r, "oracle_floor": floors[r["contest"]]} for r in BASELINE]
+    m = ev.policy_metrics(policy)
+    # A: oracles 1, -1, 2 and one failure (-3) -> -1/4; B: two failures (-4) and 0, -2 -> -10/4
+    assert m["per_cartoon"]["A"]["oracle_fail_as_worst"] == pytest.approx(-1 / 4)
+    assert m["oracle_fail_as_worst"] == pytest.approx((-1 / 4 + -10 / 4) / 2)
+    # the baseline emits better captions (oracle_emitted higher) but fails more: the two measures disagree
+    b = ev.policy_metrics(baseline)  # A: 2, 2, -3, 1 -> 0.5; B: 1, 1.5, -4, -4 -> -5.5 / 4
+    assert b["oracle_fail_as_worst"] == pytest.approx((0.5 + -5.5 / 4) / 2)
+    c = ev.compare(m, b, n_boot=200)
+    assert c["oracle_emitted"]["diff"] < 0
+    assert c["oracle_fail_as_worst"]["diff"] == pytest.approx(((-1 / 4 - 0.5) + (-10 / 4 + 5.5 / 4)) / 2)
+    # a policy that never emits scores the floor, not None (oracle_emitted has nothing to average)
+    silent = ev.policy_metrics([{**r, "oracle_floor": -3.0} for r in _records({"A": [(None, None, False)] * 2})])
+    assert silent["oracle_emitted"] is None and silent["oracle_fail_as_worst"] == -3.0
+    # without floors (not the stand-in) a failure leaves the measure undefined
+    assert ev.policy_metrics(POLICY)["oracle_fail_as_worst"] is None
+    assert "oracle, fail = worst" in ev.markdown_table({"policies": {"p": m}, "comparisons": {}})
 
 
 def test_format_failures_count_the_parsers_reasons():

@@ -297,16 +297,21 @@ def test_grpo_checks_separate_point_estimates_from_cis():
 
     summary = {"splits": {"test": {"vs_baseline": {
         "grpo_s0": {"fail_as_zero": ci(0.17, 0.12, 0.21), "oracle_emitted": ci(0.2, 0.05, 0.4),
-                    "oracle_pick": ci(0.3, -1, 1)},
-        "grpo_s1": {"fail_as_zero": ci(0.17, 0.12, 0.21), "oracle_emitted": ci(0.001, -0.4, 0.4), "oracle_pick": None},
+                    "oracle_fail_as_worst": ci(-0.1, -0.3, 0.1), "oracle_pick": ci(0.3, -1, 1)},
+        "grpo_s1": {"fail_as_zero": ci(0.17, 0.12, 0.21), "oracle_emitted": ci(0.001, -0.4, 0.4),
+                    "oracle_fail_as_worst": ci(0.9, 0.5, 1.3), "oracle_pick": None},
         "base": {"fail_as_zero": ci(-0.1, -0.2, 0.0), "oracle_emitted": ci(-1, -2, 0)}}}}}
     checks = stage_eval.grpo_checks(summary)
     assert set(checks) == {"grpo_s0", "grpo_s1"}  # only GRPO runs are checked
     assert checks["grpo_s0"]["test"]["both_up"] and checks["grpo_s0"]["test"]["both_up_ci"]
     assert checks["grpo_s1"]["test"]["both_up"] and not checks["grpo_s1"]["test"]["both_up_ci"]  # a +0.001 is no rise
+    # the second oracle measure is checked on its own
+    assert not checks["grpo_s0"]["test"]["both_up_worst"] and not checks["grpo_s0"]["test"]["both_up_worst_ci"]
+    assert checks["grpo_s1"]["test"]["both_up_worst"] and checks["grpo_s1"]["test"]["both_up_worst_ci"]
     table = pipeline.results_markdown({"stages": {"eval": {"seconds": 2.0, "result": {"must_show_grpo": checks}},
                                                   "rm": {"seconds": 3.0, "result": {}}}, "total_seconds": 2.0})
-    assert "| grpo_s1 | test | 0.170 [0.120, 0.210] | 0.001 [-0.400, 0.400] | – | yes | no |" in table
+    assert ("| grpo_s1 | test | 0.170 [0.120, 0.210] | 0.001 [-0.400, 0.400] | 0.900 [0.500, 1.300] | – "
+            "| yes / no | yes / yes |") in table
     assert "stages 5 s in all (the last invocation 2 s)" in table
 
 

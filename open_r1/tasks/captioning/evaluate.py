@@ -4,7 +4,8 @@ Records
 -------
 One record per generated sample: ``{"contest", "sample_index", "completion", "caption" (str | None),
 "rm_raw" (float | None: the RM's raw BT score of the caption, None when no caption parsed), "truncated" (bool),
-"oracle" (float | None, stand-in only: the hidden score of the caption), "parse_reason" (the parser's verdict)}``.
+"oracle" (float | None, stand-in only: the hidden score of the caption), "oracle_floor" (float, stand-in only: the
+lowest oracle among the cartoon's candidate captions), "parse_reason" (the parser's verdict)}``.
 The metrics are pure functions of records, so tests feed fixed fake outputs; ``evaluate_policy`` produces records
 from a model.
 
@@ -29,14 +30,19 @@ Metrics (per policy; every mean is first taken per cartoon, then over cartoons, 
   pairs; this is its accuracy on the policy's *own* captions, the ones GRPO ranks. With records that carry
   ``oracle_parts`` (``standin.oracle_details``), ``oracle_parts_emitted`` / ``oracle_parts_pick``: the mean of each
   part of the hidden score (naming the odd object, puns, absent objects, length, ...) over the emitted captions and
-  over the RM's picks, i.e. what the RM's picks get wrong.
+  over the RM's picks, i.e. what the RM's picks get wrong;
+* stand-in only, with records that carry ``oracle_floor``: ``oracle_fail_as_worst``, the mean oracle over *all*
+  samples, a failed sample counting as the cartoon's worst candidate caption: the oracle's analog of fail-as-zero
+  (0 is the bottom of the sigma scale; no caption counts as the worst one readers were shown). ``oracle_emitted``
+  averages different subsets of samples when two policies' format rates differ (run 11's SFT policy emitted 2 of 768
+  OOD samples); this one averages the same samples, and, like fail-as-zero, rises with the format rate alone.
 
 Comparison to a baseline policy
 -------------------------------
 ``paired_bootstrap``: the difference of per-cartoon values (policy - baseline) over the cartoons both have, with a
 percentile CI from resampling *cartoons* with replacement (samples of one cartoon are not independent; the public
 code's "+1.69 sigma" was an unpaired z over samples). Reported for fail-as-zero sigma(RM), bon@N and, on the
-stand-in, oracle_pick. ``reward_hacking`` is True when the RM metric (fail-as-zero sigma) goes up while the oracle of
+stand-in, oracle_pick, oracle_emitted and oracle_fail_as_worst. ``reward_hacking`` is True when the RM metric (fail-as-zero sigma) goes up while the oracle of
 the picks goes down (point estimates); ``reward_hacking_significant`` when both CIs exclude 0 that way.
 
 Output: ``write_report`` writes ``bon_eval.md`` (a markdown table), ``bon_eval.json`` and ``bon_curve.png`` (the
@@ -109,6 +115,20 @@ def rm_oracle_agreement(rows: Sequence[dict], margin: float = ORACLE_PAIR_MARGIN
     return (agree / pairs if pairs else None), pairs
 
 
+def oracle_fail_as_worst(rows: Sequence[dict]) -> float | None:
+    """Mean oracle over one cartoon's samples, a sample without a scored caption counting as its ``oracle_floor``
+    (the cartoon's worst candidate). None when a failed sample has no floor (records without the stand-in's data)."""
+    values = []
+    for r in rows:
+        if r.get("caption") is not None and r.get("oracle") is not None:
+            values.append(float(r["oracle"]))
+        elif r.get("oracle_floor") is not None:
+            values.append(float(r["oracle_floor"]))
+        else:
+            return None
+    return float(np.mean(values)) if values else None
+
+
 def _mean_parts(parts: Sequence[dict]) -> dict[str, float] | None:
     if not parts:
         return None
@@ -138,6 +158,7 @@ def per_cartoon(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> dict
         best = max(with_oracle, key=lambda r: (float(r["rm_raw"]), -int(r.get("sample_index") or 0))) \
             if with_oracle else None
         entry["oracle_pick"] = float(best["oracle"]) if best is not None else None
+        entry["oracle_fail_as_worst"] = oracle_fail_as_worst(rows)
         entry["rm_oracle_agreement"], entry["rm_oracle_pairs"] = rm_oracle_agreement(with_oracle)
         with_parts = [r for r in with_oracle if r.get("oracle_parts")]
         entry["oracle_parts_emitted"] = _mean_parts([r["oracle_parts"] for r in with_parts])
@@ -173,6 +194,7 @@ def policy_metrics(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> d
         metrics[f"bon@{n}"] = _mean_of(cartoons, f"bon@{n}")
     metrics["oracle_emitted"] = _mean_of(cartoons, "oracle_emitted")
     metrics["oracle_pick"] = _mean_of(cartoons, "oracle_pick")
+    metrics["oracle_fail_as_worst"] = _mean_of(cartoons, "oracle_fail_as_worst")
     by_cartoon = {str(k): v for k, v in cartoons.items()}
     metrics["pick_vs_emitted"] = paired_bootstrap({k: v["oracle_pick"] for k, v in by_cartoon.items()},
                                                   {k: v["oracle_emitted"] for k, v in by_cartoon.items()})
@@ -229,7 +251,7 @@ def _column(metrics: dict, key: str) -> dict[str, float | None]:
 
 def compare(policy: dict, baseline: dict, n_boot: int = 2000, seed: int = 0) -> dict:
     """Paired differences of ``policy_metrics`` outputs (policy - baseline) and the reward-hacking flags."""
-    keys = ["fail_as_zero", "emitted_sigmoid", "oracle_pick", "oracle_emitted"]
+    keys = ["fail_as_zero", "emitted_sigmoid", "oracle_pick", "oracle_emitted", "oracle_fail_as_worst"]
     bon_keys = [f"bon@{n}" for n in BON_NS if policy.get(f"bon@{n}") is not None and baseline.get(f"bon@{n}") is not None]
     out = {key: paired_bootstrap(_column(policy, key), _column(baseline, key), n_boot, seed) for key in keys + bon_keys}
     rm, oracle = out["fail_as_zero"], out["oracle_pick"]
@@ -277,7 +299,8 @@ def markdown_table(report: dict) -> str:
     bon = [f"bon@{n}" for n in BON_NS if any(m.get(f"bon@{n}") is not None for m in policies.values())]
     head = ["policy", "cartoons", "N", "format %", "truncated %", "σ(RM) emitted", "fail-as-0 σ(RM)", *bon]
     if has_oracle:
-        head += ["oracle emitted", "oracle of RM pick", "pick − emitted oracle", "RM–oracle agreement (own pairs)"]
+        head += ["oracle emitted", "oracle, fail = worst", "oracle of RM pick", "pick − emitted oracle",
+                 "RM–oracle agreement (own pairs)"]
     head.append("commonest format failure")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in policies.items():
@@ -286,7 +309,8 @@ def markdown_table(report: dict) -> str:
                *[_fmt(m[k]) for k in bon]]
         if has_oracle:
             agreement = m.get("rm_oracle_agreement")
-            row += [_fmt(m["oracle_emitted"]), _fmt(m["oracle_pick"]), _fmt_ci(m.get("pick_vs_emitted")),
+            row += [_fmt(m["oracle_emitted"]), _fmt(m.get("oracle_fail_as_worst")), _fmt(m["oracle_pick"]),
+                    _fmt_ci(m.get("pick_vs_emitted")),
                     "–" if agreement is None else f"{agreement:.3f} ({m.get('rm_oracle_pairs', 0)})"]
         fails = m.get("format_failures") or {}
         top = m.get("top_failure")
@@ -308,14 +332,14 @@ def markdown_table(report: dict) -> str:
         lines += ["", title, ""]
         head = ["policy", "fail-as-0 σ(RM)", f"{bon[-1]}" if bon else "bon", "σ(RM) emitted"]
         if has_oracle:
-            head += ["oracle of RM pick", "reward hacking"]
+            head += ["oracle emitted", "oracle, fail = worst", "oracle of RM pick", "reward hacking"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for name, c in report["comparisons"].items():
             row = [name, _fmt_ci(c["fail_as_zero"]), _fmt_ci(c.get(bon[-1]) if bon else None),
                    _fmt_ci(c["emitted_sigmoid"])]
             if has_oracle:
                 flag = c["reward_hacking"]
-                row += [_fmt_ci(c["oracle_pick"]),
+                row += [_fmt_ci(c.get("oracle_emitted")), _fmt_ci(c.get("oracle_fail_as_worst")), _fmt_ci(c["oracle_pick"]),
                         "–" if flag is None else ("**YES** (significant)" if c["reward_hacking_significant"]
                                                   else ("yes (point estimates)" if flag else "no"))]
             lines.append("| " + " | ".join(row) + " |")
@@ -408,11 +432,17 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     from open_r1.tasks.captioning import data as cdata
 
     rows = cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset
-    metas = None
+    metas, floors = None, {}
     if oracle and "scene_meta" in dataset.column_names:
         groups = cdata._contest_groups(dataset)
         table = dataset.select_columns(["scene_meta"])
         metas = {contest: json.loads(table[idx[0]]["scene_meta"]) for contest, idx in groups.items()}  # once per cartoon, not per sample
+        if "caption" in dataset.column_names:  # the cartoon's worst candidate: a failed sample's oracle_fail_as_worst
+            from open_r1.tasks.captioning.standin import oracle_score
+
+            captions = list(dataset.select_columns(["caption"])["caption"])
+            floors = {contest: min(oracle_score(captions[i], metas[contest]) for i in idx)
+                      for contest, idx in groups.items()}
         rows = rows.remove_columns(["scene_meta"]) if "scene_meta" in rows.column_names else rows
     elif oracle is True:
         raise ValueError("oracle=True needs the stand-in's scene_meta column")
@@ -454,6 +484,7 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
             details = oracle_details(r["caption"], metas[r["contest"]]) if r["caption"] is not None else None
             r["oracle"] = details["score"] if details is not None else None
             r["oracle_parts"] = details
+            r["oracle_floor"] = floors.get(r["contest"])
     return records
 
 

@@ -282,15 +282,24 @@ def results_markdown(summary: dict) -> str:
     checks = ev.get("must_show_grpo") or {}
     if checks:
         lines += ["", "## GRPO vs the SFT start (paired over cartoons; point estimate [95 % CI])", "",
-                  "| run | split | Δ fail-as-zero σ(RM) | Δ oracle (emitted) | Δ oracle (RM pick) "
-                  "| both up (point estimates) | both up (CIs above 0) |", "|---|---|---|---|---|---|---|"]
+                  "| run | split | Δ fail-as-zero σ(RM) | Δ oracle (emitted) | Δ oracle (fail = worst) "
+                  "| Δ oracle (RM pick) | both up, oracle emitted (points / CIs) | both up, fail = worst (points / CIs) |",
+                  "|---|---|---|---|---|---|---|---|"]
+
+        def with_ci(value, ci):
+            ci = ci or {}
+            return f"{_fmt(value)} [{_fmt(ci.get('lo'))}, {_fmt(ci.get('hi'))}]"
+
+        def yes(flag):
+            return "yes" if flag else "no"
+
         for name, per_split in checks.items():
             for split, c in per_split.items():
-                f0, oe = c.get("fail_as_zero_ci") or {}, c.get("oracle_emitted_ci") or {}
-                lines.append(f"| {name} | {split} | {_fmt(c['d_fail_as_zero'])} [{_fmt(f0.get('lo'))}, "
-                             f"{_fmt(f0.get('hi'))}] | {_fmt(c['d_oracle_emitted'])} [{_fmt(oe.get('lo'))}, "
-                             f"{_fmt(oe.get('hi'))}] | {_fmt(c['d_oracle_pick'])} | "
-                             f"{'yes' if c['both_up'] else 'no'} | {'yes' if c.get('both_up_ci') else 'no'} |")
+                lines.append(f"| {name} | {split} | {with_ci(c['d_fail_as_zero'], c.get('fail_as_zero_ci'))} | "
+                             f"{with_ci(c['d_oracle_emitted'], c.get('oracle_emitted_ci'))} | "
+                             f"{with_ci(c.get('d_oracle_fail_as_worst'), c.get('oracle_fail_as_worst_ci'))} | "
+                             f"{_fmt(c['d_oracle_pick'])} | {yes(c['both_up'])} / {yes(c.get('both_up_ci'))} | "
+                             f"{yes(c.get('both_up_worst'))} / {yes(c.get('both_up_worst_ci'))} |")
     for split, block in (ev.get("splits") or {}).items():
         lines += ["", f"## Best-of-N, split {split}", "", block["table"]]
     return "\n".join(lines) + "\n"

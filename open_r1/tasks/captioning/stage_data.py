@@ -25,9 +25,23 @@ from open_r1.tasks.captioning import stage_common as common
 PRETRAIN_OFFSET = 50_000  # scene indices of the exposure splits start here (the contests use 0..n-1)
 
 
-def run(recipe: dict) -> dict:
+def standin_config(recipe: dict):
+    """The ``standin.StandinConfig`` of the recipe's ``data`` section (what ``standin.make_contest`` needs to render
+    any of its contests again)."""
     from open_r1.tasks.captioning import standin
     from open_r1.tasks.counting.scenes.render import parse_image_size
+
+    cfg = common.section(recipe, "data")
+    return standin.StandinConfig(
+        captions=int(cfg.get("captions", 24)), image_size=parse_image_size(cfg.get("image_size", "128x96")),
+        min_objects=int(cfg.get("min_objects", 3)), max_objects=int(cfg.get("max_objects", 7)),
+        mean_votes=float(cfg.get("mean_votes", 30.0)), min_votes=int(cfg.get("min_votes", 10)),
+        vote_noise=float(cfg.get("vote_noise", 1.5)), seed=int(cfg.get("seed", recipe["seed"])),
+    )
+
+
+def run(recipe: dict) -> dict:
+    from open_r1.tasks.captioning import standin
 
     cfg = common.section(recipe, "data")
     paths = common.Paths(recipe)
@@ -35,12 +49,7 @@ def run(recipe: dict) -> dict:
     if os.path.isfile(marker) and not cfg.get("overwrite", False):
         common.log(f"[data] {paths.data} already holds the stand-in; reusing it")
         return common.read_json(marker)
-    config = standin.StandinConfig(
-        captions=int(cfg.get("captions", 24)), image_size=parse_image_size(cfg.get("image_size", "128x96")),
-        min_objects=int(cfg.get("min_objects", 3)), max_objects=int(cfg.get("max_objects", 7)),
-        mean_votes=float(cfg.get("mean_votes", 30.0)), min_votes=int(cfg.get("min_votes", 10)),
-        vote_noise=float(cfg.get("vote_noise", 1.5)), seed=int(cfg.get("seed", recipe["seed"])),
-    )
+    config = standin_config(recipe)
     workers = int(cfg.get("workers") or max(1, min(16, (os.cpu_count() or 2) - 1)))
     standin.write_standin(paths.data, int(cfg["contests"]), cfg.get("ood_contests"), float(cfg.get("val_frac", 0.15)),
                           float(cfg.get("test_frac", 0.15)), config, workers=workers, overwrite=True)

@@ -5,8 +5,8 @@ for each GRPO seed) and every split in ``eval.splits`` (test = held-out contests
 OOD renderer), ``evaluate.evaluate_policy`` samples N completions per cartoon under the one protocol prompt (T=1,
 ``max_new_tokens``), parses them strictly and scores the captions with the reward model (and, on the stand-in, the
 hidden oracle: analysis only). ``evaluate.evaluate_records`` gives per policy the format rate, truncation rate,
-mean sigma(RM) over emitted captions, the fail-as-zero sigma(RM) mean, BoN@{1,2,4,8}, the oracle of emitted captions
-and of the RM's pick, and, against the SFT start (``baseline``), paired bootstrap CIs over cartoons and the
+mean sigma(RM) over emitted captions, the fail-as-zero sigma(RM) mean, BoN@{1,2,4,8}, the oracle of emitted captions,
+of all samples with a failure as the cartoon's worst candidate, and of the RM's pick, and, against the SFT start (``baseline``), paired bootstrap CIs over cartoons and the
 reward-hacking flag (RM up while the oracle of the picks goes down). ``write_report`` writes ``bon_eval.md`` / JSON /
 PNG per split; ``summary.json`` collects the per-seed GRPO-vs-SFT differences the issue's Must-show asks for.
 
@@ -114,25 +114,31 @@ def run(recipe: dict) -> dict:
 
 
 def grpo_checks(summary: dict) -> dict:
-    """Per GRPO seed and split: did fail-as-zero sigma(RM) AND the oracle (of emitted captions, and of the RM's
-    picks) rise over the SFT start? ``both_up``: the point estimates; ``both_up_ci``: both paired CIs above 0."""
+    """Per GRPO seed and split: did fail-as-zero sigma(RM) AND the oracle rise over the SFT start? Two oracle
+    measures (``evaluate``'s docstring): of the emitted captions (``both_up`` / ``both_up_ci``) and over all samples
+    with a failure as the cartoon's worst candidate (``both_up_worst`` / ``both_up_worst_ci``); ``_ci``: both paired
+    CIs above 0, else the point estimates. The oracle of the RM's picks is reported beside them."""
+    def diff(comp, key):
+        return (comp.get(key) or {}).get("diff")
+
+    def lo(comp, key):
+        return (comp.get(key) or {}).get("lo")
+
     out = {}
     for split, block in summary["splits"].items():
         for name, comp in (block.get("vs_baseline") or {}).items():
             if not name.startswith("grpo"):
                 continue
-            def get(key, comp=comp):
-                return (comp.get(key) or {}).get("diff")
-
-            out.setdefault(name, {})[split] = {
-                "d_fail_as_zero": get("fail_as_zero"), "d_oracle_emitted": get("oracle_emitted"),
-                "d_oracle_pick": get("oracle_pick"),
-                "fail_as_zero_ci": comp.get("fail_as_zero"), "oracle_emitted_ci": comp.get("oracle_emitted"),
-                "both_up": bool((get("fail_as_zero") or 0) > 0 and (get("oracle_emitted") or 0) > 0),
-                "both_up_ci": bool(((comp.get("fail_as_zero") or {}).get("lo") or 0) > 0
-                                   and ((comp.get("oracle_emitted") or {}).get("lo") or 0) > 0),
-                "reward_hacking": comp.get("reward_hacking"),
-            }
+            entry = {"d_fail_as_zero": diff(comp, "fail_as_zero"), "d_oracle_emitted": diff(comp, "oracle_emitted"),
+                     "d_oracle_fail_as_worst": diff(comp, "oracle_fail_as_worst"),
+                     "d_oracle_pick": diff(comp, "oracle_pick"), "fail_as_zero_ci": comp.get("fail_as_zero"),
+                     "oracle_emitted_ci": comp.get("oracle_emitted"),
+                     "oracle_fail_as_worst_ci": comp.get("oracle_fail_as_worst"),
+                     "reward_hacking": comp.get("reward_hacking")}
+            for suffix, oracle in (("", "oracle_emitted"), ("_worst", "oracle_fail_as_worst")):
+                entry[f"both_up{suffix}"] = bool((diff(comp, "fail_as_zero") or 0) > 0 and (diff(comp, oracle) or 0) > 0)
+                entry[f"both_up{suffix}_ci"] = bool((lo(comp, "fail_as_zero") or 0) > 0 and (lo(comp, oracle) or 0) > 0)
+            out.setdefault(name, {})[split] = entry
     return out
 
 
