@@ -467,6 +467,30 @@ def test_oracle_fail_as_worst_counts_a_failure_as_the_worst_candidate():
     assert "oracle, fail = worst" in ev.markdown_table({"policies": {"p": m}, "comparisons": {}})
 
 
+def test_rescoring_a_saved_report_gives_the_evals_fail_as_worst(standin_dir):
+    """experiments.captioning.rescore_fail_as_worst recomputes the measure from per-cartoon aggregates (reports saved
+    before the eval had it): the same values and paired differences as the eval on the records."""
+    from experiments.captioning import rescore_fail_as_worst as rescore
+
+    floors = {"A": -3.0, "B": -4.0}
+    with_floor = {name: [{**r, "oracle_floor": floors[r["contest"]]} for r in records]
+                  for name, records in (("grpo", POLICY), ("sft", BASELINE))}
+    report = json.loads(json.dumps(ev.evaluate_records(with_floor, baseline="sft", n_boot=300)))  # as saved
+    out = rescore.rescore(report, floors, n_boot=300)
+    for name in ("grpo", "sft"):
+        assert out["policies"][name]["oracle_fail_as_worst"] == pytest.approx(
+            report["policies"][name]["oracle_fail_as_worst"])
+    assert out["vs_baseline"]["grpo"]["oracle_fail_as_worst"] == pytest.approx(
+        report["comparisons"]["grpo"]["oracle_fail_as_worst"])
+    # the floors come from the candidates rendered again: the split's lowest oracle per contest
+    _, paths = standin_dir
+    ood = cdata.load_captions(paths["ood"], keep_oracle=True)
+    contest = ood[0]["contest"]
+    config = S.StandinConfig(captions=12, image_size=(96, 64), max_objects=5)  # the fixture's
+    assert rescore.floors(config, [str(contest)])[str(contest)] == min(
+        r["oracle"] for r in ood if r["contest"] == contest)
+
+
 def test_format_failures_count_the_parsers_reasons():
     records = [{"completion": "a</think>\n\n<caption>x</caption>", "caption": "x"},
                {"completion": "a</think>\n\n<caption>x", "caption": None},
