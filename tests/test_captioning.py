@@ -640,6 +640,11 @@ def test_standin_is_deterministic_and_pretrain_rows_format(standin_dir):
     assert P.parse_caption(fluency["completion"][0]["content"][0]["text"]) is not None
     thinking = S.templated_thinking(train[0])
     assert not P.trace_leaks_caption(thinking, train[0]["caption"]) or "talk about" in train[0]["caption"]
+    # the "joke" wording: the same facts without the word that shares the <caption> tag's sub-words
+    joke = S.templated_thinking(train[0], wording="joke")
+    assert joke == thinking.replace("A good caption", "A good joke") and "caption" not in joke
+    with pytest.raises(DataError, match="wording must be one of"):
+        S.templated_thinking(train[0], wording="pun")
 
 
 def test_pretrain_and_sft_rows_pass_the_stored_images_through_without_reencoding(standin_dir, monkeypatch):

@@ -223,6 +223,10 @@ def test_a_missing_input_fails_before_any_stage_runs_naming_the_stage_to_run(tmp
     common.apply_override(recipe, f"eval.policies={{mine: {tmp_path}/nowhere}}")
     with pytest.raises(RecipeError, match=r"the policy 'mine' .*nowhere does not exist: set eval.policies to"):
         pipeline.preflight(recipe, ["eval"])
+    # a stage's choices are checked before the first stage too (synthesize runs third in the chain)
+    common.apply_override(recipe, "synthesize.trace_wording=pun")
+    with pytest.raises(RecipeError, match=r"synthesize.trace_wording must be one of \['caption', 'joke'\], got 'pun'"):
+        pipeline.preflight(recipe, ["data", "pretrain", "synthesize"])
     # beneath the stages: a missing dir is named as such (transformers would call it an invalid hub repo id)
     with pytest.raises(ModelError, match=f"processor directory {tmp_path}/nowhere does not exist"):
         modeling.load_processor(f"{tmp_path}/nowhere")

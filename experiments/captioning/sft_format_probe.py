@@ -27,7 +27,7 @@ def thinking_without_the_tag_word(row: dict) -> str:
     """`standin.templated_thinking` with "caption" replaced by "joke" (the same facts, no shared sub-words)."""
     from open_r1.tasks.captioning import standin
 
-    return standin.templated_thinking(row).replace("A good caption", "A good joke")
+    return standin.templated_thinking(row, wording="joke")  # the recipe's synthesize.trace_wording: joke
 
 
 def thinking_first_sentence(row: dict) -> str:

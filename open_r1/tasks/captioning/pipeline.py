@@ -150,9 +150,12 @@ def early_starts(recipe: dict, stages) -> dict[str, str]:
 
 def preflight(recipe: dict, stages) -> None:
     """Before any stage runs: every stage's inputs (its module's ``inputs``) are on disk or made by a stage that runs
-    before it, so a chain whose work_dir is gone fails at once with the stage to run, not minutes in."""
+    before it, so a chain whose work_dir is gone fails at once with the stage to run, not minutes in; a stage's
+    ``check_recipe`` (where it has one) checks its section's choices the same way."""
     for i, name in enumerate(stages):
         module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
+        if hasattr(module, "check_recipe"):
+            module.check_recipe(recipe)
         if hasattr(module, "inputs"):
             common.check_inputs(module.inputs(recipe), produced=stages[:i])
 

@@ -12,7 +12,8 @@ more than 4 caption words). The kept traces become the ``thinking`` column that 
 
 Deviations from the seed: the seed keeps truncated traces and its synthesis prompt mentions "a judge"; here both are
 dropped/avoided. On the stand-in the tiny base cannot write explanations, so with ``trace_source: templated`` the
-SFT traces are ``standin.templated_thinking`` (from the scene metadata; said in docs/CAPTIONING.md), while this code
+SFT traces are ``standin.templated_thinking`` (from the scene metadata; said in docs/CAPTIONING.md; its noun by
+``trace_wording``: ``caption``, the default, or ``joke``), while this code
 path still runs on ``limit`` rows and its counts are reported.
 
     python -m open_r1.tasks.captioning.stage_synthesize --config configs/captioning/standin_demo.yaml
@@ -120,6 +121,20 @@ def inputs(recipe: dict) -> dict[str, common.Input]:
             "train": common.split_input(paths, "train")}
 
 
+def check_recipe(recipe: dict) -> tuple[str, str]:
+    """The section's choices (trace_source, trace_wording), checked; the pipeline calls this before any stage runs."""
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import standin
+
+    cfg = common.section(recipe, "synthesize")
+    source, wording = cfg.get("trace_source", "synthesized"), cfg.get("trace_wording", "caption")
+    if source not in ("synthesized", "templated"):
+        raise RecipeError(f"synthesize.trace_source must be 'synthesized' or 'templated', got {source!r}")
+    if wording not in standin.TRACE_WORDINGS:
+        raise RecipeError(f"synthesize.trace_wording must be one of {list(standin.TRACE_WORDINGS)}, got {wording!r}")
+    return source, wording
+
+
 def run(recipe: dict) -> dict:
     import datasets
 
@@ -128,21 +143,17 @@ def run(recipe: dict) -> dict:
 
     cfg = common.section(recipe, "synthesize")
     paths = common.Paths(recipe)
+    source, wording = check_recipe(recipe)
     model_path = common.check_inputs(inputs(recipe))["model"]
     train = cdata.load_captions(paths.split("train"), check_images="none")
     top = cdata.top_k_rows(train, int(common.section(recipe, "sft").get("top_k", 3)))
     limit = cfg.get("limit")
-    source = cfg.get("trace_source", "synthesized")
-    if source not in ("synthesized", "templated"):
-        from open_r1.errors import RecipeError
-
-        raise RecipeError(f"synthesize.trace_source must be 'synthesized' or 'templated', got {source!r}")
     subset = top.select(range(min(int(limit), len(top)))) if limit and source == "templated" else top
     traces, counts = synthesize(model_path, subset, cfg)
     counts["trace_source"] = source
     if source == "templated":  # the stand-in: SFT traces from the scene metadata, said so everywhere
-        top = standin.add_templated_thinking(top)
-        counts["sft_traces"] = "standin.templated_thinking (the tiny base cannot write explanations)"
+        top = standin.add_templated_thinking(top, wording)
+        counts["sft_traces"] = f"standin.templated_thinking, wording {wording!r} (the tiny base cannot write explanations)"
     else:
         top = top.add_column(cdata.THINKING_COLUMN, traces)
         counts["sft_traces"] = "synthesized"

@@ -626,25 +626,32 @@ def odd_object_phrase(meta: dict) -> str:
     return f"the {meta['odd_value']} {NOUN[odd['shape']]}"
 
 
-def templated_thinking(row: dict) -> str:
+TRACE_WORDINGS = ("caption", "joke")
+
+
+def templated_thinking(row: dict, wording: str = "caption") -> str:
     """A TEMPLATED thinking trace for a stand-in caption row (from ``scene_meta``, not from a model).
 
     Stands in for the real synthesis output when the policy is too small to write explanations; it says what is
-    odd in the picture and that the caption plays on it. It never quotes the caption.
+    odd in the picture and that the caption plays on it. It never quotes the caption. ``wording``: the noun of "A
+    good ... points at": ``caption`` (runs 1-12) or ``joke`` (the stand-in tokenizer splits "caption" into the
+    sub-words of the ``<caption>`` tag; docs/CAPTIONING.md, "The format probe").
     """
+    if wording not in TRACE_WORDINGS:
+        raise DataError(f"templated_thinking wording must be one of {TRACE_WORDINGS}, got {wording!r}")
     meta = _meta(row)
     dim_word = {"color": "colour", "shape": "shape", "size": "size", "texture": "pattern"}[meta["dimension"]]
     return (
         f"Most of the objects are {meta['majority_value']} ones, but {odd_object_phrase(meta)} differs in "
-        f"{dim_word}. A good caption points at {odd_object_phrase(meta)} and plays on it being "
+        f"{dim_word}. A good {wording} points at {odd_object_phrase(meta)} and plays on it being "
         f"{meta['odd_value']}."
     )
 
 
-def add_templated_thinking(dataset):
+def add_templated_thinking(dataset, wording: str = "caption"):
     """``dataset`` with a ``thinking`` column from ``templated_thinking`` (for ``data.sft_rows`` on the stand-in)."""
     table = dataset.select_columns(["scene_meta"])
-    return dataset.add_column(cdata.THINKING_COLUMN, [templated_thinking(r) for r in table])
+    return dataset.add_column(cdata.THINKING_COLUMN, [templated_thinking(r, wording) for r in table])
 
 
 def _qa_messages(question: str) -> list[dict]:
