@@ -1,12 +1,12 @@
 """The oracle with a failure counted as the cartoon's worst candidate, from a saved BoN report (no model, no GPU).
 
 Question: runs before the eval reported ``oracle_fail_as_worst`` (``open_r1.tasks.captioning.evaluate``) saved only
-per-cartoon aggregates; what does that measure say about them? Per cartoon it is exactly
-``format * oracle_emitted + (1 - format) * floor`` (the mean over the N samples, a failure counting as ``floor``),
-where ``floor`` is the lowest oracle among the cartoon's candidate captions. The candidates are rendered again from
-the recipe (``standin.make_contest`` is deterministic in (seed, stream, index); contest ids >= 100000 are the OOD
-stream), so only the report JSON is needed. The paired bootstrap is the eval's (``evaluate.paired_bootstrap``, the
-same seed and resamples).
+per-cartoon aggregates; what does that measure say about them? Per cartoon it is exactly ``format * oracle_emitted +
+(1 - format) * floor`` (the mean over the N samples, a failure counting as ``floor``), where ``floor`` is the lowest
+oracle among the cartoon's candidate captions. The candidates are rendered again from the recipe
+(``standin.make_contest`` is deterministic in (seed, stream, index); contest ids from ``standin.OOD_CONTEST_OFFSET``
+on are the OOD stream), so only the report JSON is needed. The paired bootstrap is the eval's
+(``evaluate.paired_bootstrap``, the same seed and resamples).
 
     python -m experiments.captioning.rescore_fail_as_worst --config configs/captioning/standin_h200.yaml \\
         --reports test=docs/results/captioning_h200_run11_bon_test.json ood=docs/results/captioning_h200_run11_bon_ood.json
@@ -17,8 +17,6 @@ import argparse
 import json
 import sys
 
-OOD_OFFSET = 100_000  # standin.make_contest: OOD contest ids are index + 100000
-
 
 def floors(config, contests) -> dict[str, float]:
     """The lowest candidate oracle of each contest id (as the report's string keys)."""
@@ -27,7 +25,8 @@ def floors(config, contests) -> dict[str, float]:
     out = {}
     for key in contests:
         contest = int(key)
-        stream, index = ("ood", contest - OOD_OFFSET) if contest >= OOD_OFFSET else ("main", contest)
+        offset = standin.OOD_CONTEST_OFFSET
+        stream, index = ("ood", contest - offset) if contest >= offset else ("main", contest)
         out[key] = min(row["oracle"] for row in standin.make_contest(config, stream, index))
     return out
 

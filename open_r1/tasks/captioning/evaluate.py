@@ -41,9 +41,10 @@ Comparison to a baseline policy
 -------------------------------
 ``paired_bootstrap``: the difference of per-cartoon values (policy - baseline) over the cartoons both have, with a
 percentile CI from resampling *cartoons* with replacement (samples of one cartoon are not independent; the public
-code's "+1.69 sigma" was an unpaired z over samples). Reported for fail-as-zero sigma(RM), bon@N and, on the
-stand-in, oracle_pick, oracle_emitted and oracle_fail_as_worst. ``reward_hacking`` is True when the RM metric (fail-as-zero sigma) goes up while the oracle of
-the picks goes down (point estimates); ``reward_hacking_significant`` when both CIs exclude 0 that way.
+code's "+1.69 sigma" was an unpaired z over samples). Reported for fail-as-zero sigma(RM), bon@N and, on the stand-in,
+oracle_pick, oracle_emitted and oracle_fail_as_worst. ``reward_hacking`` is True when the RM metric (fail-as-zero
+sigma) goes up while the oracle of the picks goes down (point estimates); ``reward_hacking_significant`` when both CIs
+exclude 0 that way.
 
 Output: ``write_report`` writes ``bon_eval.md`` (a markdown table), ``bon_eval.json`` and ``bon_curve.png`` (the
 BoN curve of each policy). From saved records (JSONL)::

@@ -461,6 +461,9 @@ class StandinConfig:
     seed: int = 0
 
 
+OOD_CONTEST_OFFSET = 100_000  # contest id of the OOD stream's scene i: i + this (the main stream's: i)
+
+
 def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
     """All caption rows of one contest (deterministic in (seed, stream, index))."""
     renderer = "ood" if stream == "ood" else "clevr"
@@ -469,7 +472,7 @@ def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
     size = config.image_size if renderer == "clevr" else _ood_size(config.image_size)
     image, meta = render_odd_scene(scene_seed, renderer, size, config.min_objects, config.max_objects)
     png = {"bytes": encode_png(np.asarray(image), 3), "path": None}
-    contest = index + (100000 if stream == "ood" else 0)
+    contest = index + (OOD_CONTEST_OFFSET if stream == "ood" else 0)
     desc = describe(meta)
     meta_json = json.dumps(meta, separators=(",", ":"))
     rows = []
