@@ -625,6 +625,23 @@ def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir):
     assert agree > 0.9
 
 
+def test_standin_contests_do_not_depend_on_the_processs_hash_seed():
+    """Two processes with different PYTHONHASHSEEDs render the same candidate captions (a set of strings iterates in
+    a per-process order; the generator picked from such an order by position, so runs differed)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json; from open_r1.tasks.captioning import standin as S; c = S.StandinConfig(captions=24, "
+            "image_size=(96, 64)); print(json.dumps([[r['caption'] for r in S.make_contest(c, s, i)] "
+            "for s in ('main', 'ood') for i in range(6)]))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
+                           env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": root}).stdout
+            for seed in ("1", "2")]
+    assert json.loads(outs[0]) == json.loads(outs[1])
+
+
 def test_standin_is_deterministic_and_pretrain_rows_format(standin_dir):
     config = S.StandinConfig(captions=6, image_size=(96, 64), max_objects=4)
     a, b = S.make_contest(config, "main", 5), S.make_contest(config, "main", 5)

@@ -389,7 +389,9 @@ def candidate_captions(rng: np.random.Generator, meta: dict, n: int) -> list[dic
     own = set(renderer_values(meta["renderer"]))
     pun_values = {
         "odd": [meta["odd_value"]],
-        "present": [v for d in VOCAB for v in present[d] if v in PUNS and v != meta["odd_value"]],
+        # sorted: a set of strings iterates in an order set by the process's hash seed (PYTHONHASHSEED), and the
+        # rng picks from this list by position, so unsorted the captions differed between processes
+        "present": [v for d in VOCAB for v in sorted(present[d]) if v in PUNS and v != meta["odd_value"]],
         "absent": [v for v in PUNS if v in own and not any(v in present[d] for d in VOCAB)],
     }
     out, seen = [], set()
