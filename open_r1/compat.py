@@ -1,6 +1,7 @@
 """Every use of a private TRL / transformers / torch name, in one place, each behind a small named function.
 
-TRL is pinned at 1.16.0 and transformers at 5.24; the names below are not public API and may move in any release.
+TRL is pinned at 1.16.0; transformers was written against 5.24 and is tested on 5.25 too; the names below are not
+public API and may move in any release.
 Each accessor's docstring says what it relies on, and `tests/test_compat.py` holds one contract test per item that
 fails loudly (with the item's name) when an upgrade moves it, instead of the engine silently changing behaviour.
 Where the libraries have a public way it is used instead, elsewhere: reward sub-scores go through TRL's
@@ -29,6 +30,9 @@ Items:
 8. `completion_only_scoring`: `trl.trainer.utils._use_triton` (the GPU bench's --tiny CPU mode only).
 9. `attn_implementation`: a (sub-)config's `_attn_implementation`, the name its modules look their attention
    function up by (`set_attn_implementation` is the public setter; there is no public getter).
+10. `set_vision_attn_implementation`: the same attribute set on the vision sub-config where the public setter
+   refuses a registered function whose name contains "flash" (transformers >= 5.25 preloads a flash kernel by
+   that name and finds none).
 """
 from __future__ import annotations
 
@@ -207,3 +211,24 @@ def attn_implementation(config) -> str | None:
     Relies on `PretrainedConfig._attn_implementation`, which `set_attn_implementation` sets and the attention
     layers read (`ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, ...)`)."""
     return getattr(config, "_attn_implementation", None) if config is not None else None
+
+
+# ---- 10. setting the vision tower's attention implementation -------------------------------------------------
+
+
+def set_vision_attn_implementation(model, name: str) -> None:
+    """Make `model`'s vision tower use the attention function registered as `name` (`AttentionInterface`), the
+    language model keeping its own. Through the public `set_attn_implementation({"vision_config": name})` where it
+    accepts the name (transformers <= 5.24). From 5.25 that setter preloads a flash kernel for every name containing
+    "flash" and raises for a registered function, which has none to load; there the name is set on the vision
+    config itself: `PretrainedConfig._attn_implementation` (a property whose setter recurses into sub-configs), the
+    attribute the vision attention layers read, on the one config object that the vision tower's modules share
+    with `model.config.vision_config` (checked: every supported family)."""
+    try:
+        model.set_attn_implementation({"vision_config": name})
+    except ValueError as exc:
+        if "flash attention implementation" not in str(exc):
+            raise
+        model.config.vision_config._attn_implementation = name
+    if attn_implementation(model.config.vision_config) != name:
+        raise RuntimeError(f"the vision tower's attention implementation could not be set to {name!r}")

@@ -12,7 +12,8 @@ stacked into one `(n, heads, length, dim)` batch.
 Each segment still attends only to itself, so the result is the per-image computation's (bit for bit on CPU,
 tested; on GPUs the kernels may differ in the last bits). No model code is replaced: the function is registered
 through transformers' `AttentionInterface`, the library's extension point, and set on the vision sub-config only
-(`model.set_attn_implementation({"vision_config": NAME})`); the language model keeps its own implementation.
+(`compat.set_vision_attn_implementation`: `model.set_attn_implementation({"vision_config": NAME})`, or where
+transformers >= 5.25 refuses that name, the vision config's attribute); the language model keeps its own.
 
 What it relies on (checked by `tests/test_vision_attention.py` for every supported family): transformers hands
 `cu_seq_lens_q` to an implementation only when its name contains "flash" (`is_flash_attention_requested` is a
@@ -98,5 +99,7 @@ def use_grouped_vision_attention(model, choice: str = "grouped") -> bool:
     if current != "sdpa":
         return current == NAME
     register()
-    model.set_attn_implementation({"vision_config": NAME})
+    from open_r1.compat import set_vision_attn_implementation
+
+    set_vision_attn_implementation(model, NAME)
     return True

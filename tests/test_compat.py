@@ -223,6 +223,25 @@ def test_item9_attn_implementation_is_what_set_attn_implementation_sets_per_sub_
     assert "self.config._attn_implementation" in _source(qwen2_vl.VisionAttention.forward)
 
 
+def test_item10_set_vision_attn_implementation_sets_a_registered_flash_named_function_on_the_vision_tower_only(
+        tiny_model_dir):
+    from transformers import AttentionInterface, AutoModelForImageTextToText
+
+    from open_r1.vision_attention import grouped_sdpa
+
+    name = "open_r1_flash_contract_probe"  # "flash" in the name: what transformers 5.25's setter refuses
+    AttentionInterface.register(name, grouped_sdpa)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32,
+                                                        attn_implementation="sdpa")
+    compat.set_vision_attn_implementation(model, name)
+    vision, text = model.config.vision_config, model.config.get_text_config()
+    assert (compat.attn_implementation(vision), compat.attn_implementation(text)) == (name, "sdpa")
+    # the fallback sets one config object: every vision module must read that one
+    visual = model.model.visual
+    assert visual.config is vision
+    assert all(m.config is vision for m in visual.modules() if hasattr(m, "config"))
+
+
 # ---- nothing private outside compat.py ----------------------------------------------------------------------------
 LIBRARIES = ("torch", "trl", "transformers", "accelerate", "peft", "datasets", "safetensors", "deepspeed")
 
