@@ -987,3 +987,34 @@ def _wrap_contest_captions(evaluate_policy, captions):
             r["caption"] = captions[r["contest"]]
         return records
     return wrapped
+
+
+def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp_path):
+    """The RM stage builds its rows from the pairs' row indices (no pair dataset with an image per pair); they
+    must be `pair_rows(preference_pairs(...))`'s: the same pairs, order, messages, groups, images, oracle order."""
+    import shutil
+
+    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_rm
+
+    _, paths = standin_dir
+    recipe_path = tmp_path / "recipe.yaml"
+    recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 3\n"
+                           "rm: {k: 1.0, cap_per_contest: 40, max_pairs: 150, eval_cap_per_contest: 30}\n")
+    recipe = common.load_recipe(str(recipe_path))
+    shutil.copytree(paths["train"], common.Paths(recipe).split("train"))
+    shutil.copytree(paths["val"], common.Paths(recipe).split("val"))
+
+    def comparable(rows):
+        return [(r["group"], r["chosen"], r["rejected"], r.get("oracle_order"), r["image"].tobytes()) for r in rows]
+
+    for blind in (False, True):
+        fast = stage_rm.training_pair_rows(recipe, blind=blind)
+        plain = stage_rm.pair_rows(stage_rm.training_pairs(recipe), blind=blind)
+        assert len(fast) == 150 and len({r["group"] for r in fast}) > 1
+        assert comparable(fast) == comparable(plain)
+    held = stage_rm.held_out_pairs(recipe, "val", blind=False)
+    dataset = cdata.load_captions(paths["val"], check_images="none", keep_oracle=True)
+    expected = stage_rm.pair_rows(cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7,
+                                                         keep_oracle=True), keep_oracle=True)
+    assert comparable(held) == comparable(expected) and any(r["oracle_order"] for r in held)

@@ -128,7 +128,8 @@ def drop_analysis_columns(dataset):
 
 
 def _column(dataset, name: str) -> list:
-    return list(dataset.select_columns([name])[name]) if len(dataset) else []
+    # to_dict: one Arrow -> Python conversion (iterating the column went row by row: 10-80x slower)
+    return dataset.select_columns([name]).to_dict()[name] if len(dataset) else []
 
 
 def validate_captions(dataset, name: str = "caption dataset", check_images: str = "first_per_contest") -> None:

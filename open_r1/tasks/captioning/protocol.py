@@ -172,9 +172,13 @@ def rm_messages(description: dict | None, caption: str) -> list[dict]:
 
     The thinking is not part of the RM input: the RM judges the caption for the cartoon, whatever led to it.
     """
-    return build_messages(description) + [
-        {"role": "assistant", "content": [{"type": "text", "text": f"{CAPTION_OPEN}{caption.strip()}{CAPTION_CLOSE}"}]}
-    ]
+    return build_messages(description) + [rm_turn(caption)]
+
+
+def rm_turn(caption: str) -> dict:
+    """The assistant turn of `rm_messages` (for callers that build one prompt for many captions)."""
+    text = f"{CAPTION_OPEN}{caption.strip()}{CAPTION_CLOSE}"
+    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
 
 
 # --------------------------------------------------------------------------------------------------------------------

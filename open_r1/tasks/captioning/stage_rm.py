@@ -74,16 +74,48 @@ def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dic
     return rows
 
 
+def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
+    """``pair_rows(data.preference_pairs(dataset, ...))`` from the pairs' row indices (``data.pair_indices``, the
+    same rule, cap and seed), without building the pair dataset: that copies a contest's image into every one of its
+    pairs (206k pairs in run 13) and cost most of each RM process's start. The same rows, in the same order, with
+    the image of each contest's first pair (tested against ``pair_rows``)."""
+    from open_r1.tasks.captioning import protocol
+
+    columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
+    contests, captions = columns["contest"], columns["caption"]
+    first: dict = {}
+    for chosen, _ in index:
+        first.setdefault(contests[chosen], int(chosen))
+    decoded = dataset.select(list(first.values()))["image"]
+    images = {}
+    for contest, image in zip(first, decoded):
+        image = image.convert("RGB")
+        images[contest] = blank_like(image) if blind else image
+    prompts: dict = {}  # chosen row -> its prompt, built once (building one per side was most of the time left)
+    rows = []
+    for chosen, rejected in index.tolist():
+        contest = contests[chosen]
+        if chosen not in prompts:
+            prompts[chosen] = protocol.build_messages(
+                protocol.description_from_row({k: v[chosen] for k, v in columns.items()}))
+        prompt = prompts[chosen]
+        row = {"image": images[contest], "chosen": [*prompt, protocol.rm_turn(captions[chosen])],
+               "rejected": [*prompt, protocol.rm_turn(captions[rejected])], "group": contest}
+        if keep_oracle:
+            row["oracle_order"] = columns["oracle"][chosen] > columns["oracle"][rejected]
+        rows.append(row)
+    return rows
+
+
 def held_out_pairs(recipe: dict, split: str, blind: bool):
     from open_r1.tasks.captioning import data as cdata
 
     cfg = common.section(recipe, "rm")
     paths = common.Paths(recipe)
     dataset = cdata.load_captions(paths.split(split), check_images="none", keep_oracle=True)
-    pairs = cdata.preference_pairs(dataset, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
-                                   cap_per_contest=int(cfg.get("eval_cap_per_contest", 200)),
-                                   seed=int(recipe["seed"]) + 7, keep_oracle=True)
-    return pair_rows(pairs, blind=blind, keep_oracle=True)
+    index = cdata.pair_indices(dataset, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
+                               cap_per_contest=int(cfg.get("eval_cap_per_contest", 200)), seed=int(recipe["seed"]) + 7)
+    return index_pair_rows(dataset, index, blind=blind, keep_oracle=True)
 
 
 def _progress(label: str, every_s: float = 15.0):
@@ -131,7 +163,8 @@ def pair_rule(recipe: dict) -> dict:
 def training_pairs(recipe: dict):
     """The k-sigma preference pairs the RM trains on, from the split ``rm.train_split`` (default ``train``; e.g.
     ``train_rated``: the training contests with a round of ratings on a policy's samples added,
-    ``stage_ratings``), capped per contest and shuffled with the recipe's seed."""
+    ``stage_ratings``), capped per contest and shuffled with the recipe's seed (a pair dataset; the RM itself
+    trains on `training_pair_rows`, the same pairs)."""
     from open_r1.tasks.captioning import data as cdata
 
     cfg = common.section(recipe, "rm")
@@ -141,6 +174,19 @@ def training_pairs(recipe: dict):
     if cfg.get("max_pairs"):
         pairs = pairs.select(range(min(int(cfg["max_pairs"]), len(pairs))))
     return pairs
+
+
+def training_pair_rows(recipe: dict, blind: bool = False) -> list[dict]:
+    """`pair_rows(training_pairs(recipe))`, built from the pairs' row indices (`index_pair_rows`)."""
+    from open_r1.tasks.captioning import data as cdata
+
+    cfg = common.section(recipe, "rm")
+    path = common.check_inputs({"train": inputs(recipe)["train"]})["train"]
+    train = cdata.load_captions(path, check_images="none")
+    index = cdata.pair_indices(train, **pair_rule(recipe))
+    if cfg.get("max_pairs"):
+        index = index[:int(cfg["max_pairs"])]
+    return index_pair_rows(train, index, blind=blind)
 
 
 def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
@@ -156,8 +202,7 @@ def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
     seed = seeds[0] if seed is None else int(seed)
     out = paths.rm_blind if blind else (paths.rm if len(seeds) == 1 else paths.rm_seed(seed))
     tag = f"[rm{' blind' if blind else ''}{'' if len(seeds) == 1 else f' s{seed}'}]"
-    pairs = training_pairs(recipe)
-    rows = pair_rows(pairs, blind=blind)
+    rows = training_pair_rows(recipe, blind=blind)
     cuda = torch.cuda.is_available()
     model = rm_lib.build_reward_model(
         backbone, min_pixels=cfg.get("min_pixels"), max_pixels=cfg.get("max_pixels"),
@@ -179,7 +224,7 @@ def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
         dataloader_num_workers=int(cfg.get("dataloader_workers", 0)), disable_tqdm=True,
         gradient_checkpointing=bool(cfg.get("gradient_checkpointing", False)), remove_unused_columns=False,
     )
-    common.log(f"{tag} {len(rows)} train pairs from {len(set(pairs['contest']))} contests; "
+    common.log(f"{tag} {len(rows)} train pairs from {len({row['group'] for row in rows})} contests; "
                f"backbone {backbone}")
     started = time.time()
     trainer = rm_lib.train_reward_model(model, rows, args, callbacks=[common.time_cap(max_seconds)] if max_seconds else None,
