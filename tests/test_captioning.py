@@ -1018,3 +1018,23 @@ def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp
     expected = stage_rm.pair_rows(cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7,
                                                          keep_oracle=True), keep_oracle=True)
     assert comparable(held) == comparable(expected) and any(r["oracle_order"] for r in held)
+
+
+def test_rm_held_out_pairs_on_data_without_the_oracle_column(standin_dir, tmp_path):
+    """Real data has no oracle column: the held-out pairs are built all the same, without an oracle order (the
+    pair dataset path raised there, since held-out scoring always asked for the oracle)."""
+    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_rm
+
+    _, paths = standin_dir
+    recipe_path = tmp_path / "recipe.yaml"
+    recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 0\nrm: {{k: 1.0, eval_cap_per_contest: 30}}\n")
+    recipe = common.load_recipe(str(recipe_path))
+    real_like = cdata.load_captions(paths["val"], keep_oracle=True).remove_columns(["oracle"])
+    real_like.save_to_disk(common.Paths(recipe).split("val"))
+    held = stage_rm.held_out_pairs(recipe, "val", blind=False)
+    assert held and all("oracle_order" not in r for r in held)
+    with_oracle = stage_rm.index_pair_rows(cdata.load_captions(paths["val"], keep_oracle=True),
+                                           cdata.pair_indices(real_like, k=1.0, cap_per_contest=30, seed=7),
+                                           keep_oracle=True)
+    assert [(r["chosen"], r["rejected"]) for r in held] == [(r["chosen"], r["rejected"]) for r in with_oracle]

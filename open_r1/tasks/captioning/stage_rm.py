@@ -115,7 +115,8 @@ def held_out_pairs(recipe: dict, split: str, blind: bool):
     dataset = cdata.load_captions(paths.split(split), check_images="none", keep_oracle=True)
     index = cdata.pair_indices(dataset, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
                                cap_per_contest=int(cfg.get("eval_cap_per_contest", 200)), seed=int(recipe["seed"]) + 7)
-    return index_pair_rows(dataset, index, blind=blind, keep_oracle=True)
+    # real data has no oracle (the stand-in's analysis column): its rows carry no oracle order
+    return index_pair_rows(dataset, index, blind=blind, keep_oracle="oracle" in dataset.column_names)
 
 
 def _progress(label: str, every_s: float = 15.0):
@@ -258,7 +259,8 @@ def score_held_out(recipe: dict, model, blind: bool, tag: str = "[rm]", splits: 
         common.log(f"{tag} {split}: scoring {len(held)} held-out pairs (built in {time.time() - t0:.1f} s)")
         result = rm_lib.evaluate_pairs(model, held, batch_size=int(cfg.get("eval_batch_size", 32)),
                                        seed=int(recipe["seed"]), progress=_progress(f"{tag} {split}"))
-        result["oracle_agreement_of_labels"] = sum(r["oracle_order"] for r in held) / len(held)
+        if held and "oracle_order" in held[0]:
+            result["oracle_agreement_of_labels"] = sum(r["oracle_order"] for r in held) / len(held)
         results[split] = result
         common.log(f"{tag} {split}: pairwise accuracy {result['accuracy']:.3f} "
                    f"[{result['ci_low']:.3f}, {result['ci_high']:.3f}] over {result['n_pairs']} pairs of "
