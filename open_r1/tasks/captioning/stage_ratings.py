@@ -103,11 +103,9 @@ def run(recipe: dict) -> dict:
     with modeling.staged_dir(out) as staging:  # a cut run leaves the old split (or none), never half of one
         merged.save_to_disk(staging)
     rm = common.section(recipe, "rm")
-    # the pairs the RM will train on (stage_rm.training_pairs' rule, cap, seed and prefix), as row indices: building
-    # the pair dataset would copy an image per pair (an uncapped count did that once and outlasted its GPU call)
-    index = cdata.pair_indices(merged, **stage_rm.pair_rule(recipe))
-    if rm.get("max_pairs"):
-        index = index[:int(rm["max_pairs"])]
+    # the pairs the RM will train on, as row indices: building the pair dataset would copy an image per pair (an
+    # uncapped count did that once and outlasted its GPU call)
+    index = stage_rm.training_index(recipe, merged)
     is_new = np.arange(len(merged)) >= len(train)
     summary = {
         "policy": policy, "samples": len(records), "format_rate": len(parsed) / max(1, len(records)),

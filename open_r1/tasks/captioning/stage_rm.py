@@ -47,6 +47,17 @@ def blank_like(image):
     return Image.new("RGB", image.size, (128, 128, 128))
 
 
+def contest_images(dataset, first_row: dict, blind: bool) -> dict:
+    """{contest: its image} from the row `first_row[contest]` of `dataset`, decoded once and shared by the contest's
+    pairs (not one decode and copy per pair); blind: the blank image of the same size."""
+    decoded = dataset.select(list(first_row.values()))["image"]
+    images = {}
+    for contest, image in zip(first_row, decoded):
+        image = image.convert("RGB")
+        images[contest] = blank_like(image) if blind else image
+    return images
+
+
 def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
     """RM pair rows ({image, chosen, rejected, group}) from ``data.preference_pairs`` output."""
     from open_r1.tasks.captioning import protocol
@@ -57,12 +68,7 @@ def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dic
     first: dict = {}
     for i, record in enumerate(records):
         first.setdefault(record["contest"], i)
-    # one decoded image per contest, shared by its pairs (not one decode and copy per pair)
-    decoded = pairs.select(list(first.values()))["image"]
-    images = {}
-    for contest, image in zip(first, decoded):
-        image = image.convert("RGB")
-        images[contest] = blank_like(image) if blind else image
+    images = contest_images(pairs, first, blind)
     for record in records:
         desc = protocol.description_from_row(record)
         image = images[record["contest"]]
@@ -86,11 +92,7 @@ def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = Fal
     first: dict = {}
     for chosen, _ in index:
         first.setdefault(contests[chosen], int(chosen))
-    decoded = dataset.select(list(first.values()))["image"]
-    images = {}
-    for contest, image in zip(first, decoded):
-        image = image.convert("RGB")
-        images[contest] = blank_like(image) if blind else image
+    images = contest_images(dataset, first, blind)
     prompts: dict = {}  # chosen row -> its prompt, built once (building one per side was most of the time left)
     rows = []
     for chosen, rejected in index.tolist():
@@ -177,17 +179,23 @@ def training_pairs(recipe: dict):
     return pairs
 
 
+def training_index(recipe: dict, dataset):
+    """The row indices (``data.pair_indices``) of the pairs the RM trains on in `dataset`: `pair_rule`, then the
+    ``rm.max_pairs`` prefix if set (`training_pairs`' pairs; the ratings stage counts them too)."""
+    from open_r1.tasks.captioning import data as cdata
+
+    index = cdata.pair_indices(dataset, **pair_rule(recipe))
+    max_pairs = common.section(recipe, "rm").get("max_pairs")
+    return index[:int(max_pairs)] if max_pairs else index
+
+
 def training_pair_rows(recipe: dict, blind: bool = False) -> list[dict]:
     """`pair_rows(training_pairs(recipe))`, built from the pairs' row indices (`index_pair_rows`)."""
     from open_r1.tasks.captioning import data as cdata
 
-    cfg = common.section(recipe, "rm")
     path = common.check_inputs({"train": inputs(recipe)["train"]})["train"]
     train = cdata.load_captions(path, check_images="none")
-    index = cdata.pair_indices(train, **pair_rule(recipe))
-    if cfg.get("max_pairs"):
-        index = index[:int(cfg["max_pairs"])]
-    return index_pair_rows(train, index, blind=blind)
+    return index_pair_rows(train, training_index(recipe, train), blind=blind)
 
 
 def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
