@@ -1020,6 +1020,70 @@ def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp
     assert comparable(held) == comparable(expected) and any(r["oracle_order"] for r in held)
 
 
+def test_image_negative_indices(standin_dir):
+    """A top-k caption of one contest paired with the first row of another contest; seeded; clear errors."""
+    _, paths = standin_dir
+    dataset = cdata.load_captions(paths["train"], keep_oracle=True)
+    contests, means = dataset["contest"], dataset["mean"]
+    index = cdata.image_negative_indices(dataset, 200, top_k=2, seed=5)
+    assert index.shape == (200, 2)
+    top2 = {c: set(sorted((r for r in range(len(contests)) if contests[r] == c), key=lambda r: -means[r])[:2])
+            for c in set(contests)}
+    firsts = {c: contests.index(c) for c in set(contests)}
+    for own, other in index.tolist():
+        assert own in top2[contests[own]]
+        assert contests[other] != contests[own] and other == firsts[contests[other]]
+    assert len({contests[own] for own, _ in index.tolist()}) == len(top2)  # 200 draws reach every contest
+    assert len({contests[other] for _, other in index.tolist()}) == len(top2)
+    assert (cdata.image_negative_indices(dataset, 200, top_k=2, seed=5) == index).all()
+    assert not (cdata.image_negative_indices(dataset, 200, top_k=2, seed=6) == index).all()
+    assert cdata.image_negative_indices(dataset, 0).shape == (0, 2)
+    one_contest = dataset.select([r for r in range(len(contests)) if contests[r] == contests[0]])
+    with pytest.raises(DataError, match="at least 2 contests"):
+        cdata.image_negative_indices(one_contest, 3)
+    with pytest.raises(DataError, match="integer >= 0"):
+        cdata.image_negative_indices(dataset, -1)
+
+
+def test_rm_training_rows_with_image_negatives(standin_dir, tmp_path):
+    """`rm.image_negatives` adds that fraction of the training pairs as rows whose two sides are the same
+    conversation under its own and another contest's cartoon; the rated pairs stay as they were; blind, both sides
+    are the blank image; a bad value is refused before any stage runs."""
+    import shutil
+
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import pipeline, stage_rm
+    from open_r1.tasks.captioning import stage_common as common
+
+    _, paths = standin_dir
+
+    def recipe_with(extra: str):
+        recipe_path = tmp_path / f"recipe{len(extra)}.yaml"
+        recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 3\n"
+                               f"rm: {{k: 1.0, cap_per_contest: 40, max_pairs: 150{extra}}}\n")
+        return common.load_recipe(str(recipe_path))
+
+    plain_recipe = recipe_with("")
+    shutil.copytree(paths["train"], common.Paths(plain_recipe).split("train"))
+    plain = stage_rm.training_pair_rows(plain_recipe)
+    rows = stage_rm.training_pair_rows(recipe_with(", image_negatives: 0.2"))
+    assert len(rows) == 150 + 30
+    real, negatives = rows[:150], rows[150:]
+    assert [(r["group"], r["chosen"], r["rejected"]) for r in real] == [(r["group"], r["chosen"], r["rejected"])
+                                                                          for r in plain]
+    assert all("rejected_image" not in r for r in real)
+    own_image = {r["group"]: r["image"].tobytes() for r in plain}
+    for row in negatives:
+        assert row["chosen"] == row["rejected"] and "<caption>" in row["chosen"][-1]["content"][0]["text"]
+        assert row["image"].tobytes() == own_image.get(row["group"], row["image"].tobytes())
+        assert row["rejected_image"].tobytes() != row["image"].tobytes()
+    blind = stage_rm.training_pair_rows(recipe_with(", image_negatives: 0.2"), blind=True)
+    assert all(r["rejected_image"].tobytes() == r["image"].tobytes() for r in blind[150:])
+    for bad in (", image_negatives: 1.5", ", image_negatives: yes", ", image_negative_top_k: 0"):
+        with pytest.raises(RecipeError, match="rm.image_negative"):
+            pipeline.preflight(recipe_with(bad), ["rm"])
+
+
 def test_rm_held_out_pairs_on_data_without_the_oracle_column(standin_dir, tmp_path):
     """Real data has no oracle column: the held-out pairs are built all the same, without an oracle order (the
     pair dataset path raised there, since held-out scoring always asked for the oracle)."""

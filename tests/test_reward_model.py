@@ -107,6 +107,21 @@ def test_initial_bt_loss_is_log2(backbones):
     assert float(loss.detach()) == pytest.approx(math.log(2), abs=1e-7)
 
 
+def test_collator_puts_the_rejected_image_on_the_rejected_side(rm):
+    """A pair row may carry its own ``rejected_image`` (the captioning RM's image negatives: one conversation under
+    two cartoons); the collated batch must score each side with its own image, as scoring the rows one by one."""
+    collator = rm_lib.PairCollator(rm.processor)
+    same = _messages("the same caption")
+    rows = [{"image": _image(5), "chosen": same, "rejected": same, "rejected_image": _image(6)},
+            {"image": _image(7), "chosen": _messages("good"), "rejected": _messages("bad one")}]
+    with torch.no_grad():
+        scores = rm(**collator(rows)).tolist()
+    expected = rm.score([_image(5), _image(7), _image(6), _image(7)], [same, _messages("good"), same,
+                                                                        _messages("bad one")])
+    assert scores == pytest.approx(expected, abs=1e-4)
+    assert abs(scores[0] - scores[2]) > 1e-4  # the same text: only the image tells the two sides apart
+
+
 def test_bt_loss_margin_and_centring():
     chosen, rejected = torch.tensor([2.0, 1.0]), torch.tensor([0.0, 1.0])
     plain = rm_lib.bradley_terry_loss(chosen, rejected)

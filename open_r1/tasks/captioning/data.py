@@ -396,6 +396,35 @@ def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float]
                     axis=1)
 
 
+def image_negative_indices(dataset, n: int, top_k: int = 3, seed: int = 0) -> np.ndarray:
+    """Pairs that differ in the image only: an int array ``(n, 2)`` of (caption row, other row), where the caption
+    row is one of its contest's ``top_k`` captions by mean (``top_k_rows``' order) and the other row is the first
+    row of a different contest, whose cartoon replaces the caption's own on the rejected side. Contest, caption and
+    other contest are drawn uniformly with ``seed``.
+
+    The label is an assumption, not a rating: a caption that readers put among a contest's best is funnier under
+    its own cartoon than under a random other one (on the stand-in the oracle agrees whenever the other scene lacks
+    the named odd value). Both sides have the same text, so a text-only model cannot tell them apart: these rows
+    give a reward model a gradient only through the image (``stage_rm``, ``rm.image_negatives``)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise DataError(f"the number of image-negative pairs must be an integer >= 0, got {n!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise DataError(f"top_k must be a positive integer, got {top_k!r}")
+    groups = list(_contest_groups(dataset).values())
+    if n and len(groups) < 2:
+        raise DataError(f"image-negative pairs need at least 2 contests, the data has {len(groups)}")
+    means, votes = _column(dataset, "mean"), _column(dataset, "votes")
+    tops = [sorted(rows, key=lambda r: (-means[r], -votes[r], r))[:top_k] for rows in groups]
+    rng = np.random.default_rng(seed)
+    own = rng.integers(len(groups), size=n)
+    other = rng.integers(len(groups) - 1, size=n) if n else np.empty(0, dtype=np.int64)
+    other = other + (other >= own)  # uniform over the contests other than its own
+    pick = rng.random(n)
+    chosen = [tops[c][int(u * len(tops[c]))] for c, u in zip(own.tolist(), pick.tolist())]
+    firsts = [groups[c][0] for c in other.tolist()]
+    return np.asarray([chosen, firsts], dtype=np.int64).T.reshape(n, 2)
+
+
 def preference_pairs(dataset, k: float = 3.0, se_from: str | Callable[[dict], float] = "precision",
                      cap_per_contest: int | None = 1000, seed: int = 0, *, se: Any = None,
                      keep_oracle: bool = False):

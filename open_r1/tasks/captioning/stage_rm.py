@@ -25,6 +25,14 @@ test (the others 0.612 and 0.625). The H200 recipe trains three seeds.
 plus a round of (on the stand-in, simulated) ratings on the SFT policy's own samples (the stage before this one,
 ``stage_ratings``), for an RM that has seen the kind of captions GRPO will ask it to rank.
 
+Image negatives (``rm.image_negatives``, a fraction of the training pairs; off unless set): extra pairs whose two
+sides are one conversation (a contest's top-k caption, ``rm.image_negative_top_k``) under its own cartoon and under
+another contest's (``data.image_negative_indices``). Their label is an assumption, not a rating (a contest's best
+caption is funnier with its own cartoon), and a text-only model cannot separate the sides, so they push the RM to
+read the image, which on the stand-in it learns in a sudden loss drop that came late or never in about half the
+H200 runs (docs/CAPTIONING.md). The blind control gets the same rows, each one input twice (no gradient). Not in
+the seed; not yet run on the H200.
+
 Deviations from the seed: the caption is not cut to 80 tokens and the description is part of the prompt (the seed's
 RM ignores it); pairs are drawn at random per contest (the seed takes the first 20k in contest order); pooling reads
 the attention mask (the seed's ``attention_mask.sum(1) - 1`` is wrong under left padding); the seed scores full
@@ -80,7 +88,8 @@ def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dic
     return rows
 
 
-def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
+def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False,
+                    images: dict | None = None) -> list[dict]:
     """``pair_rows(data.preference_pairs(dataset, ...))`` from the pairs' row indices (``data.pair_indices``, the
     same rule, cap and seed), without building the pair dataset: that copies a contest's image into every one of its
     pairs (206k pairs in run 13) and cost most of each RM process's start. The same rows, in the same order, with
@@ -89,10 +98,11 @@ def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = Fal
 
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
     contests, captions = columns["contest"], columns["caption"]
-    first: dict = {}
-    for chosen, _ in index:
-        first.setdefault(contests[chosen], int(chosen))
-    images = contest_images(dataset, first, blind)
+    if images is None:  # {contest: image}, as `split_images` makes it (given: shared with other rows of the split)
+        first: dict = {}
+        for chosen, _ in index:
+            first.setdefault(contests[chosen], int(chosen))
+        images = contest_images(dataset, first, blind)
     prompts: dict = {}  # chosen row -> its prompt, built once (building one per side was most of the time left)
     rows = []
     for chosen, rejected in index.tolist():
@@ -107,6 +117,56 @@ def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = Fal
             row["oracle_order"] = columns["oracle"][chosen] > columns["oracle"][rejected]
         rows.append(row)
     return rows
+
+
+def split_images(dataset, blind: bool = False) -> dict:
+    """{contest: its image} for every contest of `dataset` (the image of its first row; blind: blank)."""
+    first: dict = {}
+    for row, contest in enumerate(dataset.select_columns(["contest"]).to_dict()["contest"]):
+        first.setdefault(contest, row)
+    return contest_images(dataset, first, blind)
+
+
+def image_negative_rows(dataset, index, blind: bool = False, images: dict | None = None) -> list[dict]:
+    """RM rows of ``data.image_negative_indices``' (caption row, other row) pairs: chosen = the caption's
+    conversation under its own cartoon, rejected = the same conversation under the other contest's cartoon
+    (``rejected_image``), group = the caption's contest. Blind, both images are the one blank image, so the two
+    sides are the same input and the row adds no gradient."""
+    from open_r1.tasks.captioning import protocol
+
+    columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
+    images = split_images(dataset, blind) if images is None else images
+    rows = []
+    for own, other in index.tolist():
+        contest = columns["contest"][own]
+        if columns["contest"][other] == contest:
+            raise ValueError(f"an image-negative pair of rows {own}, {other} has one contest ({contest!r})")
+        messages = protocol.rm_messages(protocol.description_from_row({k: v[own] for k, v in columns.items()}),
+                                        columns["caption"][own])
+        rows.append({"image": images[contest], "chosen": messages, "rejected": messages,
+                     "rejected_image": images[columns["contest"][other]], "group": contest})
+    return rows
+
+
+def image_negative_settings(recipe: dict) -> tuple[float, int]:
+    """``rm.image_negatives`` (image-negative pairs added, as a fraction of the training pairs; 0: none) and
+    ``rm.image_negative_top_k`` (their captions come from each contest's top k), checked."""
+    from open_r1.errors import RecipeError
+
+    cfg = common.section(recipe, "rm")
+    fraction, top_k = cfg.get("image_negatives", 0.0) or 0.0, cfg.get("image_negative_top_k", 3)
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+        raise RecipeError(f"rm.image_negatives must be a fraction of the training pairs in [0, 1] (e.g. 0.25; 0: "
+                          f"none), got {fraction!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise RecipeError(f"rm.image_negative_top_k must be a positive integer, got {top_k!r}")
+    return float(fraction), top_k
+
+
+def check_recipe(recipe: dict) -> None:
+    """The section's choices (seeds, image negatives), checked; the pipeline calls this before any stage runs."""
+    rm_seeds(recipe)
+    image_negative_settings(recipe)
 
 
 def held_out_pairs(recipe: dict, split: str, blind: bool):
@@ -190,12 +250,21 @@ def training_index(recipe: dict, dataset):
 
 
 def training_pair_rows(recipe: dict, blind: bool = False) -> list[dict]:
-    """`pair_rows(training_pairs(recipe))`, built from the pairs' row indices (`index_pair_rows`)."""
+    """`pair_rows(training_pairs(recipe))`, built from the pairs' row indices (`index_pair_rows`), then the
+    image-negative rows if ``rm.image_negatives`` asks for them (`image_negative_rows`; the trainer shuffles)."""
     from open_r1.tasks.captioning import data as cdata
 
+    fraction, top_k = image_negative_settings(recipe)
     path = common.check_inputs({"train": inputs(recipe)["train"]})["train"]
     train = cdata.load_captions(path, check_images="none")
-    return index_pair_rows(train, training_index(recipe, train), blind=blind)
+    index = training_index(recipe, train)
+    n = int(round(fraction * len(index)))
+    if not n:
+        return index_pair_rows(train, index, blind=blind)
+    images = split_images(train, blind)
+    negatives = cdata.image_negative_indices(train, n, top_k=top_k, seed=int(recipe["seed"]) + 11)
+    return index_pair_rows(train, index, blind=blind, images=images) + image_negative_rows(
+        train, negatives, blind=blind, images=images)
 
 
 def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
@@ -212,11 +281,13 @@ def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
     out = paths.rm_blind if blind else (paths.rm if len(seeds) == 1 else paths.rm_seed(seed))
     tag = f"[rm{' blind' if blind else ''}{'' if len(seeds) == 1 else f' s{seed}'}]"
     rows = training_pair_rows(recipe, blind=blind)
+    negatives = sum("rejected_image" in row for row in rows)
     cuda = torch.cuda.is_available()
     model = rm_lib.build_reward_model(
         backbone, min_pixels=cfg.get("min_pixels"), max_pixels=cfg.get("max_pixels"),
         dtype=cfg.get("dtype") or ("float32" if not cfg.get("lora") or not cuda else None),
-        lora=cfg.get("lora"), meta={"blind": blind, "train_pairs": len(rows), "k": cfg.get("k", 3.0), "seed": seed})
+        lora=cfg.get("lora"), meta={"blind": blind, "train_pairs": len(rows), "image_negatives": negatives, "k": cfg.get("k", 3.0),
+              "seed": seed})
     if not cuda:
         model = model.float()
     max_seconds = cfg.get("max_seconds")
@@ -233,8 +304,8 @@ def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
         dataloader_num_workers=int(cfg.get("dataloader_workers", 0)), disable_tqdm=True,
         gradient_checkpointing=bool(cfg.get("gradient_checkpointing", False)), remove_unused_columns=False,
     )
-    common.log(f"{tag} {len(rows)} train pairs from {len({row['group'] for row in rows})} contests; "
-               f"backbone {backbone}")
+    common.log(f"{tag} {len(rows)} train pairs from {len({row['group'] for row in rows})} contests"
+               f"{f' ({negatives} of them image negatives)' if negatives else ''}; backbone {backbone}")
     started = time.time()
     trainer = rm_lib.train_reward_model(model, rows, args, callbacks=[common.time_cap(max_seconds)] if max_seconds else None,
                                         center_rewards_coefficient=cfg.get("center_rewards_coefficient"))
@@ -243,7 +314,8 @@ def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
     model.save(out, extra_meta={"train_seconds": seconds, "steps": trainer.state.global_step})
     del trainer
     common.log(f"{tag} {model.meta['steps']} steps; saved {out}")
-    report = {"out": out, "blind": blind, "seed": seed, "train_pairs": len(rows), "steps": int(model.meta["steps"]),
+    report = {"out": out, "blind": blind, "seed": seed, "train_pairs": len(rows), "image_negatives": negatives,
+              "steps": int(model.meta["steps"]),
               "train_seconds": seconds, "loss_first": losses[0][1] if losses else None,
               "loss_last": losses[-1][1] if losses else None, "loss_curve": losses[:: max(1, len(losses) // 50)],
               "held_out": score_held_out(recipe, model, blind, tag)}
