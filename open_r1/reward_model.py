@@ -16,7 +16,9 @@ The model:
     removed, so the last real token is the assistant turn's `<|im_end|>`, not the `\\n` after it;
   * the image budget (the processor's min/max pixels) is set once and saved with the model: training and scoring
     resize images the same way (the public code trains on <=448 px and scores full resolution);
-  * optional LoRA (peft) on the decoder (and, if asked, the vision tower); the head always trains fully.
+  * optional LoRA (peft) on the decoder (and, if asked, the vision tower); the head always trains fully;
+  * the vision tower encodes each distinct image of a batch once (`open_r1.vision_dedupe`, as GRPO's trainer): the
+    two sides of a pair share a cartoon, so a plain forward encodes every image twice. Same scores and gradients.
 
 Loss (as TRL's RewardTrainer, re-implemented, not copied): -log sigmoid(s_chosen - s_rejected - margin), mean over
 pairs, + `center_rewards_coefficient` * mean((s_chosen + s_rejected)^2) when that coefficient is set.
@@ -159,7 +161,7 @@ def text_hidden_size(config) -> int:
 class RewardModel(nn.Module):
     """VLM backbone + zero-initialised scalar head read at the last real token (module docstring)."""
 
-    def __init__(self, backbone, processor, meta: dict | None = None):
+    def __init__(self, backbone, processor, meta: dict | None = None, dedupe_vision: bool = True):
         super().__init__()
         self.backbone = backbone
         self.processor = processor
@@ -167,6 +169,10 @@ class RewardModel(nn.Module):
             from open_r1.image_dedupe import enable_image_dedupe
 
             enable_image_dedupe(processor)  # a pair's two conversations (and a contest's pairs) share one image
+        if dedupe_vision:  # ... and the vision tower encodes that image once (the same scores and gradients)
+            from open_r1.vision_dedupe import enable_vision_dedupe
+
+            enable_vision_dedupe(self._base_backbone())
         hidden = text_hidden_size(self._base_backbone().config)
         self.head = nn.Linear(hidden, 1, bias=False, dtype=torch.float32)
         nn.init.zeros_(self.head.weight)
@@ -262,9 +268,10 @@ class RewardModel(nn.Module):
 
 def build_reward_model(backbone_path: str, min_pixels: int | None = None, max_pixels: int | None = None,
                        dtype=None, attn_implementation: str | None = None, lora: dict | None = None,
-                       meta: dict | None = None) -> RewardModel:
+                       meta: dict | None = None, dedupe_vision: bool = True) -> RewardModel:
     """A fresh RM (zero head) on the backbone at `backbone_path`, with the given image budget and optional LoRA
-    (`lora` = {"r", "alpha", "dropout", "vision": bool, "target_modules": regex})."""
+    (`lora` = {"r", "alpha", "dropout", "vision": bool, "target_modules": regex}); `dedupe_vision`: the vision tower
+    encodes each distinct image of a batch once (`open_r1.vision_dedupe`)."""
     backbone = load_backbone(backbone_path, dtype=dtype, attn_implementation=attn_implementation)
     processor = modeling.load_processor(backbone_path, min_pixels, max_pixels)
     if lora:
@@ -280,10 +287,11 @@ def build_reward_model(backbone_path: str, min_pixels: int | None = None, max_pi
                             lora_dropout=float(lora.get("dropout", 0.0)), target_modules=targets, bias="none")
         backbone = get_peft_model(backbone, config)
     base_meta = {"backbone": os.path.abspath(backbone_path), "lora": lora or None}
-    return RewardModel(backbone, processor, meta={**base_meta, **(meta or {})})
+    return RewardModel(backbone, processor, meta={**base_meta, **(meta or {})}, dedupe_vision=dedupe_vision)
 
 
-def load_reward_model(path: str, device=None, dtype=None, attn_implementation: str | None = None) -> RewardModel:
+def load_reward_model(path: str, device=None, dtype=None, attn_implementation: str | None = None,
+                      dedupe_vision: bool = True) -> RewardModel:
     """The RM saved by `RewardModel.save`, on `device` (default cuda when available), in eval mode."""
     from safetensors.torch import load_file
 
@@ -299,7 +307,7 @@ def load_reward_model(path: str, device=None, dtype=None, attn_implementation: s
     backbone = load_backbone(path, dtype=dtype, attn_implementation=attn_implementation)
     # the saved budget, applied explicitly: scoring resizes images exactly as training did
     processor = modeling.load_processor(path, meta["min_pixels"], meta["max_pixels"])
-    model = RewardModel(backbone, processor, meta=meta)
+    model = RewardModel(backbone, processor, meta=meta, dedupe_vision=dedupe_vision)
     weight = load_file(os.path.join(path, HEAD_FILE))["weight"]
     if tuple(weight.shape) != tuple(model.head.weight.shape):
         raise ModelError(f"{path}: head of shape {tuple(weight.shape)} does not fit the backbone's hidden size "

@@ -16,7 +16,8 @@ The algorithm is TRL's, unchanged. What this adds:
 * **Vision de-duplication** (`dedupe_vision=True`; on in `open_r1.grpo` and the recipes; its speed-up is
   measured in docs/PERFORMANCE.md). The G completions of a prompt share one image, yet the training forward runs
   the ViT on every copy (forward, backward and the gradient checkpointing recompute): about 40 % of the training FLOPs
-  at 480x320 are the ViT, 7/8 of them repeated. Two pieces: (1) the vision tower's class gets a subclass whose
+  at 480x320 are the ViT, 7/8 of them repeated. Two pieces: (1) the vision tower's class gets a subclass
+  (`open_r1.vision_dedupe`, which the reward model uses too) whose
   `forward` encodes each distinct image of a batch once and expands every per-patch and per-merged-token output
   (`last_hidden_state`, `pooler_output`, and Qwen3-VL's `deepstack_features`) back to every copy (autograd sums the
   copies' gradients into the one encoding: the same gradient); (2) the micro-batches of a round are put back in generation order after
@@ -52,8 +53,13 @@ from trl import GRPOTrainer
 
 from open_r1 import compat
 from open_r1.errors import TrainerOptionError  # noqa: F401  (re-exported)
-from open_r1.families import vision_tower  # one definition, per family (also re-exported)
+from open_r1.families import vision_tower  # noqa: F401  (re-exported: one definition, per family)
 from open_r1.images import IMAGE_COLUMN, decode_images, lazy_image_column  # noqa: F401  (re-exported)
+from open_r1.vision_dedupe import (  # noqa: F401  (re-exported; the RM uses them too)
+    DedupeVisionMixin,
+    duplicate_map,
+    enable_vision_dedupe,
+)
 
 
 def resolve_fast_decode(value, trainer) -> str | None:
@@ -114,90 +120,6 @@ def noisy_positions(num_rows: int, group_size: int, fraction: float) -> list[int
 # --------------------------------------------------------------------------------------------------------------------
 ROW_ID = "open_r1_row_id"  # generation order of a round's rows; rides through TRL's shuffle, removed after regrouping
 ORDER_FREE_LOSSES = ("dapo", "dr_grpo", "grpo")
-
-
-def duplicate_map(pixel_values, grid_thw) -> list[int]:
-    """For each image of a flattened Qwen-VL batch (patch rows of every image, one after the other), the index of the first image with identical patches and grid."""
-    sizes = grid_thw.prod(-1).tolist()
-    chunks = torch.split(pixel_values, sizes)
-    weights = torch.linspace(0.5, 1.5, pixel_values.shape[-1], device=pixel_values.device, dtype=torch.float32)
-    fingerprints = torch.stack([torch.stack([c.float().sum(), (c.float() * weights).sum()]) for c in chunks]).tolist()
-    grids = grid_thw.tolist()
-    firsts: dict[tuple, list[int]] = {}
-    mapping = []
-    for i, chunk in enumerate(chunks):
-        key = (tuple(grids[i]), *fingerprints[i])
-        for candidate in firsts.get(key, []):
-            if torch.equal(chunks[candidate], chunk):  # the fingerprint only proposes; equality decides
-                mapping.append(candidate)
-                break
-        else:
-            firsts.setdefault(key, []).append(i)
-            mapping.append(i)
-    return mapping
-
-
-# Keys of vision kwargs that carry precomputed per-batch geometry (transformers.vision_utils, torch.export paths);
-# with them the tower cannot be run on a subset of the images, so it runs on all of them.
-PRECOMPUTED_VISION_KWARGS = ("cu_seqlens", "max_seqlen", "position_ids", "window_index", "cu_window_seqlens",
-                             "max_window_seqlen", "interp_indices", "interp_weights")
-
-
-class DedupeVisionMixin:
-    """Mixed into the vision tower's class: encode each distinct image once, expand to every copy.
-
-    Per family (all three towers take `(hidden_states, grid_thw, **kwargs)` with one row per patch): per-patch
-    outputs (`last_hidden_state`, recorded `hidden_states`) are expanded by each image's patch count, merged outputs
-    (`pooler_output`, Qwen3-VL's `deepstack_features`, one tensor per deepstack layer) by its merged-token count.
-    Qwen2.5-VL's per-patch outputs are in window order, but the window permutation stays inside each image, so an
-    image's rows are still one contiguous block."""
-
-    # images given to / images run through the ViT since the subclass was installed (bench and tests read these)
-    images_seen = 0
-    images_encoded = 0
-
-    def forward(self, hidden_states, grid_thw, **kwargs):
-        mapping = duplicate_map(hidden_states, grid_thw)
-        unique = sorted(set(mapping))
-        if (len(unique) == len(mapping) or any(kwargs.get(k) is not None for k in PRECOMPUTED_VISION_KWARGS)
-                or kwargs.get("output_attentions")):
-            self.images_seen += len(mapping)
-            self.images_encoded += len(mapping)
-            return super().forward(hidden_states, grid_thw, **kwargs)
-        self.images_seen += len(mapping)
-        self.images_encoded += len(unique)
-        sizes = grid_thw.prod(-1).tolist()
-        chunks = torch.split(hidden_states, sizes)
-        outputs = super().forward(torch.cat([chunks[i] for i in unique]), grid_thw[unique], **kwargs)
-        merge = self.spatial_merge_size ** 2
-        merged_sizes = [size // merge for size in sizes]
-
-        def expand(tensor, per_image):
-            pieces = dict(zip(unique, torch.split(tensor, [per_image[i] for i in unique])))
-            return torch.cat([pieces[i] for i in mapping])
-
-        if isinstance(outputs, torch.Tensor):  # older transformers return the merged features alone
-            return expand(outputs, merged_sizes)
-        if isinstance(outputs, tuple):  # return_dict=False: (last_hidden_state, pooler_output, ...)
-            raise TrainerOptionError("dedupe_vision needs the vision tower's dict output (return_dict=True); "
-                                     "set dedupe_vision: false")
-        if getattr(outputs, "last_hidden_state", None) is not None:
-            outputs.last_hidden_state = expand(outputs.last_hidden_state, sizes)
-        if getattr(outputs, "hidden_states", None) is not None:
-            outputs.hidden_states = tuple(expand(h, sizes) for h in outputs.hidden_states)
-        outputs.pooler_output = expand(outputs.pooler_output, merged_sizes)
-        if getattr(outputs, "deepstack_features", None) is not None:  # Qwen3-VL: one merged tensor per layer
-            outputs.deepstack_features = [expand(feature, merged_sizes) for feature in outputs.deepstack_features]
-        return outputs
-
-
-def enable_vision_dedupe(model) -> bool:
-    """Give the model's vision tower the de-duplicating subclass (weights, names and saving unchanged)."""
-    visual = vision_tower(model)
-    if visual is None:
-        return False
-    compat.subclass_instance(visual, DedupeVisionMixin, prefix="Dedupe")
-    return True
 
 
 def regroup_micro_batches(batches: list[dict], key: str = ROW_ID) -> list[dict]:

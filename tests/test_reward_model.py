@@ -122,6 +122,33 @@ def test_collator_puts_the_rejected_image_on_the_rejected_side(rm):
     assert abs(scores[0] - scores[2]) > 1e-4  # the same text: only the image tells the two sides apart
 
 
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_vision_dedupe_gives_the_plain_scores_and_gradients(backbones, family):
+    """The RM's vision tower encodes a pair's shared cartoon once (`open_r1.vision_dedupe`); the scores and every
+    parameter's gradient must be those of the plain forward, which encodes each copy."""
+    from open_r1.families import vision_tower
+
+    rows = [{"image": _image(i), "chosen": _messages(f"good {i}"), "rejected": _messages(f"a bad caption {i}")}
+            for i in range(3)]
+    rows.append({"image": _image(0), "chosen": _messages("same"), "rejected": _messages("same"),
+                 "rejected_image": _image(9)})  # an image negative: its other cartoon is one more distinct image
+    results = {}
+    for dedupe in (False, True):
+        model = _rm(backbones[family], dedupe_vision=dedupe)
+        scores = model(**rm_lib.PairCollator(model.processor)(rows))
+        rm_lib.bradley_terry_loss(scores[:4], scores[4:]).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        visual = vision_tower(model.backbone)
+        results[dedupe] = scores.detach(), grads, (getattr(visual, "images_seen", None),
+                                                   getattr(visual, "images_encoded", None))
+    (plain, plain_grads, plain_counts), (fast, fast_grads, counts) = results[False], results[True]
+    assert plain_counts == (None, None) and counts == (8, 4)  # 8 images in the batch, 4 distinct
+    assert torch.allclose(fast, plain, atol=1e-5)
+    assert plain_grads.keys() == fast_grads.keys() and any("visual" in n for n in fast_grads)
+    for name, grad in plain_grads.items():
+        assert torch.allclose(fast_grads[name], grad, atol=1e-5, rtol=1e-4), name
+
+
 def test_bt_loss_margin_and_centring():
     chosen, rejected = torch.tensor([2.0, 1.0]), torch.tensor([0.0, 1.0])
     plain = rm_lib.bradley_terry_loss(chosen, rejected)

@@ -357,7 +357,9 @@ def test_dedupe_vision_trains_whole_groups_per_micro_batch_with_the_same_update(
     by ~0.1 % when only the micro-batch order changes (float summation order)."""
     geometry = ["--num_generations", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4",
                 "--optim", "sgd", "--learning_rate", "1.0", "--max_grad_norm", "0", "--lr_scheduler_type", "constant"]
-    real = trainer_lib.duplicate_map
+    from open_r1 import vision_dedupe
+
+    real = vision_dedupe.duplicate_map
 
     def one_step(regroup):
         trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path / str(regroup), monkeypatch, *geometry,
@@ -370,7 +372,7 @@ def test_dedupe_vision_trains_whole_groups_per_micro_batch_with_the_same_update(
         trainer._prepare_inputs = lambda batch: micro_batches.append(prepare(batch)) or micro_batches[-1]
         before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
         distinct = []
-        monkeypatch.setattr(trainer_lib, "duplicate_map",
+        monkeypatch.setattr(vision_dedupe, "duplicate_map",
                             lambda *a: distinct.append(len(set(mapping := real(*a)))) or mapping)
         trainer.train()
         visual = trainer_lib.vision_tower(trainer.model)

@@ -1,5 +1,9 @@
-"""Time one reward-model training step with the vision tower's attention as transformers' per-image loop and as the
-engine's grouped SDPA (`open_r1.vision_attention`), on the same batches, alternating, in one process.
+"""Time one reward-model training step two ways, on the same batches, alternating, in one process:
+``--compare attention`` (default): the vision tower's attention as transformers' per-image loop and as the engine's
+grouped SDPA (`open_r1.vision_attention`), both without vision de-duplication (as first measured, run 7);
+``--compare dedupe``: the vision tower encoding every image of the batch (a pair's shared cartoon twice) and each
+distinct image once (`open_r1.vision_dedupe`, the RM's default), both on the grouped attention; two models of the
+same weights, each with its own optimizer.
 
 A step = forward of a batch of B pairs (2B conversations), the BT loss, backward, AdamW step, under bf16 autocast
 on a GPU as the RM stage trains. The batches are collated before timing (the stage's collation runs in dataloader
@@ -7,6 +11,7 @@ workers); the first `--warmup` steps of each variant are not counted. Reports me
 
     python -m experiments.captioning.bench_rm_step --config configs/captioning/standin_h200.yaml --steps 20 \
         --out rm_step.json
+    python -m experiments.captioning.bench_rm_step --config configs/captioning/standin_h200.yaml --compare dedupe
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant and round")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="per_image, grouped, per_image, grouped, ...")
+    parser.add_argument("--compare", choices=["attention", "dedupe"], default="attention")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     try:
@@ -47,20 +53,28 @@ def main(argv=None) -> int:
         pairs = pairs.select(range(min(len(pairs), batch_pairs * (args.steps + args.warmup))))
         rows = stage_rm.pair_rows(pairs)
         cuda = torch.cuda.is_available()
-        model = rm_lib.build_reward_model(cfg.get("backbone") or paths.rm_base, min_pixels=cfg.get("min_pixels"),
-                                          max_pixels=cfg.get("max_pixels"), dtype="float32")
+        device = "cuda" if cuda else "cpu"
+
+        def build(dedupe: bool):
+            model = rm_lib.build_reward_model(cfg.get("backbone") or paths.rm_base, min_pixels=cfg.get("min_pixels"),
+                                              max_pixels=cfg.get("max_pixels"), dtype="float32", dedupe_vision=dedupe)
+            model = model.to(device).train()
+            return model, torch.optim.AdamW(model.parameters(), lr=float(cfg.get("learning_rate", 1e-5)))
+
+        if args.compare == "attention":  # one model, its attention switched before each variant's steps
+            shared = build(False)
+            variants = {"per_image": shared, "grouped": shared}
+        else:
+            variants = {"every_image": build(False), "distinct_images": build(True)}
     except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    device = "cuda" if cuda else "cpu"
-    model = model.to(device).train()
-    collator = rm_lib.PairCollator(model.processor)
+    collator = rm_lib.PairCollator(next(iter(variants.values()))[0].processor)
     random.Random(0).shuffle(rows)
     batches = [collator(rows[i:i + batch_pairs]) for i in range(0, len(rows) - batch_pairs + 1, batch_pairs)]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=float(cfg.get("learning_rate", 1e-5)))
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
 
-    def step(batch):
+    def step(model, optimizer, batch):
         batch = {k: v.to(device) for k, v in batch.items()}
         with autocast:
             scores = model(**batch)
@@ -69,26 +83,29 @@ def main(argv=None) -> int:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    times: dict[str, list[float]] = {"per_image": [], "grouped": []}
+    times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.rounds):
-        for choice in times:
-            vision_attention.use_grouped_vision_attention(model.backbone, choice)
+        for choice, (model, optimizer) in variants.items():
+            vision_attention.use_grouped_vision_attention(model.backbone, choice if args.compare == "attention"
+                                                          else "grouped")
             for i, batch in enumerate(batches):
                 if cuda:
                     torch.cuda.synchronize()
                 start = time.perf_counter()
-                step(batch)
+                step(model, optimizer, batch)
                 if cuda:
                     torch.cuda.synchronize()
                 if i >= args.warmup:
                     times[choice].append(time.perf_counter() - start)
+    slow, fast = times
     result = {
-        "device": torch.cuda.get_device_name() if cuda else "cpu", "pairs_per_step": batch_pairs,
+        "compare": args.compare, "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "pairs_per_step": batch_pairs,
         "conversations_per_step": 2 * batch_pairs, "steps_timed": {k: len(v) for k, v in times.items()},
         **{f"{k}_ms_median": 1000 * statistics.median(v) for k, v in times.items()},
         **{f"{k}_ms_mean": 1000 * statistics.fmean(v) for k, v in times.items()},
     }
-    result["speedup_median"] = result["per_image_ms_median"] / result["grouped_ms_median"]
+    result["speedup_median"] = result[f"{slow}_ms_median"] / result[f"{fast}_ms_median"]
     print(json.dumps(result, indent=2))
     if args.out:
         common.write_json(args.out, result)
