@@ -989,21 +989,30 @@ def _wrap_contest_captions(evaluate_policy, captions):
     return wrapped
 
 
-def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp_path):
-    """The RM stage builds its rows from the pairs' row indices (no pair dataset with an image per pair); they
-    must be `pair_rows(preference_pairs(...))`'s: the same pairs, order, messages, groups, images, oracle order."""
+def _rm_recipe(tmp_path, paths, rm: str, seed: int = 0, splits=("train",), name: str = "recipe.yaml"):
+    """A recipe whose ``rm`` section is `rm` (YAML flow keys), with the stand-in fixture's `splits` in its work dir."""
+    import os
     import shutil
 
     from open_r1.tasks.captioning import stage_common as common
+
+    recipe_path = tmp_path / name
+    recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: {seed}\nrm: {{{rm}}}\n")
+    recipe = common.load_recipe(str(recipe_path))
+    for split in splits:
+        if not os.path.isdir(common.Paths(recipe).split(split)):
+            shutil.copytree(paths[split], common.Paths(recipe).split(split))
+    return recipe
+
+
+def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp_path):
+    """The RM stage builds its rows from the pairs' row indices (no pair dataset with an image per pair); they
+    must be `pair_rows(preference_pairs(...))`'s: the same pairs, order, messages, groups, images, oracle order."""
     from open_r1.tasks.captioning import stage_rm
 
     _, paths = standin_dir
-    recipe_path = tmp_path / "recipe.yaml"
-    recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 3\n"
-                           "rm: {k: 1.0, cap_per_contest: 40, max_pairs: 150, eval_cap_per_contest: 30}\n")
-    recipe = common.load_recipe(str(recipe_path))
-    shutil.copytree(paths["train"], common.Paths(recipe).split("train"))
-    shutil.copytree(paths["val"], common.Paths(recipe).split("val"))
+    recipe = _rm_recipe(tmp_path, paths, "k: 1.0, cap_per_contest: 40, max_pairs: 150, eval_cap_per_contest: 30",
+                        seed=3, splits=("train", "val"))
 
     def comparable(rows):
         return [(r["group"], r["chosen"], r["rejected"], r.get("oracle_order"), r["image"].tobytes()) for r in rows]
@@ -1049,23 +1058,16 @@ def test_rm_training_rows_with_image_negatives(standin_dir, tmp_path):
     """`rm.image_negatives` adds that fraction of the training pairs as rows whose two sides are the same
     conversation under its own and another contest's cartoon; the rated pairs stay as they were; blind, both sides
     are the blank image; a bad value is refused before any stage runs."""
-    import shutil
-
     from open_r1.errors import RecipeError
     from open_r1.tasks.captioning import pipeline, stage_rm
-    from open_r1.tasks.captioning import stage_common as common
 
     _, paths = standin_dir
 
     def recipe_with(extra: str):
-        recipe_path = tmp_path / f"recipe{len(extra)}.yaml"
-        recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 3\n"
-                               f"rm: {{k: 1.0, cap_per_contest: 40, max_pairs: 150{extra}}}\n")
-        return common.load_recipe(str(recipe_path))
+        return _rm_recipe(tmp_path, paths, f"k: 1.0, cap_per_contest: 40, max_pairs: 150{extra}", seed=3,
+                          name=f"recipe{len(extra)}.yaml")
 
-    plain_recipe = recipe_with("")
-    shutil.copytree(paths["train"], common.Paths(plain_recipe).split("train"))
-    plain = stage_rm.training_pair_rows(plain_recipe)
+    plain = stage_rm.training_pair_rows(recipe_with(""))
     rows = stage_rm.training_pair_rows(recipe_with(", image_negatives: 0.2"))
     assert len(rows) == 150 + 30
     real, negatives = rows[:150], rows[150:]
@@ -1082,6 +1084,33 @@ def test_rm_training_rows_with_image_negatives(standin_dir, tmp_path):
     for bad in (", image_negatives: 1.5", ", image_negatives: yes", ", image_negative_top_k: 0"):
         with pytest.raises(RecipeError, match="rm.image_negative"):
             pipeline.preflight(recipe_with(bad), ["rm"])
+
+
+def test_rm_image_swap_diagnostic(standin_dir, tmp_path):
+    """Held-out scoring reports how often a top caption scores higher under its own cartoon than under another:
+    exactly 0.5 for the blind control (both sides the one blank image), the requested number of captions, and
+    nothing for a split of one contest or with `rm.eval_image_swaps: 0`."""
+    import torch
+
+    from open_r1 import reward_model as rm_lib
+    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_rm
+    from open_r1.tiny_models import build_tiny
+
+    _, paths = standin_dir
+    recipe = _rm_recipe(tmp_path, paths, "k: 1.0, eval_cap_per_contest: 4, eval_image_swaps: 12, eval_batch_size: 8",
+                        splits=("val",))
+    torch.manual_seed(0)
+    model = rm_lib.build_reward_model(str(build_tiny("qwen2_5_vl", tmp_path / "backbone")), min_pixels=3136,
+                                      max_pixels=6272, dtype="float32")
+    with torch.no_grad():
+        model.head.weight.normal_(0, 1.0)  # scores that differ with the input
+    blind = stage_rm.score_held_out(recipe, model, blind=True, splits=["val"])["val"]["image_swap"]
+    seeing = stage_rm.score_held_out(recipe, model, blind=False, splits=["val"])["val"]["image_swap"]
+    assert blind["accuracy"] == 0.5 and blind["n_pairs"] == seeing["n_pairs"] == 12
+    assert seeing["accuracy"] != 0.5 and 0.0 <= seeing["ci_low"] <= seeing["accuracy"] <= seeing["ci_high"] <= 1.0
+    common.apply_override(recipe, "rm.eval_image_swaps=0")
+    assert "image_swap" not in stage_rm.score_held_out(recipe, model, blind=False, splits=["val"])["val"]
 
 
 def test_rm_held_out_pairs_on_data_without_the_oracle_column(standin_dir, tmp_path):

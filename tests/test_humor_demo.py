@@ -392,6 +392,9 @@ def test_humor_demo_end_to_end(tmp_path):
         for split in ("val", "test", "ood"):  # val too: two seeds compete on it
             accuracy = rm_result[key]["held_out"][split]
             assert 0.0 <= accuracy["ci_low"] <= accuracy["accuracy"] <= accuracy["ci_high"] <= 1.0
+            # own cartoon vs another: the blind control sees one blank image on both sides, a tie every time
+            swap = accuracy["image_swap"]
+            assert swap["accuracy"] == 0.5 if key == "rm_blind" else 0.0 <= swap["accuracy"] <= 1.0
     # the kept RM is a copy of the seed that did best on val, and says so
     kept = rm_result["rm"]["selected"]["seed"]
     val = {seed: rm_result[f"rm_s{seed}"]["held_out"]["val"]["accuracy"] for seed in (0, 1)}
@@ -430,7 +433,7 @@ def test_humor_demo_end_to_end(tmp_path):
         assert (root / "results" / f"eval_{split}" / "bon_eval.md").is_file()
     assert "grpo_s0" in evaluation["must_show_grpo"]
     table = (root / "results" / "results.md").read_text()
-    assert "Best-of-N, split test" in table and "image-blind" in table
+    assert "Best-of-N, split test" in table and "image-blind" in table and "image swap" in table
     copied = sorted(os.listdir(out))
     assert "results.md" in copied and "pipeline.json" in copied and len(copied) <= 8
 

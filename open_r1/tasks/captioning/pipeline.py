@@ -244,6 +244,10 @@ def _fmt(x, digits=3):
     return "–" if x is None else f"{x:.{digits}f}"
 
 
+def _swap(swap: dict | None) -> str:
+    return "–" if not swap else f"{swap['accuracy']:.3f} [{swap['ci_low']:.3f}, {swap['ci_high']:.3f}]"
+
+
 def _stage_seconds(summary: dict) -> float:
     return sum(block.get("seconds", 0.0) for block in summary.get("stages", {}).values())
 
@@ -258,7 +262,8 @@ def results_markdown(summary: dict) -> str:
     rm = (stages.get("rm") or {}).get("result") or {}
     if rm:
         lines += ["", "## Reward model: held-out pairwise accuracy (95 % bootstrap CI over contests)", "",
-                  "| RM | split | accuracy | CI | pairs | contests | label/oracle agreement |", "|---|---|---|---|---|---|---|"]
+                  "| RM | split | accuracy | CI | pairs | contests | label/oracle agreement | image swap (own cartoon "
+                  "wins) |", "|---|---|---|---|---|---|---|---|"]
         kept = (rm.get("rm") or {}).get("selected")
         labels = {"rm": "with image" + (f" (kept: seed {kept['seed']}, best on val)" if kept else "")}
         labels.update({key: f"with image, seed {key[4:]}" for key in sorted(rm) if key.startswith("rm_s")})
@@ -267,7 +272,8 @@ def results_markdown(summary: dict) -> str:
             for split, r in ((rm.get(key) or {}).get("held_out") or {}).items():
                 lines.append(f"| {label} | {split} | "
                              f"{_fmt(r['accuracy'])} | [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | {r['n_pairs']} | "
-                             f"{r['n_groups']} | {_fmt(r.get('oracle_agreement_of_labels'))} |")
+                             f"{r['n_groups']} | {_fmt(r.get('oracle_agreement_of_labels'))} | "
+                             f"{_swap(r.get('image_swap'))} |")
     ratings = (stages.get("ratings") or {}).get("result")
     if ratings:
         lines += ["", (f"Ratings round (simulated readers): {ratings['samples']} samples of the SFT policy, format "

@@ -9,7 +9,9 @@ task's own prompt (with the description) + the assistant turn ``<caption>…</ca
 last real token (padding-side proof), loss -log sigmoid(s_chosen - s_rejected) (optional margin and centring),
 trained with a ``transformers.Trainer`` subclass, the same pixel budget in training and scoring (saved with the
 model), saved as one dir. Held-out: pairwise accuracy on the pairs of the held-out contests (``eval_splits``; test
-and the OOD renderer by default) with a bootstrap CI that resamples contests. The image-blind control is the same
+and the OOD renderer by default) with a bootstrap CI that resamples contests, and beside it the image swap
+(``image_swap_accuracy``: how often a top caption scores higher under its own cartoon than under another; 0.5 for
+a model that ignores the image). The image-blind control is the same
 recipe with every image replaced by one blank grey image (training and scoring): what the RM gets from the text alone.
 
 Seeds (``rm.seeds: [0, 1, 2]``): the stage can train one RM per seed (the data order; the pairs are the same), score
@@ -341,11 +343,37 @@ def score_held_out(recipe: dict, model, blind: bool, tag: str = "[rm]", splits: 
                                        seed=int(recipe["seed"]), progress=_progress(f"{tag} {split}"))
         if held and "oracle_order" in held[0]:
             result["oracle_agreement_of_labels"] = sum(r["oracle_order"] for r in held) / len(held)
+        swap = image_swap_accuracy(recipe, model, split, blind)
+        if swap is not None:
+            result["image_swap"] = swap
+            common.log(f"{tag} {split}: image swap (own cartoon over another) {swap['accuracy']:.3f} "
+                       f"[{swap['ci_low']:.3f}, {swap['ci_high']:.3f}] over {swap['n_pairs']} captions")
         results[split] = result
         common.log(f"{tag} {split}: pairwise accuracy {result['accuracy']:.3f} "
                    f"[{result['ci_low']:.3f}, {result['ci_high']:.3f}] over {result['n_pairs']} pairs of "
                    f"{result['n_groups']} contests")
     return results
+
+
+def image_swap_accuracy(recipe: dict, model, split: str, blind: bool) -> dict | None:
+    """Does the RM read the image? The share of a split's top-k captions (``rm.eval_image_swaps`` of them, drawn as
+    ``data.image_negative_indices``) that it scores higher under their own cartoon than under another contest's,
+    with the by-contest CI. 0.5 for a model blind to the image (ties count 1/2; the blind control scores both sides
+    on the one blank image: 0.5 up to float noise). A diagnostic beside the pairwise accuracy, not a label: no reader
+    rated these pairs. None when the recipe sets 0 or the split has fewer than two contests."""
+    from open_r1 import reward_model as rm_lib
+    from open_r1.tasks.captioning import data as cdata
+
+    cfg = common.section(recipe, "rm")
+    n = int(cfg.get("eval_image_swaps", 480))
+    dataset = cdata.load_captions(common.Paths(recipe).split(split), check_images="none")
+    if not n or len(set(dataset["contest"])) < 2:
+        return None
+    index = cdata.image_negative_indices(dataset, n, top_k=image_negative_settings(recipe)[1],
+                                         seed=int(recipe["seed"]) + 13)
+    result = rm_lib.evaluate_pairs(model, image_negative_rows(dataset, index, blind=blind),
+                                   batch_size=int(cfg.get("eval_batch_size", 32)), seed=int(recipe["seed"]))
+    return {k: result[k] for k in ("accuracy", "ci_low", "ci_high", "n_pairs", "n_groups")}
 
 
 def rescore(recipe: dict, model_dir: str, splits: list[str] | None = None) -> dict:
