@@ -1081,8 +1081,10 @@ def test_rm_training_rows_with_image_negatives(standin_dir, tmp_path):
         assert row["rejected_image"].tobytes() != row["image"].tobytes()
     blind = stage_rm.training_pair_rows(recipe_with(", image_negatives: 0.2"), blind=True)
     assert all(r["rejected_image"].tobytes() == r["image"].tobytes() for r in blind[150:])
-    for bad in (", image_negatives: 1.5", ", image_negatives: yes", ", image_negative_top_k: 0"):
-        with pytest.raises(RecipeError, match="rm.image_negative"):
+    for bad, key in ((", image_negatives: 1.5", "rm.image_negatives"), (", image_negatives: yes", "rm.image_negatives"),
+                     (", image_negative_top_k: 0", "rm.image_negative_top_k"),
+                     (", eval_image_swaps: 2.5", "rm.eval_image_swaps")):
+        with pytest.raises(RecipeError, match=key):
             pipeline.preflight(recipe_with(bad), ["rm"])
 
 

@@ -165,10 +165,23 @@ def image_negative_settings(recipe: dict) -> tuple[float, int]:
     return float(fraction), top_k
 
 
+def eval_image_swaps(recipe: dict) -> int:
+    """``rm.eval_image_swaps``: how many captions `image_swap_accuracy` draws per held-out split (0: none), checked."""
+    from open_r1.errors import RecipeError
+
+    n = common.section(recipe, "rm").get("eval_image_swaps", 480)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise RecipeError(f"rm.eval_image_swaps must be an integer >= 0 (captions per held-out split; 0: no image-swap "
+                          f"diagnostic), got {n!r}")
+    return n
+
+
 def check_recipe(recipe: dict) -> None:
-    """The section's choices (seeds, image negatives), checked; the pipeline calls this before any stage runs."""
+    """The section's choices (seeds, image negatives, the image-swap diagnostic), checked; the pipeline calls this
+    before any stage runs."""
     rm_seeds(recipe)
     image_negative_settings(recipe)
+    eval_image_swaps(recipe)
 
 
 def held_out_pairs(recipe: dict, split: str, blind: bool):
@@ -288,8 +301,8 @@ def train_one(recipe: dict, blind: bool, seed: int | None = None) -> dict:
     model = rm_lib.build_reward_model(
         backbone, min_pixels=cfg.get("min_pixels"), max_pixels=cfg.get("max_pixels"),
         dtype=cfg.get("dtype") or ("float32" if not cfg.get("lora") or not cuda else None),
-        lora=cfg.get("lora"), meta={"blind": blind, "train_pairs": len(rows), "image_negatives": negatives, "k": cfg.get("k", 3.0),
-              "seed": seed})
+        lora=cfg.get("lora"), meta={"blind": blind, "train_pairs": len(rows), "image_negatives": negatives,
+                                    "k": cfg.get("k", 3.0), "seed": seed})
     if not cuda:
         model = model.float()
     max_seconds = cfg.get("max_seconds")
@@ -365,7 +378,7 @@ def image_swap_accuracy(recipe: dict, model, split: str, blind: bool) -> dict | 
     from open_r1.tasks.captioning import data as cdata
 
     cfg = common.section(recipe, "rm")
-    n = int(cfg.get("eval_image_swaps", 480))
+    n = eval_image_swaps(recipe)
     dataset = cdata.load_captions(common.Paths(recipe).split(split), check_images="none")
     if not n or len(set(dataset["contest"])) < 2:
         return None
