@@ -217,18 +217,22 @@ def _description_columns(dataset) -> list[str]:
 # --------------------------------------------------------------------------------------------------------------------
 # SFT rows
 # --------------------------------------------------------------------------------------------------------------------
+def _top_k_by_contest(dataset, top_k: int, groups: list[list[int]] | None = None) -> list[list[int]]:
+    """Per contest (in contest order; `groups`: the rows of each, if already read), the rows of its ``top_k``
+    captions, best first: by mean, ties by more votes, then row order."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise DataError(f"top_k must be a positive integer, got {top_k!r}")
+    means, votes = _column(dataset, "mean"), _column(dataset, "votes")
+    groups = list(_contest_groups(dataset).values()) if groups is None else groups
+    return [sorted(rows, key=lambda r: (-means[r], -votes[r], r))[:top_k] for rows in groups]
+
+
 def top_k_rows(dataset, top_k: int = 3):
     """The ``top_k`` captions of every contest by mean (ties: more votes first, then row order), contest order kept.
 
     This is what trace synthesis explains; it adds a ``thinking`` column (``THINKING_COLUMN``) for ``sft_rows``.
     """
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise DataError(f"top_k must be a positive integer, got {top_k!r}")
-    means, votes = _column(dataset, "mean"), _column(dataset, "votes")
-    keep = []
-    for rows in _contest_groups(dataset).values():
-        ranked = sorted(rows, key=lambda r: (-means[r], -votes[r], r))
-        keep.extend(sorted(ranked[:top_k]))
+    keep = [row for top in _top_k_by_contest(dataset, top_k) for row in sorted(top)]
     return drop_analysis_columns(dataset.select(keep))
 
 
@@ -408,13 +412,10 @@ def image_negative_indices(dataset, n: int, top_k: int = 3, seed: int = 0) -> np
     give a reward model a gradient only through the image (``stage_rm``, ``rm.image_negatives``)."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise DataError(f"the number of image-negative pairs must be an integer >= 0, got {n!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise DataError(f"top_k must be a positive integer, got {top_k!r}")
     groups = list(_contest_groups(dataset).values())
+    tops = _top_k_by_contest(dataset, top_k, groups)
     if n and len(groups) < 2:
         raise DataError(f"image-negative pairs need at least 2 contests, the data has {len(groups)}")
-    means, votes = _column(dataset, "mean"), _column(dataset, "votes")
-    tops = [sorted(rows, key=lambda r: (-means[r], -votes[r], r))[:top_k] for rows in groups]
     rng = np.random.default_rng(seed)
     own = rng.integers(len(groups), size=n)
     other = rng.integers(len(groups) - 1, size=n) if n else np.empty(0, dtype=np.int64)
