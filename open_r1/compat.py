@@ -33,6 +33,8 @@ Items:
 10. `set_vision_attn_implementation`: the same attribute set on the vision sub-config where the public setter
    refuses a registered function whose name contains "flash" (transformers >= 5.25 preloads a flash kernel by
    that name and finds none).
+11. `suppress_in_rollouts`: `GRPOTrainer.generation_config` / `generation_kwargs`, the rollout settings TRL builds
+   in `__init__` (its `suppress_tokens` hides the model's own list from `generate`).
 """
 from __future__ import annotations
 
@@ -232,3 +234,26 @@ def set_vision_attn_implementation(model, name: str) -> None:
         model.config.vision_config._attn_implementation = name
     if attn_implementation(model.config.vision_config) != name:
         raise RuntimeError(f"the vision tower's attention implementation could not be set to {name!r}")
+
+
+# ---- 11. the suppressed tokens of GRPO's rollouts --------------------------------------------------------------
+
+
+def suppress_in_rollouts(trainer, token_ids) -> bool:
+    """Add `token_ids` to the tokens GRPO's HF-generate rollouts never sample. Returns False where there is no such
+    config (vLLM rollouts), True otherwise.
+
+    Relies on TRL 1.16's `GRPOTrainer.__init__` (plain-transformers path) building its rollout settings as a dict
+    `self.generation_kwargs` with `suppress_tokens = [image_token_id]` (for processors) and
+    `self.generation_config = GenerationConfig(**generation_kwargs)`, passed to `generate` (item 6) and, for
+    continuous batching, the dict. Because TRL sets `suppress_tokens`, `generate` does not fill it from the model's
+    own generation config as it does for fields TRL leaves unset; this puts the model's list back."""
+    config = getattr(trainer, "generation_config", None)
+    if config is None or getattr(trainer, "use_vllm", False):
+        return False
+    merged = sorted(set(config.suppress_tokens or ()) | {int(t) for t in token_ids})
+    config.suppress_tokens = merged
+    kwargs = getattr(trainer, "generation_kwargs", None)
+    if isinstance(kwargs, dict):
+        kwargs["suppress_tokens"] = merged
+    return True

@@ -314,7 +314,7 @@ QWEN3_VL_GENERATION_CONFIG: dict[str, Any] = {
 }
 # Overrides that are not model-config fields.
 PROCESSOR_OVERRIDE_KEYS = ("min_pixels", "max_pixels")
-BUILD_OVERRIDE_KEYS = ("bpe_vocab_size", "thinking")
+BUILD_OVERRIDE_KEYS = ("bpe_vocab_size", "thinking", "suppress_unused")
 BUILD_MARKER_FILE = "tiny_model.json"  # written into every built dir: how it was built (and that it may be rebuilt)
 TRAINED_MARKERS = ("trainer_state.json", "training_meta.json", "adapter_config.json", "optimizer.pt")
 DEFAULT_BPE_VOCAB_SIZE = 4096  # upper bound; the small corpus runs out of merges first (~2.5k tokens)
@@ -794,6 +794,19 @@ def build_generation_config(family: str = "qwen2_vl", thinking: bool = True):
     return GenerationConfig(**values)
 
 
+def unused_token_ids(tokenizer, vocab_size: int = REAL_VOCAB_SIZE) -> list[int]:
+    """The ids no text encodes to: the placeholders between the trained BPE and the first special id, and the
+    embedding rows past the tokenizer (``len(tokenizer)`` .. ``vocab_size``).
+
+    A real checkpoint's trained vocabulary gives such ids (almost) no probability; a tiny model's random-init rows
+    do not, and sampling at T 0.7 picks them (GRPO rollouts of the captioning stand-in drifted into them, run 15 in
+    docs/CAPTIONING.md). So a stand-in policy's generation config suppresses them (`build_tiny(...,
+    suppress_unused=True)`); 1.7 MB of generation_config.json, and HF generate's `isin` over them each step."""
+    names = tokenizer.convert_ids_to_tokens(list(range(FIRST_SPECIAL_TOKEN_ID)))
+    placeholders = [i for i, name in enumerate(names) if name == PLACEHOLDER_TOKEN_FORMAT.format(i)]
+    return placeholders + list(range(len(tokenizer), vocab_size))
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The whole checkpoint
 # ---------------------------------------------------------------------------------------------------------------------
@@ -810,7 +823,9 @@ def build_tiny(family: str, out_dir: str | os.PathLike, full_size: bool = False,
 
     Overrides: `min_pixels` / `max_pixels` (image processor), `bpe_vocab_size` (tokenizer), `thinking` (Qwen3-VL:
     the Thinking chat template and generation config, default True), and any model-config override accepted by
-    `build_config`.
+    `build_config`. `suppress_unused=True` (default False): the generation config suppresses `unused_token_ids`,
+    for a tiny model that stands in for a real one in sampled generation (the captioning stand-in's policy; the real
+    files have no such list, their trained vocabulary does not need one).
     """
     _family(family)
     out_dir = Path(out_dir).resolve()
@@ -818,11 +833,14 @@ def build_tiny(family: str, out_dir: str | os.PathLike, full_size: bool = False,
     processor_overrides = {key: overrides.pop(key) for key in PROCESSOR_OVERRIDE_KEYS if key in overrides}
     bpe_vocab_size = int(overrides.pop("bpe_vocab_size", DEFAULT_BPE_VOCAB_SIZE))
     thinking = bool(overrides.pop("thinking", True))
+    suppress_unused = bool(overrides.pop("suppress_unused", False))
     config = build_config(full_size=full_size, family=family, **overrides)
 
     tokenizer = build_tokenizer(bpe_vocab_size, family=family, thinking=thinking)
     processor = build_processor(tokenizer, family=family, thinking=thinking, **processor_overrides)
     model = build_model(config, seed=seed, thinking=thinking)
+    if suppress_unused:  # HF generate and the graph decoder read it here, GRPO's rollouts too (open_r1.trainer)
+        model.generation_config.suppress_tokens = unused_token_ids(tokenizer, config.get_text_config().vocab_size)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
@@ -896,10 +914,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="qwen3_vl: the Instruct chat template (default: Thinking, prompt ends with <think>)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out even if it holds a trained model or files this tool did not write")
+    parser.add_argument("--suppress-unused", action="store_true",
+                        help="generation never samples the ids no text encodes to (a sampling stand-in policy)")
     args = parser.parse_args(argv)
     overrides: dict[str, Any] = {
         key: value for key, value in (("min_pixels", args.min_pixels), ("max_pixels", args.max_pixels)) if value
     }
+    if args.suppress_unused:
+        overrides["suppress_unused"] = True
     if args.family == "qwen3_vl":
         overrides["thinking"] = not args.instruct
     try:

@@ -32,6 +32,11 @@ The algorithm is TRL's, unchanged. What this adds:
   waits. The processor's image processor gets a subclass that preprocesses each distinct image once per call and
   reuses the previous call's rows; lazily decoded rows with the same bytes share one image object. The processor's
   outputs are unchanged (tested equal).
+* **The model's suppressed tokens in the rollouts.** TRL's rollout config sets `suppress_tokens` to the image
+  token, and then `generate` ignores the model's own list (it fills only the fields TRL leaves unset); the model's
+  list is added to TRL's (`compat.suppress_in_rollouts`). The real checkpoints have none; the tiny stand-ins
+  suppress the ids no text encodes to (`tiny_models.unused_token_ids`). The loss's log-probabilities stay TRL's
+  (over the whole vocabulary), as with any sampling filter.
 
 And one recipe lever (it changes what is learned, default off):
 
@@ -153,6 +158,11 @@ class CountingGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTr
         if lazy_images and kwargs.get("train_dataset") is not None:
             kwargs["train_dataset"] = lazy_image_column(kwargs["train_dataset"])
         super().__init__(*args, **kwargs)
+        # TRL's rollout config sets suppress_tokens (the image token), so generate never reads the model's own list
+        # (a tiny model's: the ids no text encodes to); the rollouts must sample what evaluation samples
+        model_config = getattr(self.accelerator.unwrap_model(self.model), "generation_config", None)
+        if getattr(model_config, "suppress_tokens", None):
+            compat.suppress_in_rollouts(self, model_config.suppress_tokens)
         self.noisy_fraction = noisy_fraction
         self.noise_std = noise_std
         self.fast_decode = resolve_fast_decode(fast_decode, self)

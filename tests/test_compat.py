@@ -292,3 +292,22 @@ def test_no_private_library_name_outside_compat():
              if p.name != "compat.py"] + [ROOT / "selfcheck.py"]
     uses = [use for path in files for use in private_library_uses(path)]
     assert not uses, f"private TRL/transformers/torch names outside open_r1/compat.py: {uses}"
+
+
+# ---- 11. GRPO's rollout settings ------------------------------------------------------------------------------------
+def test_item11_trl_keeps_its_rollout_settings_where_suppress_in_rollouts_writes_them():
+    source = _source(GRPOTrainer.__init__)
+    assert 'generation_kwargs["suppress_tokens"] = [model.config.image_token_id]' in source
+    assert "self.generation_config = GenerationConfig(**generation_kwargs" in source
+    assert "self.generation_kwargs = generation_kwargs" in source
+    assert "generation_kwargs=self.generation_kwargs" in _source(GRPOTrainer._generate_single_turn)
+
+    from transformers import GenerationConfig
+
+    stand_in = type("Trainer", (), {})()
+    stand_in.use_vllm, stand_in.generation_config = False, GenerationConfig(suppress_tokens=[9])
+    stand_in.generation_kwargs = {"suppress_tokens": [9]}
+    assert compat.suppress_in_rollouts(stand_in, [5, 9, 7])
+    assert stand_in.generation_config.suppress_tokens == stand_in.generation_kwargs["suppress_tokens"] == [5, 7, 9]
+    stand_in.use_vllm = True
+    assert not compat.suppress_in_rollouts(stand_in, [1])

@@ -403,3 +403,26 @@ def test_out_of_memory_drops_the_decoder_so_a_smaller_retry_gets_a_smaller_cache
     again = generation.decoder_for(model)
     assert again is not first and again.batch_size == 1 and len(out[0]) == 1
     generation.forget_decoders()
+
+
+def test_a_tiny_models_suppressed_ids_are_never_sampled_by_generate_or_the_decoder(family_model):
+    """A stand-in policy suppresses the ids no text encodes to (tiny_models.unused_token_ids, build_tiny's
+    suppress_unused); with this random head those are ~98 % of the probability, so a sampler that ignored the list
+    would pick them at once."""
+    from open_r1.tiny_models import unused_token_ids
+
+    family, model, processor = family_model
+    suppressed = set(unused_token_ids(processor.tokenizer, model.config.get_text_config().vocab_size))
+    model.generation_config.suppress_tokens = sorted(suppressed)  # restored below: the fixture is shared
+    inputs = _inputs(processor, QUESTIONS, seed=3)
+    kwargs = dict(max_new_tokens=6, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, eos_token_id=[-5],
+                  pad_token_id=processor.tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    try:
+        hf = _hf(model, inputs, **kwargs)
+        ours = _ours(GraphDecoder(model), inputs, **kwargs)
+    finally:
+        model.generation_config.suppress_tokens = None
+    assert not suppressed & set(hf.flatten().tolist()) and not suppressed & set(ours.flatten().tolist())
+    unsuppressed = _ours(GraphDecoder(model), inputs, **kwargs)
+    assert suppressed & set(unsuppressed.flatten().tolist())  # the list is what keeps them out

@@ -333,3 +333,31 @@ def test_cli_builds_a_qwen3_vl_checkpoint(tmp_path, capsys):
     assert json.loads((out / "tiny_model.json").read_text())["family"] == "qwen3_vl"
     with pytest.raises(SystemExit):
         main(["--family", "llava", "--out", str(tmp_path / "x")])
+
+
+def test_suppress_unused_makes_generation_skip_exactly_the_ids_no_text_encodes_to(tmp_path):
+    """The placeholders and the embedding rows past the tokenizer are suppressed; nothing a text encodes to is;
+    without the option the generation config is the real file's."""
+    from transformers import AutoConfig, GenerationConfig
+
+    from open_r1.tasks.captioning import protocol
+    from open_r1.tiny_models import ADDED_TOKENS, build_tiny
+
+    family = "qwen3_vl"
+    path = tmp_path / "policy"
+    assert main(["--family", family, "--out", str(path), "--suppress-unused"]) == 0
+    assert GenerationConfig.from_pretrained(build_tiny(family, tmp_path / "plain")).suppress_tokens is None
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    vocab_size = AutoConfig.from_pretrained(path).get_text_config().vocab_size
+    suppressed = GenerationConfig.from_pretrained(path).suppress_tokens
+    names = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    expected = [i for i, name in enumerate(names) if name.startswith(PLACEHOLDER_TOKEN_FORMAT.split("{")[0])]
+    assert suppressed == expected + list(range(len(tokenizer), vocab_size))
+    assert len(expected) > 140_000 and 151642 in suppressed
+    assert not set(ADDED_TOKENS[family].values()) & set(suppressed)
+    text = (COUNTING_PROMPT + " <think>\nI count 3 red cubes.</think> <answer> 3 </answer> "
+            + protocol.format_target("Most of the objects are gray ones.", "The green cube insists, again!"))
+    rng = np.random.default_rng(0)
+    noise = "".join(chr(c) for c in rng.integers(32, 0x2FFF, 400))  # any text, not only the corpus's words
+    ids = tokenizer.encode(text + noise, add_special_tokens=False)
+    assert not set(ids) & set(suppressed)

@@ -392,3 +392,32 @@ def test_dedupe_vision_trains_whole_groups_per_micro_batch_with_the_same_update(
     assert scale > 0
     for name, delta in shuffled.items():
         torch.testing.assert_close(regrouped[name], delta, rtol=0, atol=0.01 * scale, msg=name)
+
+
+def test_rollouts_never_sample_what_the_model_suppresses(scene_data_dir, tmp_path, monkeypatch):
+    """TRL's rollout config sets suppress_tokens to the image token, hiding the model's own list (a stand-in
+    policy's: the ids no text encodes to, ~98 % of the vocabulary, which its near-uniform random head would mostly
+    sample)."""
+    from transformers import AutoConfig, GenerationConfig
+
+    from open_r1 import rewards
+    from open_r1.tiny_models import build_tiny
+
+    tiny_model_dir = build_tiny("qwen2_vl", tmp_path / "policy", suppress_unused=True)
+    suppressed = set(GenerationConfig.from_pretrained(tiny_model_dir).suppress_tokens)
+    assert len(suppressed) > 100_000
+    sampled = []
+
+    def record(completions, completion_ids, **kwargs):
+        sampled.extend(int(t) for ids in completion_ids for t in ids)
+        return [float(i) for i in range(len(completions))]
+
+    record.__name__ = "record"
+    monkeypatch.setattr(rewards, "get_reward_funcs", lambda names, kwargs=None: [record])
+    script_args, training_args, model_args = grpo.parse_args(
+        recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--fast_decode", "hf"))[:3]
+    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    image_token = AutoConfig.from_pretrained(tiny_model_dir).image_token_id
+    assert set(trainer.generation_config.suppress_tokens) == suppressed | {image_token}  # TRL's and the model's
+    trainer.train()
+    assert len(sampled) >= 8 and not suppressed & set(sampled)
