@@ -384,6 +384,15 @@ def test_humor_demo_end_to_end(tmp_path):
     for model in ("policy-base", "rm-backbone", "policy-sft", "policy-grpo-seed0"):
         assert (root / "models" / model / "config.json").is_file(), model
         assert not (root / "models" / model / "adapter_config.json").exists(), model
+    # the policy's generation config keeps suppressing the ids no text encodes to, stage after stage; the RM's
+    # backbone never generates
+    from transformers import GenerationConfig
+
+    def suppressed(model):
+        return GenerationConfig.from_pretrained(root / "models" / model).suppress_tokens
+
+    assert len(suppressed("policy-base")) > 140_000 and not suppressed("rm-backbone")
+    assert suppressed("policy-base") == suppressed("policy-sft") == suppressed("policy-grpo-seed0")
     for rm in ("rm", "rm-blind"):
         meta = json.loads((root / "models" / rm / "reward_model.json").read_text())
         assert meta["pooling"] == "last_real_token" and meta["blind"] == (rm == "rm-blind")

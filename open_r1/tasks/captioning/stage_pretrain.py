@@ -14,6 +14,11 @@ task prompt on an OOD image the way it answered questions about such images, wit
 format fails there). Never reads ``oracle``, ``mean`` or ``votes``. Then a perception probe (``perception``): the
 share of held-out scenes (val, OOD) on which the base, asked which object is different, names the odd value.
 
+The policy's checkpoint suppresses in generation the ids that no text encodes to (``suppress_unused_tokens``,
+default true for the policy, false for the RM backbone, which never generates): the tiny tokenizer pads its small
+BPE with placeholder ids up to the real special ids, and a random-init model, unlike a real one, gives them
+probability mass that sampling picks up (docs/CAPTIONING.md, "Run 15").
+
 Deviation from the seed: the seed starts from the released Qwen3-VL-2B-Thinking and Qwen2.5-VL-3B-Instruct, which
 cannot be downloaded here; on real data skip this stage and set ``sft.model`` / ``rm.backbone`` to those
 checkpoints (configs/captioning/real_*.yaml). The stand-in bases see far less than a real base (minutes of
@@ -67,6 +72,8 @@ def pretrain_one(recipe: dict, which: str) -> dict:
     family = cfg.get("family", "qwen3_vl" if which == "policy" else "qwen2_5_vl")
     init = out + ".init"
     overrides = dict(cfg.get("overrides") or {})
+    # the policy samples: like a real checkpoint, it never emits an id that no text encodes to (run 15's rollouts did)
+    overrides.setdefault("suppress_unused", bool(cfg.get("suppress_unused_tokens", which == "policy")))
     tiny_models.build_tiny(family, init, seed=int(cfg.get("seed", recipe["seed"])), overwrite=True, **overrides)
     rows = pretrain_dataset(recipe, which)
     settings = sft.SFTSettings(
