@@ -34,9 +34,9 @@ The algorithm is TRL's, unchanged. What this adds:
   outputs are unchanged (tested equal).
 * **The model's suppressed tokens in the rollouts.** TRL's rollout config sets `suppress_tokens` to the image
   token, and then `generate` ignores the model's own list (it fills only the fields TRL leaves unset); the model's
-  list is added to TRL's (`compat.suppress_in_rollouts`). The real checkpoints have none; the tiny stand-ins
-  suppress the ids no text encodes to (`tiny_models.unused_token_ids`). The loss's log-probabilities stay TRL's
-  (over the whole vocabulary), as with any sampling filter.
+  list is added to TRL's (`compat.suppress_in_rollouts`). The real checkpoints have none; a tiny stand-in built
+  with `suppress_unused` suppresses the ids no text encodes to (`tiny_models.unused_token_ids`). The loss's
+  log-probabilities stay TRL's (over the whole vocabulary), as with any sampling filter.
 
 And one recipe lever (it changes what is learned, default off):
 
