@@ -15,7 +15,7 @@ What this script adds, and nothing else:
     exported submission resizes images the way training did;
   * LoRA (through peft) stays off the vision tower unless `lora_vision: true`; `freeze_vision: true` trains the
     language model and merger only (full fine-tuning);
-  * the trainer is `open_r1.trainer.CountingGRPOTrainer`: TRL's, with each round's images decoded once
+  * the trainer is `open_r1.trainer.VLMGRPOTrainer`: TRL's, with each round's images decoded once
     (`lazy_images`), and optionally ViT de-duplication
     (`dedupe_vision`) and NoisyRollout-style noisy-image rollouts (`noisy_rollouts`), at TRL's hook points;
   * `training_meta.json` beside the weights records what export needs (base model, LoRA or not, pixel budget).
@@ -39,7 +39,7 @@ from open_r1.families import FAMILIES
 from open_r1.rewards import parse_reward_kwargs  # noqa: F401  (re-exported: recipes' reward params)
 from open_r1.tasks import get_task
 from open_r1.trainer import (
-    CountingGRPOTrainer,
+    VLMGRPOTrainer,
     check_noisy_rollouts,
     vision_tower,
 )
@@ -59,7 +59,7 @@ BATCH_HINT = (
 
 
 @dataclass
-class CountingGRPOArguments(ScriptArguments):
+class GRPOScriptArguments(ScriptArguments):
     """Recipe keys of our own (the rest are TRL's `GRPOConfig` and `ModelConfig`)."""
 
     task: str = field(
@@ -158,6 +158,9 @@ class CountingGRPOArguments(ScriptArguments):
     )
 
 
+CountingGRPOArguments = GRPOScriptArguments  # its name until 2026-12-04
+
+
 def lora_config(model_args: ModelConfig, lora_vision: bool, family=FAMILIES["qwen2_vl"]):
     """peft LoraConfig from the recipe; targets the family's language model only unless lora_vision."""
     from trl import get_peft_config
@@ -185,7 +188,7 @@ def freeze_vision_tower(model) -> int:
     return frozen
 
 
-def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
+def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
     """Everything up to `trainer.train()`: validated data, rewards, model, processor, LoRA, the trainer
     (TRL's `GRPOTrainer` with the speed levers of `open_r1.trainer`)."""
     from open_r1.rewards import get_reward_funcs
@@ -224,7 +227,7 @@ def build_trainer(script_args: CountingGRPOArguments, training_args: GRPOConfig,
         default_min if script_args.min_pixels is None else script_args.min_pixels,
         default_max if script_args.max_pixels is None else script_args.max_pixels,
     )
-    trainer = CountingGRPOTrainer(
+    trainer = VLMGRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
         args=training_args,
@@ -268,7 +271,7 @@ def announce_rank(trainer) -> None:
     )
 
 
-def main(script_args: CountingGRPOArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
+def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
     from open_r1 import (
         run as run_lib,  # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
     )
@@ -312,7 +315,7 @@ def _has_activation_checkpointing() -> bool:
 
 
 def parse_args(argv=None):
-    classes = [CountingGRPOArguments, GRPOConfig, ModelConfig]
+    classes = [GRPOScriptArguments, GRPOConfig, ModelConfig]
     legacy = not _has_activation_checkpointing()
     if legacy:
         classes.append(_ActivationCheckpointingAlias)
@@ -348,7 +351,7 @@ def short_help() -> str:
         head = f"  --{field_.name} (default: {default!r})"
         return head + "\n" + textwrap.fill(text, width=110, initial_indent=" " * 6, subsequent_indent=" " * 6)
 
-    ours = [f for f in dataclasses.fields(CountingGRPOArguments)
+    ours = [f for f in dataclasses.fields(GRPOScriptArguments)
             if f.name == "dataset_name" or f.name not in {g.name for g in dataclasses.fields(ScriptArguments)}]
     trl_fields = {f.name: f for cls in (GRPOConfig, ModelConfig) for f in dataclasses.fields(cls)}
     common = [trl_fields[name] for name in COMMON_TRL_KEYS if name in trl_fields]
@@ -359,7 +362,7 @@ def short_help() -> str:
         "",
         "Every key can go in the recipe YAML or on the command line; the command line wins.",
         "",
-        "Recipe keys of this project (open_r1/grpo.py: CountingGRPOArguments):",
+        "Recipe keys of this project (open_r1/grpo.py: GRPOScriptArguments):",
         *map(describe, ours),
         "",
         "Common keys of TRL's GRPOConfig / ModelConfig:",

@@ -1,4 +1,4 @@
-"""`CountingGRPOTrainer`: TRL's `GRPOTrainer` plus speed levers and one recipe lever, at TRL's own hook points.
+"""`VLMGRPOTrainer`: TRL's `GRPOTrainer` plus speed levers and one recipe lever, at TRL's own hook points.
 
 Task- and family-neutral: it trains any model family of `open_r1.families` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL). The
 TRL internals it hooks into are reached through `open_r1.compat` (`GRPORoundHooks`), nothing else here names a
@@ -148,7 +148,7 @@ def regroup_micro_batches(batches: list[dict], key: str = ROW_ID) -> list[dict]:
     return [compat.unsplit_by_image(chunk) for chunk in compat.split_rows(merged, len(batches))]
 
 
-class CountingGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer):
+class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer):
     """`GRPOTrainer` with lazy image decoding, ViT de-duplication and noisy rollouts (module docstring), through the
     round hooks of `open_r1.compat.GRPORoundHooks`."""
 
@@ -216,3 +216,6 @@ class CountingGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTr
             if rows[i].get(IMAGE_COLUMN) is not None:
                 seed = zlib.crc32(f"{self.args.seed}-{self.state.global_step}-{rank}-{i}".encode())
                 rows[i] = {**rows[i], IMAGE_COLUMN: add_image_noise(rows[i][IMAGE_COLUMN], self.noise_std, seed)}
+
+
+CountingGRPOTrainer = VLMGRPOTrainer  # its name until 2026-12-04 (the engine trains every task)

@@ -872,7 +872,7 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
     from open_r1 import grpo as grpo_lib
     from open_r1 import modeling
     from open_r1.rewards import get_reward_funcs
-    from open_r1.trainer import CountingGRPOTrainer, vision_tower
+    from open_r1.trainer import VLMGRPOTrainer, vision_tower
 
     trainer = None
     try:
@@ -923,7 +923,7 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         trainer_kwargs = dict(lazy_images=variant.lazy_images, dedupe_vision=variant.dedupe_vision,
                               fast_decode=variant.fast_decode, dedupe_images=variant.dedupe_images)
         with ref_context:
-            trainer = (CountingGRPOTrainer if ours else GRPOTrainer)(
+            trainer = (VLMGRPOTrainer if ours else GRPOTrainer)(
                 model=model,
                 reward_funcs=reward_funcs,
                 args=args,
