@@ -1133,3 +1133,35 @@ def test_rm_held_out_pairs_on_data_without_the_oracle_column(standin_dir, tmp_pa
                                            cdata.pair_indices(real_like, k=1.0, cap_per_contest=30, seed=7),
                                            keep_oracle=True)
     assert [(r["chosen"], r["rejected"]) for r in held] == [(r["chosen"], r["rejected"]) for r in with_oracle]
+
+
+def test_eval_sampling_cuts_come_from_the_recipe_or_the_policy(standin_dir, tiny_model_dirs, fake_rm, monkeypatch):
+    """eval.top_p / eval.top_k reach generate (and the ratings round, which samples the same way); left out, the
+    policy's generation config decides; a bad value is one RecipeError before any stage runs."""
+    import open_r1.generation as generation
+    from open_r1 import modeling
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import pipeline, stage_eval, stage_ratings
+    from open_r1.tasks.captioning import stage_common as common
+
+    seen = []
+
+    def fake_generate(model, processor, prompts, images, max_new_tokens, **kwargs):
+        seen.append(kwargs)
+        return ["no format"] * len(prompts), [5] * len(prompts), [False] * len(prompts)
+
+    monkeypatch.setattr(generation, "generate_texts", fake_generate)
+    _, paths = standin_dir
+    data = cdata.load_captions(paths["val"], check_images="none")
+    processor = modeling.load_processor(str(tiny_model_dirs["qwen3_vl"]))
+    for extra, expected in (([], {}), (["eval.top_p=1.0", "eval.top_k=0"], {"top_p": 1.0, "top_k": 0})):
+        recipe = common.load_recipe("configs/captioning/standin_demo.yaml", extra)
+        sampling = {**stage_eval.sampling_kwargs(recipe), "n": 1, "max_cartoons": 1}
+        ev.evaluate_policy(None, processor, data, fake_rm, **sampling)
+        assert {k: seen[-1][k] for k in ("top_p", "top_k") if k in seen[-1]} == expected
+    for bad in ("eval.top_p=0", "eval.top_p=1.5", "eval.top_k=-1", "eval.top_k=2.5", "eval.top_k=true"):
+        recipe = common.load_recipe("configs/captioning/standin_demo.yaml", [bad])
+        with pytest.raises(RecipeError, match=bad.split("=")[0]):
+            pipeline.preflight(recipe, ["eval"])
+        with pytest.raises(RecipeError, match=bad.split("=")[0]):
+            stage_ratings.settings(recipe)

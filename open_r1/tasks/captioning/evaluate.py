@@ -410,7 +410,8 @@ def score_records(records: list[dict], images_by_contest: dict, descs_by_contest
 
 
 def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_new_tokens: int = protocol.MAX_NEW_TOKENS,
-                    temperature: float = 1.0, top_p: float | None = None, batch_size: int = 8,
+                    temperature: float = 1.0, top_p: float | None = None, top_k: int | None = None,
+                    batch_size: int = 8,
                     rm_batch_size: int = 16, max_words: int = protocol.MAX_WORDS, seed: int = 0,
                     max_cartoons: int | None = None, use_stop: bool = False, oracle: bool | str = "auto",
                     do_sample: bool = True, decoder: str | None = None,
@@ -426,6 +427,8 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     ``open_r1.generation.generate_texts``' choice (None: its default, the CUDA-graph decoder on GPUs; 'hf' for
     small models, whose per-model compile costs more than it saves). ``reward_model=None``: no RM scores
     (``rm_raw`` None; parsing and the oracle as usual). ``progress(done, total)``: called after each batch.
+    ``top_p`` / ``top_k``: None leaves the policy's generation config's (a Qwen3-VL-Thinking file: 0.95 / 20); GRPO's
+    rollouts use TRL's (1.0 / 0) unless its recipe sets them.
     """
     import torch
 
@@ -461,6 +464,8 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     gen_kwargs: dict[str, Any] = {"temperature": temperature} if do_sample else {}
     if top_p is not None and do_sample:
         gen_kwargs["top_p"] = top_p
+    if top_k is not None and do_sample:
+        gen_kwargs["top_k"] = top_k
     if use_stop:
         gen_kwargs.update(stop_strings=list(protocol.STOP), tokenizer=processor.tokenizer)
     torch.manual_seed(seed)

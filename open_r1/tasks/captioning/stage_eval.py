@@ -46,10 +46,20 @@ def sampling_kwargs(recipe: dict) -> dict:
     """`evaluate.evaluate_policy`'s sampling settings from the recipe's ``eval`` section (the stage's and any probe's
     that samples "as the eval stage does")."""
     cfg = common.section(recipe, "eval")
+    top_p, top_k = cfg.get("top_p"), cfg.get("top_k")  # None: the policy's generation config decides
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise RecipeError(f"eval.top_p must be a number in (0, 1] (1.0: no nucleus cut), got {top_p!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise RecipeError(f"eval.top_k must be a whole number >= 0 (0: no top-k cut), got {top_k!r}")
     return dict(n=int(cfg.get("n", 8)), max_new_tokens=int(cfg.get("max_new_tokens", 1024)),
                 temperature=float(cfg.get("temperature", 1.0)), batch_size=int(cfg.get("batch_size", 64)),
                 seed=int(recipe["seed"]), max_cartoons=cfg.get("limit"), use_stop=bool(cfg.get("use_stop", False)),
-                decoder=cfg.get("decoder"))
+                decoder=cfg.get("decoder"), top_p=None if top_p is None else float(top_p), top_k=top_k)
+
+
+def check_recipe(recipe: dict) -> None:
+    """The ``eval`` section's sampling settings, before any stage runs (the pipeline's preflight)."""
+    sampling_kwargs(recipe)
 
 
 def inputs(recipe: dict) -> dict[str, common.Input]:

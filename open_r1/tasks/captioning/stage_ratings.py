@@ -48,6 +48,9 @@ def settings(recipe: dict) -> dict:
     unknown = sorted(set(cfg) - set(out))
     if unknown:
         raise RecipeError(f"ratings: unknown key(s) {unknown}; valid: {sorted(out)}")
+    from open_r1.tasks.captioning import stage_eval
+
+    stage_eval.check_recipe(recipe)  # this stage samples with the eval section's settings
     return out
 
 
