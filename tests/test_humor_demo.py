@@ -342,6 +342,20 @@ def test_pretraining_rows_of_the_exposure_scenes(tmp_path):
     assert kinds_by_source(stage_pretrain.pretrain_dataset(recipe, "policy"))["exposure"] == {"describe", "fluency"}
 
 
+def test_only_the_policy_suppresses_unused_ids_unless_the_recipe_says_otherwise():
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import pipeline, stage_pretrain
+    from open_r1.tasks.captioning import stage_common as common
+
+    recipe = common.load_recipe("configs/captioning/standin_demo.yaml")
+    assert stage_pretrain.suppress_unused(recipe, "policy") and not stage_pretrain.suppress_unused(recipe, "rm_backbone")
+    common.apply_override(recipe, "pretrain.policy.suppress_unused_tokens=false")
+    assert not stage_pretrain.suppress_unused(recipe, "policy")
+    common.apply_override(recipe, "pretrain.rm_backbone.suppress_unused_tokens=yes please")
+    with pytest.raises(RecipeError, match="pretrain.rm_backbone.suppress_unused_tokens must be true or false"):
+        pipeline.preflight(recipe, ["data", "pretrain"])  # before any stage writes anything
+
+
 def test_parallel_jobs_share_the_cores():
     from open_r1.tasks.captioning import pipeline
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 
+from open_r1.errors import RecipeError
 from open_r1.tasks.captioning import stage_common as common
 
 MODELS = ("policy", "rm_backbone")
@@ -63,6 +64,21 @@ def pretrain_dataset(recipe: dict, which: str):
     return rows.shuffle(seed=int(recipe["seed"]))
 
 
+def suppress_unused(recipe: dict, which: str) -> bool:
+    """``pretrain.<which>.suppress_unused_tokens`` (default: true for the policy, which samples; like a real
+    checkpoint it then never emits an id that no text encodes to, which run 15's GRPO rollouts did)."""
+    value = common.section(common.section(recipe, "pretrain"), which).get("suppress_unused_tokens", which == "policy")
+    if not isinstance(value, bool):
+        raise RecipeError(f"pretrain.{which}.suppress_unused_tokens must be true or false, got {value!r}")
+    return value
+
+
+def check_recipe(recipe: dict) -> None:
+    """Before any stage runs (the pipeline's preflight)."""
+    for which in ("policy", "rm_backbone"):
+        suppress_unused(recipe, which)
+
+
 def pretrain_one(recipe: dict, which: str) -> dict:
     from open_r1 import sft, tiny_models
 
@@ -72,8 +88,7 @@ def pretrain_one(recipe: dict, which: str) -> dict:
     family = cfg.get("family", "qwen3_vl" if which == "policy" else "qwen2_5_vl")
     init = out + ".init"
     overrides = dict(cfg.get("overrides") or {})
-    # the policy samples: like a real checkpoint, it never emits an id that no text encodes to (run 15's rollouts did)
-    overrides.setdefault("suppress_unused", bool(cfg.get("suppress_unused_tokens", which == "policy")))
+    overrides.setdefault("suppress_unused", suppress_unused(recipe, which))
     tiny_models.build_tiny(family, init, seed=int(cfg.get("seed", recipe["seed"])), overwrite=True, **overrides)
     rows = pretrain_dataset(recipe, which)
     settings = sft.SFTSettings(
