@@ -6,8 +6,10 @@ captioning`` (prompts = one row per training contest, ``protocol.build_messages(
 completion's caption parses strictly, else ``fail_value`` (0, the bottom of the sigmoid scale), no format bonus.
 Group-normalised advantages over ``num_generations`` completions per prompt, TRL's clipped surrogate with
 ``loss_type: dapo`` (never TRL 1.16's ``cispo``, which clamps the ratio at epsilon_high: REINFORCE x 0.28), KL
-coefficient ``beta``, a fresh LoRA on the merged SFT model's language model, temperature 1. The recipe written for each
-seed is saved as ``<work_dir>/grpo/seed<S>/grpo_recipe.yaml`` (the exact ``python -m open_r1.grpo --config`` input).
+coefficient ``beta``, a fresh LoRA on the merged SFT model's language model, the recipe's ``temperature`` (the seed's:
+1.0; the H200 stand-in's 0.7); the rollouts never sample what the policy's generation config suppresses (the
+stand-in's placeholder ids, ``open_r1.trainer``). The recipe written for each seed is saved as
+``<work_dir>/grpo/seed<S>/grpo_recipe.yaml`` (the exact ``python -m open_r1.grpo --config`` input).
 The LoRA is merged afterwards (``open_r1.export.load_for_export``) into ``models/policy-grpo-seed<S>``.
 
 Deviations from the seed: the seed's GRPO sees 1 prompt per step (batch 1 x GA 8 with G=8) and uses ``cispo``; here
