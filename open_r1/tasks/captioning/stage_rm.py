@@ -33,7 +33,7 @@ another contest's (``data.image_negative_indices``). Their label is an assumptio
 caption is funnier with its own cartoon), and a text-only model cannot separate the sides, so they push the RM to
 read the image, which on the stand-in it learns in a sudden loss drop that came late or never in about half the
 H200 runs (docs/CAPTIONING.md). The blind control gets the same rows, each one input twice (no gradient). Not in
-the seed; not yet run on the H200.
+the seed; one H200 run (15, at 0.25): one of three seeds learned the image, as often as without them.
 
 Deviations from the seed: the caption is not cut to 80 tokens and the description is part of the prompt (the seed's
 RM ignores it); pairs are drawn at random per contest (the seed takes the first 20k in contest order); pooling reads
