@@ -1165,3 +1165,25 @@ def test_eval_sampling_cuts_come_from_the_recipe_or_the_policy(standin_dir, tiny
             pipeline.preflight(recipe, ["eval"])
         with pytest.raises(RecipeError, match=bad.split("=")[0]):
             stage_ratings.settings(recipe)
+
+
+def test_sampling_probe_summarizes_records_and_refuses_a_missing_policy(tmp_path, capsys):
+    """experiments.captioning.sampling_probe: the per-setting summary of fixed records, its table row, and one clear
+    error (no traceback) when the work dir holds no policy yet."""
+    from experiments.captioning import sampling_probe as probe
+
+    records = [{"caption": "A cube.", "oracle": 0.5, "truncated": False, "parse_reason": "ok", "completion": "a"},
+               {"caption": "Two cubes.", "oracle": -1.5, "truncated": False, "parse_reason": "ok", "completion": "b"},
+               {"caption": None, "oracle": None, "truncated": True, "parse_reason": "no_think_close",
+                "completion": "the gray sphere say this"},
+               {"caption": None, "oracle": None, "truncated": False, "parse_reason": "multiple_captions",
+                "completion": "c"}]
+    s = probe.summarize(records)
+    assert s["samples"] == 4 and s["format_rate"] == 0.5 and s["truncated_rate"] == 0.25
+    assert s["oracle_emitted"] == -0.5 and s["failures"] == {"no_think_close": 1, "multiple_captions": 1}
+    assert s["examples_failed"] == ["the gray sphere say this", "c"]
+    row = probe.table({"policies": {"sft": {"greedy": {"test": s}}}}).splitlines()[-1]
+    assert row == "| sft | greedy | test | 4 | 50.0 | 25.0 | -0.500 | no_think_close (1) |"
+    assert probe.SETTINGS["greedy"] == {"do_sample": False, "n": 1}  # one greedy completion per cartoon
+    rc = probe.main(["--config", "configs/captioning/standin_demo.yaml", f"--set=work_dir={tmp_path}"])
+    assert rc == 2 and "no sft policy at" in capsys.readouterr().err
