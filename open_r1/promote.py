@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import dataclass
 
 from open_r1.errors import OpenR1Error, PromoteError  # noqa: F401  (re-exported)
+from open_r1.validate import is_number
 
 REPORT_FILE = "selfcheck.json"
 
@@ -52,7 +53,7 @@ def load_report(path: str) -> dict:
     except (OSError, ValueError) as exc:
         raise PromoteError(f"report {path} is not readable JSON: {exc}") from None
     score = report.get("mean_accuracy_pct") if isinstance(report, dict) else None
-    if not isinstance(score, (int, float)) or isinstance(score, bool) or math.isnan(score):
+    if not is_number(score) or math.isnan(score):
         raise PromoteError(f"report {path} has no numeric mean_accuracy_pct: is it a selfcheck.py report?")
     if not isinstance(report.get("sets"), dict) or not report["sets"]:
         raise PromoteError(f"report {path} lists no sets")

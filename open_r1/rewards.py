@@ -29,6 +29,7 @@ import json
 from typing import Any, Callable, Iterable
 
 from open_r1.errors import RecipeError, RewardConfigError, UnknownRewardError
+from open_r1.validate import is_int, is_number
 
 RewardFunc = Callable[..., list[float]]
 RewardFactory = Callable[..., RewardFunc]
@@ -164,8 +165,7 @@ def _mean(values: list[float]) -> float:
 
 
 def _require_number(reward: str, param: str, value: Any, integer: bool = False) -> None:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds):
+    if not (is_int(value) if integer else is_number(value)):
         expected = "an integer" if integer else "a number"
         raise RewardConfigError(f"{reward}: {param} must be {expected}, got {value!r}")
 

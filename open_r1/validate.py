@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import numbers
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,6 +30,18 @@ ALLOW_CPU_ENV = "OPEN_R1_ALLOW_CPU"
 
 
 # ---- small helpers -----------------------------------------------------------------------------------------------
+
+
+def is_int(value) -> bool:
+    """An integral number that is not a bool: int and numpy integers (numpy registers them as `numbers.Integral`).
+    bool is an int subclass, so a YAML/JSON `true` must not pass as 1; numpy's `np.bool_` is no Integral either."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """A real number that is not a bool: int, float, numpy integers and floats (`numbers.Real`; also Fraction).
+    Says nothing about the value: nan and inf are numbers here, so a caller that needs a finite one checks that too."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def writable_problem(path: str) -> str | None:

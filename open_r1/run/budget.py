@@ -40,6 +40,7 @@ from transformers import TrainerCallback
 from open_r1.errors import BudgetError
 from open_r1.run import keep_best as keep_best_lib
 from open_r1.run.common import _is_rank0, _log, _reduce_max
+from open_r1.validate import is_number
 
 TIMINGS_FILE = "budget_timings.json"
 
@@ -91,7 +92,7 @@ def parse_time_budget(value, start: float | None = None) -> float | None:
     """
     if value is None:
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_number(value):
         seconds = float(value)
     else:
         text = str(value).strip()

@@ -48,6 +48,7 @@ import numpy as np
 
 from open_r1.errors import DataError
 from open_r1.tasks.captioning import protocol
+from open_r1.validate import is_int, is_number
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def filter_captions(dataset, min_votes: int = 10, min_captions: int = 20):
     """The public pipeline's filters, explicit: captions with at least ``min_votes`` votes, then contests with at
     least ``min_captions`` such captions (humor-r1: 10 and 20). Returns the kept rows in their order."""
     for name, value in (("min_votes", min_votes), ("min_captions", min_captions)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not is_int(value) or value < 0:
             raise DataError(f"{name} must be an integer >= 0, got {value!r}")
     votes = _column(dataset, "votes")
     voted = [row for row, v in enumerate(votes) if v >= min_votes]
@@ -152,13 +153,13 @@ def validate_captions(dataset, name: str = "caption dataset", check_images: str 
             "cast it with dataset.cast_column('image', datasets.Image())"
         )
     for row, value in enumerate(_column(dataset, "mean")):
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        if not is_number(value) or not math.isfinite(value):
             raise DataError(f"{name} row {row}: mean {value!r} is not a finite number; fix or drop that caption")
     for row, value in enumerate(_column(dataset, "votes")):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+        if not is_int(value) or value < 0:
             raise DataError(f"{name} row {row}: votes {value!r} must be an integer >= 0")
     for row, value in enumerate(_column(dataset, "precision")):
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        if not is_number(value) or not math.isfinite(value) or value < 0:
             raise DataError(f"{name} row {row}: precision {value!r} must be a finite number >= 0")
     for row, value in enumerate(_column(dataset, "caption")):
         if not isinstance(value, str) or not value.strip():
@@ -220,7 +221,7 @@ def _description_columns(dataset) -> list[str]:
 def _top_k_by_contest(dataset, top_k: int, groups: list[list[int]] | None = None) -> list[list[int]]:
     """Per contest (in contest order; `groups`: the rows of each, if already read), the rows of its ``top_k``
     captions, best first: by mean, ties by more votes, then row order."""
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+    if not is_int(top_k) or top_k < 1:
         raise DataError(f"top_k must be a positive integer, got {top_k!r}")
     means, votes = _column(dataset, "mean"), _column(dataset, "votes")
     groups = list(_contest_groups(dataset).values()) if groups is None else groups
@@ -373,10 +374,9 @@ def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float]
     counting or selecting pairs cheaply (the pair dataset copies each pair's image)."""
     if se is not None:
         se_from = se
-    if isinstance(k, bool) or not isinstance(k, (int, float)) or not k >= 0:
+    if not is_number(k) or not k >= 0:
         raise DataError(f"k must be a number >= 0, got {k!r}")
-    if cap_per_contest is not None and (isinstance(cap_per_contest, bool) or not isinstance(cap_per_contest, int)
-                                        or cap_per_contest < 1):
+    if cap_per_contest is not None and (not is_int(cap_per_contest) or cap_per_contest < 1):
         raise DataError(f"cap_per_contest must be a positive integer or None, got {cap_per_contest!r}")
     rng = np.random.default_rng(seed)
     mean = np.asarray(_column(dataset, "mean"), dtype=np.float64)
@@ -410,7 +410,7 @@ def image_negative_indices(dataset, n: int, top_k: int = 3, seed: int = 0) -> np
     its own cartoon than under a random other one (on the stand-in the oracle agrees whenever the other scene lacks
     the named odd value). Both sides have the same text, so a text-only model cannot tell them apart: these rows
     give a reward model a gradient only through the image (``stage_rm``, ``rm.image_negatives``)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+    if not is_int(n) or n < 0:
         raise DataError(f"the number of image-negative pairs must be an integer >= 0, got {n!r}")
     groups = list(_contest_groups(dataset).values())
     tops = _top_k_by_contest(dataset, top_k, groups)
@@ -473,7 +473,7 @@ def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, see
     import datasets
 
     for name, frac in (("val_frac", val_frac), ("test_frac", test_frac)):
-        if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac < 1:
+        if not is_number(frac) or not 0 <= frac < 1:
             raise DataError(f"{name} must be in [0, 1), got {frac!r}")
     groups = _contest_groups(dataset)
     contests = list(groups)

@@ -24,6 +24,7 @@ import time
 
 from open_r1.errors import RecipeError
 from open_r1.tasks.captioning import stage_common as common
+from open_r1.validate import is_int, is_number
 
 
 def policies(recipe: dict) -> dict[str, str]:
@@ -47,9 +48,9 @@ def sampling_kwargs(recipe: dict) -> dict:
     that samples "as the eval stage does")."""
     cfg = common.section(recipe, "eval")
     top_p, top_k = cfg.get("top_p"), cfg.get("top_k")  # None: the policy's generation config decides
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+    if top_p is not None and (not is_number(top_p) or not 0 < top_p <= 1):
         raise RecipeError(f"eval.top_p must be a number in (0, 1] (1.0: no nucleus cut), got {top_p!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+    if top_k is not None and (not is_int(top_k) or top_k < 0):
         raise RecipeError(f"eval.top_k must be a whole number >= 0 (0: no top-k cut), got {top_k!r}")
     return dict(n=int(cfg.get("n", 8)), max_new_tokens=int(cfg.get("max_new_tokens", 1024)),
                 temperature=float(cfg.get("temperature", 1.0)), batch_size=int(cfg.get("batch_size", 64)),

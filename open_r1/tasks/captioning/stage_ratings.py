@@ -28,6 +28,7 @@ import time
 
 from open_r1.errors import RecipeError
 from open_r1.tasks.captioning import stage_common as common
+from open_r1.validate import is_int
 
 DEFAULT_SPLIT = "train_rated"
 
@@ -37,10 +38,9 @@ def settings(recipe: dict) -> dict:
     cfg = common.section(recipe, "ratings")
     out = {"n": cfg.get("n", 8), "contests": cfg.get("contests"), "split": str(cfg.get("split", DEFAULT_SPLIT)),
            "policy": cfg.get("policy")}
-    if isinstance(out["n"], bool) or not isinstance(out["n"], int) or out["n"] < 1:
+    if not is_int(out["n"]) or out["n"] < 1:
         raise RecipeError(f"ratings.n must be a positive integer (samples per training contest), got {out['n']!r}")
-    if out["contests"] is not None and (isinstance(out["contests"], bool) or not isinstance(out["contests"], int)
-                                        or out["contests"] < 1):
+    if out["contests"] is not None and (not is_int(out["contests"]) or out["contests"] < 1):
         raise RecipeError(f"ratings.contests must be a positive integer or null (all), got {out['contests']!r}")
     if out["split"] in ("train", "val", "test", "ood") or not out["split"] or os.sep in out["split"]:
         raise RecipeError(f"ratings.split={out['split']!r}: name a new split (e.g. {DEFAULT_SPLIT}); the data stage's "

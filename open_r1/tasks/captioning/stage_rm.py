@@ -49,6 +49,7 @@ import os
 import time
 
 from open_r1.tasks.captioning import stage_common as common
+from open_r1.validate import is_int, is_number
 
 
 def blank_like(image):
@@ -157,10 +158,10 @@ def image_negative_settings(recipe: dict) -> tuple[float, int]:
 
     cfg = common.section(recipe, "rm")
     fraction, top_k = cfg.get("image_negatives", 0.0) or 0.0, cfg.get("image_negative_top_k", 3)
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+    if not is_number(fraction) or not 0 <= fraction <= 1:
         raise RecipeError(f"rm.image_negatives must be a fraction of the training pairs in [0, 1] (e.g. 0.25; 0: "
                           f"none), got {fraction!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+    if not is_int(top_k) or top_k < 1:
         raise RecipeError(f"rm.image_negative_top_k must be a positive integer, got {top_k!r}")
     return float(fraction), top_k
 
@@ -170,7 +171,7 @@ def eval_image_swaps(recipe: dict) -> int:
     from open_r1.errors import RecipeError
 
     n = common.section(recipe, "rm").get("eval_image_swaps", 480)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    if not is_int(n) or n < 0:
         raise RecipeError(f"rm.eval_image_swaps must be an integer >= 0 (captions per held-out split; 0: no image-swap "
                           f"diagnostic), got {n!r}")
     return n
@@ -216,7 +217,7 @@ def rm_seeds(recipe: dict) -> list[int]:
     if seeds is None:
         return [int(recipe["seed"])]
     if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-            or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+            or not all(is_int(s) for s in seeds)):
         raise RecipeError(f"rm.seeds must be a list of distinct integers, e.g. [0, 1, 2]; got {seeds!r}")
     return seeds
 

@@ -38,6 +38,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from open_r1.validate import is_int
+
 from .errors import SceneArgumentError
 from .png import encode_png
 from .questions import format_solution, make_question, resolve_question_kinds
@@ -118,9 +120,9 @@ def make_job(
     """Validate a split request; raises SceneArgumentError with the fix in the message."""
     if split not in SPLITS:
         raise SceneArgumentError(f"unknown split {split!r}; choose from: {', '.join(SPLITS)}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+    if not is_int(n) or n < 1:
         raise SceneArgumentError(f"split {split!r} needs n >= 1 examples, got {n!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if not is_int(seed) or seed < 0:
         raise SceneArgumentError(f"seed must be a non-negative integer, got {seed!r}")
     renderer, condition = SPLITS[split]
     validate_scene_args(renderer, condition, min_objects, max_objects)
@@ -280,7 +282,7 @@ def _generate(job: SplitJob, workers: int, progress: bool, cache_dir: str | os.P
 def _resolve_workers(workers: int | None) -> int:
     if workers is None:
         return os.cpu_count() or 1
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+    if not is_int(workers) or workers < 1:
         raise SceneArgumentError(f"workers must be a positive integer, got {workers!r}")
     return int(workers)
 

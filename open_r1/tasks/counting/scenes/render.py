@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from open_r1.validate import is_int
+
 from . import clevr, ood
 from .errors import SceneArgumentError, SceneGenerationError
 from .raytrace import RayCaster
@@ -60,7 +62,7 @@ def validate_scene_args(renderer: str, condition: str | None, min_objects: int, 
     if renderer == "clevr" and condition not in CONDITIONS:
         raise SceneArgumentError(f"unknown CoGenT condition {condition!r}; choose one of: {', '.join(CONDITIONS)}")
     for name, value in (("min_objects", min_objects), ("max_objects", max_objects)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if not is_int(value):
             raise SceneArgumentError(f"{name} must be an integer, got {value!r}")
     if min_objects < 1:
         raise SceneArgumentError(f"min_objects must be at least 1, got {min_objects}")
@@ -75,7 +77,7 @@ def validate_scene_args(renderer: str, condition: str | None, min_objects: int, 
 def as_generator(rng_or_seed: Any) -> np.random.Generator:
     if isinstance(rng_or_seed, np.random.Generator):
         return rng_or_seed
-    if isinstance(rng_or_seed, (np.random.SeedSequence, int, np.integer)) and not isinstance(rng_or_seed, bool):
+    if isinstance(rng_or_seed, np.random.SeedSequence) or is_int(rng_or_seed):
         if not isinstance(rng_or_seed, np.random.SeedSequence) and rng_or_seed < 0:
             raise SceneArgumentError(f"seed must be a non-negative integer, got {rng_or_seed}")
         return np.random.default_rng(rng_or_seed)
@@ -151,7 +153,7 @@ def render_scene(
     width, height = parse_image_size(image_size, renderer)
     if min_visible_pixels is None:
         min_visible_pixels = default_min_visible_pixels(width, height)
-    elif isinstance(min_visible_pixels, bool) or not isinstance(min_visible_pixels, (int, np.integer)) or min_visible_pixels < 1:
+    elif not is_int(min_visible_pixels) or min_visible_pixels < 1:
         raise SceneArgumentError(f"min_visible_pixels must be a positive integer, got {min_visible_pixels!r}")
     rng = as_generator(rng_or_seed)
     module = RENDERERS[renderer]

@@ -1,0 +1,95 @@
+"""`open_r1.validate.is_int` / `is_number`: the one check behind every "a number from a recipe or data" test.
+
+bool is an int subclass, so a YAML/JSON `true` must never pass as 1; numpy integers (and, for `is_number`, numpy
+floats) pass, as data columns and generators hand them out. `is_number` says nothing about the value: nan and inf
+are numbers (callers that need a finite one check `math.isfinite` too).
+"""
+from __future__ import annotations
+
+import fractions
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from open_r1.validate import is_int, is_number
+
+# ---- is_int ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, 1, -3, 2**70, np.int64(5), np.int32(-1), np.uint8(7)])
+def test_is_int_accepts_integers(value):
+    assert is_int(value) is True
+
+
+@pytest.mark.parametrize("value", [True, False, np.True_, np.False_, 1.0, 0.0, float("nan"), float("inf"),
+                                   np.float32(1.0), np.float64(2.0), fractions.Fraction(4, 2), "1", "", None,
+                                   [1], 1 + 0j])
+def test_is_int_rejects_the_rest(value):
+    assert is_int(value) is False
+
+
+# ---- is_number ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, 1, -3, 1.0, -0.5, np.int64(5), np.uint8(7), np.float32(0.25), np.float64(2.0),
+                                   np.float16(1.5), fractions.Fraction(1, 2)])
+def test_is_number_accepts_real_numbers(value):
+    assert is_number(value) is True
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), np.float32("nan")])
+def test_is_number_does_not_judge_the_value(value):
+    """nan and inf are numbers: a caller that needs a finite one checks that itself (as validate_captions does)."""
+    assert is_number(value) is True
+
+
+@pytest.mark.parametrize("value", [True, False, np.True_, np.False_, "1", "1.0", "nan", "", None, [1.0], {}, 1 + 0j,
+                                   np.complex64(1)])
+def test_is_number_rejects_the_rest(value):
+    assert is_number(value) is False
+
+
+def test_validate_does_not_import_numpy():
+    """The helpers reach numpy through `numbers` (numpy registers its scalars); importing validate stays light."""
+    code = "import sys, open_r1.validate; print('numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"
+
+
+# ---- a few sites that use them --------------------------------------------------------------------------------------
+
+
+def test_reward_params_reject_bool_and_accept_numpy():
+    from open_r1.errors import RewardConfigError
+    from open_r1.rewards import _require_number
+
+    _require_number("r", "p", np.int64(3), integer=True)
+    _require_number("r", "p", np.float32(0.5))
+    with pytest.raises(RewardConfigError, match="r: p must be an integer, got True"):
+        _require_number("r", "p", True, integer=True)
+    with pytest.raises(RewardConfigError, match="r: p must be an integer, got 2.0"):
+        _require_number("r", "p", 2.0, integer=True)
+    with pytest.raises(RewardConfigError, match="r: p must be a number, got False"):
+        _require_number("r", "p", False)
+
+
+def test_time_budget_takes_numpy_seconds_and_not_bools():
+    from open_r1.errors import BudgetError
+    from open_r1.run.budget import parse_time_budget
+
+    assert parse_time_budget(np.int64(60), start=1000.0) == 1060.0
+    assert parse_time_budget(np.float32(30.5), start=1000.0) == 1030.5
+    with pytest.raises(BudgetError):
+        parse_time_budget(True, start=1000.0)
+
+
+def test_recipe_counts_reject_bool():
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import stage_rm
+
+    with pytest.raises(RecipeError, match="rm.image_negative_top_k must be a positive integer, got True"):
+        stage_rm.image_negative_settings({"rm": {"image_negative_top_k": True}})
+    with pytest.raises(RecipeError, match="rm.seeds must be a list of distinct integers"):
+        stage_rm.rm_seeds({"rm": {"seeds": [0, True]}})
