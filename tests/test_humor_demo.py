@@ -356,6 +356,23 @@ def test_only_the_policy_suppresses_unused_ids_unless_the_recipe_says_otherwise(
         pipeline.preflight(recipe, ["data", "pretrain"])  # before any stage writes anything
 
 
+def test_unknown_pretrain_keys_fail_in_preflight():
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import pipeline
+    from open_r1.tasks.captioning import stage_common as common
+
+    for path in ("configs/captioning/standin_demo.yaml", "configs/captioning/standin_h200.yaml"):
+        pipeline.preflight(common.load_recipe(path), ["data", "pretrain"])  # the shipped recipes pass
+    recipe = common.load_recipe("configs/captioning/standin_demo.yaml")
+    common.apply_override(recipe, "pretrain.max_steps=30")  # a model's key one level too high
+    with pytest.raises(RecipeError, match=r"pretrain\.max_steps .*pretrain\.policy\.\*"):
+        pipeline.preflight(recipe, ["data", "pretrain"])
+    recipe = common.load_recipe("configs/captioning/standin_demo.yaml")
+    common.apply_override(recipe, "pretrain.rm_backbone.max_step=30")
+    with pytest.raises(RecipeError, match=r"pretrain\.rm_backbone\.max_step "):
+        pipeline.preflight(recipe, ["data", "pretrain"])
+
+
 def test_parallel_jobs_share_the_cores():
     from open_r1.tasks.captioning import pipeline
 

@@ -73,8 +73,25 @@ def suppress_unused(recipe: dict, which: str) -> bool:
     return value
 
 
+SECTION_KEYS = ("parallel", "only", "policy", "rm_backbone", "policy_out", "rm_out")
+MODEL_KEYS = ("family", "overrides", "seed", "learning_rate", "warmup", "weight_decay", "epochs", "max_steps",
+              "max_seconds", "batch_size", "min_pixels", "max_pixels", "logging_steps", "dataloader_workers",
+              "probe_limit", "per_contest", "exposure_per_contest", "exposure_kinds", "kinds", "exposure",
+              "ood_exposure", "think_prefix", "suppress_unused_tokens")
+
+
 def check_recipe(recipe: dict) -> None:
-    """Before any stage runs (the pipeline's preflight)."""
+    """Before any stage runs (the pipeline's preflight). Unknown keys are errors: the settings of a model live in
+    its own subsection, and ``--set pretrain.max_steps=30`` was once silently ignored on the H200 (run 17's check)."""
+    pretrain = common.section(recipe, "pretrain")
+    problems = [f"pretrain.{key} (valid: {', '.join(SECTION_KEYS)}; a model's settings go under "
+                f"pretrain.policy.* or pretrain.rm_backbone.*)" for key in sorted(set(pretrain) - set(SECTION_KEYS))]
+    for which in ("policy", "rm_backbone"):
+        cfg = common.section(pretrain, which)
+        problems += [f"pretrain.{which}.{key} (valid: {', '.join(MODEL_KEYS)})"
+                     for key in sorted(set(cfg) - set(MODEL_KEYS))]
+    if problems:
+        raise RecipeError("unknown recipe key(s): " + "; ".join(problems))
     for which in ("policy", "rm_backbone"):
         suppress_unused(recipe, which)
 
