@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import difflib
 import json
 import os
 import sys
@@ -21,9 +22,12 @@ from typing import Any, NamedTuple
 from open_r1.errors import OpenR1Error, RecipeError
 
 STAGES = ("data", "pretrain", "synthesize", "sft", "ratings", "rm", "grpo", "eval")
+TOP_LEVEL_KEYS = ("work_dir", "seed", "name", "notes", "start_early")  # besides the stage sections
 
 
 def load_recipe(path: str, overrides: list[str] | None = None) -> dict:
+    """The recipe at `path` with the ``--set`` `overrides` applied; an unknown top-level key (a misspelt section)
+    is an error, in the file and after the overrides (a stage's own keys: its ``check_recipe``)."""
     import yaml
 
     if not os.path.isfile(path):
@@ -35,16 +39,34 @@ def load_recipe(path: str, overrides: list[str] | None = None) -> dict:
             raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from None
     if not isinstance(recipe, dict):
         raise RecipeError(f"recipe {path} must be a mapping of stage sections")
-    unknown = sorted(set(recipe) - {*STAGES, "work_dir", "seed", "name", "notes", "time_budget_s", "start_early"})
-    if unknown:
-        raise RecipeError(f"recipe {path}: unknown top-level key(s) {unknown}; valid: work_dir, seed, name, "
-                          f"time_budget_s, notes, start_early and the stage sections {list(STAGES)}")
+    valid = (*TOP_LEVEL_KEYS, *STAGES)
+    check_keys("", recipe, valid, f"in the recipe {path}")
     for item in overrides or []:
         apply_override(recipe, item)
+    added = [item for item in overrides or [] if item.partition("=")[0].split(".")[0] not in valid]
+    check_keys("", recipe, valid, "from " + " ".join(f"--set {item}" for item in added))
     recipe.setdefault("work_dir", "runs/humor")
     recipe.setdefault("seed", 0)
     recipe["_recipe_path"] = os.path.abspath(path)
     return recipe
+
+
+def check_keys(name: str, cfg: dict, valid, hint: str = "", listed: str | None = None) -> None:
+    """Refuse the keys of recipe section `name` ("" for the top level) that are not in `valid`, the keys that its
+    stage reads: a misspelt key would otherwise be ignored without a word (``--set rm.max_second=300``). One
+    RecipeError names every unknown key (with the closest valid key where one is close), the section and its valid
+    keys, sorted (`listed`: the text that stands for them instead, where they are too many to list), then `hint`."""
+    valid = [str(key) for key in valid]
+    unknown = sorted(str(key) for key in cfg if str(key) not in valid)
+    if not unknown:
+        return
+    prefix, where = (f"{name}.", f"in section {name}") if name else ("", "at the top level")
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, valid, n=1)
+        named.append(prefix + key + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+    raise RecipeError(f"unknown key(s) {', '.join(named)} {where}; valid keys {where}: "
+                      f"{listed or ', '.join(sorted(valid))}" + (f"; {hint}" if hint else ""))
 
 
 def apply_override(recipe: dict, item: str) -> None:
