@@ -2,14 +2,70 @@
 rm.max_second=300``) is an error before any stage runs instead of a setting silently ignored on a long GPU chain."""
 from __future__ import annotations
 
+import glob
 import re
 
 import pytest
 
 from open_r1.errors import RecipeError
+from open_r1.tasks.captioning import pipeline
 from open_r1.tasks.captioning import stage_common as common
 
 H200 = "configs/captioning/standin_h200.yaml"
+RECIPES = sorted(glob.glob("configs/captioning/*.yaml"))
+
+
+def test_recipes_are_shipped():
+    assert len(RECIPES) >= 4
+
+
+@pytest.mark.parametrize("path", RECIPES)
+def test_every_shipped_recipe_passes_the_key_checks(path):
+    """No key a stage reads is missing from its section's list: each shipped recipe passes the preflight's checks,
+    and so do the overrides the pipeline gives its parallel sub-jobs."""
+    recipe = common.load_recipe(path)
+    pipeline.check_recipe(recipe)
+    for name in ("pretrain", "rm", "grpo"):
+        common.apply_override(recipe, f"{name}.parallel=true")
+        for job in pipeline.parallel_jobs(recipe, name):
+            pipeline.check_recipe(common.load_recipe(path, [f"{name}.parallel=true", *job]))
+
+
+# (override, the unknown key as the error names it, the key it suggests): one typo in every section
+TYPOS = [
+    ("data.contest=3", "data.contest", "data.contests"),
+    ("pretrain.polcy.max_steps=3", "pretrain.polcy", "pretrain.policy"),
+    ("pretrain.policy.max_step=3", "pretrain.policy.max_step", "pretrain.policy.max_steps"),
+    ("pretrain.rm_backbone.learning_rat=0.1", "pretrain.rm_backbone.learning_rat", "pretrain.rm_backbone.learning_rate"),
+    ("synthesize.trace_sorce=templated", "synthesize.trace_sorce", "synthesize.trace_source"),
+    ("sft.learning_rat=0.001", "sft.learning_rat", "sft.learning_rate"),
+    ("ratings.contest=3", "ratings.contest", "ratings.contests"),
+    ("rm.max_second=300", "rm.max_second", "rm.max_seconds"),
+    ("rm.eval_image_swap=4", "rm.eval_image_swap", "rm.eval_image_swaps"),
+    ("eval.temprature=0.7", "eval.temprature", "eval.temperature"),
+]
+each_typo = pytest.mark.parametrize("override,bad,good", TYPOS, ids=[t[0].split("=")[0] for t in TYPOS])
+
+
+@each_typo
+def test_a_typo_in_any_section_fails_in_preflight_naming_it_and_the_right_key(tmp_path, override, bad, good):
+    recipe = common.load_recipe(H200, [f"work_dir={tmp_path}", override])
+    with pytest.raises(RecipeError, match=re.escape(f"unknown key(s) {bad} (did you mean {good}?)")):
+        pipeline.preflight(recipe, pipeline.default_stages(recipe))
+
+
+@each_typo
+def test_a_stage_run_alone_checks_its_section_before_it_runs(monkeypatch, capsys, override, bad, good):
+    """``python -m open_r1.tasks.captioning.stage_<name>``: one line, exit 2, the stage never started."""
+    import importlib
+
+    module = importlib.import_module(f"open_r1.tasks.captioning.stage_{override.split('.')[0]}")
+    started = []
+    monkeypatch.setattr(module, "run", lambda recipe: started.append(recipe) or {})
+    code = module.main(["--config", H200, "--set", override])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and not started
+    assert f"unknown key(s) {bad} (did you mean {good}?)" in err
 
 
 def test_the_error_names_every_unknown_key_the_section_and_its_valid_keys_sorted():

@@ -148,14 +148,22 @@ def early_starts(recipe: dict, stages) -> dict[str, str]:
     return out
 
 
-def preflight(recipe: dict, stages) -> None:
-    """Before any stage runs: every stage's inputs (its module's ``inputs``) are on disk or made by a stage that runs
-    before it, so a chain whose work_dir is gone fails at once with the stage to run, not minutes in; a stage's
-    ``check_recipe`` (where it has one) checks its section's choices the same way."""
-    for i, name in enumerate(stages):
+def check_recipe(recipe: dict) -> None:
+    """Every stage's ``check_recipe``: its section's keys (an unknown one is a typo) and choices. The stages not run
+    too: their sections are read for paths and job splits, and a typo there is a typo all the same."""
+    for name in ORDER:
         module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
         if hasattr(module, "check_recipe"):
             module.check_recipe(recipe)
+
+
+def preflight(recipe: dict, stages) -> None:
+    """Before any stage runs: the recipe's keys and choices (`check_recipe`), and every stage's inputs (its module's
+    ``inputs``) are on disk or made by a stage that runs before it, so a chain whose work_dir is gone fails at once
+    with the stage to run, not minutes in."""
+    check_recipe(recipe)
+    for i, name in enumerate(stages):
+        module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
         if hasattr(module, "inputs"):
             common.check_inputs(module.inputs(recipe), produced=stages[:i])
 

@@ -5,7 +5,9 @@ the optional ``ratings``, ``rm``, ``grpo``, ``eval``) plus ``work_dir`` and ``se
 below, so the stages can run one by one (``python -m open_r1.tasks.captioning.stage_<name> --config R``) or all in
 one process (``python -m open_r1.tasks.captioning.pipeline --config R``). ``--set section.key=value`` overrides any
 key (the value is parsed as YAML). ``stage: {...}`` blocks may also name explicit paths (``model``, ``data``, ...)
-so a stage can run on the real data and models without the rest of the chain.
+so a stage can run on the real data and models without the rest of the chain. A key that nothing reads (a typo such
+as ``--set rm.max_second=300``) is an error before anything runs: at the top level in `load_recipe`, in a section
+in its stage's ``check_recipe`` (the stage module's ``SECTION_KEYS``, through `check_keys`).
 """
 from __future__ import annotations
 
@@ -186,9 +188,11 @@ def seconds_left(recipe: dict, stage: str) -> float | None:
     return float(value) if value else None
 
 
-def stage_cli(name: str, run: Callable[[dict], dict], doc: str, argv: list[str] | None = None) -> int:
-    """`python -m open_r1.tasks.captioning.stage_<name> --config R [--set k=v ...]`: run one stage, print its summary
-    JSON, exit 2 with one line on a user error."""
+def stage_cli(name: str, run: Callable[[dict], dict], doc: str, argv: list[str] | None = None,
+              check: Callable[[dict], Any] | None = None) -> int:
+    """`python -m open_r1.tasks.captioning.stage_<name> --config R [--set k=v ...]`: check the recipe (`check`: the
+    stage's ``check_recipe``, before anything loads), run one stage, print its summary JSON, exit 2 with one line on
+    a user error."""
     parser = argparse.ArgumentParser(prog=f"python -m open_r1.tasks.captioning.stage_{name}", description=doc,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="pipeline recipe (configs/captioning/*.yaml)")
@@ -198,6 +202,8 @@ def stage_cli(name: str, run: Callable[[dict], dict], doc: str, argv: list[str] 
     args = parser.parse_args(argv)
     try:
         recipe = load_recipe(args.config, args.set)
+        if check is not None:
+            check(recipe)
         summary = run(recipe)
     except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)

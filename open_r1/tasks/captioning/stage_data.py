@@ -24,6 +24,16 @@ from open_r1.tasks.captioning import stage_common as common
 
 PRETRAIN_OFFSET = 50_000  # scene indices of the exposure splits start here (the contests use 0..n-1)
 
+# the data section's keys: `standin_config`'s, `run`'s and ``dir`` (stage_common.Paths, every stage)
+SECTION_KEYS = ("captions", "image_size", "min_objects", "max_objects", "mean_votes", "min_votes", "vote_noise", "seed",
+                "contests", "ood_contests", "val_frac", "test_frac", "pretrain_ood_contests", "pretrain_main_contests",
+                "workers", "overwrite", "dir")
+
+
+def check_recipe(recipe: dict) -> None:
+    """Before any stage runs (the pipeline's preflight): no unknown key in the data section."""
+    common.check_keys("data", common.section(recipe, "data"), SECTION_KEYS)
+
 
 def standin_config(recipe: dict):
     """The ``standin.StandinConfig`` of the recipe's ``data`` section (what ``standin.make_contest`` needs to render
@@ -68,7 +78,7 @@ def run(recipe: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    return common.stage_cli("data", run, __doc__, argv)
+    return common.stage_cli("data", run, __doc__, argv, check=check_recipe)
 
 
 if __name__ == "__main__":

@@ -58,8 +58,14 @@ def sampling_kwargs(recipe: dict) -> dict:
                 decoder=cfg.get("decoder"), top_p=None if top_p is None else float(top_p), top_k=top_k)
 
 
+# the eval section's keys: `policies`', `sampling_kwargs`', `inputs`' and `run`'s
+SECTION_KEYS = ("policies", "reward_model", "data", "splits", "n", "max_new_tokens", "temperature", "batch_size",
+                "limit", "use_stop", "decoder", "top_p", "top_k", "baseline", "n_boot")
+
+
 def check_recipe(recipe: dict) -> None:
-    """The ``eval`` section's sampling settings, before any stage runs (the pipeline's preflight)."""
+    """The ``eval`` section's keys and sampling settings, before any stage runs (the pipeline's preflight)."""
+    common.check_keys("eval", common.section(recipe, "eval"), SECTION_KEYS)
     sampling_kwargs(recipe)
 
 
@@ -155,7 +161,7 @@ def grpo_checks(summary: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    return common.stage_cli("eval", run, __doc__, argv)
+    return common.stage_cli("eval", run, __doc__, argv, check=check_recipe)
 
 
 if __name__ == "__main__":

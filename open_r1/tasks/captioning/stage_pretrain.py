@@ -84,15 +84,10 @@ def check_recipe(recipe: dict) -> None:
     """Before any stage runs (the pipeline's preflight). Unknown keys are errors: the settings of a model live in
     its own subsection, and ``--set pretrain.max_steps=30`` was once silently ignored on the H200 (run 17's check)."""
     pretrain = common.section(recipe, "pretrain")
-    problems = [f"pretrain.{key} (valid: {', '.join(SECTION_KEYS)}; a model's settings go under "
-                f"pretrain.policy.* or pretrain.rm_backbone.*)" for key in sorted(set(pretrain) - set(SECTION_KEYS))]
-    for which in ("policy", "rm_backbone"):
-        cfg = common.section(pretrain, which)
-        problems += [f"pretrain.{which}.{key} (valid: {', '.join(MODEL_KEYS)})"
-                     for key in sorted(set(cfg) - set(MODEL_KEYS))]
-    if problems:
-        raise RecipeError("unknown recipe key(s): " + "; ".join(problems))
-    for which in ("policy", "rm_backbone"):
+    common.check_keys("pretrain", pretrain, SECTION_KEYS,
+                      "a model's settings go under pretrain.policy.* or pretrain.rm_backbone.*")
+    for which in MODELS:
+        common.check_keys(f"pretrain.{which}", common.section(pretrain, which), MODEL_KEYS)
         suppress_unused(recipe, which)
 
 
@@ -171,7 +166,7 @@ def run(recipe: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    return common.stage_cli("pretrain", run, __doc__, argv)
+    return common.stage_cli("pretrain", run, __doc__, argv, check=check_recipe)
 
 
 if __name__ == "__main__":

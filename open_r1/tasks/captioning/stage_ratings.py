@@ -31,11 +31,13 @@ from open_r1.tasks.captioning import stage_common as common
 from open_r1.validate import is_int
 
 DEFAULT_SPLIT = "train_rated"
+SECTION_KEYS = ("n", "contests", "split", "policy")  # the ratings section's keys (`settings`)
 
 
 def settings(recipe: dict) -> dict:
     """The stage's section with its defaults, checked (before any model loads)."""
     cfg = common.section(recipe, "ratings")
+    common.check_keys("ratings", cfg, SECTION_KEYS)
     out = {"n": cfg.get("n", 8), "contests": cfg.get("contests"), "split": str(cfg.get("split", DEFAULT_SPLIT)),
            "policy": cfg.get("policy")}
     if not is_int(out["n"]) or out["n"] < 1:
@@ -45,13 +47,15 @@ def settings(recipe: dict) -> dict:
     if out["split"] in ("train", "val", "test", "ood") or not out["split"] or os.sep in out["split"]:
         raise RecipeError(f"ratings.split={out['split']!r}: name a new split (e.g. {DEFAULT_SPLIT}); the data stage's "
                           f"splits stay as they are")
-    unknown = sorted(set(cfg) - set(out))
-    if unknown:
-        raise RecipeError(f"ratings: unknown key(s) {unknown}; valid: {sorted(out)}")
     from open_r1.tasks.captioning import stage_eval
 
     stage_eval.check_recipe(recipe)  # this stage samples with the eval section's settings
     return out
+
+
+def check_recipe(recipe: dict) -> None:
+    """Before any stage runs (the pipeline's preflight): the section's keys and values (`settings`)."""
+    settings(recipe)
 
 
 def inputs(recipe: dict) -> dict[str, common.Input]:
@@ -125,7 +129,7 @@ def run(recipe: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    return common.stage_cli("ratings", run, __doc__, argv)
+    return common.stage_cli("ratings", run, __doc__, argv, check=check_recipe)
 
 
 if __name__ == "__main__":

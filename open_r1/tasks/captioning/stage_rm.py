@@ -177,9 +177,22 @@ def eval_image_swaps(recipe: dict) -> int:
     return n
 
 
+# the rm section's keys: the training pairs' (`pair_rule`, `training_pairs`, `inputs`: train_split), the image
+# negatives', `train_one`'s, held-out scoring's (`scored_splits`, `held_out_pairs`, `image_swap_accuracy`), the job
+# split's (`run`, the pipeline's `parallel_jobs`: parallel, only, seed, seeds, blind) and the output dirs'
+# (stage_common.Paths: out, blind_out)
+SECTION_KEYS = ("train_split", "k", "se_from", "cap_per_contest", "max_pairs", "image_negatives", "image_negative_top_k",
+                "backbone", "min_pixels", "max_pixels", "dtype", "lora", "learning_rate", "lr_scheduler",
+                "warmup_ratio", "epochs", "max_steps", "max_seconds", "weight_decay", "per_device_batch_size",
+                "gradient_accumulation_steps", "gradient_checkpointing", "dataloader_workers", "logging_steps",
+                "center_rewards_coefficient", "eval_splits", "eval_cap_per_contest", "eval_batch_size",
+                "eval_image_swaps", "parallel", "only", "seed", "seeds", "blind", "out", "blind_out")
+
+
 def check_recipe(recipe: dict) -> None:
-    """The section's choices (seeds, image negatives, the image-swap diagnostic), checked; the pipeline calls this
-    before any stage runs."""
+    """The section's keys and choices (seeds, image negatives, the image-swap diagnostic), checked; the pipeline
+    calls this before any stage runs."""
+    common.check_keys("rm", common.section(recipe, "rm"), SECTION_KEYS)
     rm_seeds(recipe)
     image_negative_settings(recipe)
     eval_image_swaps(recipe)
@@ -478,7 +491,7 @@ def finish(recipe: dict, report: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    return common.stage_cli("rm", run, __doc__, argv)
+    return common.stage_cli("rm", run, __doc__, argv, check=check_recipe)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,17 @@ import os
 
 from open_r1.tasks.captioning import stage_common as common
 
+# the sft section's keys: `run`'s, `inputs`' (model, traces), ``out`` (stage_common.Paths) and ``top_k`` (which the
+# synthesize stage reads too)
+SECTION_KEYS = ("model", "traces", "out", "top_k", "learning_rate", "schedule", "warmup", "epochs", "max_steps",
+                "max_seconds", "per_device_batch_size", "gradient_accumulation_steps", "lora_r", "lora_alpha",
+                "lora_vision", "gradient_checkpointing", "min_pixels", "max_pixels", "logging_steps")
+
+
+def check_recipe(recipe: dict) -> None:
+    """Before any stage runs (the pipeline's preflight): no unknown key in the sft section."""
+    common.check_keys("sft", common.section(recipe, "sft"), SECTION_KEYS)
+
 
 def inputs(recipe: dict) -> dict[str, common.Input]:
     cfg = common.section(recipe, "sft")
@@ -59,7 +70,7 @@ def run(recipe: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    return common.stage_cli("sft", run, __doc__, argv)
+    return common.stage_cli("sft", run, __doc__, argv, check=check_recipe)
 
 
 if __name__ == "__main__":

@@ -121,12 +121,21 @@ def inputs(recipe: dict) -> dict[str, common.Input]:
             "train": common.split_input(paths, "train")}
 
 
+# the synthesize section's keys: `inputs`' (model), `check_recipe`'s, `run`'s (limit), `synthesize`'s and its
+# generators' (``vllm_*``: `_generate_vllm` only)
+SECTION_KEYS = ("model", "trace_source", "trace_wording", "limit", "max_new_tokens", "use_vllm", "min_pixels",
+                "max_pixels", "batch_size", "temperature", "top_p", "decoder", "vllm_gpu_memory_utilization",
+                "vllm_max_model_len")
+
+
 def check_recipe(recipe: dict) -> tuple[str, str]:
-    """The section's choices (trace_source, trace_wording), checked; the pipeline calls this before any stage runs."""
+    """The section's keys and choices (trace_source, trace_wording), checked; the pipeline calls this before any
+    stage runs."""
     from open_r1.errors import RecipeError
     from open_r1.tasks.captioning import standin
 
     cfg = common.section(recipe, "synthesize")
+    common.check_keys("synthesize", cfg, SECTION_KEYS)
     source, wording = cfg.get("trace_source", "synthesized"), cfg.get("trace_wording", "caption")
     if source not in ("synthesized", "templated"):
         raise RecipeError(f"synthesize.trace_source must be 'synthesized' or 'templated', got {source!r}")
@@ -166,7 +175,7 @@ def run(recipe: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    return common.stage_cli("synthesize", run, __doc__, argv)
+    return common.stage_cli("synthesize", run, __doc__, argv, check=check_recipe)
 
 
 if __name__ == "__main__":
