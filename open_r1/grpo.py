@@ -314,11 +314,26 @@ def _has_activation_checkpointing() -> bool:
     return "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
 
 
-def parse_args(argv=None):
+def _argument_classes() -> list[type]:
+    """The dataclasses `parse_args` parses a recipe into (the alias last, where this transformers needs it)."""
     classes = [GRPOScriptArguments, GRPOConfig, ModelConfig]
-    legacy = not _has_activation_checkpointing()
-    if legacy:
+    if not _has_activation_checkpointing():
         classes.append(_ActivationCheckpointingAlias)
+    return classes
+
+
+def recipe_keys() -> frozenset[str]:
+    """Every key a recipe of this entry may set: the fields of the dataclasses `parse_args` parses (the parser takes
+    each ``init`` field as an argument), and ``env`` (TrlParser sets those environment variables). TrlParser refuses
+    any other key, but only when the run starts: the captioning pipeline checks its GRPO keys against these first."""
+    import dataclasses
+
+    return frozenset({"env", *(f.name for cls in _argument_classes() for f in dataclasses.fields(cls) if f.init)})
+
+
+def parse_args(argv=None):
+    classes = _argument_classes()
+    legacy = not _has_activation_checkpointing()
     parsed = list(TrlParser(tuple(classes)).parse_args_and_config(args=argv))
     if legacy:
         alias = parsed.pop(3)

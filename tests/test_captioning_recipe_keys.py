@@ -42,6 +42,9 @@ TYPOS = [
     ("ratings.contest=3", "ratings.contest", "ratings.contests"),
     ("rm.max_second=300", "rm.max_second", "rm.max_seconds"),
     ("rm.eval_image_swap=4", "rm.eval_image_swap", "rm.eval_image_swaps"),
+    ("grpo.temprature=0.3", "grpo.temprature", "grpo.temperature"),
+    ("grpo.seeeds=[1]", "grpo.seeeds", "grpo.seeds"),
+    ("grpo.extra={temprature: 0.3}", "grpo.extra.temprature", "grpo.extra.temperature"),
     ("eval.temprature=0.7", "eval.temprature", "eval.temperature"),
 ]
 each_typo = pytest.mark.parametrize("override,bad,good", TYPOS, ids=[t[0].split("=")[0] for t in TYPOS])
@@ -74,6 +77,31 @@ def test_the_error_names_every_unknown_key_the_section_and_its_valid_keys_sorted
     assert str(info.value) == ("unknown key(s) rm.max_second (did you mean rm.max_seconds?), rm.zzz in section rm; "
                                "valid keys in section rm: k, max_seconds, seeds; a hint")
     common.check_keys("rm", {"k": 3.0}, ("seeds", "k"))  # nothing unknown: no error
+
+
+def test_grpo_keys_beyond_the_pipelines_are_checked_against_the_grpo_recipe_fields():
+    """The grpo section's other keys go into the open_r1.grpo recipe: real GRPOConfig / ModelConfig / script
+    argument fields pass, a typo fails before any stage runs (not when GRPO parses its recipe at the chain's end),
+    and the check agrees with the parser that would refuse it then."""
+    import dataclasses
+
+    from trl import GRPOConfig, ModelConfig, TrlParser
+
+    from open_r1 import grpo
+    from open_r1.tasks.captioning import stage_grpo
+
+    keys = grpo.recipe_keys()
+    assert {f.name for f in dataclasses.fields(GRPOConfig)} | {f.name for f in dataclasses.fields(ModelConfig)} <= keys
+    assert {"temperature", "beta", "lora_dropout", "eval_limit", "task"} <= keys
+    for good in ("temperature=0.3", "beta=0.04", "lora_dropout=0.1", "eval_limit=8", "extra={top_p: 0.9}"):
+        stage_grpo.check_recipe(common.load_recipe(H200, [f"grpo.{good}"]))
+    # merge and only were pipeline keys that nothing read: now refused like any other unknown key
+    for bad in ("temprature=0.3", "betta=0.1", "merge=false", "only=0"):
+        with pytest.raises(RecipeError, match=rf"grpo\.{bad.split('=')[0]} .*open_r1.grpo recipe key"):
+            stage_grpo.check_recipe(common.load_recipe(H200, [f"grpo.{bad}"]))
+    parser = TrlParser(tuple(grpo._argument_classes()))
+    assert parser.set_defaults_with_config(**{key: None for key in keys - {"env"}}) == []
+    assert parser.set_defaults_with_config(temprature=0.3) == ["--temprature", "0.3"]
 
 
 def test_time_budget_s_is_no_longer_a_recipe_key(tmp_path):

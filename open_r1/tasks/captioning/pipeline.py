@@ -152,9 +152,7 @@ def check_recipe(recipe: dict) -> None:
     """Every stage's ``check_recipe``: its section's keys (an unknown one is a typo) and choices. The stages not run
     too: their sections are read for paths and job splits, and a typo there is a typo all the same."""
     for name in ORDER:
-        module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
-        if hasattr(module, "check_recipe"):
-            module.check_recipe(recipe)
+        importlib.import_module(f"open_r1.tasks.captioning.stage_{name}").check_recipe(recipe)
 
 
 def preflight(recipe: dict, stages) -> None:

@@ -26,9 +26,31 @@ import time
 
 from open_r1.tasks.captioning import stage_common as common
 
-# recipe keys of the grpo section that are pipeline settings, not open_r1.grpo recipe keys
-PIPELINE_KEYS = ("seeds", "fail_value", "format_bonus", "max_seconds", "rm_device", "merge", "lora_r", "lora_alpha",
-                 "eval_sets", "extra", "parallel", "only")
+# recipe keys of the grpo section that the pipeline reads itself, not open_r1.grpo recipe keys (`grpo_recipe`;
+# `run_seed`: max_seconds; `run` and the pipeline's `parallel_jobs`: seeds, parallel); every other key of the section
+# but PATH_KEYS (`inputs`), and every key of its ``extra`` mapping, goes into the open_r1.grpo recipe as it is
+PIPELINE_KEYS = ("seeds", "fail_value", "format_bonus", "max_seconds", "rm_device", "lora_r", "lora_alpha",
+                 "eval_sets", "extra", "parallel")
+PATH_KEYS = ("model", "reward_model", "dataset")  # the inputs the section may name instead of the work_dir's
+
+
+def check_recipe(recipe: dict) -> None:
+    """Before any stage runs (the pipeline's preflight): every key of the section is the pipeline's or a key of
+    the ``open_r1.grpo`` recipe (`open_r1.grpo.recipe_keys`: TRL's GRPOConfig / ModelConfig fields and this repo's
+    script arguments), so a typo fails here, not when the GRPO run parses its recipe at the end of the chain."""
+    from open_r1.errors import RecipeError
+    from open_r1.grpo import recipe_keys
+
+    cfg = common.section(recipe, "grpo")
+    extra = cfg.get("extra") or {}
+    if not isinstance(extra, dict):
+        raise RecipeError(f"grpo.extra must map open_r1.grpo recipe keys to values, got {extra!r}")
+    listed = (f"the pipeline's {', '.join(sorted(PIPELINE_KEYS + PATH_KEYS))} and any open_r1.grpo recipe key "
+              "(TRL's GRPOConfig / ModelConfig and open_r1.grpo's own: python -m open_r1.grpo --help-all)")
+    grpo_keys = recipe_keys()
+    common.check_keys("grpo", cfg, {*PIPELINE_KEYS, *PATH_KEYS, *grpo_keys}, listed=listed)
+    common.check_keys("grpo.extra", extra, grpo_keys, listed="any open_r1.grpo recipe key (python -m open_r1.grpo "
+                      "--help-all)")
 
 
 def inputs(recipe: dict) -> dict[str, common.Input]:
@@ -77,7 +99,7 @@ def grpo_recipe(recipe: dict, seed: int) -> dict:
         "eval_sets": [paths.split(s) for s in cfg.get("eval_sets", [])],
     }
     for key, value in cfg.items():
-        if key not in PIPELINE_KEYS and key not in ("model", "reward_model", "dataset"):
+        if key not in PIPELINE_KEYS and key not in PATH_KEYS:
             out[key] = value
     out.update(cfg.get("extra") or {})
     if out.get("loss_type") == "cispo":
@@ -134,7 +156,7 @@ def run(recipe: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    return common.stage_cli("grpo", run, __doc__, argv)
+    return common.stage_cli("grpo", run, __doc__, argv, check=check_recipe)
 
 
 if __name__ == "__main__":
