@@ -662,6 +662,14 @@ def test_standin_is_deterministic_and_pretrain_rows_format(standin_dir):
     assert joke == thinking.replace("A good caption", "A good joke") and "caption" not in joke
     with pytest.raises(DataError, match="wording must be one of"):
         S.templated_thinking(train[0], wording="pun")
+    # the first sentence alone: what is odd, the odd object named once, the same text as the full trace's start
+    first = S.templated_thinking(train[0], template="first_sentence")
+    meta = train[0]["scene_meta"]
+    odd = S.odd_object_phrase(json.loads(meta) if isinstance(meta, str) else meta)
+    assert thinking.startswith(first + " A good caption") and first.endswith(".") and first.count(odd) == 1
+    assert thinking.count(odd) == 2 and S.templated_thinking(train[0], "joke", "first_sentence") == first
+    with pytest.raises(DataError, match="template must be one of"):
+        S.templated_thinking(train[0], template="short")
 
 
 def test_pretrain_and_sft_rows_pass_the_stored_images_through_without_reencoding(standin_dir, monkeypatch):

@@ -227,6 +227,10 @@ def test_a_missing_input_fails_before_any_stage_runs_naming_the_stage_to_run(tmp
     common.apply_override(recipe, "synthesize.trace_wording=pun")
     with pytest.raises(RecipeError, match=r"synthesize.trace_wording must be one of \['caption', 'joke'\], got 'pun'"):
         pipeline.preflight(recipe, ["data", "pretrain", "synthesize"])
+    common.apply_override(recipe, "synthesize.trace_wording=joke")
+    common.apply_override(recipe, "synthesize.trace_template=short")
+    with pytest.raises(RecipeError, match=r"synthesize.trace_template must be one of \['full', 'first_sentence'\]"):
+        pipeline.preflight(recipe, ["data", "pretrain", "synthesize"])
     # beneath the stages: a missing dir is named as such (transformers would call it an invalid hub repo id)
     with pytest.raises(ModelError, match=f"processor directory {tmp_path}/nowhere does not exist"):
         modeling.load_processor(f"{tmp_path}/nowhere")
@@ -393,7 +397,7 @@ def test_humor_demo_end_to_end(tmp_path):
         "data.contests=10", "data.ood_contests=2", "data.pretrain_ood_contests=2",
         "data.pretrain_main_contests=2", "data.captions=10",
         "pretrain.policy.max_steps=1", "pretrain.rm_backbone.max_steps=1",
-        "synthesize.limit=2", "synthesize.max_new_tokens=8",
+        "synthesize.limit=2", "synthesize.max_new_tokens=8", "synthesize.trace_template=first_sentence",
         "sft.max_steps=1", "rm.max_steps=2", "rm.eval_cap_per_contest=4", "rm.seeds=[0, 1]",
         "grpo.max_steps=2", "grpo.max_completion_length=16", "grpo.logging_steps=5",
         "eval.n=2", "eval.limit=1", "eval.max_new_tokens=16",
@@ -411,6 +415,14 @@ def test_humor_demo_end_to_end(tmp_path):
     train_contests = set(cdata.load_captions(str(root / "data" / "train"), check_images="none")["contest"])
     assert ratings["samples"] == 2 * len(train_contests)  # ratings.n = 2 per training contest
     assert (root / "data" / "train_rated" / "dataset_info.json").is_file()
+    # the SFT traces are the recipe's template: what is odd, one sentence
+    import datasets
+
+    from open_r1.tasks.captioning import standin
+
+    traces = datasets.load_from_disk(str(root / "traces" / "train_top_k")).select_columns(["scene_meta", "thinking"])
+    assert [r["thinking"] for r in traces] == [standin.templated_thinking(r, template="first_sentence") for r in traces]
+    assert "A good" not in traces[0]["thinking"]
     # every stage left its artefact: full model dirs (LoRA merged), the RM dirs, the eval tables
     for model in ("policy-base", "rm-backbone", "policy-sft", "policy-grpo-seed0"):
         assert (root / "models" / model / "config.json").is_file(), model

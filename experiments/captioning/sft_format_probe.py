@@ -34,7 +34,7 @@ def thinking_first_sentence(row: dict) -> str:
     """Only the template's first sentence (what is odd): half the tokens, and the odd object's phrase once."""
     from open_r1.tasks.captioning import standin
 
-    return standin.templated_thinking(row).split(". ")[0] + "."
+    return standin.templated_thinking(row, template="first_sentence")  # synthesize.trace_template: first_sentence
 
 
 VARIANTS = {"recipe": None, "no_tag_word": thinking_without_the_tag_word, "first_sentence": thinking_first_sentence}

@@ -13,7 +13,8 @@ more than 4 caption words). The kept traces become the ``thinking`` column that 
 Deviations from the seed: the seed keeps truncated traces and its synthesis prompt mentions "a judge"; here both are
 dropped/avoided. On the stand-in the tiny base cannot write explanations, so with ``trace_source: templated`` the
 SFT traces are ``standin.templated_thinking`` (from the scene metadata; said in docs/CAPTIONING.md; its noun by
-``trace_wording``: ``caption``, the default, or ``joke``), while this code
+``trace_wording``: ``caption``, the default, or ``joke``; how much of it by ``trace_template``: ``full``, the
+default, or ``first_sentence``), while this code
 path still runs on ``limit`` rows and its counts are reported.
 
     python -m open_r1.tasks.captioning.stage_synthesize --config configs/captioning/standin_demo.yaml
@@ -123,14 +124,14 @@ def inputs(recipe: dict) -> dict[str, common.Input]:
 
 # the synthesize section's keys: `inputs`' (model), `check_recipe`'s, `run`'s (limit), `synthesize`'s and its
 # generators' (``vllm_*``: `_generate_vllm` only)
-SECTION_KEYS = ("model", "trace_source", "trace_wording", "limit", "max_new_tokens", "use_vllm", "min_pixels",
+SECTION_KEYS = ("model", "trace_source", "trace_wording", "trace_template", "limit", "max_new_tokens", "use_vllm", "min_pixels",
                 "max_pixels", "batch_size", "temperature", "top_p", "decoder", "vllm_gpu_memory_utilization",
                 "vllm_max_model_len")
 
 
-def check_recipe(recipe: dict) -> tuple[str, str]:
-    """The section's keys and choices (trace_source, trace_wording), checked; the pipeline calls this before any
-    stage runs."""
+def check_recipe(recipe: dict) -> tuple[str, str, str]:
+    """The section's keys and choices (trace_source, trace_wording, trace_template), checked; the pipeline calls
+    this before any stage runs."""
     from open_r1.errors import RecipeError
     from open_r1.tasks.captioning import standin
 
@@ -141,7 +142,11 @@ def check_recipe(recipe: dict) -> tuple[str, str]:
         raise RecipeError(f"synthesize.trace_source must be 'synthesized' or 'templated', got {source!r}")
     if wording not in standin.TRACE_WORDINGS:
         raise RecipeError(f"synthesize.trace_wording must be one of {list(standin.TRACE_WORDINGS)}, got {wording!r}")
-    return source, wording
+    template = cfg.get("trace_template", "full")
+    if template not in standin.TRACE_TEMPLATES:
+        raise RecipeError(f"synthesize.trace_template must be one of {list(standin.TRACE_TEMPLATES)}, "
+                          f"got {template!r}")
+    return source, wording, template
 
 
 def run(recipe: dict) -> dict:
@@ -152,7 +157,7 @@ def run(recipe: dict) -> dict:
 
     cfg = common.section(recipe, "synthesize")
     paths = common.Paths(recipe)
-    source, wording = check_recipe(recipe)
+    source, wording, template = check_recipe(recipe)
     model_path = common.check_inputs(inputs(recipe))["model"]
     train = cdata.load_captions(paths.split("train"), check_images="none")
     top = cdata.top_k_rows(train, int(common.section(recipe, "sft").get("top_k", 3)))
@@ -161,8 +166,9 @@ def run(recipe: dict) -> dict:
     traces, counts = synthesize(model_path, subset, cfg)
     counts["trace_source"] = source
     if source == "templated":  # the stand-in: SFT traces from the scene metadata, said so everywhere
-        top = standin.add_templated_thinking(top, wording)
-        counts["sft_traces"] = f"standin.templated_thinking, wording {wording!r} (the tiny base cannot write explanations)"
+        top = standin.add_templated_thinking(top, wording, template)
+        counts["sft_traces"] = (f"standin.templated_thinking, wording {wording!r}, template {template!r} (the tiny base "
+                                "cannot write explanations)")
     else:
         top = top.add_column(cdata.THINKING_COLUMN, traces)
         counts["sft_traces"] = "synthesized"

@@ -632,31 +632,37 @@ def odd_object_phrase(meta: dict) -> str:
 
 
 TRACE_WORDINGS = ("caption", "joke")
+# `full`: what is odd, then that a good caption plays on it (the odd object named twice); `first_sentence`: only
+# what is odd (named once). Run 18's probe: the SFT policies' samples derail right after the odd object's phrase
+TRACE_TEMPLATES = ("full", "first_sentence")
 
 
-def templated_thinking(row: dict, wording: str = "caption") -> str:
+def templated_thinking(row: dict, wording: str = "caption", template: str = "full") -> str:
     """A TEMPLATED thinking trace for a stand-in caption row (from ``scene_meta``, not from a model).
 
     Stands in for the real synthesis output when the policy is too small to write explanations; it says what is
-    odd in the picture and that the caption plays on it. It never quotes the caption. ``wording``: the noun of "A
-    good ... points at": ``caption`` (runs 1-12) or ``joke`` (the stand-in tokenizer splits "caption" into the
-    sub-words of the ``<caption>`` tag; docs/CAPTIONING.md, "The format probe").
+    odd in the picture and (``template="full"``) that the caption plays on it; ``first_sentence`` stops after what
+    is odd. It never quotes the caption. ``wording``: the noun of "A good ... points at": ``caption`` (runs 1-12) or
+    ``joke`` (the stand-in tokenizer splits "caption" into the sub-words of the ``<caption>`` tag;
+    docs/CAPTIONING.md, "The format probe").
     """
     if wording not in TRACE_WORDINGS:
         raise DataError(f"templated_thinking wording must be one of {TRACE_WORDINGS}, got {wording!r}")
+    if template not in TRACE_TEMPLATES:
+        raise DataError(f"templated_thinking template must be one of {TRACE_TEMPLATES}, got {template!r}")
     meta = _meta(row)
     dim_word = {"color": "colour", "shape": "shape", "size": "size", "texture": "pattern"}[meta["dimension"]]
-    return (
-        f"Most of the objects are {meta['majority_value']} ones, but {odd_object_phrase(meta)} differs in "
-        f"{dim_word}. A good {wording} points at {odd_object_phrase(meta)} and plays on it being "
-        f"{meta['odd_value']}."
-    )
+    odd = odd_object_phrase(meta)
+    first = f"Most of the objects are {meta['majority_value']} ones, but {odd} differs in {dim_word}."
+    if template == "first_sentence":
+        return first
+    return f"{first} A good {wording} points at {odd} and plays on it being {meta['odd_value']}."
 
 
-def add_templated_thinking(dataset, wording: str = "caption"):
+def add_templated_thinking(dataset, wording: str = "caption", template: str = "full"):
     """``dataset`` with a ``thinking`` column from ``templated_thinking`` (for ``data.sft_rows`` on the stand-in)."""
     table = dataset.select_columns(["scene_meta"])
-    return dataset.add_column(cdata.THINKING_COLUMN, [templated_thinking(r, wording) for r in table])
+    return dataset.add_column(cdata.THINKING_COLUMN, [templated_thinking(r, wording, template) for r in table])
 
 
 def _qa_messages(question: str) -> list[dict]:
