@@ -120,3 +120,13 @@ def test_a_misspelt_section_from_set_fails_naming_the_override():
         common.load_recipe(H200, ["rm.max_seconds=60", "rmm.seeds=[0]"])
     assert str(info.value).endswith("; from --set rmm.seeds=[0]")
     assert "start_early" in str(info.value) and "work_dir" in str(info.value)
+
+
+@pytest.mark.parametrize("override", ["grpo.loss_type=cispo", "grpo.extra={loss_type: cispo}"])
+def test_cispo_fails_in_preflight_not_when_grpo_starts(override):
+    """TRL 1.16's cispo clamps the ratio at epsilon_high: refused before the first stage (it used to be refused only
+    when the GRPO stage built its recipe, after the RM)."""
+    recipe = common.load_recipe(H200, [override])
+    with pytest.raises(RecipeError, match="grpo.loss_type cispo"):
+        pipeline.preflight(recipe, ["data"])
+    pipeline.check_recipe(common.load_recipe(H200, [override.replace("cispo", "dapo")]))

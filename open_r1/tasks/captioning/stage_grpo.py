@@ -34,6 +34,15 @@ PIPELINE_KEYS = ("seeds", "fail_value", "format_bonus", "max_seconds", "rm_devic
 PATH_KEYS = ("model", "reward_model", "dataset")  # the inputs the section may name instead of the work_dir's
 
 
+def refuse_cispo(loss_type) -> None:
+    """TRL 1.16's `cispo` clamps the ratio at epsilon_high (0.28 turns it into REINFORCE x 0.28): never ship it."""
+    if loss_type == "cispo":
+        from open_r1.errors import RecipeError
+
+        raise RecipeError("grpo.loss_type cispo: TRL 1.16 clamps the ratio at epsilon_high (REINFORCE x 0.28); use "
+                          "dapo or grpo")
+
+
 def check_recipe(recipe: dict) -> None:
     """Before any stage runs (the pipeline's preflight): every key of the section is the pipeline's or a key of
     the ``open_r1.grpo`` recipe (`open_r1.grpo.recipe_keys`: TRL's GRPOConfig / ModelConfig fields and this repo's
@@ -51,6 +60,7 @@ def check_recipe(recipe: dict) -> None:
     common.check_keys("grpo", cfg, {*PIPELINE_KEYS, *PATH_KEYS, *grpo_keys}, listed=listed)
     common.check_keys("grpo.extra", extra, grpo_keys, listed="any open_r1.grpo recipe key (python -m open_r1.grpo "
                       "--help-all)")
+    refuse_cispo(extra.get("loss_type", cfg.get("loss_type")))  # extra wins, as in `grpo_recipe`
 
 
 def inputs(recipe: dict) -> dict[str, common.Input]:
@@ -102,11 +112,7 @@ def grpo_recipe(recipe: dict, seed: int) -> dict:
         if key not in PIPELINE_KEYS and key not in PATH_KEYS:
             out[key] = value
     out.update(cfg.get("extra") or {})
-    if out.get("loss_type") == "cispo":
-        from open_r1.errors import RecipeError
-
-        raise RecipeError("grpo.loss_type cispo: TRL 1.16 clamps the ratio at epsilon_high (REINFORCE x 0.28); use "
-                          "dapo or grpo")
+    refuse_cispo(out.get("loss_type"))
     return out
 
 
