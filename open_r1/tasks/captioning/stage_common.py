@@ -182,12 +182,6 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def seconds_left(recipe: dict, stage: str) -> float | None:
-    """The stage's wall-clock cap (its `max_seconds`), or None."""
-    value = section(recipe, stage).get("max_seconds")
-    return float(value) if value else None
-
-
 def stage_cli(name: str, run: Callable[[dict], dict], doc: str, argv: list[str] | None = None,
               check: Callable[[dict], Any] | None = None) -> int:
     """`python -m open_r1.tasks.captioning.stage_<name> --config R [--set k=v ...]`: check the recipe (`check`: the
