@@ -266,6 +266,9 @@ class RewardModel(nn.Module):
         return out_dir
 
 
+LORA_KEYS = ("r", "alpha", "dropout", "vision", "target_modules")  # `build_reward_model`'s ``lora`` mapping
+
+
 def build_reward_model(backbone_path: str, min_pixels: int | None = None, max_pixels: int | None = None,
                        dtype=None, attn_implementation: str | None = None, lora: dict | None = None,
                        meta: dict | None = None, dedupe_vision: bool = True) -> RewardModel:
@@ -280,9 +283,9 @@ def build_reward_model(backbone_path: str, min_pixels: int | None = None, max_pi
         from open_r1.families import family_of
 
         targets = lora.get("target_modules") or family_of(backbone.config).lora_targets(bool(lora.get("vision")))
-        bad = sorted(set(lora) - {"r", "alpha", "dropout", "vision", "target_modules"})
+        bad = sorted(set(lora) - set(LORA_KEYS))
         if bad:
-            raise RecipeError(f"unknown reward-model LoRA key(s) {bad}; valid: r, alpha, dropout, vision, target_modules")
+            raise RecipeError(f"unknown reward-model LoRA key(s) {bad}; valid: {', '.join(LORA_KEYS)}")
         config = LoraConfig(r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)),
                             lora_dropout=float(lora.get("dropout", 0.0)), target_modules=targets, bias="none")
         backbone = get_peft_model(backbone, config)

@@ -130,3 +130,12 @@ def test_cispo_fails_in_preflight_not_when_grpo_starts(override):
     with pytest.raises(RecipeError, match="grpo.loss_type cispo"):
         pipeline.preflight(recipe, ["data"])
     pipeline.check_recipe(common.load_recipe(H200, [override.replace("cispo", "dapo")]))
+
+
+def test_the_rm_lora_mapping_is_checked_in_preflight():
+    """rm.lora's keys are `build_reward_model`'s: a typo fails before the first stage, not when the RM is built."""
+    pipeline.check_recipe(common.load_recipe(H200, ["rm.lora={r: 16, alpha: 32, dropout: 0.05}"]))
+    with pytest.raises(RecipeError, match=re.escape("rm.lora.alpah (did you mean rm.lora.alpha?)")):
+        pipeline.preflight(common.load_recipe(H200, ["rm.lora={r: 16, alpah: 32}"]), ["data"])
+    with pytest.raises(RecipeError, match="rm.lora must be null or a mapping"):
+        pipeline.preflight(common.load_recipe(H200, ["rm.lora=16"]), ["data"])

@@ -192,7 +192,16 @@ SECTION_KEYS = ("train_split", "k", "se_from", "cap_per_contest", "max_pairs", "
 def check_recipe(recipe: dict) -> None:
     """The section's keys and choices (seeds, image negatives, the image-swap diagnostic), checked; the pipeline
     calls this before any stage runs."""
-    common.check_keys("rm", common.section(recipe, "rm"), SECTION_KEYS)
+    cfg = common.section(recipe, "rm")
+    common.check_keys("rm", cfg, SECTION_KEYS)
+    lora = cfg.get("lora")
+    if lora is not None:  # checked here too: the RM builds its LoRA minutes into the chain
+        from open_r1.errors import RecipeError
+        from open_r1.reward_model import LORA_KEYS
+
+        if not isinstance(lora, dict):
+            raise RecipeError(f"rm.lora must be null or a mapping of {', '.join(LORA_KEYS)}, got {lora!r}")
+        common.check_keys("rm.lora", lora, LORA_KEYS)
     rm_seeds(recipe)
     image_negative_settings(recipe)
     eval_image_swaps(recipe)
