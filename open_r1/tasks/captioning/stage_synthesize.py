@@ -124,9 +124,9 @@ def inputs(recipe: dict) -> dict[str, common.Input]:
 
 # the synthesize section's keys: `inputs`' (model), `check_recipe`'s, `run`'s (limit), `synthesize`'s and its
 # generators' (``vllm_*``: `_generate_vllm` only)
-SECTION_KEYS = ("model", "trace_source", "trace_wording", "trace_template", "limit", "max_new_tokens", "use_vllm", "min_pixels",
-                "max_pixels", "batch_size", "temperature", "top_p", "decoder", "vllm_gpu_memory_utilization",
-                "vllm_max_model_len")
+SECTION_KEYS = ("model", "trace_source", "trace_wording", "trace_template", "limit", "max_new_tokens", "use_vllm",
+                "min_pixels", "max_pixels", "batch_size", "temperature", "top_p", "decoder",
+                "vllm_gpu_memory_utilization", "vllm_max_model_len")
 
 
 def check_recipe(recipe: dict) -> tuple[str, str, str]:
