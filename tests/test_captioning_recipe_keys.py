@@ -139,3 +139,15 @@ def test_the_rm_lora_mapping_is_checked_in_preflight():
         pipeline.preflight(common.load_recipe(H200, ["rm.lora={r: 16, alpah: 32}"]), ["data"])
     with pytest.raises(RecipeError, match="rm.lora must be null or a mapping"):
         pipeline.preflight(common.load_recipe(H200, ["rm.lora=16"]), ["data"])
+
+
+@pytest.mark.parametrize("script", ["sampling_probe", "sft_format_probe"])
+def test_the_experiment_scripts_check_the_recipe_keys_too(script, capsys):
+    """They read the recipe outside the pipeline (`pipeline.load_checked_recipe`): a misspelt --set is one error line
+    and exit 2 before any model or data loads, not a probe sampled at the wrong temperature."""
+    import importlib
+
+    module = importlib.import_module(f"experiments.captioning.{script}")
+    assert module.main(["--config", H200, "--set", "eval.temprature=0.3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "eval.temprature (did you mean eval.temperature?)" in err

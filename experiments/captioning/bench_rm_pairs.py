@@ -19,8 +19,7 @@ import time
 
 def main(argv=None) -> int:
     from open_r1.errors import OpenR1Error
-    from open_r1.tasks.captioning import stage_common as common
-    from open_r1.tasks.captioning import stage_rm
+    from open_r1.tasks.captioning import pipeline, stage_rm
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.bench_rm_pairs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -29,7 +28,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     try:
-        recipe = common.load_recipe(args.config, args.set)
+        recipe = pipeline.load_checked_recipe(args.config, args.set)
         results = {"pair_dataset_s": [], "index_rows_s": []}
         for _ in range(args.repeats):
             t0 = time.perf_counter()

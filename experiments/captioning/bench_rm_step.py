@@ -30,8 +30,8 @@ def main(argv=None) -> int:
     from open_r1 import vision_attention
     from open_r1.errors import OpenR1Error
     from open_r1.tasks.captioning import data as cdata
+    from open_r1.tasks.captioning import pipeline, stage_rm
     from open_r1.tasks.captioning import stage_common as common
-    from open_r1.tasks.captioning import stage_rm
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.bench_rm_step", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     try:
-        recipe = common.load_recipe(args.config, args.set)
+        recipe = pipeline.load_checked_recipe(args.config, args.set)
         cfg, paths = common.section(recipe, "rm"), common.Paths(recipe)
         train = cdata.load_captions(paths.split("train"), check_images="none")
         pairs = cdata.preference_pairs(train, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),

@@ -74,8 +74,7 @@ def markdown(results: dict) -> str:
 
 def main(argv=None) -> int:
     from open_r1.errors import OpenR1Error
-    from open_r1.tasks.captioning import stage_common as common
-    from open_r1.tasks.captioning import stage_data
+    from open_r1.tasks.captioning import pipeline, stage_data
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.rescore_fail_as_worst", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,7 +84,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     try:
-        config = stage_data.standin_config(common.load_recipe(args.config, args.set))
+        config = stage_data.standin_config(pipeline.load_checked_recipe(args.config, args.set))
         results = {}
         for item in args.reports:
             split, sep, path = item.partition("=")

@@ -56,8 +56,8 @@ def main(argv=None) -> int:
     from open_r1.errors import OpenR1Error
     from open_r1.tasks.captioning import data as cdata
     from open_r1.tasks.captioning import evaluate as ev
+    from open_r1.tasks.captioning import pipeline, stage_eval
     from open_r1.tasks.captioning import stage_common as common
-    from open_r1.tasks.captioning import stage_eval
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.sampling_probe", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="JSON file, written after each setting")
     args = parser.parse_args(argv)
     try:
-        recipe = common.load_recipe(args.config, args.set)
+        recipe = pipeline.load_checked_recipe(args.config, args.set)
         paths = common.Paths(recipe)
         base = stage_eval.sampling_kwargs(recipe)
         splits = list(common.section(recipe, "eval").get("splits", ["test", "ood"]))

@@ -14,8 +14,8 @@ import sys
 
 def main(argv=None) -> int:
     from open_r1.errors import OpenR1Error
+    from open_r1.tasks.captioning import pipeline, stage_rm
     from open_r1.tasks.captioning import stage_common as common
-    from open_r1.tasks.captioning import stage_rm
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.score_rm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="write the results here as JSON")
     args = parser.parse_args(argv)
     try:
-        recipe = common.load_recipe(args.config, args.set)
+        recipe = pipeline.load_checked_recipe(args.config, args.set)
         results = {}
         for path in args.model:
             results[path] = stage_rm.rescore(recipe, path, args.splits)

@@ -74,6 +74,7 @@ def fit_and_score(train: list[dict], held: dict[str, list[dict]], steps: int = 3
 
 def main(argv=None) -> int:
     from open_r1.errors import OpenR1Error
+    from open_r1.tasks.captioning import pipeline
     from open_r1.tasks.captioning import stage_common as common
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,7 +84,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     try:
-        recipe = common.load_recipe(args.config, args.set)
+        recipe = pipeline.load_checked_recipe(args.config, args.set)
         cfg = common.section(recipe, "rm")
         train = split_pairs(recipe, "train", int(cfg.get("cap_per_contest", 1000)))
         # the RM stage's held-out pairs (stage_rm.held_out_pairs draws them with seed + 7)

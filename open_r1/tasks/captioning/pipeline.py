@@ -155,6 +155,14 @@ def check_recipe(recipe: dict) -> None:
         importlib.import_module(f"open_r1.tasks.captioning.stage_{name}").check_recipe(recipe)
 
 
+def load_checked_recipe(path: str, overrides: list[str] | None = None) -> dict:
+    """`stage_common.load_recipe` and then `check_recipe`: for the scripts that read a recipe outside the pipeline
+    (experiments/captioning/*), so a misspelt ``--set`` fails there too instead of being ignored."""
+    recipe = common.load_recipe(path, overrides)
+    check_recipe(recipe)
+    return recipe
+
+
 def preflight(recipe: dict, stages) -> None:
     """Before any stage runs: the recipe's keys and choices (`check_recipe`), and every stage's inputs (its module's
     ``inputs``) are on disk or made by a stage that runs before it, so a chain whose work_dir is gone fails at once
