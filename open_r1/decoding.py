@@ -21,7 +21,9 @@ only the loop around it:
   `check_every` steps only (one sync per k steps instead of one per step).
 
 Settings HF `generate` would apply but this decoder does not implement (repetition penalty, beams, n-gram blocking,
-bad words, ...) raise `UnsupportedGeneration`; callers fall back to HF `generate` for those.
+bad words, ...) raise `UnsupportedGeneration`; callers fall back to HF `generate` for those. So does top-p sampling
+in the compiled step (`check_compiled`): torch 2.11's inductor failed to compile its full-vocabulary cumsum on an
+H200 (docs/CAPTIONING.md, "Run 18"); the uncompiled decoder ('eager') samples top-p as before.
 """
 from __future__ import annotations
 
@@ -95,6 +97,15 @@ _UNSUPPORTED = {
     "encoder_repetition_penalty": lambda v: v is None or v == 1.0,
     "watermarking_config": lambda v: v is None,
 }
+
+
+def check_compiled(settings: SamplingSettings, compile: bool) -> None:
+    """`UnsupportedGeneration` for settings the compiled step cannot take: top-p sampling. torch 2.11's inductor
+    raised InductorError ("list indices must be integers or slices, not NoneType", a SplitScan) compiling the
+    [batch, 151936] cumsum of `process_logits`' top-p filter (the captioning demo chain on an H200, 2026-12-05)."""
+    if compile and settings.do_sample and settings.top_p < 1.0:
+        raise UnsupportedGeneration(f"top_p={settings.top_p} in the compiled decode step (torch's inductor failed on "
+                                    "its full-vocabulary cumsum); decoder='eager' or 'hf' samples it")
 
 
 def resolve_settings(generation_config=None, **overrides) -> SamplingSettings:
@@ -418,6 +429,7 @@ class GraphDecoder:
             settings = resolve_settings(generation_config or self.model.generation_config,
                                         **{k: model_inputs.pop(k) for k in list(model_inputs)
                                            if k not in _MODEL_INPUT_KEYS})
+            check_compiled(settings, self.compile)
         except UnsupportedGeneration as error:
             if not getattr(self, "_warned", False):
                 logger.warning("graph decoder not used (%s); HF generate instead", error)
@@ -433,6 +445,7 @@ class GraphDecoder:
         if settings is None:
             gen_keys = {k: model_inputs.pop(k) for k in list(model_inputs) if k not in _MODEL_INPUT_KEYS}
             settings = resolve_settings(generation_config or self.model.generation_config, **gen_keys)
+        check_compiled(settings, self.compile)
         device = self.device
         input_ids = input_ids.to(device)
         attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)

@@ -383,6 +383,40 @@ def test_generate_texts_decoder_option_gives_hf_answers_and_refuses_zero3(tiny_m
     generation.forget_decoders()
 
 
+def test_top_p_sampling_never_reaches_the_compiled_step(tiny_model_dir):
+    """torch 2.11's inductor failed to compile the top-p filter's full-vocabulary cumsum on an H200 (the captioning
+    demo chain, whose policies sample with top_p 0.95): a compiled decoder refuses top-p and the callers fall back
+    to HF generate with a warning; the uncompiled decoder ('eager') and top_p = 1 keep the graph decoder."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from open_r1 import decoding, generation
+
+    nucleus = SamplingSettings(max_new_tokens=1, do_sample=True, top_p=0.9)
+    with pytest.raises(decoding.UnsupportedGeneration, match="top_p=0.9 in the compiled decode step"):
+        decoding.check_compiled(nucleus, compile=True)
+    decoding.check_compiled(nucleus, compile=False)
+    decoding.check_compiled(SamplingSettings(max_new_tokens=1, do_sample=True, top_p=1.0), compile=True)
+    decoding.check_compiled(SamplingSettings(max_new_tokens=1, do_sample=False, top_p=0.9), compile=True)  # greedy
+
+    processor = AutoProcessor.from_pretrained(tiny_model_dir, padding_side="left")
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    texts = [processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text",
+             "text": q}]}], add_generation_prompt=True) for q in QUESTIONS]
+    images = _images(len(texts))
+    sampling = dict(do_sample=True, temperature=0.7, top_p=0.9)
+    torch.manual_seed(0)
+    hf = generation.generate_texts(model, processor, texts, images, 6, decoder="hf", **sampling)
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match=r"graph decoder not used \(top_p=0.9 in the compiled decode step"):
+        graph = generation.generate_texts(model, processor, texts, images, 6, decoder="graph", **sampling)
+    assert graph == hf  # HF generate sampled it, with the same seed
+    assert generation.decoder_for(model).calls == 0  # the compiled step never ran
+    generation.forget_decoders()
+    generation.generate_texts(model, processor, texts, images, 6, decoder="eager", **sampling)
+    assert generation.decoder_for(model).calls == 1  # uncompiled, the decoder samples top-p itself
+    generation.forget_decoders()
+
+
 def test_out_of_memory_drops_the_decoder_so_a_smaller_retry_gets_a_smaller_cache(tiny_model_dir, monkeypatch):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
