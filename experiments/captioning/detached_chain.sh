@@ -19,7 +19,7 @@ detach() {
   fi
   rm -rf "$dir" && mkdir -p "$dir/out" && cp -r . "$dir"  # later commands may re-sync this tree: the chain must not see it
   cd "$dir" || exit 3
-  export PYTHONPATH="$dir.site:$dir" PYTHONUNBUFFERED=1
+  export PYTHONPATH="$dir.site:$dir${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1  # the caller's too: wheels there
   { date -u; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null
     python3 -c "import torch, transformers, trl; print('torch', torch.__version__, 'transformers', \
 transformers.__version__, 'trl', trl.__version__)"; } > chain.log 2>&1
