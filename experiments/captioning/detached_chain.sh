@@ -21,8 +21,10 @@ detach() {
   cd "$dir" || exit 3
   export PYTHONPATH="$dir.site:$dir${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1  # the caller's too: wheels there
   { date -u; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null
-    python3 -c "import torch, transformers, trl; print('torch', torch.__version__, 'transformers', \
-transformers.__version__, 'trl', trl.__version__)"; } > chain.log 2>&1
+    python3 -c "from importlib.metadata import version as v
+for name in ('torch', 'transformers', 'trl'):
+    try: print(name, v(name))
+    except Exception: print(name, 'not installed')"; } > chain.log 2>&1
   setsid nohup bash -c "($1)"'; echo "rc=$?" > DONE' < /dev/null >> chain.log 2>&1 &  # ( ): an `exit` in CMD too
   sleep 2
   exec bash "$dir/experiments/captioning/detached_chain.sh" wait "${WAIT:-560}"
