@@ -350,19 +350,24 @@ def test_gqa_decode_attention_equals_the_repeat_kv_path_transformers_takes_under
     assert calls == [1]
 
 
-def test_generate_texts_decoder_option_gives_hf_answers_and_refuses_zero3(tiny_model_dir, monkeypatch):
-    """generate_texts (what selfcheck / evaluate_dataset call): decoder='eager' (the graph decoder's code path,
-    uncompiled) returns HF generate's texts, lengths and truncation flags; a ZeRO-3-partitioned model falls back
-    to HF under 'auto' and is refused for an explicit graph decoder."""
+def _tiny_batch(tiny_model_dir):
+    """The tiny checkpoint (fp32, eval), its left-padding processor, and one chat prompt + image per question."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
-
-    from open_r1 import decoding, generation
 
     processor = AutoProcessor.from_pretrained(tiny_model_dir, padding_side="left")
     model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     texts = [processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text",
              "text": q}]}], add_generation_prompt=True) for q in QUESTIONS]
-    images = _images(len(texts))
+    return model, processor, texts, _images(len(texts))
+
+
+def test_generate_texts_decoder_option_gives_hf_answers_and_refuses_zero3(tiny_model_dir, monkeypatch):
+    """generate_texts (what selfcheck / evaluate_dataset call): decoder='eager' (the graph decoder's code path,
+    uncompiled) returns HF generate's texts, lengths and truncation flags; a ZeRO-3-partitioned model falls back
+    to HF under 'auto' and is refused for an explicit graph decoder."""
+    from open_r1 import decoding, generation
+
+    model, processor, texts, images = _tiny_batch(tiny_model_dir)
     hf = generation.generate_texts(model, processor, texts, images, 6, decoder="hf")
     ours = generation.generate_texts(model, processor, texts, images, 6, decoder="eager")
     assert ours == hf
@@ -387,8 +392,6 @@ def test_top_p_sampling_never_reaches_the_compiled_step(tiny_model_dir):
     """torch 2.11's inductor failed to compile the top-p filter's full-vocabulary cumsum on an H200 (the captioning
     demo chain, whose policies sample with top_p 0.95): a compiled decoder refuses top-p and the callers fall back
     to HF generate with a warning; the uncompiled decoder ('eager') and top_p = 1 keep the graph decoder."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
     from open_r1 import decoding, generation
 
     nucleus = SamplingSettings(max_new_tokens=1, do_sample=True, top_p=0.9)
@@ -398,11 +401,7 @@ def test_top_p_sampling_never_reaches_the_compiled_step(tiny_model_dir):
     decoding.check_compiled(SamplingSettings(max_new_tokens=1, do_sample=True, top_p=1.0), compile=True)
     decoding.check_compiled(SamplingSettings(max_new_tokens=1, do_sample=False, top_p=0.9), compile=True)  # greedy
 
-    processor = AutoProcessor.from_pretrained(tiny_model_dir, padding_side="left")
-    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    texts = [processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text",
-             "text": q}]}], add_generation_prompt=True) for q in QUESTIONS]
-    images = _images(len(texts))
+    model, processor, texts, images = _tiny_batch(tiny_model_dir)
     sampling = dict(do_sample=True, temperature=0.7, top_p=0.9)
     torch.manual_seed(0)
     hf = generation.generate_texts(model, processor, texts, images, 6, decoder="hf", **sampling)
@@ -418,16 +417,10 @@ def test_top_p_sampling_never_reaches_the_compiled_step(tiny_model_dir):
 
 
 def test_out_of_memory_drops_the_decoder_so_a_smaller_retry_gets_a_smaller_cache(tiny_model_dir, monkeypatch):
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
     from open_r1 import generation
     from open_r1.decoding import GraphDecoder
 
-    processor = AutoProcessor.from_pretrained(tiny_model_dir, padding_side="left")
-    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    texts = [processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text",
-             "text": q}]}], add_generation_prompt=True) for q in QUESTIONS]
-    images = _images(len(texts))
+    model, processor, texts, images = _tiny_batch(tiny_model_dir)
     first = generation.decoder_for(model, compile=False)
     monkeypatch.setattr(GraphDecoder, "generate", lambda self, *a, **k: (_ for _ in ()).throw(torch.OutOfMemoryError()))
     with pytest.raises(torch.OutOfMemoryError):
