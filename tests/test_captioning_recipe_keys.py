@@ -151,3 +151,68 @@ def test_the_experiment_scripts_check_the_recipe_keys_too(script, capsys):
     assert module.main(["--config", H200, "--set", "eval.temprature=0.3"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "eval.temprature (did you mean eval.temperature?)" in err
+
+
+# (override, what the one error says): a value the GRPO stage would refuse after the RM, refused before any stage
+BAD_GRPO_VALUES = [
+    ("grpo.learning_rate=fast", "argument --learning_rate/--learning-rate: invalid float value: 'fast'"),
+    ("grpo.extra={temperature: hot}", "argument --temperature: invalid float value: 'hot'"),
+    ("grpo.per_device_train_batch_size=12", "generation_batch_size (12) must be divisible by num_generations (8)"),
+    ("grpo.fail_value=abc", "caption_rm: fail_value must be a number, got 'abc'"),
+    ("grpo.format_bonus=1.5", "caption_rm: format_bonus must be in [0, 1), got 1.5"),
+    ("grpo.rm_device=0", "caption_rm: device must be a string"),
+    ("grpo.seeds=[1, 1]", "grpo.seeds must be a list of distinct integers"),
+    ("grpo.seeds=3", "grpo.seeds must be a list of distinct integers"),
+    ("grpo.max_seconds=-1", "grpo.max_seconds must be a positive number"),
+    ("grpo.lora_r=0", "grpo.lora_r must be a positive integer"),
+    ("grpo.parallel=yes please", "grpo.parallel must be true or false"),
+    ("grpo.eval_sets=val", "grpo.eval_sets must be a list of split names"),
+]
+
+
+@pytest.mark.parametrize("override,message", BAD_GRPO_VALUES, ids=[b[0].split("=")[0] + "=" for b in BAD_GRPO_VALUES])
+def test_a_bad_grpo_value_fails_in_preflight_with_one_error(tmp_path, override, message):
+    """The grpo section's values are checked as its run will check them (`stage_grpo.parse_seed_recipe`: the
+    open_r1.grpo parser on the seed's recipe, placeholder inputs; caption_rm's own value checks): an argparse exit
+    or a GRPOConfig ValueError at the chain's end becomes one RecipeError before the first stage."""
+    recipe = common.load_recipe(H200, [f"work_dir={tmp_path}", override])
+    with pytest.raises(RecipeError, match=re.escape(message)) as info:
+        pipeline.preflight(recipe, pipeline.default_stages(recipe))
+    assert "\n" not in str(info.value) and not list(tmp_path.iterdir())  # nothing ran, nothing written
+
+
+@pytest.mark.parametrize("key,instead", [("seed", "grpo.seeds"), ("output_dir", "work_dir"),
+                                         ("model_name_or_path", "grpo.model"), ("dataset_name", "grpo.dataset"),
+                                         ("reward_kwargs", "grpo.fail_value"), ("reward_funcs", "caption_rm"),
+                                         ("task", "caption_rm")])
+@pytest.mark.parametrize("where", ["grpo", "grpo.extra"])
+def test_keys_the_pipeline_sets_per_seed_are_refused_naming_the_key_to_use(key, instead, where):
+    """`grpo.seed: 3` used to win over each seed's own (three runs of one seed); `output_dir` would put every
+    seed's run into one dir. Both are real open_r1.grpo keys, so the key check alone let them through."""
+    from open_r1.tasks.captioning import stage_grpo
+
+    value = {"seed": 3, "reward_kwargs": {}, "reward_funcs": ["caption_rm"]}.get(key, "x")
+    recipe = common.load_recipe(H200)
+    if where == "grpo":
+        recipe["grpo"][key] = value
+    else:
+        recipe["grpo"]["extra"] = {key: value}
+    with pytest.raises(RecipeError, match=rf"^{re.escape(where)}\.{key}: the pipeline sets {key} .*{instead}"):
+        stage_grpo.check_recipe(recipe)
+
+
+def test_the_preflight_parse_is_the_runs_parse(tmp_path):
+    """What the preflight parses is what `run_seed` writes for the seed, but the two inputs (placeholders until the
+    SFT and RM stages ran) and the processor's pixel budget; every recipe value reaches the parsed arguments."""
+    from open_r1.tasks.captioning import stage_grpo
+
+    recipe = common.load_recipe(H200, [f"work_dir={tmp_path}", "grpo.temperature=0.3", "grpo.extra={top_p: 0.9}"])
+    settings = stage_grpo.seed_settings(recipe, 1, "/p/policy", "/p/rm", (3136, 200704))
+    assert settings["seed"] == 1 and settings["output_dir"] == common.Paths(recipe).grpo_run(1)
+    assert (settings["min_pixels"], settings["max_pixels"]) == (3136, 200704)
+    script_args, training_args, model_args = stage_grpo.parse_seed_recipe(settings, "test")
+    assert training_args.temperature == 0.3 and training_args.top_p == 0.9 and training_args.seed == 1
+    assert training_args.loss_type == "dapo" and model_args.lora_r == 16 and model_args.model_name_or_path == "/p/policy"
+    assert script_args.reward_kwargs["caption_rm"]["reward_model"] == "/p/rm"
+    assert (script_args.min_pixels, script_args.max_pixels) == (3136, 200704)
+    assert "min_pixels" not in stage_grpo.seed_settings(recipe, 1, "/p/policy", "/p/rm", None)

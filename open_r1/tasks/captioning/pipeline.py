@@ -48,7 +48,9 @@ def parallel_jobs(recipe: dict, name: str) -> list[list[str]] | None:
             jobs.append(["rm.only=rm_blind"])
         return jobs
     if name == "grpo":
-        return [[f"grpo.seeds=[{int(seed)}]"] for seed in common.section(recipe, "grpo").get("seeds", [0])]
+        from open_r1.tasks.captioning.stage_grpo import grpo_seeds
+
+        return [[f"grpo.seeds=[{seed}]"] for seed in grpo_seeds(recipe)]
     return None
 
 

@@ -166,6 +166,24 @@ def _score(model, images: list, messages: list, batch_size: int) -> list[float]:
         return out
 
 
+def check_caption_rm_settings(fail_value=0.0, format_bonus=0.0, max_words=protocol.MAX_WORDS, device=None,
+                              batch_size=16) -> None:
+    """The values of caption_rm's settings, checked without its RM dir: the captioning pipeline's preflight calls
+    this before the chain's first stage, the reward again when GRPO builds it."""
+    _require_number("caption_rm", "fail_value", fail_value)
+    _require_number("caption_rm", "format_bonus", format_bonus)
+    _require_number("caption_rm", "max_words", max_words, integer=True)
+    _require_number("caption_rm", "batch_size", batch_size, integer=True)
+    if not math.isfinite(fail_value):
+        raise RewardConfigError(f"caption_rm: fail_value must be finite, got {fail_value!r}")
+    if not 0 <= format_bonus < 1:
+        raise RewardConfigError(f"caption_rm: format_bonus must be in [0, 1), got {format_bonus!r}")
+    if max_words < 1 or batch_size < 1:
+        raise RewardConfigError(f"caption_rm: max_words and batch_size must be >= 1, got {max_words}, {batch_size}")
+    if device is not None and not isinstance(device, str):
+        raise RewardConfigError(f"caption_rm: device must be a string like 'cuda:1' or 'cpu', got {device!r}")
+
+
 @register_reward("caption_rm")
 def caption_rm_reward(
     reward_model: str,
@@ -179,18 +197,7 @@ def caption_rm_reward(
     ``fail_value``; ``format_bonus`` b gives ``b + (1 - b) * sigma(RM)`` to parsed captions. See the module doc."""
     if not isinstance(reward_model, (str, os.PathLike)) or not str(reward_model):
         raise RewardConfigError(f"caption_rm: reward_model must be the path of a saved reward-model dir, got {reward_model!r}")
-    _require_number("caption_rm", "fail_value", fail_value)
-    _require_number("caption_rm", "format_bonus", format_bonus)
-    _require_number("caption_rm", "max_words", max_words, integer=True)
-    _require_number("caption_rm", "batch_size", batch_size, integer=True)
-    if not math.isfinite(fail_value):
-        raise RewardConfigError(f"caption_rm: fail_value must be finite, got {fail_value!r}")
-    if not 0 <= format_bonus < 1:
-        raise RewardConfigError(f"caption_rm: format_bonus must be in [0, 1), got {format_bonus!r}")
-    if max_words < 1 or batch_size < 1:
-        raise RewardConfigError(f"caption_rm: max_words and batch_size must be >= 1, got {max_words}, {batch_size}")
-    if device is not None and not isinstance(device, str):
-        raise RewardConfigError(f"caption_rm: device must be a string like 'cuda:1' or 'cpu', got {device!r}")
+    check_caption_rm_settings(fail_value, format_bonus, max_words, device, batch_size)
     if _cache_key(reward_model, device) not in _RM_CACHE:  # fail at recipe time, not at the first GRPO step
         from open_r1.reward_model import META_FILE
 

@@ -15,7 +15,7 @@ The LoRA is merged afterwards (``open_r1.export.load_for_export``) into ``models
 Deviations from the seed: the seed's GRPO sees 1 prompt per step (batch 1 x GA 8 with G=8) and uses ``cispo``; here
 several prompts per step (``per_device_train_batch_size / num_generations``) and ``dapo``. The reward's knobs live
 in the recipe (``reward_kwargs``), not in environment variables. The stand-in runs few steps with a higher
-learning rate; the real recipe (configs/captioning/real_grpo.yaml) is the seed's G=8, 200 steps, 1536 tokens.
+learning rate; the real recipe (configs/captioning/real_qwen3vl2b.yaml) is the seed's G=8, 200 steps, 1536 tokens.
 
     python -m open_r1.tasks.captioning.stage_grpo --config configs/captioning/standin_demo.yaml
 """
@@ -32,6 +32,12 @@ from open_r1.tasks.captioning import stage_common as common
 PIPELINE_KEYS = ("seeds", "fail_value", "format_bonus", "max_seconds", "rm_device", "lora_r", "lora_alpha",
                  "eval_sets", "extra", "parallel")
 PATH_KEYS = ("model", "reward_model", "dataset")  # the inputs the section may name instead of the work_dir's
+# open_r1.grpo keys that `seed_settings` sets for each seed, and the recipe key that decides each: set in the section
+# or its extra, one would win over the pipeline's (every seed with one seed, all three into one output dir, a run
+# without caption_rm), so they are refused
+OWNED_KEYS = {"seed": "grpo.seeds", "output_dir": "work_dir", "model_name_or_path": "grpo.model",
+              "dataset_name": "grpo.dataset", "task": None, "reward_funcs": None,
+              "reward_kwargs": "grpo.fail_value, grpo.format_bonus and grpo.rm_device"}
 
 
 def refuse_cispo(loss_type) -> None:
@@ -60,7 +66,55 @@ def check_recipe(recipe: dict) -> None:
     common.check_keys("grpo", cfg, {*PIPELINE_KEYS, *PATH_KEYS, *grpo_keys}, listed=listed)
     common.check_keys("grpo.extra", extra, grpo_keys, listed="any open_r1.grpo recipe key (python -m open_r1.grpo "
                       "--help-all)")
-    refuse_cispo(extra.get("loss_type", cfg.get("loss_type")))  # extra wins, as in `grpo_recipe`
+    for where, mapping in (("grpo", cfg), ("grpo.extra", extra)):
+        owned = [key for key in OWNED_KEYS if key in mapping]
+        if owned:
+            key = owned[0]
+            decided = (f"set {OWNED_KEYS[key]} instead" if OWNED_KEYS[key] else
+                       "the captioning pipeline always runs task captioning with the caption_rm reward")
+            raise RecipeError(f"{where}.{key}: the pipeline sets {key} for each seed's run itself; {decided}")
+    refuse_cispo(extra.get("loss_type", cfg.get("loss_type")))  # extra wins, as in `seed_settings`
+    check_pipeline_values(cfg)
+    # the values of the open_r1.grpo keys: parsed as the run will parse them (placeholder inputs, which exist only
+    # once earlier stages ran)
+    settings = seed_settings(recipe, grpo_seeds(recipe)[0], "<the SFT policy>", "<the reward model>", None)
+    parse_seed_recipe(settings, "preflight")
+
+
+def grpo_seeds(recipe: dict) -> list[int]:
+    """The GRPO seeds of the recipe (``grpo.seeds``, default [0]), validated: one run per seed."""
+    from open_r1.errors import RecipeError
+    from open_r1.validate import is_int
+
+    seeds = common.section(recipe, "grpo").get("seeds", [0])
+    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
+            or not all(is_int(s) for s in seeds)):
+        raise RecipeError(f"grpo.seeds must be a list of distinct integers, e.g. [0, 1, 2]; got {seeds!r}")
+    return [int(s) for s in seeds]
+
+
+def check_pipeline_values(cfg: dict) -> None:
+    """The values of the section's pipeline keys (the open_r1.grpo keys are parsed by `parse_seed_recipe`)."""
+    from open_r1.errors import RecipeError, RewardConfigError
+    from open_r1.tasks.captioning.rewards import check_caption_rm_settings
+    from open_r1.validate import is_int, is_number
+
+    try:
+        check_caption_rm_settings(cfg.get("fail_value", 0.0), cfg.get("format_bonus", 0.0),
+                                  device=cfg.get("rm_device"))
+    except RewardConfigError as exc:
+        raise RecipeError(f"{exc} (from grpo.fail_value / grpo.format_bonus / grpo.rm_device)") from None
+    for key in ("lora_r", "lora_alpha"):
+        if key in cfg and not (is_int(cfg[key]) and cfg[key] >= 1):
+            raise RecipeError(f"grpo.{key} must be a positive integer, got {cfg[key]!r}")
+    cap = cfg.get("max_seconds")
+    if cap is not None and not (is_number(cap) and cap > 0):
+        raise RecipeError(f"grpo.max_seconds must be a positive number of seconds or null (no cap), got {cap!r}")
+    if not isinstance(cfg.get("parallel", False), bool):
+        raise RecipeError(f"grpo.parallel must be true or false, got {cfg['parallel']!r}")
+    eval_sets = cfg.get("eval_sets", [])
+    if not isinstance(eval_sets, list) or not all(isinstance(name, str) and name for name in eval_sets):
+        raise RecipeError(f"grpo.eval_sets must be a list of split names, e.g. [val]; got {eval_sets!r}")
 
 
 def inputs(recipe: dict) -> dict[str, common.Input]:
@@ -75,15 +129,20 @@ def inputs(recipe: dict) -> dict[str, common.Input]:
 
 
 def grpo_recipe(recipe: dict, seed: int) -> dict:
-    """The ``open_r1.grpo`` recipe of one seed's run."""
+    """The ``open_r1.grpo`` recipe of one seed's run (its inputs must exist: the SFT policy and the RM)."""
     from open_r1 import modeling
 
+    found = common.check_inputs(inputs(recipe))
+    pixels = modeling.pixel_budget(modeling.load_processor(found["policy"]))
+    return seed_settings(recipe, seed, found["policy"], found["rm"], pixels)
+
+
+def seed_settings(recipe: dict, seed: int, policy: str, rm: str, pixels: tuple[int, int] | None) -> dict:
+    """`grpo_recipe` once its inputs are found: `pixels` is the policy processor's (min, max) budget (None: leave
+    the parser's defaults, for the preflight's check of the values)."""
     cfg = common.section(recipe, "grpo")
     paths = common.Paths(recipe)
-    found = common.check_inputs(inputs(recipe))
-    policy, rm = found["policy"], found["rm"]
     cuda = common.device() == "cuda"
-    min_pixels, max_pixels = modeling.pixel_budget(modeling.load_processor(policy))
     out = {
         "task": "captioning",
         "model_name_or_path": policy,
@@ -94,8 +153,6 @@ def grpo_recipe(recipe: dict, seed: int) -> dict:
         "reward_kwargs": {"caption_rm": {"reward_model": rm, "fail_value": float(cfg.get("fail_value", 0.0)),
                                          "format_bonus": float(cfg.get("format_bonus", 0.0)),
                                          "device": cfg.get("rm_device") or ("cuda:0" if cuda else "cpu")}},
-        "min_pixels": min_pixels,
-        "max_pixels": max_pixels,
         "use_peft": True,
         "lora_r": int(cfg.get("lora_r", 32)),
         "lora_alpha": int(cfg.get("lora_alpha", 32)),
@@ -108,12 +165,45 @@ def grpo_recipe(recipe: dict, seed: int) -> dict:
         "auto_resume": False,
         "eval_sets": [paths.split(s) for s in cfg.get("eval_sets", [])],
     }
+    if pixels is not None:
+        out["min_pixels"], out["max_pixels"] = pixels
     for key, value in cfg.items():
         if key not in PIPELINE_KEYS and key not in PATH_KEYS:
             out[key] = value
     out.update(cfg.get("extra") or {})
     refuse_cispo(out.get("loss_type"))
     return out
+
+
+def parse_seed_recipe(settings: dict, where: str) -> tuple:
+    """`open_r1.grpo.parse_args` on `settings` (written as the recipe file the run reads): a value TrlParser or
+    GRPOConfig refuses (``learning_rate: fast``, a batch that ``num_generations`` does not divide) is one
+    RecipeError naming it, here rather than as an argparse exit when the GRPO stage starts after the RM."""
+    import contextlib
+    import io
+    import tempfile
+
+    import yaml
+
+    from open_r1 import grpo
+    from open_r1.errors import RecipeError
+
+    settings = {key: value for key, value in settings.items() if key != "env"}  # TrlParser would set os.environ
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "grpo_recipe.yaml")
+        with open(path, "w") as handle:
+            yaml.safe_dump(settings, handle, sort_keys=False)
+        stderr = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(stderr):
+                return grpo.parse_args(["--config", path])[:3]
+        except SystemExit:  # argparse: a value its type refuses; the reason is the last line it printed
+            lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
+            reason = lines[-1].split("error: ", 1)[-1] if lines else "the recipe did not parse"
+        except (ValueError, TypeError) as exc:  # GRPOConfig's own checks when it is built
+            reason = " ".join(str(exc).split()).rstrip(".")
+    raise RecipeError(f"the grpo section does not parse as an open_r1.grpo recipe ({where}): {reason}; see "
+                      "python -m open_r1.grpo --help")
 
 
 def run_seed(recipe: dict, seed: int) -> dict:
@@ -132,7 +222,7 @@ def run_seed(recipe: dict, seed: int) -> dict:
         yaml.safe_dump(settings, handle, sort_keys=False)
     common.log(f"[grpo] seed {seed}: python -m open_r1.grpo --config {path}")
     started = time.time()
-    script_args, training_args, model_args = grpo.parse_args(["--config", path])[:3]
+    script_args, training_args, model_args = parse_seed_recipe(settings, f"seed {seed}")
     cap = common.section(recipe, "grpo").get("max_seconds")
     trainer = grpo.main(script_args, training_args, model_args, callbacks=[common.time_cap(cap)] if cap else None)
     if trainer.run_safety.exit_code:
@@ -157,8 +247,7 @@ def run_seed(recipe: dict, seed: int) -> dict:
 
 
 def run(recipe: dict) -> dict:
-    seeds = common.section(recipe, "grpo").get("seeds", [0])
-    return {"runs": [run_seed(recipe, int(seed)) for seed in seeds]}
+    return {"runs": [run_seed(recipe, seed) for seed in grpo_seeds(recipe)]}
 
 
 def main(argv=None) -> int:
