@@ -163,10 +163,10 @@ BAD_GRPO_VALUES = [
     ("grpo.rm_device=0", "caption_rm: device must be a string"),
     ("grpo.seeds=[1, 1]", "grpo.seeds must be a list of distinct integers"),
     ("grpo.seeds=3", "grpo.seeds must be a list of distinct integers"),
-    ("grpo.max_seconds=-1", "grpo.max_seconds must be a positive number"),
-    ("grpo.lora_r=0", "grpo.lora_r must be a positive integer"),
-    ("grpo.parallel=yes please", "grpo.parallel must be true or false"),
-    ("grpo.eval_sets=val", "grpo.eval_sets must be a list of split names"),
+    ("grpo.max_seconds=-1", "grpo.max_seconds must be a number > 0 or null, got -1"),
+    ("grpo.lora_r=0", "grpo.lora_r must be a whole number >= 1, got 0"),
+    ("grpo.parallel=yes please", "grpo.parallel must be true or false, got 'yes please'"),
+    ("grpo.eval_sets=val", "grpo.eval_sets must be a list of non-empty strings, got 'val'"),
 ]
 
 
@@ -216,3 +216,67 @@ def test_the_preflight_parse_is_the_runs_parse(tmp_path):
     assert script_args.reward_kwargs["caption_rm"]["reward_model"] == "/p/rm"
     assert (script_args.min_pixels, script_args.max_pixels) == (3136, 200704)
     assert "min_pixels" not in stage_grpo.seed_settings(recipe, 1, "/p/policy", "/p/rm", None)
+
+
+# (override, the error): a value its stage could not use, in every section, refused before any stage runs (the eval
+# one used to fail at the chain's last stage, int('sixteen'), after every model had trained)
+BAD_VALUES = [
+    ("seed=zero", "seed must be a whole number, got 'zero'"),
+    ("data.contests=many", "data.contests must be a whole number >= 1, got 'many'"),
+    ("data.val_frac=1.5", "data.val_frac must be a number >= 0 and < 1, got 1.5"),
+    ("data.image_size=big", "data.image_size: image size 'big' is not WIDTHxHEIGHT"),
+    ("data.min_objects=9", "data.min_objects (9) is above data.max_objects"),
+    ("pretrain.parallel=1", "pretrain.parallel must be true or false, got 1"),
+    ("pretrain.policy.learning_rate=fast", "pretrain.policy.learning_rate must be a number > 0, got 'fast'"),
+    ("pretrain.rm_backbone.kinds=[describe, jokes]", "pretrain.rm_backbone.kinds must be a list of describe, question, "
+     "fluency, got ['describe', 'jokes']"),
+    ("pretrain.policy.family=llama", "pretrain.policy.family must be one of 'qwen2_vl'"),
+    ("synthesize.top_p=0", "synthesize.top_p must be a number > 0 and <= 1, got 0"),
+    ("synthesize.decoder=fast", "synthesize.decoder must be one of"),
+    ("sft.schedule=linear", "sft.schedule must be one of 'constant', 'cosine', got 'linear'"),
+    ("sft.lora_vision=no thanks", "sft.lora_vision must be true or false, got 'no thanks'"),
+    ("sft.epochs=null|sft.max_seconds=null", "the sft section needs a stop"),
+    ("rm.se_from=votes", "rm.se_from must be one of 'precision', 'std_over_sqrt_votes', got 'votes'"),
+    ("rm.lr_scheduler=cosin", "rm.lr_scheduler must be a transformers scheduler name"),
+    ("rm.dtype=fp8", "rm.dtype must be one of 'float32', 'bfloat16', 'float16', 'auto' or null, got 'fp8'"),
+    ("rm.max_seconds=0", "rm.max_seconds must be a number > 0 or null, got 0"),
+    ("eval.n=sixteen", "eval.n must be a whole number >= 1, got 'sixteen'"),
+    ("eval.splits=test", "eval.splits must be a list of non-empty strings, got 'test'"),
+    ("eval.decoder=graf", "eval.decoder must be one of"),
+]
+
+
+@pytest.mark.parametrize("override,message", BAD_VALUES, ids=[b[0].split("=")[0] + "=" for b in BAD_VALUES])
+def test_a_value_its_stage_cannot_use_fails_in_preflight(tmp_path, override, message):
+    with pytest.raises(RecipeError, match=re.escape(message)) as info:
+        recipe = common.load_recipe(H200, [f"work_dir={tmp_path}", *override.split("|")])  # (the top level: here)
+        pipeline.preflight(recipe, pipeline.default_stages(recipe))
+    assert "\n" not in str(info.value) and not list(tmp_path.iterdir())
+
+
+def test_every_bad_value_of_a_section_is_named_in_one_error():
+    with pytest.raises(RecipeError) as info:
+        pipeline.check_recipe(common.load_recipe(H200, ["eval.n=0", "eval.use_stop=maybe", "eval.batch_size=2.5"]))
+    assert str(info.value) == ("eval.n must be a whole number >= 1, got 0; eval.batch_size must be a whole number "
+                               ">= 1, got 2.5; eval.use_stop must be true or false, got 'maybe'")
+
+
+def test_values_the_stages_read_as_they_are_still_pass():
+    """YAML 1.1 reads ``1e-4`` as a string, and the stages' ``float()`` takes it: accepted, as before. Whole floats
+    and digit strings pass as whole numbers (``int()`` takes them); null passes where the stage has a default."""
+    recipe = common.load_recipe(H200, ["sft.learning_rate=1e-4", "rm.learning_rate=5e-5", "eval.n=16.0",
+                                       "eval.batch_size='64'", "eval.limit=null", "rm.max_steps=null",
+                                       "pretrain.policy.max_seconds=null", "data.ood_contests=null"])
+    assert recipe["sft"]["learning_rate"] == "1e-4"
+    pipeline.check_recipe(recipe)
+
+
+def test_the_value_kinds():
+    whole, number = common.whole(1), common.number(0, 1, above=True)
+    assert [whole.ok(v) for v in (1, 2.0, "3", 0, 2.5, "2.0", True, None, [1])] == [True] * 3 + [False] * 6
+    assert [number.ok(v) for v in (1, 0.5, "1e-1", 0, 1.01, "x", float("nan"), False)] == [True] * 3 + [False] * 5
+    assert common.optional(whole).ok(None) and not whole.ok(None)
+    assert common.choice("a", "b").ok("a") and not common.choice("a", "b").ok("c")
+    assert common.TEXTS.ok(["test"]) and not common.TEXTS.ok("test") and not common.TEXTS.ok([""])
+    assert (whole.what, number.what, common.number(0).what) == ("a whole number >= 1", "a number > 0 and <= 1",
+                                                               "a number >= 0")

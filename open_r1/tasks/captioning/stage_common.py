@@ -7,7 +7,9 @@ one process (``python -m open_r1.tasks.captioning.pipeline --config R``). ``--se
 key (the value is parsed as YAML). ``stage: {...}`` blocks may also name explicit paths (``model``, ``data``, ...)
 so a stage can run on the real data and models without the rest of the chain. A key that nothing reads (a typo such
 as ``--set rm.max_second=300``) is an error before anything runs: at the top level in `load_recipe`, in a section
-in its stage's ``check_recipe`` (the stage module's ``SECTION_KEYS``, through `check_keys`).
+in its stage's ``check_recipe`` (the stage module's ``SECTION_KEYS``, through `check_section`), and so is a value its
+stage could not use (``--set eval.n=sixteen``, which would otherwise fail at the chain's last stage): each section's
+keys map to the `Kind` of value the stage reads.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from open_r1.errors import OpenR1Error, RecipeError
+from open_r1.validate import is_number
 
 STAGES = ("data", "pretrain", "synthesize", "sft", "ratings", "rm", "grpo", "eval")
 TOP_LEVEL_KEYS = ("work_dir", "seed", "name", "notes", "start_early")  # besides the stage sections
@@ -49,6 +52,7 @@ def load_recipe(path: str, overrides: list[str] | None = None) -> dict:
     check_keys("", recipe, valid, "from " + " ".join(f"--set {item}" for item in added))
     recipe.setdefault("work_dir", "runs/humor")
     recipe.setdefault("seed", 0)
+    check_values("", recipe, {"work_dir": TEXT, "seed": whole()})
     recipe["_recipe_path"] = os.path.abspath(path)
     return recipe
 
@@ -69,6 +73,100 @@ def check_keys(name: str, cfg: dict, valid, hint: str = "", listed: str | None =
         named.append(prefix + key + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
     raise RecipeError(f"unknown key(s) {', '.join(named)} {where}; valid keys {where}: "
                       f"{listed or ', '.join(sorted(valid))}" + (f"; {hint}" if hint else ""))
+
+
+class Kind(NamedTuple):
+    """The kind of value a stage reads from one recipe key: `ok` says whether it can use `value`, `what` names it."""
+
+    what: str
+    ok: Callable[[Any], bool]
+
+
+def _as_float(value) -> float | None:
+    """`value` as the stages read a number (``float(value)``: YAML leaves ``1e-4`` a string), None if it is none."""
+    if isinstance(value, bool) or not (is_number(value) or isinstance(value, str)):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if number == number and abs(number) != float("inf") else None
+
+
+def whole(minimum: int | None = None) -> Kind:
+    """A whole number (``int(value)``), at least `minimum`."""
+    def ok(value) -> bool:
+        if isinstance(value, str):  # int("2.0") fails where float("2.0") does not
+            try:
+                int(value)
+            except ValueError:
+                return False
+        number = _as_float(value)
+        return number is not None and number.is_integer() and (minimum is None or number >= minimum)
+
+    return Kind("a whole number" + (f" >= {minimum}" if minimum is not None else ""), ok)
+
+
+def number(minimum: float | None = None, maximum: float | None = None, above: bool = False,
+           below: bool = False) -> Kind:
+    """A finite number (``float(value)``) in [minimum, maximum] (`above` / `below`: the bound itself excluded)."""
+    def ok(value) -> bool:
+        x = _as_float(value)
+        return (x is not None and (minimum is None or (x > minimum if above else x >= minimum))
+                and (maximum is None or (x < maximum if below else x <= maximum)))
+
+    low = "" if minimum is None else f"{'>' if above else '>='} {minimum:g}"
+    high = "" if maximum is None else f"{'<' if below else '<='} {maximum:g}"
+    return Kind("a number" + (" " + " and ".join(b for b in (low, high) if b) if low or high else ""), ok)
+
+
+def optional(kind: Kind) -> Kind:
+    """`kind`, or null (the stage's default then)."""
+    return Kind(kind.what + " or null", lambda value: value is None or kind.ok(value))
+
+
+BOOL = Kind("true or false", lambda value: isinstance(value, bool))
+TEXT = Kind("a non-empty string", lambda value: isinstance(value, str) and bool(value.strip()))
+TEXTS = Kind("a list of non-empty strings", lambda value: isinstance(value, list)
+             and all(isinstance(v, str) and v.strip() for v in value))
+MAPPING = Kind("a mapping", lambda value: isinstance(value, dict))
+ANY = Kind("anything", lambda value: True)  # a key whose value its stage checks itself
+
+
+def choice(*values) -> Kind:
+    """One of `values`."""
+    return Kind("one of " + ", ".join(map(repr, values)), lambda value: value in values)
+
+
+DTYPE = optional(choice("float32", "bfloat16", "float16", "auto"))
+PIXELS = optional(whole(1))  # a processor's min_pixels / max_pixels (null: the saved processor's)
+
+
+def check_values(name: str, cfg: dict, kinds: dict[str, Kind]) -> None:
+    """Refuse the values of section `name` that its stage could not use: one RecipeError naming every such key, the
+    kind of value it needs and the value given."""
+    prefix = f"{name}." if name else ""
+    bad = [f"{prefix}{key} must be {kinds[key].what}, got {value!r}" for key, value in cfg.items()
+           if key in kinds and not kinds[key].ok(value)]
+    if bad:
+        raise RecipeError("; ".join(bad))
+
+
+def check_decoder(name: str, cfg: dict) -> None:
+    """``<name>.decoder``: null or one of `open_r1.decoding.DECODER_CHOICES` (the generation helper's check, made
+    before the stage's model loads)."""
+    decoder = cfg.get("decoder")
+    if decoder is not None:
+        from open_r1.decoding import DECODER_CHOICES
+
+        if decoder not in DECODER_CHOICES:
+            raise RecipeError(f"{name}.decoder must be one of {', '.join(DECODER_CHOICES)} or null, got {decoder!r}")
+
+
+def check_section(name: str, cfg: dict, kinds: dict[str, Kind], hint: str = "") -> None:
+    """`check_keys` with the section's keys, then `check_values`."""
+    check_keys(name, cfg, kinds, hint)
+    check_values(name, cfg, kinds)
 
 
 def apply_override(recipe: dict, item: str) -> None:

@@ -25,14 +25,30 @@ from open_r1.tasks.captioning import stage_common as common
 PRETRAIN_OFFSET = 50_000  # scene indices of the exposure splits start here (the contests use 0..n-1)
 
 # the data section's keys: `standin_config`'s, `run`'s and ``dir`` (stage_common.Paths, every stage)
-SECTION_KEYS = ("captions", "image_size", "min_objects", "max_objects", "mean_votes", "min_votes", "vote_noise", "seed",
-                "contests", "ood_contests", "val_frac", "test_frac", "pretrain_ood_contests", "pretrain_main_contests",
-                "workers", "overwrite", "dir")
+SECTION_KEYS = {  # the data section's keys, each with the kind of value `standin_config` / `run` read
+    "captions": common.whole(2), "image_size": common.ANY, "min_objects": common.whole(1),
+    "max_objects": common.whole(1), "mean_votes": common.number(0, above=True), "min_votes": common.whole(1),
+    "vote_noise": common.number(0), "seed": common.whole(), "contests": common.whole(1),
+    "ood_contests": common.optional(common.whole(0)), "val_frac": common.number(0, 1, below=True),
+    "test_frac": common.number(0, 1, below=True), "pretrain_ood_contests": common.whole(0),
+    "pretrain_main_contests": common.whole(0), "workers": common.optional(common.whole(0)), "overwrite": common.BOOL,
+    "dir": common.optional(common.TEXT)}
 
 
 def check_recipe(recipe: dict) -> None:
-    """Before any stage runs (the pipeline's preflight): no unknown key in the data section."""
-    common.check_keys("data", common.section(recipe, "data"), SECTION_KEYS)
+    """Before any stage runs (the pipeline's preflight): the data section's keys and values."""
+    from open_r1.errors import RecipeError, SceneArgumentError
+    from open_r1.tasks.counting.scenes.render import parse_image_size
+
+    cfg = common.section(recipe, "data")
+    common.check_section("data", cfg, SECTION_KEYS)
+    try:
+        parse_image_size(cfg.get("image_size", "128x96"))
+    except SceneArgumentError as exc:
+        raise RecipeError(f"data.image_size: {exc}") from None
+    if int(cfg.get("min_objects", 3)) > int(cfg.get("max_objects", 7)):
+        raise RecipeError(f"data.min_objects ({cfg.get('min_objects', 3)}) is above data.max_objects "
+                          f"({cfg.get('max_objects', 7)})")
 
 
 def standin_config(recipe: dict):

@@ -59,14 +59,22 @@ def sampling_kwargs(recipe: dict) -> dict:
 
 
 # the eval section's keys: `policies`', `sampling_kwargs`', `inputs`' and `run`'s
-SECTION_KEYS = ("policies", "reward_model", "data", "splits", "n", "max_new_tokens", "temperature", "batch_size",
-                "limit", "use_stop", "decoder", "top_p", "top_k", "baseline", "n_boot")
+SECTION_KEYS = {  # (policies, top_p and top_k: checked by `policies` and `sampling_kwargs`)
+    "policies": common.ANY, "reward_model": common.optional(common.TEXT), "data": common.optional(common.MAPPING),
+    "splits": common.TEXTS, "n": common.whole(1), "max_new_tokens": common.whole(1), "temperature": common.number(0),
+    "batch_size": common.whole(1), "limit": common.optional(common.whole(1)), "use_stop": common.BOOL,
+    "decoder": common.ANY, "top_p": common.ANY, "top_k": common.ANY, "baseline": common.TEXT,
+    "n_boot": common.whole(1)}
 
 
 def check_recipe(recipe: dict) -> None:
     """The ``eval`` section's keys and sampling settings, before any stage runs (the pipeline's preflight)."""
-    common.check_keys("eval", common.section(recipe, "eval"), SECTION_KEYS)
+    cfg = common.section(recipe, "eval")
+    common.check_section("eval", cfg, SECTION_KEYS)
+    common.check_decoder("eval", cfg)
     sampling_kwargs(recipe)
+    if cfg.get("policies"):
+        policies(recipe)
 
 
 def inputs(recipe: dict) -> dict[str, common.Input]:

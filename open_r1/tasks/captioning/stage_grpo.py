@@ -29,8 +29,11 @@ from open_r1.tasks.captioning import stage_common as common
 # recipe keys of the grpo section that the pipeline reads itself, not open_r1.grpo recipe keys (`grpo_recipe`;
 # `run_seed`: max_seconds; `run` and the pipeline's `parallel_jobs`: seeds, parallel); every other key of the section
 # but PATH_KEYS (`inputs`), and every key of its ``extra`` mapping, goes into the open_r1.grpo recipe as it is
-PIPELINE_KEYS = ("seeds", "fail_value", "format_bonus", "max_seconds", "rm_device", "lora_r", "lora_alpha",
-                 "eval_sets", "extra", "parallel")
+# (the kinds of their values; seeds: `grpo_seeds`, fail_value / format_bonus / rm_device: caption_rm's own checks)
+PIPELINE_KEYS = {"seeds": common.ANY, "fail_value": common.ANY, "format_bonus": common.ANY,
+                 "max_seconds": common.optional(common.number(0, above=True)), "rm_device": common.ANY,
+                 "lora_r": common.whole(1), "lora_alpha": common.whole(1), "eval_sets": common.TEXTS,
+                 "extra": common.ANY, "parallel": common.BOOL}
 PATH_KEYS = ("model", "reward_model", "dataset")  # the inputs the section may name instead of the work_dir's
 # open_r1.grpo keys that `seed_settings` sets for each seed, and the recipe key that decides each: set in the section
 # or its extra, one would win over the pipeline's (every seed with one seed, all three into one output dir, a run
@@ -60,7 +63,7 @@ def check_recipe(recipe: dict) -> None:
     extra = cfg.get("extra") or {}
     if not isinstance(extra, dict):
         raise RecipeError(f"grpo.extra must map open_r1.grpo recipe keys to values, got {extra!r}")
-    listed = (f"the pipeline's {', '.join(sorted(PIPELINE_KEYS + PATH_KEYS))} and any open_r1.grpo recipe key "
+    listed = (f"the pipeline's {', '.join(sorted([*PIPELINE_KEYS, *PATH_KEYS]))} and any open_r1.grpo recipe key "
               "(TRL's GRPOConfig / ModelConfig and open_r1.grpo's own: python -m open_r1.grpo --help-all)")
     grpo_keys = recipe_keys()
     common.check_keys("grpo", cfg, {*PIPELINE_KEYS, *PATH_KEYS, *grpo_keys}, listed=listed)
@@ -97,24 +100,13 @@ def check_pipeline_values(cfg: dict) -> None:
     """The values of the section's pipeline keys (the open_r1.grpo keys are parsed by `parse_seed_recipe`)."""
     from open_r1.errors import RecipeError, RewardConfigError
     from open_r1.tasks.captioning.rewards import check_caption_rm_settings
-    from open_r1.validate import is_int, is_number
 
+    common.check_values("grpo", {key: cfg[key] for key in PIPELINE_KEYS if key in cfg}, PIPELINE_KEYS)
     try:
         check_caption_rm_settings(cfg.get("fail_value", 0.0), cfg.get("format_bonus", 0.0),
                                   device=cfg.get("rm_device"))
     except RewardConfigError as exc:
         raise RecipeError(f"{exc} (from grpo.fail_value / grpo.format_bonus / grpo.rm_device)") from None
-    for key in ("lora_r", "lora_alpha"):
-        if key in cfg and not (is_int(cfg[key]) and cfg[key] >= 1):
-            raise RecipeError(f"grpo.{key} must be a positive integer, got {cfg[key]!r}")
-    cap = cfg.get("max_seconds")
-    if cap is not None and not (is_number(cap) and cap > 0):
-        raise RecipeError(f"grpo.max_seconds must be a positive number of seconds or null (no cap), got {cap!r}")
-    if not isinstance(cfg.get("parallel", False), bool):
-        raise RecipeError(f"grpo.parallel must be true or false, got {cfg['parallel']!r}")
-    eval_sets = cfg.get("eval_sets", [])
-    if not isinstance(eval_sets, list) or not all(isinstance(name, str) and name for name in eval_sets):
-        raise RecipeError(f"grpo.eval_sets must be a list of split names, e.g. [val]; got {eval_sets!r}")
 
 
 def inputs(recipe: dict) -> dict[str, common.Input]:

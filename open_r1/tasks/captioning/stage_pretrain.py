@@ -73,21 +73,39 @@ def suppress_unused(recipe: dict, which: str) -> bool:
     return value
 
 
-SECTION_KEYS = ("parallel", "only", "policy", "rm_backbone", "policy_out", "rm_out")
-MODEL_KEYS = ("family", "overrides", "seed", "learning_rate", "warmup", "weight_decay", "epochs", "max_steps",
-              "max_seconds", "batch_size", "min_pixels", "max_pixels", "logging_steps", "dataloader_workers",
-              "probe_limit", "per_contest", "exposure_per_contest", "exposure_kinds", "kinds", "exposure",
-              "ood_exposure", "think_prefix", "suppress_unused_tokens")
+SECTION_KEYS = {"parallel": common.BOOL, "only": common.optional(common.choice(*MODELS)),
+                "policy": common.optional(common.MAPPING), "rm_backbone": common.optional(common.MAPPING),
+                "policy_out": common.optional(common.TEXT), "rm_out": common.optional(common.TEXT)}
+# a model's keys, each with the kind of value read (family, kinds, exposure_kinds, suppress_unused_tokens: checked by
+# `check_recipe`)
+MODEL_KEYS = {
+    "family": common.ANY, "overrides": common.optional(common.MAPPING), "seed": common.whole(),
+    "learning_rate": common.number(0, above=True), "warmup": common.number(0, 1), "weight_decay": common.number(0),
+    "epochs": common.optional(common.number(0, above=True)), "max_steps": common.optional(common.whole(1)),
+    "max_seconds": common.optional(common.number(0, above=True)), "batch_size": common.whole(1),
+    "min_pixels": common.PIXELS, "max_pixels": common.PIXELS, "logging_steps": common.whole(1),
+    "dataloader_workers": common.whole(0), "probe_limit": common.optional(common.whole(0)),
+    "per_contest": common.whole(1), "exposure_per_contest": common.whole(1), "exposure_kinds": common.ANY,
+    "kinds": common.ANY, "exposure": common.BOOL, "ood_exposure": common.BOOL, "think_prefix": common.BOOL,
+    "suppress_unused_tokens": common.ANY}
 
 
 def check_recipe(recipe: dict) -> None:
     """Before any stage runs (the pipeline's preflight). Unknown keys are errors: the settings of a model live in
     its own subsection, and ``--set pretrain.max_steps=30`` was once silently ignored on the H200 (run 17's check)."""
+    from open_r1.families import SUPPORTED
+    from open_r1.tasks.captioning.standin import PRETRAIN_KINDS
+
     pretrain = common.section(recipe, "pretrain")
-    common.check_keys("pretrain", pretrain, SECTION_KEYS,
-                      "a model's settings go under pretrain.policy.* or pretrain.rm_backbone.*")
+    common.check_section("pretrain", pretrain, SECTION_KEYS,
+                         "a model's settings go under pretrain.policy.* or pretrain.rm_backbone.*")
     for which in MODELS:
-        common.check_keys(f"pretrain.{which}", common.section(pretrain, which), MODEL_KEYS)
+        cfg = common.section(pretrain, which)
+        common.check_section(f"pretrain.{which}", cfg, MODEL_KEYS)
+        kinds = common.Kind(f"a list of {', '.join(PRETRAIN_KINDS)}", lambda value: isinstance(value, list)
+                            and all(kind in PRETRAIN_KINDS for kind in value))
+        common.check_values(f"pretrain.{which}", cfg, {"family": common.choice(*SUPPORTED), "kinds": kinds,
+                                                       "exposure_kinds": common.optional(kinds)})
         suppress_unused(recipe, which)
 
 

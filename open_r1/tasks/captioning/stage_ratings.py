@@ -31,13 +31,14 @@ from open_r1.tasks.captioning import stage_common as common
 from open_r1.validate import is_int
 
 DEFAULT_SPLIT = "train_rated"
-SECTION_KEYS = ("n", "contests", "split", "policy")  # the ratings section's keys (`settings`)
+# the ratings section's keys (`settings` checks n, contests and split itself)
+SECTION_KEYS = {"n": common.ANY, "contests": common.ANY, "split": common.ANY, "policy": common.optional(common.TEXT)}
 
 
 def settings(recipe: dict) -> dict:
     """The stage's section with its defaults, checked (before any model loads)."""
     cfg = common.section(recipe, "ratings")
-    common.check_keys("ratings", cfg, SECTION_KEYS)
+    common.check_section("ratings", cfg, SECTION_KEYS)
     out = {"n": cfg.get("n", 8), "contests": cfg.get("contests"), "split": str(cfg.get("split", DEFAULT_SPLIT)),
            "policy": cfg.get("policy")}
     if not is_int(out["n"]) or out["n"] < 1:

@@ -49,6 +49,7 @@ import os
 import time
 
 from open_r1.tasks.captioning import stage_common as common
+from open_r1.tasks.captioning.data import SE_FROM
 from open_r1.validate import is_int, is_number
 
 
@@ -181,19 +182,30 @@ def eval_image_swaps(recipe: dict) -> int:
 # negatives', `train_one`'s, held-out scoring's (`scored_splits`, `held_out_pairs`, `image_swap_accuracy`), the job
 # split's (`run`, the pipeline's `parallel_jobs`: parallel, only, seed, seeds, blind) and the output dirs'
 # (stage_common.Paths: out, blind_out)
-SECTION_KEYS = ("train_split", "k", "se_from", "cap_per_contest", "max_pairs", "image_negatives", "image_negative_top_k",
-                "backbone", "min_pixels", "max_pixels", "dtype", "lora", "learning_rate", "lr_scheduler",
-                "warmup_ratio", "epochs", "max_steps", "max_seconds", "weight_decay", "per_device_batch_size",
-                "gradient_accumulation_steps", "gradient_checkpointing", "dataloader_workers", "logging_steps",
-                "center_rewards_coefficient", "eval_splits", "eval_cap_per_contest", "eval_batch_size",
-                "eval_image_swaps", "parallel", "only", "seed", "seeds", "blind", "out", "blind_out")
+# (each with the kind of value read; ANY: checked by its own function below, or lora by `check_recipe`)
+SECTION_KEYS = {
+    "train_split": common.TEXT, "k": common.number(0), "se_from": common.choice(*SE_FROM),
+    "cap_per_contest": common.optional(common.whole(1)), "max_pairs": common.optional(common.whole(0)),
+    "image_negatives": common.ANY, "image_negative_top_k": common.ANY, "backbone": common.optional(common.TEXT),
+    "min_pixels": common.PIXELS, "max_pixels": common.PIXELS, "dtype": common.DTYPE, "lora": common.ANY,
+    "learning_rate": common.number(0, above=True), "lr_scheduler": common.TEXT, "warmup_ratio": common.number(0, 1),
+    "epochs": common.number(0, above=True), "max_steps": common.optional(common.whole(0)),
+    "max_seconds": common.optional(common.number(0, above=True)), "weight_decay": common.number(0),
+    "per_device_batch_size": common.whole(1), "gradient_accumulation_steps": common.whole(1),
+    "gradient_checkpointing": common.BOOL, "dataloader_workers": common.whole(0), "logging_steps": common.whole(1),
+    "center_rewards_coefficient": common.optional(common.number(0)), "eval_splits": common.TEXTS,
+    "eval_cap_per_contest": common.whole(1), "eval_batch_size": common.whole(1), "eval_image_swaps": common.ANY,
+    "parallel": common.BOOL, "only": common.optional(common.choice("rm", "rm_blind")), "seed": common.whole(),
+    "seeds": common.ANY, "blind": common.BOOL, "out": common.optional(common.TEXT),
+    "blind_out": common.optional(common.TEXT)}
 
 
 def check_recipe(recipe: dict) -> None:
     """The section's keys and choices (seeds, image negatives, the image-swap diagnostic), checked; the pipeline
     calls this before any stage runs."""
     cfg = common.section(recipe, "rm")
-    common.check_keys("rm", cfg, SECTION_KEYS)
+    common.check_section("rm", cfg, SECTION_KEYS)
+    _check_lr_scheduler(cfg.get("lr_scheduler", "cosine"))
     lora = cfg.get("lora")
     if lora is not None:  # checked here too: the RM builds its LoRA minutes into the chain
         from open_r1.errors import RecipeError
@@ -205,6 +217,18 @@ def check_recipe(recipe: dict) -> None:
     rm_seeds(recipe)
     image_negative_settings(recipe)
     eval_image_swaps(recipe)
+
+
+def _check_lr_scheduler(name) -> None:
+    """``rm.lr_scheduler``: a transformers scheduler name (TrainingArguments refuses others when the RM stage builds
+    them, minutes into the chain)."""
+    from transformers import SchedulerType
+
+    from open_r1.errors import RecipeError
+
+    names = [kind.value for kind in SchedulerType]
+    if name not in names:
+        raise RecipeError(f"rm.lr_scheduler must be a transformers scheduler name ({', '.join(names)}), got {name!r}")
 
 
 def held_out_pairs(recipe: dict, split: str, blind: bool):

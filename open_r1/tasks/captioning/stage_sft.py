@@ -23,14 +23,25 @@ from open_r1.tasks.captioning import stage_common as common
 
 # the sft section's keys: `run`'s, `inputs`' (model, traces), ``out`` (stage_common.Paths) and ``top_k`` (which the
 # synthesize stage reads too)
-SECTION_KEYS = ("model", "traces", "out", "top_k", "learning_rate", "schedule", "warmup", "epochs", "max_steps",
-                "max_seconds", "per_device_batch_size", "gradient_accumulation_steps", "lora_r", "lora_alpha",
-                "lora_vision", "gradient_checkpointing", "min_pixels", "max_pixels", "logging_steps")
+SECTION_KEYS = {  # the kinds of value `run` reads (open_r1.sft.SFTSettings; lora_r 0: full fine-tuning)
+    "model": common.optional(common.TEXT), "traces": common.optional(common.TEXT), "out": common.optional(common.TEXT),
+    "top_k": common.whole(1), "learning_rate": common.number(0, above=True),
+    "schedule": common.choice("constant", "cosine"), "warmup": common.number(0, 1),
+    "epochs": common.optional(common.number(0, above=True)), "max_steps": common.optional(common.whole(1)),
+    "max_seconds": common.optional(common.number(0, above=True)), "per_device_batch_size": common.whole(1),
+    "gradient_accumulation_steps": common.whole(1), "lora_r": common.whole(0), "lora_alpha": common.whole(1),
+    "lora_vision": common.BOOL, "gradient_checkpointing": common.BOOL, "min_pixels": common.PIXELS,
+    "max_pixels": common.PIXELS, "logging_steps": common.whole(1)}
 
 
 def check_recipe(recipe: dict) -> None:
-    """Before any stage runs (the pipeline's preflight): no unknown key in the sft section."""
-    common.check_keys("sft", common.section(recipe, "sft"), SECTION_KEYS)
+    """Before any stage runs (the pipeline's preflight): the sft section's keys and values."""
+    from open_r1.errors import RecipeError
+
+    cfg = common.section(recipe, "sft")
+    common.check_section("sft", cfg, SECTION_KEYS)
+    if not (cfg.get("epochs", 2) or cfg.get("max_steps") or cfg.get("max_seconds")):
+        raise RecipeError("the sft section needs a stop: set sft.epochs, sft.max_steps or sft.max_seconds")
 
 
 def inputs(recipe: dict) -> dict[str, common.Input]:

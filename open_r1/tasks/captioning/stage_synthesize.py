@@ -124,9 +124,13 @@ def inputs(recipe: dict) -> dict[str, common.Input]:
 
 # the synthesize section's keys: `inputs`' (model), `check_recipe`'s, `run`'s (limit), `synthesize`'s and its
 # generators' (``vllm_*``: `_generate_vllm` only)
-SECTION_KEYS = ("model", "trace_source", "trace_wording", "trace_template", "limit", "max_new_tokens", "use_vllm",
-                "min_pixels", "max_pixels", "batch_size", "temperature", "top_p", "decoder",
-                "vllm_gpu_memory_utilization", "vllm_max_model_len")
+SECTION_KEYS = {  # the section's keys and their values' kinds (the three choices: `check_recipe`)
+    "model": common.optional(common.TEXT), "trace_source": common.ANY, "trace_wording": common.ANY,
+    "trace_template": common.ANY, "limit": common.optional(common.whole(0)), "max_new_tokens": common.whole(1),
+    "use_vllm": common.BOOL, "min_pixels": common.PIXELS, "max_pixels": common.PIXELS,
+    "batch_size": common.whole(1), "temperature": common.number(0), "top_p": common.number(0, 1, above=True),
+    "decoder": common.ANY, "vllm_gpu_memory_utilization": common.number(0, 1, above=True),
+    "vllm_max_model_len": common.whole(1)}
 
 
 def check_recipe(recipe: dict) -> tuple[str, str, str]:
@@ -136,7 +140,8 @@ def check_recipe(recipe: dict) -> tuple[str, str, str]:
     from open_r1.tasks.captioning import standin
 
     cfg = common.section(recipe, "synthesize")
-    common.check_keys("synthesize", cfg, SECTION_KEYS)
+    common.check_section("synthesize", cfg, SECTION_KEYS)
+    common.check_decoder("synthesize", cfg)
     source, wording = cfg.get("trace_source", "synthesized"), cfg.get("trace_wording", "caption")
     if source not in ("synthesized", "templated"):
         raise RecipeError(f"synthesize.trace_source must be 'synthesized' or 'templated', got {source!r}")

@@ -728,7 +728,10 @@ def scene_description(meta: dict) -> str:
             f"out, being {meta['odd_value']}.")
 
 
-def pretrain_rows(dataset, kinds: tuple[str, ...] = ("describe", "question", "fluency"), per_contest: int = 4,
+PRETRAIN_KINDS = ("describe", "question", "fluency")  # the kinds of pre-training row `pretrain_rows` writes
+
+
+def pretrain_rows(dataset, kinds: tuple[str, ...] = PRETRAIN_KINDS, per_contest: int = 4,
                   think_prefix: bool | None = None, seed: int = 0, processor=None):
     """Prompt-completion rows that teach a tiny base model (policy or RM backbone) to see the stand-in's scenes.
 
@@ -745,7 +748,7 @@ def pretrain_rows(dataset, kinds: tuple[str, ...] = ("describe", "question", "fl
     conversational assistant turns). Columns: prompt, completion, images, kind, contest. Never reads ``oracle``,
     ``mean`` or ``votes``.
     """
-    unknown = sorted(set(kinds) - {"describe", "question", "fluency"})
+    unknown = sorted(set(kinds) - set(PRETRAIN_KINDS))
     if unknown:
         raise DataError(f"unknown pretrain kind(s) {unknown}; choose from describe, question, fluency")
     rng = np.random.default_rng(seed)
