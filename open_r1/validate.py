@@ -76,6 +76,17 @@ def raise_all(problems: list[str], error=RecipeError, header: str = "cannot star
 
 # ---- recipe values -----------------------------------------------------------------------------------------------
 
+# TRL 1.16's GRPOConfig.loss_type values (its field help lists them; tests/test_validate.py checks the two agree).
+# TRL itself refuses another name only inside the loss, after the model loaded and the first rollouts ran.
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+
+
+def check_loss_type(training_args) -> list[str]:
+    loss_type = getattr(training_args, "loss_type", None)
+    if loss_type is None or loss_type in LOSS_TYPES:
+        return []
+    return [f"loss_type {loss_type!r} is not one of TRL's {', '.join(LOSS_TYPES)} (--loss_type)"]
+
 
 def check_reward_weights(weights, reward_funcs) -> list[str]:
     problems = []
@@ -358,6 +369,7 @@ def validate_training(script_args, training_args, model_args, submission: str | 
     problems: list[str] = []
     problems += check_reward_weights(getattr(training_args, "reward_weights", None),
                                      getattr(script_args, "reward_funcs", None))
+    problems += check_loss_type(training_args)
     problems += normalise_time_budget(script_args)
     problems += check_eval_settings(script_args)
     problems += check_sizes(script_args)

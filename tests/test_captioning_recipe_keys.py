@@ -158,6 +158,7 @@ BAD_GRPO_VALUES = [
     ("grpo.learning_rate=fast", "argument --learning_rate/--learning-rate: invalid float value: 'fast'"),
     ("grpo.extra={temperature: hot}", "argument --temperature: invalid float value: 'hot'"),
     ("grpo.per_device_train_batch_size=12", "generation_batch_size (12) must be divisible by num_generations (8)"),
+    ("grpo.loss_type=dapp", "grpo section: loss_type 'dapp' is not one of TRL's grpo, dr_grpo, dapo"),
     ("grpo.fail_value=abc", "caption_rm: fail_value must be a number, got 'abc'"),
     ("grpo.format_bonus=1.5", "caption_rm: format_bonus must be in [0, 1), got 1.5"),
     ("grpo.rm_device=0", "caption_rm: device must be a string"),

@@ -150,6 +150,15 @@ def test_reward_weights_must_match_rewards(tiny_model_dir, scene_data_dir, tmp_p
     assert code == 2 and "one weight per reward" in capsys.readouterr().err
 
 
+def test_unknown_loss_type_is_one_clear_error_before_the_model_loads(tiny_model_dir, scene_data_dir, tmp_path, capsys,
+                                                                    monkeypatch):
+    """TRL refuses a misspelt loss_type only inside its loss, after the model loaded and the first rollouts ran."""
+    monkeypatch.setattr(grpo, "build_trainer", lambda *a, **k: pytest.fail("the model was loaded"))
+    code = grpo.cli(recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--loss_type", "dapp"))
+    err = capsys.readouterr().err
+    assert code == 2 and "loss_type 'dapp' is not one of TRL's grpo, dr_grpo, dapo" in err and "Traceback" not in err
+
+
 def test_processor_is_left_padded_with_recipe_pixel_budget(tiny_model_dir):
     processor = load_processor(str(tiny_model_dir), min_pixels=3136, max_pixels=12544)
     assert processor.tokenizer.padding_side == "left"

@@ -93,3 +93,25 @@ def test_recipe_counts_reject_bool():
         stage_rm.image_negative_settings({"rm": {"image_negative_top_k": True}})
     with pytest.raises(RecipeError, match="rm.seeds must be a list of distinct integers"):
         stage_rm.rm_seeds({"rm": {"seeds": [0, True]}})
+
+
+def test_the_loss_types_are_trls():
+    """`LOSS_TYPES` is the list TRL's GRPOConfig.loss_type help names (a TRL upgrade that adds or drops one fails
+    here, not in a user's run)."""
+    import dataclasses
+    import re
+
+    from trl import GRPOConfig
+
+    from open_r1.validate import LOSS_TYPES, check_loss_type
+
+    text = " ".join({f.name: f for f in dataclasses.fields(GRPOConfig)}["loss_type"].metadata["help"].split())
+    listed = re.search(r"Supported values are (.*?)\.", text).group(1)
+    assert set(re.findall(r"'([a-z_]+)'", listed)) == set(LOSS_TYPES)
+
+    class Args:
+        loss_type = "dapo"
+
+    assert check_loss_type(Args) == []
+    Args.loss_type = "DAPO"
+    assert check_loss_type(Args) == ["loss_type 'DAPO' is not one of TRL's " + ", ".join(LOSS_TYPES) + " (--loss_type)"]

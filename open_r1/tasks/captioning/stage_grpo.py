@@ -58,6 +58,7 @@ def check_recipe(recipe: dict) -> None:
     script arguments), so a typo fails here, not when the GRPO run parses its recipe at the end of the chain."""
     from open_r1.errors import RecipeError
     from open_r1.grpo import recipe_keys
+    from open_r1.validate import check_loss_type
 
     cfg = common.section(recipe, "grpo")
     extra = cfg.get("extra") or {}
@@ -81,7 +82,9 @@ def check_recipe(recipe: dict) -> None:
     # the values of the open_r1.grpo keys: parsed as the run will parse them (placeholder inputs, which exist only
     # once earlier stages ran)
     settings = seed_settings(recipe, grpo_seeds(recipe)[0], "<the SFT policy>", "<the reward model>", None)
-    parse_seed_recipe(settings, "preflight")
+    training_args = parse_seed_recipe(settings, "preflight")[1]
+    for problem in check_loss_type(training_args):  # (open_r1.grpo checks it too, once the chain reaches GRPO)
+        raise RecipeError(f"grpo section: {problem}")
 
 
 def grpo_seeds(recipe: dict) -> list[int]:
