@@ -3,6 +3,7 @@ rm.max_second=300``) is an error before any stage runs instead of a setting sile
 from __future__ import annotations
 
 import glob
+import os
 import re
 
 import pytest
@@ -211,12 +212,27 @@ def test_the_preflight_parse_is_the_runs_parse(tmp_path):
     settings = stage_grpo.seed_settings(recipe, 1, "/p/policy", "/p/rm", (3136, 200704))
     assert settings["seed"] == 1 and settings["output_dir"] == common.Paths(recipe).grpo_run(1)
     assert (settings["min_pixels"], settings["max_pixels"]) == (3136, 200704)
-    script_args, training_args, model_args = stage_grpo.parse_seed_recipe(settings, "test")
+    script_args, training_args, model_args = stage_grpo.check_seed_settings({**settings, "env": {"OPEN_R1_X": "1"}})
     assert training_args.temperature == 0.3 and training_args.top_p == 0.9 and training_args.seed == 1
     assert training_args.loss_type == "dapo" and model_args.lora_r == 16 and model_args.model_name_or_path == "/p/policy"
     assert script_args.reward_kwargs["caption_rm"]["reward_model"] == "/p/rm"
     assert (script_args.min_pixels, script_args.max_pixels) == (3136, 200704)
     assert "min_pixels" not in stage_grpo.seed_settings(recipe, 1, "/p/policy", "/p/rm", None)
+    assert "OPEN_R1_X" not in os.environ  # the preflight's parse leaves the process's environment alone
+
+
+def test_the_seed_run_parses_its_saved_recipe_env_included(tmp_path, monkeypatch):
+    """`run_seed` parses the recipe file it saved (``grpo_recipe.yaml``), so ``grpo.env`` reaches the run."""
+    from open_r1.tasks.captioning import stage_grpo
+
+    monkeypatch.delenv("OPEN_R1_TEST_ENV", raising=False)
+    recipe = common.load_recipe(H200, [f"work_dir={tmp_path}", "grpo.env={OPEN_R1_TEST_ENV: 7}"])
+    stage_grpo.check_recipe(recipe)
+    assert "OPEN_R1_TEST_ENV" not in os.environ
+    path = tmp_path / "grpo_recipe.yaml"
+    path.write_text(__import__("yaml").safe_dump(stage_grpo.seed_settings(recipe, 0, "/p/policy", "/p/rm", None)))
+    stage_grpo.parse_seed_recipe(str(path), "seed 0")
+    assert os.environ.get("OPEN_R1_TEST_ENV") == "7"
 
 
 # (override, the error): a value its stage could not use, in every section, refused before any stage runs (the eval

@@ -82,7 +82,7 @@ def check_recipe(recipe: dict) -> None:
     # the values of the open_r1.grpo keys: parsed as the run will parse them (placeholder inputs, which exist only
     # once earlier stages ran)
     settings = seed_settings(recipe, grpo_seeds(recipe)[0], "<the SFT policy>", "<the reward model>", None)
-    training_args = parse_seed_recipe(settings, "preflight")[1]
+    training_args = check_seed_settings(settings)[1]
     for problem in check_loss_type(training_args):  # (open_r1.grpo checks it too, once the chain reaches GRPO)
         raise RecipeError(f"grpo section: {problem}")
 
@@ -170,35 +170,41 @@ def seed_settings(recipe: dict, seed: int, policy: str, rm: str, pixels: tuple[i
     return out
 
 
-def parse_seed_recipe(settings: dict, where: str) -> tuple:
-    """`open_r1.grpo.parse_args` on `settings` (written as the recipe file the run reads): a value TrlParser or
-    GRPOConfig refuses (``learning_rate: fast``, a batch that ``num_generations`` does not divide) is one
-    RecipeError naming it, here rather than as an argparse exit when the GRPO stage starts after the RM."""
+def parse_seed_recipe(path: str, where: str) -> tuple:
+    """`open_r1.grpo.parse_args(["--config", path])`, the parse of a seed's run: a value TrlParser or GRPOConfig
+    refuses (``learning_rate: fast``, a batch that ``num_generations`` does not divide) is one RecipeError naming
+    it instead of an argparse exit."""
     import contextlib
     import io
-    import tempfile
-
-    import yaml
 
     from open_r1 import grpo
     from open_r1.errors import RecipeError
 
-    settings = {key: value for key, value in settings.items() if key != "env"}  # TrlParser would set os.environ
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            return grpo.parse_args(["--config", path])[:3]
+    except SystemExit:  # argparse: a value its type refuses; the reason is the last line it printed
+        lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
+        reason = lines[-1].split("error: ", 1)[-1] if lines else "the recipe did not parse"
+    except (ValueError, TypeError) as exc:  # GRPOConfig's own checks when it is built
+        reason = " ".join(str(exc).split()).rstrip(".")
+    raise RecipeError(f"the grpo section does not parse as an open_r1.grpo recipe ({where}): {reason}; see "
+                      "python -m open_r1.grpo --help")
+
+
+def check_seed_settings(settings: dict) -> tuple:
+    """`parse_seed_recipe` on `settings` written to a temporary recipe file, before any stage runs (the preflight;
+    ``env`` left out: TrlParser would set those variables in this process)."""
+    import tempfile
+
+    import yaml
+
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "grpo_recipe.yaml")
         with open(path, "w") as handle:
-            yaml.safe_dump(settings, handle, sort_keys=False)
-        stderr = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(stderr):
-                return grpo.parse_args(["--config", path])[:3]
-        except SystemExit:  # argparse: a value its type refuses; the reason is the last line it printed
-            lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
-            reason = lines[-1].split("error: ", 1)[-1] if lines else "the recipe did not parse"
-        except (ValueError, TypeError) as exc:  # GRPOConfig's own checks when it is built
-            reason = " ".join(str(exc).split()).rstrip(".")
-    raise RecipeError(f"the grpo section does not parse as an open_r1.grpo recipe ({where}): {reason}; see "
-                      "python -m open_r1.grpo --help")
+            yaml.safe_dump({key: value for key, value in settings.items() if key != "env"}, handle, sort_keys=False)
+        return parse_seed_recipe(path, "preflight")
 
 
 def run_seed(recipe: dict, seed: int) -> dict:
@@ -217,7 +223,7 @@ def run_seed(recipe: dict, seed: int) -> dict:
         yaml.safe_dump(settings, handle, sort_keys=False)
     common.log(f"[grpo] seed {seed}: python -m open_r1.grpo --config {path}")
     started = time.time()
-    script_args, training_args, model_args = parse_seed_recipe(settings, f"seed {seed}")
+    script_args, training_args, model_args = parse_seed_recipe(path, f"seed {seed}")
     cap = common.section(recipe, "grpo").get("max_seconds")
     trainer = grpo.main(script_args, training_args, model_args, callbacks=[common.time_cap(cap)] if cap else None)
     if trainer.run_safety.exit_code:
