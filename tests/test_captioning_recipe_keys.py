@@ -260,6 +260,8 @@ BAD_VALUES = [
     ("eval.n=sixteen", "eval.n must be a whole number >= 1, got 'sixteen'"),
     ("eval.splits=test", "eval.splits must be a list of non-empty strings, got 'test'"),
     ("eval.decoder=graf", "eval.decoder must be one of"),
+    ("eval.baseline=sfft", "eval.baseline 'sfft' is not one of the evaluated policies base, sft, grpo_s0, grpo_s1, "
+     "grpo_s2"),
 ]
 
 

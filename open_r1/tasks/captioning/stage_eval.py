@@ -74,7 +74,14 @@ def check_recipe(recipe: dict) -> None:
     common.check_decoder("eval", cfg)
     sampling_kwargs(recipe)
     if cfg.get("policies"):
-        policies(recipe)
+        names = list(policies(recipe))
+    else:  # the chain's policies (a GRPO seed's only once its model exists)
+        from open_r1.tasks.captioning.stage_grpo import grpo_seeds
+
+        names = ["base", "sft", *(f"grpo_s{seed}" for seed in grpo_seeds(recipe))]
+    baseline = cfg.get("baseline", "sft")
+    if "sft" in names and baseline not in names:  # (`run` compares to a baseline only where an sft policy is)
+        raise RecipeError(f"eval.baseline {baseline!r} is not one of the evaluated policies {', '.join(names)}")
 
 
 def inputs(recipe: dict) -> dict[str, common.Input]:
