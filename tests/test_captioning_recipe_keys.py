@@ -299,3 +299,18 @@ def test_the_value_kinds():
     assert common.TEXTS.ok(["test"]) and not common.TEXTS.ok("test") and not common.TEXTS.ok([""])
     assert (whole.what, number.what, common.number(0).what) == ("a whole number >= 1", "a number > 0 and <= 1",
                                                                "a number >= 0")
+
+
+@pytest.mark.parametrize("override,stage", [("eval.splits=[test, od]", "eval"), ("rm.eval_splits=[tst]", "rm"),
+                                            ("grpo.eval_sets=[vall]", "grpo")])
+def test_a_split_the_data_stage_does_not_write_fails_in_preflight(tmp_path, override, stage):
+    """A misspelt split name used to fail only when its stage started (the eval's after every model trained)."""
+    recipe = common.load_recipe(H200, [f"work_dir={tmp_path}", override])
+    with pytest.raises(RecipeError, match=rf"the {stage} stage reads the split '[a-z]+', which the data stage does "
+                       r"not write \(it writes train, val, test, ood, ood_pretrain, main_pretrain\)"):
+        pipeline.preflight(recipe, pipeline.default_stages(recipe))
+    assert not list(tmp_path.iterdir())
+    # a split already on disk is the user's own (the data stage keeps an existing stand-in): not refused
+    split = override.split("[")[1].rstrip("]").split(", ")[-1]
+    (tmp_path / "data" / split).mkdir(parents=True)
+    pipeline.preflight(recipe, pipeline.default_stages(recipe))

@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 
-from open_r1.errors import OpenR1Error
+from open_r1.errors import OpenR1Error, RecipeError
 from open_r1.tasks.captioning import stage_common as common
 
 ORDER = ("data", "pretrain", "synthesize", "sft", "ratings", "rm", "grpo", "eval")
@@ -173,7 +173,27 @@ def preflight(recipe: dict, stages) -> None:
     for i, name in enumerate(stages):
         module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
         if hasattr(module, "inputs"):
-            common.check_inputs(module.inputs(recipe), produced=stages[:i])
+            inputs = module.inputs(recipe)
+            common.check_inputs(inputs, produced=stages[:i])
+            if "data" in stages[:i]:
+                check_split_names(recipe, name, inputs)
+
+
+def check_split_names(recipe: dict, stage: str, inputs: dict) -> None:
+    """A split that the data stage of this run is to write must be one of its names (`stage_data.split_names`), or
+    already on disk (the stage keeps an existing stand-in): ``--set eval.splits=[test,od]`` fails here, not when the
+    eval stage starts after every model trained."""
+    from open_r1.tasks.captioning.stage_data import split_names
+    from open_r1.tasks.captioning.stage_rm import scored_splits
+
+    names, paths = split_names(recipe), common.Paths(recipe)
+    named = [os.path.basename(item.path) for item in inputs.values() if item.made_by == "data"]
+    # the splits a stage reads besides its inputs: the RM's held-out scoring, GRPO's in-training evaluation
+    named += {"rm": scored_splits(recipe), "grpo": common.section(recipe, "grpo").get("eval_sets", [])}.get(stage, [])
+    for split in named:
+        if split not in names and not os.path.isdir(paths.split(split)):
+            raise RecipeError(f"the {stage} stage reads the split {split!r}, which the data stage does not write (it "
+                              f"writes {', '.join(names)}); name one of those in the {stage} section")
 
 
 def run_pipeline(recipe: dict, stages=None, out: str | None = None, overrides: list[str] | None = None) -> dict:

@@ -51,6 +51,15 @@ def check_recipe(recipe: dict) -> None:
                           f"({cfg.get('max_objects', 7)})")
 
 
+def split_names(recipe: dict) -> list[str]:
+    """The splits this stage writes under the data dir (`run`; `standin.write_standin`: ood unless
+    ``ood_contests`` is 0)."""
+    cfg = common.section(recipe, "data")
+    names = ["train", "val", "test"] + (["ood"] if cfg.get("ood_contests") != 0 else [])
+    return names + [split for key, split in (("pretrain_ood_contests", "ood_pretrain"),
+                                             ("pretrain_main_contests", "main_pretrain")) if cfg.get(key)]
+
+
 def standin_config(recipe: dict):
     """The ``standin.StandinConfig`` of the recipe's ``data`` section (what ``standin.make_contest`` needs to render
     any of its contests again)."""
