@@ -314,3 +314,17 @@ def test_a_split_the_data_stage_does_not_write_fails_in_preflight(tmp_path, over
     split = override.split("[")[1].rstrip("]").split(", ")[-1]
     (tmp_path / "data" / split).mkdir(parents=True)
     pipeline.preflight(recipe, pipeline.default_stages(recipe))
+
+
+def test_the_preflight_parse_sets_up_no_gpu(monkeypatch):
+    """On a GPU machine the preflight's GRPOConfig would open a CUDA context in the pipeline's process (TrainingArguments
+    sets up its device when built): it is parsed as a CPU run, whatever the machine and the recipe's precision."""
+    from open_r1.tasks.captioning import stage_grpo
+
+    monkeypatch.setattr(common, "device", lambda: "cuda")  # as on the H200: the run itself would use bf16 on cuda
+    recipe = common.load_recipe(H200, ["grpo.extra={fp16: true}"])
+    settings = stage_grpo.seed_settings(recipe, 0, "/p/policy", "/p/rm", None)
+    assert settings["bf16"] is True and settings["use_cpu"] is False and settings["fp16"] is True
+    training_args = stage_grpo.check_seed_settings(settings)[1]
+    assert training_args.use_cpu and not training_args.bf16 and not training_args.fp16
+    assert str(training_args.device) == "cpu"

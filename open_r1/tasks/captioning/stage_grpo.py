@@ -194,16 +194,20 @@ def parse_seed_recipe(path: str, where: str) -> tuple:
 
 
 def check_seed_settings(settings: dict) -> tuple:
-    """`parse_seed_recipe` on `settings` written to a temporary recipe file, before any stage runs (the preflight;
-    ``env`` left out: TrlParser would set those variables in this process)."""
+    """`parse_seed_recipe` on `settings` written to a temporary recipe file, before any stage runs (the preflight).
+    Left out: ``env`` (TrlParser would set those variables in this process) and the device (parsed as a CPU run:
+    building GRPOConfig sets up its device, which on a GPU would open a CUDA context in the pipeline's process
+    before the data stage forks its render workers)."""
     import tempfile
 
     import yaml
 
+    checked = {**{key: value for key, value in settings.items() if key != "env"},
+               "use_cpu": True, "bf16": False, "fp16": False}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "grpo_recipe.yaml")
         with open(path, "w") as handle:
-            yaml.safe_dump({key: value for key, value in settings.items() if key != "env"}, handle, sort_keys=False)
+            yaml.safe_dump(checked, handle, sort_keys=False)
         return parse_seed_recipe(path, "preflight")
 
 
