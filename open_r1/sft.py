@@ -31,6 +31,9 @@ from open_r1.errors import RecipeError
 SFT_REPORT_FILE = "sft_report.json"
 
 
+SCHEDULES = ("constant", "cosine")  # SFTSettings.schedule (see the module docstring)
+
+
 @dataclass
 class SFTSettings:
     learning_rate: float = 2e-4
@@ -58,7 +61,7 @@ class SFTSettings:
     extra: dict = field(default_factory=dict)  # more SFTConfig fields
 
     def check(self) -> None:
-        if self.schedule not in ("constant", "cosine"):
+        if self.schedule not in SCHEDULES:
             raise RecipeError(f"sft schedule must be 'constant' or 'cosine', got {self.schedule!r}")
         if not (self.epochs or self.max_steps or self.max_seconds):
             raise RecipeError("sft needs a stop: set epochs, max_steps or max_seconds")

@@ -163,6 +163,16 @@ def check_decoder(name: str, cfg: dict) -> None:
             raise RecipeError(f"{name}.decoder must be one of {', '.join(DECODER_CHOICES)} or null, got {decoder!r}")
 
 
+def seed_list(key: str, seeds) -> list[int]:
+    """``<key>`` (rm.seeds, grpo.seeds): a non-empty list of distinct whole numbers, one run per seed."""
+    from open_r1.validate import is_int
+
+    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
+            or not all(is_int(s) for s in seeds)):
+        raise RecipeError(f"{key} must be a list of distinct integers, e.g. [0, 1, 2]; got {seeds!r}")
+    return [int(s) for s in seeds]
+
+
 def check_section(name: str, cfg: dict, kinds: dict[str, Kind], hint: str = "") -> None:
     """`check_keys` with the section's keys, then `check_values`."""
     check_keys(name, cfg, kinds, hint)

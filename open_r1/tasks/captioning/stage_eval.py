@@ -37,9 +37,11 @@ def policies(recipe: dict) -> dict[str, str]:
                               f"(YAML needs the space after the colon), got {named!r}")
         return dict(named)
     out = {"base": paths.policy_base, "sft": paths.policy_sft}
-    for seed in common.section(recipe, "grpo").get("seeds", [0]):
-        if os.path.isdir(paths.grpo_model(int(seed))):
-            out[f"grpo_s{seed}"] = paths.grpo_model(int(seed))
+    from open_r1.tasks.captioning.stage_grpo import grpo_seeds
+
+    for seed in grpo_seeds(recipe):
+        if os.path.isdir(paths.grpo_model(seed)):
+            out[f"grpo_s{seed}"] = paths.grpo_model(seed)
     return out
 
 

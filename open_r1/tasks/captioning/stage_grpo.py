@@ -89,14 +89,7 @@ def check_recipe(recipe: dict) -> None:
 
 def grpo_seeds(recipe: dict) -> list[int]:
     """The GRPO seeds of the recipe (``grpo.seeds``, default [0]), validated: one run per seed."""
-    from open_r1.errors import RecipeError
-    from open_r1.validate import is_int
-
-    seeds = common.section(recipe, "grpo").get("seeds", [0])
-    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-            or not all(is_int(s) for s in seeds)):
-        raise RecipeError(f"grpo.seeds must be a list of distinct integers, e.g. [0, 1, 2]; got {seeds!r}")
-    return [int(s) for s in seeds]
+    return common.seed_list("grpo.seeds", common.section(recipe, "grpo").get("seeds", [0]))
 
 
 def check_pipeline_values(cfg: dict) -> None:
@@ -104,7 +97,7 @@ def check_pipeline_values(cfg: dict) -> None:
     from open_r1.errors import RecipeError, RewardConfigError
     from open_r1.tasks.captioning.rewards import check_caption_rm_settings
 
-    common.check_values("grpo", {key: cfg[key] for key in PIPELINE_KEYS if key in cfg}, PIPELINE_KEYS)
+    common.check_values("grpo", cfg, PIPELINE_KEYS)  # (the section's other keys: not in PIPELINE_KEYS, not checked)
     try:
         check_caption_rm_settings(cfg.get("fail_value", 0.0), cfg.get("format_bonus", 0.0),
                                   device=cfg.get("rm_device"))

@@ -257,15 +257,8 @@ def _progress(label: str, every_s: float = 15.0):
 
 def rm_seeds(recipe: dict) -> list[int]:
     """The RM seeds of the recipe (``rm.seeds``; default: the recipe's seed), validated."""
-    from open_r1.errors import RecipeError
-
     seeds = common.section(recipe, "rm").get("seeds")
-    if seeds is None:
-        return [int(recipe["seed"])]
-    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-            or not all(is_int(s) for s in seeds)):
-        raise RecipeError(f"rm.seeds must be a list of distinct integers, e.g. [0, 1, 2]; got {seeds!r}")
-    return seeds
+    return [int(recipe["seed"])] if seeds is None else common.seed_list("rm.seeds", seeds)
 
 
 def scored_splits(recipe: dict) -> list[str]:

@@ -23,10 +23,11 @@ from open_r1.tasks.captioning import stage_common as common
 
 # the sft section's keys: `run`'s, `inputs`' (model, traces), ``out`` (stage_common.Paths) and ``top_k`` (which the
 # synthesize stage reads too)
-SECTION_KEYS = {  # the kinds of value `run` reads (open_r1.sft.SFTSettings; lora_r 0: full fine-tuning)
+SECTION_KEYS = {  # the kinds of value `run` reads (open_r1.sft.SFTSettings; lora_r 0: full fine-tuning; schedule:
+    # `check_recipe`, from open_r1.sft.SCHEDULES)
     "model": common.optional(common.TEXT), "traces": common.optional(common.TEXT), "out": common.optional(common.TEXT),
     "top_k": common.whole(1), "learning_rate": common.number(0, above=True),
-    "schedule": common.choice("constant", "cosine"), "warmup": common.number(0, 1),
+    "schedule": common.ANY, "warmup": common.number(0, 1),
     "epochs": common.optional(common.number(0, above=True)), "max_steps": common.optional(common.whole(1)),
     "max_seconds": common.optional(common.number(0, above=True)), "per_device_batch_size": common.whole(1),
     "gradient_accumulation_steps": common.whole(1), "lora_r": common.whole(0), "lora_alpha": common.whole(1),
@@ -37,9 +38,11 @@ SECTION_KEYS = {  # the kinds of value `run` reads (open_r1.sft.SFTSettings; lor
 def check_recipe(recipe: dict) -> None:
     """Before any stage runs (the pipeline's preflight): the sft section's keys and values."""
     from open_r1.errors import RecipeError
+    from open_r1.sft import SCHEDULES
 
     cfg = common.section(recipe, "sft")
     common.check_section("sft", cfg, SECTION_KEYS)
+    common.check_values("sft", cfg, {"schedule": common.choice(*SCHEDULES)})
     if not (cfg.get("epochs", 2) or cfg.get("max_steps") or cfg.get("max_seconds")):
         raise RecipeError("the sft section needs a stop: set sft.epochs, sft.max_steps or sft.max_seconds")
 
