@@ -339,3 +339,24 @@ class TimeBudgetCallback(TrainerCallback):
         return control
 
 
+
+
+class TimeCapCallback(TrainerCallback):
+    """A plain wall-clock cap for any Trainer (GRPO, SFT, the reward model): stop after `max_seconds` of steps, the
+    clock started at the end of the first step (its compile/warm-up time not counted). `TimeBudgetCallback` above is
+    the submission deadline with export reserves; this is the simple cap a stage asks for."""
+
+    def __init__(self, max_seconds: float | None, clock=time.time):
+        self.max_seconds = float(max_seconds) if max_seconds else None
+        self.clock = clock
+        self.t0: float | None = None
+
+    def elapsed(self) -> float:
+        return 0.0 if self.t0 is None else self.clock() - self.t0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.t0 is None:
+            self.t0 = self.clock()
+        elif self.max_seconds and self.elapsed() > self.max_seconds:
+            control.should_training_stop = True
+        return control

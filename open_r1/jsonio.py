@@ -1,0 +1,30 @@
+"""JSON files, one helper pair for the whole repo: `write_json` writes through a temp file + rename, so a kill
+mid-write never leaves a truncated record; `read_json` returns `default` for a missing or unreadable file when one
+is given (and raises otherwise)."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+_RAISE = object()
+
+
+def write_json(path: str | os.PathLike, value: Any) -> str:
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as handle:
+        json.dump(value, handle, indent=1, default=str)
+    os.replace(tmp, path)
+    return path
+
+
+def read_json(path: str | os.PathLike, default: Any = _RAISE) -> Any:
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        if default is _RAISE:
+            raise
+        return default
