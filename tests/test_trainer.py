@@ -475,3 +475,15 @@ def test_zero3_rollouts_decode_from_a_copy_refreshed_once_per_optimizer_step(tin
     assert set(copied) == set(merged)
     for name, value in copied.items():
         torch.testing.assert_close(value, merged[name], msg=name)
+
+
+def test_gpu_memory_cap_env_is_checked_and_capped(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"total_memory": 80 * 2**30}))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d: calls.append((f, d)))
+    assert grpo.apply_memory_cap({}) is None and calls == []
+    with pytest.raises(SystemExit, match="GPU_MEMORY_CAP_GIB='lots' is not a positive number"):
+        grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "lots"})
+    assert grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "48", "LOCAL_RANK": "1"}) == 48
+    assert calls == [(0.6, 1)]
