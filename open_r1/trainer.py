@@ -207,6 +207,8 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         if self.rollout_weights is None:
             self.rollout_weights = RolloutWeights(self.accelerator.unwrap_model(self.model_wrapped),
                                                   device=self.accelerator.device, gather=gather or deepspeed_gather)
+            if self.dedupe_vision:  # the rollouts' prefill, too, encodes each distinct image once
+                enable_vision_dedupe(self.rollout_weights.model)
             if self.accelerator.is_main_process:
                 print(f"[grpo] fast_decode under DeepSpeed ZeRO-3: rollouts decode from a whole-weight copy of the "
                       f"policy ({self.rollout_weights.nbytes / 2**30:.2f} GiB a process, LoRA merged), refreshed "
