@@ -389,3 +389,24 @@ def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch
     assert [r["ratio_vs_plain_trl"] for r in merged["variants"]] == [1.0, 6.0, 1.0, 5.0]
     assert bench.main(["--merge", *paths, "--out", str(tmp_path / "all.json")]) == 0
     assert "skipping" in capsys.readouterr().out and json.loads((tmp_path / "all.json").read_text())["merged_from"] == 4
+
+
+@pytest.mark.slow
+def test_caption_bench_tiny_runs_every_variant(tmp_path):
+    """The captioning-shape bench on CPU (tiny Qwen3-VL policy with LoRA, tiny Qwen2.5-VL RM): plain TRL and ours
+    train with forced-length completions and RM rewards, the RM variant scores every caption; no timing asserted."""
+    from experiments.bench import bench_caption
+
+    out = tmp_path / "caption.json"
+    assert bench_caption.main(["--tiny", "--steps", "1", "--rm-captions", "6", "--rm-batch-size", "4",
+                               "--out", str(out)]) == 0
+    results = {r["name"]: r for r in json.loads(out.read_text())["variants"]}
+    assert set(results) == {"plain_trl", "ours", "rm"}
+    for name in ("plain_trl", "ours"):
+        r = results[name]
+        assert r["status"] == "ok" and r["forced_length_ok"] and r["rollouts"] == r["rows_per_round"] == 16, name
+    assert results["ours"]["decode_ms_per_step"] is not None  # the rollouts went through the graph decoder
+    assert results["ours"]["ratio_vs_plain_trl"] is not None
+    assert results["rm"]["captions"] == 6 and results["rm"]["captions_per_s"] > 0
+    with pytest.raises(bench.BenchError, match="unknown variant"):
+        bench_caption.main(["--tiny", "--variants", "ours,nope"])
