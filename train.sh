@@ -11,6 +11,7 @@
 #   OUTPUT_DIR  run dir with checkpoints      (runs/<recipe name>)
 #   NUM_GPUS    processes to launch           (all visible GPUs; 0 = CPU mode)
 #   ZERO3       1 = DeepSpeed ZeRO-3 with zero3.json on GPUs (default 1), 0 = plain DDP
+#   GPU_MEMORY_CAP_GIB  cap each process's GPU memory, e.g. 48 to emulate 48 GB cards on larger ones (unset: none)
 #   REPLACE_SUBMISSION  1 = replace a scored submission (one holding its selfcheck.json) without comparing;
 #               by default the new model is written beside it (<SUBMISSION>.candidate-<time>) with the commands
 #               to score and promote it (docs/GUARANTEES.md)
@@ -20,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-}" in
   -h|--help) usage; exit 0 ;;
 esac

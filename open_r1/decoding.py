@@ -269,13 +269,13 @@ def _inner_model(model):
 
 
 def check_zero3(deepspeed_plugin) -> None:
-    """The graph decoder needs the full weights at fixed addresses: refuse DeepSpeed ZeRO-3 (sharded parameters)."""
+    """The graph decoder needs the full weights at fixed addresses: refuse it on a DeepSpeed ZeRO-3 (sharded) model
+    itself. GRPO's rollouts under ZeRO-3 use it through a whole-weight copy (open_r1.rollout_weights) instead."""
     if deepspeed_plugin is not None and getattr(deepspeed_plugin, "zero_stage", 0) == 3:
         raise RecipeError(
-            "fast_decode (the CUDA-graph decoder) does not work under DeepSpeed ZeRO-3: the parameters are sharded "
-            "and gathered around every generation, so a captured step would read freed memory. Train with DDP "
-            "(train.sh ZERO3=0; the 2B model's weights, gradients and Adam states fit a 48 GB card) or set "
-            "fast_decode: false")
+            "the CUDA-graph decoder cannot read a DeepSpeed ZeRO-3 model: the parameters are sharded and gathered "
+            "around every generation, so a captured step would read freed memory. Use decoder 'hf' here, or DDP "
+            "(train.sh ZERO3=0); GRPO's rollouts under ZeRO-3 decode from a whole-weight copy of the policy")
 
 
 def zero3_partitioned(model) -> bool:

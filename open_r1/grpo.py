@@ -129,8 +129,8 @@ class GRPOScriptArguments(ScriptArguments):
     fast_decode: str = field(
         default="auto",
         metadata={"help": "Rollouts with the CUDA-graph decoder (open_r1/decoding.py) instead of HF generate: auto "
-                  "(on a CUDA device without ZeRO-3 or vLLM), true (required: refused under ZeRO-3, run "
-                  "train.sh with ZERO3=0), false (HF generate)."},
+                  "(on a CUDA device without vLLM; under ZeRO-3 from a whole-weight copy of the policy, "
+                  "open_r1/rollout_weights.py), true (required), false (HF generate)."},
     )
     lazy_images: bool = field(
         default=True,
@@ -271,6 +271,31 @@ def announce_rank(trainer) -> None:
     )
 
 
+MEMORY_CAP_ENV = "GPU_MEMORY_CAP_GIB"
+
+
+def apply_memory_cap(environ=os.environ) -> float | None:
+    """GPU_MEMORY_CAP_GIB=48: cap this process's GPU memory (torch.cuda.set_per_process_memory_fraction), to emulate
+    a 48 GB card on a larger one (issue 44). Over the cap = out of memory, as on the smaller card."""
+    value = environ.get(MEMORY_CAP_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        cap = float(value)
+        assert cap > 0
+    except (ValueError, AssertionError):
+        raise SystemExit(f"error: {MEMORY_CAP_ENV}={value!r} is not a positive number of GiB (e.g. 48)") from None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    device = int(environ.get("LOCAL_RANK", 0))
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total), device)
+    print(f"[grpo] GPU memory capped at {cap:g} GiB of {total / 2**30:.1f} ({MEMORY_CAP_ENV})", flush=True)
+    return cap
+
+
 def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
     from open_r1 import (
         run as run_lib,  # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
@@ -280,6 +305,7 @@ def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args
     )
 
     validate.validate_training(script_args, training_args, model_args, submission=os.environ.get("SUBMISSION"))
+    apply_memory_cap()
     run = run_lib.build_run_callbacks(script_args, training_args, get_task(script_args.task, script_args))
     trainer = build_trainer(script_args, training_args, model_args, callbacks=[*run.callbacks, *(callbacks or [])])
     announce_rank(trainer)

@@ -69,30 +69,26 @@ from open_r1.vision_dedupe import (  # noqa: F401  (re-exported; the RM uses the
 
 def resolve_fast_decode(value, trainer) -> str | None:
     """`fast_decode` -> 'graph' (CUDA-graph decoder), 'eager' (same decoder uncompiled: CPU tests) or None (HF
-    generate). True / 'graph' asks for it (refused under DeepSpeed ZeRO-3, and with vLLM); 'auto' uses it where it
-    can run (a CUDA device, no ZeRO-3, no vLLM) and HF generate elsewhere; False / 'hf' never."""
-    from open_r1.decoding import check_zero3
-
+    generate). True / 'graph' asks for it (refused with vLLM); 'auto' uses it where it can run (a CUDA device, no
+    vLLM) and HF generate elsewhere; False / 'hf' never. Under DeepSpeed ZeRO-3 it decodes from a whole-weight copy
+    of the policy (`open_r1.rollout_weights`)."""
     value = {True: "graph", False: "hf", None: "hf", "true": "graph", "false": "hf"}.get(value, value)
     if value not in ("auto", "graph", "eager", "hf"):
         raise TrainerOptionError(f"fast_decode must be true, false, auto, graph, eager or hf (got {value!r})")
     if value == "hf":
         return None
-    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-    zero3 = plugin is not None and getattr(plugin, "zero_stage", 0) == 3
     if value == "auto":
-        if zero3 and trainer.accelerator.is_main_process:
-            print("[grpo] fast_decode auto: HF generate under DeepSpeed ZeRO-3 (the CUDA-graph decoder needs whole "
-                  "weights at fixed addresses); train.sh ZERO3=0 (DDP) uses it", flush=True)
-        if trainer.use_vllm or zero3 or trainer.accelerator.device.type != "cuda":
-            return None
-        return "graph"
+        return None if trainer.use_vllm or trainer.accelerator.device.type != "cuda" else "graph"
     if trainer.use_vllm:
         raise TrainerOptionError("fast_decode replaces HF generate; with use_vllm vLLM generates: drop one")
-    check_zero3(plugin)
     if value == "graph" and trainer.accelerator.device.type != "cuda":
         return "eager"  # CUDA graphs need a CUDA device: the same decoder, uncompiled
     return value
+
+
+def uses_zero3(trainer) -> bool:
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return plugin is not None and getattr(plugin, "zero_stage", 0) == 3
 
 
 def check_noisy_rollouts(fraction: float, std: float) -> None:
@@ -167,6 +163,12 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         self.noise_std = noise_std
         self.fast_decode = resolve_fast_decode(fast_decode, self)
         self._graph_decoder = None
+        # ZeRO-3: the decoder reads a whole-weight copy (built at the first rollout), so TRL's own gather of every
+        # parameter around generation would only cost time and memory
+        self.rollout_weights = None
+        self.copy_for_rollouts = bool(self.fast_decode) and uses_zero3(self)
+        if self.copy_for_rollouts:
+            self.args.ds3_gather_for_generation = False
         self.dedupe_vision = dedupe_vision and enable_vision_dedupe(self.model)
         if dedupe_images:
             from open_r1.image_dedupe import enable_image_dedupe
@@ -183,14 +185,40 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         """The graph decoder's `generate` for TRL's rollouts (compat.GRPOGenerateHook), or None for HF generate."""
         if not self.fast_decode:
             return None
+        if self.copy_for_rollouts:
+            self.refresh_rollout_weights()
         if self._graph_decoder is None:
             from open_r1.decoding import GraphDecoder
             from open_r1.generation import decoder_for
 
             model = self.accelerator.unwrap_model(self.model_wrapped)
-            # one decoder (one static cache) per model and process, shared with the in-training evaluation
-            self._graph_decoder = decoder_for(model, decoder=GraphDecoder(model, compile=self.fast_decode == "graph"))
+            decoder = GraphDecoder(self.rollout_weights.model if self.copy_for_rollouts else model,
+                                   compile=self.fast_decode == "graph")
+            # one decoder (one static cache) per model and process, shared with the in-training evaluation (which
+            # under ZeRO-3 reads the sharded policy with HF generate)
+            self._graph_decoder = decoder if self.copy_for_rollouts else decoder_for(model, decoder=decoder)
         return self._graph_decoder.hf_generate
+
+    def refresh_rollout_weights(self, gather=None) -> None:
+        """Under ZeRO-3: build the rollouts' whole-weight copy on first use, and refresh it from the sharded policy
+        once per optimizer step (every rank calls this at the same rollouts: the gathers are collective)."""
+        from open_r1.rollout_weights import RolloutWeights, deepspeed_gather
+
+        if self.rollout_weights is None:
+            self.rollout_weights = RolloutWeights(self.accelerator.unwrap_model(self.model_wrapped),
+                                                  device=self.accelerator.device, gather=gather or deepspeed_gather)
+            if self.dedupe_vision:  # the rollouts' prefill, too, encodes each distinct image once
+                enable_vision_dedupe(self.rollout_weights.model)
+            if self.accelerator.is_main_process:
+                print(f"[grpo] fast_decode under DeepSpeed ZeRO-3: rollouts decode from a whole-weight copy of the "
+                      f"policy ({self.rollout_weights.nbytes / 2**30:.2f} GiB a process, LoRA merged), refreshed "
+                      "once per optimizer step", flush=True)
+        if self.rollout_weights.refresh(self.state.global_step):
+            weights = self.rollout_weights
+            compat.log_step_metrics(self, {"rollout_copy/refresh_s": weights.last_refresh_s,
+                                           "rollout_copy/gib": weights.nbytes / 2**30})
+            if weights.refreshes == 1 and self.accelerator.is_main_process:
+                print(f"[grpo] rollout copy: first refresh {weights.last_refresh_s:.2f} s", flush=True)
 
     def before_round(self, rows):
         # The one place TRL reads a round's rows (training and evaluation): decode their images here, once.

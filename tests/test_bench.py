@@ -206,6 +206,8 @@ def test_every_preset_builds_a_valid_config(tmp_path, tiny):
     ctx.tiny = tiny
     for name in bench.PRESETS:
         variant = bench.resolve_variant(name, bench.PRESETS, ctx.recipe)
+        if variant.zero3 and bench.missing_requirements(variant):
+            continue  # GRPOConfig(deepspeed=...) needs DeepSpeed (not on this CPU machine): test_zero3_variants
         if not tiny:
             variant.overrides.update({"use_cpu": True, "bf16": False})
         args, geometry = bench.build_grpo_config(variant, ctx, str(tmp_path / name))
@@ -353,3 +355,58 @@ def test_prefill_profile_times_every_part_on_the_tiny_model(tmp_path):
     assert all(part["median_s"] > 0 for part in report["parts"].values())
     assert report["batch_size"] == 4 and report["vision_patches"] > 0
     assert report["top_by_cpu_time"] and "| prefill grouped cpu positions |" in proc.stdout
+
+
+def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch, capsys):
+    """The ZeRO-3 variants (train.sh's path, one process): zero3.json on top of plain_trl / ours_fast, alone in their
+    process (accelerate's state is process-wide); --merge joins the runs' JSONs with the issue's goal ratios."""
+    recipe = bench.load_recipe(RECIPE)
+    for name, base in (("plain_trl_zero3", "plain_trl"), ("ours_fast_zero3", "ours_fast")):
+        variant, plain = (bench.resolve_variant(n, bench.PRESETS, recipe) for n in (name, base))
+        assert variant.zero3 and not plain.zero3 and "deepspeed" in variant.requires
+        assert variant.overrides == plain.overrides and variant.fast_decode == plain.fast_decode
+    with pytest.raises(bench.BenchError, match="alone in its process"):
+        bench.main(["--variants", "plain_trl,plain_trl_zero3", "--out", str(tmp_path / "x.json")])
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    bench.single_process_distributed_env()
+    assert (os.environ["RANK"], os.environ["WORLD_SIZE"]) == ("0", "1") and int(os.environ["MASTER_PORT"]) > 0
+
+    def run(name, rate):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"environment": {"gpu": "x"}, "variants": [
+            {"name": name, "status": "ok", "rollouts_per_s": rate, **dict.fromkeys(
+                ("trained_sequences_per_s", "gen_s", "logp_s", "prep_s", "train_s", "other_s", "gen_tokens_per_s",
+                 "train_tokens_per_s"), 1.0)}]}))
+        return str(path)
+
+    paths = [run("plain_trl", 5.0), run("ours_fast", 30.0), run("plain_trl_zero3", 5.0), run("ours_fast_zero3", 25.0),
+             str(tmp_path / "missing.json")]
+    merged = bench.merge_results([json.loads(Path(p).read_text()) for p in paths[:4]])
+    goals = {g["ratio"]: (round(g["value"], 3), g["met"]) for g in merged["goals"]}
+    assert goals == {"ours_fast_zero3 / plain_trl_zero3": (5.0, True), "ours_fast_zero3 / ours_fast": (0.833, True),
+                     "ours_fast / plain_trl": (6.0, True)}
+    assert [r["ratio_vs_plain_trl"] for r in merged["variants"]] == [1.0, 6.0, 1.0, 5.0]
+    assert bench.main(["--merge", *paths, "--out", str(tmp_path / "all.json")]) == 0
+    assert "skipping" in capsys.readouterr().out and json.loads((tmp_path / "all.json").read_text())["merged_from"] == 4
+
+
+@pytest.mark.slow
+def test_caption_bench_tiny_runs_every_variant(tmp_path):
+    """The captioning-shape bench on CPU (tiny Qwen3-VL policy with LoRA, tiny Qwen2.5-VL RM): plain TRL and ours
+    train with forced-length completions and RM rewards, the RM variant scores every caption; no timing asserted."""
+    from experiments.bench import bench_caption
+
+    out = tmp_path / "caption.json"
+    assert bench_caption.main(["--tiny", "--steps", "1", "--rm-captions", "6", "--rm-batch-size", "4",
+                               "--out", str(out)]) == 0
+    results = {r["name"]: r for r in json.loads(out.read_text())["variants"]}
+    assert set(results) == {"plain_trl", "ours", "rm"}
+    for name in ("plain_trl", "ours"):
+        r = results[name]
+        assert r["status"] == "ok" and r["forced_length_ok"] and r["rollouts"] == r["rows_per_round"] == 16, name
+    assert results["ours"]["decode_ms_per_step"] is not None  # the rollouts went through the graph decoder
+    assert results["ours"]["ratio_vs_plain_trl"] is not None
+    assert results["rm"]["captions"] == 6 and results["rm"]["captions_per_s"] > 0
+    with pytest.raises(bench.BenchError, match="unknown variant"):
+        bench_caption.main(["--tiny", "--variants", "ours,nope"])

@@ -421,3 +421,69 @@ def test_rollouts_never_sample_what_the_model_suppresses(scene_data_dir, tmp_pat
     assert set(trainer.generation_config.suppress_tokens) == suppressed | {image_token}  # TRL's and the model's
     trainer.train()
     assert len(sampled) >= 8 and not suppressed & set(sampled)
+
+
+def test_zero3_rollouts_decode_from_a_copy_refreshed_once_per_optimizer_step(tiny_model_dir, scene_data_dir,
+                                                                              tmp_path, monkeypatch):
+    """Under ZeRO-3 (simulated: DeepSpeed cannot run on a CPU) the decoder reads the whole-weight copy of the LoRA
+    policy: one gather per optimizer step, the copy's tensors at the same addresses every round, its forward equal
+    to the merged policy's, the refresh cost in the logged metrics."""
+    import contextlib
+    import copy
+
+    from open_r1 import rollout_weights
+    from open_r1.decoding import GraphDecoder
+
+    gathers = []
+
+    def counting_gather(params):
+        gathers.append(len(params))
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(rollout_weights, "deepspeed_gather", counting_gather)
+    seen = []
+    original = GraphDecoder.generate
+
+    def spy(self, *args, **kwargs):
+        seen.append((self.model, [p.data_ptr() for p in self.model.parameters()]))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GraphDecoder, "generate", spy)
+    trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--fast_decode", "eager",
+                       "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--max_steps", "3")
+
+    class Plugin:
+        zero_stage = 3
+
+    with monkeypatch.context() as patch:  # what accelerate's DeepSpeed state shows under ZeRO-3
+        patch.setattr(type(trainer.accelerator.state), "deepspeed_plugin", Plugin(), raising=False)
+        assert trainer_lib.uses_zero3(trainer)
+        assert trainer_lib.resolve_fast_decode(True, trainer) == "eager"  # accepted: no longer refused
+    trainer.copy_for_rollouts = True  # what __init__ sets under ZeRO-3
+    trainer.train()
+    weights = trainer.rollout_weights
+    assert len(seen) == 3 and all(model is weights.model for model, _ in seen)
+    assert all(ptrs == seen[0][1] for _, ptrs in seen)  # refreshed in place: the captured graph's addresses hold
+    assert weights.refreshes == 3 and len(gathers) == 3  # rounds at steps 0, 1, 2: one gather each
+    assert any("rollout_copy/refresh_s" in row for row in trainer.state.log_history)
+    assert weights.refresh(trainer.state.global_step) and len(gathers) == 4
+    assert not weights.refresh(trainer.state.global_step) and len(gathers) == 4
+    # the copy holds the policy's weights with LoRA merged (its forward: tests/test_rollout_weights.py; the policy's
+    # own forward here runs under accelerate's autocast, the copy's does not)
+    merged = copy.deepcopy(trainer.accelerator.unwrap_model(trainer.model)).merge_and_unload().state_dict()
+    copied = weights.model.state_dict()
+    assert set(copied) == set(merged)
+    for name, value in copied.items():
+        torch.testing.assert_close(value, merged[name], msg=name)
+
+
+def test_gpu_memory_cap_env_is_checked_and_capped(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"total_memory": 80 * 2**30}))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d: calls.append((f, d)))
+    assert grpo.apply_memory_cap({}) is None and calls == []
+    with pytest.raises(SystemExit, match="GPU_MEMORY_CAP_GIB='lots' is not a positive number"):
+        grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "lots"})
+    assert grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "48", "LOCAL_RANK": "1"}) == 48
+    assert calls == [(0.6, 1)]

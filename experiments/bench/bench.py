@@ -2,6 +2,7 @@
 
     python -m experiments.bench.bench_grpo --variants plain_trl,ours,ours_beta0 --memory-cap-gib 40 --out bench.json   # GPU
     python -m experiments.bench.bench_grpo --tiny --variants plain_trl,ours --steps 2                                  # CPU
+    python -m experiments.bench.bench_grpo --variants ours_fast_zero3 --out z.json; ... --merge a.json z.json   # ZeRO-3
 
 What is measured. Each *variant* is a named dict of `GRPOConfig` overrides (plus a few bench options: pixel budget,
 attention implementation, compiled decoding). All variants run TRL 1.16's own `GRPOTrainer` on the same *bench shape*:
@@ -97,6 +98,7 @@ DEFAULT_PROMPT_TEMPLATES = ["train:0.5", "eval:0.5"]
 BENCH_OPTION_KEYS = {
     "base", "description", "recipe", "min_pixels", "max_pixels", "attn_implementation", "compile_generation",
     "lazy_images", "freeze_vision", "dedupe_vision", "requires", "fast_decode", "dedupe_images", "vision_attention",
+    "zero3",
 }
 
 # The presets. `base` inherits another preset's keys; `recipe`: False (TRL defaults only), True (the recipe's
@@ -239,6 +241,21 @@ PRESETS: dict[str, dict[str, Any]] = {
                        "once per round (dedupe_images: open_r1/image_dedupe.py)",
         "dedupe_images": True,
     },
+    # train.sh's default path in one process: DeepSpeed ZeRO-3 with zero3.json (one variant per process: accelerate's
+    # state is a process-wide singleton; `--merge` puts the JSONs of several processes into one table)
+    "plain_trl_zero3": {
+        "base": "plain_trl",
+        "description": "plain_trl under DeepSpeed ZeRO-3 (zero3.json; HF generate on TRL's gathered weights)",
+        "zero3": True,
+        "requires": ["deepspeed"],
+    },
+    "ours_fast_zero3": {
+        "base": "ours_fast",
+        "description": "ours_fast under DeepSpeed ZeRO-3 (zero3.json): the graph decoder on a whole-weight copy "
+                       "refreshed once per optimizer step (open_r1/rollout_weights.py)",
+        "zero3": True,
+        "requires": ["deepspeed"],
+    },
     "ours_fast_hf": {
         "base": "ours_fast",
         "description": "ours_fast with HF generate instead of the CUDA-graph decoder",
@@ -353,6 +370,7 @@ class Variant:
     # transformers' per-image loop unless a variant names 'grouped' (open_r1/vision_attention.py): the variants
     # measured before it existed keep their meaning
     vision_attention: str = "per_image"
+    zero3: bool = False  # DeepSpeed ZeRO-3 with the repo's zero3.json, as train.sh runs it
     requires: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -370,6 +388,7 @@ class Variant:
             "fast_decode": self.fast_decode,
             "dedupe_images": self.dedupe_images,
             "vision_attention": self.vision_attention,
+            "zero3": self.zero3,
             "requires": self.requires,
         }
 
@@ -435,6 +454,7 @@ def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any])
         # off unless a variant names it: the variants measured before it existed keep their meaning
         dedupe_images=bool(spec.get("dedupe_images", False)),
         vision_attention=str(spec.get("vision_attention", "per_image")),
+        zero3=bool(spec.get("zero3", False)),
         requires=list(spec.get("requires", [])),
     )
 
@@ -823,12 +843,28 @@ def build_grpo_config(variant: Variant, ctx: BenchContext, output_dir: str):
     if ctx.tiny:
         kwargs.update(tiny_batch_sizes(kwargs))
         kwargs.update({"use_cpu": True, "bf16": False})
+    if variant.zero3:
+        single_process_distributed_env()
+        kwargs["deepspeed"] = str(REPO_ROOT / "zero3.json")
     args = GRPOConfig(**kwargs)
     geometry = rounds_geometry(args)
     rollouts_per_round = args.generation_batch_size * geometry["generations_per_round"]
     geometry["rounds_measured"] = max(ctx.steps, math.ceil(ctx.min_rollouts / rollouts_per_round))
     args.max_steps = (ctx.warmup + geometry["rounds_measured"]) * geometry["optimizer_steps_per_round"]
     return args, geometry
+
+
+def single_process_distributed_env() -> None:
+    """The environment `accelerate launch --num_processes 1` gives its process (DeepSpeed initialises
+    torch.distributed from it): rank 0 of 1 on this host."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        os.environ.setdefault(key, value)
 
 
 def run_variant(variant: Variant, ctx: BenchContext) -> dict[str, Any]:
@@ -939,6 +975,11 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
             trainer.train()
         sync()
         result.update(probe.summary())
+        copy_weights = getattr(trainer, "rollout_weights", None)
+        if copy_weights is not None:  # ZeRO-3: the rollouts' whole-weight copy, its memory and refresh cost
+            result.update(rollout_copy_gib=copy_weights.nbytes / GIB, rollout_copy_refreshes=copy_weights.refreshes,
+                          rollout_copy_gathers=copy_weights.gathers,
+                          rollout_copy_last_refresh_s=copy_weights.last_refresh_s)
         decoder = getattr(trainer, "_graph_decoder", None)
         if decoder is not None and decoder.timings:  # the decoder's own prefill / decode-loop split
             measured = decoder.timings[-result["gen_calls"]:] if result["gen_calls"] else []
@@ -1140,6 +1181,8 @@ def parse_cli(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", default="bench.json", help="JSON report (rewritten after every variant)")
     parser.add_argument("--work-dir", default=None, help="scratch dir (default: a temp dir, removed at the end)")
     parser.add_argument("--list", action="store_true", help="print the presets and exit")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                        help="no run: one table (and --out) from the JSONs of several runs, e.g. one per process")
     return parser.parse_args(argv)
 
 
@@ -1150,10 +1193,15 @@ def main(argv=None) -> int:
         for name in presets:
             print(f"{name}: {json.dumps(flatten_preset(name, presets), default=str)}")
         return 0
+    if args.merge:
+        return merge_main(args.merge, args.out)
     recipe = load_recipe(args.recipe)
     names = [n.strip() for n in (args.variants or (DEFAULT_TINY_VARIANTS if args.tiny else DEFAULT_VARIANTS)).split(",")]
     names = [n for n in names if n]
     variants = [resolve_variant(name, presets, recipe) for name in names]  # unknown names fail before any work
+    if any(v.zero3 for v in variants) and len(variants) > 1:
+        raise BenchError("a ZeRO-3 variant runs alone in its process (accelerate's DeepSpeed state is process-wide): "
+                         "one --variants NAME per run, then --merge their JSONs into one table")
     completion_length = args.completion_length or (TINY_COMPLETION_LENGTH if args.tiny else BENCH_COMPLETION_LENGTH)
     if args.steps < 1 or args.warmup < 0:
         raise BenchError("--steps must be >= 1 and --warmup >= 0")
@@ -1222,6 +1270,45 @@ def main(argv=None) -> int:
     print()
     print(payload["summary"]["line"])
     print(f"[bench] JSON: {os.path.abspath(args.out)} ({payload['elapsed_s']:.0f} s)")
+    return 0
+
+
+# (numerator, denominator, issue 43's goal): the ZeRO-3 comparison's ratios, printed by --merge
+ZERO3_GOALS = (("ours_fast_zero3", "plain_trl_zero3", 4.0), ("ours_fast_zero3", "ours_fast", 0.8),
+               ("ours_fast", "plain_trl", 6.0))
+
+
+def merge_results(payloads: list[dict]) -> dict[str, Any]:
+    """One report from several runs' JSONs (variants in the given order, ratios recomputed, ZeRO-3 goal lines)."""
+    results = [dict(r) for payload in payloads for r in payload.get("variants", [])]
+    add_ratios(results)
+    by_name = {r["name"]: r for r in results if r.get("status") == "ok" and r.get("rollouts_per_s")}
+    goals = []
+    for top, bottom, goal in ZERO3_GOALS:
+        if top in by_name and bottom in by_name:
+            ratio = by_name[top]["rollouts_per_s"] / by_name[bottom]["rollouts_per_s"]
+            goals.append({"ratio": f"{top} / {bottom}", "value": ratio, "goal": goal, "met": ratio >= goal})
+    environments = [p.get("environment") for p in payloads]
+    return {"bench": "grpo", "merged_from": len(payloads), "environment": environments[0] if environments else None,
+            "environments": environments, "shape": payloads[0].get("shape") if payloads else None,
+            "variants": results, "goals": goals}
+
+
+def merge_main(paths: list[str], out: str) -> int:
+    payloads = []
+    for path in paths:
+        try:
+            with open(path) as handle:
+                payloads.append(json.load(handle))
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"[bench] --merge: skipping {path} ({exc})", flush=True)
+    merged = merge_results(payloads)
+    write_json(out, merged)
+    print(format_table(merged["variants"]))
+    for goal in merged["goals"]:
+        print(f"[bench] {goal['ratio']} = {goal['value']:.2f} (goal >= {goal['goal']}: "
+              f"{'met' if goal['met'] else 'NOT met'})")
+    print(f"[bench] JSON: {os.path.abspath(out)}")
     return 0
 
 

@@ -1,0 +1,250 @@
+#!/usr/bin/env python
+"""The captioning shape of GRPO (issue 43): plain TRL vs ours in one process, and the reward model's throughput.
+
+    python -m experiments.bench.bench_caption --memory-cap-gib 80 --out caption.json     # one H100/H200
+    python -m experiments.bench.bench_caption --tiny --out /tmp/caption.json             # CPU, seconds: the machinery
+
+The shape: the policy is a full-size Qwen3-VL-2B (Thinking chat template and generation config) with random bf16
+weights and LoRA (r 16 on the language model, as the captioning recipe trains it); the prompts are the captioning
+task's (`tasks.captioning.data.prompt_rows`) on stand-in cartoons of `--image-size` px (448); G = 8; every
+completion is forced to `--completion-length` tokens (1536, `min_new_tokens`; the vision special tokens
+suppressed). The reward is sigma(RM) from a full-size random Qwen2.5-VL-3B reward model (`open_r1.reward_model`)
+on the same GPU, scored as `caption_rm` scores (`protocol.rm_messages`, `RewardModel.score`) on the completion's
+last `protocol.MAX_WORDS` words: a random policy writes no parseable caption, and `caption_rm` would then skip the
+RM, which would drop its cost from the step. Variants (each in try/except; the JSON is rewritten after each):
+
+* `plain_trl`: TRL 1.16's GRPOTrainer, HF generate, its default batch geometry for the same rows per round;
+* `ours`: `VLMGRPOTrainer` with the CUDA-graph decoder (TRL's rollout settings: top-p 1), image and ViT
+  de-duplication, lazy images, activation checkpointing;
+* `rm`: the RM's scoring throughput (captions/s) at `--rm-batch-size`.
+
+Timing and the table are experiments/bench/bench.py's (`Probe`, `format_table`): rounds after `--warmup` ones.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_name, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from experiments.bench import bench  # noqa: E402
+
+GENERATIONS = 8
+LORA = {"r": 16, "alpha": 32}
+VARIANTS = ("plain_trl", "ours", "rm")
+
+
+def parse_cli(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="CPU: tiny models, short completions, small images")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--prompts", type=int, default=None, help="prompts per round (default 8; --tiny 2)")
+    parser.add_argument("--steps", type=int, default=2, help="measured rounds per variant")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (compilation, allocation)")
+    parser.add_argument("--completion-length", type=int, default=None, help="forced tokens (1536; --tiny 12)")
+    parser.add_argument("--image-size", type=int, default=None, help="cartoon side in px (448; --tiny 64)")
+    parser.add_argument("--rm-captions", type=int, default=None, help="captions the rm variant scores (256; --tiny 8)")
+    parser.add_argument("--rm-batch-size", type=int, default=32)
+    parser.add_argument("--memory-cap-gib", type=float, default=None)
+    parser.add_argument("--variant-timeout-s", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="bench_caption.json")
+    return parser.parse_args(argv)
+
+
+def build_models(tiny: bool, work_dir: str, device: str, seed: int):
+    """(policy, processor, reward model): Qwen3-VL-2B Thinking and a Qwen2.5-VL-3B RM, full size or tiny."""
+    import torch
+
+    from open_r1 import modeling, tiny_models
+    from open_r1 import reward_model as rm_lib
+
+    dirs = {family: tiny_models.build_tiny(family, os.path.join(work_dir, family), seed=seed)
+            for family in ("qwen3_vl", "qwen2_5_vl")}
+    if tiny:
+        policy = modeling.load_model(str(dirs["qwen3_vl"]), dtype="float32", attn_implementation="sdpa")
+        backbone = rm_lib.load_backbone(str(dirs["qwen2_5_vl"]), dtype="float32", attn_implementation="sdpa")
+    else:
+        from transformers import AutoModel
+
+        from open_r1.vision_attention import use_grouped_vision_attention
+
+        config = tiny_models.build_config(full_size=True, family="qwen3_vl")
+        policy = bench.build_full_size_model("sdpa", device, seed, config=config)
+        with torch.device(device):  # the RM's backbone: the VLM without its LM head, as load_backbone loads it
+            backbone = AutoModel.from_config(tiny_models.build_config(full_size=True, family="qwen2_5_vl"),
+                                             dtype=torch.bfloat16, attn_implementation="sdpa")
+        use_grouped_vision_attention(backbone, "grouped")
+    policy.generation_config = tiny_models.build_generation_config("qwen3_vl", thinking=True)
+    rm_processor = modeling.load_processor(str(dirs["qwen2_5_vl"]))
+    reward_model = rm_lib.RewardModel(backbone.requires_grad_(False), rm_processor).to(device).eval()
+    return policy, modeling.load_processor(str(dirs["qwen3_vl"])), reward_model
+
+
+def cartoon_prompts(n: int, size: int, seed: int):
+    from open_r1.tasks.captioning import data as data_lib
+    from open_r1.tasks.captioning import standin
+
+    contests = standin.build_contests(n, standin.StandinConfig(captions=2, image_size=(size, size), seed=seed))
+    return data_lib.prompt_rows(contests)
+
+
+def rm_reward(reward_model, batch_size: int):
+    """sigma(RM(image, caption)) with the caption = the completion's last MAX_WORDS words (module docstring)."""
+    from open_r1.tasks.captioning import protocol
+    from open_r1.tasks.captioning.rewards import _descriptions, sigmoid
+
+    def caption_rm_shape(completions, image=None, scene=None, twist=None, location=None, entities=None, **kwargs):
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        captions = [" ".join(str(t).split()[-protocol.MAX_WORDS:]) or "." for t in texts]
+        descs = _descriptions({"scene": scene, "twist": twist, "location": location, "entities": entities},
+                              len(texts))
+        messages = [protocol.rm_messages(d, c) for d, c in zip(descs, captions)]
+        return [sigmoid(s) for s in reward_model.score(list(image), messages, batch_size=batch_size)]
+
+    return caption_rm_shape
+
+
+def grpo_args(name: str, out_dir: str, rows: int, args, completion_length: int, max_steps: int):
+    """Both generate the round's `rows` at once and take one optimizer step on them (on-policy). plain_trl: TRL's
+    default micro-batch (8), no activation checkpointing (at 1536 tokens a micro-batch of 64 would not fit 80 GiB).
+    ours: micro-batches of rows / 4 with activation checkpointing, beta 0 and dr_grpo as the captioning recipe."""
+    from trl import GRPOConfig
+
+    ours = name == "ours"
+    levers = {"gradient_checkpointing": True, "beta": 0.0, "loss_type": "dr_grpo"} if ours else {}
+    micro = rows // 4 if ours else min(8, rows)
+    return GRPOConfig(
+        output_dir=out_dir, report_to="none", save_strategy="no", seed=args.seed, num_generations=GENERATIONS,
+        max_completion_length=completion_length, per_device_train_batch_size=micro,
+        gradient_accumulation_steps=rows // micro, max_steps=max_steps, remove_unused_columns=False,
+        generation_kwargs={"min_new_tokens": completion_length, "suppress_tokens": bench.VISION_SPECIAL_TOKEN_IDS},
+        use_cpu=args.tiny, bf16=not args.tiny, **levers,
+    )
+
+
+def run_grpo(name, args, ctx, result, sync) -> None:
+    import torch
+    from peft import LoraConfig
+    from trl import GRPOTrainer
+
+    from open_r1.families import family_of
+    from open_r1.trainer import VLMGRPOTrainer
+
+    policy, processor, reward_model = build_models(args.tiny, ctx["work_dir"], ctx["device"], args.seed)
+    rows = ctx["prompts"] * GENERATIONS
+    train_args = grpo_args(name, tempfile.mkdtemp(dir=ctx["work_dir"]), rows, args, ctx["completion_length"],
+                           args.warmup + args.steps)
+    lora = LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], target_modules=family_of(policy).lora_targets(False))
+    kwargs = dict(model=policy, reward_funcs=[rm_reward(reward_model, args.rm_batch_size)], args=train_args,
+                  train_dataset=ctx["dataset"], processing_class=processor, peft_config=lora)
+    if name == "ours":
+        trainer = VLMGRPOTrainer(**kwargs, fast_decode="graph" if ctx["device"] == "cuda" else "eager",
+                                 dedupe_vision=True, dedupe_images=True, lazy_images=True)
+    else:
+        trainer = GRPOTrainer(**kwargs)
+    probe = bench.Probe(trainer, args.warmup, train_args.max_steps, sync)
+    trainer.add_callback(probe.callback)
+    with bench.completion_only_scoring_on_cpu(args.tiny):
+        trainer.train()
+    sync()
+    result.update(probe.summary(), rows_per_round=rows, lora=LORA)
+    decoder = getattr(trainer, "_graph_decoder", None)
+    if decoder is not None and decoder.timings:
+        measured = decoder.timings[-result["gen_calls"]:]
+        steps = sum(t["steps"] - 1 for t in measured)
+        result.update(decode_ms_per_step=1000 * sum(t["decode_s"] for t in measured) / steps if steps else None,
+                      first_call_s=decoder.timings[0]["prefill_s"] + decoder.timings[0]["decode_s"])
+    result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == \
+        ctx["completion_length"]
+    del trainer, policy, reward_model
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+
+
+def run_rm(args, ctx, result, sync) -> None:
+    """captions/s of the RM alone: n (image, caption) conversations in batches of --rm-batch-size, after one batch
+    of warm-up."""
+    from open_r1.tasks.captioning import protocol
+
+    _, _, reward_model = build_models(args.tiny, ctx["work_dir"], ctx["device"], args.seed)
+    dataset = ctx["dataset"]
+    n = ctx["rm_captions"]
+    images = [dataset[i % len(dataset)]["image"] for i in range(n)]
+    caption = " ".join(["word"] * protocol.MAX_WORDS)
+    messages = [protocol.rm_messages(None, caption)] * n
+    reward_model.score(images[:args.rm_batch_size], messages[:args.rm_batch_size], batch_size=args.rm_batch_size)
+    sync()
+    start = time.perf_counter()
+    scores = reward_model.score(images, messages, batch_size=args.rm_batch_size)
+    sync()
+    wall = time.perf_counter() - start
+    result.update(captions=len(scores), wall_s=wall, captions_per_s=len(scores) / wall, batch_size=args.rm_batch_size)
+
+
+def main(argv=None) -> int:
+    import torch
+
+    args = parse_cli(argv)
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        raise bench.BenchError(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)}")
+    device = bench.check_device(args.tiny)
+    prompts = args.prompts or (2 if args.tiny else 8)
+    size = args.image_size or (64 if args.tiny else 448)
+    ctx = {"device": device, "prompts": prompts, "work_dir": tempfile.mkdtemp(prefix="bench-caption-"),
+           "completion_length": args.completion_length or (12 if args.tiny else 1536),
+           "rm_captions": args.rm_captions or (8 if args.tiny else 256)}
+    # every round needs `prompts` distinct contests: enough for warm-up + measured rounds
+    ctx["dataset"] = cartoon_prompts(prompts * (args.warmup + args.steps + 1), size, args.seed)
+    bench.setup_device(device, args.memory_cap_gib)
+    on_cuda = device == "cuda"
+
+    def sync():
+        if on_cuda:
+            torch.cuda.synchronize()
+
+    payload = {"bench": "grpo_caption", "mode": "tiny" if args.tiny else "full_size",
+               "environment": bench.environment_info(device, args.memory_cap_gib),
+               "shape": {"policy": "Qwen3-VL-2B Thinking (random) + LoRA", "reward_model": "Qwen2.5-VL-3B (random)",
+                         "image": f"{size}x{size}", "num_generations": GENERATIONS, "prompts_per_round": prompts,
+                         "completion_length": ctx["completion_length"], "steps": args.steps, "warmup": args.warmup},
+               "variants": []}
+    for name in names:
+        result = {"name": name}
+        start = time.perf_counter()
+        if on_cuda:
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            with bench.time_limit(args.variant_timeout_s):
+                run_rm(args, ctx, result, sync) if name == "rm" else run_grpo(name, args, ctx, result, sync)
+            result["status"] = "ok"
+        except (Exception, bench.VariantTimeout) as exc:  # noqa: BLE001 - one failure must not lose the others
+            result.update(status="failed", error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
+        result["total_s"] = time.perf_counter() - start
+        result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / bench.GIB if on_cuda else None
+        result["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / bench.GIB if on_cuda else None
+        bench.release_memory(reset_compiler=True)
+        payload["variants"].append(result)
+        bench.write_json(args.out, payload)
+        print(f"[bench_caption] {name}: {result['status']} {result.get('error', '')} ({result['total_s']:.0f} s)",
+              flush=True)
+    grpo = [r for r in payload["variants"] if r["name"] != "rm"]
+    bench.add_ratios(grpo)
+    bench.write_json(args.out, payload)
+    print(bench.format_table(grpo))
+    for r in payload["variants"]:
+        if r["name"] == "rm" and r["status"] == "ok":
+            print(f"[bench_caption] RM: {r['captions_per_s']:.1f} captions/s (batch {r['batch_size']})")
+        if r["name"] == "ours" and r.get("ratio_vs_plain_trl"):
+            print(f"[bench_caption] ours / plain_trl = {r['ratio_vs_plain_trl']:.2f} (goal >= 3, within 80 GiB)")
+    return 0 if all(r["status"] == "ok" for r in payload["variants"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
