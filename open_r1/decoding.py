@@ -44,6 +44,7 @@ CACHE_MARGIN_TOKENS = 32
 DEFAULT_CHECK_EVERY = 16
 DECODER_CHOICES = ("auto", "graph", "eager", "hf")
 COMPILE_OPTIONS = {"mode": "reduce-overhead", "fullgraph": False, "dynamic": False}
+LAYERS_ONCE = False  # compile_layers_once for compiled decoders (experiments/bench/bench_decode.py measures both)
 
 
 class UnsupportedGeneration(OpenR1Error, ValueError):
@@ -330,6 +331,31 @@ def zero3_partitioned(model) -> bool:
     return first is not None and hasattr(first, "ds_id")
 
 
+def compile_layers_once(model) -> int:
+    """Make each decoder layer of `model`'s language model a call of ONE nested compile region
+    (`torch.compiler.nested_compile_region`): under `torch.compile`, dynamo traces and inductor compiles one layer
+    and re-emits that code for the others (hierarchical compilation), instead of tracing and lowering all 28 layers
+    of Qwen3-VL-2B one by one; still one graph, one CUDA graph. Outside `torch.compile` it is a plain call. Sets an
+    instance `forward` on each layer (idempotent). Returns the number of layers marked."""
+    import functools
+
+    global _LAYER_REGION
+    if _LAYER_REGION is None:  # one region object: every layer's call is a reuse of it
+        _LAYER_REGION = torch.compiler.nested_compile_region(_call_layer)
+    layers = getattr(getattr(_inner_model(model), "language_model", None), "layers", None) or ()
+    for layer in layers:
+        if not isinstance(layer.__dict__.get("forward"), functools.partial):
+            layer.forward = functools.partial(_LAYER_REGION, layer)
+    return len(layers)
+
+
+_LAYER_REGION = None
+
+
+def _call_layer(layer, *args, **kwargs):
+    return type(layer).forward(layer, *args, **kwargs)
+
+
 def default_decoder(device) -> str:
     """'graph' (compiled CUDA-graph step) on CUDA devices, 'hf' (transformers generate) elsewhere."""
     return "graph" if torch.device(device).type == "cuda" else "hf"
@@ -347,8 +373,10 @@ class GraphDecoder:
 
     def __init__(self, model, compile: bool | None = None, check_every: int = DEFAULT_CHECK_EVERY,
                  cache_margin: int = CACHE_MARGIN_TOKENS, cache_bucket: int = CACHE_BUCKET_TOKENS,
-                 compile_options: dict | None = None):
+                 compile_options: dict | None = None, layers_once: bool | None = None):
         self.model = model
+        # one nested compile region for every decoder layer (compile_layers_once): shorter first compile
+        self.layers_once = LAYERS_ONCE if layers_once is None else bool(layers_once)
         # torch.compile's arguments for the step (tests: {"backend": "eager"}, dynamo's trace without inductor)
         self.compile_options = dict(COMPILE_OPTIONS if compile_options is None else compile_options)
         self.device = next(model.parameters()).device
@@ -425,6 +453,8 @@ class GraphDecoder:
             from open_r1 import compat
 
             compat.raise_cudagraph_rerecord_limit()  # torch's private inductor knob, via open_r1.compat
+            if self.layers_once:
+                compile_layers_once(model)
             compiled = torch.compile(step, **self.compile_options)
         return step, compiled, suppress, eos_mask
 

@@ -544,3 +544,28 @@ def test_a_tiny_models_suppressed_ids_are_never_sampled_by_generate_or_the_decod
     assert not suppressed & set(hf.flatten().tolist()) and not suppressed & set(ours.flatten().tolist())
     unsuppressed = _ours(GraphDecoder(model), inputs, **kwargs)
     assert suppressed & set(unsuppressed.flatten().tolist())  # the list is what keeps them out
+
+
+def test_layers_once_traces_one_nested_region_for_every_layer_and_keeps_the_tokens(tiny_model_dir):
+    """compile_layers_once (the shorter first compile): the compiled step's graph calls ONE nested compile region
+    (invoke_subgraph) for the decoder layers instead of inlining each, and the tokens stay HF generate's; outside
+    torch.compile the marked layers are plain calls (the uncompiled decoder gives the same tokens)."""
+    from open_r1.decoding import compile_layers_once
+
+    model, processor, texts, images = _tiny_batch(tiny_model_dir)
+    inputs = _inputs(processor, QUESTIONS)
+    kwargs = dict(max_new_tokens=6, do_sample=False, eos_token_id=[-5], pad_token_id=processor.tokenizer.pad_token_id)
+    reference = _hf(model, inputs, **kwargs)
+    graphs = []
+
+    def recording_backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    decoder = GraphDecoder(model, compile=True, layers_once=True, compile_options={"backend": recording_backend})
+    assert torch.equal(_ours(decoder, inputs, **kwargs), reference)
+    targets = [str(node.target) for graph in graphs for node in graph.graph.nodes if node.op == "call_function"]
+    layers = model.config.get_text_config().num_hidden_layers
+    assert layers > 1 and sum("invoke_subgraph" in t for t in targets) == layers
+    assert compile_layers_once(model) == layers  # idempotent
+    assert torch.equal(_ours(GraphDecoder(model, compile=False), inputs, **kwargs), reference)
