@@ -21,16 +21,17 @@ def _run(out, *args, timeout=900):
 
 @pytest.mark.slow
 def test_tiny_decode_bench_measures_each_variant_in_its_own_process(tmp_path):
-    stdout, rows = _run(tmp_path / "out", "--variants", "hf,graph_once", "--scratch", str(tmp_path / "scratch"))
+    stdout, rows = _run(tmp_path / "out", "--variants", "hf,graph_once_warm", "--scratch", str(tmp_path / "scratch"))
     measured = [r for r in rows if "sampling" in r]
     assert [(r["variant"], r["sampling"]) for r in measured] == [
-        ("hf", "top-p 0.95"), ("graph_once", "top-p 0.95"), ("graph_once", "top-p 1.0"),
-        ("graph_once", "top-k 20 + top-p 0.95")]
+        ("hf", "top-p 0.95"), ("graph_once_warm", "top-p 0.95"), ("graph_once_warm", "top-p 1.0"),
+        ("graph_once_warm", "top-k 20 + top-p 0.95")]
     assert all(r["ms_per_step"] > 0 and "error" not in r for r in measured)
     assert all(r["first_call_s"] > 0 and r["steps"] == 2 for r in measured[1:])  # min_new_tokens forces the length
     assert (tmp_path / "scratch" / "inductor-once").is_dir()  # the compiled variant's own cache directory
     assert json.loads((tmp_path / "out" / "summary.json").read_text()) == rows
-    assert "| graph_once | top-k 20 + top-p 0.95 |" in stdout
+    assert all(r["layers_once"] for r in measured[1:])
+    assert "| graph_once_warm | top-k 20 + top-p 0.95 |" in stdout
 
 
 def test_a_spent_budget_records_every_variant_as_skipped(tmp_path):
