@@ -35,6 +35,8 @@ Items:
    that name and finds none).
 11. `suppress_in_rollouts`: `GRPOTrainer.generation_config` / `generation_kwargs`, the rollout settings TRL builds
    in `__init__` (its `suppress_tokens` hides the model's own list from `generate`).
+12. `compile_time_report`: `torch._dynamo.utils.compile_times`, torch.compile's per-phase seconds (the decode
+   bench's breakdown of a first call).
 """
 from __future__ import annotations
 
@@ -257,3 +259,14 @@ def suppress_in_rollouts(trainer, token_ids) -> bool:
     if isinstance(kwargs, dict):
         kwargs["suppress_tokens"] = merged
     return True
+
+
+# ---- 12. torch.compile's per-phase times -----------------------------------------------------------------------
+
+
+def compile_time_report() -> str:
+    """The seconds torch.compile spent per phase in this process (dynamo tracing, AOT, inductor lowering, codegen,
+    kernel compiles), as a text table. Relies on `torch._dynamo.utils.compile_times(repr="str")`."""
+    from torch._dynamo.utils import compile_times
+
+    return compile_times(repr="str")

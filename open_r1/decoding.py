@@ -21,9 +21,9 @@ only the loop around it:
   `check_every` steps only (one sync per k steps instead of one per step).
 
 Settings HF `generate` would apply but this decoder does not implement (repetition penalty, beams, n-gram blocking,
-bad words, ...) raise `UnsupportedGeneration`; callers fall back to HF `generate` for those. So does top-p sampling
-in the compiled step (`check_compiled`): torch 2.11's inductor failed to compile its full-vocabulary cumsum on an
-H200 (docs/CAPTIONING.md, "Run 18"); the uncompiled decoder ('eager') samples top-p as before.
+bad words, ...) raise `UnsupportedGeneration`; callers fall back to HF `generate` for those. Top-p runs inside the
+compiled step (`top_p_filter`: no sort and no full-vocabulary cumsum, which torch 2.11's inductor failed to compile
+on an H200, docs/CAPTIONING.md "Run 18"; exact, HF's rule).
 """
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ CACHE_BUCKET_TOKENS = 64
 CACHE_MARGIN_TOKENS = 32
 DEFAULT_CHECK_EVERY = 16
 DECODER_CHOICES = ("auto", "graph", "eager", "hf")
+COMPILE_OPTIONS = {"mode": "reduce-overhead", "fullgraph": False, "dynamic": False}
+LAYERS_ONCE = False  # compile_layers_once for compiled decoders (experiments/bench/bench_decode.py measures both)
 
 
 class UnsupportedGeneration(OpenR1Error, ValueError):
@@ -97,15 +99,6 @@ _UNSUPPORTED = {
     "encoder_repetition_penalty": lambda v: v is None or v == 1.0,
     "watermarking_config": lambda v: v is None,
 }
-
-
-def check_compiled(settings: SamplingSettings, compile: bool) -> None:
-    """`UnsupportedGeneration` for settings the compiled step cannot take: top-p sampling. torch 2.11's inductor
-    raised InductorError ("list indices must be integers or slices, not NoneType", a SplitScan) compiling the
-    [batch, 151936] cumsum of `process_logits`' top-p filter (the captioning demo chain on an H200, 2026-12-05)."""
-    if compile and settings.do_sample and settings.top_p < 1.0:
-        raise UnsupportedGeneration(f"top_p={settings.top_p} in the compiled decode step (torch's inductor failed on "
-                                    "its full-vocabulary cumsum); decoder='eager' or 'hf' samples it")
 
 
 def resolve_settings(generation_config=None, **overrides) -> SamplingSettings:
@@ -167,12 +160,7 @@ def process_logits(logits: torch.Tensor, settings: SamplingSettings, suppress_ma
         kth = torch.topk(logits, k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, neg)
     if settings.top_p < 1.0:
-        sorted_logits, sorted_idx = torch.sort(logits, descending=False, dim=-1)
-        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-        remove_sorted = cumulative <= (1 - settings.top_p)
-        remove_sorted[..., -1:] = False  # keep at least one token
-        remove = remove_sorted.scatter(-1, sorted_idx, remove_sorted)
-        logits = logits.masked_fill(remove, neg)
+        logits = top_p_filter(logits, settings.top_p, settings.top_k)
     if settings.min_p is not None:
         probs = logits.softmax(dim=-1)
         threshold = settings.min_p * probs.amax(dim=-1, keepdim=True)
@@ -180,6 +168,65 @@ def process_logits(logits: torch.Tensor, settings: SamplingSettings, suppress_ma
         remove = remove & (probs < probs.amax(dim=-1, keepdim=True))  # keep at least the top token
         logits = logits.masked_fill(remove, neg)
     return logits
+
+
+PAIRWISE_TOP_K = 256  # top-p after a top-k up to this size compares the survivors pairwise; above it, bisection
+BISECTION_STEPS = 32  # float32 values have 2**32 bit patterns: 32 halvings of their order pin the cut exactly
+
+
+def _order_key(x: torch.Tensor) -> torch.Tensor:
+    """int64 keys in the order of the float32 values `x` (IEEE-754 bits, a negative value's magnitude bits flipped):
+    halving an interval of keys halves the floats between two values, so 32 halvings pin one float exactly."""
+    bits = x.view(torch.int32).long()
+    return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+def _order_value(key: torch.Tensor) -> torch.Tensor:
+    """The float32 whose `_order_key` is `key`."""
+    return torch.where(key < 0, key ^ 0x7FFFFFFF, key).int().view(torch.float32)
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float, top_k: int = 0, min_tokens_to_keep: int = 1) -> torch.Tensor:
+    """HF's `TopPLogitsWarper` without a sort or a full-vocabulary cumsum (which torch 2.11's inductor failed to
+    compile), so that it runs inside the compiled, CUDA-graph decode step; exact, not approximate.
+
+    The rule is HF's: a token is kept when the probability of the tokens ranked above it is < top_p (plus the
+    `min_tokens_to_keep` most probable). "Ranked above" is "with a strictly larger logit": tied tokens share one
+    fate, so a tie that straddles the cut is kept whole (HF's sort keeps an arbitrary part of it). The kept set is
+    every logit >= a threshold t, found in one of two ways:
+
+    * after a top-k of at most `PAIRWISE_TOP_K` (`top_k` the caller's setting, already applied to `logits`): the
+      k survivors' probabilities (softmax over the whole row: tokens tied with the k-th count too) and, for each,
+      the mass of the survivors strictly above it, by a [k, k] comparison; t is the smallest kept survivor;
+    * otherwise a bisection over the float32 order (`_order_key`): t is the smallest value whose strictly-larger
+      mass is < top_p, `BISECTION_STEPS` fixed reductions over the row (no data-dependent branch: a CUDA graph
+      replays it as is)."""
+    neg = -math.inf
+    lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+    if 0 < top_k <= PAIRWISE_TOP_K:
+        values = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values  # (B, k)
+        probs = (values - lse).exp()
+        above = ((values.unsqueeze(-2) > values.unsqueeze(-1)) * probs.unsqueeze(-2)).sum(-1)  # (B, k)
+        keep = above < top_p
+        keep[..., :min_tokens_to_keep] = True
+        threshold = values.masked_fill(~keep, math.inf).amin(dim=-1, keepdim=True)
+        return logits.masked_fill(logits < threshold, neg)
+    finite = torch.isfinite(logits)
+    # invariant: the cut's key is in (lo, hi]; hi = the row's max (no mass above it), lo below every finite value
+    hi = _order_key(logits.masked_fill(~finite, neg).amax(dim=-1, keepdim=True))
+    lo = _order_key(logits.masked_fill(~finite, math.inf).amin(dim=-1, keepdim=True)) - 1
+    for _ in range(BISECTION_STEPS):
+        mid = (lo + hi) // 2
+        # one fused reduction over the row per step: reads the logits, no probability tensor kept
+        above = (logits - lse).exp().masked_fill(logits <= _order_value(mid), 0.0).sum(dim=-1, keepdim=True)
+        ok = above < top_p
+        hi = torch.where(ok, mid, hi)
+        lo = torch.where(ok, lo, mid)
+    keep = logits >= _order_value(hi)
+    if min_tokens_to_keep > 1:
+        kth = torch.topk(logits, min(min_tokens_to_keep, logits.shape[-1]), dim=-1).values[..., -1:]
+        keep = keep | (logits >= kth)
+    return logits.masked_fill(~keep, neg)
 
 
 def choose_tokens(logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator | None = None):
@@ -284,6 +331,31 @@ def zero3_partitioned(model) -> bool:
     return first is not None and hasattr(first, "ds_id")
 
 
+def compile_layers_once(model) -> int:
+    """Make each decoder layer of `model`'s language model a call of ONE nested compile region
+    (`torch.compiler.nested_compile_region`): under `torch.compile`, dynamo traces and inductor compiles one layer
+    and re-emits that code for the others (hierarchical compilation), instead of tracing and lowering all 28 layers
+    of Qwen3-VL-2B one by one; still one graph, one CUDA graph. Outside `torch.compile` it is a plain call. Sets an
+    instance `forward` on each layer (idempotent). Returns the number of layers marked."""
+    import functools
+
+    global _LAYER_REGION
+    if _LAYER_REGION is None:  # one region object: every layer's call is a reuse of it
+        _LAYER_REGION = torch.compiler.nested_compile_region(_call_layer)
+    layers = getattr(getattr(_inner_model(model), "language_model", None), "layers", None) or ()
+    for layer in layers:
+        if not isinstance(layer.__dict__.get("forward"), functools.partial):
+            layer.forward = functools.partial(_LAYER_REGION, layer)
+    return len(layers)
+
+
+_LAYER_REGION = None
+
+
+def _call_layer(layer, *args, **kwargs):
+    return type(layer).forward(layer, *args, **kwargs)
+
+
 def default_decoder(device) -> str:
     """'graph' (compiled CUDA-graph step) on CUDA devices, 'hf' (transformers generate) elsewhere."""
     return "graph" if torch.device(device).type == "cuda" else "hf"
@@ -300,8 +372,13 @@ class GraphDecoder:
     Counters for tests and logs: `allocations` (static caches built), `calls`."""
 
     def __init__(self, model, compile: bool | None = None, check_every: int = DEFAULT_CHECK_EVERY,
-                 cache_margin: int = CACHE_MARGIN_TOKENS, cache_bucket: int = CACHE_BUCKET_TOKENS):
+                 cache_margin: int = CACHE_MARGIN_TOKENS, cache_bucket: int = CACHE_BUCKET_TOKENS,
+                 compile_options: dict | None = None, layers_once: bool | None = None):
         self.model = model
+        # one nested compile region for every decoder layer (compile_layers_once): shorter first compile
+        self.layers_once = LAYERS_ONCE if layers_once is None else bool(layers_once)
+        # torch.compile's arguments for the step (tests: {"backend": "eager"}, dynamo's trace without inductor)
+        self.compile_options = dict(COMPILE_OPTIONS if compile_options is None else compile_options)
         self.device = next(model.parameters()).device
         self.compile = (self.device.type == "cuda") if compile is None else bool(compile)
         if self.compile:
@@ -376,7 +453,9 @@ class GraphDecoder:
             from open_r1 import compat
 
             compat.raise_cudagraph_rerecord_limit()  # torch's private inductor knob, via open_r1.compat
-            compiled = torch.compile(step, mode="reduce-overhead", fullgraph=False, dynamic=False)
+            if self.layers_once:
+                compile_layers_once(model)
+            compiled = torch.compile(step, **self.compile_options)
         return step, compiled, suppress, eos_mask
 
     # ---------------------------------------------------------------------------------------------------------------
@@ -429,7 +508,6 @@ class GraphDecoder:
             settings = resolve_settings(generation_config or self.model.generation_config,
                                         **{k: model_inputs.pop(k) for k in list(model_inputs)
                                            if k not in _MODEL_INPUT_KEYS})
-            check_compiled(settings, self.compile)
         except UnsupportedGeneration as error:
             if not getattr(self, "_warned", False):
                 logger.warning("graph decoder not used (%s); HF generate instead", error)
@@ -445,7 +523,6 @@ class GraphDecoder:
         if settings is None:
             gen_keys = {k: model_inputs.pop(k) for k in list(model_inputs) if k not in _MODEL_INPUT_KEYS}
             settings = resolve_settings(generation_config or self.model.generation_config, **gen_keys)
-        check_compiled(settings, self.compile)
         device = self.device
         input_ids = input_ids.to(device)
         attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)

@@ -83,12 +83,11 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
             check_zero3(type("ZeRO3", (), {"zero_stage": 3})())  # the RecipeError that names the fix
         choice = "hf"  # ZeRO-3: gathered weights move between calls; a captured step cannot follow them
     if choice != "hf" and not compile_generation:
-        from open_r1.decoding import UnsupportedGeneration, check_compiled, resolve_settings
+        from open_r1.decoding import UnsupportedGeneration, resolve_settings
 
         try:
             settings = resolve_settings(model.generation_config, max_new_tokens=max_new_tokens, do_sample=do_sample,
                                         **generate_kwargs)
-            check_compiled(settings, choice == "graph")
         except UnsupportedGeneration as error:
             _warn_fallback(str(error))
         else:

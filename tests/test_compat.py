@@ -242,6 +242,15 @@ def test_item10_set_vision_attn_implementation_sets_a_registered_flash_named_fun
     assert all(m.config is vision for m in visual.modules() if hasattr(m, "config"))
 
 
+# ---- 12. torch.compile's per-phase times ----------------------------------------------------------------------------
+def test_item12_compile_time_report_names_dynamos_phases():
+    import torch
+
+    torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.ones(3))
+    report = compat.compile_time_report()
+    assert isinstance(report, str) and "_compile.compile_inner" in report
+
+
 # ---- nothing private outside compat.py ----------------------------------------------------------------------------
 LIBRARIES = ("torch", "trl", "transformers", "accelerate", "peft", "datasets", "safetensors", "deepspeed")
 

@@ -388,31 +388,125 @@ def test_generate_texts_decoder_option_gives_hf_answers_and_refuses_zero3(tiny_m
     generation.forget_decoders()
 
 
-def test_top_p_sampling_never_reaches_the_compiled_step(tiny_model_dir):
-    """torch 2.11's inductor failed to compile the top-p filter's full-vocabulary cumsum on an H200 (the captioning
-    demo chain, whose policies sample with top_p 0.95): a compiled decoder refuses top-p and the callers fall back
-    to HF generate with a warning; the uncompiled decoder ('eager') and top_p = 1 keep the graph decoder."""
+def _hf_warped(logits, temperature=1.0, top_k=0, top_p=1.0, min_tokens_to_keep=1):
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    if temperature != 1.0:
+        logits = TemperatureLogitsWarper(temperature)(None, logits)
+    if top_k:
+        logits = TopKLogitsWarper(top_k, min_tokens_to_keep=min_tokens_to_keep)(None, logits)
+    return TopPLogitsWarper(top_p, min_tokens_to_keep=min_tokens_to_keep)(None, logits)
+
+
+def _fixed_logits():
+    """Rows of a 3000-token vocabulary: peaked (a nucleus of a few tokens), flat (a nucleus of thousands: more than
+    the pairwise path's k, the case a top-k-only filter would get wrong), with -inf entries, and with ties inside the
+    nucleus (several tokens of one logit, all above the cut)."""
+    generator = torch.Generator().manual_seed(0)
+    peaked = torch.randn(3000, generator=generator) * 4
+    flat = torch.randn(3000, generator=generator) * 0.05
+    masked = torch.randn(3000, generator=generator) * 2
+    masked[::3] = float("-inf")
+    tied = torch.randn(3000, generator=generator)
+    tied[[5, 17, 40, 41]] = 6.0  # the four most probable tokens, tied
+    return torch.stack([peaked, flat, masked, tied])
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p,min_keep", [
+    (1.0, 0, 0.95, 1), (0.7, 0, 0.9, 1), (0.7, 20, 0.95, 1), (1.3, 300, 0.8, 1), (1.0, 0, 0.5, 3), (0.7, 8, 0.9, 2),
+    (1.0, 2999, 0.999, 1)])
+def test_top_p_filter_equals_hfs_warpers_on_fixed_logits(temperature, top_k, top_p, min_keep):
+    """`top_p_filter` (no sort, no full-vocabulary cumsum: what the compiled step runs) keeps exactly the tokens HF's
+    Temperature -> TopK -> TopP warpers keep, on both of its paths (a top-k of at most PAIRWISE_TOP_K compared
+    pairwise; otherwise the bisection), including a nucleus of thousands of tokens, -inf entries, ties inside the
+    nucleus and min_tokens_to_keep."""
+    from open_r1.decoding import top_p_filter
+
+    logits = _fixed_logits()
+    expected = _hf_warped(logits, temperature, top_k, top_p, min_keep)
+    settings = SamplingSettings(max_new_tokens=1, do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p)
+    off = torch.zeros(logits.shape[-1], dtype=torch.bool)
+    if min_keep == 1:
+        ours = process_logits(logits, settings, off, off, torch.tensor(0))
+    else:  # the decoder never sets it (HF uses 2 only for beam search); the filter takes it like HF's warper
+        warped = _hf_warped(logits, temperature, top_k, 1.0, min_keep)
+        ours = top_p_filter(warped, top_p, top_k, min_tokens_to_keep=min_keep)
+    assert torch.equal(ours, expected)
+    kept = torch.isfinite(expected).sum(-1)
+    if (top_k, top_p) == (0, 0.95):
+        assert kept[1] > 2000 and kept[0] < 100  # the flat row's nucleus is thousands of tokens, the peaked one few
+
+
+def test_top_p_filter_keeps_a_tie_that_straddles_the_cut_whole():
+    """The documented rule where HF's sort decides arbitrarily: tokens of one logit share one fate, so a tie that
+    the nucleus boundary cuts through is kept whole (HF keeps some of it)."""
+    from open_r1.decoding import top_p_filter
+
+    logits = torch.tensor([[2.0, 1.0, 1.0, 1.0, -1.0, -3.0]])
+    probs = logits.softmax(-1)[0]
+    top_p = float(probs[0] + probs[1]) + 1e-3  # the cut falls inside the tie of tokens 1-3
+    for top_k in (0, 4):
+        kept = torch.isfinite(top_p_filter(logits, top_p, top_k))[0].tolist()
+        assert kept == [True, True, True, True, False, False]
+    hf_kept = torch.isfinite(_hf_warped(logits, top_p=top_p))[0]
+    assert hf_kept[0] and 2 <= int(hf_kept[1:4].sum()) < 3  # HF: part of the tie, by sort order
+
+
+def test_top_p_sampling_runs_inside_the_compiled_step_and_follows_the_filtered_softmax():
+    """The sampler (process_logits with top-k / top-p, then Gumbel-max) traces into ONE graph (fullgraph=True: no
+    graph break, no fallback), and the compiled draws follow softmax of HF's filtered logits."""
+    n, vocab = 20000, 12
+    shuffled = LOGITS[torch.randperm(vocab, generator=torch.Generator().manual_seed(0))]
+    off = torch.zeros(vocab, dtype=torch.bool)
+    for settings in (SamplingSettings(max_new_tokens=1, do_sample=True, temperature=0.7, top_p=0.8),
+                     SamplingSettings(max_new_tokens=1, do_sample=True, temperature=1.5, top_k=6, top_p=0.6)):
+        def sample(x):
+            return choose_tokens(process_logits(x, settings, off, off, torch.tensor(0)), settings)
+
+        compiled = torch.compile(sample, backend="eager", fullgraph=True)
+        torch.manual_seed(3)  # the decode step draws from the global generator (dynamo does not take one as input)
+        samples = compiled(shuffled.expand(n, -1).clone())
+        expected = _hf_warped(shuffled[None], settings.temperature, settings.top_k, settings.top_p)[0]
+        probs = expected.double().softmax(-1)
+        assert set(samples.tolist()) == set(torch.isfinite(expected).nonzero().flatten().tolist())
+        _assert_matches(_frequencies(samples, vocab), probs, n)
+
+
+def test_top_p_sampling_uses_the_compiled_decoder_with_no_fallback(tiny_model_dir, monkeypatch):
+    """A compiled graph decoder samples top-p itself (no UnsupportedGeneration, no warning, no HF generate): the
+    step under torch.compile (dynamo's trace with the eager backend on CPU) draws the same seeded tokens as the
+    uncompiled step, and generate_texts(decoder='graph') with top_p goes through the decoder."""
+    import warnings
+
     from open_r1 import decoding, generation
 
-    nucleus = SamplingSettings(max_new_tokens=1, do_sample=True, top_p=0.9)
-    with pytest.raises(decoding.UnsupportedGeneration, match="top_p=0.9 in the compiled decode step"):
-        decoding.check_compiled(nucleus, compile=True)
-    decoding.check_compiled(nucleus, compile=False)
-    decoding.check_compiled(SamplingSettings(max_new_tokens=1, do_sample=True, top_p=1.0), compile=True)
-    decoding.check_compiled(SamplingSettings(max_new_tokens=1, do_sample=False, top_p=0.9), compile=True)  # greedy
+    graphs = []
 
+    def recording_backend(graph_module, example_inputs):  # dynamo's trace, run as traced (no inductor on CPU)
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    monkeypatch.setattr(decoding, "COMPILE_OPTIONS", {"backend": recording_backend, "dynamic": False})
     model, processor, texts, images = _tiny_batch(tiny_model_dir)
-    sampling = dict(do_sample=True, temperature=0.7, top_p=0.9)
+    inputs = generation.prepare_inputs(processor, texts, images)
+    sampling = dict(max_new_tokens=6, do_sample=True, temperature=0.7, top_p=0.9, top_k=0, eos_token_id=[-5])
+    settings = resolve_settings(model.generation_config, **sampling)
     torch.manual_seed(0)
-    hf = generation.generate_texts(model, processor, texts, images, 6, decoder="hf", **sampling)
+    eager = GraphDecoder(model, compile=False).generate(**inputs, settings=settings)
     torch.manual_seed(0)
-    with pytest.warns(UserWarning, match=r"graph decoder not used \(top_p=0.9 in the compiled decode step"):
-        graph = generation.generate_texts(model, processor, texts, images, 6, decoder="graph", **sampling)
-    assert graph == hf  # HF generate sampled it, with the same seed
-    assert generation.decoder_for(model).calls == 0  # the compiled step never ran
-    generation.forget_decoders()
-    generation.generate_texts(model, processor, texts, images, 6, decoder="eager", **sampling)
-    assert generation.decoder_for(model).calls == 1  # uncompiled, the decoder samples top-p itself
+    compiled = GraphDecoder(model, compile=True).generate(**inputs, settings=settings)
+    assert len(graphs) == 1  # the step was traced whole (no graph break) and ran compiled
+    assert torch.equal(compiled, eager)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback to HF generate warns
+        generation.generate_texts(model, processor, texts, images, 6, decoder="graph", do_sample=True,
+                                  temperature=0.7, top_p=0.9)
+    decoder = generation.decoder_for(model)
+    assert decoder.compile and decoder.calls == 1
     generation.forget_decoders()
 
 
@@ -453,3 +547,28 @@ def test_a_tiny_models_suppressed_ids_are_never_sampled_by_generate_or_the_decod
     assert not suppressed & set(hf.flatten().tolist()) and not suppressed & set(ours.flatten().tolist())
     unsuppressed = _ours(GraphDecoder(model), inputs, **kwargs)
     assert suppressed & set(unsuppressed.flatten().tolist())  # the list is what keeps them out
+
+
+def test_layers_once_traces_one_nested_region_for_every_layer_and_keeps_the_tokens(tiny_model_dir):
+    """compile_layers_once (the shorter first compile): the compiled step's graph calls ONE nested compile region
+    (invoke_subgraph) for the decoder layers instead of inlining each, and the tokens stay HF generate's; outside
+    torch.compile the marked layers are plain calls (the uncompiled decoder gives the same tokens)."""
+    from open_r1.decoding import compile_layers_once
+
+    model, processor, texts, images = _tiny_batch(tiny_model_dir)
+    inputs = _inputs(processor, QUESTIONS)
+    kwargs = dict(max_new_tokens=6, do_sample=False, eos_token_id=[-5], pad_token_id=processor.tokenizer.pad_token_id)
+    reference = _hf(model, inputs, **kwargs)
+    graphs = []
+
+    def recording_backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    decoder = GraphDecoder(model, compile=True, layers_once=True, compile_options={"backend": recording_backend})
+    assert torch.equal(_ours(decoder, inputs, **kwargs), reference)
+    targets = [str(node.target) for graph in graphs for node in graph.graph.nodes if node.op == "call_function"]
+    layers = model.config.get_text_config().num_hidden_layers
+    assert layers > 1 and sum("invoke_subgraph" in t for t in targets) == layers
+    assert compile_layers_once(model) == layers  # idempotent
+    assert torch.equal(_ours(GraphDecoder(model, compile=False), inputs, **kwargs), reference)
