@@ -7,7 +7,7 @@ of the policy (bf16: 4.4 GB for Qwen2-VL-2B) on each rank, with no adapter modul
 collective, so every rank refreshes at the same points: the first rollout after each optimizer step), merges LoRA
 (W + scale * B @ A, peft's own `get_delta_weight`) and copies the result IN PLACE into the copy's tensors: their
 addresses never change, so the decoder's captured graph stays valid. The copy is built from the policy's config
-(meta device, then `to_empty`), never loaded from disk.
+(on the device, weights uninitialised until the first refresh), never loaded from disk.
 """
 from __future__ import annotations
 
@@ -78,13 +78,19 @@ class RolloutWeights:
         finally:
             if grouped:
                 va.use_grouped_vision_attention(base, "grouped")
-        with torch.device("meta"), no_init_weights():
-            model = type(base)(config)
+        # built on the device in the copy's dtype, weights left uninitialised (the first refresh fills them): the
+        # constructor computes the non-persistent buffers (rotary tables) itself, which a meta build would lose
+        default_dtype = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            with torch.device(device), no_init_weights():
+                model = type(base)(config)
+        finally:
+            torch.set_default_dtype(default_dtype)
         if grouped:
             va.use_grouped_vision_attention(model, "grouped")
-        for param in model.parameters():  # on meta: free; to_empty then allocates in the copy's dtype
+        for param in model.parameters():  # the few a model creates in float32 explicitly
             param.data = param.data.to(dtype)
-        model.to_empty(device=device)
         model.tie_weights()  # tied embeddings / LM head stay one tensor in the copy
         model.requires_grad_(False).eval()
         if getattr(base, "generation_config", None) is not None:
@@ -105,7 +111,9 @@ class RolloutWeights:
         with torch.no_grad():  # buffers (rotary tables, ...) are never sharded and never trained: copied once
             for target, _, source, _ in self._pairs:
                 for key, buffer in target.named_buffers(recurse=False):
-                    buffer.copy_(source.get_buffer(key))
+                    value = source.get_buffer(key)
+                    if not value.is_meta:  # a DeepSpeed-built policy can hold meta buffers: keep the copy's own
+                        buffer.copy_(value)
         self.nbytes = sum(t.nbytes for t in {t.data_ptr(): t for t in [*model.parameters(), *model.buffers()]}
                           .values())
         self.step = None
