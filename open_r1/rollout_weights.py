@@ -31,6 +31,24 @@ def deepspeed_gather(params):
     return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
 
 
+@contextlib.contextmanager
+def _outside_zero_init():
+    """DeepSpeed's `zero.Init`, while a run keeps one open, partitions every module built inside it (the copy came
+    out empty on an H100): suspend it as `deepspeed.initialize` does (`shutdown_init_context` /
+    `restore_init_context`, no-ops when none is open)."""
+    import sys
+
+    zero = sys.modules.get("deepspeed.runtime.zero.partition_parameters")  # only where DeepSpeed is in use
+    if zero is None:
+        yield
+        return
+    zero.shutdown_init_context()
+    try:
+        yield
+    finally:
+        zero.restore_init_context()
+
+
 def _lora_parts(module):
     """(base module, active LoRA adapter names) for a peft LoRA layer; (module, []) for any other module (for peft's
     modules_to_save wrapper: its active trained copy)."""
@@ -83,10 +101,13 @@ class RolloutWeights:
         default_dtype = torch.get_default_dtype()
         torch.set_default_dtype(dtype)
         try:
-            with torch.device(device), no_init_weights():
+            with _outside_zero_init(), torch.device(device), no_init_weights():
                 model = type(base)(config)
         finally:
             torch.set_default_dtype(default_dtype)
+        if any(hasattr(p, "ds_id") for p in model.parameters()):
+            raise RecipeError("the rollout copy came out partitioned by DeepSpeed ZeRO-3; train with DDP "
+                              "(train.sh ZERO3=0) or set fast_decode: false")
         if grouped:
             va.use_grouped_vision_attention(model, "grouped")
         for param in model.parameters():  # the few a model creates in float32 explicitly
