@@ -331,10 +331,40 @@ def recipe_keys() -> frozenset[str]:
     return frozenset({"env", *(f.name for cls in _argument_classes() for f in dataclasses.fields(cls) if f.init)})
 
 
+class _RecipeParser(TrlParser):
+    """TrlParser with no abbreviations (`--learning_rat` is not `--learning_rate`) and argparse's errors as one
+    RecipeError (its default prints the usage of every key, 220 lines, before the one that matters)."""
+
+    def __init__(self, dataclass_types):
+        super().__init__(dataclass_types, allow_abbrev=False)
+
+    def error(self, message):
+        raise RecipeError(f"invalid recipe: {message}")
+
+
+def unknown_keys_error(config_rest: list[str], cli_rest: list[str]) -> RecipeError:
+    """One error naming each unknown key (YAML keys and command-line flags) with the closest known one."""
+    import difflib
+
+    keys = sorted(recipe_keys())
+    found = []
+    for where, rest in (("recipe key", config_rest), ("command-line flag", cli_rest)):
+        for item in rest:
+            if not item.startswith("--") and found:  # a value of the unknown flag before it
+                continue
+            key = item[2:].split("=", 1)[0].replace("-", "_") if item.startswith("--") else item
+            close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+            found.append(f"{where} {key!r}" + (f" (did you mean {close[0]}?)" if close else ""))
+    return RecipeError("unknown " + "; ".join(found) + " (python -m open_r1.grpo --help lists the keys)")
+
+
 def parse_args(argv=None):
     classes = _argument_classes()
     legacy = not _has_activation_checkpointing()
-    parsed = list(TrlParser(tuple(classes)).parse_args_and_config(args=argv))
+    *parsed, config_rest, cli_rest = _RecipeParser(tuple(classes)).parse_args_and_config(
+        args=argv, return_remaining_strings=True, separate_remaining_strings=True)
+    if config_rest or cli_rest:
+        raise unknown_keys_error(config_rest, cli_rest)
     if legacy:
         alias = parsed.pop(3)
         if alias.activation_checkpointing is not None:
@@ -404,6 +434,8 @@ def cli(argv=None) -> int:
             raise RecipeError(f"recipe file {exc.filename} does not exist (--config); see configs/*.yaml") from None
         except OSError as exc:
             raise RecipeError(f"cannot read the recipe ({exc}) (--config)") from None
+        except RecipeError:  # already one clear line (unknown key, bad value)
+            raise
         except ValueError as exc:  # GRPOConfig validates its fields when it is built
             hint = BATCH_HINT if "num_generations" in str(exc) else "check the recipe and its overrides"
             if "bf16/gpu" in str(exc):

@@ -302,10 +302,24 @@ def test_unknown_recipe_key_is_a_recipe_error(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("learning_rate: 1.0e-6\nreward_wieghts: [1.0]\n")
     rc, _, err = py("-m", "open_r1.grpo", "--config", str(recipe), "--use_cpu", "true")
-    assert_clean_error(rc, err, "error: invalid recipe", "reward_wieghts")
+    assert_clean_error(rc, err, "error: unknown recipe key 'reward_wieghts' (did you mean reward_weights?)")
+    assert len(err.strip().splitlines()) <= 3 and "fail_with_unknown_args" not in err
     if not HAS_GPU:  # TRL's bf16 default on a CPU machine: the fix is named
         rc, _, err = py("-m", "open_r1.grpo", "--config", "configs/demo.yaml", "--bf16", "true")
         assert_clean_error(rc, err, "no GPU is visible: pass --use_cpu true")
+
+
+def test_misspelt_abbreviated_or_mistyped_flags_are_one_short_error():
+    """argparse would take `--learning_rat` as an abbreviation of --learning_rate, and print the usage of every key
+    (220 lines) before a bad value's message."""
+    for argv, needle in (
+        (["--learning_rat", "1"], "unknown command-line flag 'learning_rat' (did you mean learning_rate?)"),
+        (["--num_generaton=3"], "unknown command-line flag 'num_generaton' (did you mean num_generations?)"),
+        (["--learning_rate", "abc"], "--learning_rate/--learning-rate: invalid float value: 'abc'"),
+    ):
+        rc, _, err = py("-m", "open_r1.grpo", "--config", "configs/demo.yaml", "--use_cpu", "true", *argv)
+        assert_clean_error(rc, err, needle)
+        assert len(err.strip().splitlines()) <= 3, err
 
 
 def test_invalid_yaml_and_missing_config(tmp_path):
