@@ -271,7 +271,8 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
     )
     staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX.format(name=os.path.basename(out))}{os.getpid()}-",
                                dir=parent)
-    verified = False
+    verified, new_inode = False, None
+    aside = _unique(f"{out}.prev-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         log(f"[export] writing merged model from {checkpoint} into {staging}")
         model.save_pretrained(staging, safe_serialization=True)
@@ -297,19 +298,26 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
             report.path = beside
             report.installed = False
             return report
-        install(staging, out, "prev", log=log)
+        new_inode = os.stat(staging).st_ino
+        install(staging, out, "prev", log=log, aside=aside)
     except BaseException as exc:
         if os.path.exists(_journal_path(out)):  # the swap itself failed half-way (an OSError): finish or undo it
-            discard_staging(staging, out, log=log)
+            where = discard_staging(staging, out, log=log)
+        elif new_inode is not None and _inode(out) == new_inode:  # interrupted as the held signal was delivered
+            where = f"the new model is in place at {out}" + (f", the previous one is kept at {aside}"
+                                                             if os.path.isdir(aside) else "")
         elif verified and os.path.isdir(staging):  # a verified model is never deleted: keep it beside the target
             kept = _unique(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
             os.rename(staging, kept)
-            log(f"[export] interrupted ({type(exc).__name__}); {out} is unchanged, the verified new model is kept "
-                f"at {kept}")
+            where = f"{out} is unchanged, the verified new model is kept at {kept}"
         else:
             shutil.rmtree(staging, ignore_errors=True)  # a partial write, never a model
-            if isinstance(exc, KeyboardInterrupt):
-                log(f"[export] interrupted before the new model was verified; {out} is unchanged")
+            where = f"{out} is unchanged (the partial new model was removed)"
+        if isinstance(exc, KeyboardInterrupt):
+            exc.where = where  # main's one line says where the models are
+        elif isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError":  # e.g. a full disk
+            reason = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ExportError(f"writing the new model failed: {reason}; {where}") from None
         raise
     report.path = out
     report.installed = True
@@ -374,24 +382,29 @@ def _journal_path(target: str) -> str:
 
 
 class _SignalsHeld:
-    """Hold SIGINT/SIGTERM back (delivered on exit) so a swap of two renames is never cut in the middle."""
+    """Hold SIGINT/SIGTERM back (delivered on exit) so a swap of two renames is never cut in the middle. The
+    handlers are swapped for a recorder, not the signals masked: a mask holds only this thread's signals, and the
+    kernel may hand a Ctrl-C to any of torch's threads, whose C handler still wakes the Python handler here."""
 
     def __enter__(self):
-        self.held = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
-        if self.held:
-            self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        self.received, self.previous = [], {}
+        if threading.current_thread() is threading.main_thread():  # Python sets handlers in the main thread only
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self.previous[signum] = signal.signal(signum, lambda number, frame: self.received.append(number))
         return self
 
     def __exit__(self, *exc):
-        if self.held:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
+        for signum, handler in self.previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        for signum in self.received[:1]:
+            signal.raise_signal(signum)
         return False
 
 
-def install(staging: str, target: str, aside_tag: str = "prev", log=print) -> str | None:
-    """Put the verified model `staging` at `target`; the model that was there is kept at
-    `<target>.<aside_tag>-<timestamp>` (returned; None when there was none)."""
-    aside = _unique(f"{target}.{aside_tag}-{time.strftime('%Y%m%d-%H%M%S')}")
+def install(staging: str, target: str, aside_tag: str = "prev", log=print, aside: str | None = None) -> str | None:
+    """Put the verified model `staging` at `target`; the model that was there is kept at `aside` (default
+    `<target>.<aside_tag>-<timestamp>`; returned, None when there was none)."""
+    aside = aside or _unique(f"{target}.{aside_tag}-{time.strftime('%Y%m%d-%H%M%S')}")
     journal = _journal_path(target)
     with _SignalsHeld():
         if not os.path.exists(target):
@@ -405,17 +418,26 @@ def install(staging: str, target: str, aside_tag: str = "prev", log=print) -> st
             os.rename(target, aside)
             os.rename(staging, target)
         os.remove(journal)
-    log(f"[export] previous model kept at {aside}")
+        log(f"[export] previous model kept at {aside}")  # before a held signal is delivered
     return aside
 
 
-def discard_staging(staging: str, target: str, log=print) -> None:
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def discard_staging(staging: str, target: str, log=print) -> str:
     """Drop a staging dir after a failure; when a swap was under way (journal present) recover it instead, since
-    the staging path may then hold the previous model."""
+    the staging path may then hold the previous model. Returns a line saying where the models are."""
+    done = f"{target} is unchanged"
     if os.path.exists(_journal_path(target)):
-        recover_interrupted_swap(target, log=log)  # moves whatever model `staging` held to its place
+        done = recover_interrupted_swap(target, log=log) or done  # moves whatever model `staging` held to its place
     if os.path.isdir(staging):
         shutil.rmtree(staging, ignore_errors=True)
+    return done
 
 
 def recover_interrupted_swap(target: str, log=print) -> str | None:
@@ -430,12 +452,7 @@ def recover_interrupted_swap(target: str, log=print) -> str | None:
         return None
     staging, aside, new_inode = record.get("staging"), record.get("aside"), record.get("new_inode")
 
-    def inode(path):
-        try:
-            return os.stat(path).st_ino
-        except OSError:
-            return None
-
+    inode = _inode
     if not os.path.exists(target):
         if staging and inode(staging) == new_inode:
             os.rename(staging, target)
@@ -578,8 +595,8 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         name = str(exc) or "SIGINT"
-        print(f"error: export interrupted ({name}); the submission at {os.path.abspath(args.out)} is unchanged",
-              file=sys.stderr)
+        where = getattr(exc, "where", f"the submission at {os.path.abspath(args.out)} is unchanged")
+        print(f"error: export interrupted ({name}); {where}", file=sys.stderr)
         return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
     finally:
         if previous is not None:

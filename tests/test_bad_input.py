@@ -472,12 +472,12 @@ def test_sigterm_during_export_restores_never_deletes(tiny_model_dir, exported, 
     out, err = proc.communicate(timeout=600)
     names = sorted(p.name for p in tmp_path.iterdir())
     assert not any(".tmp-" in n for n in names), names
-    if proc.returncode == 143:  # stopped: the old submission is exactly as it was, nothing half-made remains
+    if proc.returncode == 143 and "the new model is in place" not in err:  # stopped: the old one as it was
         assert "export interrupted (SIGTERM)" in err and "Traceback" not in err
         assert tree_digest(submission) == before
         assert all(n == "submission" or n.startswith("submission.candidate-") for n in names), names
-    else:  # the signal came after the swap: a complete new model at the path, the old kept beside it
-        assert proc.returncode == 0, err[-3000:]
+    else:  # the signal came during or after the swap: a complete new model at the path, the old kept beside it
+        assert proc.returncode in (0, 143), err[-3000:]
         assert (submission / "model.safetensors").is_file()
         assert any(tree_digest(tmp_path / n) == before for n in names if n.startswith("submission.prev-"))
 
