@@ -333,7 +333,9 @@ def load_split(path_or_name: str, split: str = "train", generate_hint: str | Non
             ) from None
         if isinstance(loaded, datasets.DatasetDict):
             if split not in loaded:
-                raise DataError(f"{path_or_name} holds splits {sorted(loaded)}, not {split!r}; pass one of those")
+                example = os.path.join(path_or_name, sorted(loaded)[0])
+                raise DataError(f"{path_or_name} holds the splits {sorted(loaded)}, not {split!r}: name one split's "
+                                f"directory, DATA / --dataset_name {example}")
             loaded = loaded[split]
         return loaded
     if os.path.sep in path_or_name or path_or_name.startswith("."):
@@ -367,7 +369,8 @@ def dataset_problems(path: str, option: str, split: str = "train", task: str = "
     try:
         dataset = get_task(task).load_split(path, split)
     except OpenR1Error as exc:
-        text = str(exc).replace("point DATA / --dataset_name to your split", f"set {option}")
+        text = str(exc).replace("point DATA / --dataset_name to your split", f"set {option}").replace(
+            "DATA / --dataset_name ", f"{option} ")
         return [f"{text} ({option})" if option not in text else text], None
     if len(dataset) == 0:
         return [f"data set {path} has no rows: an empty data set ({option})"], None

@@ -273,6 +273,19 @@ def test_empty_data_sets_are_called_empty(scene_data_dir, tmp_path):
     assert "is an empty directory" in dataset_problems(str(tmp_path / "blank"), "--eval_sets")[0][0]
 
 
+def test_a_set_holding_only_a_validation_split_names_the_split_dir(scene_data_dir, tmp_path):
+    import datasets
+
+    from open_r1.validate import dataset_problems
+
+    whole = tmp_path / "hub_copy"
+    datasets.DatasetDict({"validation": datasets.load_from_disk(os.path.join(scene_data_dir, "val"))}).save_to_disk(
+        str(whole))
+    found, dataset = dataset_problems(str(whole), "--sets")
+    assert dataset is None and len(found) == 1 and f"--sets {whole / 'validation'}" in found[0], found
+    assert dataset_problems(str(whole / "validation"), "--sets")[0] == []  # the named fix works
+
+
 def test_data_sets_are_checked_the_way_their_task_loads_them(scene_data_dir, tmp_path):
     from open_r1.validate import dataset_problems
 
