@@ -54,3 +54,19 @@ class SceneArgumentError(OpenR1Error, ValueError):
 
 class SceneGenerationError(OpenR1Error, RuntimeError):
     """No acceptable scene could be sampled (e.g. objects cannot all stay visible at a tiny image size)."""
+
+
+def user_error(exc: BaseException) -> OpenR1Error | None:
+    """The project's own error behind `exc`, or None. An error raised in a worker process arrives wrapped: chained
+    as the cause (`datasets`' DatasetGenerationError over multiprocessing's RemoteTraceback), or re-raised with the
+    worker's traceback as its message (torch's DataLoader). The user gets the one line, not the wrapping."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OpenR1Error):
+            text, head = str(exc), f"{type(exc).__name__}: "
+            if "Traceback (most recent call last)" in text and head in text:  # the DataLoader's re-raise
+                return type(exc)(text[text.rindex(head) + len(head):].strip())
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None

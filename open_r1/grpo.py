@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from open_r1 import modeling
-from open_r1.errors import OpenR1Error, RecipeError  # noqa: F401  (RecipeError re-exported)
+from open_r1.errors import OpenR1Error, RecipeError, user_error  # noqa: F401  (RecipeError re-exported)
 from open_r1.export import TRAINING_META_FILE
 from open_r1.families import FAMILIES
 from open_r1.rewards import parse_reward_kwargs  # noqa: F401  (re-exported: recipes' reward params)
@@ -372,9 +372,6 @@ def parse_args(argv=None):
     return tuple(parsed)
 
 
-USER_ERRORS = (OpenR1Error,)
-
-
 # The TRL keys a recipe of ours usually sets, shown by the short --help (the rest: --help-all).
 COMMON_TRL_KEYS = (
     "model_name_or_path", "output_dir", "learning_rate", "lr_scheduler_type", "max_steps", "num_generations",
@@ -447,8 +444,11 @@ def cli(argv=None) -> int:
                 raise
             raise RecipeError(f"the recipe is not valid YAML: {exc} (--config)") from None
         trainer = main(script_args, training_args, model_args)
-    except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except Exception as exc:  # ours, also from a worker process (data map, DataLoader), wrapped by the library
+        found = user_error(exc)
+        if found is None:
+            raise
+        print(f"error: {found}", file=sys.stderr)
         return 2
     return trainer.run_safety.exit_code  # 128+signal after SIGTERM/SIGINT (checkpoint saved), so train.sh stops
 

@@ -200,3 +200,49 @@ def test_promote_of_an_unmerged_adapter_names_the_users_dir(submission, tmp_path
                          "--no-verify-generate"]) == 2
     line = one_error_line(capsys.readouterr().err)
     assert f"merge it with python -m open_r1.export --checkpoint {adapter} --out" in line and ".tmp-" not in line
+
+
+# ---- an error raised in a worker process ---------------------------------------------------------------------------
+
+
+def test_scenes_too_small_for_their_objects_are_one_line_from_the_workers(tmp_path):
+    from tests.test_bad_input import assert_clean_error, py
+
+    rc, _, err = py("-m", "open_r1.tasks.counting.scenes", "--out", str(tmp_path / "data"), "--splits", "train",
+                    "--train", "40", "--image-size", "32x32", "--workers", "2", "--no-progress")
+    assert_clean_error(rc, err, "error: could not lay out", "use a larger image")
+    assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "data").exists()
+
+
+class _BadRows:
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        from open_r1.errors import DataError
+
+        raise DataError(f"row {index}: unreadable image; fix or drop that row")
+
+
+def _bad_map(row):
+    from open_r1.errors import DataError
+
+    raise DataError("row 0: no gold count; fix that row")
+
+
+def test_worker_errors_of_dataloader_and_dataset_map_unwrap_to_our_line():
+    import datasets
+    import torch
+
+    from open_r1.errors import DataError, user_error
+
+    with pytest.raises(DataError) as wrapped:  # torch re-raises the type with the worker's traceback as message
+        list(torch.utils.data.DataLoader(_BadRows(), num_workers=1))
+    assert "Traceback" in str(wrapped.value)
+    found = user_error(wrapped.value)
+    assert isinstance(found, DataError) and str(found) == "row 0: unreadable image; fix or drop that row"
+    with pytest.raises(Exception) as mapped:
+        datasets.Dataset.from_dict({"a": [1, 2, 3, 4]}).map(_bad_map, num_proc=2)
+    assert str(user_error(mapped.value)) == "row 0: no gold count; fix that row"
+    assert user_error(RuntimeError("a bug")) is None  # anything else stays a traceback

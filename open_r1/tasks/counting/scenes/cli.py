@@ -160,11 +160,17 @@ def _run_preview(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from open_r1.errors import OpenR1Error
+    from open_r1.errors import user_error
 
     try:
         args = build_parser().parse_args(argv)
         return _run_preview(args) if args.preview is not None else _run_splits(args)
-    except (UsageError, OpenR1Error) as exc:
+    except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a render worker's error arrives wrapped by multiprocessing and `datasets`
+        found = user_error(exc)
+        if found is None:
+            raise
+        print(f"error: {found}", file=sys.stderr)
         return 2
