@@ -7,6 +7,8 @@ catch the builtin kinds keep working.
 """
 from __future__ import annotations
 
+import argparse
+
 
 class OpenR1Error(Exception):
     """Base class: a user-facing problem whose message says what is wrong and what to do."""
@@ -70,3 +72,11 @@ def user_error(exc: BaseException) -> OpenR1Error | None:
             return exc
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+class CliHelp(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The --help of every entry point: descriptions as written, each option's default shown (a None or False
+    default is not: the option's help says what happens without it)."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default in (None, False) else super()._get_help_string(action)

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from open_r1 import modeling
-from open_r1.errors import ExportError, ModelError, OpenR1Error  # noqa: F401  (re-exported)
+from open_r1.errors import CliHelp, ExportError, ModelError, OpenR1Error  # noqa: F401  (re-exported)
 from open_r1.run.keep_best import read_json, write_json_atomic
 
 TRAINING_META_FILE = "training_meta.json"
@@ -565,12 +565,14 @@ def main(argv=None) -> int:
     from open_r1.noise import quiet_library_noise
 
     quiet_library_noise()
-    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=CliHelp)
     parser.add_argument("--checkpoint", required=True, help="training output dir or a checkpoint-N dir")
     parser.add_argument("--out", required=True, help="submission dir to write (replaced atomically)")
-    parser.add_argument("--base-model", default=None, help="base model for a LoRA adapter (default: recorded one)")
-    parser.add_argument("--min-pixels", type=int, default=None)
-    parser.add_argument("--max-pixels", type=int, default=None)
+    parser.add_argument("--base-model", default=None, help="base model for a LoRA adapter (without it: the one recorded)")
+    parser.add_argument("--min-pixels", type=int, default=None,
+                        help="processor min_pixels (without it: the training run's, from training_meta.json)")
+    parser.add_argument("--max-pixels", type=int, default=None,
+                        help="processor max_pixels (without it: the training run's, from training_meta.json)")
     parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
     parser.add_argument("--any-family", action="store_true",
                         help=f"verify as a model of its own family (Qwen2.5-VL, Qwen3-VL), not as the counting "

@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from open_r1.errors import OpenR1Error, PromoteError  # noqa: F401  (re-exported)
+from open_r1.errors import CliHelp, OpenR1Error, PromoteError  # noqa: F401  (re-exported)
 from open_r1.validate import is_number
 
 REPORT_FILE = "selfcheck.json"
@@ -225,10 +225,11 @@ Exit status: 0 promoted, 1 refused (not better / not comparable), 2 error.
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=CliHelp)
     parser.add_argument("--candidate", required=True, help="model dir to promote (an exported submission)")
-    parser.add_argument("--report", default=None, help=f"its selfcheck JSON (default <candidate>/{REPORT_FILE})")
-    parser.add_argument("--submission", default=os.environ.get("SUBMISSION", "/app/submission"))
+    parser.add_argument("--report", default=None, help=f"its selfcheck JSON (without it: <candidate>/{REPORT_FILE})")
+    parser.add_argument("--submission", default=os.environ.get("SUBMISSION", "/app/submission"),
+                        help="the submission dir ($SUBMISSION when set)")
     parser.add_argument("--force", action="store_true", help="promote even if not better / not comparable")
     parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
     args = parser.parse_args(argv)

@@ -777,3 +777,25 @@ def test_scene_generator_and_run_plot_errors_are_clean(tmp_path, file_in_the_way
     rc, _, err = py("-m", "open_r1.promote", "--candidate", str(tmp_path / "none"), "--submission",
                     str(tmp_path / "sub"))
     assert_clean_error(rc, err, f"candidate {tmp_path / 'none'} does not exist")
+
+
+def test_every_console_script_resolves_and_its_help_shows_the_defaults(monkeypatch, capsys):
+    """[project.scripts] of pyproject.toml (the captioning ones are checked by their own tests): each resolves to
+    its function, and its --help shows the defaults a user would otherwise have to read the code for."""
+    import importlib
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    monkeypatch.delenv("SUBMISSION", raising=False)
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
+        scripts = tomllib.load(handle)["project"]["scripts"]
+    shown = {"open-r1-grpo": "--task (default: 'counting')", "open-r1-promote": "(default: /app/submission)",
+             "open-r1-scenes": "(default: 2000)", "open-r1-selfcheck": "(default: /app/data/val)",
+             "open-r1-tiny-model": "(default: qwen2_vl)", "open-r1-export": "--no-verify-generate",
+             "open-r1-plot-run": "run_dir"}
+    assert set(shown) <= set(scripts), sorted(scripts)
+    for name, needle in shown.items():
+        module, function = scripts[name].split(":")
+        with pytest.raises(SystemExit) as done:
+            raise SystemExit(getattr(importlib.import_module(module), function)(["--help"]))
+        out = capsys.readouterr().out
+        assert done.value.code in (0, None) and needle in " ".join(out.split()), (name, out[-2000:])
