@@ -74,9 +74,13 @@ def user_error(exc: BaseException) -> OpenR1Error | None:
     return None
 
 
-class CliHelp(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+class CliHelp(argparse.RawDescriptionHelpFormatter):
     """The --help of every entry point: descriptions as written, each option's default shown (a None or False
-    default is not: the option's help says what happens without it)."""
+    default is not: the option's help says what happens without it). argparse's own hook, as its
+    ArgumentDefaultsHelpFormatter uses it."""
 
     def _get_help_string(self, action):
-        return action.help if action.default in (None, False) else super()._get_help_string(action)
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text or not text:
+            return action.help
+        return f"{text} (default: %(default)s)"

@@ -400,7 +400,8 @@ def short_help() -> str:
     total = len(trl_fields) + len(dataclasses.fields(ScriptArguments))
     return "\n".join([
         "usage: python -m open_r1.grpo --config RECIPE.yaml [--KEY VALUE ...]",
-        "       (bash train.sh RECIPE.yaml [--KEY VALUE ...] sets model, data and output dir from the environment)",
+        "       (bash train.sh RECIPE.yaml [--KEY VALUE ...]: model, data and output dir from MODEL_PATH, DATA and "
+        "OUTPUT_DIR, else the recipe's)",
         "",
         "Every key can go in the recipe YAML or on the command line; the command line wins.",
         "",

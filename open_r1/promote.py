@@ -198,8 +198,11 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
         # delivered as the held signal was released: the swap is done, so the promotion is finished
         replaced, interrupted = (aside if os.path.isdir(aside) else None), f" ({str(exc) or 'SIGINT'} came after "\
             "the swap: the promotion is complete)"
-    except BaseException:
-        discard_staging(staging, submission, log=log)  # a copy: the candidate itself stays where it is
+    except BaseException as exc:
+        where = discard_staging(staging, submission, log=log)  # a copy: the candidate itself stays where it is
+        if isinstance(exc, OSError):  # e.g. a full disk while copying
+            raise PromoteError(f"copying the candidate failed: {exc.strerror or exc} ({exc.filename}); {where}, "
+                               f"the candidate is still at {candidate}") from None
         raise
     before = "none" if current_score is None else f"{current_score:.2f}%"
     message = f"promoted {candidate} -> {submission}: {new_score:.2f}% mean accuracy (was {before})" + (

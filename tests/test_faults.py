@@ -246,3 +246,25 @@ def test_worker_errors_of_dataloader_and_dataset_map_unwrap_to_our_line():
         datasets.Dataset.from_dict({"a": [1, 2, 3, 4]}).map(_bad_map, num_proc=2)
     assert str(user_error(mapped.value)) == "row 0: no gold count; fix that row"
     assert user_error(RuntimeError("a bug")) is None  # anything else stays a traceback
+
+
+def test_full_disk_during_promote_keeps_the_submission_and_the_candidate(submission, tmp_path, monkeypatch, capsys):
+    from open_r1 import promote
+
+    fake_report(submission / "selfcheck.json", submission, {"val": 40.0})
+    before = tree_digest(submission)
+    candidate = tmp_path / "candidate"
+    shutil.copytree(submission, candidate)
+    report = fake_report(tmp_path / "new.json", candidate, {"val": 90.0})
+
+    def full_disk(src, dst, **kwargs):
+        with open(os.path.join(dst, "config.json"), "w") as handle:
+            handle.write("{")  # part of the copy made it to disk
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.path.join(dst, "model.safetensors"))
+
+    monkeypatch.setattr(shutil, "copytree", full_disk)
+    assert promote.main(["--candidate", str(candidate), "--report", report, "--submission", str(submission),
+                         "--no-verify-generate"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "No space left on device" in line and f"{submission} is unchanged" in line and str(candidate) in line
+    assert tree_digest(submission) == before and sorted(os.listdir(submission.parent)) == ["submission"]
