@@ -7,7 +7,7 @@
 # Environment (defaults: the recipe's model_name_or_path / dataset_name, else the users' machine layout):
 #   MODEL_PATH  base model                    (recipe, else /app/models/Qwen2-VL-2B-Instruct)
 #   DATA        train split, save_to_disk dir (recipe, else /app/data/train; the demo's is rendered on first use)
-#   SUBMISSION  where the merged model goes   (/app/submission)
+#   SUBMISSION  where the merged model goes   (/app/submission where /app exists, else OUTPUT_DIR/submission)
 #   OUTPUT_DIR  run dir with checkpoints      (recipe, else runs/<recipe name>)
 #   NUM_GPUS    processes to launch           (all visible GPUs; 0 = CPU mode)
 #   ZERO3       1 = DeepSpeed ZeRO-3 with zero3.json on GPUs (default 1), 0 = plain DDP
@@ -51,10 +51,12 @@ if [ "$DATA" = runs/demo/data/train ] && [ ! -e "$DATA" ]; then
   $PYTHON -m open_r1.tasks.counting.scenes --out runs/demo/data --splits train --train 400 --image-size 168x112 \
     --min-objects 1 --max-objects 5 --no-progress
 fi
-SUBMISSION=${SUBMISSION:-/app/submission}
-export SUBMISSION  # open_r1.grpo checks up front that it can be written
 OUTPUT_DIR=${OUTPUT_DIR:-$(recipe_value output_dir)}
 OUTPUT_DIR=${OUTPUT_DIR:-runs/$(basename "$RECIPE" .yaml)}
+if [ -z "${SUBMISSION:-}" ]; then  # the grader's path on the users' machine (/app); elsewhere inside the run dir
+  if [ -d /app ]; then SUBMISSION=/app/submission; else SUBMISSION=$OUTPUT_DIR/submission; fi
+fi
+export SUBMISSION  # open_r1.grpo checks up front that it can be written
 ZERO3=${ZERO3:-1}
 
 VISIBLE_GPUS=$($PYTHON -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)

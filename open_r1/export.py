@@ -272,7 +272,7 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
     staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX.format(name=os.path.basename(out))}{os.getpid()}-",
                                dir=parent)
     verified, new_inode = False, None
-    aside = _unique(f"{out}.prev-{time.strftime('%Y%m%d-%H%M%S')}")
+    aside = unique_path(f"{out}.prev-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         log(f"[export] writing merged model from {checkpoint} into {staging}")
         model.save_pretrained(staging, safe_serialization=True)
@@ -289,7 +289,7 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
             log(f"[export] warning: {warning}")
         current = scored_submission(out)
         if current is not None and not replace_scored:
-            beside = _unique(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+            beside = unique_path(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
             os.rename(staging, beside)
             score = current.get("mean_accuracy_pct")
             log(f"[export] {out} holds a scored submission ({score}% mean accuracy in its {REPORT_FILE}): kept. "
@@ -303,11 +303,11 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
     except BaseException as exc:
         if os.path.exists(_journal_path(out)):  # the swap itself failed half-way (an OSError): finish or undo it
             where = discard_staging(staging, out, log=log)
-        elif new_inode is not None and _inode(out) == new_inode:  # interrupted as the held signal was delivered
+        elif new_inode is not None and inode_of(out) == new_inode:  # interrupted as the held signal was delivered
             where = f"the new model is in place at {out}" + (f", the previous one is kept at {aside}"
                                                              if os.path.isdir(aside) else "")
         elif verified and os.path.isdir(staging):  # a verified model is never deleted: keep it beside the target
-            kept = _unique(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+            kept = unique_path(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
             os.rename(staging, kept)
             where = f"{out} is unchanged, the verified new model is kept at {kept}"
         else:
@@ -370,7 +370,7 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(err, os.strerror(err), a)
 
 
-def _unique(path: str) -> str:
+def unique_path(path: str) -> str:
     candidate, suffix = path, 1
     while os.path.exists(candidate):
         candidate, suffix = f"{path}-{suffix}", suffix + 1
@@ -404,7 +404,7 @@ class _SignalsHeld:
 def install(staging: str, target: str, aside_tag: str = "prev", log=print, aside: str | None = None) -> str | None:
     """Put the verified model `staging` at `target`; the model that was there is kept at `aside` (default
     `<target>.<aside_tag>-<timestamp>`; returned, None when there was none)."""
-    aside = aside or _unique(f"{target}.{aside_tag}-{time.strftime('%Y%m%d-%H%M%S')}")
+    aside = aside or unique_path(f"{target}.{aside_tag}-{time.strftime('%Y%m%d-%H%M%S')}")
     journal = _journal_path(target)
     with _SignalsHeld():
         if not os.path.exists(target):
@@ -422,7 +422,7 @@ def install(staging: str, target: str, aside_tag: str = "prev", log=print, aside
     return aside
 
 
-def _inode(path: str) -> int | None:
+def inode_of(path: str) -> int | None:
     try:
         return os.stat(path).st_ino
     except OSError:
@@ -451,10 +451,8 @@ def recover_interrupted_swap(target: str, log=print) -> str | None:
             os.remove(journal)
         return None
     staging, aside, new_inode = record.get("staging"), record.get("aside"), record.get("new_inode")
-
-    inode = _inode
     if not os.path.exists(target):
-        if staging and inode(staging) == new_inode:
+        if staging and inode_of(staging) == new_inode:
             os.rename(staging, target)
             done = f"completed an interrupted swap: the new model {staging} is now {target}"
         elif aside and os.path.isdir(aside):
@@ -462,15 +460,15 @@ def recover_interrupted_swap(target: str, log=print) -> str | None:
             done = f"restored {target} from {aside} after an interrupted swap"
         else:
             done = f"an interrupted swap left nothing to restore at {target}"
-    elif inode(target) == new_inode:
+    elif inode_of(target) == new_inode:
         done = f"completed an interrupted swap: {target} is the new model"
         if staging and os.path.isdir(staging):
             os.rename(staging, aside)
             done += f", the previous one is kept at {aside}"
     else:
         done = f"an interrupted swap never replaced {target} (unchanged)"
-        if staging and inode(staging) == new_inode:
-            kept = _unique(f"{target}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+        if staging and inode_of(staging) == new_inode:
+            kept = unique_path(f"{target}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
             os.rename(staging, kept)
             done += f"; the verified new model is kept at {kept}"
     os.remove(journal)
@@ -497,7 +495,7 @@ def clean_stale_staging(target: str, log=print) -> list[str]:
         alive = pid.isdigit() and _pid_alive(int(pid))
         if pid.isdigit() and not alive:
             if verify_submission(path, generate=False, expected_class=None).ok:  # killed after verifying: keep it
-                kept = _unique(f"{os.path.join(parent, name)}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+                kept = unique_path(f"{os.path.join(parent, name)}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
                 os.rename(path, kept)
                 log(f"[export] {path} (an export, pid {pid}, killed before its swap) holds a complete model: kept "
                     f"at {kept}")

@@ -105,13 +105,13 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
     result with promoted=False when the candidate is not better (a refusal, not an error)."""
     from open_r1.export import (
         STAGING_PREFIX,
-        _inode,
-        _unique,
         clean_stale_staging,
         discard_staging,
         fix_modes,
+        inode_of,
         install,
         recover_interrupted_swap,
+        unique_path,
         verify_submission,
     )
     from open_r1.validate import writable_problem
@@ -179,7 +179,7 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
     clean_stale_staging(submission, log=log)
     staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX.format(name=os.path.basename(submission))}{os.getpid()}-",
                                dir=parent)
-    aside, new_inode = _unique(f"{submission}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"), None
+    aside, new_inode = unique_path(f"{submission}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"), None
     try:
         shutil.copytree(candidate, staging, dirs_exist_ok=True)
         shutil.copyfile(report_path, os.path.join(staging, REPORT_FILE))
@@ -191,7 +191,7 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
         replaced = install(staging, submission, "replaced", log=log, aside=aside)
         interrupted = ""
     except KeyboardInterrupt as exc:
-        if _inode(submission) != new_inode:  # before the swap: nothing changed
+        if new_inode is None or inode_of(submission) != new_inode:  # before the swap: nothing changed
             discard_staging(staging, submission, log=log)
             exc.where = f"the submission at {submission} is unchanged"
             raise

@@ -61,20 +61,23 @@ def clean_clone(dest) -> str:
 @pytest.mark.slow
 def test_the_help_hint_runs_on_a_clean_clone_with_no_variables_set(tmp_path):
     """`bash train.sh configs/demo.yaml` (the hint in --help) trains from the recipe's model and data: the shipped
-    warm start, and the demo's scenes rendered on first use. Only SUBMISSION is set, so that a test never writes
-    /app/submission."""
+    warm start, and the demo's scenes rendered on first use; the submission goes into the run dir where there is
+    no /app (where there is one, SUBMISSION is set: a test never writes /app/submission)."""
     clone = clean_clone(tmp_path / "clone")
     env = {key: value for key, value in os.environ.items()
-           if key not in ("MODEL_PATH", "DATA", "OUTPUT_DIR", "NUM_GPUS", "PYTHON", "ZERO3")}
-    env.update(SUBMISSION=str(tmp_path / "submission"), CUDA_VISIBLE_DEVICES="",
-               PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""))
+           if key not in ("MODEL_PATH", "DATA", "OUTPUT_DIR", "SUBMISSION", "NUM_GPUS", "PYTHON", "ZERO3")}
+    env.update(CUDA_VISIBLE_DEVICES="", PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""))
+    submission = os.path.join(clone, "runs", "demo", "grpo", "submission")
+    if os.path.isdir("/app"):
+        submission = env["SUBMISSION"] = str(tmp_path / "submission")
     result = subprocess.run(
         ["bash", "train.sh", "configs/demo.yaml", "--max_steps", "1", "--per_device_train_batch_size", "8",
          "--num_generations", "4", "--max_completion_length", "8"],
         cwd=clone, env=env, capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "submission ready" in result.stdout
+    assert f"submission ready: {submission}" in result.stdout
+    assert os.path.isfile(os.path.join(submission, "model.safetensors"))
     assert os.path.isdir(os.path.join(clone, "runs", "demo", "data", "train"))
     meta = json.loads(open(os.path.join(clone, "runs", "demo", "grpo", "training_meta.json")).read())
     assert meta["base_model"] == os.path.join(clone, "open_r1", "tasks", "counting", "demo_start")
