@@ -45,12 +45,6 @@ MODEL_PATH=${MODEL_PATH:-$(recipe_value model_name_or_path)}
 MODEL_PATH=${MODEL_PATH:-/app/models/Qwen2-VL-2B-Instruct}
 DATA=${DATA:-$(recipe_value dataset_name)}
 DATA=${DATA:-/app/data/train}
-# A clean clone has no data for the demo recipe: render the demo's train split (open_r1.tasks.counting.demo's scenes).
-if [ "$DATA" = runs/demo/data/train ] && [ ! -e "$DATA" ]; then
-  echo "[train.sh] rendering the demo's training scenes into runs/demo/data (first use)"
-  $PYTHON -m open_r1.tasks.counting.scenes --out runs/demo/data --splits train --train 400 --image-size 168x112 \
-    --min-objects 1 --max-objects 5 --no-progress
-fi
 OUTPUT_DIR=${OUTPUT_DIR:-$(recipe_value output_dir)}
 OUTPUT_DIR=${OUTPUT_DIR:-runs/$(basename "$RECIPE" .yaml)}
 if [ -z "${SUBMISSION:-}" ]; then  # the grader's path on the users' machine (/app); elsewhere inside the run dir
@@ -69,6 +63,13 @@ if [ "$NUM_GPUS" -gt "$VISIBLE_GPUS" ]; then
   echo "error: NUM_GPUS=$NUM_GPUS but this machine shows $VISIBLE_GPUS GPU(s) (torch.cuda.device_count());" \
        "set NUM_GPUS=$VISIBLE_GPUS (0 = CPU mode, e.g. bash train.sh configs/demo.yaml)" >&2
   exit 2
+fi
+
+# A clean clone has no data for the demo recipe: render the demo's train split (open_r1.tasks.counting.demo's scenes).
+if [ "$DATA" = runs/demo/data/train ] && [ ! -e "$DATA" ]; then
+  echo "[train.sh] rendering the demo's training scenes into runs/demo/data (first use)"
+  $PYTHON -m open_r1.tasks.counting.scenes --out runs/demo/data --splits train --train 400 --image-size 168x112 \
+    --min-objects 1 --max-objects 5 --no-progress --overwrite  # only the missing train split
 fi
 
 ARGS=(--config "$RECIPE" --model_name_or_path "$MODEL_PATH" --dataset_name "$DATA" --output_dir "$OUTPUT_DIR" "$@")
