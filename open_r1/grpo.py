@@ -359,6 +359,9 @@ def unknown_keys_error(config_rest: list[str], cli_rest: list[str]) -> RecipeErr
 
 
 def parse_args(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[-1:] == ["--config"]:  # TrlParser would fail on an IndexError
+        raise RecipeError("--config needs a recipe file, e.g. --config configs/demo.yaml")
     classes = _argument_classes()
     legacy = not _has_activation_checkpointing()
     *parsed, config_rest, cli_rest = _RecipeParser(tuple(classes)).parse_args_and_config(

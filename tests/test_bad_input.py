@@ -342,6 +342,8 @@ def test_invalid_yaml_and_missing_config(tmp_path):
     assert_clean_error(rc, err, "the recipe is not valid YAML", "(--config)")
     rc, _, err = py("-m", "open_r1.grpo", "--config", str(tmp_path / "nope.yaml"))
     assert_clean_error(rc, err, f"recipe file {tmp_path / 'nope.yaml'} does not exist (--config)")
+    rc, _, err = py("-m", "open_r1.grpo", "--config")
+    assert_clean_error(rc, err, "--config needs a recipe file")
 
 
 # ---- model dirs --------------------------------------------------------------------------------------------------
