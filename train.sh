@@ -4,11 +4,11 @@
 #   bash train.sh [RECIPE.yaml] [--any_recipe_key value ...]
 #   bash train.sh --help
 #
-# Environment (defaults are the users' machine layout):
-#   MODEL_PATH  base model                    (/app/models/Qwen2-VL-2B-Instruct)
-#   DATA        train split, save_to_disk dir (/app/data/train)
-#   SUBMISSION  where the merged model goes   (/app/submission)
-#   OUTPUT_DIR  run dir with checkpoints      (runs/<recipe name>)
+# Environment (defaults: the recipe's model_name_or_path / dataset_name, else the users' machine layout):
+#   MODEL_PATH  base model                    (recipe, else /app/models/Qwen2-VL-2B-Instruct)
+#   DATA        train split, save_to_disk dir (recipe, else /app/data/train; the demo's is rendered on first use)
+#   SUBMISSION  where the merged model goes   (/app/submission where /app exists, else OUTPUT_DIR/submission)
+#   OUTPUT_DIR  run dir with checkpoints      (recipe, else runs/<recipe name>)
 #   NUM_GPUS    processes to launch           (all visible GPUs; 0 = CPU mode)
 #   ZERO3       1 = DeepSpeed ZeRO-3 with zero3.json on GPUs (default 1), 0 = plain DDP
 #   GPU_MEMORY_CAP_GIB  cap each process's GPU memory, e.g. 48 to emulate 48 GB cards on larger ones (unset: none)
@@ -37,13 +37,22 @@ if [ ! -f "$RECIPE" ]; then
   echo "error: recipe $RECIPE not found; pass one of: $(ls configs/*.yaml | tr '\n' ' ') (bash train.sh --help)" >&2
   exit 2
 fi
-MODEL_PATH=${MODEL_PATH:-/app/models/Qwen2-VL-2B-Instruct}
-DATA=${DATA:-/app/data/train}
-SUBMISSION=${SUBMISSION:-/app/submission}
-export SUBMISSION  # open_r1.grpo checks up front that it can be written
-OUTPUT_DIR=${OUTPUT_DIR:-runs/$(basename "$RECIPE" .yaml)}
-ZERO3=${ZERO3:-1}
 PYTHON=${PYTHON:-python}
+recipe_value() {  # a top-level key of the recipe, empty when unset (a broken recipe is open_r1.grpo's to report)
+  $PYTHON -c 'import sys, yaml; v = (yaml.safe_load(open(sys.argv[1])) or {}).get(sys.argv[2]); print("" if v is None else v)' \
+    "$RECIPE" "$1" 2>/dev/null || true
+}
+MODEL_PATH=${MODEL_PATH:-$(recipe_value model_name_or_path)}
+MODEL_PATH=${MODEL_PATH:-/app/models/Qwen2-VL-2B-Instruct}
+DATA=${DATA:-$(recipe_value dataset_name)}
+DATA=${DATA:-/app/data/train}
+OUTPUT_DIR=${OUTPUT_DIR:-$(recipe_value output_dir)}
+OUTPUT_DIR=${OUTPUT_DIR:-runs/$(basename "$RECIPE" .yaml)}
+if [ -z "${SUBMISSION:-}" ]; then  # the grader's path on the users' machine (/app); elsewhere inside the run dir
+  if [ -d /app ]; then SUBMISSION=/app/submission; else SUBMISSION=$OUTPUT_DIR/submission; fi
+fi
+export SUBMISSION  # open_r1.grpo checks up front that it can be written
+ZERO3=${ZERO3:-1}
 
 VISIBLE_GPUS=$($PYTHON -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 NUM_GPUS=${NUM_GPUS:-$VISIBLE_GPUS}
@@ -55,6 +64,13 @@ if [ "$NUM_GPUS" -gt "$VISIBLE_GPUS" ]; then
   echo "error: NUM_GPUS=$NUM_GPUS but this machine shows $VISIBLE_GPUS GPU(s) (torch.cuda.device_count());" \
        "set NUM_GPUS=$VISIBLE_GPUS (0 = CPU mode, e.g. bash train.sh configs/demo.yaml)" >&2
   exit 2
+fi
+
+# A clean clone has no data for the demo recipe: render the demo's train split (open_r1.tasks.counting.demo's scenes).
+if [ "$DATA" = runs/demo/data/train ] && [ ! -e "$DATA" ]; then
+  echo "[train.sh] rendering the demo's training scenes into runs/demo/data (first use)"
+  $PYTHON -m open_r1.tasks.counting.scenes --out runs/demo/data --splits train --train 400 --image-size 168x112 \
+    --min-objects 1 --max-objects 5 --no-progress --overwrite  # only the missing train split
 fi
 
 ARGS=(--config "$RECIPE" --model_name_or_path "$MODEL_PATH" --dataset_name "$DATA" --output_dir "$OUTPUT_DIR" "$@")

@@ -7,6 +7,8 @@ catch the builtin kinds keep working.
 """
 from __future__ import annotations
 
+import argparse
+
 
 class OpenR1Error(Exception):
     """Base class: a user-facing problem whose message says what is wrong and what to do."""
@@ -54,3 +56,31 @@ class SceneArgumentError(OpenR1Error, ValueError):
 
 class SceneGenerationError(OpenR1Error, RuntimeError):
     """No acceptable scene could be sampled (e.g. objects cannot all stay visible at a tiny image size)."""
+
+
+def user_error(exc: BaseException) -> OpenR1Error | None:
+    """The project's own error behind `exc`, or None. An error raised in a worker process arrives wrapped: chained
+    as the cause (`datasets`' DatasetGenerationError over multiprocessing's RemoteTraceback), or re-raised with the
+    worker's traceback as its message (torch's DataLoader). The user gets the one line, not the wrapping."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OpenR1Error):
+            text, head = str(exc), f"{type(exc).__name__}: "
+            if "Traceback (most recent call last)" in text and head in text:  # the DataLoader's re-raise
+                return type(exc)(text[text.rindex(head) + len(head):].strip())
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class CliHelp(argparse.RawDescriptionHelpFormatter):
+    """The --help of every entry point: descriptions as written, each option's default shown (a None or False
+    default is not: the option's help says what happens without it). argparse's own hook, as its
+    ArgumentDefaultsHelpFormatter uses it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text or not text:
+            return action.help
+        return f"{text} (default: %(default)s)"

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from open_r1 import modeling
-from open_r1.errors import ExportError, ModelError, OpenR1Error  # noqa: F401  (re-exported)
+from open_r1.errors import CliHelp, ExportError, ModelError, OpenR1Error  # noqa: F401  (re-exported)
 from open_r1.run.keep_best import read_json, write_json_atomic
 
 TRAINING_META_FILE = "training_meta.json"
@@ -271,7 +271,8 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
     )
     staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX.format(name=os.path.basename(out))}{os.getpid()}-",
                                dir=parent)
-    verified = False
+    verified, new_inode = False, None
+    aside = unique_path(f"{out}.prev-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         log(f"[export] writing merged model from {checkpoint} into {staging}")
         model.save_pretrained(staging, safe_serialization=True)
@@ -288,7 +289,7 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
             log(f"[export] warning: {warning}")
         current = scored_submission(out)
         if current is not None and not replace_scored:
-            beside = _unique(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+            beside = unique_path(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
             os.rename(staging, beside)
             score = current.get("mean_accuracy_pct")
             log(f"[export] {out} holds a scored submission ({score}% mean accuracy in its {REPORT_FILE}): kept. "
@@ -297,19 +298,26 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
             report.path = beside
             report.installed = False
             return report
-        install(staging, out, "prev", log=log)
+        new_inode = os.stat(staging).st_ino
+        install(staging, out, "prev", log=log, aside=aside)
     except BaseException as exc:
         if os.path.exists(_journal_path(out)):  # the swap itself failed half-way (an OSError): finish or undo it
-            discard_staging(staging, out, log=log)
+            where = discard_staging(staging, out, log=log)
+        elif new_inode is not None and inode_of(out) == new_inode:  # interrupted as the held signal was delivered
+            where = f"the new model is in place at {out}" + (f", the previous one is kept at {aside}"
+                                                             if os.path.isdir(aside) else "")
         elif verified and os.path.isdir(staging):  # a verified model is never deleted: keep it beside the target
-            kept = _unique(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+            kept = unique_path(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
             os.rename(staging, kept)
-            log(f"[export] interrupted ({type(exc).__name__}); {out} is unchanged, the verified new model is kept "
-                f"at {kept}")
+            where = f"{out} is unchanged, the verified new model is kept at {kept}"
         else:
             shutil.rmtree(staging, ignore_errors=True)  # a partial write, never a model
-            if isinstance(exc, KeyboardInterrupt):
-                log(f"[export] interrupted before the new model was verified; {out} is unchanged")
+            where = f"{out} is unchanged (the partial new model was removed)"
+        if isinstance(exc, KeyboardInterrupt):
+            exc.where = where  # main's one line says where the models are
+        elif isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError":  # e.g. a full disk
+            reason = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ExportError(f"writing the new model failed: {reason}; {where}") from None
         raise
     report.path = out
     report.installed = True
@@ -362,7 +370,7 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(err, os.strerror(err), a)
 
 
-def _unique(path: str) -> str:
+def unique_path(path: str) -> str:
     candidate, suffix = path, 1
     while os.path.exists(candidate):
         candidate, suffix = f"{path}-{suffix}", suffix + 1
@@ -374,24 +382,29 @@ def _journal_path(target: str) -> str:
 
 
 class _SignalsHeld:
-    """Hold SIGINT/SIGTERM back (delivered on exit) so a swap of two renames is never cut in the middle."""
+    """Hold SIGINT/SIGTERM back (delivered on exit) so a swap of two renames is never cut in the middle. The
+    handlers are swapped for a recorder, not the signals masked: a mask holds only this thread's signals, and the
+    kernel may hand a Ctrl-C to any of torch's threads, whose C handler still wakes the Python handler here."""
 
     def __enter__(self):
-        self.held = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
-        if self.held:
-            self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        self.received, self.previous = [], {}
+        if threading.current_thread() is threading.main_thread():  # Python sets handlers in the main thread only
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self.previous[signum] = signal.signal(signum, lambda number, frame: self.received.append(number))
         return self
 
     def __exit__(self, *exc):
-        if self.held:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
+        for signum, handler in self.previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        for signum in self.received[:1]:
+            signal.raise_signal(signum)
         return False
 
 
-def install(staging: str, target: str, aside_tag: str = "prev", log=print) -> str | None:
-    """Put the verified model `staging` at `target`; the model that was there is kept at
-    `<target>.<aside_tag>-<timestamp>` (returned; None when there was none)."""
-    aside = _unique(f"{target}.{aside_tag}-{time.strftime('%Y%m%d-%H%M%S')}")
+def install(staging: str, target: str, aside_tag: str = "prev", log=print, aside: str | None = None) -> str | None:
+    """Put the verified model `staging` at `target`; the model that was there is kept at `aside` (default
+    `<target>.<aside_tag>-<timestamp>`; returned, None when there was none)."""
+    aside = aside or unique_path(f"{target}.{aside_tag}-{time.strftime('%Y%m%d-%H%M%S')}")
     journal = _journal_path(target)
     with _SignalsHeld():
         if not os.path.exists(target):
@@ -405,17 +418,26 @@ def install(staging: str, target: str, aside_tag: str = "prev", log=print) -> st
             os.rename(target, aside)
             os.rename(staging, target)
         os.remove(journal)
-    log(f"[export] previous model kept at {aside}")
+        log(f"[export] previous model kept at {aside}")  # before a held signal is delivered
     return aside
 
 
-def discard_staging(staging: str, target: str, log=print) -> None:
+def inode_of(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def discard_staging(staging: str, target: str, log=print) -> str:
     """Drop a staging dir after a failure; when a swap was under way (journal present) recover it instead, since
-    the staging path may then hold the previous model."""
+    the staging path may then hold the previous model. Returns a line saying where the models are."""
+    done = f"{target} is unchanged"
     if os.path.exists(_journal_path(target)):
-        recover_interrupted_swap(target, log=log)  # moves whatever model `staging` held to its place
+        done = recover_interrupted_swap(target, log=log) or done  # moves whatever model `staging` held to its place
     if os.path.isdir(staging):
         shutil.rmtree(staging, ignore_errors=True)
+    return done
 
 
 def recover_interrupted_swap(target: str, log=print) -> str | None:
@@ -429,15 +451,8 @@ def recover_interrupted_swap(target: str, log=print) -> str | None:
             os.remove(journal)
         return None
     staging, aside, new_inode = record.get("staging"), record.get("aside"), record.get("new_inode")
-
-    def inode(path):
-        try:
-            return os.stat(path).st_ino
-        except OSError:
-            return None
-
     if not os.path.exists(target):
-        if staging and inode(staging) == new_inode:
+        if staging and inode_of(staging) == new_inode:
             os.rename(staging, target)
             done = f"completed an interrupted swap: the new model {staging} is now {target}"
         elif aside and os.path.isdir(aside):
@@ -445,15 +460,15 @@ def recover_interrupted_swap(target: str, log=print) -> str | None:
             done = f"restored {target} from {aside} after an interrupted swap"
         else:
             done = f"an interrupted swap left nothing to restore at {target}"
-    elif inode(target) == new_inode:
+    elif inode_of(target) == new_inode:
         done = f"completed an interrupted swap: {target} is the new model"
         if staging and os.path.isdir(staging):
             os.rename(staging, aside)
             done += f", the previous one is kept at {aside}"
     else:
         done = f"an interrupted swap never replaced {target} (unchanged)"
-        if staging and inode(staging) == new_inode:
-            kept = _unique(f"{target}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+        if staging and inode_of(staging) == new_inode:
+            kept = unique_path(f"{target}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
             os.rename(staging, kept)
             done += f"; the verified new model is kept at {kept}"
     os.remove(journal)
@@ -480,7 +495,7 @@ def clean_stale_staging(target: str, log=print) -> list[str]:
         alive = pid.isdigit() and _pid_alive(int(pid))
         if pid.isdigit() and not alive:
             if verify_submission(path, generate=False, expected_class=None).ok:  # killed after verifying: keep it
-                kept = _unique(f"{os.path.join(parent, name)}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+                kept = unique_path(f"{os.path.join(parent, name)}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
                 os.rename(path, kept)
                 log(f"[export] {path} (an export, pid {pid}, killed before its swap) holds a complete model: kept "
                     f"at {kept}")
@@ -548,12 +563,14 @@ def main(argv=None) -> int:
     from open_r1.noise import quiet_library_noise
 
     quiet_library_noise()
-    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=CliHelp)
     parser.add_argument("--checkpoint", required=True, help="training output dir or a checkpoint-N dir")
     parser.add_argument("--out", required=True, help="submission dir to write (replaced atomically)")
-    parser.add_argument("--base-model", default=None, help="base model for a LoRA adapter (default: recorded one)")
-    parser.add_argument("--min-pixels", type=int, default=None)
-    parser.add_argument("--max-pixels", type=int, default=None)
+    parser.add_argument("--base-model", default=None, help="base model for a LoRA adapter (without it: the one recorded)")
+    parser.add_argument("--min-pixels", type=int, default=None,
+                        help="processor min_pixels (without it: the training run's, from training_meta.json)")
+    parser.add_argument("--max-pixels", type=int, default=None,
+                        help="processor max_pixels (without it: the training run's, from training_meta.json)")
     parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
     parser.add_argument("--any-family", action="store_true",
                         help=f"verify as a model of its own family (Qwen2.5-VL, Qwen3-VL), not as the counting "
@@ -578,8 +595,8 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         name = str(exc) or "SIGINT"
-        print(f"error: export interrupted ({name}); the submission at {os.path.abspath(args.out)} is unchanged",
-              file=sys.stderr)
+        where = getattr(exc, "where", f"the submission at {os.path.abspath(args.out)} is unchanged")
+        print(f"error: export interrupted ({name}); {where}", file=sys.stderr)
         return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
     finally:
         if previous is not None:

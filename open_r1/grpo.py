@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from open_r1 import modeling
-from open_r1.errors import OpenR1Error, RecipeError  # noqa: F401  (RecipeError re-exported)
+from open_r1.errors import OpenR1Error, RecipeError, user_error  # noqa: F401  (RecipeError re-exported)
 from open_r1.export import TRAINING_META_FILE
 from open_r1.families import FAMILIES
 from open_r1.rewards import parse_reward_kwargs  # noqa: F401  (re-exported: recipes' reward params)
@@ -357,18 +357,48 @@ def recipe_keys() -> frozenset[str]:
     return frozenset({"env", *(f.name for cls in _argument_classes() for f in dataclasses.fields(cls) if f.init)})
 
 
+class _RecipeParser(TrlParser):
+    """TrlParser with no abbreviations (`--learning_rat` is not `--learning_rate`) and argparse's errors as one
+    RecipeError (its default prints the usage of every key, 220 lines, before the one that matters)."""
+
+    def __init__(self, dataclass_types):
+        super().__init__(dataclass_types, allow_abbrev=False)
+
+    def error(self, message):
+        raise RecipeError(f"invalid recipe: {message}")
+
+
+def unknown_keys_error(config_rest: list[str], cli_rest: list[str]) -> RecipeError:
+    """One error naming each unknown key (YAML keys and command-line flags) with the closest known one."""
+    import difflib
+
+    keys = sorted(recipe_keys())
+    found = []
+    for where, rest in (("recipe key", config_rest), ("command-line flag", cli_rest)):
+        for item in rest:
+            if not item.startswith("--") and found:  # a value of the unknown flag before it
+                continue
+            key = item[2:].split("=", 1)[0].replace("-", "_") if item.startswith("--") else item
+            close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+            found.append(f"{where} {key!r}" + (f" (did you mean {close[0]}?)" if close else ""))
+    return RecipeError("unknown " + "; ".join(found) + " (python -m open_r1.grpo --help lists the keys)")
+
+
 def parse_args(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[-1:] == ["--config"]:  # TrlParser would fail on an IndexError
+        raise RecipeError("--config needs a recipe file, e.g. --config configs/demo.yaml")
     classes = _argument_classes()
     legacy = not _has_activation_checkpointing()
-    parsed = list(TrlParser(tuple(classes)).parse_args_and_config(args=argv))
+    *parsed, config_rest, cli_rest = _RecipeParser(tuple(classes)).parse_args_and_config(
+        args=argv, return_remaining_strings=True, separate_remaining_strings=True)
+    if config_rest or cli_rest:
+        raise unknown_keys_error(config_rest, cli_rest)
     if legacy:
         alias = parsed.pop(3)
         if alias.activation_checkpointing is not None:
             parsed[1].gradient_checkpointing = alias.activation_checkpointing
     return tuple(parsed)
-
-
-USER_ERRORS = (OpenR1Error,)
 
 
 # The TRL keys a recipe of ours usually sets, shown by the short --help (the rest: --help-all).
@@ -399,7 +429,8 @@ def short_help() -> str:
     total = len(trl_fields) + len(dataclasses.fields(ScriptArguments))
     return "\n".join([
         "usage: python -m open_r1.grpo --config RECIPE.yaml [--KEY VALUE ...]",
-        "       (bash train.sh RECIPE.yaml [--KEY VALUE ...] sets model, data and output dir from the environment)",
+        "       (bash train.sh RECIPE.yaml [--KEY VALUE ...]: model, data and output dir from MODEL_PATH, DATA and "
+        "OUTPUT_DIR, else the recipe's)",
         "",
         "Every key can go in the recipe YAML or on the command line; the command line wins.",
         "",
@@ -430,6 +461,8 @@ def cli(argv=None) -> int:
             raise RecipeError(f"recipe file {exc.filename} does not exist (--config); see configs/*.yaml") from None
         except OSError as exc:
             raise RecipeError(f"cannot read the recipe ({exc}) (--config)") from None
+        except RecipeError:  # already one clear line (unknown key, bad value)
+            raise
         except ValueError as exc:  # GRPOConfig validates its fields when it is built
             hint = BATCH_HINT if "num_generations" in str(exc) else "check the recipe and its overrides"
             if "bf16/gpu" in str(exc):
@@ -441,8 +474,11 @@ def cli(argv=None) -> int:
                 raise
             raise RecipeError(f"the recipe is not valid YAML: {exc} (--config)") from None
         trainer = main(script_args, training_args, model_args)
-    except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except Exception as exc:  # ours, also from a worker process (data map, DataLoader), wrapped by the library
+        found = user_error(exc)
+        if found is None:
+            raise
+        print(f"error: {found}", file=sys.stderr)
         return 2
     return trainer.run_safety.exit_code  # 128+signal after SIGTERM/SIGINT (checkpoint saved), so train.sh stops
 

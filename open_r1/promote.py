@@ -24,11 +24,14 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 
-from open_r1.errors import OpenR1Error, PromoteError  # noqa: F401  (re-exported)
+from open_r1.errors import CliHelp, OpenR1Error, PromoteError  # noqa: F401  (re-exported)
 from open_r1.validate import is_number
 
 REPORT_FILE = "selfcheck.json"
@@ -105,8 +108,10 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
         clean_stale_staging,
         discard_staging,
         fix_modes,
+        inode_of,
         install,
         recover_interrupted_swap,
+        unique_path,
         verify_submission,
     )
     from open_r1.validate import writable_problem
@@ -163,6 +168,9 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
             for problem in mismatch:
                 log(f"[promote] warning: {problem} (--force)")
 
+    static = verify_submission(candidate, generate=False)  # named as the user's dir, not the temp copy's
+    if not static.ok:
+        raise PromoteError(f"the candidate {candidate} fails verification: " + "; ".join(static.problems))
     parent = os.path.dirname(submission)
     problem = writable_problem(submission)
     if problem:
@@ -171,6 +179,7 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
     clean_stale_staging(submission, log=log)
     staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX.format(name=os.path.basename(submission))}{os.getpid()}-",
                                dir=parent)
+    aside, new_inode = unique_path(f"{submission}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"), None
     try:
         shutil.copytree(candidate, staging, dirs_exist_ok=True)
         shutil.copyfile(report_path, os.path.join(staging, REPORT_FILE))
@@ -178,13 +187,27 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
         verdict = verify_submission(staging, generate=verify_generate)
         if not verdict.ok:
             raise PromoteError(f"the candidate {candidate} fails verification: " + "; ".join(verdict.problems))
-        replaced = install(staging, submission, "replaced", log=log)
-    except BaseException:
-        discard_staging(staging, submission, log=log)  # a copy: the candidate itself stays where it is
+        new_inode = os.stat(staging).st_ino
+        replaced = install(staging, submission, "replaced", log=log, aside=aside)
+        interrupted = ""
+    except KeyboardInterrupt as exc:
+        if new_inode is None or inode_of(submission) != new_inode:  # before the swap: nothing changed
+            discard_staging(staging, submission, log=log)
+            exc.where = f"the submission at {submission} is unchanged"
+            raise
+        # delivered as the held signal was released: the swap is done, so the promotion is finished
+        replaced, interrupted = (aside if os.path.isdir(aside) else None), f" ({str(exc) or 'SIGINT'} came after "\
+            "the swap: the promotion is complete)"
+    except BaseException as exc:
+        where = discard_staging(staging, submission, log=log)  # a copy: the candidate itself stays where it is
+        if isinstance(exc, OSError):  # e.g. a full disk while copying
+            raise PromoteError(f"copying the candidate failed: {exc.strerror or exc} ({exc.filename}); {where}, "
+                               f"the candidate is still at {candidate}") from None
         raise
     before = "none" if current_score is None else f"{current_score:.2f}%"
     message = f"promoted {candidate} -> {submission}: {new_score:.2f}% mean accuracy (was {before})" + (
         f"; the previous submission is kept at {replaced} (delete it when you no longer need it)" if replaced else "")
+    message += interrupted
     return PromoteResult(True, message, new_score, current_score, replaced)
 
 
@@ -205,20 +228,34 @@ Exit status: 0 promoted, 1 refused (not better / not comparable), 2 error.
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=CliHelp)
     parser.add_argument("--candidate", required=True, help="model dir to promote (an exported submission)")
-    parser.add_argument("--report", default=None, help=f"its selfcheck JSON (default <candidate>/{REPORT_FILE})")
-    parser.add_argument("--submission", default=os.environ.get("SUBMISSION", "/app/submission"))
+    parser.add_argument("--report", default=None, help=f"its selfcheck JSON (without it: <candidate>/{REPORT_FILE})")
+    parser.add_argument("--submission", default=os.environ.get("SUBMISSION", "/app/submission"),
+                        help="the submission dir ($SUBMISSION when set)")
     parser.add_argument("--force", action="store_true", help="promote even if not better / not comparable")
     parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
     args = parser.parse_args(argv)
+    from open_r1.export import _raise_interrupt  # export loads torch: deferred past --help and bad arguments
+
     report = args.report or os.path.join(args.candidate, REPORT_FILE)
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # SIGTERM unwinds like Ctrl-C: nothing half-done
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         result = promote(args.candidate, report, args.submission, force=args.force,
                          verify_generate=not args.no_verify_generate)
     except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        name = str(exc) or "SIGINT"
+        where = getattr(exc, "where", f"the submission at {os.path.abspath(args.submission)} is unchanged")
+        print(f"error: promote interrupted ({name}); {where}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     print(f"[promote] {result.message}", file=sys.stdout if result.promoted else sys.stderr)
     return 0 if result.promoted else 1
 

@@ -900,11 +900,11 @@ def main(argv: list[str] | None = None) -> int:
     """CLI: build one checkpoint; prints its path. Exit 0, or 2 with `error: ...` for a bad request."""
     import sys
 
-    from open_r1.errors import OpenR1Error
+    from open_r1.errors import CliHelp, OpenR1Error
     from open_r1.families import SUPPORTED
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--family", default="qwen2_vl", choices=SUPPORTED, help="model family (default qwen2_vl)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=CliHelp)
+    parser.add_argument("--family", default="qwen2_vl", choices=SUPPORTED, help="model family")
     parser.add_argument("--out", required=True, help="checkpoint directory to write (atomically)")
     parser.add_argument("--full-size", action="store_true", help="the real model's dimensions, random bf16 weights")
     parser.add_argument("--seed", type=int, default=0, help="weights are a pure function of the seed")

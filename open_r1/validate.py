@@ -21,6 +21,7 @@ import json
 import math
 import numbers
 import os
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 from open_r1.errors import DataError, OpenR1Error, RecipeError
@@ -44,6 +45,18 @@ def is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def _cannot_create_in(directory: str) -> str | None:
+    """Why no file can be created in `directory`, or None: a file is made and removed there (os.access reads only
+    the mode bits, which root passes on a read-only file system)."""
+    try:
+        handle, name = tempfile.mkstemp(prefix=".write-check-", dir=directory)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    os.close(handle)
+    os.remove(name)
+    return None
+
+
 def writable_problem(path: str) -> str | None:
     """Why `path` (a dir to create or replace) cannot be written, or None. Looks at the nearest existing ancestor."""
     path = os.path.abspath(path)
@@ -57,12 +70,14 @@ def writable_problem(path: str) -> str | None:
         probe = parent
     if not os.path.isdir(probe):
         return f"{probe} (on the way to {path}) is not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable by this user" + ("" if probe == path else f" (needed to create {path})")
-    if probe == path and os.path.isdir(path):
+    reason = _cannot_create_in(probe)
+    if reason:
+        return f"{probe} is not writable: {reason}" + ("" if probe == path else f" (needed to create {path})")
+    if probe == path:
         parent = os.path.dirname(path)
-        if not os.access(parent, os.W_OK | os.X_OK):  # replaced by rename: the parent must be writable too
-            return f"{parent} is not writable by this user (needed to replace {path} atomically)"
+        reason = _cannot_create_in(parent)
+        if reason:  # replaced by rename: the parent must be writable too
+            return f"{parent} is not writable: {reason} (needed to replace {path} atomically)"
     return None
 
 
@@ -318,7 +333,9 @@ def load_split(path_or_name: str, split: str = "train", generate_hint: str | Non
             ) from None
         if isinstance(loaded, datasets.DatasetDict):
             if split not in loaded:
-                raise DataError(f"{path_or_name} holds splits {sorted(loaded)}, not {split!r}; pass one of those")
+                example = os.path.join(path_or_name, sorted(loaded)[0])
+                raise DataError(f"{path_or_name} holds the splits {sorted(loaded)}, not {split!r}: name one split's "
+                                f"directory, DATA / --dataset_name {example}")
             loaded = loaded[split]
         return loaded
     if os.path.sep in path_or_name or path_or_name.startswith("."):
@@ -352,7 +369,8 @@ def dataset_problems(path: str, option: str, split: str = "train", task: str = "
     try:
         dataset = get_task(task).load_split(path, split)
     except OpenR1Error as exc:
-        text = str(exc).replace("point DATA / --dataset_name to your split", f"set {option}")
+        text = str(exc).replace("point DATA / --dataset_name to your split", f"set {option}").replace(
+            "DATA / --dataset_name ", f"{option} ")
         return [f"{text} ({option})" if option not in text else text], None
     if len(dataset) == 0:
         return [f"data set {path} has no rows: an empty data set ({option})"], None

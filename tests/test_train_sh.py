@@ -1,6 +1,7 @@
 """The demo recipe end to end through train.sh (CPU): GRPO -> export -> selfcheck."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -45,3 +46,38 @@ def test_demo_recipe_end_to_end_through_train_sh(tiny_model_dir, scene_data_dir,
 def test_train_sh_unknown_recipe_is_one_clear_error():
     result = subprocess.run(["bash", "train.sh", "configs/nope.yaml"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2 and "error: recipe configs/nope.yaml not found" in result.stderr
+
+
+def clean_clone(dest) -> str:
+    """The repo's tracked files (as in the working tree) copied to dest: a clone without runs/, data or caches."""
+    listed = subprocess.run(["git", "-C", ROOT, "ls-files", "-z"], capture_output=True, text=True, check=True)
+    for name in filter(None, listed.stdout.split("\0")):
+        if os.path.isfile(os.path.join(ROOT, name)):
+            os.makedirs(os.path.dirname(os.path.join(dest, name)), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, name), os.path.join(dest, name))
+    return str(dest)
+
+
+@pytest.mark.slow
+def test_the_help_hint_runs_on_a_clean_clone_with_no_variables_set(tmp_path):
+    """`bash train.sh configs/demo.yaml` (the hint in --help) trains from the recipe's model and data: the shipped
+    warm start, and the demo's scenes rendered on first use; the submission goes into the run dir where there is
+    no /app (where there is one, SUBMISSION is set: a test never writes /app/submission)."""
+    clone = clean_clone(tmp_path / "clone")
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("MODEL_PATH", "DATA", "OUTPUT_DIR", "SUBMISSION", "NUM_GPUS", "PYTHON", "ZERO3")}
+    env.update(CUDA_VISIBLE_DEVICES="", PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""))
+    submission = os.path.join(clone, "runs", "demo", "grpo", "submission")
+    if os.path.isdir("/app"):
+        submission = env["SUBMISSION"] = str(tmp_path / "submission")
+    result = subprocess.run(
+        ["bash", "train.sh", "configs/demo.yaml", "--max_steps", "1", "--per_device_train_batch_size", "8",
+         "--num_generations", "4", "--max_completion_length", "8"],
+        cwd=clone, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"submission ready: {submission}" in result.stdout
+    assert os.path.isfile(os.path.join(submission, "model.safetensors"))
+    assert os.path.isdir(os.path.join(clone, "runs", "demo", "data", "train"))
+    meta = json.loads(open(os.path.join(clone, "runs", "demo", "grpo", "training_meta.json")).read())
+    assert meta["base_model"] == os.path.join(clone, "open_r1", "tasks", "counting", "demo_start")

@@ -23,6 +23,8 @@ import re
 import sys
 import time
 
+from open_r1.errors import CliHelp
+
 HISTORY_FILE = "eval_history.json"
 HISTORY_PLOT = "eval_history.png"
 BEST_FILE = "best_checkpoint.json"
@@ -274,7 +276,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=CliHelp)
     parser.add_argument("run_dir")
     parser.add_argument("--out", default=None, help=f"PNG path (default <run_dir>/{HISTORY_PLOT})")
     args = parser.parse_args(argv)

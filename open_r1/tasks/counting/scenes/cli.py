@@ -10,6 +10,8 @@ import argparse
 import os
 import sys
 
+from open_r1.errors import CliHelp
+
 # One BLAS thread per process (must be set before numpy loads): the generator parallelises over processes, and
 # numpy's small matrix products run slower, not faster, with several threads.
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -35,20 +37,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m open_r1.tasks.counting.scenes",
         description="Render CLEVR-style counting splits (train/val: CoGenT A, compositional: B, ood_val: vehicles).",
+        formatter_class=CliHelp,
     )
     parser.add_argument("--out", required=True, help="output directory; gets one save_to_disk folder per split")
     for split, flag in SPLIT_FLAGS.items():
-        parser.add_argument(flag, type=int, default=DEFAULT_SIZES[split], metavar="N", help=f"examples in {split} (default {DEFAULT_SIZES[split]})")
+        parser.add_argument(flag, type=int, default=DEFAULT_SIZES[split], metavar="N", help=f"examples in {split}")
     parser.add_argument("--splits", default=",".join(DEFAULT_SPLITS),
-                        help="comma-separated splits to write (default: the four of the task; ood_train, OOD-renderer "
-                             "scenes for non-evaluation use, only when named)")
-    parser.add_argument("--seed", type=int, default=0)
+                        help="comma-separated splits to write (ood_train, OOD-renderer scenes for non-evaluation use, "
+                             "only when named)")
+    parser.add_argument("--seed", type=int, default=0, help="the scenes are a pure function of the seed")
     parser.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     parser.add_argument("--questions", default="default", help="default | mixed | a comma-separated list of total,different,filtered")
     parser.add_argument("--image-size", default=None, metavar="WxH", help="clevr splits (default 480x320)")
     parser.add_argument("--ood-image-size", default=None, metavar="WxH", help="ood_val and ood_train (default 640x480)")
-    parser.add_argument("--min-objects", type=int, default=3)
-    parser.add_argument("--max-objects", type=int, default=10)
+    parser.add_argument("--min-objects", type=int, default=3, help="fewest objects in a scene")
+    parser.add_argument("--max-objects", type=int, default=10, help="most objects in a scene")
     parser.add_argument("--overwrite", action="store_true", help="replace the named splits if --out exists")
     parser.add_argument("--samples", default=None, metavar="DIR", help=f"also save the first {SAMPLES_PER_SPLIT} images of each split as DIR/<split>_<i>.png")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -160,11 +163,17 @@ def _run_preview(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from open_r1.errors import OpenR1Error
+    from open_r1.errors import user_error
 
     try:
         args = build_parser().parse_args(argv)
         return _run_preview(args) if args.preview is not None else _run_splits(args)
-    except (UsageError, OpenR1Error) as exc:
+    except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a render worker's error arrives wrapped by multiprocessing and `datasets`
+        found = user_error(exc)
+        if found is None:
+            raise
+        print(f"error: {found}", file=sys.stderr)
         return 2
