@@ -32,12 +32,15 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
-from open_r1 import modeling
+from open_r1 import modeling, validate
+from open_r1 import rewards as rewards_lib
+from open_r1 import run as run_lib
 from open_r1.errors import OpenR1Error, RecipeError  # noqa: F401  (RecipeError re-exported)
 from open_r1.export import TRAINING_META_FILE
 from open_r1.families import FAMILIES
+from open_r1.noise import quiet_library_noise
 from open_r1.rewards import parse_reward_kwargs  # noqa: F401  (re-exported: recipes' reward params)
-from open_r1.tasks import get_task
+from open_r1.tasks import get_task, task_settings
 from open_r1.trainer import (
     VLMGRPOTrainer,
     check_noisy_rollouts,
@@ -76,10 +79,6 @@ class GRPOScriptArguments(ScriptArguments):
         default=None,
         metadata={"help": 'JSON (or a YAML mapping) of per-reward parameters, e.g. {"soft_count": {"tolerance": 2}}.'},
     )
-    prompt_templates: list[str] = field(
-        default_factory=lambda: ["train:0.5", "eval:0.5"],
-        metadata={"help": "Template mixing: 'name:weight' entries, names from open_r1.tasks.counting.protocol.TEMPLATES."},
-    )
     min_pixels: int | None = field(
         default=None, metadata={"help": "Smallest image area (pixels) after resizing (default: 4 merged tokens of the "
                                 "model family: 3136 for Qwen2/2.5-VL's 28x28, 4096 for Qwen3-VL's 32x32)."})
@@ -108,8 +107,10 @@ class GRPOScriptArguments(ScriptArguments):
     eval_steps_protocol: int = field(default=50, metadata={"help": "Evaluate eval_sets every N optimizer steps."})
     eval_limit: int | None = field(default=200, metadata={"help": "Fixed subset: the first N rows of each eval set."})
     eval_batch_size: int = field(default=32, metadata={"help": "Generation batch size of the in-training evaluation."})
-    eval_primary: str = field(default="ood_val", metadata={"help": "Keep-best set (highest accuracy wins)."})
-    eval_secondary: str | None = field(default="val", metadata={"help": "Keep-best tie-break set."})
+    eval_primary: str | None = field(
+        default=None, metadata={"help": "Keep-best set (highest score wins; default: the task's, counting: ood_val)."})
+    eval_secondary: str | None = field(
+        default=None, metadata={"help": "Keep-best tie-break set (default: the task's, counting: val)."})
     eval_first_step: bool = field(
         default=True, metadata={"help": "Also evaluate after step 1 (baseline score, measures the eval time)."}
     )
@@ -188,11 +189,11 @@ def freeze_vision_tower(model) -> int:
     return frozen
 
 
-def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
+def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None,
+                  task=None):
     """Everything up to `trainer.train()`: validated data, rewards, model, processor, LoRA, the trainer
-    (TRL's `GRPOTrainer` with the speed levers of `open_r1.trainer`)."""
-    from open_r1.rewards import get_reward_funcs
-
+    (TRL's `GRPOTrainer` with the speed levers of `open_r1.trainer`). `task`: the run's (built from the recipe when
+    not given)."""
     if not model_args.model_name_or_path:
         raise RecipeError("no model: set model_name_or_path in the recipe or MODEL_PATH / --model_name_or_path")
     if not script_args.dataset_name:
@@ -200,7 +201,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     # Columns (solution, problem, image) must reach the reward functions.
     training_args.remove_unused_columns = False
 
-    reward_funcs = get_reward_funcs(script_args.reward_funcs, parse_reward_kwargs(script_args.reward_kwargs))
+    reward_funcs = rewards_lib.get_reward_funcs(script_args.reward_funcs, parse_reward_kwargs(script_args.reward_kwargs))
     weights = training_args.reward_weights
     if weights is not None and len(weights) != len(reward_funcs):
         raise RecipeError(
@@ -210,7 +211,8 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
 
     check_noisy_rollouts(script_args.noisy_rollouts, script_args.noise_std)  # before the slow loads
     family = modeling.family_of_dir(model_args.model_name_or_path)
-    train_dataset = get_task(script_args.task, script_args).train_dataset(script_args, training_args)
+    task = task or get_task(script_args.task, script_args)
+    train_dataset = task.train_dataset(script_args, training_args)
 
     model = modeling.load_model(
         model_args.model_name_or_path,
@@ -245,7 +247,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     return trainer
 
 
-def write_training_meta(output_dir: str, script_args, model_args, processor) -> None:
+def write_training_meta(output_dir: str, script_args, model_args, processor, task=None) -> None:
     min_pixels, max_pixels = modeling.pixel_budget(processor)
     meta = {
         "base_model": os.path.abspath(model_args.model_name_or_path),
@@ -254,7 +256,7 @@ def write_training_meta(output_dir: str, script_args, model_args, processor) -> 
         "max_pixels": max_pixels,
         "task": script_args.task,
         "reward_funcs": list(script_args.reward_funcs),
-        **get_task(script_args.task, script_args).training_meta(script_args),
+        **(task or get_task(script_args.task, script_args)).training_meta(script_args),
     }
     with open(os.path.join(output_dir, TRAINING_META_FILE), "w") as handle:
         json.dump(meta, handle, indent=2)
@@ -272,22 +274,20 @@ def announce_rank(trainer) -> None:
 
 
 def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
-    from open_r1 import (
-        run as run_lib,  # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
-    )
-    from open_r1 import (
-        validate,  # every recipe value, path, device, model file and image, before the model loads
-    )
-
-    validate.validate_training(script_args, training_args, model_args, submission=os.environ.get("SUBMISSION"))
-    run = run_lib.build_run_callbacks(script_args, training_args, get_task(script_args.task, script_args))
-    trainer = build_trainer(script_args, training_args, model_args, callbacks=[*run.callbacks, *(callbacks or [])])
+    task = get_task(script_args.task, script_args)  # built once; it keeps the sets it loaded for the run
+    # every recipe value, path, device, model file and image, before the model loads
+    validate.validate_training(script_args, training_args, model_args, submission=os.environ.get("SUBMISSION"),
+                               task=task)
+    # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
+    run = run_lib.build_run_callbacks(script_args, training_args, task)
+    trainer = build_trainer(script_args, training_args, model_args, callbacks=[*run.callbacks, *(callbacks or [])],
+                            task=task)
     announce_rank(trainer)
     run.bind(trainer)
     trainer.run_safety = run
     if trainer.accelerator.is_main_process:  # before training, so a checkpoint of a killed run stays exportable
         os.makedirs(training_args.output_dir, exist_ok=True)
-        write_training_meta(training_args.output_dir, script_args, model_args, trainer.processing_class)
+        write_training_meta(training_args.output_dir, script_args, model_args, trainer.processing_class, task)
     trainer.train(resume_from_checkpoint=run.resume_from)
     if not run.stopped_by_signal:  # on a signal the checkpoint just saved is the final state: leave quickly
         trainer.save_model(training_args.output_dir)
@@ -315,8 +315,9 @@ def _has_activation_checkpointing() -> bool:
 
 
 def _argument_classes() -> list[type]:
-    """The dataclasses `parse_args` parses a recipe into (the alias last, where this transformers needs it)."""
-    classes = [GRPOScriptArguments, GRPOConfig, ModelConfig]
+    """The dataclasses `parse_args` parses a recipe into: the engine's, TRL's, every task's own keys
+    (`open_r1.tasks.task_settings`), and the alias last, where this transformers needs it."""
+    classes = [GRPOScriptArguments, GRPOConfig, ModelConfig, *task_settings()]
     if not _has_activation_checkpointing():
         classes.append(_ActivationCheckpointingAlias)
     return classes
@@ -332,14 +333,17 @@ def recipe_keys() -> frozenset[str]:
 
 
 def parse_args(argv=None):
+    """(script_args, training_args, model_args): the tasks' own keys become attributes of script_args."""
     classes = _argument_classes()
-    legacy = not _has_activation_checkpointing()
     parsed = list(TrlParser(tuple(classes)).parse_args_and_config(args=argv))
-    if legacy:
-        alias = parsed.pop(3)
-        if alias.activation_checkpointing is not None:
-            parsed[1].gradient_checkpointing = alias.activation_checkpointing
-    return tuple(parsed)
+    script_args, training_args, model_args, *extra = parsed[: len(classes)]
+    for settings in extra:
+        if isinstance(settings, _ActivationCheckpointingAlias):
+            if settings.activation_checkpointing is not None:
+                training_args.gradient_checkpointing = settings.activation_checkpointing
+        else:
+            vars(script_args).update(vars(settings))
+    return script_args, training_args, model_args
 
 
 USER_ERRORS = (OpenR1Error,)
@@ -366,7 +370,7 @@ def short_help() -> str:
         head = f"  --{field_.name} (default: {default!r})"
         return head + "\n" + textwrap.fill(text, width=110, initial_indent=" " * 6, subsequent_indent=" " * 6)
 
-    ours = [f for f in dataclasses.fields(GRPOScriptArguments)
+    ours = [f for cls in (GRPOScriptArguments, *task_settings()) for f in dataclasses.fields(cls)
             if f.name == "dataset_name" or f.name not in {g.name for g in dataclasses.fields(ScriptArguments)}]
     trl_fields = {f.name: f for cls in (GRPOConfig, ModelConfig) for f in dataclasses.fields(cls)}
     common = [trl_fields[name] for name in COMMON_TRL_KEYS if name in trl_fields]
@@ -388,8 +392,6 @@ def short_help() -> str:
 
 
 def cli(argv=None) -> int:
-    from open_r1.noise import quiet_library_noise
-
     quiet_library_noise()
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--help-all" in argv:  # TRL's own parser help: every GRPOConfig / ModelConfig / ScriptArguments key

@@ -12,7 +12,9 @@ from transformers import TrainerControl, TrainerState
 from transformers.trainer_utils import rotate_checkpoints
 
 from open_r1 import run as cb
+from open_r1.jsonio import write_json
 from open_r1.run import keep_best
+from open_r1.tasks import get_task
 from open_r1.tasks.counting.evaluate import SetReport
 
 
@@ -265,7 +267,8 @@ def test_eval_callback_logs_saves_records_and_keeps_the_best(tmp_path):
     metrics = {"train": __import__("collections").defaultdict(list)}
     trainer = types.SimpleNamespace(_metrics=metrics, processing_class="proc")
     evaluator = cb.InTrainingEvalCallback({"val": [0] * 8, "ood_val": [0] * 8}, every_n_steps=2, limit=4,
-                                          eval_first_step=False, evaluate_fn=fake_evaluate, log=lambda *_: None)
+                                          eval_first_step=False, evaluate_fn=fake_evaluate, log=lambda *_: None,
+                                          task=get_task("counting"))
     evaluator.bind(trainer)
     args = fake_args(tmp_path)
     evaluator.on_train_begin(args, state, TrainerControl())
@@ -302,7 +305,8 @@ def test_eval_callback_skips_on_signal_and_when_the_final_eval_does_not_fit(tmp_
     est = cb.ReserveEstimator()
     evaluator = cb.InTrainingEvalCallback(
         {"ood_val": [0]}, every_n_steps=2, estimator=est, skip=lambda: stop["signal"], eval_first_step=True,
-        evaluate_fn=lambda *a, **k: calls.append(1) or report("ood_val", 1.0), log=lambda *_: None)
+        evaluate_fn=lambda *a, **k: calls.append(1) or report("ood_val", 1.0), log=lambda *_: None,
+        task=get_task("counting"))
     args, state = fake_args(tmp_path), fresh_state(max_steps=10)
     evaluator.on_train_begin(args, state, TrainerControl())
     state.global_step = 1
@@ -323,10 +327,10 @@ def test_eval_callback_skips_on_signal_and_when_the_final_eval_does_not_fit(tmp_
 
 def test_eval_history_is_truncated_to_the_resumed_step(tmp_path):
     make_checkpoint(tmp_path, 2)
-    keep_best.write_json_atomic(str(tmp_path / keep_best.HISTORY_FILE), {
+    write_json(str(tmp_path / keep_best.HISTORY_FILE), {
         "primary": "ood_val", "secondary": "val", "entries": [entry(2, 10.0, 0.0), entry(4, 99.0, 0.0)]})
     evaluator = cb.InTrainingEvalCallback({"ood_val": [0], "val": [0]}, every_n_steps=2, evaluate_fn=None,
-                                          log=lambda *_: None)
+                                          task=get_task("counting"), log=lambda *_: None)
     state = fresh_state(max_steps=10, step=2)
     evaluator.on_train_begin(fake_args(tmp_path), state, TrainerControl())
     assert [e["step"] for e in evaluator.history["entries"]] == [2]
@@ -337,7 +341,7 @@ def test_eval_history_is_truncated_to_the_resumed_step(tmp_path):
 
 
 def write_history(run_dir, entries):
-    keep_best.write_json_atomic(str(run_dir / keep_best.HISTORY_FILE),
+    write_json(str(run_dir / keep_best.HISTORY_FILE),
                                 {"primary": "ood_val", "secondary": "val", "entries": entries})
 
 
@@ -395,6 +399,7 @@ import json, os, sys
 import torch.distributed as dist
 from datasets import Dataset
 from open_r1 import run as cb
+from open_r1.tasks import get_task
 from open_r1.tasks.counting.evaluate import SetReport
 
 dist.init_process_group("gloo")
@@ -409,7 +414,8 @@ def fake_evaluate(model, processor, dataset, name, batch_size, limit, progress):
                for i, (q, s) in enumerate(zip(dataset["problem"], dataset["solution"]))]
     return SetReport(name, len(records), 0.0, 0.0, 0.0, 0.0, 0.0, records)
 
-evaluator = cb.InTrainingEvalCallback({"ood_val": rows}, every_n_steps=1, limit=5, evaluate_fn=fake_evaluate)
+evaluator = cb.InTrainingEvalCallback({"ood_val": rows}, every_n_steps=1, limit=5, evaluate_fn=fake_evaluate,
+                                      task=get_task("counting"))
 report = evaluator._evaluate_set(None, None, "ood_val", rows)
 stop = cb._reduce_max([rank == 1, 0.0])
 print(json.dumps({"rank": rank, "calls": calls, "n": report.n, "acc": report.accuracy_pct,

@@ -23,6 +23,8 @@ from contextlib import nullcontext
 
 from transformers import TrainerCallback
 
+from open_r1 import compat
+from open_r1.jsonio import write_json
 from open_r1.run import keep_best as keep_best_lib
 from open_r1.run.budget import ReserveEstimator
 from open_r1.run.common import _is_rank0, _log, _world_size
@@ -34,7 +36,7 @@ class InTrainingEvalCallback(TrainerCallback):
     """Selfcheck protocol on held-out sets every N steps, keep-best bookkeeping (see the module docstring)."""
 
     def __init__(self, eval_sets: dict, every_n_steps: int, limit: int | None = None, batch_size: int = 32,
-                 primary: str = "ood_val", secondary: str | None = "val", keep_best: bool = True,
+                 primary: str | None = None, secondary: str | None = None, keep_best: bool = True,
                  eval_first_step: bool = True, estimator: ReserveEstimator | None = None,
                  skip=None, evaluate_fn=None, plot: bool = True, log=_log, task=None):
         if not eval_sets:
@@ -45,6 +47,10 @@ class InTrainingEvalCallback(TrainerCallback):
         self.every_n_steps = int(every_n_steps)
         self.limit = limit
         self.batch_size = batch_size
+        if task is None:
+            raise ValueError("InTrainingEvalCallback needs the run's task (open_r1.tasks.get_task)")
+        # keep-best ranks by the recipe's sets, else the task's (counting: ood_val, ties -> val), else the first set
+        primary, secondary = primary or task.default_primary, secondary or task.default_secondary
         self.primary = primary if primary in self.eval_sets else next(iter(self.eval_sets))
         self.secondary = secondary if secondary in self.eval_sets and secondary != self.primary else None
         self.keep_best = keep_best
@@ -53,10 +59,6 @@ class InTrainingEvalCallback(TrainerCallback):
         self.estimator.eval_enabled = True
         self.skip = skip or (lambda: False)
         self.evaluate_fn = evaluate_fn
-        if task is None:  # the counting protocol unless the run says otherwise
-            from open_r1.tasks import get_task
-
-            task = get_task("counting")
         self.task = task
         self.plot = plot
         self.log = log
@@ -87,7 +89,7 @@ class InTrainingEvalCallback(TrainerCallback):
             return
         os.makedirs(args.output_dir, exist_ok=True)
         payload = self._history_payload()
-        keep_best_lib.write_json_atomic(os.path.join(args.output_dir, keep_best_lib.HISTORY_FILE), payload)
+        write_json(os.path.join(args.output_dir, keep_best_lib.HISTORY_FILE), payload)
         if self.plot:
             try:
                 keep_best_lib.plot_history(payload, state.log_history,
@@ -156,8 +158,6 @@ class InTrainingEvalCallback(TrainerCallback):
 
     def _log_metrics(self, control, metrics: dict) -> None:
         """Into the trainer's metrics for this step, so they land in the same log row as the rewards."""
-        from open_r1 import compat
-
         trainer = self.trainer
         if compat.log_step_metrics(trainer, metrics):
             control.should_log = True

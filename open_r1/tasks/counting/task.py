@@ -19,7 +19,7 @@ class CountingTask(Task):
     probe_question = "How many items are there in the image?"
 
     def train_dataset(self, script_args, training_args):
-        dataset = data_lib.load_counting_dataset(script_args.dataset_name, script_args.dataset_train_split)
+        dataset = self.load_split(script_args.dataset_name, script_args.dataset_train_split)
         if script_args.max_train_samples:
             dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
         data_lib.validate_counting_dataset(dataset, script_args.dataset_name, script_args.image_check_rows)
@@ -32,7 +32,7 @@ class CountingTask(Task):
             name = os.path.basename(os.path.normpath(path))
             if name in sets:
                 raise DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
-            dataset = data_lib.load_counting_dataset(path)
+            dataset = self.load_split(path)
             if limit is not None:
                 dataset = dataset.select(range(min(limit, len(dataset))))
             data_lib.validate_counting_dataset(dataset, path)
