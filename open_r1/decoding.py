@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from open_r1 import compat
 from open_r1.errors import OpenR1Error, RecipeError
 
 logger = logging.getLogger(__name__)
@@ -373,7 +374,6 @@ class GraphDecoder:
         compiled = step
         if self.compile:
             install_gqa_decode_attention()
-            from open_r1 import compat
 
             compat.raise_cudagraph_rerecord_limit()  # torch's private inductor knob, via open_r1.compat
             compiled = torch.compile(step, mode="reduce-overhead", fullgraph=False, dynamic=False)

@@ -19,6 +19,7 @@ import tempfile
 
 from open_r1.errors import ModelError  # noqa: F401  (re-exported)
 from open_r1.families import FAMILIES, ModelFamily, get_family
+from open_r1.vision_attention import use_grouped_vision_attention
 
 QWEN2_VL_MODEL_TYPE = "qwen2_vl"
 # Default vision-token budget of training, in merged tokens: at least 4, at most 512 per image (Qwen2-VL: 3136 and
@@ -110,7 +111,6 @@ def load_model(path: str, dtype=None, attn_implementation: str | None = None, de
     if type(model).__name__ != family.class_name:
         raise ModelError(f"{path} loaded as {type(model).__name__}, expected {family.class_name} for a "
                          f"{family.name} checkpoint; check config.json's architectures")
-    from open_r1.vision_attention import use_grouped_vision_attention
 
     use_grouped_vision_attention(model, vision_attention)
     return model

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 
 from open_r1 import modeling
 from open_r1.errors import RecipeError
+from open_r1.export import TRAINING_META_FILE, load_for_export, verify_submission
+from open_r1.families import family_of
 
 SFT_REPORT_FILE = "sft_report.json"
 
@@ -133,8 +135,6 @@ def _trainer_class():
 def lora_config(model, settings: SFTSettings):
     from peft import LoraConfig
 
-    from open_r1.families import family_of
-
     targets = family_of(model).lora_targets(settings.lora_vision)
     return LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
                       target_modules=targets, bias="none", task_type="CAUSAL_LM")
@@ -222,8 +222,6 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
               "settings": asdict(settings), "lora": use_lora, "min_pixels": min_pixels, "max_pixels": max_pixels,
               "base_model": os.path.abspath(model_path) if model_path else None}
     if use_lora:
-        from open_r1.export import TRAINING_META_FILE, load_for_export
-
         trainer.save_model(run_dir)
         processor.save_pretrained(run_dir)
         with open(os.path.join(run_dir, TRAINING_META_FILE), "w") as handle:
@@ -236,8 +234,6 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
         modeling.save_model_dir(merged, processor, out_dir)
         report["merged_from"] = run_dir
         if verify_export:
-            from open_r1.export import verify_submission
-
             report["verify_problems"] = verify_submission(out_dir, generate=False).problems
     else:
         model = trainer.accelerator.unwrap_model(trainer.model).eval()

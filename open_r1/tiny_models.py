@@ -40,6 +40,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from open_r1.errors import ModelError, OpenR1Error
+from open_r1.families import SUPPORTED, get_family
+
 # Ids and strings of the real Qwen2-VL added tokens, in id order. The tokenizer, the model config and the
 # processor all rely on these exact ids.
 QWEN2VL_SPECIAL_TOKENS: dict[str, int] = {
@@ -485,8 +488,6 @@ def train_byte_level_bpe(vocab_size: int) -> tuple[dict[str, int], list[tuple[st
 
 
 def _family(family: str):
-    from open_r1.families import get_family
-
     return get_family(family, where=f"the tiny-model family {family!r}")
 
 
@@ -709,8 +710,6 @@ def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides:
 
 
 def _model_class(config):
-    from open_r1.families import get_family
-
     return get_family(config.model_type).model_class()
 
 
@@ -867,7 +866,6 @@ def build_qwen2vl(out_dir: str | os.PathLike, full_size: bool = False, seed: int
 
 def check_replaceable(out_dir: Path, overwrite: bool = False) -> None:
     """Refuse to replace a dir this builder did not write, or one a run trained into, unless `overwrite`."""
-    from open_r1.errors import ModelError
 
     if not out_dir.exists() or overwrite:
         return
@@ -899,9 +897,6 @@ def _swap_into_place(staging_dir: Path, out_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """CLI: build one checkpoint; prints its path. Exit 0, or 2 with `error: ...` for a bad request."""
     import sys
-
-    from open_r1.errors import OpenR1Error
-    from open_r1.families import SUPPORTED
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", default="qwen2_vl", choices=SUPPORTED, help="model family (default qwen2_vl)")

@@ -57,8 +57,11 @@ import torch
 from trl import GRPOTrainer
 
 from open_r1 import compat
+from open_r1.decoding import GraphDecoder, check_zero3
 from open_r1.errors import TrainerOptionError  # noqa: F401  (re-exported)
 from open_r1.families import vision_tower  # noqa: F401  (re-exported: one definition, per family)
+from open_r1.generation import decoder_for
+from open_r1.image_dedupe import enable_image_dedupe
 from open_r1.images import IMAGE_COLUMN, decode_images, lazy_image_column  # noqa: F401  (re-exported)
 from open_r1.vision_dedupe import (  # noqa: F401  (re-exported; the RM uses them too)
     DedupeVisionMixin,
@@ -71,7 +74,6 @@ def resolve_fast_decode(value, trainer) -> str | None:
     """`fast_decode` -> 'graph' (CUDA-graph decoder), 'eager' (same decoder uncompiled: CPU tests) or None (HF
     generate). True / 'graph' asks for it (refused under DeepSpeed ZeRO-3, and with vLLM); 'auto' uses it where it
     can run (a CUDA device, no ZeRO-3, no vLLM) and HF generate elsewhere; False / 'hf' never."""
-    from open_r1.decoding import check_zero3
 
     value = {True: "graph", False: "hf", None: "hf", "true": "graph", "false": "hf"}.get(value, value)
     if value not in ("auto", "graph", "eager", "hf"):
@@ -169,8 +171,6 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         self._graph_decoder = None
         self.dedupe_vision = dedupe_vision and enable_vision_dedupe(self.model)
         if dedupe_images:
-            from open_r1.image_dedupe import enable_image_dedupe
-
             enable_image_dedupe(self.processing_class)
         self.dedupe_images = dedupe_images
         args = self.args
@@ -184,9 +184,6 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         if not self.fast_decode:
             return None
         if self._graph_decoder is None:
-            from open_r1.decoding import GraphDecoder
-            from open_r1.generation import decoder_for
-
             model = self.accelerator.unwrap_model(self.model_wrapped)
             # one decoder (one static cache) per model and process, shared with the in-training evaluation
             self._graph_decoder = decoder_for(model, decoder=GraphDecoder(model, compile=self.fast_decode == "graph"))

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 
 from open_r1.errors import DataError
+from open_r1.export import one_line
 from open_r1.tasks import Task
 from open_r1.tasks.counting import data as data_lib
 from open_r1.tasks.counting import evaluate as evaluate_lib
+from open_r1.tasks.counting import protocol
 
 
 class CountingTask(Task):
@@ -50,9 +52,6 @@ class CountingTask(Task):
         return {"prompt_templates": list(script_args.prompt_templates)}
 
     def probe(self, model, processor, image):
-        from open_r1.export import one_line
-        from open_r1.tasks.counting import protocol
-
         texts, _, _ = evaluate_lib.generate_batch(model, processor, [image], [self.probe_question])
         if protocol.extract_answer(texts[0]) is None:
             return texts[0], f"the sample completion has no parseable <answer>N</answer>: {one_line(texts[0])}"
