@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from open_r1.jsonio import write_json
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RECIPE = REPO_ROOT / "configs" / "qwen2vl_2b_counting.yaml"
 GIB = 1024**3
@@ -1046,15 +1048,6 @@ def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any
         props = torch.cuda.get_device_properties(0)
         info.update({"gpu": props.name, "gpu_total_gib": props.total_memory / GIB, "cuda": torch.version.cuda})
     return info
-
-
-def write_json(path: str, payload: dict) -> None:
-    path = os.path.abspath(path)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as handle:
-        json.dump(payload, handle, indent=2, default=str)
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
