@@ -450,3 +450,26 @@ def test_two_ranks_share_the_eval_and_agree_on_scores_and_stops(tmp_path):
         assert result["n"] == 5 and result["golds"] == [0, 1, 2, 3, 4]  # padding dropped, dataset order
         assert result["acc"] == 60.0 and result["tokens"] == 12.0  # golds 0, 2, 4 correct
         assert result["stop"] == [1.0, 0.0]  # rank 1 wants to stop -> every rank stops
+
+
+def test_time_cap_starts_after_the_first_step_and_drives_the_sft_schedule():
+    """One plain wall-clock cap (run.budget.TimeCapCallback): the SFT stop and its cosine schedule read its clock."""
+    from open_r1.run.budget import TimeCapCallback
+    from open_r1.sft import SFTSettings, _lr_multiplier
+
+    now = [100.0]
+    cap = TimeCapCallback(10, clock=lambda: now[0])
+    multiplier = _lr_multiplier(cap, None, SFTSettings(schedule="cosine", min_lr_ratio=0.0))
+    state = TrainerState()
+    assert cap.on_step_end(None, state, TrainerControl()).should_training_stop is False  # step 1 starts the clock
+    now[0] += 5
+    assert not cap.on_step_end(None, state, TrainerControl()).should_training_stop
+    assert multiplier(2) == pytest.approx(0.5)  # half the time gone: half-way down the cosine
+    now[0] += 6
+    assert cap.on_step_end(None, state, TrainerControl()).should_training_stop and cap.stopped
+    done = TrainerControl()
+    done.should_training_stop = True  # max_steps ended the run at the same step: not the cap's doing
+    late = TimeCapCallback(1, clock=lambda: now[0])
+    late.t0 = 0.0
+    late.on_step_end(None, state, done)
+    assert not late.stopped

@@ -350,6 +350,7 @@ class TimeCapCallback(TrainerCallback):
         self.max_seconds = float(max_seconds) if max_seconds else None
         self.clock = clock
         self.t0: float | None = None
+        self.stopped = False  # True once the cap ended the run
 
     def elapsed(self) -> float:
         return 0.0 if self.t0 is None else self.clock() - self.t0
@@ -357,6 +358,6 @@ class TimeCapCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.t0 is None:
             self.t0 = self.clock()
-        elif self.max_seconds and self.elapsed() > self.max_seconds:
-            control.should_training_stop = True
+        elif self.max_seconds and self.elapsed() > self.max_seconds and not control.should_training_stop:
+            self.stopped = control.should_training_stop = True
         return control
