@@ -72,7 +72,7 @@ class SFTSettings:
             raise RecipeError(f"sft lora_r must be >= 0 and learning_rate > 0 (got {self.lora_r}, {self.learning_rate})")
 
 
-def _lr_multiplier(cap: TimeCapCallback, max_steps: int | None, settings: SFTSettings):
+def lr_multiplier(cap: TimeCapCallback, max_steps: int | None, settings: SFTSettings):
     """The schedule's LR factor at `step`: progress = max(step / max_steps, the cap's elapsed / max_seconds)."""
     def multiplier(step: int) -> float:
         if settings.schedule == "constant":
@@ -90,7 +90,7 @@ def _lr_multiplier(cap: TimeCapCallback, max_steps: int | None, settings: SFTSet
     return multiplier
 
 
-def _trainer_class():
+def capped_trainer_class():
     from torch.optim.lr_scheduler import LambdaLR
     from trl import SFTTrainer
 
@@ -150,8 +150,8 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
         by_epochs = max(1, math.ceil(settings.epochs * steps_per_epoch))
         max_steps = by_epochs if max_steps is None else min(max_steps, by_epochs)
     stop = TimeCapCallback(settings.max_seconds)  # the first step (compilation, first batch) is not charged
-    trainer_class = _trainer_class()
-    trainer_class.multiplier = staticmethod(_lr_multiplier(stop, max_steps, settings))
+    trainer_class = capped_trainer_class()
+    trainer_class.multiplier = staticmethod(lr_multiplier(stop, max_steps, settings))
     run_dir = work_dir or (out_dir.rstrip("/") + ".adapter" if use_lora else tempfile.mkdtemp(prefix="sft-"))
     os.makedirs(run_dir, exist_ok=True)
     config = SFTConfig(

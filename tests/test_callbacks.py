@@ -455,11 +455,11 @@ def test_two_ranks_share_the_eval_and_agree_on_scores_and_stops(tmp_path):
 def test_time_cap_starts_after_the_first_step_and_drives_the_sft_schedule():
     """One plain wall-clock cap (run.budget.TimeCapCallback): the SFT stop and its cosine schedule read its clock."""
     from open_r1.run.budget import TimeCapCallback
-    from open_r1.sft import SFTSettings, _lr_multiplier
+    from open_r1.sft import SFTSettings, lr_multiplier
 
     now = [100.0]
     cap = TimeCapCallback(10, clock=lambda: now[0])
-    multiplier = _lr_multiplier(cap, None, SFTSettings(schedule="cosine", min_lr_ratio=0.0))
+    multiplier = lr_multiplier(cap, None, SFTSettings(schedule="cosine", min_lr_ratio=0.0))
     state = TrainerState()
     assert cap.on_step_end(None, state, TrainerControl()).should_training_stop is False  # step 1 starts the clock
     now[0] += 5

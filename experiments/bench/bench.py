@@ -58,7 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from open_r1.jsonio import write_json
+from open_r1.errors import RecipeError
+from open_r1.jsonio import read_recipe, write_json
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RECIPE = REPO_ROOT / "configs" / "qwen2vl_2b_counting.yaml"
@@ -444,13 +445,10 @@ def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any])
 def load_recipe(path: str | os.PathLike | None) -> dict[str, Any]:
     if not path:
         return {}
-    import yaml
-
-    with open(path) as handle:
-        recipe = yaml.safe_load(handle) or {}
-    if not isinstance(recipe, dict):
-        raise BenchError(f"recipe {path} is not a YAML mapping")
-    return recipe
+    try:
+        return read_recipe(path)
+    except RecipeError as exc:
+        raise BenchError(str(exc)) from None
 
 
 def missing_requirements(variant: Variant) -> list[str]:

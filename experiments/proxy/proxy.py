@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from open_r1.jsonio import read_json, write_json
+from open_r1.jsonio import read_json, read_recipe, write_json
 from open_r1.tasks.counting import protocol
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -211,13 +211,6 @@ ABLATION_ARMS = tuple(name for name, arm in ARMS.items() if arm.role == "ablatio
 LORA_LR_FACTOR = 5.0
 
 
-def load_recipe(path: str | os.PathLike) -> dict:
-    import yaml
-
-    with open(path) as handle:
-        return yaml.safe_load(handle) or {}
-
-
 def _reward_kwargs(recipe: dict) -> dict:
     value = recipe.get("reward_kwargs") or {}
     return dict(json.loads(value)) if isinstance(value, str) else dict(value)
@@ -230,7 +223,7 @@ def arm_overrides(name: str, learning_rate: float | None = None) -> list[str]:
     if name not in ARMS:
         raise KeyError(f"unknown arm {name!r}; known: {sorted(ARMS)}")
     arm = ARMS[name]
-    recipe = load_recipe(arm.config_path())
+    recipe = read_recipe(arm.config_path())
     base_lr = float(recipe["learning_rate"]) if learning_rate is None else float(learning_rate)
     if name == "lora":
         return ["--use_peft", "true", "--lora_r", "16", "--lora_alpha", "32",
@@ -270,7 +263,7 @@ def arm_overrides(name: str, learning_rate: float | None = None) -> list[str]:
 
 
 def arm_num_generations(name: str, overrides: list[str] | None = None) -> int:
-    recipe = load_recipe(ARMS[name].config_path())
+    recipe = read_recipe(ARMS[name].config_path())
     value = int(recipe.get("num_generations", 8))
     args = list(overrides if overrides is not None else arm_overrides(name))
     for i, token in enumerate(args[:-1]):

@@ -125,7 +125,7 @@ def log(message: str) -> None:
 
 
 def recipe_value(arm: str, key: str):
-    return proxy.load_recipe(proxy.ARMS[arm].config_path()).get(key)
+    return proxy.read_recipe(proxy.ARMS[arm].config_path()).get(key)
 
 
 def generation_geometry(args, arms: list[str]) -> tuple[int, int, int]:
