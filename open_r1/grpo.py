@@ -1,26 +1,15 @@
-"""GRPO on Qwen2-VL for counting VQA, on TRL's own `GRPOTrainer`.
+"""GRPO for a Qwen-VL model on TRL's own `GRPOTrainer`, for any task of `open_r1/tasks/` (the recipe's `task`).
 
 Usage:
     accelerate launch --config_file zero3.json-accelerate... -m open_r1.grpo --config configs/qwen2vl_2b_counting.yaml
     python -m open_r1.grpo --config configs/demo.yaml --output_dir runs/demo        # CPU demo
 Any recipe key can be overridden on the command line (`--learning_rate 2e-6 --reward_funcs exact_count format`).
 
-Algorithm: textbook GRPO as TRL implements it (group-normalised advantages over `num_generations` completions of
-one prompt, clipped policy-gradient surrogate, optional KL to the reference with `beta`, `loss_type` as in TRL).
-What this script adds, and nothing else:
-  * rewards come from the registry in `open_r1/tasks/counting/rewards.py`, by name, with weights and parameters from the recipe;
-  * prompts are built by `open_r1/tasks/counting/data.py` with *template mixing* (train and eval wordings, weighted), every gold
-    count parsed before the first step;
-  * the processor is loaded left-padded with the recipe's vision-token budget, and saved with the model, so the
-    exported submission resizes images the way training did;
-  * LoRA (through peft) stays off the vision tower unless `lora_vision: true`; `freeze_vision: true` trains the
-    language model and merger only (full fine-tuning);
-  * the trainer is `open_r1.trainer.VLMGRPOTrainer`: TRL's, with each round's images decoded once
-    (`lazy_images`), and optionally ViT de-duplication
-    (`dedupe_vision`) and NoisyRollout-style noisy-image rollouts (`noisy_rollouts`), at TRL's hook points;
-  * `training_meta.json` beside the weights records what export needs (base model, LoRA or not, pixel budget).
-Deviations from R1-V's trainer: none in the algorithm; per-device batch > 1 is correct here (TRL splits pixel
-values by image grid), so we use it instead of R1-V's batch of 1.
+One way through: parse (engine, TRL and task keys) -> build the task once -> validate everything before the model
+loads -> the run's callbacks (`open_r1.run`) -> the trainer -> train -> save. The algorithm is TRL's; this adds
+rewards by name from the registry, the task's prompts and data, the recipe's vision-token budget (saved with the
+model), LoRA off the vision tower unless `lora_vision`, and the speed levers of `open_r1.trainer`.
+`training_meta.json` beside the weights records what export needs (base model, LoRA or not, pixel budget).
 """
 from __future__ import annotations
 
@@ -48,12 +37,6 @@ from open_r1.trainer import (
 )
 
 logger = logging.getLogger(__name__)
-
-# LoRA targets are per model family (open_r1.families: e.g. Qwen3-VL's ViT MLP is linear_fc1/linear_fc2, Qwen2.5-VL's
-# gate/up/down_proj); these are Qwen2-VL's, kept for callers that read them.
-LANGUAGE_LORA_TARGETS = FAMILIES["qwen2_vl"].language_lora_targets
-VISION_LORA_TARGETS = FAMILIES["qwen2_vl"].vision_lora_targets
-
 
 BATCH_HINT = (
     "per_device_train_batch_size counts completions, not prompts: make the generation batch a multiple of "
@@ -157,9 +140,6 @@ class GRPOScriptArguments(ScriptArguments):
         default=False,
         metadata={"help": "Train the language model and merger only; the vision tower's blocks stay as loaded."},
     )
-
-
-CountingGRPOArguments = GRPOScriptArguments  # its name until 2026-12-04
 
 
 def lora_config(model_args: ModelConfig, lora_vision: bool, family=FAMILIES["qwen2_vl"]):

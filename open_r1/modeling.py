@@ -21,7 +21,6 @@ from open_r1.errors import ModelError  # noqa: F401  (re-exported)
 from open_r1.families import FAMILIES, ModelFamily, get_family
 from open_r1.vision_attention import use_grouped_vision_attention
 
-QWEN2_VL_MODEL_TYPE = "qwen2_vl"
 # Default vision-token budget of training, in merged tokens: at least 4, at most 512 per image (Qwen2-VL: 3136 and
 # 401408 pixels; Qwen3-VL: 4096 and 524288).
 MIN_VISION_TOKENS = 4
@@ -32,12 +31,6 @@ def pixels_for_tokens(family: ModelFamily | str, tokens: int) -> int:
     """Image area (pixels) that `tokens` merged vision tokens of `family` cover."""
     family = FAMILIES[family] if isinstance(family, str) else family
     return int(tokens) * family.pixels_per_token
-
-
-def vision_tokens(family: ModelFamily | str, pixels: int) -> int:
-    """Merged vision tokens an image of `pixels` area gives (at most; resizing rounds to the family's grid)."""
-    family = FAMILIES[family] if isinstance(family, str) else family
-    return int(pixels) // family.pixels_per_token
 
 
 def default_pixel_budget(family: ModelFamily | str) -> tuple[int, int]:

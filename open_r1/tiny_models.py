@@ -95,7 +95,6 @@ BOS_TOKEN_ID = QWEN2VL_SPECIAL_TOKENS["<|endoftext|>"]
 EOS_TOKEN_ID = QWEN2VL_SPECIAL_TOKENS["<|im_end|>"]
 PAD_TOKEN_ID = QWEN2VL_SPECIAL_TOKENS["<|endoftext|>"]
 
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 # The chat template shipped with Qwen/Qwen2-VL-2B-Instruct, verbatim.
 QWEN2VL_CHAT_TEMPLATE = (
     "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
@@ -317,7 +316,6 @@ QWEN3_VL_GENERATION_CONFIG: dict[str, Any] = {
 }
 # Overrides that are not model-config fields.
 PROCESSOR_OVERRIDE_KEYS = ("min_pixels", "max_pixels")
-BUILD_OVERRIDE_KEYS = ("bpe_vocab_size", "thinking", "suppress_unused")
 BUILD_MARKER_FILE = "tiny_model.json"  # written into every built dir: how it was built (and that it may be rebuilt)
 TRAINED_MARKERS = ("trainer_state.json", "training_meta.json", "adapter_config.json", "optimizer.pt")
 DEFAULT_BPE_VOCAB_SIZE = 4096  # upper bound; the small corpus runs out of merges first (~2.5k tokens)

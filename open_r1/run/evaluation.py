@@ -1,19 +1,13 @@
-"""In-training evaluation (`InTrainingEvalCallback`)
-    Every `every_n_steps` steps (also at step 1 with `eval_first_step`, and at the last step) it runs the selfcheck
-    protocol engine, `open_r1.tasks.counting.evaluate.evaluate_dataset` (EVAL template, greedy, 256 new tokens, batched,
-    left-padded), on the first `limit` rows of each eval set, with the training processor (the pixel budget that is
-    saved with the model). The model is TRL's own generation view (`trl.models.unwrap_model_for_generation`: the
-    accelerator's unwrapped module; under DeepSpeed ZeRO-3 the parameters are gathered), switched to eval mode
-    under `torch.no_grad()` and switched back to train mode afterwards. Multi-process: every rank must take part
-    (under ZeRO-3 `generate` synchronises the ranks at every token), so each rank evaluates an equal-sized shard of
-    the subset (padded with repeats, dropped again) and the records are all-gathered; every rank then holds the
-    same scores (they feed the trainer state, which must agree across ranks) and rank 0 writes the files.
-    Scores (the task's `metric`: accuracy % for counting) are logged as `eval/<set>_<metric>` in the same log row as the GRPO rewards of that step; a
-    checkpoint is saved at that step; `<output_dir>/eval_history.json` gets {step, checkpoint, scores, reward (mean
-    of the logged rewards since the previous evaluation), ...} and `eval_history.png` is redrawn.
-    Keep-best (`open_r1.run.keep_best.select_best`): highest primary (OOD) accuracy, ties -> secondary (ID), then the
-    later step. The best checkpoint is recorded in the trainer state (`best_model_checkpoint`, `best_global_step`,
-    `best_metric`), which is what the trainer's `save_total_limit` rotation protects from deletion.
+"""In-training evaluation (`InTrainingEvalCallback`): every `every_n_steps` steps (also at step 1 with
+`eval_first_step`, and at the last step) the run's task scores the first `limit` rows of each held-out set
+(`Task.evaluate`; counting: the grader's protocol) with the training processor, on TRL's generation view of the
+model (`trl.models.unwrap_model_for_generation`; ZeRO-3 gathers the parameters), in eval mode under no_grad.
+Multi-process: every rank evaluates an equal-sized shard (padded with repeats, dropped again; under ZeRO-3
+`generate` synchronises the ranks) and the records are all-gathered, so every rank holds the same scores.
+Scores go to `eval/<set>_<metric>` in the same log row as that step's rewards; a checkpoint is saved at that step;
+`<output_dir>/eval_history.json` (+ `eval_history.png`) records each evaluation. Keep-best
+(`open_r1.run.keep_best.select_best`): highest primary score, ties -> secondary, then the later step; the best
+checkpoint goes into the trainer state (`best_model_checkpoint`, ...), which the `save_total_limit` rotation keeps.
 """
 from __future__ import annotations
 
