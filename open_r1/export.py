@@ -239,7 +239,8 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
         modeling.write_compat_processor_files(staging)
         model.generation_config.save_pretrained(staging)
         fix_modes(staging)
-        report = verify_submission(staging, generate=verify, expected_class=expected_class)
+        report = verify_submission(staging, generate=verify, expected_class=expected_class,
+                                   task=meta.get("task", "counting"))  # probed under the run's own task
         if not report.ok:
             raise ExportError("the exported model failed verification: " + "; ".join(report.problems)
                               + f". The submission at {out} is unchanged")
