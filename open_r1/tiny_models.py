@@ -43,44 +43,22 @@ from typing import Any
 from open_r1.errors import ModelError, OpenR1Error
 from open_r1.families import SUPPORTED, get_family
 
+
+def _ids(first: int, names: str) -> dict[str, int]:
+    return {name: first + i for i, name in enumerate(names.split())}
+
+
 # Ids and strings of the real Qwen2-VL added tokens, in id order. The tokenizer, the model config and the
 # processor all rely on these exact ids.
-QWEN2VL_SPECIAL_TOKENS: dict[str, int] = {
-    "<|endoftext|>": 151643,
-    "<|im_start|>": 151644,
-    "<|im_end|>": 151645,
-    "<|object_ref_start|>": 151646,
-    "<|object_ref_end|>": 151647,
-    "<|box_start|>": 151648,
-    "<|box_end|>": 151649,
-    "<|quad_start|>": 151650,
-    "<|quad_end|>": 151651,
-    "<|vision_start|>": 151652,
-    "<|vision_end|>": 151653,
-    "<|vision_pad|>": 151654,
-    "<|image_pad|>": 151655,
-    "<|video_pad|>": 151656,
-}
+QWEN2VL_SPECIAL_TOKENS: dict[str, int] = _ids(151643, """<|endoftext|> <|im_start|> <|im_end|> <|object_ref_start|>
+    <|object_ref_end|> <|box_start|> <|box_end|> <|quad_start|> <|quad_end|> <|vision_start|> <|vision_end|>
+    <|vision_pad|> <|image_pad|> <|video_pad|>""")
 # Qwen2.5 tokenizers add tool-call and fill-in-the-middle tokens after the vision ones; Qwen3 adds tool responses and
 # the think tags. In the real tokenizers these later ones are added but not "special" (decode keeps them).
-QWEN2_5_VL_ADDED_TOKENS: dict[str, int] = {
-    **QWEN2VL_SPECIAL_TOKENS,
-    "<tool_call>": 151657,
-    "</tool_call>": 151658,
-    "<|fim_prefix|>": 151659,
-    "<|fim_middle|>": 151660,
-    "<|fim_suffix|>": 151661,
-    "<|fim_pad|>": 151662,
-    "<|repo_name|>": 151663,
-    "<|file_sep|>": 151664,
-}
-QWEN3_VL_ADDED_TOKENS: dict[str, int] = {
-    **QWEN2_5_VL_ADDED_TOKENS,
-    "<tool_response>": 151665,
-    "</tool_response>": 151666,
-    "<think>": 151667,
-    "</think>": 151668,
-}
+QWEN2_5_VL_ADDED_TOKENS: dict[str, int] = {**QWEN2VL_SPECIAL_TOKENS, **_ids(151657, """<tool_call> </tool_call>
+    <|fim_prefix|> <|fim_middle|> <|fim_suffix|> <|fim_pad|> <|repo_name|> <|file_sep|>""")}
+QWEN3_VL_ADDED_TOKENS: dict[str, int] = {**QWEN2_5_VL_ADDED_TOKENS,
+                                         **_ids(151665, "<tool_response> </tool_response> <think> </think>")}
 ADDED_TOKENS: dict[str, dict[str, int]] = {
     "qwen2_vl": QWEN2VL_SPECIAL_TOKENS,
     "qwen2_5_vl": QWEN2_5_VL_ADDED_TOKENS,
