@@ -473,3 +473,15 @@ def test_time_cap_starts_after_the_first_step_and_drives_the_sft_schedule():
     late.t0 = 0.0
     late.on_step_end(None, state, done)
     assert not late.stopped
+
+
+def test_keep_best_ranks_by_the_run_tasks_sets_by_default():
+    """No counting fallback in the engine: the primary/secondary sets default to the run's task's."""
+    task = types.SimpleNamespace(default_primary="dev", default_secondary="ood", metric="score",
+                                 load_eval_sets=lambda paths, limit=None: {os.path.basename(p): [0] for p in paths})
+    script_args = types.SimpleNamespace(eval_sets=["/d/ood", "/d/dev", "/d/ood_val"], eval_steps_protocol=2)
+    run_safety = cb.build_run_callbacks(script_args, types.SimpleNamespace(resume_from_checkpoint=None,
+                                                                           output_dir="/nonexistent"), task)
+    assert (run_safety.evaluator.primary, run_safety.evaluator.secondary) == ("dev", "ood")
+    with pytest.raises(ValueError, match="task"):
+        cb.InTrainingEvalCallback({"val": [0]}, every_n_steps=1)

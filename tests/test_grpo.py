@@ -188,3 +188,18 @@ def test_one_run_builds_its_task_once_and_loads_each_set_once(tiny_model_dir, sc
     grpo.main(*grpo.parse_args(args))
     assert len(built) == 1
     assert loads == {"train": 1, "ood_val": 1, "val": 1}
+
+
+def test_counting_keys_are_the_counting_tasks_settings(tmp_path):
+    """The engine's own keys are task-neutral: prompt_templates is parsed from the counting task's settings."""
+    import dataclasses
+
+    from open_r1.tasks.counting import CountingSettings
+
+    assert "prompt_templates" not in {f.name for f in dataclasses.fields(grpo.GRPOScriptArguments)}
+    assert "prompt_templates" in {f.name for f in dataclasses.fields(CountingSettings)}
+    assert "prompt_templates" in grpo.recipe_keys() and "--prompt_templates" in grpo.short_help()
+    script_args, training_args, _ = grpo.parse_args(["--output_dir", str(tmp_path), "--use_cpu", "true",
+                                                     "--prompt_templates", "eval:1", "--learning_rate", "0.5"])
+    assert script_args.prompt_templates == ["eval:1"] and training_args.learning_rate == 0.5
+    assert script_args.eval_primary is None and script_args.eval_secondary is None  # the task's, at build time
