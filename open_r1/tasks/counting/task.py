@@ -49,7 +49,8 @@ class CountingTask(Task):
         return evaluate_lib.report_from_records(name, records, seconds)
 
     def training_meta(self, script_args):
-        return {"prompt_templates": list(script_args.prompt_templates)}
+        templates = getattr(script_args, "prompt_templates", None)  # the counting task's setting
+        return {} if templates is None else {"prompt_templates": list(templates)}
 
     def probe(self, model, processor, image):
         texts, _, _ = evaluate_lib.generate_batch(model, processor, [image], [self.probe_question])
