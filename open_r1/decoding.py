@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from open_r1 import compat
 from open_r1.errors import OpenR1Error, RecipeError
 
 logger = logging.getLogger(__name__)
@@ -450,7 +451,6 @@ class GraphDecoder:
         compiled = step
         if self.compile:
             install_gqa_decode_attention()
-            from open_r1 import compat
 
             compat.raise_cudagraph_rerecord_limit()  # torch's private inductor knob, via open_r1.compat
             if self.layers_once:

@@ -24,8 +24,15 @@ import time
 from dataclasses import dataclass, field
 
 from open_r1 import modeling
+from open_r1.checks import check_checkpoint, weights_problems, writable_problem
 from open_r1.errors import CliHelp, ExportError, ModelError, OpenR1Error  # noqa: F401  (re-exported)
-from open_r1.run.keep_best import read_json, write_json_atomic
+from open_r1.families import FAMILIES
+from open_r1.jsonio import read_json, write_json
+from open_r1.noise import quiet_library_noise
+from open_r1.run.budget import record_export_seconds
+from open_r1.run.keep_best import resolve_export_checkpoint
+from open_r1.run.resume import find_resume_checkpoint
+from open_r1.tasks import get_task
 
 TRAINING_META_FILE = "training_meta.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -93,8 +100,6 @@ def _probe_image():
 def architecture_problems(config: dict, expected_class: str | None = EXPECTED_ARCHITECTURE) -> list[str]:
     """What is wrong with config.json's model_type / architectures for a grader that loads `expected_class`
     (None: any supported family, loaded as its own class)."""
-    from open_r1.families import FAMILIES
-
     model_type, architectures = config.get("model_type"), config.get("architectures") or []
     family = FAMILIES.get(model_type or "")
     if family is None:
@@ -144,16 +149,14 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
         if not os.path.isfile(os.path.join(path, name)):
             report.problems.append(f"tokenizer file {name} is missing: save the tokenizer (processor.save_pretrained)")
     if not any(os.path.isfile(os.path.join(path, n)) for n in CHAT_TEMPLATE_FILES) and "chat_template" not in (
-        read_json(os.path.join(path, "tokenizer_config.json")) or {}
+        read_json(os.path.join(path, "tokenizer_config.json"), None) or {}
     ):
         report.problems.append("chat template is missing (chat_template.jinja): the prompt cannot be built")
     if not os.path.isfile(os.path.join(path, "generation_config.json")):
         report.warnings.append("generation_config.json is missing: eos ids fall back to config.json")
-    report.problems.extend(_check_weights(path))
+    report.problems.extend(weights_problems(path))
     if report.problems or not generate:
         return report
-    from open_r1.tasks import get_task
-
     probe = get_task(task).probe  # an unknown task fails here, before the model loads
     try:
         import torch
@@ -188,45 +191,6 @@ def one_line(text: str | None, limit: int = 80) -> str:
     return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
 
 
-def _check_weights(path: str) -> list[str]:
-    """Every safetensors file present, with a readable header and the size its header promises."""
-    index_path = os.path.join(path, "model.safetensors.index.json")
-    if os.path.isfile(index_path):
-        index = read_json(index_path)
-        if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
-            return ["weights index model.safetensors.index.json is not valid JSON with a weight_map: re-save the model"]
-        files = sorted(set(index["weight_map"].values()))
-    elif os.path.isfile(os.path.join(path, "model.safetensors")):
-        files = ["model.safetensors"]
-    else:
-        return ["weights are missing: no model.safetensors or model.safetensors.index.json"]
-    problems = []
-    for name in files:
-        file_path = os.path.join(path, name)
-        if not os.path.isfile(file_path):
-            problems.append(f"weights file {name} named in the index is missing")
-            continue
-        problem = _safetensors_problem(file_path)
-        if problem:
-            problems.append(f"weights file {name} is {problem}")
-    return problems
-
-
-def _safetensors_problem(file_path: str) -> str | None:
-    """Why a .safetensors file would not load, or None: `safetensors.safe_open` reads the header and checks that
-    the file covers every tensor it declares (a truncated copy fails here, not at load time)."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(file_path, framework="pt") as handle:
-            handle.keys()
-    except SafetensorError as exc:
-        return f"truncated or corrupt ({exc}; {os.path.getsize(file_path)} bytes on disk)"
-    except OSError as exc:
-        return f"unreadable ({exc})"
-    return None
-
-
 def export_submission(checkpoint: str, out: str, base_model: str | None = None, min_pixels: int | None = None,
                       max_pixels: int | None = None, verify: bool = True, log=print,
                       replace_scored: bool = False,
@@ -240,16 +204,12 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
     """
     if not os.path.isdir(checkpoint):
         raise ExportError(f"checkpoint {checkpoint} does not exist; train first (bash train.sh) or pass --checkpoint")
-    from open_r1.validate import check_checkpoint, writable_problem
-
     out = os.path.abspath(out.rstrip("/") or out)
     problem = writable_problem(out)
     if problem:
         raise ExportError(f"cannot write the submission: {problem} (--out / SUBMISSION)")
     problem = check_checkpoint(checkpoint)
     if problem:
-        from open_r1.run.resume import find_resume_checkpoint
-
         run_dir = os.path.dirname(os.path.abspath(checkpoint.rstrip("/")))
         loadable = find_resume_checkpoint(run_dir) if os.path.basename(checkpoint.rstrip("/")).startswith(
             "checkpoint-") else None
@@ -280,7 +240,8 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
         modeling.write_compat_processor_files(staging)
         model.generation_config.save_pretrained(staging)
         fix_modes(staging)
-        report = verify_submission(staging, generate=verify, expected_class=expected_class)
+        report = verify_submission(staging, generate=verify, expected_class=expected_class,
+                                   task=meta.get("task", "counting"))  # probed under the run's own task
         if not report.ok:
             raise ExportError("the exported model failed verification: " + "; ".join(report.problems)
                               + f". The submission at {out} is unchanged")
@@ -410,7 +371,7 @@ def install(staging: str, target: str, aside_tag: str = "prev", log=print, aside
         if not os.path.exists(target):
             os.rename(staging, target)
             return None
-        write_json_atomic(journal, {"target": target, "staging": staging, "aside": aside,
+        write_json(journal, {"target": target, "staging": staging, "aside": aside,
                                     "new_inode": os.stat(staging).st_ino, "pid": os.getpid()})
         if _exchange(staging, target):  # one atomic step: the new model at target, the old one at staging
             os.rename(staging, aside)
@@ -445,7 +406,7 @@ def recover_interrupted_swap(target: str, log=print) -> str | None:
     saying what was done, or None when there was nothing to recover."""
     target = os.path.abspath(target.rstrip("/"))
     journal = _journal_path(target)
-    record = read_json(journal)
+    record = read_json(journal, None)
     if not isinstance(record, dict):
         if os.path.exists(journal):
             os.remove(journal)
@@ -484,7 +445,7 @@ def clean_stale_staging(target: str, log=print) -> list[str]:
     if not os.path.isdir(parent):
         return []
     removed = []
-    journal = read_json(_journal_path(target)) or {}
+    journal = read_json(_journal_path(target), None) or {}
     for entry in sorted(os.listdir(parent)):
         if not entry.startswith(STAGING_PREFIX.format(name=name)):
             continue
@@ -520,7 +481,7 @@ def _pid_alive(pid: int) -> bool:
 
 def scored_submission(path: str) -> dict | None:
     """The selfcheck report recorded with an existing submission, when it has one (any readable JSON dict)."""
-    report = read_json(os.path.join(path, REPORT_FILE)) if os.path.isdir(path) else None
+    report = read_json(os.path.join(path, REPORT_FILE), None) if os.path.isdir(path) else None
     return report if isinstance(report, dict) else None
 
 
@@ -560,8 +521,6 @@ def _raise_interrupt(signum, frame):
 
 
 def main(argv=None) -> int:
-    from open_r1.noise import quiet_library_noise
-
     quiet_library_noise()
     parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=CliHelp)
     parser.add_argument("--checkpoint", required=True, help="training output dir or a checkpoint-N dir")
@@ -579,8 +538,6 @@ def main(argv=None) -> int:
                         help=f"replace a scored submission (one with {REPORT_FILE}) without comparing; by default "
                         "the new model is written beside it as <out>.candidate-<timestamp>")
     args = parser.parse_args(argv)
-    from open_r1.run.keep_best import resolve_export_checkpoint
-
     started = _START if argv is None else time.time()
     previous = None
     if threading.current_thread() is threading.main_thread():  # SIGTERM unwinds like Ctrl-C: nothing half-done
@@ -602,8 +559,6 @@ def main(argv=None) -> int:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     if os.path.isfile(os.path.join(args.checkpoint, "training_meta.json")):  # a run dir: feed the next budget
-        from open_r1.run import record_export_seconds
-
         try:
             record_export_seconds(args.checkpoint, time.time() - started)
         except OSError as exc:

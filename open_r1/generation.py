@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import weakref
 
+from open_r1 import decoding
+from open_r1.errors import RecipeError
+
 CACHE_BUCKET_TOKENS = 128
 CACHE_MARGIN_TOKENS = 64
 
@@ -41,9 +44,7 @@ def prepare_inputs(processor, prompt_texts, images, image_device=None, pin_memor
     inputs = processor(text=list(prompt_texts), images=list(images), padding=True, padding_side="left",
                        return_tensors="pt", **extra)
     if rope_model is not None:
-        from open_r1.decoding import rope_positions
-
-        inputs.update(rope_positions(rope_model, inputs) or {})
+        inputs.update(decoding.rope_positions(rope_model, inputs) or {})
     if pin_memory:
         for key, value in inputs.items():
             if hasattr(value, "pin_memory") and value.device.type == "cpu" and not value.is_pinned():
@@ -69,26 +70,20 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
 
     if inputs is None:
         inputs = prepare_inputs(processor, prompt_texts, images)
-    from open_r1.decoding import ROPE_INPUT_KEYS
 
-    positions = {key: inputs.pop(key) for key in ROPE_INPUT_KEYS if key in inputs}  # the graph decoder's only
+    positions = {key: inputs.pop(key) for key in decoding.ROPE_INPUT_KEYS if key in inputs}  # the graph decoder's only
     inputs = inputs.to(model.device, non_blocking=True)
     choice = resolve_decoder(decoder, model.device)
-    from open_r1.decoding import zero3_partitioned
 
-    if choice != "hf" and zero3_partitioned(model):
+    if choice != "hf" and decoding.zero3_partitioned(model):
         if (decoder or DEFAULT_DECODER) != "auto":
-            from open_r1.decoding import check_zero3
-
-            check_zero3(type("ZeRO3", (), {"zero_stage": 3})())  # the RecipeError that names the fix
+            decoding.check_zero3(type("ZeRO3", (), {"zero_stage": 3})())  # the RecipeError that names the fix
         choice = "hf"  # ZeRO-3: gathered weights move between calls; a captured step cannot follow them
     if choice != "hf" and not compile_generation:
-        from open_r1.decoding import UnsupportedGeneration, resolve_settings
-
         try:
-            settings = resolve_settings(model.generation_config, max_new_tokens=max_new_tokens, do_sample=do_sample,
+            settings = decoding.resolve_settings(model.generation_config, max_new_tokens=max_new_tokens, do_sample=do_sample,
                                         **generate_kwargs)
-        except UnsupportedGeneration as error:
+        except decoding.UnsupportedGeneration as error:
             _warn_fallback(str(error))
         else:
             try:
@@ -110,32 +105,29 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
 
 
 DEFAULT_DECODER = "auto"  # selfcheck --decoder sets it; generate_texts(decoder=...) overrides per call
-_DECODERS: weakref.WeakKeyDictionary | None = None  # model -> GraphDecoder (one static cache per model and process)
+_DECODERS: weakref.WeakKeyDictionary | None = None  # model -> decoding.GraphDecoder (one static cache per model and process)
 
 
 def resolve_decoder(decoder, device) -> str:
     """'graph' | 'eager' | 'hf' for `decoder` ('auto'/None: `DEFAULT_DECODER`, then graph on CUDA, hf elsewhere)."""
-    from open_r1.decoding import DECODER_CHOICES, default_decoder
-    from open_r1.errors import RecipeError
 
     decoder = decoder or DEFAULT_DECODER
-    if decoder not in DECODER_CHOICES:
-        raise RecipeError(f"decoder must be one of {', '.join(DECODER_CHOICES)} (got {decoder!r})")
-    return default_decoder(device) if decoder == "auto" else decoder
+    if decoder not in decoding.DECODER_CHOICES:
+        raise RecipeError(f"decoder must be one of {', '.join(decoding.DECODER_CHOICES)} (got {decoder!r})")
+    return decoding.default_decoder(device) if decoder == "auto" else decoder
 
 
 def decoder_for(model, compile: bool | None = None, decoder=None):
-    """The process's GraphDecoder for `model` (created on first use, then reused: its cache is allocated once).
+    """The process's decoding.GraphDecoder for `model` (created on first use, then reused: its cache is allocated once).
     `decoder`: register an existing one (the trainer shares its training decoder with evaluation)."""
     global _DECODERS
-    from open_r1.decoding import GraphDecoder
 
     if _DECODERS is None:
         _DECODERS = weakref.WeakKeyDictionary()
     if decoder is not None:
         _DECODERS[model] = decoder
     if model not in _DECODERS:
-        _DECODERS[model] = GraphDecoder(model, compile=compile)
+        _DECODERS[model] = decoding.GraphDecoder(model, compile=compile)
     found = _DECODERS[model]
     if compile is not None and found.compile != compile:
         found.compile = compile  # steps are kept per (settings, compile): the other kind is built on first use

@@ -1,26 +1,15 @@
-"""GRPO on Qwen2-VL for counting VQA, on TRL's own `GRPOTrainer`.
+"""GRPO for a Qwen-VL model on TRL's own `GRPOTrainer`, for any task of `open_r1/tasks/` (the recipe's `task`).
 
 Usage:
     accelerate launch --config_file zero3.json-accelerate... -m open_r1.grpo --config configs/qwen2vl_2b_counting.yaml
     python -m open_r1.grpo --config configs/demo.yaml --output_dir runs/demo        # CPU demo
 Any recipe key can be overridden on the command line (`--learning_rate 2e-6 --reward_funcs exact_count format`).
 
-Algorithm: textbook GRPO as TRL implements it (group-normalised advantages over `num_generations` completions of
-one prompt, clipped policy-gradient surrogate, optional KL to the reference with `beta`, `loss_type` as in TRL).
-What this script adds, and nothing else:
-  * rewards come from the registry in `open_r1/tasks/counting/rewards.py`, by name, with weights and parameters from the recipe;
-  * prompts are built by `open_r1/tasks/counting/data.py` with *template mixing* (train and eval wordings, weighted), every gold
-    count parsed before the first step;
-  * the processor is loaded left-padded with the recipe's vision-token budget, and saved with the model, so the
-    exported submission resizes images the way training did;
-  * LoRA (through peft) stays off the vision tower unless `lora_vision: true`; `freeze_vision: true` trains the
-    language model and merger only (full fine-tuning);
-  * the trainer is `open_r1.trainer.VLMGRPOTrainer`: TRL's, with each round's images decoded once
-    (`lazy_images`), and optionally ViT de-duplication
-    (`dedupe_vision`) and NoisyRollout-style noisy-image rollouts (`noisy_rollouts`), at TRL's hook points;
-  * `training_meta.json` beside the weights records what export needs (base model, LoRA or not, pixel budget).
-Deviations from R1-V's trainer: none in the algorithm; per-device batch > 1 is correct here (TRL splits pixel
-values by image grid), so we use it instead of R1-V's batch of 1.
+One way through: parse (engine, TRL and task keys) -> build the task once -> validate everything before the model
+loads -> the run's callbacks (`open_r1.run`) -> the trainer -> train -> save. The algorithm is TRL's; this adds
+rewards by name from the registry, the task's prompts and data, the recipe's vision-token budget (saved with the
+model), LoRA off the vision tower unless `lora_vision`, and the speed levers of `open_r1.trainer`.
+`training_meta.json` beside the weights records what export needs (base model, LoRA or not, pixel budget).
 """
 from __future__ import annotations
 
@@ -32,12 +21,15 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
-from open_r1 import modeling
+from open_r1 import modeling, validate
+from open_r1 import rewards as rewards_lib
+from open_r1 import run as run_lib
 from open_r1.errors import OpenR1Error, RecipeError, user_error  # noqa: F401  (RecipeError re-exported)
 from open_r1.export import TRAINING_META_FILE
 from open_r1.families import FAMILIES
+from open_r1.noise import quiet_library_noise
 from open_r1.rewards import parse_reward_kwargs  # noqa: F401  (re-exported: recipes' reward params)
-from open_r1.tasks import get_task
+from open_r1.tasks import get_task, task_settings
 from open_r1.trainer import (
     VLMGRPOTrainer,
     check_noisy_rollouts,
@@ -45,12 +37,6 @@ from open_r1.trainer import (
 )
 
 logger = logging.getLogger(__name__)
-
-# LoRA targets are per model family (open_r1.families: e.g. Qwen3-VL's ViT MLP is linear_fc1/linear_fc2, Qwen2.5-VL's
-# gate/up/down_proj); these are Qwen2-VL's, kept for callers that read them.
-LANGUAGE_LORA_TARGETS = FAMILIES["qwen2_vl"].language_lora_targets
-VISION_LORA_TARGETS = FAMILIES["qwen2_vl"].vision_lora_targets
-
 
 BATCH_HINT = (
     "per_device_train_batch_size counts completions, not prompts: make the generation batch a multiple of "
@@ -75,10 +61,6 @@ class GRPOScriptArguments(ScriptArguments):
     reward_kwargs: str | None = field(
         default=None,
         metadata={"help": 'JSON (or a YAML mapping) of per-reward parameters, e.g. {"soft_count": {"tolerance": 2}}.'},
-    )
-    prompt_templates: list[str] = field(
-        default_factory=lambda: ["train:0.5", "eval:0.5"],
-        metadata={"help": "Template mixing: 'name:weight' entries, names from open_r1.tasks.counting.protocol.TEMPLATES."},
     )
     min_pixels: int | None = field(
         default=None, metadata={"help": "Smallest image area (pixels) after resizing (default: 4 merged tokens of the "
@@ -108,8 +90,10 @@ class GRPOScriptArguments(ScriptArguments):
     eval_steps_protocol: int = field(default=50, metadata={"help": "Evaluate eval_sets every N optimizer steps."})
     eval_limit: int | None = field(default=200, metadata={"help": "Fixed subset: the first N rows of each eval set."})
     eval_batch_size: int = field(default=32, metadata={"help": "Generation batch size of the in-training evaluation."})
-    eval_primary: str = field(default="ood_val", metadata={"help": "Keep-best set (highest accuracy wins)."})
-    eval_secondary: str | None = field(default="val", metadata={"help": "Keep-best tie-break set."})
+    eval_primary: str | None = field(
+        default=None, metadata={"help": "Keep-best set (highest score wins; default: the task's, counting: ood_val)."})
+    eval_secondary: str | None = field(
+        default=None, metadata={"help": "Keep-best tie-break set (default: the task's, counting: val)."})
     eval_first_step: bool = field(
         default=True, metadata={"help": "Also evaluate after step 1 (baseline score, measures the eval time)."}
     )
@@ -158,9 +142,6 @@ class GRPOScriptArguments(ScriptArguments):
     )
 
 
-CountingGRPOArguments = GRPOScriptArguments  # its name until 2026-12-04
-
-
 def lora_config(model_args: ModelConfig, lora_vision: bool, family=FAMILIES["qwen2_vl"]):
     """peft LoraConfig from the recipe; targets the family's language model only unless lora_vision."""
     from trl import get_peft_config
@@ -188,11 +169,11 @@ def freeze_vision_tower(model) -> int:
     return frozen
 
 
-def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
+def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None,
+                  task=None):
     """Everything up to `trainer.train()`: validated data, rewards, model, processor, LoRA, the trainer
-    (TRL's `GRPOTrainer` with the speed levers of `open_r1.trainer`)."""
-    from open_r1.rewards import get_reward_funcs
-
+    (TRL's `GRPOTrainer` with the speed levers of `open_r1.trainer`). `task`: the run's (built from the recipe when
+    not given)."""
     if not model_args.model_name_or_path:
         raise RecipeError("no model: set model_name_or_path in the recipe or MODEL_PATH / --model_name_or_path")
     if not script_args.dataset_name:
@@ -200,7 +181,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     # Columns (solution, problem, image) must reach the reward functions.
     training_args.remove_unused_columns = False
 
-    reward_funcs = get_reward_funcs(script_args.reward_funcs, parse_reward_kwargs(script_args.reward_kwargs))
+    reward_funcs = rewards_lib.get_reward_funcs(script_args.reward_funcs, parse_reward_kwargs(script_args.reward_kwargs))
     weights = training_args.reward_weights
     if weights is not None and len(weights) != len(reward_funcs):
         raise RecipeError(
@@ -210,7 +191,8 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
 
     check_noisy_rollouts(script_args.noisy_rollouts, script_args.noise_std)  # before the slow loads
     family = modeling.family_of_dir(model_args.model_name_or_path)
-    train_dataset = get_task(script_args.task, script_args).train_dataset(script_args, training_args)
+    task = task or get_task(script_args.task, script_args)
+    train_dataset = task.train_dataset(script_args, training_args)
 
     model = modeling.load_model(
         model_args.model_name_or_path,
@@ -245,7 +227,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     return trainer
 
 
-def write_training_meta(output_dir: str, script_args, model_args, processor) -> None:
+def write_training_meta(output_dir: str, script_args, model_args, processor, task=None) -> None:
     min_pixels, max_pixels = modeling.pixel_budget(processor)
     meta = {
         "base_model": os.path.abspath(model_args.model_name_or_path),
@@ -254,7 +236,7 @@ def write_training_meta(output_dir: str, script_args, model_args, processor) -> 
         "max_pixels": max_pixels,
         "task": script_args.task,
         "reward_funcs": list(script_args.reward_funcs),
-        **get_task(script_args.task, script_args).training_meta(script_args),
+        **(task or get_task(script_args.task, script_args)).training_meta(script_args),
     }
     with open(os.path.join(output_dir, TRAINING_META_FILE), "w") as handle:
         json.dump(meta, handle, indent=2)
@@ -297,23 +279,21 @@ def apply_memory_cap(environ=os.environ) -> float | None:
 
 
 def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
-    from open_r1 import (
-        run as run_lib,  # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
-    )
-    from open_r1 import (
-        validate,  # every recipe value, path, device, model file and image, before the model loads
-    )
-
-    validate.validate_training(script_args, training_args, model_args, submission=os.environ.get("SUBMISSION"))
+    task = get_task(script_args.task, script_args)  # built once; it keeps the sets it loaded for the run
+    # every recipe value, path, device, model file and image, before the model loads
+    validate.validate_training(script_args, training_args, model_args, submission=os.environ.get("SUBMISSION"),
+                               task=task)
     apply_memory_cap()
-    run = run_lib.build_run_callbacks(script_args, training_args, get_task(script_args.task, script_args))
-    trainer = build_trainer(script_args, training_args, model_args, callbacks=[*run.callbacks, *(callbacks or [])])
+    # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
+    run = run_lib.build_run_callbacks(script_args, training_args, task)
+    trainer = build_trainer(script_args, training_args, model_args, callbacks=[*run.callbacks, *(callbacks or [])],
+                            task=task)
     announce_rank(trainer)
     run.bind(trainer)
     trainer.run_safety = run
     if trainer.accelerator.is_main_process:  # before training, so a checkpoint of a killed run stays exportable
         os.makedirs(training_args.output_dir, exist_ok=True)
-        write_training_meta(training_args.output_dir, script_args, model_args, trainer.processing_class)
+        write_training_meta(training_args.output_dir, script_args, model_args, trainer.processing_class, task)
     trainer.train(resume_from_checkpoint=run.resume_from)
     if not run.stopped_by_signal:  # on a signal the checkpoint just saved is the final state: leave quickly
         trainer.save_model(training_args.output_dir)
@@ -341,8 +321,9 @@ def _has_activation_checkpointing() -> bool:
 
 
 def _argument_classes() -> list[type]:
-    """The dataclasses `parse_args` parses a recipe into (the alias last, where this transformers needs it)."""
-    classes = [GRPOScriptArguments, GRPOConfig, ModelConfig]
+    """The dataclasses `parse_args` parses a recipe into: the engine's, TRL's, every task's own keys
+    (`open_r1.tasks.task_settings`), and the alias last, where this transformers needs it."""
+    classes = [GRPOScriptArguments, GRPOConfig, ModelConfig, *task_settings()]
     if not _has_activation_checkpointing():
         classes.append(_ActivationCheckpointingAlias)
     return classes
@@ -385,20 +366,24 @@ def unknown_keys_error(config_rest: list[str], cli_rest: list[str]) -> RecipeErr
 
 
 def parse_args(argv=None):
+    """(script_args, training_args, model_args): the tasks' own keys become attributes of script_args. Unknown
+    keys (YAML or flags) and abbreviations are one RecipeError naming the closest key."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[-1:] == ["--config"]:  # TrlParser would fail on an IndexError
         raise RecipeError("--config needs a recipe file, e.g. --config configs/demo.yaml")
     classes = _argument_classes()
-    legacy = not _has_activation_checkpointing()
     *parsed, config_rest, cli_rest = _RecipeParser(tuple(classes)).parse_args_and_config(
         args=argv, return_remaining_strings=True, separate_remaining_strings=True)
     if config_rest or cli_rest:
         raise unknown_keys_error(config_rest, cli_rest)
-    if legacy:
-        alias = parsed.pop(3)
-        if alias.activation_checkpointing is not None:
-            parsed[1].gradient_checkpointing = alias.activation_checkpointing
-    return tuple(parsed)
+    script_args, training_args, model_args, *extra = parsed[: len(classes)]
+    for settings in extra:
+        if isinstance(settings, _ActivationCheckpointingAlias):
+            if settings.activation_checkpointing is not None:
+                training_args.gradient_checkpointing = settings.activation_checkpointing
+        else:
+            vars(script_args).update(vars(settings))
+    return script_args, training_args, model_args
 
 
 # The TRL keys a recipe of ours usually sets, shown by the short --help (the rest: --help-all).
@@ -422,7 +407,7 @@ def short_help() -> str:
         head = f"  --{field_.name} (default: {default!r})"
         return head + "\n" + textwrap.fill(text, width=110, initial_indent=" " * 6, subsequent_indent=" " * 6)
 
-    ours = [f for f in dataclasses.fields(GRPOScriptArguments)
+    ours = [f for cls in (GRPOScriptArguments, *task_settings()) for f in dataclasses.fields(cls)
             if f.name == "dataset_name" or f.name not in {g.name for g in dataclasses.fields(ScriptArguments)}]
     trl_fields = {f.name: f for cls in (GRPOConfig, ModelConfig) for f in dataclasses.fields(cls)}
     common = [trl_fields[name] for name in COMMON_TRL_KEYS if name in trl_fields]
@@ -445,8 +430,6 @@ def short_help() -> str:
 
 
 def cli(argv=None) -> int:
-    from open_r1.noise import quiet_library_noise
-
     quiet_library_noise()
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--help-all" in argv:  # TRL's own parser help: every GRPOConfig / ModelConfig / ScriptArguments key

@@ -24,6 +24,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from open_r1 import compat
+
 OUTPUT_KEYS = {"pixel_values", "image_grid_thw"}
 
 
@@ -128,7 +130,6 @@ def per_image_rows(output, count: int):
 def enable_image_dedupe(processor) -> bool:
     """Give `processor.image_processor` (or an image processor itself) the de-duplicating subclass, keeping its
     class name. Returns False when there is none or it already has it."""
-    from open_r1 import compat
 
     image_processor = getattr(processor, "image_processor", processor)
     if image_processor is None or not hasattr(image_processor, "preprocess"):

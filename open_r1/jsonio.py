@@ -1,11 +1,13 @@
 """JSON files, one helper pair for the whole repo: `write_json` writes through a temp file + rename, so a kill
 mid-write never leaves a truncated record; `read_json` returns `default` for a missing or unreadable file when one
-is given (and raises otherwise)."""
+is given (and raises otherwise). `read_recipe` reads a YAML recipe."""
 from __future__ import annotations
 
 import json
 import os
 from typing import Any
+
+from open_r1.errors import RecipeError
 
 _RAISE = object()
 
@@ -28,3 +30,15 @@ def read_json(path: str | os.PathLike, default: Any = _RAISE) -> Any:
         if default is _RAISE:
             raise
         return default
+
+
+def read_recipe(path: str | os.PathLike) -> dict:
+    """A YAML recipe as a mapping: the one plain reader (`open_r1.grpo` parses the same files into its dataclasses
+    with TRL's parser); a file that is not a mapping is one RecipeError."""
+    import yaml  # deferred: only recipe readers need it
+
+    with open(path) as handle:
+        recipe = yaml.safe_load(handle) or {}
+    if not isinstance(recipe, dict):
+        raise RecipeError(f"recipe {path} is not a YAML mapping of key: value")
+    return recipe

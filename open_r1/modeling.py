@@ -19,8 +19,8 @@ import tempfile
 
 from open_r1.errors import ModelError  # noqa: F401  (re-exported)
 from open_r1.families import FAMILIES, ModelFamily, get_family
+from open_r1.vision_attention import use_grouped_vision_attention
 
-QWEN2_VL_MODEL_TYPE = "qwen2_vl"
 # Default vision-token budget of training, in merged tokens: at least 4, at most 512 per image (Qwen2-VL: 3136 and
 # 401408 pixels; Qwen3-VL: 4096 and 524288).
 MIN_VISION_TOKENS = 4
@@ -31,12 +31,6 @@ def pixels_for_tokens(family: ModelFamily | str, tokens: int) -> int:
     """Image area (pixels) that `tokens` merged vision tokens of `family` cover."""
     family = FAMILIES[family] if isinstance(family, str) else family
     return int(tokens) * family.pixels_per_token
-
-
-def vision_tokens(family: ModelFamily | str, pixels: int) -> int:
-    """Merged vision tokens an image of `pixels` area gives (at most; resizing rounds to the family's grid)."""
-    family = FAMILIES[family] if isinstance(family, str) else family
-    return int(pixels) // family.pixels_per_token
 
 
 def default_pixel_budget(family: ModelFamily | str) -> tuple[int, int]:
@@ -110,7 +104,6 @@ def load_model(path: str, dtype=None, attn_implementation: str | None = None, de
     if type(model).__name__ != family.class_name:
         raise ModelError(f"{path} loaded as {type(model).__name__}, expected {family.class_name} for a "
                          f"{family.name} checkpoint; check config.json's architectures")
-    from open_r1.vision_attention import use_grouped_vision_attention
 
     use_grouped_vision_attention(model, vision_attention)
     return model

@@ -31,8 +31,19 @@ import threading
 import time
 from dataclasses import dataclass
 
+from open_r1.checks import is_number, writable_problem
 from open_r1.errors import CliHelp, OpenR1Error, PromoteError  # noqa: F401  (re-exported)
-from open_r1.validate import is_number
+from open_r1.export import (
+    STAGING_PREFIX,
+    clean_stale_staging,
+    discard_staging,
+    fix_modes,
+    inode_of,
+    install,
+    recover_interrupted_swap,
+    unique_path,
+    verify_submission,
+)
 
 REPORT_FILE = "selfcheck.json"
 
@@ -103,19 +114,6 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
             log=print) -> PromoteResult:
     """Compare, verify, swap (see the module docstring). Raises PromoteError when it cannot proceed; returns a
     result with promoted=False when the candidate is not better (a refusal, not an error)."""
-    from open_r1.export import (
-        STAGING_PREFIX,
-        clean_stale_staging,
-        discard_staging,
-        fix_modes,
-        inode_of,
-        install,
-        recover_interrupted_swap,
-        unique_path,
-        verify_submission,
-    )
-    from open_r1.validate import writable_problem
-
     candidate = os.path.abspath(candidate)
     submission = os.path.abspath(submission.rstrip("/"))
     if not os.path.isdir(candidate):

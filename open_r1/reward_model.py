@@ -47,6 +47,10 @@ from torch import nn
 
 from open_r1 import modeling
 from open_r1.errors import ModelError, RecipeError
+from open_r1.families import family_of
+from open_r1.image_dedupe import enable_image_dedupe
+from open_r1.vision_attention import use_grouped_vision_attention
+from open_r1.vision_dedupe import enable_vision_dedupe
 
 META_FILE = "reward_model.json"
 HEAD_FILE = "reward_head.safetensors"
@@ -138,8 +142,6 @@ def load_backbone(path: str, dtype=None, attn_implementation: str | None = None,
     64 pairs of the stand-in's Qwen2.5-VL backbone is 1796 SDPA calls per forward against 14."""
     from transformers import AutoConfig, AutoModel
 
-    from open_r1.vision_attention import use_grouped_vision_attention
-
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise ModelError(f"{path} has no config.json: point the reward model's backbone to a saved Qwen-VL model dir "
                          "(e.g. Qwen/Qwen2.5-VL-3B-Instruct or a stand-in base from stage_pretrain)")
@@ -166,11 +168,8 @@ class RewardModel(nn.Module):
         self.backbone = backbone
         self.processor = processor
         if processor is not None:
-            from open_r1.image_dedupe import enable_image_dedupe
-
             enable_image_dedupe(processor)  # a pair's two conversations (and a contest's pairs) share one image
         if dedupe_vision:  # ... and the vision tower encodes that image once (the same scores and gradients)
-            from open_r1.vision_dedupe import enable_vision_dedupe
 
             enable_vision_dedupe(self._base_backbone())
         hidden = text_hidden_size(self._base_backbone().config)
@@ -279,8 +278,6 @@ def build_reward_model(backbone_path: str, min_pixels: int | None = None, max_pi
     processor = modeling.load_processor(backbone_path, min_pixels, max_pixels)
     if lora:
         from peft import LoraConfig, get_peft_model
-
-        from open_r1.families import family_of
 
         targets = lora.get("target_modules") or family_of(backbone.config).lora_targets(bool(lora.get("vision")))
         bad = sorted(set(lora) - set(LORA_KEYS))

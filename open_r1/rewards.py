@@ -28,8 +28,8 @@ import inspect
 import json
 from typing import Any, Callable, Iterable
 
+from open_r1.checks import is_int, is_number
 from open_r1.errors import RecipeError, RewardConfigError, UnknownRewardError
-from open_r1.validate import is_int, is_number
 
 RewardFunc = Callable[..., list[float]]
 RewardFactory = Callable[..., RewardFunc]

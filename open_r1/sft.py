@@ -27,6 +27,9 @@ from dataclasses import asdict, dataclass, field
 
 from open_r1 import modeling
 from open_r1.errors import RecipeError
+from open_r1.export import TRAINING_META_FILE, load_for_export, verify_submission
+from open_r1.families import family_of
+from open_r1.run.budget import TimeCapCallback
 
 SFT_REPORT_FILE = "sft_report.json"
 
@@ -69,25 +72,15 @@ class SFTSettings:
             raise RecipeError(f"sft lora_r must be >= 0 and learning_rate > 0 (got {self.lora_r}, {self.learning_rate})")
 
 
-class _Progress:
-    """Training progress in [0, 1] = max(step / max_steps, seconds / max_seconds), the clock started at step 1."""
-
-    def __init__(self, max_steps: int | None, max_seconds: float | None):
-        self.max_steps, self.max_seconds = max_steps, max_seconds
-        self.t0: float | None = None
-
-    def __call__(self, step: int) -> float:
-        fractions = [step / self.max_steps] if self.max_steps else []
-        if self.max_seconds and self.t0 is not None:
-            fractions.append((time.time() - self.t0) / self.max_seconds)
-        return max(fractions) if fractions else 0.0
-
-
-def _lr_multiplier(progress: _Progress, settings: SFTSettings):
+def lr_multiplier(cap: TimeCapCallback, max_steps: int | None, settings: SFTSettings):
+    """The schedule's LR factor at `step`: progress = max(step / max_steps, the cap's elapsed / max_seconds)."""
     def multiplier(step: int) -> float:
         if settings.schedule == "constant":
             return 1.0
-        p = min(1.0, progress(step))
+        fractions = [step / max_steps] if max_steps else []
+        if cap.max_seconds:
+            fractions.append(cap.elapsed() / cap.max_seconds)
+        p = min(1.0, max(fractions, default=0.0))
         if settings.warmup > 0 and p < settings.warmup:
             return max(p / settings.warmup, 1e-3)
         span = max(1e-9, 1.0 - settings.warmup)
@@ -97,15 +90,13 @@ def _lr_multiplier(progress: _Progress, settings: SFTSettings):
     return multiplier
 
 
-def _trainer_class():
+def capped_trainer_class():
     from torch.optim.lr_scheduler import LambdaLR
-    from transformers import TrainerCallback
     from trl import SFTTrainer
 
     class CappedSFTTrainer(SFTTrainer):
-        """TRL's SFTTrainer with a step/time-aware LR multiplier and a wall-clock stop."""
+        """TRL's SFTTrainer with a step/time-aware LR multiplier (the wall-clock stop is `TimeCapCallback`)."""
 
-        progress: _Progress
         multiplier = None
 
         def create_scheduler(self, num_training_steps, optimizer=None):
@@ -114,26 +105,11 @@ def _trainer_class():
                 self._created_lr_scheduler = True
             return self.lr_scheduler
 
-    class StopCallback(TrainerCallback):
-        def __init__(self, progress: _Progress):
-            self.progress = progress
-            self.stopped_by_time = False
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if self.progress.t0 is None:
-                self.progress.t0 = time.time()  # the first step (compilation, first batch) is not charged
-            if self.progress.max_seconds and self.progress(state.global_step) >= 1.0:
-                self.stopped_by_time = not (self.progress.max_steps and state.global_step >= self.progress.max_steps)
-                control.should_training_stop = True
-            return control
-
-    return CappedSFTTrainer, StopCallback
+    return CappedSFTTrainer
 
 
 def lora_config(model, settings: SFTSettings):
     from peft import LoraConfig
-
-    from open_r1.families import family_of
 
     targets = family_of(model).lora_targets(settings.lora_vision)
     return LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
@@ -173,10 +149,9 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
     if settings.epochs:
         by_epochs = max(1, math.ceil(settings.epochs * steps_per_epoch))
         max_steps = by_epochs if max_steps is None else min(max_steps, by_epochs)
-    progress = _Progress(max_steps, settings.max_seconds)
-    trainer_class, stop_class = _trainer_class()
-    trainer_class.multiplier = staticmethod(_lr_multiplier(progress, settings))
-    stop = stop_class(progress)
+    stop = TimeCapCallback(settings.max_seconds)  # the first step (compilation, first batch) is not charged
+    trainer_class = capped_trainer_class()
+    trainer_class.multiplier = staticmethod(lr_multiplier(stop, max_steps, settings))
     run_dir = work_dir or (out_dir.rstrip("/") + ".adapter" if use_lora else tempfile.mkdtemp(prefix="sft-"))
     os.makedirs(run_dir, exist_ok=True)
     config = SFTConfig(
@@ -214,16 +189,14 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
     steps = int(trainer.state.global_step)
     log(f"[sft] {steps} steps ({steps / steps_per_epoch:.2f} epochs of {len(dataset)} rows) in {seconds:.1f} s; "
         f"loss {losses[0][1] if losses else float('nan'):.3f} -> {losses[-1][1] if losses else float('nan'):.3f}"
-        f"{' (time cap)' if stop.stopped_by_time else ''}")
+        f"{' (time cap)' if stop.stopped else ''}")
     min_pixels, max_pixels = modeling.pixel_budget(processor)
     report = {"rows": len(dataset), "steps": steps, "epochs": steps / steps_per_epoch, "train_seconds": seconds,
-              "stopped_by_time": stop.stopped_by_time, "loss_first": losses[0][1] if losses else None,
+              "stopped_by_time": stop.stopped, "loss_first": losses[0][1] if losses else None,
               "loss_last": losses[-1][1] if losses else None, "loss_curve": losses[:: max(1, len(losses) // 100)],
               "settings": asdict(settings), "lora": use_lora, "min_pixels": min_pixels, "max_pixels": max_pixels,
               "base_model": os.path.abspath(model_path) if model_path else None}
     if use_lora:
-        from open_r1.export import TRAINING_META_FILE, load_for_export
-
         trainer.save_model(run_dir)
         processor.save_pretrained(run_dir)
         with open(os.path.join(run_dir, TRAINING_META_FILE), "w") as handle:
@@ -236,8 +209,6 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
         modeling.save_model_dir(merged, processor, out_dir)
         report["merged_from"] = run_dir
         if verify_export:
-            from open_r1.export import verify_submission
-
             report["verify_problems"] = verify_submission(out_dir, generate=False).problems
     else:
         model = trainer.accelerator.unwrap_model(trainer.model).eval()

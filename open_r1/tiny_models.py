@@ -40,44 +40,25 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from open_r1.errors import CliHelp, ModelError, OpenR1Error
+from open_r1.families import SUPPORTED, get_family
+
+
+def _ids(first: int, names: str) -> dict[str, int]:
+    return {name: first + i for i, name in enumerate(names.split())}
+
+
 # Ids and strings of the real Qwen2-VL added tokens, in id order. The tokenizer, the model config and the
 # processor all rely on these exact ids.
-QWEN2VL_SPECIAL_TOKENS: dict[str, int] = {
-    "<|endoftext|>": 151643,
-    "<|im_start|>": 151644,
-    "<|im_end|>": 151645,
-    "<|object_ref_start|>": 151646,
-    "<|object_ref_end|>": 151647,
-    "<|box_start|>": 151648,
-    "<|box_end|>": 151649,
-    "<|quad_start|>": 151650,
-    "<|quad_end|>": 151651,
-    "<|vision_start|>": 151652,
-    "<|vision_end|>": 151653,
-    "<|vision_pad|>": 151654,
-    "<|image_pad|>": 151655,
-    "<|video_pad|>": 151656,
-}
+QWEN2VL_SPECIAL_TOKENS: dict[str, int] = _ids(151643, """<|endoftext|> <|im_start|> <|im_end|> <|object_ref_start|>
+    <|object_ref_end|> <|box_start|> <|box_end|> <|quad_start|> <|quad_end|> <|vision_start|> <|vision_end|>
+    <|vision_pad|> <|image_pad|> <|video_pad|>""")
 # Qwen2.5 tokenizers add tool-call and fill-in-the-middle tokens after the vision ones; Qwen3 adds tool responses and
 # the think tags. In the real tokenizers these later ones are added but not "special" (decode keeps them).
-QWEN2_5_VL_ADDED_TOKENS: dict[str, int] = {
-    **QWEN2VL_SPECIAL_TOKENS,
-    "<tool_call>": 151657,
-    "</tool_call>": 151658,
-    "<|fim_prefix|>": 151659,
-    "<|fim_middle|>": 151660,
-    "<|fim_suffix|>": 151661,
-    "<|fim_pad|>": 151662,
-    "<|repo_name|>": 151663,
-    "<|file_sep|>": 151664,
-}
-QWEN3_VL_ADDED_TOKENS: dict[str, int] = {
-    **QWEN2_5_VL_ADDED_TOKENS,
-    "<tool_response>": 151665,
-    "</tool_response>": 151666,
-    "<think>": 151667,
-    "</think>": 151668,
-}
+QWEN2_5_VL_ADDED_TOKENS: dict[str, int] = {**QWEN2VL_SPECIAL_TOKENS, **_ids(151657, """<tool_call> </tool_call>
+    <|fim_prefix|> <|fim_middle|> <|fim_suffix|> <|fim_pad|> <|repo_name|> <|file_sep|>""")}
+QWEN3_VL_ADDED_TOKENS: dict[str, int] = {**QWEN2_5_VL_ADDED_TOKENS,
+                                         **_ids(151665, "<tool_response> </tool_response> <think> </think>")}
 ADDED_TOKENS: dict[str, dict[str, int]] = {
     "qwen2_vl": QWEN2VL_SPECIAL_TOKENS,
     "qwen2_5_vl": QWEN2_5_VL_ADDED_TOKENS,
@@ -92,7 +73,6 @@ BOS_TOKEN_ID = QWEN2VL_SPECIAL_TOKENS["<|endoftext|>"]
 EOS_TOKEN_ID = QWEN2VL_SPECIAL_TOKENS["<|im_end|>"]
 PAD_TOKEN_ID = QWEN2VL_SPECIAL_TOKENS["<|endoftext|>"]
 
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 # The chat template shipped with Qwen/Qwen2-VL-2B-Instruct, verbatim.
 QWEN2VL_CHAT_TEMPLATE = (
     "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
@@ -314,7 +294,6 @@ QWEN3_VL_GENERATION_CONFIG: dict[str, Any] = {
 }
 # Overrides that are not model-config fields.
 PROCESSOR_OVERRIDE_KEYS = ("min_pixels", "max_pixels")
-BUILD_OVERRIDE_KEYS = ("bpe_vocab_size", "thinking", "suppress_unused")
 BUILD_MARKER_FILE = "tiny_model.json"  # written into every built dir: how it was built (and that it may be rebuilt)
 TRAINED_MARKERS = ("trainer_state.json", "training_meta.json", "adapter_config.json", "optimizer.pt")
 DEFAULT_BPE_VOCAB_SIZE = 4096  # upper bound; the small corpus runs out of merges first (~2.5k tokens)
@@ -485,8 +464,6 @@ def train_byte_level_bpe(vocab_size: int) -> tuple[dict[str, int], list[tuple[st
 
 
 def _family(family: str):
-    from open_r1.families import get_family
-
     return get_family(family, where=f"the tiny-model family {family!r}")
 
 
@@ -709,8 +686,6 @@ def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides:
 
 
 def _model_class(config):
-    from open_r1.families import get_family
-
     return get_family(config.model_type).model_class()
 
 
@@ -867,7 +842,6 @@ def build_qwen2vl(out_dir: str | os.PathLike, full_size: bool = False, seed: int
 
 def check_replaceable(out_dir: Path, overwrite: bool = False) -> None:
     """Refuse to replace a dir this builder did not write, or one a run trained into, unless `overwrite`."""
-    from open_r1.errors import ModelError
 
     if not out_dir.exists() or overwrite:
         return
@@ -899,9 +873,6 @@ def _swap_into_place(staging_dir: Path, out_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """CLI: build one checkpoint; prints its path. Exit 0, or 2 with `error: ...` for a bad request."""
     import sys
-
-    from open_r1.errors import CliHelp, OpenR1Error
-    from open_r1.families import SUPPORTED
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=CliHelp)
     parser.add_argument("--family", default="qwen2_vl", choices=SUPPORTED, help="model family")

@@ -57,8 +57,11 @@ import torch
 from trl import GRPOTrainer
 
 from open_r1 import compat
+from open_r1.decoding import GraphDecoder
 from open_r1.errors import TrainerOptionError  # noqa: F401  (re-exported)
 from open_r1.families import vision_tower  # noqa: F401  (re-exported: one definition, per family)
+from open_r1.generation import decoder_for
+from open_r1.image_dedupe import enable_image_dedupe
 from open_r1.images import IMAGE_COLUMN, decode_images, lazy_image_column  # noqa: F401  (re-exported)
 from open_r1.vision_dedupe import (  # noqa: F401  (re-exported; the RM uses them too)
     DedupeVisionMixin,
@@ -171,8 +174,6 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
             self.args.ds3_gather_for_generation = False
         self.dedupe_vision = dedupe_vision and enable_vision_dedupe(self.model)
         if dedupe_images:
-            from open_r1.image_dedupe import enable_image_dedupe
-
             enable_image_dedupe(self.processing_class)
         self.dedupe_images = dedupe_images
         args = self.args
@@ -188,9 +189,6 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         if self.copy_for_rollouts:
             self.refresh_rollout_weights()
         if self._graph_decoder is None:
-            from open_r1.decoding import GraphDecoder
-            from open_r1.generation import decoder_for
-
             model = self.accelerator.unwrap_model(self.model_wrapped)
             decoder = GraphDecoder(self.rollout_weights.model if self.copy_for_rollouts else model,
                                    compile=self.fast_decode == "graph")

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import torch
 
+from open_r1.compat import attn_implementation, set_vision_attn_implementation
 from open_r1.errors import ModelError
+from open_r1.families import base_model
 
 # "flash" must stay in the name: it is what makes transformers pass cu_seqlens (see the module docstring).
 NAME = "open_r1_flash_grouped_sdpa"
@@ -77,7 +79,6 @@ def register() -> None:
 
 def vision_implementation(model) -> str | None:
     """The vision sub-config's attention implementation, or None for a model without one."""
-    from open_r1.compat import attn_implementation
 
     return attn_implementation(getattr(getattr(model, "config", None), "vision_config", None))
 
@@ -88,7 +89,6 @@ def use_grouped_vision_attention(model, choice: str = "grouped") -> bool:
     attention is left as chosen. Returns whether it was set. Works on peft-wrapped models (the config is shared)."""
     if choice not in VISION_ATTENTION_CHOICES:
         raise ModelError(f"vision_attention must be one of {', '.join(VISION_ATTENTION_CHOICES)} (got {choice!r})")
-    from open_r1.families import base_model
 
     model = base_model(model)
     current = vision_implementation(model)
@@ -99,7 +99,6 @@ def use_grouped_vision_attention(model, choice: str = "grouped") -> bool:
     if current != "sdpa":
         return current == NAME
     register()
-    from open_r1.compat import set_vision_attn_implementation
 
     set_vision_attn_implementation(model, NAME)
     return True

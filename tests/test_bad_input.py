@@ -500,7 +500,7 @@ def test_sigterm_during_export_restores_never_deletes(tiny_model_dir, exported, 
 def test_an_interrupted_swap_is_recovered_on_the_next_run(tmp_path):
     """The journal states a SIGKILL or power loss can leave (signals are held during the swap itself)."""
     from open_r1.export import _journal_path, recover_interrupted_swap
-    from open_r1.run.keep_best import write_json_atomic
+    from open_r1.jsonio import write_json
 
     def model(path, text):
         path.mkdir()
@@ -510,7 +510,7 @@ def test_an_interrupted_swap_is_recovered_on_the_next_run(tmp_path):
     target, staging, aside = tmp_path / "sub", tmp_path / ".sub.tmp-1-x", tmp_path / "sub.prev-1"
 
     def journal():
-        write_json_atomic(_journal_path(str(target)), {"target": str(target), "staging": str(staging),
+        write_json(_journal_path(str(target)), {"target": str(target), "staging": str(staging),
                                                         "aside": str(aside), "new_inode": os.stat(staging).st_ino})
 
     # 1. killed after moving the old one aside (two-rename fallback): the new one is put in place

@@ -12,7 +12,9 @@ from transformers import TrainerControl, TrainerState
 from transformers.trainer_utils import rotate_checkpoints
 
 from open_r1 import run as cb
+from open_r1.jsonio import write_json
 from open_r1.run import keep_best
+from open_r1.tasks import get_task
 from open_r1.tasks.counting.evaluate import SetReport
 
 
@@ -265,7 +267,8 @@ def test_eval_callback_logs_saves_records_and_keeps_the_best(tmp_path):
     metrics = {"train": __import__("collections").defaultdict(list)}
     trainer = types.SimpleNamespace(_metrics=metrics, processing_class="proc")
     evaluator = cb.InTrainingEvalCallback({"val": [0] * 8, "ood_val": [0] * 8}, every_n_steps=2, limit=4,
-                                          eval_first_step=False, evaluate_fn=fake_evaluate, log=lambda *_: None)
+                                          eval_first_step=False, evaluate_fn=fake_evaluate, log=lambda *_: None,
+                                          task=get_task("counting"))
     evaluator.bind(trainer)
     args = fake_args(tmp_path)
     evaluator.on_train_begin(args, state, TrainerControl())
@@ -302,7 +305,8 @@ def test_eval_callback_skips_on_signal_and_when_the_final_eval_does_not_fit(tmp_
     est = cb.ReserveEstimator()
     evaluator = cb.InTrainingEvalCallback(
         {"ood_val": [0]}, every_n_steps=2, estimator=est, skip=lambda: stop["signal"], eval_first_step=True,
-        evaluate_fn=lambda *a, **k: calls.append(1) or report("ood_val", 1.0), log=lambda *_: None)
+        evaluate_fn=lambda *a, **k: calls.append(1) or report("ood_val", 1.0), log=lambda *_: None,
+        task=get_task("counting"))
     args, state = fake_args(tmp_path), fresh_state(max_steps=10)
     evaluator.on_train_begin(args, state, TrainerControl())
     state.global_step = 1
@@ -323,10 +327,10 @@ def test_eval_callback_skips_on_signal_and_when_the_final_eval_does_not_fit(tmp_
 
 def test_eval_history_is_truncated_to_the_resumed_step(tmp_path):
     make_checkpoint(tmp_path, 2)
-    keep_best.write_json_atomic(str(tmp_path / keep_best.HISTORY_FILE), {
+    write_json(str(tmp_path / keep_best.HISTORY_FILE), {
         "primary": "ood_val", "secondary": "val", "entries": [entry(2, 10.0, 0.0), entry(4, 99.0, 0.0)]})
     evaluator = cb.InTrainingEvalCallback({"ood_val": [0], "val": [0]}, every_n_steps=2, evaluate_fn=None,
-                                          log=lambda *_: None)
+                                          task=get_task("counting"), log=lambda *_: None)
     state = fresh_state(max_steps=10, step=2)
     evaluator.on_train_begin(fake_args(tmp_path), state, TrainerControl())
     assert [e["step"] for e in evaluator.history["entries"]] == [2]
@@ -337,7 +341,7 @@ def test_eval_history_is_truncated_to_the_resumed_step(tmp_path):
 
 
 def write_history(run_dir, entries):
-    keep_best.write_json_atomic(str(run_dir / keep_best.HISTORY_FILE),
+    write_json(str(run_dir / keep_best.HISTORY_FILE),
                                 {"primary": "ood_val", "secondary": "val", "entries": entries})
 
 
@@ -395,6 +399,7 @@ import json, os, sys
 import torch.distributed as dist
 from datasets import Dataset
 from open_r1 import run as cb
+from open_r1.tasks import get_task
 from open_r1.tasks.counting.evaluate import SetReport
 
 dist.init_process_group("gloo")
@@ -409,7 +414,8 @@ def fake_evaluate(model, processor, dataset, name, batch_size, limit, progress):
                for i, (q, s) in enumerate(zip(dataset["problem"], dataset["solution"]))]
     return SetReport(name, len(records), 0.0, 0.0, 0.0, 0.0, 0.0, records)
 
-evaluator = cb.InTrainingEvalCallback({"ood_val": rows}, every_n_steps=1, limit=5, evaluate_fn=fake_evaluate)
+evaluator = cb.InTrainingEvalCallback({"ood_val": rows}, every_n_steps=1, limit=5, evaluate_fn=fake_evaluate,
+                                      task=get_task("counting"))
 report = evaluator._evaluate_set(None, None, "ood_val", rows)
 stop = cb._reduce_max([rank == 1, 0.0])
 print(json.dumps({"rank": rank, "calls": calls, "n": report.n, "acc": report.accuracy_pct,
@@ -444,3 +450,38 @@ def test_two_ranks_share_the_eval_and_agree_on_scores_and_stops(tmp_path):
         assert result["n"] == 5 and result["golds"] == [0, 1, 2, 3, 4]  # padding dropped, dataset order
         assert result["acc"] == 60.0 and result["tokens"] == 12.0  # golds 0, 2, 4 correct
         assert result["stop"] == [1.0, 0.0]  # rank 1 wants to stop -> every rank stops
+
+
+def test_time_cap_starts_after_the_first_step_and_drives_the_sft_schedule():
+    """One plain wall-clock cap (run.budget.TimeCapCallback): the SFT stop and its cosine schedule read its clock."""
+    from open_r1.run.budget import TimeCapCallback
+    from open_r1.sft import SFTSettings, lr_multiplier
+
+    now = [100.0]
+    cap = TimeCapCallback(10, clock=lambda: now[0])
+    multiplier = lr_multiplier(cap, None, SFTSettings(schedule="cosine", min_lr_ratio=0.0))
+    state = TrainerState()
+    assert cap.on_step_end(None, state, TrainerControl()).should_training_stop is False  # step 1 starts the clock
+    now[0] += 5
+    assert not cap.on_step_end(None, state, TrainerControl()).should_training_stop
+    assert multiplier(2) == pytest.approx(0.5)  # half the time gone: half-way down the cosine
+    now[0] += 6
+    assert cap.on_step_end(None, state, TrainerControl()).should_training_stop and cap.stopped
+    done = TrainerControl()
+    done.should_training_stop = True  # max_steps ended the run at the same step: not the cap's doing
+    late = TimeCapCallback(1, clock=lambda: now[0])
+    late.t0 = 0.0
+    late.on_step_end(None, state, done)
+    assert not late.stopped
+
+
+def test_keep_best_ranks_by_the_run_tasks_sets_by_default():
+    """No counting fallback in the engine: the primary/secondary sets default to the run's task's."""
+    task = types.SimpleNamespace(default_primary="dev", default_secondary="ood", metric="score",
+                                 load_eval_sets=lambda paths, limit=None: {os.path.basename(p): [0] for p in paths})
+    script_args = types.SimpleNamespace(eval_sets=["/d/ood", "/d/dev", "/d/ood_val"], eval_steps_protocol=2)
+    run_safety = cb.build_run_callbacks(script_args, types.SimpleNamespace(resume_from_checkpoint=None,
+                                                                           output_dir="/nonexistent"), task)
+    assert (run_safety.evaluator.primary, run_safety.evaluator.secondary) == ("dev", "ood")
+    with pytest.raises(ValueError, match="task"):
+        cb.InTrainingEvalCallback({"val": [0]}, every_n_steps=1)

@@ -165,3 +165,41 @@ def test_processor_is_left_padded_with_recipe_pixel_budget(tiny_model_dir):
     assert processor.image_processor.size["longest_edge"] == 12544
     model = load_model(str(tiny_model_dir), dtype="float32")
     assert type(model).__name__ == "Qwen2VLForConditionalGeneration"
+
+
+def test_one_run_builds_its_task_once_and_loads_each_set_once(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch):
+    """Parse and check once: grpo.main builds the task once and hands it down (validation, the run's callbacks, the
+    trainer, training_meta.json); every set (training and held-out) is read from disk once."""
+    import collections
+
+    import datasets
+
+    from open_r1.tasks.counting.task import CountingTask
+    from open_r1.trainer import VLMGRPOTrainer
+
+    built, loads = [], collections.Counter()
+    real_init, real_load = CountingTask.__init__, datasets.load_from_disk
+    monkeypatch.setattr(CountingTask, "__init__", lambda self, *a, **k: built.append(1) or real_init(self, *a, **k))
+    monkeypatch.setattr(datasets, "load_from_disk",
+                        lambda path, *a, **k: loads.update([os.path.basename(path)]) or real_load(path, *a, **k))
+    monkeypatch.setattr(VLMGRPOTrainer, "train", lambda self, **kwargs: None)  # the counts, not the step
+    eval_sets = [os.path.join(scene_data_dir, name) for name in ("ood_val", "val")]
+    args = recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--eval_sets", *eval_sets, "--eval_steps_protocol", "1")
+    grpo.main(*grpo.parse_args(args))
+    assert len(built) == 1
+    assert loads == {"train": 1, "ood_val": 1, "val": 1}
+
+
+def test_counting_keys_are_the_counting_tasks_settings(tmp_path):
+    """The engine's own keys are task-neutral: prompt_templates is parsed from the counting task's settings."""
+    import dataclasses
+
+    from open_r1.tasks.counting import CountingSettings
+
+    assert "prompt_templates" not in {f.name for f in dataclasses.fields(grpo.GRPOScriptArguments)}
+    assert "prompt_templates" in {f.name for f in dataclasses.fields(CountingSettings)}
+    assert "prompt_templates" in grpo.recipe_keys() and "--prompt_templates" in grpo.short_help()
+    script_args, training_args, _ = grpo.parse_args(["--output_dir", str(tmp_path), "--use_cpu", "true",
+                                                     "--prompt_templates", "eval:1", "--learning_rate", "0.5"])
+    assert script_args.prompt_templates == ["eval:1"] and training_args.learning_rate == 0.5
+    assert script_args.eval_primary is None and script_args.eval_secondary is None  # the task's, at build time

@@ -1,4 +1,5 @@
-"""The package's shape: no module-level import circle, no `sys.path` edits, and selfcheck on the grader's protocol."""
+"""The package's shape: no import circle (function-level imports counted), few project imports inside functions, each
+with its reason, no `sys.path` edits, and selfcheck on the grader's protocol."""
 from __future__ import annotations
 
 import ast
@@ -30,30 +31,62 @@ def _top_level_statements(body):
             yield node
 
 
-def import_graph(root: Path = ROOT, package: str = PACKAGE) -> dict[str, set[str]]:
-    """module -> package modules it imports at module level (what runs when it is imported)."""
-    paths = {module_name(p, root): p for p in sorted((root / package).rglob("*.py"))}
-    graph: dict[str, set[str]] = {}
-    for name, path in paths.items():
-        is_package = path.name == "__init__.py"
-        edges = set()
-        for node in _top_level_statements(ast.parse(path.read_text(), filename=str(path)).body):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:  # relative: from the module's own package
-                    base = name.split(".") if is_package else name.split(".")[:-1]
-                    base = base[: len(base) - (node.level - 1)]
-                    module = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    module = node.module or ""
-                targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in paths else module
-                           for alias in node.names]
-            else:
+def _imports(path: Path, name: str, paths: dict, everywhere: bool):
+    """(node, package modules it names, inside a function?) for each import statement of one module: module level
+    only (what runs when it is imported), or `everywhere` (function bodies too; TYPE_CHECKING blocks never)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    if everywhere:
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        nodes = []
+        for node in ast.walk(tree):
+            chain, parent = [], node
+            while parent in parents:
+                parent = parents[parent]
+                chain.append(parent)
+            if any(isinstance(p, ast.If) and "TYPE_CHECKING" in ast.unparse(p.test) for p in chain):
                 continue
-            edges |= {t for t in targets if t in paths and t != name}
-        graph[name] = edges
-    return graph
+            nodes.append((node, any(isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)) for p in chain)))
+    else:
+        nodes = [(node, False) for node in _top_level_statements(tree.body)]
+    for node, in_function in nodes:
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: from the module's own package
+                base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in paths else module
+                       for alias in node.names]
+        else:
+            continue
+        yield node, {t for t in targets if t in paths and t != name}, in_function
+
+
+def _modules(root: Path, package: str) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted((root / package).rglob("*.py"))}
+
+
+def import_graph(root: Path = ROOT, package: str = PACKAGE, everywhere: bool = False) -> dict[str, set[str]]:
+    """module -> package modules it imports at module level, or anywhere in its code with `everywhere`."""
+    paths = _modules(root, package)
+    return {name: set().union(*(t for _, t, _ in _imports(path, name, paths, everywhere)))
+            for name, path in paths.items()}
+
+
+def function_level_imports(root: Path = ROOT, package: str = PACKAGE) -> list[tuple[str, int, bool]]:
+    """(file:line, the import's lines carry a comment) for every import of the package inside a function."""
+    paths = _modules(root, package)
+    found = []
+    for name, path in paths.items():
+        lines = path.read_text().splitlines()
+        for node, targets, in_function in _imports(path, name, paths, everywhere=True):
+            if in_function and targets:
+                commented = any("#" in line for line in lines[node.lineno - 1: node.end_lineno])
+                found.append((f"{path.relative_to(root)}:{node.lineno}", commented))
+    return found
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -100,10 +133,34 @@ def test_the_cycle_check_finds_a_circle(tmp_path):
     assert cycles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
 
 
-def test_no_module_level_import_circle_in_the_package():
-    graph = import_graph()
+def test_the_cycle_check_counts_imports_inside_functions(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from pkg import a  # defers a\n\ndef g():\n    import pkg.a\n")
+    assert cycles(import_graph(tmp_path, "pkg")) == []
+    assert cycles(import_graph(tmp_path, "pkg", everywhere=True)) == [["pkg.a", "pkg.b"]]
+    assert function_level_imports(tmp_path, "pkg") == [("pkg/b.py:2", True), ("pkg/b.py:5", False)]
+
+
+def test_no_import_circle_in_the_package_counting_imports_inside_functions():
+    graph = import_graph(everywhere=True)
     assert "open_r1.grpo" in graph and "open_r1.families" in graph
-    assert not cycles(graph), f"module-level import circles: {cycles(graph)}"
+    assert not cycles(graph), f"import circles: {cycles(graph)}"
+
+
+# Dependencies point one way, so a project import inside a function is needed only to defer a heavy library.
+MAX_FUNCTION_LEVEL_IMPORTS = 20
+
+
+def test_few_project_imports_inside_functions_each_with_its_reason():
+    found = function_level_imports()
+    assert len(found) <= MAX_FUNCTION_LEVEL_IMPORTS, (
+        f"{len(found)} imports of open_r1 inside functions (at most {MAX_FUNCTION_LEVEL_IMPORTS}): move them to the "
+        f"module's top: {[where for where, _ in found]}")
+    silent = [where for where, commented in found if not commented]
+    assert not silent, f"imports of open_r1 inside functions without a comment saying why: {silent}"
 
 
 def task_imports_of_the_engine(root: Path = ROOT, package: str = PACKAGE) -> dict[str, list[str]]:

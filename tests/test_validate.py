@@ -1,4 +1,4 @@
-"""`open_r1.validate.is_int` / `is_number`: the one check behind every "a number from a recipe or data" test.
+"""`open_r1.checks.is_int` / `is_number`: the one check behind every "a number from a recipe or data" test.
 
 bool is an int subclass, so a YAML/JSON `true` must never pass as 1; numpy integers (and, for `is_number`, numpy
 floats) pass, as data columns and generators hand them out. `is_number` says nothing about the value: nan and inf
@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from open_r1.validate import is_int, is_number
+from open_r1.checks import is_int, is_number
 
 # ---- is_int ---------------------------------------------------------------------------------------------------------
 
@@ -51,9 +51,9 @@ def test_is_number_rejects_the_rest(value):
     assert is_number(value) is False
 
 
-def test_validate_does_not_import_numpy():
-    """The helpers reach numpy through `numbers` (numpy registers its scalars); importing validate stays light."""
-    code = "import sys, open_r1.validate; print('numpy' in sys.modules)"
+def test_the_checks_do_not_import_numpy():
+    """The helpers reach numpy through `numbers` (numpy registers its scalars); importing the checks stays light."""
+    code = "import sys, open_r1.checks; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
 
@@ -103,7 +103,7 @@ def test_the_loss_types_are_trls():
 
     from trl import GRPOConfig
 
-    from open_r1.validate import LOSS_TYPES, check_loss_type
+    from open_r1.checks import LOSS_TYPES, check_loss_type
 
     text = " ".join({f.name: f for f in dataclasses.fields(GRPOConfig)}["loss_type"].metadata["help"].split())
     listed = re.search(r"Supported values are (.*?)\.", text).group(1)

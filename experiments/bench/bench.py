@@ -59,6 +59,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from open_r1.errors import RecipeError
+from open_r1.jsonio import read_recipe, write_json
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RECIPE = REPO_ROOT / "configs" / "qwen2vl_2b_counting.yaml"
 GIB = 1024**3
@@ -462,13 +465,10 @@ def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any])
 def load_recipe(path: str | os.PathLike | None) -> dict[str, Any]:
     if not path:
         return {}
-    import yaml
-
-    with open(path) as handle:
-        recipe = yaml.safe_load(handle) or {}
-    if not isinstance(recipe, dict):
-        raise BenchError(f"recipe {path} is not a YAML mapping")
-    return recipe
+    try:
+        return read_recipe(path)
+    except RecipeError as exc:
+        raise BenchError(str(exc)) from None
 
 
 def missing_requirements(variant: Variant) -> list[str]:
@@ -1087,15 +1087,6 @@ def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any
         props = torch.cuda.get_device_properties(0)
         info.update({"gpu": props.name, "gpu_total_gib": props.total_memory / GIB, "cuda": torch.version.cuda})
     return info
-
-
-def write_json(path: str, payload: dict) -> None:
-    path = os.path.abspath(path)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as handle:
-        json.dump(payload, handle, indent=2, default=str)
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

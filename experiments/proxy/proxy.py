@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from open_r1.run.keep_best import read_json
+from open_r1.jsonio import read_json, read_recipe, write_json
 from open_r1.tasks.counting import protocol
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -211,13 +211,6 @@ ABLATION_ARMS = tuple(name for name, arm in ARMS.items() if arm.role == "ablatio
 LORA_LR_FACTOR = 5.0
 
 
-def load_recipe(path: str | os.PathLike) -> dict:
-    import yaml
-
-    with open(path) as handle:
-        return yaml.safe_load(handle) or {}
-
-
 def _reward_kwargs(recipe: dict) -> dict:
     value = recipe.get("reward_kwargs") or {}
     return dict(json.loads(value)) if isinstance(value, str) else dict(value)
@@ -230,7 +223,7 @@ def arm_overrides(name: str, learning_rate: float | None = None) -> list[str]:
     if name not in ARMS:
         raise KeyError(f"unknown arm {name!r}; known: {sorted(ARMS)}")
     arm = ARMS[name]
-    recipe = load_recipe(arm.config_path())
+    recipe = read_recipe(arm.config_path())
     base_lr = float(recipe["learning_rate"]) if learning_rate is None else float(learning_rate)
     if name == "lora":
         return ["--use_peft", "true", "--lora_r", "16", "--lora_alpha", "32",
@@ -270,7 +263,7 @@ def arm_overrides(name: str, learning_rate: float | None = None) -> list[str]:
 
 
 def arm_num_generations(name: str, overrides: list[str] | None = None) -> int:
-    recipe = load_recipe(ARMS[name].config_path())
+    recipe = read_recipe(ARMS[name].config_path())
     value = int(recipe.get("num_generations", 8))
     args = list(overrides if overrides is not None else arm_overrides(name))
     for i, token in enumerate(args[:-1]):
@@ -286,14 +279,6 @@ def shell_join(argv: list[str]) -> str:
 # --------------------------------------------------------------------------------------------------------------------
 # Equal rollouts for concurrent arms
 # --------------------------------------------------------------------------------------------------------------------
-def _write_json_atomic(path: str | os.PathLike, payload: dict) -> None:
-    path = str(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as handle:
-        json.dump(payload, handle, indent=1, default=str)
-    os.replace(tmp, path)
-
-
 def make_sync_callback(progress_path: str | None, control_path: str | None, hard_deadline: float | None):
     """A TrainerCallback: writes {step, times} after every optimizer step, stops at the coordinator's `stop_at`
     (control file) so that concurrent arms end at the same step, i.e. the same number of rollouts, and stops at
@@ -308,7 +293,7 @@ def make_sync_callback(progress_path: str | None, control_path: str | None, hard
 
         def _progress(self, state, **extra):
             if progress_path:
-                _write_json_atomic(progress_path, {
+                write_json(progress_path, {
                     "step": int(state.global_step), "first_step_time": self.first_step_time,
                     "last_time": time.time(), "pid": os.getpid(), **extra,
                 })
@@ -323,7 +308,7 @@ def make_sync_callback(progress_path: str | None, control_path: str | None, hard
             if self.first_step_time is None:
                 self.first_step_time = now
             self._progress(state, phase="train")
-            control_payload = read_json(control_path) if control_path else None
+            control_payload = read_json(control_path, None) if control_path else None
             stop_at = (control_payload or {}).get("stop_at")
             if stop_at is not None and state.global_step >= int(stop_at):
                 control.should_training_stop = True
@@ -504,7 +489,7 @@ def run_worker(spec: dict) -> dict:
                 train_curve=curve,
             )
             if sync.get("progress"):
-                _write_json_atomic(sync["progress"], {"step": steps, "done": True, "phase": "eval",
+                write_json(sync["progress"], {"step": steps, "done": True, "phase": "eval",
                                                       "last_time": time.time()})
             model = trainer.accelerator.unwrap_model(trainer.model)
             if hasattr(model, "merge_and_unload"):  # LoRA: score the merged weights, as export would
@@ -515,10 +500,10 @@ def run_worker(spec: dict) -> dict:
                 model.save_pretrained(spec["save_model"])
                 processor.save_pretrained(spec["save_model"])
         result["status"] = "evaluating"  # what the coordinator finds if it has to stop this job mid-evaluation
-        _write_json_atomic(spec["result"], result)
+        write_json(spec["result"], result)
 
         def save_partial(summaries):
-            _write_json_atomic(spec["result"], {**result, "splits": dict(summaries)})
+            write_json(spec["result"], {**result, "splits": dict(summaries)})
 
         summaries, predictions = evaluate_splits(
             model, processor, eval_cfg["data_dir"], eval_cfg.get("splits", EVAL_SPLITS), eval_cfg.get("limit"),
@@ -527,7 +512,7 @@ def run_worker(spec: dict) -> dict:
         )
         result.update(status="ok", splits=summaries)
         if spec.get("predictions"):
-            _write_json_atomic(spec["predictions"], predictions)
+            write_json(spec["predictions"], predictions)
     except Exception as exc:  # noqa: BLE001 - a failed arm is a row in the report, not a lost experiment
         traceback.print_exc()
         result.update(status="failed", error=f"{type(exc).__name__}: {exc}",
@@ -537,9 +522,9 @@ def run_worker(spec: dict) -> dict:
         result["wall_seconds"] = result["finished"] - result["started"]
         sync = spec.get("sync") or {}
         if sync.get("progress"):
-            record = read_json(sync["progress"]) or {}
-            _write_json_atomic(sync["progress"], {**record, "done": True, "last_time": time.time()})
-        _write_json_atomic(spec["result"], result)
+            record = read_json(sync["progress"], None) or {}
+            write_json(sync["progress"], {**record, "done": True, "last_time": time.time()})
+        write_json(spec["result"], result)
     return result
 
 

@@ -125,7 +125,7 @@ def log(message: str) -> None:
 
 
 def recipe_value(arm: str, key: str):
-    return proxy.load_recipe(proxy.ARMS[arm].config_path()).get(key)
+    return proxy.read_recipe(proxy.ARMS[arm].config_path()).get(key)
 
 
 def generation_geometry(args, arms: list[str]) -> tuple[int, int, int]:
@@ -249,7 +249,7 @@ def main(argv=None) -> dict:
     # Collect
     runs, before = [], None
     for job in jobs:
-        result = proxy.read_json(job["result"]) or {"status": "killed",
+        result = proxy.read_json(job["result"], None) or {"status": "killed",
                                                      "error": "no result (killed or crashed; see log)"}
         if result.get("status") in ("running", "evaluating"):  # stopped by the budget before it finished
             result["status"] = "partial" if result.get("splits") else "killed"
@@ -337,7 +337,7 @@ def package_versions() -> dict:
 
 def describe_start(warm: Path) -> dict:
     info: dict = {"path": str(warm)}
-    report = proxy.read_json(warm / "sft_report.json")
+    report = proxy.read_json(warm / "sft_report.json", None)
     if report:
         report = {k: v for k, v in report.items() if k not in ("loss_curve",)}
         info["sft_report"] = report
@@ -396,7 +396,7 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
             last_decision = now
             progress = {}
             for job in train_jobs:
-                record = proxy.read_json(job["sync"]["progress"])
+                record = proxy.read_json(job["sync"]["progress"], None)
                 if record is None and job["job"] not in running and job not in pending:
                     record = {"done": True}  # exited before it trained
                 progress[job["job"]] = record
@@ -406,7 +406,7 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
                 decided = proxy.raise_stop_at(stop_at, progress, now, train_deadline, max_steps)
             if decided is not None and decided != stop_at:
                 steps = {k: (v or {}).get("step") for k, v in progress.items()}
-                proxy._write_json_atomic(control_path, {"stop_at": decided, "decided_at": now, "steps": steps,
+                proxy.write_json(control_path, {"stop_at": decided, "decided_at": now, "steps": steps,
                                                         "train_deadline": train_deadline,
                                                         "previous": stop_at})
                 log(f"common stop step: {decided}{f' (raised from {stop_at})' if stop_at is not None else ''} "
@@ -414,7 +414,7 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
                 stop_at = decided
         if now - last_report > 30:
             last_report = now
-            steps = {j["job"]: (proxy.read_json(j["sync"]["progress"]) or {}).get("step") for j in train_jobs}
+            steps = {j["job"]: (proxy.read_json(j["sync"]["progress"], None) or {}).get("step") for j in train_jobs}
             log(f"progress: {steps}")
         if kill_at is not None and now > kill_at and running:
             for name, (job, proc, handle, _) in running.items():

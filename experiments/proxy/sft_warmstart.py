@@ -178,57 +178,7 @@ def parse_overrides(items: list[str]) -> dict:
     return overrides
 
 
-class Schedule:
-    """LR multiplier and stop flag from progress = max(step / max_steps, elapsed / max_seconds).
-
-    Warm-up (linear) over the first `warmup` of the progress, then cosine down to `min_ratio`; training stops when
-    progress reaches 1. Time counts from the end of the first optimizer step (CUDA warm-up and the first batch are
-    not charged), so a wall-clock-capped run still anneals to its floor before it stops.
-    """
-
-    def __init__(self, max_steps: int | None, max_seconds: float | None, warmup: float, min_ratio: float):
-        self.max_steps, self.max_seconds = max_steps, max_seconds
-        self.warmup, self.min_ratio = warmup, min_ratio
-        self.t0: float | None = None
-        self.step = 0
-
-    def progress(self, step: int | None = None) -> float:
-        step = self.step if step is None else step
-        fractions = []
-        if self.max_steps:
-            fractions.append(step / self.max_steps)
-        if self.max_seconds and self.t0 is not None:
-            fractions.append((time.time() - self.t0) / self.max_seconds)
-        return max(fractions) if fractions else 0.0
-
-    def multiplier(self, scheduler_step: int) -> float:
-        p = min(1.0, self.progress(scheduler_step))
-        if self.warmup > 0 and p < self.warmup:
-            return max(p / self.warmup, 1e-3)
-        span = max(1e-9, 1.0 - self.warmup)
-        cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, (p - self.warmup) / span)))
-        return self.min_ratio + (1.0 - self.min_ratio) * cosine
-
-
-def build_trainer_class():
-    from torch.optim.lr_scheduler import LambdaLR
-    from trl import SFTTrainer
-
-    class TimedSFTTrainer(SFTTrainer):
-        """SFTTrainer whose LR follows `Schedule` (step- and/or time-based)."""
-
-        schedule: Schedule
-
-        def create_scheduler(self, num_training_steps, optimizer=None):
-            if self.lr_scheduler is None:
-                self.lr_scheduler = LambdaLR(optimizer or self.optimizer, self.schedule.multiplier)
-                self._created_lr_scheduler = True
-            return self.lr_scheduler
-
-    return TimedSFTTrainer
-
-
-def make_callback(schedule: Schedule, dev_dataset, processor, args, history: list, log):
+def make_callback(cap, dev_dataset, processor, args, history: list, log):
     import torch
     from transformers import TrainerCallback
 
@@ -238,18 +188,11 @@ def make_callback(schedule: Schedule, dev_dataset, processor, args, history: lis
         stop_reason = None
 
         def on_step_end(self, targs, state, control, model=None, **kwargs):
-            if schedule.t0 is None:
-                schedule.t0 = time.time()
-            schedule.step = state.global_step
             if args.eval_every and dev_dataset is not None and state.global_step % args.eval_every == 0:
                 accuracy = self.quick_check(model, state.global_step)
                 if args.stop_at_acc and accuracy >= 100.0 * args.stop_at_acc:
                     control.should_training_stop = True
                     self.stop_reason = f"quick check {accuracy:.1f}% >= {100 * args.stop_at_acc:.0f}%"
-            if schedule.progress() >= 1.0 and not control.should_training_stop:
-                control.should_training_stop = True
-                self.stop_reason = ("max steps" if schedule.max_steps and state.global_step >= schedule.max_steps
-                                    else "wall-clock cap")
             return control
 
         def quick_check(self, model, step) -> float:
@@ -262,7 +205,7 @@ def make_callback(schedule: Schedule, dev_dataset, processor, args, history: lis
                                           max_new_tokens=32, progress=False)
             if was_training:
                 model.train()
-            history.append({"step": step, "time": time.time() - (schedule.t0 or time.time()),
+            history.append({"step": step, "time": cap.elapsed(),
                             "accuracy_pct": report.accuracy_pct, "format_pct": report.format_pct,
                             "mean_completion_tokens": report.mean_completion_tokens})
             log(f"[sft] step {step}: quick check (train hold-out, {report.n} rows, 32 new tokens) accuracy "
@@ -285,6 +228,8 @@ def main(argv=None) -> dict:
 
     from open_r1 import modeling
     from open_r1 import tiny_models as tiny_model
+    from open_r1.run.budget import TimeCapCallback
+    from open_r1.sft import SFTSettings, capped_trainer_class, lr_multiplier
     from open_r1.tasks.counting import data as data_lib
     from open_r1.tasks.counting.evaluate import evaluate_dataset
 
@@ -370,8 +315,10 @@ def main(argv=None) -> dict:
     if args.epochs is not None:
         by_epochs = max(1, math.ceil(args.epochs * steps_per_epoch))
         max_steps = by_epochs if max_steps is None else min(max_steps, by_epochs)
-    schedule = Schedule(max_steps, 60.0 * args.max_minutes if args.max_minutes else None, args.warmup,
-                        args.min_lr_ratio)
+    # the engine's SFT pieces: the wall-clock cap (clock from the end of step 1) and the step/time-aware cosine
+    cap = TimeCapCallback(60.0 * args.max_minutes if args.max_minutes else None)
+    multiplier = lr_multiplier(cap, max_steps, SFTSettings(schedule="cosine", warmup=args.warmup,
+                                                           min_lr_ratio=args.min_lr_ratio))
     history: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="sft-warmstart-") as trainer_dir:
         sft_args = SFTConfig(
@@ -399,18 +346,19 @@ def main(argv=None) -> dict:
             disable_tqdm=True,
             use_cpu=not use_cuda,
         )
-        trainer_class = build_trainer_class()
-        trainer_class.schedule = schedule
-        callback = make_callback(schedule, dev_split, processor, args, history, log)
+        trainer_class = capped_trainer_class()
+        trainer_class.multiplier = staticmethod(multiplier)
+        callback = make_callback(cap, dev_split, processor, args, history, log)
         trainer = trainer_class(model=model, args=sft_args, train_dataset=train_dataset, processing_class=processor,
-                                callbacks=[callback])
+                                callbacks=[cap, callback])
         train_begin = time.time()
         trainer.train()
         train_seconds = time.time() - train_begin
         steps = int(trainer.state.global_step)
         losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
         model = trainer.accelerator.unwrap_model(trainer.model)
-    stop_reason = callback.stop_reason or ("max steps" if max_steps and steps >= max_steps else "end of data")
+    stop_reason = callback.stop_reason or ("wall-clock cap" if cap.stopped else
+                                           "max steps" if max_steps and steps >= max_steps else "end of data")
     log(f"[sft] {steps} steps ({steps / steps_per_epoch:.2f} epochs) in {train_seconds:.1f} s; stop: {stop_reason}")
 
     # 4. save, reload the way training/selfcheck do, score val with the protocol

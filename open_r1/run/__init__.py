@@ -26,6 +26,7 @@ from open_r1.run.resume import (  # noqa: F401
     resolve_resume,
 )
 from open_r1.run.signals import GracefulStopCallback
+from open_r1.tasks import get_task
 
 # ---- wiring for open_r1.grpo ------------------------------------------------------------------------------------
 
@@ -91,21 +92,17 @@ def build_run_callbacks(script_args, training_args, task=None) -> RunSafety:
     if eval_paths:
         if not every or every < 1:
             raise RecipeError(f"eval_steps_protocol must be >= 1 when eval_sets is set, got {every}")
-        if task is None:
-            from open_r1.tasks import get_task
-
-            task = get_task(getattr(script_args, "task", "counting"), script_args)
+        task = task or get_task(getattr(script_args, "task", "counting"), script_args)
         eval_sets = task.load_eval_sets(eval_paths, getattr(script_args, "eval_limit", None))
+        wanted = getattr(script_args, "eval_primary", None) or task.default_primary
         evaluator = InTrainingEvalCallback(
             eval_sets, every, limit=getattr(script_args, "eval_limit", None),
             batch_size=getattr(script_args, "eval_batch_size", 32),
-            primary=getattr(script_args, "eval_primary", "ood_val"),
-            secondary=getattr(script_args, "eval_secondary", "val"),
+            primary=wanted, secondary=getattr(script_args, "eval_secondary", None) or task.default_secondary,
             keep_best=keep_best, eval_first_step=getattr(script_args, "eval_first_step", True),
             estimator=estimator, skip=lambda: graceful.stop_requested, task=task,
         )
         callbacks.append(evaluator)
-        wanted = getattr(script_args, "eval_primary", "ood_val")
         if wanted != evaluator.primary and getattr(training_args, "process_index", 0) == 0:
             _log(f"[eval] eval_primary {wanted!r} is not one of the eval sets {sorted(eval_sets)}: keep-best ranks "
                  f"by {evaluator.primary!r} (ties -> {evaluator.secondary!r}); set eval_primary to the OOD set's name")

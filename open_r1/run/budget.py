@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 
 from transformers import TrainerCallback
 
+from open_r1.checks import is_number
 from open_r1.errors import BudgetError
-from open_r1.run import keep_best as keep_best_lib
+from open_r1.jsonio import read_json, write_json
 from open_r1.run.common import _is_rank0, _log, _reduce_max
-from open_r1.validate import is_number
 
 TIMINGS_FILE = "budget_timings.json"
 
@@ -207,20 +207,20 @@ class ReserveEstimator:
 
     def dump(self, path: str) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        data = keep_best_lib.read_json(path) or {}
+        data = read_json(path, None) or {}
         data.update(self.to_dict())
         if self.export_seconds is None:
             data.pop("export_seconds", None)
-        keep_best_lib.write_json_atomic(path, data)
+        write_json(path, data)
 
 
 def record_export_seconds(run_dir: str, seconds: float) -> None:
     """Called by scripts/export_submission.py: the measured export (+verify) time, for the next round's budget."""
     path = os.path.join(run_dir, TIMINGS_FILE)
-    data = keep_best_lib.read_json(path) or {}
+    data = read_json(path, None) or {}
     previous = data.get("export_seconds")
     data["export_seconds"] = max(float(seconds), float(previous or 0.0))  # a max: the slow case matters
-    keep_best_lib.write_json_atomic(path, data)
+    write_json(path, data)
 
 
 # ---- time budget --------------------------------------------------------------------------------------------------
@@ -350,6 +350,7 @@ class TimeCapCallback(TrainerCallback):
         self.max_seconds = float(max_seconds) if max_seconds else None
         self.clock = clock
         self.t0: float | None = None
+        self.stopped = False  # True once the cap ended the run
 
     def elapsed(self) -> float:
         return 0.0 if self.t0 is None else self.clock() - self.t0
@@ -357,6 +358,6 @@ class TimeCapCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.t0 is None:
             self.t0 = self.clock()
-        elif self.max_seconds and self.elapsed() > self.max_seconds:
-            control.should_training_stop = True
+        elif self.max_seconds and self.elapsed() > self.max_seconds and not control.should_training_stop:
+            self.stopped = control.should_training_stop = True
         return control

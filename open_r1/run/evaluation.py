@@ -1,19 +1,13 @@
-"""In-training evaluation (`InTrainingEvalCallback`)
-    Every `every_n_steps` steps (also at step 1 with `eval_first_step`, and at the last step) it runs the selfcheck
-    protocol engine, `open_r1.tasks.counting.evaluate.evaluate_dataset` (EVAL template, greedy, 256 new tokens, batched,
-    left-padded), on the first `limit` rows of each eval set, with the training processor (the pixel budget that is
-    saved with the model). The model is TRL's own generation view (`trl.models.unwrap_model_for_generation`: the
-    accelerator's unwrapped module; under DeepSpeed ZeRO-3 the parameters are gathered), switched to eval mode
-    under `torch.no_grad()` and switched back to train mode afterwards. Multi-process: every rank must take part
-    (under ZeRO-3 `generate` synchronises the ranks at every token), so each rank evaluates an equal-sized shard of
-    the subset (padded with repeats, dropped again) and the records are all-gathered; every rank then holds the
-    same scores (they feed the trainer state, which must agree across ranks) and rank 0 writes the files.
-    Scores (the task's `metric`: accuracy % for counting) are logged as `eval/<set>_<metric>` in the same log row as the GRPO rewards of that step; a
-    checkpoint is saved at that step; `<output_dir>/eval_history.json` gets {step, checkpoint, scores, reward (mean
-    of the logged rewards since the previous evaluation), ...} and `eval_history.png` is redrawn.
-    Keep-best (`open_r1.run.keep_best.select_best`): highest primary (OOD) accuracy, ties -> secondary (ID), then the
-    later step. The best checkpoint is recorded in the trainer state (`best_model_checkpoint`, `best_global_step`,
-    `best_metric`), which is what the trainer's `save_total_limit` rotation protects from deletion.
+"""In-training evaluation (`InTrainingEvalCallback`): every `every_n_steps` steps (also at step 1 with
+`eval_first_step`, and at the last step) the run's task scores the first `limit` rows of each held-out set
+(`Task.evaluate`; counting: the grader's protocol) with the training processor, on TRL's generation view of the
+model (`trl.models.unwrap_model_for_generation`; ZeRO-3 gathers the parameters), in eval mode under no_grad.
+Multi-process: every rank evaluates an equal-sized shard (padded with repeats, dropped again; under ZeRO-3
+`generate` synchronises the ranks) and the records are all-gathered, so every rank holds the same scores.
+Scores go to `eval/<set>_<metric>` in the same log row as that step's rewards; a checkpoint is saved at that step;
+`<output_dir>/eval_history.json` (+ `eval_history.png`) records each evaluation. Keep-best
+(`open_r1.run.keep_best.select_best`): highest primary score, ties -> secondary, then the later step; the best
+checkpoint goes into the trainer state (`best_model_checkpoint`, ...), which the `save_total_limit` rotation keeps.
 """
 from __future__ import annotations
 
@@ -23,6 +17,8 @@ from contextlib import nullcontext
 
 from transformers import TrainerCallback
 
+from open_r1 import compat
+from open_r1.jsonio import write_json
 from open_r1.run import keep_best as keep_best_lib
 from open_r1.run.budget import ReserveEstimator
 from open_r1.run.common import _is_rank0, _log, _world_size
@@ -34,7 +30,7 @@ class InTrainingEvalCallback(TrainerCallback):
     """Selfcheck protocol on held-out sets every N steps, keep-best bookkeeping (see the module docstring)."""
 
     def __init__(self, eval_sets: dict, every_n_steps: int, limit: int | None = None, batch_size: int = 32,
-                 primary: str = "ood_val", secondary: str | None = "val", keep_best: bool = True,
+                 primary: str | None = None, secondary: str | None = None, keep_best: bool = True,
                  eval_first_step: bool = True, estimator: ReserveEstimator | None = None,
                  skip=None, evaluate_fn=None, plot: bool = True, log=_log, task=None):
         if not eval_sets:
@@ -45,6 +41,10 @@ class InTrainingEvalCallback(TrainerCallback):
         self.every_n_steps = int(every_n_steps)
         self.limit = limit
         self.batch_size = batch_size
+        if task is None:
+            raise ValueError("InTrainingEvalCallback needs the run's task (open_r1.tasks.get_task)")
+        # keep-best ranks by the recipe's sets, else the task's (counting: ood_val, ties -> val), else the first set
+        primary, secondary = primary or task.default_primary, secondary or task.default_secondary
         self.primary = primary if primary in self.eval_sets else next(iter(self.eval_sets))
         self.secondary = secondary if secondary in self.eval_sets and secondary != self.primary else None
         self.keep_best = keep_best
@@ -53,10 +53,6 @@ class InTrainingEvalCallback(TrainerCallback):
         self.estimator.eval_enabled = True
         self.skip = skip or (lambda: False)
         self.evaluate_fn = evaluate_fn
-        if task is None:  # the counting protocol unless the run says otherwise
-            from open_r1.tasks import get_task
-
-            task = get_task("counting")
         self.task = task
         self.plot = plot
         self.log = log
@@ -87,7 +83,7 @@ class InTrainingEvalCallback(TrainerCallback):
             return
         os.makedirs(args.output_dir, exist_ok=True)
         payload = self._history_payload()
-        keep_best_lib.write_json_atomic(os.path.join(args.output_dir, keep_best_lib.HISTORY_FILE), payload)
+        write_json(os.path.join(args.output_dir, keep_best_lib.HISTORY_FILE), payload)
         if self.plot:
             try:
                 keep_best_lib.plot_history(payload, state.log_history,
@@ -156,8 +152,6 @@ class InTrainingEvalCallback(TrainerCallback):
 
     def _log_metrics(self, control, metrics: dict) -> None:
         """Into the trainer's metrics for this step, so they land in the same log row as the rewards."""
-        from open_r1 import compat
-
         trainer = self.trainer
         if compat.log_step_metrics(trainer, metrics):
             control.should_log = True

@@ -16,37 +16,20 @@ needs the training process, so a run killed mid-way is still exported from its b
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
 import sys
 import time
 
-from open_r1.errors import CliHelp
+from open_r1.errors import CliHelp, OpenR1Error
+from open_r1.jsonio import read_json, write_json
 
 HISTORY_FILE = "eval_history.json"
 HISTORY_PLOT = "eval_history.png"
 BEST_FILE = "best_checkpoint.json"
 SELECTION_RULE = "highest {primary} accuracy, ties -> {secondary} accuracy, then the later step"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
-
-
-def read_json(path: str):
-    """A JSON file's content, or None when it is missing or unreadable."""
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
-
-
-def write_json_atomic(path: str, payload) -> None:
-    """Write JSON through a temp file + rename, so a kill mid-write never leaves a truncated record."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as handle:
-        json.dump(payload, handle, indent=1)
-    os.replace(tmp, path)
 
 
 def has_weights(path: str) -> bool:
@@ -82,7 +65,7 @@ def complete_checkpoints(run_dir: str) -> list[str]:
 
 
 def load_history(run_dir: str) -> dict:
-    data = read_json(os.path.join(run_dir, HISTORY_FILE))
+    data = read_json(os.path.join(run_dir, HISTORY_FILE), None)
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         return {"entries": []}
     return data
@@ -148,7 +131,7 @@ def write_best_checkpoint(run_dir: str, keep_best: bool = True, final_step: int 
                           reason="latest complete checkpoint (training stopped before the final save)")
         else:
             record.update(checkpoint=None, step=final_step, reason="nothing exportable in the run dir")
-    write_json_atomic(os.path.join(run_dir, BEST_FILE), record)
+    write_json(os.path.join(run_dir, BEST_FILE), record)
     log(f"[keep-best] export target: {record['checkpoint']} (step {record.get('step')}): {record['reason']}"
         + (f" scores={record['scores']}" if record.get("scores") else ""))
     return record
@@ -165,7 +148,7 @@ def resolve_export_checkpoint(run_dir: str, log=print) -> str:
     """
     if not os.path.isdir(run_dir):
         return run_dir
-    record = read_json(os.path.join(run_dir, BEST_FILE)) or {}
+    record = read_json(os.path.join(run_dir, BEST_FILE), None) or {}
     keep = record.get("keep_best", True)
     if keep:
         best, history = history_best(run_dir)
@@ -245,7 +228,7 @@ def plot_history(history: dict, log_history: list[dict] | None, path: str) -> st
 def latest_log_history(run_dir: str) -> list[dict]:
     """log_history from the newest trainer_state.json in the run (for re-plotting after the fact)."""
     for path in reversed(complete_checkpoints(run_dir)):
-        state = read_json(os.path.join(path, "trainer_state.json"))
+        state = read_json(os.path.join(path, "trainer_state.json"), None)
         if isinstance(state, dict):
             return state.get("log_history") or []
     return []
@@ -266,8 +249,6 @@ secondary/ID, then later step) among those still on disk is marked with '*' and 
 
 
 def main(argv=None) -> int:
-    from open_r1.errors import OpenR1Error
-
     try:
         return _main(argv)
     except OpenR1Error as exc:
@@ -281,8 +262,6 @@ def _main(argv=None) -> int:
     parser.add_argument("--out", default=None, help=f"PNG path (default <run_dir>/{HISTORY_PLOT})")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.run_dir):
-        from open_r1.errors import OpenR1Error
-
         raise OpenR1Error(f"run dir {args.run_dir} does not exist; pass a training output_dir (runs/<recipe>)")
     history = load_history(args.run_dir)
     if not history["entries"]:

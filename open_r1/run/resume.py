@@ -13,6 +13,7 @@ import os
 from transformers import TrainerCallback
 
 from open_r1 import compat
+from open_r1.checks import check_checkpoint
 from open_r1.run import keep_best as keep_best_lib
 from open_r1.run.common import _is_rank0, _log
 
@@ -41,8 +42,6 @@ def _zip_problem(path: str) -> str | None:
 def checkpoint_problem(path: str) -> str | None:
     """Why checkpoint-N would not load (None = complete): trainer_state.json parses, the weights' headers and
     sizes are whole, and the optimizer/scheduler/RNG files present are readable archives."""
-    from open_r1.validate import check_checkpoint
-
     state_path = os.path.join(path, "trainer_state.json")
     if not os.path.isfile(state_path):
         return "no trainer_state.json (the run was killed while saving)"

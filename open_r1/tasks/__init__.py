@@ -9,13 +9,19 @@ through the registries (rewards by name, `open_r1.rewards.TASK_REWARD_MODULES`).
 from __future__ import annotations
 
 import importlib
+import os
 
+from open_r1.checks import load_split
 from open_r1.errors import RecipeError
 
 # name -> module holding `TASK`, a class built with the recipe's script arguments (see `Task` below).
 TASK_MODULES = {
     "counting": "open_r1.tasks.counting.task",
     "captioning": "open_r1.tasks.captioning.task",
+}
+# name -> "module:dataclass" of the task's own recipe keys (light modules: `open_r1.grpo` parses them with its own)
+TASK_SETTINGS = {
+    "counting": "open_r1.tasks.counting:CountingSettings",
 }
 
 
@@ -62,10 +68,13 @@ class Task:
     generate_hint: str | None = None
 
     def load_split(self, path_or_name: str, split: str = "train"):
-        """A split of the task's data (a save_to_disk dir or a hub name), as the pre-load validation loads it."""
-        from open_r1.validate import load_split
-
-        return load_split(path_or_name, split, self.generate_hint)
+        """A split of the task's data (a save_to_disk dir or a hub name), as the pre-load validation loads it; kept,
+        so the validation and the training of one run load each set once."""
+        loaded = self.__dict__.setdefault("_loaded", {})
+        key = (os.path.abspath(path_or_name) if os.path.exists(path_or_name) else path_or_name, split)
+        if key not in loaded:
+            loaded[key] = load_split(path_or_name, split, self.generate_hint)
+        return loaded[key]
 
     def probe(self, model, processor, image) -> tuple[str, str | None]:
         """One greedy completion of the task's prompt on `image`, and a one-line problem when it does not follow
@@ -79,3 +88,12 @@ def get_task(name: str, script_args=None) -> Task:
         raise RecipeError(f"unknown task {name!r}; set task to one of {sorted(TASK_MODULES)}")
     module = importlib.import_module(TASK_MODULES[name])
     return module.TASK(script_args)
+
+
+def task_settings() -> list[type]:
+    """The dataclasses of every task's own recipe keys (`TASK_SETTINGS`)."""
+    found = []
+    for spec in TASK_SETTINGS.values():
+        module, _, name = spec.partition(":")
+        found.append(getattr(importlib.import_module(module), name))
+    return found

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from open_r1.checks import load_split
 from open_r1.errors import DataError  # noqa: F401  (re-exported)
 from open_r1.tasks.counting import protocol
 
@@ -25,8 +26,6 @@ GENERATE_HINT = "python -m open_r1.tasks.counting.scenes --out data"
 
 def load_counting_dataset(path_or_name: str, split: str = "train"):
     """Load a split: a `save_to_disk` directory (a Dataset, or a DatasetDict holding `split`) or a hub name."""
-    from open_r1.validate import load_split
-
     return load_split(path_or_name, split, GENERATE_HINT)
 
 

@@ -29,8 +29,15 @@ import sys
 import time
 from pathlib import Path
 
-from open_r1 import modeling
+from open_r1 import grpo, modeling, tiny_models
+from open_r1.export import export_submission
+from open_r1.modeling import load_model, load_processor
+from open_r1.noise import quiet_library_noise
+from open_r1.run.keep_best import load_history
 from open_r1.tasks.counting import protocol, sft
+from open_r1.tasks.counting.data import load_counting_dataset
+from open_r1.tasks.counting.evaluate import evaluate_dataset
+from open_r1.tasks.counting.scenes import write_splits
 
 EVAL_SPLITS = ("val", "compositional", "ood_val")
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -75,7 +82,6 @@ def log(message: str) -> None:
 def build_small_vocab_tokenizer():
     """`Qwen2Tokenizer` with the tiny model's trained BPE and the 14 Qwen2-VL special tokens right after it (ids
     len(bpe) .. len(bpe) + 13): the same strings and chat template, a ~2.6k-token vocabulary."""
-    from open_r1 import tiny_models
 
     vocab, merges = tiny_models.train_byte_level_bpe(tiny_models.DEFAULT_BPE_VOCAB_SIZE)
     first = len(vocab)
@@ -88,8 +94,6 @@ def build_small_vocab_tokenizer():
 def build_demo_model(seed: int = 0, overrides: dict | None = None):
     """(model, processor): random-init Qwen2-VL with the small vocabulary; every config id points at the new ids."""
     from transformers import GenerationConfig
-
-    from open_r1 import tiny_models
 
     tokenizer, ids = build_small_vocab_tokenizer()
     vocab_size = 64 * math.ceil(len(tokenizer) / 64)
@@ -117,8 +121,6 @@ def build_demo_model(seed: int = 0, overrides: dict | None = None):
 # ---------------------------------------------------------------------------------------------------------------------
 def render_data(data_dir: Path, args) -> dict:
     import datasets
-
-    from open_r1.tasks.counting.scenes import write_splits
 
     sizes = {"train": args.train_size, **{split: args.eval_size for split in EVAL_SPLITS}}
     present = {}
@@ -148,8 +150,6 @@ def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
     import torch
     from transformers import set_seed
     from trl import SFTConfig, SFTTrainer
-
-    from open_r1.tasks.counting.data import load_counting_dataset
 
     started = time.time()
     train = load_counting_dataset(str(data_dir / "train"))
@@ -196,10 +196,6 @@ def evaluate_model(model_dir: Path, data_dir: Path, args, label: str, plain: boo
     """The selfcheck protocol on every eval split; {split: SetReport}."""
     import torch
 
-    from open_r1.modeling import load_model, load_processor
-    from open_r1.tasks.counting.data import load_counting_dataset
-    from open_r1.tasks.counting.evaluate import evaluate_dataset
-
     torch.set_num_threads(max(1, args.threads))
     model = load_model(str(model_dir), dtype="float32").eval()
     processor = load_processor(str(model_dir))
@@ -223,8 +219,6 @@ def evaluate_model(model_dir: Path, data_dir: Path, args, label: str, plain: boo
 
 def train_grpo(start_dir: Path, data_dir: Path, run_dir: Path, submission: Path, args) -> dict:
     """GRPO with configs/demo.yaml through open_r1.grpo (as train.sh runs it), then open_r1.export."""
-    from open_r1 import grpo
-    from open_r1.export import export_submission
 
     started = time.time()
     recipe = args.recipe if os.path.isfile(args.recipe) else str(REPO_ROOT / args.recipe)
@@ -387,11 +381,8 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    from open_r1.noise import quiet_library_noise
-
     quiet_library_noise(progress_bars=False)
     args = parse_args(argv)
-    from open_r1.run.keep_best import load_history
 
     started = time.time()
     out = Path(args.out).resolve()

@@ -22,8 +22,10 @@ from open_r1.generation import (  # noqa: F401  (re-exported for the trainer and
     cache_length_bucket,
     generate_texts,
     prepare_inputs,
+    resolve_decoder,
     static_cache_kwargs,
 )
+from open_r1.images import decode_images, lazy_image_column
 from open_r1.tasks.counting import protocol
 
 
@@ -80,7 +82,6 @@ def _batch_inputs(dataset, index, questions, processor, template, image_device=N
                   rope_model=None):
     """The processor's batch for the rows `index`: decoded RGB images + the protocol prompt (CPU work). The image
     column arrives undecoded (`lazy_image_column`) and is decoded here in threads."""
-    from open_r1.images import decode_images
 
     rows = decode_images([{"image": image} for image in dataset.select(index)["image"]])
     images = [row["image"].convert("RGB") for row in rows]
@@ -125,10 +126,8 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     bar = tqdm(total=n, desc=f"selfcheck {name}", disable=not progress, unit="ex")
     pending = [order[begin:begin + batch_size] for begin in range(0, n, batch_size)]
     on_cuda = getattr(model, "device", torch.device("cpu")).type == "cuda"
-    from open_r1.images import lazy_image_column
 
     dataset = lazy_image_column(dataset)  # decoded batch by batch, in threads (a metadata change)
-    from open_r1.generation import resolve_decoder
 
     # only the graph decoder takes precomputed positions (HF generate computes its own)
     precompute_positions = (cpu_positions and image_device is None and not compile_generation

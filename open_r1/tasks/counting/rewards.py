@@ -1,7 +1,5 @@
-"""Counting rewards, registered in the engine's reward registry (`open_r1/tasks/counting/rewards.py`).
+"""Counting rewards, registered in the engine's reward registry (`open_r1.rewards`).
 
-Design
-------
 Every reward is scored against the same protocol the grader uses (``open_r1.tasks.counting.protocol``): the prediction is the
 first match of ``protocol.ANSWER_RE`` and it is correct only on integer equality with the gold count. Nothing here
 re-defines that regex, so a completion the policy is paid for is a completion the grader counts.
@@ -21,42 +19,9 @@ Registered rewards (name -> params):
 * ``answer_tag``     {0, 1}. The deliberately weak inherited reward (``configs/weak_baseline.yaml``): 1.0 when the
                      string ``<answer>`` appears at all. Trivial to satisfy; kept only as a baseline.
 
-TRL 1.16 calls each reward as ``f(prompts=..., completions=..., completion_ids=..., **dataset_columns,
-trainer_state=..., log_extra=..., log_metric=...)``; every dataset column (``solution``, ``problem``, ``image``...)
-arrives as a list aligned with ``completions``. Rewards take what they need by keyword and swallow the rest with
-``**kwargs``. They log sub-scores through ``log_metric(name, value)`` (batch means, e.g. ``exact_count/accuracy``)
-when TRL passes it; tests and selfcheck may not, so ``log_metric=None`` is always accepted. TRL names a reward in its
-logs by ``func.__name__``, so ``get_reward_funcs`` returns callables named exactly as registered.
-
-Building rewards from a bad recipe (unknown name or param, a param out of range) raises ``RewardConfigError``
-(``UnknownRewardError`` for names), both ``ValueError``s. A gold ``solution`` that cannot be parsed raises
-``ValueError``: that is a data bug, and scoring it 0 would hide it.
-
-Adding a reward
----------------
-Register a *factory* that takes the reward's params as keyword arguments and returns the reward function::
-
-    from open_r1.errors import RewardConfigError, UnknownRewardError  # noqa: F401
-from open_r1.rewards import (  # noqa: F401  (REWARD_REGISTRY, get_reward_funcs re-exported)
-    REWARD_REGISTRY, LogMetric, RewardFunc, _log, _mean, _require_number, get_reward_funcs, register_reward,
-)
-from open_r1.tasks.counting.protocol import completion_text, extract_answer
-    from open_r1.rewards import register_reward
-
-    @register_reward("even_count")
-    def even_count(bonus: float = 1.0):
-        def reward(completions, solution, log_metric=None, **kwargs) -> list[float]:
-            preds = [extract_answer(completion_text(c)) for c in completions]
-            return [bonus if p is not None and p % 2 == 0 else 0.0 for p in preds]
-        return reward
-
-A reward without params may be registered directly: decorating a function whose signature has a ``completions``
-parameter registers it as-is. Put new rewards in this module (or in a module imported before
-``get_reward_funcs`` runs), then name them in a recipe's ``reward_funcs`` and pass params via ``reward_kwargs``::
-
-    reward_funcs: [exact_count, format]
-    reward_kwargs: {format: {require_think: false}}
-    reward_weights: [1.0, 0.5]        # TRL's GRPOConfig field; aligned with reward_funcs, order preserved
+The call convention, `log_metric` and how to add a reward: `open_r1/rewards.py`. A bad recipe (unknown name or
+param, a param out of range) raises ``RewardConfigError``; an unparseable gold ``solution`` raises ``ValueError``
+(a data bug that a 0 score would hide).
 """
 from __future__ import annotations
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 
 from open_r1.errors import DataError
+from open_r1.export import one_line
 from open_r1.tasks import Task
 from open_r1.tasks.counting import data as data_lib
 from open_r1.tasks.counting import evaluate as evaluate_lib
+from open_r1.tasks.counting import protocol
 
 
 class CountingTask(Task):
@@ -19,7 +21,7 @@ class CountingTask(Task):
     probe_question = "How many items are there in the image?"
 
     def train_dataset(self, script_args, training_args):
-        dataset = data_lib.load_counting_dataset(script_args.dataset_name, script_args.dataset_train_split)
+        dataset = self.load_split(script_args.dataset_name, script_args.dataset_train_split)
         if script_args.max_train_samples:
             dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
         data_lib.validate_counting_dataset(dataset, script_args.dataset_name, script_args.image_check_rows)
@@ -32,7 +34,7 @@ class CountingTask(Task):
             name = os.path.basename(os.path.normpath(path))
             if name in sets:
                 raise DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
-            dataset = data_lib.load_counting_dataset(path)
+            dataset = self.load_split(path)
             if limit is not None:
                 dataset = dataset.select(range(min(limit, len(dataset))))
             data_lib.validate_counting_dataset(dataset, path)
@@ -47,12 +49,10 @@ class CountingTask(Task):
         return evaluate_lib.report_from_records(name, records, seconds)
 
     def training_meta(self, script_args):
-        return {"prompt_templates": list(script_args.prompt_templates)}
+        templates = getattr(script_args, "prompt_templates", None)  # the counting task's setting
+        return {} if templates is None else {"prompt_templates": list(templates)}
 
     def probe(self, model, processor, image):
-        from open_r1.export import one_line
-        from open_r1.tasks.counting import protocol
-
         texts, _, _ = evaluate_lib.generate_batch(model, processor, [image], [self.probe_question])
         if protocol.extract_answer(texts[0]) is None:
             return texts[0], f"the sample completion has no parseable <answer>N</answer>: {one_line(texts[0])}"

@@ -10,12 +10,17 @@ import argparse
 import os
 import sys
 
-from open_r1.errors import CliHelp
-
 # One BLAS thread per process (must be set before numpy loads): the generator parallelises over processes, and
 # numpy's small matrix products run slower, not faster, with several threads.
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
+
+from open_r1.checks import writable_problem  # noqa: E402  (after the BLAS setting above, like numpy's users below)
+from open_r1.errors import CliHelp, user_error  # noqa: E402
+
+from .dataset import SPLITS, write_splits  # noqa: E402
+from .errors import SceneArgumentError  # noqa: E402
+from .render import parse_image_size, render_scene, validate_scene_args  # noqa: E402
 
 DEFAULT_SIZES = {"train": 2000, "val": 200, "compositional": 200, "ood_val": 200, "ood_train": 200}
 DEFAULT_SPLITS = ("train", "val", "compositional", "ood_val")  # ood_train only when --splits names it
@@ -66,9 +71,6 @@ def _questions_arg(text: str):
 
 
 def _run_splits(args) -> int:
-    from .dataset import SPLITS, write_splits
-    from .errors import SceneArgumentError
-
     names = [name.strip() for name in args.splits.split(",") if name.strip()]
     for name in names:
         if name not in SPLITS:
@@ -83,8 +85,6 @@ def _run_splits(args) -> int:
                 f"{SPLIT_FLAGS[name]} must be at least 1 (got {n}); to skip the split, leave it out of --splits"
             )
         sizes[name] = n
-    from open_r1.validate import writable_problem
-
     problem = writable_problem(args.out)
     if problem:  # before minutes of rendering
         raise SceneArgumentError(f"cannot write --out: {problem}; choose another --out")
@@ -139,9 +139,6 @@ def _save_samples(directory: str, paths: dict) -> None:
 def _run_preview(args) -> int:
     import json
 
-    from .errors import SceneArgumentError
-    from .render import parse_image_size, render_scene, validate_scene_args
-
     if args.preview < 1:
         raise SceneArgumentError(f"--preview must be at least 1 (got {args.preview})")
     validate_scene_args(args.renderer, args.condition, args.min_objects, args.max_objects)
@@ -163,8 +160,6 @@ def _run_preview(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from open_r1.errors import user_error
-
     try:
         args = build_parser().parse_args(argv)
         return _run_preview(args) if args.preview is not None else _run_splits(args)

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from open_r1.validate import is_int
+from open_r1.checks import is_int
 
 from .errors import SceneArgumentError
 from .png import encode_png

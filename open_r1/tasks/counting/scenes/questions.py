@@ -23,7 +23,6 @@ from .errors import SceneArgumentError
 TOTAL_QUESTION = "How many items are there in the image?"
 DIFFERENT_QUESTION = "How many different items are there in the image?"
 QUESTION_KINDS = ("total", "different", "filtered")
-QUESTION_MODES = ("default", "mixed")
 
 # Attribute vocabularies per renderer, in the order words appear in a question. "shape" is the noun.
 VOCABULARY = {

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from open_r1.validate import is_int
+from open_r1.checks import is_int
 
 from . import clevr, ood
 from .errors import SceneArgumentError, SceneGenerationError
