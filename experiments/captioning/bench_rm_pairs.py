@@ -19,7 +19,8 @@ import time
 
 def main(argv=None) -> int:
     from open_r1.errors import OpenR1Error
-    from open_r1.tasks.captioning import pipeline, stage_rm
+    from open_r1.tasks.captioning import stage_rm
+    from standin.captioning import demo
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.bench_rm_pairs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -28,7 +29,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     try:
-        recipe = pipeline.load_checked_recipe(args.config, args.set)
+        recipe = demo.load_recipe(args.config, args.set)
         results = {"pair_dataset_s": [], "index_rows_s": []}
         for _ in range(args.repeats):
             t0 = time.perf_counter()

@@ -14,8 +14,9 @@ import sys
 
 def main(argv=None) -> int:
     from open_r1.errors import OpenR1Error
-    from open_r1.tasks.captioning import pipeline, stage_rm
-    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.jsonio import write_json
+    from open_r1.tasks.captioning import stage_rm
+    from standin.captioning import demo
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.score_rm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -26,7 +27,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="write the results here as JSON")
     args = parser.parse_args(argv)
     try:
-        recipe = pipeline.load_checked_recipe(args.config, args.set)
+        recipe = demo.load_recipe(args.config, args.set)
         results = {}
         for path in args.model:
             results[path] = stage_rm.rescore(recipe, path, args.splits)
@@ -38,7 +39,7 @@ def main(argv=None) -> int:
             print(f"{path} ({'blind' if result['blind'] else 'image'}) {split}: {r['accuracy']:.3f} "
                   f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] over {r['n_pairs']} pairs of {r['n_groups']} contests")
     if args.out:
-        common.write_json(args.out, results)
+        write_json(args.out, results)
     return 0
 
 

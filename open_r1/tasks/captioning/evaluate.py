@@ -28,7 +28,7 @@ Metrics (per policy; every mean is first taken per cartoon, then over cartoons, 
   whose oracle scores differ by at least ``ORACLE_PAIR_MARGIN``, the share the RM orders as the oracle does (RM
   ties count half; ``rm_oracle_pairs`` such pairs). The RM's held-out accuracy is measured on the contests' candidate
   pairs; this is its accuracy on the policy's *own* captions, the ones GRPO ranks. With records that carry
-  ``oracle_parts`` (``standin.oracle_details``), ``oracle_parts_emitted`` / ``oracle_parts_pick``: the mean of each
+  ``oracle_parts`` (the stand-in's ``oracle_details``), ``oracle_parts_emitted`` / ``oracle_parts_pick``: the mean of each
   part of the hidden score (naming the odd object, puns, absent objects, length, ...) over the emitted captions and
   over the RM's picks, i.e. what the RM's picks get wrong;
 * stand-in only, with records that carry ``oracle_floor``: ``oracle_fail_as_worst``, the mean oracle over *all*
@@ -413,7 +413,8 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
                     temperature: float = 1.0, top_p: float | None = None, top_k: int | None = None,
                     batch_size: int = 8,
                     rm_batch_size: int = 16, max_words: int = protocol.MAX_WORDS, seed: int = 0,
-                    max_cartoons: int | None = None, use_stop: bool = False, oracle: bool | str = "auto",
+                    max_cartoons: int | None = None, use_stop: bool = False,
+                    oracle: Callable[[str, Any], dict] | None = None,
                     do_sample: bool = True, decoder: str | None = None,
                     progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """N sampled completions per cartoon of ``dataset``, parsed and scored: a list of records (module docstring).
@@ -421,8 +422,9 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     ``dataset``: caption rows (one per caption; reduced to one prompt per contest) or ``data.prompt_rows`` output.
     Prompts are ``processor.apply_chat_template(protocol.build_messages(desc), add_generation_prompt=True)``, the same
     as every stage. ``use_stop`` stops at ``protocol.STOP`` (HF keeps the stop string, so the parser still sees the
-    closing tag). ``oracle``: ``"auto"`` scores emitted captions with the stand-in's hidden rule when the rows carry
-    ``scene_meta`` (analysis only; nothing is trained on it). ``do_sample=False`` decodes greedily (then ``n``
+    closing tag). ``oracle(caption, scene_meta) -> {"score": ...}``: a hidden rule (the stand-in's
+    ``standin.captioning.cartoons.oracle_details``) that scores emitted captions where the rows carry ``scene_meta``
+    (analysis only; nothing is trained on it). ``do_sample=False`` decodes greedily (then ``n``
     should be 1). Each record also carries ``index``, the cartoon's row in the (prompt-row) dataset. ``decoder``:
     ``open_r1.generation.generate_texts``' choice (None: its default, the CUDA-graph decoder on GPUs; 'hf' for
     small models, whose per-model compile costs more than it saves). ``reward_model=None``: no RM scores
@@ -437,19 +439,15 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
 
     rows = cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset
     metas, floors = None, {}
-    if oracle and "scene_meta" in dataset.column_names:
+    if oracle is not None and "scene_meta" in dataset.column_names:
         groups = cdata._contest_groups(dataset)
         table = dataset.select_columns(["scene_meta"])
         metas = {contest: json.loads(table[idx[0]]["scene_meta"]) for contest, idx in groups.items()}  # once per cartoon, not per sample
         if "caption" in dataset.column_names:  # the cartoon's worst candidate: a failed sample's oracle_fail_as_worst
-            from open_r1.tasks.captioning.standin import oracle_score
-
             captions = list(dataset.select_columns(["caption"])["caption"])
-            floors = {contest: min(oracle_score(captions[i], metas[contest]) for i in idx)
+            floors = {contest: min(oracle(captions[i], metas[contest])["score"] for i in idx)
                       for contest, idx in groups.items()}
         rows = rows.remove_columns(["scene_meta"]) if "scene_meta" in rows.column_names else rows
-    elif oracle is True:
-        raise ValueError("oracle=True needs the stand-in's scene_meta column")
     if max_cartoons is not None:
         rows = rows.select(range(min(max_cartoons, len(rows))))
     contests = list(rows["contest"])
@@ -484,10 +482,8 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
             progress(len(records), len(jobs))
     score_records(records, images, descs, reward_model, rm_batch_size)
     if metas is not None:
-        from open_r1.tasks.captioning.standin import oracle_details
-
         for r in records:
-            details = oracle_details(r["caption"], metas[r["contest"]]) if r["caption"] is not None else None
+            details = oracle(r["caption"], metas[r["contest"]]) if r["caption"] is not None else None
             r["oracle"] = details["score"] if details is not None else None
             r["oracle_parts"] = details
             r["oracle_floor"] = floors.get(r["contest"])

@@ -79,7 +79,8 @@ class CaptioningTask(Task):
             rows = rows.select(range(min(limit, len(rows))))
         return rows
 
-    generate_hint = "python -m open_r1.tasks.captioning.standin --out data/humor --contests 40"
+    generate_hint = (
+        "open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out data/humor --contests 40")
 
     def load_split(self, path_or_name, split="train"):
         if os.path.isdir(path_or_name):  # a caption dataset: its columns checked as training will read them
