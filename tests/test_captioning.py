@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 
+from experiments.captioning.bench_rm_pairs import pair_rows, training_pairs
 from open_r1.errors import DataError, RewardConfigError
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import evaluate as ev
@@ -947,7 +948,6 @@ def test_ratings_stage_writes_a_split_the_rm_trains_on(standin_dir, tiny_model_d
 
     import open_r1.generation as generation
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import stage_rm
     from standin.captioning import demo
 
     _, paths = standin_dir
@@ -971,7 +971,7 @@ def test_ratings_stage_writes_a_split_the_rm_trains_on(standin_dir, tiny_model_d
     # each contest's samples carry that contest's caption (the fake cannot see which prompt is which contest)
     monkeypatch.setattr(ev, "evaluate_policy", _wrap_contest_captions(ev.evaluate_policy, captions))
     with pytest.raises(RecipeError, match="train_split"):
-        stage_rm.training_pairs(load(recipe_path, ["rm.train_split=train_rated"]))
+        training_pairs(load(recipe_path, ["rm.train_split=train_rated"]))
     out = tmp_path / "rated.json"
     assert demo.main(["--config", str(recipe_path), "--stages", "ratings", "--job-result", str(out)]) == 0
     summary = json.loads(out.read_text())
@@ -979,13 +979,13 @@ def test_ratings_stage_writes_a_split_the_rm_trains_on(standin_dir, tiny_model_d
     assert len(prompts_seen) == 2 * contests and summary["samples"] == 2 * contests
     assert summary["counts"]["rated"] == contests and summary["counts"]["known_caption"] == contests  # 2nd repeats
     assert summary["rows"] == len(train) + contests and summary["pairs_with_a_rated_caption"] > 0
-    pairs = stage_rm.training_pairs(load(recipe_path, ["rm.train_split=train_rated"]))
+    pairs = training_pairs(load(recipe_path, ["rm.train_split=train_rated"]))
     assert any(c in captions.values() for c in [*pairs["chosen"], *pairs["rejected"]])
     # the summary counts the pairs the RM trains on (same rule, cap and seed), one rated caption per contest here
     rated_pairs = sum(a in captions.values() or b in captions.values() for a, b in zip(pairs["chosen"], pairs["rejected"]))
     assert summary["pairs"] == len(pairs) and summary["pairs_with_a_rated_caption"] == rated_pairs
     assert summary["pairs_of_two_rated_captions"] == 0
-    plain = stage_rm.training_pairs(recipe)
+    plain = training_pairs(recipe)
     assert not any(c in captions.values() for c in [*plain["chosen"], *plain["rejected"]])
 
 
@@ -1033,12 +1033,12 @@ def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp
 
     for blind in (False, True):
         fast = stage_rm.training_pair_rows(recipe, blind=blind)
-        plain = stage_rm.pair_rows(stage_rm.training_pairs(recipe), blind=blind)
+        plain = pair_rows(training_pairs(recipe), blind=blind)
         assert len(fast) == 150 and len({r["group"] for r in fast}) > 1
         assert comparable(fast) == comparable(plain)
     held = stage_rm.held_out_pairs(recipe, "val", blind=False)
     dataset = cdata.load_captions(paths["val"], check_images="none", keep_oracle=True)
-    expected = stage_rm.pair_rows(cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7,
+    expected = pair_rows(cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7,
                                                          keep_oracle=True), keep_oracle=True)
     assert comparable(held) == comparable(expected) and any(r["oracle_order"] for r in held)
 

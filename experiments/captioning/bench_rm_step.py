@@ -26,12 +26,12 @@ import time
 def main(argv=None) -> int:
     import torch
 
+    from experiments.captioning.bench_rm_pairs import pair_rows
     from open_r1 import reward_model as rm_lib
     from open_r1 import vision_attention
     from open_r1.errors import OpenR1Error
     from open_r1.jsonio import write_json
     from open_r1.tasks.captioning import data as cdata
-    from open_r1.tasks.captioning import stage_rm
     from standin.captioning import demo
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.bench_rm_step", description=__doc__,
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
                                        cap_per_contest=cfg.cap_per_contest, seed=recipe.seed)
         batch_pairs = cfg.per_device_batch_size
         pairs = pairs.select(range(min(len(pairs), batch_pairs * (args.steps + args.warmup))))
-        rows = stage_rm.pair_rows(pairs)
+        rows = pair_rows(pairs)
         cuda = torch.cuda.is_available()
         device = "cuda" if cuda else "cpu"
 

@@ -37,50 +37,31 @@ def check_keys(where: str, mapping: dict, valid) -> None:
 
 def _fits(value, kind) -> tuple[bool, Any]:
     """(does `value` fit the annotation `kind`, the value as the field holds it): YAML leaves ``1e-4`` a string."""
-    origin = typing.get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        for option in typing.get_args(kind):
-            ok, held = _fits(value, option)
-            if ok:
-                return True, held
-        return False, value
-    if kind is type(None):
-        return value is None, value
-    if kind is Any:
-        return True, value
-    if kind is bool:
-        return isinstance(value, bool), value
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if kind is float:
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                return False, value
-        return (isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) != float("inf")
-                and value == value), value if isinstance(value, bool) else float(value) if isinstance(value, (int, float)) else value
-    if kind is str:
-        return isinstance(value, str) and bool(value.strip()), value
-    if origin is list:
-        (item,) = typing.get_args(kind) or (Any,)
-        if not isinstance(value, list):
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        fits = [_fits(value, option) for option in typing.get_args(kind)]
+        return next((fit for fit in fits if fit[0]), (False, value))
+    if kind is float and isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
             return False, value
-        held = [_fits(v, item) for v in value]
-        return all(ok for ok, _ in held), [v for _, v in held]
-    if origin is dict or kind is dict:
-        return isinstance(value, dict), value
-    return isinstance(value, kind), value
+    if typing.get_origin(kind) is list:
+        held = [_fits(v, typing.get_args(kind)[0]) for v in value] if isinstance(value, list) else [(False, value)]
+        return all(ok for ok, _ in held), [v for _, v in held] if isinstance(value, list) else value
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = {type(None): value is None, bool: isinstance(value, bool), int: number and isinstance(value, int),
+          float: number and abs(value) != float("inf") and value == value, dict: isinstance(value, dict),
+          str: isinstance(value, str) and bool(value.strip())}.get(typing.get_origin(kind) or kind, True)
+    return ok, float(value) if kind is float and ok else value
 
 
 def _describe(kind) -> str:
-    names = {bool: "true or false", int: "a whole number", float: "a number", str: "a non-empty string",
-             type(None): "null", dict: "a mapping"}
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
         return " or ".join(_describe(k) for k in typing.get_args(kind))
     if typing.get_origin(kind) is list:
-        return f"a list of ({_describe((typing.get_args(kind) or (Any,))[0])})"
-    return names.get(kind, "a mapping" if typing.get_origin(kind) is dict else getattr(kind, "__name__", str(kind)))
+        return f"a list of ({_describe(typing.get_args(kind)[0])})"
+    return {bool: "true or false", int: "a whole number", float: "a number", str: "a non-empty string",
+            type(None): "null"}.get(kind, "a mapping")
 
 
 def parse_section(where: str, cls, mapping) -> Any:

@@ -1,56 +1,20 @@
 """Best-of-N evaluation of captioning policies: pure metrics over sample records, a paired comparison, a driver.
 
-Records
--------
-One record per generated sample: ``{"contest", "sample_index", "completion", "caption" (str | None),
-"rm_raw" (float | None: the RM's raw BT score of the caption, None when no caption parsed), "truncated" (bool),
-"oracle" (float | None, stand-in only: the hidden score of the caption), "oracle_floor" (float, stand-in only: the
-lowest oracle among the cartoon's candidate captions), "parse_reason" (the parser's verdict)}``.
-The metrics are pure functions of records, so tests feed fixed fake outputs; ``evaluate_policy`` produces records
-from a model.
+A record is one sample: contest, sample_index, completion, caption (None when it does not parse), rm_raw (the RM's raw
+BT score), truncated, parse_reason, and on the stand-in oracle (the hidden score), oracle_parts and oracle_floor (the
+cartoon's worst candidate). Per policy, every mean taken per cartoon first: ``format_rate``, ``truncated_rate``,
+``emitted_sigmoid`` (mean sigma(RM) of emitted captions), ``fail_as_zero`` (sigma(RM), a failure counting 0, on the
+sigmoid scale: raw BT scores have no fixed zero), ``bon@n`` (the exact expected max of sigma(RM) over n of the N
+samples: sum_i v_(i) C(i-1, n-1) / C(N, n)), the parser's failure reasons; on the stand-in ``oracle_emitted``,
+``oracle_pick`` (the oracle of the RM's best caption: what best-of-N would ship), ``pick_vs_emitted``,
+``rm_oracle_agreement`` (on the policy's own captions, pairs at least ``ORACLE_PAIR_MARGIN`` apart),
+``oracle_parts_*`` and ``oracle_fail_as_worst`` (a failure counting as the cartoon's worst candidate: the oracle's
+fail-as-zero, averaging the same samples whatever the format rates). ``paired_bootstrap``: the per-cartoon difference
+to a baseline policy with a CI from resampling cartoons (samples of a cartoon are not independent);
+``reward_hacking``: sigma(RM) up while the oracle of the picks goes down. ``write_report``: bon_eval.md / .json /
+bon_curve.png. From saved records (JSONL)::
 
-Metrics (per policy; every mean is first taken per cartoon, then over cartoons, so cartoons weigh equally)
--------
-* ``format_rate``: share of samples whose caption parses (``protocol.parse_caption``);
-* ``truncated_rate``: share of samples that used the whole token budget without ending;
-* ``emitted_sigmoid``: mean sigma(RM) over emitted captions (cartoons without any emitted caption are left out);
-  ``emitted_raw``: the same on raw BT scores, for reference only;
-* ``fail_as_zero``: mean of sigma(RM), a failed sample counting 0, **on the sigmoid scale**: raw BT scores have no
-  fixed zero (typical means are negative), so counting a failure as raw 0 would reward failing;
-* ``bon@n`` for n in 1, 2, 4, 8 (n <= N): the expected max of sigma(RM) (failures 0) over n of the N samples drawn
-  without replacement, computed exactly from the order statistics: E = sum_i v_(i) C(i-1, n-1) / C(N, n);
-* ``format_failures`` (the parser's reason per failed sample, counted), ``top_failure`` and a few
-  ``example_completions``: what to fix when the format rate is low;
-* stand-in only: ``oracle_emitted`` (mean oracle over emitted captions) and ``oracle_pick`` (the oracle score of the
-  RM-best emitted caption of each cartoon: what best-of-N with this RM would ship); ``pick_vs_emitted``: their
-  per-cartoon difference (pick - mean emitted) with a bootstrap CI over cartoons (below 0: the RM's pick is worse by
-  the oracle than a random emitted caption); ``rm_oracle_agreement``: over pairs of one cartoon's emitted captions
-  whose oracle scores differ by at least ``ORACLE_PAIR_MARGIN``, the share the RM orders as the oracle does (RM
-  ties count half; ``rm_oracle_pairs`` such pairs). The RM's held-out accuracy is measured on the contests' candidate
-  pairs; this is its accuracy on the policy's *own* captions, the ones GRPO ranks. With records that carry
-  ``oracle_parts`` (the stand-in's ``oracle_details``), ``oracle_parts_emitted`` / ``oracle_parts_pick``: the mean of each
-  part of the hidden score (naming the odd object, puns, absent objects, length, ...) over the emitted captions and
-  over the RM's picks, i.e. what the RM's picks get wrong;
-* stand-in only, with records that carry ``oracle_floor``: ``oracle_fail_as_worst``, the mean oracle over *all*
-  samples, a failed sample counting as the cartoon's worst candidate caption: the oracle's analog of fail-as-zero
-  (0 is the bottom of the sigma scale; no caption counts as the worst one readers were shown). ``oracle_emitted``
-  averages different subsets of samples when two policies' format rates differ (run 11's SFT policy emitted 2 of 768
-  OOD samples); this one averages the same samples, and, like fail-as-zero, rises with the format rate alone.
-
-Comparison to a baseline policy
--------------------------------
-``paired_bootstrap``: the difference of per-cartoon values (policy - baseline) over the cartoons both have, with a
-percentile CI from resampling *cartoons* with replacement (samples of one cartoon are not independent; the public
-code's "+1.69 sigma" was an unpaired z over samples). Reported for fail-as-zero sigma(RM), bon@N and, on the stand-in,
-oracle_pick, oracle_emitted and oracle_fail_as_worst. ``reward_hacking`` is True when the RM metric (fail-as-zero
-sigma) goes up while the oracle of the picks goes down (point estimates); ``reward_hacking_significant`` when both CIs
-exclude 0 that way.
-
-Output: ``write_report`` writes ``bon_eval.md`` (a markdown table), ``bon_eval.json`` and ``bon_curve.png`` (the
-BoN curve of each policy). From saved records (JSONL)::
-
-    python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl grpo=grpo.jsonl \
-        --baseline sft --out runs/humor/eval
+    python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl --baseline sft --out DIR
 """
 from __future__ import annotations
 
@@ -521,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     from open_r1.errors import OpenR1Error
 
     parser = argparse.ArgumentParser(prog="python -m open_r1.tasks.captioning.evaluate",
-                                     description="Best-of-N report from per-sample records of several policies.")
+                                     description="Best-of-N report from per-sample records of several policies.",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--records", nargs="+", required=True, metavar="NAME=PATH",
                         help="a policy name and its records (JSONL), e.g. base=runs/base.jsonl grpo=runs/grpo.jsonl")
     parser.add_argument("--baseline", default=None, help="policy the others are compared to (paired by cartoon)")

@@ -109,34 +109,12 @@ def contest_images(dataset, first_row: dict, blind: bool) -> dict:
     return images
 
 
-def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
-    """RM pair rows ({image, chosen, rejected, group}) from ``data.preference_pairs`` output."""
-    from open_r1.tasks.captioning import protocol
-
-    rows = []
-    # one Arrow -> Python conversion; row-by-row access cost ~40 % of this function
-    records = pairs.remove_columns(["image"]).to_list()
-    first: dict = {}
-    for i, record in enumerate(records):
-        first.setdefault(record["contest"], i)
-    images = contest_images(pairs, first, blind)
-    for record in records:
-        desc = protocol.description_from_row(record)
-        image = images[record["contest"]]
-        row = {"image": image, "chosen": protocol.rm_messages(desc, record["chosen"]),
-               "rejected": protocol.rm_messages(desc, record["rejected"]), "group": record["contest"]}
-        if keep_oracle:
-            row["oracle_order"] = record["chosen_oracle"] > record["rejected_oracle"]
-        rows.append(row)
-    return rows
-
-
 def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False,
                     images: dict | None = None) -> list[dict]:
     """``pair_rows(data.preference_pairs(dataset, ...))`` from the pairs' row indices (``data.pair_indices``, the
     same rule, cap and seed), without building the pair dataset: that copies a contest's image into every one of its
     pairs (206k pairs in run 13) and cost most of each RM process's start. The same rows, in the same order, with
-    the image of each contest's first pair (tested against ``pair_rows``)."""
+    the image of each contest's first pair (tested against experiments/captioning/bench_rm_pairs.pair_rows)."""
     from open_r1.tasks.captioning import protocol
 
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
@@ -235,24 +213,9 @@ def pair_rule(recipe) -> dict:
     return {"k": cfg.k, "se_from": cfg.se_from, "cap_per_contest": cfg.cap_per_contest, "seed": recipe.seed}
 
 
-def training_pairs(recipe):
-    """The k-sigma preference pairs the RM trains on, from the split ``rm.train_split`` (default ``train``; e.g.
-    ``train_rated``: the training contests with a round of ratings on a policy's samples added,
-    ``stage_ratings``), capped per contest and shuffled with the recipe's seed (a pair dataset; the RM itself
-    trains on `training_pair_rows`, the same pairs)."""
-    from open_r1.tasks.captioning import data as cdata
-
-    max_pairs = recipe.section(NAME).max_pairs
-    path = config.check_inputs({"train": inputs(recipe)["train"]})["train"]
-    pairs = cdata.preference_pairs(cdata.load_captions(path, check_images="none"), **pair_rule(recipe))
-    if max_pairs:
-        pairs = pairs.select(range(min(max_pairs, len(pairs))))
-    return pairs
-
-
 def training_index(recipe, dataset):
     """The row indices (``data.pair_indices``) of the pairs the RM trains on in `dataset`: `pair_rule`, then the
-    ``rm.max_pairs`` prefix if set (`training_pairs`' pairs; the ratings stage counts them too)."""
+    ``rm.max_pairs`` prefix if set (the ratings stage counts them too)."""
     from open_r1.tasks.captioning import data as cdata
 
     index = cdata.pair_indices(dataset, **pair_rule(recipe))

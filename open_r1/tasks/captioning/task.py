@@ -10,7 +10,7 @@
   ``MAX_NEW_TOKENS``, scored with the same reward model the ``caption_rm`` reward uses (its ``reward_model`` and
   ``device`` from ``reward_kwargs``). The score keep-best ranks by is the **fail-as-zero sigma(RM)** mean (in [0, 1]),
   logged as ``eval/<set>_fail0_sigma_rm``; the report also carries the format and truncation rates, sigma(RM) over
-  emitted captions and, on the stand-in, the hidden oracle score of the captions (analysis only).
+  emitted captions.
 
 Optional recipe attributes read with defaults (the GRPO entry passes its script arguments through):
 ``caption_eval_samples`` (1), ``caption_eval_temperature`` (None = greedy), ``caption_eval_max_new_tokens``
@@ -120,10 +120,6 @@ class CaptioningTask(Task):
                 raise DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
             captions = data_lib.load_captions(path)
             rows = data_lib.prompt_rows(captions)
-            if "scene_meta" in captions.column_names:  # the stand-in: the oracle scores emitted captions (analysis)
-                groups = data_lib._contest_groups(captions)
-                metas = captions.select_columns(["scene_meta"])
-                rows = rows.add_column("scene_meta", [metas[idx[0]]["scene_meta"] for idx in groups.values()])
             if limit is not None:
                 rows = rows.select(range(min(limit, len(rows))))
             sets[name] = rows
