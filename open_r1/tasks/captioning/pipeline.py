@@ -227,8 +227,10 @@ def main(argv=None, stages=STAGES, entry: str = "open_r1.tasks.captioning.pipeli
     """The CLI over `stages`; `entry` is this CLI's module (its parallel sub-jobs run it), `oracle` the eval's hidden
     rule where the data has one (the stand-in's)."""
     names = [stage.NAME for stage in stages]
-    parser = argparse.ArgumentParser(prog=f"python -m {entry}", description=__doc__,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    class Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+        pass  # the defaults shown, the description as written
+
+    parser = argparse.ArgumentParser(prog=f"python -m {entry}", description=__doc__, formatter_class=Help)
     parser.add_argument("--config", required=True, help="the recipe (configs/captioning/*.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a recipe key (repeatable), e.g. --set rm.max_seconds=60")

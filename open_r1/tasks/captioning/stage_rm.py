@@ -346,18 +346,6 @@ def image_swap_accuracy(recipe, model, split: str, blind: bool) -> dict | None:
     return {k: result[k] for k in ("accuracy", "ci_low", "ci_high", "n_pairs", "n_groups")}
 
 
-def rescore(recipe, model_dir: str, splits: list[str] | None = None) -> dict:
-    """Score a saved RM dir on the recipe's held-out splits again (e.g. after a run was cut during its scoring);
-    blind or not as its saved meta says."""
-    from open_r1 import reward_model as rm_lib
-
-    model = rm_lib.load_reward_model(model_dir)
-    blind = bool(model.meta.get("blind"))
-    held_out = score_held_out(recipe, model, blind, f"[rescore {os.path.basename(model_dir)}]", splits)
-    return {"out": os.path.abspath(model_dir), "blind": blind, "seed": model.meta.get("seed"),
-            "steps": model.meta.get("steps"), "held_out": held_out}
-
-
 def inputs(recipe) -> dict[str, config.Input]:
     split = recipe.section(NAME).train_split
     train = config.split_input(recipe.paths, split) if split == "train" else config.Input(
