@@ -285,3 +285,8 @@ def test_every_cli_help_shows_its_defaults(capsys):
         with pytest.raises(SystemExit):
             main(["--help"])
         assert "(default:" in capsys.readouterr().out
+    # every recipe key with its default and help, the stand-in's sections too
+    assert demo.main(["--help-recipe"]) == 0
+    listed = capsys.readouterr().out
+    assert "rm.max_seconds (default: None): wall-clock cap" in listed and "traces.wording (default: 'caption')" in listed
+    assert "grpo.seeds (default: [0])" in listed and "models.policy (default: None)" in listed

@@ -105,7 +105,7 @@ def seed_list(key: str, seeds: list[int]) -> list[int]:
 
 
 def help_field(default, text: str, **kwargs):
-    """A dataclass field with its help (shown by ``--help-recipe``)."""
+    """A dataclass field with its help (``open-r1-caption --config X --help-recipe`` lists them)."""
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata={"help": text}, **kwargs)
     return dataclasses.field(default=default, metadata={"help": text}, **kwargs)

@@ -223,6 +223,20 @@ def write_results(summary: dict, stages, paths: config.Paths, out: str | None) -
     return markdown
 
 
+def recipe_help(stages) -> str:
+    """Every recipe key: the top level's, then each section's, with its default and help (the dataclass fields)."""
+    import dataclasses
+
+    lines = []
+    for where, cls in (("", config.RunConfig), ("models.", config.Models),
+                       *((f"{s.NAME}.", getattr(s, "Config", getattr(s, "Settings", None))) for s in stages)):
+        for field in dataclasses.fields(cls):
+            if field.init:
+                default = field.default_factory() if callable(field.default_factory) else field.default
+                lines.append(f"{where}{field.name} (default: {default!r}): {field.metadata.get('help', '')}")
+    return "\n".join(lines) + "\ngrpo.*: any open_r1.grpo recipe key (python -m open_r1.grpo --help-all)"
+
+
 def main(argv=None, stages=STAGES, entry: str = "open_r1.tasks.captioning.pipeline", oracle=None) -> int:
     """The CLI over `stages`; `entry` is this CLI's module (its parallel sub-jobs run it), `oracle` the eval's hidden
     rule where the data has one (the stand-in's)."""
@@ -231,13 +245,19 @@ def main(argv=None, stages=STAGES, entry: str = "open_r1.tasks.captioning.pipeli
         pass  # the defaults shown, the description as written
 
     parser = argparse.ArgumentParser(prog=f"python -m {entry}", description=__doc__, formatter_class=Help)
-    parser.add_argument("--config", required=True, help="the recipe (configs/captioning/*.yaml)")
+    parser.add_argument("--config", help="the recipe (configs/captioning/*.yaml); required but for --help-recipe")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a recipe key (repeatable), e.g. --set rm.max_seconds=60")
-    parser.add_argument("--stages", nargs="+", default=None, choices=names, help="a subset, in order (default: all)")
+    parser.add_argument("--stages", nargs="+", default=None, choices=names, help="a subset, in order (none given: all)")
+    parser.add_argument("--help-recipe", action="store_true", help="list every recipe key with its default and help")
     parser.add_argument("--out", default=None, help="copy the small result files here")
     parser.add_argument("--job-result", default=None, help=argparse.SUPPRESS)  # a parallel sub-job's summary file
     args = parser.parse_args(argv)
+    if args.help_recipe:
+        print(recipe_help(stages))
+        return 0
+    if not args.config:
+        parser.error("the following arguments are required: --config")
     try:
         recipe = config.parse_recipe(args.config, args.set, stages)
         recipe.oracle = oracle
