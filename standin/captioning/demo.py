@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import sys
 
-from open_r1.tasks.captioning import pipeline, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
+import yaml
+
+from open_r1.tasks.captioning import config, pipeline, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
 from standin.captioning import cartoons, stage_data, stage_pretrain, stage_ratings, stage_traces
 
 STAGES = (stage_data, stage_pretrain, stage_synthesize, stage_traces, stage_sft, stage_ratings, stage_rm, stage_grpo,
@@ -18,7 +20,6 @@ STAGES = (stage_data, stage_pretrain, stage_synthesize, stage_traces, stage_sft,
 
 def stages_of(argv: list[str]) -> tuple:
     """`STAGES`, without the ratings round when the recipe has no ``ratings`` section (it is optional)."""
-    import yaml
 
     path = argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
     try:
@@ -32,8 +33,6 @@ def stages_of(argv: list[str]) -> tuple:
 
 def load_recipe(path: str, overrides: list[str] | None = None):
     """The parsed recipe of the demo's stages (for the experiments/captioning harnesses)."""
-    from open_r1.tasks.captioning import config
-
     sets = [item for o in overrides or [] for item in ("--set", o)]
     return config.parse_recipe(path, overrides, stages_of(["--config", path, *sets]))
 

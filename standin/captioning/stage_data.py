@@ -12,9 +12,12 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from open_r1.errors import SceneArgumentError
 from open_r1.jsonio import read_json, write_json
 from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning.config import help_field, require
+from open_r1.tasks.counting.scenes.render import parse_image_size
+from standin.captioning import cartoons
 
 NAME = "data"
 PRETRAIN_OFFSET = 50_000  # scene indices of the exposure splits start here (the contests use 0..n-1)
@@ -40,8 +43,6 @@ class Config:
     overwrite: bool = help_field(False, "render again over an existing stand-in")
 
     def __post_init__(self):
-        from open_r1.errors import SceneArgumentError
-        from open_r1.tasks.counting.scenes.render import parse_image_size
 
         try:
             parse_image_size(self.image_size)
@@ -63,9 +64,6 @@ def split_names(cfg: Config) -> list[str]:
 
 def standin_config(recipe):
     """The ``cartoons.StandinConfig`` of the ``data`` section (what ``make_contest`` needs to render a contest again)."""
-    from open_r1.tasks.counting.scenes.render import parse_image_size
-    from standin.captioning import cartoons
-
     cfg = recipe.section(NAME)
     return cartoons.StandinConfig(
         captions=cfg.captions, image_size=parse_image_size(cfg.image_size), min_objects=cfg.min_objects,
@@ -82,7 +80,6 @@ def outputs(recipe) -> list[str]:
 
 
 def run(recipe) -> dict:
-    from standin.captioning import cartoons
 
     cfg, paths = recipe.section(NAME), recipe.paths
     marker = os.path.join(paths.data, "standin.json")

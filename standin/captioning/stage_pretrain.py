@@ -17,9 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 
+from open_r1 import generation, modeling, sft, tiny_models
+from open_r1.families import SUPPORTED
 from open_r1.tasks.captioning import config
+from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field, require
+from standin.captioning import cartoons
+from standin.captioning.cartoons import PRETRAIN_KINDS
 
 NAME = "pretrain"
 MODELS = ("policy", "rm_backbone")
@@ -28,7 +34,6 @@ MODELS = ("policy", "rm_backbone")
 @dataclasses.dataclass
 class ModelConfig:
     """One base model's pre-training (``pretrain.policy`` / ``pretrain.rm_backbone``)."""
-
     start: str | None = help_field(None, "a start model dir copied instead of pre-training (the shipped start policy)")
     family: str | None = help_field(None, "tiny model family (null: qwen3_vl for the policy, qwen2_5_vl for the RM)")
     overrides: dict | None = help_field(None, "build_tiny size overrides (hidden_size, num_hidden_layers, ...)")
@@ -55,8 +60,6 @@ class ModelConfig:
                                                      "policy, which samples)")
 
     def __post_init__(self):
-        from open_r1.families import SUPPORTED
-        from standin.captioning.cartoons import PRETRAIN_KINDS
 
         require(self.family in (None, *SUPPORTED), f"pretrain family must be one of {', '.join(SUPPORTED)}, got "
                 f"{self.family!r}")
@@ -83,8 +86,6 @@ class Config:
 def pretrain_dataset(recipe, which: str):
     import datasets  # deferred: heavy
 
-    from open_r1.tasks.captioning import data as cdata
-    from standin.captioning import cartoons
 
     cfg, paths = getattr(recipe.section(NAME), which), recipe.paths
     think_prefix = which == "policy" if cfg.think_prefix is None else cfg.think_prefix
@@ -110,9 +111,7 @@ def suppress_unused(recipe, which: str) -> bool:
 
 
 def pretrain_one(recipe, which: str) -> dict:
-    import shutil
 
-    from open_r1 import modeling, sft, tiny_models
 
     cfg, paths = getattr(recipe.section(NAME), which), recipe.paths
     out = paths.policy_base if which == "policy" else paths.rm_base
@@ -151,10 +150,6 @@ def perception(recipe, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
     backbone, and a policy, must see to read the hidden rule."""
     import torch  # deferred: heavy
 
-    from open_r1 import modeling
-    from open_r1.generation import generate_texts
-    from open_r1.tasks.captioning import data as cdata
-    from standin.captioning import cartoons
 
     model = modeling.load_model(model_dir, dtype=None if torch.cuda.is_available() else "float32")
     model = model.to(config.device()).eval()
@@ -167,7 +162,7 @@ def perception(recipe, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
                                                                   keep_oracle=True), limit)
         prompts = [processor.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True)
                    for r in rows]
-        texts, _, _ = generate_texts(model, processor, prompts, [r["image"] for r in rows], 24, decoder="hf")
+        texts, _, _ = generation.generate_texts(model, processor, prompts, [r["image"] for r in rows], 24, decoder="hf")
         hits = [cartoons.perceives_odd(t, r["scene_meta"]) for t, r in zip(texts, rows)]
         out[split] = {"accuracy": sum(hits) / len(hits), "n": len(hits), "examples": texts[:3]}
     return out

@@ -15,9 +15,15 @@ import dataclasses
 import os
 import time
 
+import numpy as np
+
+from open_r1 import modeling
 from open_r1.errors import RecipeError
-from open_r1.tasks.captioning import config
+from open_r1.tasks.captioning import config, stage_eval, stage_rm
+from open_r1.tasks.captioning import data as cdata
+from open_r1.tasks.captioning import evaluate as ev
 from open_r1.tasks.captioning.config import help_field, require
+from standin.captioning import cartoons
 
 NAME = "ratings"
 
@@ -45,15 +51,9 @@ def outputs(recipe) -> list[str]:
 
 
 def run(recipe) -> dict:
-    import datasets
-    import numpy as np
-    import torch
+    import datasets  # deferred: heavy
+    import torch  # deferred: heavy
 
-    from open_r1 import modeling
-    from open_r1.tasks.captioning import data as cdata
-    from open_r1.tasks.captioning import evaluate as ev
-    from open_r1.tasks.captioning import stage_eval, stage_rm
-    from standin.captioning import cartoons
 
     cfg, paths = recipe.section(NAME), recipe.paths
     policy = config.check_inputs(inputs(recipe))["policy"]

@@ -7,7 +7,10 @@ import dataclasses
 import shutil
 
 from open_r1.tasks.captioning import config
+from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field, require
+from standin.captioning import cartoons
+from standin.captioning.cartoons import TRACE_TEMPLATES, TRACE_WORDINGS
 
 NAME = "traces"
 
@@ -18,7 +21,6 @@ class Config:
     template: str = help_field("full", "full (what is odd, then that a good joke plays on it) | first_sentence")
 
     def __post_init__(self):
-        from standin.captioning.cartoons import TRACE_TEMPLATES, TRACE_WORDINGS
 
         require(self.wording in TRACE_WORDINGS, f"traces.wording must be one of {list(TRACE_WORDINGS)}, got "
                 f"{self.wording!r}")
@@ -35,8 +37,6 @@ def outputs(recipe) -> list[str]:
 
 
 def run(recipe) -> dict:
-    from open_r1.tasks.captioning import data as cdata
-    from standin.captioning import cartoons
 
     cfg = recipe.section(NAME)
     train = cdata.load_captions(recipe.paths.split("train"), check_images="none")

@@ -17,6 +17,8 @@ import types
 import typing
 from typing import Any, NamedTuple
 
+import yaml
+
 from open_r1.errors import RecipeError
 
 
@@ -141,8 +143,6 @@ class RunConfig:
 
 def load_yaml(path: str, overrides: list[str] | None = None) -> dict:
     """The recipe file as a mapping, with the ``--set section.key=value`` overrides applied."""
-    import yaml
-
     if not os.path.isfile(path):
         raise RecipeError(f"recipe {path} does not exist; see configs/captioning/*.yaml")
     with open(path) as handle:

@@ -15,6 +15,7 @@ Results: ``<work_dir>/results/pipeline.json`` and ``results.md``; ``--out DIR`` 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -225,8 +226,6 @@ def write_results(summary: dict, stages, paths: config.Paths, out: str | None) -
 
 def recipe_help(stages) -> str:
     """Every recipe key: the top level's, then each section's, with its default and help (the dataclass fields)."""
-    import dataclasses
-
     lines = []
     for where, cls in (("", config.RunConfig), ("models.", config.Models),
                        *((f"{s.NAME}.", getattr(s, "Config", getattr(s, "Settings", None))) for s in stages)):

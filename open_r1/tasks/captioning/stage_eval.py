@@ -20,7 +20,13 @@ import dataclasses
 import os
 import time
 
+from open_r1 import modeling
+from open_r1.decoding import DECODER_CHOICES
+from open_r1.jsonio import write_json
+from open_r1.reward_model import load_reward_model
 from open_r1.tasks.captioning import config
+from open_r1.tasks.captioning import data as cdata
+from open_r1.tasks.captioning import evaluate as ev
 from open_r1.tasks.captioning.config import help_field, require
 
 NAME = "eval"
@@ -44,7 +50,6 @@ class Config:
     n_boot: int = help_field(2000, "bootstrap resamples of the CIs")
 
     def __post_init__(self):
-        from open_r1.decoding import DECODER_CHOICES
 
         require(self.decoder in (None, *DECODER_CHOICES), f"eval.decoder must be one of {', '.join(DECODER_CHOICES)} "
                 f"or null, got {self.decoder!r}")
@@ -90,13 +95,8 @@ def inputs(recipe) -> dict[str, config.Input]:
 
 
 def run(recipe) -> dict:
-    import torch
+    import torch  # deferred: heavy
 
-    from open_r1 import modeling
-    from open_r1.jsonio import write_json
-    from open_r1.reward_model import load_reward_model
-    from open_r1.tasks.captioning import data as cdata
-    from open_r1.tasks.captioning import evaluate as ev
 
     cfg, paths = recipe.section(NAME), recipe.paths
     device = config.device()

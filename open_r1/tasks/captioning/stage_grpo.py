@@ -20,9 +20,17 @@ import os
 import time
 from typing import NamedTuple
 
+from open_r1 import grpo, modeling
 from open_r1.errors import RecipeError, RewardConfigError
+from open_r1.export import load_for_export
+from open_r1.grpo import recipe_keys
+from open_r1.rewards import parse_reward_kwargs
+from open_r1.run.budget import TimeCapCallback
+from open_r1.run.keep_best import resolve_export_checkpoint
 from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning.config import help_field
+from open_r1.tasks.captioning.rewards import check_caption_rm_settings
+from open_r1.validate import check_loss_type
 
 NAME = "grpo"
 DEFAULTS = {"task": "captioning", "reward_funcs": ["caption_rm"], "use_peft": True, "lora_r": 32, "lora_alpha": 32,
@@ -35,7 +43,6 @@ OWNED = {"seed": "grpo.seeds", "output_dir": "work_dir", "model_name_or_path": "
 @dataclasses.dataclass
 class Settings:
     """The pipeline's keys of the grpo section (the rest is the open_r1.grpo recipe)."""
-
     seeds: list[int] = help_field([0], "one GRPO run per seed")
     max_seconds: float | None = help_field(None, "wall-clock cap of each run (open_r1.run.budget.TimeCapCallback)")
     parallel: bool = help_field(False, "run the seeds as parallel processes")
@@ -58,7 +65,6 @@ def parse_grpo(values: dict) -> tuple:
     are); a value it refuses is one RecipeError."""
     from trl import TrlParser  # deferred: heavy
 
-    from open_r1 import grpo
 
     parser = TrlParser(grpo._argument_classes())
     parser.set_defaults_with_config(**values)
@@ -80,10 +86,6 @@ def parse_grpo(values: dict) -> tuple:
 
 
 def parse(mapping, recipe) -> Section:
-    from open_r1.grpo import recipe_keys
-    from open_r1.rewards import parse_reward_kwargs
-    from open_r1.tasks.captioning.rewards import check_caption_rm_settings
-    from open_r1.validate import check_loss_type
 
     mapping = dict(mapping or {})
     own = [f.name for f in dataclasses.fields(Settings)]
@@ -147,10 +149,6 @@ def jobs(recipe) -> list[list[str]] | None:
 
 
 def run_seed(recipe, seed: int) -> dict:
-    from open_r1 import grpo, modeling
-    from open_r1.export import load_for_export
-    from open_r1.run.budget import TimeCapCallback
-    from open_r1.run.keep_best import resolve_export_checkpoint
 
     section = recipe.section(NAME)
     config.check_inputs(inputs(recipe))

@@ -18,9 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import time
 
-from open_r1.tasks.captioning import config
+from open_r1 import modeling
+from open_r1 import reward_model as rm_lib
+from open_r1.errors import OpenR1Error
+from open_r1.jsonio import write_json
+from open_r1.reward_model import LORA_KEYS
+from open_r1.run.budget import TimeCapCallback
+from open_r1.tasks.captioning import config, protocol
+from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field, require
 from open_r1.tasks.captioning.data import SE_FROM
 
@@ -67,7 +75,6 @@ class Config:
     def __post_init__(self):
         from transformers import SchedulerType  # deferred: heavy
 
-        from open_r1.reward_model import LORA_KEYS
 
         schedulers = [kind.value for kind in SchedulerType]
         require(self.lr_scheduler in schedulers, f"rm.lr_scheduler must be one of {', '.join(schedulers)}, got "
@@ -93,7 +100,7 @@ class Config:
 
 
 def blank_like(image):
-    from PIL import Image
+    from PIL import Image  # deferred: heavy
 
     return Image.new("RGB", image.size, (128, 128, 128))
 
@@ -115,8 +122,6 @@ def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = Fal
     same rule, cap and seed), without building the pair dataset: that copies a contest's image into every one of its
     pairs (206k pairs in run 13) and cost most of each RM process's start. The same rows, in the same order, with
     the image of each contest's first pair (tested against experiments/captioning/bench_rm_pairs.pair_rows)."""
-    from open_r1.tasks.captioning import protocol
-
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
     contests, captions = columns["contest"], columns["caption"]
     if images is None:  # {contest: image}, as `split_images` makes it (given: shared with other rows of the split)
@@ -153,8 +158,6 @@ def image_negative_rows(dataset, index, blind: bool = False, images: dict | None
     conversation under its own cartoon, rejected = the same conversation under the other contest's cartoon
     (``rejected_image``), group = the caption's contest. Blind, both images are the one blank image, so the two
     sides are the same input and the row adds no gradient."""
-    from open_r1.tasks.captioning import protocol
-
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
     images = split_images(dataset, blind) if images is None else images
     rows = []
@@ -170,8 +173,6 @@ def image_negative_rows(dataset, index, blind: bool = False, images: dict | None
 
 
 def held_out_pairs(recipe, split: str, blind: bool):
-    from open_r1.tasks.captioning import data as cdata
-
     cfg = recipe.section(NAME)
     dataset = cdata.load_captions(recipe.paths.split(split), check_images="none", keep_oracle=True)
     index = cdata.pair_indices(dataset, k=cfg.k, se_from=cfg.se_from, cap_per_contest=cfg.eval_cap_per_contest,
@@ -216,8 +217,6 @@ def pair_rule(recipe) -> dict:
 def training_index(recipe, dataset):
     """The row indices (``data.pair_indices``) of the pairs the RM trains on in `dataset`: `pair_rule`, then the
     ``rm.max_pairs`` prefix if set (the ratings stage counts them too)."""
-    from open_r1.tasks.captioning import data as cdata
-
     index = cdata.pair_indices(dataset, **pair_rule(recipe))
     max_pairs = recipe.section(NAME).max_pairs
     return index[:max_pairs] if max_pairs else index
@@ -226,8 +225,6 @@ def training_index(recipe, dataset):
 def training_pair_rows(recipe, blind: bool = False) -> list[dict]:
     """`pair_rows(training_pairs(recipe))`, built from the pairs' row indices (`index_pair_rows`), then the
     image-negative rows if ``rm.image_negatives`` asks for them (`image_negative_rows`; the trainer shuffles)."""
-    from open_r1.tasks.captioning import data as cdata
-
     fraction, top_k = recipe.section(NAME).image_negatives, recipe.section(NAME).image_negative_top_k
     path = config.check_inputs({"train": inputs(recipe)["train"]})["train"]
     train = cdata.load_captions(path, check_images="none")
@@ -242,12 +239,9 @@ def training_pair_rows(recipe, blind: bool = False) -> list[dict]:
 
 
 def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
-    import torch
-    from transformers import TrainingArguments
+    import torch  # deferred: heavy
+    from transformers import TrainingArguments  # deferred: heavy
 
-    from open_r1 import reward_model as rm_lib
-    from open_r1.jsonio import write_json
-    from open_r1.run.budget import TimeCapCallback
 
     cfg = recipe.section(NAME)
     paths = recipe.paths
@@ -299,8 +293,6 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
 def score_held_out(recipe, model, blind: bool, tag: str = "[rm]", splits: list[str] | None = None) -> dict:
     """Pairwise accuracy (with the by-contest CI) of `model` on each held-out split's k-sigma pairs that exists
     (default: `scored_splits`); blind: every image the blank one, as the blind RM was trained."""
-    from open_r1 import reward_model as rm_lib
-
     cfg, paths = recipe.section(NAME), recipe.paths
     results = {}
     for split in splits or scored_splits(recipe):
@@ -331,9 +323,6 @@ def image_swap_accuracy(recipe, model, split: str, blind: bool) -> dict | None:
     with the by-contest CI. 0.5 for a model blind to the image (ties count 1/2; the blind control scores both sides
     on the one blank image: 0.5 up to float noise). A diagnostic beside the pairwise accuracy, not a label: no reader
     rated these pairs. None when the recipe sets 0 or the split has fewer than two contests."""
-    from open_r1 import reward_model as rm_lib
-    from open_r1.tasks.captioning import data as cdata
-
     cfg = recipe.section(NAME)
     n = cfg.eval_image_swaps
     dataset = cdata.load_captions(recipe.paths.split(split), check_images="none")
@@ -391,8 +380,6 @@ def seed_key(seeds: list[int], seed: int) -> str:
 
 def choose_seed(reports: dict[int, dict], split: str = "val") -> int:
     """The seed whose RM has the best pairwise accuracy on `split` (ties: the lowest seed)."""
-    from open_r1.errors import OpenR1Error
-
     missing = [seed for seed, r in reports.items() if split not in (r.get("held_out") or {})]
     if missing:
         raise OpenR1Error(f"RM seed(s) {missing} have no {split} accuracy to choose by; is the {split} split built?")
@@ -403,9 +390,7 @@ def finish(recipe, report: dict) -> dict:
     """With several seeds: keep the RM with the best val accuracy as ``models/rm`` (a copy of its seed dir, staged so a
     failure leaves no half-written RM) and report it under ``rm`` with the choice (``selected``: the seed, the split,
     every seed's val accuracy). One seed: the report as it is."""
-    import shutil
 
-    from open_r1 import modeling
 
     seeds = rm_seeds(recipe)
     if len(seeds) == 1:

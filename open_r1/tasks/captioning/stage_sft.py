@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from open_r1 import sft
 from open_r1.sft import SFTSettings
 from open_r1.tasks.captioning import config
+from open_r1.tasks.captioning import data as cdata
 
 NAME = "sft"
 
@@ -20,7 +22,6 @@ NAME = "sft"
 @dataclasses.dataclass
 class Config(SFTSettings):
     """open_r1.sft.SFTSettings (its defaults: the seed's recipe; ``seed`` is the recipe's) plus the rows' top k."""
-
     top_k: int = config.help_field(3, "captions per training contest (also the traces the synthesize stage writes)")
     seed: int = dataclasses.field(default=0, init=False)  # the recipe's seed, not a key of the section
 
@@ -43,8 +44,6 @@ def outputs(recipe) -> list[str]:
 def run(recipe) -> dict:
     import datasets  # deferred: heavy
 
-    from open_r1 import sft
-    from open_r1.tasks.captioning import data as cdata
 
     cfg = recipe.section(NAME)
     found = config.check_inputs(inputs(recipe))

@@ -15,7 +15,11 @@ import dataclasses
 import importlib.util
 import os
 
+from open_r1 import generation, modeling
+from open_r1.decoding import DECODER_CHOICES
+from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import config, protocol
+from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field
 
 NAME = "synthesize"
@@ -36,7 +40,6 @@ class Config:
     decoder: str | None = help_field(None, "open_r1.generation decoder (null: its default; hf for small models)")
 
     def __post_init__(self):
-        from open_r1.decoding import DECODER_CHOICES
 
         config.require(self.decoder in (None, *DECODER_CHOICES), f"synthesize.decoder must be one of "
                        f"{', '.join(DECODER_CHOICES)} or null, got {self.decoder!r}")
@@ -84,8 +87,6 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
 def _generate_hf(model_path, records, messages, cfg: Config):
     import torch  # deferred: heavy
 
-    from open_r1 import modeling
-    from open_r1.generation import generate_texts
 
     model = modeling.load_model(model_path, dtype=None if torch.cuda.is_available() else "float32")
     model = model.to(config.device()).eval()
@@ -95,7 +96,7 @@ def _generate_hf(model_path, records, messages, cfg: Config):
         chunk = records[start:start + cfg.batch_size]
         prompts = [processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
                    for m in messages[start:start + cfg.batch_size]]
-        out, _, cut = generate_texts(
+        out, _, cut = generation.generate_texts(
             model, processor, prompts, [r["image"] for r in chunk], cfg.max_new_tokens, do_sample=True,
             temperature=cfg.temperature, top_p=cfg.top_p, stop_strings=[protocol.THINK_CLOSE],
             tokenizer=processor.tokenizer, decoder=cfg.decoder)
@@ -107,7 +108,6 @@ def _generate_hf(model_path, records, messages, cfg: Config):
 def _generate_vllm(model_path, records, messages, cfg: Config):  # pragma: no cover - needs vLLM and a GPU
     from vllm import LLM, SamplingParams  # deferred: optional, heavy
 
-    from open_r1 import modeling
 
     processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
     llm = LLM(model=model_path, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
@@ -130,8 +130,6 @@ def outputs(recipe) -> list[str]:
 
 
 def run(recipe) -> dict:
-    from open_r1.jsonio import write_json
-    from open_r1.tasks.captioning import data as cdata
 
     cfg = recipe.section(NAME)
     model_path = config.check_inputs(inputs(recipe))["model"]
