@@ -26,8 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from open_r1 import generation
+from open_r1.errors import DataError, OpenR1Error
+from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
-from open_r1.tasks.captioning.rewards import sigmoid
+from open_r1.tasks.captioning.rewards import _score, get_reward_model, sigmoid
 
 BON_NS = (1, 2, 4, 8)
 # oracle gaps below this are left out of rm_oracle_agreement: the stand-in's oracle has a +-0.2 "wit" term per caption
@@ -359,7 +362,6 @@ def score_records(records: list[dict], images_by_contest: dict, descs_by_contest
                   batch_size: int = 16) -> list[dict]:
     """Fill ``rm_raw`` of records with a caption (in place; also returned). ``reward_model=None``: every ``rm_raw``
     is None (a format-only look at a policy, e.g. before any RM exists; `policy_metrics` needs the scores)."""
-    from open_r1.tasks.captioning.rewards import _score, get_reward_model
 
     model = get_reward_model(reward_model) if isinstance(reward_model, (str, os.PathLike)) else reward_model
     todo = [r for r in records if r.get("caption") is not None] if model is not None else []
@@ -398,8 +400,6 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     """
     import torch
 
-    from open_r1.generation import generate_texts
-    from open_r1.tasks.captioning import data as cdata
 
     rows = cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset
     metas, floors = None, {}
@@ -434,7 +434,7 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     records: list[dict] = []
     for start in range(0, len(jobs), batch_size):
         batch = jobs[start:start + batch_size]
-        texts, lengths, truncated = generate_texts(
+        texts, lengths, truncated = generation.generate_texts(
             model, processor, [prompt_text[c] for c, _ in batch], [images[c] for c, _ in batch], max_new_tokens,
             do_sample=do_sample, decoder=decoder, **gen_kwargs)
         for (c, k), text, length, trunc in zip(batch, texts, lengths, truncated):
@@ -458,7 +458,6 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
 # Command line: records (JSONL, one record per line) of several policies -> the report files
 # --------------------------------------------------------------------------------------------------------------------
 def read_records(path: str) -> list[dict]:
-    from open_r1.errors import DataError
 
     records = []
     with open(path) as handle:
@@ -482,7 +481,6 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from open_r1.errors import OpenR1Error
 
     parser = argparse.ArgumentParser(prog="python -m open_r1.tasks.captioning.evaluate",
                                      description="Best-of-N report from per-sample records of several policies.",

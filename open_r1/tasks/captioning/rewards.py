@@ -40,7 +40,7 @@ def get_reward_model(path: str, device: Any = None):
     """The reward model saved at ``path`` on ``device``, loaded once per process (cached by path and device)."""
     key = _cache_key(path, device)
     if key not in _RM_CACHE:
-        from open_r1.reward_model import load_reward_model
+        from open_r1.reward_model import load_reward_model  # deferred: torch, peft
 
         _RM_CACHE[key] = load_reward_model(path, device=device)
     return _RM_CACHE[key]
@@ -179,7 +179,7 @@ def caption_rm_reward(
         raise RewardConfigError(f"caption_rm: reward_model must be the path of a saved reward-model dir, got {reward_model!r}")
     check_caption_rm_settings(fail_value, format_bonus, max_words, device, batch_size)
     if _cache_key(reward_model, device) not in _RM_CACHE:  # fail at recipe time, not at the first GRPO step
-        from open_r1.reward_model import META_FILE
+        from open_r1.reward_model import META_FILE  # deferred: torch, peft
 
         if not os.path.isfile(os.path.join(os.fspath(reward_model), META_FILE)):
             raise RewardConfigError(

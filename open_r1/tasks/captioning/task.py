@@ -27,6 +27,7 @@ from open_r1.tasks import Task
 from open_r1.tasks.captioning import data as data_lib
 from open_r1.tasks.captioning import evaluate as evaluate_lib
 from open_r1.tasks.captioning import protocol
+from open_r1.tasks.captioning.rewards import get_reward_model
 
 
 @dataclass
@@ -89,8 +90,8 @@ class CaptioningTask(Task):
         return super().load_split(path_or_name, split)
 
     def probe(self, model, processor, image):
-        from open_r1.export import one_line
-        from open_r1.generation import generate_texts
+        from open_r1.export import one_line  # deferred: torch
+        from open_r1.generation import generate_texts  # deferred: torch
 
         prompt = processor.apply_chat_template(protocol.build_messages(None), tokenize=False,
                                                add_generation_prompt=True)
@@ -134,8 +135,6 @@ class CaptioningTask(Task):
                 "the captioning evaluation scores with the reward model: set reward_kwargs.caption_rm.reward_model "
                 "(or caption_eval_reward_model) in the recipe"
             )
-        from open_r1.tasks.captioning.rewards import get_reward_model
-
         args = self.script_args
         n = int(getattr(args, "caption_eval_samples", 1) or 1)
         temperature = getattr(args, "caption_eval_temperature", None)
