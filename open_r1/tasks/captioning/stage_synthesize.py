@@ -139,7 +139,7 @@ def run(recipe) -> dict:
         top = top.select(range(min(cfg.limit, len(top))))
     traces, counts = synthesize(model_path, top, cfg)
     top.add_column(cdata.THINKING_COLUMN, traces).save_to_disk(recipe.paths.traces)
-    counts.update(out=recipe.paths.traces, sft_traces="synthesized")
+    counts["out"] = recipe.paths.traces
     write_json(os.path.join(os.path.dirname(recipe.paths.traces), "synthesis.json"), counts)
     return counts
 
@@ -147,4 +147,4 @@ def run(recipe) -> dict:
 def markdown(result: dict) -> list[str]:
     return ["", f"Trace synthesis ({result.get('engine')}): {result.get('rows')} rows, kept {result.get('kept')}, "
             f"dropped truncated {result.get('truncated')}, empty {result.get('empty')}, caption-leaking "
-            f"{result.get('leaks_caption')}; SFT traces: {result.get('sft_traces')}."]
+            f"{result.get('leaks_caption')}."]
