@@ -1,18 +1,11 @@
-"""Stage 5: best-of-N evaluation of the base, SFT and GRPO policies on the held-out and OOD cartoons.
+"""Stage 5: best-of-N evaluation of the base, SFT and GRPO policies on held-out cartoons.
 
-Algorithm: for every policy (``base``: the stand-in's pre-trained policy or the real base; ``sft``; ``grpo_s<S>`` for
-each GRPO seed) and every split in ``eval.splits`` (test = held-out contests of the training renderer, ood = the OOD
-renderer), ``evaluate.evaluate_policy`` samples N completions per cartoon under the one protocol prompt (T=1,
-``max_new_tokens``), parses them strictly and scores the captions with the reward model (and, on the stand-in, the
-hidden oracle: analysis only). ``evaluate.evaluate_records`` gives per policy the format rate, truncation rate, mean
-sigma(RM) over emitted captions, the fail-as-zero sigma(RM) mean, BoN@{1,2,4,8}, the oracle of emitted captions, of
-all samples with a failure as the cartoon's worst candidate, and of the RM's pick, and, against the SFT start
-(``baseline``), paired bootstrap CIs over cartoons and the reward-hacking flag (RM up while the oracle of the picks
-goes down). ``write_report`` writes ``bon_eval.md`` / JSON / PNG per split; ``summary.json`` collects the per-seed
-GRPO-vs-SFT differences the issue's Must-show asks for.
-
-Deviations from the seed: one prompt for every stage; the fail-as-zero mean on the sigmoid scale; the comparison
-paired over cartoons.
+For every policy (``base``: ``models.policy``; ``sft``; ``grpo_s<seed>``) and split (``eval.splits``),
+``evaluate.evaluate_policy`` samples N completions per cartoon under the protocol prompt, parses them strictly and
+scores the captions with the reward model (and the stand-in's hidden oracle where the demo gives one: analysis
+only); ``evaluate.evaluate_records`` gives the metrics and, against ``baseline``, paired bootstrap CIs over cartoons;
+``grpo_checks`` the per-seed GRPO-vs-SFT verdicts. Deviations from the seed: one prompt for every stage; fail-as-zero
+on the sigmoid scale; comparisons paired over cartoons.
 """
 from __future__ import annotations
 
