@@ -41,9 +41,10 @@ test-fast:
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 # humor-r1 captioning, the whole chain on CPU with tiny models on generated data (minutes), ending in the eval table:
-# stand-in data -> base pre-training -> trace synthesis -> SFT + merge -> RM + blind RM -> GRPO -> best-of-N.
+# stand-in data -> base pre-training -> trace synthesis -> templated traces -> SFT + merge -> ratings round -> RM + blind RM
+# -> GRPO -> best-of-N (standin/captioning/demo.py runs its stages around the real ones).
 HUMOR_DEMO_DIR ?= runs/humor-demo
 humor-demo:
-	$(PY) -m open_r1.tasks.captioning.pipeline --config configs/captioning/standin_demo.yaml \
+	$(PY) -m standin.captioning.demo --config configs/captioning/standin_demo.yaml \
 		--set work_dir=$(HUMOR_DEMO_DIR) --set data.overwrite=true
 	cat $(HUMOR_DEMO_DIR)/results/results.md

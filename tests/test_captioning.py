@@ -13,12 +13,13 @@ import math
 import numpy as np
 import pytest
 
+from experiments.captioning.bench_rm_pairs import pair_rows, training_pairs
 from open_r1.errors import DataError, RewardConfigError
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import evaluate as ev
 from open_r1.tasks.captioning import protocol as P
 from open_r1.tasks.captioning import rewards as cr
-from open_r1.tasks.captioning import standin as S
+from standin.captioning import cartoons as S
 
 
 def logit(p: float) -> float:
@@ -434,7 +435,8 @@ def test_evaluate_policy_scores_the_oracle_and_its_parts(standin_dir, tiny_model
     monkeypatch.setattr(generation, "generate_texts", fake_generate)
     model_dir = tiny_model_dirs["qwen3_vl"]
     processor = modeling.load_processor(str(model_dir))
-    records = ev.evaluate_policy(None, processor, data, fake_rm, n=2, max_cartoons=1, decoder="hf")
+    records = ev.evaluate_policy(None, processor, data, fake_rm, n=2, max_cartoons=1, decoder="hf",
+                                 oracle=S.oracle_details)
     parsed, failed = records
     assert parsed["caption"] == caption and failed["caption"] is None
     assert parsed["oracle_parts"] == S.oracle_details(caption, meta) and parsed["oracle_parts"]["names_odd"] > 0
@@ -632,7 +634,7 @@ def test_standin_contests_do_not_depend_on_the_processs_hash_seed():
     import subprocess
     import sys
 
-    code = ("import json; from open_r1.tasks.captioning import standin as S; c = S.StandinConfig(captions=24, "
+    code = ("import json; from standin.captioning import cartoons as S; c = S.StandinConfig(captions=24, "
             "image_size=(96, 64)); print(json.dumps([[r['caption'] for r in S.make_contest(c, s, i)] "
             "for s in ('main', 'ood') for i in range(6)]))")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -889,7 +891,7 @@ def test_standin_has_no_text_only_leaks_from_size_or_other_renderers_puns():
     and an absent pun is a value this renderer can draw (a bus pun on a CLEVR scene is absent by the text alone)."""
     import numpy as np
 
-    from open_r1.tasks.captioning import standin
+    from standin.captioning import cartoons as standin
 
     assert "size" not in standin.ODD_DIMENSIONS["clevr"]
     meta = {"renderer": "clevr", "dimension": "color", "odd_index": 0, "odd_value": "blue", "majority_value": "red",
@@ -946,15 +948,14 @@ def test_ratings_stage_writes_a_split_the_rm_trains_on(standin_dir, tiny_model_d
 
     import open_r1.generation as generation
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import stage_common as common
-    from open_r1.tasks.captioning import stage_ratings, stage_rm
+    from standin.captioning import demo
 
     _, paths = standin_dir
     recipe_path = tmp_path / "recipe.yaml"
     recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 0\neval: {{n: 2, max_new_tokens: 8}}\n"
                            "ratings: {n: 2}\nrm: {k: 1.0, cap_per_contest: 50}\n")
-    recipe = common.load_recipe(str(recipe_path))
-    where = common.Paths(recipe)
+    recipe = load(recipe_path)
+    where = recipe.paths
     shutil.copytree(paths["train"], where.split("train"))
     shutil.copytree(tiny_model_dirs["qwen3_vl"], where.policy_sft)
     train = cdata.load_captions(where.split("train"), keep_oracle=True)
@@ -970,21 +971,21 @@ def test_ratings_stage_writes_a_split_the_rm_trains_on(standin_dir, tiny_model_d
     # each contest's samples carry that contest's caption (the fake cannot see which prompt is which contest)
     monkeypatch.setattr(ev, "evaluate_policy", _wrap_contest_captions(ev.evaluate_policy, captions))
     with pytest.raises(RecipeError, match="train_split"):
-        stage_rm.training_pairs(common.load_recipe(str(recipe_path), ["rm.train_split=train_rated"]))
+        training_pairs(load(recipe_path, ["rm.train_split=train_rated"]))
     out = tmp_path / "rated.json"
-    assert stage_ratings.main(["--config", str(recipe_path), "--result", str(out)]) == 0
+    assert demo.main(["--config", str(recipe_path), "--stages", "ratings", "--job-result", str(out)]) == 0
     summary = json.loads(out.read_text())
     contests = len(metas)
     assert len(prompts_seen) == 2 * contests and summary["samples"] == 2 * contests
     assert summary["counts"]["rated"] == contests and summary["counts"]["known_caption"] == contests  # 2nd repeats
     assert summary["rows"] == len(train) + contests and summary["pairs_with_a_rated_caption"] > 0
-    pairs = stage_rm.training_pairs(common.load_recipe(str(recipe_path), ["rm.train_split=train_rated"]))
+    pairs = training_pairs(load(recipe_path, ["rm.train_split=train_rated"]))
     assert any(c in captions.values() for c in [*pairs["chosen"], *pairs["rejected"]])
     # the summary counts the pairs the RM trains on (same rule, cap and seed), one rated caption per contest here
     rated_pairs = sum(a in captions.values() or b in captions.values() for a, b in zip(pairs["chosen"], pairs["rejected"]))
     assert summary["pairs"] == len(pairs) and summary["pairs_with_a_rated_caption"] == rated_pairs
     assert summary["pairs_of_two_rated_captions"] == 0
-    plain = stage_rm.training_pairs(recipe)
+    plain = training_pairs(recipe)
     assert not any(c in captions.values() for c in [*plain["chosen"], *plain["rejected"]])
 
 
@@ -1002,15 +1003,20 @@ def _rm_recipe(tmp_path, paths, rm: str, seed: int = 0, splits=("train",), name:
     import os
     import shutil
 
-    from open_r1.tasks.captioning import stage_common as common
-
     recipe_path = tmp_path / name
     recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: {seed}\nrm: {{{rm}}}\n")
-    recipe = common.load_recipe(str(recipe_path))
+    recipe = load(recipe_path)
     for split in splits:
-        if not os.path.isdir(common.Paths(recipe).split(split)):
-            shutil.copytree(paths[split], common.Paths(recipe).split(split))
+        if not os.path.isdir(recipe.paths.split(split)):
+            shutil.copytree(paths[split], recipe.paths.split(split))
     return recipe
+
+
+def load(path, overrides=()):
+    """The recipe at `path` parsed for the stand-in demo's stages."""
+    from standin.captioning import demo
+
+    return demo.load_recipe(str(path), list(overrides))
 
 
 def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp_path):
@@ -1027,12 +1033,12 @@ def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp
 
     for blind in (False, True):
         fast = stage_rm.training_pair_rows(recipe, blind=blind)
-        plain = stage_rm.pair_rows(stage_rm.training_pairs(recipe), blind=blind)
+        plain = pair_rows(training_pairs(recipe), blind=blind)
         assert len(fast) == 150 and len({r["group"] for r in fast}) > 1
         assert comparable(fast) == comparable(plain)
     held = stage_rm.held_out_pairs(recipe, "val", blind=False)
     dataset = cdata.load_captions(paths["val"], check_images="none", keep_oracle=True)
-    expected = stage_rm.pair_rows(cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7,
+    expected = pair_rows(cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7,
                                                          keep_oracle=True), keep_oracle=True)
     assert comparable(held) == comparable(expected) and any(r["oracle_order"] for r in held)
 
@@ -1067,7 +1073,7 @@ def test_rm_training_rows_with_image_negatives(standin_dir, tmp_path):
     conversation under its own and another contest's cartoon; the rated pairs stay as they were; blind, both sides
     are the blank image; a bad value is refused before any stage runs."""
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import pipeline, stage_rm
+    from open_r1.tasks.captioning import stage_rm
 
     _, paths = standin_dir
 
@@ -1093,7 +1099,7 @@ def test_rm_training_rows_with_image_negatives(standin_dir, tmp_path):
                      (", image_negative_top_k: 0", "rm.image_negative_top_k"),
                      (", eval_image_swaps: 2.5", "rm.eval_image_swaps")):
         with pytest.raises(RecipeError, match=key):
-            pipeline.preflight(recipe_with(bad), ["rm"])
+            recipe_with(bad)
 
 
 def test_rm_image_swap_diagnostic(standin_dir, tmp_path):
@@ -1103,7 +1109,6 @@ def test_rm_image_swap_diagnostic(standin_dir, tmp_path):
     import torch
 
     from open_r1 import reward_model as rm_lib
-    from open_r1.tasks.captioning import stage_common as common
     from open_r1.tasks.captioning import stage_rm
     from open_r1.tiny_models import build_tiny
 
@@ -1119,22 +1124,21 @@ def test_rm_image_swap_diagnostic(standin_dir, tmp_path):
     seeing = stage_rm.score_held_out(recipe, model, blind=False, splits=["val"])["val"]["image_swap"]
     assert blind["accuracy"] == 0.5 and blind["n_pairs"] == seeing["n_pairs"] == 12
     assert seeing["accuracy"] != 0.5 and 0.0 <= seeing["ci_low"] <= seeing["accuracy"] <= seeing["ci_high"] <= 1.0
-    common.apply_override(recipe, "rm.eval_image_swaps=0")
+    recipe.section("rm").eval_image_swaps = 0
     assert "image_swap" not in stage_rm.score_held_out(recipe, model, blind=False, splits=["val"])["val"]
 
 
 def test_rm_held_out_pairs_on_data_without_the_oracle_column(standin_dir, tmp_path):
     """Real data has no oracle column: the held-out pairs are built all the same, without an oracle order (the
     pair dataset path raised there, since held-out scoring always asked for the oracle)."""
-    from open_r1.tasks.captioning import stage_common as common
     from open_r1.tasks.captioning import stage_rm
 
     _, paths = standin_dir
     recipe_path = tmp_path / "recipe.yaml"
     recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 0\nrm: {{k: 1.0, eval_cap_per_contest: 30}}\n")
-    recipe = common.load_recipe(str(recipe_path))
+    recipe = load(recipe_path)
     real_like = cdata.load_captions(paths["val"], keep_oracle=True).remove_columns(["oracle"])
-    real_like.save_to_disk(common.Paths(recipe).split("val"))
+    real_like.save_to_disk(recipe.paths.split("val"))
     held = stage_rm.held_out_pairs(recipe, "val", blind=False)
     assert held and all("oracle_order" not in r for r in held)
     with_oracle = stage_rm.index_pair_rows(cdata.load_captions(paths["val"], keep_oracle=True),
@@ -1149,8 +1153,7 @@ def test_eval_sampling_cuts_come_from_the_recipe_or_the_policy(standin_dir, tiny
     import open_r1.generation as generation
     from open_r1 import modeling
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import pipeline, stage_eval, stage_ratings
-    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_eval
 
     seen = []
 
@@ -1163,16 +1166,13 @@ def test_eval_sampling_cuts_come_from_the_recipe_or_the_policy(standin_dir, tiny
     data = cdata.load_captions(paths["val"], check_images="none")
     processor = modeling.load_processor(str(tiny_model_dirs["qwen3_vl"]))
     for extra, expected in (([], {}), (["eval.top_p=1.0", "eval.top_k=0"], {"top_p": 1.0, "top_k": 0})):
-        recipe = common.load_recipe("configs/captioning/standin_demo.yaml", extra)
+        recipe = load("configs/captioning/standin_demo.yaml", extra)
         sampling = {**stage_eval.sampling_kwargs(recipe), "n": 1, "max_cartoons": 1}
         ev.evaluate_policy(None, processor, data, fake_rm, **sampling)
         assert {k: seen[-1][k] for k in ("top_p", "top_k") if k in seen[-1]} == expected
     for bad in ("eval.top_p=0", "eval.top_p=1.5", "eval.top_k=-1", "eval.top_k=2.5", "eval.top_k=true"):
-        recipe = common.load_recipe("configs/captioning/standin_demo.yaml", [bad])
         with pytest.raises(RecipeError, match=bad.split("=")[0]):
-            pipeline.preflight(recipe, ["eval"])
-        with pytest.raises(RecipeError, match=bad.split("=")[0]):
-            stage_ratings.settings(recipe)
+            load("configs/captioning/standin_demo.yaml", [bad])
 
 
 def test_sampling_probe_summarizes_records_and_refuses_a_missing_policy(tmp_path, capsys):

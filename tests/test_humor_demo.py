@@ -1,12 +1,30 @@
-"""The humor-r1 chain end to end on CPU (`make humor-demo`'s pipeline), on an even smaller setting: stand-in data,
-tiny base models pre-trained from random init, trace synthesis (real code path), SFT + merge, RM + image-blind RM,
-GRPO through the engine's `open_r1.grpo` with the `caption_rm` reward, and the best-of-N table."""
+"""The humor-r1 chain on CPU (`make humor-demo`: ``python -m standin.captioning.demo``): the stand-in's stages
+(generated data, tiny bases pre-trained from random init, templated traces, a simulated ratings round) around the real
+ones (trace synthesis, SFT + merge, RM + image-blind RM, GRPO through `open_r1.grpo` with `caption_rm`, best-of-N)."""
 from __future__ import annotations
 
 import json
 import os
 
 import pytest
+
+DEMO, H200 = "configs/captioning/standin_demo.yaml", "configs/captioning/standin_h200.yaml"
+
+
+def load(path, overrides=()):
+    from standin.captioning import demo
+
+    return demo.load_recipe(path, list(overrides))
+
+
+def stages(recipe_path=DEMO):
+    from standin.captioning import demo
+
+    return demo.stages_of(["--config", recipe_path])
+
+
+def names(recipe_path=DEMO):
+    return [stage.NAME for stage in stages(recipe_path)]
 
 
 def test_split_trace_drops_and_counts():
@@ -17,78 +35,83 @@ def test_split_trace_drops_and_counts():
     assert split_trace("  </think> anything") == (None, "empty")
 
 
-def test_grpo_recipe_refuses_cispo_and_wires_caption_rm(tmp_path):
+def test_the_grpo_section_is_an_open_r1_grpo_recipe_with_caption_rm_wired(tmp_path):
+    """The section parses into open_r1.grpo's arguments: the recipe's values, the pipeline's model, dataset, output
+    dir and seed, caption_rm with the chain's RM filled in; each seed's run differs only in seed and output dir."""
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import stage_common as common
     from open_r1.tasks.captioning import stage_grpo
-    from open_r1.tiny_models import build_tiny
 
-    policy = build_tiny("qwen3_vl", tmp_path / "policy", min_pixels=3136, max_pixels=12288)
-    recipe = common.load_recipe("configs/captioning/standin_demo.yaml",
-                                [f"work_dir={tmp_path}", f"grpo.model={policy}", "grpo.fail_value=0.0"])
-    with pytest.raises(RecipeError, match="the reward model .* run the rm stage first"):
-        stage_grpo.grpo_recipe(recipe, seed=3)
-    paths = common.Paths(recipe)
-    for path, marker in ((paths.rm, common.RM_MARKER), (paths.split("train"), common.DATASET_MARKER)):
-        os.makedirs(path)
-        open(os.path.join(path, marker), "w").close()
-    settings = stage_grpo.grpo_recipe(recipe, seed=3)
-    assert settings["task"] == "captioning" and settings["reward_funcs"] == ["caption_rm"]
-    assert settings["reward_kwargs"]["caption_rm"]["fail_value"] == 0.0
-    assert settings["loss_type"] == "dapo" and settings["seed"] == 3
-    assert (settings["min_pixels"], settings["max_pixels"]) == (3136, 12288)  # the policy's saved budget
-    assert "seeds" not in settings and "max_seconds" not in settings  # pipeline keys stay out of the GRPO recipe
-    common.apply_override(recipe, "grpo.loss_type=cispo")
+    recipe = load(H200, [f"work_dir={tmp_path}", "grpo.temperature=0.3", "grpo.top_p=0.9"])
+    script_args, training_args, model_args = stage_grpo.seed_args(recipe, 2)
+    paths = recipe.paths
+    assert script_args.task == "captioning" and script_args.reward_funcs == ["caption_rm"]
+    assert script_args.reward_kwargs["caption_rm"] == {"fail_value": 0.0, "reward_model": paths.rm, "device": "cpu"}
+    assert training_args.temperature == 0.3 and training_args.top_p == 0.9 and training_args.loss_type == "dapo"
+    assert training_args.seed == 2 and training_args.output_dir == paths.grpo_run(2)
+    assert model_args.model_name_or_path == paths.policy_sft and script_args.dataset_name == paths.split("train")
+    assert (script_args.min_pixels, script_args.max_pixels) == (3136, 62208) and model_args.lora_r == 16
+    first = recipe.section("grpo").args[1]
+    assert first.seed == 0 and training_args is not first  # the parsed section itself is left as it was
+    # rewards and weights are the recipe's
+    other = load(DEMO, ["grpo.reward_funcs=[caption_rm, format]", "grpo.reward_weights=[1.0, 0.5]"])
+    assert other.section("grpo").args[0].reward_funcs == ["caption_rm", "format"]
+    assert other.section("grpo").args[1].reward_weights == [1.0, 0.5]
     with pytest.raises(RecipeError, match="cispo"):
-        stage_grpo.grpo_recipe(recipe, seed=0)
+        load(DEMO, ["grpo.loss_type=cispo"])
+
+
+def test_the_grpo_section_is_parsed_once_per_preflight_and_not_again_per_seed(tmp_path, monkeypatch):
+    """One parse of the grpo section (the parser train.sh uses) when the recipe is read; the seeds' runs reuse it."""
+    from open_r1.tasks.captioning import stage_grpo
+
+    calls = []
+    parse = stage_grpo.parse_grpo
+    monkeypatch.setattr(stage_grpo, "parse_grpo", lambda values: calls.append(values) or parse(values))
+    recipe = load(H200, [f"work_dir={tmp_path}"])
+    assert len(calls) == 1 and calls[0]["task"] == "captioning"
+    for seed in recipe.section("grpo").settings.seeds:
+        stage_grpo.seed_args(recipe, seed)
+    assert len(calls) == 1
 
 
 def test_parallel_jobs_split_independent_work():
-    from open_r1.tasks.captioning import pipeline
-    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_grpo, stage_rm, stage_sft
+    from standin.captioning import stage_pretrain
 
-    recipe = common.load_recipe("configs/captioning/standin_h200.yaml")
-    assert pipeline.parallel_jobs(recipe, "grpo") == [["grpo.seeds=[0]"], ["grpo.seeds=[1]"], ["grpo.seeds=[2]"]]
-    common.apply_override(recipe, "rm.seeds=[0]")  # one seed: the RM and the blind control
-    assert pipeline.parallel_jobs(recipe, "rm") == [["rm.only=rm"], ["rm.only=rm_blind"]]
+    recipe = load(H200)
+    assert stage_grpo.jobs(recipe) == [["grpo.seeds=[0]"], ["grpo.seeds=[1]"], ["grpo.seeds=[2]"]]
+    assert stage_pretrain.jobs(recipe) == [["pretrain.only=policy"], ["pretrain.only=rm_backbone"]]
+    # one seed: the RM and the blind control
+    assert stage_rm.jobs(load(H200, ["rm.seeds=[0]"])) == [["rm.only=rm"], ["rm.only=rm_blind"]]
     # several RM seeds: one process each, and the blind control (trained once)
-    common.apply_override(recipe, "rm.seeds=[0, 1, 2]")
-    assert pipeline.parallel_jobs(recipe, "rm") == [["rm.only=rm", "rm.seed=0"], ["rm.only=rm", "rm.seed=1"],
-                                                    ["rm.only=rm", "rm.seed=2"], ["rm.only=rm_blind"]]
-    assert pipeline.parallel_jobs(recipe, "sft") is None
-    demo = common.load_recipe("configs/captioning/standin_demo.yaml")
-    assert pipeline.parallel_jobs(demo, "grpo") is None
+    assert stage_rm.jobs(load(H200, ["rm.seeds=[0, 1, 2]"])) == [
+        ["rm.only=rm", "rm.seed=0"], ["rm.only=rm", "rm.seed=1"], ["rm.only=rm", "rm.seed=2"], ["rm.only=rm_blind"]]
+    assert not hasattr(stage_sft, "jobs") and stage_grpo.jobs(load(DEMO)) is None
+    # every job's overrides parse too (they are the sub-process's --set)
+    for stage, job in ((stage_grpo, stage_grpo.jobs(recipe)), (stage_rm, stage_rm.jobs(recipe)),
+                       (stage_pretrain, stage_pretrain.jobs(recipe))):
+        for sets in job:
+            load(H200, sets)
 
 
 def _fake_stages(monkeypatch, events, fail=None):
-    """Stage modules and sub-job processes replaced by recorders: what the pipeline starts, runs and waits for."""
-    import importlib
-
+    """Stages and sub-job processes replaced by recorders: what the pipeline starts, runs and waits for."""
     from open_r1.tasks.captioning import pipeline
 
-    for name in pipeline.ORDER:
-        module = importlib.import_module(f"open_r1.tasks.captioning.stage_{name}")
-
-        def run(recipe, name=name):
+    for stage in stages(H200):
+        def run(recipe, name=stage.NAME):
             events.append(("run", name))
             if name == fail:
                 raise RuntimeError(f"{name} failed")
             return {"stage": name}
 
-        monkeypatch.setattr(module, "run", run)
-        if hasattr(module, "finish"):
-            monkeypatch.setattr(module, "finish", lambda recipe, result, name=name: events.append(("finish", name))
-                                or result)
+        monkeypatch.setattr(stage, "run", run)
 
     class Proc:
-        def __init__(self):
-            self.terminated = False
-
         def poll(self):
             return None
 
         def terminate(self):
-            self.terminated = True
             events.append(("terminate",))
 
         def wait(self):
@@ -98,53 +121,49 @@ def _fake_stages(monkeypatch, events, fail=None):
         def close(self):
             pass
 
-    def launch(recipe, name, jobs, overrides, sharing=None):
+    def launch(recipe, entry, name, jobs, sharing=None):
         events.append(("launch", name, sharing))
         return [(Proc(), Handle(), None, None, sets) for sets in jobs]
 
-    def collect(name, procs):
-        events.append(("collect", name))
-        return {"stage": name}
+    def collect(stage, recipe, procs):
+        events.append(("collect", stage.NAME))
+        return {"stage": stage.NAME}
 
     monkeypatch.setattr(pipeline, "launch_parallel", launch)
     monkeypatch.setattr(pipeline, "collect_parallel", collect)
-    monkeypatch.setattr(pipeline, "preflight", lambda recipe, stages: None)  # no work_dir on disk here
+    monkeypatch.setattr(pipeline, "preflight", lambda recipe, stages, run: None)  # no work_dir on disk here
 
 
 def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch):
     from open_r1.errors import RecipeError
     from open_r1.tasks.captioning import pipeline
-    from open_r1.tasks.captioning import stage_common as common
 
-    # the H200 recipe's RM trains on the ratings round (it needs the SFT policy): no start_early there
-    recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}", "rm.seeds=[0, 1, 2]"])
-    assert "start_early" not in recipe and recipe["rm"]["train_split"] == recipe.get("ratings", {}).get(
-        "split", "train_rated")
-    common.apply_override(recipe, "start_early={rm: synthesize}")
-    with pytest.raises(RecipeError, match="ratings stage's split"):
-        pipeline.early_starts(recipe, pipeline.ORDER)
-    common.apply_override(recipe, "rm.train_split=train")  # an RM on the data stage's pairs may start early
+    # the H200 recipe's RM trains on the ratings round (it needs the SFT policy): it cannot start early
+    base = [f"work_dir={tmp_path}", "rm.seeds=[0, 1, 2]", "start_early={rm: synthesize}"]
+    with pytest.raises(RecipeError, match="train_rated, which the ratings stage writes after synthesize begins"):
+        pipeline.early_starts(load(H200, base), stages(H200), names(H200))
+    recipe = load(H200, [*base, "rm.train_split=train"])  # an RM on the data stage's pairs may start early
     events = []
     _fake_stages(monkeypatch, events)
-    summary = pipeline.run_pipeline(recipe, ("synthesize", "sft", "rm", "grpo"))
-    # the early RM jobs (3 seeds + the blind control) share the cores with this process: 4 jobs + 1; their merged
-    # results go through the stage's finish (the seed choice)
-    assert events == [("launch", "rm", 5), ("run", "synthesize"), ("run", "sft"), ("collect", "rm"), ("finish", "rm"),
+    summary = pipeline.run_pipeline(recipe, stages(H200), ["synthesize", "sft", "rm", "grpo"])
+    # the early RM jobs (3 seeds + the blind control) share the cores with this process: 4 jobs + 1
+    assert events == [("launch", "rm", 5), ("run", "synthesize"), ("run", "sft"), ("collect", "rm"),
                       ("launch", "grpo", None), ("collect", "grpo")]
     assert summary["stages"]["rm"]["result"] == {"stage": "rm"}
     # without synthesize in the run, the RM starts beside the next stage before it
     events.clear()
-    pipeline.run_pipeline(recipe, ("sft", "rm"))
-    assert events == [("launch", "rm", 5), ("run", "sft"), ("collect", "rm"), ("finish", "rm")]
+    pipeline.run_pipeline(recipe, stages(H200), ["sft", "rm"])
+    assert events == [("launch", "rm", 5), ("run", "sft"), ("collect", "rm")]
     # a failing stage does not leave the early jobs running
     events.clear()
     _fake_stages(monkeypatch, events, fail="sft")
     with pytest.raises(RuntimeError, match="sft failed"):
-        pipeline.run_pipeline(recipe, ("synthesize", "sft", "rm"))
+        pipeline.run_pipeline(recipe, stages(H200), ["synthesize", "sft", "rm"])
     assert ("terminate",) in events and ("collect", "rm") not in events
-    common.apply_override(recipe, "start_early={grpo: eval}")
     with pytest.raises(RecipeError, match="before it"):
-        pipeline.early_starts(recipe, pipeline.ORDER)
+        pipeline.early_starts(load(H200, ["start_early={grpo: eval}"]), stages(H200), names(H200))
+    with pytest.raises(RecipeError, match="needs sft.parallel"):
+        pipeline.early_starts(load(H200, ["start_early={sft: synthesize}"]), stages(H200), names(H200))
 
 
 def _acc(value):
@@ -153,25 +172,23 @@ def _acc(value):
 
 def test_the_ratings_stage_is_optional_and_checked(tmp_path):
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import pipeline, stage_ratings
-    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import pipeline
+    from standin.captioning import stage_ratings
 
-    recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}"])
-    assert pipeline.default_stages(recipe) == list(pipeline.ORDER)
-    del recipe["ratings"]
-    assert pipeline.default_stages(recipe) == [s for s in pipeline.ORDER if s != "ratings"]
-    assert stage_ratings.settings(recipe) == {"n": 8, "contests": None, "split": "train_rated", "policy": None}
+    assert "ratings" in names(H200) and "ratings" not in names("configs/captioning/standin_cpu_rm.yaml")
+    recipe = load(H200, [f"work_dir={tmp_path}"])
+    assert vars(recipe.section("ratings")) == {"n": 8, "contests": None, "split": "train_rated"}
     for bad, match in (("n=0", "ratings.n"), ("n=2.5", "ratings.n"), ("contests=0", "ratings.contests"),
                        ("split=train", "name a new split"), ("split=a/b", "name a new split"),
                        ("samples=3", "unknown key")):
         with pytest.raises(RecipeError, match=match):
-            stage_ratings.settings(common.load_recipe("configs/captioning/standin_h200.yaml", [f"ratings.{bad}"]))
+            load(H200, [f"ratings.{bad}"])
     with pytest.raises(RecipeError, match="SFT policy .* does not exist: run the sft stage"):  # before any loading
         stage_ratings.run(recipe)
     table = pipeline.results_markdown({"stages": {"ratings": {"seconds": 1.0, "result": {
         "samples": 40, "format_rate": 0.25, "counts": {"rated": 9}, "oracle_rated_mean": 0.1,
         "oracle_candidates_mean": -0.2, "pairs": 500, "pairs_with_a_rated_caption": 30,
-        "pairs_of_two_rated_captions": 2, "split": "/w/data/train_rated"}}}, "total_seconds": 1.0})
+        "pairs_of_two_rated_captions": 2, "split": "/w/data/train_rated"}}}, "total_seconds": 1.0}, stages(H200))
     assert ("40 samples of the SFT policy, format 25.0 %, 9 new captions rated (oracle mean 0.100, the candidates' "
             "-0.200); 30 of the RM's 500 training pairs (2 of two rated captions) in split `train_rated`") in table
 
@@ -179,58 +196,56 @@ def test_the_ratings_stage_is_optional_and_checked(tmp_path):
 def test_a_missing_input_fails_before_any_stage_runs_naming_the_stage_to_run(tmp_path, capsys):
     from open_r1 import modeling, reward_model
     from open_r1.errors import ModelError, RecipeError
-    from open_r1.tasks.captioning import pipeline
-    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import config, pipeline
+    from standin.captioning import demo
 
-    assert common.RM_MARKER == reward_model.META_FILE
-    recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}"])
-    paths = common.Paths(recipe)
-    pipeline.preflight(recipe, pipeline.default_stages(recipe))  # the whole chain makes its own inputs
+    assert config.RM_MARKER == reward_model.META_FILE
+    recipe = load(H200, [f"work_dir={tmp_path}"])
+    paths, chain = recipe.paths, stages(H200)
+    pipeline.preflight(recipe, chain, names(H200))  # the whole chain makes its own inputs
     # the second call of a chain on a machine whose work_dir is gone (run 10): one line, exit 2, no stage started
-    code = pipeline.main(["--config", "configs/captioning/standin_h200.yaml", "--set", f"work_dir={tmp_path}",
-                          "--stages", "grpo", "eval"])
+    code = demo.main(["--config", H200, "--set", f"work_dir={tmp_path}", "--stages", "grpo", "eval"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert f"the SFT policy {paths.policy_sft} does not exist: run the sft stage first" in err
     assert not os.path.exists(paths.results)  # nothing written into the work_dir
 
-    def make(path, marker=common.MODEL_MARKER):
+    def make(path, marker=config.MODEL_MARKER):
         os.makedirs(path, exist_ok=True)
         open(os.path.join(path, marker), "w").close()
 
     os.makedirs(paths.rm)  # a dir without its marker file: "has no"
     make(paths.policy_sft)
+    for split in ("val", "test", "ood"):
+        make(paths.split(split), config.DATASET_MARKER)
+    with pytest.raises(RecipeError, match="the train split .* run the data stage first"):
+        pipeline.preflight(recipe, chain, ["grpo", "eval"])
+    make(paths.split("train"), config.DATASET_MARKER)
     with pytest.raises(RecipeError, match=f"reward model {paths.rm} has no reward_model.json: run the rm stage"):
-        pipeline.preflight(recipe, ["grpo", "eval"])
-    make(paths.rm, common.RM_MARKER)
-    with pytest.raises(RecipeError, match="the train split .* run the data stage"):
-        pipeline.preflight(recipe, ["grpo", "eval"])
-    for split in ("train", "test"):
-        make(paths.split(split), common.DATASET_MARKER)
+        pipeline.preflight(recipe, chain, ["grpo", "eval"])
+    make(paths.rm, config.RM_MARKER)
     with pytest.raises(RecipeError, match="the policy 'base' .* run the pretrain stage"):  # eval's inputs too
-        pipeline.preflight(recipe, ["grpo", "eval"])
+        pipeline.preflight(recipe, chain, ["grpo", "eval"])
     make(paths.policy_base)
-    with pytest.raises(RecipeError, match="the ood split"):
-        pipeline.preflight(recipe, ["grpo", "eval"])
-    make(paths.split("ood"), common.DATASET_MARKER)
-    pipeline.preflight(recipe, ["grpo", "eval"])
+    pipeline.preflight(recipe, chain, ["grpo", "eval"])
     # the RM of this recipe trains on the ratings stage's split, so that is the stage to run
     make(paths.rm_base)
     with pytest.raises(RecipeError, match="train_rated split .* run the ratings stage first .* or set rm.train_split"):
-        pipeline.preflight(recipe, ["rm"])
-    pipeline.preflight(recipe, ["ratings", "rm"])
+        pipeline.preflight(recipe, chain, ["rm"])
+    pipeline.preflight(recipe, chain, ["ratings", "rm"])
+    # the real pipeline (no data stage): a missing split points to the prepare command
+    real = pipeline.STAGES
+    from open_r1.tasks.captioning.config import parse_recipe
+
+    plain = parse_recipe("configs/captioning/real_qwen3vl2b.yaml", [f"work_dir={tmp_path}/real",
+                         f"data_dir={tmp_path}/none", f"models.policy={paths.policy_base}"], real)
+    with pytest.raises(RecipeError, match="the train split .* does not exist: prepare the data with "
+                       "open-r1-caption-prepare and set data_dir"):
+        pipeline.preflight(plain, real, ["synthesize"])
     # a policy named in the recipe is not made by a stage: the fix is the key
-    common.apply_override(recipe, f"eval.policies={{mine: {tmp_path}/nowhere}}")
     with pytest.raises(RecipeError, match=r"the policy 'mine' .*nowhere does not exist: set eval.policies to"):
-        pipeline.preflight(recipe, ["eval"])
-    # a stage's choices are checked before the first stage too (synthesize runs third in the chain)
-    common.apply_override(recipe, "synthesize.trace_wording=pun")
-    with pytest.raises(RecipeError, match=r"synthesize.trace_wording must be one of \['caption', 'joke'\], got 'pun'"):
-        pipeline.preflight(recipe, ["data", "pretrain", "synthesize"])
-    common.apply_override(recipe, "synthesize.trace_wording=joke")
-    common.apply_override(recipe, "synthesize.trace_template=short")
-    with pytest.raises(RecipeError, match=r"synthesize.trace_template must be one of \['full', 'first_sentence'\]"):
-        pipeline.preflight(recipe, ["data", "pretrain", "synthesize"])
+        pipeline.preflight(load(H200, [f"work_dir={tmp_path}", f"eval.policies={{mine: {tmp_path}/nowhere}}"]),
+                           chain, ["eval"])
     # beneath the stages: a missing dir is named as such (transformers would call it an invalid hub repo id)
     with pytest.raises(ModelError, match=f"processor directory {tmp_path}/nowhere does not exist"):
         modeling.load_processor(f"{tmp_path}/nowhere")
@@ -238,24 +253,20 @@ def test_a_missing_input_fails_before_any_stage_runs_naming_the_stage_to_run(tmp
 
 def test_eval_policies_from_the_recipe_are_checked():
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import stage_common as common
     from open_r1.tasks.captioning import stage_eval
 
-    recipe = common.load_recipe("configs/captioning/standin_demo.yaml", ["eval.policies={sft: /m/policy-sft}"])
-    assert stage_eval.policies(recipe) == {"sft": "/m/policy-sft"}
+    assert stage_eval.policies(load(DEMO, ["eval.policies={sft: /m/policy-sft}"])) == {"sft": "/m/policy-sft"}
     # without the space YAML reads one key with no value: one clear error, not a TypeError deep in model loading
-    common.apply_override(recipe, "eval.policies={sft:/m/policy-sft}")
-    with pytest.raises(RecipeError, match="space after the colon"):
-        stage_eval.policies(recipe)
+    with pytest.raises(RecipeError, match="eval.policies must map names to model dirs"):
+        load(DEMO, ["eval.policies={sft:/m/policy-sft}"])
 
 
 def test_rm_seeds_keep_the_best_on_val_as_the_rm(tmp_path):
     from open_r1.errors import OpenR1Error, RecipeError
     from open_r1.tasks.captioning import pipeline, stage_rm
-    from open_r1.tasks.captioning import stage_common as common
 
-    recipe = common.load_recipe("configs/captioning/standin_h200.yaml", [f"work_dir={tmp_path}", "rm.seeds=[0, 1, 2]"])
-    paths = common.Paths(recipe)
+    recipe = load(H200, [f"work_dir={tmp_path}", "rm.seeds=[0, 1, 2]"])
+    paths = recipe.paths
     assert stage_rm.rm_seeds(recipe) == [0, 1, 2]
     assert stage_rm.scored_splits(recipe) == ["val", "test", "ood"]  # val joins: the choice reads it
     report = {}
@@ -280,7 +291,7 @@ def test_rm_seeds_keep_the_best_on_val_as_the_rm(tmp_path):
     assert "| with image (kept: seed 1, best on val) | test | 0.700 |" in table
     assert "| with image, seed 2 | val | 0.740 |" in table and "| image-blind | test | 0.500 |" in table
     # one seed: no choice, no copy
-    single = common.load_recipe("configs/captioning/standin_demo.yaml", [f"work_dir={tmp_path / 'one'}"])
+    single = load(DEMO, [f"work_dir={tmp_path / 'one'}"])
     assert stage_rm.finish(single, {"rm": {"x": 1}}) == {"rm": {"x": 1}}
     assert stage_rm.scored_splits(single) == ["test", "ood"]
     # a seed without val, bad seed lists, a job seed outside the list: one clear error each
@@ -288,13 +299,10 @@ def test_rm_seeds_keep_the_best_on_val_as_the_rm(tmp_path):
     with pytest.raises(OpenR1Error, match=r"seed\(s\) \[2\] have no val accuracy"):
         stage_rm.finish(recipe, report)
     for bad in ("[]", "[1, 1]", "[0.5]", "3"):
-        common.apply_override(recipe, f"rm.seeds={bad}")
-        with pytest.raises(RecipeError, match="rm.seeds must be a list of distinct integers"):
-            stage_rm.rm_seeds(recipe)
-    common.apply_override(recipe, "rm.seeds=[0, 1]")
-    common.apply_override(recipe, "rm.seed=7")
+        with pytest.raises(RecipeError, match="rm.seeds must be"):
+            load(H200, [f"rm.seeds={bad}"])
     with pytest.raises(RecipeError, match=r"rm.seed=7 is not one of rm.seeds \[0, 1\]"):
-        stage_rm.run(recipe)
+        load(H200, ["rm.seeds=[0, 1]", "rm.seed=7"])
 
 
 def test_grpo_checks_separate_point_estimates_from_cis():
@@ -324,13 +332,12 @@ def test_grpo_checks_separate_point_estimates_from_cis():
 
 
 def test_pretraining_rows_of_the_exposure_scenes(tmp_path):
-    from open_r1.tasks.captioning import stage_common as common
-    from open_r1.tasks.captioning import stage_data, stage_pretrain
+    from standin.captioning import stage_data, stage_pretrain
 
-    recipe = common.load_recipe("configs/captioning/standin_demo.yaml", [
-        f"work_dir={tmp_path}", "data.contests=4", "data.ood_contests=1", "data.pretrain_ood_contests=2",
-        "data.pretrain_main_contests=2", "data.captions=6", "data.image_size=96x64", "data.workers=1",
-        "data.max_objects=4"])
+    sets = [f"work_dir={tmp_path}", "data.contests=4", "data.ood_contests=1", "data.pretrain_ood_contests=2",
+            "data.pretrain_main_contests=2", "data.captions=6", "data.image_size=96x64", "data.workers=1",
+            "data.max_objects=4"]
+    recipe = load(DEMO, sets)
     info = stage_data.run(recipe)
     assert info["splits"]["main_pretrain"]["contests"] == 2 and info["splits"]["ood_pretrain"]["contests"] == 2
 
@@ -342,39 +349,41 @@ def test_pretraining_rows_of_the_exposure_scenes(tmp_path):
 
     default = kinds_by_source(stage_pretrain.pretrain_dataset(recipe, "policy"))
     assert default == {"train": {"describe", "question", "fluency"}, "exposure": {"describe", "question"}}
-    common.apply_override(recipe, "pretrain.policy.exposure_kinds=[describe, fluency]")
-    assert kinds_by_source(stage_pretrain.pretrain_dataset(recipe, "policy"))["exposure"] == {"describe", "fluency"}
+    other = load(DEMO, [*sets, "pretrain.policy.exposure_kinds=[describe, fluency]"])
+    assert kinds_by_source(stage_pretrain.pretrain_dataset(other, "policy"))["exposure"] == {"describe", "fluency"}
+
+
+def test_the_start_policy_is_copied_instead_of_pre_training(tmp_path):
+    """``pretrain.policy.start``: the shipped start policy becomes the base policy (no pre-training from random init)."""
+    from open_r1.tiny_models import build_tiny
+    from standin.captioning import stage_pretrain
+
+    start = build_tiny("qwen3_vl", tmp_path / "start")
+    recipe = load(DEMO, [f"work_dir={tmp_path / 'w'}", f"pretrain.policy.start={start}", "pretrain.only=policy"])
+    report = stage_pretrain.pretrain_one(recipe, "policy")
+    assert report == {"start": str(start), "out": recipe.paths.policy_base}
+    assert sorted(os.listdir(recipe.paths.policy_base)) == sorted(os.listdir(start))
 
 
 def test_only_the_policy_suppresses_unused_ids_unless_the_recipe_says_otherwise():
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import pipeline, stage_pretrain
-    from open_r1.tasks.captioning import stage_common as common
+    from standin.captioning import stage_pretrain
 
-    recipe = common.load_recipe("configs/captioning/standin_demo.yaml")
+    recipe = load(DEMO)
     assert stage_pretrain.suppress_unused(recipe, "policy") and not stage_pretrain.suppress_unused(recipe, "rm_backbone")
-    common.apply_override(recipe, "pretrain.policy.suppress_unused_tokens=false")
-    assert not stage_pretrain.suppress_unused(recipe, "policy")
-    common.apply_override(recipe, "pretrain.rm_backbone.suppress_unused_tokens=yes please")
+    assert not stage_pretrain.suppress_unused(load(DEMO, ["pretrain.policy.suppress_unused_tokens=false"]), "policy")
     with pytest.raises(RecipeError, match="pretrain.rm_backbone.suppress_unused_tokens must be true or false"):
-        pipeline.preflight(recipe, ["data", "pretrain"])  # before any stage writes anything
+        load(DEMO, ["pretrain.rm_backbone.suppress_unused_tokens=yes please"])
 
 
-def test_unknown_pretrain_keys_fail_in_preflight():
+def test_unknown_pretrain_keys_fail_when_the_recipe_is_read():
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import pipeline
-    from open_r1.tasks.captioning import stage_common as common
 
-    for path in ("configs/captioning/standin_demo.yaml", "configs/captioning/standin_h200.yaml"):
-        pipeline.preflight(common.load_recipe(path), ["data", "pretrain"])  # the shipped recipes pass
-    recipe = common.load_recipe("configs/captioning/standin_demo.yaml")
-    common.apply_override(recipe, "pretrain.max_steps=30")  # a model's key one level too high
-    with pytest.raises(RecipeError, match=r"pretrain\.max_steps .*pretrain\.policy\.\*"):
-        pipeline.preflight(recipe, ["data", "pretrain"])
-    recipe = common.load_recipe("configs/captioning/standin_demo.yaml")
-    common.apply_override(recipe, "pretrain.rm_backbone.max_step=30")
-    with pytest.raises(RecipeError, match=r"pretrain\.rm_backbone\.max_step "):
-        pipeline.preflight(recipe, ["data", "pretrain"])
+    with pytest.raises(RecipeError, match=r"pretrain\.max_steps"):  # a model's key one level too high
+        load(DEMO, ["pretrain.max_steps=30"])
+    with pytest.raises(RecipeError, match=r"pretrain\.rm_backbone\.max_step \(did you mean "
+                       r"pretrain\.rm_backbone\.max_steps\?\)"):
+        load(DEMO, ["pretrain.rm_backbone.max_step=30"])
 
 
 def test_parallel_jobs_share_the_cores():
@@ -387,27 +396,37 @@ def test_parallel_jobs_share_the_cores():
     assert pipeline.child_env({"OMP_NUM_THREADS": "2"}, sharing=3, cpus=16)["OMP_NUM_THREADS"] == "2"  # the user's
 
 
+def test_open_r1_never_imports_the_standin():
+    import pathlib
+    import re
+
+    found = [str(p) for p in pathlib.Path("open_r1").rglob("*.py")
+             if re.search(r"^\s*(from|import)\s+standin\b", p.read_text(), re.M)]
+    assert found == []
+
+
 @pytest.mark.slow  # ~5 minutes on 2 CPU cores
 def test_humor_demo_end_to_end(tmp_path):
     from open_r1.tasks.captioning import pipeline
-    from open_r1.tasks.captioning import stage_common as common
+    from standin.captioning import cartoons
 
     overrides = [
         f"work_dir={tmp_path / 'run'}",
         "data.contests=10", "data.ood_contests=2", "data.pretrain_ood_contests=2",
         "data.pretrain_main_contests=2", "data.captions=10",
         "pretrain.policy.max_steps=1", "pretrain.rm_backbone.max_steps=1",
-        "synthesize.limit=2", "synthesize.max_new_tokens=8", "synthesize.trace_template=first_sentence",
+        "synthesize.limit=2", "synthesize.max_new_tokens=8", "traces.template=first_sentence",
         "sft.max_steps=1", "rm.max_steps=2", "rm.eval_cap_per_contest=4", "rm.seeds=[0, 1]",
         "grpo.max_steps=2", "grpo.max_completion_length=16", "grpo.logging_steps=5",
         "eval.n=2", "eval.limit=1", "eval.max_new_tokens=16",
     ]
-    recipe = common.load_recipe("configs/captioning/standin_demo.yaml", overrides)
+    recipe = load(DEMO, overrides)
+    recipe.oracle = cartoons.oracle_details
     out = tmp_path / "out"
-    summary = pipeline.run_pipeline(recipe, out=str(out))
+    summary = pipeline.run_pipeline(recipe, stages(), out=str(out), entry="standin.captioning.demo")
 
     root = tmp_path / "run"
-    assert set(summary["stages"]) == set(pipeline.ORDER)
+    assert list(summary["stages"]) == names()
     # the ratings round ran and the RM trained on its split (the demo's untrained policy may parse nothing)
     ratings = summary["stages"]["ratings"]["result"]
     from open_r1.tasks.captioning import data as cdata
@@ -418,10 +437,8 @@ def test_humor_demo_end_to_end(tmp_path):
     # the SFT traces are the recipe's template: what is odd, one sentence
     import datasets
 
-    from open_r1.tasks.captioning import standin
-
     traces = datasets.load_from_disk(str(root / "traces" / "train_top_k")).select_columns(["scene_meta", "thinking"])
-    assert [r["thinking"] for r in traces] == [standin.templated_thinking(r, template="first_sentence") for r in traces]
+    assert [r["thinking"] for r in traces] == [cartoons.templated_thinking(r, template="first_sentence") for r in traces]
     assert "A good" not in traces[0]["thinking"]
     # every stage left its artefact: full model dirs (LoRA merged), the RM dirs, the eval tables
     for model in ("policy-base", "rm-backbone", "policy-sft", "policy-grpo-seed0"):
@@ -475,8 +492,8 @@ def test_humor_demo_end_to_end(tmp_path):
     assert synth["rows"] == 2 and synth["kept"] + synth["truncated"] + synth["empty"] + synth["leaks_caption"] == 2
     # optimizer steps, not logged points (logging every 5 steps: 2 steps, fewer points)
     assert [run["steps"] for run in summary["stages"]["grpo"]["result"]["runs"]] == [2]
-    grpo_recipe = (root / "grpo" / "seed0" / "grpo_recipe.yaml").read_text()
-    assert "task: captioning" in grpo_recipe and "caption_rm" in grpo_recipe and "cispo" not in grpo_recipe
+    meta = json.loads((root / "grpo" / "seed0" / "training_meta.json").read_text())
+    assert meta["reward_funcs"] == ["caption_rm"]
     evaluation = summary["stages"]["eval"]["result"]
     for split in ("test", "ood"):
         metrics = evaluation["splits"][split]["metrics"]
@@ -506,7 +523,6 @@ def test_humor_demo_end_to_end(tmp_path):
 def test_rm_stage_keeps_a_seed_whenever_one_process_trains_them_all(tmp_path, monkeypatch):
     """rm.only=rm without rm.seed trains every seed in this process: the choice of models/rm is made here too (it
     used to be skipped, leaving GRPO without an RM); one seed's job (rm.seed) leaves the choice to the pipeline."""
-    from open_r1.tasks.captioning import stage_common as common
     from open_r1.tasks.captioning import stage_rm
 
     trained, finished = [], []
@@ -521,6 +537,6 @@ def test_rm_stage_keeps_a_seed_whenever_one_process_trains_them_all(tmp_path, mo
                                 (["rm.only=rm_blind"], [(True, 0)], [])):
         trained.clear()
         finished.clear()
-        stage_rm.run(common.load_recipe("configs/captioning/standin_h200.yaml", base + extra))
+        stage_rm.run(load(H200, base + extra))
         assert trained == jobs and finished == choice, extra
 

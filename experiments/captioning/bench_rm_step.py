@@ -26,12 +26,13 @@ import time
 def main(argv=None) -> int:
     import torch
 
+    from experiments.captioning.bench_rm_pairs import pair_rows
     from open_r1 import reward_model as rm_lib
     from open_r1 import vision_attention
     from open_r1.errors import OpenR1Error
+    from open_r1.jsonio import write_json
     from open_r1.tasks.captioning import data as cdata
-    from open_r1.tasks.captioning import pipeline, stage_rm
-    from open_r1.tasks.captioning import stage_common as common
+    from standin.captioning import demo
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.bench_rm_step", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -44,22 +45,22 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     try:
-        recipe = pipeline.load_checked_recipe(args.config, args.set)
-        cfg, paths = common.section(recipe, "rm"), common.Paths(recipe)
+        recipe = demo.load_recipe(args.config, args.set)
+        cfg, paths = recipe.section("rm"), recipe.paths
         train = cdata.load_captions(paths.split("train"), check_images="none")
-        pairs = cdata.preference_pairs(train, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
-                                       cap_per_contest=cfg.get("cap_per_contest", 1000), seed=int(recipe["seed"]))
-        batch_pairs = int(cfg.get("per_device_batch_size", 8))
+        pairs = cdata.preference_pairs(train, k=cfg.k, se_from=cfg.se_from,
+                                       cap_per_contest=cfg.cap_per_contest, seed=recipe.seed)
+        batch_pairs = cfg.per_device_batch_size
         pairs = pairs.select(range(min(len(pairs), batch_pairs * (args.steps + args.warmup))))
-        rows = stage_rm.pair_rows(pairs)
+        rows = pair_rows(pairs)
         cuda = torch.cuda.is_available()
         device = "cuda" if cuda else "cpu"
 
         def build(dedupe: bool):
-            model = rm_lib.build_reward_model(cfg.get("backbone") or paths.rm_base, min_pixels=cfg.get("min_pixels"),
-                                              max_pixels=cfg.get("max_pixels"), dtype="float32", dedupe_vision=dedupe)
+            model = rm_lib.build_reward_model(paths.rm_base, min_pixels=cfg.min_pixels,
+                                              max_pixels=cfg.max_pixels, dtype="float32", dedupe_vision=dedupe)
             model = model.to(device).train()
-            return model, torch.optim.AdamW(model.parameters(), lr=float(cfg.get("learning_rate", 1e-5)))
+            return model, torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate)
 
         if args.compare == "attention":  # one model, its attention switched before each variant's steps
             shared = build(False)
@@ -108,7 +109,7 @@ def main(argv=None) -> int:
     result["speedup_median"] = result[f"{slow}_ms_median"] / result[f"{fast}_ms_median"]
     print(json.dumps(result, indent=2))
     if args.out:
-        common.write_json(args.out, result)
+        write_json(args.out, result)
     return 0
 
 

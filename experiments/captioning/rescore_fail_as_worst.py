@@ -20,7 +20,7 @@ import sys
 
 def floors(config, contests) -> dict[str, float]:
     """The lowest candidate oracle of each contest id (as the report's string keys)."""
-    from open_r1.tasks.captioning import standin
+    from standin.captioning import cartoons as standin
 
     out = {}
     for key in contests:
@@ -74,7 +74,7 @@ def markdown(results: dict) -> str:
 
 def main(argv=None) -> int:
     from open_r1.errors import OpenR1Error
-    from open_r1.tasks.captioning import pipeline, stage_data
+    from standin.captioning import demo, stage_data
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.rescore_fail_as_worst", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     try:
-        config = stage_data.standin_config(pipeline.load_checked_recipe(args.config, args.set))
+        config = stage_data.standin_config(demo.load_recipe(args.config, args.set))
         results = {}
         for item in args.reports:
             split, sep, path = item.partition("=")

@@ -54,10 +54,12 @@ def main(argv=None) -> int:
 
     from open_r1 import modeling
     from open_r1.errors import OpenR1Error
+    from open_r1.jsonio import write_json
+    from open_r1.tasks.captioning import config as common
     from open_r1.tasks.captioning import data as cdata
     from open_r1.tasks.captioning import evaluate as ev
-    from open_r1.tasks.captioning import pipeline, stage_eval
-    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_eval
+    from standin.captioning import demo
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.sampling_probe", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,10 +71,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="JSON file, written after each setting")
     args = parser.parse_args(argv)
     try:
-        recipe = pipeline.load_checked_recipe(args.config, args.set)
-        paths = common.Paths(recipe)
+        recipe = demo.load_recipe(args.config, args.set)
+        paths = recipe.paths
         base = stage_eval.sampling_kwargs(recipe)
-        splits = list(common.section(recipe, "eval").get("splits", ["test", "ood"]))
+        splits = list(recipe.section("eval").splits)
         dirs = {"base": paths.policy_base, "sft": paths.policy_sft}
         for name in args.policies:
             if not os.path.isfile(os.path.join(dirs[name], "config.json")):
@@ -100,7 +102,7 @@ def main(argv=None) -> int:
                 common.log(f"[probe] {name} {setting} {split}: format {entry[split]['format_rate']:.3f}, "
                            f"failures {entry[split]['failures']} ({time.time() - started:.0f} s)")
             if args.out:  # after each setting: a cut run keeps what it measured
-                common.write_json(args.out, results)
+                write_json(args.out, results)
         del model
     print(table(results))
     return 0

@@ -9,13 +9,26 @@ models are saved before it), and for RMs trained outside the pipeline. One proce
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+
+def rescore(recipe, model_dir: str, splits: list[str] | None = None) -> dict:
+    """Score a saved RM dir on the recipe's held-out splits again; blind or not as its saved meta says."""
+    from open_r1 import reward_model as rm_lib
+    from open_r1.tasks.captioning import stage_rm
+
+    model = rm_lib.load_reward_model(model_dir)
+    blind = bool(model.meta.get("blind"))
+    held_out = stage_rm.score_held_out(recipe, model, blind, f"[rescore {os.path.basename(model_dir)}]", splits)
+    return {"out": os.path.abspath(model_dir), "blind": blind, "seed": model.meta.get("seed"),
+            "steps": model.meta.get("steps"), "held_out": held_out}
 
 
 def main(argv=None) -> int:
     from open_r1.errors import OpenR1Error
-    from open_r1.tasks.captioning import pipeline, stage_rm
-    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.jsonio import write_json
+    from standin.captioning import demo
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.score_rm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -26,10 +39,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="write the results here as JSON")
     args = parser.parse_args(argv)
     try:
-        recipe = pipeline.load_checked_recipe(args.config, args.set)
+        recipe = demo.load_recipe(args.config, args.set)
         results = {}
         for path in args.model:
-            results[path] = stage_rm.rescore(recipe, path, args.splits)
+            results[path] = rescore(recipe, path, args.splits)
     except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -38,7 +51,7 @@ def main(argv=None) -> int:
             print(f"{path} ({'blind' if result['blind'] else 'image'}) {split}: {r['accuracy']:.3f} "
                   f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] over {r['n_pairs']} pairs of {r['n_groups']} contests")
     if args.out:
-        common.write_json(args.out, results)
+        write_json(args.out, results)
     return 0
 
 

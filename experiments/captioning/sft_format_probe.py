@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -25,14 +26,14 @@ import time
 
 def thinking_without_the_tag_word(row: dict) -> str:
     """`standin.templated_thinking` with "caption" replaced by "joke" (the same facts, no shared sub-words)."""
-    from open_r1.tasks.captioning import standin
+    from standin.captioning import cartoons as standin
 
     return standin.templated_thinking(row, wording="joke")  # the recipe's synthesize.trace_wording: joke
 
 
 def thinking_first_sentence(row: dict) -> str:
     """Only the template's first sentence (what is odd): half the tokens, and the odd object's phrase once."""
-    from open_r1.tasks.captioning import standin
+    from standin.captioning import cartoons as standin
 
     return standin.templated_thinking(row, template="first_sentence")  # synthesize.trace_template: first_sentence
 
@@ -60,10 +61,12 @@ def main(argv=None) -> int:
 
     from open_r1 import modeling
     from open_r1.errors import OpenR1Error
+    from open_r1.jsonio import write_json
+    from open_r1.tasks.captioning import config as common
     from open_r1.tasks.captioning import data as cdata
     from open_r1.tasks.captioning import evaluate as ev
-    from open_r1.tasks.captioning import pipeline, stage_eval
-    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.tasks.captioning import stage_eval
+    from standin.captioning import demo
 
     parser = argparse.ArgumentParser(prog="python -m experiments.captioning.sft_format_probe", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -74,30 +77,34 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     try:
-        recipe = pipeline.load_checked_recipe(args.config, args.set)
-        paths = common.Paths(recipe)
-        top_path = os.path.join(paths.traces, "train_top_k")
+        recipe = demo.load_recipe(args.config, args.set)
+        paths = recipe.paths
+        top_path = paths.traces
         top = datasets.load_from_disk(top_path)
-        ecfg = common.section(recipe, "eval")
-        splits = list(ecfg.get("splits", ["test", "ood"]))
+        ecfg = recipe.section("eval")
+        splits = list(ecfg.splits)
         data = {s: cdata.load_captions(paths.split(s), check_images="none") for s in splits}
     except (OpenR1Error, FileNotFoundError) as exc:
         print(f"error: {exc} (run --stages data pretrain synthesize first)", file=sys.stderr)
         return 2
     outs, started = {}, time.time()
     for name in args.variants:
-        out = outs[name] = os.path.join(paths.models, f"probe-sft-{name}")
+        work = os.path.join(paths.root, f"probe-sft-{name}")  # the variant's own work_dir: its traces, its SFT model
+        out = outs[name] = os.path.join(work, "models", "policy-sft")
         if args.reuse and os.path.isfile(os.path.join(out, "config.json")):
             common.log(f"[probe] SFT {name}: reusing {out}")
             continue
         traces = top_path  # the recipe's traces as synthesize wrote them; a variant rewrites only the thinking
         if VARIANTS[name] is not None:
-            traces = os.path.join(paths.traces, f"train_top_k_{name}")
+            traces = os.path.join(work, "traces", "train_top_k")
             table = top.select_columns([c for c in top.column_names if c != "image"])
             top.remove_columns([cdata.THINKING_COLUMN]).add_column(
                 cdata.THINKING_COLUMN, [VARIANTS[name](r) for r in table]).save_to_disk(traces)
-        command = [sys.executable, "-m", "open_r1.tasks.captioning.stage_sft", "--config", args.config, *sum(
-            (["--set", s] for s in args.set), []), "--set", f"sft.traces={traces}", "--set", f"sft.out={out}"]
+        elif not os.path.isdir(os.path.join(work, "traces", "train_top_k")):
+            shutil.copytree(top_path, os.path.join(work, "traces", "train_top_k"))
+        command = [sys.executable, "-m", "standin.captioning.demo", "--config", args.config, "--stages", "sft", *sum(
+            (["--set", s] for s in args.set), []), "--set", f"work_dir={work}", "--set", f"data_dir={paths.data}",
+                   "--set", f"models.policy={paths.policy_base}"]
         common.log(f"[probe] SFT {name}: {' '.join(command[1:])}")
         # one after the other: two SFT processes on one H200 ran ~5x slower each (run 7), so sft.max_seconds cut them
         with open(os.path.join(paths.root, f"probe_sft_{name}.log"), "w") as log:
@@ -105,7 +112,7 @@ def main(argv=None) -> int:
                 print(f"error: SFT of variant {name} failed; see {log.name}", file=sys.stderr)
                 return 2
         common.log(f"[probe] SFT {name} done at {time.time() - started:.0f} s")
-    results: dict = {"variants": {}, "eval": {k: ecfg.get(k) for k in ("n", "temperature", "max_new_tokens", "limit")}}
+    results: dict = {"variants": {}, "eval": {k: getattr(ecfg, k) for k in ("n", "temperature", "max_new_tokens", "limit")}}
     device = common.device()
     for name, out in outs.items():
         model = modeling.load_model(out, dtype=None if device == "cuda" else "float32").to(device).eval()
@@ -121,7 +128,7 @@ def main(argv=None) -> int:
         results["variants"][name] = entry
         del model
         if args.out:  # after each variant: a cut run keeps what it measured
-            common.write_json(args.out, results)
+            write_json(args.out, results)
     print(json.dumps(results, indent=2))
     return 0
 

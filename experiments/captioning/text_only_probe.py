@@ -29,12 +29,11 @@ def grams(text: str) -> set[str]:
 
 def split_pairs(recipe: dict, split: str, cap: int, seed_offset: int = 0) -> list[dict]:
     from open_r1.tasks.captioning import data as cdata
-    from open_r1.tasks.captioning import stage_common as common
 
-    cfg = common.section(recipe, "rm")
-    dataset = cdata.load_captions(common.Paths(recipe).split(split), check_images="none", keep_oracle=True)
-    pairs = cdata.preference_pairs(dataset, k=float(cfg.get("k", 3.0)), se_from=cfg.get("se_from", "precision"),
-                                   cap_per_contest=cap, seed=int(recipe["seed"]) + seed_offset, keep_oracle=True)
+    cfg = recipe.section("rm")
+    dataset = cdata.load_captions(recipe.paths.split(split), check_images="none", keep_oracle=True)
+    pairs = cdata.preference_pairs(dataset, k=cfg.k, se_from=cfg.se_from,
+                                   cap_per_contest=cap, seed=recipe.seed + seed_offset, keep_oracle=True)
     return pairs.remove_columns(["image"]).to_list()
 
 
@@ -74,8 +73,8 @@ def fit_and_score(train: list[dict], held: dict[str, list[dict]], steps: int = 3
 
 def main(argv=None) -> int:
     from open_r1.errors import OpenR1Error
-    from open_r1.tasks.captioning import pipeline
-    from open_r1.tasks.captioning import stage_common as common
+    from open_r1.jsonio import write_json
+    from standin.captioning import demo
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True)
@@ -84,18 +83,18 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     try:
-        recipe = pipeline.load_checked_recipe(args.config, args.set)
-        cfg = common.section(recipe, "rm")
-        train = split_pairs(recipe, "train", int(cfg.get("cap_per_contest", 1000)))
+        recipe = demo.load_recipe(args.config, args.set)
+        cfg = recipe.section("rm")
+        train = split_pairs(recipe, "train", int(cfg.cap_per_contest))
         # the RM stage's held-out pairs (stage_rm.held_out_pairs draws them with seed + 7)
-        held = {s: split_pairs(recipe, s, int(cfg.get("eval_cap_per_contest", 200)), 7) for s in args.splits}
+        held = {s: split_pairs(recipe, s, cfg.eval_cap_per_contest, 7) for s in args.splits}
     except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     result = {"config": args.config, "overrides": args.set, **fit_and_score(train, held)}
     print(json.dumps(result, indent=1))
     if args.out:
-        common.write_json(args.out, result)
+        write_json(args.out, result)
     return 0
 
 

@@ -19,7 +19,7 @@ column         type                 meaning
                                     str for entities); missing columns are simply left out of the prompt
 =============  ===================  ===========================================================================
 
-The offline stand-in (``open_r1.tasks.captioning.standin``) writes exactly this layout plus two analysis columns:
+The offline stand-in (``standin.captioning.cartoons``) writes exactly this layout plus two analysis columns:
 ``oracle`` (the hidden funniness score) and ``scene_meta`` (JSON of what was rendered). ``load_captions`` drops
 ``oracle`` unless ``keep_oracle=True``: no training path may read it.
 
@@ -56,7 +56,7 @@ REQUIRED_COLUMNS = ("contest", "image", "caption", "mean", "precision", "votes")
 DESCRIPTION_FIELDS = protocol.DESCRIPTION_FIELDS
 # Columns for analysis only (the stand-in's hidden score): dropped by every loader unless asked for.
 ANALYSIS_COLUMNS = ("oracle",)
-THINKING_COLUMN = "thinking"  # written by trace synthesis (or standin.templated_thinking) on top_k_rows(...)
+THINKING_COLUMN = "thinking"  # written by trace synthesis (or the stand-in's templated traces) on top_k_rows(...)
 SE_FROM = ("precision", "std_over_sqrt_votes")
 
 
@@ -77,8 +77,8 @@ def load_captions(path: str | os.PathLike, split: str | None = None, *, keep_ora
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise DataError(
-            f"caption dataset directory {path} does not exist; save one with Dataset.save_to_disk, or generate the "
-            f"offline stand-in: python -m open_r1.tasks.captioning.standin --out {path} --contests 40"
+            f"caption dataset directory {path} does not exist; prepare the real data with open-r1-caption-prepare, "
+            f"or generate the offline stand-in: python -m standin.captioning.cartoons --out {path} --contests 40"
         )
     try:
         loaded = datasets.load_from_disk(path)
@@ -242,7 +242,7 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, pr
 
     Each row: ``{"prompt": protocol.build_messages(desc), "completion": [assistant turn with
     protocol.format_target(thinking, caption)], "images": [image], "contest": id}``. ``dataset`` holds the caption
-    rows with a ``thinking`` column (from trace synthesis on ``top_k_rows``, or ``standin.templated_thinking``);
+    rows with a ``thinking`` column (from trace synthesis on ``top_k_rows``, or the stand-in's templated traces);
     rows whose thinking is None or empty (traces dropped by synthesis) are skipped and counted in the log. A
     dataset of all captions may be passed: only the top-k per contest are used.
 

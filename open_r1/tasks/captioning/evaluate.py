@@ -1,56 +1,20 @@
 """Best-of-N evaluation of captioning policies: pure metrics over sample records, a paired comparison, a driver.
 
-Records
--------
-One record per generated sample: ``{"contest", "sample_index", "completion", "caption" (str | None),
-"rm_raw" (float | None: the RM's raw BT score of the caption, None when no caption parsed), "truncated" (bool),
-"oracle" (float | None, stand-in only: the hidden score of the caption), "oracle_floor" (float, stand-in only: the
-lowest oracle among the cartoon's candidate captions), "parse_reason" (the parser's verdict)}``.
-The metrics are pure functions of records, so tests feed fixed fake outputs; ``evaluate_policy`` produces records
-from a model.
+A record is one sample: contest, sample_index, completion, caption (None when it does not parse), rm_raw (the RM's raw
+BT score), truncated, parse_reason, and on the stand-in oracle (the hidden score), oracle_parts and oracle_floor (the
+cartoon's worst candidate). Per policy, every mean taken per cartoon first: ``format_rate``, ``truncated_rate``,
+``emitted_sigmoid`` (mean sigma(RM) of emitted captions), ``fail_as_zero`` (sigma(RM), a failure counting 0, on the
+sigmoid scale: raw BT scores have no fixed zero), ``bon@n`` (the exact expected max of sigma(RM) over n of the N
+samples: sum_i v_(i) C(i-1, n-1) / C(N, n)), the parser's failure reasons; on the stand-in ``oracle_emitted``,
+``oracle_pick`` (the oracle of the RM's best caption: what best-of-N would ship), ``pick_vs_emitted``,
+``rm_oracle_agreement`` (on the policy's own captions, pairs at least ``ORACLE_PAIR_MARGIN`` apart),
+``oracle_parts_*`` and ``oracle_fail_as_worst`` (a failure counting as the cartoon's worst candidate: the oracle's
+fail-as-zero, averaging the same samples whatever the format rates). ``paired_bootstrap``: the per-cartoon difference
+to a baseline policy with a CI from resampling cartoons (samples of a cartoon are not independent);
+``reward_hacking``: sigma(RM) up while the oracle of the picks goes down. ``write_report``: bon_eval.md / .json /
+bon_curve.png. From saved records (JSONL)::
 
-Metrics (per policy; every mean is first taken per cartoon, then over cartoons, so cartoons weigh equally)
--------
-* ``format_rate``: share of samples whose caption parses (``protocol.parse_caption``);
-* ``truncated_rate``: share of samples that used the whole token budget without ending;
-* ``emitted_sigmoid``: mean sigma(RM) over emitted captions (cartoons without any emitted caption are left out);
-  ``emitted_raw``: the same on raw BT scores, for reference only;
-* ``fail_as_zero``: mean of sigma(RM), a failed sample counting 0, **on the sigmoid scale**: raw BT scores have no
-  fixed zero (typical means are negative), so counting a failure as raw 0 would reward failing;
-* ``bon@n`` for n in 1, 2, 4, 8 (n <= N): the expected max of sigma(RM) (failures 0) over n of the N samples drawn
-  without replacement, computed exactly from the order statistics: E = sum_i v_(i) C(i-1, n-1) / C(N, n);
-* ``format_failures`` (the parser's reason per failed sample, counted), ``top_failure`` and a few
-  ``example_completions``: what to fix when the format rate is low;
-* stand-in only: ``oracle_emitted`` (mean oracle over emitted captions) and ``oracle_pick`` (the oracle score of the
-  RM-best emitted caption of each cartoon: what best-of-N with this RM would ship); ``pick_vs_emitted``: their
-  per-cartoon difference (pick - mean emitted) with a bootstrap CI over cartoons (below 0: the RM's pick is worse by
-  the oracle than a random emitted caption); ``rm_oracle_agreement``: over pairs of one cartoon's emitted captions
-  whose oracle scores differ by at least ``ORACLE_PAIR_MARGIN``, the share the RM orders as the oracle does (RM
-  ties count half; ``rm_oracle_pairs`` such pairs). The RM's held-out accuracy is measured on the contests' candidate
-  pairs; this is its accuracy on the policy's *own* captions, the ones GRPO ranks. With records that carry
-  ``oracle_parts`` (``standin.oracle_details``), ``oracle_parts_emitted`` / ``oracle_parts_pick``: the mean of each
-  part of the hidden score (naming the odd object, puns, absent objects, length, ...) over the emitted captions and
-  over the RM's picks, i.e. what the RM's picks get wrong;
-* stand-in only, with records that carry ``oracle_floor``: ``oracle_fail_as_worst``, the mean oracle over *all*
-  samples, a failed sample counting as the cartoon's worst candidate caption: the oracle's analog of fail-as-zero
-  (0 is the bottom of the sigma scale; no caption counts as the worst one readers were shown). ``oracle_emitted``
-  averages different subsets of samples when two policies' format rates differ (run 11's SFT policy emitted 2 of 768
-  OOD samples); this one averages the same samples, and, like fail-as-zero, rises with the format rate alone.
-
-Comparison to a baseline policy
--------------------------------
-``paired_bootstrap``: the difference of per-cartoon values (policy - baseline) over the cartoons both have, with a
-percentile CI from resampling *cartoons* with replacement (samples of one cartoon are not independent; the public
-code's "+1.69 sigma" was an unpaired z over samples). Reported for fail-as-zero sigma(RM), bon@N and, on the stand-in,
-oracle_pick, oracle_emitted and oracle_fail_as_worst. ``reward_hacking`` is True when the RM metric (fail-as-zero
-sigma) goes up while the oracle of the picks goes down (point estimates); ``reward_hacking_significant`` when both CIs
-exclude 0 that way.
-
-Output: ``write_report`` writes ``bon_eval.md`` (a markdown table), ``bon_eval.json`` and ``bon_curve.png`` (the
-BoN curve of each policy). From saved records (JSONL)::
-
-    python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl grpo=grpo.jsonl \
-        --baseline sft --out runs/humor/eval
+    python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl --baseline sft --out DIR
 """
 from __future__ import annotations
 
@@ -62,8 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from open_r1 import generation
+from open_r1.errors import DataError, OpenR1Error
+from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
-from open_r1.tasks.captioning.rewards import sigmoid
+from open_r1.tasks.captioning.rewards import _score, get_reward_model, sigmoid
 
 BON_NS = (1, 2, 4, 8)
 # oracle gaps below this are left out of rm_oracle_agreement: the stand-in's oracle has a +-0.2 "wit" term per caption
@@ -395,7 +362,6 @@ def score_records(records: list[dict], images_by_contest: dict, descs_by_contest
                   batch_size: int = 16) -> list[dict]:
     """Fill ``rm_raw`` of records with a caption (in place; also returned). ``reward_model=None``: every ``rm_raw``
     is None (a format-only look at a policy, e.g. before any RM exists; `policy_metrics` needs the scores)."""
-    from open_r1.tasks.captioning.rewards import _score, get_reward_model
 
     model = get_reward_model(reward_model) if isinstance(reward_model, (str, os.PathLike)) else reward_model
     todo = [r for r in records if r.get("caption") is not None] if model is not None else []
@@ -413,7 +379,8 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
                     temperature: float = 1.0, top_p: float | None = None, top_k: int | None = None,
                     batch_size: int = 8,
                     rm_batch_size: int = 16, max_words: int = protocol.MAX_WORDS, seed: int = 0,
-                    max_cartoons: int | None = None, use_stop: bool = False, oracle: bool | str = "auto",
+                    max_cartoons: int | None = None, use_stop: bool = False,
+                    oracle: Callable[[str, Any], dict] | None = None,
                     do_sample: bool = True, decoder: str | None = None,
                     progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """N sampled completions per cartoon of ``dataset``, parsed and scored: a list of records (module docstring).
@@ -421,8 +388,9 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     ``dataset``: caption rows (one per caption; reduced to one prompt per contest) or ``data.prompt_rows`` output.
     Prompts are ``processor.apply_chat_template(protocol.build_messages(desc), add_generation_prompt=True)``, the same
     as every stage. ``use_stop`` stops at ``protocol.STOP`` (HF keeps the stop string, so the parser still sees the
-    closing tag). ``oracle``: ``"auto"`` scores emitted captions with the stand-in's hidden rule when the rows carry
-    ``scene_meta`` (analysis only; nothing is trained on it). ``do_sample=False`` decodes greedily (then ``n``
+    closing tag). ``oracle(caption, scene_meta) -> {"score": ...}``: a hidden rule (the stand-in's
+    ``standin.captioning.cartoons.oracle_details``) that scores emitted captions where the rows carry ``scene_meta``
+    (analysis only; nothing is trained on it). ``do_sample=False`` decodes greedily (then ``n``
     should be 1). Each record also carries ``index``, the cartoon's row in the (prompt-row) dataset. ``decoder``:
     ``open_r1.generation.generate_texts``' choice (None: its default, the CUDA-graph decoder on GPUs; 'hf' for
     small models, whose per-model compile costs more than it saves). ``reward_model=None``: no RM scores
@@ -432,24 +400,18 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     """
     import torch
 
-    from open_r1.generation import generate_texts
-    from open_r1.tasks.captioning import data as cdata
 
     rows = cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset
     metas, floors = None, {}
-    if oracle and "scene_meta" in dataset.column_names:
+    if oracle is not None and "scene_meta" in dataset.column_names:
         groups = cdata._contest_groups(dataset)
         table = dataset.select_columns(["scene_meta"])
         metas = {contest: json.loads(table[idx[0]]["scene_meta"]) for contest, idx in groups.items()}  # once per cartoon, not per sample
         if "caption" in dataset.column_names:  # the cartoon's worst candidate: a failed sample's oracle_fail_as_worst
-            from open_r1.tasks.captioning.standin import oracle_score
-
             captions = list(dataset.select_columns(["caption"])["caption"])
-            floors = {contest: min(oracle_score(captions[i], metas[contest]) for i in idx)
+            floors = {contest: min(oracle(captions[i], metas[contest])["score"] for i in idx)
                       for contest, idx in groups.items()}
         rows = rows.remove_columns(["scene_meta"]) if "scene_meta" in rows.column_names else rows
-    elif oracle is True:
-        raise ValueError("oracle=True needs the stand-in's scene_meta column")
     if max_cartoons is not None:
         rows = rows.select(range(min(max_cartoons, len(rows))))
     contests = list(rows["contest"])
@@ -472,7 +434,7 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     records: list[dict] = []
     for start in range(0, len(jobs), batch_size):
         batch = jobs[start:start + batch_size]
-        texts, lengths, truncated = generate_texts(
+        texts, lengths, truncated = generation.generate_texts(
             model, processor, [prompt_text[c] for c, _ in batch], [images[c] for c, _ in batch], max_new_tokens,
             do_sample=do_sample, decoder=decoder, **gen_kwargs)
         for (c, k), text, length, trunc in zip(batch, texts, lengths, truncated):
@@ -484,10 +446,8 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
             progress(len(records), len(jobs))
     score_records(records, images, descs, reward_model, rm_batch_size)
     if metas is not None:
-        from open_r1.tasks.captioning.standin import oracle_details
-
         for r in records:
-            details = oracle_details(r["caption"], metas[r["contest"]]) if r["caption"] is not None else None
+            details = oracle(r["caption"], metas[r["contest"]]) if r["caption"] is not None else None
             r["oracle"] = details["score"] if details is not None else None
             r["oracle_parts"] = details
             r["oracle_floor"] = floors.get(r["contest"])
@@ -498,7 +458,6 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
 # Command line: records (JSONL, one record per line) of several policies -> the report files
 # --------------------------------------------------------------------------------------------------------------------
 def read_records(path: str) -> list[dict]:
-    from open_r1.errors import DataError
 
     records = []
     with open(path) as handle:
@@ -522,10 +481,10 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from open_r1.errors import OpenR1Error
 
     parser = argparse.ArgumentParser(prog="python -m open_r1.tasks.captioning.evaluate",
-                                     description="Best-of-N report from per-sample records of several policies.")
+                                     description="Best-of-N report from per-sample records of several policies.",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--records", nargs="+", required=True, metavar="NAME=PATH",
                         help="a policy name and its records (JSONL), e.g. base=runs/base.jsonl grpo=runs/grpo.jsonl")
     parser.add_argument("--baseline", default=None, help="policy the others are compared to (paired by cartoon)")

@@ -1,49 +1,20 @@
 """The captioning protocol: the ONE source of the task's prompts, output format and caption parser.
 
 Trace synthesis, SFT, GRPO, the reward model and evaluation all import from here, so every stage sees the same
-system prompt and the same user turn, and what the policy is paid for in GRPO is exactly what evaluation counts.
-(The public humor-r1 code had a different prompt at each stage and five copies of a caption regex that accepted a
-caption inside the think block; this module replaces all of them.)
+prompt, and what GRPO pays for is exactly what evaluation counts (the public humor-r1 code had a different prompt at
+each stage and five copies of a caption regex that accepted a caption inside the think block).
 
-Conversation
-------------
-``build_messages(description)``::
+``build_messages(description)``: a system turn (``SYSTEM_PROMPT``) and a user turn of the image placeholder and
+``user_text(description)`` (the optional ``DESCRIPTION_FIELDS``: scene, twist, location, entities).
+Output: ``<think>{thinking}</think>\n\n<caption>{caption}</caption>``; the Qwen3-VL Thinking generation prompt
+already ends in ``<think>\n``, so a completion is ``format_target(thinking, caption)``.
 
-    [{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
-     {"role": "user",   "content": [{"type": "image"}, {"type": "text", "text": user_text(description)}]}]
-
-The image is a placeholder; TRL and the processors inject the row's image into it. ``description`` holds the
-optional text fields of a cartoon: ``scene``, ``twist``, ``location``, ``entities`` (``DESCRIPTION_FIELDS``); None or
-an empty dict gives the bare caption request.
-
-Output format
--------------
-``<think>{thinking}</think>\\n\\n<caption>{caption}</caption>``. The policy is a Qwen3-VL *Thinking* model whose
-generation prompt already ends ``assistant\\n<think>\\n``, so a *completion* (what the model writes, what SFT
-trains on, what GRPO scores) is ``{thinking}</think>\\n\\n<caption>{caption}</caption>``: ``format_target``.
-
-Parser (strict)
----------------
-``parse_caption(text)`` returns the caption or None; ``parse_details(text)`` also says why it failed
-(``CaptionParse.reason``, one of ``PARSE_REASONS``). The caption is the single ``<caption>…</caption>`` after the
-single ``</think>``:
-
-* the completion may start with or without the opening ``<think>`` (whitespace before it is fine); a second
-  ``<think>`` fails (``extra_think_open``);
-* exactly one ``</think>`` (``no_think_close`` / ``multiple_think_close``); a ``<caption>`` written *inside* the
-  think block never counts as the caption (it is ignored; ``caption_only_in_think`` when no caption follows);
-* after ``</think>``: only whitespace, then ``<caption>`` (``text_before_caption``), exactly one caption
-  (``multiple_captions``), closed (``unclosed_caption``), then only whitespace or end-of-sequence markers
-  (``EOS_STRINGS``) (``trailing_text``);
-* the caption, stripped, is non-empty (``empty``), one line (``multi_line``), has no tag inside (``tag_in_caption``)
-  and at most ``max_words`` whitespace-separated words (``too_long``).
-
-Budgets
--------
-``MAX_NEW_TOKENS`` is the completion budget (thinking + caption) of every stage that generates from the policy
-(GRPO's ``max_completion_length``, evaluation). ``STOP`` are stop strings for engines that support them; the parser
-needs the closing tag, so engines must keep the stop string in the output (HF ``stop_strings`` does; vLLM needs
-``include_stop_str_in_output=True``).
+Parser (strict): ``parse_caption`` returns the caption or None, ``parse_details`` also the reason (``PARSE_REASONS``):
+the single ``<caption>…</caption>`` after the single ``</think>`` (an opening ``<think>`` optional, a second one
+fails; a caption inside the think block never counts), nothing but whitespace before it, nothing but whitespace or
+end-of-sequence markers (``EOS_STRINGS``) after it; the caption non-empty, one line, tag-free, at most ``max_words``
+words. ``MAX_NEW_TOKENS``: the completion budget of every stage that samples the policy; engines that stop at
+``STOP`` must keep the stop string in the output (the parser needs the closing tag).
 """
 from __future__ import annotations
 

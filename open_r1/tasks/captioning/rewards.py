@@ -1,35 +1,15 @@
 """The captioning reward, registered in the engine's reward registry: ``caption_rm``.
 
-``caption_rm`` scores a completion with the Bradley-Terry VLM reward model (``open_r1.reward_model``) on the row's
-cartoon:
-
-* the caption is ``protocol.parse_caption(completion, max_words)`` (strict: the single ``<caption>`` after the
-  single ``</think>``, one line, non-empty, at most ``max_words`` words, nothing after it);
-* parsed:  ``reward = format_bonus + (1 - format_bonus) * sigmoid(RM(image, protocol.rm_messages(desc, caption)))``
-  (in [format_bonus, 1]; ``format_bonus=0`` gives sigma(RM) exactly);
-* not parsed: ``reward = fail_value`` (default 0.0, i.e. the bottom of the sigmoid scale). The reward is on the
-  sigmoid scale on purpose: raw BT scores have no fixed zero, so "failure = 0" on raw scores (about -2 to -4 for
-  typical captions) would *pay* for failing, as the public humor-r1 code did.
-
-Recipe::
-
-    reward_funcs: [caption_rm]
-    reward_kwargs: {caption_rm: {reward_model: runs/rm, fail_value: 0.0, format_bonus: 0.0, device: cuda:0}}
-
-TRL passes every dataset column as a keyword list aligned with the completions (keep
-``remove_unused_columns=False``): the reward reads ``image`` (a PIL image per completion; an ``images`` list column
-is accepted too) and the description columns ``scene``/``twist``/``location``/``entities`` (missing ones are left
-out, exactly as ``data.prompt_rows`` built the prompt). Everything else is swallowed.
-
-The factory checks that ``reward_model`` is a saved RM dir (fails at recipe time, not at the first step); the RM
-is loaded once per process and cached by (path, device) (``get_reward_model``), scored in batches of
-``batch_size`` without gradients (``RewardModel.score``). Tests may put any object with a ``score(images,
-messages) -> list[float]`` method in the cache with ``register_reward_model``.
-
-Logged sub-scores (batch values, through TRL's ``log_metric``): ``caption_rm/format_ok`` (parsed share),
-``caption_rm/sigmoid_mean`` and ``caption_rm/raw_mean`` (over parsed captions), ``caption_rm/reward_mean``,
-``caption_rm/caption_words``, ``caption_rm/caption_in_think`` and ``caption_rm/fail/<reason>`` for every parse
-failure reason (``protocol.PARSE_REASONS``).
+A completion whose caption parses strictly (``protocol.parse_caption``) gets ``format_bonus + (1 - format_bonus) *
+sigmoid(RM(image, protocol.rm_messages(desc, caption)))`` from the Bradley-Terry reward model
+(``open_r1.reward_model``) on the row's cartoon; any other gets ``fail_value`` (default 0, the bottom of the sigmoid
+scale: raw BT scores have no fixed zero, so "failure = 0" on raw scores would pay for failing, as the public humor-r1
+code did). Recipe: ``reward_funcs: [caption_rm]``, ``reward_kwargs: {caption_rm: {reward_model: DIR, fail_value: 0.0,
+format_bonus: 0.0, device: cuda:0}}``. It reads the ``image`` column (or ``images``) and the description columns TRL
+passes (keep ``remove_unused_columns=False``). The RM dir is checked when the reward is built, loaded once per process
+and cached by (path, device); tests may register any object with ``score(images, messages)``. Logged:
+``caption_rm/format_ok``, ``sigmoid_mean``, ``raw_mean``, ``reward_mean``, ``caption_words``, ``caption_in_think`` and
+``caption_rm/fail/<reason>`` per parse failure reason.
 """
 from __future__ import annotations
 
@@ -60,7 +40,7 @@ def get_reward_model(path: str, device: Any = None):
     """The reward model saved at ``path`` on ``device``, loaded once per process (cached by path and device)."""
     key = _cache_key(path, device)
     if key not in _RM_CACHE:
-        from open_r1.reward_model import load_reward_model
+        from open_r1.reward_model import load_reward_model  # deferred: torch, peft
 
         _RM_CACHE[key] = load_reward_model(path, device=device)
     return _RM_CACHE[key]
@@ -199,7 +179,7 @@ def caption_rm_reward(
         raise RewardConfigError(f"caption_rm: reward_model must be the path of a saved reward-model dir, got {reward_model!r}")
     check_caption_rm_settings(fail_value, format_bonus, max_words, device, batch_size)
     if _cache_key(reward_model, device) not in _RM_CACHE:  # fail at recipe time, not at the first GRPO step
-        from open_r1.reward_model import META_FILE
+        from open_r1.reward_model import META_FILE  # deferred: torch, peft
 
         if not os.path.isfile(os.path.join(os.fspath(reward_model), META_FILE)):
             raise RewardConfigError(

@@ -1,150 +1,130 @@
-"""Stage 5: best-of-N evaluation of the base, SFT and GRPO policies on the held-out and OOD cartoons.
+"""Stage 5: best-of-N evaluation of the base, SFT and GRPO policies on held-out cartoons.
 
-Algorithm: for every policy (``base``: the stand-in's pre-trained policy or the real base; ``sft``; ``grpo_s<S>`` for
-each GRPO seed) and every split in ``eval.splits`` (test = held-out contests of the training renderer, ood = the OOD
-renderer), ``evaluate.evaluate_policy`` samples N completions per cartoon under the one protocol prompt (T=1,
-``max_new_tokens``), parses them strictly and scores the captions with the reward model (and, on the stand-in, the
-hidden oracle: analysis only). ``evaluate.evaluate_records`` gives per policy the format rate, truncation rate, mean
-sigma(RM) over emitted captions, the fail-as-zero sigma(RM) mean, BoN@{1,2,4,8}, the oracle of emitted captions, of
-all samples with a failure as the cartoon's worst candidate, and of the RM's pick, and, against the SFT start
-(``baseline``), paired bootstrap CIs over cartoons and the reward-hacking flag (RM up while the oracle of the picks
-goes down). ``write_report`` writes ``bon_eval.md`` / JSON / PNG per split; ``summary.json`` collects the per-seed
-GRPO-vs-SFT differences the issue's Must-show asks for.
-
-Deviations from the seed: one prompt for every stage (the seed's eval used another system prompt); the fail-as-zero
-mean is on the sigmoid scale (the seed's on raw BT scores rewarded failing); the comparison is paired over cartoons
-(the seed's "+1.69 sigma" was an unpaired z over samples).
-
-    python -m open_r1.tasks.captioning.stage_eval --config configs/captioning/standin_demo.yaml
+For every policy (``base``: ``models.policy``; ``sft``; ``grpo_s<seed>``) and split (``eval.splits``),
+``evaluate.evaluate_policy`` samples N completions per cartoon under the protocol prompt, parses them strictly and
+scores the captions with the reward model (and the stand-in's hidden oracle where the demo gives one: analysis
+only); ``evaluate.evaluate_records`` gives the metrics and, against ``baseline``, paired bootstrap CIs over cartoons;
+``grpo_checks`` the per-seed GRPO-vs-SFT verdicts. Deviations from the seed: one prompt for every stage; fail-as-zero
+on the sigmoid scale; comparisons paired over cartoons.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
-from open_r1.errors import RecipeError
-from open_r1.tasks.captioning import stage_common as common
-from open_r1.validate import is_int, is_number
+from open_r1 import modeling
+from open_r1.decoding import DECODER_CHOICES
+from open_r1.jsonio import write_json
+from open_r1.reward_model import load_reward_model
+from open_r1.tasks.captioning import config
+from open_r1.tasks.captioning import data as cdata
+from open_r1.tasks.captioning import evaluate as ev
+from open_r1.tasks.captioning.config import help_field, require
+
+NAME = "eval"
 
 
-def policies(recipe: dict) -> dict[str, str]:
-    cfg = common.section(recipe, "eval")
-    paths = common.Paths(recipe)
-    if cfg.get("policies"):
-        named = cfg["policies"]
-        if not isinstance(named, dict) or not all(isinstance(v, str) and v for v in named.values()):
-            raise RecipeError(f"eval.policies must map names to model dirs, e.g. {{sft: runs/x/models/policy-sft}} "
-                              f"(YAML needs the space after the colon), got {named!r}")
-        return dict(named)
-    out = {"base": paths.policy_base, "sft": paths.policy_sft}
-    from open_r1.tasks.captioning.stage_grpo import grpo_seeds
+@dataclasses.dataclass
+class Config:
+    policies: dict | None = help_field(None, "{name: model dir} to evaluate (null: the chain's base, sft and "
+                                       "grpo_s<seed> models)")
+    splits: list[str] = help_field(["test"], "held-out splits")
+    n: int = help_field(8, "samples per cartoon")
+    max_new_tokens: int = help_field(1024, "token budget of a sample")
+    temperature: float = help_field(1.0, "sampling temperature")
+    top_p: float | None = help_field(None, "nucleus cut (null: the policy's generation config)")
+    top_k: int | None = help_field(None, "top-k cut (null: the policy's generation config)")
+    batch_size: int = help_field(64, "samples per generate call")
+    limit: int | None = help_field(None, "the first N cartoons of a split (null: all)")
+    use_stop: bool = help_field(False, "stop at </caption>")
+    decoder: str | None = help_field(None, "open_r1.generation decoder (null: its default; hf for small models)")
+    baseline: str = help_field("sft", "the policy the others are compared to, paired by cartoon")
+    n_boot: int = help_field(2000, "bootstrap resamples of the CIs")
 
-    for seed in grpo_seeds(recipe):
-        if os.path.isdir(paths.grpo_model(seed)):
-            out[f"grpo_s{seed}"] = paths.grpo_model(seed)
-    return out
+    def __post_init__(self):
 
-
-def sampling_kwargs(recipe: dict) -> dict:
-    """`evaluate.evaluate_policy`'s sampling settings from the recipe's ``eval`` section (the stage's and any probe's
-    that samples "as the eval stage does")."""
-    cfg = common.section(recipe, "eval")
-    top_p, top_k = cfg.get("top_p"), cfg.get("top_k")  # None: the policy's generation config decides
-    if top_p is not None and (not is_number(top_p) or not 0 < top_p <= 1):
-        raise RecipeError(f"eval.top_p must be a number in (0, 1] (1.0: no nucleus cut), got {top_p!r}")
-    if top_k is not None and (not is_int(top_k) or top_k < 0):
-        raise RecipeError(f"eval.top_k must be a whole number >= 0 (0: no top-k cut), got {top_k!r}")
-    return dict(n=int(cfg.get("n", 8)), max_new_tokens=int(cfg.get("max_new_tokens", 1024)),
-                temperature=float(cfg.get("temperature", 1.0)), batch_size=int(cfg.get("batch_size", 64)),
-                seed=int(recipe["seed"]), max_cartoons=cfg.get("limit"), use_stop=bool(cfg.get("use_stop", False)),
-                decoder=cfg.get("decoder"), top_p=None if top_p is None else float(top_p), top_k=top_k)
+        require(self.decoder in (None, *DECODER_CHOICES), f"eval.decoder must be one of {', '.join(DECODER_CHOICES)} "
+                f"or null, got {self.decoder!r}")
+        require(self.top_p is None or 0 < self.top_p <= 1, f"eval.top_p must be in (0, 1], got {self.top_p!r}")
+        config.at_least(NAME, self, 1, "n", "max_new_tokens", "batch_size", "n_boot", "limit")
+        config.at_least(NAME, self, 0, "top_k", "temperature")
+        require(self.policies is None or all(isinstance(v, str) and v for v in self.policies.values()),
+                f"eval.policies must map names to model dirs, e.g. {{sft: runs/x/models/policy-sft}}, got "
+                f"{self.policies!r}")
 
 
-# the eval section's keys: `policies`', `sampling_kwargs`', `inputs`' and `run`'s
-SECTION_KEYS = {  # (policies, top_p and top_k: checked by `policies` and `sampling_kwargs`)
-    "policies": common.ANY, "reward_model": common.optional(common.TEXT), "data": common.optional(common.MAPPING),
-    "splits": common.TEXTS, "n": common.whole(1), "max_new_tokens": common.whole(1), "temperature": common.number(0),
-    "batch_size": common.whole(1), "limit": common.optional(common.whole(1)), "use_stop": common.BOOL,
-    "decoder": common.ANY, "top_p": common.ANY, "top_k": common.ANY, "baseline": common.TEXT,
-    "n_boot": common.whole(1)}
+def policies(recipe) -> dict[str, str]:
+    """{name: model dir}: ``eval.policies``, else the chain's base, SFT and GRPO policies."""
+    cfg, paths = recipe.section(NAME), recipe.paths
+    if cfg.policies:
+        return dict(cfg.policies)
+    seeds = recipe.section("grpo").settings.seeds
+    return {"base": paths.policy_base, "sft": paths.policy_sft, **{f"grpo_s{s}": paths.grpo_model(s) for s in seeds}}
 
 
-def check_recipe(recipe: dict) -> None:
-    """The ``eval`` section's keys and sampling settings, before any stage runs (the pipeline's preflight)."""
-    cfg = common.section(recipe, "eval")
-    common.check_section("eval", cfg, SECTION_KEYS)
-    common.check_decoder("eval", cfg)
-    sampling_kwargs(recipe)
-    if cfg.get("policies"):
-        names = list(policies(recipe))
-    else:  # the chain's policies (a GRPO seed's only once its model exists)
-        from open_r1.tasks.captioning.stage_grpo import grpo_seeds
-
-        names = ["base", "sft", *(f"grpo_s{seed}" for seed in grpo_seeds(recipe))]
-    baseline = cfg.get("baseline", "sft")
-    if "sft" in names and baseline not in names:  # (`run` compares to a baseline only where an sft policy is)
-        raise RecipeError(f"eval.baseline {baseline!r} is not one of the evaluated policies {', '.join(names)}")
+def sampling_kwargs(recipe) -> dict:
+    """`evaluate.evaluate_policy`'s sampling settings from the ``eval`` section (the ratings round's too)."""
+    cfg = recipe.section(NAME)
+    return dict(n=cfg.n, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, batch_size=cfg.batch_size,
+                seed=recipe.seed, max_cartoons=cfg.limit, use_stop=cfg.use_stop, decoder=cfg.decoder,
+                top_p=cfg.top_p, top_k=cfg.top_k)
 
 
-def inputs(recipe: dict) -> dict[str, common.Input]:
-    cfg = common.section(recipe, "eval")
-    paths = common.Paths(recipe)
-    named = bool(cfg.get("policies"))
-    makers = {"base": "pretrain", "sft": "sft"}
-    out = {"rm": common.Input(cfg.get("reward_model") or paths.rm, "the reward model", "rm", "eval.reward_model",
-                              common.RM_MARKER)}
+def check(recipe) -> None:
+    """The baseline is one of the evaluated policies (where an sft policy is)."""
+    names, baseline = list(policies(recipe)), recipe.section(NAME).baseline
+    require("sft" not in names or baseline in names, f"eval.baseline {baseline!r} is not one of the evaluated "
+            f"policies {', '.join(names)}")
+
+
+def inputs(recipe) -> dict[str, config.Input]:
+    out = {"rm": config.Input(recipe.paths.rm, "the reward model", "run the rm stage", config.RM_MARKER)}
     for name, path in policies(recipe).items():
-        out[f"policy {name}"] = common.Input(path, f"the policy {name!r}", "" if named else makers.get(name, "grpo"),
-                                             "eval.policies")
-    if not isinstance(cfg.get("data"), dict):
-        for split in cfg.get("splits", ["test", "ood"]):
-            out[split] = common.split_input(paths, split)
+        out[f"policy {name}"] = config.Input(path, f"the policy {name!r}", "set eval.policies to existing model dirs")
+    for split in recipe.section(NAME).splits:
+        out[split] = config.split_input(recipe.paths, split)
     return out
 
 
-def run(recipe: dict) -> dict:
-    import torch
+def run(recipe) -> dict:
+    import torch  # deferred: heavy
 
-    from open_r1 import modeling
-    from open_r1.reward_model import load_reward_model
-    from open_r1.tasks.captioning import data as cdata
-    from open_r1.tasks.captioning import evaluate as ev
 
-    cfg = common.section(recipe, "eval")
-    paths = common.Paths(recipe)
-    device = common.device()
-    found = common.check_inputs(inputs(recipe))
+    cfg, paths = recipe.section(NAME), recipe.paths
+    device = config.device()
+    check(recipe)
+    found = config.check_inputs(inputs(recipe))
     rm = load_reward_model(found["rm"], device=device)
     named = policies(recipe)
-    splits = list(cfg.get("splits", ["test", "ood"]))
-    data = {s: cdata.load_captions(cfg.get("data", {}).get(s) if isinstance(cfg.get("data"), dict) else paths.split(s),
-                                   check_images="none") for s in splits}
-    records: dict[str, dict[str, list]] = {s: {} for s in splits}
+    data = {s: cdata.load_captions(paths.split(s), check_images="none") for s in cfg.splits}
+    records: dict[str, dict[str, list]] = {s: {} for s in cfg.splits}
     timings = {}
     for name, path in named.items():
         started = time.time()
         model = modeling.load_model(path, dtype=None if device == "cuda" else "float32").to(device).eval()
         processor = modeling.load_processor(path)
-        for split in splits:
+        for split in cfg.splits:
             with torch.no_grad():
                 records[split][name] = ev.evaluate_policy(model, processor, data[split], rm,
+                                                          oracle=getattr(recipe, "oracle", None),
                                                           **sampling_kwargs(recipe))
         timings[name] = time.time() - started
-        common.log(f"[eval] {name}: {sum(len(records[s][name]) for s in splits)} samples in {timings[name]:.1f} s")
+        config.log(f"[eval] {name}: {sum(len(records[s][name]) for s in cfg.splits)} samples in {timings[name]:.1f} s")
         del model
-    baseline = cfg.get("baseline", "sft") if "sft" in named else None
+    baseline = cfg.baseline if "sft" in named else None
     summary = {"policies": named, "splits": {}, "timings": timings}
-    for split in splits:
-        report = ev.evaluate_records(records[split], baseline=baseline, n_boot=int(cfg.get("n_boot", 2000)),
-                                     seed=int(recipe["seed"]))
+    for split in cfg.splits:
+        report = ev.evaluate_records(records[split], baseline=baseline, n_boot=cfg.n_boot,
+                                     seed=recipe.seed)
         out = ev.write_report(report, os.path.join(paths.results, f"eval_{split}"), records[split])
-        common.log(f"[eval] {split}:\n{ev.markdown_table(report)}")
+        config.log(f"[eval] {split}:\n{ev.markdown_table(report)}")
         summary["splits"][split] = {"report_files": out, "table": ev.markdown_table(report),
                                     "metrics": {n: {k: v for k, v in m.items() if k != "per_cartoon"}
                                                 for n, m in report["policies"].items()},
                                     "vs_baseline": report["comparisons"]}
     summary["must_show_grpo"] = grpo_checks(summary)
-    common.write_json(os.path.join(paths.results, "eval_summary.json"), summary)
+    write_json(os.path.join(paths.results, "eval_summary.json"), summary)
     return summary
 
 
@@ -177,9 +157,30 @@ def grpo_checks(summary: dict) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    return common.stage_cli("eval", run, __doc__, argv, check=check_recipe)
+def markdown(ev: dict) -> list[str]:
+    """GRPO vs the SFT start per seed and split (paired over cartoons), then the best-of-N table of each split."""
+    def fmt(x):
+        return "–" if x is None else f"{x:.3f}"
 
+    def with_ci(value, ci):
+        return f"{fmt(value)} [{fmt((ci or {}).get('lo'))}, {fmt((ci or {}).get('hi'))}]"
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+    def yes(flag):
+        return "yes" if flag else "no"
+
+    lines = []
+    if ev.get("must_show_grpo"):
+        lines += ["", "## GRPO vs the SFT start (paired over cartoons; point estimate [95 % CI])", "",
+                  "| run | split | Δ fail-as-zero σ(RM) | Δ oracle (emitted) | Δ oracle (fail = worst) | Δ oracle (RM pick) "
+                  "| both up, oracle emitted (points / CIs) | both up, fail = worst (points / CIs) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name, per_split in ev["must_show_grpo"].items():
+            for split, c in per_split.items():
+                lines.append(f"| {name} | {split} | {with_ci(c['d_fail_as_zero'], c.get('fail_as_zero_ci'))} | "
+                             f"{with_ci(c['d_oracle_emitted'], c.get('oracle_emitted_ci'))} | "
+                             f"{with_ci(c.get('d_oracle_fail_as_worst'), c.get('oracle_fail_as_worst_ci'))} | "
+                             f"{fmt(c['d_oracle_pick'])} | {yes(c['both_up'])} / {yes(c.get('both_up_ci'))} | "
+                             f"{yes(c.get('both_up_worst'))} / {yes(c.get('both_up_worst_ci'))} |")
+    for split, block in (ev.get("splits") or {}).items():
+        lines += ["", f"## Best-of-N, split {split}", "", block["table"]]
+    return lines

@@ -10,7 +10,7 @@
   ``MAX_NEW_TOKENS``, scored with the same reward model the ``caption_rm`` reward uses (its ``reward_model`` and
   ``device`` from ``reward_kwargs``). The score keep-best ranks by is the **fail-as-zero sigma(RM)** mean (in [0, 1]),
   logged as ``eval/<set>_fail0_sigma_rm``; the report also carries the format and truncation rates, sigma(RM) over
-  emitted captions and, on the stand-in, the hidden oracle score of the captions (analysis only).
+  emitted captions.
 
 Optional recipe attributes read with defaults (the GRPO entry passes its script arguments through):
 ``caption_eval_samples`` (1), ``caption_eval_temperature`` (None = greedy), ``caption_eval_max_new_tokens``
@@ -27,6 +27,7 @@ from open_r1.tasks import Task
 from open_r1.tasks.captioning import data as data_lib
 from open_r1.tasks.captioning import evaluate as evaluate_lib
 from open_r1.tasks.captioning import protocol
+from open_r1.tasks.captioning.rewards import get_reward_model
 
 
 @dataclass
@@ -79,7 +80,8 @@ class CaptioningTask(Task):
             rows = rows.select(range(min(limit, len(rows))))
         return rows
 
-    generate_hint = "python -m open_r1.tasks.captioning.standin --out data/humor --contests 40"
+    generate_hint = (
+        "open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out data/humor --contests 40")
 
     def load_split(self, path_or_name, split="train"):
         if os.path.isdir(path_or_name):  # a caption dataset: its columns checked as training will read them
@@ -88,8 +90,8 @@ class CaptioningTask(Task):
         return super().load_split(path_or_name, split)
 
     def probe(self, model, processor, image):
-        from open_r1.export import one_line
-        from open_r1.generation import generate_texts
+        from open_r1.export import one_line  # deferred: torch
+        from open_r1.generation import generate_texts  # deferred: torch
 
         prompt = processor.apply_chat_template(protocol.build_messages(None), tokenize=False,
                                                add_generation_prompt=True)
@@ -119,10 +121,6 @@ class CaptioningTask(Task):
                 raise DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
             captions = data_lib.load_captions(path)
             rows = data_lib.prompt_rows(captions)
-            if "scene_meta" in captions.column_names:  # the stand-in: the oracle scores emitted captions (analysis)
-                groups = data_lib._contest_groups(captions)
-                metas = captions.select_columns(["scene_meta"])
-                rows = rows.add_column("scene_meta", [metas[idx[0]]["scene_meta"] for idx in groups.values()])
             if limit is not None:
                 rows = rows.select(range(min(limit, len(rows))))
             sets[name] = rows
@@ -137,8 +135,6 @@ class CaptioningTask(Task):
                 "the captioning evaluation scores with the reward model: set reward_kwargs.caption_rm.reward_model "
                 "(or caption_eval_reward_model) in the recipe"
             )
-        from open_r1.tasks.captioning.rewards import get_reward_model
-
         args = self.script_args
         n = int(getattr(args, "caption_eval_samples", 1) or 1)
         temperature = getattr(args, "caption_eval_temperature", None)

@@ -48,7 +48,7 @@ the stand-in's SFT traces may come from it; the real synthesis code path is run 
 
 CLI::
 
-    python -m open_r1.tasks.captioning.standin --out data/humor --contests 40 --ood-contests 10 \\
+    python -m standin.captioning.cartoons --out data/humor --contests 40 --ood-contests 10 \\
         --captions 24 --image-size 128x96 --workers 2
 
 writes ``train/ val/ test/ ood/`` (``save_to_disk``, contests split with ``data.split_by_contest``) and
@@ -797,7 +797,7 @@ def pretrain_rows(dataset, kinds: tuple[str, ...] = PRETRAIN_KINDS, per_contest:
 # Command line
 # ---------------------------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m open_r1.tasks.captioning.standin", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m standin.captioning.cartoons", formatter_class=argparse.ArgumentDefaultsHelpFormatter, description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="output directory (train/ val/ test/ ood/ and standin.json)")
     parser.add_argument("--contests", type=int, required=True, help="CLEVR-like contests, split by contest")
     parser.add_argument("--ood-contests", type=int, default=None, help="OOD-renderer contests (default contests // 4)")

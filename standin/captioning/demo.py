@@ -1,0 +1,46 @@
+"""The captioning chain on the stand-in: the real stages (``open_r1.tasks.captioning.pipeline``) with the stand-in's
+own around them: generated data -> from-scratch bases (or the shipped start policy, ``pretrain.policy.start``) ->
+trace synthesis -> templated traces -> SFT -> (a round of simulated ratings, where the recipe has a ``ratings``
+section) -> RM -> GRPO -> best-of-N eval, the hidden rule (``cartoons.oracle_details``) scoring the eval's captions.
+
+    python -m standin.captioning.demo --config configs/captioning/standin_demo.yaml     # make humor-demo
+"""
+from __future__ import annotations
+
+import sys
+
+import yaml
+
+from open_r1.tasks.captioning import config, pipeline, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
+from standin.captioning import cartoons, stage_data, stage_pretrain, stage_ratings, stage_traces
+
+STAGES = (stage_data, stage_pretrain, stage_synthesize, stage_traces, stage_sft, stage_ratings, stage_rm, stage_grpo,
+          stage_eval)
+
+
+def stages_of(argv: list[str]) -> tuple:
+    """`STAGES`, without the ratings round when the recipe has no ``ratings`` section (it is optional)."""
+
+    path = argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
+    try:
+        with open(path) as handle:
+            has_ratings = "ratings" in (yaml.safe_load(handle) or {})
+    except (OSError, TypeError, yaml.YAMLError, AttributeError):
+        has_ratings = True  # the pipeline's own parse reports the problem
+    wanted = has_ratings or any(item.startswith("ratings.") for item in argv)
+    return tuple(s for s in STAGES if s is not stage_ratings or wanted)
+
+
+def load_recipe(path: str, overrides: list[str] | None = None):
+    """The parsed recipe of the demo's stages (for the experiments/captioning harnesses)."""
+    sets = [item for o in overrides or [] for item in ("--set", o)]
+    return config.parse_recipe(path, overrides, stages_of(["--config", path, *sets]))
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return pipeline.main(argv, stages_of(argv), entry="standin.captioning.demo", oracle=cartoons.oracle_details)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

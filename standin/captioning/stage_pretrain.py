@@ -1,0 +1,186 @@
+"""Stand-in stage ``pretrain``: pre-train the stand-in's small base models from random init on the generated scenes.
+
+For each base (``pretrain.policy``: family qwen3_vl with the Thinking template, as Qwen3-VL-2B-Thinking;
+``pretrain.rm_backbone``: qwen2_5_vl, as Qwen2.5-VL-3B) a checkpoint of the family is built with random weights
+(``open_r1.tiny_models.build_tiny``, sizes from ``overrides``), then fully fine-tuned with ``open_r1.sft.train_sft``
+(cosine LR) on ``cartoons.pretrain_rows`` of the train contests: describe the picture, plain questions about it, and
+caption *fluency* (uniformly drawn candidates under the task prompt and format: the base writes the format but is not
+selected for funniness), plus rows of the exposure scenes when the data stage made them (``exposure_kinds``). Never
+reads ``oracle``, ``mean`` or ``votes``. Then a perception probe: the share of held-out scenes (val, OOD) on which the
+base names the odd object's odd value. ``pretrain.policy.start``: a shipped start policy dir copied instead of
+pre-training the policy (``standin/captioning/start_policy``, built by ``standin/captioning/build_start.py``).
+The policy's checkpoint suppresses in generation the ids no text encodes to (``suppress_unused_tokens``), as a real
+checkpoint's trained vocabulary would. On real data this stage does not exist: ``models.policy`` /
+``models.reward_backbone`` name the released checkpoints.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+
+from open_r1 import generation, modeling, sft, tiny_models
+from open_r1.families import SUPPORTED
+from open_r1.tasks.captioning import config
+from open_r1.tasks.captioning import data as cdata
+from open_r1.tasks.captioning.config import help_field, require
+from standin.captioning import cartoons
+from standin.captioning.cartoons import PRETRAIN_KINDS
+
+NAME = "pretrain"
+MODELS = ("policy", "rm_backbone")
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """One base model's pre-training (``pretrain.policy`` / ``pretrain.rm_backbone``)."""
+    start: str | None = help_field(None, "a start model dir copied instead of pre-training (the shipped start policy)")
+    family: str | None = help_field(None, "tiny model family (null: qwen3_vl for the policy, qwen2_5_vl for the RM)")
+    overrides: dict | None = help_field(None, "build_tiny size overrides (hidden_size, num_hidden_layers, ...)")
+    seed: int | None = help_field(None, "the random init's seed (null: the recipe's)")
+    learning_rate: float = help_field(1e-3, "peak learning rate (cosine)")
+    warmup: float = help_field(0.05, "warm-up share")
+    weight_decay: float = help_field(0.01, "AdamW weight decay")
+    epochs: float | None = help_field(None, "passes over the rows")
+    max_steps: int | None = help_field(None, "stop after N steps")
+    max_seconds: float | None = help_field(None, "wall-clock cap")
+    batch_size: int = help_field(8, "rows per step")
+    min_pixels: int | None = help_field(None, "image budget, saved with the base for every later stage")
+    max_pixels: int | None = help_field(None, "image budget, saved with the base for every later stage")
+    logging_steps: int = help_field(10, "log every N steps")
+    dataloader_workers: int = help_field(0, "DataLoader worker processes")
+    probe_limit: int | None = help_field(48, "held-out scenes of the perception probe (0 or null: no probe)")
+    per_contest: int = help_field(4, "pre-training rows per train contest")
+    exposure_per_contest: int | None = help_field(None, "rows per exposure scene (null: per_contest)")
+    kinds: list[str] = help_field(["describe", "question", "fluency"], "row kinds on the train contests")
+    exposure_kinds: list[str] | None = help_field(None, "row kinds on the exposure scenes (null: kinds but fluency)")
+    exposure: bool = help_field(True, "add the exposure scenes' rows where the data stage made them")
+    think_prefix: bool | None = help_field(None, "open completions with <think> (null: for the policy)")
+    suppress_unused_tokens: bool | None = help_field(None, "never generate ids no text encodes to (null: for the "
+                                                     "policy, which samples)")
+
+    def __post_init__(self):
+
+        require(self.family in (None, *SUPPORTED), f"pretrain family must be one of {', '.join(SUPPORTED)}, got "
+                f"{self.family!r}")
+        for kinds in (self.kinds, self.exposure_kinds or []):
+            require(all(k in PRETRAIN_KINDS for k in kinds), f"pretrain kinds must be a list of "
+                    f"{', '.join(PRETRAIN_KINDS)}, got {kinds!r}")
+        require(self.learning_rate > 0 and min(self.batch_size, self.per_contest) >= 1, "pretrain learning_rate must "
+                "be > 0, batch_size and per_contest >= 1")
+
+
+@dataclasses.dataclass
+class Config:
+    policy: dict | None = help_field(None, "the policy's pre-training (ModelConfig)")
+    rm_backbone: dict | None = help_field(None, "the RM backbone's pre-training (ModelConfig)")
+    parallel: bool = help_field(False, "pre-train the two as parallel processes")
+    only: str | None = help_field(None, "a parallel job: policy | rm_backbone")
+
+    def __post_init__(self):
+        require(self.only in (None, *MODELS), f"pretrain.only must be one of {', '.join(MODELS)} or null")
+        self.policy = config.parse_section("pretrain.policy", ModelConfig, self.policy)
+        self.rm_backbone = config.parse_section("pretrain.rm_backbone", ModelConfig, self.rm_backbone)
+
+
+def pretrain_dataset(recipe, which: str):
+    import datasets  # deferred: heavy
+
+
+    cfg, paths = getattr(recipe.section(NAME), which), recipe.paths
+    think_prefix = which == "policy" if cfg.think_prefix is None else cfg.think_prefix
+    kinds = tuple(cfg.kinds)
+    train = cdata.load_captions(paths.split("train"), check_images="none", keep_oracle=False)
+    parts = [cartoons.pretrain_rows(train, kinds=kinds, per_contest=cfg.per_contest, think_prefix=think_prefix,
+                                    seed=recipe.seed)]
+    for offset, split in enumerate(("ood_pretrain", "main_pretrain"), start=1):
+        if os.path.isdir(paths.split(split)) and cfg.exposure:
+            scenes = cdata.load_captions(paths.split(split), check_images="none")
+            # by default no fluency rows: the exposure scenes show the images, not the task
+            exposure_kinds = tuple(cfg.exposure_kinds or [k for k in kinds if k != "fluency"] or ["describe"])
+            parts.append(cartoons.pretrain_rows(scenes, kinds=exposure_kinds,
+                                                per_contest=cfg.exposure_per_contest or cfg.per_contest,
+                                                think_prefix=think_prefix, seed=recipe.seed + offset))
+    rows = datasets.concatenate_datasets([parts[0], *(p.cast(parts[0].features) for p in parts[1:])])
+    return rows.shuffle(seed=recipe.seed)
+
+
+def suppress_unused(recipe, which: str) -> bool:
+    value = getattr(recipe.section(NAME), which).suppress_unused_tokens
+    return which == "policy" if value is None else value
+
+
+def pretrain_one(recipe, which: str) -> dict:
+
+
+    cfg, paths = getattr(recipe.section(NAME), which), recipe.paths
+    out = paths.policy_base if which == "policy" else paths.rm_base
+    if cfg.start:  # a shipped start model instead of pre-training from random init
+        with modeling.staged_dir(out) as staging:
+            shutil.copytree(cfg.start, staging, dirs_exist_ok=True)
+        config.log(f"[pretrain] {which}: copied the start model {cfg.start} to {out}")
+        return {"start": os.path.abspath(cfg.start), "out": out}
+    family = cfg.family or ("qwen3_vl" if which == "policy" else "qwen2_5_vl")
+    init = out + ".init"
+    overrides = dict(cfg.overrides or {})
+    overrides.setdefault("suppress_unused", suppress_unused(recipe, which))
+    tiny_models.build_tiny(family, init, seed=recipe.seed if cfg.seed is None else cfg.seed, overwrite=True,
+                           **overrides)
+    rows = pretrain_dataset(recipe, which)
+    settings = sft.SFTSettings(
+        learning_rate=cfg.learning_rate, schedule="cosine", warmup=cfg.warmup, epochs=cfg.epochs,
+        max_steps=cfg.max_steps, max_seconds=cfg.max_seconds, per_device_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=1, weight_decay=cfg.weight_decay, lora_r=0, min_pixels=cfg.min_pixels,
+        max_pixels=cfg.max_pixels, seed=recipe.seed, logging_steps=cfg.logging_steps,
+        dataloader_workers=cfg.dataloader_workers, extra={"adam_beta2": 0.98})
+    config.log(f"[pretrain] {which}: family {family} {overrides}, {len(rows)} rows")
+    report = sft.train_sft(rows, out, settings, model_path=init, log=config.log)
+    shutil.rmtree(init, ignore_errors=True)
+    report.update({"family": family, "overrides": overrides, "out": out})
+    if cfg.probe_limit:
+        report["perception"] = perception(recipe, out, cfg.probe_limit, cfg)
+        config.log(f"[pretrain] {which}: names the odd object's odd value on held-out scenes: "
+                   + ", ".join(f"{k} {v['accuracy']:.2f} ({v['n']})" for k, v in report["perception"].items()))
+    return report
+
+
+def perception(recipe, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
+    """Greedy answers of a pre-trained base to ``cartoons.PROBE_QUESTION`` on held-out contests (val and the OOD
+    renderer): the share that names the odd object's odd value (``cartoons.perceives_odd``), what an RM on this
+    backbone, and a policy, must see to read the hidden rule."""
+    import torch  # deferred: heavy
+
+
+    model = modeling.load_model(model_dir, dtype=None if torch.cuda.is_available() else "float32")
+    model = model.to(config.device()).eval()
+    processor = modeling.load_processor(model_dir, cfg.min_pixels, cfg.max_pixels)
+    out = {}
+    for split in ("val", "ood"):
+        if not os.path.isdir(recipe.paths.split(split)):
+            continue
+        rows = cartoons.perception_probe_rows(cdata.load_captions(recipe.paths.split(split), check_images="none",
+                                                                  keep_oracle=True), limit)
+        prompts = [processor.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True)
+                   for r in rows]
+        texts, _, _ = generation.generate_texts(model, processor, prompts, [r["image"] for r in rows], 24, decoder="hf")
+        hits = [cartoons.perceives_odd(t, r["scene_meta"]) for t, r in zip(texts, rows)]
+        out[split] = {"accuracy": sum(hits) / len(hits), "n": len(hits), "examples": texts[:3]}
+    return out
+
+
+def inputs(recipe) -> dict[str, config.Input]:
+    return {"train": config.split_input(recipe.paths, "train")}
+
+
+def outputs(recipe) -> list[str]:
+    return [recipe.paths.policy_base, recipe.paths.rm_base]
+
+
+def jobs(recipe) -> list[list[str]] | None:
+    return [[f"pretrain.only={which}"] for which in MODELS] if recipe.section(NAME).parallel else None
+
+
+def run(recipe) -> dict:
+    config.check_inputs(inputs(recipe))
+    only = recipe.section(NAME).only
+    return {name: pretrain_one(recipe, name) for name in MODELS if only in (None, name)}

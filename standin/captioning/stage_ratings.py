@@ -1,0 +1,116 @@
+"""Stand-in stage ``ratings`` (optional): a round of simulated ratings on the SFT policy's own captions, for the RM.
+
+Why: in runs 7 and 8 (experiments/captioning/LOG.md) the RM ranked the contests' candidates well (0.72-0.75) yet its
+pick among a policy's own samples had a lower oracle score than their mean: among the policy's captions it did not
+rank with the oracle. The textbook remedy (iterated RLHF) is to rate the policy's samples and train the RM on them.
+Algorithm: sample ``n`` completions per training contest (``contests``: the first N) from the SFT policy with the eval
+section's sampling settings, keep the captions that parse, have each new one rated by the stand-in's simulated readers
+(``cartoons.rate_captions``), and save the training contests plus the rated rows as the split ``split`` (the data
+stage's ``train`` is never touched); the RM trains on it with ``rm.train_split: train_rated``. On real data: collect
+human ratings of the policy's captions into a split with the same columns and point ``rm.train_split`` at it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import numpy as np
+
+from open_r1 import modeling
+from open_r1.errors import RecipeError
+from open_r1.tasks.captioning import config, stage_eval, stage_rm
+from open_r1.tasks.captioning import data as cdata
+from open_r1.tasks.captioning import evaluate as ev
+from open_r1.tasks.captioning.config import help_field, require
+from standin.captioning import cartoons
+
+NAME = "ratings"
+
+
+@dataclasses.dataclass
+class Config:
+    n: int = help_field(8, "samples per training contest")
+    contests: int | None = help_field(None, "only the first N training contests (null: all)")
+    split: str = help_field("train_rated", "the new split: the training contests plus the rated rows")
+
+    def __post_init__(self):
+        require(self.n >= 1 and (self.contests is None or self.contests >= 1), "ratings.n and ratings.contests must "
+                "be >= 1")
+        require(self.split not in ("train", "val", "test", "ood") and os.sep not in self.split, f"ratings.split="
+                f"{self.split!r}: name a new split (e.g. train_rated); the data stage's splits stay as they are")
+
+
+def inputs(recipe) -> dict[str, config.Input]:
+    return {"policy": config.Input(recipe.paths.policy_sft, "the SFT policy", "run the sft stage"),
+            "train": config.split_input(recipe.paths, "train")}
+
+
+def outputs(recipe) -> list[str]:
+    return [recipe.paths.split(recipe.section(NAME).split)]
+
+
+def run(recipe) -> dict:
+    import datasets  # deferred: heavy
+    import torch  # deferred: heavy
+
+
+    cfg, paths = recipe.section(NAME), recipe.paths
+    policy = config.check_inputs(inputs(recipe))["policy"]
+    train = cdata.load_captions(paths.split("train"), check_images="none", keep_oracle=True)
+    if "scene_meta" not in train.column_names:
+        raise RecipeError("ratings: the simulated readers need the stand-in's scene_meta; on real data collect human "
+                          "ratings of the policy's captions into a split and set rm.train_split to it")
+    started = time.time()
+    device = config.device()
+    model = modeling.load_model(policy, dtype=None if device == "cuda" else "float32").to(device).eval()
+    processor = modeling.load_processor(policy)
+    sampling = {**stage_eval.sampling_kwargs(recipe), "n": cfg.n, "max_cartoons": cfg.contests}
+    n_contests = len(set(train["contest"]))
+    config.log(f"[ratings] sampling {cfg.n} per contest on {min(n_contests, cfg.contests or n_contests)} "
+               f"training contests from {policy}")
+    marks: set[int] = set()
+
+    def progress(done: int, total: int) -> None:  # about every tenth of the way, and at the end
+        mark = done * 10 // total
+        if mark not in marks:
+            marks.add(mark)
+            config.log(f"[ratings] {done}/{total} samples in {time.time() - started:.0f} s")
+
+    with torch.no_grad():
+        records = ev.evaluate_policy(model, processor, train, None, progress=progress, **sampling)
+    del model
+    sampled = time.time() - started
+    parsed = [r for r in records if r["caption"] is not None]
+    rated, counts = cartoons.rate_captions(train, parsed, seed=recipe.seed)
+    config.log(f"[ratings] {len(parsed)} of {len(records)} samples parsed, {counts['rated']} new captions rated")
+    out = paths.split(cfg.split)
+    merged = datasets.concatenate_datasets([train, rated])  # the rated rows last
+    with modeling.staged_dir(out) as staging:  # a cut run leaves the old split (or none), never half of one
+        merged.save_to_disk(staging)
+    rm_split = recipe.section("rm").train_split
+    # the pairs the RM will train on, as row indices: building the pair dataset would copy an image per pair (an
+    # uncapped count did that once and outlasted its GPU call)
+    index = stage_rm.training_index(recipe, merged)
+    is_new = np.arange(len(merged)) >= len(train)
+    summary = {
+        "policy": policy, "samples": len(records), "format_rate": len(parsed) / max(1, len(records)),
+        "counts": counts, "sample_seconds": round(sampled, 1), "split": out, "rows": len(merged),
+        "oracle_rated_mean": float(np.mean(rated["oracle"])) if len(rated) else None,
+        "oracle_candidates_mean": float(np.mean(train["oracle"])),
+        "pairs": len(index), "pairs_with_a_rated_caption": int(is_new[index].any(axis=1).sum()),
+        "pairs_of_two_rated_captions": int(is_new[index].all(axis=1).sum()),
+    }
+    if rm_split != cfg.split:
+        config.log(f"[ratings] note: rm.train_split is {rm_split!r}; the RM trains on this round only with "
+                   f"rm.train_split={cfg.split}")
+    return summary
+
+
+def markdown(ratings: dict) -> list[str]:
+    return ["", (f"Ratings round (simulated readers): {ratings['samples']} samples of the SFT policy, format "
+                 f"{100 * ratings['format_rate']:.1f} %, {ratings['counts']['rated']} new captions rated (oracle mean "
+                 f"{ratings['oracle_rated_mean'] or 0:.3f}, the candidates' {ratings['oracle_candidates_mean']:.3f}); "
+                 f"{ratings['pairs_with_a_rated_caption']} of the RM's {ratings['pairs']} training pairs "
+                 f"({ratings['pairs_of_two_rated_captions']} of two rated captions) in split "
+                 f"`{os.path.basename(ratings['split'])}`.")]
