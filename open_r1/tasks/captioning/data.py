@@ -353,18 +353,46 @@ def standard_errors(dataset, se_from: str | Callable[[dict], float] = "precision
     return se
 
 
-def _qualifying_pairs(mean: np.ndarray, se: np.ndarray, k: float, block: int = 1024) -> np.ndarray:
-    """All (i, j), i < j (local indices), with |mean_i - mean_j| > k * sqrt(se_i^2 + se_j^2), blockwise in memory."""
+def _pair_mask(mean: np.ndarray, se: np.ndarray, k: float, start: int, stop: int) -> np.ndarray:
+    """Rows start..stop-1 against columns start..n-1: |mean_i - mean_j| > k * sqrt(se_i^2 + se_j^2) and j > i."""
+    i = np.arange(start, stop)
+    gap = np.abs(mean[i, None] - mean[None, start:])
+    threshold = k * np.sqrt(se[i, None] ** 2 + se[None, start:] ** 2)
+    return (gap > threshold) & (np.arange(start, len(mean))[None, :] > i[:, None])
+
+
+def _mask_pairs(mask: np.ndarray, start: int) -> np.ndarray:
+    a, b = np.nonzero(mask)  # row-major: the (i, j) order of the whole upper triangle
+    return np.stack([a + start, b + start], axis=1)
+
+
+def _contest_pairs(mean: np.ndarray, se: np.ndarray, k: float, cap: int | None, rng) -> np.ndarray:
+    """A contest's qualifying (i, j), i < j (local indices, row-major order); with ``cap``, ``cap`` of them drawn by
+    ``rng.choice(count, cap, replace=False)`` (in the draw's order) when more qualify. Bounded memory: the pairs are
+    never all materialised (a 10k-caption contest has ~2.5e7); a first pass counts them blockwise and keeps each
+    block's mask as bits (n^2/16 bytes), a second reads only the drawn ones."""
     n = len(mean)
-    found = []
+    block = max(1, (1 << 20) // max(n, 1))  # ~1M cells of the comparison at a time, whatever the contest's size
+    packed, counts, found = [], [], []
     for start in range(0, n, block):
-        i = np.arange(start, min(start + block, n))
-        gap = np.abs(mean[i, None] - mean[None, :])
-        threshold = k * np.sqrt(se[i, None] ** 2 + se[None, :] ** 2)
-        ok = (gap > threshold) & (np.arange(n)[None, :] > i[:, None])
-        a, b = np.nonzero(ok)
-        found.append(np.stack([i[a], b], axis=1))
-    return np.concatenate(found) if found else np.empty((0, 2), dtype=np.int64)
+        mask = _pair_mask(mean, se, k, start, min(start + block, n))
+        counts.append(int(mask.sum()))
+        packed.append((start, mask.shape, np.packbits(mask, axis=None)))
+        if cap is None or sum(counts) <= cap:
+            found.append(_mask_pairs(mask, start))
+    total = sum(counts)
+    if cap is None or total <= cap:
+        return np.concatenate(found) if found else np.empty((0, 2), dtype=np.int64)
+    pick = rng.choice(total, size=cap, replace=False)
+    order = np.argsort(pick, kind="stable")
+    wanted, out = pick[order], np.empty((cap, 2), dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    for (start, shape, bits), lo_pos, hi_pos in zip(packed, offsets[:-1], offsets[1:]):
+        lo, hi = np.searchsorted(wanted, [lo_pos, hi_pos])
+        if lo < hi:
+            mask = np.unpackbits(bits, count=shape[0] * shape[1]).reshape(shape).astype(bool)
+            out[order[lo:hi]] = _mask_pairs(mask, start)[wanted[lo:hi] - lo_pos]
+    return out
 
 
 def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float] = "precision",
@@ -384,10 +412,7 @@ def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float]
     pairs = []
     for rows in _contest_groups(dataset).values():
         rows = np.asarray(rows)
-        local = _qualifying_pairs(mean[rows], ses[rows], float(k))
-        if cap_per_contest is not None and len(local) > cap_per_contest:
-            local = local[rng.choice(len(local), size=cap_per_contest, replace=False)]
-        pairs.append(rows[local])
+        pairs.append(rows[_contest_pairs(mean[rows], ses[rows], float(k), cap_per_contest, rng)])
     pairs = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.int64)
     if not len(pairs):
         raise DataError(
