@@ -9,7 +9,9 @@ A directory written by ``datasets.Dataset.save_to_disk`` (or a ``DatasetDict`` o
 column         type                 meaning
 =============  ===================  ===========================================================================
 ``contest``    int or str           the cartoon (contest) id; every caption of one cartoon shares it
-``image``      ``datasets.Image``   the cartoon (repeated on each of its caption rows)
+``image``      ``datasets.Image``   the cartoon (repeated on each of its caption rows); or a str: the image file's
+                                    path relative to the dataset's own directory (``prepare`` writes
+                                    ``../images/<contest>.jpg``: each cartoon stored once, not on every row)
 ``caption``    str                  one caption entry, one line
 ``mean``       float                mean rating of the caption (finite)
 ``precision``  float >= 0           spread of the rating: by default **the standard error of the mean** (see
@@ -96,8 +98,21 @@ def load_captions(path: str | os.PathLike, split: str | None = None, *, keep_ora
         loaded = loaded.rename_columns(present)
     if not keep_oracle:
         loaded = drop_analysis_columns(loaded)
+    if loaded.features.get("image") == datasets.Value("string"):
+        loaded = _resolve_image_paths(loaded, path)
     validate_captions(loaded, name=path, check_images=check_images)
     return loaded
+
+
+def _resolve_image_paths(dataset, path: str):
+    """The ``image`` column of image paths relative to ``path``, as a ``datasets.Image`` column of absolute paths
+    (an Arrow string join: no per-row Python, no cache file written into the dataset's folder)."""
+    import datasets
+    import pyarrow.compute as pc
+
+    dataset = dataset.flatten_indices() if dataset._indices is not None else dataset
+    absolute = pc.binary_join_element_wise(os.path.abspath(path) + os.sep, dataset.data.column("image"), "")
+    return dataset.remove_columns("image").add_column("image", absolute).cast_column("image", datasets.Image())
 
 
 # The public humor-r1 data (yguooo/newyorker_caption_ranking) names the description fields canny / uncanny.

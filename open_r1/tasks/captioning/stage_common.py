@@ -262,6 +262,7 @@ def check_inputs(inputs: dict[str, Input], produced=()) -> dict[str, str]:
         state = "does not exist" if not os.path.exists(item.path) else f"has no {item.marker}"
         fix = (f"run the {item.made_by} stage first with the same recipe and work_dir (--stages {item.made_by} ...), "
                f"or set {item.key} to an existing one" if item.made_by in STAGES else f"set {item.key} to an existing one")
+        fix += "; real data: open-r1-caption-prepare --ratings REPO --out DIR, then data.dir=DIR" if item.key == "data.dir" else ""
         raise RecipeError(f"{item.what} {item.path} {state}: {fix}")
     return {name: item.path for name, item in inputs.items()}
 
