@@ -384,29 +384,26 @@ def _mask_pairs(mask: np.ndarray, start: int) -> np.ndarray:
 def _contest_pairs(mean: np.ndarray, se: np.ndarray, k: float, cap: int | None, rng) -> np.ndarray:
     """A contest's qualifying (i, j), i < j (local indices, row-major order); with ``cap``, ``cap`` of them drawn by
     ``rng.choice(count, cap, replace=False)`` (in the draw's order) when more qualify. Bounded memory: the pairs are
-    never all materialised (a 10k-caption contest has ~2.5e7); a first pass counts them blockwise and keeps each
-    block's mask as bits (n^2/16 bytes), a second reads only the drawn ones."""
+    never all materialised (a 10k-caption contest has ~2.5e7): a first pass counts them per row, blockwise; a drawn
+    pair's row is then found from the running counts and only that row's comparisons are redone."""
     n = len(mean)
     block = max(1, (1 << 20) // max(n, 1))  # ~1M cells of the comparison at a time, whatever the contest's size
-    packed, counts, found = [], [], []
+    per_row, found = [], []
     for start in range(0, n, block):
         mask = _pair_mask(mean, se, k, start, min(start + block, n))
-        counts.append(int(mask.sum()))
-        packed.append((start, mask.shape, np.packbits(mask, axis=None)))
-        if cap is None or sum(counts) <= cap:
+        per_row.append(mask.sum(axis=1))
+        if cap is None or sum(len(f) for f in found) + per_row[-1].sum() <= cap:
             found.append(_mask_pairs(mask, start))
-    total = sum(counts)
-    if cap is None or total <= cap:
+    ends = np.cumsum(np.concatenate(per_row)) if n else np.zeros(0, dtype=np.int64)
+    if cap is None or not n or ends[-1] <= cap:
         return np.concatenate(found) if found else np.empty((0, 2), dtype=np.int64)
-    pick = rng.choice(total, size=cap, replace=False)
-    order = np.argsort(pick, kind="stable")
-    wanted, out = pick[order], np.empty((cap, 2), dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    for (start, shape, bits), lo_pos, hi_pos in zip(packed, offsets[:-1], offsets[1:]):
-        lo, hi = np.searchsorted(wanted, [lo_pos, hi_pos])
-        if lo < hi:
-            mask = np.unpackbits(bits, count=shape[0] * shape[1]).reshape(shape).astype(bool)
-            out[order[lo:hi]] = _mask_pairs(mask, start)[wanted[lo:hi] - lo_pos]
+    pick = rng.choice(int(ends[-1]), size=cap, replace=False)
+    rows = np.searchsorted(ends, pick, side="right")  # the row holding the pick-th pair
+    out = np.empty((cap, 2), dtype=np.int64)
+    for row in np.unique(rows).tolist():
+        here = np.flatnonzero(rows == row)
+        columns = np.flatnonzero(_pair_mask(mean, se, k, row, row + 1)[0]) + row
+        out[here] = np.stack([np.full(len(here), row), columns[pick[here] - (ends[row - 1] if row else 0)]], axis=1)
     return out
 
 

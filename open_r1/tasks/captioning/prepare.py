@@ -3,50 +3,45 @@
     open-r1-caption-prepare --ratings caption-contest-data --out data/captions [--descriptions desc.jsonl]
     open-r1-caption-prepare --hub hub_dir --out data/captions
 
-Sources (exactly one):
+Sources (one): ``--ratings DIR``, a checkout of the public ratings repository: ``summaries/<contest>_<algorithm>.csv``
+(header ``rank,caption,mean,precision,votes,not_funny,somewhat_funny,funny``; contests up to 659) or
+``summaries/<contest>.csv`` (no ``rank``; 660 on; the header decides, not the number), ``cartoons/<contest>.jpg``.
+``--hub DIR``: humor-r1's Hub dataset ``yguooo/newyorker_caption_ranking`` saved locally, one folder per part, each
+``save_to_disk`` output or parquet files (all Hub splits pooled, then split again by contest):
+``1_rating`` (``contest_number, caption, mean, precision, votes``; the three category counts when present),
+``2_gpt4o_description`` (``contest_number, canny, uncanny, location, entities``; optional) and ``cartoons`` (the
+repo's ``cartoons/*.parquet``: ``image``, and ``contest_number`` or else the image path's stem). The names are those
+humor-r1's download script reads: assumed, not checked against the Hub. ``--descriptions FILE`` (csv/jsonl:
+``contest`` or ``contest_number``, ``scene/twist/location/entities`` or ``canny/uncanny``) joins descriptions by
+contest, over the Hub's where both have one.
 
-* ``--ratings DIR``: a checkout of the public ratings repository: ``summaries/<contest>_<algorithm>.csv`` (header
-  ``rank,caption,mean,precision,votes,not_funny,somewhat_funny,funny``, contests up to 659) or
-  ``summaries/<contest>.csv`` (the same without ``rank``, from 660 on; the header decides, not the number), cartoons
-  at ``cartoons/<contest>.<jpg|png>``.
-* ``--hub DIR``: humor-r1's Hub dataset ``yguooo/newyorker_caption_ranking`` saved locally, one folder per part, each
-  ``save_to_disk`` output or parquet files: ``DIR/1_rating`` (config ``1_rating``: ``contest_number, caption, mean,
-  precision, votes``; ``not_funny, somewhat_funny, funny`` used when present), ``DIR/2_gpt4o_description`` (config
-  ``2_gpt4o_description``: ``contest_number, canny, uncanny, location, entities``; optional), ``DIR/cartoons`` (the
-  repo's ``cartoons/*.parquet``: an ``image`` column and ``contest_number``, else the image path's stem). All Hub
-  splits are pooled and split again by contest with ``--seed``. These names are those humor-r1's download script
-  reads; they are assumed, not checked against the Hub.
-* ``--descriptions FILE`` (csv or jsonl; ``contest`` or ``contest_number``, and ``scene/twist/location/entities``
-  or humor-r1's ``canny/uncanny``) joins descriptions by contest (over the Hub's, where both have one).
+Rules for what real data holds; each counted in ``prepare_report.json`` [under this name], over the kept files of
+every contest read:
 
-Rules for what real data holds (each counted in ``prepare_report.json`` under the name in brackets):
-
-1. Captions spanning several lines are joined with one space; every whitespace run becomes one space
-   [multi_line_captions]. Captions empty after that are dropped [empty_captions].
-2. Text is NFC-normalised [nfc_changed]; curly quotes become straight ones, so copies that differ only in quote style
-   merge and tokenisation does not depend on the typing device [curly_quotes]; dashes and accents are kept (NFC).
-3. Exact duplicates within a contest (after 1-2) are merged: the copies are one text rated by different readers, so
-   their ratings are pooled: votes summed, vote-weighted mean, and the standard error of the pooled mean from each
-   copy's sum of squares (precision^2 * v * (v-1), the publisher's SE convention) plus the between-copy spread,
-   floored at 1/sqrt(V(V-1)) as the publisher floors it [duplicate_groups, duplicate_rows_merged, max_copies].
-4. Several algorithm files for one contest: the file with the most votes is kept (ties: algorithm name order). Each
-   file rates the same pool with its own sampler and readers; pooling streams from adaptive and uniform samplers
-   would mix differently biased means, and the fullest file has the tightest errors
-   [contests_with_several_files, algorithm_files_dropped].
+1. A caption spanning several lines is joined with one space; every whitespace run becomes one space
+   [multi_line_captions]; captions then empty are dropped [empty_captions].
+2. NFC [nfc_changed]; curly quotes become straight, so copies differing only in quote style merge and tokens do
+   not depend on the typing device [curly_quotes]; dashes and accents stay (NFC).
+3. Exact duplicates in a contest (after 1-2) are merged: one text rated by different readers, so the ratings are
+   pooled: votes summed, vote-weighted mean, and the SE of the pooled mean from each copy's sum of squares
+   (precision^2 * v * (v-1), the publisher's convention) plus the spread between copies, floored at 1/sqrt(V(V-1))
+   as the publisher floors it [duplicate_groups, duplicate_rows_merged, max_copies].
+4. Several algorithm files for a contest: the one with most votes is kept (ties: algorithm name order). Each rates
+   the same pool with its own sampler and readers; pooling adaptive and uniform streams would mix differently biased
+   means, and the fullest file has the tightest errors [contests_with_several_files, algorithm_files_dropped].
 5. ``votes`` that disagree with not_funny + somewhat_funny + funny are kept as published (mean and precision were
-   computed with them) and counted [vote_count_mismatches].
-6. Ties in mean keep a stable order: rows stay in their source-file order, and ``data.top_k_rows`` orders by mean,
-   then votes, then row [tied_captions; top_k_cut_in_tie: contests whose ``--top-k`` cut falls inside a tie].
-7. Contests without a readable cartoon are dropped (the pipeline is image-conditioned and the layout needs an image)
-   [contests_without_cartoon (+ _ids), unreadable_cartoons]. Contests without a description keep empty fields
-   [contests_without_description].
+   computed with them) [vote_count_mismatches].
+6. Ties in mean keep a stable order: rows stay in source-file order and ``data.top_k_rows`` orders by mean, then
+   votes, then row [tied_captions; top_k_cut_in_tie: contests whose ``--top-k`` cut falls inside a tie].
+7. Contests without a readable cartoon are dropped: the pipeline is image-conditioned [contests_without_cartoon
+   (+ _ids), unreadable_cartoons]. Contests without a description keep empty fields [contests_without_description].
 8. ``data.filter_captions``: captions with >= ``--min-votes`` votes, then contests with >= ``--min-captions`` of them
    (humor-r1: 10 and 20) [captions_below_min_votes, contests_below_min_captions]; then ``data.split_by_contest``.
 
-Cartoons are copied once to ``OUT/images/``; each row's ``image`` is the path ``../images/<contest>.<ext>``, relative
-to its split's folder, which ``data.load_captions`` resolves (the bytes on every caption row would take ~10^2 GB, and
-``save_to_disk`` embeds the files an Image column points to). Rows stream to disk contest by contest, so memory stays
-bounded; the folder is written beside ``OUT`` and renamed into place only when complete.
+Each cartoon is copied once to ``OUT/images/``; a row's ``image`` is ``../images/<contest>.<ext>``, relative to its
+split's folder, which ``load_captions`` resolves (the bytes on every row would take ~10^2 GB, and ``save_to_disk``
+embeds what an Image column points to). Rows stream to disk contest by contest (bounded memory); the folder is
+written beside ``OUT`` and renamed into place only when complete.
 """
 from __future__ import annotations
 
@@ -283,8 +278,7 @@ def place_cartoon(contest: int, source, folder: str, report: Counter) -> str | N
         if not isinstance(source, bytes):
             with open(source, "rb") as handle:
                 source = handle.read()
-        blob = source
-        with Image.open(io.BytesIO(blob)) as image:
+        with Image.open(io.BytesIO(source)) as image:
             image.load()
             ext = (image.format or "png").lower().replace("jpeg", "jpg")
     except Exception:  # noqa: BLE001 - counted: a broken cartoon drops its contest
@@ -292,7 +286,7 @@ def place_cartoon(contest: int, source, folder: str, report: Counter) -> str | N
         return None
     target = os.path.join(folder, f"{contest}.{ext}")
     with open(target, "wb") as handle:
-        handle.write(blob)
+        handle.write(source)
     return target
 
 
@@ -342,18 +336,30 @@ def prepare(args: argparse.Namespace) -> dict:
                                                                                   "votes"))},
                          **{c: [protocol_text((desc or {}).get(c))] * len(rows) for c in desc_cols}}
                 writer.write_batch(pa.RecordBatch.from_pydict(batch, schema=features.arrow_schema))
-        table = datasets.Dataset.from_file(staging)
-        if not len(table):
+        with pa.memory_map(staging) as source:
+            table = pa.ipc.open_stream(source).read_all()  # memory-mapped, not read into memory
+        if not table.num_rows:
             raise DataError("no contest has both captions and a readable cartoon; check the source's cartoons/")
-        report["captions_below_min_votes"] = int((np.asarray(table.data.column("votes")) < args.min_votes).sum())
-        kept = data.filter_captions(table, args.min_votes, args.min_captions)
-        report["contests_below_min_captions"] = len(table.unique("contest")) - len(kept.unique("contest"))
-        splits = data.split_by_contest(kept, args.val_frac, args.test_frac, args.seed)
-        splits = datasets.DatasetDict({name: split for name, split in splits.items() if len(split)})  # frac 0: none
-        splits.save_to_disk(tmp)
-        sizes = {name: {"contests": len(split.unique("contest")), "captions": len(split)}
-                 for name, split in splits.items()}
-        del table, kept, splits
+        # filter and split decided on the (contest, votes) columns alone, then the rows taken in Arrow batches:
+        # select() + save_to_disk would flatten the indices through Python dicts (~10^4 rows/s)
+        contest, votes = np.asarray(table.column("contest")), np.asarray(table.column("votes"))
+        light = datasets.Dataset.from_dict({"contest": contest, "votes": votes, "row": np.arange(len(votes))})
+        kept = data.filter_captions(light, args.min_votes, args.min_captions)
+        report["captions_below_min_votes"] = int((votes < args.min_votes).sum())
+        splits, sizes = {}, {}
+        for name, split in data.split_by_contest(kept, args.val_frac, args.test_frac, args.seed).items():
+            rows = np.asarray(split.with_format("numpy")["row"])
+            if not len(rows):
+                continue  # a fraction of 0
+            path = os.path.join(tmp, ".staging", f"{name}.arrow")
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+                for start in range(0, len(rows), 65_536):
+                    writer.write_table(table.take(rows[start:start + 65_536]))
+            splits[name] = datasets.Dataset.from_file(path)
+            sizes[name] = {"contests": len(np.unique(contest[rows])), "captions": len(rows)}
+        report["contests_below_min_captions"] = len(np.unique(contest)) - sum(s["contests"] for s in sizes.values())
+        datasets.DatasetDict(splits).save_to_disk(tmp)
+        del table, splits
         shutil.rmtree(os.path.dirname(staging))
         summary = {"source": "hub" if args.hub else "ratings", "input": os.path.abspath(args.hub or args.ratings),
                    "out": out, "settings": {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")},
