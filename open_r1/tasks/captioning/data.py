@@ -134,7 +134,7 @@ def filter_captions(dataset, min_votes: int = 10, min_captions: int = 20):
     keep = [row for row in voted if counts[contests[row]] >= min_captions]
     if not keep:
         raise DataError(f"no contest keeps {min_captions} captions with >= {min_votes} votes; lower the thresholds")
-    return dataset.select(keep)
+    return dataset.select(np.asarray(keep, dtype=np.int64))  # an array: datasets hashes a list item by item
 
 
 def drop_analysis_columns(dataset):
@@ -524,7 +524,7 @@ def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, see
     out = {}
     for split in ("train", "val", "test"):
         rows = sorted(r for c in parts[split] for r in groups[contests[c]])
-        out[split] = dataset.select(rows)
+        out[split] = dataset.select(np.asarray(rows, dtype=np.int64))
     return datasets.DatasetDict(out)
 
 

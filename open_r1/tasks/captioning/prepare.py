@@ -262,7 +262,7 @@ def contest_rows(files: list[tuple], report: Counter, top_k: int) -> list[tuple]
             report["duplicate_groups"] += 1
             report["duplicate_rows_merged"] += len(group) - 1
             report["max_copies"] = max(report["max_copies"], len(group))
-        out.append((caption, *merge_copies(group)))
+        out.append((caption, *(merge_copies(group) if len(group) > 1 else group[0])))
     means = Counter(r[1] for r in out)
     report["tied_captions"] += sum(n for n in means.values() if n > 1)
     ranked = sorted(r[1] for r in out)[::-1]
@@ -348,7 +348,7 @@ def prepare(args: argparse.Namespace) -> dict:
         report["captions_below_min_votes"] = int((votes < args.min_votes).sum())
         splits, sizes = {}, {}
         for name, split in data.split_by_contest(kept, args.val_frac, args.test_frac, args.seed).items():
-            rows = np.asarray(split.with_format("numpy")["row"])
+            rows = np.asarray(split.with_format("arrow")[:].column("row"))  # one take (split["row"]: row by row)
             if not len(rows):
                 continue  # a fraction of 0
             path = os.path.join(tmp, ".staging", f"{name}.arrow")
