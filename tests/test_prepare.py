@@ -107,6 +107,8 @@ def expected(contests, no_cartoon=(701,), min_votes=10, min_captions=MIN_CAPTION
             sum_sq = sum(c["precision"] ** 2 * c["votes"] * (c["votes"] - 1) + c["votes"] * c["mean"] ** 2
                          for c in copies)
             se = max(math.sqrt(max(sum_sq - n * mean ** 2, 0) / (n * (n - 1))), 1 / math.sqrt(n * (n - 1)))
+            if len(copies) == 1:  # a single copy keeps its published statistics
+                mean, se = copies[0]["mean"], copies[0]["precision"]
             if n >= min_votes:
                 merged.append((text, mean, se, n))
         if contest not in no_cartoon and len(merged) >= min_captions:
@@ -273,3 +275,12 @@ def test_hub_layout_saved_locally(tmp_path):
     got = {r["contest"]: r for s in loaded for r in s.remove_columns("image")}
     assert sorted(got) == [700, 702] and sum(len(s) for s in loaded) == sum(len(v) for v in want.values())
     assert got[700]["scene"] == "A dog at a desk." and got[700]["twist"] == "The dog is the boss."
+
+
+def test_a_missing_data_dir_points_to_prepare(tmp_path):
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import stage_common as common
+
+    paths = common.Paths({"work_dir": str(tmp_path)})
+    with pytest.raises(RecipeError, match="open-r1-caption-prepare --ratings REPO --out DIR, then data.dir=DIR"):
+        common.check_inputs({"train": common.split_input(paths, "train")})
