@@ -39,7 +39,7 @@ def fixture_contests(seed=0):
         "multi_line_captions": 1, "nfc_changed": 1, "curly_quotes": 2, "empty_captions": 1, "duplicate_groups": 2,
         "duplicate_rows_merged": 3, "max_copies": 3, "vote_count_mismatches": 2, "contests_with_several_files": 1,
         "algorithm_files_dropped": 1, "tied_captions": 3, "top_k_cut_in_tie": 1, "contests_without_cartoon": 1,
-        "captions_below_min_votes": 2, "contests_below_min_captions": 1, "contests_without_description": 2,
+        "captions_below_min_votes": 2, "non_finite_rows": 1, "contests_below_min_captions": 1, "contests_without_description": 2,
     }
     odd = [
         _row("Line one\nline two", 1.25, 0.05, 40),
@@ -52,7 +52,7 @@ def fixture_contests(seed=0):
     ]
     ties = [_row("Tie X", 1.7, 0.03, 50), _row("Tie Y", 1.7, 0.03, 80), _row("Tie Z", 1.7, 0.03, 80),
             _row("Top one", 1.9, 0.02, 200), _row("Top two", 1.8, 0.02, 200)]
-    low_votes = [_row("Few votes a", 1.95, 0.2, 4), _row("Few votes b", 1.05, 0.2, 3)]
+    low_votes = [_row("Few votes a", 1.95, 0.2, 4), _row("Few votes b", 1.05, 0.2, 3), _row("No stats", 1.5, "nan", 1)]
     contests = {
         500: [("LilUCB", OLD, _random_rows(rng, "500L", 24, means)),
               ("RoundRobin", OLD, [dict(r, votes=5, not_funny=5, somewhat_funny=0, funny=0)
@@ -95,6 +95,8 @@ def expected(contests, no_cartoon=(701,), min_votes=10, min_captions=MIN_CAPTION
         rows = max(files, key=lambda f: sum(r["votes"] for r in f[2]))[2]
         groups = {}
         for row in rows:
+            if not math.isfinite(float(row["precision"])):
+                continue
             text = unicodedata.normalize("NFC", " ".join(row["caption"].split()))
             for curly, straight in CURLY.items():
                 text = text.replace(curly, straight)
@@ -255,7 +257,7 @@ def test_hub_layout_saved_locally(tmp_path):
         for row in contests[contest][0][2]:
             rows["contest_number"].append(contest)
             for key in ("caption", "mean", "precision", "votes"):
-                rows[key].append(row[key])
+                rows[key].append(float(row[key]) if key == "precision" else row[key])
     table = datasets.Dataset.from_dict(rows)
     datasets.DatasetDict({"train": table.select(range(20)), "validation": table.select(range(20, len(table)))}
                          ).save_to_disk(str(tmp_path / "hub" / "1_rating"))

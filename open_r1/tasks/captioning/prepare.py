@@ -19,7 +19,8 @@ Rules for what real data holds; each counted in ``prepare_report.json`` [under t
 every contest read:
 
 1. A caption spanning several lines is joined with one space; every whitespace run becomes one space
-   [multi_line_captions]; captions then empty are dropped [empty_captions].
+   [multi_line_captions]; captions then empty are dropped [empty_captions], and so are rows whose mean or precision
+   is not a finite number [non_finite_rows].
 2. NFC [nfc_changed]; curly quotes become straight, so copies differing only in quote style merge and tokens do
    not depend on the typing device [curly_quotes]; dashes and accents stay (NFC).
 3. Exact duplicates in a contest (after 1-2) are merged: one text rated by different readers, so the ratings are
@@ -251,6 +252,9 @@ def contest_rows(files: list[tuple], report: Counter, top_k: int) -> list[tuple]
     copies: dict[str, list] = {}
     for raw, mean, precision, votes, cats in rows:
         report["vote_count_mismatches"] += cats is not None and cats != votes
+        if not (math.isfinite(mean) and math.isfinite(precision)):
+            report["non_finite_rows"] += 1
+            continue
         caption = clean_caption(raw, report)
         if not caption:
             report["empty_captions"] += 1
