@@ -286,3 +286,8 @@ def test_a_missing_data_dir_points_to_prepare(tmp_path):
     paths = common.Paths({"work_dir": str(tmp_path)})
     with pytest.raises(RecipeError, match="open-r1-caption-prepare --ratings REPO --out DIR, then data.dir=DIR"):
         common.check_inputs({"train": common.split_input(paths, "train")})
+
+
+def test_help_shows_the_defaults():
+    text = prepare.build_parser().format_help()
+    assert "(default: 10)" in text and "(default: 20)" in text and "(default: 0.1)" in text

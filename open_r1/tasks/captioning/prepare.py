@@ -352,7 +352,7 @@ def prepare(args: argparse.Namespace) -> dict:
         report["captions_below_min_votes"] = int((votes < args.min_votes).sum())
         splits, sizes = {}, {}
         for name, split in data.split_by_contest(kept, args.val_frac, args.test_frac, args.seed).items():
-            rows = np.asarray(split.with_format("arrow")[:].column("row"))  # one take (split["row"]: row by row)
+            rows = np.asarray(data._column(split, "row"), dtype=np.int64)
             if not len(rows):
                 continue  # a fraction of 0
             path = os.path.join(tmp, ".staging", f"{name}.arrow")
