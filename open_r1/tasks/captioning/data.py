@@ -110,7 +110,6 @@ def _resolve_image_paths(dataset, path: str):
     import datasets
     import pyarrow.compute as pc
 
-    dataset = dataset.flatten_indices() if dataset._indices is not None else dataset
     absolute = pc.binary_join_element_wise(os.path.abspath(path) + os.sep, dataset.data.column("image"), "")
     return dataset.remove_columns("image").add_column("image", absolute).cast_column("image", datasets.Image())
 
