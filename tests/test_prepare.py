@@ -291,3 +291,30 @@ def test_a_missing_data_dir_points_to_prepare(tmp_path):
 def test_help_shows_the_defaults():
     text = prepare.build_parser().format_help()
     assert "(default: 10)" in text and "(default: 20)" in text and "(default: 0.1)" in text
+
+
+def test_capped_pairs_of_contests_larger_than_a_block_equal_drawing_from_every_pair():
+    """The bounded pairing (blockwise counts, draws located by row) gives exactly what drawing ``cap`` of the whole
+    row-major list of qualifying pairs gives, then shuffling all contests' pairs, chosen side first."""
+    import datasets
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    sizes, cap, seed = (1500, 40, 2100), 300, 7
+    contest = np.repeat(np.arange(len(sizes)), sizes)
+    mean, se = rng.uniform(1, 2, len(contest)).round(3), rng.uniform(0.005, 0.1, len(contest))
+    table = datasets.Dataset.from_dict({"contest": contest, "mean": mean, "precision": se,
+                                        "votes": np.full(len(contest), 20), "caption": [f"c{i}" for i in contest]})
+    draw, found, offset = np.random.default_rng(seed), [], 0
+    for n in sizes:
+        m, s = mean[offset:offset + n], se[offset:offset + n]
+        i, j = np.triu_indices(n, k=1)  # row-major i < j
+        ok = np.abs(m[i] - m[j]) > 3.0 * np.sqrt(s[i] ** 2 + s[j] ** 2)
+        every = np.stack([i[ok], j[ok]], axis=1) + offset
+        found.append(every[draw.choice(len(every), size=cap, replace=False)] if len(every) > cap else every)
+        offset += n
+    pairs = np.concatenate(found)
+    pairs = pairs[draw.permutation(len(pairs))]
+    hi = mean[pairs[:, 0]] >= mean[pairs[:, 1]]
+    want = np.where(hi[:, None], pairs, pairs[:, ::-1])
+    assert np.array_equal(data.pair_indices(table, k=3.0, cap_per_contest=cap, seed=seed), want)

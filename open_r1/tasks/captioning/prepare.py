@@ -179,8 +179,10 @@ def hub_source(root: str):
         for rows in np.split(order, bounds):
             part = ratings.data.table.take(rows).to_pydict()
             cats = [sum(t) for t in zip(*(part[c] for c in CATEGORIES))] if has_cats else [None] * len(rows)
-            yield int(ids[rows[0]]), [("", list(zip(part["caption"], part["mean"], part["precision"], part["votes"],
-                                                    cats)))]
+            nan = float("nan")  # a missing statistic: dropped and counted as non-finite (rule 1)
+            stats = [(m if m is not None else nan, p if p is not None else nan, v or 0)
+                     for m, p, v in zip(part["mean"], part["precision"], part["votes"])]
+            yield int(ids[rows[0]]), [("", [(c or "", *st, k) for c, st, k in zip(part["caption"], stats, cats)])]
 
     descriptions = {}
     desc = _load_part(os.path.join(root, HUB_PARTS[1]), False)
