@@ -233,6 +233,13 @@ def _bad(tmp_path, case):
     return str(root), "600_LilUCB.csv line 3"
 
 
+def test_bad_settings_are_refused_before_reading(tmp_path, capsys):
+    for flag, value in (("--val-frac", "1.5"), ("--min-votes", "-1"), ("--top-k", "0")):
+        assert prepare.main(["--ratings", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), flag, value]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{flag} ({value})" in err and "summaries" not in err
+
+
 @pytest.mark.parametrize("case", ["missing", "header", "encoding", "row"])
 def test_bad_input_gives_one_line_and_leaves_nothing(tmp_path, capsys, case):
     source, message = _bad(tmp_path, case)

@@ -419,8 +419,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.top_k < 1:
-            raise DataError(f"--top-k must be >= 1, got {args.top_k}")
+        fracs_ok = 0 <= args.val_frac < 1 and 0 <= args.test_frac < 1
+        if min(args.min_votes, args.min_captions) < 0 or args.top_k < 1 or not fracs_ok:
+            raise DataError(f"--min-votes ({args.min_votes}) and --min-captions ({args.min_captions}) must be >= 0, "
+                            f"--top-k ({args.top_k}) >= 1, --val-frac ({args.val_frac}) and --test-frac "
+                            f"({args.test_frac}) in [0, 1)")  # checked before minutes of reading
         summary = prepare(args)
     except OpenR1Error as exc:
         print(f"error: {exc}", file=sys.stderr)
