@@ -198,6 +198,7 @@ def test_report_counts_every_planted_case(prepared):
     with open(os.path.join(out, "prepare_report.json")) as handle:
         report = json.load(handle)
     assert {k: report[k] for k in planted} == planted
+    assert report["unreadable_cartoons"] == 0 and set(prepare.COUNTS) < set(report)
     assert report["contests_without_cartoon_ids"] == [701] and report["contests_read"] == 6
     assert report["splits"] == {n: {"contests": len(set(s["contest"])), "captions": len(s)} for n, s in splits.items()}
     assert sorted(os.listdir(os.path.join(out, "images"))) == ["500.jpg", "510.jpg", "700.jpg", "702.png", "703.jpg"]

@@ -68,6 +68,10 @@ CATEGORIES = ("not_funny", "somewhat_funny", "funny")
 QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201c": '"', "\u201d": '"', "\u201e": '"'})
 HUB_PARTS = ("1_rating", "2_gpt4o_description", "cartoons")
 REPORT = "prepare_report.json"
+COUNTS = ("contests_read", "caption_rows_read", "multi_line_captions", "empty_captions", "non_finite_rows",
+          "nfc_changed", "curly_quotes", "duplicate_groups", "duplicate_rows_merged", "max_copies",
+          "contests_with_several_files", "algorithm_files_dropped", "vote_count_mismatches", "tied_captions",
+          "top_k_cut_in_tie", "unreadable_cartoons", "contests_without_description")  # every one, 0 included
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -315,7 +319,7 @@ def prepare(args: argparse.Namespace) -> dict:
                                   "caption": datasets.Value("string"), "mean": datasets.Value("float64"),
                                   "precision": datasets.Value("float64"), "votes": datasets.Value("int64"),
                                   **{c: datasets.Value("string") for c in desc_cols}})
-    report, no_cartoon = Counter(max_copies=0), []
+    report, no_cartoon = Counter(dict.fromkeys(COUNTS, 0)), []
     os.makedirs(os.path.dirname(out), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.tmp-", dir=os.path.dirname(out))
     try:
