@@ -9,7 +9,9 @@ A directory written by ``datasets.Dataset.save_to_disk`` (or a ``DatasetDict`` o
 column         type                 meaning
 =============  ===================  ===========================================================================
 ``contest``    int or str           the cartoon (contest) id; every caption of one cartoon shares it
-``image``      ``datasets.Image``   the cartoon (repeated on each of its caption rows)
+``image``      ``datasets.Image``   the cartoon (repeated on each of its caption rows); or a str: the image file's
+                                    path relative to the dataset's own directory (``prepare`` writes
+                                    ``../images/<contest>.jpg``: each cartoon stored once, not on every row)
 ``caption``    str                  one caption entry, one line
 ``mean``       float                mean rating of the caption (finite)
 ``precision``  float >= 0           spread of the rating: by default **the standard error of the mean** (see
@@ -96,8 +98,20 @@ def load_captions(path: str | os.PathLike, split: str | None = None, *, keep_ora
         loaded = loaded.rename_columns(present)
     if not keep_oracle:
         loaded = drop_analysis_columns(loaded)
+    if loaded.features.get("image") == datasets.Value("string"):
+        loaded = _resolve_image_paths(loaded, path)
     validate_captions(loaded, name=path, check_images=check_images)
     return loaded
+
+
+def _resolve_image_paths(dataset, path: str):
+    """The ``image`` column of image paths relative to ``path``, as a ``datasets.Image`` column of absolute paths
+    (an Arrow string join: no per-row Python, no cache file written into the dataset's folder)."""
+    import datasets
+    import pyarrow.compute as pc
+
+    absolute = pc.binary_join_element_wise(os.path.abspath(path) + os.sep, dataset.data.column("image"), "")
+    return dataset.remove_columns("image").add_column("image", absolute).cast_column("image", datasets.Image())
 
 
 # The public humor-r1 data (yguooo/newyorker_caption_ranking) names the description fields canny / uncanny.
@@ -119,7 +133,7 @@ def filter_captions(dataset, min_votes: int = 10, min_captions: int = 20):
     keep = [row for row in voted if counts[contests[row]] >= min_captions]
     if not keep:
         raise DataError(f"no contest keeps {min_captions} captions with >= {min_votes} votes; lower the thresholds")
-    return dataset.select(keep)
+    return dataset.select(np.asarray(keep, dtype=np.int64))  # an array: datasets hashes a list item by item
 
 
 def drop_analysis_columns(dataset):
@@ -129,8 +143,12 @@ def drop_analysis_columns(dataset):
 
 
 def _column(dataset, name: str) -> list:
-    # to_dict: one Arrow -> Python conversion (iterating the column went row by row: 10-80x slower)
-    return dataset.select_columns([name]).to_dict()[name] if len(dataset) else []
+    """One column as a list, read in Arrow batches: iterating the column went row by row (10-80x slower), and one
+    read of a dataset with an indices mapping (after select) builds a table slice per row (~1 GB a million rows)."""
+    out = []
+    for batch in dataset.select_columns([name]).with_format("arrow").iter(batch_size=1 << 14):
+        out.extend(batch.column(0).to_pylist())
+    return out
 
 
 def validate_captions(dataset, name: str = "caption dataset", check_images: str = "first_per_contest") -> None:
@@ -353,18 +371,43 @@ def standard_errors(dataset, se_from: str | Callable[[dict], float] = "precision
     return se
 
 
-def _qualifying_pairs(mean: np.ndarray, se: np.ndarray, k: float, block: int = 1024) -> np.ndarray:
-    """All (i, j), i < j (local indices), with |mean_i - mean_j| > k * sqrt(se_i^2 + se_j^2), blockwise in memory."""
+def _pair_mask(mean: np.ndarray, se: np.ndarray, k: float, start: int, stop: int) -> np.ndarray:
+    """Rows start..stop-1 against columns start..n-1: |mean_i - mean_j| > k * sqrt(se_i^2 + se_j^2) and j > i."""
+    i = np.arange(start, stop)
+    gap = np.abs(mean[i, None] - mean[None, start:])
+    threshold = k * np.sqrt(se[i, None] ** 2 + se[None, start:] ** 2)
+    return (gap > threshold) & (np.arange(start, len(mean))[None, :] > i[:, None])
+
+
+def _mask_pairs(mask: np.ndarray, start: int) -> np.ndarray:
+    a, b = np.nonzero(mask)  # row-major: the (i, j) order of the whole upper triangle
+    return np.stack([a + start, b + start], axis=1)
+
+
+def _contest_pairs(mean: np.ndarray, se: np.ndarray, k: float, cap: int | None, rng) -> np.ndarray:
+    """A contest's qualifying (i, j), i < j (local indices, row-major order); with ``cap``, ``cap`` of them drawn by
+    ``rng.choice(count, cap, replace=False)`` (in the draw's order) when more qualify. Bounded memory: the pairs are
+    never all materialised (a 10k-caption contest has ~2.5e7): a first pass counts them per row, blockwise; a drawn
+    pair's row is then found from the running counts and only that row's comparisons are redone."""
     n = len(mean)
-    found = []
+    block = max(1, (1 << 20) // max(n, 1))  # ~1M cells of the comparison at a time, whatever the contest's size
+    per_row, found = [], []
     for start in range(0, n, block):
-        i = np.arange(start, min(start + block, n))
-        gap = np.abs(mean[i, None] - mean[None, :])
-        threshold = k * np.sqrt(se[i, None] ** 2 + se[None, :] ** 2)
-        ok = (gap > threshold) & (np.arange(n)[None, :] > i[:, None])
-        a, b = np.nonzero(ok)
-        found.append(np.stack([i[a], b], axis=1))
-    return np.concatenate(found) if found else np.empty((0, 2), dtype=np.int64)
+        mask = _pair_mask(mean, se, k, start, min(start + block, n))
+        per_row.append(mask.sum(axis=1))
+        if cap is None or sum(len(f) for f in found) + per_row[-1].sum() <= cap:
+            found.append(_mask_pairs(mask, start))
+    ends = np.cumsum(np.concatenate(per_row)) if n else np.zeros(0, dtype=np.int64)
+    if cap is None or not n or ends[-1] <= cap:
+        return np.concatenate(found) if found else np.empty((0, 2), dtype=np.int64)
+    pick = rng.choice(int(ends[-1]), size=cap, replace=False)
+    rows = np.searchsorted(ends, pick, side="right")  # the row holding the pick-th pair
+    out = np.empty((cap, 2), dtype=np.int64)
+    for row in np.unique(rows).tolist():
+        here = np.flatnonzero(rows == row)
+        columns = np.flatnonzero(_pair_mask(mean, se, k, row, row + 1)[0]) + row
+        out[here] = np.stack([np.full(len(here), row), columns[pick[here] - (ends[row - 1] if row else 0)]], axis=1)
+    return out
 
 
 def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float] = "precision",
@@ -384,10 +427,7 @@ def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float]
     pairs = []
     for rows in _contest_groups(dataset).values():
         rows = np.asarray(rows)
-        local = _qualifying_pairs(mean[rows], ses[rows], float(k))
-        if cap_per_contest is not None and len(local) > cap_per_contest:
-            local = local[rng.choice(len(local), size=cap_per_contest, replace=False)]
-        pairs.append(rows[local])
+        pairs.append(rows[_contest_pairs(mean[rows], ses[rows], float(k), cap_per_contest, rng)])
     pairs = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.int64)
     if not len(pairs):
         raise DataError(
@@ -487,7 +527,7 @@ def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, see
     out = {}
     for split in ("train", "val", "test"):
         rows = sorted(r for c in parts[split] for r in groups[contests[c]])
-        out[split] = dataset.select(rows)
+        out[split] = dataset.select(np.asarray(rows, dtype=np.int64))
     return datasets.DatasetDict(out)
 
 

@@ -1,0 +1,328 @@
+"""open-r1-caption-prepare on a fixture in the real layouts, written here: the prepared splits load, and their top-k
+rows and 3-sigma pairs equal a plain-Python computation over the fixture's rows; every planted case is counted."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import unicodedata
+
+import pytest
+
+from open_r1.tasks.captioning import data, prepare
+
+OLD = ["rank", "caption", "mean", "precision", "votes", "not_funny", "somewhat_funny", "funny"]
+NEW = OLD[1:]
+MIN_CAPTIONS = 20
+CURLY = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'}
+
+
+def _row(caption, mean, se, votes, mismatch=False):
+    funny = votes // 3
+    return {"caption": caption, "mean": mean, "precision": se, "votes": votes, "not_funny": votes - 2 * funny,
+            "somewhat_funny": funny, "funny": funny + (1 if mismatch else 0)}
+
+
+def _random_rows(rng, prefix, n, means):
+    return [_row(f"{prefix} joke {i}", means.pop(), round(rng.uniform(0.01, 0.15), 4), rng.randint(10, 300))
+            for i in range(n)]
+
+
+def fixture_contests(seed=0):
+    """{contest: [(algorithm or '', header, rows)]} plus the planted counts."""
+    rng = random.Random(seed)
+    means = [round(1 + (i + 0.5) / 1000, 4) for i in range(600)]  # below the planted tops, never equal to a planted mean
+    rng.shuffle(means)  # distinct means: the only ties are the planted ones
+    planted = {
+        "multi_line_captions": 1, "nfc_changed": 1, "curly_quotes": 2, "empty_captions": 1, "duplicate_groups": 2,
+        "duplicate_rows_merged": 3, "max_copies": 3, "vote_count_mismatches": 2, "contests_with_several_files": 1,
+        "algorithm_files_dropped": 1, "tied_captions": 3, "top_k_cut_in_tie": 1, "contests_without_cartoon": 1,
+        "captions_below_min_votes": 2, "non_finite_rows": 1, "contests_below_min_captions": 1, "contests_without_description": 2,
+    }
+    odd = [
+        _row("Line one\nline two", 1.25, 0.05, 40),
+        _row("Cafe\u0301 au lait", 1.35, 0.05, 40),
+        _row("\u201cWho\u2019s there?\u201d", 1.45, 0.04, 50),
+        _row("Same joke.", 1.6, 0.05, 40), _row("Same joke.", 1.4, 0.03, 60, mismatch=True),
+        _row("Same joke.", 1.5, 0.02, 100),
+        _row("Quote \u2018me\u2019.", 1.2, 0.06, 30), _row("Quote 'me'.", 1.3, 0.04, 70, mismatch=True),
+        _row("   ", 1.1, 0.1, 20),
+    ]
+    ties = [_row("Tie X", 1.7, 0.03, 50), _row("Tie Y", 1.7, 0.03, 80), _row("Tie Z", 1.7, 0.03, 80),
+            _row("Top one", 1.9, 0.02, 200), _row("Top two", 1.8, 0.02, 200)]
+    low_votes = [_row("Few votes a", 1.95, 0.2, 4), _row("Few votes b", 1.05, 0.2, 3), _row("No stats", 1.5, "nan", 1)]
+    contests = {
+        500: [("LilUCB", OLD, _random_rows(rng, "500L", 24, means)),
+              ("RoundRobin", OLD, [dict(r, votes=5, not_funny=5, somewhat_funny=0, funny=0)
+                                   for r in _random_rows(rng, "500R", 24, means)])],
+        510: [("LilUCB", OLD, _random_rows(rng, "510", 22, means) + odd)],
+        700: [("", NEW, _random_rows(rng, "700", 20, means) + ties)],
+        701: [("", NEW, _random_rows(rng, "701", 25, means))],  # no cartoon
+        702: [("", NEW, _random_rows(rng, "702", 21, means) + low_votes)],
+        703: [("", NEW, _random_rows(rng, "703", 8, means))],  # too few captions
+    }
+    for rows in contests[500][0][2]:
+        rows["votes"] += 20  # the LilUCB file has more votes: it is kept
+        rows["not_funny"] += 20
+    return contests, planted
+
+
+def write_ratings(root, contests, no_cartoon=(701,)):
+    from PIL import Image
+
+    os.makedirs(os.path.join(root, "summaries"))
+    os.makedirs(os.path.join(root, "cartoons"))
+    for contest, files in contests.items():
+        for algo, header, rows in files:
+            name = f"{contest}_{algo}.csv" if algo else f"{contest}.csv"
+            with open(os.path.join(root, "summaries", name), "w", newline="", encoding="utf-8") as handle:
+                writer = csv.writer(handle)
+                writer.writerow(header)
+                for rank, row in enumerate(rows):
+                    writer.writerow([rank if h == "rank" else row[h] for h in header])
+        if contest not in no_cartoon:
+            Image.new("RGB", (16, 12), (contest % 255, 40, 90)).save(
+                os.path.join(root, "cartoons", f"{contest}.{'png' if contest == 702 else 'jpg'}"))
+    return root
+
+
+def expected(contests, no_cartoon=(701,), min_votes=10, min_captions=MIN_CAPTIONS):
+    """Plain Python over the fixture: {contest: [(caption, mean, se, votes)]} in source order."""
+    out = {}
+    for contest, files in contests.items():
+        rows = max(files, key=lambda f: sum(r["votes"] for r in f[2]))[2]
+        groups = {}
+        for row in rows:
+            if not math.isfinite(float(row["precision"])):
+                continue
+            text = unicodedata.normalize("NFC", " ".join(row["caption"].split()))
+            for curly, straight in CURLY.items():
+                text = text.replace(curly, straight)
+            if text:
+                groups.setdefault(text, []).append(row)
+        merged = []
+        for text, copies in groups.items():
+            n = sum(c["votes"] for c in copies)
+            mean = sum(c["votes"] * c["mean"] for c in copies) / n
+            sum_sq = sum(c["precision"] ** 2 * c["votes"] * (c["votes"] - 1) + c["votes"] * c["mean"] ** 2
+                         for c in copies)
+            se = max(math.sqrt(max(sum_sq - n * mean ** 2, 0) / (n * (n - 1))), 1 / math.sqrt(n * (n - 1)))
+            if len(copies) == 1:  # a single copy keeps its published statistics
+                mean, se = copies[0]["mean"], copies[0]["precision"]
+            if n >= min_votes:
+                merged.append((text, mean, se, n))
+        if contest not in no_cartoon and len(merged) >= min_captions:
+            out[contest] = merged
+    return out
+
+
+DESCRIPTIONS = {500: {"contest_number": 500, "canny": "A dog at a desk.", "uncanny": "The dog is the boss.",
+                      "location": "office", "entities": ["dog", "desk"]},
+                510: {"contest": 510, "scene": "Two fish\nin a bar.", "twist": "They are dry.", "location": "bar",
+                      "entities": "fish"},
+                700: {"contest": 700, "scene": "A knight on a bus.", "twist": "", "location": "bus",
+                      "entities": "knight"}}
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("prep")
+    contests, planted = fixture_contests()
+    write_ratings(str(root / "ratings"), contests)
+    with open(root / "desc.jsonl", "w") as handle:
+        handle.writelines(json.dumps(d) + "\n" for d in DESCRIPTIONS.values())
+    out = str(root / "out")
+    rc = prepare.main(["--ratings", str(root / "ratings"), "--out", out, "--descriptions", str(root / "desc.jsonl"),
+                       "--val-frac", "0.25", "--test-frac", "0.25", "--seed", "3"])
+    assert rc == 0
+    splits = {name: data.load_captions(os.path.join(out, name), check_images="all") for name in ("train", "val", "test")}
+    return out, contests, planted, splits
+
+
+def test_prepared_splits_hold_the_expected_captions_by_contest(prepared):
+    out, contests, _, splits = prepared
+    want = expected(contests)
+    seen = {}
+    for split in splits.values():
+        for row in split.remove_columns("image"):
+            seen.setdefault(row["contest"], []).append((row["caption"], row["mean"], row["precision"], row["votes"]))
+    assert sorted(seen) == sorted(want) == [500, 510, 700, 702]
+    for contest, rows in want.items():
+        assert [r[0] for r in seen[contest]] == [r[0] for r in rows]  # source order kept
+        for got, ref in zip(seen[contest], rows):
+            assert got[1:] == pytest.approx(ref[1:], rel=1e-9)
+    contest_sets = [set(s["contest"]) for s in splits.values()]
+    assert all(not a & b for i, a in enumerate(contest_sets) for b in contest_sets[i + 1:])
+    captions = [r[0] for r in seen[510]]
+    assert {"Caf\u00e9 au lait", "Line one line two", '"Who\'s there?"', "Quote 'me'."} <= set(captions)
+    assert captions.count("Same joke.") == 1
+
+
+def test_top_k_rows_and_three_sigma_pairs_equal_a_plain_computation(prepared):
+    _, contests, _, splits = prepared
+    want = expected(contests)
+    want_top = {c: {rows[i][0] for i in sorted(range(len(rows)), key=lambda i: (-rows[i][1], -rows[i][3], i))[:3]}
+                for c, rows in want.items()}
+    want_pairs = {(c, a[0], b[0]) if a[1] > b[1] else (c, b[0], a[0])
+                  for c, rows in want.items() for i, a in enumerate(rows) for b in rows[i + 1:]
+                  if abs(a[1] - b[1]) > 3 * math.sqrt(a[2] ** 2 + b[2] ** 2)}
+    got_top, got_pairs = {}, set()
+    for split in splits.values():
+        for row in data.top_k_rows(split, 3).remove_columns("image"):
+            got_top.setdefault(row["contest"], set()).add(row["caption"])
+        pairs = data.preference_pairs(split, k=3.0, cap_per_contest=None).remove_columns("image")
+        got_pairs |= {(r["contest"], r["chosen"], r["rejected"]) for r in pairs}
+    assert got_top == want_top
+    assert want_top[700] == {"Top one", "Top two", "Tie Y"}  # tie at the cut: more votes, then file order
+    assert got_pairs == want_pairs and len(want_pairs) > 100
+    capped = data.pair_indices(splits["train"], k=3.0, cap_per_contest=5, seed=1)
+    assert len(capped) == 5 * len(set(splits["train"]["contest"]))
+
+
+def test_sft_rows_and_descriptions_from_prepared_data(prepared):
+    _, _, _, splits = prepared
+    whole = [s for s in splits.values()]
+    for split in whole:
+        rows = data.sft_rows(split.add_column("thinking", ["why"] * len(split)), top_k=3)
+        assert len(rows) == 3 * len(set(split["contest"]))
+        assert rows[0]["images"][0].size == (16, 12)
+    by_contest = {r["contest"]: r for s in whole for r in s.remove_columns("image")}
+    assert by_contest[500]["scene"] == "A dog at a desk." and by_contest[500]["entities"] == "dog, desk"
+    assert by_contest[510]["scene"] == "Two fish in a bar." and by_contest[702]["scene"] == ""
+
+
+def test_report_counts_every_planted_case(prepared):
+    out, _, planted, splits = prepared
+    with open(os.path.join(out, "prepare_report.json")) as handle:
+        report = json.load(handle)
+    assert {k: report[k] for k in planted} == planted
+    assert report["unreadable_cartoons"] == 0 and set(prepare.COUNTS) < set(report)
+    assert report["contests_without_cartoon_ids"] == [701] and report["contests_read"] == 6
+    assert report["splits"] == {n: {"contests": len(set(s["contest"])), "captions": len(s)} for n, s in splits.items()}
+    assert sorted(os.listdir(os.path.join(out, "images"))) == ["500.jpg", "510.jpg", "700.jpg", "702.png", "703.jpg"]
+
+
+def test_existing_out_is_refused_and_overwrite_swaps_it_whole(prepared, tmp_path, capsys):
+    out, contests, _, _ = prepared
+    src = write_ratings(str(tmp_path / "ratings"), {c: contests[c] for c in (500, 510, 700)})
+    target = str(tmp_path / "out")
+    os.makedirs(target)
+    assert prepare.main(["--ratings", src, "--out", target]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "already exists" in err and "--overwrite" in err
+    assert prepare.main(["--ratings", src, "--out", target, "--overwrite", "--val-frac", "0.34",
+                         "--test-frac", "0.34"]) == 0
+    assert sorted(os.listdir(tmp_path)) == ["out", "ratings"]  # no temp or old folder left beside it
+    assert os.path.isfile(os.path.join(target, "prepare_report.json"))
+
+
+def _bad(tmp_path, case):
+    root = tmp_path / "ratings"
+    if case == "missing":
+        return str(tmp_path / "nowhere"), "summaries does not exist"
+    os.makedirs(root / "summaries")
+    path = root / "summaries" / "600_LilUCB.csv"
+    if case == "header":
+        path.write_text("caption,score\nfoo,1\n")
+        return str(root), "600_LilUCB.csv: header"
+    if case == "encoding":
+        path.write_bytes(b"\xff\xfe\x00bad\x81\x82")
+        return str(root), "600_LilUCB.csv is not a readable UTF-8 csv"
+    path.write_text(",".join(NEW) + "\nfine,1.5,0.1,20,5,5,10\nbroken,abc,0.1,20,5,5,10\n")
+    return str(root), "600_LilUCB.csv line 3"
+
+
+def test_bad_settings_are_refused_before_reading(tmp_path, capsys):
+    for flag, value in (("--val-frac", "1.5"), ("--min-votes", "-1"), ("--top-k", "0")):
+        assert prepare.main(["--ratings", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), flag, value]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{flag} ({value})" in err and "summaries" not in err
+
+
+@pytest.mark.parametrize("case", ["missing", "header", "encoding", "row"])
+def test_bad_input_gives_one_line_and_leaves_nothing(tmp_path, capsys, case):
+    source, message = _bad(tmp_path, case)
+    before = sorted(os.listdir(tmp_path))
+    assert prepare.main(["--ratings", source, "--out", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.err.strip().count("\n") == 0 and "Traceback" not in captured.err
+    assert sorted(os.listdir(tmp_path)) == before  # no out dir, no temp dir
+
+
+def test_hub_layout_saved_locally(tmp_path):
+    import io
+
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    contests, _ = fixture_contests(seed=1)
+    rows = {"contest_number": [], "caption": [], "mean": [], "precision": [], "votes": []}
+    for contest in (700, 702):
+        for row in contests[contest][0][2]:
+            rows["contest_number"].append(contest)
+            for key in ("caption", "mean", "precision", "votes"):
+                rows[key].append(float(row[key]) if key == "precision" else row[key])
+    table = datasets.Dataset.from_dict(rows)
+    datasets.DatasetDict({"train": table.select(range(20)), "validation": table.select(range(20, len(table)))}
+                         ).save_to_disk(str(tmp_path / "hub" / "1_rating"))
+    datasets.Dataset.from_list([DESCRIPTIONS[500] | {"contest_number": 700}]).save_to_disk(
+        str(tmp_path / "hub" / "2_gpt4o_description"))
+    blobs = []
+    for contest in (700, 702):
+        buffer = io.BytesIO()
+        Image.new("RGB", (10, 10)).save(buffer, format="PNG")
+        blobs.append({"bytes": buffer.getvalue(), "path": f"{contest}.png"})
+    os.makedirs(tmp_path / "hub" / "cartoons")
+    pq.write_table(pa.table({"image": blobs}), tmp_path / "hub" / "cartoons" / "train-00000-of-00001.parquet")
+    out = str(tmp_path / "out")
+    assert prepare.main(["--hub", str(tmp_path / "hub"), "--out", out, "--val-frac", "0.4", "--test-frac", "0"]) == 0
+    loaded = [data.load_captions(os.path.join(out, s)) for s in ("train", "val")]
+    want = expected({c: contests[c] for c in (700, 702)}, no_cartoon=())
+    got = {r["contest"]: r for s in loaded for r in s.remove_columns("image")}
+    assert sorted(got) == [700, 702] and sum(len(s) for s in loaded) == sum(len(v) for v in want.values())
+    assert got[700]["scene"] == "A dog at a desk." and got[700]["twist"] == "The dog is the boss."
+
+
+def test_a_missing_data_dir_points_to_prepare(tmp_path):
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import stage_common as common
+
+    paths = common.Paths({"work_dir": str(tmp_path)})
+    with pytest.raises(RecipeError, match="open-r1-caption-prepare --ratings REPO --out DIR, then data.dir=DIR"):
+        common.check_inputs({"train": common.split_input(paths, "train")})
+
+
+def test_help_shows_the_defaults():
+    text = prepare.build_parser().format_help()
+    assert "(default: 10)" in text and "(default: 20)" in text and "(default: 0.1)" in text
+
+
+def test_capped_pairs_of_contests_larger_than_a_block_equal_drawing_from_every_pair():
+    """The bounded pairing (blockwise counts, draws located by row) gives exactly what drawing ``cap`` of the whole
+    row-major list of qualifying pairs gives, then shuffling all contests' pairs, chosen side first."""
+    import datasets
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    sizes, cap, seed = (1500, 40, 2100), 300, 7
+    contest = np.repeat(np.arange(len(sizes)), sizes)
+    mean, se = rng.uniform(1, 2, len(contest)).round(3), rng.uniform(0.005, 0.1, len(contest))
+    table = datasets.Dataset.from_dict({"contest": contest, "mean": mean, "precision": se,
+                                        "votes": np.full(len(contest), 20), "caption": [f"c{i}" for i in contest]})
+    draw, found, offset = np.random.default_rng(seed), [], 0
+    for n in sizes:
+        m, s = mean[offset:offset + n], se[offset:offset + n]
+        i, j = np.triu_indices(n, k=1)  # row-major i < j
+        ok = np.abs(m[i] - m[j]) > 3.0 * np.sqrt(s[i] ** 2 + s[j] ** 2)
+        every = np.stack([i[ok], j[ok]], axis=1) + offset
+        found.append(every[draw.choice(len(every), size=cap, replace=False)] if len(every) > cap else every)
+        offset += n
+    pairs = np.concatenate(found)
+    pairs = pairs[draw.permutation(len(pairs))]
+    hi = mean[pairs[:, 0]] >= mean[pairs[:, 1]]
+    want = np.where(hi[:, None], pairs, pairs[:, ::-1])
+    assert np.array_equal(data.pair_indices(table, k=3.0, cap_per_contest=cap, seed=seed), want)
