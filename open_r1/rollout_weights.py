@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from open_r1 import vision_attention as va
 from open_r1.errors import RecipeError
 
 DEFAULT_CHUNK_BYTES = 512 * 2**20  # gathered at once per refresh (of the sharded weights, in their training dtype)
@@ -86,7 +87,6 @@ class RolloutWeights:
         dtype = dtype or first.dtype  # the dtype rollouts run in (bf16 under DeepSpeed's bf16)
         from transformers.initialization import no_init_weights  # deferred: heavy
 
-        from open_r1 import vision_attention as va
 
         grouped = va.vision_implementation(base) == va.NAME
         if grouped:  # transformers' constructor refuses the registered name: build with sdpa, then set it

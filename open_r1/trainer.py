@@ -63,6 +63,7 @@ from open_r1.families import vision_tower  # noqa: F401  (re-exported: one defin
 from open_r1.generation import decoder_for
 from open_r1.image_dedupe import enable_image_dedupe
 from open_r1.images import IMAGE_COLUMN, decode_images, lazy_image_column  # noqa: F401  (re-exported)
+from open_r1.rollout_weights import RolloutWeights, deepspeed_gather
 from open_r1.vision_dedupe import (  # noqa: F401  (re-exported; the RM uses them too)
     DedupeVisionMixin,
     duplicate_map,
@@ -200,8 +201,6 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
     def refresh_rollout_weights(self, gather=None) -> None:
         """Under ZeRO-3: build the rollouts' whole-weight copy on first use, and refresh it from the sharded policy
         once per optimizer step (every rank calls this at the same rollouts: the gathers are collective)."""
-        from open_r1.rollout_weights import RolloutWeights, deepspeed_gather
-
         if self.rollout_weights is None:
             self.rollout_weights = RolloutWeights(self.accelerator.unwrap_model(self.model_wrapped),
                                                   device=self.accelerator.device, gather=gather or deepspeed_gather)

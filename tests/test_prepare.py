@@ -288,12 +288,14 @@ def test_hub_layout_saved_locally(tmp_path):
 
 
 def test_a_missing_data_dir_points_to_prepare(tmp_path):
-    from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import stage_common as common
+    from types import SimpleNamespace
 
-    paths = common.Paths({"work_dir": str(tmp_path)})
-    with pytest.raises(RecipeError, match="open-r1-caption-prepare --ratings REPO --out DIR, then data.dir=DIR"):
-        common.check_inputs({"train": common.split_input(paths, "train")})
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import config
+
+    paths = SimpleNamespace(split=lambda split: str(tmp_path / "data" / split))
+    with pytest.raises(RecipeError, match="prepare the data with open-r1-caption-prepare and set data_dir"):
+        config.check_inputs({"train": config.split_input(paths, "train")})
 
 
 def test_help_shows_the_defaults():

@@ -14,13 +14,17 @@ import argparse
 import os
 import sys
 
-from open_r1.errors import CliHelp
-from open_r1.export import COUNTING_GRADER_CLASS, one_line, verify_submission
+import open_r1.generation
+from open_r1.errors import CliHelp, OpenR1Error
+from open_r1.export import COUNTING_GRADER_CLASS, one_line, recover_interrupted_swap, verify_submission
 from open_r1.modeling import ModelError, load_model, load_processor
+from open_r1.noise import quiet_library_noise
 from open_r1.tasks.counting.data import (
     DataError,
     validate_counting_dataset,
 )
+from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report
+from open_r1.validate import check_images, dataset_problems, model_dir_problems, raise_all
 
 DEFAULT_MODEL = "/app/submission"
 DEFAULT_SETS = ["/app/data/val", "/app/data/ood_val"]
@@ -54,8 +58,6 @@ def run_verify(model_dir: str, strict: bool, any_family: bool = False) -> int:
 
 def check_arguments(args) -> None:
     """Bad option values, before anything loads (one error listing each)."""
-    from open_r1.validate import raise_all
-
     problems = []
     if args.limit is not None and args.limit < 1:
         problems.append(f"--limit must be >= 1 (examples per set), got {args.limit}; leave it out to score every row")
@@ -90,8 +92,6 @@ def unique_set_names(paths: list[str]) -> list[str]:
 def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int | None) -> list:
     """Check the model dir and every set at once (one error listing each problem with its option), then every
     image the run will read; returns [(name, dataset)]."""
-    from open_r1.validate import check_images, dataset_problems, model_dir_problems, raise_all
-
     option = "--sets" if explicit_sets else "--sets (or --val / --ood-val)"
     problems = model_dir_problems(model_dir, "--model / SUBMISSION")
     real = [os.path.realpath(p) for p in sets]
@@ -112,9 +112,6 @@ def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int |
 
 
 def main(argv=None) -> int:
-    from open_r1.errors import OpenR1Error
-    from open_r1.noise import quiet_library_noise
-
     quiet_library_noise()
 
     try:
@@ -153,8 +150,6 @@ def _run(argv=None) -> int:
                         "faster: docs/PERFORMANCE.md); per_image: transformers' loop over the images")
     args = parser.parse_args(argv)
     check_arguments(args)
-    from open_r1.export import recover_interrupted_swap
-
     recover_interrupted_swap(args.model)  # a swap cut by a power loss is completed or undone first
 
     if args.verify:
@@ -163,12 +158,6 @@ def _run(argv=None) -> int:
     try:
         import torch
 
-        from open_r1.tasks.counting.evaluate import (
-            evaluate_dataset,
-            format_table,
-            write_report,
-        )
-
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         datasets_ = load_sets(args.model, sets, bool(args.sets), args.limit)
         model = load_model(args.model, dtype="auto", vision_attention=args.vision_attention).to(device).eval()
@@ -176,8 +165,6 @@ def _run(argv=None) -> int:
     except (DataError, ModelError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    import open_r1.generation
-
     open_r1.generation.DEFAULT_DECODER = args.decoder  # what evaluate_dataset's generate_texts calls use
     reports = [
         evaluate_dataset(model, processor, dataset, name=name, batch_size=args.batch_size, limit=args.limit,
