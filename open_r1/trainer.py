@@ -57,13 +57,13 @@ import torch
 from trl import GRPOTrainer
 
 from open_r1 import compat
+from open_r1 import rollout_weights as rollout_lib
 from open_r1.decoding import GraphDecoder
-from open_r1.errors import TrainerOptionError  # noqa: F401  (re-exported)
+from open_r1.errors import RecipeError, TrainerOptionError  # noqa: F401  (re-exported)
 from open_r1.families import vision_tower  # noqa: F401  (re-exported: one definition, per family)
 from open_r1.generation import decoder_for
 from open_r1.image_dedupe import enable_image_dedupe
 from open_r1.images import IMAGE_COLUMN, decode_images, lazy_image_column  # noqa: F401  (re-exported)
-from open_r1.rollout_weights import RolloutWeights, deepspeed_gather
 from open_r1.vision_dedupe import (  # noqa: F401  (re-exported; the RM uses them too)
     DedupeVisionMixin,
     duplicate_map,
@@ -166,6 +166,7 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         self.noisy_fraction = noisy_fraction
         self.noise_std = noise_std
         self.fast_decode = resolve_fast_decode(fast_decode, self)
+        self.fast_decode_asked = fast_decode
         self._graph_decoder = None
         # ZeRO-3: the decoder reads a whole-weight copy (built at the first rollout), so TRL's own gather of every
         # parameter around generation would only cost time and memory
@@ -188,7 +189,18 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         if not self.fast_decode:
             return None
         if self.copy_for_rollouts:
-            self.refresh_rollout_weights()
+            try:
+                self.refresh_rollout_weights()
+            except RecipeError as exc:
+                if self.fast_decode_asked != "auto":
+                    raise
+                # 'auto' means "where it can run": the rollout copy could not be built (it has not yet completed a
+                # GPU run under real DeepSpeed), so HF generate on TRL's gathered weights, as before, not a crash
+                self.fast_decode, self.copy_for_rollouts = None, False
+                self.args.ds3_gather_for_generation = True
+                if self.accelerator.is_main_process:
+                    print(f"[grpo] fast_decode auto: HF generate for the rollouts ({exc})", flush=True)
+                return None
         if self._graph_decoder is None:
             model = self.accelerator.unwrap_model(self.model_wrapped)
             decoder = GraphDecoder(self.rollout_weights.model if self.copy_for_rollouts else model,
@@ -202,8 +214,9 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         """Under ZeRO-3: build the rollouts' whole-weight copy on first use, and refresh it from the sharded policy
         once per optimizer step (every rank calls this at the same rollouts: the gathers are collective)."""
         if self.rollout_weights is None:
-            self.rollout_weights = RolloutWeights(self.accelerator.unwrap_model(self.model_wrapped),
-                                                  device=self.accelerator.device, gather=gather or deepspeed_gather)
+            self.rollout_weights = rollout_lib.RolloutWeights(self.accelerator.unwrap_model(self.model_wrapped),
+                                                              device=self.accelerator.device,
+                                                              gather=gather or rollout_lib.deepspeed_gather)
             if self.dedupe_vision:  # the rollouts' prefill, too, encodes each distinct image once
                 enable_vision_dedupe(self.rollout_weights.model)
             if self.accelerator.is_main_process:

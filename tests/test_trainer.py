@@ -477,6 +477,32 @@ def test_zero3_rollouts_decode_from_a_copy_refreshed_once_per_optimizer_step(tin
         torch.testing.assert_close(value, merged[name], msg=name)
 
 
+def test_zero3_auto_falls_back_to_hf_generate_when_the_rollout_copy_cannot_be_built(tiny_model_dir, scene_data_dir,
+                                                                                      tmp_path, monkeypatch, capsys):
+    """fast_decode 'auto' under ZeRO-3 takes HF generate (TRL's gathered weights) when the rollout copy fails to build,
+    with one line saying why; an explicit fast_decode still fails."""
+    from open_r1 import rollout_weights
+    from open_r1.decoding import GraphDecoder
+    from open_r1.errors import RecipeError
+
+    def broken_copy(*args, **kwargs):
+        raise RecipeError("the rollout copy came out partitioned by DeepSpeed ZeRO-3")
+
+    monkeypatch.setattr(rollout_weights, "RolloutWeights", broken_copy)
+    decoded = []
+    monkeypatch.setattr(GraphDecoder, "generate", lambda self, *a, **k: decoded.append(1))
+    trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--fast_decode", "eager",
+                       "--max_steps", "1")
+    trainer.copy_for_rollouts, trainer.args.ds3_gather_for_generation = True, False  # what __init__ sets under ZeRO-3
+    with pytest.raises(RecipeError, match="partitioned"):
+        trainer.rollout_generator()  # asked for explicitly: the error stands
+    trainer.fast_decode_asked = "auto"
+    trainer.train()
+    assert not decoded and not trainer.copy_for_rollouts and trainer.fast_decode is None
+    assert trainer.args.ds3_gather_for_generation
+    assert "fast_decode auto: HF generate for the rollouts (the rollout copy came out partitioned" in capsys.readouterr().out
+
+
 def test_gpu_memory_cap_env_is_checked_and_capped(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
