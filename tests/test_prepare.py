@@ -328,3 +328,22 @@ def test_capped_pairs_of_contests_larger_than_a_block_equal_drawing_from_every_p
     hi = mean[pairs[:, 0]] >= mean[pairs[:, 1]]
     want = np.where(hi[:, None], pairs, pairs[:, ::-1])
     assert np.array_equal(data.pair_indices(table, k=3.0, cap_per_contest=cap, seed=seed), want)
+
+
+def test_the_prepared_dir_passes_the_real_recipes_preflight(prepared, tiny_model_dirs, tmp_path):
+    """The real recipe (models replaced by tiny ones) on a prepared dir: every stage's settings and inputs check out
+    before anything runs; without the data it points to prepare."""
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import pipeline
+    from open_r1.tasks.captioning.config import parse_recipe
+
+    out = prepared[0]
+    models = [f"models.policy={tiny_model_dirs['qwen3_vl']}", f"models.reward_backbone={tiny_model_dirs['qwen2_5_vl']}"]
+    stages = [stage.NAME for stage in pipeline.STAGES]
+    recipe = parse_recipe("configs/captioning/real_qwen3vl2b.yaml", [f"work_dir={tmp_path}", f"data_dir={out}", *models],
+                          pipeline.STAGES)
+    pipeline.preflight(recipe, pipeline.STAGES, stages)
+    missing = parse_recipe("configs/captioning/real_qwen3vl2b.yaml",
+                           [f"work_dir={tmp_path}", f"data_dir={tmp_path}/none", *models], pipeline.STAGES)
+    with pytest.raises(RecipeError, match="open-r1-caption-prepare"):
+        pipeline.preflight(missing, pipeline.STAGES, stages)

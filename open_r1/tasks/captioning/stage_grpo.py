@@ -65,7 +65,6 @@ def parse_grpo(values: dict) -> tuple:
     are); a value it refuses is one RecipeError."""
     from trl import TrlParser  # deferred: heavy
 
-
     parser = TrlParser(grpo._argument_classes())
     parser.set_defaults_with_config(**values)
     stderr = io.StringIO()
@@ -78,9 +77,7 @@ def parse_grpo(values: dict) -> tuple:
     except (ValueError, TypeError) as exc:  # GRPOConfig's own checks when it is built
         reason = " ".join(str(exc).split()).rstrip(".")
     else:
-        if len(parsed) > 3 and parsed[3].activation_checkpointing is not None:  # grpo.parse_args' alias, older HF
-            parsed[1].gradient_checkpointing = parsed[3].activation_checkpointing
-        return tuple(parsed[:3])
+        return grpo.collect_parsed(parsed)
     raise RecipeError(f"the grpo section does not parse as an open_r1.grpo recipe: {reason}; see python -m "
                       "open_r1.grpo --help")
 
