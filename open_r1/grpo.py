@@ -376,7 +376,13 @@ def parse_args(argv=None):
         args=argv, return_remaining_strings=True, separate_remaining_strings=True)
     if config_rest or cli_rest:
         raise unknown_keys_error(config_rest, cli_rest)
-    script_args, training_args, model_args, *extra = parsed[: len(classes)]
+    return combine_parsed(parsed[: len(classes)])
+
+
+def combine_parsed(parsed) -> tuple:
+    """(script_args, training_args, model_args) from the dataclasses of `_argument_classes`, in order: the tasks'
+    settings become attributes of script_args, the alias sets gradient_checkpointing."""
+    script_args, training_args, model_args, *extra = parsed
     for settings in extra:
         if isinstance(settings, _ActivationCheckpointingAlias):
             if settings.activation_checkpointing is not None:

@@ -78,9 +78,7 @@ def parse_grpo(values: dict) -> tuple:
     except (ValueError, TypeError) as exc:  # GRPOConfig's own checks when it is built
         reason = " ".join(str(exc).split()).rstrip(".")
     else:
-        if len(parsed) > 3 and parsed[3].activation_checkpointing is not None:  # grpo.parse_args' alias, older HF
-            parsed[1].gradient_checkpointing = parsed[3].activation_checkpointing
-        return tuple(parsed[:3])
+        return grpo.combine_parsed(parsed)  # the tasks' settings and the alias, as open_r1.grpo's parse_args
     raise RecipeError(f"the grpo section does not parse as an open_r1.grpo recipe: {reason}; see python -m "
                       "open_r1.grpo --help")
 
