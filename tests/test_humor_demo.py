@@ -359,7 +359,8 @@ def test_the_start_policy_is_copied_instead_of_pre_training(tmp_path):
     from standin.captioning import stage_pretrain
 
     start = build_tiny("qwen3_vl", tmp_path / "start")
-    recipe = load(DEMO, [f"work_dir={tmp_path / 'w'}", f"pretrain.policy.start={start}", "pretrain.only=policy"])
+    recipe = load(DEMO, [f"work_dir={tmp_path / 'w'}", f"pretrain.policy.start={start}", "pretrain.only=policy",
+                         "pretrain.policy.probe_limit=0"])
     report = stage_pretrain.pretrain_one(recipe, "policy")
     assert report == {"start": str(start), "out": recipe.paths.policy_base}
     assert sorted(os.listdir(recipe.paths.policy_base)) == sorted(os.listdir(start))

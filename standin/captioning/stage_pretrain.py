@@ -111,14 +111,25 @@ def suppress_unused(recipe, which: str) -> bool:
 
 
 def pretrain_one(recipe, which: str, init: str | None = None) -> dict:
-    """Pre-train one base from random init (``init``: from that model dir instead, as ``build_start`` does)."""
+    """One base: ``start`` copied, else pre-trained from random init (``init``: from that model dir instead, as
+    ``build_start`` does); then the perception probe."""
     cfg, paths = getattr(recipe.section(NAME), which), recipe.paths
     out = paths.policy_base if which == "policy" else paths.rm_base
     if cfg.start:  # a shipped start model instead of pre-training from random init
         with modeling.staged_dir(out) as staging:
             shutil.copytree(cfg.start, staging, dirs_exist_ok=True)
         config.log(f"[pretrain] {which}: copied the start model {cfg.start} to {out}")
-        return {"start": os.path.abspath(cfg.start), "out": out}
+        report = {"start": os.path.abspath(cfg.start), "out": out}
+    else:
+        report = train_one(recipe, which, cfg, out, init)
+    if cfg.probe_limit:  # a shipped start is probed as a pre-trained base is
+        report["perception"] = perception(recipe, out, cfg.probe_limit, cfg)
+        config.log(f"[pretrain] {which}: names the odd object's odd value on held-out scenes: "
+                   + ", ".join(f"{k} {v['accuracy']:.2f} ({v['n']})" for k, v in report["perception"].items()))
+    return report
+
+
+def train_one(recipe, which: str, cfg: ModelConfig, out: str, init: str | None) -> dict:
     family = cfg.family or ("qwen3_vl" if which == "policy" else "qwen2_5_vl")
     overrides, built = {}, init is None
     if built:
@@ -139,10 +150,6 @@ def pretrain_one(recipe, which: str, init: str | None = None) -> dict:
     if built:
         shutil.rmtree(init, ignore_errors=True)
     report.update({"family": family, "overrides": overrides, "out": out})
-    if cfg.probe_limit:
-        report["perception"] = perception(recipe, out, cfg.probe_limit, cfg)
-        config.log(f"[pretrain] {which}: names the odd object's odd value on held-out scenes: "
-                   + ", ".join(f"{k} {v['accuracy']:.2f} ({v['n']})" for k, v in report["perception"].items()))
     return report
 
 
