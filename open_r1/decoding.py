@@ -23,7 +23,7 @@ only the loop around it:
 Settings HF `generate` would apply but this decoder does not implement (repetition penalty, beams, n-gram blocking,
 bad words, ...) raise `UnsupportedGeneration`; callers fall back to HF `generate` for those. Top-p runs inside the
 compiled step (`top_p_filter`: no sort and no full-vocabulary cumsum, which torch 2.11's inductor failed to compile
-on an H200, docs/CAPTIONING.md "Run 18"; exact, HF's rule).
+on an H200 in run 18, experiments/captioning/LOG.md; exact, HF's rule).
 """
 from __future__ import annotations
 

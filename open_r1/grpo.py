@@ -376,12 +376,12 @@ def parse_args(argv=None):
         args=argv, return_remaining_strings=True, separate_remaining_strings=True)
     if config_rest or cli_rest:
         raise unknown_keys_error(config_rest, cli_rest)
-    return collect_parsed(parsed[: len(classes)])
+    return combine_parsed(parsed[: len(classes)])
 
 
-def collect_parsed(parsed) -> tuple:
-    """(script_args, training_args, model_args) from the dataclasses `_argument_classes` parsed: the tasks' own
-    settings become attributes of script_args, the activation_checkpointing alias sets gradient_checkpointing."""
+def combine_parsed(parsed) -> tuple:
+    """(script_args, training_args, model_args) from the dataclasses of `_argument_classes`, in order: the tasks'
+    settings become attributes of script_args, the alias sets gradient_checkpointing."""
     script_args, training_args, model_args, *extra = parsed
     for settings in extra:
         if isinstance(settings, _ActivationCheckpointingAlias):

@@ -297,8 +297,8 @@ def load_reward_model(path: str, device=None, dtype=None, attn_implementation: s
 
     meta_path = os.path.join(path, META_FILE)
     if not os.path.isfile(meta_path):
-        raise ModelError(f"{path} is not a reward-model dir (no {META_FILE}); train one with "
-                         "python -m open_r1.tasks.captioning.stage_rm --config configs/captioning/rm_standin.yaml")
+        raise ModelError(f"{path} is not a reward-model dir (no {META_FILE}); train one with the captioning "
+                         "chain's rm stage: open-r1-caption --config configs/captioning/real_qwen3vl2b.yaml --stages rm")
     with open(meta_path) as handle:
         meta = json.load(handle)
     if meta.get("format") != FORMAT or meta.get("pooling") != POOLING:

@@ -775,7 +775,7 @@ def unused_token_ids(tokenizer, vocab_size: int = REAL_VOCAB_SIZE) -> list[int]:
 
     A real checkpoint's trained vocabulary gives such ids (almost) no probability; a tiny model's random-init rows
     do not, and sampling at T 0.7 picks them (GRPO rollouts of the captioning stand-in drifted into them, run 15 in
-    docs/CAPTIONING.md). So a stand-in policy's generation config suppresses them (`build_tiny(...,
+    experiments/captioning/LOG.md). So a stand-in policy's generation config suppresses them (`build_tiny(...,
     suppress_unused=True)`); 1.7 MB of generation_config.json, and HF generate's `isin` over them each step."""
     names = tokenizer.convert_ids_to_tokens(list(range(FIRST_SPECIAL_TOKEN_ID)))
     placeholders = [i for i, name in enumerate(names) if name == PLACEHOLDER_TOKEN_FORMAT.format(i)]

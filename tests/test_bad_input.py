@@ -298,7 +298,7 @@ def test_data_sets_are_checked_the_way_their_task_loads_them(scene_data_dir, tmp
     from open_r1.tasks import get_task
 
     missing = str(tmp_path / "nope" / "train")
-    for task, hint in (("counting", "open_r1.tasks.counting.scenes"), ("captioning", "open_r1.tasks.captioning.standin")):
+    for task, hint in (("counting", "open_r1.tasks.counting.scenes"), ("captioning", "standin.captioning.cartoons")):
         with pytest.raises(DataError, match=hint.replace(".", r"\.")):
             get_task(task).load_split(missing)
 

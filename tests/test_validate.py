@@ -87,12 +87,13 @@ def test_time_budget_takes_numpy_seconds_and_not_bools():
 
 def test_recipe_counts_reject_bool():
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import stage_rm
+    from standin.captioning import demo
 
-    with pytest.raises(RecipeError, match="rm.image_negative_top_k must be a positive integer, got True"):
-        stage_rm.image_negative_settings({"rm": {"image_negative_top_k": True}})
-    with pytest.raises(RecipeError, match="rm.seeds must be a list of distinct integers"):
-        stage_rm.rm_seeds({"rm": {"seeds": [0, True]}})
+    H200 = "configs/captioning/standin_h200.yaml"
+    with pytest.raises(RecipeError, match="rm.image_negative_top_k must be a whole number, got True"):
+        demo.load_recipe(H200, ["rm.image_negative_top_k=true"])
+    with pytest.raises(RecipeError, match=r"rm.seeds must be .*got \[0, True\]"):
+        demo.load_recipe(H200, ["rm.seeds=[0, true]"])
 
 
 def test_the_loss_types_are_trls():

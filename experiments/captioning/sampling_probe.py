@@ -6,7 +6,7 @@ right after the odd object's phrase, the one image-dependent span of the trace. 
 temperature) writes the format far more often than T 0.7 does, the SFT has learned the format and the failures come
 from sampling through uncertain tokens; if greedy fails as often, the SFT itself has not learned it. The probe also
 compares the eval stage's sampler (the policy's generation config: top_k 20, top_p 0.95) with GRPO's rollouts'
-(TRL's top_k 0, top_p 1.0) at the same temperature, the difference named in docs/CAPTIONING.md "Noticed".
+(TRL's top_k 0, top_p 1.0) at the same temperature (run 16 in experiments/captioning/LOG.md).
 
 Each setting samples the policy on the held-out splits as the eval stage does (``stage_eval.sampling_kwargs`` of the
 recipe, then the setting's temperature / top_k / top_p; ``greedy``: one greedy completion per cartoon), no RM:

@@ -31,6 +31,15 @@ import shutil
 import sys
 import time
 
+import torch
+from transformers import GenerationConfig
+
+from open_r1 import modeling
+from open_r1 import tiny_models as tm
+from open_r1.tasks.captioning import data as cdata
+from open_r1.tasks.captioning import evaluate, pipeline, stage_eval
+from standin.captioning import demo, stage_data, stage_pretrain
+
 RECIPE = "configs/captioning/standin_demo.yaml"
 # The demo recipe with longer training and more scenes to see; every stage reads these as the demo would.
 BUILD_OVERRIDES = [
@@ -46,11 +55,6 @@ MODEL = {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4, "
 
 def build_model(out_dir: str, seed: int, min_pixels: int, max_pixels: int) -> str:
     """A random-init Qwen3-VL-Thinking stand-in with the small vocabulary, saved at ``out_dir``."""
-    from transformers import GenerationConfig
-
-    from open_r1 import modeling
-    from open_r1 import tiny_models as tm
-
     vocab, merges = tm.train_byte_level_bpe(tm.DEFAULT_BPE_VOCAB_SIZE)
     ids = {token: len(vocab) + i for i, token in enumerate(tm.QWEN3_VL_ADDED_TOKENS)}
     tokenizer = tm.qwen2_tokenizer(vocab, merges, ids, tm.chat_template("qwen3_vl", True), model_max_length=262144)
@@ -68,21 +72,14 @@ def build_model(out_dir: str, seed: int, min_pixels: int, max_pixels: int) -> st
     return modeling.save_model_dir(model, processor, out_dir)
 
 
-def format_check(recipe: dict, model_dir: str, n: int) -> dict:
+def format_check(recipe, model_dir: str, n: int) -> dict:
     """The eval stage's sampling (the recipe's eval section, n samples) on every test and OOD cartoon, no RM."""
-    import torch
-
-    from open_r1 import modeling
-    from open_r1.tasks.captioning import data as cdata
-    from open_r1.tasks.captioning import evaluate, stage_eval
-    from open_r1.tasks.captioning import stage_common as common
-
     kwargs = {**stage_eval.sampling_kwargs(recipe), "n": n, "max_cartoons": None, "decoder": "hf"}
     model = modeling.load_model(model_dir, dtype="float32").eval()
     processor = modeling.load_processor(model_dir)
     out = {}
-    for split in common.section(recipe, "eval")["splits"]:
-        rows = cdata.load_captions(common.Paths(recipe).split(split), check_images="none", keep_oracle=True)
+    for split in recipe.section("eval").splits:
+        rows = cdata.load_captions(recipe.paths.split(split), check_images="none", keep_oracle=True)
         with torch.no_grad():
             records = evaluate.evaluate_policy(model, processor, rows, None, **kwargs)
         failures: dict[str, int] = {}
@@ -96,21 +93,13 @@ def format_check(recipe: dict, model_dir: str, n: int) -> dict:
 
 
 def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: list[str] = ()) -> dict:
-    import torch
-
-    from open_r1.modeling import staged_dir
-    from open_r1.tasks.captioning import stage_common as common
-    from open_r1.tasks.captioning import stage_data, stage_pretrain
-
     started, cpu_started = time.time(), time.process_time()
-    recipe = common.load_recipe(RECIPE, [f"work_dir={work}", f"seed={seed}", "data.overwrite=true", *BUILD_OVERRIDES,
-                                         *sets])
-    from open_r1.tasks.captioning.pipeline import check_recipe
-
-    check_recipe(recipe)
-    paths, policy = common.Paths(recipe), common.section(common.section(recipe, "pretrain"), "policy")
+    overrides = [f"work_dir={work}", f"seed={seed}", "data.overwrite=true", *BUILD_OVERRIDES, *sets]
+    recipe = demo.load_recipe(RECIPE, overrides)  # every section parsed and checked, as the demo does
+    pipeline.preflight(recipe, demo.stages_of(["--config", RECIPE]), [stage_data.NAME, stage_pretrain.NAME])
+    paths, policy = recipe.paths, recipe.section(stage_pretrain.NAME).policy
     stage_data.run(recipe)
-    init = build_model(os.path.join(paths.models, "policy-init"), seed, policy["min_pixels"], policy["max_pixels"])
+    init = build_model(os.path.join(paths.models, "policy-init"), seed, policy.min_pixels, policy.max_pixels)
     report = {"pretrain": stage_pretrain.pretrain_one(recipe, "policy", init=init)}
     report["format"] = format_check(recipe, paths.policy_base, eval_n)
     info = {"command": "python -m standin.captioning.build_start " + " ".join(argv), "recipe": RECIPE,
@@ -118,7 +107,7 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
             "wall_seconds": round(time.time() - started), "cpu_seconds": round(time.process_time() - cpu_started),
             "pretrain": {k: report["pretrain"].get(k) for k in ("rows", "steps", "loss_first", "loss_last")},
             "format": report["format"]}
-    with staged_dir(out) as staging:
+    with modeling.staged_dir(out) as staging:
         shutil.copytree(paths.policy_base, staging, dirs_exist_ok=True)
         for name in ("sft_report.json", "training_meta.json"):  # run records with this machine's paths
             if os.path.exists(os.path.join(staging, name)):

@@ -90,7 +90,7 @@ RENDERERS = {"clevr": clevr, "ood": ood}
 # Attribute dimensions that can make the odd object odd, per renderer.
 # OOD: colour only (sizes read ambiguously under its perspective camera, textures blur at small image sizes).
 # Size is not an odd dimension: the layout only allows shrinking, so the odd one would always be "large" and the
-# word alone would mark the funny caption (a text-only leak: measured, docs/CAPTIONING.md, "A text-only leak").
+# word alone would mark the funny caption (a text-only leak: measured, runs 1-3 in experiments/captioning/LOG.md).
 ODD_DIMENSIONS = {"clevr": ("color", "shape"), "ood": ("color",)}
 MAX_LAYOUT_ATTEMPTS = 300
 _SPLIT_STREAM = {"main": 0, "ood": 1}
@@ -149,7 +149,7 @@ W_ABSENT, MAX_ABSENT, FREE_WORDS, W_LENGTH, WIT = -1.5, 2, 12, -0.05, 0.2
 # Share of candidates with the long tail (length: a deliberate, small text-only cue). The text-only ceiling, a
 # bag-of-words pairwise model on the RM's pairs (experiments/captioning/text_only_probe.py), reads 0.58 on held-out
 # test pairs and 0.50 on OOD (the oracle: > 0.99); before size left ODD_DIMENSIONS and absent puns were confined to
-# the renderer's palette it read 0.665 (experiments/captioning/results/, docs/CAPTIONING.md).
+# the renderer's palette it read 0.665 (experiments/captioning/results/; experiments/captioning/LOG.md, runs 1-3).
 P_LONG = 0.1
 
 
@@ -644,7 +644,7 @@ def templated_thinking(row: dict, wording: str = "caption", template: str = "ful
     odd in the picture and (``template="full"``) that the caption plays on it; ``first_sentence`` stops after what
     is odd. It never quotes the caption. ``wording``: the noun of "A good ... points at": ``caption`` (runs 1-12) or
     ``joke`` (the stand-in tokenizer splits "caption" into the sub-words of the ``<caption>`` tag;
-    docs/CAPTIONING.md, "The format probe").
+    experiments/captioning/LOG.md, "The format probe again" and run 7).
     """
     if wording not in TRACE_WORDINGS:
         raise DataError(f"templated_thinking wording must be one of {TRACE_WORDINGS}, got {wording!r}")

@@ -110,22 +110,34 @@ def suppress_unused(recipe, which: str) -> bool:
     return which == "policy" if value is None else value
 
 
-def pretrain_one(recipe, which: str) -> dict:
-
-
+def pretrain_one(recipe, which: str, init: str | None = None) -> dict:
+    """One base: ``start`` copied, else pre-trained from random init (``init``: from that model dir instead, as
+    ``build_start`` does); then the perception probe."""
     cfg, paths = getattr(recipe.section(NAME), which), recipe.paths
     out = paths.policy_base if which == "policy" else paths.rm_base
     if cfg.start:  # a shipped start model instead of pre-training from random init
         with modeling.staged_dir(out) as staging:
             shutil.copytree(cfg.start, staging, dirs_exist_ok=True)
         config.log(f"[pretrain] {which}: copied the start model {cfg.start} to {out}")
-        return {"start": os.path.abspath(cfg.start), "out": out}
+        report = {"start": os.path.abspath(cfg.start), "out": out}
+    else:
+        report = train_one(recipe, which, cfg, out, init)
+    if cfg.probe_limit:  # a shipped start is probed as a pre-trained base is
+        report["perception"] = perception(recipe, out, cfg.probe_limit, cfg)
+        config.log(f"[pretrain] {which}: names the odd object's odd value on held-out scenes: "
+                   + ", ".join(f"{k} {v['accuracy']:.2f} ({v['n']})" for k, v in report["perception"].items()))
+    return report
+
+
+def train_one(recipe, which: str, cfg: ModelConfig, out: str, init: str | None) -> dict:
     family = cfg.family or ("qwen3_vl" if which == "policy" else "qwen2_5_vl")
-    init = out + ".init"
-    overrides = dict(cfg.overrides or {})
-    overrides.setdefault("suppress_unused", suppress_unused(recipe, which))
-    tiny_models.build_tiny(family, init, seed=recipe.seed if cfg.seed is None else cfg.seed, overwrite=True,
-                           **overrides)
+    overrides, built = {}, init is None
+    if built:
+        init = out + ".init"
+        overrides = dict(cfg.overrides or {})
+        overrides.setdefault("suppress_unused", suppress_unused(recipe, which))
+        tiny_models.build_tiny(family, init, seed=recipe.seed if cfg.seed is None else cfg.seed, overwrite=True,
+                               **overrides)
     rows = pretrain_dataset(recipe, which)
     settings = sft.SFTSettings(
         learning_rate=cfg.learning_rate, schedule="cosine", warmup=cfg.warmup, epochs=cfg.epochs,
@@ -135,12 +147,9 @@ def pretrain_one(recipe, which: str) -> dict:
         dataloader_workers=cfg.dataloader_workers, extra={"adam_beta2": 0.98})
     config.log(f"[pretrain] {which}: family {family} {overrides}, {len(rows)} rows")
     report = sft.train_sft(rows, out, settings, model_path=init, log=config.log)
-    shutil.rmtree(init, ignore_errors=True)
+    if built:
+        shutil.rmtree(init, ignore_errors=True)
     report.update({"family": family, "overrides": overrides, "out": out})
-    if cfg.probe_limit:
-        report["perception"] = perception(recipe, out, cfg.probe_limit, cfg)
-        config.log(f"[pretrain] {which}: names the odd object's odd value on held-out scenes: "
-                   + ", ".join(f"{k} {v['accuracy']:.2f} ({v['n']})" for k, v in report["perception"].items()))
     return report
 
 
@@ -169,7 +178,13 @@ def perception(recipe, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
 
 
 def inputs(recipe) -> dict[str, config.Input]:
-    return {"train": config.split_input(recipe.paths, "train")}
+    found = {"train": config.split_input(recipe.paths, "train")}
+    for which in MODELS:  # a shipped start, made by no stage: a missing one fails in the preflight
+        start = getattr(recipe.section(NAME), which).start
+        if start:
+            found[f"{which}_start"] = config.Input(start, f"the {which} start", f"set pretrain.{which}.start to an "
+                                                   "existing one (make humor-demo-start builds the shipped one)")
+    return found
 
 
 def outputs(recipe) -> list[str]:

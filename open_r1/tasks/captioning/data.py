@@ -276,7 +276,7 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, pr
         raise DataError(
             f"sft_rows needs a {thinking_column!r} column (the synthesized trace of each caption); it has "
             f"{dataset.column_names}. Run trace synthesis on data.top_k_rows(dataset) first (or, on the stand-in, "
-            f"standin.add_templated_thinking)"
+            f"standin.captioning.cartoons.add_templated_thinking)"
         )
     top = top_k_rows(dataset, top_k)
     desc_cols = _description_columns(top)

@@ -77,7 +77,7 @@ def parse_grpo(values: dict) -> tuple:
     except (ValueError, TypeError) as exc:  # GRPOConfig's own checks when it is built
         reason = " ".join(str(exc).split()).rstrip(".")
     else:
-        return grpo.collect_parsed(parsed)
+        return grpo.combine_parsed(parsed)  # the tasks' settings and the alias, as open_r1.grpo's parse_args
     raise RecipeError(f"the grpo section does not parse as an open_r1.grpo recipe: {reason}; see python -m "
                       "open_r1.grpo --help")
 
