@@ -97,6 +97,7 @@ def test_parallel_jobs_split_independent_work():
 def _fake_stages(monkeypatch, events, fail=None):
     """Stages and sub-job processes replaced by recorders: what the pipeline starts, runs and waits for."""
     from open_r1.tasks.captioning import pipeline
+    from standin.captioning import parallel
 
     for stage in stages(H200):
         def run(recipe, name=stage.NAME):
@@ -129,41 +130,46 @@ def _fake_stages(monkeypatch, events, fail=None):
         events.append(("collect", stage.NAME))
         return {"stage": stage.NAME}
 
-    monkeypatch.setattr(pipeline, "launch_parallel", launch)
-    monkeypatch.setattr(pipeline, "collect_parallel", collect)
+    monkeypatch.setattr(parallel, "launch_parallel", launch)
+    monkeypatch.setattr(parallel, "collect_parallel", collect)
     monkeypatch.setattr(pipeline, "preflight", lambda recipe, stages, run: None)  # no work_dir on disk here
 
 
 def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch):
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import pipeline
+    from standin.captioning import parallel
 
     # the H200 recipe's RM trains on the ratings round (it needs the SFT policy): it cannot start early
     base = [f"work_dir={tmp_path}", "rm.seeds=[0, 1, 2]", "start_early={rm: synthesize}"]
     with pytest.raises(RecipeError, match="train_rated, which the ratings stage writes after synthesize begins"):
-        pipeline.early_starts(load(H200, base), stages(H200), names(H200))
+        parallel.early_starts(load(H200, base), stages(H200), names(H200))
     recipe = load(H200, [*base, "rm.train_split=train"])  # an RM on the data stage's pairs may start early
     events = []
     _fake_stages(monkeypatch, events)
-    summary = pipeline.run_pipeline(recipe, stages(H200), ["synthesize", "sft", "rm", "grpo"])
+    summary = parallel.run_pipeline(recipe, stages(H200), ["synthesize", "sft", "rm", "grpo"])
     # the early RM jobs (3 seeds + the blind control) share the cores with this process: 4 jobs + 1
     assert events == [("launch", "rm", 5), ("run", "synthesize"), ("run", "sft"), ("collect", "rm"),
                       ("launch", "grpo", None), ("collect", "grpo")]
     assert summary["stages"]["rm"]["result"] == {"stage": "rm"}
     # without synthesize in the run, the RM starts beside the next stage before it
     events.clear()
-    pipeline.run_pipeline(recipe, stages(H200), ["sft", "rm"])
+    parallel.run_pipeline(recipe, stages(H200), ["sft", "rm"])
     assert events == [("launch", "rm", 5), ("run", "sft"), ("collect", "rm")]
     # a failing stage does not leave the early jobs running
     events.clear()
     _fake_stages(monkeypatch, events, fail="sft")
     with pytest.raises(RuntimeError, match="sft failed"):
-        pipeline.run_pipeline(recipe, stages(H200), ["synthesize", "sft", "rm"])
+        parallel.run_pipeline(recipe, stages(H200), ["synthesize", "sft", "rm"])
     assert ("terminate",) in events and ("collect", "rm") not in events
     with pytest.raises(RecipeError, match="before it"):
-        pipeline.early_starts(load(H200, ["start_early={grpo: eval}"]), stages(H200), names(H200))
+        parallel.early_starts(load(H200, ["start_early={grpo: eval}"]), stages(H200), names(H200))
     with pytest.raises(RecipeError, match="needs sft.parallel"):
-        pipeline.early_starts(load(H200, ["start_early={sft: synthesize}"]), stages(H200), names(H200))
+        parallel.early_starts(load(H200, ["start_early={sft: synthesize}"]), stages(H200), names(H200))
+    # the real chain runs stages one by one: sub-job keys are refused there, before anything runs
+    from open_r1.tasks.captioning import pipeline
+
+    with pytest.raises(RecipeError, match="rm.parallel, grpo.parallel: sub-job processes run only in the stand-in"):
+        pipeline.run_pipeline(recipe, stages(H200), ["rm", "grpo"])
 
 
 def _acc(value):
@@ -387,13 +393,13 @@ def test_unknown_pretrain_keys_fail_when_the_recipe_is_read():
 
 
 def test_parallel_jobs_share_the_cores():
-    from open_r1.tasks.captioning import pipeline
+    from standin.captioning import parallel
 
-    env = pipeline.child_env({"PATH": "/bin"}, sharing=3, cpus=16)
+    env = parallel.child_env({"PATH": "/bin"}, sharing=3, cpus=16)
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "5" and env["PATH"] == "/bin"
     assert env["PYTHONFAULTHANDLER"] == "1"
-    assert pipeline.child_env({}, sharing=8, cpus=4)["OMP_NUM_THREADS"] == "1"  # never zero
-    assert pipeline.child_env({"OMP_NUM_THREADS": "2"}, sharing=3, cpus=16)["OMP_NUM_THREADS"] == "2"  # the user's
+    assert parallel.child_env({}, sharing=8, cpus=4)["OMP_NUM_THREADS"] == "1"  # never zero
+    assert parallel.child_env({"OMP_NUM_THREADS": "2"}, sharing=3, cpus=16)["OMP_NUM_THREADS"] == "2"  # the user's
 
 
 def test_open_r1_never_imports_the_standin():
@@ -423,7 +429,7 @@ def test_humor_demo_end_to_end(tmp_path):
     recipe = load(DEMO, overrides)
     recipe.oracle = cartoons.oracle_details
     out = tmp_path / "out"
-    summary = pipeline.run_pipeline(recipe, stages(), out=str(out), entry="standin.captioning.demo")
+    summary = pipeline.run_pipeline(recipe, stages(), out=str(out))
 
     root = tmp_path / "run"
     assert list(summary["stages"]) == names()
