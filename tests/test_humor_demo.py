@@ -312,7 +312,8 @@ def test_rm_seeds_keep_the_best_on_val_as_the_rm(tmp_path):
 
 
 def test_grpo_checks_separate_point_estimates_from_cis():
-    from open_r1.tasks.captioning import pipeline, stage_eval
+    from open_r1.tasks.captioning import pipeline
+    from standin.captioning import oracle_eval
 
     def ci(diff, lo, hi):
         return {"diff": diff, "lo": lo, "hi": hi}
@@ -323,14 +324,14 @@ def test_grpo_checks_separate_point_estimates_from_cis():
         "grpo_s1": {"fail_as_zero": ci(0.17, 0.12, 0.21), "oracle_emitted": ci(0.001, -0.4, 0.4),
                     "oracle_fail_as_worst": ci(0.9, 0.5, 1.3), "oracle_pick": None},
         "base": {"fail_as_zero": ci(-0.1, -0.2, 0.0), "oracle_emitted": ci(-1, -2, 0)}}}}}
-    checks = stage_eval.grpo_checks(summary)
+    checks = oracle_eval.grpo_checks(summary)
     assert set(checks) == {"grpo_s0", "grpo_s1"}  # only GRPO runs are checked
     assert checks["grpo_s0"]["test"]["both_up"] and checks["grpo_s0"]["test"]["both_up_ci"]
     assert checks["grpo_s1"]["test"]["both_up"] and not checks["grpo_s1"]["test"]["both_up_ci"]  # a +0.001 is no rise
     # the second oracle measure is checked on its own
     assert not checks["grpo_s0"]["test"]["both_up_worst"] and not checks["grpo_s0"]["test"]["both_up_worst_ci"]
     assert checks["grpo_s1"]["test"]["both_up_worst"] and checks["grpo_s1"]["test"]["both_up_worst_ci"]
-    table = pipeline.results_markdown({"stages": {"eval": {"seconds": 2.0, "result": {"must_show_grpo": checks}},
+    table = pipeline.results_markdown({"stages": {"eval": {"seconds": 2.0, "result": {"extra_markdown": oracle_eval.grpo_markdown(checks)}},
                                                   "rm": {"seconds": 3.0, "result": {}}}, "total_seconds": 2.0})
     assert ("| grpo_s1 | test | 0.170 [0.120, 0.210] | 0.001 [-0.400, 0.400] | 0.900 [0.500, 1.300] | – "
             "| yes / no | yes / yes |") in table
@@ -414,7 +415,7 @@ def test_open_r1_never_imports_the_standin():
 @pytest.mark.slow  # ~5 minutes on 2 CPU cores
 def test_humor_demo_end_to_end(tmp_path):
     from open_r1.tasks.captioning import pipeline
-    from standin.captioning import cartoons
+    from standin.captioning import cartoons, oracle_eval
 
     overrides = [
         f"work_dir={tmp_path / 'run'}",
@@ -427,7 +428,7 @@ def test_humor_demo_end_to_end(tmp_path):
         "eval.n=2", "eval.limit=1", "eval.max_new_tokens=16",
     ]
     recipe = load(DEMO, overrides)
-    recipe.oracle = cartoons.oracle_details
+    recipe.oracle = oracle_eval
     out = tmp_path / "out"
     summary = pipeline.run_pipeline(recipe, stages(), out=str(out))
 
