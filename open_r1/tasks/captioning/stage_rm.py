@@ -9,8 +9,7 @@ s_rejected), one pixel budget in training and scoring. Held out: pairwise accura
 with a bootstrap CI over contests, and the image swap (does a top caption score higher under its own cartoon than
 another's; 0.5 for a model blind to the image). The image-blind control: the same recipe on one blank grey image.
 ``seeds``: one RM per seed, the best on val kept as ``models/rm`` (every seed reported). ``train_split`` names the
-split the pairs come from (e.g. a round of ratings of the policy's own captions). ``image_negatives``: extra pairs of
-one caption under its own vs another contest's cartoon (an assumed label; off by default).
+split the pairs come from (e.g. a round of ratings of the policy's own captions).
 Deviations from the seed: the caption is not cut to 80 tokens, the description is in the prompt, pairs are drawn at
 random per contest, pooling reads the attention mask, one pixel budget in training and scoring.
 """
@@ -42,8 +41,7 @@ class Config:
     se_from: str = help_field("precision", f"the standard error of a mean: {' | '.join(SE_FROM)}")
     cap_per_contest: int | None = help_field(1000, "training pairs per contest, drawn at random (null: all)")
     max_pairs: int | None = help_field(None, "keep the first N of the shuffled pairs")
-    image_negatives: float = help_field(0.0, "image-negative pairs added, as a fraction of the training pairs")
-    image_negative_top_k: int = help_field(3, "their captions: each contest's top k")
+    image_negative_top_k: int = help_field(3, "the image swap's captions: each contest's top k")
     min_pixels: int | None = help_field(None, "image budget (null: the backbone processor's)")
     max_pixels: int | None = help_field(None, "image budget (null: the backbone processor's)")
     dtype: str | None = help_field(None, "float32 | bfloat16 | float16 | auto (null: float32 for full fine-tuning "
@@ -82,8 +80,6 @@ class Config:
         require(self.se_from in SE_FROM, f"rm.se_from must be one of {', '.join(SE_FROM)}, got {self.se_from!r}")
         require(self.dtype in (None, "float32", "bfloat16", "float16", "auto"), f"rm.dtype: {self.dtype!r}?")
         require(self.only in (None, "rm", "rm_blind"), f"rm.only must be rm, rm_blind or null, got {self.only!r}")
-        require(0 <= self.image_negatives <= 1, f"rm.image_negatives must be a fraction of the training pairs in "
-                f"[0, 1], got {self.image_negatives!r}")
         require(self.learning_rate > 0 and self.epochs > 0 and 0 <= self.warmup_ratio <= 1, "rm.learning_rate and "
                 "rm.epochs must be > 0, rm.warmup_ratio in [0, 1]")
         config.at_least(NAME, self, 0, "k", "eval_image_swaps", "dataloader_workers", "max_pairs", "weight_decay")
@@ -223,19 +219,10 @@ def training_index(recipe, dataset):
 
 
 def training_pair_rows(recipe, blind: bool = False) -> list[dict]:
-    """`pair_rows(training_pairs(recipe))`, built from the pairs' row indices (`index_pair_rows`), then the
-    image-negative rows if ``rm.image_negatives`` asks for them (`image_negative_rows`; the trainer shuffles)."""
-    fraction, top_k = recipe.section(NAME).image_negatives, recipe.section(NAME).image_negative_top_k
+    """`pair_rows(training_pairs(recipe))`, built from the pairs' row indices (`index_pair_rows`)."""
     path = config.check_inputs({"train": inputs(recipe)["train"]})["train"]
     train = cdata.load_captions(path, check_images="none")
-    index = training_index(recipe, train)
-    n = int(round(fraction * len(index)))
-    if not n:
-        return index_pair_rows(train, index, blind=blind)
-    images = split_images(train, blind)
-    negatives = cdata.image_negative_indices(train, n, top_k=top_k, seed=recipe.seed + 11)
-    return index_pair_rows(train, index, blind=blind, images=images) + image_negative_rows(
-        train, negatives, blind=blind, images=images)
+    return index_pair_rows(train, training_index(recipe, train), blind=blind)
 
 
 def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
@@ -251,13 +238,11 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
     out = paths.rm_blind if blind else (paths.rm if len(seeds) == 1 else paths.rm_seed(seed))
     tag = f"[rm{' blind' if blind else ''}{'' if len(seeds) == 1 else f' s{seed}'}]"
     rows = training_pair_rows(recipe, blind=blind)
-    negatives = sum("rejected_image" in row for row in rows)
     cuda = torch.cuda.is_available()
     model = rm_lib.build_reward_model(
         backbone, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels,
         dtype=cfg.dtype or ("float32" if not cfg.lora or not cuda else None),
-        lora=cfg.lora, meta={"blind": blind, "train_pairs": len(rows), "image_negatives": negatives, "k": cfg.k,
-                             "seed": seed})
+        lora=cfg.lora, meta={"blind": blind, "train_pairs": len(rows), "k": cfg.k, "seed": seed})
     if not cuda:
         model = model.float()
     work = os.path.join(paths.root, "rm-trainer-blind" if blind else f"rm-trainer-s{seed}")
@@ -271,8 +256,7 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
         dataloader_num_workers=cfg.dataloader_workers, disable_tqdm=True,
         gradient_checkpointing=cfg.gradient_checkpointing, remove_unused_columns=False,
     )
-    config.log(f"{tag} {len(rows)} train pairs from {len({row['group'] for row in rows})} contests"
-               f"{f' ({negatives} of them image negatives)' if negatives else ''}; backbone {backbone}")
+    config.log(f"{tag} {len(rows)} train pairs from {len({row['group'] for row in rows})} contests; backbone {backbone}")
     started = time.time()
     trainer = rm_lib.train_reward_model(model, rows, args, callbacks=[TimeCapCallback(cfg.max_seconds)],
                                         center_rewards_coefficient=cfg.center_rewards_coefficient)
@@ -281,8 +265,7 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
     model.save(out, extra_meta={"train_seconds": seconds, "steps": trainer.state.global_step})
     del trainer
     config.log(f"{tag} {model.meta['steps']} steps; saved {out}")
-    report = {"out": out, "blind": blind, "seed": seed, "train_pairs": len(rows), "image_negatives": negatives,
-              "steps": int(model.meta["steps"]),
+    report = {"out": out, "blind": blind, "seed": seed, "train_pairs": len(rows), "steps": int(model.meta["steps"]),
               "train_seconds": seconds, "loss_first": losses[0][1] if losses else None,
               "loss_last": losses[-1][1] if losses else None, "loss_curve": losses[:: max(1, len(losses) // 50)],
               "held_out": score_held_out(recipe, model, blind, tag)}
