@@ -30,9 +30,7 @@ from open_r1.tasks.captioning.rewards import _score, get_reward_model, sigmoid
 BON_NS = (1, 2, 4, 8)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Per-cartoon values
-# --------------------------------------------------------------------------------------------------------------------
+# --- Per-cartoon values ---
 def _group(records: Iterable[dict]) -> dict[Any, list[dict]]:
     groups: dict[Any, list[dict]] = {}
     for record in records:
@@ -129,9 +127,7 @@ def format_failures(records: Sequence[dict], examples: int = 2, max_chars: int =
             "example_completions": shown}
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Paired comparison
-# --------------------------------------------------------------------------------------------------------------------
+# --- Paired comparison ---
 def paired_bootstrap(policy: dict[Any, float | None], baseline: dict[Any, float | None], n_boot: int = 2000,
                      seed: int = 0, alpha: float = 0.05) -> dict | None:
     """Mean of per-cartoon differences (policy - baseline) over shared cartoons, with a percentile bootstrap CI that
@@ -172,9 +168,7 @@ def evaluate_records(records_by_policy: dict[str, list[dict]], baseline: str | N
     return {"baseline": baseline, "policies": policies, "comparisons": comparisons}
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Report files
-# --------------------------------------------------------------------------------------------------------------------
+# --- Report files ---
 def _fmt(value: Any, pct: bool = False, digits: int = 3) -> str:
     if value is None:
         return "–"
@@ -260,9 +254,7 @@ def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[d
     return paths
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Driver: generate N samples per cartoon with the engine, parse, score with the RM (and the stand-in's oracle)
-# --------------------------------------------------------------------------------------------------------------------
+# --- Driver: generate N samples per cartoon with the engine, parse, score with the RM ---
 def score_records(records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model,
                   batch_size: int = 16) -> list[dict]:
     """Fill ``rm_raw`` of records with a caption (in place; also returned). ``reward_model=None``: every ``rm_raw``
@@ -280,25 +272,18 @@ def score_records(records: list[dict], images_by_contest: dict, descs_by_contest
     return records
 
 
-def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_new_tokens: int = protocol.MAX_NEW_TOKENS,
-                    temperature: float = 1.0, top_p: float | None = None, top_k: int | None = None,
-                    batch_size: int = 8,
-                    rm_batch_size: int = 16, max_words: int = protocol.MAX_WORDS, seed: int = 0,
-                    max_cartoons: int | None = None, use_stop: bool = False, do_sample: bool = True, decoder: str | None = None,
+def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
+                    max_new_tokens: int = protocol.MAX_NEW_TOKENS, temperature: float = 1.0, top_p: float | None = None,
+                    top_k: int | None = None, batch_size: int = 8, rm_batch_size: int = 16,
+                    max_words: int = protocol.MAX_WORDS, seed: int = 0, max_cartoons: int | None = None,
+                    use_stop: bool = False, do_sample: bool = True, decoder: str | None = None,
                     progress: Callable[[int, int], None] | None = None) -> list[dict]:
-    """N sampled completions per cartoon of ``dataset``, parsed and scored: a list of records (module docstring).
-
-    ``dataset``: caption rows (one per caption; reduced to one prompt per contest) or ``data.prompt_rows`` output.
-    Prompts are ``processor.apply_chat_template(protocol.build_messages(desc), add_generation_prompt=True)``, the same
-    as every stage. ``use_stop`` stops at ``protocol.STOP`` (HF keeps the stop string, so the parser still sees the
-    closing tag). ``do_sample=False`` decodes greedily (then ``n``
-    should be 1). Each record also carries ``index``, the cartoon's row in the (prompt-row) dataset. ``decoder``:
-    ``open_r1.generation.generate_texts``' choice (None: its default, the CUDA-graph decoder on GPUs; 'hf' for
-    small models, whose per-model compile costs more than it saves). ``reward_model=None``: no RM scores
-    (``rm_raw`` None; parsing as usual). ``progress(done, total)``: called after each batch.
-    ``top_p`` / ``top_k``: None leaves the policy's generation config's (a Qwen3-VL-Thinking file: 0.95 / 20); GRPO's
-    rollouts use TRL's (1.0 / 0) unless its recipe sets them.
-    """
+    """N sampled completions per cartoon of ``dataset`` (caption rows or ``data.prompt_rows``), parsed and scored:
+    records (module docstring) that also carry ``index``, the cartoon's prompt row. Prompts are the protocol's, as in
+    every stage. ``use_stop``: stop at ``protocol.STOP`` (HF keeps it, so the parser sees the closing tag);
+    ``do_sample=False``: greedy (``n`` 1); ``decoder``: ``generation.generate_texts``' (None: its default, the
+    CUDA-graph decoder on GPUs; 'hf' for small models); ``reward_model=None``: ``rm_raw`` None; ``top_p`` /
+    ``top_k`` None: the policy's generation config's (GRPO's rollouts use TRL's unless its recipe sets them)."""
     import torch
 
 
@@ -338,9 +323,7 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
     return score_records(records, images, descs, reward_model, rm_batch_size)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Command line: records (JSONL, one record per line) of several policies -> the report files
-# --------------------------------------------------------------------------------------------------------------------
+# --- Command line: records (JSONL) of several policies -> the report files ---
 def read_records(path: str) -> list[dict]:
 
     records = []

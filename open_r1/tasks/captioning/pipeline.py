@@ -8,7 +8,7 @@ A stage is a module (``stage_<name>.py``: its section's ``Config`` or ``parse``,
 optionally ``check``, ``jobs``, ``finish``/``merge``, ``markdown``); `main` takes the ordered stages, so the stand-in
 (``standin/captioning/demo.py``) runs its own stages (data, pre-training, ratings) around these. The recipe is parsed
 once, every section before any stage runs, and every stage's inputs are checked (on disk, or written by a stage that
-runs before it). ``--stages`` runs a subset. The stand-in also runs sub-jobs as processes (``standin.captioning.parallel``).
+runs before it). ``--stages`` runs a subset; the stand-in runs sub-jobs as processes (``standin.captioning.parallel``).
 Results: ``<work_dir>/results/pipeline.json`` and ``results.md``; ``--out DIR`` copies the small result files there.
 """
 from __future__ import annotations

@@ -46,7 +46,7 @@ class CaptionSetReport:
         return float(self.metrics["fail_as_zero"])
 
     def summary(self) -> dict:
-        keys = ("format_rate", "truncated_rate", "emitted_sigmoid", "fail_as_zero", "oracle_emitted", "oracle_pick")
+        keys = ("format_rate", "truncated_rate", "emitted_sigmoid", "fail_as_zero")
         out = {"name": self.name, "n": self.n, "seconds": round(self.seconds, 2)}
         out.update({k: self.metrics[k] for k in keys if self.metrics.get(k) is not None})
         tokens = [r["completion_tokens"] for r in self.records if r.get("completion_tokens") is not None]
