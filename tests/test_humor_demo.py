@@ -77,19 +77,19 @@ def test_the_grpo_section_is_parsed_once_per_preflight_and_not_again_per_seed(tm
 def test_parallel_jobs_split_independent_work():
     from open_r1.tasks.captioning import stage_grpo, stage_rm, stage_sft
     from standin.captioning import stage_pretrain
+    from standin.captioning.parallel import jobs
 
     recipe = load(H200)
-    assert stage_grpo.jobs(recipe) == [["grpo.seeds=[0]"], ["grpo.seeds=[1]"], ["grpo.seeds=[2]"]]
-    assert stage_pretrain.jobs(recipe) == [["pretrain.only=policy"], ["pretrain.only=rm_backbone"]]
+    assert jobs(stage_grpo, recipe) == [["grpo.seeds=[0]"], ["grpo.seeds=[1]"], ["grpo.seeds=[2]"]]
+    assert jobs(stage_pretrain, recipe) == [["pretrain.only=policy"], ["pretrain.only=rm_backbone"]]
     # one seed: the RM and the blind control
-    assert stage_rm.jobs(load(H200, ["rm.seeds=[0]"])) == [["rm.only=rm"], ["rm.only=rm_blind"]]
+    assert jobs(stage_rm, load(H200, ["rm.seeds=[0]"])) == [["rm.only=rm"], ["rm.only=rm_blind"]]
     # several RM seeds: one process each, and the blind control (trained once)
-    assert stage_rm.jobs(load(H200, ["rm.seeds=[0, 1, 2]"])) == [
+    assert jobs(stage_rm, load(H200, ["rm.seeds=[0, 1, 2]"])) == [
         ["rm.only=rm", "rm.seed=0"], ["rm.only=rm", "rm.seed=1"], ["rm.only=rm", "rm.seed=2"], ["rm.only=rm_blind"]]
-    assert not hasattr(stage_sft, "jobs") and stage_grpo.jobs(load(DEMO)) is None
+    assert jobs(stage_sft, recipe) is None and jobs(stage_grpo, load(DEMO)) is None
     # every job's overrides parse too (they are the sub-process's --set)
-    for stage, job in ((stage_grpo, stage_grpo.jobs(recipe)), (stage_rm, stage_rm.jobs(recipe)),
-                       (stage_pretrain, stage_pretrain.jobs(recipe))):
+    for job in (jobs(stage_grpo, recipe), jobs(stage_rm, recipe), jobs(stage_pretrain, recipe)):
         for sets in job:
             load(H200, sets)
 

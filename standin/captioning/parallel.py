@@ -10,10 +10,40 @@ import time
 
 from open_r1.errors import OpenR1Error, RecipeError
 from open_r1.jsonio import read_json, write_json
-from open_r1.tasks.captioning import config, pipeline
+from open_r1.tasks.captioning import config, pipeline, stage_rm
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 ENTRY = "standin.captioning.demo"
+
+
+def rm_jobs(recipe) -> list[list[str]] | None:
+    """With ``rm.parallel``: the ``--set`` overrides of the sub-jobs (each seed's RM, the blind control); the
+    runner then calls ``stage_rm.finish`` on their merged results."""
+    cfg = recipe.section("rm")
+    if not cfg.parallel:
+        return None
+    seeds = stage_rm.rm_seeds(recipe)
+    return ([["rm.only=rm"] + ([f"rm.seed={seed}"] if len(seeds) > 1 else []) for seed in seeds]
+            + ([["rm.only=rm_blind"]] if cfg.blind else []))
+
+
+def grpo_jobs(recipe) -> list[list[str]] | None:
+    settings = recipe.section("grpo").settings
+    return [[f"grpo.seeds=[{seed}]"] for seed in settings.seeds] if settings.parallel else None
+
+
+def grpo_merge(results: list[dict]) -> dict:
+    """The parallel seeds' results as one."""
+    return {"runs": [run for part in results for run in part.get("runs", [])]}
+
+
+JOBS, MERGE = {"rm": rm_jobs, "grpo": grpo_jobs}, {"grpo": grpo_merge}  # the stand-in's own stages: `jobs` there
+
+
+def jobs(stage, recipe) -> list[list[str]] | None:
+    """A stage's sub-jobs (each a list of ``--set`` overrides), None when it runs in this process."""
+    find = JOBS.get(stage.NAME) or getattr(stage, "jobs", None)
+    return find(recipe) if find else None
 
 
 def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
@@ -25,7 +55,7 @@ def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
     for name, at in (recipe.run.start_early or {}).items():
         if name not in order or at not in order or order.index(at) >= order.index(name):
             raise RecipeError(f"start_early: {name}: {at} must be a stage before it (order: {' '.join(order)})")
-        if not (hasattr(by_name[name], "jobs") and by_name[name].jobs(recipe)):
+        if not jobs(by_name[name], recipe):
             raise RecipeError(f"start_early: {name} needs {name}.parallel: true (its jobs run as processes)")
         between = {p: s for s in order[order.index(at):order.index(name)]
                    for p in pipeline.outputs(recipe, by_name[s])}
@@ -84,7 +114,7 @@ def collect_parallel(stage, recipe, procs: list[tuple]) -> dict:
             parts.append(read_json(result))
     if failed:
         raise OpenR1Error(f"stage {stage.NAME}: sub-job(s) failed: {'; '.join(failed)}")
-    merged = stage.merge(parts) if hasattr(stage, "merge") else {k: v for part in parts for k, v in part.items()}
+    merged = MERGE[stage.NAME](parts) if stage.NAME in MERGE else {k: v for part in parts for k, v in part.items()}
     return stage.finish(recipe, merged) if hasattr(stage, "finish") else merged
 
 
@@ -114,19 +144,20 @@ class Runner:
         if stage.NAME in self.starts_at:
             early = self.starts_at[stage.NAME]
             config.log(f"[pipeline] stage {early} starts early, beside {stage.NAME}")
-            jobs = self.by_name[early].jobs(recipe)
+            early_jobs = jobs(self.by_name[early], recipe)
             # this process keeps running stages meanwhile: it takes one share of the cores too
-            self.running[early] = (time.time(), launch_parallel(recipe, self.entry, early, jobs, len(jobs) + 1))
-            _share_threads(len(jobs) + 1)
+            self.running[early] = (time.time(), launch_parallel(recipe, self.entry, early, early_jobs,
+                                                                len(early_jobs) + 1))
+            _share_threads(len(early_jobs) + 1)
         t0 = time.time()
-        jobs = stage.jobs(recipe) if hasattr(stage, "jobs") else None
+        own = jobs(stage, recipe)
         if stage.NAME in self.running:
             t0, procs = self.running.pop(stage.NAME)
             result = collect_parallel(stage, recipe, procs)
             if not self.running:
                 _share_threads(1)
-        elif jobs:
-            result = collect_parallel(stage, recipe, launch_parallel(recipe, self.entry, stage.NAME, jobs))
+        elif own:
+            result = collect_parallel(stage, recipe, launch_parallel(recipe, self.entry, stage.NAME, own))
         else:
             result = stage.run(recipe)
         return t0, result

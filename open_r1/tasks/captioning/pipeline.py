@@ -5,7 +5,7 @@ evaluation, on prepared data (``open-r1-caption-prepare``), with one results fol
     python -m standin.captioning.demo --config configs/captioning/standin_demo.yaml     # make humor-demo
 
 A stage is a module (``stage_<name>.py``: its section's ``Config`` or ``parse``, ``inputs``, ``outputs``, ``run``,
-optionally ``check``, ``jobs``, ``finish``/``merge``, ``markdown``); `main` takes the ordered stages, so the stand-in
+optionally ``check``, ``finish``, ``markdown``); `main` takes the ordered stages, so the stand-in
 (``standin/captioning/demo.py``) runs its own stages (data, pre-training, ratings) around these. The recipe is parsed
 once, every section before any stage runs, and every stage's inputs are checked (on disk, or written by a stage that
 runs before it). ``--stages`` runs a subset; the stand-in runs sub-jobs as processes (``standin.captioning.parallel``).
@@ -50,7 +50,7 @@ def run_pipeline(recipe, stages=STAGES, run: list[str] | None = None, out: str |
     stage's `run`; the stand-in's runs sub-jobs as processes: ``standin.captioning.parallel``)."""
     run = [stage.NAME for stage in stages] if run is None else list(run)
     if runner is None:
-        parallel = [s.NAME for s in stages if s.NAME in run and hasattr(s, "jobs") and s.jobs(recipe)]
+        parallel = [n for n in run if getattr(getattr(recipe.section(n), "settings", recipe.section(n)), "parallel", 0)]
         if parallel or recipe.run.start_early:
             raise RecipeError(f"{', '.join(f'{n}.parallel' for n in parallel) or 'start_early'}: sub-job processes "
                               "run only in the stand-in (python -m standin.captioning.demo); drop the key")

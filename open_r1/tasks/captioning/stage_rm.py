@@ -331,17 +331,6 @@ def outputs(recipe) -> list[str]:
     return [recipe.paths.rm, recipe.paths.rm_blind]
 
 
-def jobs(recipe) -> list[list[str]] | None:
-    """With ``rm.parallel``: the ``--set`` overrides of the sub-jobs that run as processes at once (each seed's RM,
-    the blind control); the pipeline then calls `finish` on their merged results."""
-    cfg = recipe.section(NAME)
-    if not cfg.parallel:
-        return None
-    seeds = rm_seeds(recipe)
-    return ([["rm.only=rm"] + ([f"rm.seed={seed}"] if len(seeds) > 1 else []) for seed in seeds]
-            + ([["rm.only=rm_blind"]] if cfg.blind else []))
-
-
 def run(recipe) -> dict:
     """Train the RM(s) and the blind control. ``rm.only`` / ``rm.seed`` restrict this process to one job (a
     parallel sub-job). A process that trains every seed keeps the best on val as ``models/rm`` itself."""
