@@ -1,15 +1,11 @@
 """Stage 3: the Bradley-Terry VLM reward model, its held-out pairwise accuracy, and an image-blind control.
 
-Algorithm (the seed's RM, its faults fixed): preference pairs of the training contests by the k-sigma rule
-(``data.pair_indices``: two captions of one contest whose mean-rating gap exceeds ``k * sqrt(se1^2 + se2^2)``, at most
-``cap_per_contest`` per contest drawn at random, all pairs shuffled with the seed, so any prefix spans the contests).
-Each side is ``protocol.rm_messages(description, caption)`` with the cartoon. ``open_r1.reward_model``: the VLM
-backbone + a zero-initialised ``Linear(hidden, 1)`` head at the last real token, loss -log sigmoid(s_chosen -
-s_rejected), one pixel budget in training and scoring. Held out: pairwise accuracy on the pairs of ``eval_splits``
-with a bootstrap CI over contests, and the image swap (does a top caption score higher under its own cartoon than
-another's; 0.5 for a model blind to the image). The image-blind control: the same recipe on one blank grey image.
-``seeds``: one RM per seed, the best on val kept as ``models/rm`` (every seed reported). ``train_split`` names the
-split the pairs come from (e.g. a round of ratings of the policy's own captions).
+Pairs by the k-sigma rule (``data.pair_indices``: at most ``cap_per_contest`` per contest drawn at random, shuffled
+with the seed, so any prefix spans the contests), each side ``protocol.rm_messages(description, caption)`` with the
+cartoon; ``open_r1.reward_model``: the VLM + a zero-initialised ``Linear(hidden, 1)`` head at the last real token,
+loss -log sigmoid(s_chosen - s_rejected). Held out: pairwise accuracy on ``eval_splits`` with a bootstrap CI over
+contests, and the image swap (a top caption under its own cartoon vs another's; 0.5 when blind to the image). The
+blind control: the same recipe on one blank grey image. ``seeds``: one RM each, the best on val kept as ``models/rm``.
 Deviations from the seed: the caption is not cut to 80 tokens, the description is in the prompt, pairs are drawn at
 random per contest, pooling reads the attention mask, one pixel budget in training and scoring.
 """
@@ -112,19 +108,17 @@ def contest_images(dataset, first_row: dict, blind: bool) -> dict:
     return images
 
 
-def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False,
-                    images: dict | None = None) -> list[dict]:
+def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
     """``pair_rows(data.preference_pairs(dataset, ...))`` from the pairs' row indices (``data.pair_indices``, the
     same rule, cap and seed), without building the pair dataset: that copies a contest's image into every one of its
     pairs (206k pairs in run 13) and cost most of each RM process's start. The same rows, in the same order, with
     the image of each contest's first pair (tested against experiments/captioning/bench_rm_pairs.pair_rows)."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
     contests, captions = columns["contest"], columns["caption"]
-    if images is None:  # {contest: image}, as `split_images` makes it (given: shared with other rows of the split)
-        first: dict = {}
-        for chosen, _ in index:
-            first.setdefault(contests[chosen], int(chosen))
-        images = contest_images(dataset, first, blind)
+    first: dict = {}
+    for chosen, _ in index:
+        first.setdefault(contests[chosen], int(chosen))
+    images = contest_images(dataset, first, blind)
     prompts: dict = {}  # chosen row -> its prompt, built once (building one per side was most of the time left)
     rows = []
     for chosen, rejected in index.tolist():
@@ -141,22 +135,16 @@ def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = Fal
     return rows
 
 
-def split_images(dataset, blind: bool = False) -> dict:
-    """{contest: its image} for every contest of `dataset` (the image of its first row; blind: blank)."""
-    first: dict = {}
-    for row, contest in enumerate(dataset.select_columns(["contest"]).to_dict()["contest"]):
-        first.setdefault(contest, row)
-    return contest_images(dataset, first, blind)
-
-
-def image_negative_rows(dataset, index, blind: bool = False, images: dict | None = None) -> list[dict]:
+def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
     """RM rows of ``data.image_negative_indices``' (caption row, other row) pairs: chosen = the caption's
     conversation under its own cartoon, rejected = the same conversation under the other contest's cartoon
     (``rejected_image``), group = the caption's contest. Blind, both images are the one blank image, so the two
     sides are the same input and the row adds no gradient."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
-    images = split_images(dataset, blind) if images is None else images
-    rows = []
+    first: dict = {}
+    for row, contest in enumerate(columns["contest"]):
+        first.setdefault(contest, row)
+    images, rows = contest_images(dataset, first, blind), []
     for own, other in index.tolist():
         contest = columns["contest"][own]
         if columns["contest"][other] == contest:
@@ -359,9 +347,8 @@ def choose_seed(reports: dict[int, dict], split: str = "val") -> int:
 
 
 def finish(recipe, report: dict) -> dict:
-    """With several seeds: keep the RM with the best val accuracy as ``models/rm`` (a copy of its seed dir, staged so a
-    failure leaves no half-written RM) and report it under ``rm`` with the choice (``selected``: the seed, the split,
-    every seed's val accuracy). One seed: the report as it is."""
+    """With several seeds: keep the best on val as ``models/rm`` (a staged copy of its seed dir) and report it under
+    ``rm`` with the choice (``selected``: the seed, the split, every seed's val accuracy). One seed: as it is."""
 
 
     seeds = rm_seeds(recipe)
