@@ -20,6 +20,7 @@ from open_r1.tasks.captioning import evaluate as ev
 from open_r1.tasks.captioning import protocol as P
 from open_r1.tasks.captioning import rewards as cr
 from standin.captioning import cartoons as S
+from standin.captioning import oracle_eval as oe
 
 
 def logit(p: float) -> float:
@@ -368,7 +369,7 @@ def test_expected_max_matches_enumeration():
 
 
 def test_policy_metrics_hand_computed():
-    m = ev.policy_metrics(POLICY)
+    m = oe.policy_metrics(POLICY)
     assert m["cartoons"] == 2 and m["samples_per_cartoon"] == 4
     assert m["format_rate"] == pytest.approx((3 / 4 + 2 / 4) / 2)  # 0.625
     assert m["truncated_rate"] == pytest.approx((1 / 4 + 1 / 4) / 2)
@@ -388,7 +389,7 @@ def test_policy_metrics_hand_computed():
 
 def test_rm_oracle_agreement_and_pick_vs_emitted_hand_computed():
     """On the policy's own captions: does the RM order pairs as the oracle does, and is its pick better than the mean?"""
-    m = ev.policy_metrics(POLICY)
+    m = oe.policy_metrics(POLICY)
     # A emitted (sigma, oracle): (.8, 1), (.4, -1), (.6, 2): pairs agree, disagree (.8 > .6 but 1 < 2), agree -> 2/3;
     # B: (.5, 0), (.9, -2): disagree -> 0
     assert m["per_cartoon"]["A"]["rm_oracle_agreement"] == pytest.approx(2 / 3)
@@ -397,11 +398,11 @@ def test_rm_oracle_agreement_and_pick_vs_emitted_hand_computed():
     # pick - mean emitted oracle: A 1 - 2/3, B -2 - (-1)
     assert m["pick_vs_emitted"]["diff"] == pytest.approx(((1 - 2 / 3) + (-2 + 1)) / 2)
     # oracle gaps under the margin are left out, RM ties count half
-    close = _records({"A": [(0.8, 1.0, False), (0.4, 1.0 + ev.ORACLE_PAIR_MARGIN / 2, False), (0.8, 3.0, False)]})
-    one = ev.policy_metrics(close)  # pairs (0, 2): an RM tie; (1, 2): agree; (0, 1): gap under the margin
+    close = _records({"A": [(0.8, 1.0, False), (0.4, 1.0 + oe.ORACLE_PAIR_MARGIN / 2, False), (0.8, 3.0, False)]})
+    one = oe.policy_metrics(close)  # pairs (0, 2): an RM tie; (1, 2): agree; (0, 1): gap under the margin
     assert one["rm_oracle_pairs"] == 2 and one["rm_oracle_agreement"] == pytest.approx((0.5 + 1.0) / 2)
-    assert ev.policy_metrics(_records({"A": [(0.8, 1.0, False), (None, None, False)]}))["rm_oracle_agreement"] is None
-    table = ev.markdown_table({"policies": {"p": m}, "comparisons": {}})
+    assert oe.policy_metrics(_records({"A": [(0.8, 1.0, False), (None, None, False)]}))["rm_oracle_agreement"] is None
+    table = oe.markdown_table({"policies": {"p": m}, "comparisons": {}})
     assert "RM–oracle agreement (own pairs)" in table and "0.333 (4)" in table
 
 
@@ -410,12 +411,12 @@ def test_oracle_parts_of_the_emitted_captions_and_of_the_rms_picks():
     parts = {0: {"names_odd": 2.0, "absent": 0.0, "score": 2.0}, 2: {"names_odd": 0.0, "absent": -1.5, "score": -1.5},
              3: {"names_odd": 2.0, "absent": -1.5, "score": 0.5}}
     records = [{**r, "oracle_parts": parts.get(r["sample_index"]) if r["caption"] else None} for r in records]
-    m = ev.policy_metrics(records)
+    m = oe.policy_metrics(records)
     assert m["oracle_parts_emitted"] == pytest.approx({"names_odd": 4 / 3, "absent": -1.0, "score": 1 / 3})
     assert m["oracle_parts_pick"] == {"names_odd": 2.0, "absent": 0.0, "score": 2.0}
-    table = ev.markdown_table({"policies": {"p": m}, "comparisons": {}})
+    table = oe.markdown_table({"policies": {"p": m}, "comparisons": {}})
     assert "| p | +1.33 → +2.00 | -1.00 → +0.00 |" in table
-    assert ev.policy_metrics(POLICY)["oracle_parts_pick"] is None  # records without parts
+    assert oe.policy_metrics(POLICY)["oracle_parts_pick"] is None  # records without parts
 
 
 def test_evaluate_policy_scores_the_oracle_and_its_parts(standin_dir, tiny_model_dirs, fake_rm, monkeypatch):
@@ -435,8 +436,7 @@ def test_evaluate_policy_scores_the_oracle_and_its_parts(standin_dir, tiny_model
     monkeypatch.setattr(generation, "generate_texts", fake_generate)
     model_dir = tiny_model_dirs["qwen3_vl"]
     processor = modeling.load_processor(str(model_dir))
-    records = ev.evaluate_policy(None, processor, data, fake_rm, n=2, max_cartoons=1, decoder="hf",
-                                 oracle=S.oracle_details)
+    records = oe.score(ev.evaluate_policy(None, processor, data, fake_rm, n=2, max_cartoons=1, decoder="hf"), data)
     parsed, failed = records
     assert parsed["caption"] == caption and failed["caption"] is None
     assert parsed["oracle_parts"] == S.oracle_details(caption, meta) and parsed["oracle_parts"]["names_odd"] > 0
@@ -444,29 +444,29 @@ def test_evaluate_policy_scores_the_oracle_and_its_parts(standin_dir, tiny_model
     assert failed["oracle"] is None and failed["oracle_parts"] is None
     worst = min(S.oracle_score(r["caption"], meta) for r in data if r["contest"] == parsed["contest"])
     assert parsed["oracle_floor"] == failed["oracle_floor"] == pytest.approx(worst)
-    assert ev.policy_metrics(records)["oracle_parts_pick"] == S.oracle_details(caption, meta)
+    assert oe.policy_metrics(records)["oracle_parts_pick"] == S.oracle_details(caption, meta)
 
 
 def test_oracle_fail_as_worst_counts_a_failure_as_the_worst_candidate():
     floors = {"A": -3.0, "B": -4.0}
     policy = [{**r, "oracle_floor": floors[r["contest"]]} for r in POLICY]
     baseline = [{**r, "oracle_floor": floors[r["contest"]]} for r in BASELINE]
-    m = ev.policy_metrics(policy)
+    m = oe.policy_metrics(policy)
     # A: oracles 1, -1, 2 and one failure (-3) -> -1/4; B: two failures (-4) and 0, -2 -> -10/4
     assert m["per_cartoon"]["A"]["oracle_fail_as_worst"] == pytest.approx(-1 / 4)
     assert m["oracle_fail_as_worst"] == pytest.approx((-1 / 4 + -10 / 4) / 2)
     # the baseline emits better captions (oracle_emitted higher) but fails more: the two measures disagree
-    b = ev.policy_metrics(baseline)  # A: 2, 2, -3, 1 -> 0.5; B: 1, 1.5, -4, -4 -> -5.5 / 4
+    b = oe.policy_metrics(baseline)  # A: 2, 2, -3, 1 -> 0.5; B: 1, 1.5, -4, -4 -> -5.5 / 4
     assert b["oracle_fail_as_worst"] == pytest.approx((0.5 + -5.5 / 4) / 2)
-    c = ev.compare(m, b, n_boot=200)
+    c = oe.compare(m, b, n_boot=200)
     assert c["oracle_emitted"]["diff"] < 0
     assert c["oracle_fail_as_worst"]["diff"] == pytest.approx(((-1 / 4 - 0.5) + (-10 / 4 + 5.5 / 4)) / 2)
     # a policy that never emits scores the floor, not None (oracle_emitted has nothing to average)
-    silent = ev.policy_metrics([{**r, "oracle_floor": -3.0} for r in _records({"A": [(None, None, False)] * 2})])
+    silent = oe.policy_metrics([{**r, "oracle_floor": -3.0} for r in _records({"A": [(None, None, False)] * 2})])
     assert silent["oracle_emitted"] is None and silent["oracle_fail_as_worst"] == -3.0
     # without floors (not the stand-in) a failure leaves the measure undefined
-    assert ev.policy_metrics(POLICY)["oracle_fail_as_worst"] is None
-    assert "oracle, fail = worst" in ev.markdown_table({"policies": {"p": m}, "comparisons": {}})
+    assert oe.policy_metrics(POLICY)["oracle_fail_as_worst"] is None
+    assert "oracle, fail = worst" in oe.markdown_table({"policies": {"p": m}, "comparisons": {}})
 
 
 def test_rescoring_a_saved_report_gives_the_evals_fail_as_worst(standin_dir):
@@ -477,7 +477,7 @@ def test_rescoring_a_saved_report_gives_the_evals_fail_as_worst(standin_dir):
     floors = {"A": -3.0, "B": -4.0}
     with_floor = {name: [{**r, "oracle_floor": floors[r["contest"]]} for r in records]
                   for name, records in (("grpo", POLICY), ("sft", BASELINE))}
-    report = json.loads(json.dumps(ev.evaluate_records(with_floor, baseline="sft", n_boot=300)))  # as saved
+    report = json.loads(json.dumps(oe.evaluate_records(with_floor, baseline="sft", n_boot=300)))  # as saved
     out = rescore.rescore(report, floors, n_boot=300)
     for name in ("grpo", "sft"):
         assert out["policies"][name]["oracle_fail_as_worst"] == pytest.approx(
@@ -518,9 +518,9 @@ def test_fail_as_zero_is_on_the_sigmoid_scale():
 
 
 def test_paired_comparison_and_reward_hacking_flag(tmp_path):
-    report = ev.evaluate_records({"base": BASELINE, "grpo": POLICY}, baseline="base", n_boot=500, seed=0)
+    report = oe.evaluate_records({"base": BASELINE, "grpo": POLICY}, baseline="base", n_boot=500, seed=0)
     c = report["comparisons"]["grpo"]
-    base = ev.policy_metrics(BASELINE)
+    base = oe.policy_metrics(BASELINE)
     # baseline per cartoon: fail-as-0 A (0.5+0.5+0+0.3)/4 = 0.325, B (0.2+0.4)/4 = 0.15; policy A 0.45, B 0.35
     assert base["fail_as_zero"] == pytest.approx((0.325 + 0.15) / 2)
     assert c["fail_as_zero"]["diff"] == pytest.approx(((0.45 - 0.325) + (0.35 - 0.15)) / 2)
@@ -528,10 +528,10 @@ def test_paired_comparison_and_reward_hacking_flag(tmp_path):
     # oracle of the RM pick: baseline A sample 0 (ties go to the first index) = 2.0, B sample 1 = 1.5
     assert c["oracle_pick"]["diff"] == pytest.approx(((1.0 - 2.0) + (-2.0 - 1.5)) / 2)
     assert c["reward_hacking"] is True and c["reward_hacking_significant"] is True
-    same = ev.compare(base, base)
+    same = oe.compare(base, base)
     assert same["fail_as_zero"]["diff"] == 0.0 and same["fail_as_zero"]["lo"] == same["fail_as_zero"]["hi"] == 0.0
     assert same["reward_hacking"] is False
-    paths = ev.write_report(report, str(tmp_path), {"base": BASELINE, "grpo": POLICY})
+    paths = ev.write_report(report, str(tmp_path), {"base": BASELINE, "grpo": POLICY}, oe.markdown_table(report))
     with open(paths["markdown"]) as f:
         table = f.read()
     assert "| grpo | 2 | 4 | 62.5 | 25.0 |" in table and "YES" in table
@@ -1068,38 +1068,15 @@ def test_image_negative_indices(standin_dir):
         cdata.image_negative_indices(dataset, -1)
 
 
-def test_rm_training_rows_with_image_negatives(standin_dir, tmp_path):
-    """`rm.image_negatives` adds that fraction of the training pairs as rows whose two sides are the same
-    conversation under its own and another contest's cartoon; the rated pairs stay as they were; blind, both sides
-    are the blank image; a bad value is refused before any stage runs."""
+def test_rm_image_swap_settings_are_checked(standin_dir, tmp_path):
+    """A bad image-swap setting is refused before any stage runs."""
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import stage_rm
 
     _, paths = standin_dir
-
-    def recipe_with(extra: str):
-        return _rm_recipe(tmp_path, paths, f"k: 1.0, cap_per_contest: 40, max_pairs: 150{extra}", seed=3,
-                          name=f"recipe{len(extra)}.yaml")
-
-    plain = stage_rm.training_pair_rows(recipe_with(""))
-    rows = stage_rm.training_pair_rows(recipe_with(", image_negatives: 0.2"))
-    assert len(rows) == 150 + 30
-    real, negatives = rows[:150], rows[150:]
-    assert [(r["group"], r["chosen"], r["rejected"]) for r in real] == [(r["group"], r["chosen"], r["rejected"])
-                                                                          for r in plain]
-    assert all("rejected_image" not in r for r in real)
-    own_image = {r["group"]: r["image"].tobytes() for r in plain}
-    for row in negatives:
-        assert row["chosen"] == row["rejected"] and "<caption>" in row["chosen"][-1]["content"][0]["text"]
-        assert row["image"].tobytes() == own_image.get(row["group"], row["image"].tobytes())
-        assert row["rejected_image"].tobytes() != row["image"].tobytes()
-    blind = stage_rm.training_pair_rows(recipe_with(", image_negatives: 0.2"), blind=True)
-    assert all(r["rejected_image"].tobytes() == r["image"].tobytes() for r in blind[150:])
-    for bad, key in ((", image_negatives: 1.5", "rm.image_negatives"), (", image_negatives: yes", "rm.image_negatives"),
-                     (", image_negative_top_k: 0", "rm.image_negative_top_k"),
+    for bad, key in ((", image_negative_top_k: 0", "rm.image_negative_top_k"),
                      (", eval_image_swaps: 2.5", "rm.eval_image_swaps")):
         with pytest.raises(RecipeError, match=key):
-            recipe_with(bad)
+            _rm_recipe(tmp_path, paths, f"k: 1.0{bad}", seed=3, name=f"recipe{len(bad)}.yaml")
 
 
 def test_rm_image_swap_diagnostic(standin_dir, tmp_path):

@@ -77,19 +77,19 @@ def test_the_grpo_section_is_parsed_once_per_preflight_and_not_again_per_seed(tm
 def test_parallel_jobs_split_independent_work():
     from open_r1.tasks.captioning import stage_grpo, stage_rm, stage_sft
     from standin.captioning import stage_pretrain
+    from standin.captioning.parallel import jobs
 
     recipe = load(H200)
-    assert stage_grpo.jobs(recipe) == [["grpo.seeds=[0]"], ["grpo.seeds=[1]"], ["grpo.seeds=[2]"]]
-    assert stage_pretrain.jobs(recipe) == [["pretrain.only=policy"], ["pretrain.only=rm_backbone"]]
+    assert jobs(stage_grpo, recipe) == [["grpo.seeds=[0]"], ["grpo.seeds=[1]"], ["grpo.seeds=[2]"]]
+    assert jobs(stage_pretrain, recipe) == [["pretrain.only=policy"], ["pretrain.only=rm_backbone"]]
     # one seed: the RM and the blind control
-    assert stage_rm.jobs(load(H200, ["rm.seeds=[0]"])) == [["rm.only=rm"], ["rm.only=rm_blind"]]
+    assert jobs(stage_rm, load(H200, ["rm.seeds=[0]"])) == [["rm.only=rm"], ["rm.only=rm_blind"]]
     # several RM seeds: one process each, and the blind control (trained once)
-    assert stage_rm.jobs(load(H200, ["rm.seeds=[0, 1, 2]"])) == [
+    assert jobs(stage_rm, load(H200, ["rm.seeds=[0, 1, 2]"])) == [
         ["rm.only=rm", "rm.seed=0"], ["rm.only=rm", "rm.seed=1"], ["rm.only=rm", "rm.seed=2"], ["rm.only=rm_blind"]]
-    assert not hasattr(stage_sft, "jobs") and stage_grpo.jobs(load(DEMO)) is None
+    assert jobs(stage_sft, recipe) is None and jobs(stage_grpo, load(DEMO)) is None
     # every job's overrides parse too (they are the sub-process's --set)
-    for stage, job in ((stage_grpo, stage_grpo.jobs(recipe)), (stage_rm, stage_rm.jobs(recipe)),
-                       (stage_pretrain, stage_pretrain.jobs(recipe))):
+    for job in (jobs(stage_grpo, recipe), jobs(stage_rm, recipe), jobs(stage_pretrain, recipe)):
         for sets in job:
             load(H200, sets)
 
@@ -97,6 +97,7 @@ def test_parallel_jobs_split_independent_work():
 def _fake_stages(monkeypatch, events, fail=None):
     """Stages and sub-job processes replaced by recorders: what the pipeline starts, runs and waits for."""
     from open_r1.tasks.captioning import pipeline
+    from standin.captioning import parallel
 
     for stage in stages(H200):
         def run(recipe, name=stage.NAME):
@@ -129,41 +130,46 @@ def _fake_stages(monkeypatch, events, fail=None):
         events.append(("collect", stage.NAME))
         return {"stage": stage.NAME}
 
-    monkeypatch.setattr(pipeline, "launch_parallel", launch)
-    monkeypatch.setattr(pipeline, "collect_parallel", collect)
+    monkeypatch.setattr(parallel, "launch_parallel", launch)
+    monkeypatch.setattr(parallel, "collect_parallel", collect)
     monkeypatch.setattr(pipeline, "preflight", lambda recipe, stages, run: None)  # no work_dir on disk here
 
 
 def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch):
     from open_r1.errors import RecipeError
-    from open_r1.tasks.captioning import pipeline
+    from standin.captioning import parallel
 
     # the H200 recipe's RM trains on the ratings round (it needs the SFT policy): it cannot start early
     base = [f"work_dir={tmp_path}", "rm.seeds=[0, 1, 2]", "start_early={rm: synthesize}"]
     with pytest.raises(RecipeError, match="train_rated, which the ratings stage writes after synthesize begins"):
-        pipeline.early_starts(load(H200, base), stages(H200), names(H200))
+        parallel.early_starts(load(H200, base), stages(H200), names(H200))
     recipe = load(H200, [*base, "rm.train_split=train"])  # an RM on the data stage's pairs may start early
     events = []
     _fake_stages(monkeypatch, events)
-    summary = pipeline.run_pipeline(recipe, stages(H200), ["synthesize", "sft", "rm", "grpo"])
+    summary = parallel.run_pipeline(recipe, stages(H200), ["synthesize", "sft", "rm", "grpo"])
     # the early RM jobs (3 seeds + the blind control) share the cores with this process: 4 jobs + 1
     assert events == [("launch", "rm", 5), ("run", "synthesize"), ("run", "sft"), ("collect", "rm"),
                       ("launch", "grpo", None), ("collect", "grpo")]
     assert summary["stages"]["rm"]["result"] == {"stage": "rm"}
     # without synthesize in the run, the RM starts beside the next stage before it
     events.clear()
-    pipeline.run_pipeline(recipe, stages(H200), ["sft", "rm"])
+    parallel.run_pipeline(recipe, stages(H200), ["sft", "rm"])
     assert events == [("launch", "rm", 5), ("run", "sft"), ("collect", "rm")]
     # a failing stage does not leave the early jobs running
     events.clear()
     _fake_stages(monkeypatch, events, fail="sft")
     with pytest.raises(RuntimeError, match="sft failed"):
-        pipeline.run_pipeline(recipe, stages(H200), ["synthesize", "sft", "rm"])
+        parallel.run_pipeline(recipe, stages(H200), ["synthesize", "sft", "rm"])
     assert ("terminate",) in events and ("collect", "rm") not in events
     with pytest.raises(RecipeError, match="before it"):
-        pipeline.early_starts(load(H200, ["start_early={grpo: eval}"]), stages(H200), names(H200))
+        parallel.early_starts(load(H200, ["start_early={grpo: eval}"]), stages(H200), names(H200))
     with pytest.raises(RecipeError, match="needs sft.parallel"):
-        pipeline.early_starts(load(H200, ["start_early={sft: synthesize}"]), stages(H200), names(H200))
+        parallel.early_starts(load(H200, ["start_early={sft: synthesize}"]), stages(H200), names(H200))
+    # the real chain runs stages one by one: sub-job keys are refused there, before anything runs
+    from open_r1.tasks.captioning import pipeline
+
+    with pytest.raises(RecipeError, match="rm.parallel, grpo.parallel: sub-job processes run only in the stand-in"):
+        pipeline.run_pipeline(recipe, stages(H200), ["rm", "grpo"])
 
 
 def _acc(value):
@@ -306,7 +312,8 @@ def test_rm_seeds_keep_the_best_on_val_as_the_rm(tmp_path):
 
 
 def test_grpo_checks_separate_point_estimates_from_cis():
-    from open_r1.tasks.captioning import pipeline, stage_eval
+    from open_r1.tasks.captioning import pipeline
+    from standin.captioning import oracle_eval
 
     def ci(diff, lo, hi):
         return {"diff": diff, "lo": lo, "hi": hi}
@@ -317,14 +324,14 @@ def test_grpo_checks_separate_point_estimates_from_cis():
         "grpo_s1": {"fail_as_zero": ci(0.17, 0.12, 0.21), "oracle_emitted": ci(0.001, -0.4, 0.4),
                     "oracle_fail_as_worst": ci(0.9, 0.5, 1.3), "oracle_pick": None},
         "base": {"fail_as_zero": ci(-0.1, -0.2, 0.0), "oracle_emitted": ci(-1, -2, 0)}}}}}
-    checks = stage_eval.grpo_checks(summary)
+    checks = oracle_eval.grpo_checks(summary)
     assert set(checks) == {"grpo_s0", "grpo_s1"}  # only GRPO runs are checked
     assert checks["grpo_s0"]["test"]["both_up"] and checks["grpo_s0"]["test"]["both_up_ci"]
     assert checks["grpo_s1"]["test"]["both_up"] and not checks["grpo_s1"]["test"]["both_up_ci"]  # a +0.001 is no rise
     # the second oracle measure is checked on its own
     assert not checks["grpo_s0"]["test"]["both_up_worst"] and not checks["grpo_s0"]["test"]["both_up_worst_ci"]
     assert checks["grpo_s1"]["test"]["both_up_worst"] and checks["grpo_s1"]["test"]["both_up_worst_ci"]
-    table = pipeline.results_markdown({"stages": {"eval": {"seconds": 2.0, "result": {"must_show_grpo": checks}},
+    table = pipeline.results_markdown({"stages": {"eval": {"seconds": 2.0, "result": {"extra_markdown": oracle_eval.grpo_markdown(checks)}},
                                                   "rm": {"seconds": 3.0, "result": {}}}, "total_seconds": 2.0})
     assert ("| grpo_s1 | test | 0.170 [0.120, 0.210] | 0.001 [-0.400, 0.400] | 0.900 [0.500, 1.300] | – "
             "| yes / no | yes / yes |") in table
@@ -425,13 +432,13 @@ def test_unknown_pretrain_keys_fail_when_the_recipe_is_read():
 
 
 def test_parallel_jobs_share_the_cores():
-    from open_r1.tasks.captioning import pipeline
+    from standin.captioning import parallel
 
-    env = pipeline.child_env({"PATH": "/bin"}, sharing=3, cpus=16)
+    env = parallel.child_env({"PATH": "/bin"}, sharing=3, cpus=16)
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "5" and env["PATH"] == "/bin"
     assert env["PYTHONFAULTHANDLER"] == "1"
-    assert pipeline.child_env({}, sharing=8, cpus=4)["OMP_NUM_THREADS"] == "1"  # never zero
-    assert pipeline.child_env({"OMP_NUM_THREADS": "2"}, sharing=3, cpus=16)["OMP_NUM_THREADS"] == "2"  # the user's
+    assert parallel.child_env({}, sharing=8, cpus=4)["OMP_NUM_THREADS"] == "1"  # never zero
+    assert parallel.child_env({"OMP_NUM_THREADS": "2"}, sharing=3, cpus=16)["OMP_NUM_THREADS"] == "2"  # the user's
 
 
 def test_open_r1_never_imports_the_standin():
@@ -446,7 +453,7 @@ def test_open_r1_never_imports_the_standin():
 @pytest.mark.slow  # ~5 minutes on 2 CPU cores
 def test_humor_demo_end_to_end(tmp_path):
     from open_r1.tasks.captioning import pipeline
-    from standin.captioning import cartoons
+    from standin.captioning import cartoons, oracle_eval
 
     overrides = [
         f"work_dir={tmp_path / 'run'}",
@@ -459,9 +466,9 @@ def test_humor_demo_end_to_end(tmp_path):
         "eval.n=2", "eval.limit=1", "eval.max_new_tokens=16",
     ]
     recipe = load(DEMO, overrides)
-    recipe.oracle = cartoons.oracle_details
+    recipe.oracle = oracle_eval
     out = tmp_path / "out"
-    summary = pipeline.run_pipeline(recipe, stages(), out=str(out), entry="standin.captioning.demo")
+    summary = pipeline.run_pipeline(recipe, stages(), out=str(out))
 
     root = tmp_path / "run"
     assert list(summary["stages"]) == names()

@@ -1,18 +1,19 @@
 """The captioning chain on the stand-in: the real stages (``open_r1.tasks.captioning.pipeline``) with the stand-in's
 own around them: generated data -> from-scratch bases (or the shipped start policy, ``pretrain.policy.start``) ->
 trace synthesis -> templated traces -> SFT -> (a round of simulated ratings, where the recipe has a ``ratings``
-section) -> RM -> GRPO -> best-of-N eval, the hidden rule (``cartoons.oracle_details``) scoring the eval's captions.
+section) -> RM -> GRPO -> best-of-N eval, the hidden rule (``oracle_eval``) scoring the eval's captions.
 
     python -m standin.captioning.demo --config configs/captioning/standin_demo.yaml     # make humor-demo
 """
 from __future__ import annotations
 
+import functools
 import sys
 
 import yaml
 
 from open_r1.tasks.captioning import config, pipeline, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
-from standin.captioning import cartoons, stage_data, stage_pretrain, stage_ratings, stage_traces
+from standin.captioning import oracle_eval, parallel, stage_data, stage_pretrain, stage_ratings, stage_traces
 
 STAGES = (stage_data, stage_pretrain, stage_synthesize, stage_traces, stage_sft, stage_ratings, stage_rm, stage_grpo,
           stage_eval)
@@ -39,7 +40,12 @@ def load_recipe(path: str, overrides: list[str] | None = None):
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    return pipeline.main(argv, stages_of(argv), entry="standin.captioning.demo", oracle=cartoons.oracle_details)
+    job_result = None
+    if "--job-result" in argv[:-1]:  # one sub-job of a parallel stage (parallel.launch_parallel starts it)
+        at = argv.index("--job-result")
+        job_result, argv = argv[at + 1], argv[:at] + argv[at + 2:]
+    return pipeline.main(argv, stages_of(argv), prog="standin.captioning.demo", oracle=oracle_eval,
+                         run=functools.partial(parallel.run_pipeline, job_result=job_result))
 
 
 if __name__ == "__main__":

@@ -21,22 +21,8 @@ column         type                 meaning
                                     str for entities); missing columns are simply left out of the prompt
 =============  ===================  ===========================================================================
 
-The offline stand-in (``standin.captioning.cartoons``) writes exactly this layout plus two analysis columns:
-``oracle`` (the hidden funniness score) and ``scene_meta`` (JSON of what was rendered). ``load_captions`` drops
-``oracle`` unless ``keep_oracle=True``: no training path may read it.
-
-Building blocks
----------------
-* ``load_captions`` / ``validate_captions``: one ``DataError`` per problem (missing columns, non-finite means,
-  negative votes or precision, empty or multi-line captions, an unreadable image with its row index);
-* ``filter_captions``: the public pipeline's filters made explicit (>= 10 votes per caption, >= 20 captions per
-  contest); ``load_captions(..., rename=HUMOR_R1_RENAME)`` maps the public description names (canny, uncanny);
-* ``top_k_rows``: the top-k captions of each contest by mean (what trace synthesis explains);
-* ``sft_rows``: TRL ``SFTTrainer`` prompt-completion VLM rows from those rows and their ``thinking`` column;
-* ``preference_pairs``: Bradley-Terry pairs under the k-sigma gap rule with an explicit standard error
-  (``pair_indices``: their rows only);
-* ``split_by_contest``: train / val / test with disjoint contests;
-* ``prompt_rows``: one GRPO / evaluation prompt row per contest.
+The stand-in (``standin.captioning.cartoons``) adds ``oracle`` (its hidden score; ``load_captions`` drops it unless
+``keep_oracle=True``: no training path may read it) and ``scene_meta`` (JSON of what was rendered).
 """
 from __future__ import annotations
 
@@ -62,9 +48,7 @@ THINKING_COLUMN = "thinking"  # written by trace synthesis (or the stand-in's te
 SE_FROM = ("precision", "std_over_sqrt_votes")
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Loading and validation
-# --------------------------------------------------------------------------------------------------------------------
+# --- Loading and validation ---
 def load_captions(path: str | os.PathLike, split: str | None = None, *, keep_oracle: bool = False,
                   check_images: str = "first_per_contest", rename: dict[str, str] | None = None):
     """Load and validate a caption-contest dataset saved with ``save_to_disk`` (see the module docstring).
@@ -233,9 +217,7 @@ def _description_columns(dataset) -> list[str]:
     return [c for c in DESCRIPTION_FIELDS if c in dataset.column_names]
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# SFT rows
-# --------------------------------------------------------------------------------------------------------------------
+# --- SFT rows ---
 def _top_k_by_contest(dataset, top_k: int, groups: list[list[int]] | None = None) -> list[list[int]]:
     """Per contest (in contest order; `groups`: the rows of each, if already read), the rows of its ``top_k``
     captions, best first: by mean, ties by more votes, then row order."""
@@ -259,18 +241,11 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, pr
     """TRL SFTTrainer prompt-completion VLM rows for the top-k captions of each contest.
 
     Each row: ``{"prompt": protocol.build_messages(desc), "completion": [assistant turn with
-    protocol.format_target(thinking, caption)], "images": [image], "contest": id}``. ``dataset`` holds the caption
-    rows with a ``thinking`` column (from trace synthesis on ``top_k_rows``, or the stand-in's templated traces);
-    rows whose thinking is None or empty (traces dropped by synthesis) are skipped and counted in the log. A
-    dataset of all captions may be passed: only the top-k per contest are used.
-
-    ``processor`` (recommended for a Thinking policy): emit the rows as *text* prompt-completion instead, ``prompt`` =
-    ``processor.apply_chat_template(build_messages(desc), add_generation_prompt=True)`` (ending ``<think>\n``) and
-    ``completion`` = ``format_target(thinking, caption)`` + the end-of-turn text. TRL renders conversational
-    completions through the chat template, and Qwen3 Thinking templates rewrite the think block of an assistant turn
-    (the real one re-renders it as ``<think>\n{r}\n</think>\n\n``; the repo's tiny template drops it entirely,
-    so conversational rows would train on the caption alone); the text form trains on exactly the completion the
-    policy must generate after the generation prompt, whatever the template does.
+    protocol.format_target(thinking, caption)], "images": [image], "contest": id}``; rows whose ``thinking`` is empty
+    (dropped by synthesis) are skipped and counted in the log. ``processor`` (for a Thinking policy): *text* rows
+    instead, the chat template's generation prompt and ``format_target(...)`` + the end-of-turn text: Qwen3 Thinking
+    templates rewrite an assistant turn's think block (the tiny one drops it), so conversational rows would not train
+    on exactly what the policy must generate after the generation prompt.
     """
     if thinking_column not in dataset.column_names:
         raise DataError(
@@ -337,22 +312,12 @@ def _end_of_turn(processor) -> str:
     return tail
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Preference pairs
-# --------------------------------------------------------------------------------------------------------------------
+# --- Preference pairs ---
 def standard_errors(dataset, se_from: str | Callable[[dict], float] = "precision") -> np.ndarray:
-    """The standard error of each caption's mean rating, made explicit.
-
-    * ``"precision"``: the ``precision`` column already *is* the standard error of the mean (the stand-in writes it
-      so; the public humor-r1 code assumed this for the real data without checking);
-    * ``"std_over_sqrt_votes"``: ``precision`` is the per-vote standard deviation; SE = precision / sqrt(votes)
-      (rows with 0 votes get an infinite SE, so they never form a pair);
-    * a callable ``row -> se`` for anything else (e.g. ``lambda r: 1 / math.sqrt(r["precision"])`` when precision
-      is an inverse variance).
-
-    Check which one your data holds before building pairs: getting it wrong changes the k-sigma rule by a factor
-    of sqrt(votes).
-    """
+    """The standard error of each caption's mean rating, made explicit (getting it wrong changes the k-sigma rule
+    by a factor of sqrt(votes)): ``"precision"``: the column *is* the SE of the mean (the public data's convention;
+    humor-r1 assumed it unchecked); ``"std_over_sqrt_votes"``: it is the per-vote SD, SE = precision / sqrt(votes)
+    (0 votes: an infinite SE, never a pair); or a callable ``row -> se``."""
     if callable(se_from):
         table = dataset.select_columns([c for c in dataset.column_names if c != "image"])
         se = np.array([float(se_from(row)) for row in table], dtype=np.float64)
@@ -441,15 +406,10 @@ def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float]
 
 
 def image_negative_indices(dataset, n: int, top_k: int = 3, seed: int = 0) -> np.ndarray:
-    """Pairs that differ in the image only: an int array ``(n, 2)`` of (caption row, other row), where the caption
-    row is one of its contest's ``top_k`` captions by mean (``top_k_rows``' order) and the other row is the first
-    row of a different contest, whose cartoon replaces the caption's own on the rejected side. Contest, caption and
-    other contest are drawn uniformly with ``seed``.
-
-    The label is an assumption, not a rating: a caption that readers put among a contest's best is funnier under
-    its own cartoon than under a random other one (on the stand-in the oracle agrees whenever the other scene lacks
-    the named odd value). Both sides have the same text, so a text-only model cannot tell them apart: these rows
-    give a reward model a gradient only through the image (``stage_rm``, ``rm.image_negatives``)."""
+    """Pairs that differ in the image only (the RM's image swap): an int array ``(n, 2)`` of (caption row, other
+    row), the caption one of its contest's ``top_k`` by mean and the other row the first of a different contest,
+    whose cartoon replaces the caption's own; contest, caption and other contest drawn uniformly with ``seed``. The
+    label is assumed, not rated: a top caption is funnier under its own cartoon than under a random other one."""
     if not is_int(n) or n < 0:
         raise DataError(f"the number of image-negative pairs must be an integer >= 0, got {n!r}")
     groups = list(_contest_groups(dataset).values())
@@ -501,9 +461,7 @@ def preference_pairs(dataset, k: float = 3.0, se_from: str | Callable[[dict], fl
     return base
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Splits and prompt rows
-# --------------------------------------------------------------------------------------------------------------------
+# --- Splits and prompt rows ---
 def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, seed: int = 0):
     """A ``DatasetDict`` train / val / test whose contests are disjoint (every caption of a contest in one split).
 

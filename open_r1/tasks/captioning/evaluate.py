@@ -1,18 +1,13 @@
 """Best-of-N evaluation of captioning policies: pure metrics over sample records, a paired comparison, a driver.
 
 A record is one sample: contest, sample_index, completion, caption (None when it does not parse), rm_raw (the RM's raw
-BT score), truncated, parse_reason, and on the stand-in oracle (the hidden score), oracle_parts and oracle_floor (the
-cartoon's worst candidate). Per policy, every mean taken per cartoon first: ``format_rate``, ``truncated_rate``,
-``emitted_sigmoid`` (mean sigma(RM) of emitted captions), ``fail_as_zero`` (sigma(RM), a failure counting 0, on the
-sigmoid scale: raw BT scores have no fixed zero), ``bon@n`` (the exact expected max of sigma(RM) over n of the N
-samples: sum_i v_(i) C(i-1, n-1) / C(N, n)), the parser's failure reasons; on the stand-in ``oracle_emitted``,
-``oracle_pick`` (the oracle of the RM's best caption: what best-of-N would ship), ``pick_vs_emitted``,
-``rm_oracle_agreement`` (on the policy's own captions, pairs at least ``ORACLE_PAIR_MARGIN`` apart),
-``oracle_parts_*`` and ``oracle_fail_as_worst`` (a failure counting as the cartoon's worst candidate: the oracle's
-fail-as-zero, averaging the same samples whatever the format rates). ``paired_bootstrap``: the per-cartoon difference
-to a baseline policy with a CI from resampling cartoons (samples of a cartoon are not independent);
-``reward_hacking``: sigma(RM) up while the oracle of the picks goes down. ``write_report``: bon_eval.md / .json /
-bon_curve.png. From saved records (JSONL)::
+BT score), truncated, parse_reason. Per policy, every mean taken per cartoon first: ``format_rate``,
+``truncated_rate``, ``emitted_sigmoid`` (mean sigma(RM) of emitted captions), ``fail_as_zero`` (sigma(RM), a failure
+counting 0, on the sigmoid scale: raw BT scores have no fixed zero), ``bon@n`` (the exact expected max of sigma(RM)
+over n of the N samples: sum_i v_(i) C(i-1, n-1) / C(N, n)), the parser's failure reasons. ``paired_bootstrap``: the
+per-cartoon difference to a baseline policy with a CI from resampling cartoons (samples of a cartoon are not
+independent). ``write_report``: bon_eval.md / .json / bon_curve.png. The stand-in's hidden-rule metrics:
+``standin.captioning.oracle_eval``. From saved records (JSONL)::
 
     python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl --baseline sft --out DIR
 """
@@ -33,13 +28,9 @@ from open_r1.tasks.captioning import protocol
 from open_r1.tasks.captioning.rewards import _score, get_reward_model, sigmoid
 
 BON_NS = (1, 2, 4, 8)
-# oracle gaps below this are left out of rm_oracle_agreement: the stand-in's oracle has a +-0.2 "wit" term per caption
-ORACLE_PAIR_MARGIN = 0.5
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Per-cartoon values
-# --------------------------------------------------------------------------------------------------------------------
+# --- Per-cartoon values ---
 def _group(records: Iterable[dict]) -> dict[Any, list[dict]]:
     groups: dict[Any, list[dict]] = {}
     for record in records:
@@ -68,45 +59,8 @@ def expected_max_of_subset(values: Sequence[float], n: int) -> float:
     return float((v * weights).sum())
 
 
-def rm_oracle_agreement(rows: Sequence[dict], margin: float = ORACLE_PAIR_MARGIN) -> tuple[float | None, int]:
-    """Share of pairs of emitted, oracle-scored records whose oracle scores differ by >= ``margin`` that the RM
-    orders the same way (an RM tie counts 0.5), and the number of such pairs; (None, 0) without any."""
-    scored = [(float(r["rm_raw"]), float(r["oracle"])) for r in rows
-              if r.get("caption") is not None and r.get("rm_raw") is not None and r.get("oracle") is not None]
-    agree, pairs = 0.0, 0
-    for i, (rm_a, oracle_a) in enumerate(scored):
-        for rm_b, oracle_b in scored[i + 1:]:
-            if abs(oracle_a - oracle_b) < margin:
-                continue
-            pairs += 1
-            agree += 0.5 if rm_a == rm_b else float((rm_a - rm_b) * (oracle_a - oracle_b) > 0)
-    return (agree / pairs if pairs else None), pairs
-
-
-def oracle_fail_as_worst(rows: Sequence[dict]) -> float | None:
-    """Mean oracle over one cartoon's samples, a sample without a scored caption counting as its ``oracle_floor``
-    (the cartoon's worst candidate). None when a failed sample has no floor (records without the stand-in's data)."""
-    values = []
-    for r in rows:
-        if r.get("caption") is not None and r.get("oracle") is not None:
-            values.append(float(r["oracle"]))
-        elif r.get("oracle_floor") is not None:
-            values.append(float(r["oracle_floor"]))
-        else:
-            return None
-    return float(np.mean(values)) if values else None
-
-
-def _mean_parts(parts: Sequence[dict]) -> dict[str, float] | None:
-    if not parts:
-        return None
-    return {key: float(np.mean([p[key] for p in parts])) for key in parts[0]}
-
-
 def per_cartoon(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> dict[Any, dict]:
-    """Per cartoon: n, format, truncated, fail_as_zero, emitted_sigmoid/raw (None if nothing emitted), bon@n,
-    oracle_emitted / oracle_pick, rm_oracle_agreement / rm_oracle_pairs and oracle_parts_emitted / _pick (None
-    without oracle values)."""
+    """Per cartoon: n, format, truncated, fail_as_zero, emitted_sigmoid/raw (None if nothing emitted), bon@n."""
     out = {}
     for contest, rows in _group(records).items():
         values = [sample_value(r) for r in rows]
@@ -121,17 +75,6 @@ def per_cartoon(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> dict
         }
         for n in bon_ns:
             entry[f"bon@{n}"] = expected_max_of_subset(values, n) if n <= len(rows) else None
-        with_oracle = [r for r in emitted if r.get("oracle") is not None]
-        entry["oracle_emitted"] = float(np.mean([r["oracle"] for r in with_oracle])) if with_oracle else None
-        best = max(with_oracle, key=lambda r: (float(r["rm_raw"]), -int(r.get("sample_index") or 0))) \
-            if with_oracle else None
-        entry["oracle_pick"] = float(best["oracle"]) if best is not None else None
-        entry["oracle_fail_as_worst"] = oracle_fail_as_worst(rows)
-        entry["rm_oracle_agreement"], entry["rm_oracle_pairs"] = rm_oracle_agreement(with_oracle)
-        with_parts = [r for r in with_oracle if r.get("oracle_parts")]
-        entry["oracle_parts_emitted"] = _mean_parts([r["oracle_parts"] for r in with_parts])
-        entry["oracle_parts_pick"] = dict(best["oracle_parts"]) if best is not None and best.get("oracle_parts") \
-            else None
         out[contest] = entry
     if not out:
         raise ValueError("no records to evaluate")
@@ -160,19 +103,8 @@ def policy_metrics(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> d
     }
     for n in bon_ns:
         metrics[f"bon@{n}"] = _mean_of(cartoons, f"bon@{n}")
-    metrics["oracle_emitted"] = _mean_of(cartoons, "oracle_emitted")
-    metrics["oracle_pick"] = _mean_of(cartoons, "oracle_pick")
-    metrics["oracle_fail_as_worst"] = _mean_of(cartoons, "oracle_fail_as_worst")
-    by_cartoon = {str(k): v for k, v in cartoons.items()}
-    metrics["pick_vs_emitted"] = paired_bootstrap({k: v["oracle_pick"] for k, v in by_cartoon.items()},
-                                                  {k: v["oracle_emitted"] for k, v in by_cartoon.items()})
-    metrics["rm_oracle_agreement"] = _mean_of(cartoons, "rm_oracle_agreement")
-    metrics["rm_oracle_pairs"] = int(sum(c["rm_oracle_pairs"] for c in cartoons.values()))
-    for kind in ("emitted", "pick"):
-        metrics[f"oracle_parts_{kind}"] = _mean_parts([c[f"oracle_parts_{kind}"] for c in cartoons.values()
-                                                       if c.get(f"oracle_parts_{kind}")])
     metrics.update(format_failures(records))
-    metrics["per_cartoon"] = by_cartoon
+    metrics["per_cartoon"] = {str(k): v for k, v in cartoons.items()}
     return metrics
 
 
@@ -195,9 +127,7 @@ def format_failures(records: Sequence[dict], examples: int = 2, max_chars: int =
             "example_completions": shown}
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Paired comparison
-# --------------------------------------------------------------------------------------------------------------------
+# --- Paired comparison ---
 def paired_bootstrap(policy: dict[Any, float | None], baseline: dict[Any, float | None], n_boot: int = 2000,
                      seed: int = 0, alpha: float = 0.05) -> dict | None:
     """Mean of per-cartoon differences (policy - baseline) over shared cartoons, with a percentile bootstrap CI that
@@ -218,36 +148,27 @@ def _column(metrics: dict, key: str) -> dict[str, float | None]:
 
 
 def compare(policy: dict, baseline: dict, n_boot: int = 2000, seed: int = 0) -> dict:
-    """Paired differences of ``policy_metrics`` outputs (policy - baseline) and the reward-hacking flags."""
-    keys = ["fail_as_zero", "emitted_sigmoid", "oracle_pick", "oracle_emitted", "oracle_fail_as_worst"]
-    bon_keys = [f"bon@{n}" for n in BON_NS if policy.get(f"bon@{n}") is not None and baseline.get(f"bon@{n}") is not None]
-    out = {key: paired_bootstrap(_column(policy, key), _column(baseline, key), n_boot, seed) for key in keys + bon_keys}
-    rm, oracle = out["fail_as_zero"], out["oracle_pick"]
-    if rm is not None and oracle is not None:
-        out["reward_hacking"] = bool(rm["diff"] > 0 and oracle["diff"] < 0)
-        out["reward_hacking_significant"] = bool(rm["lo"] > 0 and oracle["hi"] < 0)
-    else:
-        out["reward_hacking"] = out["reward_hacking_significant"] = None
-    return out
+    """Paired differences of ``policy_metrics`` outputs (policy - baseline)."""
+    keys = ["fail_as_zero", "emitted_sigmoid"]
+    keys += [f"bon@{n}" for n in BON_NS if policy.get(f"bon@{n}") is not None and baseline.get(f"bon@{n}") is not None]
+    return {key: paired_bootstrap(_column(policy, key), _column(baseline, key), n_boot, seed) for key in keys}
 
 
 def evaluate_records(records_by_policy: dict[str, list[dict]], baseline: str | None = None, n_boot: int = 2000,
-                     seed: int = 0) -> dict:
-    """The full report: metrics per policy and, with a baseline, the paired comparison of every other policy."""
+                     seed: int = 0, metrics=policy_metrics, comparison=compare) -> dict:
+    """The full report: `metrics` per policy and, with a baseline, the `comparison` of every other policy."""
     if baseline is not None and baseline not in records_by_policy:
         raise ValueError(f"baseline {baseline!r} is not one of the policies {sorted(records_by_policy)}")
-    policies = {name: policy_metrics(records) for name, records in records_by_policy.items()}
+    policies = {name: metrics(records) for name, records in records_by_policy.items()}
     comparisons = {}
     if baseline is not None:
-        for name, metrics in policies.items():
+        for name, values in policies.items():
             if name != baseline:
-                comparisons[name] = compare(metrics, policies[baseline], n_boot, seed)
+                comparisons[name] = comparison(values, policies[baseline], n_boot, seed)
     return {"baseline": baseline, "policies": policies, "comparisons": comparisons}
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Report files
-# --------------------------------------------------------------------------------------------------------------------
+# --- Report files ---
 def _fmt(value: Any, pct: bool = False, digits: int = 3) -> str:
     if value is None:
         return "–"
@@ -263,35 +184,18 @@ def _fmt_ci(entry: dict | None) -> str:
 def markdown_table(report: dict) -> str:
     """The policies' metrics and the paired differences to the baseline, as markdown."""
     policies = report["policies"]
-    has_oracle = any(m.get("oracle_pick") is not None for m in policies.values())
     bon = [f"bon@{n}" for n in BON_NS if any(m.get(f"bon@{n}") is not None for m in policies.values())]
     head = ["policy", "cartoons", "N", "format %", "truncated %", "σ(RM) emitted", "fail-as-0 σ(RM)", *bon]
-    if has_oracle:
-        head += ["oracle emitted", "oracle, fail = worst", "oracle of RM pick", "pick − emitted oracle",
-                 "RM–oracle agreement (own pairs)"]
     head.append("commonest format failure")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in policies.items():
         row = [name, str(m["cartoons"]), str(m["samples_per_cartoon"]), _fmt(m["format_rate"], True),
                _fmt(m["truncated_rate"], True), _fmt(m["emitted_sigmoid"]), _fmt(m["fail_as_zero"]),
                *[_fmt(m[k]) for k in bon]]
-        if has_oracle:
-            agreement = m.get("rm_oracle_agreement")
-            row += [_fmt(m["oracle_emitted"]), _fmt(m.get("oracle_fail_as_worst")), _fmt(m["oracle_pick"]),
-                    _fmt_ci(m.get("pick_vs_emitted")),
-                    "–" if agreement is None else f"{agreement:.3f} ({m.get('rm_oracle_pairs', 0)})"]
         fails = m.get("format_failures") or {}
         top = m.get("top_failure")
         row.append(f"{top} ({fails[top]}/{m['samples']})" if top else "–")
         lines.append("| " + " | ".join(row) + " |")
-    parts = [name for name, m in policies.items() if m.get("oracle_parts_emitted") and m.get("oracle_parts_pick")]
-    if parts:
-        keys = [k for k in policies[parts[0]]["oracle_parts_emitted"] if k != "score"]
-        lines += ["", "The oracle's parts, mean over emitted captions → over the RM's picks (per cartoon, then over "
-                      "cartoons):", "", "| policy | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 1)]
-        for name in parts:
-            emitted, pick = policies[name]["oracle_parts_emitted"], policies[name]["oracle_parts_pick"]
-            lines.append(f"| {name} | " + " | ".join(f"{emitted[k]:+.2f} → {pick[k]:+.2f}" for k in keys) + " |")
     if report.get("comparisons"):
         conf = next(iter(report["comparisons"].values()))["fail_as_zero"]
         level = f"{100 * conf['confidence']:.0f} %" if conf else "95 %"
@@ -299,17 +203,10 @@ def markdown_table(report: dict) -> str:
                  f"{level} bootstrap CI resampling cartoons):")
         lines += ["", title, ""]
         head = ["policy", "fail-as-0 σ(RM)", f"{bon[-1]}" if bon else "bon", "σ(RM) emitted"]
-        if has_oracle:
-            head += ["oracle emitted", "oracle, fail = worst", "oracle of RM pick", "reward hacking"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for name, c in report["comparisons"].items():
             row = [name, _fmt_ci(c["fail_as_zero"]), _fmt_ci(c.get(bon[-1]) if bon else None),
                    _fmt_ci(c["emitted_sigmoid"])]
-            if has_oracle:
-                flag = c["reward_hacking"]
-                row += [_fmt_ci(c.get("oracle_emitted")), _fmt_ci(c.get("oracle_fail_as_worst")), _fmt_ci(c["oracle_pick"]),
-                        "–" if flag is None else ("**YES** (significant)" if c["reward_hacking_significant"]
-                                                  else ("yes (point estimates)" if flag else "no"))]
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -337,13 +234,15 @@ def plot_bon(report: dict, path: str) -> str:
     return path
 
 
-def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[dict]] | None = None) -> dict[str, str]:
-    """``bon_eval.md``, ``bon_eval.json`` (+ ``samples.jsonl`` when records are given) and ``bon_curve.png``."""
+def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[dict]] | None = None,
+                 table: str | None = None) -> dict[str, str]:
+    """``bon_eval.md`` (`table`, default `markdown_table`), ``bon_eval.json`` (+ ``samples.jsonl`` when records are
+    given) and ``bon_curve.png``."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {"markdown": os.path.join(out_dir, "bon_eval.md"), "json": os.path.join(out_dir, "bon_eval.json"),
              "plot": os.path.join(out_dir, "bon_curve.png")}
     with open(paths["markdown"], "w") as f:
-        f.write(markdown_table(report))
+        f.write(markdown_table(report) if table is None else table)
     with open(paths["json"], "w") as f:
         json.dump(report, f, indent=2, default=str)
     plot_bon(report, paths["plot"])
@@ -355,9 +254,7 @@ def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[d
     return paths
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Driver: generate N samples per cartoon with the engine, parse, score with the RM (and the stand-in's oracle)
-# --------------------------------------------------------------------------------------------------------------------
+# --- Driver: generate N samples per cartoon with the engine, parse, score with the RM ---
 def score_records(records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model,
                   batch_size: int = 16) -> list[dict]:
     """Fill ``rm_raw`` of records with a caption (in place; also returned). ``reward_model=None``: every ``rm_raw``
@@ -375,43 +272,22 @@ def score_records(records: list[dict], images_by_contest: dict, descs_by_contest
     return records
 
 
-def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_new_tokens: int = protocol.MAX_NEW_TOKENS,
-                    temperature: float = 1.0, top_p: float | None = None, top_k: int | None = None,
-                    batch_size: int = 8,
-                    rm_batch_size: int = 16, max_words: int = protocol.MAX_WORDS, seed: int = 0,
-                    max_cartoons: int | None = None, use_stop: bool = False,
-                    oracle: Callable[[str, Any], dict] | None = None,
-                    do_sample: bool = True, decoder: str | None = None,
+def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
+                    max_new_tokens: int = protocol.MAX_NEW_TOKENS, temperature: float = 1.0, top_p: float | None = None,
+                    top_k: int | None = None, batch_size: int = 8, rm_batch_size: int = 16,
+                    max_words: int = protocol.MAX_WORDS, seed: int = 0, max_cartoons: int | None = None,
+                    use_stop: bool = False, do_sample: bool = True, decoder: str | None = None,
                     progress: Callable[[int, int], None] | None = None) -> list[dict]:
-    """N sampled completions per cartoon of ``dataset``, parsed and scored: a list of records (module docstring).
-
-    ``dataset``: caption rows (one per caption; reduced to one prompt per contest) or ``data.prompt_rows`` output.
-    Prompts are ``processor.apply_chat_template(protocol.build_messages(desc), add_generation_prompt=True)``, the same
-    as every stage. ``use_stop`` stops at ``protocol.STOP`` (HF keeps the stop string, so the parser still sees the
-    closing tag). ``oracle(caption, scene_meta) -> {"score": ...}``: a hidden rule (the stand-in's
-    ``standin.captioning.cartoons.oracle_details``) that scores emitted captions where the rows carry ``scene_meta``
-    (analysis only; nothing is trained on it). ``do_sample=False`` decodes greedily (then ``n``
-    should be 1). Each record also carries ``index``, the cartoon's row in the (prompt-row) dataset. ``decoder``:
-    ``open_r1.generation.generate_texts``' choice (None: its default, the CUDA-graph decoder on GPUs; 'hf' for
-    small models, whose per-model compile costs more than it saves). ``reward_model=None``: no RM scores
-    (``rm_raw`` None; parsing and the oracle as usual). ``progress(done, total)``: called after each batch.
-    ``top_p`` / ``top_k``: None leaves the policy's generation config's (a Qwen3-VL-Thinking file: 0.95 / 20); GRPO's
-    rollouts use TRL's (1.0 / 0) unless its recipe sets them.
-    """
+    """N sampled completions per cartoon of ``dataset`` (caption rows or ``data.prompt_rows``), parsed and scored:
+    records (module docstring) that also carry ``index``, the cartoon's prompt row. Prompts are the protocol's, as in
+    every stage. ``use_stop``: stop at ``protocol.STOP`` (HF keeps it, so the parser sees the closing tag);
+    ``do_sample=False``: greedy (``n`` 1); ``decoder``: ``generation.generate_texts``' (None: its default, the
+    CUDA-graph decoder on GPUs; 'hf' for small models); ``reward_model=None``: ``rm_raw`` None; ``top_p`` /
+    ``top_k`` None: the policy's generation config's (GRPO's rollouts use TRL's unless its recipe sets them)."""
     import torch
 
 
     rows = cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset
-    metas, floors = None, {}
-    if oracle is not None and "scene_meta" in dataset.column_names:
-        groups = cdata._contest_groups(dataset)
-        table = dataset.select_columns(["scene_meta"])
-        metas = {contest: json.loads(table[idx[0]]["scene_meta"]) for contest, idx in groups.items()}  # once per cartoon, not per sample
-        if "caption" in dataset.column_names:  # the cartoon's worst candidate: a failed sample's oracle_fail_as_worst
-            captions = list(dataset.select_columns(["caption"])["caption"])
-            floors = {contest: min(oracle(captions[i], metas[contest])["score"] for i in idx)
-                      for contest, idx in groups.items()}
-        rows = rows.remove_columns(["scene_meta"]) if "scene_meta" in rows.column_names else rows
     if max_cartoons is not None:
         rows = rows.select(range(min(max_cartoons, len(rows))))
     contests = list(rows["contest"])
@@ -444,19 +320,10 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *, max_
                             "completion_tokens": int(length), "truncated": bool(trunc)})
         if progress is not None:
             progress(len(records), len(jobs))
-    score_records(records, images, descs, reward_model, rm_batch_size)
-    if metas is not None:
-        for r in records:
-            details = oracle(r["caption"], metas[r["contest"]]) if r["caption"] is not None else None
-            r["oracle"] = details["score"] if details is not None else None
-            r["oracle_parts"] = details
-            r["oracle_floor"] = floors.get(r["contest"])
-    return records
+    return score_records(records, images, descs, reward_model, rm_batch_size)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Command line: records (JSONL, one record per line) of several policies -> the report files
-# --------------------------------------------------------------------------------------------------------------------
+# --- Command line: records (JSONL) of several policies -> the report files ---
 def read_records(path: str) -> list[dict]:
 
     records = []

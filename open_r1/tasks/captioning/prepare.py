@@ -3,17 +3,15 @@
     open-r1-caption-prepare --ratings caption-contest-data --out data/captions [--descriptions desc.jsonl]
     open-r1-caption-prepare --hub hub_dir --out data/captions
 
-Sources (one): ``--ratings DIR``, a checkout of the public ratings repository: ``summaries/<contest>_<algorithm>.csv``
-(header ``rank,caption,mean,precision,votes,not_funny,somewhat_funny,funny``; contests up to 659) or
-``summaries/<contest>.csv`` (no ``rank``; 660 on; the header decides, not the number), ``cartoons/<contest>.jpg``.
-``--hub DIR``: humor-r1's Hub dataset ``yguooo/newyorker_caption_ranking`` saved locally, one folder per part, each
-``save_to_disk`` output or parquet files (all Hub splits pooled, then split again by contest):
-``1_rating`` (``contest_number, caption, mean, precision, votes``; the three category counts when present),
-``2_gpt4o_description`` (``contest_number, canny, uncanny, location, entities``; optional) and ``cartoons`` (the
-repo's ``cartoons/*.parquet``: ``image``, and ``contest_number`` or else the image path's stem). The names are those
-humor-r1's download script reads: assumed, not checked against the Hub. ``--descriptions FILE`` (csv/jsonl:
-``contest`` or ``contest_number``, ``scene/twist/location/entities`` or ``canny/uncanny``) joins descriptions by
-contest, over the Hub's where both have one.
+Sources (one): ``--ratings DIR``, the public ratings repository: ``summaries/<contest>_<algorithm>.csv`` (header
+``rank,caption,mean,precision,votes,not_funny,somewhat_funny,funny``; up to 659) or ``summaries/<contest>.csv`` (no
+``rank``; the header decides), ``cartoons/<contest>.jpg``. ``--hub DIR``: humor-r1's
+``yguooo/newyorker_caption_ranking`` saved locally, a folder per part (``save_to_disk`` or parquet; Hub splits
+pooled): ``1_rating`` (``contest_number, caption, mean, precision, votes``, category counts if present),
+``2_gpt4o_description`` (optional: ``contest_number, canny, uncanny, location, entities``), ``cartoons`` (``image``,
+and ``contest_number`` or the image path's stem); names as humor-r1's download script reads them, not checked
+against the Hub.
+``--descriptions FILE`` (csv/jsonl, the same or our names) joins descriptions by contest, over the Hub's.
 
 Rules for what real data holds; each counted in ``prepare_report.json`` [under this name], over the kept files of
 every contest read:
@@ -39,10 +37,9 @@ every contest read:
 8. ``data.filter_captions``: captions with >= ``--min-votes`` votes, then contests with >= ``--min-captions`` of them
    (humor-r1: 10 and 20) [captions_below_min_votes, contests_below_min_captions]; then ``data.split_by_contest``.
 
-Each cartoon is copied once to ``OUT/images/``; a row's ``image`` is ``../images/<contest>.<ext>``, relative to its
-split's folder, which ``load_captions`` resolves (the bytes on every row would take ~10^2 GB, and ``save_to_disk``
-embeds what an Image column points to). Rows stream to disk contest by contest (bounded memory); the folder is
-written beside ``OUT`` and renamed into place only when complete.
+Each cartoon is copied once to ``OUT/images/``; a row's ``image`` is ``../images/<contest>.<ext>`` (``load_captions``
+resolves it; bytes on every row would take ~10^2 GB). Rows stream to disk contest by contest (bounded memory); the
+folder is written beside ``OUT`` and renamed into place only when complete.
 """
 from __future__ import annotations
 
@@ -74,9 +71,7 @@ COUNTS = ("contests_read", "caption_rows_read", "multi_line_captions", "empty_ca
           "top_k_cut_in_tie", "unreadable_cartoons", "contests_without_description")  # every one, 0 included
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Sources: each yields (contest, [(algorithm, rows)]) with rows (caption, mean, precision, votes, category sum or None)
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Sources: (contest, [(algorithm, rows)]), rows (caption, mean, precision, votes, category sum or None) ---
 def ratings_source(root: str):
     summaries = os.path.join(root, "summaries")
     if not os.path.isdir(summaries):
@@ -224,9 +219,7 @@ def read_descriptions(path: str) -> dict[int, dict]:
                         f"contest_number) column and {', '.join(data.DESCRIPTION_FIELDS)}") from None
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Rules (module docstring)
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Rules (module docstring) ---
 def clean_caption(raw: str, report: Counter) -> str:
     text = " ".join(raw.split())
     report["multi_line_captions"] += "\n" in raw or "\r" in raw
@@ -300,9 +293,7 @@ def place_cartoon(contest: int, source, folder: str, report: Counter) -> str | N
     return target
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Build
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Build ---
 def prepare(args: argparse.Namespace) -> dict:
     import datasets  # deferred: heavy
     import numpy as np

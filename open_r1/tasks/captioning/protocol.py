@@ -152,9 +152,7 @@ def rm_turn(caption: str) -> dict:
     return {"role": "assistant", "content": [{"type": "text", "text": text}]}
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Parser
-# --------------------------------------------------------------------------------------------------------------------
+# --- Parser ---
 PARSE_REASONS = (
     "ok",
     "extra_think_open",
@@ -235,9 +233,7 @@ def parse_caption(text: Any, max_words: int = MAX_WORDS) -> str | None:
     return parse_details(text, max_words).caption
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Trace synthesis (stage 1): the same system prompt and user turn, plus the known-good caption to explain.
-# --------------------------------------------------------------------------------------------------------------------
+# --- Trace synthesis (stage 1): the same system prompt and user turn, plus the known-good caption to explain ---
 SYNTHESIS_MAX_NEW_TOKENS = 512
 SYNTHESIS_INSTRUCTION = (
     "Readers rated this caption among the funniest for the cartoon: \"{caption}\"\n"

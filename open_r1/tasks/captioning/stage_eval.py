@@ -2,10 +2,10 @@
 
 For every policy (``base``: ``models.policy``; ``sft``; ``grpo_s<seed>``) and split (``eval.splits``),
 ``evaluate.evaluate_policy`` samples N completions per cartoon under the protocol prompt, parses them strictly and
-scores the captions with the reward model (and the stand-in's hidden oracle where the demo gives one: analysis
-only); ``evaluate.evaluate_records`` gives the metrics and, against ``baseline``, paired bootstrap CIs over cartoons;
-``grpo_checks`` the per-seed GRPO-vs-SFT verdicts. Deviations from the seed: one prompt for every stage; fail-as-zero
-on the sigmoid scale; comparisons paired over cartoons.
+scores the captions with the reward model; ``evaluate.evaluate_records`` gives the metrics and, against
+``baseline``, paired bootstrap CIs over cartoons (``recipe.oracle``: the stand-in's hidden-rule analysis,
+``standin.captioning.oracle_eval``, where the demo gives one). Deviations from the seed: one prompt for every
+stage; fail-as-zero on the sigmoid scale; comparisons paired over cartoons.
 """
 from __future__ import annotations
 
@@ -96,7 +96,8 @@ def run(recipe) -> dict:
     check(recipe)
     found = config.check_inputs(inputs(recipe))
     rm = load_reward_model(found["rm"], device=device)
-    named = policies(recipe)
+    named, oracle = policies(recipe), getattr(recipe, "oracle", None)
+    measure = oracle or ev  # evaluate_records and markdown_table: the stand-in's add its oracle's
     data = {s: cdata.load_captions(paths.split(s), check_images="none") for s in cfg.splits}
     records: dict[str, dict[str, list]] = {s: {} for s in cfg.splits}
     timings = {}
@@ -107,80 +108,32 @@ def run(recipe) -> dict:
         for split in cfg.splits:
             with torch.no_grad():
                 records[split][name] = ev.evaluate_policy(model, processor, data[split], rm,
-                                                          oracle=getattr(recipe, "oracle", None),
                                                           **sampling_kwargs(recipe))
+            if oracle is not None:
+                oracle.score(records[split][name], data[split])
         timings[name] = time.time() - started
         config.log(f"[eval] {name}: {sum(len(records[s][name]) for s in cfg.splits)} samples in {timings[name]:.1f} s")
         del model
     baseline = cfg.baseline if "sft" in named else None
     summary = {"policies": named, "splits": {}, "timings": timings}
     for split in cfg.splits:
-        report = ev.evaluate_records(records[split], baseline=baseline, n_boot=cfg.n_boot,
-                                     seed=recipe.seed)
-        out = ev.write_report(report, os.path.join(paths.results, f"eval_{split}"), records[split])
-        config.log(f"[eval] {split}:\n{ev.markdown_table(report)}")
-        summary["splits"][split] = {"report_files": out, "table": ev.markdown_table(report),
+        report = measure.evaluate_records(records[split], baseline=baseline, n_boot=cfg.n_boot, seed=recipe.seed)
+        table = measure.markdown_table(report)
+        out = ev.write_report(report, os.path.join(paths.results, f"eval_{split}"), records[split], table)
+        config.log(f"[eval] {split}:\n{table}")
+        summary["splits"][split] = {"report_files": out, "table": table,
                                     "metrics": {n: {k: v for k, v in m.items() if k != "per_cartoon"}
                                                 for n, m in report["policies"].items()},
                                     "vs_baseline": report["comparisons"]}
-    summary["must_show_grpo"] = grpo_checks(summary)
+    if oracle is not None:
+        oracle.extend_summary(summary)
     write_json(os.path.join(paths.results, "eval_summary.json"), summary)
     return summary
 
 
-def grpo_checks(summary: dict) -> dict:
-    """Per GRPO seed and split: did fail-as-zero sigma(RM) AND the oracle rise over the SFT start? Two oracle
-    measures (``evaluate``'s docstring): of the emitted captions (``both_up`` / ``both_up_ci``) and over all samples
-    with a failure as the cartoon's worst candidate (``both_up_worst`` / ``both_up_worst_ci``); ``_ci``: both paired
-    CIs above 0, else the point estimates. The oracle of the RM's picks is reported beside them."""
-    def diff(comp, key):
-        return (comp.get(key) or {}).get("diff")
-
-    def lo(comp, key):
-        return (comp.get(key) or {}).get("lo")
-
-    out = {}
-    for split, block in summary["splits"].items():
-        for name, comp in (block.get("vs_baseline") or {}).items():
-            if not name.startswith("grpo"):
-                continue
-            entry = {"d_fail_as_zero": diff(comp, "fail_as_zero"), "d_oracle_emitted": diff(comp, "oracle_emitted"),
-                     "d_oracle_fail_as_worst": diff(comp, "oracle_fail_as_worst"),
-                     "d_oracle_pick": diff(comp, "oracle_pick"), "fail_as_zero_ci": comp.get("fail_as_zero"),
-                     "oracle_emitted_ci": comp.get("oracle_emitted"),
-                     "oracle_fail_as_worst_ci": comp.get("oracle_fail_as_worst"),
-                     "reward_hacking": comp.get("reward_hacking")}
-            for suffix, oracle in (("", "oracle_emitted"), ("_worst", "oracle_fail_as_worst")):
-                entry[f"both_up{suffix}"] = bool((diff(comp, "fail_as_zero") or 0) > 0 and (diff(comp, oracle) or 0) > 0)
-                entry[f"both_up{suffix}_ci"] = bool((lo(comp, "fail_as_zero") or 0) > 0 and (lo(comp, oracle) or 0) > 0)
-            out.setdefault(name, {})[split] = entry
-    return out
-
-
 def markdown(ev: dict) -> list[str]:
-    """GRPO vs the SFT start per seed and split (paired over cartoons), then the best-of-N table of each split."""
-    def fmt(x):
-        return "–" if x is None else f"{x:.3f}"
-
-    def with_ci(value, ci):
-        return f"{fmt(value)} [{fmt((ci or {}).get('lo'))}, {fmt((ci or {}).get('hi'))}]"
-
-    def yes(flag):
-        return "yes" if flag else "no"
-
-    lines = []
-    if ev.get("must_show_grpo"):
-        lines += ["", "## GRPO vs the SFT start (paired over cartoons; point estimate [95 % CI])", "",
-                  "| run | split | Δ fail-as-zero σ(RM) | Δ oracle (emitted) | Δ oracle (fail = worst) | Δ oracle (RM pick) "
-                  "| both up, oracle emitted (points / CIs) | both up, fail = worst (points / CIs) |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for name, per_split in ev["must_show_grpo"].items():
-            for split, c in per_split.items():
-                lines.append(f"| {name} | {split} | {with_ci(c['d_fail_as_zero'], c.get('fail_as_zero_ci'))} | "
-                             f"{with_ci(c['d_oracle_emitted'], c.get('oracle_emitted_ci'))} | "
-                             f"{with_ci(c.get('d_oracle_fail_as_worst'), c.get('oracle_fail_as_worst_ci'))} | "
-                             f"{fmt(c['d_oracle_pick'])} | {yes(c['both_up'])} / {yes(c.get('both_up_ci'))} | "
-                             f"{yes(c.get('both_up_worst'))} / {yes(c.get('both_up_worst_ci'))} |")
+    """The stand-in's GRPO-vs-SFT table where it added one, then the best-of-N table of each split."""
+    lines = list(ev.get("extra_markdown") or [])
     for split, block in (ev.get("splits") or {}).items():
         lines += ["", f"## Best-of-N, split {split}", "", block["table"]]
     return lines

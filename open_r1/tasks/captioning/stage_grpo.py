@@ -140,11 +140,6 @@ def outputs(recipe) -> list[str]:
     return [recipe.paths.grpo_model(seed) for seed in recipe.section(NAME).settings.seeds]
 
 
-def jobs(recipe) -> list[list[str]] | None:
-    settings = recipe.section(NAME).settings
-    return [[f"grpo.seeds=[{seed}]"] for seed in settings.seeds] if settings.parallel else None
-
-
 def run_seed(recipe, seed: int) -> dict:
 
     section = recipe.section(NAME)
@@ -175,8 +170,3 @@ def run_seed(recipe, seed: int) -> dict:
 
 def run(recipe) -> dict:
     return {"runs": [run_seed(recipe, seed) for seed in recipe.section(NAME).settings.seeds]}
-
-
-def merge(results: list[dict]) -> dict:
-    """The parallel seeds' results as one."""
-    return {"runs": [run for part in results for run in part.get("runs", [])]}

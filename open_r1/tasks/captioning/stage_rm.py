@@ -1,16 +1,11 @@
 """Stage 3: the Bradley-Terry VLM reward model, its held-out pairwise accuracy, and an image-blind control.
 
-Algorithm (the seed's RM, its faults fixed): preference pairs of the training contests by the k-sigma rule
-(``data.pair_indices``: two captions of one contest whose mean-rating gap exceeds ``k * sqrt(se1^2 + se2^2)``, at most
-``cap_per_contest`` per contest drawn at random, all pairs shuffled with the seed, so any prefix spans the contests).
-Each side is ``protocol.rm_messages(description, caption)`` with the cartoon. ``open_r1.reward_model``: the VLM
-backbone + a zero-initialised ``Linear(hidden, 1)`` head at the last real token, loss -log sigmoid(s_chosen -
-s_rejected), one pixel budget in training and scoring. Held out: pairwise accuracy on the pairs of ``eval_splits``
-with a bootstrap CI over contests, and the image swap (does a top caption score higher under its own cartoon than
-another's; 0.5 for a model blind to the image). The image-blind control: the same recipe on one blank grey image.
-``seeds``: one RM per seed, the best on val kept as ``models/rm`` (every seed reported). ``train_split`` names the
-split the pairs come from (e.g. a round of ratings of the policy's own captions). ``image_negatives``: extra pairs of
-one caption under its own vs another contest's cartoon (an assumed label; off by default).
+Pairs by the k-sigma rule (``data.pair_indices``: at most ``cap_per_contest`` per contest drawn at random, shuffled
+with the seed, so any prefix spans the contests), each side ``protocol.rm_messages(description, caption)`` with the
+cartoon; ``open_r1.reward_model``: the VLM + a zero-initialised ``Linear(hidden, 1)`` head at the last real token,
+loss -log sigmoid(s_chosen - s_rejected). Held out: pairwise accuracy on ``eval_splits`` with a bootstrap CI over
+contests, and the image swap (a top caption under its own cartoon vs another's; 0.5 when blind to the image). The
+blind control: the same recipe on one blank grey image. ``seeds``: one RM each, the best on val kept as ``models/rm``.
 Deviations from the seed: the caption is not cut to 80 tokens, the description is in the prompt, pairs are drawn at
 random per contest, pooling reads the attention mask, one pixel budget in training and scoring.
 """
@@ -42,8 +37,7 @@ class Config:
     se_from: str = help_field("precision", f"the standard error of a mean: {' | '.join(SE_FROM)}")
     cap_per_contest: int | None = help_field(1000, "training pairs per contest, drawn at random (null: all)")
     max_pairs: int | None = help_field(None, "keep the first N of the shuffled pairs")
-    image_negatives: float = help_field(0.0, "image-negative pairs added, as a fraction of the training pairs")
-    image_negative_top_k: int = help_field(3, "their captions: each contest's top k")
+    image_negative_top_k: int = help_field(3, "the image swap's captions: each contest's top k")
     min_pixels: int | None = help_field(None, "image budget (null: the backbone processor's)")
     max_pixels: int | None = help_field(None, "image budget (null: the backbone processor's)")
     dtype: str | None = help_field(None, "float32 | bfloat16 | float16 | auto (null: float32 for full fine-tuning "
@@ -82,8 +76,6 @@ class Config:
         require(self.se_from in SE_FROM, f"rm.se_from must be one of {', '.join(SE_FROM)}, got {self.se_from!r}")
         require(self.dtype in (None, "float32", "bfloat16", "float16", "auto"), f"rm.dtype: {self.dtype!r}?")
         require(self.only in (None, "rm", "rm_blind"), f"rm.only must be rm, rm_blind or null, got {self.only!r}")
-        require(0 <= self.image_negatives <= 1, f"rm.image_negatives must be a fraction of the training pairs in "
-                f"[0, 1], got {self.image_negatives!r}")
         require(self.learning_rate > 0 and self.epochs > 0 and 0 <= self.warmup_ratio <= 1, "rm.learning_rate and "
                 "rm.epochs must be > 0, rm.warmup_ratio in [0, 1]")
         config.at_least(NAME, self, 0, "k", "eval_image_swaps", "dataloader_workers", "max_pairs", "weight_decay")
@@ -116,19 +108,17 @@ def contest_images(dataset, first_row: dict, blind: bool) -> dict:
     return images
 
 
-def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False,
-                    images: dict | None = None) -> list[dict]:
+def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
     """``pair_rows(data.preference_pairs(dataset, ...))`` from the pairs' row indices (``data.pair_indices``, the
     same rule, cap and seed), without building the pair dataset: that copies a contest's image into every one of its
     pairs (206k pairs in run 13) and cost most of each RM process's start. The same rows, in the same order, with
     the image of each contest's first pair (tested against experiments/captioning/bench_rm_pairs.pair_rows)."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
     contests, captions = columns["contest"], columns["caption"]
-    if images is None:  # {contest: image}, as `split_images` makes it (given: shared with other rows of the split)
-        first: dict = {}
-        for chosen, _ in index:
-            first.setdefault(contests[chosen], int(chosen))
-        images = contest_images(dataset, first, blind)
+    first: dict = {}
+    for chosen, _ in index:
+        first.setdefault(contests[chosen], int(chosen))
+    images = contest_images(dataset, first, blind)
     prompts: dict = {}  # chosen row -> its prompt, built once (building one per side was most of the time left)
     rows = []
     for chosen, rejected in index.tolist():
@@ -145,22 +135,16 @@ def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = Fal
     return rows
 
 
-def split_images(dataset, blind: bool = False) -> dict:
-    """{contest: its image} for every contest of `dataset` (the image of its first row; blind: blank)."""
-    first: dict = {}
-    for row, contest in enumerate(dataset.select_columns(["contest"]).to_dict()["contest"]):
-        first.setdefault(contest, row)
-    return contest_images(dataset, first, blind)
-
-
-def image_negative_rows(dataset, index, blind: bool = False, images: dict | None = None) -> list[dict]:
+def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
     """RM rows of ``data.image_negative_indices``' (caption row, other row) pairs: chosen = the caption's
     conversation under its own cartoon, rejected = the same conversation under the other contest's cartoon
     (``rejected_image``), group = the caption's contest. Blind, both images are the one blank image, so the two
     sides are the same input and the row adds no gradient."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
-    images = split_images(dataset, blind) if images is None else images
-    rows = []
+    first: dict = {}
+    for row, contest in enumerate(columns["contest"]):
+        first.setdefault(contest, row)
+    images, rows = contest_images(dataset, first, blind), []
     for own, other in index.tolist():
         contest = columns["contest"][own]
         if columns["contest"][other] == contest:
@@ -223,19 +207,10 @@ def training_index(recipe, dataset):
 
 
 def training_pair_rows(recipe, blind: bool = False) -> list[dict]:
-    """`pair_rows(training_pairs(recipe))`, built from the pairs' row indices (`index_pair_rows`), then the
-    image-negative rows if ``rm.image_negatives`` asks for them (`image_negative_rows`; the trainer shuffles)."""
-    fraction, top_k = recipe.section(NAME).image_negatives, recipe.section(NAME).image_negative_top_k
+    """`pair_rows(training_pairs(recipe))`, built from the pairs' row indices (`index_pair_rows`)."""
     path = config.check_inputs({"train": inputs(recipe)["train"]})["train"]
     train = cdata.load_captions(path, check_images="none")
-    index = training_index(recipe, train)
-    n = int(round(fraction * len(index)))
-    if not n:
-        return index_pair_rows(train, index, blind=blind)
-    images = split_images(train, blind)
-    negatives = cdata.image_negative_indices(train, n, top_k=top_k, seed=recipe.seed + 11)
-    return index_pair_rows(train, index, blind=blind, images=images) + image_negative_rows(
-        train, negatives, blind=blind, images=images)
+    return index_pair_rows(train, training_index(recipe, train), blind=blind)
 
 
 def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
@@ -251,13 +226,11 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
     out = paths.rm_blind if blind else (paths.rm if len(seeds) == 1 else paths.rm_seed(seed))
     tag = f"[rm{' blind' if blind else ''}{'' if len(seeds) == 1 else f' s{seed}'}]"
     rows = training_pair_rows(recipe, blind=blind)
-    negatives = sum("rejected_image" in row for row in rows)
     cuda = torch.cuda.is_available()
     model = rm_lib.build_reward_model(
         backbone, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels,
         dtype=cfg.dtype or ("float32" if not cfg.lora or not cuda else None),
-        lora=cfg.lora, meta={"blind": blind, "train_pairs": len(rows), "image_negatives": negatives, "k": cfg.k,
-                             "seed": seed})
+        lora=cfg.lora, meta={"blind": blind, "train_pairs": len(rows), "k": cfg.k, "seed": seed})
     if not cuda:
         model = model.float()
     work = os.path.join(paths.root, "rm-trainer-blind" if blind else f"rm-trainer-s{seed}")
@@ -271,8 +244,7 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
         dataloader_num_workers=cfg.dataloader_workers, disable_tqdm=True,
         gradient_checkpointing=cfg.gradient_checkpointing, remove_unused_columns=False,
     )
-    config.log(f"{tag} {len(rows)} train pairs from {len({row['group'] for row in rows})} contests"
-               f"{f' ({negatives} of them image negatives)' if negatives else ''}; backbone {backbone}")
+    config.log(f"{tag} {len(rows)} train pairs from {len({row['group'] for row in rows})} contests; backbone {backbone}")
     started = time.time()
     trainer = rm_lib.train_reward_model(model, rows, args, callbacks=[TimeCapCallback(cfg.max_seconds)],
                                         center_rewards_coefficient=cfg.center_rewards_coefficient)
@@ -281,8 +253,7 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
     model.save(out, extra_meta={"train_seconds": seconds, "steps": trainer.state.global_step})
     del trainer
     config.log(f"{tag} {model.meta['steps']} steps; saved {out}")
-    report = {"out": out, "blind": blind, "seed": seed, "train_pairs": len(rows), "image_negatives": negatives,
-              "steps": int(model.meta["steps"]),
+    report = {"out": out, "blind": blind, "seed": seed, "train_pairs": len(rows), "steps": int(model.meta["steps"]),
               "train_seconds": seconds, "loss_first": losses[0][1] if losses else None,
               "loss_last": losses[-1][1] if losses else None, "loss_curve": losses[:: max(1, len(losses) // 50)],
               "held_out": score_held_out(recipe, model, blind, tag)}
@@ -348,17 +319,6 @@ def outputs(recipe) -> list[str]:
     return [recipe.paths.rm, recipe.paths.rm_blind]
 
 
-def jobs(recipe) -> list[list[str]] | None:
-    """With ``rm.parallel``: the ``--set`` overrides of the sub-jobs that run as processes at once (each seed's RM,
-    the blind control); the pipeline then calls `finish` on their merged results."""
-    cfg = recipe.section(NAME)
-    if not cfg.parallel:
-        return None
-    seeds = rm_seeds(recipe)
-    return ([["rm.only=rm"] + ([f"rm.seed={seed}"] if len(seeds) > 1 else []) for seed in seeds]
-            + ([["rm.only=rm_blind"]] if cfg.blind else []))
-
-
 def run(recipe) -> dict:
     """Train the RM(s) and the blind control. ``rm.only`` / ``rm.seed`` restrict this process to one job (a
     parallel sub-job). A process that trains every seed keeps the best on val as ``models/rm`` itself."""
@@ -387,9 +347,8 @@ def choose_seed(reports: dict[int, dict], split: str = "val") -> int:
 
 
 def finish(recipe, report: dict) -> dict:
-    """With several seeds: keep the RM with the best val accuracy as ``models/rm`` (a copy of its seed dir, staged so a
-    failure leaves no half-written RM) and report it under ``rm`` with the choice (``selected``: the seed, the split,
-    every seed's val accuracy). One seed: the report as it is."""
+    """With several seeds: keep the best on val as ``models/rm`` (a staged copy of its seed dir) and report it under
+    ``rm`` with the choice (``selected``: the seed, the split, every seed's val accuracy). One seed: as it is."""
 
 
     seeds = rm_seeds(recipe)

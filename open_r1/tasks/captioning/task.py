@@ -5,12 +5,9 @@
   ``protocol.build_messages(description)``, ``image``, ``contest`` and the description columns, which the
   ``caption_rm`` reward reads back (keep ``remove_unused_columns: false``). ``max_train_samples`` keeps the first N
   contests. The stand-in's ``oracle`` never reaches training (``data.load_captions`` drops it).
-* In-training evaluation (``eval_sets``: caption dataset dirs, named by basename, e.g. ``val`` and ``ood``): the
-  first ``eval_limit`` cartoons of each, one greedy completion each under the same prompt and the protocol's
-  ``MAX_NEW_TOKENS``, scored with the same reward model the ``caption_rm`` reward uses (its ``reward_model`` and
-  ``device`` from ``reward_kwargs``). The score keep-best ranks by is the **fail-as-zero sigma(RM)** mean (in [0, 1]),
-  logged as ``eval/<set>_fail0_sigma_rm``; the report also carries the format and truncation rates, sigma(RM) over
-  emitted captions.
+* In-training evaluation (``eval_sets``: caption dataset dirs, named by basename): the first ``eval_limit`` cartoons
+  of each, one greedy completion each, scored with the ``caption_rm`` reward's model; keep-best ranks by the
+  **fail-as-zero sigma(RM)** mean (``eval/<set>_fail0_sigma_rm``), with format and truncation rates beside it.
 
 Optional recipe attributes read with defaults (the GRPO entry passes its script arguments through):
 ``caption_eval_samples`` (1), ``caption_eval_temperature`` (None = greedy), ``caption_eval_max_new_tokens``
@@ -46,7 +43,7 @@ class CaptionSetReport:
         return float(self.metrics["fail_as_zero"])
 
     def summary(self) -> dict:
-        keys = ("format_rate", "truncated_rate", "emitted_sigmoid", "fail_as_zero", "oracle_emitted", "oracle_pick")
+        keys = ("format_rate", "truncated_rate", "emitted_sigmoid", "fail_as_zero")
         out = {"name": self.name, "n": self.n, "seconds": round(self.seconds, 2)}
         out.update({k: self.metrics[k] for k in keys if self.metrics.get(k) is not None})
         tokens = [r["completion_tokens"] for r in self.records if r.get("completion_tokens") is not None]

@@ -1,0 +1,190 @@
+"""The stand-in's parallel sub-jobs: ``parallel: true`` in a section runs its ``jobs`` as processes at once (small
+models leave a GPU mostly idle); ``start_early: {rm: synthesize}`` starts them when an earlier stage begins. A runner
+for ``open_r1.tasks.captioning.pipeline.run_pipeline`` (the real chain runs its stages one by one)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from open_r1.errors import OpenR1Error, RecipeError
+from open_r1.jsonio import read_json, write_json
+from open_r1.tasks.captioning import config, pipeline, stage_rm
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+ENTRY = "standin.captioning.demo"
+
+
+def rm_jobs(recipe) -> list[list[str]] | None:
+    """With ``rm.parallel``: the ``--set`` overrides of the sub-jobs (each seed's RM, the blind control); the
+    runner then calls ``stage_rm.finish`` on their merged results."""
+    cfg = recipe.section("rm")
+    if not cfg.parallel:
+        return None
+    seeds = stage_rm.rm_seeds(recipe)
+    return ([["rm.only=rm"] + ([f"rm.seed={seed}"] if len(seeds) > 1 else []) for seed in seeds]
+            + ([["rm.only=rm_blind"]] if cfg.blind else []))
+
+
+def grpo_jobs(recipe) -> list[list[str]] | None:
+    settings = recipe.section("grpo").settings
+    return [[f"grpo.seeds=[{seed}]"] for seed in settings.seeds] if settings.parallel else None
+
+
+def grpo_merge(results: list[dict]) -> dict:
+    """The parallel seeds' results as one."""
+    return {"runs": [run for part in results for run in part.get("runs", [])]}
+
+
+JOBS, MERGE = {"rm": rm_jobs, "grpo": grpo_jobs}, {"grpo": grpo_merge}  # the stand-in's own stages: `jobs` there
+
+
+def jobs(stage, recipe) -> list[list[str]] | None:
+    """A stage's sub-jobs (each a list of ``--set`` overrides), None when it runs in this process."""
+    find = JOBS.get(stage.NAME) or getattr(stage, "jobs", None)
+    return find(recipe) if find else None
+
+
+def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
+    """``start_early: {rm: synthesize}``: {the run stage at whose start: the parallel stage that starts then}. The
+    early stage must read nothing that a stage between them writes."""
+    order = [stage.NAME for stage in stages]
+    by_name = {stage.NAME: stage for stage in stages}
+    out = {}
+    for name, at in (recipe.run.start_early or {}).items():
+        if name not in order or at not in order or order.index(at) >= order.index(name):
+            raise RecipeError(f"start_early: {name}: {at} must be a stage before it (order: {' '.join(order)})")
+        if not jobs(by_name[name], recipe):
+            raise RecipeError(f"start_early: {name} needs {name}.parallel: true (its jobs run as processes)")
+        between = {p: s for s in order[order.index(at):order.index(name)]
+                   for p in pipeline.outputs(recipe, by_name[s])}
+        for item in by_name[name].inputs(recipe).values():
+            if item.path in between:
+                raise RecipeError(f"start_early: {name} reads {item.path}, which the {between[item.path]} stage writes "
+                                  f"after {at} begins; drop start_early.{name} or start it later")
+        if name in run:  # the stage it waits for may not run: start at the first run stage after `at`
+            later = [s for s in run if order.index(at) <= order.index(s) < order.index(name)]
+            if later:
+                out[later[0]] = name
+    return out
+
+
+def child_env(base: dict, sharing: int, cpus: int | None = None) -> dict:
+    """A sub-job's environment: an equal share of the CPU threads among `sharing` processes (each would otherwise
+    start one OpenMP thread per core), unless the user set them; ``PYTHONFAULTHANDLER=1`` (stacks on a fatal signal)."""
+    env = dict(base)
+    threads = str(max(1, (cpus or os.cpu_count() or 1) // max(1, sharing)))
+    for key in THREAD_VARIABLES:
+        env.setdefault(key, threads)
+    env.setdefault("PYTHONFAULTHANDLER", "1")
+    return env
+
+
+def launch_parallel(recipe, entry: str, name: str, jobs: list[list[str]], sharing: int | None = None) -> list[tuple]:
+    """Start a stage's sub-jobs (``python -m <entry> --stages <name> --job-result F --set ...``; logs under
+    ``<work_dir>/logs``); `collect_parallel` waits for them."""
+    logs = os.path.join(recipe.paths.root, "logs")
+    os.makedirs(logs, exist_ok=True)
+    procs = []
+    for i, sets in enumerate(jobs):
+        result, log_path = os.path.join(logs, f"{name}_{i}.json"), os.path.join(logs, f"{name}_{i}.log")
+        command = [sys.executable, "-m", entry, "--config", recipe.path, "--stages", name, "--job-result", result]
+        for item in [*recipe.overrides, *sets]:
+            command += ["--set", item]
+        handle = open(log_path, "w")  # noqa: SIM115 - closed after the process ends, in collect_parallel
+        proc = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT,
+                                env=child_env(os.environ, sharing or len(jobs)))
+        procs.append((proc, handle, result, log_path, sets))
+        config.log(f"[pipeline] {name} job {i} ({' '.join(sets)}): log {log_path}")
+    return procs
+
+
+def collect_parallel(stage, recipe, procs: list[tuple]) -> dict:
+    parts, failed = [], []
+    for proc, handle, result, log_path, sets in procs:
+        code = proc.wait()
+        handle.close()
+        with open(log_path) as f:
+            ours = [line.rstrip() for line in f if line.startswith("[") or "error" in line.lower()]
+        print("\n".join(ours[-25:]), flush=True)
+        if code != 0 or not os.path.isfile(result):
+            failed.append(f"{' '.join(sets)} (exit {code}, log {log_path})")
+        else:
+            parts.append(read_json(result))
+    if failed:
+        raise OpenR1Error(f"stage {stage.NAME}: sub-job(s) failed: {'; '.join(failed)}")
+    merged = MERGE[stage.NAME](parts) if stage.NAME in MERGE else {k: v for part in parts for k, v in part.items()}
+    return stage.finish(recipe, merged) if hasattr(stage, "finish") else merged
+
+
+_THREADS_AT_START: list[int] = []
+
+
+def _share_threads(sharing: int) -> None:
+    """This process's torch CPU threads while `sharing - 1` early jobs run beside it (1: back to the start value)."""
+    import torch  # deferred: heavy
+
+    if not _THREADS_AT_START:
+        _THREADS_AT_START.append(torch.get_num_threads())
+    torch.set_num_threads(max(1, _THREADS_AT_START[0] // max(1, sharing)))
+
+
+class Runner:
+    """`run_pipeline`'s runner: a stage with ``jobs`` runs them as processes (started early where ``start_early``
+    says); leaving the ``with`` block ends early jobs still running (a failed stage leaves none behind)."""
+
+    def __init__(self, recipe, stages, run: list[str], entry: str = ENTRY):
+        self.recipe, self.entry, self.by_name = recipe, entry, {stage.NAME: stage for stage in stages}
+        self.starts_at = early_starts(recipe, stages, run)
+        self.running: dict[str, tuple[float, list]] = {}  # stage -> (start time, its processes), started early
+
+    def __call__(self, stage) -> tuple[float, dict]:
+        recipe = self.recipe
+        if stage.NAME in self.starts_at:
+            early = self.starts_at[stage.NAME]
+            config.log(f"[pipeline] stage {early} starts early, beside {stage.NAME}")
+            early_jobs = jobs(self.by_name[early], recipe)
+            # this process keeps running stages meanwhile: it takes one share of the cores too
+            self.running[early] = (time.time(), launch_parallel(recipe, self.entry, early, early_jobs,
+                                                                len(early_jobs) + 1))
+            _share_threads(len(early_jobs) + 1)
+        t0 = time.time()
+        own = jobs(stage, recipe)
+        if stage.NAME in self.running:
+            t0, procs = self.running.pop(stage.NAME)
+            result = collect_parallel(stage, recipe, procs)
+            if not self.running:
+                _share_threads(1)
+        elif own:
+            result = collect_parallel(stage, recipe, launch_parallel(recipe, self.entry, stage.NAME, own))
+        else:
+            result = stage.run(recipe)
+        return t0, result
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.running:
+            _share_threads(1)
+        for _, procs in self.running.values():
+            for proc, handle, *_ in procs:
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait()
+                handle.close()
+
+
+def run_pipeline(recipe, stages, run: list[str] | None = None, out: str | None = None, entry: str = ENTRY,
+                 job_result: str | None = None) -> dict:
+    """`pipeline.run_pipeline` with the parallel runner; `job_result`: this process is one sub-job of a parallel
+    stage (``--job-result``), whose result it writes there."""
+    if job_result:
+        (stage,) = [s for s in stages if s.NAME == run[0]]
+        pipeline.preflight(recipe, stages, [stage.NAME])
+        result = stage.run(recipe)
+        write_json(job_result, result)
+        return result
+    with Runner(recipe, stages, [s.NAME for s in stages] if run is None else list(run), entry) as runner:
+        return pipeline.run_pipeline(recipe, stages, run, out, runner=runner)
