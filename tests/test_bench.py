@@ -342,21 +342,6 @@ def test_selfcheck_batch_split_joins_the_decoders_timings():
     assert bench.selfcheck_batch_split([], []) == {}
 
 
-def test_prefill_profile_times_every_part_on_the_tiny_model(tmp_path):
-    """experiments/bench/profile_prefill.py --tiny: every part timed, the three prefill settings, a profiler table."""
-    out = tmp_path / "profile.json"
-    proc, _ = run_script(["-m", "experiments.bench.profile_prefill", "--tiny", "--batch-size", "4", "--repeats", "1",
-                          "--out", str(out)], timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads(out.read_text())
-    assert set(report["parts"]) == {
-        "cpu_build", "positions_cpu", "positions_gpu", "vision_per_image", "vision_grouped",
-        "prefill_per_image_gpu_positions", "prefill_grouped_gpu_positions", "prefill_grouped_cpu_positions"}
-    assert all(part["median_s"] > 0 for part in report["parts"].values())
-    assert report["batch_size"] == 4 and report["vision_patches"] > 0
-    assert report["top_by_cpu_time"] and "| prefill grouped cpu positions |" in proc.stdout
-
-
 def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch, capsys):
     """The ZeRO-3 variants (train.sh's path, one process): zero3.json on top of plain_trl / ours_fast, alone in their
     process (accelerate's state is process-wide); --merge joins the runs' JSONs with the issue's goal ratios."""
