@@ -808,11 +808,9 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
                           rollout_copy_last_refresh_s=copy_weights.last_refresh_s)
         decoder = getattr(trainer, "_graph_decoder", None)
         if decoder is not None and decoder.timings:  # the decoder's own prefill / decode-loop split
-            measured = decoder.timings[-result["gen_calls"]:] if result["gen_calls"] else []
-            steps = sum(t["steps"] - 1 for t in measured)
-            result.update(decoder_prefill_s=sum(t["prefill_s"] for t in measured),
-                          decoder_decode_s=sum(t["decode_s"] for t in measured),
-                          decode_ms_per_step=1000 * sum(t["decode_s"] for t in measured) / steps if steps else None,
+            split = decoder_split(decoder.timings, result["gen_calls"])
+            result.update(decoder_prefill_s=split["decoder_prefill_s"], decoder_decode_s=split["decoder_decode_s"],
+                          decode_ms_per_step=split["decode_ms_per_step"],
                           decoder_cache_allocations=decoder.allocations, decoder_calls=decoder.calls)
         result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
         if variant.dedupe_images:  # proof that the lever acted: images preprocessed vs images given
@@ -829,6 +827,15 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         if trainer is not None:
             with contextlib.suppress(Exception):
                 trainer.accelerator.free_memory()
+
+
+def decoder_split(timings: list[dict], calls: int) -> dict[str, Any]:
+    """The graph decoder's own prefill / decode-loop seconds over its last `calls` calls (the measured ones)."""
+    measured = timings[-calls:] if calls else []
+    steps = sum(t["steps"] - 1 for t in measured)
+    decode = sum(t["decode_s"] for t in measured)
+    return {"decoder_batches_timed": len(measured), "decoder_prefill_s": sum(t["prefill_s"] for t in measured),
+            "decoder_decode_s": decode, "decode_ms_per_step": 1000 * decode / steps if steps else None}
 
 
 def release_memory(reset_compiler: bool = False) -> None:
@@ -1380,10 +1387,7 @@ def selfcheck_main(argv=None) -> int:
                 batches = math.ceil(report.n / batch_size)  # the measured batches are the decoder's last calls
                 timed = decoder.timings[-batches:] if decoder is not None and decoder.timings else []
                 if timed:  # the graph decoder's own split of the measured batches
-                    entry.update(decoder_batches_timed=len(timed), decoder_prefill_s=sum(t["prefill_s"] for t in timed),
-                                 decoder_decode_s=sum(t["decode_s"] for t in timed),
-                                 decode_ms_per_step=1000 * sum(t["decode_s"] for t in timed)
-                                 / max(sum(t["steps"] - 1 for t in timed), 1))
+                    entry.update(decoder_split(timed, len(timed)))
                 entry.update(selfcheck_batch_split(batch_timings, timed))
                 entry.update({
                     "status": "ok",
