@@ -1,41 +1,18 @@
 """GRPO throughput benchmark: plain TRL defaults against our recipe's speed levers, in one process.
 
-    python -m experiments.bench.bench_grpo --variants plain_trl,ours,ours_beta0 --memory-cap-gib 40 --out bench.json   # GPU
+    python -m experiments.bench.bench_grpo --variants plain_trl,ours_fast --memory-cap-gib 40 --out bench.json             # GPU
     python -m experiments.bench.bench_grpo --tiny --variants plain_trl,ours --steps 2                                  # CPU
     python -m experiments.bench.bench_grpo --variants ours_fast_zero3 --out z.json; ... --merge a.json z.json   # ZeRO-3
 
-What is measured. Each *variant* is a named dict of `GRPOConfig` overrides (plus a few bench options: pixel budget,
-attention implementation, compiled decoding). All variants run TRL 1.16's own `GRPOTrainer` on the same *bench shape*:
-
-* the model: full Qwen2-VL-2B dimensions with random bf16 weights built directly on the GPU (`open_r1.tiny_models`
-  config; the real vocab and special-token ids), or with `--tiny` the tiny CPU model;
-* the tokenizer/processor: the project's real-id processor (`open_r1.tiny_models.build_qwen2vl`, loaded left-padded
-  through `open_r1.modeling.load_processor`);
-* the data: 480x320 counting images with image/problem/solution columns, through `open_r1.tasks.counting.data.to_grpo_dataset`,
-  so the prompts are the training prompts;
-* 8 completions per prompt, every completion exactly `--completion-length` tokens (256): `min_new_tokens` keeps the
-  end-of-turn tokens out, and the vision special tokens are suppressed as well (a random model would otherwise sample
-  them). The same `generation_kwargs` go to every variant;
-* our rewards (`open_r1.rewards`, the recipe's list);
-* a KL reference (beta > 0) that is a copy of the in-memory policy (TRL would load the policy's path again).
-
-`--tiny` (CPU, for CI) keeps each variant's geometry and shrinks its batches; its numbers mean nothing, it proves the
-machinery. docs/PERFORMANCE.md has the GPU commands and how to read the table.
-
-Nothing of TRL is copied: the trainer's own methods are wrapped on the instance, timed with `torch.cuda.synchronize()`:
-`_generate` (prompt tokenisation + HF `generate` + decoding) = **gen**; `_get_per_token_logps_and_entropies` under
-no_grad (reference and old-policy log-probs) = **logp**; the rest of `_prepare_inputs` (second image processing,
-rewards, advantages, padding) = **prep**; `training_step` minus `_prepare_inputs` (forward + backward of the loss)
-= **train**; wall time minus all that (optimizer step, dataloader, callbacks) = **other**.
-
-A *round* is one generation batch and every optimizer step trained on it (for plain TRL: one step of 64). The first
-`--warmup` rounds are not measured; `--steps` rounds are. rollouts/s = completions generated in the measured rounds /
-their wall time. Peak memory is `torch.cuda.max_memory_allocated` / `max_memory_reserved` over the whole variant
-(model build and warm-up included), under `torch.cuda.set_per_process_memory_fraction` when `--memory-cap-gib` is
-given, so a variant that does not fit fails with an out-of-memory error instead of reporting a peak nobody has.
-
-A failing variant (out of memory, compile error, a lever whose package is missing) is reported with the first line
-of its error, and the run goes on; the JSON is rewritten after every variant, so a run cut short keeps what it had.
+Each *variant* is a named dict of `GRPOConfig` overrides plus a few bench options (pixel budget, attention, our
+trainer's levers); every variant runs TRL 1.16's own `GRPOTrainer` (or our subclass) on the same shape: the
+full-size Qwen2-VL-2B with random bf16 weights built on the GPU (`--tiny`: the tiny CPU model), the project's
+real-id processor, 480x320 counting images through `to_grpo_dataset` (the training prompts), 8 completions per
+prompt forced to `--completion-length` tokens (vision special tokens suppressed), the recipe's rewards, and a KL
+reference copied from the in-memory policy. Nothing of TRL is copied: its methods are wrapped on the instance and
+timed with `torch.cuda.synchronize()` (`Probe`). Shape, columns and limits: docs/PERFORMANCE.md ("Running the
+benches"). A failing variant is reported with its first error line and the run goes on; the JSON is rewritten
+after every variant.
 """
 from __future__ import annotations
 
