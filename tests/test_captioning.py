@@ -13,12 +13,13 @@ import math
 import numpy as np
 import pytest
 
-from experiments.captioning.bench_rm_pairs import pair_rows, training_pairs
 from open_r1.errors import DataError, RewardConfigError
+from open_r1.tasks.captioning import config as cconfig
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import evaluate as ev
 from open_r1.tasks.captioning import protocol as P
 from open_r1.tasks.captioning import rewards as cr
+from open_r1.tasks.captioning import stage_rm
 from standin.captioning import cartoons as S
 from standin.captioning import oracle_eval as oe
 
@@ -469,30 +470,6 @@ def test_oracle_fail_as_worst_counts_a_failure_as_the_worst_candidate():
     assert "oracle, fail = worst" in oe.markdown_table({"policies": {"p": m}, "comparisons": {}})
 
 
-def test_rescoring_a_saved_report_gives_the_evals_fail_as_worst(standin_dir):
-    """experiments.captioning.rescore_fail_as_worst recomputes the measure from per-cartoon aggregates (reports saved
-    before the eval had it): the same values and paired differences as the eval on the records."""
-    from experiments.captioning import rescore_fail_as_worst as rescore
-
-    floors = {"A": -3.0, "B": -4.0}
-    with_floor = {name: [{**r, "oracle_floor": floors[r["contest"]]} for r in records]
-                  for name, records in (("grpo", POLICY), ("sft", BASELINE))}
-    report = json.loads(json.dumps(oe.evaluate_records(with_floor, baseline="sft", n_boot=300)))  # as saved
-    out = rescore.rescore(report, floors, n_boot=300)
-    for name in ("grpo", "sft"):
-        assert out["policies"][name]["oracle_fail_as_worst"] == pytest.approx(
-            report["policies"][name]["oracle_fail_as_worst"])
-    assert out["vs_baseline"]["grpo"]["oracle_fail_as_worst"] == pytest.approx(
-        report["comparisons"]["grpo"]["oracle_fail_as_worst"])
-    # the floors come from the candidates rendered again: the split's lowest oracle per contest
-    _, paths = standin_dir
-    ood = cdata.load_captions(paths["ood"], keep_oracle=True)
-    contest = ood[0]["contest"]
-    config = S.StandinConfig(captions=12, image_size=(96, 64), max_objects=5)  # the fixture's
-    assert rescore.floors(config, [str(contest)])[str(contest)] == min(
-        r["oracle"] for r in ood if r["contest"] == contest)
-
-
 def test_format_failures_count_the_parsers_reasons():
     records = [{"completion": "a</think>\n\n<caption>x</caption>", "caption": "x"},
                {"completion": "a</think>\n\n<caption>x", "caption": None},
@@ -904,17 +881,6 @@ def test_standin_has_no_text_only_leaks_from_size_or_other_renderers_puns():
         assert set(puns) <= own, (c, puns)
 
 
-def test_text_only_probe_reads_text_cues_and_nothing_else():
-    from experiments.captioning.text_only_probe import fit_and_score
-
-    words = ["alpha", "beta", "gamma", "delta", "omega", "zeta"]
-    cued = [{"chosen": f"the {w} cat sat", "rejected": f"the {w} dog sat"} for w in words for _ in range(3)]
-    blind = [{"chosen": f"the {w} cat sat", "rejected": f"the {w} cat sat"} for w in words]
-    result = fit_and_score(cued, {"cued": cued, "same_text": blind}, steps=100, min_count=1)
-    assert result["cued"]["accuracy"] == 1.0
-    assert result["same_text"]["accuracy"] == 0.5  # identical texts: the model cannot prefer either
-
-
 def test_rate_captions_simulates_readers_for_new_captions_only(standin_dir):
     """A ratings round on a policy's captions: new rows in the dataset's columns, rated as the candidates were
     (simulate_votes on the oracle), known / repeated captions and unknown contests skipped and counted."""
@@ -1017,6 +983,40 @@ def load(path, overrides=()):
     from standin.captioning import demo
 
     return demo.load_recipe(str(path), list(overrides))
+
+
+def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
+    """RM pair rows ({image, chosen, rejected, group}) from ``data.preference_pairs`` output: the reference
+    `stage_rm.training_pair_rows` (rows from the pairs' indices) is tested against."""
+    rows = []
+    # one Arrow -> Python conversion; row-by-row access cost ~40 % of this function
+    records = pairs.remove_columns(["image"]).to_list()
+    first: dict = {}
+    for i, record in enumerate(records):
+        first.setdefault(record["contest"], i)
+    images = stage_rm.contest_images(pairs, first, blind)
+    for record in records:
+        desc = P.description_from_row(record)
+        image = images[record["contest"]]
+        row = {"image": image, "chosen": P.rm_messages(desc, record["chosen"]),
+               "rejected": P.rm_messages(desc, record["rejected"]), "group": record["contest"]}
+        if keep_oracle:
+            row["oracle_order"] = record["chosen_oracle"] > record["rejected_oracle"]
+        rows.append(row)
+    return rows
+
+
+def training_pairs(recipe):
+    """The k-sigma preference pairs the RM trains on, from the split ``rm.train_split`` (default ``train``; e.g.
+    ``train_rated``: the training contests with a round of ratings on a policy's samples added,
+    ``stage_ratings``), capped per contest and shuffled with the recipe's seed (a pair dataset; the RM itself
+    trains on `training_pair_rows`, the same pairs)."""
+    max_pairs = recipe.section("rm").max_pairs
+    path = cconfig.check_inputs({"train": stage_rm.inputs(recipe)["train"]})["train"]
+    pairs = cdata.preference_pairs(cdata.load_captions(path, check_images="none"), **stage_rm.pair_rule(recipe))
+    if max_pairs:
+        pairs = pairs.select(range(min(max_pairs, len(pairs))))
+    return pairs
 
 
 def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp_path):
@@ -1150,25 +1150,3 @@ def test_eval_sampling_cuts_come_from_the_recipe_or_the_policy(standin_dir, tiny
     for bad in ("eval.top_p=0", "eval.top_p=1.5", "eval.top_k=-1", "eval.top_k=2.5", "eval.top_k=true"):
         with pytest.raises(RecipeError, match=bad.split("=")[0]):
             load("configs/captioning/standin_demo.yaml", [bad])
-
-
-def test_sampling_probe_summarizes_records_and_refuses_a_missing_policy(tmp_path, capsys):
-    """experiments.captioning.sampling_probe: the per-setting summary of fixed records, its table row, and one clear
-    error (no traceback) when the work dir holds no policy yet."""
-    from experiments.captioning import sampling_probe as probe
-
-    records = [{"caption": "A cube.", "oracle": 0.5, "truncated": False, "parse_reason": "ok", "completion": "a"},
-               {"caption": "Two cubes.", "oracle": -1.5, "truncated": False, "parse_reason": "ok", "completion": "b"},
-               {"caption": None, "oracle": None, "truncated": True, "parse_reason": "no_think_close",
-                "completion": "the gray sphere say this"},
-               {"caption": None, "oracle": None, "truncated": False, "parse_reason": "multiple_captions",
-                "completion": "c"}]
-    s = probe.summarize(records)
-    assert s["samples"] == 4 and s["format_rate"] == 0.5 and s["truncated_rate"] == 0.25
-    assert s["oracle_emitted"] == -0.5 and s["failures"] == {"no_think_close": 1, "multiple_captions": 1}
-    assert s["examples_failed"] == ["the gray sphere say this", "c"]
-    row = probe.table({"policies": {"sft": {"greedy": {"test": s}}}}).splitlines()[-1]
-    assert row == "| sft | greedy | test | 4 | 50.0 | 25.0 | -0.500 | no_think_close (1) |"
-    assert probe.SETTINGS["greedy"] == {"do_sample": False, "n": 1}  # one greedy completion per cartoon
-    rc = probe.main(["--config", "configs/captioning/standin_demo.yaml", f"--set=work_dir={tmp_path}"])
-    assert rc == 2 and "no sft policy at" in capsys.readouterr().err

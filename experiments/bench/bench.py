@@ -1,41 +1,18 @@
 """GRPO throughput benchmark: plain TRL defaults against our recipe's speed levers, in one process.
 
-    python -m experiments.bench.bench_grpo --variants plain_trl,ours,ours_beta0 --memory-cap-gib 40 --out bench.json   # GPU
+    python -m experiments.bench.bench_grpo --variants plain_trl,ours_fast --memory-cap-gib 40 --out bench.json             # GPU
     python -m experiments.bench.bench_grpo --tiny --variants plain_trl,ours --steps 2                                  # CPU
     python -m experiments.bench.bench_grpo --variants ours_fast_zero3 --out z.json; ... --merge a.json z.json   # ZeRO-3
 
-What is measured. Each *variant* is a named dict of `GRPOConfig` overrides (plus a few bench options: pixel budget,
-attention implementation, compiled decoding). All variants run TRL 1.16's own `GRPOTrainer` on the same *bench shape*:
-
-* the model: full Qwen2-VL-2B dimensions with random bf16 weights built directly on the GPU (`open_r1.tiny_models`
-  config; the real vocab and special-token ids), or with `--tiny` the tiny CPU model;
-* the tokenizer/processor: the project's real-id processor (`open_r1.tiny_models.build_qwen2vl`, loaded left-padded
-  through `open_r1.modeling.load_processor`);
-* the data: 480x320 counting images with image/problem/solution columns, through `open_r1.tasks.counting.data.to_grpo_dataset`,
-  so the prompts are the training prompts;
-* 8 completions per prompt, every completion exactly `--completion-length` tokens (256): `min_new_tokens` keeps the
-  end-of-turn tokens out, and the vision special tokens are suppressed as well (a random model would otherwise sample
-  them). The same `generation_kwargs` go to every variant;
-* our rewards (`open_r1.rewards`, the recipe's list);
-* a KL reference (beta > 0) that is a copy of the in-memory policy (TRL would load the policy's path again).
-
-`--tiny` (CPU, for CI) keeps each variant's geometry and shrinks its batches; its numbers mean nothing, it proves the
-machinery. docs/PERFORMANCE.md has the GPU commands and how to read the table.
-
-Nothing of TRL is copied: the trainer's own methods are wrapped on the instance, timed with `torch.cuda.synchronize()`:
-`_generate` (prompt tokenisation + HF `generate` + decoding) = **gen**; `_get_per_token_logps_and_entropies` under
-no_grad (reference and old-policy log-probs) = **logp**; the rest of `_prepare_inputs` (second image processing,
-rewards, advantages, padding) = **prep**; `training_step` minus `_prepare_inputs` (forward + backward of the loss)
-= **train**; wall time minus all that (optimizer step, dataloader, callbacks) = **other**.
-
-A *round* is one generation batch and every optimizer step trained on it (for plain TRL: one step of 64). The first
-`--warmup` rounds are not measured; `--steps` rounds are. rollouts/s = completions generated in the measured rounds /
-their wall time. Peak memory is `torch.cuda.max_memory_allocated` / `max_memory_reserved` over the whole variant
-(model build and warm-up included), under `torch.cuda.set_per_process_memory_fraction` when `--memory-cap-gib` is
-given, so a variant that does not fit fails with an out-of-memory error instead of reporting a peak nobody has.
-
-A failing variant (out of memory, compile error, a lever whose package is missing) is reported with the first line
-of its error, and the run goes on; the JSON is rewritten after every variant, so a run cut short keeps what it had.
+Each *variant* is a named dict of `GRPOConfig` overrides plus a few bench options (pixel budget, attention, our
+trainer's levers); every variant runs TRL 1.16's own `GRPOTrainer` (or our subclass) on the same shape: the
+full-size Qwen2-VL-2B with random bf16 weights built on the GPU (`--tiny`: the tiny CPU model), the project's
+real-id processor, 480x320 counting images through `to_grpo_dataset` (the training prompts), 8 completions per
+prompt forced to `--completion-length` tokens (vision special tokens suppressed), the recipe's rewards, and a KL
+reference copied from the in-memory policy. Nothing of TRL is copied: its methods are wrapped on the instance and
+timed with `torch.cuda.synchronize()` (`Probe`). Shape, columns and limits: docs/PERFORMANCE.md ("Running the
+benches"). A failing variant is reported with its first error line and the run goes on; the JSON is rewritten
+after every variant.
 """
 from __future__ import annotations
 
@@ -86,42 +63,25 @@ RECIPE_ALGORITHM_KEYS = (
     "epsilon", "epsilon_high", "scale_rewards", "importance_sampling_level", "mask_truncated_completions",
     "learning_rate", "reward_weights", "weight_decay", "max_grad_norm", "cast_lm_head_to_fp32",
 )
-# Recipe speed keys, taken only by `recipe_as_is` (the recipe exactly as written, to compare with the candidates).
-RECIPE_SPEED_KEYS = (
-    "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
-    "num_iterations", "gradient_checkpointing", "gradient_checkpointing_kwargs", "cache_implementation",
-    "use_liger_kernel", "torch_empty_cache_steps", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization",
-    "generation_kwargs", "optim",
-)
 # Every variant reads our own recipe keys reward_funcs / reward_kwargs / prompt_templates; ours* also min/max_pixels.
 DEFAULT_REWARD_FUNCS = ["exact_count", "format"]
 DEFAULT_PROMPT_TEMPLATES = ["train:0.5", "eval:0.5"]
 
 # Keys of a variant that are bench options, not GRPOConfig fields.
 BENCH_OPTION_KEYS = {
-    "base", "description", "recipe", "min_pixels", "max_pixels", "attn_implementation", "compile_generation",
+    "base", "description", "recipe", "min_pixels", "max_pixels", "attn_implementation",
     "lazy_images", "freeze_vision", "dedupe_vision", "requires", "fast_decode", "dedupe_images", "vision_attention",
     "zero3",
 }
 
-# The presets. `base` inherits another preset's keys; `recipe`: False (TRL defaults only), True (the recipe's
-# algorithm keys) or "all" (the recipe's speed keys too). Batch sizes count completions, as TRL's do.
+# The presets. `base` inherits another preset's keys; `recipe`: False (TRL defaults only) or True (the recipe's
+# algorithm keys). Batch sizes count completions, as TRL's do.
 PRESETS: dict[str, dict[str, Any]] = {
     "plain_trl": {
         "description": "TRL 1.16 defaults, per-device batch 64, no accumulation (the reference of every ratio)",
         "recipe": False,
         "per_device_train_batch_size": 64,
         "gradient_accumulation_steps": 1,
-    },
-    "plain_trl_ga4": {
-        "description": "TRL defaults, per-device batch 16 x accumulation 4 (generation batch 64)",
-        "recipe": False,
-        "per_device_train_batch_size": 16,
-        "gradient_accumulation_steps": 4,
-    },
-    "recipe_as_is": {
-        "description": "configs/qwen2vl_2b_counting.yaml exactly as written (its batch and checkpointing keys)",
-        "recipe": "all",
     },
     "ours": {
         "description": "recipe algorithm; generate 256 at once (64 x accumulation 4, on-policy), grad ckpt",
@@ -130,104 +90,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gradient_accumulation_steps": 4,
         "gradient_checkpointing": True,
     },
-    "ours_beta0": {"base": "ours", "description": "ours with beta 0: no reference model or its forward", "beta": 0.0},
     "ours_gen512": {
         "base": "ours",
         "description": "generate 512 at once (64 x accumulation 8, on-policy)",
         "gradient_accumulation_steps": 8,
     },
     "ours_gen512_beta0": {"base": "ours_gen512", "description": "ours_gen512 with beta 0", "beta": 0.0},
-    "ours_gen512_nogc_mb8": {
-        "base": "ours_gen512",
-        "description": "generate 512, no gradient checkpointing, micro-batches of 8 (8 x accumulation 64)",
-        "per_device_train_batch_size": 8,
-        "gradient_accumulation_steps": 64,
-        "gradient_checkpointing": False,
-    },
-    "ours_gen512_beta0_nogc_mb8": {"base": "ours_gen512_nogc_mb8", "description": "ours_gen512_nogc_mb8, beta 0",
-                                   "beta": 0.0},
-    "ours_gen512_beta0_px100k": {"base": "ours_gen512_beta0", "description": "ours_gen512_beta0, 128 vision tokens",
-                                 "max_pixels": 100352},
-    "ours_spg4": {
-        "base": "ours",
-        "description": "generate 256, 4 optimizer steps of 64 on it (steps_per_generation 4; old log-probs)",
-        "gradient_accumulation_steps": 1,
-        "steps_per_generation": 4,
-    },
-    "ours_iter2": {
-        "base": "ours",
-        "description": "ours reusing each rollout for 2 updates (num_iterations 2; old log-probs)",
-        "num_iterations": 2,
-    },
-    "ours_mb32": {
-        "base": "ours",
-        "description": "generate 256, train micro-batches of 32 (32 x accumulation 8)",
-        "per_device_train_batch_size": 32,
-        "gradient_accumulation_steps": 8,
-    },
-    "ours_nogc_mb16": {
-        "base": "ours",
-        "description": "no gradient checkpointing, micro-batches of 16 (16 x accumulation 16)",
-        "per_device_train_batch_size": 16,
-        "gradient_accumulation_steps": 16,
-        "gradient_checkpointing": False,
-    },
-    "ours_nogc_mb8": {
-        "base": "ours",
-        "description": "no gradient checkpointing, micro-batches of 8 (8 x accumulation 32)",
-        "per_device_train_batch_size": 8,
-        "gradient_accumulation_steps": 32,
-        "gradient_checkpointing": False,
-    },
-    "ours_px100k": {
-        "base": "ours",
-        "description": "vision-token budget 128 (max_pixels 100352): 480x320 -> 126 image tokens instead of 187",
-        "max_pixels": 100352,
-    },
-    "ours_px50k": {
-        "base": "ours",
-        "description": "vision-token budget 64 (max_pixels 50176)",
-        "max_pixels": 50176,
-    },
-    "ours_static_compile": {
-        "base": "ours",
-        "description": "static KV cache + torch.compile'd decoding (TRL turns compile off; the bench turns it on)",
-        "compile_generation": True,
-    },
-    "ours_gen512_beta0_eagerimg": {
-        "base": "ours_gen512_beta0",
-        "description": "ours_gen512_beta0 with TRL's image handling: every micro-step decodes the generation batch",
-        "lazy_images": False,
-    },
-    "ours_gen512_beta0_compile": {
-        "base": "ours_gen512_beta0",
-        "description": "ours_gen512_beta0 + static KV cache and compiled (CUDA-graph) decoding",
-        "compile_generation": True,
-    },
-    "ours_gen512_beta0_compile_nogc_mb8": {
-        "base": "ours_gen512_beta0_compile",
-        "description": "ours_gen512_beta0_compile, no gradient checkpointing, micro-batches of 8",
-        "per_device_train_batch_size": 8,
-        "gradient_accumulation_steps": 64,
-        "gradient_checkpointing": False,
-    },
-    "ours_gen512_beta0_compile_nogc_mb16": {
-        "base": "ours_gen512_beta0_compile_nogc_mb8",
-        "description": "ours_gen512_beta0_compile, no gradient checkpointing, micro-batches of 16",
-        "per_device_train_batch_size": 16,
-        "gradient_accumulation_steps": 32,
-    },
-    "ours_gen512_beta0_compile_mb32": {
-        "base": "ours_gen512_beta0_compile",
-        "description": "ours_gen512_beta0_compile, gradient checkpointing, micro-batches of 32",
-        "per_device_train_batch_size": 32,
-        "gradient_accumulation_steps": 16,
-    },
-    "ours_gen1024_beta0_compile": {
-        "base": "ours_gen512_beta0_compile",
-        "description": "generate 1024 at once (64 x accumulation 16), compiled decoding",
-        "gradient_accumulation_steps": 16,
-    },
     "ours_gen512_beta0_dedupe": {
         "base": "ours_gen512_beta0",
         "description": "ours_gen512_beta0, each distinct image through the ViT once (dedupe_vision: same update)",
@@ -244,6 +112,18 @@ PRESETS: dict[str, dict[str, Any]] = {
                        "once per round (dedupe_images: open_r1/image_dedupe.py)",
         "dedupe_images": True,
     },
+    "ours_fast_grouped": {
+        "base": "ours_fast",
+        "description": "ours_fast with the vision tower's attention once per image size (vision_attention: grouped, "
+                       "open_r1/vision_attention.py; what modeling.load_model, hence train.sh, now uses)",
+        "vision_attention": "grouped",
+    },
+    "ours_fast_mb128": {
+        "base": "ours_fast",
+        "description": "ours_fast, training micro-batches of 128 (accumulation 4)",
+        "per_device_train_batch_size": 128,
+        "gradient_accumulation_steps": 4,
+    },
     # train.sh's default path in one process: DeepSpeed ZeRO-3 with zero3.json (one variant per process: accelerate's
     # state is a process-wide singleton; `--merge` puts the JSONs of several processes into one table)
     "plain_trl_zero3": {
@@ -259,78 +139,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "zero3": True,
         "requires": ["deepspeed"],
     },
-    "ours_fast_hf": {
-        "base": "ours_fast",
-        "description": "ours_fast with HF generate instead of the CUDA-graph decoder",
-        "fast_decode": "hf",
-    },
-    "ours_fast_grouped": {
-        "base": "ours_fast",
-        "description": "ours_fast with the vision tower's attention once per image size (vision_attention: grouped, "
-                       "open_r1/vision_attention.py; what modeling.load_model, hence train.sh, now uses)",
-        "vision_attention": "grouped",
-    },
-    "ours_fast_mb128": {
-        "base": "ours_fast",
-        "description": "ours_fast, training micro-batches of 128 (accumulation 4)",
-        "per_device_train_batch_size": 128,
-        "gradient_accumulation_steps": 4,
-    },
-    "ours_gen512_beta0_dedupe_graph_mb128": {
-        "base": "ours_gen512_beta0_dedupe_graph",
-        "description": "ours_gen512_beta0_dedupe_graph, training micro-batches of 128 (accumulation 4)",
-        "per_device_train_batch_size": 128,
-        "gradient_accumulation_steps": 4,
-    },
-    "ours_gen512_beta0_frozenvit": {
-        "base": "ours_gen512_beta0",
-        "description": "ours_gen512_beta0 with the vision tower frozen (freeze_vision: trains fewer weights)",
-        "freeze_vision": True,
-    },
-    "ours_gen512_beta0_dedupe_frozenvit": {
-        "base": "ours_gen512_beta0_dedupe",
-        "description": "ours_gen512_beta0_dedupe with the vision tower frozen (freeze_vision: trains fewer weights)",
-        "freeze_vision": True,
-    },
-    "ours_gen1024_beta0_dedupe": {
-        "base": "ours_gen512_beta0_dedupe",
-        # measured: out of memory at the 40 GiB cap with the 2B model (experiments/bench/results/bench_grpo_gen1024.json)
-        "description": "ours_gen512_beta0_dedupe generating 1024 at once (64 x accumulation 16)",
-        "gradient_accumulation_steps": 16,
-    },
-    "ours_gen512_beta0_dedupe_liger": {
-        "base": "ours_gen512_beta0_dedupe",
-        "description": "ours_gen512_beta0_dedupe + Liger layer kernels (RMSNorm, SwiGLU, RoPE; needs liger_kernel)",
-        "use_liger_kernel": True,
-        "requires": ["liger_kernel"],
-    },
-    "ours_gen512_beta0_compile_frozenvit": {
-        "base": "ours_gen512_beta0_compile",
-        "description": "ours_gen512_beta0_compile with the vision tower frozen (freeze_vision: trains fewer weights)",
-        "freeze_vision": True,
-    },
-    "ours_gen512_beta0_compile_px100k": {
-        "base": "ours_gen512_beta0_compile",
-        "description": "ours_gen512_beta0_compile with 128 vision tokens (480x320 -> 126 instead of 187)",
-        "max_pixels": 100352,
-    },
-    "ours_empty_cache": {
-        "base": "ours",
-        "description": "ours with torch_empty_cache_steps 1 (lower reserved peak, some speed)",
-        "torch_empty_cache_steps": 1,
-    },
-    "ours_liger": {
-        "base": "ours",
-        "description": "ours with TRL's use_liger_kernel (Liger layer kernels; needs liger_kernel)",
-        "use_liger_kernel": True,
-        "requires": ["liger_kernel"],
-    },
-    "ours_fa2": {
-        "base": "ours",
-        "description": "ours with flash-attention 2 instead of SDPA (needs flash_attn)",
-        "attn_implementation": "flash_attention_2",
-        "requires": ["flash_attn"],
-    },
     "ours_vllm": {
         "base": "ours",
         "description": "vLLM colocate generation (TRL use_vllm; needs vllm; not measured on the project's GPU)",
@@ -340,8 +148,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "requires": ["vllm"],
     },
 }
+# The presets of past runs only (compiled generate, frozen ViT, Liger, no checkpointing, ...) left after 7454d52
+# (experiments/LOG.md); `--define` rebuilds any of them.
 # Most informative first: with --deadline-s the tail is what gets skipped.
-DEFAULT_VARIANTS = "plain_trl,ours_gen512_beta0_dedupe,ours_gen512_beta0,ours_gen512_beta0_dedupe_frozenvit"
+DEFAULT_VARIANTS = "plain_trl,ours_fast,ours_gen512_beta0_dedupe_graph"
 DEFAULT_TINY_VARIANTS = "plain_trl,ours"
 BASELINE = "plain_trl"
 
@@ -360,11 +170,10 @@ class Variant:
     name: str
     description: str
     overrides: dict[str, Any]  # GRPOConfig fields
-    recipe: bool | str = False
+    recipe: bool = False
     min_pixels: int | None = None
     max_pixels: int | None = None
     attn_implementation: str = "sdpa"
-    compile_generation: bool = False
     lazy_images: bool = False
     freeze_vision: bool = False
     dedupe_vision: bool = False
@@ -384,7 +193,6 @@ class Variant:
             "min_pixels": self.min_pixels,
             "max_pixels": self.max_pixels,
             "attn_implementation": self.attn_implementation,
-            "compile_generation": self.compile_generation,
             "lazy_images": self.lazy_images,
             "freeze_vision": self.freeze_vision,
             "dedupe_vision": self.dedupe_vision,
@@ -430,11 +238,10 @@ def flatten_preset(name: str, presets: dict[str, dict], seen: tuple[str, ...] = 
 def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any]) -> Variant:
     """The variant's final GRPOConfig overrides: recipe keys (when it asks for them), then its own keys."""
     spec = flatten_preset(name, presets)
-    recipe_mode = spec.get("recipe", False)
+    recipe_mode = bool(spec.get("recipe", False))
     overrides: dict[str, Any] = {}
     if recipe_mode:
-        keys = RECIPE_ALGORITHM_KEYS + (RECIPE_SPEED_KEYS if recipe_mode == "all" else ())
-        overrides.update({key: recipe[key] for key in keys if key in recipe})
+        overrides.update({key: recipe[key] for key in RECIPE_ALGORITHM_KEYS if key in recipe})
     overrides.update({key: value for key, value in spec.items() if key not in BENCH_OPTION_KEYS})
     min_pixels = spec.get("min_pixels", recipe.get("min_pixels") if recipe_mode else None)
     max_pixels = spec.get("max_pixels", recipe.get("max_pixels") if recipe_mode else None)
@@ -447,12 +254,11 @@ def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any])
         min_pixels=min_pixels,
         max_pixels=max_pixels,
         attn_implementation=attn,
-        # Our trainer's levers: lazy image decoding is on for every recipe variant (it changes no result), the
-        # recipe's own speed keys apply with recipe "all", freeze_vision (what trains) with any recipe mode.
-        compile_generation=bool(spec.get("compile_generation", recipe_mode == "all" and recipe.get("compile_generation"))),
-        lazy_images=bool(spec.get("lazy_images", bool(recipe_mode) and recipe.get("lazy_images", True))),
-        freeze_vision=bool(spec.get("freeze_vision", bool(recipe_mode) and recipe.get("freeze_vision", False))),
-        dedupe_vision=bool(spec.get("dedupe_vision", recipe_mode == "all" and recipe.get("dedupe_vision"))),
+        # Our trainer's levers: lazy image decoding is on for every recipe variant (it changes no result),
+        # freeze_vision (what trains) the recipe's; the speed levers only where a variant names them.
+        lazy_images=bool(spec.get("lazy_images", recipe_mode and recipe.get("lazy_images", True))),
+        freeze_vision=bool(spec.get("freeze_vision", recipe_mode and recipe.get("freeze_vision", False))),
+        dedupe_vision=bool(spec.get("dedupe_vision", False)),
         fast_decode=str(spec.get("fast_decode", "hf")),
         # off unless a variant names it: the variants measured before it existed keep their meaning
         dedupe_images=bool(spec.get("dedupe_images", False)),
@@ -893,7 +699,7 @@ def run_variant(variant: Variant, ctx: BenchContext) -> dict[str, Any]:
         result["total_s"] = time.perf_counter() - start
         result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB if on_cuda else None
         result["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB if on_cuda else None
-        release_memory(variant.compile_generation or variant.fast_decode != "hf")
+        release_memory(variant.fast_decode != "hf")
         result["allocated_after_cleanup_gib"] = torch.cuda.memory_allocated() / GIB if on_cuda else None
     return result
 
@@ -952,9 +758,6 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
             grpo_lib.freeze_vision_tower(model)
         ref_context = reference_model_from_policy(model) if args.beta != 0.0 else contextlib.nullcontext()
         # plain TRL where no lever of ours is on, else our subclass (the same trainer train.sh runs)
-        if variant.compile_generation:  # reported as this variant's error; the recorded results stay as measured
-            raise RuntimeError("compile_generation was retired from the trainer (transformers' static-cache compiled "
-                               "generate measured slower: results/bench_grpo_compile.json); see open_r1/decoding.py")
         ours = variant.lazy_images or variant.dedupe_vision or variant.fast_decode != "hf" or variant.dedupe_images
         trainer_kwargs = dict(lazy_images=variant.lazy_images, dedupe_vision=variant.dedupe_vision,
                               fast_decode=variant.fast_decode, dedupe_images=variant.dedupe_images)
@@ -982,11 +785,9 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
                           rollout_copy_last_refresh_s=copy_weights.last_refresh_s)
         decoder = getattr(trainer, "_graph_decoder", None)
         if decoder is not None and decoder.timings:  # the decoder's own prefill / decode-loop split
-            measured = decoder.timings[-result["gen_calls"]:] if result["gen_calls"] else []
-            steps = sum(t["steps"] - 1 for t in measured)
-            result.update(decoder_prefill_s=sum(t["prefill_s"] for t in measured),
-                          decoder_decode_s=sum(t["decode_s"] for t in measured),
-                          decode_ms_per_step=1000 * sum(t["decode_s"] for t in measured) / steps if steps else None,
+            split = decoder_split(decoder.timings, result["gen_calls"])
+            result.update(decoder_prefill_s=split["decoder_prefill_s"], decoder_decode_s=split["decoder_decode_s"],
+                          decode_ms_per_step=split["decode_ms_per_step"],
                           decoder_cache_allocations=decoder.allocations, decoder_calls=decoder.calls)
         result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
         if variant.dedupe_images:  # proof that the lever acted: images preprocessed vs images given
@@ -1003,6 +804,15 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         if trainer is not None:
             with contextlib.suppress(Exception):
                 trainer.accelerator.free_memory()
+
+
+def decoder_split(timings: list[dict], calls: int) -> dict[str, Any]:
+    """The graph decoder's own prefill / decode-loop seconds over its last `calls` calls (the measured ones)."""
+    measured = timings[-calls:] if calls else []
+    steps = sum(t["steps"] - 1 for t in measured)
+    decode = sum(t["decode_s"] for t in measured)
+    return {"decoder_batches_timed": len(measured), "decoder_prefill_s": sum(t["prefill_s"] for t in measured),
+            "decoder_decode_s": decode, "decode_ms_per_step": 1000 * decode / steps if steps else None}
 
 
 def release_memory(reset_compiler: bool = False) -> None:
@@ -1554,10 +1364,7 @@ def selfcheck_main(argv=None) -> int:
                 batches = math.ceil(report.n / batch_size)  # the measured batches are the decoder's last calls
                 timed = decoder.timings[-batches:] if decoder is not None and decoder.timings else []
                 if timed:  # the graph decoder's own split of the measured batches
-                    entry.update(decoder_batches_timed=len(timed), decoder_prefill_s=sum(t["prefill_s"] for t in timed),
-                                 decoder_decode_s=sum(t["decode_s"] for t in timed),
-                                 decode_ms_per_step=1000 * sum(t["decode_s"] for t in timed)
-                                 / max(sum(t["steps"] - 1 for t in timed), 1))
+                    entry.update(decoder_split(timed, len(timed)))
                 entry.update(selfcheck_batch_split(batch_timings, timed))
                 entry.update({
                     "status": "ok",

@@ -88,7 +88,7 @@ def build_models(tiny: bool, work_dir: str, device: str, seed: int):
 
 def cartoon_prompts(n: int, size: int, seed: int):
     from open_r1.tasks.captioning import data as data_lib
-    from open_r1.tasks.captioning import standin
+    from standin.captioning import cartoons as standin
 
     contests = standin.build_contests(n, standin.StandinConfig(captions=2, image_size=(size, size), seed=seed))
     return data_lib.prompt_rows(contests)
@@ -156,9 +156,8 @@ def run_grpo(name, args, ctx, result, sync) -> None:
     result.update(probe.summary(), rows_per_round=rows, lora=LORA)
     decoder = getattr(trainer, "_graph_decoder", None)
     if decoder is not None and decoder.timings:
-        measured = decoder.timings[-result["gen_calls"]:]
-        steps = sum(t["steps"] - 1 for t in measured)
-        result.update(decode_ms_per_step=1000 * sum(t["decode_s"] for t in measured) / steps if steps else None,
+        split = bench.decoder_split(decoder.timings, result["gen_calls"])
+        result.update(decode_ms_per_step=split["decode_ms_per_step"],
                       first_call_s=decoder.timings[0]["prefill_s"] + decoder.timings[0]["decode_s"])
     result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == \
         ctx["completion_length"]

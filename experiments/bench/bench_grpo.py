@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """GRPO throughput bench: plain TRL 1.16 defaults vs our recipe's speed levers, in one process (experiments/bench/bench.py).
 
-    python -m experiments.bench.bench_grpo --variants plain_trl,ours,ours_beta0 --memory-cap-gib 40 --out bench.json  # one GPU
+    python -m experiments.bench.bench_grpo --variants plain_trl,ours_fast --memory-cap-gib 40 --out bench.json            # one GPU
     python -m experiments.bench.bench_grpo --tiny --variants plain_trl,ours --steps 2 --out /tmp/bench.json          # CPU check
     python -m experiments.bench.bench_grpo --list                                                                      # presets
 

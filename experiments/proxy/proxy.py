@@ -60,19 +60,6 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
         "vision_mlp_ratio": 4,
         "dtype": "float32",
     },
-    # 77.8M parameters (19.5M outside the embedding): wider, deeper decoder and a deeper vision tower.
-    "medium": {
-        "hidden_size": 384,
-        "num_hidden_layers": 6,
-        "num_attention_heads": 6,
-        "num_key_value_heads": 2,
-        "intermediate_size": 1536,
-        "vision_depth": 6,
-        "vision_embed_dim": 256,
-        "vision_num_heads": 4,
-        "vision_mlp_ratio": 4,
-        "dtype": "float32",
-    },
     # open_r1.tiny_models defaults (~10M, hidden 64): CPU tests only.
     "tiny": {"dtype": "float32"},
 }

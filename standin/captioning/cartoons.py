@@ -147,7 +147,7 @@ LONG_TAIL = " and frankly I have been meaning to say this to all of you for quit
 W_ODD, W_ODD_NOUN, W_PUN_ODD, W_PUN_PRESENT, W_PUN_ABSENT = 2.0, 0.5, 1.0, 0.25, -1.25
 W_ABSENT, MAX_ABSENT, FREE_WORDS, W_LENGTH, WIT = -1.5, 2, 12, -0.05, 0.2
 # Share of candidates with the long tail (length: a deliberate, small text-only cue). The text-only ceiling, a
-# bag-of-words pairwise model on the RM's pairs (experiments/captioning/text_only_probe.py), reads 0.58 on held-out
+# bag-of-words pairwise model on the RM's pairs (`git show 7454d52:experiments/captioning/text_only_probe.py`), reads 0.58 on held-out
 # test pairs and 0.50 on OOD (the oracle: > 0.99); before size left ODD_DIMENSIONS and absent puns were confined to
 # the renderer's palette it read 0.665 (experiments/captioning/results/; experiments/captioning/LOG.md, runs 1-3).
 P_LONG = 0.1

@@ -112,7 +112,7 @@ def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = Fal
     """``pair_rows(data.preference_pairs(dataset, ...))`` from the pairs' row indices (``data.pair_indices``, the
     same rule, cap and seed), without building the pair dataset: that copies a contest's image into every one of its
     pairs (206k pairs in run 13) and cost most of each RM process's start. The same rows, in the same order, with
-    the image of each contest's first pair (tested against experiments/captioning/bench_rm_pairs.pair_rows)."""
+    the image of each contest's first pair (tested against tests/test_captioning.py: pair_rows)."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
     contests, captions = columns["contest"], columns["caption"]
     first: dict = {}
