@@ -520,6 +520,15 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def interrupted(exc: KeyboardInterrupt, what: str, submission: str) -> int:
+    """Print the one true line for an interrupted export or promote (`exc.where`, set during a swap, says where the
+    models are) and return the exit status of the signal."""
+    name = str(exc) or "SIGINT"
+    where = getattr(exc, "where", f"the submission at {os.path.abspath(submission)} is unchanged")
+    print(f"error: {what} interrupted ({name}); {where}", file=sys.stderr)
+    return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
+
+
 def main(argv=None) -> int:
     quiet_library_noise()
     parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=CliHelp)
@@ -551,10 +560,7 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        name = str(exc) or "SIGINT"
-        where = getattr(exc, "where", f"the submission at {os.path.abspath(args.out)} is unchanged")
-        print(f"error: export interrupted ({name}); {where}", file=sys.stderr)
-        return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
+        return interrupted(exc, "export", args.out)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

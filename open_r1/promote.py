@@ -40,6 +40,7 @@ from open_r1.export import (
     fix_modes,
     inode_of,
     install,
+    interrupted,
     recover_interrupted_swap,
     unique_path,
     verify_submission,
@@ -247,10 +248,7 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        name = str(exc) or "SIGINT"
-        where = getattr(exc, "where", f"the submission at {os.path.abspath(args.submission)} is unchanged")
-        print(f"error: promote interrupted ({name}); {where}", file=sys.stderr)
-        return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
+        return interrupted(exc, "promote", args.submission)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
