@@ -3,6 +3,7 @@ a run will write, recipe values, weight files, data sets and their images. Each 
 naming the option that fixes it) or raises one `OpenR1Error`; `open_r1.validate` runs them for a whole run."""
 from __future__ import annotations
 
+import difflib
 import io
 import math
 import numbers
@@ -26,6 +27,12 @@ def is_number(value) -> bool:
     """A real number that is not a bool: int, float, numpy integers and floats (`numbers.Real`; also Fraction).
     Says nothing about the value: nan and inf are numbers here, so a caller that needs a finite one checks that too."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def closest_key(key: str, valid) -> str | None:
+    """The valid key closest to a misspelt `key` (difflib, its default cutoff 0.6), or None."""
+    match = difflib.get_close_matches(key, list(valid), n=1)
+    return match[0] if match else None
 
 
 def _cannot_create_in(directory: str) -> str | None:

@@ -13,7 +13,6 @@ model), LoRA off the vision tower unless `lora_vision`, and the speed levers of 
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -24,9 +23,11 @@ from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 from open_r1 import modeling, validate
 from open_r1 import rewards as rewards_lib
 from open_r1 import run as run_lib
+from open_r1.checks import closest_key
 from open_r1.errors import OpenR1Error, RecipeError, user_error  # noqa: F401  (RecipeError re-exported)
 from open_r1.export import TRAINING_META_FILE
 from open_r1.families import FAMILIES
+from open_r1.jsonio import write_json
 from open_r1.noise import quiet_library_noise
 from open_r1.rewards import parse_reward_kwargs  # noqa: F401  (re-exported: recipes' reward params)
 from open_r1.tasks import get_task, task_settings
@@ -238,8 +239,7 @@ def write_training_meta(output_dir: str, script_args, model_args, processor, tas
         "reward_funcs": list(script_args.reward_funcs),
         **(task or get_task(script_args.task, script_args)).training_meta(script_args),
     }
-    with open(os.path.join(output_dir, TRAINING_META_FILE), "w") as handle:
-        json.dump(meta, handle, indent=2)
+    write_json(os.path.join(output_dir, TRAINING_META_FILE), meta)
 
 
 def announce_rank(trainer) -> None:
@@ -264,9 +264,10 @@ def apply_memory_cap(environ=os.environ) -> float | None:
         return None
     try:
         cap = float(value)
-        assert cap > 0
-    except (ValueError, AssertionError):
-        raise SystemExit(f"error: {MEMORY_CAP_ENV}={value!r} is not a positive number of GiB (e.g. 48)") from None
+    except ValueError:
+        cap = 0.0
+    if not cap > 0:
+        raise RecipeError(f"{MEMORY_CAP_ENV}={value!r} is not a positive number of GiB (e.g. 48)")
     import torch
 
     if not torch.cuda.is_available():
@@ -351,8 +352,6 @@ class _RecipeParser(TrlParser):
 
 def unknown_keys_error(config_rest: list[str], cli_rest: list[str]) -> RecipeError:
     """One error naming each unknown key (YAML keys and command-line flags) with the closest known one."""
-    import difflib
-
     keys = sorted(recipe_keys())
     found = []
     for where, rest in (("recipe key", config_rest), ("command-line flag", cli_rest)):
@@ -360,8 +359,8 @@ def unknown_keys_error(config_rest: list[str], cli_rest: list[str]) -> RecipeErr
             if not item.startswith("--") and found:  # a value of the unknown flag before it
                 continue
             key = item[2:].split("=", 1)[0].replace("-", "_") if item.startswith("--") else item
-            close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
-            found.append(f"{where} {key!r}" + (f" (did you mean {close[0]}?)" if close else ""))
+            close = closest_key(key, keys)
+            found.append(f"{where} {key!r}" + (f" (did you mean {close}?)" if close else ""))
     return RecipeError("unknown " + "; ".join(found) + " (python -m open_r1.grpo --help lists the keys)")
 
 

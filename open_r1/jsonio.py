@@ -32,13 +32,19 @@ def read_json(path: str | os.PathLike, default: Any = _RAISE) -> Any:
         return default
 
 
-def read_recipe(path: str | os.PathLike) -> dict:
+def read_recipe(path: str | os.PathLike, hint: str = "see configs/*.yaml") -> dict:
     """A YAML recipe as a mapping: the one plain reader (`open_r1.grpo` parses the same files into its dataclasses
-    with TRL's parser); a file that is not a mapping is one RecipeError."""
+    with TRL's parser); a missing file, bad YAML or a file that is not a mapping is one RecipeError (`hint`: where
+    the recipes are)."""
     import yaml  # deferred: only recipe readers need it
 
+    if not os.path.isfile(path):
+        raise RecipeError(f"recipe {path} does not exist; {hint}")
     with open(path) as handle:
-        recipe = yaml.safe_load(handle) or {}
+        try:
+            recipe = yaml.safe_load(handle) or {}
+        except yaml.YAMLError as exc:
+            raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from None
     if not isinstance(recipe, dict):
         raise RecipeError(f"recipe {path} is not a YAML mapping of key: value")
     return recipe

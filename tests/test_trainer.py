@@ -509,7 +509,9 @@ def test_gpu_memory_cap_env_is_checked_and_capped(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"total_memory": 80 * 2**30}))
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d: calls.append((f, d)))
     assert grpo.apply_memory_cap({}) is None and calls == []
-    with pytest.raises(SystemExit, match="GPU_MEMORY_CAP_GIB='lots' is not a positive number"):
+    with pytest.raises(grpo.RecipeError, match="GPU_MEMORY_CAP_GIB='lots' is not a positive number"):
         grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "lots"})
+    with pytest.raises(grpo.RecipeError, match="GPU_MEMORY_CAP_GIB='-4' is not a positive number"):
+        grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "-4"})
     assert grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "48", "LOCAL_RANK": "1"}) == 48
     assert calls == [(0.6, 1)]

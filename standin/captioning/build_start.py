@@ -36,6 +36,7 @@ from transformers import GenerationConfig
 
 from open_r1 import modeling
 from open_r1 import tiny_models as tm
+from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import evaluate, pipeline, stage_eval
 from standin.captioning import demo, stage_data, stage_pretrain
@@ -112,8 +113,7 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
         for name in ("sft_report.json", "training_meta.json"):  # run records with this machine's paths
             if os.path.exists(os.path.join(staging, name)):
                 os.remove(os.path.join(staging, name))
-        with open(os.path.join(staging, "start_report.json"), "w") as handle:
-            json.dump(info, handle, indent=1)
+        write_json(os.path.join(staging, "start_report.json"), info)
     return info
 
 

@@ -10,7 +10,6 @@ parsed `Recipe`; ``--set section.key=value`` overrides any key (the value read a
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import time
 import types
@@ -19,7 +18,9 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from open_r1.checks import closest_key
 from open_r1.errors import RecipeError
+from open_r1.jsonio import read_recipe
 
 
 def check_keys(where: str, mapping: dict, valid) -> None:
@@ -30,8 +31,8 @@ def check_keys(where: str, mapping: dict, valid) -> None:
         prefix = f"{where}." if where else ""
         named = []
         for key in unknown:
-            match = difflib.get_close_matches(key, valid, n=1)
-            named.append(prefix + key + (f" (did you mean {prefix}{match[0]}?)" if match else ""))
+            match = closest_key(key, valid)
+            named.append(prefix + key + (f" (did you mean {prefix}{match}?)" if match else ""))
         listed = ", ".join(valid) if len(valid) <= 40 else "python -m open_r1.grpo --help-all lists them"
         raise RecipeError(f"unknown key(s) {', '.join(named)} in {f'section {where}' if where else 'the recipe'}; "
                           f"valid: {listed}")
@@ -143,15 +144,7 @@ class RunConfig:
 
 def load_yaml(path: str, overrides: list[str] | None = None) -> dict:
     """The recipe file as a mapping, with the ``--set section.key=value`` overrides applied."""
-    if not os.path.isfile(path):
-        raise RecipeError(f"recipe {path} does not exist; see configs/captioning/*.yaml")
-    with open(path) as handle:
-        try:
-            recipe = yaml.safe_load(handle) or {}
-        except yaml.YAMLError as exc:
-            raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from None
-    if not isinstance(recipe, dict):
-        raise RecipeError(f"recipe {path} must be a mapping of stage sections")
+    recipe = read_recipe(path, hint="see configs/captioning/*.yaml")
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep or not key:

@@ -57,6 +57,7 @@ import unicodedata
 from collections import Counter, defaultdict
 
 from open_r1.errors import DataError, OpenR1Error
+from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data
 
 HEADER_OLD = ("rank", "caption", "mean", "precision", "votes", "not_funny", "somewhat_funny", "funny")
@@ -366,8 +367,7 @@ def prepare(args: argparse.Namespace) -> dict:
                    "out": out, "settings": {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")},
                    **report, "contests_without_cartoon": len(no_cartoon), "contests_without_cartoon_ids": no_cartoon,
                    "splits": sizes}
-        with open(os.path.join(tmp, REPORT), "w") as handle:
-            json.dump(summary, handle, indent=1)
+        write_json(os.path.join(tmp, REPORT), summary)
         _swap_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
