@@ -37,6 +37,8 @@ Items:
    in `__init__` (its `suppress_tokens` hides the model's own list from `generate`).
 12. `compile_time_report`: `torch._dynamo.utils.compile_times`, torch.compile's per-phase seconds (the decode
    bench's breakdown of a first call).
+13. `built_whole`: `transformers.modeling_utils.set_zero3_state`, the flag that tells `_from_config` a DeepSpeed
+   `zero.Init` is already open (transformers builds a composite model's sub-models through `_from_config`).
 """
 from __future__ import annotations
 
@@ -270,3 +272,15 @@ def compile_time_report() -> str:
     from torch._dynamo.utils import compile_times
 
     return compile_times(repr="str")
+
+
+# ---- 13. a model built whole while ZeRO-3 is configured ---------------------------------------------------------
+
+
+def built_whole():
+    """A context in which `type(model)(config)` builds whole tensors although DeepSpeed ZeRO-3 is configured: a
+    composite model (Qwen2-VL: vision tower + language model) builds its sub-models through `_from_config`, which
+    opens `deepspeed.zero.Init` (partitioning them) unless `set_zero3_state` says one is already open."""
+    from transformers.modeling_utils import set_zero3_state
+
+    return set_zero3_state()

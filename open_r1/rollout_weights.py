@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from open_r1 import compat
 from open_r1 import vision_attention as va
 from open_r1.errors import RecipeError
 
@@ -30,24 +31,6 @@ def deepspeed_gather(params):
     import deepspeed  # deferred: heavy, and only under ZeRO-3
 
     return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
-
-
-@contextlib.contextmanager
-def _outside_zero_init():
-    """DeepSpeed's `zero.Init`, while a run keeps one open, partitions every module built inside it (the copy came
-    out empty on an H100): suspend it as `deepspeed.initialize` does (`shutdown_init_context` /
-    `restore_init_context`, no-ops when none is open)."""
-    import sys
-
-    zero = sys.modules.get("deepspeed.runtime.zero.partition_parameters")  # only where DeepSpeed is in use
-    if zero is None:
-        yield
-        return
-    zero.shutdown_init_context()
-    try:
-        yield
-    finally:
-        zero.restore_init_context()
 
 
 def _lora_parts(module):
@@ -87,7 +70,6 @@ class RolloutWeights:
         dtype = dtype or first.dtype  # the dtype rollouts run in (bf16 under DeepSpeed's bf16)
         from transformers.initialization import no_init_weights  # deferred: heavy
 
-
         grouped = va.vision_implementation(base) == va.NAME
         if grouped:  # transformers' constructor refuses the registered name: build with sdpa, then set it
             va.use_grouped_vision_attention(base, "per_image")
@@ -101,7 +83,7 @@ class RolloutWeights:
         default_dtype = torch.get_default_dtype()
         torch.set_default_dtype(dtype)
         try:
-            with _outside_zero_init(), torch.device(device), no_init_weights():
+            with compat.built_whole(), torch.device(device), no_init_weights():
                 model = type(base)(config)
         finally:
             torch.set_default_dtype(default_dtype)

@@ -251,6 +251,37 @@ def test_item12_compile_time_report_names_dynamos_phases():
     assert isinstance(report, str) and "_compile.compile_inner" in report
 
 
+# ---- 13. a model built whole while ZeRO-3 is configured ------------------------------------------------------------
+def test_item13_built_whole_keeps_from_config_from_opening_zero_init(monkeypatch):
+    """With ZeRO-3 configured, building Qwen2-VL by its constructor opens DeepSpeed's zero.Init through the
+    sub-models' `_from_config` (the rollout copy came out partitioned on an H100); inside `built_whole` it does not,
+    and the rollout copy of such a policy holds whole tensors."""
+    import sys
+    import types
+
+    import transformers.modeling_utils as modeling_utils
+
+    from open_r1 import tiny_models
+    from open_r1.rollout_weights import RolloutWeights
+
+    class Opened(Exception):
+        pass
+
+    def deepspeed_config():  # transformers reads it only to open zero.Init
+        raise Opened
+
+    policy = tiny_models.build_model(tiny_models.build_config(), seed=0)
+    monkeypatch.setitem(sys.modules, "deepspeed", types.SimpleNamespace(zero=types.SimpleNamespace(Init=None)))
+    monkeypatch.setattr(modeling_utils, "is_deepspeed_zero3_enabled", lambda: True)
+    monkeypatch.setattr(modeling_utils, "deepspeed_config", deepspeed_config)
+    with pytest.raises(Opened):
+        type(policy)(policy.config)
+    with compat.built_whole():
+        type(policy)(policy.config)
+    copy = RolloutWeights(policy).model
+    assert all(p.shape == q.shape for p, q in zip(copy.parameters(), policy.parameters(), strict=True))
+
+
 # ---- nothing private outside compat.py ----------------------------------------------------------------------------
 LIBRARIES = ("torch", "trl", "transformers", "accelerate", "peft", "datasets", "safetensors", "deepspeed")
 
