@@ -10,7 +10,8 @@
 #   SUBMISSION  where the merged model goes   (/app/submission where /app exists, else OUTPUT_DIR/submission)
 #   OUTPUT_DIR  run dir with checkpoints      (recipe, else runs/<recipe name>)
 #   NUM_GPUS    processes to launch           (all visible GPUs; 0 = CPU mode)
-#   ZERO3       1 = DeepSpeed ZeRO-3 with zero3.json on GPUs (default 1), 0 = plain DDP
+#   ZERO3       1 = DeepSpeed ZeRO-3 with zero3.json, 0 = plain DDP (default: 1 on several GPUs, 0 on one GPU,
+#               where ZeRO-3 has nothing to shard and is only slower: docs/PERFORMANCE.md)
 #   GPU_MEMORY_CAP_GIB  cap each process's GPU memory, e.g. 48 to emulate 48 GB cards on larger ones (unset: none)
 #   REPLACE_SUBMISSION  1 = replace a scored submission (one holding its selfcheck.json) without comparing;
 #               by default the new model is written beside it (<SUBMISSION>.candidate-<time>) with the commands
@@ -52,8 +53,6 @@ if [ -z "${SUBMISSION:-}" ]; then  # the grader's path on the users' machine (/a
   if [ -d /app ]; then SUBMISSION=/app/submission; else SUBMISSION=$OUTPUT_DIR/submission; fi
 fi
 export SUBMISSION  # open_r1.grpo checks up front that it can be written
-ZERO3=${ZERO3:-1}
-
 VISIBLE_GPUS=$($PYTHON -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 NUM_GPUS=${NUM_GPUS:-$VISIBLE_GPUS}
 if ! [[ "$NUM_GPUS" =~ ^[0-9]+$ ]]; then
@@ -64,6 +63,12 @@ if [ "$NUM_GPUS" -gt "$VISIBLE_GPUS" ]; then
   echo "error: NUM_GPUS=$NUM_GPUS but this machine shows $VISIBLE_GPUS GPU(s) (torch.cuda.device_count());" \
        "set NUM_GPUS=$VISIBLE_GPUS (0 = CPU mode, e.g. bash train.sh configs/demo.yaml)" >&2
   exit 2
+fi
+
+if [ -z "${ZERO3:-}" ]; then  # ZeRO-3 shards weights, gradients and optimizer state across processes
+  ZERO3=0
+  if [ "$NUM_GPUS" -gt 1 ]; then ZERO3=1; fi
+  if [ "$NUM_GPUS" -eq 1 ]; then echo "[train.sh] one GPU: plain DDP (ZeRO-3 would shard nothing; ZERO3=1 forces it)"; fi
 fi
 
 # A clean clone has no data for the demo recipe: render the demo's train split (open_r1.tasks.counting.demo's scenes).

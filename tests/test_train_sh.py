@@ -81,3 +81,29 @@ def test_the_help_hint_runs_on_a_clean_clone_with_no_variables_set(tmp_path):
     assert os.path.isdir(os.path.join(clone, "runs", "demo", "data", "train"))
     meta = json.loads(open(os.path.join(clone, "runs", "demo", "grpo", "training_meta.json")).read())
     assert meta["base_model"] == os.path.join(clone, "open_r1", "tasks", "counting", "demo_start")
+
+
+@pytest.mark.parametrize("gpus, zero3, deepspeed", [("1", None, False), ("2", None, True), ("1", "1", True),
+                                                   ("2", "0", False)])
+def test_zero3_by_default_only_where_there_is_something_to_shard(tmp_path, gpus, zero3, deepspeed):
+    """One GPU trains with DDP (ZeRO-3 in one process shards nothing and is slower), several with ZeRO-3; ZERO3
+    set either way wins. A stand-in PYTHON reports `gpus` GPUs and records the launch instead of training."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text(f"""#!/usr/bin/env bash
+case "$*" in
+  *device_count*) echo {gpus} ;;
+  -c*) exec {sys.executable} "$@" ;;
+  *) echo "$*" >> {calls} ;;
+esac
+""")
+    fake.chmod(0o755)
+    env = {key: value for key, value in os.environ.items() if key not in ("NUM_GPUS", "ZERO3")}
+    env.update(PYTHON=str(fake), MODEL_PATH=str(tmp_path), DATA=str(tmp_path), SUBMISSION=str(tmp_path / "sub"),
+               OUTPUT_DIR=str(tmp_path / "run"), **({"ZERO3": zero3} if zero3 else {}))
+    result = subprocess.run(["bash", "train.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
+    launch = calls.read_text().splitlines()[0]
+    assert result.returncode == 0 and "accelerate.commands.launch" in launch, result.stderr
+    assert f"--num_processes {gpus}" in launch
+    assert ("--deepspeed zero3.json" in launch) == deepspeed
+    assert ("one GPU: plain DDP" in result.stdout) == (gpus == "1" and zero3 is None)
