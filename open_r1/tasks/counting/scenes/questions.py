@@ -17,8 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from open_r1.errors import SceneArgumentError
+
 from . import clevr, ood
-from .errors import SceneArgumentError
 
 TOTAL_QUESTION = "How many items are there in the image?"
 DIFFERENT_QUESTION = "How many different items are there in the image?"

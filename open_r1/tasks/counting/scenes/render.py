@@ -16,9 +16,9 @@ import numpy as np
 from PIL import Image
 
 from open_r1.checks import is_int
+from open_r1.errors import SceneArgumentError, SceneGenerationError
 
 from . import clevr, ood
-from .errors import SceneArgumentError, SceneGenerationError
 from .raytrace import RayCaster
 
 RENDERERS = {"clevr": clevr, "ood": ood}
