@@ -1,15 +1,9 @@
-"""Counting questions about a rendered scene, and their gold answers computed from the scene metadata.
+"""Counting questions about a rendered scene, with gold answers from the scene metadata.
 
-Question kinds:
-  * ``total``: "How many items are there in the image?" (answer: every object);
-  * ``different``: "How many different items are there in the image?" (the OOD benchmark's wording; same answer);
-  * ``filtered``: an attribute-filtered count in CLEVR's word order size, colour, material/texture, shape, e.g.
-    "How many red cubes are there?", "How many metal things are there?", "How many small striped buses are
-    there?". The filter is taken from a random object 85% of the time (answer >= 1) and drawn at random otherwise
-    (the answer may be 0).
-
-``questions`` arguments accept "default" (the split's total-count wording), "mixed" (half total counts, half
-filtered counts), one kind name, or a list of kind names drawn uniformly.
+Kinds: ``total`` (every object), ``different`` (the OOD benchmark's wording, same answer) and ``filtered`` (an
+attribute filter in CLEVR's word order, e.g. "How many small striped buses are there?", taken from a random object
+85% of the time, else drawn at random, so the answer may be 0). A ``questions`` argument: "default" (the split's
+total-count wording), "mixed" (half total, half filtered), one kind, or a list of kinds drawn uniformly.
 """
 from __future__ import annotations
 

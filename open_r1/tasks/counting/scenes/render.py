@@ -1,9 +1,5 @@
-"""``render_scene``: sample a scene, check every object is visible enough to count, then shade it.
-
-A scene is drawn from the chosen renderer ("clevr" or "ood"). Before any shading, primary rays fill an object-id
-buffer; if any object covers fewer than ``min_visible_pixels`` pixels (hidden behind others or off-screen), the
-layout is thrown away and a new one is drawn with the same number of objects, as CLEVR's generator does. The
-gold count of every image is therefore the number of distinct ids in its id buffer.
+"""``render_scene``: sample a scene from a renderer, redraw its layout until every object is visible enough to
+count (as CLEVR's generator does), then shade it. The gold count is the number of ids in the object-id buffer.
 """
 from __future__ import annotations
 
@@ -75,20 +71,17 @@ def validate_scene_args(renderer: str, condition: str | None, min_objects: int, 
 
 
 def as_generator(rng_or_seed: Any) -> np.random.Generator:
-    if isinstance(rng_or_seed, np.random.Generator):
-        return rng_or_seed
-    if isinstance(rng_or_seed, np.random.SeedSequence) or is_int(rng_or_seed):
-        if not isinstance(rng_or_seed, np.random.SeedSequence) and rng_or_seed < 0:
-            raise SceneArgumentError(f"seed must be a non-negative integer, got {rng_or_seed}")
+    """numpy's default_rng (a Generator comes back as it is) for the seeds the generator accepts."""
+    if is_int(rng_or_seed) and rng_or_seed < 0:
+        raise SceneArgumentError(f"seed must be a non-negative integer, got {rng_or_seed}")
+    if is_int(rng_or_seed) or isinstance(rng_or_seed, (np.random.Generator, np.random.SeedSequence)):
         return np.random.default_rng(rng_or_seed)
     raise SceneArgumentError(f"expected an int seed, a SeedSequence or a numpy Generator, got {type(rng_or_seed).__name__}")
 
 
 def scene_fingerprint(scene: dict | str) -> str:
-    """Hash of what makes a scene's content: renderer, image size, camera and every object's attributes and pose.
-
-    Question metadata and visibility statistics are left out, so two examples of the same scene collide.
-    """
+    """Hash of a scene's content (renderer, image size, camera, objects' attributes and poses): not its question or
+    visibility statistics, so two examples of one scene collide."""
     if isinstance(scene, str):
         scene = json.loads(scene)
     content = {
@@ -133,16 +126,9 @@ def _describe(renderer, condition, camera, key_dir, environment, objects, object
     }
 
 
-def render_scene(
-    rng_or_seed: Any = 0,
-    renderer: str = "clevr",
-    condition: str | None = "A",
-    image_size: Any = None,
-    min_objects: int = 3,
-    max_objects: int = 10,
-    min_visible_pixels: int | None = None,
-    anti_alias: bool = True,
-) -> tuple[Image.Image, dict, np.ndarray]:
+def render_scene(rng_or_seed: Any = 0, renderer: str = "clevr", condition: str | None = "A", image_size: Any = None,
+                 min_objects: int = 3, max_objects: int = 10, min_visible_pixels: int | None = None,
+                 anti_alias: bool = True) -> tuple[Image.Image, dict, np.ndarray]:
     """Render one scene: (RGB PIL image, scene dict, object-id buffer (H, W) int32 with -1 for background).
 
     The number of objects is uniform in [min_objects, max_objects]; layouts are redrawn (same count) until every
