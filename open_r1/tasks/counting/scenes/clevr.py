@@ -80,12 +80,9 @@ def object_parts(obj: dict, object_id: int) -> list[Part]:
     material = Material(albedo=srgb_to_linear(COLORS[obj["color"]]), kind=obj["material"])
     rot = rotation_z(np.radians(obj["rotation"]))
     center = np.array(obj["position"], dtype=np.float64)
-    if obj["shape"] == "cube":
-        half = np.full(3, radius / np.sqrt(2.0))
-        return [Part(BOX, center, rot, half, object_id, material)]
-    if obj["shape"] == "sphere":
-        return [Part(ELLIPSOID, center, rot, np.full(3, radius), object_id, material)]
-    return [Part(CYLINDER, center, rot, np.array([radius, radius, radius]), object_id, material)]
+    shapes = {"cube": (BOX, radius / np.sqrt(2.0)), "sphere": (ELLIPSOID, radius), "cylinder": (CYLINDER, radius)}
+    kind, half = shapes[obj["shape"]]
+    return [Part(kind, center, rot, np.full(3, half), object_id, material)]
 
 
 def footprint(obj: dict) -> tuple[float, float, float]:

@@ -6,7 +6,6 @@ Writes the splits (one ``save_to_disk`` folder per split under ``--out``) and pr
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -17,6 +16,7 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 from open_r1.checks import writable_problem  # noqa: E402  (after the BLAS setting above, like numpy's users below)
 from open_r1.errors import CliHelp, SceneArgumentError, user_error  # noqa: E402
+from open_r1.jsonio import write_json  # noqa: E402
 
 from .dataset import SPLITS, write_splits  # noqa: E402
 from .render import parse_image_size, render_scene, validate_scene_args  # noqa: E402
@@ -125,8 +125,7 @@ def _run_preview(args) -> int:
         image, scene, _ = render_scene(seed, args.renderer, args.condition, size, args.min_objects, args.max_objects)
         image.save(os.path.join(args.out, f"{args.renderer}_{i}.png"))
         scenes.append(scene)
-    with open(os.path.join(args.out, "scenes.json"), "w") as handle:
-        json.dump(scenes, handle, indent=1)
+    write_json(os.path.join(args.out, "scenes.json"), scenes)
     print(f"wrote {args.preview} images to {args.out}")
     return 0
 

@@ -70,10 +70,6 @@ class Part:
         # The 8 corners (8, 3) of the part's local bounding box in world coordinates, for screen-space culling.
         self.corners = self.center + (signs * self.half) @ self.rotation.T
 
-    def to_local(self, points: np.ndarray) -> np.ndarray:
-        """World points (3, N) -> local coordinates (3, N)."""
-        return self.rotation.T @ (points - self.center[:, None])
-
     # -- ray intervals ---------------------------------------------------------------------------------------
     def interval(self, origins: np.ndarray, dirs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(t_in, t_out) for rays ``origins + t * dirs``, each (3, N) or one (3,) vector shared by all rays."""
@@ -94,7 +90,7 @@ class Part:
     def surface(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """World normals, a face code (one per flat face, for edge anti-aliasing) and local coordinates of surface
         points (3, N)."""
-        p = self.to_local(points)
+        p = self.rotation.T @ (points - self.center[:, None])  # local coordinates
         if self.kind == BOX:
             ratio = np.abs(p) / self.half[:, None]
             axis = np.argmax(ratio, axis=0)
@@ -199,8 +195,9 @@ class Camera:
         return (rows[:, :, None] + cols[:, None, :]).reshape(3, -1)
 
     def ground_map(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Where each pixel-centre ray meets the ground z = 0: (H, W) gx, gy, t and per row ``below`` (False at or
-        above the horizon, where the rest is meaningless). No roll: a ray's height depends on its row only."""
+        """Where each pixel-centre ray meets the ground z = 0: (H, W) gx, gy; per row the direction (H, 3) without
+        its x * right part and ``below`` (False at or above the horizon, where gx, gy are meaningless). The camera
+        has no roll, so a ray's height depends on its row only."""
         if self._ground_map is None:
             x = (np.arange(self.width) + 0.5 - self.width / 2.0) / self.focal_px
             y = (self.height / 2.0 - np.arange(self.height) - 0.5) / self.focal_px
@@ -209,7 +206,7 @@ class Camera:
             t = -self.position[2] / np.where(below, row_dir[:, 2], -1.0)  # per row, unnormalised units
             gx = (self.position[0] + t * row_dir[:, 0])[:, None] + (t[:, None] * x[None, :]) * self.right[0]
             gy = (self.position[1] + t * row_dir[:, 1])[:, None] + (t[:, None] * x[None, :]) * self.right[1]
-            self._ground_map = (gx, gy, np.broadcast_to(t[:, None], gx.shape), below)
+            self._ground_map = (gx, gy, row_dir, below)
         return self._ground_map
 
     def project(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -227,11 +227,8 @@ def ground_pattern(kind: str, gx: np.ndarray, gy: np.ndarray, footprint: np.ndar
 def make_background(camera: Camera, ground_kind: str, ground_params: dict, sky: str, sun_dir, sun_color):
     """Textured, sunlit ground hazing into a sky gradient above the horizon: (3, H, W) display-space float32."""
     horizon, zenith, _, ambient, _ = (np.asarray(c, dtype=np.float32) for c in _SKY[sky])
-    gx, gy, _, below = camera.ground_map()
+    gx, gy, row_dir, below = camera.ground_map()  # no roll: the ground is a band of rows
     h, w = gx.shape
-    # The camera has no roll, so a ray's elevation depends on its row only, and the ground is a band of rows.
-    y = (camera.height / 2.0 - np.arange(h) - 0.5) / camera.focal_px
-    row_dir = camera.forward + y[:, None] * camera.up
     elevation = np.clip(row_dir[:, 2] / np.linalg.norm(row_dir, axis=1), 0.0, 1.0)
     sky_rows = np.sqrt(horizon[:, None] + (zenith - horizon)[:, None] * np.sqrt(elevation)[None, :])
     image = np.empty((3, h, w), dtype=np.float32)

@@ -59,12 +59,8 @@ def resolve_question_kinds(questions: str | Sequence[str], renderer: str) -> tup
     return tuple(names)
 
 
-def matches(obj: dict, filters: dict[str, str]) -> bool:
-    return all(obj.get(attribute) == value for attribute, value in filters.items())
-
-
 def count_matching(objects: list[dict], filters: dict[str, str]) -> int:
-    return sum(matches(obj, filters) for obj in objects)
+    return sum(all(obj.get(attribute) == value for attribute, value in filters.items()) for obj in objects)
 
 
 def filtered_text(filters: dict[str, str], renderer: str) -> str:

@@ -119,16 +119,8 @@ class RayCaster:
         self.n_matte_parts = int((~mirror).sum())
         light = spec.lighting
         # Irradiance = light colours (3, 5) @ per-pixel terms (5, N): key, fill, back, ambient base, ambient slope.
-        self.light_matrix = np.stack(
-            [
-                light.key_color,
-                light.fill_color,
-                light.back_color,
-                0.5 * (light.sky_ambient + light.ground_ambient),
-                0.5 * (light.sky_ambient - light.ground_ambient),
-            ],
-            axis=1,
-        )
+        ambient = (0.5 * (light.sky_ambient + light.ground_ambient), 0.5 * (light.sky_ambient - light.ground_ambient))
+        self.light_matrix = np.stack([light.key_color, light.fill_color, light.back_color, *ambient], axis=1)
         self._trace: Trace | None = None
 
     # -- visibility -------------------------------------------------------------------------------------------

@@ -18,17 +18,13 @@ from . import clevr, ood
 from .raytrace import RayCaster
 
 RENDERERS = {"clevr": clevr, "ood": ood}
-CONDITIONS = clevr.CONDITIONS
 MAX_OBJECTS = 15
 MAX_LAYOUT_ATTEMPTS = 300
-# CLEVR requires 200 visible pixels per object at 480x320; other sizes scale it with the image area.
-_CLEVR_MIN_PIXELS = 200
-_CLEVR_AREA = 480 * 320
 _MIN_SIDE, _MAX_SIDE = 32, 4096
 
 
 def default_min_visible_pixels(width: int, height: int) -> int:
-    return max(16, round(_CLEVR_MIN_PIXELS * width * height / _CLEVR_AREA))
+    return max(16, round(200 * width * height / (480 * 320)))  # CLEVR's 200 pixels at 480x320, scaled by area
 
 
 def parse_image_size(image_size: Any, renderer: str = "clevr") -> tuple[int, int]:
@@ -55,8 +51,9 @@ def parse_image_size(image_size: Any, renderer: str = "clevr") -> tuple[int, int
 def validate_scene_args(renderer: str, condition: str | None, min_objects: int, max_objects: int) -> None:
     if renderer not in RENDERERS:
         raise SceneArgumentError(f"unknown renderer {renderer!r}; choose one of: {', '.join(RENDERERS)}")
-    if renderer == "clevr" and condition not in CONDITIONS:
-        raise SceneArgumentError(f"unknown CoGenT condition {condition!r}; choose one of: {', '.join(CONDITIONS)}")
+    if renderer == "clevr" and condition not in clevr.CONDITIONS:
+        choices = ", ".join(clevr.CONDITIONS)
+        raise SceneArgumentError(f"unknown CoGenT condition {condition!r}; choose one of: {choices}")
     for name, value in (("min_objects", min_objects), ("max_objects", max_objects)):
         if not is_int(value):
             raise SceneArgumentError(f"{name} must be an integer, got {value!r}")
@@ -84,15 +81,9 @@ def scene_fingerprint(scene: dict | str) -> str:
     visibility statistics, so two examples of one scene collide."""
     if isinstance(scene, str):
         scene = json.loads(scene)
-    content = {
-        "renderer": scene["renderer"],
-        "image_size": scene["image_size"],
-        "camera": scene["camera"],
-        "objects": [
-            {k: obj[k] for k in ("shape", "color", "material", "size", "texture", "position", "rotation") if k in obj}
-            for obj in scene["objects"]
-        ],
-    }
+    keys = ("shape", "color", "material", "size", "texture", "position", "rotation")
+    content = {k: scene[k] for k in ("renderer", "image_size", "camera")}
+    content["objects"] = [{k: obj[k] for k in keys if k in obj} for obj in scene["objects"]]
     return hashlib.sha1(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
@@ -105,8 +96,7 @@ def _describe(renderer, condition, camera, key_dir, environment, objects, object
     described = []
     for i, obj in enumerate(objects):
         mine = owner == i
-        entry = {"id": i}
-        entry.update({k: v for k, v in obj.items() if not k.startswith("_")})
+        entry = {"id": i, **{k: v for k, v in obj.items() if not k.startswith("_")}}
         entry["position"] = [round(float(v), 4) for v in obj["position"]]
         entry["rotation"] = round(float(obj["rotation"]), 2)
         # Visible extent in pixels: [x0, y0, x1, y1], x1/y1 exclusive.
