@@ -130,17 +130,15 @@ def iter_examples(job: SplitJob, workers: int = 1, progress: bool = True) -> Ite
     _generated_jobs.add(job)
     workers = max(1, min(int(workers), job.n))
     render_one = functools.partial(make_example, job)
-    with tqdm(total=job.n, desc=job.split, unit="img", disable=not progress, file=sys.stderr) as bar:
-        if workers == 1:
-            for index in range(job.n):
-                yield render_one(index)
-                bar.update()
-            return
-        chunksize = max(1, min(16, job.n // (workers * 4)))
-        with _pool_context().Pool(workers, initializer=_limit_blas_threads) as pool:
-            for row in pool.imap(render_one, range(job.n), chunksize=chunksize):
-                yield row
-                bar.update()
+    bar = tqdm(total=job.n, desc=job.split, unit="img", disable=not progress, file=sys.stderr)
+    with bar, contextlib.ExitStack() as stack:
+        rows = map(render_one, range(job.n))
+        if workers > 1:
+            pool = stack.enter_context(_pool_context().Pool(workers, initializer=_limit_blas_threads))
+            rows = pool.imap(render_one, range(job.n), chunksize=max(1, min(16, job.n // (workers * 4))))
+        for row in rows:
+            yield row
+            bar.update()
 
 
 @functools.lru_cache(maxsize=1)
@@ -190,12 +188,8 @@ def _generate(job: SplitJob, workers: int, progress: bool, cache_dir: str | os.P
     cpu_start, start = _cpu_seconds(), time.perf_counter()
     with _datasets_bars_off():
         dataset = datasets.Dataset.from_generator(
-            iter_examples,
-            features=features(),
-            gen_kwargs={"job": job, "workers": workers, "progress": progress},
-            cache_dir=None if cache_dir is None else str(cache_dir),
-            fingerprint=_job_fingerprint(job),
-        )
+            iter_examples, features=features(), gen_kwargs={"job": job, "workers": workers, "progress": progress},
+            cache_dir=None if cache_dir is None else str(cache_dir), fingerprint=_job_fingerprint(job))
     seconds, cpu_seconds = time.perf_counter() - start, _cpu_seconds() - cpu_start
     per_cpu_s = job.n / cpu_seconds if cpu_seconds else None
     timing = {"n": job.n, "seconds": seconds, "images_per_s": job.n / seconds, "images_per_cpu_s": per_cpu_s}

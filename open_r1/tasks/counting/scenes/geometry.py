@@ -209,21 +209,15 @@ class Camera:
             self._ground_map = (gx, gy, row_dir, below)
         return self._ground_map
 
-    def project(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Pixel coordinates (px, py) and depth along the view axis of world points (N, 3)."""
-        q = np.asarray(points) - self.position
-        depth = q @ self.forward
-        safe = np.where(depth > 1e-6, depth, 1e-6)
-        px = self.width / 2.0 + self.focal_px * (q @ self.right) / safe
-        py = self.height / 2.0 - self.focal_px * (q @ self.up) / safe
-        return px, py, depth
-
     def screen_rect(self, points: np.ndarray, pad: int = 2) -> tuple[int, int, int, int] | None:
         """Pixel rectangle (x0, y0, x1, y1), end-exclusive and clipped, covering the projection of a convex hull:
-        the whole frame when a point lies behind the camera, None when empty."""
-        px, py, depth = self.project(points)
+        the whole frame when a point (N, 3) lies behind the camera, None when empty."""
+        q = np.asarray(points) - self.position
+        depth = q @ self.forward  # along the view axis
         if np.any(depth <= 1e-3):
             return 0, 0, self.width, self.height
+        px = self.width / 2.0 + self.focal_px * (q @ self.right) / depth
+        py = self.height / 2.0 - self.focal_px * (q @ self.up) / depth
         x0 = max(int(np.floor(px.min())) - pad, 0)
         y0 = max(int(np.floor(py.min())) - pad, 0)
         x1 = min(int(np.ceil(px.max())) + pad, self.width)
