@@ -14,16 +14,10 @@ from open_r1.errors import SceneArgumentError, SceneGenerationError
 _LAZY = {
     "render_scene": "render",
     "scene_fingerprint": "render",
-    "default_min_visible_pixels": "render",
-    "RENDERERS": "render",
     "build_split": "dataset",
     "write_splits": "dataset",
     "assert_disjoint": "dataset",
     "example_seeds": "dataset",
-    "SPLITS": "dataset",
-    "TOTAL_QUESTION": "questions",
-    "DIFFERENT_QUESTION": "questions",
-    "count_matching": "questions",
     "main": "cli",
 }
 __all__ = ["SceneArgumentError", "SceneGenerationError", *_LAZY]

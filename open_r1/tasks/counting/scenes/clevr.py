@@ -41,11 +41,6 @@ _MIN_GAP = 0.25
 _FLOOR_ALBEDO = 0.30  # linear; a light gray floor, as in CLEVR
 
 
-def allowed_colors(shape: str, condition: str) -> tuple[str, ...]:
-    """Colours a shape may take under a CoGenT condition (spheres are unconstrained)."""
-    return COGENT_PALETTES[condition].get(shape, tuple(COLORS))
-
-
 def _uniform_in_square(rng: np.random.Generator, k: int) -> np.ndarray:
     return rng.uniform(-_AREA_HALF_WIDTH, _AREA_HALF_WIDTH, size=(k, 2))
 
@@ -64,7 +59,7 @@ def sample_objects(rng: np.random.Generator, n_objects: int, condition: str) -> 
         objects.append(
             {
                 "shape": shape,
-                "color": str(rng.choice(allowed_colors(shape, condition))),
+                "color": str(rng.choice(COGENT_PALETTES[condition].get(shape, tuple(COLORS)))),  # spheres: any
                 "material": str(rng.choice(MATERIALS)),
                 "size": size,
                 "position": [float(x), float(y), radius if shape != "cube" else radius / np.sqrt(2.0)],

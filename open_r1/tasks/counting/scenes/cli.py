@@ -74,9 +74,8 @@ def _run_splits(args) -> int:
     sizes = {name: getattr(args, name) for name in names}
     for name, n in sizes.items():
         if n < 1:
-            raise SceneArgumentError(
-                f"{SPLIT_FLAGS[name]} must be at least 1 (got {n}); to skip the split, leave it out of --splits"
-            )
+            raise SceneArgumentError(f"{SPLIT_FLAGS[name]} must be at least 1 (got {n}); to skip the split, leave it "
+                                     "out of --splits")
     problem = writable_problem(args.out)
     if problem:  # before minutes of rendering
         raise SceneArgumentError(f"cannot write --out: {problem}; choose another --out")

@@ -19,20 +19,13 @@ TOTAL_QUESTION = "How many items are there in the image?"
 DIFFERENT_QUESTION = "How many different items are there in the image?"
 QUESTION_KINDS = ("total", "different", "filtered")
 
-# Attribute vocabularies per renderer, in the order words appear in a question. "shape" is the noun.
+# Attribute vocabularies per renderer, in the order words appear in a question ("shape" is the noun; an OOD
+# object's "plain" texture is no filter word).
 VOCABULARY = {
-    "clevr": {
-        "size": tuple(clevr.SIZES),
-        "color": tuple(clevr.COLORS),
-        "material": clevr.MATERIALS,
-        "shape": clevr.SHAPES,
-    },
-    "ood": {
-        "size": tuple(ood.SIZES),
-        "color": tuple(ood.COLORS),
-        "texture": ("striped", "checkered"),  # "plain" is not used as a filter word
-        "shape": ood.CATEGORIES,
-    },
+    "clevr": {"size": tuple(clevr.SIZES), "color": tuple(clevr.COLORS), "material": clevr.MATERIALS,
+              "shape": clevr.SHAPES},
+    "ood": {"size": tuple(ood.SIZES), "color": tuple(ood.COLORS), "texture": ("striped", "checkered"),
+            "shape": ood.CATEGORIES},
 }
 PLURALS = {"cube": "cubes", "sphere": "spheres", "cylinder": "cylinders", **ood.PLURALS}
 _FROM_OBJECT_PROBABILITY = 0.85
@@ -53,9 +46,8 @@ def resolve_question_kinds(questions: str | Sequence[str], renderer: str) -> tup
             raise SceneArgumentError("questions list is empty; pass 'default', 'mixed' or kinds from: total, different, filtered")
     for name in names:
         if name not in QUESTION_KINDS:
-            raise SceneArgumentError(
-                f"unknown questions {name!r}; use 'default', 'mixed', or kinds from: {', '.join(QUESTION_KINDS)}"
-            )
+            raise SceneArgumentError(f"unknown questions {name!r}; use 'default', 'mixed', or kinds from: "
+                                     f"{', '.join(QUESTION_KINDS)}")
     return tuple(names)
 
 

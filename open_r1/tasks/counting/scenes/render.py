@@ -42,9 +42,8 @@ def parse_image_size(image_size: Any, renderer: str = "clevr") -> tuple[int, int
         except (TypeError, ValueError):
             raise SceneArgumentError(f"image size {image_size!r} is not (width, height); use e.g. (480, 320)") from None
     if not (_MIN_SIDE <= width <= _MAX_SIDE and _MIN_SIDE <= height <= _MAX_SIDE):
-        raise SceneArgumentError(
-            f"image size {width}x{height} is out of range; each side must be between {_MIN_SIDE} and {_MAX_SIDE}"
-        )
+        raise SceneArgumentError(f"image size {width}x{height} is out of range; each side must be between "
+                                 f"{_MIN_SIDE} and {_MAX_SIDE}")
     return width, height
 
 
@@ -60,9 +59,8 @@ def validate_scene_args(renderer: str, condition: str | None, min_objects: int, 
     if min_objects < 1:
         raise SceneArgumentError(f"min_objects must be at least 1, got {min_objects}")
     if min_objects > max_objects:
-        raise SceneArgumentError(
-            f"min_objects ({min_objects}) is greater than max_objects ({max_objects}); lower min_objects or raise max_objects"
-        )
+        raise SceneArgumentError(f"min_objects ({min_objects}) is greater than max_objects ({max_objects}); "
+                                 "lower min_objects or raise max_objects")
     if max_objects > MAX_OBJECTS:
         raise SceneArgumentError(f"max_objects must be at most {MAX_OBJECTS}, got {max_objects}")
 
