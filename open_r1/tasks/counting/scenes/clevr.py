@@ -1,29 +1,13 @@
-"""The "clevr" renderer: CLEVR-like scenes (Johnson et al., 2017) rebuilt for a numpy ray caster.
-
-What it samples, following CLEVR's generator where it matters for counting:
-  * 3-10 objects: cube, sphere or cylinder; 8 CLEVR colours; rubber (matte) or metal (mirror-like); small or
-    large (CLEVR's radii 0.35 / 0.7, cubes shrunk by 1/sqrt(2) so they do not look bigger); random yaw; resting
-    on the ground inside [-3, 3]^2 with a minimum gap between objects;
-  * CoGenT colour constraints: condition A has cubes gray/blue/brown/yellow and cylinders red/green/purple/cyan,
-    condition B swaps the two palettes (spheres take any colour in both);
-  * CLEVR's camera (about (7.4, -6.9, 5.0) looking at the origin, 49 deg horizontal field of view) and
-    CLEVR-like key/fill/back lights (the key from the right, so shadows fall to the left), each jittered per scene;
-  * a light-gray matte floor filling the frame, lit with a soft gradient.
+"""The "clevr" renderer: CLEVR-like scenes (Johnson et al., 2017) for the numpy ray caster, following CLEVR's
+generator where it matters for counting: cubes, spheres, cylinders in its 8 colours, rubber or metal, small or large
+(cubes shrunk by 1/sqrt(2)), spaced on [-3, 3]^2; CoGenT palettes (B swaps A's cube and cylinder colours); its
+camera (49 degrees) and key/fill/back lights, jittered per scene; a light-gray floor with a soft gradient.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .geometry import (
-    BOX,
-    CYLINDER,
-    ELLIPSOID,
-    Camera,
-    Material,
-    Part,
-    normalize,
-    rotation_z,
-)
+from .geometry import BOX, CYLINDER, ELLIPSOID, Camera, Material, Part, normalize, rotation_z, srgb_to_linear
 from .layout import place_discs
 from .raytrace import Lighting, SceneSpec
 
@@ -57,15 +41,6 @@ _MIN_GAP = 0.25
 _FLOOR_ALBEDO = 0.30  # linear; a light gray floor, as in CLEVR
 
 
-def allowed_colors(shape: str, condition: str) -> tuple[str, ...]:
-    """Colours a shape may take under a CoGenT condition (spheres are unconstrained)."""
-    return COGENT_PALETTES[condition].get(shape, tuple(COLORS))
-
-
-def srgb_to_linear(rgb) -> np.ndarray:
-    return (np.asarray(rgb, dtype=np.float64) / 255.0) ** 2.2
-
-
 def _uniform_in_square(rng: np.random.Generator, k: int) -> np.ndarray:
     return rng.uniform(-_AREA_HALF_WIDTH, _AREA_HALF_WIDTH, size=(k, 2))
 
@@ -84,7 +59,7 @@ def sample_objects(rng: np.random.Generator, n_objects: int, condition: str) -> 
         objects.append(
             {
                 "shape": shape,
-                "color": str(rng.choice(allowed_colors(shape, condition))),
+                "color": str(rng.choice(COGENT_PALETTES[condition].get(shape, tuple(COLORS)))),  # spheres: any
                 "material": str(rng.choice(MATERIALS)),
                 "size": size,
                 "position": [float(x), float(y), radius if shape != "cube" else radius / np.sqrt(2.0)],
@@ -100,12 +75,14 @@ def object_parts(obj: dict, object_id: int) -> list[Part]:
     material = Material(albedo=srgb_to_linear(COLORS[obj["color"]]), kind=obj["material"])
     rot = rotation_z(np.radians(obj["rotation"]))
     center = np.array(obj["position"], dtype=np.float64)
-    if obj["shape"] == "cube":
-        half = np.full(3, radius / np.sqrt(2.0))
-        return [Part(BOX, center, rot, half, object_id, material)]
-    if obj["shape"] == "sphere":
-        return [Part(ELLIPSOID, center, rot, np.full(3, radius), object_id, material)]
-    return [Part(CYLINDER, center, rot, np.array([radius, radius, radius]), object_id, material)]
+    shapes = {"cube": (BOX, radius / np.sqrt(2.0)), "sphere": (ELLIPSOID, radius), "cylinder": (CYLINDER, radius)}
+    kind, half = shapes[obj["shape"]]
+    return [Part(kind, center, rot, np.full(3, half), object_id, material)]
+
+
+def footprint(obj: dict) -> tuple[float, float, float]:
+    """(x, y, radius) on the floor, for contact shadows (a sphere touches it in a small patch)."""
+    return obj["position"][0], obj["position"][1], obj["_radius"] if obj["shape"] != "sphere" else 0.55 * obj["_radius"]
 
 
 def _jitter(rng: np.random.Generator, base: np.ndarray, amount: float) -> np.ndarray:
@@ -161,19 +138,8 @@ def build_spec(rng: np.random.Generator, n_objects: int, condition: str, width: 
     """A CLEVR scene: (SceneSpec, objects metadata, environment description)."""
     camera, lighting = sample_view(rng, width, height)
     objects = sample_objects(rng, n_objects, condition)
-    parts: list[Part] = []
-    footprints = []
-    for i, obj in enumerate(objects):
-        parts.extend(object_parts(obj, i))
-        footprint = obj["_radius"] if obj["shape"] != "sphere" else 0.55 * obj["_radius"]
-        footprints.append((obj["position"][0], obj["position"][1], footprint))
+    parts = [part for i, obj in enumerate(objects) for part in object_parts(obj, i)]
     key_strength = float(lighting.key_color[0])
-    spec = SceneSpec(
-        camera=camera,
-        parts=parts,
-        n_objects=n_objects,
-        lighting=lighting,
-        background=lambda cam: floor_background(cam, lighting.key_dir, key_strength),
-        footprints=footprints,
-    )
+    background = lambda cam: floor_background(cam, lighting.key_dir, key_strength)  # noqa: E731
+    spec = SceneSpec(camera, parts, n_objects, lighting, background, [footprint(obj) for obj in objects])
     return spec, objects, {"ground": "gray floor"}

@@ -1,8 +1,7 @@
-"""Command line for the scene generator: ``python -m open_r1.tasks.counting.scenes`` and ``scripts/generate_data.py``.
+"""Command line of the scene generator (``python -m open_r1.tasks.counting.scenes``, scripts/generate_data.py).
 
-Writes the splits (``--out DIR``, one ``save_to_disk`` folder per split) and prints a table of split, n,
-images/s and path. ``--preview N`` instead renders N images of one ``--renderer`` as PNG files, to look at.
-Bad arguments print one ``error: ...`` line saying how to fix them, exit with status 2 and write nothing.
+Writes the splits (one ``save_to_disk`` folder per split under ``--out``) and prints a throughput table;
+``--preview N`` instead renders N PNG files of one ``--renderer``. Bad arguments: one ``error:`` line, status 2.
 """
 from __future__ import annotations
 
@@ -16,26 +15,21 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 from open_r1.checks import writable_problem  # noqa: E402  (after the BLAS setting above, like numpy's users below)
-from open_r1.errors import CliHelp, user_error  # noqa: E402
+from open_r1.errors import CliHelp, SceneArgumentError, user_error  # noqa: E402
+from open_r1.jsonio import write_json  # noqa: E402
 
 from .dataset import SPLITS, write_splits  # noqa: E402
-from .errors import SceneArgumentError  # noqa: E402
 from .render import parse_image_size, render_scene, validate_scene_args  # noqa: E402
 
 DEFAULT_SIZES = {"train": 2000, "val": 200, "compositional": 200, "ood_val": 200, "ood_train": 200}
 DEFAULT_SPLITS = ("train", "val", "compositional", "ood_val")  # ood_train only when --splits names it
-SPLIT_FLAGS = {"train": "--train", "val": "--val", "compositional": "--compositional", "ood_val": "--ood-val",
-               "ood_train": "--ood-train"}
+SPLIT_FLAGS = {split: "--" + split.replace("_", "-") for split in DEFAULT_SIZES}  # ood_val -> --ood-val
 SAMPLES_PER_SPLIT = 4
-
-
-class UsageError(Exception):
-    pass
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's default prints the whole usage block first
-        raise UsageError(message)
+        raise SceneArgumentError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,44 +71,24 @@ def _run_splits(args) -> int:
             raise SceneArgumentError(f"unknown split {name!r} in --splits; choose from: {', '.join(SPLITS)}")
     if not names:
         raise SceneArgumentError(f"--splits is empty; name at least one of: {', '.join(SPLITS)}")
-    sizes = {}
-    for name in names:
-        n = getattr(args, name)
+    sizes = {name: getattr(args, name) for name in names}
+    for name, n in sizes.items():
         if n < 1:
-            raise SceneArgumentError(
-                f"{SPLIT_FLAGS[name]} must be at least 1 (got {n}); to skip the split, leave it out of --splits"
-            )
-        sizes[name] = n
+            raise SceneArgumentError(f"{SPLIT_FLAGS[name]} must be at least 1 (got {n}); to skip the split, leave it "
+                                     "out of --splits")
     problem = writable_problem(args.out)
     if problem:  # before minutes of rendering
         raise SceneArgumentError(f"cannot write --out: {problem}; choose another --out")
     stats: dict = {}
-    paths = write_splits(
-        args.out,
-        sizes,
-        seed=args.seed,
-        overwrite=args.overwrite,
-        workers=args.workers,
-        questions=_questions_arg(args.questions),
-        image_size=args.image_size,
-        ood_image_size=args.ood_image_size,
-        min_objects=args.min_objects,
-        max_objects=args.max_objects,
-        progress=not args.no_progress,
-        stats=stats,
-    )
+    paths = write_splits(args.out, sizes, seed=args.seed, overwrite=args.overwrite, workers=args.workers,
+                         questions=_questions_arg(args.questions), image_size=args.image_size,
+                         ood_image_size=args.ood_image_size, min_objects=args.min_objects,
+                         max_objects=args.max_objects, progress=not args.no_progress, stats=stats)
     rows = []
-    for split in paths:
+    for split, path in paths.items():
         per_core = stats[split]["images_per_cpu_s"]
-        rows.append(
-            (
-                split,
-                str(stats[split]["n"]),
-                f"{stats[split]['images_per_s']:.1f}",
-                "n/a" if per_core is None else f"{per_core:.1f}",
-                str(paths[split]),
-            )
-        )
+        per_core = "n/a" if per_core is None else f"{per_core:.1f}"
+        rows.append((split, str(stats[split]["n"]), f"{stats[split]['images_per_s']:.1f}", per_core, str(path)))
     # images/s: wall clock with all workers; per CPU-s: what one core renders per second of its time.
     header = ("split", "n", "images/s", "images/CPU-s", "path")
     widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
@@ -126,7 +100,7 @@ def _run_splits(args) -> int:
 
 
 def _save_samples(directory: str, paths: dict) -> None:
-    import datasets
+    import datasets  # deferred: heavy, and only for --samples
 
     os.makedirs(directory, exist_ok=True)
     for split, path in paths.items():
@@ -137,8 +111,6 @@ def _save_samples(directory: str, paths: dict) -> None:
 
 
 def _run_preview(args) -> int:
-    import json
-
     if args.preview < 1:
         raise SceneArgumentError(f"--preview must be at least 1 (got {args.preview})")
     validate_scene_args(args.renderer, args.condition, args.min_objects, args.max_objects)
@@ -148,13 +120,11 @@ def _run_preview(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     scenes = []
     for i in range(args.preview):
-        image, scene, _ = render_scene(
-            args.seed * 1_000_003 + i, args.renderer, args.condition, size, args.min_objects, args.max_objects
-        )
+        seed = args.seed * 1_000_003 + i
+        image, scene, _ = render_scene(seed, args.renderer, args.condition, size, args.min_objects, args.max_objects)
         image.save(os.path.join(args.out, f"{args.renderer}_{i}.png"))
         scenes.append(scene)
-    with open(os.path.join(args.out, "scenes.json"), "w") as handle:
-        json.dump(scenes, handle, indent=1)
+    write_json(os.path.join(args.out, "scenes.json"), scenes)
     print(f"wrote {args.preview} images to {args.out}")
     return 0
 
@@ -163,9 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return _run_preview(args) if args.preview is not None else _run_splits(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except Exception as exc:  # a render worker's error arrives wrapped by multiprocessing and `datasets`
         found = user_error(exc)
         if found is None:

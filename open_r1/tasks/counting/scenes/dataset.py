@@ -1,24 +1,10 @@
-"""Dataset splits built from rendered scenes: ``build_split`` (one ``datasets.Dataset``) and ``write_splits``.
+"""Dataset splits of rendered scenes: ``build_split`` (one ``datasets.Dataset``) and ``write_splits`` (to disk).
 
-Splits and what renders them:
-
-=================  ==========  =========================================================
-split              renderer    objects
-=================  ==========  =========================================================
-``train``          clevr       CoGenT condition A
-``val``            clevr       condition A, held out (its own seed stream)
-``compositional``  clevr       condition B (cube and cylinder palettes swapped)
-``ood_val``        ood         vehicles on textured ground under a sky, 640x480
-=================  ==========  =========================================================
-
-Columns: ``image`` (PNG, ``datasets.Image``), ``problem`` (the question text only), ``solution``
-(``<answer> N </answer>``) and ``scene`` (JSON: objects with attributes, 3-D pose, visible 2-D box and pixel
-count, camera, lights, and the question's kind/filter/answer).
-
-Determinism: example ``i`` of ``split`` renders from ``SeedSequence(seed, spawn_key=(split_stream, i, 0))`` and
-draws its question from ``(split_stream, i, 1)``, so images do not depend on the number of workers, on ``n``,
-or on the question mode, and different splits never draw the same stream. ``write_splits`` also checks it:
-it hashes every scene's content and refuses to finish if any two examples share a scene.
+Each split fixes a renderer and CoGenT condition (``SPLITS``). Columns: image (PNG), problem (the question),
+solution (``<answer> N </answer>``) and scene (JSON: objects with attributes, pose, visible box and pixel count;
+camera, lights and the question). Example ``i`` renders from ``SeedSequence(seed, spawn_key=(split_stream, i, 0))``
+and draws its question from ``(split_stream, i, 1)``: images depend on neither the number of workers, ``n`` nor
+the question mode, and no two splits share a stream. ``write_splits`` also refuses two examples of one scene.
 """
 from __future__ import annotations
 
@@ -32,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -39,16 +26,11 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from open_r1.checks import is_int
+from open_r1.errors import SceneArgumentError
 
-from .errors import SceneArgumentError
 from .png import encode_png
 from .questions import format_solution, make_question, resolve_question_kinds
-from .render import (
-    parse_image_size,
-    render_scene,
-    scene_fingerprint,
-    validate_scene_args,
-)
+from .render import parse_image_size, render_scene, scene_fingerprint, validate_scene_args
 
 SPLITS: dict[str, tuple[str, str | None]] = {
     "train": ("clevr", "A"),
@@ -66,25 +48,16 @@ PNG_COMPRESS_LEVEL = 3
 
 
 def features():
-    import datasets
+    import datasets  # deferred: heavy
 
-    return datasets.Features(
-        {
-            "image": datasets.Image(),
-            "problem": datasets.Value("string"),
-            "solution": datasets.Value("string"),
-            "scene": datasets.Value("string"),
-        }
-    )
+    text = datasets.Value("string")
+    return datasets.Features({"image": datasets.Image(), "problem": text, "solution": text, "scene": text})
 
 
 def example_seeds(seed: int, split: str, index: int) -> tuple[np.random.SeedSequence, np.random.SeedSequence]:
     """(scene seed, question seed) of one example."""
     key = (_SPLIT_STREAM[split], int(index))
-    return (
-        np.random.SeedSequence(seed, spawn_key=key + (0,)),
-        np.random.SeedSequence(seed, spawn_key=key + (1,)),
-    )
+    return np.random.SeedSequence(seed, spawn_key=key + (0,)), np.random.SeedSequence(seed, spawn_key=key + (1,))
 
 
 @dataclass(frozen=True)
@@ -99,24 +72,9 @@ class SplitJob:
     min_objects: int
     max_objects: int
 
-    @property
-    def renderer(self) -> str:
-        return SPLITS[self.split][0]
 
-    @property
-    def condition(self) -> str | None:
-        return SPLITS[self.split][1]
-
-
-def make_job(
-    split: str,
-    n: int,
-    seed: int = 0,
-    questions: str | Sequence[str] = "default",
-    image_size: Any = None,
-    min_objects: int = 3,
-    max_objects: int = 10,
-) -> SplitJob:
+def make_job(split: str, n: int, seed: int = 0, questions: str | Sequence[str] = "default", image_size: Any = None,
+             min_objects: int = 3, max_objects: int = 10) -> SplitJob:
     """Validate a split request; raises SceneArgumentError with the fix in the message."""
     if split not in SPLITS:
         raise SceneArgumentError(f"unknown split {split!r}; choose from: {', '.join(SPLITS)}")
@@ -126,23 +84,16 @@ def make_job(
         raise SceneArgumentError(f"seed must be a non-negative integer, got {seed!r}")
     renderer, condition = SPLITS[split]
     validate_scene_args(renderer, condition, min_objects, max_objects)
-    return SplitJob(
-        split=split,
-        n=int(n),
-        seed=int(seed),
-        kinds=resolve_question_kinds(questions, renderer),
-        image_size=parse_image_size(image_size, renderer),
-        min_objects=int(min_objects),
-        max_objects=int(max_objects),
-    )
+    kinds = resolve_question_kinds(questions, renderer)
+    size = parse_image_size(image_size, renderer)
+    return SplitJob(split, int(n), int(seed), kinds, size, int(min_objects), int(max_objects))
 
 
 def make_example(job: SplitJob, index: int) -> dict:
     """One dataset row: PNG bytes, question, gold solution and scene JSON."""
     scene_seed, question_seed = example_seeds(job.seed, job.split, index)
-    image, scene, _ = render_scene(
-        scene_seed, job.renderer, job.condition, job.image_size, job.min_objects, job.max_objects
-    )
+    renderer, condition = SPLITS[job.split]
+    image, scene, _ = render_scene(scene_seed, renderer, condition, job.image_size, job.min_objects, job.max_objects)
     question, answer, meta = make_question(np.random.default_rng(question_seed), scene, job.kinds)
     scene["question"] = {**meta, "text": question, "answer": answer}
     scene["source"] = {"split": job.split, "index": int(index), "seed": job.seed}
@@ -157,13 +108,10 @@ def make_example(job: SplitJob, index: int) -> dict:
 def _limit_blas_threads() -> None:
     """Worker initializer: one BLAS thread per worker process (the workers already use every core)."""
     try:
-        from threadpoolctl import (
-            threadpool_limits,  # optional; the CLI sets OPENBLAS_NUM_THREADS instead
-        )
-
-        threadpool_limits(1)
+        from threadpoolctl import threadpool_limits  # optional; the CLI sets OPENBLAS_NUM_THREADS instead
     except ImportError:
-        pass
+        return
+    threadpool_limits(1)
 
 
 def _pool_context():
@@ -177,23 +125,20 @@ _generated_jobs: set = set()  # jobs rendered by this process (vs. reused from t
 
 def iter_examples(job: SplitJob, workers: int = 1, progress: bool = True) -> Iterator[dict]:
     """Rows 0..n-1 of a split, in order, rendered by ``workers`` processes, with a tqdm bar."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # deferred with datasets, which brings it
 
     _generated_jobs.add(job)
-
     workers = max(1, min(int(workers), job.n))
     render_one = functools.partial(make_example, job)
-    with tqdm(total=job.n, desc=job.split, unit="img", disable=not progress, file=sys.stderr) as bar:
-        if workers == 1:
-            for index in range(job.n):
-                yield render_one(index)
-                bar.update()
-            return
-        chunksize = max(1, min(16, job.n // (workers * 4)))
-        with _pool_context().Pool(workers, initializer=_limit_blas_threads) as pool:
-            for row in pool.imap(render_one, range(job.n), chunksize=chunksize):
-                yield row
-                bar.update()
+    bar = tqdm(total=job.n, desc=job.split, unit="img", disable=not progress, file=sys.stderr)
+    with bar, contextlib.ExitStack() as stack:
+        rows = map(render_one, range(job.n))
+        if workers > 1:
+            pool = stack.enter_context(_pool_context().Pool(workers, initializer=_limit_blas_threads))
+            rows = pool.imap(render_one, range(job.n), chunksize=max(1, min(16, job.n // (workers * 4))))
+        for row in rows:
+            yield row
+            bar.update()
 
 
 @functools.lru_cache(maxsize=1)
@@ -214,7 +159,7 @@ def _job_fingerprint(job: SplitJob) -> str:
 @contextlib.contextmanager
 def _datasets_bars_off():
     """Silence datasets' own progress bars (ours is the one to watch), restoring the caller's setting after."""
-    import datasets
+    import datasets  # deferred: heavy
 
     were_on = not datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()
@@ -225,54 +170,35 @@ def _datasets_bars_off():
             datasets.enable_progress_bars()
 
 
-def _cpu_seconds() -> float | None:
-    """CPU time of this process and its finished children (the worker pool), or None where unavailable."""
-    try:
-        import resource
-    except ImportError:  # not on Unix
-        return None
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-@dataclass
-class SplitTiming:
-    n: int
-    seconds: float  # wall clock, rendering through Arrow writing
-    cpu_seconds: float | None  # summed over all processes: n / cpu_seconds is the throughput of one core
-
-    @property
-    def images_per_s(self) -> float:
-        return self.n / self.seconds
-
-    @property
-    def images_per_cpu_s(self) -> float | None:
-        return self.n / self.cpu_seconds if self.cpu_seconds else None
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the worker pool; Windows counts no children)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def _generate(job: SplitJob, workers: int, progress: bool, cache_dir: str | os.PathLike | None):
-    """(Dataset, SplitTiming). Rows stream into Arrow files under ``cache_dir`` (never all in memory)."""
-    import datasets
+    """(Dataset, timing stats). Rows stream into Arrow files under ``cache_dir`` (never all in memory).
+
+    Stats: n, seconds (wall clock, rendering through Arrow writing), images_per_s, and images_per_cpu_s (CPU time
+    summed over all processes: what one core renders per second of its time, meaningful on a busy machine).
+    """
+    import datasets  # deferred: heavy
 
     _generated_jobs.discard(job)
     cpu_start, start = _cpu_seconds(), time.perf_counter()
     with _datasets_bars_off():
         dataset = datasets.Dataset.from_generator(
-            iter_examples,
-            features=features(),
-            gen_kwargs={"job": job, "workers": workers, "progress": progress},
-            cache_dir=None if cache_dir is None else str(cache_dir),
-            fingerprint=_job_fingerprint(job),
-        )
-    seconds = time.perf_counter() - start
-    cpu_end = _cpu_seconds()
-    timing = SplitTiming(job.n, seconds, None if cpu_start is None else cpu_end - cpu_start)
+            iter_examples, features=features(), gen_kwargs={"job": job, "workers": workers, "progress": progress},
+            cache_dir=None if cache_dir is None else str(cache_dir), fingerprint=_job_fingerprint(job))
+    seconds, cpu_seconds = time.perf_counter() - start, _cpu_seconds() - cpu_start
+    per_cpu_s = job.n / cpu_seconds if cpu_seconds else None
+    timing = {"n": job.n, "seconds": seconds, "images_per_s": job.n / seconds, "images_per_cpu_s": per_cpu_s}
     if progress and job not in _generated_jobs:
         print(f"{job.split}: {job.n} images reused from the datasets cache (same request, same code)", file=sys.stderr)
     elif progress:
-        per_core = f", {timing.images_per_cpu_s:.1f} images per CPU-second" if timing.images_per_cpu_s else ""
+        per_core = f", {per_cpu_s:.1f} images per CPU-second" if per_cpu_s else ""
         print(
-            f"{job.split}: {job.n} images in {seconds:.1f} s = {timing.images_per_s:.1f} images/s{per_core} "
+            f"{job.split}: {job.n} images in {seconds:.1f} s = {timing['images_per_s']:.1f} images/s{per_core} "
             f"({workers} worker{'s' if workers != 1 else ''}, {job.image_size[0]}x{job.image_size[1]})",
             file=sys.stderr,
         )
@@ -287,24 +213,11 @@ def _resolve_workers(workers: int | None) -> int:
     return int(workers)
 
 
-def build_split(
-    split: str,
-    n: int,
-    seed: int = 0,
-    questions: str | Sequence[str] = "default",
-    image_size: Any = None,
-    workers: int = 1,
-    progress: bool = True,
-    *,
-    min_objects: int = 3,
-    max_objects: int = 10,
-    cache_dir: str | os.PathLike | None = None,
-):
-    """Render a split as a ``datasets.Dataset`` (columns image, problem, solution, scene).
-
-    ``split`` fixes the renderer and CoGenT condition (see the module docstring). The Arrow files live in
-    ``cache_dir`` (default: the datasets cache); an identical request with unchanged code reuses them.
-    """
+def build_split(split: str, n: int, seed: int = 0, questions: str | Sequence[str] = "default", image_size: Any = None,
+                workers: int = 1, progress: bool = True, *, min_objects: int = 3, max_objects: int = 10,
+                cache_dir: str | os.PathLike | None = None):
+    """Render a split as a ``datasets.Dataset``, its Arrow files in ``cache_dir`` (default: the datasets cache),
+    where an identical request with unchanged code reuses them."""
     job = make_job(split, n, seed, questions, image_size, min_objects, max_objects)
     dataset, _ = _generate(job, _resolve_workers(workers), progress, cache_dir)
     return dataset
@@ -313,12 +226,11 @@ def build_split(
 def assert_disjoint(fingerprints: dict[str, Iterable[str]]) -> None:
     """Raise AssertionError if any scene fingerprint occurs twice, within or across splits."""
     owner: dict[str, str] = {}
-    clashes: dict[tuple[str, str], int] = {}
+    clashes: Counter = Counter()
     for split, prints in fingerprints.items():
         for fingerprint in prints:
             if fingerprint in owner:
-                pair = (owner[fingerprint], split)
-                clashes[pair] = clashes.get(pair, 0) + 1
+                clashes[owner[fingerprint], split] += 1
             else:
                 owner[fingerprint] = split
     if clashes:
@@ -326,65 +238,43 @@ def assert_disjoint(fingerprints: dict[str, Iterable[str]]) -> None:
         raise AssertionError(f"splits share scenes ({detail}); every example must be a distinct scene")
 
 
-def split_fingerprints(dataset) -> list[str]:
-    return [scene_fingerprint(scene) for scene in dataset["scene"]]
+def write_splits(out_dir: str | os.PathLike, sizes: dict[str, int], seed: int = 0, overwrite: bool = False,
+                 workers: int | None = None, questions: str | Sequence[str] = "default", image_size: Any = None,
+                 ood_image_size: Any = None, *, min_objects: int = 3, max_objects: int = 10, progress: bool = True,
+                 stats: dict | None = None) -> dict[str, Path]:
+    """Write ``out_dir/<split>/`` (``save_to_disk``) for each split in ``sizes`` ({split: n}); ``image_size`` for
+    the clevr splits, ``ood_image_size`` for the ood ones (None: the renderer's default).
 
-
-def write_splits(
-    out_dir: str | os.PathLike,
-    sizes: dict[str, int],
-    seed: int = 0,
-    overwrite: bool = False,
-    workers: int | None = None,
-    questions: str | Sequence[str] = "default",
-    image_size: Any = None,
-    ood_image_size: Any = None,
-    *,
-    min_objects: int = 3,
-    max_objects: int = 10,
-    progress: bool = True,
-    stats: dict | None = None,
-) -> dict[str, Path]:
-    """Write ``out_dir/<split>/`` with ``Dataset.save_to_disk`` for each split in ``sizes`` ({split: n}).
-
-    ``image_size`` applies to the clevr splits and ``ood_image_size`` to ood_val (None: each renderer's default).
-    Every argument is validated before anything is written. Splits are rendered into a staging directory next to
-    ``out_dir``, checked to share no scene, and only then renamed into place, so a crash or a failed check never
-    leaves a half-written split. With ``overwrite=True`` the named splits are replaced and other contents of
-    ``out_dir`` are kept. ``stats``, if given, receives {split: {"n", "seconds", "images_per_s",
-    "images_per_cpu_s", "path"}}: wall-clock throughput, and throughput per CPU-second (one core's worth, which
-    stays meaningful on a busy machine).
+    Everything is validated before anything is written. Splits render into a staging directory beside ``out_dir``,
+    are checked to share no scene, and only then move into place: a crash never leaves a half-written split.
+    ``overwrite=True`` replaces the named splits and keeps the rest of ``out_dir``. ``stats``, if given, receives
+    {split: {"n", "seconds", "images_per_s", "images_per_cpu_s", "path"}} (see ``_generate``).
     """
     if not isinstance(sizes, dict) or not sizes:
         raise SceneArgumentError(f"sizes must be a non-empty {{split: n}} dict, e.g. {{'train': 2000}}; got {sizes!r}")
-    jobs = {
-        split: make_job(
-            split, n, seed, questions, ood_image_size if SPLITS.get(split, ("",))[0] == "ood" else image_size,
-            min_objects, max_objects,
-        )
-        for split, n in sizes.items()
-    }
+    jobs = {}
+    for split, n in sizes.items():
+        size = ood_image_size if SPLITS.get(split, ("",))[0] == "ood" else image_size
+        jobs[split] = make_job(split, n, seed, questions, size, min_objects, max_objects)
     workers = _resolve_workers(workers)
     out = Path(out_dir)
     if out.exists() and not overwrite:
-        raise SceneArgumentError(
-            f"output directory {out} already exists; pass --overwrite (overwrite=True) to replace its splits, or choose a new --out"
-        )
+        raise SceneArgumentError(f"output directory {out} already exists; pass --overwrite (overwrite=True) to replace "
+                                 "its splits, or choose a new --out")
     if out.exists() and not out.is_dir():
         raise SceneArgumentError(f"output path {out} exists and is not a directory; choose another --out")
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
     written: dict[str, Path] = {}
+    fingerprints, timings = {}, {}
     try:
-        fingerprints = {}
-        timings = {}
         for split, job in jobs.items():
             cache = staging / ".cache" / split
             dataset, timings[split] = _generate(job, workers, progress, cache)
             with _datasets_bars_off():
                 dataset.save_to_disk(str(staging / split))
-            fingerprints[split] = split_fingerprints(dataset)
+            fingerprints[split] = [scene_fingerprint(scene) for scene in dataset["scene"]]
             del dataset
             shutil.rmtree(cache, ignore_errors=True)
         assert_disjoint(fingerprints)
@@ -396,14 +286,7 @@ def write_splits(
             os.replace(staging / split, target)
             written[split] = target
             if stats is not None:
-                timing = timings[split]
-                stats[split] = {
-                    "n": timing.n,
-                    "seconds": timing.seconds,
-                    "images_per_s": timing.images_per_s,
-                    "images_per_cpu_s": timing.images_per_cpu_s,
-                    "path": str(target),
-                }
+                stats[split] = {**timings[split], "path": str(target)}
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return written

@@ -1,15 +1,10 @@
 """Cameras and analytic primitives for the numpy ray caster.
 
-Every object in a scene is made of one or more *parts*; a part is an oriented box, an ellipsoid (a sphere is an
-ellipsoid with equal radii) or a capped cylinder, each given by a centre, a 3x3 rotation whose columns are the
-part's local axes in world coordinates, and half extents along those axes (for a cylinder: radius, radius,
-half-height along local z).
-
-Each primitive answers one question for a whole array of rays at once: the parameter interval ``[t_in, t_out]``
-along each ray that lies inside the solid (``t_in > t_out`` where the ray misses). Primary visibility takes
-``t_in``; a shadow test only asks whether the interval reaches past the ray's origin, which also counts a ground
-point *under* an object as shadowed (so the blurred ground shadow has no light leak at the contact line).
-Normals come from the hit point alone, so the tracer never keeps per-ray intermediates.
+An object is one or more *parts*: an oriented box, ellipsoid or capped cylinder given by a centre, a rotation
+(columns: the local axes in world coordinates) and half extents (a cylinder's: radius, radius, half-height).
+For a whole array of rays a part gives the interval ``[t_in, t_out]`` inside it (``t_in > t_out``: a miss); a
+shadow test asks whether it reaches past the ray's origin, so a ground point *under* an object is shadowed too
+(no light leak at the contact line). Normals come from the hit point alone.
 """
 from __future__ import annotations
 
@@ -41,6 +36,11 @@ def normalize(v: np.ndarray) -> np.ndarray:
     return v / np.linalg.norm(v, axis=-1, keepdims=True)
 
 
+def srgb_to_linear(rgb) -> np.ndarray:
+    """0-255 sRGB -> linear [0, 1] (gamma 2.2)."""
+    return (np.asarray(rgb, dtype=np.float64) / 255.0) ** 2.2
+
+
 @dataclass
 class Material:
     """How a part reflects light. Colours are linear RGB in [0, 1]."""
@@ -70,17 +70,9 @@ class Part:
         # The 8 corners (8, 3) of the part's local bounding box in world coordinates, for screen-space culling.
         self.corners = self.center + (signs * self.half) @ self.rotation.T
 
-    def to_local(self, points: np.ndarray) -> np.ndarray:
-        """World points (3, N) -> local coordinates (3, N)."""
-        return self.rotation.T @ (points - self.center[:, None])
-
     # -- ray intervals ---------------------------------------------------------------------------------------
     def interval(self, origins: np.ndarray, dirs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(t_in, t_out) for rays ``origins + t * dirs``.
-
-        Arrays are component-major, (3, N), which keeps every numpy operation on contiguous rows; either
-        argument may be a single (3,) vector shared by all rays.
-        """
+        """(t_in, t_out) for rays ``origins + t * dirs``, each (3, N) or one (3,) vector shared by all rays."""
         rot_t = self.rotation.T
         if origins.ndim == 1:
             o = (rot_t @ (origins - self.center))[:, None]
@@ -96,9 +88,9 @@ class Part:
         return _cylinder_interval(o, d, self.half[0], self.half[2])
 
     def surface(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """World normals (3, N), a face code per point (distinct per flat face, for edge anti-aliasing) and the
-        local coordinates (3, N) of surface points (3, N)."""
-        p = self.to_local(points)
+        """World normals, a face code (one per flat face, for edge anti-aliasing) and local coordinates of surface
+        points (3, N)."""
+        p = self.rotation.T @ (points - self.center[:, None])  # local coordinates
         if self.kind == BOX:
             ratio = np.abs(p) / self.half[:, None]
             axis = np.argmax(ratio, axis=0)
@@ -184,11 +176,8 @@ class Camera:
         self._ground_map = None
 
     def ray_dirs(self, px: np.ndarray, py: np.ndarray, normalized: bool = True) -> np.ndarray:
-        """Directions (3, N) through continuous pixel coordinates (pixel centres are at integer + 0.5).
-
-        Unnormalised directions (``forward + x right + y up``) are cheaper and fine for intersection: a depth
-        buffer only compares parameters along the same ray.
-        """
+        """Directions (3, N) through pixel coordinates (centres at integer + 0.5); unnormalised ones are cheaper and
+        fine for intersection (a depth buffer compares parameters along one ray)."""
         x = (px - self.width / 2.0) / self.focal_px
         y = (self.height / 2.0 - py) / self.focal_px
         d = self.forward[:, None] + self.right[:, None] * x + self.up[:, None] * y
@@ -206,12 +195,9 @@ class Camera:
         return (rows[:, :, None] + cols[:, None, :]).reshape(3, -1)
 
     def ground_map(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Where each pixel-centre ray meets the ground plane z = 0: (gx, gy, t, below) with (H, W) gx, gy, t.
-
-        The camera has no roll, so ``right`` is horizontal and a ray's vertical component depends on its row
-        only: the whole map is a few outer products. ``below`` (per row) is False for rows at or above the
-        horizon (there gx, gy, t are meaningless).
-        """
+        """Where each pixel-centre ray meets the ground z = 0: (H, W) gx, gy; per row the direction (H, 3) without
+        its x * right part and ``below`` (False at or above the horizon, where gx, gy are meaningless). The camera
+        has no roll, so a ray's height depends on its row only."""
         if self._ground_map is None:
             x = (np.arange(self.width) + 0.5 - self.width / 2.0) / self.focal_px
             y = (self.height / 2.0 - np.arange(self.height) - 0.5) / self.focal_px
@@ -220,26 +206,18 @@ class Camera:
             t = -self.position[2] / np.where(below, row_dir[:, 2], -1.0)  # per row, unnormalised units
             gx = (self.position[0] + t * row_dir[:, 0])[:, None] + (t[:, None] * x[None, :]) * self.right[0]
             gy = (self.position[1] + t * row_dir[:, 1])[:, None] + (t[:, None] * x[None, :]) * self.right[1]
-            self._ground_map = (gx, gy, np.broadcast_to(t[:, None], gx.shape), below)
+            self._ground_map = (gx, gy, row_dir, below)
         return self._ground_map
 
-    def project(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Pixel coordinates (px, py) and depth along the view axis of world points (N, 3)."""
-        q = np.asarray(points) - self.position
-        depth = q @ self.forward
-        safe = np.where(depth > 1e-6, depth, 1e-6)
-        px = self.width / 2.0 + self.focal_px * (q @ self.right) / safe
-        py = self.height / 2.0 - self.focal_px * (q @ self.up) / safe
-        return px, py, depth
-
     def screen_rect(self, points: np.ndarray, pad: int = 2) -> tuple[int, int, int, int] | None:
-        """Pixel rectangle (x0, y0, x1, y1), end-exclusive and clipped, covering the projection of a convex hull.
-
-        Returns the whole frame when a point lies behind the camera and None when the rectangle is empty.
-        """
-        px, py, depth = self.project(points)
+        """Pixel rectangle (x0, y0, x1, y1), end-exclusive and clipped, covering the projection of a convex hull:
+        the whole frame when a point (N, 3) lies behind the camera, None when empty."""
+        q = np.asarray(points) - self.position
+        depth = q @ self.forward  # along the view axis
         if np.any(depth <= 1e-3):
             return 0, 0, self.width, self.height
+        px = self.width / 2.0 + self.focal_px * (q @ self.right) / depth
+        py = self.height / 2.0 - self.focal_px * (q @ self.up) / depth
         x0 = max(int(np.floor(px.min())) - pad, 0)
         y0 = max(int(np.floor(py.min())) - pad, 0)
         x1 = min(int(np.ceil(px.max())) + pad, self.width)

@@ -6,20 +6,10 @@ from typing import Callable
 import numpy as np
 
 
-def place_discs(
-    rng: np.random.Generator,
-    radii: list[float],
-    sample_xy: Callable[[np.random.Generator, int], np.ndarray],
-    min_gap: float,
-    candidates: int = 24,
-    rounds: int = 3,
-) -> np.ndarray | None:
-    """Centres (n, 2) for discs of the given radii, each at least ``min_gap`` from the others, or None.
-
-    Discs are placed one after another; each draws ``candidates`` positions at a time from ``sample_xy`` and keeps
-    the first that fits. None means the layout got stuck: the caller redraws the objects and tries again, as
-    CLEVR's generator does.
-    """
+def place_discs(rng: np.random.Generator, radii: list[float], sample_xy: Callable, min_gap: float, candidates: int = 24,
+                rounds: int = 3) -> np.ndarray | None:
+    """Centres (n, 2) for discs of the given radii, each at least ``min_gap`` from the others: each disc keeps the
+    first fitting one of ``candidates`` positions ``sample_xy(rng, k)`` draws. None: stuck, redraw the objects."""
     centres = np.empty((0, 2))
     placed_radii = np.empty(0)
     for radius in radii:

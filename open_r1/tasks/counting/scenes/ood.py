@@ -1,15 +1,9 @@
-"""The "ood" renderer: a deliberately different distribution from "clevr", for out-of-distribution evaluation.
+"""The "ood" renderer: a distribution unlike "clevr" on every axis, for out-of-distribution evaluation.
 
-What differs from the CLEVR-like renderer (not a recolouring, every axis changes):
-  * objects: toy vehicles composed of several parts (car, bus, truck, bike, plane) instead of single primitives;
-    planes fly above the ground; bodies are glossy paint, plain or with stripes/checks, with dark glass windows
-    and black tyres; a different colour palette (orange, white, black, pink, ...);
-  * background: a textured ground (tiles, wooden planks, grass or sand) that recedes to a visible horizon under
-    a sky gradient (day, sunset or overcast) with distance haze, instead of a gray studio floor;
-  * camera: low (1.4-2.6 units high, a few degrees of pitch) with a wide 60-72 degree field of view looking from
-    any azimuth, instead of CLEVR's high 49-degree view from one side;
-  * lighting: a coloured sun at a random azimuth/elevation with crisp shadows and sky-coloured ambient light;
-  * image size: 640x480 by default (CLEVR: 480x320).
+Objects: toy vehicles built from parts (car, bus, truck, bike; planes fly), glossy paint, plain, striped or
+checkered, in another palette. Background: tiles, planks, grass or sand receding to a horizon under a day, sunset
+or overcast sky, with haze. Camera: low (1.4-2.6 units) and wide (60-72 degrees) from any azimuth. Lighting: a
+coloured sun with crisp shadows. Image size: 640x480 (CLEVR: 480x320).
 """
 from __future__ import annotations
 
@@ -26,6 +20,7 @@ from .geometry import (
     rotation_x,
     rotation_y,
     rotation_z,
+    srgb_to_linear,
 )
 from .layout import place_discs
 from .raytrace import Lighting, SceneSpec
@@ -55,10 +50,6 @@ _NEAR, _FAR = 5.0, 15.0  # placement distances from the camera
 _MIN_GAP = 0.3
 # Footprint radius (before the size scale) used for spacing, per category.
 _RADIUS = {"car": 1.0, "bus": 1.6, "truck": 1.5, "bike": 0.75, "plane": 1.35}
-
-
-def _linear(rgb) -> np.ndarray:
-    return (np.asarray(rgb, dtype=np.float64) / 255.0) ** 2.2
 
 
 def _rod(p0, p1, thickness: float):
@@ -170,7 +161,7 @@ def object_parts(obj: dict, object_id: int) -> list[Part]:
     scale = SIZES[obj["size"]]
     yaw = rotation_z(np.radians(obj["rotation"]))
     origin = np.array(obj["position"], dtype=np.float64)
-    body_color = _linear(COLORS[obj["color"]])
+    body_color = srgb_to_linear(COLORS[obj["color"]])
     texture = _TEXTURE_KIND.get(obj["texture"], "plain")
     trim_color = {"white": (0.85, 0.85, 0.85), "black": (0.02, 0.02, 0.025), "silver": (0.45, 0.47, 0.5)}[obj["_trim"]]
     # A second colour for stripes/checks that always contrasts with the body.
@@ -188,6 +179,11 @@ def object_parts(obj: dict, object_id: int) -> list[Part]:
         world_center = origin + yaw @ (np.asarray(center, dtype=np.float64) * scale)
         parts.append(Part(kind, world_center, yaw @ rot, np.asarray(half, dtype=np.float64) * scale, object_id, materials[role]))
     return parts
+
+
+def footprint(obj: dict) -> tuple[float, float, float] | None:
+    """(x, y, radius) on the ground, for contact shadows; None for a plane in the air."""
+    return None if obj["shape"] == "plane" else (obj["position"][0], obj["position"][1], 0.5 * obj["_radius"])
 
 
 _SKY = {
@@ -231,11 +227,8 @@ def ground_pattern(kind: str, gx: np.ndarray, gy: np.ndarray, footprint: np.ndar
 def make_background(camera: Camera, ground_kind: str, ground_params: dict, sky: str, sun_dir, sun_color):
     """Textured, sunlit ground hazing into a sky gradient above the horizon: (3, H, W) display-space float32."""
     horizon, zenith, _, ambient, _ = (np.asarray(c, dtype=np.float32) for c in _SKY[sky])
-    gx, gy, _, below = camera.ground_map()
+    gx, gy, row_dir, below = camera.ground_map()  # no roll: the ground is a band of rows
     h, w = gx.shape
-    # The camera has no roll, so a ray's elevation depends on its row only, and the ground is a band of rows.
-    y = (camera.height / 2.0 - np.arange(h) - 0.5) / camera.focal_px
-    row_dir = camera.forward + y[:, None] * camera.up
     elevation = np.clip(row_dir[:, 2] / np.linalg.norm(row_dir, axis=1), 0.0, 1.0)
     sky_rows = np.sqrt(horizon[:, None] + (zenith - horizon)[:, None] * np.sqrt(elevation)[None, :])
     image = np.empty((3, h, w), dtype=np.float32)
@@ -289,26 +282,13 @@ def build_spec(rng: np.random.Generator, n_objects: int, condition: str | None, 
         contact_shadow=0.25,
     )
     objects = sample_objects(rng, n_objects, camera)
-    parts: list[Part] = []
-    footprints = []
-    for i, obj in enumerate(objects):
-        parts.extend(object_parts(obj, i))
-        grounded = obj["shape"] != "plane"
-        footprints.append((obj["position"][0], obj["position"][1], 0.5 * obj["_radius"]) if grounded else None)
-
+    parts = [part for i, obj in enumerate(objects) for part in object_parts(obj, i)]
     ground_kind = str(rng.choice(GROUNDS))
     ground_params = {
         "angle": float(rng.uniform(0.0, np.pi)),
         "scale": float(rng.uniform(0.8, 1.5)),
         "waves": [(float(rng.uniform(1.5, 7.0)), float(rng.uniform(0, np.pi)), float(rng.uniform(0, 6.3))) for _ in range(4)],
     }
-    spec = SceneSpec(
-        camera=camera,
-        parts=parts,
-        n_objects=n_objects,
-        lighting=lighting,
-        background=lambda cam: make_background(cam, ground_kind, ground_params, sky, sun_dir, sun),
-        footprints=footprints,
-    )
-    environment = {"ground": ground_kind, "sky": sky}
-    return spec, objects, environment
+    background = lambda cam: make_background(cam, ground_kind, ground_params, sky, sun_dir, sun)  # noqa: E731
+    spec = SceneSpec(camera, parts, n_objects, lighting, background, [footprint(obj) for obj in objects])
+    return spec, objects, {"ground": ground_kind, "sky": sky}

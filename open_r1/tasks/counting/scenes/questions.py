@@ -1,15 +1,9 @@
-"""Counting questions about a rendered scene, and their gold answers computed from the scene metadata.
+"""Counting questions about a rendered scene, with gold answers from the scene metadata.
 
-Question kinds:
-  * ``total``: "How many items are there in the image?" (answer: every object);
-  * ``different``: "How many different items are there in the image?" (the OOD benchmark's wording; same answer);
-  * ``filtered``: an attribute-filtered count in CLEVR's word order size, colour, material/texture, shape, e.g.
-    "How many red cubes are there?", "How many metal things are there?", "How many small striped buses are
-    there?". The filter is taken from a random object 85% of the time (answer >= 1) and drawn at random otherwise
-    (the answer may be 0).
-
-``questions`` arguments accept "default" (the split's total-count wording), "mixed" (half total counts, half
-filtered counts), one kind name, or a list of kind names drawn uniformly.
+Kinds: ``total`` (every object), ``different`` (the OOD benchmark's wording, same answer) and ``filtered`` (an
+attribute filter in CLEVR's word order, e.g. "How many small striped buses are there?", taken from a random object
+85% of the time, else drawn at random, so the answer may be 0). A ``questions`` argument: "default" (the split's
+total-count wording), "mixed" (half total, half filtered), one kind, or a list of kinds drawn uniformly.
 """
 from __future__ import annotations
 
@@ -17,27 +11,21 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from open_r1.errors import SceneArgumentError
+
 from . import clevr, ood
-from .errors import SceneArgumentError
 
 TOTAL_QUESTION = "How many items are there in the image?"
 DIFFERENT_QUESTION = "How many different items are there in the image?"
 QUESTION_KINDS = ("total", "different", "filtered")
 
-# Attribute vocabularies per renderer, in the order words appear in a question. "shape" is the noun.
+# Attribute vocabularies per renderer, in the order words appear in a question ("shape" is the noun; an OOD
+# object's "plain" texture is no filter word).
 VOCABULARY = {
-    "clevr": {
-        "size": tuple(clevr.SIZES),
-        "color": tuple(clevr.COLORS),
-        "material": clevr.MATERIALS,
-        "shape": clevr.SHAPES,
-    },
-    "ood": {
-        "size": tuple(ood.SIZES),
-        "color": tuple(ood.COLORS),
-        "texture": ("striped", "checkered"),  # "plain" is not used as a filter word
-        "shape": ood.CATEGORIES,
-    },
+    "clevr": {"size": tuple(clevr.SIZES), "color": tuple(clevr.COLORS), "material": clevr.MATERIALS,
+              "shape": clevr.SHAPES},
+    "ood": {"size": tuple(ood.SIZES), "color": tuple(ood.COLORS), "texture": ("striped", "checkered"),
+            "shape": ood.CATEGORIES},
 }
 PLURALS = {"cube": "cubes", "sphere": "spheres", "cylinder": "cylinders", **ood.PLURALS}
 _FROM_OBJECT_PROBABILITY = 0.85
@@ -58,18 +46,13 @@ def resolve_question_kinds(questions: str | Sequence[str], renderer: str) -> tup
             raise SceneArgumentError("questions list is empty; pass 'default', 'mixed' or kinds from: total, different, filtered")
     for name in names:
         if name not in QUESTION_KINDS:
-            raise SceneArgumentError(
-                f"unknown questions {name!r}; use 'default', 'mixed', or kinds from: {', '.join(QUESTION_KINDS)}"
-            )
+            raise SceneArgumentError(f"unknown questions {name!r}; use 'default', 'mixed', or kinds from: "
+                                     f"{', '.join(QUESTION_KINDS)}")
     return tuple(names)
 
 
-def matches(obj: dict, filters: dict[str, str]) -> bool:
-    return all(obj.get(attribute) == value for attribute, value in filters.items())
-
-
 def count_matching(objects: list[dict], filters: dict[str, str]) -> int:
-    return sum(matches(obj, filters) for obj in objects)
+    return sum(all(obj.get(attribute) == value for attribute, value in filters.items()) for obj in objects)
 
 
 def filtered_text(filters: dict[str, str], renderer: str) -> str:

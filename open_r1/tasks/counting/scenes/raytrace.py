@@ -1,25 +1,13 @@
-"""Whole-image numpy ray caster: primary visibility into an id buffer, shading, shadows and edge anti-aliasing.
+"""Whole-image numpy ray caster: an object-id buffer, shading, shadows and edge anti-aliasing, all as array
+operations over many pixels (no Python loop per pixel).
 
-How an image is made (all steps are array operations over many pixels at once, never a Python loop per pixel):
-
-1. *Culling.* Each part's 3-D bounding box is projected to a screen rectangle; a part is only ever intersected
-   with the rays of pixels inside its rectangle, so the cost scales with the area objects cover, not with
-   ``objects x pixels``.
-2. *Primary rays* (one per pixel centre) are intersected part by part against a z-buffer; the winner's part
-   index is kept per pixel. The object-id buffer (``-1`` = ground, ``k`` = object k) follows from it and is what
-   the visibility check counts.
-3. *Background*: each renderer supplies a ground/sky image (display space) without shadows.
-4. *Shadows* of the key light: for each caster, the screen rectangle of its shadow volume (its corners and their
-   projections onto the ground along the light) is traced towards the light. Ground shadows are blurred (a
-   cheap stand-in for an area light's penumbra) and darkened near object feet (contact occlusion); shadows cast
-   on other objects stay hard.
-5. *Shading*: Lambert key/fill/back lights and a sky/ground hemisphere, Blinn-Phong highlights, and an
-   environment reflection (floor below the horizon, sky above) that makes metal look like metal.
-6. *Anti-aliasing*: pixels where the part or face changes are re-traced with 4 sub-samples and averaged; a
-   sub-sample that lands on its pixel centre's part reuses the centre's colour instead of being shaded again.
-
-Colours are linear while lighting and are sent to display space with gamma 2 (a square root: cheap and close to
-sRGB for this purpose).
+Each part is intersected only with the rays of its projected screen rectangle, against a z-buffer; the winning
+part per pixel gives the object-id buffer the visibility check counts. Each renderer paints its own background
+(ground, sky). Key-light shadows trace the screen rectangle of each caster's shadow volume: blurred on the
+ground (a cheap penumbra) with contact shadows at object feet, hard on objects. Shading: Lambert key/fill/back
+lights, a sky/ground hemisphere, Blinn-Phong highlights and an environment reflection (what makes metal look
+like metal). Pixels where the part or face changes are re-traced with 4 sub-samples. Colours are linear while
+lit and go to display space with gamma 2 (a square root).
 """
 from __future__ import annotations
 
@@ -100,11 +88,8 @@ def _in_rect(rows: np.ndarray, cols: np.ndarray, rect) -> np.ndarray:
 
 
 class RayCaster:
-    """Renders one SceneSpec. Construct, call :meth:`trace`, check visibility, then :meth:`render`.
-
-    Internally every per-ray array is component-major, (3, N): numpy then works on contiguous rows, which is
-    several times faster than (N, 3) with broadcasting at these sizes.
-    """
+    """Renders one SceneSpec: :meth:`trace`, check visibility, then :meth:`render`. Per-ray arrays are (3, N):
+    numpy then works on contiguous rows, several times faster than (N, 3) with broadcasting at these sizes."""
 
     def __init__(self, spec: SceneSpec):
         self.spec = spec
@@ -134,24 +119,13 @@ class RayCaster:
         self.n_matte_parts = int((~mirror).sum())
         light = spec.lighting
         # Irradiance = light colours (3, 5) @ per-pixel terms (5, N): key, fill, back, ambient base, ambient slope.
-        self.light_matrix = np.stack(
-            [
-                light.key_color,
-                light.fill_color,
-                light.back_color,
-                0.5 * (light.sky_ambient + light.ground_ambient),
-                0.5 * (light.sky_ambient - light.ground_ambient),
-            ],
-            axis=1,
-        )
+        ambient = (0.5 * (light.sky_ambient + light.ground_ambient), 0.5 * (light.sky_ambient - light.ground_ambient))
+        self.light_matrix = np.stack([light.key_color, light.fill_color, light.back_color, *ambient], axis=1)
         self._trace: Trace | None = None
 
     # -- visibility -------------------------------------------------------------------------------------------
     def trace(self) -> Trace:
-        """Primary rays at pixel centres; fills the depth, part and object-id buffers.
-
-        Depth is the ray parameter for the pixel's *unnormalised* direction (see Camera.rect_dirs).
-        """
+        """Primary rays at pixel centres: depth (along the *unnormalised* Camera.rect_dirs), part and id buffers."""
         cam = self.cam
         w, h = cam.width, cam.height
         depth = np.full((h, w), np.inf)
@@ -233,13 +207,9 @@ class RayCaster:
         return blocked
 
     def _shade_surface(self, points, view, part_idx, rows, cols) -> tuple[np.ndarray, np.ndarray]:
-        """Display-space colours (3, N) of surface points (3, N) seen along unit ``-view`` from pixels
-        (rows, cols) in row-major order, and their face codes.
-
-        Pixels are first permuted so that each part's pixels form one contiguous slice, with the parts whose
-        material reflects the environment last: per-part work and the costly environment term then run on
-        slices instead of fancy-indexed subsets.
-        """
+        """Display-space colours (3, N) and face codes of surface points (3, N) seen along unit ``-view`` from
+        pixels (rows, cols) in row-major order. Pixels are permuted so that each part's form one slice, mirror-like
+        materials last: per-part work and the costly environment term run on slices, not fancy-indexed subsets."""
         n_points = points.shape[1]
         order = np.argsort(self.shading_rank[part_idx], kind="stable")
         counts = np.bincount(part_idx, minlength=len(self.parts))[self.shading_order]
@@ -301,11 +271,8 @@ class RayCaster:
         return out_color, out_face
 
     def _ground_shading(self) -> np.ndarray:
-        """(H, W) display-space multiplier for the ground: blurred key-light shadows and contact shadows.
-
-        Computed at half resolution: the shadow mask is blurred into a penumbra anyway, and this is the most
-        expensive full-frame step.
-        """
+        """(H, W) display-space multiplier for the ground: blurred key-light shadows and contact shadows, at half
+        resolution (the mask is blurred anyway, and this is the most expensive full-frame step)."""
         cam, light = self.cam, self.spec.lighting
         half_cam = Camera(cam.position, cam.target, cam.hfov_deg, max(cam.width // 2, 1), max(cam.height // 2, 1))
         hx, hy, _, half_below = half_cam.ground_map()
@@ -408,13 +375,9 @@ class RayCaster:
         return out.reshape(h, w, 3)
 
     def _supersample(self, pixels, ground, center, center_part, face_edge) -> np.ndarray:
-        """Mean display colour (3, N) of 4 sub-samples in each of the (sorted) edge pixels.
-
-        ``ground`` (3, N) is the colour where a sub-sample misses every object; ``center`` (3, N) and
-        ``center_part`` are the pixel's own colour and part. A sub-sample landing on the same part as its pixel
-        centre reuses the centre's colour (shading varies little within a pixel), except in pixels on a face
-        boundary inside a part, where the face, and so the colour, changes.
-        """
+        """Mean display colour (3, N) of 4 sub-samples in each (sorted) edge pixel; ``ground`` where they miss.
+        A sub-sample on its pixel centre's part (``center_part``) reuses the centre's colour (``center``), except
+        on a face boundary inside a part, where the face, and so the colour, changes."""
         w = self.cam.width
         n_sub = len(_AA_OFFSETS)
         # Pixel-major order keeps rows sorted; offsets stay inside their pixel, so rect tests use pixel rows.

@@ -1,9 +1,5 @@
-"""``render_scene``: sample a scene, check every object is visible enough to count, then shade it.
-
-A scene is drawn from the chosen renderer ("clevr" or "ood"). Before any shading, primary rays fill an object-id
-buffer; if any object covers fewer than ``min_visible_pixels`` pixels (hidden behind others or off-screen), the
-layout is thrown away and a new one is drawn with the same number of objects, as CLEVR's generator does. The
-gold count of every image is therefore the number of distinct ids in its id buffer.
+"""``render_scene``: sample a scene from a renderer, redraw its layout until every object is visible enough to
+count (as CLEVR's generator does), then shade it. The gold count is the number of ids in the object-id buffer.
 """
 from __future__ import annotations
 
@@ -16,23 +12,19 @@ import numpy as np
 from PIL import Image
 
 from open_r1.checks import is_int
+from open_r1.errors import SceneArgumentError, SceneGenerationError
 
 from . import clevr, ood
-from .errors import SceneArgumentError, SceneGenerationError
 from .raytrace import RayCaster
 
 RENDERERS = {"clevr": clevr, "ood": ood}
-CONDITIONS = clevr.CONDITIONS
 MAX_OBJECTS = 15
 MAX_LAYOUT_ATTEMPTS = 300
-# CLEVR requires 200 visible pixels per object at 480x320; other sizes scale it with the image area.
-_CLEVR_MIN_PIXELS = 200
-_CLEVR_AREA = 480 * 320
 _MIN_SIDE, _MAX_SIDE = 32, 4096
 
 
 def default_min_visible_pixels(width: int, height: int) -> int:
-    return max(16, round(_CLEVR_MIN_PIXELS * width * height / _CLEVR_AREA))
+    return max(16, round(200 * width * height / (480 * 320)))  # CLEVR's 200 pixels at 480x320, scaled by area
 
 
 def parse_image_size(image_size: Any, renderer: str = "clevr") -> tuple[int, int]:
@@ -50,56 +42,46 @@ def parse_image_size(image_size: Any, renderer: str = "clevr") -> tuple[int, int
         except (TypeError, ValueError):
             raise SceneArgumentError(f"image size {image_size!r} is not (width, height); use e.g. (480, 320)") from None
     if not (_MIN_SIDE <= width <= _MAX_SIDE and _MIN_SIDE <= height <= _MAX_SIDE):
-        raise SceneArgumentError(
-            f"image size {width}x{height} is out of range; each side must be between {_MIN_SIDE} and {_MAX_SIDE}"
-        )
+        raise SceneArgumentError(f"image size {width}x{height} is out of range; each side must be between "
+                                 f"{_MIN_SIDE} and {_MAX_SIDE}")
     return width, height
 
 
 def validate_scene_args(renderer: str, condition: str | None, min_objects: int, max_objects: int) -> None:
     if renderer not in RENDERERS:
         raise SceneArgumentError(f"unknown renderer {renderer!r}; choose one of: {', '.join(RENDERERS)}")
-    if renderer == "clevr" and condition not in CONDITIONS:
-        raise SceneArgumentError(f"unknown CoGenT condition {condition!r}; choose one of: {', '.join(CONDITIONS)}")
+    if renderer == "clevr" and condition not in clevr.CONDITIONS:
+        choices = ", ".join(clevr.CONDITIONS)
+        raise SceneArgumentError(f"unknown CoGenT condition {condition!r}; choose one of: {choices}")
     for name, value in (("min_objects", min_objects), ("max_objects", max_objects)):
         if not is_int(value):
             raise SceneArgumentError(f"{name} must be an integer, got {value!r}")
     if min_objects < 1:
         raise SceneArgumentError(f"min_objects must be at least 1, got {min_objects}")
     if min_objects > max_objects:
-        raise SceneArgumentError(
-            f"min_objects ({min_objects}) is greater than max_objects ({max_objects}); lower min_objects or raise max_objects"
-        )
+        raise SceneArgumentError(f"min_objects ({min_objects}) is greater than max_objects ({max_objects}); "
+                                 "lower min_objects or raise max_objects")
     if max_objects > MAX_OBJECTS:
         raise SceneArgumentError(f"max_objects must be at most {MAX_OBJECTS}, got {max_objects}")
 
 
 def as_generator(rng_or_seed: Any) -> np.random.Generator:
-    if isinstance(rng_or_seed, np.random.Generator):
-        return rng_or_seed
-    if isinstance(rng_or_seed, np.random.SeedSequence) or is_int(rng_or_seed):
-        if not isinstance(rng_or_seed, np.random.SeedSequence) and rng_or_seed < 0:
-            raise SceneArgumentError(f"seed must be a non-negative integer, got {rng_or_seed}")
+    """numpy's default_rng (a Generator comes back as it is) for the seeds the generator accepts."""
+    if is_int(rng_or_seed) and rng_or_seed < 0:
+        raise SceneArgumentError(f"seed must be a non-negative integer, got {rng_or_seed}")
+    if is_int(rng_or_seed) or isinstance(rng_or_seed, (np.random.Generator, np.random.SeedSequence)):
         return np.random.default_rng(rng_or_seed)
     raise SceneArgumentError(f"expected an int seed, a SeedSequence or a numpy Generator, got {type(rng_or_seed).__name__}")
 
 
 def scene_fingerprint(scene: dict | str) -> str:
-    """Hash of what makes a scene's content: renderer, image size, camera and every object's attributes and pose.
-
-    Question metadata and visibility statistics are left out, so two examples of the same scene collide.
-    """
+    """Hash of a scene's content (renderer, image size, camera, objects' attributes and poses): not its question or
+    visibility statistics, so two examples of one scene collide."""
     if isinstance(scene, str):
         scene = json.loads(scene)
-    content = {
-        "renderer": scene["renderer"],
-        "image_size": scene["image_size"],
-        "camera": scene["camera"],
-        "objects": [
-            {k: obj[k] for k in ("shape", "color", "material", "size", "texture", "position", "rotation") if k in obj}
-            for obj in scene["objects"]
-        ],
-    }
+    keys = ("shape", "color", "material", "size", "texture", "position", "rotation")
+    content = {k: scene[k] for k in ("renderer", "image_size", "camera")}
+    content["objects"] = [{k: obj[k] for k in keys if k in obj} for obj in scene["objects"]]
     return hashlib.sha1(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
@@ -112,8 +94,7 @@ def _describe(renderer, condition, camera, key_dir, environment, objects, object
     described = []
     for i, obj in enumerate(objects):
         mine = owner == i
-        entry = {"id": i}
-        entry.update({k: v for k, v in obj.items() if not k.startswith("_")})
+        entry = {"id": i, **{k: v for k, v in obj.items() if not k.startswith("_")}}
         entry["position"] = [round(float(v), 4) for v in obj["position"]]
         entry["rotation"] = round(float(obj["rotation"]), 2)
         # Visible extent in pixels: [x0, y0, x1, y1], x1/y1 exclusive.
@@ -133,16 +114,9 @@ def _describe(renderer, condition, camera, key_dir, environment, objects, object
     }
 
 
-def render_scene(
-    rng_or_seed: Any = 0,
-    renderer: str = "clevr",
-    condition: str | None = "A",
-    image_size: Any = None,
-    min_objects: int = 3,
-    max_objects: int = 10,
-    min_visible_pixels: int | None = None,
-    anti_alias: bool = True,
-) -> tuple[Image.Image, dict, np.ndarray]:
+def render_scene(rng_or_seed: Any = 0, renderer: str = "clevr", condition: str | None = "A", image_size: Any = None,
+                 min_objects: int = 3, max_objects: int = 10, min_visible_pixels: int | None = None,
+                 anti_alias: bool = True) -> tuple[Image.Image, dict, np.ndarray]:
     """Render one scene: (RGB PIL image, scene dict, object-id buffer (H, W) int32 with -1 for background).
 
     The number of objects is uniform in [min_objects, max_objects]; layouts are redrawn (same count) until every
