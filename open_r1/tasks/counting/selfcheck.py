@@ -17,21 +17,14 @@ import sys
 import open_r1.generation
 from open_r1.errors import CliHelp, OpenR1Error
 from open_r1.export import COUNTING_GRADER_CLASS, one_line, recover_interrupted_swap, verify_submission
-from open_r1.modeling import ModelError, load_model, load_processor
+from open_r1.modeling import load_model, load_processor
 from open_r1.noise import quiet_library_noise
-from open_r1.tasks.counting.data import (
-    DataError,
-    validate_counting_dataset,
-)
+from open_r1.tasks.counting.data import validate_counting_dataset
 from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report
 from open_r1.validate import check_images, dataset_problems, model_dir_problems, raise_all
 
 DEFAULT_MODEL = "/app/submission"
 DEFAULT_SETS = ["/app/data/val", "/app/data/ood_val"]
-
-
-def set_name(path: str) -> str:
-    return os.path.basename(os.path.normpath(path))
 
 
 def run_verify(model_dir: str, strict: bool, any_family: bool = False) -> int:
@@ -155,16 +148,12 @@ def _run(argv=None) -> int:
     if args.verify:
         return run_verify(args.model, args.strict, args.any_family)
     sets = args.sets or [args.val, args.ood_val]
-    try:
-        import torch
+    import torch  # deferred: --help and the argument checks run without it
 
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        datasets_ = load_sets(args.model, sets, bool(args.sets), args.limit)
-        model = load_model(args.model, dtype="auto", vision_attention=args.vision_attention).to(device).eval()
-        processor = load_processor(args.model)
-    except (DataError, ModelError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    datasets_ = load_sets(args.model, sets, bool(args.sets), args.limit)  # a DataError / ModelError: main prints it
+    model = load_model(args.model, dtype="auto", vision_attention=args.vision_attention).to(device).eval()
+    processor = load_processor(args.model)
     open_r1.generation.DEFAULT_DECODER = args.decoder  # what evaluate_dataset's generate_texts calls use
     reports = [
         evaluate_dataset(model, processor, dataset, name=name, batch_size=args.batch_size, limit=args.limit,
