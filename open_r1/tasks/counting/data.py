@@ -74,7 +74,8 @@ def check_image(dataset, row: int, name: str = "dataset"):
         image = dataset[row]["image"]
         image.load()
     except Exception as exc:  # noqa: BLE001 - PIL raises many types
-        raise DataError(f"{name} row {row}: unreadable image ({type(exc).__name__}: {exc}); fix or drop that row") from None
+        raise DataError(f"{name} row {row}: unreadable image ({type(exc).__name__}: {exc}); "
+                        "fix or drop that row") from None
     if image is None or min(image.size) < 1:
         raise DataError(f"{name} row {row}: empty image")
     return image

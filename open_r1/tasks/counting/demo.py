@@ -116,7 +116,7 @@ def render_data(data_dir: Path, args) -> dict:
 
 
 def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
-    """Random init -> full SFT (`open_r1.sft.train_sft`): plain counting rows + the protocol format on arithmetic rows."""
+    """Random init -> full SFT (`open_r1.sft.train_sft`): plain counting rows + the format on arithmetic rows."""
     import datasets
     import torch
 
@@ -145,7 +145,8 @@ def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
     log(f"[demo] warm start saved to {out_dir} in {seconds:.0f} s")
     info = {"command": "python -m open_r1.tasks.counting.demo " + " ".join(args.argv), "device":
             torch.cuda.get_device_name(0) if use_cuda else "cpu", "parameters": parameters, "sft_rows": len(rows),
-            "plain_rows": len(plain), "format_rows": n_format, "steps": args.sft_steps, "batch_size": args.sft_batch_size,
+            "plain_rows": len(plain), "format_rows": n_format, "steps": args.sft_steps,
+            "batch_size": args.sft_batch_size,
             "lr": args.sft_lr, "seconds": seconds, "loss_first": report["loss_first"], "loss_last": report["loss_last"]}
     write_json(out_dir / START_REPORT, info)
     return info

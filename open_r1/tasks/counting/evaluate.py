@@ -101,7 +101,8 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     def build(index):  # the processor's batch for the rows `index` (CPU work; images decoded here in threads)
         rows = decode_images([{"image": image} for image in dataset.select(index)["image"]])
         texts = _prompt_texts(processor, [questions[i] for i in index], template)
-        return prepare_inputs(processor, texts, [row["image"].convert("RGB") for row in rows], image_device=image_device,
+        images = [row["image"].convert("RGB") for row in rows]
+        return prepare_inputs(processor, texts, images, image_device=image_device,
                               pin_memory=on_cuda and image_device is None,
                               rope_model=model if precompute_positions else None)
 
@@ -162,7 +163,8 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
 
 def format_table(reports: list[SetReport]) -> str:
     """Markdown table, one row per set, and the mean accuracy over sets (the score the grader reports)."""
-    header = "| set | n | accuracy % | format % | mean tokens | truncated % | seconds |\n|---|---:|---:|---:|---:|---:|---:|"
+    header = ("| set | n | accuracy % | format % | mean tokens | truncated % | seconds |\n"
+              "|---|---:|---:|---:|---:|---:|---:|")
     rows = [
         f"| {r.name} | {r.n} | {r.accuracy_pct:.2f} | {r.format_pct:.2f} | {r.mean_completion_tokens:.1f} | "
         f"{r.truncated_pct:.2f} | {r.seconds:.1f} |"
