@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from open_r1 import grpo, tiny_models
@@ -54,23 +55,16 @@ def log(message: str) -> None:
 
 
 # ---- Demo model ------------------------------------------------------------------------------------------------------
-def build_small_vocab_tokenizer():
-    """`Qwen2Tokenizer` with the tiny model's trained BPE and the 14 Qwen2-VL special tokens right after it (ids
-    len(bpe) .. len(bpe) + 13): the same strings and chat template, a ~2.6k-token vocabulary."""
-
-    vocab, merges = tiny_models.train_byte_level_bpe(tiny_models.DEFAULT_BPE_VOCAB_SIZE)
-    first = len(vocab)
-    specials = {token: first + i for i, token in enumerate(tiny_models.QWEN2VL_SPECIAL_TOKENS)}
-    tokenizer = tiny_models.qwen2_tokenizer(vocab, merges, specials, tiny_models.QWEN2VL_CHAT_TEMPLATE,
-                                            model_max_length=4096)
-    return tokenizer, specials
-
-
 def build_demo_model(seed: int = 0):
     """(model, processor): random-init Qwen2-VL with the small vocabulary; every config id points at the new ids."""
     from transformers import GenerationConfig
 
-    tokenizer, ids = build_small_vocab_tokenizer()
+    # the tiny model's trained BPE with the 14 Qwen2-VL special tokens right after it: the same strings and chat
+    # template, a ~2.6k-token vocabulary
+    vocab, merges = tiny_models.train_byte_level_bpe(tiny_models.DEFAULT_BPE_VOCAB_SIZE)
+    ids = {token: len(vocab) + i for i, token in enumerate(tiny_models.QWEN2VL_SPECIAL_TOKENS)}
+    tokenizer = tiny_models.qwen2_tokenizer(vocab, merges, ids, tiny_models.QWEN2VL_CHAT_TEMPLATE,
+                                            model_max_length=4096)
     vocab_size = 64 * math.ceil(len(tokenizer) / 64)
     bos = pad = ids["<|endoftext|>"]
     eos = ids["<|im_end|>"]
@@ -229,12 +223,10 @@ def constant_answer_pct(records: list[dict]) -> float:
 
 
 def by_count(records: list[dict]) -> dict[int, tuple[int, int]]:
-    table: dict[int, list[int]] = {}
-    for record in records:
-        cell = table.setdefault(int(record["gold"]), [0, 0])
-        cell[0] += int(bool(record["correct"]))
-        cell[1] += 1
-    return {gold: (cell[0], cell[1]) for gold, cell in sorted(table.items())}
+    """{gold count: (correct, rows)}."""
+    rows = Counter(int(r["gold"]) for r in records)
+    correct = Counter(int(r["gold"]) for r in records if r["correct"])
+    return {gold: (correct[gold], rows[gold]) for gold in sorted(rows)}
 
 
 def plot_by_count(before: dict, after: dict, path: Path) -> None:
@@ -250,9 +242,7 @@ def plot_by_count(before: dict, after: dict, path: Path) -> None:
             golds = list(table)
             ax.bar([g + offset for g in golds], [100.0 * c / max(n, 1) for c, n in table.values()], width=0.4,
                    label=f"{label} ({reports[split].accuracy_pct:.0f}%)")
-        ax.set_title(split)
-        ax.set_xlabel("gold count")
-        ax.set_ylim(0, 100)
+        ax.set(title=split, xlabel="gold count", ylim=(0, 100))
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=8)
     axes[0].set_ylabel("accuracy % (selfcheck protocol)")
@@ -275,17 +265,14 @@ def plot_curves(log_history: list[dict], eval_history: dict, path: Path) -> None
         points = [(e["step"], e[key]) for e in log_history if e.get(key) is not None]
         if points:
             ax_reward.plot(*zip(*points), color=color, alpha=0.7, label=key.split("/")[1])
-    ax_reward.set_xlabel("GRPO step")
-    ax_reward.set_title("reward (training rollouts)")
+    ax_reward.set(xlabel="GRPO step", title="reward (training rollouts)")
     ax_reward.grid(alpha=0.3)
     ax_reward.legend(fontsize=8)
     entries = sorted(eval_history.get("entries", []), key=lambda e: e["step"])
     for name in sorted({n for e in entries for n in (e.get("scores") or {})}):
         points = [(e["step"], e["scores"][name]) for e in entries if name in (e.get("scores") or {})]
         ax_eval.plot(*zip(*points), marker="o", label=name)
-    ax_eval.set_xlabel("GRPO step")
-    ax_eval.set_ylabel("accuracy %")
-    ax_eval.set_title("in-training eval (selfcheck protocol, subset)")
+    ax_eval.set(xlabel="GRPO step", ylabel="accuracy %", title="in-training eval (selfcheck protocol, subset)")
     ax_eval.grid(alpha=0.3)
     if entries:
         ax_eval.legend(fontsize=8)

@@ -32,9 +32,7 @@ class SetReport:
         return self.accuracy_pct
 
     def summary(self) -> dict:
-        out = asdict(self)
-        out.pop("records")
-        return out
+        return {key: value for key, value in asdict(self).items() if key != "records"}
 
 
 def report_from_records(name: str, records: list[dict], seconds: float) -> SetReport:
@@ -139,16 +137,9 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
             posting = time.perf_counter()
             for i, text, length, cut in zip(index, texts, lengths, truncated):
                 prediction = extract(text)
-                records[i] = {
-                    "index": i,
-                    "question": questions[i],
-                    "gold": golds[i],
-                    "prediction": prediction,
-                    "correct": prediction is not None and prediction == golds[i],
-                    "completion_tokens": length,
-                    "truncated": bool(cut),
-                    "completion": text,
-                }
+                records[i] = {"index": i, "question": questions[i], "gold": golds[i], "prediction": prediction,
+                              "correct": prediction is not None and prediction == golds[i],
+                              "completion_tokens": length, "truncated": bool(cut), "completion": text}
             if timings is not None:
                 timings.append({"rows": len(index), "built": built, "wait_s": waited,
                                 "generate_s": posting - generating, "post_s": time.perf_counter() - posting})

@@ -5,10 +5,11 @@
     python selfcheck.py --model submission --sets data/val data/ood_val data/compositional --limit 200
     python selfcheck.py --verify --model /app/submission   # load check only, says exactly what is wrong
 
-Protocol (open_r1/tasks/counting/protocol.py): "{question} First output the thinking process in <think> </think> and final answer
-(number) in <answer> </answer> tags." after the image, greedy, max_new_tokens=256, the model's own saved processor
-and generation config, first <answer>N</answer> match, integer equality. Prints a table per set (accuracy, format
-rate, mean completion tokens, truncated %) and the mean over sets; writes JSON with per-example predictions.
+Protocol (open_r1/tasks/counting/protocol.py): "{question} First output the thinking process in <think> </think>
+and final answer (number) in <answer> </answer> tags." after the image, greedy, max_new_tokens=256, the model's own
+saved processor and generation config, first <answer>N</answer> match, integer equality. Prints a table per set
+(accuracy, format rate, mean completion tokens, truncated %) and the mean over sets; writes JSON with per-example
+predictions.
 """
 import argparse
 import os
@@ -123,7 +124,8 @@ def _run(argv=None) -> int:
     parser.add_argument("--ood-val", default=DEFAULT_SETS[1], help="OOD val dir")
     parser.add_argument("--limit", type=int, default=None, help="first N examples of each set (without it: every row)")
     parser.add_argument("--batch-size", type=int, default=512,
-                        help="fastest measured on one H200 (docs/PERFORMANCE.md); halved automatically on out-of-memory")
+                        help="fastest measured on one H200 (docs/PERFORMANCE.md); halved automatically on "
+                        "out-of-memory")
     parser.add_argument("--out", default=None, help="JSON report path (without it: <model>/selfcheck.json)")
     parser.add_argument("--verify", action="store_true", help="only check that the dir loads and generates")
     parser.add_argument("--strict", action="store_true", help="with --verify: an unparseable sample answer fails")
@@ -134,7 +136,8 @@ def _run(argv=None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--decoder", choices=["auto", "graph", "eager", "hf"], default="auto",
                         help="graph: static cache + CUDA-graph decode step (open_r1/decoding.py, same greedy answers, "
-                        "faster on GPUs: docs/PERFORMANCE.md); hf: transformers generate; auto: graph on CUDA, hf on CPU")
+                        "faster on GPUs: docs/PERFORMANCE.md); hf: transformers generate; auto: graph on CUDA, hf on "
+                        "CPU")
     parser.add_argument("--image-device", choices=["cpu", "cuda"], default="cpu",
                         help="where images are preprocessed: cpu (in a thread beside the GPU's work) or cuda "
                         "(faster; pixel values may differ from the CPU's in the last bits)")
