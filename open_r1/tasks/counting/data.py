@@ -33,24 +33,19 @@ def validate_counting_dataset(dataset, name: str = "dataset", image_check_rows: 
         raise DataError(f"{name} is empty")
     missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
     if missing:
-        raise DataError(
-            f"{name} lacks column(s) {missing}; it has {dataset.column_names}. Counting data needs "
-            f"{list(REQUIRED_COLUMNS)}: image (PIL), problem (the question), solution ('<answer> N </answer>')"
-        )
+        raise DataError(f"{name} lacks column(s) {missing}; it has {dataset.column_names}. Counting data needs "
+                        f"{list(REQUIRED_COLUMNS)}: image (PIL), problem (the question), "
+                        "solution ('<answer> N </answer>')")
     if not isinstance(dataset.features["image"], datasets.Image):
-        raise DataError(
-            f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image. "
-            "Cast it: dataset.cast_column('image', datasets.Image())"
-        )
+        raise DataError(f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image. "
+                        "Cast it: dataset.cast_column('image', datasets.Image())")
     golds = []
     for row, solution in enumerate(dataset["solution"]):
         try:
             golds.append(protocol.parse_gold(solution))
         except ValueError:
-            raise DataError(
-                f"{name} row {row}: cannot parse a gold count from solution {solution!r}; "
-                "expected '<answer> N </answer>' with a non-negative integer N"
-            ) from None
+            raise DataError(f"{name} row {row}: cannot parse a gold count from solution {solution!r}; "
+                            "expected '<answer> N </answer>' with a non-negative integer N") from None
     for row, problem in enumerate(dataset["problem"]):
         if not isinstance(problem, str) or not problem.strip():
             raise DataError(f"{name} row {row}: problem is {problem!r}; every row needs a question")
@@ -81,10 +76,8 @@ class TemplateMix:
         for entry in entries:
             name, _, weight = str(entry).partition(":")
             if name not in protocol.TEMPLATES:
-                raise DataError(
-                    f"unknown prompt template {name!r} in prompt_templates; valid: {sorted(protocol.TEMPLATES)} "
-                    "(entries look like 'eval:0.5')"
-                )
+                raise DataError(f"unknown prompt template {name!r} in prompt_templates; valid: "
+                                f"{sorted(protocol.TEMPLATES)} (entries look like 'eval:0.5')")
             try:
                 value = float(weight) if weight else 1.0
             except ValueError:

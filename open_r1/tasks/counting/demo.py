@@ -14,6 +14,7 @@ Steps, each on the code the real pipeline runs (docs/DEMO.md explains them and h
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import shutil
@@ -50,8 +51,7 @@ DEMO_MAX_PIXELS = 168 * 112
 DEMO_MIN_OBJECTS, DEMO_MAX_OBJECTS = 1, 5
 
 
-def log(message: str) -> None:
-    print(message, flush=True)
+log = functools.partial(print, flush=True)
 
 
 # ---- Demo model ------------------------------------------------------------------------------------------------------
@@ -229,7 +229,8 @@ def by_count(records: list[dict]) -> dict[int, tuple[int, int]]:
     return {gold: (correct[gold], rows[gold]) for gold in sorted(rows)}
 
 
-def plot_by_count(before: dict, after: dict, path: Path) -> None:
+def write_plots(before: dict, after: dict, log_history: list[dict], eval_history: dict, out: Path) -> None:
+    """`acc_by_count.png` (accuracy by gold count, start vs trained) and `curves.png` (reward, in-training eval)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -239,32 +240,23 @@ def plot_by_count(before: dict, after: dict, path: Path) -> None:
     for ax, split in zip(axes, EVAL_SPLITS):
         for label, reports, offset in (("start", before, -0.2), ("trained", after, 0.2)):
             table = by_count(reports[split].records)
-            golds = list(table)
-            ax.bar([g + offset for g in golds], [100.0 * c / max(n, 1) for c, n in table.values()], width=0.4,
+            ax.bar([g + offset for g in table], [100.0 * c / max(n, 1) for c, n in table.values()], width=0.4,
                    label=f"{label} ({reports[split].accuracy_pct:.0f}%)")
         ax.set(title=split, xlabel="gold count", ylim=(0, 100))
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=8)
     axes[0].set_ylabel("accuracy % (selfcheck protocol)")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(out / "acc_by_count.png", dpi=100)
     plt.close(fig)
 
-
-def plot_curves(log_history: list[dict], eval_history: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(10, 3.4))
-    rewards = [(e["step"], e["reward"]) for e in log_history if e.get("reward") is not None]
-    if rewards:
-        ax_reward.plot(*zip(*rewards), color="tab:green", label="total reward")
-    for key, color in (("rewards/exact_count/mean", "tab:blue"), ("rewards/format/mean", "tab:orange")):
+    for key, color, alpha, label in (("reward", "tab:green", 1.0, "total reward"),
+                                     ("rewards/exact_count/mean", "tab:blue", 0.7, "exact_count"),
+                                     ("rewards/format/mean", "tab:orange", 0.7, "format")):
         points = [(e["step"], e[key]) for e in log_history if e.get(key) is not None]
         if points:
-            ax_reward.plot(*zip(*points), color=color, alpha=0.7, label=key.split("/")[1])
+            ax_reward.plot(*zip(*points), color=color, alpha=alpha, label=label)
     ax_reward.set(xlabel="GRPO step", title="reward (training rollouts)")
     ax_reward.grid(alpha=0.3)
     ax_reward.legend(fontsize=8)
@@ -277,7 +269,7 @@ def plot_curves(log_history: list[dict], eval_history: dict, path: Path) -> None
     if entries:
         ax_eval.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(out / "curves.png", dpi=100)
     plt.close(fig)
 
 
@@ -359,9 +351,7 @@ def main(argv=None) -> int:
     total = time.time() - started
 
     table = side_by_side(before, after)
-    plot_by_count(before, after, out / "acc_by_count.png")
-    eval_history = load_history(str(run_dir))
-    plot_curves(grpo_info["log_history"], eval_history, out / "curves.png")
+    write_plots(before, after, grpo_info["log_history"], load_history(str(run_dir)), out)
     report = {
         "command": "python -m open_r1.tasks.counting.demo " + " ".join(args.argv),
         "total_seconds": total,

@@ -56,10 +56,9 @@ def _prompt_texts(processor, questions: list[str], template: str) -> list[str]:
 
 
 def generate_batch(model, processor, images, questions, template=protocol.EVAL_TEMPLATE,
-                   max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS, compile_generation=False):
+                   max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS):
     """Greedy protocol completions for one batch. Returns (texts, completion token counts, truncated flags)."""
-    return generate_texts(model, processor, _prompt_texts(processor, questions, template), images, max_new_tokens,
-                          compile_generation=compile_generation)
+    return generate_texts(model, processor, _prompt_texts(processor, questions, template), images, max_new_tokens)
 
 
 def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limit=None,
