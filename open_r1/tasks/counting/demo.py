@@ -86,7 +86,7 @@ def build_demo_model(seed: int = 0):
 
 
 # ---- Steps -----------------------------------------------------------------------------------------------------------
-def render_data(data_dir: Path, args) -> dict:
+def render_data(data_dir: Path, args) -> None:
     import datasets
 
     sizes = {"train": args.train_size, **{split: args.eval_size for split in EVAL_SPLITS}}
@@ -99,14 +99,13 @@ def render_data(data_dir: Path, args) -> dict:
     missing = {split: n for split, n in sizes.items() if present[split] < n}
     if not missing:
         log(f"[demo] data: reusing {data_dir} {present}")
-        return present
+        return
     started = time.time()
     write_splits(str(data_dir), missing, seed=args.seed, overwrite=True, workers=args.workers,
                  image_size=DEMO_IMAGE_SIZE, ood_image_size=DEMO_IMAGE_SIZE, min_objects=DEMO_MIN_OBJECTS,
                  max_objects=DEMO_MAX_OBJECTS, progress=False)
     log(f"[demo] data: rendered {missing} into {data_dir} in {time.time() - started:.0f} s "
         f"({DEMO_IMAGE_SIZE}, {DEMO_MIN_OBJECTS}-{DEMO_MAX_OBJECTS} objects)")
-    return sizes
 
 
 def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
@@ -306,11 +305,10 @@ def parse_args(argv=None):
     parser.add_argument("grpo_args", nargs="*", help="extra recipe overrides after --, e.g. -- --learning_rate 1e-3")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    trains_start = bool(args.build_start or args.from_scratch
-                        or (args.start is None and not (SHIPPED_START / "config.json").is_file()))
+    args.trains_start = bool(args.build_start or args.from_scratch
+                             or (args.start is None and not (SHIPPED_START / "config.json").is_file()))
     if args.train_size is None:
-        args.train_size = 4000 if trains_start else 400
-    args.trains_start = trains_start
+        args.train_size = 4000 if args.trains_start else 400
     return args
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from open_r1.generation import generate_texts, prepare_inputs, resolve_decoder
@@ -73,9 +74,7 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     batch's CPU work (`decoding.rope_positions`; the same positions). `timings`: gets one dict per batch for benches
     (rows, built 'here'/'ahead', wait_s, generate_s, post_s). A batch out of GPU memory is split in two and the rest
     of the set runs at the smaller size (a warning says so)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import torch
+    import torch  # deferred: heavy libraries
     from tqdm.auto import tqdm
 
     n = len(dataset) if limit is None else min(limit, len(dataset))
