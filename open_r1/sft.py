@@ -141,7 +141,7 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
     if use_lora and model_path is None:
         raise RecipeError("LoRA SFT merges into a saved base: pass model_path (save a fresh model first)")
     set_seed(settings.seed)
-    cuda = torch.cuda.is_available()
+    cuda = torch.cuda.is_available() and not settings.extra.get("use_cpu")  # extra's use_cpu keeps a GPU idle
     bf16 = cuda if settings.bf16 is None else settings.bf16
     batch = settings.per_device_batch_size * settings.gradient_accumulation_steps
     steps_per_epoch = max(1, math.ceil(len(dataset) / batch))
@@ -174,8 +174,7 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
         completion_only_loss=True,  # TRL's default for prompt-completion rows, made explicit
         packing=False,
         disable_tqdm=True,
-        use_cpu=not cuda,
-        **settings.extra,
+        **{"use_cpu": not cuda, **settings.extra},
     )
     peft_config = lora_config(model, settings) if use_lora else None
     trainer = trainer_class(model=model, args=config, train_dataset=dataset, processing_class=processor,

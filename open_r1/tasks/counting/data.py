@@ -1,12 +1,7 @@
-"""Counting-VQA data: load, validate up front, and turn rows into TRL conversational prompts.
-
-A dataset is what users have on disk (`Dataset.save_to_disk`, or a hub name where a hub is reachable) with the
-columns `image` (PIL), `problem` (the question) and `solution` (`<answer> N </answer>`). Every gold count is parsed
-before training starts, so a bad row fails in seconds with its index instead of hours later inside a reward.
-
-Template mixing: a recipe lists prompt templates with weights (`prompt_templates: ["train:0.5", "eval:0.5"]`).
-Each row gets one template, drawn once from a seeded generator, so the policy sees the grader's wording during
-training instead of only the inherited R1-V wording.
+"""Counting-VQA data: load, validate up front (every gold count parsed, so a bad row fails in seconds with its index),
+and turn rows (columns `image`, `problem`, `solution` = `<answer> N </answer>`) into TRL conversational prompts.
+`prompt_templates: ["train:0.5", "eval:0.5"]` draws one template per row from a seeded generator, so the policy
+also sees the grader's wording, not only the inherited R1-V one.
 """
 from __future__ import annotations
 
@@ -30,54 +25,41 @@ def load_counting_dataset(path_or_name: str, split: str = "train"):
 
 
 def validate_counting_dataset(dataset, name: str = "dataset", image_check_rows: int = 8) -> list[int]:
-    """Check columns and types, parse every gold count, decode a few images. Returns the gold counts.
-
-    Raises DataError naming the first bad row. Images are decoded only for the first `image_check_rows` rows
-    (decoding all 68k up front would cost minutes); -1 decodes every image.
-    """
+    """Check columns and types, parse every gold count, fully decode the first `image_check_rows` images (-1: all;
+    all 68k would cost minutes). Returns the gold counts; raises DataError naming the first bad row."""
     import datasets
 
     if len(dataset) == 0:
         raise DataError(f"{name} is empty")
     missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
     if missing:
-        raise DataError(
-            f"{name} lacks column(s) {missing}; it has {dataset.column_names}. Counting data needs "
-            f"{list(REQUIRED_COLUMNS)}: image (PIL), problem (the question), solution ('<answer> N </answer>')"
-        )
+        raise DataError(f"{name} lacks column(s) {missing}; it has {dataset.column_names}. Counting data needs "
+                        f"{list(REQUIRED_COLUMNS)}: image (PIL), problem (the question), "
+                        "solution ('<answer> N </answer>')")
     if not isinstance(dataset.features["image"], datasets.Image):
-        raise DataError(
-            f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image. "
-            "Cast it: dataset.cast_column('image', datasets.Image())"
-        )
+        raise DataError(f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image. "
+                        "Cast it: dataset.cast_column('image', datasets.Image())")
     golds = []
     for row, solution in enumerate(dataset["solution"]):
         try:
             golds.append(protocol.parse_gold(solution))
         except ValueError:
-            raise DataError(
-                f"{name} row {row}: cannot parse a gold count from solution {solution!r}; "
-                "expected '<answer> N </answer>' with a non-negative integer N"
-            ) from None
+            raise DataError(f"{name} row {row}: cannot parse a gold count from solution {solution!r}; "
+                            "expected '<answer> N </answer>' with a non-negative integer N") from None
     for row, problem in enumerate(dataset["problem"]):
         if not isinstance(problem, str) or not problem.strip():
             raise DataError(f"{name} row {row}: problem is {problem!r}; every row needs a question")
     rows = range(len(dataset)) if image_check_rows < 0 else range(min(image_check_rows, len(dataset)))
     for row in rows:
-        check_image(dataset, row, name)
+        try:
+            image = dataset[row]["image"]
+            image.load()
+        except Exception as exc:  # noqa: BLE001 - PIL raises many types
+            raise DataError(f"{name} row {row}: unreadable image ({type(exc).__name__}: {exc}); "
+                            "fix or drop that row") from None
+        if min(image.size) < 1:
+            raise DataError(f"{name} row {row}: empty image")
     return golds
-
-
-def check_image(dataset, row: int, name: str = "dataset"):
-    """Decode one row's image, turning a decoding failure into a DataError naming the row."""
-    try:
-        image = dataset[row]["image"]
-        image.load()
-    except Exception as exc:  # noqa: BLE001 - PIL raises many types
-        raise DataError(f"{name} row {row}: unreadable image ({type(exc).__name__}: {exc}); fix or drop that row") from None
-    if image is None or min(image.size) < 1:
-        raise DataError(f"{name} row {row}: empty image")
-    return image
 
 
 @dataclass(frozen=True)
@@ -94,10 +76,8 @@ class TemplateMix:
         for entry in entries:
             name, _, weight = str(entry).partition(":")
             if name not in protocol.TEMPLATES:
-                raise DataError(
-                    f"unknown prompt template {name!r} in prompt_templates; valid: {sorted(protocol.TEMPLATES)} "
-                    "(entries look like 'eval:0.5')"
-                )
+                raise DataError(f"unknown prompt template {name!r} in prompt_templates; valid: "
+                                f"{sorted(protocol.TEMPLATES)} (entries look like 'eval:0.5')")
             try:
                 value = float(weight) if weight else 1.0
             except ValueError:
@@ -129,11 +109,8 @@ def replace_columns(dataset, **columns):
 
 
 def to_grpo_dataset(dataset, templates: TemplateMix, seed: int = 0):
-    """Add the TRL conversational `prompt` and the `template` used for it; images stay in the `image` column.
-
-    The user turn is plain text: TRL puts the image placeholder before it, which gives the same layout as the
-    grader's messages (image first, then the text). `add_column` avoids rewriting the image bytes that `map` would.
-    """
+    """Add the TRL conversational `prompt` and its `template`; images stay in `image`. The user turn is plain text:
+    TRL puts the image placeholder before it, the grader's layout (image first, then the text)."""
     names = templates.assign(len(dataset), seed)
     prompts = [
         [{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]

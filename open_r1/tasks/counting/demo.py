@@ -2,38 +2,34 @@
 
     python -m open_r1.tasks.counting.demo --out runs/demo         # `make demo`; measured time in docs/DEMO.md
 
-Steps (each reuses the code the real pipeline runs):
-  1. data: easy CLEVR-style splits (1-5 objects, 168x112 px) rendered by `open_r1.tasks.counting.scenes.write_splits`
-     into `<out>/data` (train, val, compositional = CoGenT condition B, ood_val = the other renderer);
-  2. demo model: a Qwen2-VL (the real classes, processor and chat template) with a small vocabulary (the BPE of
-     `open_r1.tiny_models`, special tokens right after it: ~2.6k rows instead of 151936) and a small vision tower,
-     random init. The real-id tiny model (`open_r1.tiny_models`) stays for the compatibility tests;
-  3. warm start: TRL `SFTTrainer` on rows of `open_r1.tasks.counting.sft` (the proxy experiment's rows): every
-     counting row taught plainly (question alone -> bare number), the protocol format taught only on another task
-     ("What is A plus B?" under a protocol template). The start counts when asked plainly and is weak inside the
-     protocol format: the design of the proxy's runs 7 and 8 (docs/RECIPE.md);
-  4. GRPO with the recipe's rewards (`configs/demo.yaml`, through `open_r1.grpo` and `open_r1.export`, as
-     `train.sh` runs them);
-  5. the selfcheck protocol (`open_r1.tasks.counting.evaluate.evaluate_dataset`: EVAL template, greedy,
-     max_new_tokens 256, first `<answer>N</answer>`) on the first `--eval-limit` rows of val, compositional and
-     ood_val, for the start and the trained model; a side-by-side table, `<out>/demo.json` and the plots
-     `<out>/acc_by_count.png` (accuracy by gold count) and `<out>/curves.png` (reward and in-training eval curves).
+Steps, each on the code the real pipeline runs (docs/DEMO.md explains them and has the measured run):
+  1. data: easy CLEVR-style splits (1-5 objects, 168x112 px) from `scenes.write_splits` into `<out>/data`;
+  2. start model: the shipped warm start, or one trained here (`--from-scratch`, `--build-start`): a small-vocabulary
+     Qwen2-VL from random init, SFT (`open_r1.sft.train_sft`) on plain counting rows + the protocol format taught on
+     arithmetic rows (`open_r1.tasks.counting.sft`);
+  3. GRPO with `configs/demo.yaml` through `open_r1.grpo` and `open_r1.export`, as `train.sh` runs them;
+  4. the selfcheck protocol on val, compositional and ood_val for the start and the trained model: a side-by-side
+     table, `<out>/demo.json`, `<out>/acc_by_count.png` and `<out>/curves.png`.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import math
 import os
+import shutil
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
-from open_r1 import grpo, modeling, tiny_models
+from open_r1 import grpo, tiny_models
 from open_r1.export import export_submission
+from open_r1.jsonio import read_json, write_json
 from open_r1.modeling import load_model, load_processor
 from open_r1.noise import quiet_library_noise
 from open_r1.run.keep_best import load_history
+from open_r1.sft import SFTSettings, train_sft
 from open_r1.tasks.counting import protocol, sft
 from open_r1.tasks.counting.data import load_counting_dataset
 from open_r1.tasks.counting.evaluate import evaluate_dataset
@@ -47,60 +43,33 @@ SHIPPED_START = Path(__file__).resolve().parent / "demo_start"
 START_REPORT = "start_report.json"
 
 # The demo model: Qwen2-VL classes at a size that trains in minutes on 2 CPU cores.
-DEMO_MODEL = {
-    "hidden_size": 128,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 384,
-    "vision_depth": 2,
-    "vision_embed_dim": 64,
-    "vision_num_heads": 4,
-    "vision_mlp_ratio": 2,
-    "max_position_embeddings": 4096,
-    "dtype": "float32",
-}
+DEMO_MODEL = dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=384, vision_depth=2, vision_embed_dim=64, vision_num_heads=4, vision_mlp_ratio=2,
+                  max_position_embeddings=4096, dtype="float32")
 DEMO_IMAGE_SIZE = "168x112"  # multiples of 28 px: 6 x 4 = 24 merged vision tokens, never resampled
 DEMO_MAX_PIXELS = 168 * 112
 DEMO_MIN_OBJECTS, DEMO_MAX_OBJECTS = 1, 5
 
 
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+log = functools.partial(print, flush=True)
 
 
-def log(message: str) -> None:
-    print(message, flush=True)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Demo model
-# ---------------------------------------------------------------------------------------------------------------------
-def build_small_vocab_tokenizer():
-    """`Qwen2Tokenizer` with the tiny model's trained BPE and the 14 Qwen2-VL special tokens right after it (ids
-    len(bpe) .. len(bpe) + 13): the same strings and chat template, a ~2.6k-token vocabulary."""
-
-    vocab, merges = tiny_models.train_byte_level_bpe(tiny_models.DEFAULT_BPE_VOCAB_SIZE)
-    first = len(vocab)
-    specials = {token: first + i for i, token in enumerate(tiny_models.QWEN2VL_SPECIAL_TOKENS)}
-    tokenizer = tiny_models.qwen2_tokenizer(vocab, merges, specials, tiny_models.QWEN2VL_CHAT_TEMPLATE,
-                                            model_max_length=4096)
-    return tokenizer, specials
-
-
-def build_demo_model(seed: int = 0, overrides: dict | None = None):
+# ---- Demo model ------------------------------------------------------------------------------------------------------
+def build_demo_model(seed: int = 0):
     """(model, processor): random-init Qwen2-VL with the small vocabulary; every config id points at the new ids."""
     from transformers import GenerationConfig
 
-    tokenizer, ids = build_small_vocab_tokenizer()
+    # the tiny model's trained BPE with the 14 Qwen2-VL special tokens right after it: the same strings and chat
+    # template, a ~2.6k-token vocabulary
+    vocab, merges = tiny_models.train_byte_level_bpe(tiny_models.DEFAULT_BPE_VOCAB_SIZE)
+    ids = {token: len(vocab) + i for i, token in enumerate(tiny_models.QWEN2VL_SPECIAL_TOKENS)}
+    tokenizer = tiny_models.qwen2_tokenizer(vocab, merges, ids, tiny_models.QWEN2VL_CHAT_TEMPLATE,
+                                            model_max_length=4096)
     vocab_size = 64 * math.ceil(len(tokenizer) / 64)
     bos = pad = ids["<|endoftext|>"]
     eos = ids["<|im_end|>"]
     config = tiny_models.build_config(vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad,
-                                      **{**DEMO_MODEL, **(overrides or {})})
+                                      **DEMO_MODEL)
     for target in (config, config.text_config):
         target.bos_token_id, target.eos_token_id, target.pad_token_id = bos, eos, pad
     config.image_token_id = ids["<|image_pad|>"]
@@ -116,10 +85,8 @@ def build_demo_model(seed: int = 0, overrides: dict | None = None):
     return model, processor
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Steps
-# ---------------------------------------------------------------------------------------------------------------------
-def render_data(data_dir: Path, args) -> dict:
+# ---- Steps -----------------------------------------------------------------------------------------------------------
+def render_data(data_dir: Path, args) -> None:
     import datasets
 
     sizes = {"train": args.train_size, **{split: args.eval_size for split in EVAL_SPLITS}}
@@ -132,24 +99,19 @@ def render_data(data_dir: Path, args) -> dict:
     missing = {split: n for split, n in sizes.items() if present[split] < n}
     if not missing:
         log(f"[demo] data: reusing {data_dir} {present}")
-        return present
+        return
     started = time.time()
     write_splits(str(data_dir), missing, seed=args.seed, overwrite=True, workers=args.workers,
                  image_size=DEMO_IMAGE_SIZE, ood_image_size=DEMO_IMAGE_SIZE, min_objects=DEMO_MIN_OBJECTS,
                  max_objects=DEMO_MAX_OBJECTS, progress=False)
     log(f"[demo] data: rendered {missing} into {data_dir} in {time.time() - started:.0f} s "
         f"({DEMO_IMAGE_SIZE}, {DEMO_MIN_OBJECTS}-{DEMO_MAX_OBJECTS} objects)")
-    return sizes
 
 
 def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
-    """Random init -> SFT (TRL SFTTrainer): plain counting rows + the protocol format on arithmetic rows."""
-    import tempfile
-
+    """Random init -> full SFT (`open_r1.sft.train_sft`): plain counting rows + the format on arithmetic rows."""
     import datasets
     import torch
-    from transformers import set_seed
-    from trl import SFTConfig, SFTTrainer
 
     started = time.time()
     train = load_counting_dataset(str(data_dir / "train"))
@@ -158,42 +120,33 @@ def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
     fmt = sft.to_arithmetic_sft_dataset(train.select(range(n_format)), ["eval:0.5", "train:0.5"], seed=args.seed,
                                         style="mixed", think_share=0.5)
     rows = datasets.concatenate_datasets([fmt, plain.cast(fmt.features)]).shuffle(seed=args.seed)
-    set_seed(args.seed)
     model, processor = build_demo_model(seed=args.seed)
-    model.train()
     parameters = sum(p.numel() for p in model.parameters())
     log(f"[demo] warm start: {parameters / 1e6:.2f}M-parameter Qwen2-VL (vocab {model.config.text_config.vocab_size}),"
         f" SFT on {len(plain)} plain counting rows + {n_format} arithmetic rows in the protocol format, "
         f"{args.sft_steps} steps")
     use_cuda = torch.cuda.is_available() and args.device != "cpu"
     torch.set_num_threads(max(1, args.threads))
-    with tempfile.TemporaryDirectory(prefix="demo-sft-") as trainer_dir:
-        config = SFTConfig(
-            output_dir=trainer_dir, per_device_train_batch_size=args.sft_batch_size, learning_rate=args.sft_lr,
-            lr_scheduler_type="cosine", warmup_steps=max(1, args.sft_steps // 20), weight_decay=0.01,
-            adam_beta2=0.98, max_grad_norm=1.0, max_steps=args.sft_steps, logging_steps=10, save_strategy="no",
-            report_to="none", bf16=False, dataloader_num_workers=args.workers if use_cuda else 0, seed=args.seed, data_seed=args.seed,
-            max_length=None, completion_only_loss=True, packing=False, disable_tqdm=True, use_cpu=not use_cuda,
-            activation_checkpointing=False,
-        )
-        trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=processor)
-        trainer.train()
-        losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
-        model = trainer.accelerator.unwrap_model(trainer.model).eval()
-    modeling.save_model_dir(model.to("cpu"), processor, out_dir)
+    # cosine with a 5 % warm-up down to 0, AdamW beta2 0.98: the settings the shipped start was built with
+    settings = SFTSettings(learning_rate=args.sft_lr, schedule="cosine", warmup=max(1, args.sft_steps // 20) /
+                           args.sft_steps, min_lr_ratio=0.0, epochs=None, max_steps=args.sft_steps,
+                           per_device_batch_size=args.sft_batch_size, gradient_accumulation_steps=1, weight_decay=0.01,
+                           lora_r=0, bf16=False, seed=args.seed, dataloader_workers=args.workers if use_cuda else 0,
+                           extra={"adam_beta2": 0.98, "use_cpu": not use_cuda})
+    report = train_sft(rows, str(out_dir), settings, model=model, processor=processor, log=log)
     seconds = time.time() - started
-    log(f"[demo] warm start saved to {out_dir} in {seconds:.0f} s (loss {losses[0][1]:.3f} -> {losses[-1][1]:.3f})")
+    log(f"[demo] warm start saved to {out_dir} in {seconds:.0f} s")
     info = {"command": "python -m open_r1.tasks.counting.demo " + " ".join(args.argv), "device":
             torch.cuda.get_device_name(0) if use_cuda else "cpu", "parameters": parameters, "sft_rows": len(rows),
-            "plain_rows": len(plain), "format_rows": n_format, "steps": args.sft_steps, "batch_size": args.sft_batch_size,
-            "lr": args.sft_lr, "seconds": seconds, "loss_first": losses[0][1], "loss_last": losses[-1][1]}
-    with open(out_dir / START_REPORT, "w") as handle:
-        json.dump(info, handle, indent=1)
+            "plain_rows": len(plain), "format_rows": n_format, "steps": args.sft_steps,
+            "batch_size": args.sft_batch_size,
+            "lr": args.sft_lr, "seconds": seconds, "loss_first": report["loss_first"], "loss_last": report["loss_last"]}
+    write_json(out_dir / START_REPORT, info)
     return info
 
 
-def evaluate_model(model_dir: Path, data_dir: Path, args, label: str, plain: bool = False) -> dict:
-    """The selfcheck protocol on every eval split; {split: SetReport}."""
+def evaluate_model(model_dir: Path, data_dir: Path, args, label: str) -> dict:
+    """The selfcheck protocol on every eval split, and val asked plainly; {split: SetReport}."""
     import torch
 
     torch.set_num_threads(max(1, args.threads))
@@ -207,13 +160,12 @@ def evaluate_model(model_dir: Path, data_dir: Path, args, label: str, plain: boo
                                           limit=args.eval_limit, progress=False)
     log(f"[demo] {label}: " + ", ".join(f"{s} {r.accuracy_pct:.1f}%" for s, r in reports.items())
         + f" ({time.time() - started:.0f} s)")
-    if plain:  # diagnostic, not the protocol: the question alone, first integer of the answer
-        dataset = load_counting_dataset(str(data_dir / "val"))
-        probe = evaluate_dataset(model, processor, dataset, name="val (asked plainly)", batch_size=args.eval_batch_size,
-                                 limit=args.eval_limit, max_new_tokens=8, progress=False, template=sft.PLAIN_PROMPT,
-                                 extract=sft.plain_count)
-        reports["val_plain"] = probe
-        log(f"[demo] {label}, val asked plainly (diagnostic): {probe.accuracy_pct:.1f}%")
+    # diagnostic, not the protocol: the question alone, first integer of the answer
+    probe = evaluate_dataset(model, processor, load_counting_dataset(str(data_dir / "val")), name="val (asked plainly)",
+                             batch_size=args.eval_batch_size, limit=args.eval_limit, max_new_tokens=8, progress=False,
+                             template=sft.PLAIN_PROMPT, extract=sft.plain_count)
+    reports["val_plain"] = probe
+    log(f"[demo] {label}, val asked plainly (diagnostic): {probe.accuracy_pct:.1f}%")
     return reports
 
 
@@ -239,9 +191,7 @@ def train_grpo(start_dir: Path, data_dir: Path, run_dir: Path, submission: Path,
     return {"steps": steps, "seconds": seconds, "log_history": log_history}
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Report
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- Report ----------------------------------------------------------------------------------------------------------
 def wilson_halfwidth(pct: float, n: int) -> float:
     """95 % half-width (points) of an accuracy measured on n rows: the noise of one evaluation."""
     if n <= 0:
@@ -272,15 +222,14 @@ def constant_answer_pct(records: list[dict]) -> float:
 
 
 def by_count(records: list[dict]) -> dict[int, tuple[int, int]]:
-    table: dict[int, list[int]] = {}
-    for record in records:
-        cell = table.setdefault(int(record["gold"]), [0, 0])
-        cell[0] += int(bool(record["correct"]))
-        cell[1] += 1
-    return {gold: (cell[0], cell[1]) for gold, cell in sorted(table.items())}
+    """{gold count: (correct, rows)}."""
+    rows = Counter(int(r["gold"]) for r in records)
+    correct = Counter(int(r["gold"]) for r in records if r["correct"])
+    return {gold: (correct[gold], rows[gold]) for gold in sorted(rows)}
 
 
-def plot_by_count(before: dict, after: dict, path: Path) -> None:
+def write_plots(before: dict, after: dict, log_history: list[dict], eval_history: dict, out: Path) -> None:
+    """`acc_by_count.png` (accuracy by gold count, start vs trained) and `curves.png` (reward, in-training eval)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -290,56 +239,40 @@ def plot_by_count(before: dict, after: dict, path: Path) -> None:
     for ax, split in zip(axes, EVAL_SPLITS):
         for label, reports, offset in (("start", before, -0.2), ("trained", after, 0.2)):
             table = by_count(reports[split].records)
-            golds = list(table)
-            ax.bar([g + offset for g in golds], [100.0 * c / max(n, 1) for c, n in table.values()], width=0.4,
+            ax.bar([g + offset for g in table], [100.0 * c / max(n, 1) for c, n in table.values()], width=0.4,
                    label=f"{label} ({reports[split].accuracy_pct:.0f}%)")
-        ax.set_title(split)
-        ax.set_xlabel("gold count")
-        ax.set_ylim(0, 100)
+        ax.set(title=split, xlabel="gold count", ylim=(0, 100))
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=8)
     axes[0].set_ylabel("accuracy % (selfcheck protocol)")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(out / "acc_by_count.png", dpi=100)
     plt.close(fig)
 
-
-def plot_curves(log_history: list[dict], eval_history: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(10, 3.4))
-    rewards = [(e["step"], e["reward"]) for e in log_history if e.get("reward") is not None]
-    if rewards:
-        ax_reward.plot(*zip(*rewards), color="tab:green", label="total reward")
-    for key, color in (("rewards/exact_count/mean", "tab:blue"), ("rewards/format/mean", "tab:orange")):
+    for key, color, alpha, label in (("reward", "tab:green", 1.0, "total reward"),
+                                     ("rewards/exact_count/mean", "tab:blue", 0.7, "exact_count"),
+                                     ("rewards/format/mean", "tab:orange", 0.7, "format")):
         points = [(e["step"], e[key]) for e in log_history if e.get(key) is not None]
         if points:
-            ax_reward.plot(*zip(*points), color=color, alpha=0.7, label=key.split("/")[1])
-    ax_reward.set_xlabel("GRPO step")
-    ax_reward.set_title("reward (training rollouts)")
+            ax_reward.plot(*zip(*points), color=color, alpha=alpha, label=label)
+    ax_reward.set(xlabel="GRPO step", title="reward (training rollouts)")
     ax_reward.grid(alpha=0.3)
     ax_reward.legend(fontsize=8)
     entries = sorted(eval_history.get("entries", []), key=lambda e: e["step"])
     for name in sorted({n for e in entries for n in (e.get("scores") or {})}):
         points = [(e["step"], e["scores"][name]) for e in entries if name in (e.get("scores") or {})]
         ax_eval.plot(*zip(*points), marker="o", label=name)
-    ax_eval.set_xlabel("GRPO step")
-    ax_eval.set_ylabel("accuracy %")
-    ax_eval.set_title("in-training eval (selfcheck protocol, subset)")
+    ax_eval.set(xlabel="GRPO step", ylabel="accuracy %", title="in-training eval (selfcheck protocol, subset)")
     ax_eval.grid(alpha=0.3)
     if entries:
         ax_eval.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(out / "curves.png", dpi=100)
     plt.close(fig)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Command line
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- Command line ----------------------------------------------------------------------------------------------------
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -372,11 +305,10 @@ def parse_args(argv=None):
     parser.add_argument("grpo_args", nargs="*", help="extra recipe overrides after --, e.g. -- --learning_rate 1e-3")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    trains_start = bool(args.build_start or args.from_scratch
-                        or (args.start is None and not (SHIPPED_START / "config.json").is_file()))
+    args.trains_start = bool(args.build_start or args.from_scratch
+                             or (args.start is None and not (SHIPPED_START / "config.json").is_file()))
     if args.train_size is None:
-        args.train_size = 4000 if trains_start else 400
-    args.trains_start = trains_start
+        args.train_size = 4000 if args.trains_start else 400
     return args
 
 
@@ -394,10 +326,9 @@ def main(argv=None) -> int:
     sft_info = None
     if args.build_start:
         sft_info = warm_start(data_dir, Path(args.build_start), args)
-        before = evaluate_model(Path(args.build_start), data_dir, args, "warm start (selfcheck protocol)", plain=True)
+        before = evaluate_model(Path(args.build_start), data_dir, args, "warm start (selfcheck protocol)")
         sft_info["eval"] = {split: report.summary() for split, report in before.items()}
-        with open(Path(args.build_start) / START_REPORT, "w") as handle:
-            json.dump(sft_info, handle, indent=1)
+        write_json(Path(args.build_start) / START_REPORT, sft_info)
         return 0
     if args.trains_start:
         start_dir = out / "start"
@@ -407,22 +338,18 @@ def main(argv=None) -> int:
         log(f"[demo] start model: {start_dir} (warm start; rebuild it with `make demo-start`, or train one "
             "first with --from-scratch)")
     timings["warm_start_s"] = time.time() - started - timings["data_s"]
-    before = evaluate_model(start_dir, data_dir, args, "start model (selfcheck protocol)", plain=True)
+    before = evaluate_model(start_dir, data_dir, args, "start model (selfcheck protocol)")
     timings["eval_start_s"] = time.time() - started - sum(timings.values())
     if run_dir.exists():
-        import shutil
-
         shutil.rmtree(run_dir)  # a fresh GRPO run (auto-resume would continue an old one)
     grpo_info = train_grpo(start_dir, data_dir, run_dir, submission, args)
     timings["grpo_s"] = time.time() - started - sum(timings.values())
-    after = evaluate_model(submission, data_dir, args, "trained model (selfcheck protocol)", plain=True)
+    after = evaluate_model(submission, data_dir, args, "trained model (selfcheck protocol)")
     timings["eval_trained_s"] = time.time() - started - sum(timings.values())
     total = time.time() - started
 
     table = side_by_side(before, after)
-    plot_by_count(before, after, out / "acc_by_count.png")
-    eval_history = load_history(str(run_dir))
-    plot_curves(grpo_info["log_history"], eval_history, out / "curves.png")
+    write_plots(before, after, grpo_info["log_history"], load_history(str(run_dir)), out)
     report = {
         "command": "python -m open_r1.tasks.counting.demo " + " ".join(args.argv),
         "total_seconds": total,
@@ -431,7 +358,7 @@ def main(argv=None) -> int:
         "protocol": {"template": protocol.EVAL_TEMPLATE, "max_new_tokens": protocol.EVAL_MAX_NEW_TOKENS,
                      "decoding": "greedy", "limit": args.eval_limit},
         "start_model": str(start_dir), "trained_model": str(submission),
-        "start_report": _read_json(start_dir / START_REPORT),
+        "start_report": read_json(start_dir / START_REPORT, None),
         "warm_start": sft_info,
         "grpo": {"steps": grpo_info["steps"], "seconds": grpo_info["seconds"], "recipe": args.recipe},
         "splits": {split: {"constant_answer_pct": constant_answer_pct(after[split].records),
@@ -441,8 +368,7 @@ def main(argv=None) -> int:
         "samples": {split: {"start": before[split].records[0]["completion"][:120],
                             "trained": after[split].records[0]["completion"][:120]} for split in EVAL_SPLITS},
     }
-    with open(out / "demo.json", "w") as handle:
-        json.dump(report, handle, indent=1, default=str)
+    write_json(out / "demo.json", report)
     log("")
     log(f"Start model (SFT warm start) vs trained model (+{grpo_info['steps']} GRPO steps), selfcheck protocol:")
     log(table)

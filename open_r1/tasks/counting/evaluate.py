@@ -1,31 +1,18 @@
-"""The grader's protocol, run locally: batched greedy generation and exact-match scoring.
-
-Used by `selfcheck.py`, by the in-training evaluation callback and by the tests, so all three measure the same
-thing the sealed verifier does: the EVAL template after the image in the model's chat template, greedy decoding,
-`max_new_tokens=256`, the model's own saved processor (its vision-token budget) and generation config, and the
-first `<answer>\\s*(\\d+)\\s*</answer>` match compared by integer equality.
-
-Batching: prompts are left-padded (right padding shifts Qwen2-VL's M-RoPE positions) and sorted by question length
-so that a batch wastes little padding; results come back in dataset order. The next batch's CPU work (image
-decoding, the chat template, the processor) runs in a background thread while the GPU generates the current one
-(`prefetch`); the inputs are the same either way, so the answers are too.
+"""The grader's protocol, run locally (selfcheck, in-training evaluation, tests): the EVAL template after the image,
+greedy, `max_new_tokens=256`, the model's own processor and generation config, first `<answer>N</answer>` by integer
+equality. Batches are left-padded (right padding shifts Qwen2-VL's M-RoPE positions), sorted by question length, and
+the next batch's CPU work runs in a thread while the current one generates; results come back in dataset order.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from open_r1.generation import (  # noqa: F401  (re-exported for the trainer and tests)
-    CACHE_BUCKET_TOKENS,
-    cache_length_bucket,
-    generate_texts,
-    prepare_inputs,
-    resolve_decoder,
-    static_cache_kwargs,
-)
+from open_r1.generation import generate_texts, prepare_inputs, resolve_decoder
 from open_r1.images import decode_images, lazy_image_column
+from open_r1.jsonio import write_json
 from open_r1.tasks.counting import protocol
 
 
@@ -46,9 +33,7 @@ class SetReport:
         return self.accuracy_pct
 
     def summary(self) -> dict:
-        out = asdict(self)
-        out.pop("records")
-        return out
+        return {key: value for key, value in asdict(self).items() if key != "records"}
 
 
 def report_from_records(name: str, records: list[dict], seconds: float) -> SetReport:
@@ -72,22 +57,9 @@ def _prompt_texts(processor, questions: list[str], template: str) -> list[str]:
 
 
 def generate_batch(model, processor, images, questions, template=protocol.EVAL_TEMPLATE,
-                   max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS, compile_generation=False):
+                   max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS):
     """Greedy protocol completions for one batch. Returns (texts, completion token counts, truncated flags)."""
-    return generate_texts(model, processor, _prompt_texts(processor, questions, template), images, max_new_tokens,
-                          compile_generation=compile_generation)
-
-
-def _batch_inputs(dataset, index, questions, processor, template, image_device=None, pin_memory=False,
-                  rope_model=None):
-    """The processor's batch for the rows `index`: decoded RGB images + the protocol prompt (CPU work). The image
-    column arrives undecoded (`lazy_image_column`) and is decoded here in threads."""
-
-    rows = decode_images([{"image": image} for image in dataset.select(index)["image"]])
-    images = [row["image"].convert("RGB") for row in rows]
-    texts = _prompt_texts(processor, [questions[i] for i in index], template)
-    return prepare_inputs(processor, texts, images, image_device=image_device, pin_memory=pin_memory,
-                          rope_model=rope_model)
+    return generate_texts(model, processor, _prompt_texts(processor, questions, template), images, max_new_tokens)
 
 
 def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limit=None,
@@ -96,24 +68,13 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
                      image_device=None, timings: list | None = None, cpu_positions: bool = True) -> SetReport:
     """Run the protocol over a counting dataset (columns image, problem, solution).
 
-    `template` and `extract` are the grader's unless a diagnostic swaps them (the proxy's plain-question probe:
-    `experiments.proxy.proxy.plain_count`); selfcheck and every reported protocol number use the defaults.
-
-    `prefetch`: build the next batch's inputs in a background thread while this one generates (same inputs, same
-    answers). `image_device`: preprocess images there ('cuda': on the GPU; pixel values can differ from the CPU's
-    in the last bits, so answers may too: a speed option, off by default). `cpu_positions`: for the graph decoder,
-    compute the prefill's M-RoPE positions with the batch's other CPU work (`decoding.rope_positions`, the model's
-    own method; the same positions) instead of in the prefill, where it is a loop over the rows with host syncs.
-
-    `timings`: a list that gets one dict per batch, for benches (`rows`; `wait_s`, the seconds the loop waited for
-    the batch's inputs; `built`, 'here' (built while the GPU waited) or 'ahead' (prefetched); `generate_s`,
-    `generate_texts` with its text decoding; `post_s`, answer extraction and records).
-
-    A batch that runs out of GPU memory is split in two and retried, and the rest of the set runs at the smaller
-    size (a warning says so): a batch size too large for the card costs time, never the evaluation."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import torch
+    `template` / `extract`: the grader's unless a diagnostic swaps them (the plain-question probe). `prefetch`: build
+    the next batch in a thread (same inputs). `image_device='cuda'`: preprocess on the GPU (faster; pixel values may
+    differ in the last bits). `cpu_positions`: for the graph decoder, compute the prefill's M-RoPE positions with the
+    batch's CPU work (`decoding.rope_positions`; the same positions). `timings`: gets one dict per batch for benches
+    (rows, built 'here'/'ahead', wait_s, generate_s, post_s). A batch out of GPU memory is split in two and the rest
+    of the set runs at the smaller size (a warning says so)."""
+    import torch  # deferred: heavy libraries
     from tqdm.auto import tqdm
 
     n = len(dataset) if limit is None else min(limit, len(dataset))
@@ -133,10 +94,13 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     precompute_positions = (cpu_positions and image_device is None and not compile_generation
                             and resolve_decoder(None, getattr(model, "device", "cpu")) != "hf")
 
-    def build(index):
-        return _batch_inputs(dataset, index, questions, processor, template, image_device,
-                             pin_memory=on_cuda and image_device is None,
-                             rope_model=model if precompute_positions else None)
+    def build(index):  # the processor's batch for the rows `index` (CPU work; images decoded here in threads)
+        rows = decode_images([{"image": image} for image in dataset.select(index)["image"]])
+        texts = _prompt_texts(processor, [questions[i] for i in index], template)
+        images = [row["image"].convert("RGB") for row in rows]
+        return prepare_inputs(processor, texts, images, image_device=image_device,
+                              pin_memory=on_cuda and image_device is None,
+                              rope_model=model if precompute_positions else None)
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="selfcheck-prefetch") if prefetch else None
     ahead = None  # (index list, future of its inputs): the next batch, being built
@@ -171,16 +135,9 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
             posting = time.perf_counter()
             for i, text, length, cut in zip(index, texts, lengths, truncated):
                 prediction = extract(text)
-                records[i] = {
-                    "index": i,
-                    "question": questions[i],
-                    "gold": golds[i],
-                    "prediction": prediction,
-                    "correct": prediction is not None and prediction == golds[i],
-                    "completion_tokens": length,
-                    "truncated": bool(cut),
-                    "completion": text,
-                }
+                records[i] = {"index": i, "question": questions[i], "gold": golds[i], "prediction": prediction,
+                              "correct": prediction is not None and prediction == golds[i],
+                              "completion_tokens": length, "truncated": bool(cut), "completion": text}
             if timings is not None:
                 timings.append({"rows": len(index), "built": built, "wait_s": waited,
                                 "generate_s": posting - generating, "post_s": time.perf_counter() - posting})
@@ -195,7 +152,8 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
 
 def format_table(reports: list[SetReport]) -> str:
     """Markdown table, one row per set, and the mean accuracy over sets (the score the grader reports)."""
-    header = "| set | n | accuracy % | format % | mean tokens | truncated % | seconds |\n|---|---:|---:|---:|---:|---:|---:|"
+    header = ("| set | n | accuracy % | format % | mean tokens | truncated % | seconds |\n"
+              "|---|---:|---:|---:|---:|---:|---:|")
     rows = [
         f"| {r.name} | {r.n} | {r.accuracy_pct:.2f} | {r.format_pct:.2f} | {r.mean_completion_tokens:.1f} | "
         f"{r.truncated_pct:.2f} | {r.seconds:.1f} |"
@@ -219,5 +177,4 @@ def write_report(path: str, reports: list[SetReport], model_dir: str, extra: dic
         "sets": {r.name: {**r.summary(), "records": r.records} for r in reports},
         **(extra or {}),
     }
-    with open(path, "w") as handle:
-        json.dump(payload, handle, indent=1)
+    write_json(path, payload)

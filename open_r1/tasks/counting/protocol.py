@@ -1,7 +1,5 @@
-"""The evaluation protocol: the single source of truth for templates, answer extraction and scoring.
-
-Rewards, the training data pipeline, selfcheck.py, in-training evaluation and the tests all import from here, so
-that what the policy is paid for during training is exactly what the grader counts.
+"""The evaluation protocol, the single source of truth for templates, answer extraction and scoring: rewards, data,
+selfcheck, in-training evaluation and tests import it, so what the policy is paid for is what the grader counts.
 
 The grader (fixed, not ours to change):
   * prompt = EVAL_TEMPLATE.format(question=...) after the image, in the model's chat template;
@@ -40,10 +38,8 @@ def format_prompt(question: str, template: str = EVAL_TEMPLATE) -> str:
 
 
 def build_messages(question: str, template: str = EVAL_TEMPLATE, image: Any = None) -> list[dict]:
-    """One-turn conversation in the chat format processors and TRL expect: the image first, then the text.
-
-    `image` may be None: TRL injects dataset images into the `{"type": "image"}` placeholder itself.
-    """
+    """One user turn as processors and TRL expect it: the image first, then the text (`image` None: TRL fills the
+    placeholder from the dataset)."""
     image_part: dict[str, Any] = {"type": "image"}
     if image is not None:
         image_part["image"] = image

@@ -1,27 +1,8 @@
-"""Counting rewards, registered in the engine's reward registry (`open_r1.rewards`).
-
-Every reward is scored against the same protocol the grader uses (``open_r1.tasks.counting.protocol``): the prediction is the
-first match of ``protocol.ANSWER_RE`` and it is correct only on integer equality with the gold count. Nothing here
-re-defines that regex, so a completion the policy is paid for is a completion the grader counts.
-
-Registered rewards (name -> params):
-
-* ``exact_count``    accuracy, {0, 1}. 1.0 iff ``protocol.is_correct(text, parse_gold(solution))``.
-* ``format``         {0, 1}. 1.0 iff the answer parses under the eval regex, there is exactly one answer tag pair,
-                     nothing but whitespace follows ``</answer>`` and (``require_think=True``) there is exactly one
-                     ``<think>...</think>`` block that closes before the ``<answer>``. ``require_think=False`` drops
-                     the think condition (the "no thinking" ablation).
-* ``soft_count``     [0, 1]. ``max(0, 1 - |pred - gold| / tolerance)`` (``tolerance=3``); 0 when unparseable.
-                     Partial credit gives a gradient when no sample in a group is exactly right.
-* ``length_penalty`` [-1, 0]. -1 when no gradable answer ends inside the eval budget (``budget_tokens=256``); else a
-                     linear penalty for thinking beyond ``think_budget`` tokens (128), reaching ``-max_think_penalty``
-                     (0.5) when the think block would fill the whole budget.
-* ``answer_tag``     {0, 1}. The deliberately weak inherited reward (``configs/weak_baseline.yaml``): 1.0 when the
-                     string ``<answer>`` appears at all. Trivial to satisfy; kept only as a baseline.
-
-The call convention, `log_metric` and how to add a reward: `open_r1/rewards.py`. A bad recipe (unknown name or
-param, a param out of range) raises ``RewardConfigError``; an unparseable gold ``solution`` raises ``ValueError``
-(a data bug that a 0 score would hide).
+"""Counting rewards, registered in the engine's registry (`open_r1/rewards.py`: call convention, `log_metric`, how
+to add one). Each scores with the grader's protocol (`protocol.ANSWER_RE`, integer equality), never its own regex:
+exact_count {0, 1}, format {0, 1}, soft_count [0, 1], length_penalty [-1, 0], and answer_tag {0, 1}, the weak
+inherited reward kept only for `configs/weak_baseline.yaml`. A bad recipe param raises RewardConfigError; an
+unparseable gold `solution` raises ValueError (a data bug that a 0 score would hide).
 """
 from __future__ import annotations
 
@@ -29,17 +10,8 @@ import functools
 import math
 from typing import Any
 
-from open_r1.errors import RewardConfigError, UnknownRewardError  # noqa: F401
-from open_r1.rewards import (  # noqa: F401  (REWARD_REGISTRY, get_reward_funcs re-exported)
-    REWARD_REGISTRY,
-    LogMetric,
-    RewardFunc,
-    _log,
-    _mean,
-    _require_number,
-    get_reward_funcs,
-    register_reward,
-)
+from open_r1.errors import RewardConfigError
+from open_r1.rewards import LogMetric, RewardFunc, _log, _mean, _require_number, register_reward
 from open_r1.tasks.counting.protocol import (
     ANSWER_RE,
     EVAL_MAX_NEW_TOKENS,
@@ -55,9 +27,6 @@ ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 CHARS_PER_TOKEN_ESTIMATE = 4.0
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Shared helpers
-# --------------------------------------------------------------------------------------------------------------------
 def _texts(completions: list[Any]) -> list[str]:
     return [completion_text(c) for c in completions]
 
@@ -82,12 +51,8 @@ def format_checks(text: str) -> dict[str, bool]:
     close_at = text.find(ANSWER_CLOSE)
     answer_at = text.find(ANSWER_OPEN)
     think_open_at, think_close_at = text.find(THINK_OPEN), text.find(THINK_CLOSE)
-    think_ok = (
-        text.count(THINK_OPEN) == 1
-        and text.count(THINK_CLOSE) == 1
-        and think_open_at < think_close_at
-        and (answer_at == -1 or think_close_at < answer_at)
-    )
+    think_ok = (text.count(THINK_OPEN) == 1 and text.count(THINK_CLOSE) == 1 and think_open_at < think_close_at
+                and (answer_at == -1 or think_close_at < answer_at))
     return {
         "parseable": match is not None,
         "single_answer": text.count(ANSWER_OPEN) == 1 and text.count(ANSWER_CLOSE) == 1,
@@ -106,10 +71,8 @@ def think_char_span(text: str) -> int:
     return (len(text) if end == -1 else end) - start
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Rewards. Each is a module-level scoring function plus a registered factory that validates params and binds them
-# with functools.partial, so a built reward pickles (worker processes, async trainers) and shows its params in repr.
-# --------------------------------------------------------------------------------------------------------------------
+# Each reward: a module-level scoring function + a registered factory that checks params and binds them with
+# functools.partial, so a built reward pickles (worker processes) and shows its params in repr.
 def score_exact_count(completions, solution=None, log_metric: LogMetric = None, **kwargs) -> list[float]:
     texts = _texts(completions)
     golds = _golds(solution, len(texts))
@@ -142,15 +105,12 @@ def format_reward(require_think: bool = True) -> RewardFunc:
     return functools.partial(score_format, require_think=require_think)
 
 
-def score_soft_count(
-    completions, solution=None, *, tolerance: float = 3.0, log_metric: LogMetric = None, **kwargs
-) -> list[float]:
+def score_soft_count(completions, solution=None, *, tolerance: float = 3.0, log_metric: LogMetric = None,
+                     **kwargs) -> list[float]:
     texts = _texts(completions)
     golds = _golds(solution, len(texts))
     preds = [extract_answer(text) for text in texts]
-    rewards = [
-        0.0 if pred is None else max(0.0, 1.0 - abs(pred - gold) / tolerance) for pred, gold in zip(preds, golds)
-    ]
+    rewards = [0.0 if p is None else max(0.0, 1.0 - abs(p - gold) / tolerance) for p, gold in zip(preds, golds)]
     errors = [abs(pred - gold) for pred, gold in zip(preds, golds) if pred is not None]
     _log(log_metric, "soft_count/parseable", _mean([float(p is not None) for p in preds]))
     if errors:  # no parseable answer -> no error to average; logging 0 would read as perfect counting
@@ -167,25 +127,16 @@ def soft_count_reward(tolerance: float = 3.0) -> RewardFunc:
     return functools.partial(score_soft_count, tolerance=tolerance)
 
 
-def score_length_penalty(
-    completions,
-    completion_ids=None,
-    *,
-    budget_tokens: int = EVAL_MAX_NEW_TOKENS,
-    think_budget: int = 128,
-    max_think_penalty: float = 0.5,
-    log_metric: LogMetric = None,
-    **kwargs,
-) -> list[float]:
+def score_length_penalty(completions, completion_ids=None, *, budget_tokens: int = EVAL_MAX_NEW_TOKENS,
+                         think_budget: int = 128, max_think_penalty: float = 0.5, log_metric: LogMetric = None,
+                         **kwargs) -> list[float]:
     texts = _texts(completions)
     if completion_ids is not None and len(completion_ids) != len(texts):
         raise ValueError(f"got {len(completion_ids)} completion_ids for {len(texts)} completions")
     rewards, truncated, think_tokens_all, n_tokens_all = [], [], [], []
     for i, text in enumerate(texts):
-        if completion_ids is not None:
-            n_tokens = len(completion_ids[i])
-        else:
-            n_tokens = math.ceil(len(text) / CHARS_PER_TOKEN_ESTIMATE)
+        estimate = math.ceil(len(text) / CHARS_PER_TOKEN_ESTIMATE)
+        n_tokens = len(completion_ids[i]) if completion_ids is not None else estimate
         tokens_per_char = n_tokens / len(text) if text else 0.0
         match = ANSWER_RE.search(text)
         answer_end_token = match.end() * tokens_per_char if match else math.inf
@@ -209,37 +160,23 @@ def score_length_penalty(
 
 
 @register_reward("length_penalty")
-def length_penalty_reward(
-    budget_tokens: int = EVAL_MAX_NEW_TOKENS, think_budget: int = 128, max_think_penalty: float = 0.5
-) -> RewardFunc:
-    """[-1, 0]: penalises completions the eval budget would cut off, and long thinking.
-
-    Token counts come from `completion_ids` (TRL always passes them); without ids they are estimated as
-    ``ceil(chars / CHARS_PER_TOKEN_ESTIMATE)``. Positions inside a completion are estimated by character fraction:
-    think tokens = n_tokens * think_chars / total_chars, likewise the token at which the first answer ends.
-
-    * -1.0 when the completion reaches `budget_tokens` and no grader-parseable answer ends within the first
-      `budget_tokens` tokens: greedy eval at max_new_tokens=256 would stop before the answer (or never see one).
-      Set `budget_tokens` to the training `max_completion_length` if that is shorter than 256.
-    * otherwise ``-max_think_penalty * min(1, max(0, think_tokens - think_budget) / (budget_tokens - think_budget))``:
-      zero up to `think_budget`, linear above it, reaching -max_think_penalty when thinking fills the budget.
-      An unclosed `<think>` counts to the end of the completion.
-    """
+def length_penalty_reward(budget_tokens: int = EVAL_MAX_NEW_TOKENS, think_budget: int = 128,
+                          max_think_penalty: float = 0.5) -> RewardFunc:
+    """[-1, 0]: -1.0 when the completion reaches `budget_tokens` with no parseable answer ending inside it (greedy
+    eval at 256 tokens would cut it; set `budget_tokens` to a shorter training `max_completion_length`); otherwise
+    ``-max_think_penalty * min(1, max(0, think_tokens - think_budget) / (budget_tokens - think_budget))``. Token counts
+    come from `completion_ids` (else ``ceil(chars / CHARS_PER_TOKEN_ESTIMATE)``); positions inside a completion by
+    character fraction; an unclosed `<think>` counts to the end."""
     for param, value in [("budget_tokens", budget_tokens), ("think_budget", think_budget)]:
         _require_number("length_penalty", param, value, integer=True)
     _require_number("length_penalty", "max_think_penalty", max_think_penalty)
     if not 0 <= think_budget < budget_tokens:
-        raise RewardConfigError(
-            f"length_penalty: need 0 <= think_budget < budget_tokens, got {think_budget} and {budget_tokens}"
-        )
+        raise RewardConfigError(f"length_penalty: need 0 <= think_budget < budget_tokens, got {think_budget} and "
+                                f"{budget_tokens}")
     if not 0 <= max_think_penalty <= 1:
         raise RewardConfigError(f"length_penalty: max_think_penalty must be in [0, 1], got {max_think_penalty!r}")
-    return functools.partial(
-        score_length_penalty,
-        budget_tokens=budget_tokens,
-        think_budget=think_budget,
-        max_think_penalty=max_think_penalty,
-    )
+    return functools.partial(score_length_penalty, budget_tokens=budget_tokens, think_budget=think_budget,
+                             max_think_penalty=max_think_penalty)
 
 
 def score_answer_tag(completions, log_metric: LogMetric = None, **kwargs) -> list[float]:
@@ -250,9 +187,5 @@ def score_answer_tag(completions, log_metric: LogMetric = None, **kwargs) -> lis
 
 @register_reward("answer_tag")
 def answer_tag_reward() -> RewardFunc:
-    """{0, 1}: the deliberately weak inherited reward, 1.0 if the string "<answer>" appears anywhere.
-
-    Trivial to game (it ignores the number, the closing tag and correctness). It exists only so that
-    configs/weak_baseline.yaml reproduces the inherited setup; do not use it in a real recipe.
-    """
+    """{0, 1}: 1.0 if "<answer>" appears anywhere. Trivial to game; only for configs/weak_baseline.yaml."""
     return score_answer_tag

@@ -5,10 +5,11 @@
     python selfcheck.py --model submission --sets data/val data/ood_val data/compositional --limit 200
     python selfcheck.py --verify --model /app/submission   # load check only, says exactly what is wrong
 
-Protocol (open_r1/tasks/counting/protocol.py): "{question} First output the thinking process in <think> </think> and final answer
-(number) in <answer> </answer> tags." after the image, greedy, max_new_tokens=256, the model's own saved processor
-and generation config, first <answer>N</answer> match, integer equality. Prints a table per set (accuracy, format
-rate, mean completion tokens, truncated %) and the mean over sets; writes JSON with per-example predictions.
+Protocol (open_r1/tasks/counting/protocol.py): "{question} First output the thinking process in <think> </think>
+and final answer (number) in <answer> </answer> tags." after the image, greedy, max_new_tokens=256, the model's own
+saved processor and generation config, first <answer>N</answer> match, integer equality. Prints a table per set
+(accuracy, format rate, mean completion tokens, truncated %) and the mean over sets; writes JSON with per-example
+predictions.
 """
 import argparse
 import os
@@ -17,21 +18,14 @@ import sys
 import open_r1.generation
 from open_r1.errors import CliHelp, OpenR1Error
 from open_r1.export import COUNTING_GRADER_CLASS, one_line, recover_interrupted_swap, verify_submission
-from open_r1.modeling import ModelError, load_model, load_processor
+from open_r1.modeling import load_model, load_processor
 from open_r1.noise import quiet_library_noise
-from open_r1.tasks.counting.data import (
-    DataError,
-    validate_counting_dataset,
-)
+from open_r1.tasks.counting.data import validate_counting_dataset
 from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report
 from open_r1.validate import check_images, dataset_problems, model_dir_problems, raise_all
 
 DEFAULT_MODEL = "/app/submission"
 DEFAULT_SETS = ["/app/data/val", "/app/data/ood_val"]
-
-
-def set_name(path: str) -> str:
-    return os.path.basename(os.path.normpath(path))
 
 
 def run_verify(model_dir: str, strict: bool, any_family: bool = False) -> int:
@@ -130,7 +124,8 @@ def _run(argv=None) -> int:
     parser.add_argument("--ood-val", default=DEFAULT_SETS[1], help="OOD val dir")
     parser.add_argument("--limit", type=int, default=None, help="first N examples of each set (without it: every row)")
     parser.add_argument("--batch-size", type=int, default=512,
-                        help="fastest measured on one H200 (docs/PERFORMANCE.md); halved automatically on out-of-memory")
+                        help="fastest measured on one H200 (docs/PERFORMANCE.md); halved automatically on "
+                        "out-of-memory")
     parser.add_argument("--out", default=None, help="JSON report path (without it: <model>/selfcheck.json)")
     parser.add_argument("--verify", action="store_true", help="only check that the dir loads and generates")
     parser.add_argument("--strict", action="store_true", help="with --verify: an unparseable sample answer fails")
@@ -141,7 +136,8 @@ def _run(argv=None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--decoder", choices=["auto", "graph", "eager", "hf"], default="auto",
                         help="graph: static cache + CUDA-graph decode step (open_r1/decoding.py, same greedy answers, "
-                        "faster on GPUs: docs/PERFORMANCE.md); hf: transformers generate; auto: graph on CUDA, hf on CPU")
+                        "faster on GPUs: docs/PERFORMANCE.md); hf: transformers generate; auto: graph on CUDA, hf on "
+                        "CPU")
     parser.add_argument("--image-device", choices=["cpu", "cuda"], default="cpu",
                         help="where images are preprocessed: cpu (in a thread beside the GPU's work) or cuda "
                         "(faster; pixel values may differ from the CPU's in the last bits)")
@@ -155,16 +151,12 @@ def _run(argv=None) -> int:
     if args.verify:
         return run_verify(args.model, args.strict, args.any_family)
     sets = args.sets or [args.val, args.ood_val]
-    try:
-        import torch
+    import torch  # deferred: --help and the argument checks run without it
 
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        datasets_ = load_sets(args.model, sets, bool(args.sets), args.limit)
-        model = load_model(args.model, dtype="auto", vision_attention=args.vision_attention).to(device).eval()
-        processor = load_processor(args.model)
-    except (DataError, ModelError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    datasets_ = load_sets(args.model, sets, bool(args.sets), args.limit)  # a DataError / ModelError: main prints it
+    model = load_model(args.model, dtype="auto", vision_attention=args.vision_attention).to(device).eval()
+    processor = load_processor(args.model)
     open_r1.generation.DEFAULT_DECODER = args.decoder  # what evaluate_dataset's generate_texts calls use
     reports = [
         evaluate_dataset(model, processor, dataset, name=name, batch_size=args.batch_size, limit=args.limit,

@@ -1,12 +1,12 @@
-"""SFT rows for a counting warm start: the protocol-format targets, plain (question alone -> bare number) rows, and
-the protocol format taught on another task (arithmetic). TRL's prompt-completion format, for `trl.SFTTrainer`.
-
-Used by the CPU demo (`open_r1.tasks.counting.demo`) and by the proxy experiment's warm start
-(`experiments/proxy/sft_warmstart.py`, which imports these through `experiments.proxy.proxy`).
+"""SFT rows for a counting warm start (TRL prompt-completion format, for `trl.SFTTrainer`): protocol-format targets,
+plain rows (question alone -> bare number), and the protocol format taught on arithmetic. Used by the CPU demo and
+the proxy experiment's warm start (`experiments/proxy/sft_warmstart.py`).
 """
 from __future__ import annotations
 
 import re
+
+import numpy as np
 
 from open_r1.tasks.counting import protocol
 from open_r1.tasks.counting.data import TemplateMix, replace_columns
@@ -15,12 +15,9 @@ TARGET_STYLES = ("think", "answer", "mixed")
 
 
 def sft_target(count: int, style: str, thought: str | None = None) -> str:
-    """The assistant text for a gold count, in the protocol's format.
-
-    think:  `<think>There are N objects.</think> <answer>N</answer>` (short thinking, as the grader's prompt asks);
-    answer: `<answer>N</answer>` (no thinking: R1-V's best checkpoint answers like this, and the grader accepts it).
-    The chat template closes the assistant turn with `<|im_end|>` (the eos of generation), so the model learns to stop.
-    """
+    """The assistant text for a gold count: think = `<think>There are N objects.</think> <answer>N</answer>` (short
+    thinking, as the grader's prompt asks); answer = `<answer>N</answer>` (R1-V's best checkpoint answers so). The
+    chat template closes the turn with `<|im_end|>`, so the model learns to stop."""
     if style == "think":
         thought = thought or f"There are {int(count)} objects."
         return f"<think>{thought}</think> <answer>{int(count)}</answer>"
@@ -34,22 +31,13 @@ THINK_NOISE_OFFSETS = (-2, -1, 1, 2)
 
 def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: str = "think",
                    think_share: float = 0.5, think_noise: float = 0.0, thoughts: list[str] | None = None):
-    """Add conversational `prompt` / `completion` columns (TRL prompt-completion format); the image stays in `image`.
+    """Add `prompt` / `completion` columns (TRL prompt-completion); the image stays in `image`, and TRL's collator
+    puts its placeholder before the text, the grader's layout. Each row gets a seeded template from
+    `template_entries` ("eval:0.5"...); style "mixed" draws think (probability `think_share`) or answer per row.
 
-    The user turn is plain text: TRL's collator puts the image placeholder before it, which is the grader's layout
-    (image first, then the text). Each row gets a template drawn from `template_entries` ("eval:0.5"...) with a
-    seeded generator; style "mixed" draws think (with probability `think_share`) or answer per row (TON-style
-    thought dropout).
-
-    `think_noise` (default 0) makes the start model's thinking unreliable, the documented failure of the real start
-    model (Qwen2-VL-2B counts Super-CLEVR at 48 % under the think prompt vs 79-86 % answering directly; docs/RECIPE.md): that
-    fraction of the think-style rows state a wrong count (gold + one of THINK_NOISE_OFFSETS, kept >= 1) in the
-    thought *and* the answer that follows it; answer-style rows stay correct. A recipe can then gain by changing how
-    the model answers, which is where the published GRPO gains on counting come from, without the proxy having to
-    learn to see better. The `target_count` column records what each row teaches.
-    """
-    import numpy as np
-
+    `think_noise`: that fraction of think-style rows state a wrong count (gold + one of THINK_NOISE_OFFSETS, kept
+    >= 1) in the thought and the answer, the real start model's unreliable thinking (docs/RECIPE.md), so a recipe can
+    gain by changing how the model answers. `target_count` records what each row teaches."""
     if style not in TARGET_STYLES:
         raise ValueError(f"unknown target style {style!r}; choose one of {TARGET_STYLES}")
     for name, value in (("think_share", think_share), ("think_noise", think_noise)):
@@ -83,17 +71,9 @@ def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: s
 
 def to_arithmetic_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: str = "think",
                               think_share: float = 0.5):
-    """The protocol format taught on another task: each row keeps its image but asks "What is A plus B?" (A, B in
-    1..9, seeded) under a protocol template, answered `<think>A plus B is C.</think> <answer>C</answer>` (or the
-    answer alone, per `style` / `think_share` as in to_sft_dataset).
-
-    Why: Qwen2-VL-2B-Instruct learned answer tags from instruction data about other things, never from counting
-    these scenes under this prompt. A warm start that counts only from plain rows (`--plain-share 1`) and learns
-    the format only here has the same split: whether counting shows up inside the protocol format is left to the
-    model, and to the recipes. The `problem` / `solution` columns are replaced by the arithmetic ones.
-    """
-    import numpy as np
-
+    """The protocol format taught on another task: "What is A plus B?" (A, B in 1..9, seeded) on each row's image,
+    answered `<think>A plus B is C.</think> <answer>C</answer>` (or the answer alone, as in to_sft_dataset), so that
+    whether counting shows up inside the format is left to the model and the recipes (docs/RECIPE.md)."""
     rng = np.random.default_rng(seed + 4)
     left, right = rng.integers(1, 10, size=len(dataset)), rng.integers(1, 10, size=len(dataset))
     questions = [f"What is {int(a)} plus {int(b)}?" for a, b in zip(left, right)]
@@ -109,17 +89,13 @@ PLAIN_NUMBER_RE = re.compile(r"\d+")
 
 
 def plain_count(completion: str) -> int | None:
-    """The first integer of a plain answer ("7", "7 objects"), or None. A diagnostic of what the model knows when
-    asked directly; never a protocol score (the grader reads only `<answer>N</answer>`: open_r1.tasks.counting.protocol)."""
+    """The first integer of a plain answer ("7", "7 objects"), or None: a diagnostic, never a protocol score."""
     match = PLAIN_NUMBER_RE.search(completion)
     return int(match.group(0)) if match else None
 
 
 def split_plain_rows(n: int, plain_share: float, seed: int = 0) -> tuple[list[int], list[int]]:
-    """Row indices for the warm start's two kinds of CLEVR rows: (plain, protocol), a seeded draw of
-    round(plain_share * n) plain rows; both lists sorted."""
-    import numpy as np
-
+    """(plain, protocol) row indices, sorted: a seeded draw of round(plain_share * n) plain rows."""
     if not 0.0 <= plain_share <= 1.0:
         raise ValueError(f"plain_share must be in [0, 1], got {plain_share!r}")
     order = np.random.default_rng(seed + 3).permutation(n)
@@ -128,16 +104,9 @@ def split_plain_rows(n: int, plain_share: float, seed: int = 0) -> tuple[list[in
 
 
 def to_exposure_sft_dataset(dataset):
-    """Pretraining-style rows: the question alone (no protocol template) answered with the bare number. Used for
-    the warm start's OOD exposure (OOD-renderer images) and for its `--plain-share` CLEVR rows.
-
-    Why: the real Qwen2-VL-2B has seen vehicles in pre-training and counts Super-CLEVR well when asked directly
-    (79-86 %; docs/RECIPE.md) but only 48 % under the think template. A model trained from scratch on
-    CLEVR alone has never seen the OOD renderer and is at chance there (it answered "10" to 65 % of ood_val in our
-    first proxy), so no GRPO recipe could move it. These rows give the proxy start the same kind of knowledge: it can
-    count the OOD scenes when asked plainly, never in the protocol format; whether the format and the counting
-    combine under the eval template is left to the recipes. ood_val is a disjoint seed stream of the same renderer.
-    """
+    """Pretraining-style rows: the question alone answered with the bare number (the warm start's OOD exposure and
+    `--plain-share` rows). Like the real Qwen2-VL-2B, which counts Super-CLEVR well when asked directly but not
+    under the think template (docs/RECIPE.md), the start then counts when asked plainly, never in the format."""
     golds = [protocol.parse_gold(s) for s in dataset["solution"]]
     prompts = [[{"role": "user", "content": protocol.format_prompt(str(problem), PLAIN_PROMPT)}]
                for problem in dataset["problem"]]
