@@ -284,9 +284,7 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
     ``do_sample=False``: greedy (``n`` 1); ``decoder``: ``generation.generate_texts``' (None: its default, the
     CUDA-graph decoder on GPUs; 'hf' for small models); ``reward_model=None``: ``rm_raw`` None; ``top_p`` /
     ``top_k`` None: the policy's generation config's (GRPO's rollouts use TRL's unless its recipe sets them)."""
-    import torch
-
-
+    import torch  # deferred: heavy
     rows = cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset
     if max_cartoons is not None:
         rows = rows.select(range(min(max_cartoons, len(rows))))
@@ -325,7 +323,6 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
 
 # --- Command line: records (JSONL) of several policies -> the report files ---
 def read_records(path: str) -> list[dict]:
-
     records = []
     with open(path) as handle:
         for line_no, line in enumerate(handle, 1):
@@ -347,8 +344,6 @@ def read_records(path: str) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
-
-
     parser = argparse.ArgumentParser(prog="python -m open_r1.tasks.captioning.evaluate",
                                      description="Best-of-N report from per-sample records of several policies.",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -58,7 +58,7 @@ from collections import Counter, defaultdict
 
 from open_r1.errors import DataError, OpenR1Error
 from open_r1.jsonio import write_json
-from open_r1.tasks.captioning import data
+from open_r1.tasks.captioning import data, protocol
 
 HEADER_OLD = ("rank", "caption", "mean", "precision", "votes", "not_funny", "somewhat_funny", "funny")
 HEADER_NEW = HEADER_OLD[1:]
@@ -336,7 +336,7 @@ def prepare(args: argparse.Namespace) -> dict:
                 batch = {"contest": [contest] * len(rows), "image": [image] * len(rows),
                          **{name: [r[i] for r in rows] for i, name in enumerate(("caption", "mean", "precision",
                                                                                   "votes"))},
-                         **{c: [protocol_text((desc or {}).get(c))] * len(rows) for c in desc_cols}}
+                         **{c: [protocol.field_text((desc or {}).get(c))] * len(rows) for c in desc_cols}}
                 writer.write_batch(pa.RecordBatch.from_pydict(batch, schema=features.arrow_schema))
         with pa.memory_map(staging) as source:
             table = pa.ipc.open_stream(source).read_all()  # memory-mapped, not read into memory
@@ -373,13 +373,6 @@ def prepare(args: argparse.Namespace) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return summary
-
-
-def protocol_text(value) -> str:
-    """A description field as one string (entities may come as a list)."""
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v).strip() for v in value if v is not None and str(v).strip())
-    return "" if value is None else " ".join(str(value).split())
 
 
 def _swap_into_place(tmp: str, out: str) -> None:

@@ -43,7 +43,6 @@ class Config:
     n_boot: int = help_field(2000, "bootstrap resamples of the CIs")
 
     def __post_init__(self):
-
         require(self.decoder in (None, *DECODER_CHOICES), f"eval.decoder must be one of {', '.join(DECODER_CHOICES)} "
                 f"or null, got {self.decoder!r}")
         require(self.top_p is None or 0 < self.top_p <= 1, f"eval.top_p must be in (0, 1], got {self.top_p!r}")
@@ -89,8 +88,6 @@ def inputs(recipe) -> dict[str, config.Input]:
 
 def run(recipe) -> dict:
     import torch  # deferred: heavy
-
-
     cfg, paths = recipe.section(NAME), recipe.paths
     device = config.device()
     check(recipe)

@@ -83,7 +83,6 @@ def parse_grpo(values: dict) -> tuple:
 
 
 def parse(mapping, recipe) -> Section:
-
     mapping = dict(mapping or {})
     own = [f.name for f in dataclasses.fields(Settings)]
     settings = config.parse_section(NAME, Settings, {k: mapping.pop(k) for k in own if k in mapping})
@@ -141,7 +140,6 @@ def outputs(recipe) -> list[str]:
 
 
 def run_seed(recipe, seed: int) -> dict:
-
     section = recipe.section(NAME)
     config.check_inputs(inputs(recipe))
     script_args, training_args, model_args = seed_args(recipe, seed)

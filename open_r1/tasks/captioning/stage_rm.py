@@ -68,8 +68,6 @@ class Config:
 
     def __post_init__(self):
         from transformers import SchedulerType  # deferred: heavy
-
-
         schedulers = [kind.value for kind in SchedulerType]
         require(self.lr_scheduler in schedulers, f"rm.lr_scheduler must be one of {', '.join(schedulers)}, got "
                 f"{self.lr_scheduler!r}")
@@ -216,8 +214,6 @@ def training_pair_rows(recipe, blind: bool = False) -> list[dict]:
 def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
     import torch  # deferred: heavy
     from transformers import TrainingArguments  # deferred: heavy
-
-
     cfg = recipe.section(NAME)
     paths = recipe.paths
     backbone = paths.rm_base
@@ -349,8 +345,6 @@ def choose_seed(reports: dict[int, dict], split: str = "val") -> int:
 def finish(recipe, report: dict) -> dict:
     """With several seeds: keep the best on val as ``models/rm`` (a staged copy of its seed dir) and report it under
     ``rm`` with the choice (``selected``: the seed, the split, every seed's val accuracy). One seed: as it is."""
-
-
     seeds = rm_seeds(recipe)
     if len(seeds) == 1:
         return report

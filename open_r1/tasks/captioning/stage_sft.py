@@ -43,8 +43,6 @@ def outputs(recipe) -> list[str]:
 
 def run(recipe) -> dict:
     import datasets  # deferred: heavy
-
-
     cfg = recipe.section(NAME)
     found = config.check_inputs(inputs(recipe))
     rows = cdata.sft_rows(datasets.load_from_disk(found["traces"]), cfg.top_k)

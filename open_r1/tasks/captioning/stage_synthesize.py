@@ -40,7 +40,6 @@ class Config:
     decoder: str | None = help_field(None, "open_r1.generation decoder (null: its default; hf for small models)")
 
     def __post_init__(self):
-
         config.require(self.decoder in (None, *DECODER_CHOICES), f"synthesize.decoder must be one of "
                        f"{', '.join(DECODER_CHOICES)} or null, got {self.decoder!r}")
         config.require(0 < self.top_p <= 1 and 0 < self.vllm_gpu_memory_utilization <= 1, "synthesize.top_p and "
@@ -86,8 +85,6 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
 
 def _generate_hf(model_path, records, messages, cfg: Config):
     import torch  # deferred: heavy
-
-
     model = modeling.load_model(model_path, dtype=None if torch.cuda.is_available() else "float32")
     model = model.to(config.device()).eval()
     processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
@@ -107,8 +104,6 @@ def _generate_hf(model_path, records, messages, cfg: Config):
 
 def _generate_vllm(model_path, records, messages, cfg: Config):  # pragma: no cover - needs vLLM and a GPU
     from vllm import LLM, SamplingParams  # deferred: optional, heavy
-
-
     processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
     llm = LLM(model=model_path, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
               max_model_len=cfg.vllm_max_model_len, limit_mm_per_prompt={"image": 1})
@@ -130,7 +125,6 @@ def outputs(recipe) -> list[str]:
 
 
 def run(recipe) -> dict:
-
     cfg = recipe.section(NAME)
     model_path = config.check_inputs(inputs(recipe))["model"]
     train = cdata.load_captions(recipe.paths.split("train"), check_images="none")
