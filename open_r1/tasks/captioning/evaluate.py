@@ -25,7 +25,7 @@ from open_r1 import generation
 from open_r1.errors import DataError, OpenR1Error
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
-from open_r1.tasks.captioning.rewards import _score, get_reward_model, sigmoid
+from open_r1.tasks.captioning.rewards import get_reward_model, sigmoid
 
 BON_NS = (1, 2, 4, 8)
 
@@ -263,8 +263,9 @@ def score_records(records: list[dict], images_by_contest: dict, descs_by_contest
     model = get_reward_model(reward_model) if isinstance(reward_model, (str, os.PathLike)) else reward_model
     todo = [r for r in records if r.get("caption") is not None] if model is not None else []
     if todo:
-        scores = _score(model, [images_by_contest[r["contest"]] for r in todo],
-                        [protocol.rm_messages(descs_by_contest[r["contest"]], r["caption"]) for r in todo], batch_size)
+        scores = model.score([images_by_contest[r["contest"]] for r in todo],
+                             [protocol.rm_messages(descs_by_contest[r["contest"]], r["caption"]) for r in todo],
+                             batch_size=batch_size)
         for r, s in zip(todo, scores):
             r["rm_raw"] = float(s)
     for r in records:
