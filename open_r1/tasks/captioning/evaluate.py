@@ -1,13 +1,10 @@
-"""Best-of-N evaluation of captioning policies: pure metrics over sample records, a paired comparison, a driver.
+"""Best-of-N evaluation of captioning policies: metrics over sample records, a paired comparison, a driver.
 
-A record is one sample: contest, sample_index, completion, caption (None when it does not parse), rm_raw (the RM's raw
-BT score), truncated, parse_reason. Per policy, every mean taken per cartoon first: ``format_rate``,
-``truncated_rate``, ``emitted_sigmoid`` (mean sigma(RM) of emitted captions), ``fail_as_zero`` (sigma(RM), a failure
-counting 0, on the sigmoid scale: raw BT scores have no fixed zero), ``bon@n`` (the exact expected max of sigma(RM)
-over n of the N samples: sum_i v_(i) C(i-1, n-1) / C(N, n)), the parser's failure reasons. ``paired_bootstrap``: the
-per-cartoon difference to a baseline policy with a CI from resampling cartoons (samples of a cartoon are not
-independent). ``write_report``: bon_eval.md / .json / bon_curve.png. The stand-in's hidden-rule metrics:
-``standin.captioning.oracle_eval``. From saved records (JSONL)::
+A record is one sample: contest, sample_index, completion, caption (None when it does not parse), rm_raw (the RM's
+raw BT score), truncated, parse_reason. Per policy, each mean taken per cartoon first: ``format_rate``,
+``truncated_rate``, ``emitted_sigmoid``, ``fail_as_zero`` (sigma(RM), a failure counting 0: raw BT scores have no
+fixed zero), ``bon@n`` (the exact expected max of sigma(RM) over n of the N samples). ``paired_bootstrap``: the
+per-cartoon difference to a baseline with a CI resampling cartoons. From saved records (JSONL)::
 
     python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl --baseline sft --out DIR
 """
@@ -50,7 +47,7 @@ def sample_value(record: dict) -> float:
 
 
 def expected_max_of_subset(values: Sequence[float], n: int) -> float:
-    """E[max of n values drawn without replacement from ``values``], exactly (order statistics)."""
+    """E[max of n of ``values`` drawn without replacement], exactly: sum_i v_(i) C(i-1, n-1) / C(N, n)."""
     v = np.sort(np.asarray(values, dtype=np.float64))
     big_n = len(v)
     if not 1 <= n <= big_n:
@@ -109,9 +106,8 @@ def policy_metrics(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> d
 
 
 def format_failures(records: Sequence[dict], examples: int = 2, max_chars: int = 400) -> dict:
-    """Why samples failed the format: ``format_failures`` = {parser reason: count} over failed samples (the record's
-    ``parse_reason``, else ``protocol.parse_details`` of its completion), ``top_failure`` = the commonest reason
-    or None, and a few ``example_completions`` ({"failed": [...], "parsed": [...]}, cut to ``max_chars``)."""
+    """``format_failures`` ({parser reason: count}), ``top_failure`` (the commonest or None) and a few
+    ``example_completions`` ({"failed": [...], "parsed": [...]}, cut to ``max_chars``)."""
     counts: dict[str, int] = {}
     shown: dict[str, list[str]] = {"failed": [], "parsed": []}
     for r in records:
@@ -130,8 +126,8 @@ def format_failures(records: Sequence[dict], examples: int = 2, max_chars: int =
 # --- Paired comparison ---
 def paired_bootstrap(policy: dict[Any, float | None], baseline: dict[Any, float | None], n_boot: int = 2000,
                      seed: int = 0, alpha: float = 0.05) -> dict | None:
-    """Mean of per-cartoon differences (policy - baseline) over shared cartoons, with a percentile bootstrap CI that
-    resamples cartoons. None when no cartoon has both values."""
+    """Mean per-cartoon difference (policy - baseline) over shared cartoons with a percentile bootstrap CI
+    resampling cartoons; None when no cartoon has both."""
     keys = [k for k in policy if k in baseline and policy[k] is not None and baseline[k] is not None]
     if not keys:
         return None
@@ -236,8 +232,7 @@ def plot_bon(report: dict, path: str) -> str:
 
 def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[dict]] | None = None,
                  table: str | None = None) -> dict[str, str]:
-    """``bon_eval.md`` (`table`, default `markdown_table`), ``bon_eval.json`` (+ ``samples.jsonl`` when records are
-    given) and ``bon_curve.png``."""
+    """``bon_eval.md`` (`table` or `markdown_table`), ``bon_eval.json``, ``bon_curve.png``, ``samples.jsonl``."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {"markdown": os.path.join(out_dir, "bon_eval.md"), "json": os.path.join(out_dir, "bon_eval.json"),
              "plot": os.path.join(out_dir, "bon_curve.png")}
@@ -257,8 +252,7 @@ def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[d
 # --- Driver: generate N samples per cartoon with the engine, parse, score with the RM ---
 def score_records(records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model,
                   batch_size: int = 16) -> list[dict]:
-    """Fill ``rm_raw`` of records with a caption (in place; also returned). ``reward_model=None``: every ``rm_raw``
-    is None (a format-only look at a policy, e.g. before any RM exists; `policy_metrics` needs the scores)."""
+    """Fill ``rm_raw`` of records with a caption, in place (``reward_model=None``: every ``rm_raw`` None)."""
 
     model = get_reward_model(reward_model) if isinstance(reward_model, (str, os.PathLike)) else reward_model
     todo = [r for r in records if r.get("caption") is not None] if model is not None else []
@@ -280,11 +274,8 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
                     use_stop: bool = False, do_sample: bool = True, decoder: str | None = None,
                     progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """N sampled completions per cartoon of ``dataset`` (caption rows or ``data.prompt_rows``), parsed and scored:
-    records (module docstring) that also carry ``index``, the cartoon's prompt row. Prompts are the protocol's, as in
-    every stage. ``use_stop``: stop at ``protocol.STOP`` (HF keeps it, so the parser sees the closing tag);
-    ``do_sample=False``: greedy (``n`` 1); ``decoder``: ``generation.generate_texts``' (None: its default, the
-    CUDA-graph decoder on GPUs; 'hf' for small models); ``reward_model=None``: ``rm_raw`` None; ``top_p`` /
-    ``top_k`` None: the policy's generation config's (GRPO's rollouts use TRL's unless its recipe sets them)."""
+    records (module docstring) with ``index``, the cartoon's prompt row. ``use_stop``: stop at ``protocol.STOP``;
+    ``decoder``: ``generation.generate_texts``'; ``top_p`` / ``top_k`` None: the policy's generation config's."""
     import torch  # deferred: heavy
     rows = cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset
     if max_cartoons is not None:

@@ -127,7 +127,8 @@ def check_caption_rm_settings(fail_value=0.0, format_bonus=0.0, max_words=protoc
 
 @register_reward("caption_rm")
 def caption_rm_reward(reward_model: str, fail_value: float = 0.0, format_bonus: float = 0.0,
-                      max_words: int = protocol.MAX_WORDS, device: str | None = None, batch_size: int = 16) -> RewardFunc:
+                      max_words: int = protocol.MAX_WORDS, device: str | None = None,
+                      batch_size: int = 16) -> RewardFunc:
     """The ``caption_rm`` reward (module docstring)."""
     if not isinstance(reward_model, (str, os.PathLike)) or not str(reward_model):
         raise RewardConfigError(f"caption_rm: reward_model must be the path of a saved reward-model dir, got "

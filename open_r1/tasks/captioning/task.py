@@ -1,21 +1,17 @@
 """The captioning task as the engine sees it (``task: captioning`` in a GRPO recipe).
 
-* Training prompts: one row per contest of ``dataset_name`` (a caption dataset in the layout of
-  ``open_r1/tasks/captioning/data.py``, split ``dataset_train_split`` when it is a DatasetDict): ``prompt`` =
-  ``protocol.build_messages(description)``, ``image``, ``contest`` and the description columns, which the
-  ``caption_rm`` reward reads back (keep ``remove_unused_columns: false``). ``max_train_samples`` keeps the first N
-  contests. The stand-in's ``oracle`` never reaches training (``data.load_captions`` drops it).
-* In-training evaluation (``eval_sets``: caption dataset dirs, named by basename): the first ``eval_limit`` cartoons
-  of each, one greedy completion each, scored with the ``caption_rm`` reward's model; keep-best ranks by the
-  **fail-as-zero sigma(RM)** mean (``eval/<set>_fail0_sigma_rm``), with format and truncation rates beside it.
-
-Optional recipe attributes read with defaults (the GRPO entry passes its script arguments through):
-``caption_eval_samples`` (1), ``caption_eval_temperature`` (None = greedy), ``caption_eval_max_new_tokens``
-(``protocol.MAX_NEW_TOKENS``), ``caption_eval_reward_model`` (default: ``reward_kwargs.caption_rm.reward_model``).
+Training prompts: one row per contest of ``dataset_name`` (a caption dataset, ``data.py``; split
+``dataset_train_split`` of a DatasetDict): ``prompt``, ``image``, ``contest`` and the description columns the
+``caption_rm`` reward reads (keep ``remove_unused_columns: false``); ``max_train_samples`` keeps the first N.
+In-training evaluation (``eval_sets``, named by basename): ``caption_eval_samples`` (1) completions per cartoon,
+greedy unless ``caption_eval_temperature``, scored by ``caption_eval_reward_model`` (default: caption_rm's); keep-best
+ranks by the fail-as-zero sigma(RM) mean (``eval/<set>_fail0_sigma_rm``).
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import time
 from dataclasses import dataclass, field
 
 from open_r1.errors import DataError, RecipeError
@@ -52,12 +48,6 @@ class CaptionSetReport:
         return out
 
 
-def report_from_records(name: str, records: list[dict], seconds: float) -> CaptionSetReport:
-    metrics = evaluate_lib.policy_metrics(records, bon_ns=(1,))
-    metrics.pop("per_cartoon", None)
-    return CaptionSetReport(name=name, n=metrics["cartoons"], seconds=seconds, metrics=metrics, records=records)
-
-
 class CaptioningTask(Task):
     name = "captioning"
     metric = "fail0_sigma_rm"
@@ -67,7 +57,8 @@ class CaptioningTask(Task):
     # -- training -------------------------------------------------------------------------------------------------
     def train_dataset(self, script_args, training_args):
         if not script_args.dataset_name:
-            raise DataError("task captioning needs dataset_name: a caption dataset dir (see open_r1/tasks/captioning/data.py)")
+            raise DataError("task captioning needs dataset_name: a caption dataset dir (see "
+                            "open_r1/tasks/captioning/data.py)")
         split = getattr(script_args, "dataset_train_split", None)
         path = script_args.dataset_name
         dataset = data_lib.load_captions(path, split=split if _is_dataset_dict(path) else None)
@@ -77,8 +68,8 @@ class CaptioningTask(Task):
             rows = rows.select(range(min(limit, len(rows))))
         return rows
 
-    generate_hint = (
-        "open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out data/humor --contests 40")
+    generate_hint = ("open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out "
+                     "data/humor --contests 40")
 
     def load_split(self, path_or_name, split="train"):
         if os.path.isdir(path_or_name):  # a caption dataset: its columns checked as training will read them
@@ -99,8 +90,9 @@ class CaptioningTask(Task):
         return texts[0], None
 
     def training_meta(self, script_args) -> dict:
+        sha = hashlib.sha1(protocol.SYSTEM_PROMPT.encode()).hexdigest()[:12]
         return {"caption_protocol": {"max_words": protocol.MAX_WORDS, "max_new_tokens": protocol.MAX_NEW_TOKENS,
-                                     "system_prompt_sha": _sha(protocol.SYSTEM_PROMPT)},
+                                     "system_prompt_sha": sha},
                 "eval_reward_model": self._rm_settings()[0]}
 
     # -- evaluation -----------------------------------------------------------------------------------------------
@@ -124,14 +116,10 @@ class CaptioningTask(Task):
         return sets
 
     def evaluate(self, model, processor, dataset, name, batch_size, limit=None, progress=False):
-        import time
-
         path, device = self._rm_settings()
         if not path:
-            raise RecipeError(
-                "the captioning evaluation scores with the reward model: set reward_kwargs.caption_rm.reward_model "
-                "(or caption_eval_reward_model) in the recipe"
-            )
+            raise RecipeError("the captioning evaluation scores with the reward model: set "
+                              "reward_kwargs.caption_rm.reward_model (or caption_eval_reward_model) in the recipe")
         args = self.script_args
         n = int(getattr(args, "caption_eval_samples", 1) or 1)
         temperature = getattr(args, "caption_eval_temperature", None)
@@ -139,25 +127,20 @@ class CaptioningTask(Task):
         if limit is not None:
             dataset = dataset.select(range(min(limit, len(dataset))))
         start = time.perf_counter()
-        records = evaluate_lib.evaluate_policy(
-            model, processor, dataset, get_reward_model(path, device), n=n, max_new_tokens=max_new_tokens,
-            temperature=temperature if temperature is not None else 1.0, do_sample=temperature is not None,
-            batch_size=batch_size, seed=0,
-        )
-        return report_from_records(name, records, time.perf_counter() - start)
+        records = evaluate_lib.evaluate_policy(model, processor, dataset, get_reward_model(path, device), n=n,
+                                               max_new_tokens=max_new_tokens, do_sample=temperature is not None,
+                                               temperature=temperature if temperature is not None else 1.0,
+                                               batch_size=batch_size, seed=0)
+        return self.report_from_records(name, records, time.perf_counter() - start)
 
     def report_from_records(self, name, records, seconds):
-        return report_from_records(name, records, seconds)
+        metrics = evaluate_lib.policy_metrics(records, bon_ns=(1,))
+        metrics.pop("per_cartoon", None)
+        return CaptionSetReport(name=name, n=metrics["cartoons"], seconds=seconds, metrics=metrics, records=records)
 
 
 def _is_dataset_dict(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "dataset_dict.json"))
-
-
-def _sha(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 TASK = CaptioningTask
