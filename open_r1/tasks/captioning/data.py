@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from open_r1.checks import is_int, is_number
 from open_r1.errors import DataError
 from open_r1.tasks.captioning import protocol
-from open_r1.validate import is_int, is_number
 
 logger = logging.getLogger(__name__)
 

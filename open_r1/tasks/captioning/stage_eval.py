@@ -1,11 +1,8 @@
 """Stage 5: best-of-N evaluation of the base, SFT and GRPO policies on held-out cartoons.
 
-For every policy (``base``: ``models.policy``; ``sft``; ``grpo_s<seed>``) and split (``eval.splits``),
-``evaluate.evaluate_policy`` samples N completions per cartoon under the protocol prompt, parses them strictly and
-scores the captions with the reward model; ``evaluate.evaluate_records`` gives the metrics and, against
-``baseline``, paired bootstrap CIs over cartoons (``recipe.oracle``: the stand-in's hidden-rule analysis,
-``standin.captioning.oracle_eval``, where the demo gives one). Deviations from the seed: one prompt for every
-stage; fail-as-zero on the sigmoid scale; comparisons paired over cartoons.
+For every policy and split, ``evaluate.evaluate_policy`` samples N completions per cartoon, parses them strictly and
+scores the captions with the reward model; ``evaluate.evaluate_records`` gives the metrics and paired bootstrap CIs
+over cartoons against ``baseline`` (``recipe.oracle``: the stand-in's hidden-rule analysis, where it gives one).
 """
 from __future__ import annotations
 

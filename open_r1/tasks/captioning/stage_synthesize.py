@@ -1,13 +1,9 @@
 """Stage 1: thinking-trace synthesis: the base policy explains why each top-rated caption is funny.
 
-Algorithm (the seed's stage 1): for the top-k captions of every training contest (``data.top_k_rows``, k =
-``sft.top_k``) the base policy is prompted with ``protocol.synthesis_messages(description, caption)`` (the task's
-prompt plus the instruction to explain what makes such a caption funny) and generates its thinking up to ``</think>``
-(HF ``generate`` through ``open_r1.generation.generate_texts``, T 0.4, top-p 0.9, at most 512 new tokens; vLLM when
-installed and ``use_vllm``). A trace is DROPPED, and counted by reason, when truncated, empty, or leaking the caption
-(``protocol.trace_leaks_caption``). The kept traces become the ``thinking`` column that SFT trains on under the plain
-task prompt (the policy never sees the caption in SFT). Deviations from the seed: truncated traces are dropped, and
-the synthesis prompt does not mention a judge.
+For the top-k captions of every training contest (``sft.top_k``) the base policy is prompted with
+``protocol.synthesis_messages`` and generates its thinking up to ``</think>`` (HF, or vLLM with ``use_vllm``). A
+trace is dropped, and counted by reason, when truncated, empty, or leaking the caption; the kept ones become the
+``thinking`` column SFT trains on under the plain prompt (the policy never sees the caption).
 """
 from __future__ import annotations
 
@@ -50,13 +46,11 @@ class Config:
 
 
 def split_trace(text: str) -> tuple[str | None, str]:
-    """(thinking, reason) of a synthesis completion: the text before the first ``</think>``, or None when there is
-    none (truncated or never closed)."""
+    """(thinking, reason): the text before the first ``</think>``, or None (truncated, or empty)."""
     if protocol.THINK_CLOSE not in text:
         return None, "truncated"
     thinking = text.split(protocol.THINK_CLOSE, 1)[0]
-    thinking = thinking.replace(protocol.THINK_OPEN, "", 1) if thinking.lstrip().startswith(protocol.THINK_OPEN) else thinking
-    thinking = thinking.strip()
+    thinking = thinking.strip().removeprefix(protocol.THINK_OPEN).strip()
     return (thinking, "ok") if thinking else (None, "empty")
 
 
