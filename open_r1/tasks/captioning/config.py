@@ -1,11 +1,8 @@
 """The captioning recipe: one YAML file (``configs/captioning/*.yaml``), parsed once into typed settings.
 
-A recipe has top-level keys (`RunConfig`: work_dir, seed, data_dir, models, ...) and one section per stage; each
-section is one dataclass (the stage module's ``Config``: every setting once, with its default and help) parsed
-strictly by `parse_section`: an unknown key is one RecipeError naming the closest valid one (``--set
-rm.max_second=300`` -> "did you mean rm.max_seconds?"), a value its field cannot hold another, and the dataclass's
-``__post_init__`` checks the rest. The pipeline parses every section before any stage runs and hands each stage its
-parsed `Recipe`; ``--set section.key=value`` overrides any key (the value read as YAML).
+Top-level keys (`RunConfig`) and one section per stage, each a dataclass (the stage's ``Config``) parsed strictly by
+`parse_section`: an unknown key is one RecipeError naming the closest valid one, a value its field cannot hold
+another, and ``__post_init__`` checks the rest. ``--set section.key=value`` overrides any key (value read as YAML).
 """
 from __future__ import annotations
 

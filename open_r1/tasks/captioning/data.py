@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -38,10 +39,9 @@ def load_captions(path: str | os.PathLike, split: str | None = None, *, keep_ora
 
     path = os.fspath(path)
     if not os.path.isdir(path):
-        raise DataError(
-            f"caption dataset directory {path} does not exist; prepare the real data with open-r1-caption-prepare, "
-            f"or generate the offline stand-in: python -m standin.captioning.cartoons --out {path} --contests 40"
-        )
+        raise DataError(f"caption dataset directory {path} does not exist; prepare the real data with "
+                        "open-r1-caption-prepare, or generate the offline stand-in: python -m "
+                        f"standin.captioning.cartoons --out {path} --contests 40")
     try:
         loaded = datasets.load_from_disk(path)
     except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
@@ -86,9 +86,7 @@ def filter_captions(dataset, min_votes: int = 10, min_captions: int = 20):
     votes = _column(dataset, "votes")
     voted = [row for row, v in enumerate(votes) if v >= min_votes]
     contests = _column(dataset, "contest")
-    counts: dict[Any, int] = {}
-    for row in voted:
-        counts[contests[row]] = counts.get(contests[row], 0) + 1
+    counts = Counter(contests[row] for row in voted)
     keep = [row for row in voted if counts[contests[row]] >= min_captions]
     if not keep:
         raise DataError(f"no contest keeps {min_captions} captions with >= {min_votes} votes; lower the thresholds")
@@ -118,15 +116,11 @@ def validate_captions(dataset, name: str = "caption dataset", check_images: str 
         raise DataError(f"{name} is empty; it needs one row per caption")
     missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
     if missing:
-        raise DataError(
-            f"{name} lacks column(s) {missing}; it has {dataset.column_names}. The caption layout needs "
-            f"{list(REQUIRED_COLUMNS)} (one row per caption; see open_r1/tasks/captioning/data.py)"
-        )
+        raise DataError(f"{name} lacks column(s) {missing}; it has {dataset.column_names}. The caption layout needs "
+                        f"{list(REQUIRED_COLUMNS)} (one row per caption; see open_r1/tasks/captioning/data.py)")
     if not isinstance(dataset.features["image"], datasets.Image):
-        raise DataError(
-            f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image; "
-            "cast it with dataset.cast_column('image', datasets.Image())"
-        )
+        raise DataError(f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image; "
+                        "cast it with dataset.cast_column('image', datasets.Image())")
     rules = {"mean": (lambda v: is_number(v) and math.isfinite(v), "is not a finite number; fix or drop that caption"),
              "votes": (lambda v: is_int(v) and v >= 0, "must be an integer >= 0"),
              "precision": (lambda v: is_number(v) and math.isfinite(v) and v >= 0, "must be a finite number >= 0")}
@@ -211,11 +205,9 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, pr
     templates rewrite an assistant turn's think block, so conversational rows would not train on what is generated.
     """
     if thinking_column not in dataset.column_names:
-        raise DataError(
-            f"sft_rows needs a {thinking_column!r} column (the synthesized trace of each caption); it has "
-            f"{dataset.column_names}. Run trace synthesis on data.top_k_rows(dataset) first (or, on the stand-in, "
-            f"standin.captioning.cartoons.add_templated_thinking)"
-        )
+        raise DataError(f"sft_rows needs a {thinking_column!r} column (the synthesized trace of each caption); it "
+                        f"has {dataset.column_names}. Run trace synthesis on data.top_k_rows(dataset) first (or, on "
+                        "the stand-in, standin.captioning.cartoons.add_templated_thinking)")
     top = top_k_rows(dataset, top_k)
     desc_cols = _description_columns(top)
     table = top.select_columns(["contest", "caption", thinking_column, *desc_cols])
@@ -346,10 +338,8 @@ def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float]
         pairs.append(rows[_contest_pairs(mean[rows], ses[rows], float(k), cap_per_contest, rng)])
     pairs = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.int64)
     if not len(pairs):
-        raise DataError(
-            f"no caption pair passes the gap rule (k={k}, se_from={se_from!r}); lower k, or check that the standard "
-            f"errors are what se_from says"
-        )
+        raise DataError(f"no caption pair passes the gap rule (k={k}, se_from={se_from!r}); lower k, or check that "
+                        "the standard errors are what se_from says")
     pairs = pairs[rng.permutation(len(pairs))]
     hi_first = mean[pairs[:, 0]] >= mean[pairs[:, 1]]
     return np.stack([np.where(hi_first, pairs[:, 0], pairs[:, 1]), np.where(hi_first, pairs[:, 1], pairs[:, 0])],
@@ -439,8 +429,6 @@ def prompt_rows(dataset):
     desc_cols = _description_columns(dataset)
     base = dataset.select_columns(["contest", "image", *desc_cols]).select(first)
     table = base.select_columns(desc_cols) if desc_cols else None
-    prompts = [
-        protocol.build_messages(protocol.description_from_row(table[i]) if table is not None else None)
-        for i in range(len(base))
-    ]
+    prompts = [protocol.build_messages(protocol.description_from_row(table[i]) if table is not None else None)
+               for i in range(len(base))]
     return base.add_column("prompt", prompts)

@@ -20,6 +20,7 @@ import numpy as np
 
 from open_r1 import generation
 from open_r1.errors import DataError, OpenR1Error
+from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
 from open_r1.tasks.captioning.rewards import get_reward_model, sigmoid
@@ -238,8 +239,7 @@ def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[d
              "plot": os.path.join(out_dir, "bon_curve.png")}
     with open(paths["markdown"], "w") as f:
         f.write(markdown_table(report) if table is None else table)
-    with open(paths["json"], "w") as f:
-        json.dump(report, f, indent=2, default=str)
+    write_json(paths["json"], report)
     plot_bon(report, paths["plot"])
     if records_by_policy is not None:
         paths["samples"] = os.path.join(out_dir, "samples.jsonl")
@@ -253,7 +253,6 @@ def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[d
 def score_records(records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model,
                   batch_size: int = 16) -> list[dict]:
     """Fill ``rm_raw`` of records with a caption, in place (``reward_model=None``: every ``rm_raw`` None)."""
-
     model = get_reward_model(reward_model) if isinstance(reward_model, (str, os.PathLike)) else reward_model
     todo = [r for r in records if r.get("caption") is not None] if model is not None else []
     if todo:
@@ -269,8 +268,7 @@ def score_records(records: list[dict], images_by_contest: dict, descs_by_contest
 
 def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
                     max_new_tokens: int = protocol.MAX_NEW_TOKENS, temperature: float = 1.0, top_p: float | None = None,
-                    top_k: int | None = None, batch_size: int = 8, rm_batch_size: int = 16,
-                    max_words: int = protocol.MAX_WORDS, seed: int = 0, max_cartoons: int | None = None,
+                    top_k: int | None = None, batch_size: int = 8, seed: int = 0, max_cartoons: int | None = None,
                     use_stop: bool = False, do_sample: bool = True, decoder: str | None = None,
                     progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """N sampled completions per cartoon of ``dataset`` (caption rows or ``data.prompt_rows``), parsed and scored:
@@ -289,11 +287,8 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
                                                     add_generation_prompt=True) for c in contests}
     position = {c: i for i, c in enumerate(contests)}
     jobs = [(c, k) for c in contests for k in range(n)]
-    gen_kwargs: dict[str, Any] = {"temperature": temperature} if do_sample else {}
-    if top_p is not None and do_sample:
-        gen_kwargs["top_p"] = top_p
-    if top_k is not None and do_sample:
-        gen_kwargs["top_k"] = top_k
+    sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k} if do_sample else {}
+    gen_kwargs: dict[str, Any] = {k: v for k, v in sampling.items() if v is not None}
     if use_stop:
         gen_kwargs.update(stop_strings=list(protocol.STOP), tokenizer=processor.tokenizer)
     torch.manual_seed(seed)
@@ -304,13 +299,13 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
             model, processor, [prompt_text[c] for c, _ in batch], [images[c] for c, _ in batch], max_new_tokens,
             do_sample=do_sample, decoder=decoder, **gen_kwargs)
         for (c, k), text, length, trunc in zip(batch, texts, lengths, truncated):
-            parsed = protocol.parse_details(text, max_words)
+            parsed = protocol.parse_details(text)
             records.append({"contest": c, "index": position[c], "sample_index": k, "completion": text,
                             "caption": parsed.caption, "parse_reason": parsed.reason,
                             "completion_tokens": int(length), "truncated": bool(trunc)})
         if progress is not None:
             progress(len(records), len(jobs))
-    return score_records(records, images, descs, reward_model, rm_batch_size)
+    return score_records(records, images, descs, reward_model)
 
 
 # --- Command line: records (JSONL) of several policies -> the report files ---

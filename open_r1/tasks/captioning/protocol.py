@@ -1,20 +1,12 @@
-"""The captioning protocol: the ONE source of the task's prompts, output format and caption parser.
+"""The captioning protocol: the ONE source of the task's prompts, output format and caption parser, so every stage
+sees the same prompt and what GRPO pays for is exactly what evaluation counts.
 
-Trace synthesis, SFT, GRPO, the reward model and evaluation all import from here, so every stage sees the same
-prompt, and what GRPO pays for is exactly what evaluation counts (the public humor-r1 code had a different prompt at
-each stage and five copies of a caption regex that accepted a caption inside the think block).
-
-``build_messages(description)``: a system turn (``SYSTEM_PROMPT``) and a user turn of the image placeholder and
-``user_text(description)`` (the optional ``DESCRIPTION_FIELDS``: scene, twist, location, entities).
-Output: ``<think>{thinking}</think>\n\n<caption>{caption}</caption>``; the Qwen3-VL Thinking generation prompt
-already ends in ``<think>\n``, so a completion is ``format_target(thinking, caption)``.
-
-Parser (strict): ``parse_caption`` returns the caption or None, ``parse_details`` also the reason (``PARSE_REASONS``):
-the single ``<caption>…</caption>`` after the single ``</think>`` (an opening ``<think>`` optional, a second one
-fails; a caption inside the think block never counts), nothing but whitespace before it, nothing but whitespace or
-end-of-sequence markers (``EOS_STRINGS``) after it; the caption non-empty, one line, tag-free, at most ``max_words``
-words. ``MAX_NEW_TOKENS``: the completion budget of every stage that samples the policy; engines that stop at
-``STOP`` must keep the stop string in the output (the parser needs the closing tag).
+Prompt (``build_messages``): ``SYSTEM_PROMPT``, then the image and ``user_text(description)``. Output:
+``<think>{thinking}</think>\n\n<caption>{caption}</caption>`` (the Thinking template's generation prompt opens the
+think block). Parser (strict, ``parse_details`` gives the reason): the single caption after the single ``</think>``,
+nothing but whitespace before it, only whitespace or ``EOS_STRINGS`` after it; a caption inside the think block never
+counts; the caption non-empty, one line, tag-free, at most ``max_words`` words. Engines that stop at ``STOP`` must
+keep the stop string (the parser needs the closing tag).
 """
 from __future__ import annotations
 

@@ -45,10 +45,7 @@ def clear_reward_model_cache() -> None:
 
 
 def sigmoid(x: float) -> float:
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    z = math.exp(x)
-    return z / (1.0 + z)
+    return 0.5 * (1.0 + math.tanh(0.5 * x))  # no overflow for any x
 
 
 def _images(image: Any, images: Any, n: int) -> list:
@@ -138,10 +135,9 @@ def caption_rm_reward(reward_model: str, fail_value: float = 0.0, format_bonus: 
         from open_r1.reward_model import META_FILE  # deferred: torch, peft
 
         if not os.path.isfile(os.path.join(os.fspath(reward_model), META_FILE)):
-            raise RewardConfigError(
-                f"caption_rm: {reward_model} is not a saved reward-model dir (no {META_FILE}); train one first "
-                f"(open_r1/reward_model.py) and point reward_kwargs.caption_rm.reward_model at it"
-            )
+            raise RewardConfigError(f"caption_rm: {reward_model} is not a saved reward-model dir (no {META_FILE}); "
+                                    "train one first (open_r1/reward_model.py) and point "
+                                    "reward_kwargs.caption_rm.reward_model at it")
     return functools.partial(score_caption_rm, reward_model=os.fspath(reward_model), fail_value=float(fail_value),
                              format_bonus=float(format_bonus), max_words=max_words, device=device,
                              batch_size=batch_size)

@@ -222,13 +222,12 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
         output_dir=work, per_device_train_batch_size=cfg.per_device_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps, learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler, warmup_steps=cfg.warmup_ratio, num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps or -1, weight_decay=cfg.weight_decay,
-        logging_steps=cfg.logging_steps, save_strategy="no", report_to="none",
-        bf16=cuda, use_cpu=not cuda, seed=seed, data_seed=seed,
+        max_steps=cfg.max_steps or -1, weight_decay=cfg.weight_decay, logging_steps=cfg.logging_steps,
+        save_strategy="no", report_to="none", bf16=cuda, use_cpu=not cuda, seed=seed, data_seed=seed,
         dataloader_num_workers=cfg.dataloader_workers, disable_tqdm=True,
-        gradient_checkpointing=cfg.gradient_checkpointing, remove_unused_columns=False,
-    )
-    config.log(f"{tag} {len(rows)} train pairs from {len({row['group'] for row in rows})} contests; backbone {backbone}")
+        gradient_checkpointing=cfg.gradient_checkpointing, remove_unused_columns=False)
+    contests = len({row["group"] for row in rows})
+    config.log(f"{tag} {len(rows)} train pairs from {contests} contests; backbone {backbone}")
     started = time.time()
     trainer = rm_lib.train_reward_model(model, rows, args, callbacks=[TimeCapCallback(cfg.max_seconds)],
                                         center_rewards_coefficient=cfg.center_rewards_coefficient)
