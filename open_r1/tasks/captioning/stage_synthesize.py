@@ -59,16 +59,14 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
     use_vllm = cfg.use_vllm and importlib.util.find_spec("vllm") is not None
     records = [rows[i] for i in range(len(rows))]
     messages = [protocol.synthesis_messages(protocol.description_from_row(r), r["caption"]) for r in records]
-    texts, truncated = (_generate_vllm if use_vllm else _generate_hf)(model_path, records, messages, cfg)
+    texts = (_generate_vllm if use_vllm else _generate_hf)(model_path, records, messages, cfg)
     counts = {"rows": len(records), "kept": 0, "truncated": 0, "empty": 0, "leaks_caption": 0,
               "engine": "vllm" if use_vllm else "hf"}
     traces: list[str | None] = []
-    for record, text, cut in zip(records, texts, truncated):
-        thinking, reason = split_trace(text)
+    for record, text in zip(records, texts):
+        thinking, reason = split_trace(text)  # no closing tag: truncated
         if thinking is not None and protocol.trace_leaks_caption(thinking, record["caption"]):
             thinking, reason = None, "leaks_caption"
-        if thinking is None and reason == "ok":
-            reason = "truncated" if cut else "empty"
         counts["kept" if thinking is not None else reason] += 1
         traces.append(thinking)
     counts["examples"] = [t[:160] for t in texts[:3]]
@@ -82,18 +80,16 @@ def _generate_hf(model_path, records, messages, cfg: Config):
     model = modeling.load_model(model_path, dtype=None if torch.cuda.is_available() else "float32")
     model = model.to(config.device()).eval()
     processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
-    texts, truncated = [], []
+    texts = []
     for start in range(0, len(records), cfg.batch_size):
         chunk = records[start:start + cfg.batch_size]
         prompts = [processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
                    for m in messages[start:start + cfg.batch_size]]
-        out, _, cut = generation.generate_texts(
+        texts += generation.generate_texts(
             model, processor, prompts, [r["image"] for r in chunk], cfg.max_new_tokens, do_sample=True,
             temperature=cfg.temperature, top_p=cfg.top_p, stop_strings=[protocol.THINK_CLOSE],
-            tokenizer=processor.tokenizer, decoder=cfg.decoder)
-        texts += out
-        truncated += cut
-    return texts, truncated
+            tokenizer=processor.tokenizer, decoder=cfg.decoder)[0]
+    return texts
 
 
 def _generate_vllm(model_path, records, messages, cfg: Config):  # pragma: no cover - needs vLLM and a GPU
@@ -106,7 +102,7 @@ def _generate_vllm(model_path, records, messages, cfg: Config):  # pragma: no co
     inputs = [{"prompt": processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True),
                "multi_modal_data": {"image": r["image"]}} for r, m in zip(records, messages)]
     outputs = llm.generate(inputs, params)
-    return [o.outputs[0].text for o in outputs], [o.outputs[0].finish_reason == "length" for o in outputs]
+    return [o.outputs[0].text for o in outputs]
 
 
 def inputs(recipe) -> dict[str, config.Input]:

@@ -59,22 +59,17 @@ class CaptioningTask(Task):
         if not script_args.dataset_name:
             raise DataError("task captioning needs dataset_name: a caption dataset dir (see "
                             "open_r1/tasks/captioning/data.py)")
+        # a split is picked only from a DatasetDict; a plain dataset dir is the split itself
         split = getattr(script_args, "dataset_train_split", None)
-        path = script_args.dataset_name
-        dataset = data_lib.load_captions(path, split=split if _is_dataset_dict(path) else None)
-        rows = data_lib.prompt_rows(dataset)
-        limit = getattr(script_args, "max_train_samples", None)
-        if limit:
-            rows = rows.select(range(min(limit, len(rows))))
-        return rows
+        dataset = data_lib.load_captions(script_args.dataset_name, split=split)
+        return _first(data_lib.prompt_rows(dataset), getattr(script_args, "max_train_samples", None) or None)
 
     generate_hint = ("open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out "
                      "data/humor --contests 40")
 
     def load_split(self, path_or_name, split="train"):
         if os.path.isdir(path_or_name):  # a caption dataset: its columns checked as training will read them
-            return data_lib.load_captions(path_or_name, split=split if _is_dataset_dict(path_or_name) else None,
-                                          check_images="none")
+            return data_lib.load_captions(path_or_name, split=split, check_images="none")
         return super().load_split(path_or_name, split)
 
     def probe(self, model, processor, image):
@@ -108,11 +103,7 @@ class CaptioningTask(Task):
             name = os.path.basename(os.path.normpath(path))
             if name in sets:
                 raise DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
-            captions = data_lib.load_captions(path)
-            rows = data_lib.prompt_rows(captions)
-            if limit is not None:
-                rows = rows.select(range(min(limit, len(rows))))
-            sets[name] = rows
+            sets[name] = _first(data_lib.prompt_rows(data_lib.load_captions(path)), limit)
         return sets
 
     def evaluate(self, model, processor, dataset, name, batch_size, limit=None, progress=False):
@@ -124,8 +115,7 @@ class CaptioningTask(Task):
         n = int(getattr(args, "caption_eval_samples", 1) or 1)
         temperature = getattr(args, "caption_eval_temperature", None)
         max_new_tokens = int(getattr(args, "caption_eval_max_new_tokens", None) or protocol.MAX_NEW_TOKENS)
-        if limit is not None:
-            dataset = dataset.select(range(min(limit, len(dataset))))
+        dataset = _first(dataset, limit)
         start = time.perf_counter()
         records = evaluate_lib.evaluate_policy(model, processor, dataset, get_reward_model(path, device), n=n,
                                                max_new_tokens=max_new_tokens, do_sample=temperature is not None,
@@ -139,8 +129,9 @@ class CaptioningTask(Task):
         return CaptionSetReport(name=name, n=metrics["cartoons"], seconds=seconds, metrics=metrics, records=records)
 
 
-def _is_dataset_dict(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "dataset_dict.json"))
+def _first(rows, limit: int | None):
+    """The first `limit` rows (None: all)."""
+    return rows if limit is None else rows.select(range(min(limit, len(rows))))
 
 
 TASK = CaptioningTask
