@@ -211,15 +211,14 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, pr
     top = top_k_rows(dataset, top_k)
     desc_cols = _description_columns(top)
     table = top.select_columns(["contest", "caption", thinking_column, *desc_cols])
-    out: dict[str, list] = {"prompt": [], "completion": [], "images": [], "contest": []}
+    out: dict[str, list] = {"prompt": [], "completion": [], "contest": []}
     end_of_turn = _end_of_turn(processor) if processor is not None else None
     # a template whose generation prompt does not open the think block (an Instruct model): the completion opens it
     think_open = "" if processor is None or generation_prompt_opens_think(processor) else protocol.THINK_OPEN + "\n"
-    keep, skipped = [], 0
+    keep = []
     for row, record in enumerate(table):
         thinking = record[thinking_column]
         if thinking is None or not str(thinking).strip():
-            skipped += 1
             continue
         keep.append(row)
         target = protocol.format_target(str(thinking), record["caption"])
@@ -231,8 +230,9 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, pr
             out["prompt"].append(processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
             out["completion"].append(think_open + target + end_of_turn)
         out["contest"].append(record["contest"])
-    if skipped:
-        logger.warning("sft_rows: skipped %d of %d top-%d rows without a thinking trace", skipped, len(table), top_k)
+    if len(keep) < len(table):
+        logger.warning("sft_rows: skipped %d of %d top-%d rows without a thinking trace", len(table) - len(keep),
+                       len(table), top_k)
     if not keep:
         raise DataError("sft_rows: no row has a thinking trace; trace synthesis dropped every one")
     return with_images(out, top, keep)

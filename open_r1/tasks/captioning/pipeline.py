@@ -18,7 +18,7 @@ import shutil
 import sys
 import time
 
-from open_r1.errors import OpenR1Error, RecipeError
+from open_r1.errors import CliHelp, OpenR1Error, RecipeError
 from open_r1.jsonio import read_json, write_json
 from open_r1.tasks.captioning import config, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
 
@@ -127,10 +127,7 @@ def main(argv=None, stages=STAGES, prog: str = "open_r1.tasks.captioning.pipelin
          run=run_pipeline) -> int:
     """The CLI over `stages`; `oracle` (the eval's hidden rule) and `run` (a runner): the stand-in's."""
     names = [stage.NAME for stage in stages]
-    class Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-        pass  # the defaults shown, the description as written
-
-    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__, formatter_class=Help)
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__, formatter_class=CliHelp)
     parser.add_argument("--config", help="the recipe (configs/captioning/*.yaml); required but for --help-recipe")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a recipe key (repeatable), e.g. --set rm.max_seconds=60")
