@@ -157,11 +157,8 @@ def evaluate_records(records_by_policy: dict[str, list[dict]], baseline: str | N
     if baseline is not None and baseline not in records_by_policy:
         raise ValueError(f"baseline {baseline!r} is not one of the policies {sorted(records_by_policy)}")
     policies = {name: metrics(records) for name, records in records_by_policy.items()}
-    comparisons = {}
-    if baseline is not None:
-        for name, values in policies.items():
-            if name != baseline:
-                comparisons[name] = comparison(values, policies[baseline], n_boot, seed)
+    comparisons = {name: comparison(values, policies[baseline], n_boot, seed) for name, values in policies.items()
+                   if baseline is not None and name != baseline}
     return {"baseline": baseline, "policies": policies, "comparisons": comparisons}
 
 
@@ -173,38 +170,36 @@ def _fmt(value: Any, pct: bool = False, digits: int = 3) -> str:
 
 
 def _fmt_ci(entry: dict | None) -> str:
-    if entry is None:
-        return "–"
-    return f"{entry['diff']:+.3f} [{entry['lo']:+.3f}, {entry['hi']:+.3f}]"
+    return "–" if entry is None else f"{entry['diff']:+.3f} [{entry['lo']:+.3f}, {entry['hi']:+.3f}]"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table's lines."""
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(row) + " |" for row in rows)]
 
 
 def markdown_table(report: dict) -> str:
     """The policies' metrics and the paired differences to the baseline, as markdown."""
     policies = report["policies"]
     bon = [f"bon@{n}" for n in BON_NS if any(m.get(f"bon@{n}") is not None for m in policies.values())]
-    head = ["policy", "cartoons", "N", "format %", "truncated %", "σ(RM) emitted", "fail-as-0 σ(RM)", *bon]
-    head.append("commonest format failure")
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = ["policy", "cartoons", "N", "format %", "truncated %", "σ(RM) emitted", "fail-as-0 σ(RM)", *bon,
+            "commonest format failure"]
+    rows = []
     for name, m in policies.items():
-        row = [name, str(m["cartoons"]), str(m["samples_per_cartoon"]), _fmt(m["format_rate"], True),
-               _fmt(m["truncated_rate"], True), _fmt(m["emitted_sigmoid"]), _fmt(m["fail_as_zero"]),
-               *[_fmt(m[k]) for k in bon]]
-        fails = m.get("format_failures") or {}
         top = m.get("top_failure")
-        row.append(f"{top} ({fails[top]}/{m['samples']})" if top else "–")
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append([name, str(m["cartoons"]), str(m["samples_per_cartoon"]), _fmt(m["format_rate"], True),
+                     _fmt(m["truncated_rate"], True), _fmt(m["emitted_sigmoid"]), _fmt(m["fail_as_zero"]),
+                     *[_fmt(m[k]) for k in bon], f"{top} ({m['format_failures'][top]}/{m['samples']})" if top else "–"])
+    lines = _table(head, rows)
     if report.get("comparisons"):
         conf = next(iter(report["comparisons"].values()))["fail_as_zero"]
         level = f"{100 * conf['confidence']:.0f} %" if conf else "95 %"
         title = (f"Paired differences to **{report['baseline']}** (policy − baseline, mean over shared cartoons, "
                  f"{level} bootstrap CI resampling cartoons):")
-        lines += ["", title, ""]
         head = ["policy", "fail-as-0 σ(RM)", f"{bon[-1]}" if bon else "bon", "σ(RM) emitted"]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for name, c in report["comparisons"].items():
-            row = [name, _fmt_ci(c["fail_as_zero"]), _fmt_ci(c.get(bon[-1]) if bon else None),
-                   _fmt_ci(c["emitted_sigmoid"])]
-            lines.append("| " + " | ".join(row) + " |")
+        rows = [[name, _fmt_ci(c["fail_as_zero"]), _fmt_ci(c.get(bon[-1]) if bon else None),
+                 _fmt_ci(c["emitted_sigmoid"])] for name, c in report["comparisons"].items()]
+        lines += ["", title, "", *_table(head, rows)]
     return "\n".join(lines) + "\n"
 
 

@@ -45,7 +45,7 @@ def clear_reward_model_cache() -> None:
 
 
 def sigmoid(x: float) -> float:
-    return 0.5 * (1.0 + math.tanh(0.5 * x))  # no overflow for any x
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))  # no overflow for any x
 
 
 def _images(image: Any, images: Any, n: int) -> list:
