@@ -188,7 +188,6 @@ class Paths:
     """Where the stages read and write, under the recipe's work_dir."""
 
     def __init__(self, recipe: Recipe):
-        self.recipe = recipe
         run = recipe.run
         self.root = os.path.abspath(run.work_dir)
         self.data = os.path.abspath(run.data_dir or os.path.join(self.root, "data"))

@@ -341,9 +341,7 @@ def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float]
         raise DataError(f"no caption pair passes the gap rule (k={k}, se_from={se_from!r}); lower k, or check that "
                         "the standard errors are what se_from says")
     pairs = pairs[rng.permutation(len(pairs))]
-    hi_first = mean[pairs[:, 0]] >= mean[pairs[:, 1]]
-    return np.stack([np.where(hi_first, pairs[:, 0], pairs[:, 1]), np.where(hi_first, pairs[:, 1], pairs[:, 0])],
-                    axis=1)
+    return np.where((mean[pairs[:, 0]] >= mean[pairs[:, 1]])[:, None], pairs, pairs[:, ::-1])  # higher mean first
 
 
 def image_negative_indices(dataset, n: int, top_k: int = 3, seed: int = 0) -> np.ndarray:

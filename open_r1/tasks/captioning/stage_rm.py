@@ -86,20 +86,13 @@ class Config:
                 f"of rm.seeds {self.seeds}")
 
 
-def blank_like(image):
+def contest_images(dataset, first_row: dict, blind: bool) -> dict:
+    """{contest: its image (row `first_row[contest]`)}, decoded once for all its pairs; blind: a blank grey one."""
     from PIL import Image  # deferred: heavy
 
-    return Image.new("RGB", image.size, (128, 128, 128))
-
-
-def contest_images(dataset, first_row: dict, blind: bool) -> dict:
-    """{contest: its image (row `first_row[contest]`)}, decoded once for all its pairs; blind: a blank one."""
-    decoded = dataset.select(list(first_row.values()))["image"]
-    images = {}
-    for contest, image in zip(first_row, decoded):
-        image = image.convert("RGB")
-        images[contest] = blank_like(image) if blind else image
-    return images
+    decoded = [image.convert("RGB") for image in dataset.select(list(first_row.values()))["image"]]
+    return {contest: Image.new("RGB", image.size, (128, 128, 128)) if blind else image
+            for contest, image in zip(first_row, decoded)}
 
 
 def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
@@ -131,9 +124,7 @@ def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
     """RM rows of ``data.image_negative_indices``' pairs: one conversation, chosen under its own cartoon, rejected
     under the other contest's (``rejected_image``)."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
-    first: dict = {}
-    for row, contest in enumerate(columns["contest"]):
-        first.setdefault(contest, row)
+    first = {contest: rows[0] for contest, rows in cdata._contest_groups(dataset).items()}
     images, rows = contest_images(dataset, first, blind), []
     for own, other in index.tolist():
         contest = columns["contest"][own]
