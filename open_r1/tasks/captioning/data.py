@@ -10,6 +10,7 @@ unless ``keep_oracle=True``; no training path may read it) and ``scene_meta``.
 """
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
@@ -151,22 +152,13 @@ def validate_captions(dataset, name: str = "caption dataset", check_images: str 
         _decode_image(raw[row]["image"], row, name)
 
 
-def _decode_image(cell: Any, row: int, name: str):
-    import io
-
-    from PIL import Image
+def _decode_image(cell: Any, row: int, name: str) -> None:
+    from PIL import Image  # deferred: heavy
 
     try:
-        if cell is None:
-            raise ValueError("no image")
-        if cell.get("bytes"):
-            image = Image.open(io.BytesIO(cell["bytes"]))
-        elif cell.get("path"):
-            image = Image.open(cell["path"])
-        else:
-            raise ValueError("neither bytes nor path")
-        image.load()
-        return image
+        if not cell or not (cell.get("bytes") or cell.get("path")):
+            raise ValueError("no image bytes or path")
+        Image.open(io.BytesIO(cell["bytes"]) if cell.get("bytes") else cell["path"]).load()
     except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
         raise DataError(f"{name} row {row}: unreadable image ({exc}); re-encode or drop that cartoon") from None
 
