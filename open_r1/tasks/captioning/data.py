@@ -174,7 +174,6 @@ def _description_columns(dataset) -> list[str]:
     return [c for c in DESCRIPTION_FIELDS if c in dataset.column_names]
 
 
-# --- SFT rows ---
 def _top_k_by_contest(dataset, top_k: int, groups: list[list[int]] | None = None) -> list[list[int]]:
     """Per contest (`groups`: its rows, if already read), its ``top_k`` rows by mean, then votes, then row order."""
     if not is_int(top_k) or top_k < 1:

@@ -25,7 +25,6 @@ from open_r1.tasks.captioning.rewards import get_reward_model, sigmoid
 BON_NS = (1, 2, 4, 8)
 
 
-# --- Per-cartoon values ---
 def _group(records: Iterable[dict]) -> dict[Any, list[dict]]:
     groups: dict[Any, list[dict]] = {}
     for record in records:
@@ -121,7 +120,6 @@ def format_failures(records: Sequence[dict], examples: int = 2, max_chars: int =
             "example_completions": shown}
 
 
-# --- Paired comparison ---
 def paired_bootstrap(policy: dict[Any, float | None], baseline: dict[Any, float | None], n_boot: int = 2000,
                      seed: int = 0, alpha: float = 0.05) -> dict | None:
     """Mean per-cartoon difference (policy - baseline) over shared cartoons with a percentile bootstrap CI
@@ -159,7 +157,6 @@ def evaluate_records(records_by_policy: dict[str, list[dict]], baseline: str | N
     return {"baseline": baseline, "policies": policies, "comparisons": comparisons}
 
 
-# --- Report files ---
 def _fmt(value: Any, pct: bool = False, digits: int = 3) -> str:
     if value is None:
         return "–"
@@ -241,7 +238,6 @@ def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[d
     return paths
 
 
-# --- Driver: generate N samples per cartoon with the engine, parse, score with the RM ---
 def score_records(records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model,
                   batch_size: int = 16) -> list[dict]:
     """Fill ``rm_raw`` of records with a caption, in place (``reward_model=None``: every ``rm_raw`` None)."""

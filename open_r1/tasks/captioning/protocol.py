@@ -28,8 +28,7 @@ STOP = (CAPTION_CLOSE,)
 # caption, nothing else is.
 EOS_STRINGS = ("<|im_end|>", "<|endoftext|>", "</s>", "<eos>", "<end_of_turn>")
 
-DESCRIPTION_FIELDS = ("scene", "twist", "location", "entities")
-_FIELD_LABELS = {"scene": "Scene", "twist": "Twist", "location": "Location", "entities": "Entities"}
+DESCRIPTION_FIELDS = ("scene", "twist", "location", "entities")  # each a "Scene: ..." line of the prompt
 
 SYSTEM_PROMPT = (
     "You are a witty cartoon captionist. Look at the cartoon, think briefly about what is odd or surprising in it, "
@@ -62,7 +61,7 @@ def user_text(description: dict | None) -> str:
     for field in DESCRIPTION_FIELDS:
         text = field_text(description.get(field))
         if text:
-            lines.append(f"{_FIELD_LABELS[field]}: {text}")
+            lines.append(f"{field.capitalize()}: {text}")
     return "\n".join(lines)
 
 
@@ -101,7 +100,6 @@ def rm_turn(caption: str) -> dict:
     return {"role": "assistant", "content": [{"type": "text", "text": text}]}
 
 
-# --- Parser ---
 PARSE_REASONS = ("ok", "extra_think_open", "no_think_close", "multiple_think_close", "caption_only_in_think",
                  "no_caption", "text_before_caption", "multiple_captions", "unclosed_caption", "trailing_text", "empty",
                  "multi_line", "tag_in_caption", "too_long")

@@ -54,7 +54,6 @@ class CaptioningTask(Task):
     default_primary = "val"
     default_secondary = "ood"
 
-    # -- training -------------------------------------------------------------------------------------------------
     def train_dataset(self, script_args, training_args):
         if not script_args.dataset_name:
             raise DataError("task captioning needs dataset_name: a caption dataset dir (see "
@@ -90,12 +89,10 @@ class CaptioningTask(Task):
                                      "system_prompt_sha": sha},
                 "eval_reward_model": self._rm_settings()[0]}
 
-    # -- evaluation -----------------------------------------------------------------------------------------------
     def _rm_settings(self) -> tuple[str | None, str | None]:
         args = self.script_args
-        explicit = getattr(args, "caption_eval_reward_model", None)
-        kwargs = parse_reward_kwargs(getattr(args, "reward_kwargs", None)).get("caption_rm", {}) if args is not None else {}
-        return explicit or kwargs.get("reward_model"), kwargs.get("device")
+        kwargs = parse_reward_kwargs(getattr(args, "reward_kwargs", None)).get("caption_rm", {}) if args else {}
+        return getattr(args, "caption_eval_reward_model", None) or kwargs.get("reward_model"), kwargs.get("device")
 
     def load_eval_sets(self, paths, limit=None):
         sets = {}
