@@ -98,10 +98,9 @@ def at_least(where: str, cfg, minimum: float, *names: str) -> None:
         require(value is None or value >= minimum, f"{where}.{name} must be >= {minimum}, got {value!r}")
 
 
-def seed_list(key: str, seeds: list[int]) -> list[int]:
-    require(bool(seeds) and len(set(seeds)) == len(seeds), f"{key} must be a list of distinct integers, e.g. [0, 1, 2]; "
-            f"got {seeds!r}")
-    return seeds
+def seed_list(key: str, seeds: list[int]) -> None:
+    require(bool(seeds) and len(set(seeds)) == len(seeds), f"{key} must be a list of distinct integers, e.g. "
+            f"[0, 1, 2]; got {seeds!r}")
 
 
 def help_field(default, text: str, **kwargs):

@@ -40,9 +40,8 @@ class Config:
                        f"{', '.join(DECODER_CHOICES)} or null, got {self.decoder!r}")
         config.require(0 < self.top_p <= 1 and 0 < self.vllm_gpu_memory_utilization <= 1, "synthesize.top_p and "
                        "synthesize.vllm_gpu_memory_utilization must be in (0, 1]")
-        config.at_least(NAME, self, 0, "temperature")
+        config.at_least(NAME, self, 0, "temperature", "limit")
         config.at_least(NAME, self, 1, "max_new_tokens", "batch_size", "vllm_max_model_len")
-        config.at_least(NAME, self, 0, "limit")
 
 
 def split_trace(text: str) -> tuple[str | None, str]:
