@@ -4,7 +4,9 @@ A record is one sample: contest, sample_index, completion, caption (None when it
 raw BT score), truncated, parse_reason. Per policy, each mean taken per cartoon first: ``format_rate``,
 ``truncated_rate``, ``emitted_sigmoid``, ``fail_as_zero`` (sigma(RM), a failure counting 0: raw BT scores have no
 fixed zero), ``bon@n`` (the exact expected max of sigma(RM) over n of the N samples). ``paired_bootstrap``: the
-per-cartoon difference to a baseline with a CI resampling cartoons.
+per-cartoon difference to a baseline with a CI resampling cartoons. From saved records (JSONL)::
+
+    python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl --baseline sft --out DIR
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from open_r1 import generation
+from open_r1.errors import DataError, OpenR1Error
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
@@ -294,3 +297,57 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
         if progress is not None:
             progress(len(records), len(jobs))
     return score_records(records, images, descs, reward_model)
+
+
+# --- Command line: records (JSONL) of several policies -> the report files ---
+def read_records(path: str) -> list[dict]:
+    records = []
+    with open(path) as handle:
+        for line_no, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{line_no}: not JSON ({exc})") from None
+            missing = [k for k in ("contest", "caption", "rm_raw") if k not in record]
+            if missing:
+                raise DataError(f"{path}:{line_no}: record lacks {missing}; records need contest, caption, rm_raw")
+            records.append(record)
+    if not records:
+        raise DataError(f"{path} holds no records")
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+    parser = argparse.ArgumentParser(prog="python -m open_r1.tasks.captioning.evaluate",
+                                     description="Best-of-N report from per-sample records of several policies.",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--records", nargs="+", required=True, metavar="NAME=PATH",
+                        help="a policy name and its records (JSONL), e.g. base=runs/base.jsonl grpo=runs/grpo.jsonl")
+    parser.add_argument("--baseline", default=None, help="policy the others are compared to (paired by cartoon)")
+    parser.add_argument("--out", required=True, help="directory for bon_eval.md, bon_eval.json, bon_curve.png")
+    parser.add_argument("--n-boot", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        by_policy = {}
+        for item in args.records:
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                raise ValueError(f"--records {item!r} is not NAME=PATH")
+            by_policy[name] = read_records(path)
+        report = evaluate_records(by_policy, args.baseline, args.n_boot, args.seed)
+        paths = write_report(report, args.out)
+    except (OpenR1Error, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(markdown_table(report))
+    print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
