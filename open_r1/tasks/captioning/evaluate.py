@@ -10,9 +10,11 @@ per-cartoon difference to a baseline with a CI resampling cartoons. From saved r
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -298,8 +300,6 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
             progress(len(records), len(jobs))
     return score_records(records, images, descs, reward_model)
 
-
-# --- Command line: records (JSONL) of several policies -> the report files ---
 def read_records(path: str) -> list[dict]:
     records = []
     with open(path) as handle:
@@ -320,8 +320,6 @@ def read_records(path: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
     parser = argparse.ArgumentParser(prog="python -m open_r1.tasks.captioning.evaluate",
                                      description="Best-of-N report from per-sample records of several policies.",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
