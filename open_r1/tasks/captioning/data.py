@@ -394,20 +394,16 @@ def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, see
     for name, frac in (("val_frac", val_frac), ("test_frac", test_frac)):
         if not is_number(frac) or not 0 <= frac < 1:
             raise DataError(f"{name} must be in [0, 1), got {frac!r}")
-    groups = _contest_groups(dataset)
-    contests = list(groups)
-    n = len(contests)
+    groups = list(_contest_groups(dataset).values())
+    n = len(groups)
     order = np.random.default_rng(seed).permutation(n)
     n_val = max(1, round(val_frac * n)) if val_frac > 0 else 0
     n_test = max(1, round(test_frac * n)) if test_frac > 0 else 0
     if n - n_val - n_test < 1:
         raise DataError(f"{n} contests cannot fill val ({n_val}), test ({n_test}) and a train split; add contests")
-    parts = {"val": order[:n_val], "test": order[n_val:n_val + n_test], "train": order[n_val + n_test:]}
-    out = {}
-    for split in ("train", "val", "test"):
-        rows = sorted(r for c in parts[split] for r in groups[contests[c]])
-        out[split] = dataset.select(np.asarray(rows, dtype=np.int64))
-    return datasets.DatasetDict(out)
+    parts = {"train": order[n_val + n_test:], "val": order[:n_val], "test": order[n_val:n_val + n_test]}
+    rows = {split: sorted(r for c in part for r in groups[c]) for split, part in parts.items()}
+    return datasets.DatasetDict({split: dataset.select(np.asarray(r, dtype=np.int64)) for split, r in rows.items()})
 
 
 def prompt_rows(dataset):

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -110,19 +111,18 @@ def policy_metrics(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> d
 def format_failures(records: Sequence[dict], examples: int = 2, max_chars: int = 400) -> dict:
     """``format_failures`` ({parser reason: count}), ``top_failure`` (the commonest or None) and a few
     ``example_completions`` ({"failed": [...], "parsed": [...]}, cut to ``max_chars``)."""
-    counts: dict[str, int] = {}
+    counts: Counter = Counter()
     shown: dict[str, list[str]] = {"failed": [], "parsed": []}
     for r in records:
         text = r.get("completion")
         kind = "parsed" if r.get("caption") is not None else "failed"
         if kind == "failed":
             reason = r.get("parse_reason") or (protocol.parse_details(text).reason if text is not None else "unknown")
-            counts[reason] = counts.get(reason, 0) + 1
+            counts[reason] += 1
         if text is not None and len(shown[kind]) < examples:
             shown[kind].append(str(protocol.completion_text(text))[:max_chars])
-    top = max(counts, key=counts.get) if counts else None
-    return {"format_failures": dict(sorted(counts.items(), key=lambda kv: -kv[1])), "top_failure": top,
-            "example_completions": shown}
+    ranked = dict(counts.most_common())  # commonest first, ties in order of appearance
+    return {"format_failures": ranked, "top_failure": next(iter(ranked), None), "example_completions": shown}
 
 
 def paired_bootstrap(policy: dict[Any, float | None], baseline: dict[Any, float | None], n_boot: int = 2000,
