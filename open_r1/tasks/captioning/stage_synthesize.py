@@ -75,9 +75,8 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
 
 
 def _generate_hf(model_path, records, messages, cfg: Config):
-    import torch  # deferred: heavy
-    model = modeling.load_model(model_path, dtype=None if torch.cuda.is_available() else "float32")
-    model = model.to(config.device()).eval()
+    device = config.device()
+    model = modeling.load_model(model_path, dtype=None if device == "cuda" else "float32").to(device).eval()
     processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
     texts = []
     for start in range(0, len(records), cfg.batch_size):
