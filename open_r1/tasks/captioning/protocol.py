@@ -81,9 +81,10 @@ def format_target(thinking: str, caption: str) -> str:
     inside them, a multi-line or empty caption), so a bad trace cannot become an SFT target the parser rejects."""
     thinking, caption = thinking.strip(), caption.strip()
     for name, value in (("thinking", thinking), ("caption", caption)):
-        for tag in (THINK_OPEN, THINK_CLOSE, CAPTION_OPEN, CAPTION_CLOSE):
+        for tag in _TAGS:
             if tag in value:
-                raise DataError(f"format_target: the {name} contains the tag {tag!r}; strip tags before building targets")
+                raise DataError(f"format_target: the {name} contains the tag {tag!r}; strip tags before building "
+                                "targets")
     if not caption or "\n" in caption or "\r" in caption:
         raise DataError(f"format_target: the caption must be one non-empty line, got {caption!r}")
     return f"{thinking}{THINK_CLOSE}\n\n{CAPTION_OPEN}{caption}{CAPTION_CLOSE}"
@@ -125,9 +126,7 @@ def count_words(caption: str) -> int:
 
 def parse_details(text: Any, max_words: int = MAX_WORDS) -> CaptionParse:
     """Parse a completion (str or TRL message list) strictly; see the module docstring for the rules."""
-    text = completion_text(text)
-    body = text.lstrip()
-    body = body.removeprefix(THINK_OPEN)
+    body = completion_text(text).lstrip().removeprefix(THINK_OPEN)
     if THINK_OPEN in body:
         return CaptionParse(None, "extra_think_open")
     n_close = body.count(THINK_CLOSE)
