@@ -280,7 +280,8 @@ def image_swap_accuracy(recipe, model, split: str, blind: bool) -> dict | None:
 def inputs(recipe) -> dict[str, config.Input]:
     split = recipe.section(NAME).train_split
     train = config.split_input(recipe.paths, split) if split == "train" else config.Input(
-        recipe.paths.split(split), f"the {split} split", "set rm.train_split to an existing split", config.DATASET_MARKER)
+        recipe.paths.split(split), f"the {split} split", "set rm.train_split to an existing split",
+        config.DATASET_MARKER)
     return {"backbone": config.Input(recipe.paths.rm_base, "the RM backbone", "set models.reward_backbone to a model "
                                      "dir"), "train": train,
             **{split: config.split_input(recipe.paths, split) for split in scored_splits(recipe)}}
@@ -336,8 +337,8 @@ def finish(recipe, report: dict) -> dict:
 def markdown(rm: dict) -> list[str]:
     """The results table: each RM's held-out accuracy with its CI, label/oracle agreement and the image swap."""
     lines = ["", "## Reward model: held-out pairwise accuracy (95 % bootstrap CI over contests)", "",
-             "| RM | split | accuracy | CI | pairs | contests | label/oracle agreement | image swap (own cartoon wins) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| RM | split | accuracy | CI | pairs | contests | label/oracle agreement | image swap (own cartoon "
+             "wins) |", "|---|---|---|---|---|---|---|---|"]
     kept = (rm.get("rm") or {}).get("selected")
     labels = {"rm": "with image" + (f" (kept: seed {kept['seed']}, best on val)" if kept else "")}
     labels.update({key: f"with image, seed {key[4:]}" for key in sorted(rm) if key.startswith("rm_s")})
