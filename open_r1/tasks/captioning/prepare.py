@@ -105,9 +105,7 @@ def read_summary(path: str) -> list[tuple]:
             reader = csv.reader(handle)
             next(reader)
             rows = []
-            for fields in reader:
-                if not any(fields):
-                    continue
+            for fields in filter(any, reader):  # blank lines skipped
                 try:
                     cats = sum(int(float(fields[col[c]])) for c in CATEGORIES)
                     rows.append((fields[col["caption"]], float(fields[col["mean"]]), float(fields[col["precision"]]),
@@ -168,8 +166,7 @@ def hub_source(root: str):
         for rows in np.split(order, bounds):
             part = ratings.data.table.take(rows).to_pydict()
             cats = [sum(t) for t in zip(*(part[c] for c in CATEGORIES))] if has_cats else [None] * len(rows)
-            nan = float("nan")  # a missing statistic: dropped and counted as non-finite (rule 1)
-            stats = [(m if m is not None else nan, p if p is not None else nan, v or 0)
+            stats = [(m if m is not None else math.nan, p if p is not None else math.nan, v or 0)  # nan: rule 1
                      for m, p, v in zip(part["mean"], part["precision"], part["votes"])]
             yield int(ids[rows[0]]), [("", [(c or "", *st, k) for c, st, k in zip(part["caption"], stats, cats)])]
 
