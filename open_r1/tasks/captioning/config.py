@@ -1,11 +1,8 @@
 """The captioning recipe: one YAML file (``configs/captioning/*.yaml``), parsed once into typed settings.
 
-A recipe has top-level keys (`RunConfig`: work_dir, seed, data_dir, models, ...) and one section per stage; each
-section is one dataclass (the stage module's ``Config``: every setting once, with its default and help) parsed
-strictly by `parse_section`: an unknown key is one RecipeError naming the closest valid one (``--set
-rm.max_second=300`` -> "did you mean rm.max_seconds?"), a value its field cannot hold another, and the dataclass's
-``__post_init__`` checks the rest. The pipeline parses every section before any stage runs and hands each stage its
-parsed `Recipe`; ``--set section.key=value`` overrides any key (the value read as YAML).
+Top-level keys (`RunConfig`) and one section per stage, each a dataclass (the stage's ``Config``) parsed strictly by
+`parse_section`: an unknown key is one RecipeError naming the closest valid one, a value its field cannot hold
+another, and ``__post_init__`` checks the rest. ``--set section.key=value`` overrides any key (value read as YAML).
 """
 from __future__ import annotations
 
@@ -101,10 +98,9 @@ def at_least(where: str, cfg, minimum: float, *names: str) -> None:
         require(value is None or value >= minimum, f"{where}.{name} must be >= {minimum}, got {value!r}")
 
 
-def seed_list(key: str, seeds: list[int]) -> list[int]:
-    require(bool(seeds) and len(set(seeds)) == len(seeds), f"{key} must be a list of distinct integers, e.g. [0, 1, 2]; "
-            f"got {seeds!r}")
-    return seeds
+def seed_list(key: str, seeds: list[int]) -> None:
+    require(bool(seeds) and len(set(seeds)) == len(seeds), f"{key} must be a list of distinct integers, e.g. "
+            f"[0, 1, 2]; got {seeds!r}")
 
 
 def help_field(default, text: str, **kwargs):
@@ -191,7 +187,6 @@ class Paths:
     """Where the stages read and write, under the recipe's work_dir."""
 
     def __init__(self, recipe: Recipe):
-        self.recipe = recipe
         run = recipe.run
         self.root = os.path.abspath(run.work_dir)
         self.data = os.path.abspath(run.data_dir or os.path.join(self.root, "data"))

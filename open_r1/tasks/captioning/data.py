@@ -1,75 +1,53 @@
-"""Caption-contest data: load and validate the real layout, then build SFT rows, preference pairs and splits.
+"""Caption-contest data: load and validate the layout, then build SFT rows, preference pairs and splits.
 
-Expected layout
----------------
-A directory written by ``datasets.Dataset.save_to_disk`` (or a ``DatasetDict`` of them, pick one with ``split=``),
-**one row per caption**:
-
-=============  ===================  ===========================================================================
-column         type                 meaning
-=============  ===================  ===========================================================================
-``contest``    int or str           the cartoon (contest) id; every caption of one cartoon shares it
-``image``      ``datasets.Image``   the cartoon (repeated on each of its caption rows); or a str: the image file's
-                                    path relative to the dataset's own directory (``prepare`` writes
-                                    ``../images/<contest>.jpg``: each cartoon stored once, not on every row)
-``caption``    str                  one caption entry, one line
-``mean``       float                mean rating of the caption (finite)
-``precision``  float >= 0           spread of the rating: by default **the standard error of the mean** (see
-                                    ``se_from`` in ``standard_errors``)
-``votes``      int >= 0             number of ratings
-``scene``, ``twist``, ``location``, ``entities``  (optional) the cartoon's description fields (str, or a list of
-                                    str for entities); missing columns are simply left out of the prompt
-=============  ===================  ===========================================================================
-
-The stand-in (``standin.captioning.cartoons``) adds ``oracle`` (its hidden score; ``load_captions`` drops it unless
-``keep_oracle=True``: no training path may read it) and ``scene_meta`` (JSON of what was rendered).
+Layout: a ``save_to_disk`` dir (or a DatasetDict: pick one with ``split=``), one row per caption: ``contest`` (int or
+str: the cartoon id), ``image`` (``datasets.Image``, or a path relative to the dataset dir: prepare writes
+``../images/<contest>.jpg``, each cartoon stored once), ``caption`` (str, one line), ``mean`` (finite float),
+``precision`` (float >= 0: by default the standard error of the mean, see ``standard_errors``), ``votes`` (int >= 0);
+optional description columns ``scene``, ``twist``, ``location``, ``entities`` (str; entities may be a list of str),
+left out of the prompt when missing. The stand-in adds ``oracle`` (its hidden score: ``load_captions`` drops it
+unless ``keep_oracle=True``; no training path may read it) and ``scene_meta``.
 """
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from open_r1.checks import is_int, is_number
 from open_r1.errors import DataError
 from open_r1.tasks.captioning import protocol
-from open_r1.validate import is_int, is_number
 
 logger = logging.getLogger(__name__)
 
 REQUIRED_COLUMNS = ("contest", "image", "caption", "mean", "precision", "votes")
 DESCRIPTION_FIELDS = protocol.DESCRIPTION_FIELDS
-# Columns for analysis only (the stand-in's hidden score): dropped by every loader unless asked for.
-ANALYSIS_COLUMNS = ("oracle",)
 THINKING_COLUMN = "thinking"  # written by trace synthesis (or the stand-in's templated traces) on top_k_rows(...)
 SE_FROM = ("precision", "std_over_sqrt_votes")
 
 
-# --- Loading and validation ---
 def load_captions(path: str | os.PathLike, split: str | None = None, *, keep_oracle: bool = False,
                   check_images: str = "first_per_contest", rename: dict[str, str] | None = None):
-    """Load and validate a caption-contest dataset saved with ``save_to_disk`` (see the module docstring).
-
-    ``split`` picks one split of a saved DatasetDict. ``keep_oracle=True`` keeps the stand-in's ``oracle`` column
-    (analysis and evaluation only). ``check_images``: ``"first_per_contest"`` (default: decode the first image of
-    every contest), ``"all"`` or ``"none"``. ``rename`` maps source column names to this layout's before validation
-    (e.g. ``HUMOR_R1_RENAME`` for the public humor-r1 description names: canny -> scene, uncanny -> twist).
-    """
+    """The validated caption dataset at `path` (module docstring). ``check_images``: ``"first_per_contest"``,
+    ``"all"`` or ``"none"``; ``rename``: source column names -> this layout's (e.g. ``HUMOR_R1_RENAME``)."""
     import datasets
 
     path = os.fspath(path)
     if not os.path.isdir(path):
-        raise DataError(
-            f"caption dataset directory {path} does not exist; prepare the real data with open-r1-caption-prepare, "
-            f"or generate the offline stand-in: python -m standin.captioning.cartoons --out {path} --contests 40"
-        )
+        raise DataError(f"caption dataset directory {path} does not exist; prepare the real data with "
+                        "open-r1-caption-prepare, or generate the offline stand-in: python -m "
+                        f"standin.captioning.cartoons --out {path} --contests 40")
     try:
         loaded = datasets.load_from_disk(path)
     except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
-        raise DataError(f"{path} is not a dataset saved with save_to_disk ({exc}); point to a split's directory") from None
+        raise DataError(f"{path} is not a dataset saved with save_to_disk ({exc}); point to a split's directory") \
+            from None
     if isinstance(loaded, datasets.DatasetDict):
         if split is None or split not in loaded:
             raise DataError(f"{path} holds splits {sorted(loaded)}; pass split= one of those (got {split!r})")
@@ -81,7 +59,7 @@ def load_captions(path: str | os.PathLike, split: str | None = None, *, keep_ora
             raise DataError(f"{path}: cannot rename to {clash}: the dataset already has those columns")
         loaded = loaded.rename_columns(present)
     if not keep_oracle:
-        loaded = drop_analysis_columns(loaded)
+        loaded = drop_oracle(loaded)
     if loaded.features.get("image") == datasets.Value("string"):
         loaded = _resolve_image_paths(loaded, path)
     validate_captions(loaded, name=path, check_images=check_images)
@@ -89,8 +67,7 @@ def load_captions(path: str | os.PathLike, split: str | None = None, *, keep_ora
 
 
 def _resolve_image_paths(dataset, path: str):
-    """The ``image`` column of image paths relative to ``path``, as a ``datasets.Image`` column of absolute paths
-    (an Arrow string join: no per-row Python, no cache file written into the dataset's folder)."""
+    """Relative image paths -> a ``datasets.Image`` column of absolute ones (an Arrow join: no cache file written)."""
     import datasets
     import pyarrow.compute as pc
 
@@ -103,32 +80,27 @@ HUMOR_R1_RENAME = {"canny": "scene", "uncanny": "twist", "contest_number": "cont
 
 
 def filter_captions(dataset, min_votes: int = 10, min_captions: int = 20):
-    """The public pipeline's filters, explicit: captions with at least ``min_votes`` votes, then contests with at
-    least ``min_captions`` such captions (humor-r1: 10 and 20). Returns the kept rows in their order."""
+    """Captions with >= ``min_votes`` votes, then contests with >= ``min_captions`` of them (humor-r1's filters)."""
     for name, value in (("min_votes", min_votes), ("min_captions", min_captions)):
         if not is_int(value) or value < 0:
             raise DataError(f"{name} must be an integer >= 0, got {value!r}")
     votes = _column(dataset, "votes")
     voted = [row for row, v in enumerate(votes) if v >= min_votes]
     contests = _column(dataset, "contest")
-    counts: dict[Any, int] = {}
-    for row in voted:
-        counts[contests[row]] = counts.get(contests[row], 0) + 1
+    counts = Counter(contests[row] for row in voted)
     keep = [row for row in voted if counts[contests[row]] >= min_captions]
     if not keep:
         raise DataError(f"no contest keeps {min_captions} captions with >= {min_votes} votes; lower the thresholds")
     return dataset.select(np.asarray(keep, dtype=np.int64))  # an array: datasets hashes a list item by item
 
 
-def drop_analysis_columns(dataset):
-    """The dataset without ``ANALYSIS_COLUMNS`` (the stand-in's hidden oracle score)."""
-    present = [c for c in ANALYSIS_COLUMNS if c in dataset.column_names]
-    return dataset.remove_columns(present) if present else dataset
+def drop_oracle(dataset):
+    """The dataset without the stand-in's hidden ``oracle`` score."""
+    return dataset.remove_columns("oracle") if "oracle" in dataset.column_names else dataset
 
 
 def _column(dataset, name: str) -> list:
-    """One column as a list, read in Arrow batches: iterating the column went row by row (10-80x slower), and one
-    read of a dataset with an indices mapping (after select) builds a table slice per row (~1 GB a million rows)."""
+    """One column as a list, read in Arrow batches (row by row is 10-80x slower, and memory-hungry after select)."""
     out = []
     for batch in dataset.select_columns([name]).with_format("arrow").iter(batch_size=1 << 14):
         out.extend(batch.column(0).to_pylist())
@@ -136,7 +108,7 @@ def _column(dataset, name: str) -> list:
 
 
 def validate_captions(dataset, name: str = "caption dataset", check_images: str = "first_per_contest") -> None:
-    """Raise one DataError for the first problem found, naming the column, the row and the fix."""
+    """One DataError for the first problem found, naming the column, the row and the fix."""
     import datasets
 
     if check_images not in ("first_per_contest", "all", "none"):
@@ -145,24 +117,18 @@ def validate_captions(dataset, name: str = "caption dataset", check_images: str 
         raise DataError(f"{name} is empty; it needs one row per caption")
     missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
     if missing:
-        raise DataError(
-            f"{name} lacks column(s) {missing}; it has {dataset.column_names}. The caption layout needs "
-            f"{list(REQUIRED_COLUMNS)} (one row per caption; see open_r1/tasks/captioning/data.py)"
-        )
+        raise DataError(f"{name} lacks column(s) {missing}; it has {dataset.column_names}. The caption layout needs "
+                        f"{list(REQUIRED_COLUMNS)} (one row per caption; see open_r1/tasks/captioning/data.py)")
     if not isinstance(dataset.features["image"], datasets.Image):
-        raise DataError(
-            f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image; "
-            "cast it with dataset.cast_column('image', datasets.Image())"
-        )
-    for row, value in enumerate(_column(dataset, "mean")):
-        if not is_number(value) or not math.isfinite(value):
-            raise DataError(f"{name} row {row}: mean {value!r} is not a finite number; fix or drop that caption")
-    for row, value in enumerate(_column(dataset, "votes")):
-        if not is_int(value) or value < 0:
-            raise DataError(f"{name} row {row}: votes {value!r} must be an integer >= 0")
-    for row, value in enumerate(_column(dataset, "precision")):
-        if not is_number(value) or not math.isfinite(value) or value < 0:
-            raise DataError(f"{name} row {row}: precision {value!r} must be a finite number >= 0")
+        raise DataError(f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image; "
+                        "cast it with dataset.cast_column('image', datasets.Image())")
+    rules = {"mean": (lambda v: is_number(v) and math.isfinite(v), "is not a finite number; fix or drop that caption"),
+             "votes": (lambda v: is_int(v) and v >= 0, "must be an integer >= 0"),
+             "precision": (lambda v: is_number(v) and math.isfinite(v) and v >= 0, "must be a finite number >= 0")}
+    for column, (ok, problem) in rules.items():
+        for row, value in enumerate(_column(dataset, column)):
+            if not ok(value):
+                raise DataError(f"{name} row {row}: {column} {value!r} {problem}")
     for row, value in enumerate(_column(dataset, "caption")):
         if not isinstance(value, str) or not value.strip():
             raise DataError(f"{name} row {row}: empty caption {value!r}; drop rows without a caption")
@@ -186,22 +152,13 @@ def validate_captions(dataset, name: str = "caption dataset", check_images: str 
         _decode_image(raw[row]["image"], row, name)
 
 
-def _decode_image(cell: Any, row: int, name: str):
-    import io
-
-    from PIL import Image
+def _decode_image(cell: Any, row: int, name: str) -> None:
+    from PIL import Image  # deferred: heavy
 
     try:
-        if cell is None:
-            raise ValueError("no image")
-        if cell.get("bytes"):
-            image = Image.open(io.BytesIO(cell["bytes"]))
-        elif cell.get("path"):
-            image = Image.open(cell["path"])
-        else:
-            raise ValueError("neither bytes nor path")
-        image.load()
-        return image
+        if not cell or not (cell.get("bytes") or cell.get("path")):
+            raise ValueError("no image bytes or path")
+        Image.open(io.BytesIO(cell["bytes"]) if cell.get("bytes") else cell["path"]).load()
     except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
         raise DataError(f"{name} row {row}: unreadable image ({exc}); re-encode or drop that cartoon") from None
 
@@ -217,10 +174,8 @@ def _description_columns(dataset) -> list[str]:
     return [c for c in DESCRIPTION_FIELDS if c in dataset.column_names]
 
 
-# --- SFT rows ---
 def _top_k_by_contest(dataset, top_k: int, groups: list[list[int]] | None = None) -> list[list[int]]:
-    """Per contest (in contest order; `groups`: the rows of each, if already read), the rows of its ``top_k``
-    captions, best first: by mean, ties by more votes, then row order."""
+    """Per contest (`groups`: its rows, if already read), its ``top_k`` rows by mean, then votes, then row order."""
     if not is_int(top_k) or top_k < 1:
         raise DataError(f"top_k must be a positive integer, got {top_k!r}")
     means, votes = _column(dataset, "mean"), _column(dataset, "votes")
@@ -229,42 +184,32 @@ def _top_k_by_contest(dataset, top_k: int, groups: list[list[int]] | None = None
 
 
 def top_k_rows(dataset, top_k: int = 3):
-    """The ``top_k`` captions of every contest by mean (ties: more votes first, then row order), contest order kept.
-
-    This is what trace synthesis explains; it adds a ``thinking`` column (``THINKING_COLUMN``) for ``sft_rows``.
-    """
+    """The ``top_k`` captions of every contest (`_top_k_by_contest`) in row order: what trace synthesis explains."""
     keep = [row for top in _top_k_by_contest(dataset, top_k) for row in sorted(top)]
-    return drop_analysis_columns(dataset.select(keep))
+    return drop_oracle(dataset.select(keep))
 
 
 def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, processor=None):
-    """TRL SFTTrainer prompt-completion VLM rows for the top-k captions of each contest.
+    """TRL prompt-completion VLM rows (prompt, completion, images, contest) of the top-k captions with a trace.
 
-    Each row: ``{"prompt": protocol.build_messages(desc), "completion": [assistant turn with
-    protocol.format_target(thinking, caption)], "images": [image], "contest": id}``; rows whose ``thinking`` is empty
-    (dropped by synthesis) are skipped and counted in the log. ``processor`` (for a Thinking policy): *text* rows
-    instead, the chat template's generation prompt and ``format_target(...)`` + the end-of-turn text: Qwen3 Thinking
-    templates rewrite an assistant turn's think block (the tiny one drops it), so conversational rows would not train
-    on exactly what the policy must generate after the generation prompt.
+    With ``processor``: text rows (generation prompt; ``format_target`` + end of turn), since Qwen3 Thinking
+    templates rewrite an assistant turn's think block, so conversational rows would not train on what is generated.
     """
     if thinking_column not in dataset.column_names:
-        raise DataError(
-            f"sft_rows needs a {thinking_column!r} column (the synthesized trace of each caption); it has "
-            f"{dataset.column_names}. Run trace synthesis on data.top_k_rows(dataset) first (or, on the stand-in, "
-            f"standin.captioning.cartoons.add_templated_thinking)"
-        )
+        raise DataError(f"sft_rows needs a {thinking_column!r} column (the synthesized trace of each caption); it "
+                        f"has {dataset.column_names}. Run trace synthesis on data.top_k_rows(dataset) first (or, on "
+                        "the stand-in, standin.captioning.cartoons.add_templated_thinking)")
     top = top_k_rows(dataset, top_k)
     desc_cols = _description_columns(top)
     table = top.select_columns(["contest", "caption", thinking_column, *desc_cols])
-    out: dict[str, list] = {"prompt": [], "completion": [], "images": [], "contest": []}
+    out: dict[str, list] = {"prompt": [], "completion": [], "contest": []}
     end_of_turn = _end_of_turn(processor) if processor is not None else None
     # a template whose generation prompt does not open the think block (an Instruct model): the completion opens it
     think_open = "" if processor is None or generation_prompt_opens_think(processor) else protocol.THINK_OPEN + "\n"
-    keep, skipped = [], 0
+    keep = []
     for row, record in enumerate(table):
         thinking = record[thinking_column]
         if thinking is None or not str(thinking).strip():
-            skipped += 1
             continue
         keep.append(row)
         target = protocol.format_target(str(thinking), record["caption"])
@@ -276,17 +221,17 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, pr
             out["prompt"].append(processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
             out["completion"].append(think_open + target + end_of_turn)
         out["contest"].append(record["contest"])
-    if skipped:
-        logger.warning("sft_rows: skipped %d of %d top-%d rows without a thinking trace", skipped, len(table), top_k)
+    if len(keep) < len(table):
+        logger.warning("sft_rows: skipped %d of %d top-%d rows without a thinking trace", len(table) - len(keep),
+                       len(table), top_k)
     if not keep:
         raise DataError("sft_rows: no row has a thinking trace; trace synthesis dropped every one")
     return with_images(out, top, keep)
 
 
 def with_images(columns: dict, dataset, rows: list[int]):
-    """``datasets.Dataset`` of ``columns`` plus ``images`` = [the image of ``dataset`` row r] for r in ``rows``. The
-    stored PNG bytes pass through as they are: decoding each image and re-encoding it for the new table was ~80 % of
-    the cost of building such rows (~6 ms an image; minutes for the stand-in's 30k pre-training rows)."""
+    """``columns`` plus ``images`` = [the image of ``dataset`` row r] for r in ``rows``, the stored bytes passed
+    through undecoded (re-encoding was ~80 % of the cost)."""
     import datasets
 
     stored = dataset.select(rows).cast_column("image", datasets.Image(decode=False))["image"]
@@ -312,12 +257,9 @@ def _end_of_turn(processor) -> str:
     return tail
 
 
-# --- Preference pairs ---
 def standard_errors(dataset, se_from: str | Callable[[dict], float] = "precision") -> np.ndarray:
-    """The standard error of each caption's mean rating, made explicit (getting it wrong changes the k-sigma rule
-    by a factor of sqrt(votes)): ``"precision"``: the column *is* the SE of the mean (the public data's convention;
-    humor-r1 assumed it unchecked); ``"std_over_sqrt_votes"``: it is the per-vote SD, SE = precision / sqrt(votes)
-    (0 votes: an infinite SE, never a pair); or a callable ``row -> se``."""
+    """Each caption's standard error of the mean: ``"precision"`` (the column is the SE, the public data's
+    convention), ``"std_over_sqrt_votes"`` (it is the per-vote SD; 0 votes: infinite, never a pair) or ``row -> se``."""
     if callable(se_from):
         table = dataset.select_columns([c for c in dataset.column_names if c != "image"])
         se = np.array([float(se_from(row)) for row in table], dtype=np.float64)
@@ -344,16 +286,9 @@ def _pair_mask(mean: np.ndarray, se: np.ndarray, k: float, start: int, stop: int
     return (gap > threshold) & (np.arange(start, len(mean))[None, :] > i[:, None])
 
 
-def _mask_pairs(mask: np.ndarray, start: int) -> np.ndarray:
-    a, b = np.nonzero(mask)  # row-major: the (i, j) order of the whole upper triangle
-    return np.stack([a + start, b + start], axis=1)
-
-
 def _contest_pairs(mean: np.ndarray, se: np.ndarray, k: float, cap: int | None, rng) -> np.ndarray:
-    """A contest's qualifying (i, j), i < j (local indices, row-major order); with ``cap``, ``cap`` of them drawn by
-    ``rng.choice(count, cap, replace=False)`` (in the draw's order) when more qualify. Bounded memory: the pairs are
-    never all materialised (a 10k-caption contest has ~2.5e7): a first pass counts them per row, blockwise; a drawn
-    pair's row is then found from the running counts and only that row's comparisons are redone."""
+    """A contest's qualifying (i, j), i < j, row-major; with ``cap``, ``cap`` of them drawn without replacement.
+    Bounded memory: a blockwise pass counts pairs per row; a drawn pair's row alone is then recomputed."""
     n = len(mean)
     block = max(1, (1 << 20) // max(n, 1))  # ~1M cells of the comparison at a time, whatever the contest's size
     per_row, found = [], []
@@ -361,7 +296,7 @@ def _contest_pairs(mean: np.ndarray, se: np.ndarray, k: float, cap: int | None, 
         mask = _pair_mask(mean, se, k, start, min(start + block, n))
         per_row.append(mask.sum(axis=1))
         if cap is None or sum(len(f) for f in found) + per_row[-1].sum() <= cap:
-            found.append(_mask_pairs(mask, start))
+            found.append(np.argwhere(mask) + start)  # row-major: the (i, j) order of the upper triangle
     ends = np.cumsum(np.concatenate(per_row)) if n else np.zeros(0, dtype=np.int64)
     if cap is None or not n or ends[-1] <= cap:
         return np.concatenate(found) if found else np.empty((0, 2), dtype=np.int64)
@@ -377,9 +312,8 @@ def _contest_pairs(mean: np.ndarray, se: np.ndarray, k: float, cap: int | None, 
 
 def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float] = "precision",
                  cap_per_contest: int | None = 1000, seed: int = 0, *, se: Any = None) -> np.ndarray:
-    """The rows of ``preference_pairs``' pairs, without building the pair dataset: an int array ``(n, 2)`` of
-    (chosen, rejected) row indices into ``dataset``, in ``preference_pairs``' order (same rule, cap and seed). For
-    counting or selecting pairs cheaply (the pair dataset copies each pair's image)."""
+    """``preference_pairs``' (chosen, rejected) row indices, an int array ``(n, 2)`` in its order, without building
+    the pair dataset (which copies each pair's image)."""
     if se is not None:
         se_from = se
     if not is_number(k) or not k >= 0:
@@ -395,21 +329,15 @@ def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float]
         pairs.append(rows[_contest_pairs(mean[rows], ses[rows], float(k), cap_per_contest, rng)])
     pairs = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.int64)
     if not len(pairs):
-        raise DataError(
-            f"no caption pair passes the gap rule (k={k}, se_from={se_from!r}); lower k, or check that the standard "
-            f"errors are what se_from says"
-        )
+        raise DataError(f"no caption pair passes the gap rule (k={k}, se_from={se_from!r}); lower k, or check that "
+                        "the standard errors are what se_from says")
     pairs = pairs[rng.permutation(len(pairs))]
-    hi_first = mean[pairs[:, 0]] >= mean[pairs[:, 1]]
-    return np.stack([np.where(hi_first, pairs[:, 0], pairs[:, 1]), np.where(hi_first, pairs[:, 1], pairs[:, 0])],
-                    axis=1)
+    return np.where((mean[pairs[:, 0]] >= mean[pairs[:, 1]])[:, None], pairs, pairs[:, ::-1])  # higher mean first
 
 
 def image_negative_indices(dataset, n: int, top_k: int = 3, seed: int = 0) -> np.ndarray:
-    """Pairs that differ in the image only (the RM's image swap): an int array ``(n, 2)`` of (caption row, other
-    row), the caption one of its contest's ``top_k`` by mean and the other row the first of a different contest,
-    whose cartoon replaces the caption's own; contest, caption and other contest drawn uniformly with ``seed``. The
-    label is assumed, not rated: a top caption is funnier under its own cartoon than under a random other one."""
+    """The RM's image swap: ``(n, 2)`` (caption row, other row): a top-k caption of a random contest, and the first
+    row of another random contest, whose cartoon replaces its own (assumed worse, not rated)."""
     if not is_int(n) or n < 0:
         raise DataError(f"the number of image-negative pairs must be an integer >= 0, got {n!r}")
     groups = list(_contest_groups(dataset).values())
@@ -431,12 +359,10 @@ def preference_pairs(dataset, k: float = 3.0, se_from: str | Callable[[dict], fl
                      keep_oracle: bool = False):
     """Bradley-Terry pairs: two captions of one contest whose mean gap exceeds ``k * sqrt(se_1^2 + se_2^2)``.
 
-    ``se_from`` (alias ``se``) says what the standard error is (``standard_errors``). Per contest every qualifying
-    pair is found, then at most ``cap_per_contest`` are drawn uniformly at random (None: no cap); the pairs of all
-    contests are then shuffled together with ``seed``, so any prefix spans the contests (never the first N pairs in
-    contest order). Columns: ``contest``, ``image``, description fields, ``chosen`` (higher mean), ``rejected``,
-    ``gap`` (mean difference > 0), ``z`` (gap over its combined SE); with ``keep_oracle`` (stand-in analysis only)
-    also ``chosen_oracle`` / ``rejected_oracle``. The rows alone: ``pair_indices``.
+    ``se_from`` (alias ``se``): see ``standard_errors``. At most ``cap_per_contest`` pairs a contest, drawn at random,
+    then all shuffled with ``seed`` (any prefix spans the contests). Columns: ``contest``, ``image``, description,
+    ``chosen`` (higher mean), ``rejected``, ``gap``, ``z`` (gap / combined SE); with ``keep_oracle`` (stand-in
+    analysis) ``chosen_oracle`` / ``rejected_oracle``.
     """
     if se is not None:
         se_from = se
@@ -450,56 +376,44 @@ def preference_pairs(dataset, k: float = 3.0, se_from: str | Callable[[dict], fl
     gap = mean[chosen] - mean[rejected]
     z = gap / np.maximum(np.sqrt(ses[chosen] ** 2 + ses[rejected] ** 2), 1e-12)
     base = dataset.select_columns(["contest", "image", *_description_columns(dataset)]).select(chosen.tolist())
-    base = base.add_column("chosen", [captions[i] for i in chosen])
-    base = base.add_column("rejected", [captions[i] for i in rejected])
-    base = base.add_column("gap", gap.tolist())
-    base = base.add_column("z", z.tolist())
+    columns = {"chosen": [captions[i] for i in chosen], "rejected": [captions[i] for i in rejected],
+               "gap": gap.tolist(), "z": z.tolist()}
     if keep_oracle:
         oracle = np.asarray(_column(dataset, "oracle"), dtype=np.float64)
-        base = base.add_column("chosen_oracle", oracle[chosen].tolist())
-        base = base.add_column("rejected_oracle", oracle[rejected].tolist())
+        columns.update(chosen_oracle=oracle[chosen].tolist(), rejected_oracle=oracle[rejected].tolist())
+    for name, values in columns.items():
+        base = base.add_column(name, values)
     return base
 
 
-# --- Splits and prompt rows ---
 def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, seed: int = 0):
-    """A ``DatasetDict`` train / val / test whose contests are disjoint (every caption of a contest in one split).
-
-    Contests are shuffled with ``seed``; val and test get ``round(frac * n_contests)`` contests each, at least one
-    when their fraction is > 0, and train keeps at least one.
-    """
+    """A train / val / test ``DatasetDict`` with disjoint contests, shuffled with ``seed``: val and test get
+    ``round(frac * n)`` contests (at least one when frac > 0), train at least one."""
     import datasets
 
     for name, frac in (("val_frac", val_frac), ("test_frac", test_frac)):
         if not is_number(frac) or not 0 <= frac < 1:
             raise DataError(f"{name} must be in [0, 1), got {frac!r}")
-    groups = _contest_groups(dataset)
-    contests = list(groups)
-    n = len(contests)
+    groups = list(_contest_groups(dataset).values())
+    n = len(groups)
     order = np.random.default_rng(seed).permutation(n)
     n_val = max(1, round(val_frac * n)) if val_frac > 0 else 0
     n_test = max(1, round(test_frac * n)) if test_frac > 0 else 0
     if n - n_val - n_test < 1:
         raise DataError(f"{n} contests cannot fill val ({n_val}), test ({n_test}) and a train split; add contests")
-    parts = {"val": order[:n_val], "test": order[n_val:n_val + n_test], "train": order[n_val + n_test:]}
-    out = {}
-    for split in ("train", "val", "test"):
-        rows = sorted(r for c in parts[split] for r in groups[contests[c]])
-        out[split] = dataset.select(np.asarray(rows, dtype=np.int64))
-    return datasets.DatasetDict(out)
+    parts = {"train": order[n_val + n_test:], "val": order[:n_val], "test": order[n_val:n_val + n_test]}
+    rows = {split: sorted(r for c in part for r in groups[c]) for split, part in parts.items()}
+    return datasets.DatasetDict({split: dataset.select(np.asarray(r, dtype=np.int64)) for split, r in rows.items()})
 
 
 def prompt_rows(dataset):
-    """One row per contest for GRPO and evaluation: ``prompt`` (``protocol.build_messages(desc)``), ``image``,
-    ``contest`` and the description columns (which the ``caption_rm`` reward reads back). Analysis columns are
-    dropped."""
+    """One row per contest for GRPO and evaluation: ``prompt``, ``image``, ``contest`` and the description columns
+    (the ``caption_rm`` reward reads them back)."""
     groups = _contest_groups(dataset)
     first = [rows[0] for rows in groups.values()]
     desc_cols = _description_columns(dataset)
     base = dataset.select_columns(["contest", "image", *desc_cols]).select(first)
     table = base.select_columns(desc_cols) if desc_cols else None
-    prompts = [
-        protocol.build_messages(protocol.description_from_row(table[i]) if table is not None else None)
-        for i in range(len(base))
-    ]
+    prompts = [protocol.build_messages(protocol.description_from_row(table[i]) if table is not None else None)
+               for i in range(len(base))]
     return base.add_column("prompt", prompts)

@@ -1,21 +1,21 @@
-"""Best-of-N evaluation of captioning policies: pure metrics over sample records, a paired comparison, a driver.
+"""Best-of-N evaluation of captioning policies: metrics over sample records, a paired comparison, a driver.
 
-A record is one sample: contest, sample_index, completion, caption (None when it does not parse), rm_raw (the RM's raw
-BT score), truncated, parse_reason. Per policy, every mean taken per cartoon first: ``format_rate``,
-``truncated_rate``, ``emitted_sigmoid`` (mean sigma(RM) of emitted captions), ``fail_as_zero`` (sigma(RM), a failure
-counting 0, on the sigmoid scale: raw BT scores have no fixed zero), ``bon@n`` (the exact expected max of sigma(RM)
-over n of the N samples: sum_i v_(i) C(i-1, n-1) / C(N, n)), the parser's failure reasons. ``paired_bootstrap``: the
-per-cartoon difference to a baseline policy with a CI from resampling cartoons (samples of a cartoon are not
-independent). ``write_report``: bon_eval.md / .json / bon_curve.png. The stand-in's hidden-rule metrics:
-``standin.captioning.oracle_eval``. From saved records (JSONL)::
+A record is one sample: contest, sample_index, completion, caption (None when it does not parse), rm_raw (the RM's
+raw BT score), truncated, parse_reason. Per policy, each mean taken per cartoon first: ``format_rate``,
+``truncated_rate``, ``emitted_sigmoid``, ``fail_as_zero`` (sigma(RM), a failure counting 0: raw BT scores have no
+fixed zero), ``bon@n`` (the exact expected max of sigma(RM) over n of the N samples). ``paired_bootstrap``: the
+per-cartoon difference to a baseline with a CI resampling cartoons. From saved records (JSONL)::
 
     python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl --baseline sft --out DIR
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
+import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -23,14 +23,14 @@ import numpy as np
 
 from open_r1 import generation
 from open_r1.errors import DataError, OpenR1Error
+from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
-from open_r1.tasks.captioning.rewards import _score, get_reward_model, sigmoid
+from open_r1.tasks.captioning.rewards import get_reward_model, sigmoid
 
 BON_NS = (1, 2, 4, 8)
 
 
-# --- Per-cartoon values ---
 def _group(records: Iterable[dict]) -> dict[Any, list[dict]]:
     groups: dict[Any, list[dict]] = {}
     for record in records:
@@ -50,7 +50,7 @@ def sample_value(record: dict) -> float:
 
 
 def expected_max_of_subset(values: Sequence[float], n: int) -> float:
-    """E[max of n values drawn without replacement from ``values``], exactly (order statistics)."""
+    """E[max of n of ``values`` drawn without replacement], exactly: sum_i v_(i) C(i-1, n-1) / C(N, n)."""
     v = np.sort(np.asarray(values, dtype=np.float64))
     big_n = len(v)
     if not 1 <= n <= big_n:
@@ -109,29 +109,26 @@ def policy_metrics(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> d
 
 
 def format_failures(records: Sequence[dict], examples: int = 2, max_chars: int = 400) -> dict:
-    """Why samples failed the format: ``format_failures`` = {parser reason: count} over failed samples (the record's
-    ``parse_reason``, else ``protocol.parse_details`` of its completion), ``top_failure`` = the commonest reason
-    or None, and a few ``example_completions`` ({"failed": [...], "parsed": [...]}, cut to ``max_chars``)."""
-    counts: dict[str, int] = {}
+    """``format_failures`` ({parser reason: count}), ``top_failure`` (the commonest or None) and a few
+    ``example_completions`` ({"failed": [...], "parsed": [...]}, cut to ``max_chars``)."""
+    counts: Counter = Counter()
     shown: dict[str, list[str]] = {"failed": [], "parsed": []}
     for r in records:
         text = r.get("completion")
         kind = "parsed" if r.get("caption") is not None else "failed"
         if kind == "failed":
             reason = r.get("parse_reason") or (protocol.parse_details(text).reason if text is not None else "unknown")
-            counts[reason] = counts.get(reason, 0) + 1
+            counts[reason] += 1
         if text is not None and len(shown[kind]) < examples:
             shown[kind].append(str(protocol.completion_text(text))[:max_chars])
-    top = max(counts, key=counts.get) if counts else None
-    return {"format_failures": dict(sorted(counts.items(), key=lambda kv: -kv[1])), "top_failure": top,
-            "example_completions": shown}
+    ranked = dict(counts.most_common())  # commonest first, ties in order of appearance
+    return {"format_failures": ranked, "top_failure": next(iter(ranked), None), "example_completions": shown}
 
 
-# --- Paired comparison ---
 def paired_bootstrap(policy: dict[Any, float | None], baseline: dict[Any, float | None], n_boot: int = 2000,
                      seed: int = 0, alpha: float = 0.05) -> dict | None:
-    """Mean of per-cartoon differences (policy - baseline) over shared cartoons, with a percentile bootstrap CI that
-    resamples cartoons. None when no cartoon has both values."""
+    """Mean per-cartoon difference (policy - baseline) over shared cartoons with a percentile bootstrap CI
+    resampling cartoons; None when no cartoon has both."""
     keys = [k for k in policy if k in baseline and policy[k] is not None and baseline[k] is not None]
     if not keys:
         return None
@@ -160,15 +157,11 @@ def evaluate_records(records_by_policy: dict[str, list[dict]], baseline: str | N
     if baseline is not None and baseline not in records_by_policy:
         raise ValueError(f"baseline {baseline!r} is not one of the policies {sorted(records_by_policy)}")
     policies = {name: metrics(records) for name, records in records_by_policy.items()}
-    comparisons = {}
-    if baseline is not None:
-        for name, values in policies.items():
-            if name != baseline:
-                comparisons[name] = comparison(values, policies[baseline], n_boot, seed)
+    comparisons = {name: comparison(values, policies[baseline], n_boot, seed) for name, values in policies.items()
+                   if baseline is not None and name != baseline}
     return {"baseline": baseline, "policies": policies, "comparisons": comparisons}
 
 
-# --- Report files ---
 def _fmt(value: Any, pct: bool = False, digits: int = 3) -> str:
     if value is None:
         return "–"
@@ -176,38 +169,37 @@ def _fmt(value: Any, pct: bool = False, digits: int = 3) -> str:
 
 
 def _fmt_ci(entry: dict | None) -> str:
-    if entry is None:
-        return "–"
-    return f"{entry['diff']:+.3f} [{entry['lo']:+.3f}, {entry['hi']:+.3f}]"
+    return "–" if entry is None else f"{entry['diff']:+.3f} [{entry['lo']:+.3f}, {entry['hi']:+.3f}]"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table's lines."""
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(row) + " |" for row in rows)]
 
 
 def markdown_table(report: dict) -> str:
     """The policies' metrics and the paired differences to the baseline, as markdown."""
     policies = report["policies"]
     bon = [f"bon@{n}" for n in BON_NS if any(m.get(f"bon@{n}") is not None for m in policies.values())]
-    head = ["policy", "cartoons", "N", "format %", "truncated %", "σ(RM) emitted", "fail-as-0 σ(RM)", *bon]
-    head.append("commonest format failure")
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = ["policy", "cartoons", "N", "format %", "truncated %", "σ(RM) emitted", "fail-as-0 σ(RM)", *bon,
+            "commonest format failure"]
+    rows = []
     for name, m in policies.items():
-        row = [name, str(m["cartoons"]), str(m["samples_per_cartoon"]), _fmt(m["format_rate"], True),
-               _fmt(m["truncated_rate"], True), _fmt(m["emitted_sigmoid"]), _fmt(m["fail_as_zero"]),
-               *[_fmt(m[k]) for k in bon]]
-        fails = m.get("format_failures") or {}
         top = m.get("top_failure")
-        row.append(f"{top} ({fails[top]}/{m['samples']})" if top else "–")
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append([name, str(m["cartoons"]), str(m["samples_per_cartoon"]), _fmt(m["format_rate"], True),
+                     _fmt(m["truncated_rate"], True), _fmt(m["emitted_sigmoid"]), _fmt(m["fail_as_zero"]),
+                     *[_fmt(m[k]) for k in bon],
+                     f"{top} ({m['format_failures'][top]}/{m['samples']})" if top else "–"])
+    lines = _table(head, rows)
     if report.get("comparisons"):
         conf = next(iter(report["comparisons"].values()))["fail_as_zero"]
         level = f"{100 * conf['confidence']:.0f} %" if conf else "95 %"
         title = (f"Paired differences to **{report['baseline']}** (policy − baseline, mean over shared cartoons, "
                  f"{level} bootstrap CI resampling cartoons):")
-        lines += ["", title, ""]
         head = ["policy", "fail-as-0 σ(RM)", f"{bon[-1]}" if bon else "bon", "σ(RM) emitted"]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for name, c in report["comparisons"].items():
-            row = [name, _fmt_ci(c["fail_as_zero"]), _fmt_ci(c.get(bon[-1]) if bon else None),
-                   _fmt_ci(c["emitted_sigmoid"])]
-            lines.append("| " + " | ".join(row) + " |")
+        rows = [[name, _fmt_ci(c["fail_as_zero"]), _fmt_ci(c.get(bon[-1]) if bon else None),
+                 _fmt_ci(c["emitted_sigmoid"])] for name, c in report["comparisons"].items()]
+        lines += ["", title, "", *_table(head, rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -236,15 +228,13 @@ def plot_bon(report: dict, path: str) -> str:
 
 def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[dict]] | None = None,
                  table: str | None = None) -> dict[str, str]:
-    """``bon_eval.md`` (`table`, default `markdown_table`), ``bon_eval.json`` (+ ``samples.jsonl`` when records are
-    given) and ``bon_curve.png``."""
+    """``bon_eval.md`` (`table` or `markdown_table`), ``bon_eval.json``, ``bon_curve.png``, ``samples.jsonl``."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {"markdown": os.path.join(out_dir, "bon_eval.md"), "json": os.path.join(out_dir, "bon_eval.json"),
              "plot": os.path.join(out_dir, "bon_curve.png")}
     with open(paths["markdown"], "w") as f:
         f.write(markdown_table(report) if table is None else table)
-    with open(paths["json"], "w") as f:
-        json.dump(report, f, indent=2, default=str)
+    write_json(paths["json"], report)
     plot_bon(report, paths["plot"])
     if records_by_policy is not None:
         paths["samples"] = os.path.join(out_dir, "samples.jsonl")
@@ -254,17 +244,15 @@ def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[d
     return paths
 
 
-# --- Driver: generate N samples per cartoon with the engine, parse, score with the RM ---
 def score_records(records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model,
                   batch_size: int = 16) -> list[dict]:
-    """Fill ``rm_raw`` of records with a caption (in place; also returned). ``reward_model=None``: every ``rm_raw``
-    is None (a format-only look at a policy, e.g. before any RM exists; `policy_metrics` needs the scores)."""
-
+    """Fill ``rm_raw`` of records with a caption, in place (``reward_model=None``: every ``rm_raw`` None)."""
     model = get_reward_model(reward_model) if isinstance(reward_model, (str, os.PathLike)) else reward_model
     todo = [r for r in records if r.get("caption") is not None] if model is not None else []
     if todo:
-        scores = _score(model, [images_by_contest[r["contest"]] for r in todo],
-                        [protocol.rm_messages(descs_by_contest[r["contest"]], r["caption"]) for r in todo], batch_size)
+        scores = model.score([images_by_contest[r["contest"]] for r in todo],
+                             [protocol.rm_messages(descs_by_contest[r["contest"]], r["caption"]) for r in todo],
+                             batch_size=batch_size)
         for r, s in zip(todo, scores):
             r["rm_raw"] = float(s)
     for r in records:
@@ -274,19 +262,13 @@ def score_records(records: list[dict], images_by_contest: dict, descs_by_contest
 
 def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
                     max_new_tokens: int = protocol.MAX_NEW_TOKENS, temperature: float = 1.0, top_p: float | None = None,
-                    top_k: int | None = None, batch_size: int = 8, rm_batch_size: int = 16,
-                    max_words: int = protocol.MAX_WORDS, seed: int = 0, max_cartoons: int | None = None,
+                    top_k: int | None = None, batch_size: int = 8, seed: int = 0, max_cartoons: int | None = None,
                     use_stop: bool = False, do_sample: bool = True, decoder: str | None = None,
                     progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """N sampled completions per cartoon of ``dataset`` (caption rows or ``data.prompt_rows``), parsed and scored:
-    records (module docstring) that also carry ``index``, the cartoon's prompt row. Prompts are the protocol's, as in
-    every stage. ``use_stop``: stop at ``protocol.STOP`` (HF keeps it, so the parser sees the closing tag);
-    ``do_sample=False``: greedy (``n`` 1); ``decoder``: ``generation.generate_texts``' (None: its default, the
-    CUDA-graph decoder on GPUs; 'hf' for small models); ``reward_model=None``: ``rm_raw`` None; ``top_p`` /
-    ``top_k`` None: the policy's generation config's (GRPO's rollouts use TRL's unless its recipe sets them)."""
-    import torch
-
-
+    records (module docstring) with ``index``, the cartoon's prompt row. ``use_stop``: stop at ``protocol.STOP``;
+    ``decoder``: ``generation.generate_texts``'; ``top_p`` / ``top_k`` None: the policy's generation config's."""
+    import torch  # deferred: heavy
     rows = cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset
     if max_cartoons is not None:
         rows = rows.select(range(min(max_cartoons, len(rows))))
@@ -294,16 +276,14 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
     images = {c: img for c, img in zip(contests, rows["image"])}
     desc_cols = [f for f in protocol.DESCRIPTION_FIELDS if f in rows.column_names]
     table = rows.select_columns(desc_cols) if desc_cols else None
-    descs = {c: (protocol.description_from_row(table[i]) if table is not None else None) for i, c in enumerate(contests)}
+    descs = {c: protocol.description_from_row(table[i]) if table is not None else None
+             for i, c in enumerate(contests)}
     prompt_text = {c: processor.apply_chat_template(protocol.build_messages(descs[c]), tokenize=False,
                                                     add_generation_prompt=True) for c in contests}
     position = {c: i for i, c in enumerate(contests)}
     jobs = [(c, k) for c in contests for k in range(n)]
-    gen_kwargs: dict[str, Any] = {"temperature": temperature} if do_sample else {}
-    if top_p is not None and do_sample:
-        gen_kwargs["top_p"] = top_p
-    if top_k is not None and do_sample:
-        gen_kwargs["top_k"] = top_k
+    sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k} if do_sample else {}
+    gen_kwargs: dict[str, Any] = {k: v for k, v in sampling.items() if v is not None}
     if use_stop:
         gen_kwargs.update(stop_strings=list(protocol.STOP), tokenizer=processor.tokenizer)
     torch.manual_seed(seed)
@@ -314,18 +294,15 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
             model, processor, [prompt_text[c] for c, _ in batch], [images[c] for c, _ in batch], max_new_tokens,
             do_sample=do_sample, decoder=decoder, **gen_kwargs)
         for (c, k), text, length, trunc in zip(batch, texts, lengths, truncated):
-            parsed = protocol.parse_details(text, max_words)
+            parsed = protocol.parse_details(text)
             records.append({"contest": c, "index": position[c], "sample_index": k, "completion": text,
                             "caption": parsed.caption, "parse_reason": parsed.reason,
                             "completion_tokens": int(length), "truncated": bool(trunc)})
         if progress is not None:
             progress(len(records), len(jobs))
-    return score_records(records, images, descs, reward_model, rm_batch_size)
+    return score_records(records, images, descs, reward_model)
 
-
-# --- Command line: records (JSONL) of several policies -> the report files ---
 def read_records(path: str) -> list[dict]:
-
     records = []
     with open(path) as handle:
         for line_no, line in enumerate(handle, 1):
@@ -345,10 +322,6 @@ def read_records(path: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
-
-
     parser = argparse.ArgumentParser(prog="python -m open_r1.tasks.captioning.evaluate",
                                      description="Best-of-N report from per-sample records of several policies.",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)

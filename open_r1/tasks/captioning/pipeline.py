@@ -5,10 +5,8 @@ evaluation, on prepared data (``open-r1-caption-prepare``), with one results fol
     python -m standin.captioning.demo --config configs/captioning/standin_demo.yaml     # make humor-demo
 
 A stage is a module (``stage_<name>.py``: its section's ``Config`` or ``parse``, ``inputs``, ``outputs``, ``run``,
-optionally ``check``, ``finish``, ``markdown``); `main` takes the ordered stages, so the stand-in
-(``standin/captioning/demo.py``) runs its own stages (data, pre-training, ratings) around these. The recipe is parsed
-once, every section before any stage runs, and every stage's inputs are checked (on disk, or written by a stage that
-runs before it). ``--stages`` runs a subset; the stand-in runs sub-jobs as processes (``standin.captioning.parallel``).
+optionally ``check``, ``markdown``); `main` takes the ordered stages, so the stand-in runs its own around these.
+Every section is parsed and every run stage's inputs checked before any stage runs; ``--stages`` runs a subset.
 Results: ``<work_dir>/results/pipeline.json`` and ``results.md``; ``--out DIR`` copies the small result files there.
 """
 from __future__ import annotations
@@ -20,7 +18,7 @@ import shutil
 import sys
 import time
 
-from open_r1.errors import OpenR1Error, RecipeError
+from open_r1.errors import CliHelp, OpenR1Error, RecipeError
 from open_r1.jsonio import read_json, write_json
 from open_r1.tasks.captioning import config, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
 
@@ -32,9 +30,8 @@ def outputs(recipe, stage) -> list[str]:
 
 
 def preflight(recipe, stages, run: list[str]) -> None:
-    """Before any stage runs (the sections are parsed already): each run stage's own checks, and its inputs on
-    disk or written by a stage that runs before it, so a chain whose work_dir is gone fails at once naming the
-    stage to run, not minutes in."""
+    """Each run stage's own checks, and its inputs on disk or written by a stage that runs before it: a chain whose
+    work_dir is gone fails at once naming the stage to run, not minutes in."""
     makers = {path: stage.NAME for stage in stages for path in outputs(recipe, stage)}
     produced: list[str] = []
     for stage in stages:
@@ -46,8 +43,8 @@ def preflight(recipe, stages, run: list[str]) -> None:
 
 
 def run_pipeline(recipe, stages=STAGES, run: list[str] | None = None, out: str | None = None, runner=None) -> dict:
-    """Run the `run` stages (default: all) of `stages` in order; `runner(stage) -> (start time, result)` (default: the
-    stage's `run`; the stand-in's runs sub-jobs as processes: ``standin.captioning.parallel``)."""
+    """Run the `run` stages (default: all) of `stages` in order; `runner(stage) -> (start time, result)` (default:
+    the stage's `run`; the stand-in's runs sub-jobs as processes)."""
     run = [stage.NAME for stage in stages] if run is None else list(run)
     if runner is None:
         parallel = [n for n in run if getattr(getattr(recipe.section(n), "settings", recipe.section(n)), "parallel", 0)]
@@ -128,13 +125,9 @@ def recipe_help(stages) -> str:
 
 def main(argv=None, stages=STAGES, prog: str = "open_r1.tasks.captioning.pipeline", oracle=None,
          run=run_pipeline) -> int:
-    """The CLI over `stages`; `oracle`: the eval's hidden rule where the data has one, `run`: `run_pipeline` or the
-    stand-in's (both the stand-in's)."""
+    """The CLI over `stages`; `oracle` (the eval's hidden rule) and `run` (a runner): the stand-in's."""
     names = [stage.NAME for stage in stages]
-    class Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-        pass  # the defaults shown, the description as written
-
-    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__, formatter_class=Help)
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__, formatter_class=CliHelp)
     parser.add_argument("--config", help="the recipe (configs/captioning/*.yaml); required but for --help-recipe")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a recipe key (repeatable), e.g. --set rm.max_seconds=60")

@@ -3,43 +3,32 @@
     open-r1-caption-prepare --ratings caption-contest-data --out data/captions [--descriptions desc.jsonl]
     open-r1-caption-prepare --hub hub_dir --out data/captions
 
-Sources (one): ``--ratings DIR``, the public ratings repository: ``summaries/<contest>_<algorithm>.csv`` (header
-``rank,caption,mean,precision,votes,not_funny,somewhat_funny,funny``; up to 659) or ``summaries/<contest>.csv`` (no
-``rank``; the header decides), ``cartoons/<contest>.jpg``. ``--hub DIR``: humor-r1's
-``yguooo/newyorker_caption_ranking`` saved locally, a folder per part (``save_to_disk`` or parquet; Hub splits
-pooled): ``1_rating`` (``contest_number, caption, mean, precision, votes``, category counts if present),
-``2_gpt4o_description`` (optional: ``contest_number, canny, uncanny, location, entities``), ``cartoons`` (``image``,
-and ``contest_number`` or the image path's stem); names as humor-r1's download script reads them, not checked
-against the Hub.
-``--descriptions FILE`` (csv/jsonl, the same or our names) joins descriptions by contest, over the Hub's.
+Sources: ``--ratings DIR``, the public ratings repository: ``summaries/<contest>[_<algorithm>].csv`` (header
+``[rank,]caption,mean,precision,votes,not_funny,somewhat_funny,funny``), ``cartoons/<contest>.jpg``; or ``--hub DIR``:
+humor-r1's ``yguooo/newyorker_caption_ranking`` saved locally, a folder per part (``save_to_disk`` or parquet, splits
+pooled): ``1_rating``, ``2_gpt4o_description`` (optional; canny/uncanny are our scene/twist), ``cartoons``.
+``--descriptions FILE`` (csv/jsonl) joins descriptions by contest, over the Hub's.
 
-Rules for what real data holds; each counted in ``prepare_report.json`` [under this name], over the kept files of
-every contest read:
+Rules, each counted in ``prepare_report.json`` [under this name]:
 
-1. A caption spanning several lines is joined with one space; every whitespace run becomes one space
-   [multi_line_captions]; captions then empty are dropped [empty_captions], and so are rows whose mean or precision
-   is not a finite number [non_finite_rows].
-2. NFC [nfc_changed]; curly quotes become straight, so copies differing only in quote style merge and tokens do
-   not depend on the typing device [curly_quotes]; dashes and accents stay (NFC).
-3. Exact duplicates in a contest (after 1-2) are merged: one text rated by different readers, so the ratings are
-   pooled: votes summed, vote-weighted mean, and the SE of the pooled mean from each copy's sum of squares
-   (precision^2 * v * (v-1), the publisher's convention) plus the spread between copies, floored at 1/sqrt(V(V-1))
-   as the publisher floors it [duplicate_groups, duplicate_rows_merged, max_copies].
-4. Several algorithm files for a contest: the one with most votes is kept (ties: algorithm name order). Each rates
-   the same pool with its own sampler and readers; pooling adaptive and uniform streams would mix differently biased
-   means, and the fullest file has the tightest errors [contests_with_several_files, algorithm_files_dropped].
-5. ``votes`` that disagree with not_funny + somewhat_funny + funny are kept as published (mean and precision were
-   computed with them) [vote_count_mismatches].
-6. Ties in mean keep a stable order: rows stay in source-file order and ``data.top_k_rows`` orders by mean, then
-   votes, then row [tied_captions; top_k_cut_in_tie: contests whose ``--top-k`` cut falls inside a tie].
-7. Contests without a readable cartoon are dropped: the pipeline is image-conditioned [contests_without_cartoon
-   (+ _ids), unreadable_cartoons]. Contests without a description keep empty fields [contests_without_description].
-8. ``data.filter_captions``: captions with >= ``--min-votes`` votes, then contests with >= ``--min-captions`` of them
-   (humor-r1: 10 and 20) [captions_below_min_votes, contests_below_min_captions]; then ``data.split_by_contest``.
+1. Whitespace runs (newlines too) become one space [multi_line_captions]; then-empty captions are dropped
+   [empty_captions], and so are rows whose mean or precision is not finite [non_finite_rows].
+2. NFC [nfc_changed]; curly quotes become straight, so copies differing in quote style merge [curly_quotes].
+3. Exact duplicates in a contest are merged: votes summed, vote-weighted mean, the pooled mean's SE from each copy's
+   sum of squares (precision^2 * v * (v-1)) plus the spread between copies, floored at 1/sqrt(V(V-1)) as the
+   publisher floors it [duplicate_groups, duplicate_rows_merged, max_copies].
+4. Several algorithm files for a contest: the one with most votes is kept (ties: name order); pooling adaptive and
+   uniform samplers would mix differently biased means [contests_with_several_files, algorithm_files_dropped].
+5. ``votes`` that disagree with the category counts are kept as published [vote_count_mismatches].
+6. Ties in mean keep source-file order (``data.top_k_rows``: mean, then votes, then row) [tied_captions;
+   top_k_cut_in_tie: contests whose ``--top-k`` cut falls inside a tie].
+7. Contests without a readable cartoon are dropped [contests_without_cartoon (+ _ids), unreadable_cartoons];
+   contests without a description keep empty fields [contests_without_description].
+8. ``data.filter_captions`` (``--min-votes``, ``--min-captions``) [captions_below_min_votes,
+   contests_below_min_captions]; then ``data.split_by_contest``.
 
-Each cartoon is copied once to ``OUT/images/``; a row's ``image`` is ``../images/<contest>.<ext>`` (``load_captions``
-resolves it; bytes on every row would take ~10^2 GB). Rows stream to disk contest by contest (bounded memory); the
-folder is written beside ``OUT`` and renamed into place only when complete.
+Each cartoon is copied once to ``OUT/images/`` (a row's ``image``: ``../images/<contest>.<ext>``). Rows stream to disk
+contest by contest; the folder is written beside ``OUT`` and renamed into place only when complete.
 """
 from __future__ import annotations
 
@@ -58,7 +47,7 @@ from collections import Counter, defaultdict
 
 from open_r1.errors import DataError, OpenR1Error
 from open_r1.jsonio import write_json
-from open_r1.tasks.captioning import data
+from open_r1.tasks.captioning import data, protocol
 
 HEADER_OLD = ("rank", "caption", "mean", "precision", "votes", "not_funny", "somewhat_funny", "funny")
 HEADER_NEW = HEADER_OLD[1:]
@@ -116,9 +105,7 @@ def read_summary(path: str) -> list[tuple]:
             reader = csv.reader(handle)
             next(reader)
             rows = []
-            for fields in reader:
-                if not any(fields):
-                    continue
+            for fields in filter(any, reader):  # blank lines skipped
                 try:
                     cats = sum(int(float(fields[col[c]])) for c in CATEGORIES)
                     rows.append((fields[col["caption"]], float(fields[col["mean"]]), float(fields[col["precision"]]),
@@ -179,8 +166,7 @@ def hub_source(root: str):
         for rows in np.split(order, bounds):
             part = ratings.data.table.take(rows).to_pydict()
             cats = [sum(t) for t in zip(*(part[c] for c in CATEGORIES))] if has_cats else [None] * len(rows)
-            nan = float("nan")  # a missing statistic: dropped and counted as non-finite (rule 1)
-            stats = [(m if m is not None else nan, p if p is not None else nan, v or 0)
+            stats = [(m if m is not None else math.nan, p if p is not None else math.nan, v or 0)  # nan: rule 1
                      for m, p, v in zip(part["mean"], part["precision"], part["votes"])]
             yield int(ids[rows[0]]), [("", [(c or "", *st, k) for c, st, k in zip(part["caption"], stats, cats)])]
 
@@ -336,7 +322,7 @@ def prepare(args: argparse.Namespace) -> dict:
                 batch = {"contest": [contest] * len(rows), "image": [image] * len(rows),
                          **{name: [r[i] for r in rows] for i, name in enumerate(("caption", "mean", "precision",
                                                                                   "votes"))},
-                         **{c: [protocol_text((desc or {}).get(c))] * len(rows) for c in desc_cols}}
+                         **{c: [protocol.field_text((desc or {}).get(c))] * len(rows) for c in desc_cols}}
                 writer.write_batch(pa.RecordBatch.from_pydict(batch, schema=features.arrow_schema))
         with pa.memory_map(staging) as source:
             table = pa.ipc.open_stream(source).read_all()  # memory-mapped, not read into memory
@@ -373,13 +359,6 @@ def prepare(args: argparse.Namespace) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return summary
-
-
-def protocol_text(value) -> str:
-    """A description field as one string (entities may come as a list)."""
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v).strip() for v in value if v is not None and str(v).strip())
-    return "" if value is None else " ".join(str(value).split())
 
 
 def _swap_into_place(tmp: str, out: str) -> None:

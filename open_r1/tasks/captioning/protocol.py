@@ -1,20 +1,12 @@
-"""The captioning protocol: the ONE source of the task's prompts, output format and caption parser.
+"""The captioning protocol: the ONE source of the task's prompts, output format and caption parser, so every stage
+sees the same prompt and what GRPO pays for is exactly what evaluation counts.
 
-Trace synthesis, SFT, GRPO, the reward model and evaluation all import from here, so every stage sees the same
-prompt, and what GRPO pays for is exactly what evaluation counts (the public humor-r1 code had a different prompt at
-each stage and five copies of a caption regex that accepted a caption inside the think block).
-
-``build_messages(description)``: a system turn (``SYSTEM_PROMPT``) and a user turn of the image placeholder and
-``user_text(description)`` (the optional ``DESCRIPTION_FIELDS``: scene, twist, location, entities).
-Output: ``<think>{thinking}</think>\n\n<caption>{caption}</caption>``; the Qwen3-VL Thinking generation prompt
-already ends in ``<think>\n``, so a completion is ``format_target(thinking, caption)``.
-
-Parser (strict): ``parse_caption`` returns the caption or None, ``parse_details`` also the reason (``PARSE_REASONS``):
-the single ``<caption>…</caption>`` after the single ``</think>`` (an opening ``<think>`` optional, a second one
-fails; a caption inside the think block never counts), nothing but whitespace before it, nothing but whitespace or
-end-of-sequence markers (``EOS_STRINGS``) after it; the caption non-empty, one line, tag-free, at most ``max_words``
-words. ``MAX_NEW_TOKENS``: the completion budget of every stage that samples the policy; engines that stop at
-``STOP`` must keep the stop string in the output (the parser needs the closing tag).
+Prompt (``build_messages``): ``SYSTEM_PROMPT``, then the image and ``user_text(description)``. Output:
+``<think>{thinking}</think>\n\n<caption>{caption}</caption>`` (the Thinking template's generation prompt opens the
+think block). Parser (strict, ``parse_details`` gives the reason): the single caption after the single ``</think>``,
+nothing but whitespace before it, only whitespace or ``EOS_STRINGS`` after it; a caption inside the think block never
+counts; the caption non-empty, one line, tag-free, at most ``max_words`` words. Engines that stop at ``STOP`` must
+keep the stop string (the parser needs the closing tag).
 """
 from __future__ import annotations
 
@@ -22,38 +14,7 @@ import re
 from typing import Any, NamedTuple
 
 from open_r1.errors import DataError
-from open_r1.tasks.counting.protocol import (
-    completion_text,  # task-neutral: str or TRL message list -> text
-)
-
-__all__ = [
-    "CAPTION_CLOSE",
-    "CAPTION_OPEN",
-    "CAPTION_REQUEST",
-    "DESCRIPTION_FIELDS",
-    "EOS_STRINGS",
-    "MAX_NEW_TOKENS",
-    "MAX_WORDS",
-    "PARSE_REASONS",
-    "STOP",
-    "SYNTHESIS_INSTRUCTION",
-    "SYNTHESIS_MAX_NEW_TOKENS",
-    "SYSTEM_PROMPT",
-    "THINK_CLOSE",
-    "THINK_OPEN",
-    "CaptionParse",
-    "build_messages",
-    "completion_text",
-    "count_words",
-    "description_from_row",
-    "format_target",
-    "parse_caption",
-    "parse_details",
-    "rm_messages",
-    "synthesis_messages",
-    "trace_leaks_caption",
-    "user_text",
-]
+from open_r1.tasks.counting.protocol import completion_text  # task-neutral: str or messages -> text
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CAPTION_OPEN, CAPTION_CLOSE = "<caption>", "</caption>"
@@ -67,8 +28,7 @@ STOP = (CAPTION_CLOSE,)
 # caption, nothing else is.
 EOS_STRINGS = ("<|im_end|>", "<|endoftext|>", "</s>", "<eos>", "<end_of_turn>")
 
-DESCRIPTION_FIELDS = ("scene", "twist", "location", "entities")
-_FIELD_LABELS = {"scene": "Scene", "twist": "Twist", "location": "Location", "entities": "Entities"}
+DESCRIPTION_FIELDS = ("scene", "twist", "location", "entities")  # each a "Scene: ..." line of the prompt
 
 SYSTEM_PROMPT = (
     "You are a witty cartoon captionist. Look at the cartoon, think briefly about what is odd or surprising in it, "
@@ -78,7 +38,8 @@ SYSTEM_PROMPT = (
 CAPTION_REQUEST = "Write a funny one-line caption for this New Yorker-style cartoon."
 
 
-def _field_text(value: Any) -> str:
+def field_text(value: Any) -> str:
+    """A description field as one line (entities may come as a list)."""
     if value is None:
         return ""
     if isinstance(value, (list, tuple)):
@@ -87,25 +48,20 @@ def _field_text(value: Any) -> str:
 
 
 def user_text(description: dict | None) -> str:
-    """The user turn's text: the caption request, then one ``Label: value`` line per non-empty description field.
-
-    Fields are emitted in ``DESCRIPTION_FIELDS`` order whatever the dict's order; an unknown key raises DataError
-    (a typo would otherwise silently drop a field from every stage's prompt).
-    """
+    """The caption request, then one ``Label: value`` line per non-empty description field (in
+    ``DESCRIPTION_FIELDS`` order); an unknown key is a DataError (a typo would drop a field from every prompt)."""
     description = description or {}
     if not isinstance(description, dict):
         raise DataError(f"a cartoon description must be a dict with keys {DESCRIPTION_FIELDS}, got {type(description)}")
     unknown = sorted(set(description) - set(DESCRIPTION_FIELDS))
     if unknown:
-        raise DataError(
-            f"unknown description field(s) {unknown}; the protocol knows {list(DESCRIPTION_FIELDS)}. Rename the "
-            f"columns, or build the description with description_from_row(row)."
-        )
+        raise DataError(f"unknown description field(s) {unknown}; the protocol knows {list(DESCRIPTION_FIELDS)}. "
+                        "Rename the columns, or build the description with description_from_row(row).")
     lines = [CAPTION_REQUEST]
     for field in DESCRIPTION_FIELDS:
-        text = _field_text(description.get(field))
+        text = field_text(description.get(field))
         if text:
-            lines.append(f"{_FIELD_LABELS[field]}: {text}")
+            lines.append(f"{field.capitalize()}: {text}")
     return "\n".join(lines)
 
 
@@ -116,59 +72,38 @@ def description_from_row(row: dict) -> dict:
 
 def build_messages(description: dict | None) -> list[dict]:
     """System prompt + one user turn (image placeholder, then ``user_text``): the prompt of every stage."""
-    return [
-        {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
-        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user_text(description)}]},
-    ]
+    return [{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user_text(description)}]}]
 
 
 def format_target(thinking: str, caption: str) -> str:
-    """The completion after the template's ``<think>\\n``: ``{thinking}</think>\\n\\n<caption>{caption}</caption>``.
-
-    Raises DataError when the pieces would not parse back (a tag inside them, a multi-line or empty caption), so a
-    bad synthesized trace cannot become an SFT target the parser rejects.
-    """
+    """The completion after the template's ``<think>\\n``; a DataError when the pieces would not parse back (a tag
+    inside them, a multi-line or empty caption), so a bad trace cannot become an SFT target the parser rejects."""
     thinking, caption = thinking.strip(), caption.strip()
     for name, value in (("thinking", thinking), ("caption", caption)):
-        for tag in (THINK_OPEN, THINK_CLOSE, CAPTION_OPEN, CAPTION_CLOSE):
+        for tag in _TAGS:
             if tag in value:
-                raise DataError(f"format_target: the {name} contains the tag {tag!r}; strip tags before building targets")
+                raise DataError(f"format_target: the {name} contains the tag {tag!r}; strip tags before building "
+                                "targets")
     if not caption or "\n" in caption or "\r" in caption:
         raise DataError(f"format_target: the caption must be one non-empty line, got {caption!r}")
     return f"{thinking}{THINK_CLOSE}\n\n{CAPTION_OPEN}{caption}{CAPTION_CLOSE}"
 
 
 def rm_messages(description: dict | None, caption: str) -> list[dict]:
-    """What the reward model scores: the same prompt as every stage + an assistant turn ``<caption>{caption}</caption>``.
-
-    The thinking is not part of the RM input: the RM judges the caption for the cartoon, whatever led to it.
-    """
+    """What the reward model scores: every stage's prompt + the caption turn (the thinking is not part of it)."""
     return build_messages(description) + [rm_turn(caption)]
 
 
 def rm_turn(caption: str) -> dict:
-    """The assistant turn of `rm_messages` (for callers that build one prompt for many captions)."""
+    """The assistant turn of `rm_messages`."""
     text = f"{CAPTION_OPEN}{caption.strip()}{CAPTION_CLOSE}"
     return {"role": "assistant", "content": [{"type": "text", "text": text}]}
 
 
-# --- Parser ---
-PARSE_REASONS = (
-    "ok",
-    "extra_think_open",
-    "no_think_close",
-    "multiple_think_close",
-    "caption_only_in_think",
-    "no_caption",
-    "text_before_caption",
-    "multiple_captions",
-    "unclosed_caption",
-    "trailing_text",
-    "empty",
-    "multi_line",
-    "tag_in_caption",
-    "too_long",
-)
+PARSE_REASONS = ("ok", "extra_think_open", "no_think_close", "multiple_think_close", "caption_only_in_think",
+                 "no_caption", "text_before_caption", "multiple_captions", "unclosed_caption", "trailing_text", "empty",
+                 "multi_line", "tag_in_caption", "too_long")
 
 
 class CaptionParse(NamedTuple):
@@ -191,9 +126,7 @@ def count_words(caption: str) -> int:
 
 def parse_details(text: Any, max_words: int = MAX_WORDS) -> CaptionParse:
     """Parse a completion (str or TRL message list) strictly; see the module docstring for the rules."""
-    text = completion_text(text)
-    body = text.lstrip()
-    body = body.removeprefix(THINK_OPEN)
+    body = completion_text(text).lstrip().removeprefix(THINK_OPEN)
     if THINK_OPEN in body:
         return CaptionParse(None, "extra_think_open")
     n_close = body.count(THINK_CLOSE)
@@ -243,12 +176,8 @@ SYNTHESIS_INSTRUCTION = (
 
 
 def synthesis_messages(description: dict | None, caption: str) -> list[dict]:
-    """The trace-synthesis prompt: ``build_messages(description)`` with the instruction appended to the user text.
-
-    The model's thinking (up to ``</think>``) becomes the SFT trace for ``format_target(thinking, caption)``; the SFT
-    row itself uses the plain ``build_messages(description)`` prompt, so the policy never sees the caption it is
-    asked to write. Drop traces that are truncated or that leak the caption (``trace_leaks_caption``).
-    """
+    """``build_messages(description)`` with the synthesis instruction appended to the user text (the SFT row uses
+    the plain prompt: the policy never sees the caption it is asked to write)."""
     messages = build_messages(description)
     user = messages[1]["content"][1]
     user["text"] = user["text"] + "\n\n" + SYNTHESIS_INSTRUCTION.format(caption=caption.strip())

@@ -1,15 +1,11 @@
-"""The captioning reward, registered in the engine's reward registry: ``caption_rm``.
+"""The captioning reward ``caption_rm``: sigma(RM(image, caption)) for a strictly parsed caption, else ``fail_value``.
 
-A completion whose caption parses strictly (``protocol.parse_caption``) gets ``format_bonus + (1 - format_bonus) *
-sigmoid(RM(image, protocol.rm_messages(desc, caption)))`` from the Bradley-Terry reward model
-(``open_r1.reward_model``) on the row's cartoon; any other gets ``fail_value`` (default 0, the bottom of the sigmoid
-scale: raw BT scores have no fixed zero, so "failure = 0" on raw scores would pay for failing, as the public humor-r1
-code did). Recipe: ``reward_funcs: [caption_rm]``, ``reward_kwargs: {caption_rm: {reward_model: DIR, fail_value: 0.0,
-format_bonus: 0.0, device: cuda:0}}``. It reads the ``image`` column (or ``images``) and the description columns TRL
-passes (keep ``remove_unused_columns=False``). The RM dir is checked when the reward is built, loaded once per process
-and cached by (path, device); tests may register any object with ``score(images, messages)``. Logged:
-``caption_rm/format_ok``, ``sigmoid_mean``, ``raw_mean``, ``reward_mean``, ``caption_words``, ``caption_in_think`` and
-``caption_rm/fail/<reason>`` per parse failure reason.
+A parsed caption gets ``format_bonus + (1 - format_bonus) * sigmoid(RM(image, protocol.rm_messages(desc, caption)))``
+from the Bradley-Terry reward model (``open_r1.reward_model``); any other completion ``fail_value`` (default 0, the
+bottom of the sigmoid scale: raw BT scores have no fixed zero). Recipe: ``reward_kwargs: {caption_rm: {reward_model:
+DIR, fail_value, format_bonus, device}}``; it reads the ``image`` (or ``images``) and description columns (keep
+``remove_unused_columns=False``). The RM is loaded once per process, cached by (path, device); tests may register
+any object with ``score(images, messages, batch_size)``. Logged under ``caption_rm/``.
 """
 from __future__ import annotations
 
@@ -19,14 +15,7 @@ import os
 from typing import Any
 
 from open_r1.errors import RewardConfigError
-from open_r1.rewards import (
-    LogMetric,
-    RewardFunc,
-    _log,
-    _mean,
-    _require_number,
-    register_reward,
-)
+from open_r1.rewards import LogMetric, RewardFunc, _log, _mean, _require_number, register_reward
 from open_r1.tasks.captioning import protocol
 
 _RM_CACHE: dict[tuple[str, str], Any] = {}
@@ -47,8 +36,7 @@ def get_reward_model(path: str, device: Any = None):
 
 
 def register_reward_model(path: str, model: Any, device: Any = None) -> None:
-    """Put an already-built reward model (anything with ``.score(images, messages)``) in the cache under (path,
-    device): for tests, or to share one loaded RM between the reward and an evaluation in one process."""
+    """Cache an already-built reward model (anything with ``.score``) under (path, device)."""
     _RM_CACHE[_cache_key(path, device)] = model
 
 
@@ -57,20 +45,15 @@ def clear_reward_model_cache() -> None:
 
 
 def sigmoid(x: float) -> float:
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    z = math.exp(x)
-    return z / (1.0 + z)
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))  # no overflow for any x
 
 
 def _images(image: Any, images: Any, n: int) -> list:
     if image is None and images is not None:  # an `images` column: a list of images per row; the cartoon is the first
         image = [row[0] if isinstance(row, (list, tuple)) else row for row in images]
     if image is None:
-        raise ValueError(
-            "caption_rm needs the dataset column 'image' (the cartoon, one per completion); keep "
-            "remove_unused_columns=False in the GRPO config so TRL passes it to rewards"
-        )
+        raise ValueError("caption_rm needs the dataset column 'image' (the cartoon, one per completion); keep "
+                         "remove_unused_columns=False in the GRPO config so TRL passes it to rewards")
     if not isinstance(image, (list, tuple)) or len(image) != n:
         raise ValueError(f"caption_rm got {len(image) if isinstance(image, (list, tuple)) else image!r} images for "
                          f"{n} completions; they must be aligned")
@@ -91,24 +74,10 @@ def _descriptions(columns: dict[str, Any], n: int) -> list[dict]:
     return descs
 
 
-def score_caption_rm(
-    completions,
-    image=None,
-    images=None,
-    scene=None,
-    twist=None,
-    location=None,
-    entities=None,
-    *,
-    reward_model: str,
-    fail_value: float = 0.0,
-    format_bonus: float = 0.0,
-    max_words: int = protocol.MAX_WORDS,
-    device: str | None = None,
-    batch_size: int = 16,
-    log_metric: LogMetric = None,
-    **kwargs,
-) -> list[float]:
+def score_caption_rm(completions, image=None, images=None, scene=None, twist=None, location=None, entities=None, *,
+                     reward_model: str, fail_value: float = 0.0, format_bonus: float = 0.0,
+                     max_words: int = protocol.MAX_WORDS, device: str | None = None, batch_size: int = 16,
+                     log_metric: LogMetric = None, **kwargs) -> list[float]:
     n = len(completions)
     parses = [protocol.parse_details(c, max_words) for c in completions]
     ok = [i for i, p in enumerate(parses) if p.ok]
@@ -119,7 +88,7 @@ def score_caption_rm(
         descs = _descriptions({"scene": scene, "twist": twist, "location": location, "entities": entities}, n)
         model = get_reward_model(reward_model, device)
         messages = [protocol.rm_messages(descs[i], parses[i].caption) for i in ok]
-        raw = [float(s) for s in _score(model, [imgs[i] for i in ok], messages, batch_size)]
+        raw = [float(s) for s in model.score([imgs[i] for i in ok], messages, batch_size=batch_size)]
         if len(raw) != len(ok):
             raise RuntimeError(f"the reward model returned {len(raw)} scores for {len(ok)} captions")
         for i, s in zip(ok, raw):
@@ -136,20 +105,9 @@ def score_caption_rm(
     return rewards
 
 
-def _score(model, images: list, messages: list, batch_size: int) -> list[float]:
-    try:
-        return model.score(images, messages, batch_size=batch_size)
-    except TypeError:  # a scorer without a batch_size parameter: batch here
-        out: list[float] = []
-        for start in range(0, len(images), batch_size):
-            out.extend(model.score(images[start:start + batch_size], messages[start:start + batch_size]))
-        return out
-
-
 def check_caption_rm_settings(fail_value=0.0, format_bonus=0.0, max_words=protocol.MAX_WORDS, device=None,
                               batch_size=16) -> None:
-    """The values of caption_rm's settings, checked without its RM dir: the captioning pipeline's preflight calls
-    this before the chain's first stage, the reward again when GRPO builds it."""
+    """caption_rm's settings, checked without its RM dir (the pipeline's preflight, then the reward when built)."""
     _require_number("caption_rm", "fail_value", fail_value)
     _require_number("caption_rm", "format_bonus", format_bonus)
     _require_number("caption_rm", "max_words", max_words, integer=True)
@@ -165,28 +123,21 @@ def check_caption_rm_settings(fail_value=0.0, format_bonus=0.0, max_words=protoc
 
 
 @register_reward("caption_rm")
-def caption_rm_reward(
-    reward_model: str,
-    fail_value: float = 0.0,
-    format_bonus: float = 0.0,
-    max_words: int = protocol.MAX_WORDS,
-    device: str | None = None,
-    batch_size: int = 16,
-) -> RewardFunc:
-    """sigma(RM(image, caption)) for a completion whose caption parses (``protocol.parse_caption``), else
-    ``fail_value``; ``format_bonus`` b gives ``b + (1 - b) * sigma(RM)`` to parsed captions. See the module doc."""
+def caption_rm_reward(reward_model: str, fail_value: float = 0.0, format_bonus: float = 0.0,
+                      max_words: int = protocol.MAX_WORDS, device: str | None = None,
+                      batch_size: int = 16) -> RewardFunc:
+    """The ``caption_rm`` reward (module docstring)."""
     if not isinstance(reward_model, (str, os.PathLike)) or not str(reward_model):
-        raise RewardConfigError(f"caption_rm: reward_model must be the path of a saved reward-model dir, got {reward_model!r}")
+        raise RewardConfigError(f"caption_rm: reward_model must be the path of a saved reward-model dir, got "
+                                f"{reward_model!r}")
     check_caption_rm_settings(fail_value, format_bonus, max_words, device, batch_size)
     if _cache_key(reward_model, device) not in _RM_CACHE:  # fail at recipe time, not at the first GRPO step
         from open_r1.reward_model import META_FILE  # deferred: torch, peft
 
         if not os.path.isfile(os.path.join(os.fspath(reward_model), META_FILE)):
-            raise RewardConfigError(
-                f"caption_rm: {reward_model} is not a saved reward-model dir (no {META_FILE}); train one first "
-                f"(open_r1/reward_model.py) and point reward_kwargs.caption_rm.reward_model at it"
-            )
-    return functools.partial(
-        score_caption_rm, reward_model=os.fspath(reward_model), fail_value=float(fail_value),
-        format_bonus=float(format_bonus), max_words=max_words, device=device, batch_size=batch_size,
-    )
+            raise RewardConfigError(f"caption_rm: {reward_model} is not a saved reward-model dir (no {META_FILE}); "
+                                    "train one first (open_r1/reward_model.py) and point "
+                                    "reward_kwargs.caption_rm.reward_model at it")
+    return functools.partial(score_caption_rm, reward_model=os.fspath(reward_model), fail_value=float(fail_value),
+                             format_bonus=float(format_bonus), max_words=max_words, device=device,
+                             batch_size=batch_size)

@@ -1,11 +1,8 @@
 """Stage 5: best-of-N evaluation of the base, SFT and GRPO policies on held-out cartoons.
 
-For every policy (``base``: ``models.policy``; ``sft``; ``grpo_s<seed>``) and split (``eval.splits``),
-``evaluate.evaluate_policy`` samples N completions per cartoon under the protocol prompt, parses them strictly and
-scores the captions with the reward model; ``evaluate.evaluate_records`` gives the metrics and, against
-``baseline``, paired bootstrap CIs over cartoons (``recipe.oracle``: the stand-in's hidden-rule analysis,
-``standin.captioning.oracle_eval``, where the demo gives one). Deviations from the seed: one prompt for every
-stage; fail-as-zero on the sigmoid scale; comparisons paired over cartoons.
+For every policy and split, ``evaluate.evaluate_policy`` samples N completions per cartoon, parses them strictly and
+scores the captions with the reward model; ``evaluate.evaluate_records`` gives the metrics and paired bootstrap CIs
+over cartoons against ``baseline`` (``recipe.oracle``: the stand-in's hidden-rule analysis, where it gives one).
 """
 from __future__ import annotations
 
@@ -43,7 +40,6 @@ class Config:
     n_boot: int = help_field(2000, "bootstrap resamples of the CIs")
 
     def __post_init__(self):
-
         require(self.decoder in (None, *DECODER_CHOICES), f"eval.decoder must be one of {', '.join(DECODER_CHOICES)} "
                 f"or null, got {self.decoder!r}")
         require(self.top_p is None or 0 < self.top_p <= 1, f"eval.top_p must be in (0, 1], got {self.top_p!r}")
@@ -89,8 +85,6 @@ def inputs(recipe) -> dict[str, config.Input]:
 
 def run(recipe) -> dict:
     import torch  # deferred: heavy
-
-
     cfg, paths = recipe.section(NAME), recipe.paths
     device = config.device()
     check(recipe)

@@ -1,14 +1,10 @@
 """Stage 4: GRPO of the SFT policy against the reward model, through the engine's GRPO entry (TRL GRPOTrainer).
 
-The ``grpo`` section is an ordinary ``open_r1.grpo`` recipe (any key of ``python -m open_r1.grpo --help-all``) plus
-the pipeline's own keys (`Settings`: seeds, max_seconds, parallel). It is parsed ONCE, before any stage runs, by the
-parser ``train.sh`` uses (TrlParser over ``open_r1.grpo``'s dataclasses), over `DEFAULTS` (task captioning, the
-``caption_rm`` reward: sigma(RM(image, caption)) for a strictly parsed caption, else ``fail_value``); the pipeline
-sets only the model (the SFT policy), the dataset (the train split), the output dir and the seed of each seed's run,
-and fills caption_rm's ``reward_model`` (the chain's RM) and ``device`` where the recipe leaves them out. The LoRA is
-merged afterwards into ``models/policy-grpo-seed<S>``.
-Deviations from the seed: several prompts per step instead of one, and ``dapo`` instead of ``cispo`` (TRL 1.16's
-cispo clamps the ratio at epsilon_high: REINFORCE x 0.28; refused).
+The ``grpo`` section is an ``open_r1.grpo`` recipe (``python -m open_r1.grpo --help-all``) plus `Settings`, parsed
+once before any stage runs by TrlParser over `DEFAULTS` (task captioning, the ``caption_rm`` reward). The pipeline
+sets the model (the SFT policy), the dataset (the train split), each seed's output dir and seed, and caption_rm's
+``reward_model`` and ``device`` where left out; the LoRA is merged into ``models/policy-grpo-seed<S>``. ``cispo`` is
+refused: TRL 1.16's clamps the ratio at epsilon_high (REINFORCE x 0.28).
 """
 from __future__ import annotations
 
@@ -21,6 +17,7 @@ import time
 from typing import NamedTuple
 
 from open_r1 import grpo, modeling
+from open_r1.checks import check_loss_type
 from open_r1.errors import RecipeError, RewardConfigError
 from open_r1.export import load_for_export
 from open_r1.grpo import recipe_keys
@@ -30,7 +27,6 @@ from open_r1.run.keep_best import resolve_export_checkpoint
 from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning.config import help_field
 from open_r1.tasks.captioning.rewards import check_caption_rm_settings
-from open_r1.validate import check_loss_type
 
 NAME = "grpo"
 DEFAULTS = {"task": "captioning", "reward_funcs": ["caption_rm"], "use_peft": True, "lora_r": 32, "lora_alpha": 32,
@@ -60,9 +56,8 @@ class Section(NamedTuple):
 
 
 def parse_grpo(values: dict) -> tuple:
-    """(script_args, training_args, model_args) of an open_r1.grpo recipe mapping: TrlParser over open_r1.grpo's
-    dataclasses with the mapping as its defaults (as ``--config`` gives them, so values are typed as train.sh's
-    are); a value it refuses is one RecipeError."""
+    """(script_args, training_args, model_args) of an open_r1.grpo recipe mapping, typed as ``--config`` types
+    them; a value it refuses is one RecipeError."""
     from trl import TrlParser  # deferred: heavy
 
     parser = TrlParser(grpo._argument_classes())
@@ -83,7 +78,6 @@ def parse_grpo(values: dict) -> tuple:
 
 
 def parse(mapping, recipe) -> Section:
-
     mapping = dict(mapping or {})
     own = [f.name for f in dataclasses.fields(Settings)]
     settings = config.parse_section(NAME, Settings, {k: mapping.pop(k) for k in own if k in mapping})
@@ -116,7 +110,7 @@ def parse(mapping, recipe) -> Section:
 
 
 def seed_args(recipe, seed: int) -> tuple:
-    """The parsed arguments of one seed's run: copies of the section's, with this seed and its output dir."""
+    """Copies of the section's parsed arguments, with this seed and its output dir."""
     script_args, training_args, model_args = (copy.deepcopy(a) for a in recipe.section(NAME).args)
     training_args.seed, training_args.output_dir = seed, recipe.paths.grpo_run(seed)
     return script_args, training_args, model_args
@@ -141,7 +135,6 @@ def outputs(recipe) -> list[str]:
 
 
 def run_seed(recipe, seed: int) -> dict:
-
     section = recipe.section(NAME)
     config.check_inputs(inputs(recipe))
     script_args, training_args, model_args = seed_args(recipe, seed)

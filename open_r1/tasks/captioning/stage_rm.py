@@ -1,13 +1,9 @@
 """Stage 3: the Bradley-Terry VLM reward model, its held-out pairwise accuracy, and an image-blind control.
 
-Pairs by the k-sigma rule (``data.pair_indices``: at most ``cap_per_contest`` per contest drawn at random, shuffled
-with the seed, so any prefix spans the contests), each side ``protocol.rm_messages(description, caption)`` with the
-cartoon; ``open_r1.reward_model``: the VLM + a zero-initialised ``Linear(hidden, 1)`` head at the last real token,
-loss -log sigmoid(s_chosen - s_rejected). Held out: pairwise accuracy on ``eval_splits`` with a bootstrap CI over
-contests, and the image swap (a top caption under its own cartoon vs another's; 0.5 when blind to the image). The
-blind control: the same recipe on one blank grey image. ``seeds``: one RM each, the best on val kept as ``models/rm``.
-Deviations from the seed: the caption is not cut to 80 tokens, the description is in the prompt, pairs are drawn at
-random per contest, pooling reads the attention mask, one pixel budget in training and scoring.
+Training pairs by the k-sigma rule (``data.pair_indices``), each side ``protocol.rm_messages`` with the cartoon, trained
+by ``open_r1.reward_model`` (loss -log sigmoid(s_chosen - s_rejected)). Held out: pairwise accuracy on
+``eval_splits`` with a bootstrap CI over contests, and the image swap (0.5 when blind to the image). The blind
+control: the same recipe on one blank grey image. ``seeds``: one RM each, the best on val kept as ``models/rm``.
 """
 from __future__ import annotations
 
@@ -26,6 +22,7 @@ from open_r1.tasks.captioning import config, protocol
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field, require
 from open_r1.tasks.captioning.data import SE_FROM
+from open_r1.tasks.captioning.evaluate import _fmt
 
 NAME = "rm"
 
@@ -68,8 +65,6 @@ class Config:
 
     def __post_init__(self):
         from transformers import SchedulerType  # deferred: heavy
-
-
         schedulers = [kind.value for kind in SchedulerType]
         require(self.lr_scheduler in schedulers, f"rm.lr_scheduler must be one of {', '.join(schedulers)}, got "
                 f"{self.lr_scheduler!r}")
@@ -91,35 +86,25 @@ class Config:
                 f"of rm.seeds {self.seeds}")
 
 
-def blank_like(image):
+def contest_images(dataset, first_row: dict, blind: bool) -> dict:
+    """{contest: its image (row `first_row[contest]`)}, decoded once for all its pairs; blind: a blank grey one."""
     from PIL import Image  # deferred: heavy
 
-    return Image.new("RGB", image.size, (128, 128, 128))
-
-
-def contest_images(dataset, first_row: dict, blind: bool) -> dict:
-    """{contest: its image} from the row `first_row[contest]` of `dataset`, decoded once and shared by the contest's
-    pairs (not one decode and copy per pair); blind: the blank image of the same size."""
-    decoded = dataset.select(list(first_row.values()))["image"]
-    images = {}
-    for contest, image in zip(first_row, decoded):
-        image = image.convert("RGB")
-        images[contest] = blank_like(image) if blind else image
-    return images
+    decoded = [image.convert("RGB") for image in dataset.select(list(first_row.values()))["image"]]
+    return {contest: Image.new("RGB", image.size, (128, 128, 128)) if blind else image
+            for contest, image in zip(first_row, decoded)}
 
 
 def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
-    """``pair_rows(data.preference_pairs(dataset, ...))`` from the pairs' row indices (``data.pair_indices``, the
-    same rule, cap and seed), without building the pair dataset: that copies a contest's image into every one of its
-    pairs (206k pairs in run 13) and cost most of each RM process's start. The same rows, in the same order, with
-    the image of each contest's first pair (tested against tests/test_captioning.py: pair_rows)."""
+    """RM rows {image, chosen, rejected, group} of ``data.pair_indices``' pairs, without building the pair dataset
+    (that copies a contest's image into each of its pairs); `keep_oracle`: also the stand-in's ``oracle_order``."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
     contests, captions = columns["contest"], columns["caption"]
     first: dict = {}
     for chosen, _ in index:
         first.setdefault(contests[chosen], int(chosen))
     images = contest_images(dataset, first, blind)
-    prompts: dict = {}  # chosen row -> its prompt, built once (building one per side was most of the time left)
+    prompts: dict = {}  # chosen row -> its prompt, built once
     rows = []
     for chosen, rejected in index.tolist():
         contest = contests[chosen]
@@ -136,14 +121,10 @@ def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = Fal
 
 
 def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
-    """RM rows of ``data.image_negative_indices``' (caption row, other row) pairs: chosen = the caption's
-    conversation under its own cartoon, rejected = the same conversation under the other contest's cartoon
-    (``rejected_image``), group = the caption's contest. Blind, both images are the one blank image, so the two
-    sides are the same input and the row adds no gradient."""
+    """RM rows of ``data.image_negative_indices``' pairs: one conversation, chosen under its own cartoon, rejected
+    under the other contest's (``rejected_image``)."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
-    first: dict = {}
-    for row, contest in enumerate(columns["contest"]):
-        first.setdefault(contest, row)
+    first = {contest: rows[0] for contest, rows in cdata._contest_groups(dataset).items()}
     images, rows = contest_images(dataset, first, blind), []
     for own, other in index.tolist():
         contest = columns["contest"][own]
@@ -166,7 +147,7 @@ def held_out_pairs(recipe, split: str, blind: bool):
 
 
 def _progress(label: str, every_s: float = 15.0):
-    """A `progress(done, total)` that logs at most every `every_s` seconds (and at the end)."""
+    """A `progress(done, total)` that logs at most every `every_s` seconds and at the end."""
     last = [time.time()]
 
     def progress(done: int, total: int) -> None:
@@ -178,13 +159,11 @@ def _progress(label: str, every_s: float = 15.0):
 
 
 def rm_seeds(recipe) -> list[int]:
-    """The RM seeds of the recipe (``rm.seeds``; default: the recipe's seed)."""
     return recipe.section(NAME).seeds or [recipe.seed]
 
 
 def scored_splits(recipe) -> list[str]:
-    """The held-out splits each RM is scored on: ``eval_splits``, with val first when several seeds compete (the
-    selection reads val only)."""
+    """``eval_splits``, with val first when several seeds compete (the choice reads val)."""
     splits = list(recipe.section(NAME).eval_splits)
     if len(rm_seeds(recipe)) > 1 and "val" not in splits:
         splits.insert(0, "val")
@@ -192,22 +171,20 @@ def scored_splits(recipe) -> list[str]:
 
 
 def pair_rule(recipe) -> dict:
-    """The k-sigma rule, cap per contest and seed of the RM's training pairs, as ``data.preference_pairs`` /
-    ``data.pair_indices`` keyword arguments (``rm.max_pairs``, if set, then keeps a prefix)."""
+    """The training pairs' ``data.pair_indices`` keyword arguments."""
     cfg = recipe.section(NAME)
     return {"k": cfg.k, "se_from": cfg.se_from, "cap_per_contest": cfg.cap_per_contest, "seed": recipe.seed}
 
 
 def training_index(recipe, dataset):
-    """The row indices (``data.pair_indices``) of the pairs the RM trains on in `dataset`: `pair_rule`, then the
-    ``rm.max_pairs`` prefix if set (the ratings stage counts them too)."""
+    """The row indices of the pairs the RM trains on: `pair_rule`, then the ``rm.max_pairs`` prefix."""
     index = cdata.pair_indices(dataset, **pair_rule(recipe))
     max_pairs = recipe.section(NAME).max_pairs
     return index[:max_pairs] if max_pairs else index
 
 
 def training_pair_rows(recipe, blind: bool = False) -> list[dict]:
-    """`pair_rows(training_pairs(recipe))`, built from the pairs' row indices (`index_pair_rows`)."""
+    """The RM rows of the training pairs."""
     path = config.check_inputs({"train": inputs(recipe)["train"]})["train"]
     train = cdata.load_captions(path, check_images="none")
     return index_pair_rows(train, training_index(recipe, train), blind=blind)
@@ -216,8 +193,6 @@ def training_pair_rows(recipe, blind: bool = False) -> list[dict]:
 def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
     import torch  # deferred: heavy
     from transformers import TrainingArguments  # deferred: heavy
-
-
     cfg = recipe.section(NAME)
     paths = recipe.paths
     backbone = paths.rm_base
@@ -238,13 +213,12 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
         output_dir=work, per_device_train_batch_size=cfg.per_device_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps, learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler, warmup_steps=cfg.warmup_ratio, num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps or -1, weight_decay=cfg.weight_decay,
-        logging_steps=cfg.logging_steps, save_strategy="no", report_to="none",
-        bf16=cuda, use_cpu=not cuda, seed=seed, data_seed=seed,
+        max_steps=cfg.max_steps or -1, weight_decay=cfg.weight_decay, logging_steps=cfg.logging_steps,
+        save_strategy="no", report_to="none", bf16=cuda, use_cpu=not cuda, seed=seed, data_seed=seed,
         dataloader_num_workers=cfg.dataloader_workers, disable_tqdm=True,
-        gradient_checkpointing=cfg.gradient_checkpointing, remove_unused_columns=False,
-    )
-    config.log(f"{tag} {len(rows)} train pairs from {len({row['group'] for row in rows})} contests; backbone {backbone}")
+        gradient_checkpointing=cfg.gradient_checkpointing, remove_unused_columns=False)
+    contests = len({row["group"] for row in rows})
+    config.log(f"{tag} {len(rows)} train pairs from {contests} contests; backbone {backbone}")
     started = time.time()
     trainer = rm_lib.train_reward_model(model, rows, args, callbacks=[TimeCapCallback(cfg.max_seconds)],
                                         center_rewards_coefficient=cfg.center_rewards_coefficient)
@@ -262,8 +236,8 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
 
 
 def score_held_out(recipe, model, blind: bool, tag: str = "[rm]", splits: list[str] | None = None) -> dict:
-    """Pairwise accuracy (with the by-contest CI) of `model` on each held-out split's k-sigma pairs that exists
-    (default: `scored_splits`); blind: every image the blank one, as the blind RM was trained."""
+    """Pairwise accuracy (with the by-contest CI) of `model` on each existing held-out split (default:
+    `scored_splits`); blind: every image the blank one."""
     cfg, paths = recipe.section(NAME), recipe.paths
     results = {}
     for split in splits or scored_splits(recipe):
@@ -289,11 +263,8 @@ def score_held_out(recipe, model, blind: bool, tag: str = "[rm]", splits: list[s
 
 
 def image_swap_accuracy(recipe, model, split: str, blind: bool) -> dict | None:
-    """Does the RM read the image? The share of a split's top-k captions (``rm.eval_image_swaps`` of them, drawn as
-    ``data.image_negative_indices``) that it scores higher under their own cartoon than under another contest's,
-    with the by-contest CI. 0.5 for a model blind to the image (ties count 1/2; the blind control scores both sides
-    on the one blank image: 0.5 up to float noise). A diagnostic beside the pairwise accuracy, not a label: no reader
-    rated these pairs. None when the recipe sets 0 or the split has fewer than two contests."""
+    """Does the RM read the image? The share of ``rm.eval_image_swaps`` top captions it scores higher under their
+    own cartoon than another's, with the by-contest CI (0.5 when blind); None for 0 swaps or under two contests."""
     cfg = recipe.section(NAME)
     n = cfg.eval_image_swaps
     dataset = cdata.load_captions(recipe.paths.split(split), check_images="none")
@@ -309,7 +280,8 @@ def image_swap_accuracy(recipe, model, split: str, blind: bool) -> dict | None:
 def inputs(recipe) -> dict[str, config.Input]:
     split = recipe.section(NAME).train_split
     train = config.split_input(recipe.paths, split) if split == "train" else config.Input(
-        recipe.paths.split(split), f"the {split} split", "set rm.train_split to an existing split", config.DATASET_MARKER)
+        recipe.paths.split(split), f"the {split} split", "set rm.train_split to an existing split",
+        config.DATASET_MARKER)
     return {"backbone": config.Input(recipe.paths.rm_base, "the RM backbone", "set models.reward_backbone to a model "
                                      "dir"), "train": train,
             **{split: config.split_input(recipe.paths, split) for split in scored_splits(recipe)}}
@@ -320,8 +292,7 @@ def outputs(recipe) -> list[str]:
 
 
 def run(recipe) -> dict:
-    """Train the RM(s) and the blind control. ``rm.only`` / ``rm.seed`` restrict this process to one job (a
-    parallel sub-job). A process that trains every seed keeps the best on val as ``models/rm`` itself."""
+    """Train the RM(s) and the blind control (``rm.only`` / ``rm.seed``: one parallel sub-job's share)."""
     cfg = recipe.section(NAME)
     seeds = rm_seeds(recipe)
     config.check_inputs(inputs(recipe))
@@ -347,10 +318,7 @@ def choose_seed(reports: dict[int, dict], split: str = "val") -> int:
 
 
 def finish(recipe, report: dict) -> dict:
-    """With several seeds: keep the best on val as ``models/rm`` (a staged copy of its seed dir) and report it under
-    ``rm`` with the choice (``selected``: the seed, the split, every seed's val accuracy). One seed: as it is."""
-
-
+    """With several seeds: the best on val copied to ``models/rm`` and reported under ``rm`` with ``selected``."""
     seeds = rm_seeds(recipe)
     if len(seeds) == 1:
         return report
@@ -366,15 +334,11 @@ def finish(recipe, report: dict) -> dict:
                              "selected": {"seed": chosen, "by": "val accuracy", "val_accuracy": val}}}
 
 
-def _fmt(x, digits=3):
-    return "–" if x is None else f"{x:.{digits}f}"
-
-
 def markdown(rm: dict) -> list[str]:
     """The results table: each RM's held-out accuracy with its CI, label/oracle agreement and the image swap."""
     lines = ["", "## Reward model: held-out pairwise accuracy (95 % bootstrap CI over contests)", "",
-             "| RM | split | accuracy | CI | pairs | contests | label/oracle agreement | image swap (own cartoon wins) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| RM | split | accuracy | CI | pairs | contests | label/oracle agreement | image swap (own cartoon "
+             "wins) |", "|---|---|---|---|---|---|---|---|"]
     kept = (rm.get("rm") or {}).get("selected")
     labels = {"rm": "with image" + (f" (kept: seed {kept['seed']}, best on val)" if kept else "")}
     labels.update({key: f"with image, seed {key[4:]}" for key in sorted(rm) if key.startswith("rm_s")})

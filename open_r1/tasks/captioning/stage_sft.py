@@ -1,11 +1,8 @@
 """Stage 2: SFT of the base policy on the thinking traces, with LoRA, then merged into a full model dir.
 
-Algorithm (the seed's stage 2): ``data.sft_rows`` turns the top-k captions of every training contest and their traces
-(stage 1) into TRL prompt-completion VLM rows: prompt = ``protocol.build_messages(description)`` (the prompt of GRPO,
-the RM and evaluation), completion = ``format_target(thinking, caption)`` after the Thinking template's ``<think>\\n``.
-``open_r1.sft.train_sft`` trains them with TRL's ``SFTTrainer`` (loss on the completion only; LoRA r = alpha = 32 on
-the language model, lr 2e-4 constant, effective batch 32, 2 epochs: the section's defaults) and merges the adapter.
-Deviations from the seed: no LoRA on the vision tower (``lora_vision``); TRL's collator instead of the seed's.
+``data.sft_rows``: the top-k captions of every training contest with their traces as TRL prompt-completion rows
+(prompt: every stage's; completion: ``format_target(thinking, caption)``), trained by ``open_r1.sft.train_sft``
+(loss on the completion; the section's defaults: LoRA r = alpha = 32 on the language model, lr 2e-4, 2 epochs).
 """
 from __future__ import annotations
 
@@ -43,8 +40,6 @@ def outputs(recipe) -> list[str]:
 
 def run(recipe) -> dict:
     import datasets  # deferred: heavy
-
-
     cfg = recipe.section(NAME)
     found = config.check_inputs(inputs(recipe))
     rows = cdata.sft_rows(datasets.load_from_disk(found["traces"]), cfg.top_k)

@@ -1,13 +1,9 @@
 """Stage 1: thinking-trace synthesis: the base policy explains why each top-rated caption is funny.
 
-Algorithm (the seed's stage 1): for the top-k captions of every training contest (``data.top_k_rows``, k =
-``sft.top_k``) the base policy is prompted with ``protocol.synthesis_messages(description, caption)`` (the task's
-prompt plus the instruction to explain what makes such a caption funny) and generates its thinking up to ``</think>``
-(HF ``generate`` through ``open_r1.generation.generate_texts``, T 0.4, top-p 0.9, at most 512 new tokens; vLLM when
-installed and ``use_vllm``). A trace is DROPPED, and counted by reason, when truncated, empty, or leaking the caption
-(``protocol.trace_leaks_caption``). The kept traces become the ``thinking`` column that SFT trains on under the plain
-task prompt (the policy never sees the caption in SFT). Deviations from the seed: truncated traces are dropped, and
-the synthesis prompt does not mention a judge.
+For the top-k captions of every training contest (``sft.top_k``) the base policy is prompted with
+``protocol.synthesis_messages`` and generates its thinking up to ``</think>`` (HF, or vLLM with ``use_vllm``). A
+trace is dropped, and counted by reason, when truncated, empty, or leaking the caption; the kept ones become the
+``thinking`` column SFT trains on under the plain prompt (the policy never sees the caption).
 """
 from __future__ import annotations
 
@@ -40,24 +36,20 @@ class Config:
     decoder: str | None = help_field(None, "open_r1.generation decoder (null: its default; hf for small models)")
 
     def __post_init__(self):
-
         config.require(self.decoder in (None, *DECODER_CHOICES), f"synthesize.decoder must be one of "
                        f"{', '.join(DECODER_CHOICES)} or null, got {self.decoder!r}")
         config.require(0 < self.top_p <= 1 and 0 < self.vllm_gpu_memory_utilization <= 1, "synthesize.top_p and "
                        "synthesize.vllm_gpu_memory_utilization must be in (0, 1]")
-        config.at_least(NAME, self, 0, "temperature")
+        config.at_least(NAME, self, 0, "temperature", "limit")
         config.at_least(NAME, self, 1, "max_new_tokens", "batch_size", "vllm_max_model_len")
-        config.at_least(NAME, self, 0, "limit")
 
 
 def split_trace(text: str) -> tuple[str | None, str]:
-    """(thinking, reason) of a synthesis completion: the text before the first ``</think>``, or None when there is
-    none (truncated or never closed)."""
+    """(thinking, reason): the text before the first ``</think>``, or None (truncated, or empty)."""
     if protocol.THINK_CLOSE not in text:
         return None, "truncated"
     thinking = text.split(protocol.THINK_CLOSE, 1)[0]
-    thinking = thinking.replace(protocol.THINK_OPEN, "", 1) if thinking.lstrip().startswith(protocol.THINK_OPEN) else thinking
-    thinking = thinking.strip()
+    thinking = thinking.strip().removeprefix(protocol.THINK_OPEN).strip()
     return (thinking, "ok") if thinking else (None, "empty")
 
 
@@ -66,16 +58,14 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
     use_vllm = cfg.use_vllm and importlib.util.find_spec("vllm") is not None
     records = [rows[i] for i in range(len(rows))]
     messages = [protocol.synthesis_messages(protocol.description_from_row(r), r["caption"]) for r in records]
-    texts, truncated = (_generate_vllm if use_vllm else _generate_hf)(model_path, records, messages, cfg)
+    texts = (_generate_vllm if use_vllm else _generate_hf)(model_path, records, messages, cfg)
     counts = {"rows": len(records), "kept": 0, "truncated": 0, "empty": 0, "leaks_caption": 0,
               "engine": "vllm" if use_vllm else "hf"}
     traces: list[str | None] = []
-    for record, text, cut in zip(records, texts, truncated):
-        thinking, reason = split_trace(text)
+    for record, text in zip(records, texts):
+        thinking, reason = split_trace(text)  # no closing tag: truncated
         if thinking is not None and protocol.trace_leaks_caption(thinking, record["caption"]):
             thinking, reason = None, "leaks_caption"
-        if thinking is None and reason == "ok":
-            reason = "truncated" if cut else "empty"
         counts["kept" if thinking is not None else reason] += 1
         traces.append(thinking)
     counts["examples"] = [t[:160] for t in texts[:3]]
@@ -85,30 +75,23 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
 
 
 def _generate_hf(model_path, records, messages, cfg: Config):
-    import torch  # deferred: heavy
-
-
-    model = modeling.load_model(model_path, dtype=None if torch.cuda.is_available() else "float32")
-    model = model.to(config.device()).eval()
+    device = config.device()
+    model = modeling.load_model(model_path, dtype=None if device == "cuda" else "float32").to(device).eval()
     processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
-    texts, truncated = [], []
+    texts = []
     for start in range(0, len(records), cfg.batch_size):
         chunk = records[start:start + cfg.batch_size]
         prompts = [processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
                    for m in messages[start:start + cfg.batch_size]]
-        out, _, cut = generation.generate_texts(
+        texts += generation.generate_texts(
             model, processor, prompts, [r["image"] for r in chunk], cfg.max_new_tokens, do_sample=True,
             temperature=cfg.temperature, top_p=cfg.top_p, stop_strings=[protocol.THINK_CLOSE],
-            tokenizer=processor.tokenizer, decoder=cfg.decoder)
-        texts += out
-        truncated += cut
-    return texts, truncated
+            tokenizer=processor.tokenizer, decoder=cfg.decoder)[0]
+    return texts
 
 
 def _generate_vllm(model_path, records, messages, cfg: Config):  # pragma: no cover - needs vLLM and a GPU
     from vllm import LLM, SamplingParams  # deferred: optional, heavy
-
-
     processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
     llm = LLM(model=model_path, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
               max_model_len=cfg.vllm_max_model_len, limit_mm_per_prompt={"image": 1})
@@ -117,7 +100,7 @@ def _generate_vllm(model_path, records, messages, cfg: Config):  # pragma: no co
     inputs = [{"prompt": processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True),
                "multi_modal_data": {"image": r["image"]}} for r, m in zip(records, messages)]
     outputs = llm.generate(inputs, params)
-    return [o.outputs[0].text for o in outputs], [o.outputs[0].finish_reason == "length" for o in outputs]
+    return [o.outputs[0].text for o in outputs]
 
 
 def inputs(recipe) -> dict[str, config.Input]:
@@ -130,7 +113,6 @@ def outputs(recipe) -> list[str]:
 
 
 def run(recipe) -> dict:
-
     cfg = recipe.section(NAME)
     model_path = config.check_inputs(inputs(recipe))["model"]
     train = cdata.load_captions(recipe.paths.split("train"), check_images="none")

@@ -1,21 +1,17 @@
 """The captioning task as the engine sees it (``task: captioning`` in a GRPO recipe).
 
-* Training prompts: one row per contest of ``dataset_name`` (a caption dataset in the layout of
-  ``open_r1/tasks/captioning/data.py``, split ``dataset_train_split`` when it is a DatasetDict): ``prompt`` =
-  ``protocol.build_messages(description)``, ``image``, ``contest`` and the description columns, which the
-  ``caption_rm`` reward reads back (keep ``remove_unused_columns: false``). ``max_train_samples`` keeps the first N
-  contests. The stand-in's ``oracle`` never reaches training (``data.load_captions`` drops it).
-* In-training evaluation (``eval_sets``: caption dataset dirs, named by basename): the first ``eval_limit`` cartoons
-  of each, one greedy completion each, scored with the ``caption_rm`` reward's model; keep-best ranks by the
-  **fail-as-zero sigma(RM)** mean (``eval/<set>_fail0_sigma_rm``), with format and truncation rates beside it.
-
-Optional recipe attributes read with defaults (the GRPO entry passes its script arguments through):
-``caption_eval_samples`` (1), ``caption_eval_temperature`` (None = greedy), ``caption_eval_max_new_tokens``
-(``protocol.MAX_NEW_TOKENS``), ``caption_eval_reward_model`` (default: ``reward_kwargs.caption_rm.reward_model``).
+Training prompts: one row per contest of ``dataset_name`` (a caption dataset, ``data.py``; split
+``dataset_train_split`` of a DatasetDict): ``prompt``, ``image``, ``contest`` and the description columns the
+``caption_rm`` reward reads (keep ``remove_unused_columns: false``); ``max_train_samples`` keeps the first N.
+In-training evaluation (``eval_sets``, named by basename): ``caption_eval_samples`` (1) completions per cartoon,
+greedy unless ``caption_eval_temperature``, scored by ``caption_eval_reward_model`` (default: caption_rm's); keep-best
+ranks by the fail-as-zero sigma(RM) mean (``eval/<set>_fail0_sigma_rm``).
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import time
 from dataclasses import dataclass, field
 
 from open_r1.errors import DataError, RecipeError
@@ -52,38 +48,27 @@ class CaptionSetReport:
         return out
 
 
-def report_from_records(name: str, records: list[dict], seconds: float) -> CaptionSetReport:
-    metrics = evaluate_lib.policy_metrics(records, bon_ns=(1,))
-    metrics.pop("per_cartoon", None)
-    return CaptionSetReport(name=name, n=metrics["cartoons"], seconds=seconds, metrics=metrics, records=records)
-
-
 class CaptioningTask(Task):
     name = "captioning"
     metric = "fail0_sigma_rm"
     default_primary = "val"
     default_secondary = "ood"
 
-    # -- training -------------------------------------------------------------------------------------------------
     def train_dataset(self, script_args, training_args):
         if not script_args.dataset_name:
-            raise DataError("task captioning needs dataset_name: a caption dataset dir (see open_r1/tasks/captioning/data.py)")
+            raise DataError("task captioning needs dataset_name: a caption dataset dir (see "
+                            "open_r1/tasks/captioning/data.py)")
+        # a split is picked only from a DatasetDict; a plain dataset dir is the split itself
         split = getattr(script_args, "dataset_train_split", None)
-        path = script_args.dataset_name
-        dataset = data_lib.load_captions(path, split=split if _is_dataset_dict(path) else None)
-        rows = data_lib.prompt_rows(dataset)
-        limit = getattr(script_args, "max_train_samples", None)
-        if limit:
-            rows = rows.select(range(min(limit, len(rows))))
-        return rows
+        dataset = data_lib.load_captions(script_args.dataset_name, split=split)
+        return _first(data_lib.prompt_rows(dataset), getattr(script_args, "max_train_samples", None) or None)
 
-    generate_hint = (
-        "open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out data/humor --contests 40")
+    generate_hint = ("open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out "
+                     "data/humor --contests 40")
 
     def load_split(self, path_or_name, split="train"):
         if os.path.isdir(path_or_name):  # a caption dataset: its columns checked as training will read them
-            return data_lib.load_captions(path_or_name, split=split if _is_dataset_dict(path_or_name) else None,
-                                          check_images="none")
+            return data_lib.load_captions(path_or_name, split=split, check_images="none")
         return super().load_split(path_or_name, split)
 
     def probe(self, model, processor, image):
@@ -99,16 +84,15 @@ class CaptioningTask(Task):
         return texts[0], None
 
     def training_meta(self, script_args) -> dict:
+        sha = hashlib.sha1(protocol.SYSTEM_PROMPT.encode()).hexdigest()[:12]
         return {"caption_protocol": {"max_words": protocol.MAX_WORDS, "max_new_tokens": protocol.MAX_NEW_TOKENS,
-                                     "system_prompt_sha": _sha(protocol.SYSTEM_PROMPT)},
+                                     "system_prompt_sha": sha},
                 "eval_reward_model": self._rm_settings()[0]}
 
-    # -- evaluation -----------------------------------------------------------------------------------------------
     def _rm_settings(self) -> tuple[str | None, str | None]:
         args = self.script_args
-        explicit = getattr(args, "caption_eval_reward_model", None)
-        kwargs = parse_reward_kwargs(getattr(args, "reward_kwargs", None)).get("caption_rm", {}) if args is not None else {}
-        return explicit or kwargs.get("reward_model"), kwargs.get("device")
+        kwargs = parse_reward_kwargs(getattr(args, "reward_kwargs", None)).get("caption_rm", {}) if args else {}
+        return getattr(args, "caption_eval_reward_model", None) or kwargs.get("reward_model"), kwargs.get("device")
 
     def load_eval_sets(self, paths, limit=None):
         sets = {}
@@ -116,48 +100,35 @@ class CaptioningTask(Task):
             name = os.path.basename(os.path.normpath(path))
             if name in sets:
                 raise DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
-            captions = data_lib.load_captions(path)
-            rows = data_lib.prompt_rows(captions)
-            if limit is not None:
-                rows = rows.select(range(min(limit, len(rows))))
-            sets[name] = rows
+            sets[name] = _first(data_lib.prompt_rows(data_lib.load_captions(path)), limit)
         return sets
 
     def evaluate(self, model, processor, dataset, name, batch_size, limit=None, progress=False):
-        import time
-
         path, device = self._rm_settings()
         if not path:
-            raise RecipeError(
-                "the captioning evaluation scores with the reward model: set reward_kwargs.caption_rm.reward_model "
-                "(or caption_eval_reward_model) in the recipe"
-            )
+            raise RecipeError("the captioning evaluation scores with the reward model: set "
+                              "reward_kwargs.caption_rm.reward_model (or caption_eval_reward_model) in the recipe")
         args = self.script_args
         n = int(getattr(args, "caption_eval_samples", 1) or 1)
         temperature = getattr(args, "caption_eval_temperature", None)
         max_new_tokens = int(getattr(args, "caption_eval_max_new_tokens", None) or protocol.MAX_NEW_TOKENS)
-        if limit is not None:
-            dataset = dataset.select(range(min(limit, len(dataset))))
+        dataset = _first(dataset, limit)
         start = time.perf_counter()
-        records = evaluate_lib.evaluate_policy(
-            model, processor, dataset, get_reward_model(path, device), n=n, max_new_tokens=max_new_tokens,
-            temperature=temperature if temperature is not None else 1.0, do_sample=temperature is not None,
-            batch_size=batch_size, seed=0,
-        )
-        return report_from_records(name, records, time.perf_counter() - start)
+        records = evaluate_lib.evaluate_policy(model, processor, dataset, get_reward_model(path, device), n=n,
+                                               max_new_tokens=max_new_tokens, do_sample=temperature is not None,
+                                               temperature=temperature if temperature is not None else 1.0,
+                                               batch_size=batch_size, seed=0)
+        return self.report_from_records(name, records, time.perf_counter() - start)
 
     def report_from_records(self, name, records, seconds):
-        return report_from_records(name, records, seconds)
+        metrics = evaluate_lib.policy_metrics(records, bon_ns=(1,))
+        metrics.pop("per_cartoon", None)
+        return CaptionSetReport(name=name, n=metrics["cartoons"], seconds=seconds, metrics=metrics, records=records)
 
 
-def _is_dataset_dict(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "dataset_dict.json"))
-
-
-def _sha(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
+def _first(rows, limit: int | None):
+    """The first `limit` rows (None: all)."""
+    return rows if limit is None else rows.select(range(min(limit, len(rows))))
 
 
 TASK = CaptioningTask
