@@ -203,3 +203,12 @@ def test_counting_keys_are_the_counting_tasks_settings(tmp_path):
                                                      "--prompt_templates", "eval:1", "--learning_rate", "0.5"])
     assert script_args.prompt_templates == ["eval:1"] and training_args.learning_rate == 0.5
     assert script_args.eval_primary is None and script_args.eval_secondary is None  # the task's, at build time
+
+
+def test_the_captioning_eval_keys_its_task_reads_are_recipe_keys(tmp_path):
+    """The captioning task's evaluation reads caption_eval_* from the run's arguments: a recipe can set them."""
+    script_args, _, _ = grpo.parse_args(["--output_dir", str(tmp_path), "--use_cpu", "true", "--task", "captioning",
+                                         "--caption_eval_samples", "4", "--caption_eval_temperature", "0.7",
+                                         "--caption_eval_reward_model", "rm_dir"])
+    assert (script_args.caption_eval_samples, script_args.caption_eval_temperature) == (4, 0.7)
+    assert script_args.caption_eval_reward_model == "rm_dir" and script_args.caption_eval_max_new_tokens is None

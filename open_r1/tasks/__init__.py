@@ -22,6 +22,7 @@ TASK_MODULES = {
 # name -> "module:dataclass" of the task's own recipe keys (light modules: `open_r1.grpo` parses them with its own)
 TASK_SETTINGS = {
     "counting": "open_r1.tasks.counting:CountingSettings",
+    "captioning": "open_r1.tasks.captioning:CaptioningSettings",
 }
 
 
