@@ -390,12 +390,9 @@ class GraphDecoder:
     def _make_step(self, settings: SamplingSettings):
         model, cache = self.model, self.cache
         vocab = _text_config(model).vocab_size
-        suppress = torch.zeros(vocab, dtype=torch.bool, device=self.device)
-        if settings.suppress_tokens:
-            suppress[[t for t in settings.suppress_tokens if 0 <= t < vocab]] = True
-        eos_mask = torch.zeros(vocab, dtype=torch.bool, device=self.device)
-        if settings.eos_token_ids:
-            eos_mask[[t for t in settings.eos_token_ids if 0 <= t < vocab]] = True
+        suppress, eos_mask = (torch.isin(torch.arange(vocab, device=self.device),
+                                         torch.tensor(ids, dtype=torch.long, device=self.device))
+                              for ids in (settings.suppress_tokens, settings.eos_token_ids))
 
         def step(tokens, positions, mask, index):
             out = model(input_ids=tokens, attention_mask=mask, position_ids=positions, cache=cache,

@@ -190,8 +190,7 @@ class RewardModel(nn.Module):
         was_training = self.training
         self.eval()
         scores: list[float] = []
-        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda"
-                    else torch.autocast("cpu", enabled=False))
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda")
         try:
             for start in range(0, len(images), batch_size):
                 batch = self.encode(images[start:start + batch_size], messages_list[start:start + batch_size],

@@ -65,8 +65,7 @@ def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> l
         return [f"{path} has no config.json: not a saved transformers model ({option})"]
     except (OSError, ValueError) as exc:
         return [f"{path}/config.json is not valid JSON ({exc}); re-save the model ({option})"]
-    # any supported family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) as its own class: a base model or an evaluated model
-    # need not be the counting submission (export and selfcheck --verify check that)
+    # any supported family as its own class: it need not be the counting submission (export and --verify check)
     report = export_lib.verify_submission(path, generate=False, expected_class=None)
     has_processor = os.path.isfile(os.path.join(path, "processor_config.json"))  # transformers 5 layout
     wrong = [p for p in report.problems if p.startswith("wrong architecture")]
