@@ -10,9 +10,10 @@ trainer (`open_r1.trainer`) -> train -> save, with `training_meta.json` (what ex
 """
 from __future__ import annotations
 
-import logging
+import dataclasses
 import os
 import sys
+import textwrap
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
@@ -21,20 +22,14 @@ from open_r1 import modeling, validate
 from open_r1 import rewards as rewards_lib
 from open_r1 import run as run_lib
 from open_r1.checks import closest_key
-from open_r1.errors import OpenR1Error, RecipeError, user_error  # noqa: F401  (RecipeError re-exported)
+from open_r1.errors import RecipeError, user_error
 from open_r1.export import TRAINING_META_FILE
 from open_r1.families import FAMILIES
 from open_r1.jsonio import write_json
 from open_r1.noise import quiet_library_noise
 from open_r1.rewards import parse_reward_kwargs  # noqa: F401  (re-exported: recipes' reward params)
 from open_r1.tasks import get_task, task_settings
-from open_r1.trainer import (
-    VLMGRPOTrainer,
-    check_noisy_rollouts,
-    vision_tower,
-)
-
-logger = logging.getLogger(__name__)
+from open_r1.trainer import VLMGRPOTrainer, check_noisy_rollouts, vision_tower
 
 BATCH_HINT = (
     "per_device_train_batch_size counts completions, not prompts: make the generation batch a multiple of "
@@ -290,17 +285,11 @@ class _ActivationCheckpointingAlias:
                                 "gradient_checkpointing."})
 
 
-def _has_activation_checkpointing() -> bool:
-    import dataclasses
-
-    return "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
-
-
 def _argument_classes() -> list[type]:
     """The dataclasses `parse_args` parses a recipe into: the engine's, TRL's, every task's own keys
     (`open_r1.tasks.task_settings`), and the alias last, where this transformers needs it."""
     classes = [GRPOScriptArguments, GRPOConfig, ModelConfig, *task_settings()]
-    if not _has_activation_checkpointing():
+    if "activation_checkpointing" not in {f.name for f in dataclasses.fields(GRPOConfig)}:
         classes.append(_ActivationCheckpointingAlias)
     return classes
 
@@ -308,8 +297,6 @@ def _argument_classes() -> list[type]:
 def recipe_keys() -> frozenset[str]:
     """Every key a recipe of this entry may set: the ``init`` fields of `_argument_classes` and ``env`` (TrlParser
     sets those environment variables); the captioning pipeline checks its GRPO keys against these up front."""
-    import dataclasses
-
     return frozenset({"env", *(f.name for cls in _argument_classes() for f in dataclasses.fields(cls) if f.init)})
 
 
@@ -376,9 +363,6 @@ COMMON_TRL_KEYS = (
 
 def short_help() -> str:
     """--help: our recipe keys first, then the common TRL ones; TRL's full list (hundreds of keys) is --help-all."""
-    import dataclasses
-    import textwrap
-
     def describe(field_) -> str:
         text = " ".join(str(field_.metadata.get("help", "")).split())
         default = field_.default if field_.default is not dataclasses.MISSING else (
