@@ -163,7 +163,8 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     """Everything up to `trainer.train()` for a validated recipe (`validate.validate_training`): data, rewards, model,
     processor, LoRA, the trainer. `task`: the run's (built from the recipe when not given)."""
     training_args.remove_unused_columns = False  # the data's columns must reach the reward functions
-    reward_funcs = rewards_lib.get_reward_funcs(script_args.reward_funcs, parse_reward_kwargs(script_args.reward_kwargs))
+    reward_funcs = rewards_lib.get_reward_funcs(script_args.reward_funcs,
+                                                parse_reward_kwargs(script_args.reward_kwargs))
     check_noisy_rollouts(script_args.noisy_rollouts, script_args.noise_std)  # before the slow loads
     family = modeling.family_of_dir(model_args.model_name_or_path)
     task = task or get_task(script_args.task, script_args)

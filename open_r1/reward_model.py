@@ -119,8 +119,9 @@ def load_backbone(path: str, dtype=None, attn_implementation: str | None = None,
     if not hasattr(config, "vision_config"):
         raise ModelError(f"{path} is a {config.model_type!r} model without a vision tower; the reward model needs a "
                          "vision-language backbone (qwen2_vl, qwen2_5_vl or qwen3_vl)")
+    attn_implementation = attn_implementation or modeling.default_attn_implementation()
     backbone = AutoModel.from_pretrained(path, dtype=modeling.resolve_dtype(dtype),
-                                         attn_implementation=attn_implementation or modeling.default_attn_implementation())
+                                         attn_implementation=attn_implementation)
     use_grouped_vision_attention(backbone, vision_attention)
     return backbone
 
@@ -213,7 +214,8 @@ class RewardModel(nn.Module):
         out_dir = os.path.abspath(out_dir)
         with modeling.staged_dir(out_dir) as staging:
             self.backbone.save_pretrained(staging, safe_serialization=True)
-            save_file({"weight": self.head.weight.detach().float().cpu().contiguous()}, os.path.join(staging, HEAD_FILE))
+            head = {"weight": self.head.weight.detach().float().cpu().contiguous()}
+            save_file(head, os.path.join(staging, HEAD_FILE))
             self.processor.save_pretrained(staging)
             min_pixels, max_pixels = modeling.pixel_budget(self.processor)
             meta = {**self.meta, **(extra_meta or {}), "format": FORMAT, "pooling": POOLING,
@@ -256,8 +258,8 @@ def load_reward_model(path: str, device=None, dtype=None, attn_implementation: s
 
     meta_path = os.path.join(path, META_FILE)
     if not os.path.isfile(meta_path):
-        raise ModelError(f"{path} is not a reward-model dir (no {META_FILE}); train one with the captioning "
-                         "chain's rm stage: open-r1-caption --config configs/captioning/real_qwen3vl2b.yaml --stages rm")
+        raise ModelError(f"{path} is not a reward-model dir (no {META_FILE}); train one with the captioning chain's "
+                         "rm stage: open-r1-caption --config configs/captioning/real_qwen3vl2b.yaml --stages rm")
     meta = read_json(meta_path)
     if meta.get("format") != FORMAT or meta.get("pooling") != POOLING:
         raise ModelError(f"{path}: reward-model format {meta.get('format')!r} / pooling {meta.get('pooling')!r} is "

@@ -114,7 +114,8 @@ def get_reward_funcs(names: Iterable[str], reward_kwargs: dict[str, dict] | None
     if unknown:
         raise UnknownRewardError(
             f"unknown reward(s) {unknown}; valid names: {sorted(REWARD_REGISTRY)}. To add one, decorate a factory "
-            f"with @register_reward('<name>') in open_r1/tasks/<task>/rewards.py (see open_r1/tasks/counting/rewards.py)."
+            "with @register_reward('<name>') in open_r1/tasks/<task>/rewards.py "
+            "(see open_r1/tasks/counting/rewards.py)."
         )
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:

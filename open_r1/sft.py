@@ -58,7 +58,8 @@ class SFTSettings:
         if not (self.epochs or self.max_steps or self.max_seconds):
             raise RecipeError("sft needs a stop: set epochs, max_steps or max_seconds")
         if self.lora_r < 0 or self.learning_rate <= 0:
-            raise RecipeError(f"sft lora_r must be >= 0 and learning_rate > 0 (got {self.lora_r}, {self.learning_rate})")
+            raise RecipeError(f"sft lora_r must be >= 0 and learning_rate > 0 "
+                              f"(got {self.lora_r}, {self.learning_rate})")
 
 
 def lr_multiplier(cap: TimeCapCallback, max_steps: int | None, settings: SFTSettings):

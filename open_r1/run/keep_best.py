@@ -210,7 +210,7 @@ def latest_log_history(run_dir: str) -> list[dict]:
     return []
 
 
-CLI_DOC = """Scores of every evaluated checkpoint of a run: a table, and the plot redrawn (accuracy vs step, reward vs step).
+CLI_DOC = """Scores of every evaluated checkpoint of a run: a table, and the plot redrawn (accuracy and reward vs step).
 
     python scripts/plot_run.py runs/qwen2vl_2b_counting                 # writes runs/.../eval_history.png
     python scripts/plot_run.py runs/qwen2vl_2b_counting --out plot.png

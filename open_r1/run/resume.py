@@ -13,7 +13,8 @@ from open_r1.jsonio import read_json
 from open_r1.run import keep_best as keep_best_lib
 from open_r1.run.common import _is_rank0, _log
 
-RESTORABLE = {"optimizer": ("optimizer.pt",), "scheduler": ("scheduler.pt",), "RNG": ("rng_state.pth", "rng_state_0.pth")}
+RESTORABLE = {"optimizer": ("optimizer.pt",), "scheduler": ("scheduler.pt",),
+              "RNG": ("rng_state.pth", "rng_state_0.pth")}
 
 
 def _zip_problem(path: str) -> str | None:
