@@ -18,14 +18,12 @@ ALLOW_CPU_ENV = "OPEN_R1_ALLOW_CPU"
 
 
 def is_int(value) -> bool:
-    """An integral number that is not a bool: int and numpy integers (numpy registers them as `numbers.Integral`).
-    bool is an int subclass, so a YAML/JSON `true` must not pass as 1; numpy's `np.bool_` is no Integral either."""
+    """An integral number that is not a bool (a YAML `true` must not pass as 1): int and numpy integers."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def is_number(value) -> bool:
-    """A real number that is not a bool: int, float, numpy integers and floats (`numbers.Real`; also Fraction).
-    Says nothing about the value: nan and inf are numbers here, so a caller that needs a finite one checks that too."""
+    """A real number that is not a bool (`numbers.Real`, numpy's too); nan and inf count."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
@@ -79,8 +77,8 @@ def raise_all(problems: list[str], error=RecipeError, header: str = "cannot star
     raise error(f"{header}, {len(problems)} problems:\n  - " + "\n  - ".join(problems))
 
 
-# TRL 1.16's GRPOConfig.loss_type values (its field help lists them; tests/test_validate.py checks the two agree).
-# TRL itself refuses another name only inside the loss, after the model loaded and the first rollouts ran.
+# TRL 1.16's GRPOConfig.loss_type values (tests/test_validate.py checks its help lists the same): TRL itself refuses
+# another name only inside the loss, after the model loaded and the first rollouts ran.
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 
 
@@ -201,8 +199,8 @@ def weights_problems(path: str) -> list[str]:
 
 
 def safetensors_problem(file_path: str) -> str | None:
-    """Why a .safetensors file would not load, or None: `safetensors.safe_open` reads the header and checks that
-    the file covers every tensor it declares (a truncated copy fails here, not at load time)."""
+    """Why a .safetensors file would not load, or None: `safe_open` checks the header and that the file covers every
+    tensor it declares (a truncated copy fails here, not at load time)."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -218,11 +216,10 @@ def safetensors_problem(file_path: str) -> str | None:
 def check_checkpoint(path: str) -> str | None:
     """Why a training checkpoint's weights would not load (adapter or full), or None."""
     if os.path.isfile(os.path.join(path, "adapter_config.json")):
-        for name in ("adapter_model.safetensors",):
-            file_path = os.path.join(path, name)
-            if os.path.isfile(file_path):
-                problem = safetensors_problem(file_path)
-                return f"{name} is {problem}" if problem else None
+        file_path = os.path.join(path, "adapter_model.safetensors")
+        if os.path.isfile(file_path):
+            problem = safetensors_problem(file_path)
+            return f"adapter_model.safetensors is {problem}" if problem else None
         if os.path.isfile(os.path.join(path, "adapter_model.bin")):
             return None
         return "adapter_model.safetensors is missing"
@@ -281,8 +278,8 @@ def check_images(dataset, name: str, rows: int | None = None, workers: int | Non
 
 
 def load_split(path_or_name: str, split: str = "train", generate_hint: str | None = None):
-    """Load a split: a `save_to_disk` directory (a Dataset, or a DatasetDict holding `split`) or a hub name.
-    `generate_hint`: the command that makes the task's embedded default data, named in the errors."""
+    """A split from a `save_to_disk` dir (a Dataset, or a DatasetDict holding `split`) or a hub name.
+    `generate_hint`: the command that makes the task's default data, named in the errors."""
     import datasets
 
     if os.path.isdir(path_or_name):

@@ -1,53 +1,19 @@
 """Every use of a private TRL / transformers / torch name, in one place, each behind a small named function.
 
-TRL is pinned at 1.16.0; transformers was written against 5.24 and is tested on 5.25 too; the names below are not
-public API and may move in any release.
-Each accessor's docstring says what it relies on, and `tests/test_compat.py` holds one contract test per item that
-fails loudly (with the item's name) when an upgrade moves it, instead of the engine silently changing behaviour.
-Where the libraries have a public way it is used instead, elsewhere: reward sub-scores go through TRL's
-`log_metric` reward kwarg, keep-best through Trainer's `best_model_checkpoint`, the distributed evaluation through
-`torch.distributed.all_gather_object`, weight checks through `safetensors.safe_open`.
-
-Items:
-
-1. `GRPORoundHooks` (a mixin placed before `GRPOTrainer`): TRL's private round machinery as three public-named
-   hooks. It relies on `GRPOTrainer._generate_and_score_completions(inputs)` being the one call that turns a
-   round's rows into a scored batch (training and evaluation), and on `GRPOTrainer._prepare_inputs` generating,
-   `split_pixel_values_by_grid` -> `shuffle_sequence_dict` -> `split_tensor_dict` -> storing the micro-batches in
-   `self._buffered_inputs`, then returning `self._buffered_inputs[self._step % self.args.steps_per_generation]`
-   (`_step` is incremented afterwards, in `training_step`).
-2. `split_by_image`, `unsplit_by_image`, `split_rows`: `trl.trainer.utils.split_pixel_values_by_grid`,
-   `unsplit_pixel_values_by_grid`, `split_tensor_dict` (a batch's `pixel_values` as a per-image list and back;
-   a dict of row-aligned values in n equal chunks).
-3. `subclass_instance`: swapping an instance's `__class__` for a subclass that adds a mixin (the ViT
-   de-duplication): works while the vision tower classes are plain `nn.Module` subclasses without `__slots__`.
-4. `log_step_metrics`: `GRPOTrainer._metrics[mode][name]` lists, averaged into the next `log` row (so an
-   in-training evaluation lands in the same row as that step's rewards).
-5. `set_scheduler_last_lr`: `torch.optim.lr_scheduler.LRScheduler._last_lr`, what `get_last_lr()` returns (the
-   trainer logs it), after a resume sets each group's lr by hand.
-6. `GRPOGenerateHook`: TRL's `GRPOTrainer._generate_single_turn` and the `generate` call inside it (below).
-7. `raise_cudagraph_rerecord_limit`: `torch._inductor.config.triton.cudagraph_unexpected_rerecord_limit`.
-8. `completion_only_scoring`: `trl.trainer.utils._use_triton` (the GPU bench's --tiny CPU mode only).
-9. `attn_implementation`: a (sub-)config's `_attn_implementation`, the name its modules look their attention
-   function up by (`set_attn_implementation` is the public setter; there is no public getter).
-10. `set_vision_attn_implementation`: the same attribute set on the vision sub-config where the public setter
-   refuses a registered function whose name contains "flash" (transformers >= 5.25 preloads a flash kernel by
-   that name and finds none).
-11. `suppress_in_rollouts`: `GRPOTrainer.generation_config` / `generation_kwargs`, the rollout settings TRL builds
-   in `__init__` (its `suppress_tokens` hides the model's own list from `generate`).
-12. `compile_time_report`: `torch._dynamo.utils.compile_times`, torch.compile's per-phase seconds (the decode
-   bench's breakdown of a first call).
-13. `built_whole`: `transformers.modeling_utils.set_zero3_state`, the flag that tells `_from_config` a DeepSpeed
-   `zero.Init` is already open (transformers builds a composite model's sub-models through `_from_config`).
+TRL is pinned at 1.16.0; transformers is tested on 5.24 and 5.25. These names are not public API and may move in any
+release: each section below says what it relies on, and `tests/test_compat.py` holds one contract test per item that
+fails with the item's name when an upgrade moves it. Where the libraries have a public way, the code uses it instead
+(TRL's `log_metric`, Trainer's `best_model_checkpoint`, `all_gather_object`, `safetensors.safe_open`).
 """
 from __future__ import annotations
 
 import contextlib
 from typing import Any
 
-# ---- 1. GRPOTrainer's round hooks ------------------------------------------------------------------------------
 
-
+# 1. GRPOTrainer's round hooks. Relies on `_generate_and_score_completions(inputs)` being the one call that turns a
+# round's rows into a scored batch, and on `_prepare_inputs` generating, splitting and storing the micro-batches in
+# `self._buffered_inputs`, then returning `_buffered_inputs[self._step % self.args.steps_per_generation]`.
 class GRPORoundHooks:
     """Mixed in before `trl.GRPOTrainer` (`class T(GRPORoundHooks, GRPOTrainer)`): override the public hooks.
 
@@ -82,9 +48,7 @@ class GRPORoundHooks:
         return inputs
 
 
-# ---- 2. TRL's batch split helpers ------------------------------------------------------------------------------
-
-
+# 2. TRL's batch split helpers (trl.trainer.utils)
 def split_by_image(batch: dict) -> dict:
     """`pixel_values` as one tensor per row (by `image_grid_thw` / `num_images`): TRL's split_pixel_values_by_grid."""
     from trl.trainer.utils import split_pixel_values_by_grid
@@ -106,9 +70,7 @@ def split_rows(batch: dict, num_chunks: int) -> list[dict]:
     return split_tensor_dict(batch, num_chunks)
 
 
-# ---- 3. instance class swap ------------------------------------------------------------------------------------
-
-
+# 3. instance class swap: works while the vision tower classes are plain nn.Module subclasses without __slots__
 def subclass_instance(obj: Any, mixin: type, prefix: str) -> bool:
     """Give `obj` the class `type(prefix + name, (mixin, type(obj)), {})` in place (weights, module names and
     `state_dict` unchanged). Returns False when it already had `mixin`."""
@@ -119,9 +81,7 @@ def subclass_instance(obj: Any, mixin: type, prefix: str) -> bool:
     return True
 
 
-# ---- 4. the trainer's per-step metrics -------------------------------------------------------------------------
-
-
+# 4. the trainer's per-step metrics: GRPOTrainer._metrics[mode][name] lists, averaged into the next log row
 def log_step_metrics(trainer, metrics: dict[str, float], mode: str = "train") -> bool:
     """Append `metrics` to GRPOTrainer's `_metrics[mode]` (averaged into its next log row). False when the trainer
     has no such store (then log them with the public `Trainer.log`)."""
@@ -133,29 +93,20 @@ def log_step_metrics(trainer, metrics: dict[str, float], mode: str = "train") ->
     return True
 
 
-# ---- 5. LR scheduler's last lr ---------------------------------------------------------------------------------
-
-
+# 5. LR scheduler's last lr
 def set_scheduler_last_lr(scheduler, values: list[float]) -> None:
     """Make `scheduler.get_last_lr()` report `values` (torch's `LRScheduler._last_lr`)."""
     scheduler._last_lr = list(values)
 
 
-# ---- 6. the rollout generate call ------------------------------------------------------------------------------
-
-
+# 6. the rollout generate call
 class GRPOGenerateHook:
-    """Mixed in before `trl.GRPOTrainer`: override `rollout_generator()` to replace the HF `generate` call of TRL's
-    plain-transformers rollout path (no vLLM, no continuous batching) with another function of the same contract:
-    `fn(input_ids=..., attention_mask=..., generation_config=..., **multimodal) -> prompt + completion ids` (left
-    -padded prompts in, `(B, prompt_len + T)` out, pad after EOS). Return None to keep HF `generate`.
-
-    Relies on TRL 1.16's `GRPOTrainer._generate_single_turn(prompt_ids, images, multimodal_fields,
-    num_generations, ...)` being the method that pads the prompts, builds the multimodal inputs and calls
-    `unwrapped_model.generate(**generate_inputs, generation_config=self.generation_config)` on the model that
-    `unwrap_model_for_generation` returns (the trainer's `self.model` without DeepSpeed/FSDP), and on its flags
-    `use_vllm` / `use_transformers_continuous_batching`. The replacement is an instance attribute `generate` set
-    on that model for the duration of the call only: TRL's padding, unwrapping and EOS masking stay TRL's."""
+    """Mixed in before `trl.GRPOTrainer`: `rollout_generator()` returns a function to use instead of HF `generate`
+    in TRL's plain-transformers rollouts, same contract (left-padded prompts in, prompt + completion ids out, pad
+    after EOS), or None to keep `generate`. Relies on TRL 1.16's `_generate_single_turn` calling
+    `unwrapped_model.generate(**generate_inputs, generation_config=...)` on the unwrapped model, and on its flags
+    `use_vllm` / `use_transformers_continuous_batching`; the replacement is an instance attribute set for the call
+    only, so TRL's padding, unwrapping and EOS masking stay TRL's."""
 
     def rollout_generator(self):
         return None
@@ -175,8 +126,7 @@ class GRPOGenerateHook:
                 target.__dict__.pop("generate", None)
 
 
-# ---- 7. torch inductor's CUDA-graph re-record limit ------------------------------------------------------------
-
+# 7. torch inductor's CUDA-graph re-record limit
 CUDAGRAPH_RERECORD_LIMIT = 1_000_000
 
 
@@ -189,9 +139,7 @@ def raise_cudagraph_rerecord_limit(limit: int = CUDAGRAPH_RERECORD_LIMIT) -> Non
     inductor_config.triton.cudagraph_unexpected_rerecord_limit = int(limit)
 
 
-# ---- 8. TRL's fused LM-head choice (bench --tiny only) ---------------------------------------------------------
-
-
+# 8. TRL's fused LM-head choice (bench --tiny only)
 @contextlib.contextmanager
 def completion_only_scoring(enabled: bool = True):
     """Within the block, TRL scores only the completion positions (its Triton/GPU path) on any device: a CPU
@@ -209,27 +157,19 @@ def completion_only_scoring(enabled: bool = True):
         trl_utils._use_triton = original
 
 
-# ---- 9. a config's attention implementation -------------------------------------------------------------------
-
-
+# 9. a config's attention implementation
 def attn_implementation(config) -> str | None:
-    """The attention implementation `config`'s modules use (e.g. a model's `config.vision_config`), or None.
-    Relies on `PretrainedConfig._attn_implementation`, which `set_attn_implementation` sets and the attention
-    layers read (`ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, ...)`)."""
+    """The attention implementation `config`'s modules use, or None. Relies on `PretrainedConfig._attn_implementation`
+    (what the attention layers read; `set_attn_implementation` is the public setter, there is no public getter)."""
     return getattr(config, "_attn_implementation", None) if config is not None else None
 
 
-# ---- 10. setting the vision tower's attention implementation -------------------------------------------------
-
-
+# 10. setting the vision tower's attention implementation
 def set_vision_attn_implementation(model, name: str) -> None:
-    """Make `model`'s vision tower use the attention function registered as `name` (`AttentionInterface`), the
-    language model keeping its own. Through the public `set_attn_implementation({"vision_config": name})` where it
-    accepts the name (transformers <= 5.24). From 5.25 that setter preloads a flash kernel for every name containing
-    "flash" and raises for a registered function, which has none to load; there the name is set on the vision
-    config itself: `PretrainedConfig._attn_implementation` (a property whose setter recurses into sub-configs), the
-    attribute the vision attention layers read, on the one config object that the vision tower's modules share
-    with `model.config.vision_config` (checked: every supported family)."""
+    """Make `model`'s vision tower use the attention function registered as `name`, the language model keeping its
+    own: the public `set_attn_implementation({"vision_config": name})` where it accepts the name; from 5.25 it tries
+    to preload a flash kernel for a name containing "flash" and raises, so there `vision_config._attn_implementation`
+    (shared with the vision tower's modules in every supported family) is set directly."""
     try:
         model.set_attn_implementation({"vision_config": name})
     except ValueError as exc:
@@ -240,18 +180,12 @@ def set_vision_attn_implementation(model, name: str) -> None:
         raise RuntimeError(f"the vision tower's attention implementation could not be set to {name!r}")
 
 
-# ---- 11. the suppressed tokens of GRPO's rollouts --------------------------------------------------------------
-
-
+# 11. the suppressed tokens of GRPO's rollouts
 def suppress_in_rollouts(trainer, token_ids) -> bool:
-    """Add `token_ids` to the tokens GRPO's HF-generate rollouts never sample. Returns False where there is no such
-    config (vLLM rollouts), True otherwise.
-
-    Relies on TRL 1.16's `GRPOTrainer.__init__` (plain-transformers path) building its rollout settings as a dict
-    `self.generation_kwargs` with `suppress_tokens = [image_token_id]` (for processors) and
-    `self.generation_config = GenerationConfig(**generation_kwargs)`, passed to `generate` (item 6) and, for
-    continuous batching, the dict. Because TRL sets `suppress_tokens`, `generate` does not fill it from the model's
-    own generation config as it does for fields TRL leaves unset; this puts the model's list back."""
+    """Add `token_ids` to the tokens GRPO's HF-generate rollouts never sample; False where there is no such config
+    (vLLM). Relies on TRL 1.16's `__init__` building `self.generation_kwargs` (with `suppress_tokens =
+    [image_token_id]`) and `self.generation_config` from it: since TRL sets the field, `generate` never fills in the
+    model's own list; this puts it back."""
     config = getattr(trainer, "generation_config", None)
     if config is None or getattr(trainer, "use_vllm", False):
         return False
@@ -263,20 +197,15 @@ def suppress_in_rollouts(trainer, token_ids) -> bool:
     return True
 
 
-# ---- 12. torch.compile's per-phase times -----------------------------------------------------------------------
-
-
+# 12. torch.compile's per-phase times
 def compile_time_report() -> str:
-    """The seconds torch.compile spent per phase in this process (dynamo tracing, AOT, inductor lowering, codegen,
-    kernel compiles), as a text table. Relies on `torch._dynamo.utils.compile_times(repr="str")`."""
+    """torch.compile's seconds per phase in this process, as a text table (`torch._dynamo.utils.compile_times`)."""
     from torch._dynamo.utils import compile_times
 
     return compile_times(repr="str")
 
 
-# ---- 13. a model built whole while ZeRO-3 is configured ---------------------------------------------------------
-
-
+# 13. a model built whole while ZeRO-3 is configured
 def built_whole():
     """A context in which `type(model)(config)` builds whole tensors although DeepSpeed ZeRO-3 is configured: a
     composite model (Qwen2-VL: vision tower + language model) builds its sub-models through `_from_config`, which

@@ -1,29 +1,17 @@
-"""A CUDA-graph decoder for GRPO rollouts and selfcheck, built from library parts (issue #16).
+"""A CUDA-graph decoder for GRPO rollouts and selfcheck (issue #16): HF `generate`'s host-side loop costs
+~46-66 ms per token step on an H200 at any batch size; `GraphDecoder` keeps the model and replaces only the loop.
 
-HF `generate` pays ~46-66 ms per token step at any batch size on an H200 (host-side loop: stopping criteria,
-logits processors, per-step position computation, a cache that grows). `GraphDecoder` keeps the model and changes
-only the loop around it:
+* prefill through the model's own forward (ViT, M-RoPE, deepstack) into a `StaticCache`; the M-RoPE positions may
+  come precomputed on the CPU (`rope_positions`), since `get_rope_index` on the GPU syncs the host per row;
+* one-token step: the model's forward with explicit M-RoPE positions, the logits processors and Gumbel-max sampling,
+  captured as a CUDA graph by `torch.compile(mode="reduce-overhead")` (eager on CPU, where tests compare it token
+  for token with `generate`);
+* the cache is allocated once per decoder and reset in place, so the graph's addresses stay valid; fewer rows are
+  padded with dummy rows, more rows or tokens reallocate it once to a bucketed size;
+* finished rows emit `pad_token_id`; the host checks "all finished?" every `check_every` steps only.
 
-* **prefill** through the HF model's own forward (ViT, M-RoPE positions and `rope_deltas`, Qwen3-VL's deepstack),
-  into a transformers `StaticCache`. The M-RoPE positions may come precomputed (`rope_positions`: the model's own
-  `get_rope_index` run on the processor's CPU tensors, e.g. in an evaluation's prefetch thread): on the GPU that
-  method is a Python loop over the rows with several host syncs each;
-* **one-token decode step**: the model's own forward over that cache with explicit M-RoPE positions (the prefill's
-  last position + 1 per row, i.e. the valid length + `rope_deltas`), then the logits processing (suppressed tokens,
-  `min_new_tokens`) and temperature / top-k / top-p / min-p sampling (Gumbel-max: exact sampling from the
-  processed softmax), all on the GPU in one function that `torch.compile(mode="reduce-overhead")` captures as a
-  CUDA graph. On CPU the same function runs eagerly (tests compare it token for token with `generate`);
-* the cache is allocated **once per decoder** (batch x length) and `reset()` (zeroed in place) for every call, so
-  the graph's addresses stay valid across rounds. A call with fewer rows is padded to the cache's batch with
-  one-token dummy rows; a call that needs more rows or a longer prompt + completion than the cache holds
-  reallocates it once, to a bucketed size (and the step is compiled again for the new shape);
-* EOS / stop tokens: finished rows emit `pad_token_id`, and the host checks "all rows finished?" every
-  `check_every` steps only (one sync per k steps instead of one per step).
-
-Settings HF `generate` would apply but this decoder does not implement (repetition penalty, beams, n-gram blocking,
-bad words, ...) raise `UnsupportedGeneration`; callers fall back to HF `generate` for those. Top-p runs inside the
-compiled step (`top_p_filter`: no sort and no full-vocabulary cumsum, which torch 2.11's inductor failed to compile
-on an H200 in run 18, experiments/captioning/LOG.md; exact, HF's rule).
+Settings it does not implement (beams, repetition penalty, ...) raise `UnsupportedGeneration`: callers fall back to
+HF `generate`. Top-p avoids sort and cumsum (`top_p_filter`), which inductor failed to compile.
 """
 from __future__ import annotations
 
@@ -103,12 +91,9 @@ _UNSUPPORTED = {
 
 
 def resolve_settings(generation_config=None, **overrides) -> SamplingSettings:
-    """`SamplingSettings` from a `GenerationConfig` (the model's or TRL's) plus explicit kwargs (kwargs win), the
-    way `generate` would read them. Raises `UnsupportedGeneration` for an active setting this decoder lacks."""
-    values = {}
-    if generation_config is not None:
-        values.update({k: v for k, v in generation_config.to_dict().items()})
-    values.update(overrides)
+    """`SamplingSettings` from a `GenerationConfig` plus kwargs (kwargs win), as `generate` reads them;
+    `UnsupportedGeneration` for an active setting this decoder lacks."""
+    values = {**(generation_config.to_dict() if generation_config is not None else {}), **overrides}
     for name, inactive in _UNSUPPORTED.items():
         if name in values and not inactive(values[name]):
             raise UnsupportedGeneration(
@@ -143,10 +128,8 @@ def resolve_settings(generation_config=None, **overrides) -> SamplingSettings:
 
 def process_logits(logits: torch.Tensor, settings: SamplingSettings, suppress_mask: torch.Tensor,
                    eos_mask: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
-    """HF's logits processors and warpers for one step, on the GPU and without host syncs.
-
-    `logits` (B, V) float32; `suppress_mask` / `eos_mask` (V,) bool; `step` a 0-dim tensor: the index of the token
-    being chosen (EOS is suppressed while step < min_new_tokens)."""
+    """HF's logits processors and warpers for one step, without host syncs. `step`: a 0-dim tensor, the index of the
+    token being chosen (EOS is suppressed while step < min_new_tokens)."""
     neg = -math.inf
     if settings.min_new_tokens > 0:
         logits = logits.masked_fill(eos_mask & (step < settings.min_new_tokens), neg)
@@ -176,8 +159,7 @@ BISECTION_STEPS = 32  # float32 values have 2**32 bit patterns: 32 halvings of t
 
 
 def _order_key(x: torch.Tensor) -> torch.Tensor:
-    """int64 keys in the order of the float32 values `x` (IEEE-754 bits, a negative value's magnitude bits flipped):
-    halving an interval of keys halves the floats between two values, so 32 halvings pin one float exactly."""
+    """int64 keys in the order of the float32 values `x` (IEEE-754 bits, negative magnitudes flipped)."""
     bits = x.view(torch.int32).long()
     return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
 
@@ -188,20 +170,11 @@ def _order_value(key: torch.Tensor) -> torch.Tensor:
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float, top_k: int = 0, min_tokens_to_keep: int = 1) -> torch.Tensor:
-    """HF's `TopPLogitsWarper` without a sort or a full-vocabulary cumsum (which torch 2.11's inductor failed to
-    compile), so that it runs inside the compiled, CUDA-graph decode step; exact, not approximate.
+    """HF's `TopPLogitsWarper` (exact) without a sort or a full-vocabulary cumsum, so it compiles into the decode step.
 
-    The rule is HF's: a token is kept when the probability of the tokens ranked above it is < top_p (plus the
-    `min_tokens_to_keep` most probable). "Ranked above" is "with a strictly larger logit": tied tokens share one
-    fate, so a tie that straddles the cut is kept whole (HF's sort keeps an arbitrary part of it). The kept set is
-    every logit >= a threshold t, found in one of two ways:
-
-    * after a top-k of at most `PAIRWISE_TOP_K` (`top_k` the caller's setting, already applied to `logits`): the
-      k survivors' probabilities (softmax over the whole row: tokens tied with the k-th count too) and, for each,
-      the mass of the survivors strictly above it, by a [k, k] comparison; t is the smallest kept survivor;
-    * otherwise a bisection over the float32 order (`_order_key`): t is the smallest value whose strictly-larger
-      mass is < top_p, `BISECTION_STEPS` fixed reductions over the row (no data-dependent branch: a CUDA graph
-      replays it as is)."""
+    A token is kept when the mass of the tokens with a strictly larger logit is < top_p (ties share one fate). The
+    kept set is every logit >= a threshold: after a top-k of at most `PAIRWISE_TOP_K`, from a [k, k] comparison of
+    the survivors; otherwise by `BISECTION_STEPS` fixed halvings of the float32 order (no data-dependent branch)."""
     neg = -math.inf
     lse = torch.logsumexp(logits, dim=-1, keepdim=True)
     if 0 < top_k <= PAIRWISE_TOP_K:
@@ -231,8 +204,7 @@ def top_p_filter(logits: torch.Tensor, top_p: float, top_k: int = 0, min_tokens_
 
 
 def choose_tokens(logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator | None = None):
-    """Greedy argmax, or a sample from softmax(logits) by the Gumbel-max trick (argmax of logits + Gumbel noise:
-    the same distribution as `multinomial(softmax(logits))`, with no host sync)."""
+    """Greedy argmax, or a sample from softmax(logits) by the Gumbel-max trick (no host sync)."""
     if not settings.do_sample:
         return logits.argmax(dim=-1)
     u = torch.rand(logits.shape, device=logits.device, dtype=torch.float32, generator=generator)
@@ -245,13 +217,9 @@ _ORIGINAL_SDPA = None
 
 def gqa_decode_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
                     position_bias=None, **kwargs):
-    """transformers' "sdpa" attention, except that a single-token query of a grouped-query layer attends on the
-    key/value heads directly (query heads packed per KV head) also under `torch.compile`.
-
-    transformers already does exactly this in eager decoding (`pack_gqa` in `sdpa_attention_forward`), but not
-    while dynamo traces, where it expands the KV cache to every query head (`repeat_kv`): at batch 512 and a
-    600-token static cache that is 6x the KV-cache reads of each captured decode step for Qwen2-VL-2B (12 query /
-    2 KV heads). Every other call (prefill, training, the ViT) goes to the original function unchanged."""
+    """transformers' "sdpa" attention, except that a single-token query of a grouped-query layer attends on the KV
+    heads directly (query heads packed per KV head) also under `torch.compile`, where transformers expands the KV
+    cache to every query head (6x the cache reads of a decode step for Qwen2-VL-2B). Other calls go unchanged."""
     groups = getattr(module, "num_key_value_groups", 1)
     if (groups > 1 and query.shape[2] == 1 and position_bias is None and not dropout
             and (attention_mask is None or (attention_mask.ndim == 4 and attention_mask.shape[1] == 1))
@@ -283,10 +251,9 @@ ROPE_INPUT_KEYS = ("position_ids", "rope_deltas")
 
 
 def rope_positions(model, inputs) -> dict | None:
-    """{'position_ids': (3, rows, length), 'rope_deltas': (rows, 1)} for a processor batch with images, computed by
-    the model's own `get_rope_index` on the batch's CPU tensors (the same call the prefill makes on the GPU), or None
-    (no images, tensors not on the CPU, or a model without M-RoPE). Cheap on the CPU and free when run ahead of
-    the GPU (an evaluation's prefetch thread)."""
+    """{'position_ids': (3, rows, length), 'rope_deltas': (rows, 1)} from the model's own `get_rope_index` on a
+    processor batch's CPU tensors (cheap there, e.g. in a prefetch thread), or None (no images, not on the CPU, no
+    M-RoPE)."""
     inner = _inner_model(model)
     get_rope_index = getattr(inner, "get_rope_index", None)
     ids, grid = inputs.get("input_ids"), inputs.get("image_grid_thw")
@@ -317,8 +284,7 @@ def _inner_model(model):
 
 
 def check_zero3(deepspeed_plugin) -> None:
-    """The graph decoder needs the full weights at fixed addresses: refuse it on a DeepSpeed ZeRO-3 (sharded) model
-    itself. GRPO's rollouts under ZeRO-3 use it through a whole-weight copy (open_r1.rollout_weights) instead."""
+    """Refuse a ZeRO-3 (sharded) model: the graph decoder needs the full weights at fixed addresses."""
     if deepspeed_plugin is not None and getattr(deepspeed_plugin, "zero_stage", 0) == 3:
         raise RecipeError(
             "the CUDA-graph decoder cannot read a DeepSpeed ZeRO-3 model: the parameters are sharded and gathered "
@@ -333,11 +299,9 @@ def zero3_partitioned(model) -> bool:
 
 
 def compile_layers_once(model) -> int:
-    """Make each decoder layer of `model`'s language model a call of ONE nested compile region
-    (`torch.compiler.nested_compile_region`): under `torch.compile`, dynamo traces and inductor compiles one layer
-    and re-emits that code for the others (hierarchical compilation), instead of tracing and lowering all 28 layers
-    of Qwen3-VL-2B one by one; still one graph, one CUDA graph. Outside `torch.compile` it is a plain call. Sets an
-    instance `forward` on each layer (idempotent). Returns the number of layers marked."""
+    """Make each decoder layer of the language model a call of ONE nested compile region, so dynamo and inductor
+    compile one layer and reuse it for the others (shorter first compile, still one CUDA graph). Idempotent; returns
+    the number of layers marked."""
     import functools
 
     global _LAYER_REGION
@@ -367,18 +331,14 @@ def _bucket(tokens: int, bucket: int = CACHE_BUCKET_TOKENS) -> int:
 
 
 class GraphDecoder:
-    """Batched decoding over a static cache that lives as long as the decoder (module docstring).
-
-    `compile`: None = on CUDA devices only. `check_every`: host checks of "all finished?" every k steps.
-    Counters for tests and logs: `allocations` (static caches built), `calls`."""
+    """Batched decoding over a static cache that lives as long as the decoder (module docstring). `compile`: None =
+    on CUDA only; `check_every`: steps between host checks of "all finished?"."""
 
     def __init__(self, model, compile: bool | None = None, check_every: int = DEFAULT_CHECK_EVERY,
                  cache_margin: int = CACHE_MARGIN_TOKENS, cache_bucket: int = CACHE_BUCKET_TOKENS,
                  compile_options: dict | None = None, layers_once: bool | None = None):
         self.model = model
-        # one nested compile region for every decoder layer (compile_layers_once): shorter first compile
         self.layers_once = LAYERS_ONCE if layers_once is None else bool(layers_once)
-        # torch.compile's arguments for the step (tests: {"backend": "eager"}, dynamo's trace without inductor)
         self.compile_options = dict(COMPILE_OPTIONS if compile_options is None else compile_options)
         self.device = next(model.parameters()).device
         self.compile = (self.device.type == "cuda") if compile is None else bool(compile)
@@ -397,7 +357,6 @@ class GraphDecoder:
         self._step_fn = None
         self._lock = threading.Lock()
 
-    # ---------------------------------------------------------------------------------------------------------------
     def _ensure_cache(self, rows: int, needed_len: int, fresh: bool = False) -> None:
         if not fresh and self.cache is not None and rows <= self.batch_size and needed_len <= self.max_cache_len:
             self.cache.reset()  # zeroed in place: same tensors, same addresses for the captured step
@@ -414,8 +373,7 @@ class GraphDecoder:
             self._steps = {}  # the old steps read the old cache; new ones are built (and compiled) for the new one
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-        # allocated by the first prefill (StaticLayer's lazy init: the forward's dtype, e.g. under bf16 autocast),
-        # then only reset
+        # allocated lazily by the first prefill, in its dtype; then only reset
         self.cache = StaticCache(config=self.model.config, max_cache_len=length)
         self.batch_size, self.max_cache_len = batch, length
         self.allocations += 1
@@ -427,19 +385,14 @@ class GraphDecoder:
 
     def cache_data_ptr(self) -> int:
         """Address of the first layer's key tensor (tests: the cache is reused, not reallocated)."""
-        layer = self.cache.layers[0]
-        return layer.keys.data_ptr()
+        return self.cache.layers[0].keys.data_ptr()
 
-    # ---------------------------------------------------------------------------------------------------------------
     def _make_step(self, settings: SamplingSettings):
         model, cache = self.model, self.cache
         vocab = _text_config(model).vocab_size
-        suppress = torch.zeros(vocab, dtype=torch.bool, device=self.device)
-        if settings.suppress_tokens:
-            suppress[[t for t in settings.suppress_tokens if 0 <= t < vocab]] = True
-        eos_mask = torch.zeros(vocab, dtype=torch.bool, device=self.device)
-        if settings.eos_token_ids:
-            eos_mask[[t for t in settings.eos_token_ids if 0 <= t < vocab]] = True
+        suppress, eos_mask = (torch.isin(torch.arange(vocab, device=self.device),
+                                         torch.tensor(ids, dtype=torch.long, device=self.device))
+                              for ids in (settings.suppress_tokens, settings.eos_token_ids))
 
         def step(tokens, positions, mask, index):
             out = model(input_ids=tokens, attention_mask=mask, position_ids=positions, cache=cache,
@@ -451,14 +404,12 @@ class GraphDecoder:
         compiled = step
         if self.compile:
             install_gqa_decode_attention()
-
             compat.raise_cudagraph_rerecord_limit()  # torch's private inductor knob, via open_r1.compat
             if self.layers_once:
                 compile_layers_once(model)
             compiled = torch.compile(step, **self.compile_options)
         return step, compiled, suppress, eos_mask
 
-    # ---------------------------------------------------------------------------------------------------------------
     def _pad_rows(self, input_ids, attention_mask, extra: dict, pad_token_id: int):
         """Pad a batch of n rows to the cache's batch with one-token text rows (no images; outputs dropped)."""
         n = input_ids.shape[0]
@@ -477,9 +428,8 @@ class GraphDecoder:
         return torch.cat([input_ids, dummy_ids]), torch.cat([attention_mask, dummy_mask]), padded
 
     def _pad_positions(self, given: dict, missing: int):
-        """Precomputed (position_ids, rope_deltas) on the device, padded like `_pad_rows` pads the batch: a dummy
-        row's one real token sits at position 0 with delta 0, what `get_rope_index` gives such a row. (None, None)
-        when not given."""
+        """Precomputed (position_ids, rope_deltas) on the device, padded like `_pad_rows` (a dummy row: position 0,
+        delta 0); (None, None) when not given."""
         if "position_ids" not in given or "rope_deltas" not in given:
             return None, None
         positions = given["position_ids"].to(self.device, non_blocking=True)
@@ -491,12 +441,9 @@ class GraphDecoder:
 
     def generate(self, input_ids, attention_mask=None, settings: SamplingSettings | None = None,
                  generation_config=None, **model_inputs) -> torch.Tensor:
-        """Completion token ids (n, T) for left-padded prompts; T <= max_new_tokens (stops once every row finished,
-        checked every `check_every` steps); after a row's EOS come `pad_token_id`s, as `generate` returns them.
-
-        `model_inputs`: the processor's other outputs (pixel_values, image_grid_thw, mm_token_type_ids, ...), and
-        optionally the prefill's M-RoPE `position_ids` and `rope_deltas` precomputed (`rope_positions`).
-        `settings` or `generation_config` (+ kwargs in `model_inputs` that are generation settings) say how."""
+        """Completion token ids (n, T <= max_new_tokens) for left-padded prompts; after a row's EOS come
+        `pad_token_id`s, as `generate` returns them. `model_inputs`: the processor's other outputs, optionally the
+        precomputed `position_ids`/`rope_deltas`, and generation settings if `settings` is not given."""
         # outside inference mode: the cache outlives this call and is updated in place by later (no_grad) calls
         with self._lock, torch.inference_mode(False), torch.no_grad():
             return self._generate(input_ids, attention_mask, settings, generation_config, model_inputs)

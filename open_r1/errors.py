@@ -1,9 +1,6 @@
-"""One family of errors for every entry point: each message names the problem and the fix.
-
-Every entry point (`train.sh` -> `open_r1.grpo`, `selfcheck.py`, export, promote, the scene generator, the
-tiny-model builder, the captioning stages) catches `OpenR1Error` and prints `error: <message>` with exit status 2,
-never a traceback. The subclasses say which input was wrong; they stay `ValueError`/`RuntimeError`s so callers that
-catch the builtin kinds keep working.
+"""One family of errors for every entry point, each message naming the problem and the fix: every entry point
+catches `OpenR1Error` and prints `error: <message>` with exit status 2, never a traceback. The subclasses stay
+`ValueError`/`RuntimeError`s so callers that catch the builtin kinds keep working.
 """
 from __future__ import annotations
 
@@ -59,9 +56,8 @@ class SceneGenerationError(OpenR1Error, RuntimeError):
 
 
 def user_error(exc: BaseException) -> OpenR1Error | None:
-    """The project's own error behind `exc`, or None. An error raised in a worker process arrives wrapped: chained
-    as the cause (`datasets`' DatasetGenerationError over multiprocessing's RemoteTraceback), or re-raised with the
-    worker's traceback as its message (torch's DataLoader). The user gets the one line, not the wrapping."""
+    """The project's own error behind `exc`, or None: one from a worker process arrives chained as the cause
+    (`datasets`) or re-raised with the worker's traceback as its message (torch's DataLoader)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -75,9 +71,8 @@ def user_error(exc: BaseException) -> OpenR1Error | None:
 
 
 class CliHelp(argparse.RawDescriptionHelpFormatter):
-    """The --help of every entry point: descriptions as written, each option's default shown (a None or False
-    default is not: the option's help says what happens without it). argparse's own hook, as its
-    ArgumentDefaultsHelpFormatter uses it."""
+    """The --help of every entry point: descriptions as written, each option's default shown unless None or False
+    (argparse's own hook, as ArgumentDefaultsHelpFormatter uses it)."""
 
     def _get_help_string(self, action):
         text = action.help or ""

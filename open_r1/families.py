@@ -1,20 +1,7 @@
-"""The supported model families, one record each: what the engine needs to know about a Qwen-VL generation.
-
-Everything family-specific lives in this table (loading class, vision geometry, LoRA targets, where the vision tower
-is, deepstack); model loading (`open_r1.modeling`), LoRA (`open_r1.grpo`), ViT de-duplication (`open_r1.trainer`),
-export / `--verify` (`open_r1.export`) and the tiny builders (`open_r1.tiny_models`) read it instead of branching on
-model names. Module names below were read from transformers 5.24's modeling files
-(`models/<family>/modeling_<family>.py`):
-
-* Qwen2-VL: vision blocks `attn.qkv`, `attn.proj`, `mlp.fc1`, `mlp.fc2`; 14 px patches merged 2x2 (28x28 px/token).
-* Qwen2.5-VL: vision blocks `attn.qkv`, `attn.proj`, `mlp.gate_proj`, `mlp.up_proj`, `mlp.down_proj` (a SwiGLU MLP);
-  14 px patches merged 2x2; window attention except in `fullatt_block_indexes`.
-* Qwen3-VL: vision blocks `attn.qkv`, `attn.proj`, `mlp.linear_fc1`, `mlp.linear_fc2`; 16 px patches merged 2x2
-  (32x32 px/token); the tower also returns `deepstack_features` (merged features of some middle blocks that are
-  added to the first decoder layers' hidden states).
-
-The language model of all three is `model.language_model` with `self_attn.{q,k,v,o}_proj` and
-`mlp.{gate,up,down}_proj`; the vision tower is `model.visual`.
+"""The supported model families, one record each: everything family-specific (loading class, vision geometry, LoRA
+targets, where the vision tower is, deepstack), read by loading, LoRA, ViT de-duplication, export and the tiny
+builders instead of branching on model names. Module names as in transformers 5.24's modeling files; the language
+model of all three is `model.language_model`, the vision tower `model.visual`.
 """
 from __future__ import annotations
 
@@ -43,11 +30,6 @@ class ModelFamily:
     def pixels_per_token(self) -> int:
         """Image area (pixels) behind one merged vision token: (patch x merge)^2."""
         return (self.patch_size * self.merge_size) ** 2
-
-    @property
-    def pixel_unit(self) -> int:
-        """Images are resized to multiples of this edge (pixels)."""
-        return self.patch_size * self.merge_size
 
     def lora_targets(self, vision: bool) -> str:
         if not vision:

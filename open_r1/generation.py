@@ -1,13 +1,11 @@
-"""Batched generation for evaluation, task-neutral: left-padded prompts + images in, completion texts out.
-
-The tasks' evaluations (`open_r1/tasks/<task>/evaluate.py`) build the prompt texts from their protocol and score
-what comes back; this module only generates. Prompts are left-padded (right padding shifts Qwen-VL's M-RoPE
-positions), a completion ends at its first EOS, and a completion that used all `max_new_tokens` without an EOS is
-reported as truncated.
-"""
+"""Batched generation for the tasks' evaluations: left-padded prompts + images in (right padding shifts M-RoPE
+positions), completion texts out, each ending at its first EOS; one that used all `max_new_tokens` is truncated."""
 from __future__ import annotations
 
+import warnings
 import weakref
+
+import torch
 
 from open_r1 import decoding
 from open_r1.errors import RecipeError
@@ -34,12 +32,9 @@ def static_cache_kwargs(prompt_tokens: int, max_new_tokens: int) -> dict:
 
 
 def prepare_inputs(processor, prompt_texts, images, image_device=None, pin_memory=False, rope_model=None):
-    """The processor's batch for `generate_texts(inputs=...)`: left-padded prompt ids + image tensors (CPU work an
-    evaluation can do for the next batch while the GPU generates this one). `image_device`: run the image
-    preprocessing there (the torchvision backend's `device`; 'cuda' moves resize/normalise/patchify to the GPU).
-    `pin_memory`: page-locked CPU tensors, so the copy to the GPU can overlap other work. `rope_model`: also the
-    prefill's M-RoPE positions, by that model's own method on these CPU tensors (`decoding.rope_positions`; the
-    graph decoder uses them, HF generate computes its own)."""
+    """The processor's batch for `generate_texts(inputs=...)` (CPU work that can run ahead of the GPU).
+    `image_device`: where the image preprocessing runs; `pin_memory`: page-locked CPU tensors for overlapped copies;
+    `rope_model`: also the prefill's M-RoPE positions (`decoding.rope_positions`, for the graph decoder)."""
     extra = {"device": image_device} if image_device else {}
     inputs = processor(text=list(prompt_texts), images=list(images), padding=True, padding_side="left",
                        return_tensors="pt", **extra)
@@ -54,23 +49,12 @@ def prepare_inputs(processor, prompt_texts, images, image_device=None, pin_memor
 
 def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compile_generation=False,
                    do_sample=False, decoder=None, inputs=None, **generate_kwargs):
-    """Completions for one batch of chat-formatted prompt texts. Returns (texts, completion token counts,
-    truncated flags).
-
-    `compile_generation`: a static KV cache, which transformers decodes with a compiled, CUDA-graph step on GPUs
-    (same tokens as the dynamic cache; the first batch of each size pays for the compilation).
-
-    `decoder`: 'graph' (open_r1.decoding.GraphDecoder: static cache + CUDA-graph decode step, one per model, kept
-    across calls), 'eager' (the same decoder uncompiled), 'hf' (transformers generate) or 'auto'/None
-    (`DEFAULT_DECODER`: 'graph' on CUDA devices, 'hf' elsewhere). A setting the graph decoder lacks falls back to
-    'hf' with a warning.
-
-    `inputs`: the batch `prepare_inputs` made from these prompts (then `prompt_texts` and `images` are unused)."""
-    import torch
-
+    """(texts, completion token counts, truncated flags) for one batch of chat-formatted prompt texts.
+    `compile_generation`: HF generate with a static KV cache (compiled on GPUs). `decoder`: 'graph' (`GraphDecoder`,
+    one per model), 'eager' (uncompiled), 'hf' or 'auto'/None (`DEFAULT_DECODER`: graph on CUDA, else hf); a setting
+    the graph decoder lacks falls back to 'hf' with a warning. `inputs`: a `prepare_inputs` batch for these prompts."""
     if inputs is None:
         inputs = prepare_inputs(processor, prompt_texts, images)
-
     positions = {key: inputs.pop(key) for key in decoding.ROPE_INPUT_KEYS if key in inputs}  # the graph decoder's only
     inputs = inputs.to(model.device, non_blocking=True)
     choice = resolve_decoder(decoder, model.device)
@@ -81,17 +65,16 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
         choice = "hf"  # ZeRO-3: gathered weights move between calls; a captured step cannot follow them
     if choice != "hf" and not compile_generation:
         try:
-            settings = decoding.resolve_settings(model.generation_config, max_new_tokens=max_new_tokens, do_sample=do_sample,
-                                        **generate_kwargs)
+            settings = decoding.resolve_settings(model.generation_config, max_new_tokens=max_new_tokens,
+                                                 do_sample=do_sample, **generate_kwargs)
         except decoding.UnsupportedGeneration as error:
-            _warn_fallback(str(error))
+            warnings.warn(f"graph decoder not used ({error}); generating with HF generate", stacklevel=2)
         else:
             try:
                 completion_ids = decoder_for(model, compile=choice == "graph").generate(**inputs, **positions,
                                                                                         settings=settings)
             except torch.OutOfMemoryError:
-                # drop the decoder (its cache is sized for this batch): a caller that retries with a smaller batch
-                # (evaluate_dataset halves it) gets a decoder sized for that one
+                # drop the decoder (its cache is sized for this batch): a retry with a smaller batch gets a new one
                 _DECODERS.pop(model, None)
                 raise
             return decode_completions(completion_ids.tolist(), processor, settings.eos_token_ids, max_new_tokens)
@@ -105,12 +88,11 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
 
 
 DEFAULT_DECODER = "auto"  # selfcheck --decoder sets it; generate_texts(decoder=...) overrides per call
-_DECODERS: weakref.WeakKeyDictionary | None = None  # model -> decoding.GraphDecoder (one static cache per model and process)
+_DECODERS = weakref.WeakKeyDictionary()  # model -> decoding.GraphDecoder (one static cache per model and process)
 
 
 def resolve_decoder(decoder, device) -> str:
     """'graph' | 'eager' | 'hf' for `decoder` ('auto'/None: `DEFAULT_DECODER`, then graph on CUDA, hf elsewhere)."""
-
     decoder = decoder or DEFAULT_DECODER
     if decoder not in decoding.DECODER_CHOICES:
         raise RecipeError(f"decoder must be one of {', '.join(decoding.DECODER_CHOICES)} (got {decoder!r})")
@@ -120,10 +102,6 @@ def resolve_decoder(decoder, device) -> str:
 def decoder_for(model, compile: bool | None = None, decoder=None):
     """The process's decoding.GraphDecoder for `model` (created on first use, then reused: its cache is allocated once).
     `decoder`: register an existing one (the trainer shares its training decoder with evaluation)."""
-    global _DECODERS
-
-    if _DECODERS is None:
-        _DECODERS = weakref.WeakKeyDictionary()
     if decoder is not None:
         _DECODERS[model] = decoder
     if model not in _DECODERS:
@@ -137,14 +115,7 @@ def decoder_for(model, compile: bool | None = None, decoder=None):
 def forget_decoders() -> None:
     """Drop every registered decoder (their caches, and the models they hold): for processes that build several
     models one after another (the benches); a training or selfcheck process keeps its one decoder."""
-    if _DECODERS is not None:
-        _DECODERS.clear()
-
-
-def _warn_fallback(reason: str) -> None:
-    import warnings
-
-    warnings.warn(f"graph decoder not used ({reason}); generating with HF generate", stacklevel=3)
+    _DECODERS.clear()
 
 
 def decode_completions(rows, processor, eos_token_id, max_new_tokens):

@@ -5,17 +5,15 @@ Usage:
     python -m open_r1.grpo --config configs/demo.yaml --output_dir runs/demo        # CPU demo
 Any recipe key can be overridden on the command line (`--learning_rate 2e-6 --reward_funcs exact_count format`).
 
-One way through: parse (engine, TRL and task keys) -> build the task once -> validate everything before the model
-loads -> the run's callbacks (`open_r1.run`) -> the trainer -> train -> save. The algorithm is TRL's; this adds
-rewards by name from the registry, the task's prompts and data, the recipe's vision-token budget (saved with the
-model), LoRA off the vision tower unless `lora_vision`, and the speed levers of `open_r1.trainer`.
-`training_meta.json` beside the weights records what export needs (base model, LoRA or not, pixel budget).
+parse -> build the task once -> validate before the model loads -> the run's callbacks (`open_r1.run`) -> the
+trainer (`open_r1.trainer`) -> train -> save, with `training_meta.json` (what export needs) beside the weights.
 """
 from __future__ import annotations
 
-import logging
+import dataclasses
 import os
 import sys
+import textwrap
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
@@ -24,20 +22,14 @@ from open_r1 import modeling, validate
 from open_r1 import rewards as rewards_lib
 from open_r1 import run as run_lib
 from open_r1.checks import closest_key
-from open_r1.errors import OpenR1Error, RecipeError, user_error  # noqa: F401  (RecipeError re-exported)
+from open_r1.errors import RecipeError, user_error
 from open_r1.export import TRAINING_META_FILE
 from open_r1.families import FAMILIES
 from open_r1.jsonio import write_json
 from open_r1.noise import quiet_library_noise
 from open_r1.rewards import parse_reward_kwargs  # noqa: F401  (re-exported: recipes' reward params)
 from open_r1.tasks import get_task, task_settings
-from open_r1.trainer import (
-    VLMGRPOTrainer,
-    check_noisy_rollouts,
-    vision_tower,
-)
-
-logger = logging.getLogger(__name__)
+from open_r1.trainer import VLMGRPOTrainer, check_noisy_rollouts, vision_tower
 
 BATCH_HINT = (
     "per_device_train_batch_size counts completions, not prompts: make the generation batch a multiple of "
@@ -147,18 +139,14 @@ def lora_config(model_args: ModelConfig, lora_vision: bool, family=FAMILIES["qwe
     """peft LoraConfig from the recipe; targets the family's language model only unless lora_vision."""
     from trl import get_peft_config
 
-    if not model_args.use_peft:
-        return None
-    if model_args.lora_target_modules is None:
+    if model_args.use_peft and model_args.lora_target_modules is None:
         model_args.lora_target_modules = family.lora_targets(vision=lora_vision)
-    config = get_peft_config(model_args)
-    return config
+    return get_peft_config(model_args)
 
 
 def freeze_vision_tower(model) -> int:
-    """Stop gradients into the ViT (patch embedding and blocks); the mergers that feed the language model train
-    (`merger`, and Qwen3-VL's `deepstack_merger_list`).
-    Returns the number of frozen parameters."""
+    """Stop gradients into the ViT (patch embedding and blocks); the mergers (`merger`, Qwen3-VL's
+    `deepstack_merger_list`) train. Returns the number of frozen parameters."""
     visual = vision_tower(model)
     if visual is None:
         raise RecipeError(f"freeze_vision: {type(model).__name__} has no vision tower (model.visual)")
@@ -172,24 +160,11 @@ def freeze_vision_tower(model) -> int:
 
 def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None,
                   task=None):
-    """Everything up to `trainer.train()`: validated data, rewards, model, processor, LoRA, the trainer
-    (TRL's `GRPOTrainer` with the speed levers of `open_r1.trainer`). `task`: the run's (built from the recipe when
-    not given)."""
-    if not model_args.model_name_or_path:
-        raise RecipeError("no model: set model_name_or_path in the recipe or MODEL_PATH / --model_name_or_path")
-    if not script_args.dataset_name:
-        raise RecipeError("no training data: set dataset_name in the recipe or DATA / --dataset_name")
-    # Columns (solution, problem, image) must reach the reward functions.
-    training_args.remove_unused_columns = False
-
-    reward_funcs = rewards_lib.get_reward_funcs(script_args.reward_funcs, parse_reward_kwargs(script_args.reward_kwargs))
-    weights = training_args.reward_weights
-    if weights is not None and len(weights) != len(reward_funcs):
-        raise RecipeError(
-            f"reward_weights has {len(weights)} entries for {len(reward_funcs)} reward_funcs "
-            f"{script_args.reward_funcs}; give one weight per reward"
-        )
-
+    """Everything up to `trainer.train()` for a validated recipe (`validate.validate_training`): data, rewards, model,
+    processor, LoRA, the trainer. `task`: the run's (built from the recipe when not given)."""
+    training_args.remove_unused_columns = False  # the data's columns must reach the reward functions
+    reward_funcs = rewards_lib.get_reward_funcs(script_args.reward_funcs,
+                                                parse_reward_kwargs(script_args.reward_kwargs))
     check_noisy_rollouts(script_args.noisy_rollouts, script_args.noise_std)  # before the slow loads
     family = modeling.family_of_dir(model_args.model_name_or_path)
     task = task or get_task(script_args.task, script_args)
@@ -210,7 +185,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         default_min if script_args.min_pixels is None else script_args.min_pixels,
         default_max if script_args.max_pixels is None else script_args.max_pixels,
     )
-    trainer = VLMGRPOTrainer(
+    return VLMGRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
         args=training_args,
@@ -225,7 +200,6 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
         noise_std=script_args.noise_std,
         fast_decode=script_args.fast_decode,
     )
-    return trainer
 
 
 def write_training_meta(output_dir: str, script_args, model_args, processor, task=None) -> None:
@@ -247,18 +221,15 @@ def announce_rank(trainer) -> None:
     state = trainer.accelerator.state
     plugin = getattr(state, "deepspeed_plugin", None)
     zero = f", ZeRO stage {plugin.zero_stage}" if plugin is not None else ""
-    print(
-        f"[grpo] rank {state.process_index}/{state.num_processes} on {state.device}: {state.distributed_type}{zero}",
-        flush=True,
-    )
+    print(f"[grpo] rank {state.process_index}/{state.num_processes} on {state.device}: {state.distributed_type}{zero}",
+          flush=True)
 
 
 MEMORY_CAP_ENV = "GPU_MEMORY_CAP_GIB"
 
 
 def apply_memory_cap(environ=os.environ) -> float | None:
-    """GPU_MEMORY_CAP_GIB=48: cap this process's GPU memory (torch.cuda.set_per_process_memory_fraction), to emulate
-    a 48 GB card on a larger one (issue 44). Over the cap = out of memory, as on the smaller card."""
+    """GPU_MEMORY_CAP_GIB=48: cap this process's GPU memory, to emulate a 48 GB card on a larger one (issue 44)."""
     value = environ.get(MEMORY_CAP_ENV, "").strip()
     if not value:
         return None
@@ -268,7 +239,7 @@ def apply_memory_cap(environ=os.environ) -> float | None:
         cap = 0.0
     if not cap > 0:
         raise RecipeError(f"{MEMORY_CAP_ENV}={value!r} is not a positive number of GiB (e.g. 48)")
-    import torch
+    import torch  # deferred: only a capped run needs it here
 
     if not torch.cuda.is_available():
         return None
@@ -315,27 +286,18 @@ class _ActivationCheckpointingAlias:
                                 "gradient_checkpointing."})
 
 
-def _has_activation_checkpointing() -> bool:
-    import dataclasses
-
-    return "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
-
-
 def _argument_classes() -> list[type]:
     """The dataclasses `parse_args` parses a recipe into: the engine's, TRL's, every task's own keys
     (`open_r1.tasks.task_settings`), and the alias last, where this transformers needs it."""
     classes = [GRPOScriptArguments, GRPOConfig, ModelConfig, *task_settings()]
-    if not _has_activation_checkpointing():
+    if "activation_checkpointing" not in {f.name for f in dataclasses.fields(GRPOConfig)}:
         classes.append(_ActivationCheckpointingAlias)
     return classes
 
 
 def recipe_keys() -> frozenset[str]:
-    """Every key a recipe of this entry may set: the fields of the dataclasses `parse_args` parses (the parser takes
-    each ``init`` field as an argument), and ``env`` (TrlParser sets those environment variables). TrlParser refuses
-    any other key, but only when the run starts: the captioning pipeline checks its GRPO keys against these first."""
-    import dataclasses
-
+    """Every key a recipe of this entry may set: the ``init`` fields of `_argument_classes` and ``env`` (TrlParser
+    sets those environment variables); the captioning pipeline checks its GRPO keys against these up front."""
     return frozenset({"env", *(f.name for cls in _argument_classes() for f in dataclasses.fields(cls) if f.init)})
 
 
@@ -379,8 +341,8 @@ def parse_args(argv=None):
 
 
 def combine_parsed(parsed) -> tuple:
-    """(script_args, training_args, model_args) from the dataclasses of `_argument_classes`, in order: the tasks'
-    settings become attributes of script_args, the alias sets gradient_checkpointing."""
+    """(script_args, training_args, model_args) from the parsed `_argument_classes`: the tasks' settings become
+    attributes of script_args, the alias sets gradient_checkpointing."""
     script_args, training_args, model_args, *extra = parsed
     for settings in extra:
         if isinstance(settings, _ActivationCheckpointingAlias):
@@ -402,9 +364,6 @@ COMMON_TRL_KEYS = (
 
 def short_help() -> str:
     """--help: our recipe keys first, then the common TRL ones; TRL's full list (hundreds of keys) is --help-all."""
-    import dataclasses
-    import textwrap
-
     def describe(field_) -> str:
         text = " ".join(str(field_.metadata.get("help", "")).split())
         default = field_.default if field_.default is not dataclasses.MISSING else (

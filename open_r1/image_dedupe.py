@@ -1,22 +1,13 @@
 """Each distinct image of a processor call is preprocessed once, and the last call's results are reused.
 
-Why: a GRPO round hands the processor every image once per completion (G copies of each prompt's image), and TRL
-calls it twice per round (`_tokenize_prompts` for generation, then `_generate_and_score_completions` for the loss's
-forward inputs). With 64 prompts x 8 completions that is 1024 image preprocessings per round for 64 distinct
-images; measured on the full-size bench it was several seconds of serial CPU work per round while the GPU waited
-(docs/PERFORMANCE.md). The images are the same Python objects in both calls (TRL puts the row's image into the
-prompt messages, and `open_r1.images.decode_images` decodes identical bytes once), so identity is the key.
-
-What it does, and no more: the image processor's `preprocess(images, **kwargs)` gets the flat list of images,
-runs the library's own preprocessing on the distinct ones not already held from the previous call with the same
-keyword arguments, and builds the batch output by copying each image's rows back to every position that holds it:
-`pixel_values` (the patch rows of each image, in image order) and `image_grid_thw` come out exactly as the plain
-processor would build them. Outputs of any other layout (another processor family, other keys, no tensors) are
-the library's own, computed on the full list, and from then on that processor is left to the library. The cache
-holds the last call's distinct images (strong references, so an `id` cannot be reused while held) and their rows:
-one round's distinct images, nothing older.
-
-The subclass keeps the base class's name, so a saved `preprocessor_config.json` still names the library's class.
+A GRPO round hands the processor G copies of each prompt's image, twice (generation, then the loss's inputs): 1024
+preprocessings for 64 distinct images at 64 x 8, serial CPU work while the GPU waits (docs/PERFORMANCE.md). The
+copies are the same Python objects, so identity is the key. `preprocess` runs the library's own preprocessing on the
+distinct images not held from the previous call with the same arguments and copies each image's rows back to every
+position: `pixel_values` and `image_grid_thw` come out exactly as the plain processor builds them. Any other output
+layout is the library's own, and that processor is left to the library from then on. The cache holds the last
+call's distinct images (strong references, so an `id` is not reused while held). The subclass keeps the base class's
+name, so a saved `preprocessor_config.json` still names the library's class.
 """
 from __future__ import annotations
 
@@ -64,8 +55,7 @@ class DedupeImagesMixin:
         state = dedupe_state(self)
         if state.unsupported:
             return super().preprocess(images, *args, **kwargs)
-        # the output type is not a preprocessing setting: rows are tensors whatever `return_tensors` asks for (TRL's
-        # two calls differ only in it), and the composed output is converted to it below
+        # rows are tensors whatever `return_tensors` asks (TRL's two calls differ only in it); converted below
         settings = {key: value for key, value in kwargs.items() if key != "return_tensors"}
         signature = repr((args, sorted(settings.items(), key=lambda item: item[0])))
         held = state.held if state.signature == signature else {}
@@ -129,10 +119,8 @@ def per_image_rows(output, count: int):
 
 def enable_image_dedupe(processor) -> bool:
     """Give `processor.image_processor` (or an image processor itself) the de-duplicating subclass, keeping its
-    class name. Returns False when there is none or it already has it."""
-
+    class name (saved configs name the library's class). False when there is none or it already has it."""
     image_processor = getattr(processor, "image_processor", processor)
     if image_processor is None or not hasattr(image_processor, "preprocess"):
         return False
-    # the same class name: saved configs name the library's class
     return compat.subclass_instance(image_processor, DedupeImagesMixin, prefix="")

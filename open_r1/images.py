@@ -12,10 +12,8 @@ IMAGE_COLUMN = "image"
 
 
 def lazy_image_column(dataset, column: str = IMAGE_COLUMN):
-    """The dataset with `column` left as encoded bytes/paths (decoded later by `decode_images`).
-
-    Only `datasets.Image` columns change; anything else (already-decoded lists, other feature types) is returned as
-    is, and `decode_images` leaves such values alone."""
+    """The dataset with a `datasets.Image` column left as encoded bytes/paths (decoded later by `decode_images`);
+    any other column is returned as is."""
     from datasets import Image
 
     feature = dataset.features.get(column)
@@ -46,14 +44,11 @@ def decode_images(rows: list[dict], column: str = IMAGE_COLUMN, max_workers: int
     firsts = [members[0][column] for members in groups.values()]
     workers = max_workers or min(8, os.cpu_count() or 1, len(firsts))
 
-    def decode(value: dict):
-        return feature.decode_example(value)  # loads the pixels: the decode happens in this thread
-
     if workers <= 1:
-        decoded = [decode(value) for value in firsts]
-    else:
+        decoded = [feature.decode_example(value) for value in firsts]
+    else:  # decode_example loads the pixels, in the pool's threads
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            decoded = list(pool.map(decode, firsts))
+            decoded = list(pool.map(feature.decode_example, firsts))
     for members, image in zip(groups.values(), decoded):
         for row in members:
             row[column] = image

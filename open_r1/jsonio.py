@@ -33,9 +33,8 @@ def read_json(path: str | os.PathLike, default: Any = _RAISE) -> Any:
 
 
 def read_recipe(path: str | os.PathLike, hint: str = "see configs/*.yaml") -> dict:
-    """A YAML recipe as a mapping: the one plain reader (`open_r1.grpo` parses the same files into its dataclasses
-    with TRL's parser); a missing file, bad YAML or a file that is not a mapping is one RecipeError (`hint`: where
-    the recipes are)."""
+    """A YAML recipe as a mapping (`open_r1.grpo` parses the same files with TRL's parser); a missing file, bad YAML
+    or a non-mapping is one RecipeError (`hint`: where the recipes are)."""
     import yaml  # deferred: only recipe readers need it
 
     if not os.path.isfile(path):

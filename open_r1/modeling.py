@@ -1,28 +1,21 @@
-"""Loading Qwen-VL policies and processors the one way training, export and selfcheck all use.
-
-Why a module of its own: the processor must be loaded with left padding (right padding silently shifts Qwen-VL's
-M-RoPE positions during batched generation) and with the recipe's vision-token budget (`min_pixels`/`max_pixels`),
-and a wrong or missing model directory must fail with one clear message, not a deep traceback.
-
-Every supported family (`open_r1.families`: Qwen2-VL, Qwen2.5-VL, Qwen3-VL) loads through transformers'
-`AutoModelForImageTextToText`; the vision-token budget is counted in the family's own merged-token area
-(28x28 pixels for Qwen2/2.5-VL, 32x32 for Qwen3-VL).
+"""Loading Qwen-VL policies and processors the one way training, export and selfcheck all use: the processor
+left-padded (right padding shifts M-RoPE positions in batched generation) with the recipe's vision-token budget
+(counted in the family's merged-token area), and a wrong model dir as one clear error.
 """
 from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import shutil
 import tempfile
 
 from open_r1.errors import ModelError  # noqa: F401  (re-exported)
 from open_r1.families import FAMILIES, ModelFamily, get_family
+from open_r1.jsonio import read_json, write_json
 from open_r1.vision_attention import use_grouped_vision_attention
 
-# Default vision-token budget of training, in merged tokens: at least 4, at most 512 per image (Qwen2-VL: 3136 and
-# 401408 pixels; Qwen3-VL: 4096 and 524288).
+# Default vision-token budget of training per image, in merged tokens (Qwen2-VL: 3136 to 401408 pixels)
 MIN_VISION_TOKENS = 4
 MAX_VISION_TOKENS = 512
 
@@ -59,8 +52,7 @@ def check_model_dir(path: str) -> dict:
                 f"python scripts/export_submission.py --checkpoint {path} --out <dir>"
             )
         raise ModelError(f"{path} has no config.json; it is not a saved transformers model")
-    with open(config_path) as handle:
-        config = json.load(handle)
+    config = read_json(config_path)
     get_family(config.get("model_type"), where=f"{path} ({config.get('architectures')})")
     return config
 
@@ -86,12 +78,8 @@ def resolve_dtype(dtype):
 
 def load_model(path: str, dtype=None, attn_implementation: str | None = None, device_map=None,
                vision_attention: str = "grouped"):
-    """AutoModelForImageTextToText.from_pretrained after checking the dir holds a supported family.
-
-    The class it resolves to is the family's (`Qwen2VLForConditionalGeneration` for Qwen2-VL: the class the counting
-    grader loads; `Qwen2_5_VLForConditionalGeneration`, `Qwen3VLForConditionalGeneration`). `vision_attention`:
-    'grouped' runs an SDPA vision tower's attention once per image size instead of once per image (the same
-    result; `open_r1.vision_attention`), 'per_image' keeps transformers' loop. Not saved with the model."""
+    """AutoModelForImageTextToText.from_pretrained after checking the dir holds a supported family (it must resolve
+    to the family's class). `vision_attention`: 'grouped' (`open_r1.vision_attention`) or 'per_image'."""
     from transformers import AutoModelForImageTextToText
 
     family = family_of_dir(path)
@@ -104,7 +92,6 @@ def load_model(path: str, dtype=None, attn_implementation: str | None = None, de
     if type(model).__name__ != family.class_name:
         raise ModelError(f"{path} loaded as {type(model).__name__}, expected {family.class_name} for a "
                          f"{family.name} checkpoint; check config.json's architectures")
-
     use_grouped_vision_attention(model, vision_attention)
     return model
 
@@ -140,40 +127,28 @@ def set_pixel_budget(processor, min_pixels: int | None, max_pixels: int | None):
 
 
 def write_compat_processor_files(save_dir: str) -> None:
-    """Write the processor files every transformers version finds, as the real Qwen-VL repos have them.
-
-    transformers 5 saves one `processor_config.json` (image processor nested) and `chat_template.jinja`; 4.x and
-    qwen-vl-utils read `preprocessor_config.json` (with `min_pixels`/`max_pixels`) and `chat_template.json`. The
-    grader's environment is unknown, so a submission carries both. The pixel keys are not set as processor
-    attributes in memory: transformers 5 would then pass them on every call with a deprecation warning.
-    """
+    """Write the processor files every transformers version finds: transformers 5 saves `processor_config.json` and
+    `chat_template.jinja`; 4.x and qwen-vl-utils read `preprocessor_config.json` (with `min_pixels`/`max_pixels`)
+    and `chat_template.json`, and the grader's environment is unknown. (Pixel keys set on the processor in memory
+    would make transformers 5 warn on every call, so they go to the file only.)"""
     processor_path = os.path.join(save_dir, "processor_config.json")
     preprocessor_path = os.path.join(save_dir, "preprocessor_config.json")
     if os.path.isfile(processor_path):
-        with open(processor_path) as handle:
-            image_config = dict(json.load(handle).get("image_processor") or {})
+        image_config = dict(read_json(processor_path).get("image_processor") or {})
     else:
-        with open(preprocessor_path) as handle:
-            image_config = json.load(handle)
+        image_config = read_json(preprocessor_path)
     size = image_config.get("size") or {}
     if "shortest_edge" in size and "longest_edge" in size:
         image_config["min_pixels"], image_config["max_pixels"] = size["shortest_edge"], size["longest_edge"]
-    processor_class = "Qwen2VLProcessor"
-    config_path = os.path.join(save_dir, "config.json")
-    if os.path.isfile(config_path):
-        with open(config_path) as handle:
-            family = FAMILIES.get(json.load(handle).get("model_type") or "")
-        processor_class = family.processor_class if family is not None else processor_class
-    image_config.setdefault("processor_class", processor_class)
-    with open(preprocessor_path, "w") as handle:
-        json.dump(image_config, handle, indent=2)
+    config = read_json(os.path.join(save_dir, "config.json"), {})
+    family = FAMILIES.get(config.get("model_type") or "")
+    image_config.setdefault("processor_class", family.processor_class if family is not None else "Qwen2VLProcessor")
+    write_json(preprocessor_path, image_config)
     jinja_path = os.path.join(save_dir, "chat_template.jinja")
     json_path = os.path.join(save_dir, "chat_template.json")
     if os.path.isfile(jinja_path) and not os.path.isfile(json_path):
         with open(jinja_path) as handle:
-            template = handle.read()
-        with open(json_path, "w") as handle:
-            json.dump({"chat_template": template}, handle, indent=2)
+            write_json(json_path, {"chat_template": handle.read()})
 
 
 def pixel_budget(processor) -> tuple[int, int]:

@@ -1,8 +1,5 @@
-"""Library noise, filtered once at the entry points (`open_r1.grpo`, `selfcheck.py`, `open_r1.export`, the demo).
-
-Only warnings the libraries raise about themselves, which a user cannot act on, are listed; warnings our own code
-could cause are fixed where they arise instead (e.g. the recipes set `activation_checkpointing`, transformers 5.24's
-name, not `gradient_checkpointing`). pyproject.toml's pytest `filterwarnings` lists the same ones.
+"""Library noise, filtered once at the entry points: only warnings the libraries raise about themselves, which a
+user cannot act on (ours are fixed where they arise). pyproject.toml's pytest `filterwarnings` lists the same ones.
 """
 from __future__ import annotations
 

@@ -1,40 +1,19 @@
 """A Bradley-Terry reward model on a Qwen-VL backbone: image + chat messages in, one scalar score out.
 
-Why a module of its own: transformers has no `ForSequenceClassification` for Qwen2-VL, Qwen2.5-VL or Qwen3-VL, and
-TRL's `RewardTrainer` is text-only (it loads `AutoModelForSequenceClassification` and its collator has no pixel
-keys; trl#4021). So the head is built here on the VLM backbone, and the training loop is `transformers.Trainer` with
-our own `compute_loss` and a pair collator. Task-neutral: the caller renders its rows to chat messages.
-
-The model:
-  * backbone = `AutoModel` of the VLM (`Qwen2VLModel`, `Qwen2_5_VLModel`, `Qwen3VLModel`: the decoder + vision tower
-    without the LM head), loaded from any saved VLM dir (a `...ForConditionalGeneration` checkpoint too);
-  * head = `Linear(hidden, 1, bias=False)` initialised to zero, so every score starts at exactly 0 and the initial BT
-    loss is exactly log 2;
-  * pooled at the LAST REAL token of each row, found from the attention mask (the position of the last 1), so right-
-    and left-padded batches give the same score (the public humor-r1 code reads `attention_mask.sum(1) - 1`, which is
-    wrong under left padding). The text is the chat template of the messages with the template's trailing newline
-    removed, so the last real token is the assistant turn's `<|im_end|>`, not the `\\n` after it;
-  * the image budget (the processor's min/max pixels) is set once and saved with the model: training and scoring
-    resize images the same way (the public code trains on <=448 px and scores full resolution);
-  * optional LoRA (peft) on the decoder (and, if asked, the vision tower); the head always trains fully;
-  * the vision tower encodes each distinct image of a batch once (`open_r1.vision_dedupe`, as GRPO's trainer): the
-    two sides of a pair share a cartoon, so a plain forward encodes every image twice. Same scores and gradients.
-
-Loss (as TRL's RewardTrainer, re-implemented, not copied): -log sigmoid(s_chosen - s_rejected - margin), mean over
-pairs, + `center_rewards_coefficient` * mean((s_chosen + s_rejected)^2) when that coefficient is set.
-
-Saved as ONE dir: the backbone (LoRA merged) as a normal transformers model, `reward_head.safetensors`, the processor
-(with the pixel budget) and `reward_model.json` (format version, pooling rule, pixel budget, how it was trained).
-`load_reward_model(path)` reads it back; `RewardModel.score(images, messages_list)` returns raw scores (batched, no
-grad). Raw BT scores have no fixed zero: use sigmoid(score) or a centred score before treating 0 as "bad".
-
-Held-out metric: pairwise accuracy P(s_chosen > s_rejected) (ties count 1/2) with a bootstrap CI that resamples
-GROUPS (contests), not pairs: pairs of one contest share an image and are not independent.
+transformers has no `ForSequenceClassification` for Qwen-VL and TRL's `RewardTrainer` is text-only (trl#4021), so
+the head is built here and trained by `transformers.Trainer` with a pair loss and collator. The model: the VLM's
+`AutoModel` backbone (no LM head), a zero-initialised `Linear(hidden, 1)` head (initial loss exactly log 2) read at
+the LAST REAL token from the attention mask (same score under either padding side; the chat text drops the
+template's trailing newline so that token is `<|im_end|>`), the image budget saved with the model (training and
+scoring resize alike), optional LoRA, and each distinct image of a batch encoded once (`open_r1.vision_dedupe`).
+Loss: -log sigmoid(s_chosen - s_rejected - margin) + `center_rewards_coefficient` * mean((s_c + s_r)^2).
+Saved as ONE dir (backbone with LoRA merged, `reward_head.safetensors`, processor, `reward_model.json`). Raw scores
+have no fixed zero. Held-out metric: pairwise accuracy with a bootstrap CI over groups (a contest's pairs share an
+image, so pairs are not independent).
 """
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import os
 import random
@@ -49,6 +28,7 @@ from open_r1 import modeling
 from open_r1.errors import ModelError, RecipeError
 from open_r1.families import family_of
 from open_r1.image_dedupe import enable_image_dedupe
+from open_r1.jsonio import read_json, write_json
 from open_r1.vision_attention import use_grouped_vision_attention
 from open_r1.vision_dedupe import enable_vision_dedupe
 
@@ -58,9 +38,6 @@ FORMAT = "open_r1.reward_model/v1"
 POOLING = "last_real_token"
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Pieces that need no model (tested on their own)
-# --------------------------------------------------------------------------------------------------------------------
 def last_real_index(attention_mask: torch.Tensor) -> torch.Tensor:
     """Per row, the position of the last 1 of the attention mask: the last real token under any padding side."""
     if attention_mask.ndim != 2:
@@ -86,10 +63,8 @@ def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor, margin: tor
 
 def pairwise_accuracy(chosen: Sequence[float], rejected: Sequence[float], groups: Sequence[Any] | None = None,
                       n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> dict:
-    """P(s_chosen > s_rejected) (ties 1/2) with a percentile bootstrap CI that resamples whole groups (contests).
-
-    The resampled statistic is the pooled accuracy (correct pairs / pairs over the drawn groups), the same estimator
-    as the point value. With one group (or none given) the CI resamples pairs and says so (`ci_unit`)."""
+    """P(s_chosen > s_rejected) (ties 1/2) with a percentile bootstrap CI of the pooled accuracy that resamples whole
+    groups (contests); with fewer than two groups it resamples pairs and says so (`ci_unit`)."""
     if len(chosen) != len(rejected) or not len(chosen):
         raise ValueError(f"need equally many chosen and rejected scores (> 0), got {len(chosen)} and {len(rejected)}")
     wins = [1.0 if c > r else 0.5 if c == r else 0.0 for c, r in zip(chosen, rejected)]
@@ -132,14 +107,9 @@ def chat_text(processor, messages: list[dict]) -> str:
     return text.removesuffix("\n")
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# The model
-# --------------------------------------------------------------------------------------------------------------------
 def load_backbone(path: str, dtype=None, attn_implementation: str | None = None, vision_attention: str = "grouped"):
-    """The VLM without its LM head (`AutoModel`), from a saved VLM dir (ForConditionalGeneration or bare model).
-    `vision_attention` as in `modeling.load_model`: 'grouped' runs an SDPA vision tower's attention once per segment
-    length (`open_r1.vision_attention`; the same scores), 'per_image' keeps transformers' loop, which for a batch of
-    64 pairs of the stand-in's Qwen2.5-VL backbone is 1796 SDPA calls per forward against 14."""
+    """The VLM without its LM head (`AutoModel`), from a saved VLM dir. `vision_attention` as in
+    `modeling.load_model` ('grouped': one SDPA call per segment length, `open_r1.vision_attention`)."""
     from transformers import AutoConfig, AutoModel
 
     if not os.path.isfile(os.path.join(path, "config.json")):
@@ -149,15 +119,11 @@ def load_backbone(path: str, dtype=None, attn_implementation: str | None = None,
     if not hasattr(config, "vision_config"):
         raise ModelError(f"{path} is a {config.model_type!r} model without a vision tower; the reward model needs a "
                          "vision-language backbone (qwen2_vl, qwen2_5_vl or qwen3_vl)")
+    attn_implementation = attn_implementation or modeling.default_attn_implementation()
     backbone = AutoModel.from_pretrained(path, dtype=modeling.resolve_dtype(dtype),
-                                         attn_implementation=attn_implementation or modeling.default_attn_implementation())
+                                         attn_implementation=attn_implementation)
     use_grouped_vision_attention(backbone, vision_attention)
     return backbone
-
-
-def text_hidden_size(config) -> int:
-    text = getattr(config, "text_config", None) or config
-    return int(text.hidden_size)
 
 
 class RewardModel(nn.Module):
@@ -170,16 +136,14 @@ class RewardModel(nn.Module):
         if processor is not None:
             enable_image_dedupe(processor)  # a pair's two conversations (and a contest's pairs) share one image
         if dedupe_vision:  # ... and the vision tower encodes that image once (the same scores and gradients)
-
             enable_vision_dedupe(self._base_backbone())
-        hidden = text_hidden_size(self._base_backbone().config)
+        config = self._base_backbone().config
+        hidden = int((getattr(config, "text_config", None) or config).hidden_size)
         self.head = nn.Linear(hidden, 1, bias=False, dtype=torch.float32)
         nn.init.zeros_(self.head.weight)
         self.meta = dict(meta or {})
-        forward = self._base_backbone().forward
-        self._forward_params = set(inspect.signature(forward).parameters)
+        self._forward_params = set(inspect.signature(self._base_backbone().forward).parameters)
 
-    # -- plumbing Trainer expects from a model ------------------------------------------------------------------
     @property
     def config(self):
         return self._base_backbone().config
@@ -201,7 +165,6 @@ class RewardModel(nn.Module):
     def gradient_checkpointing_disable(self):
         self._base_backbone().gradient_checkpointing_disable()
 
-    # -- forward ---------------------------------------------------------------------------------------------------
     def forward(self, input_ids, attention_mask, **inputs) -> torch.Tensor:
         kwargs = {k: v for k, v in inputs.items() if k in self._forward_params and v is not None}
         if "use_cache" in self._forward_params:
@@ -228,8 +191,7 @@ class RewardModel(nn.Module):
         was_training = self.training
         self.eval()
         scores: list[float] = []
-        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda"
-                    else torch.autocast("cpu", enabled=False))
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda")
         try:
             for start in range(0, len(images), batch_size):
                 batch = self.encode(images[start:start + batch_size], messages_list[start:start + batch_size],
@@ -243,7 +205,6 @@ class RewardModel(nn.Module):
                 self.train()
         return scores
 
-    # -- saving ----------------------------------------------------------------------------------------------------
     def save(self, out_dir: str, extra_meta: dict | None = None) -> str:
         """Write the ONE dir (backbone with LoRA merged, head, processor, meta) atomically; returns its path."""
         from safetensors.torch import save_file
@@ -253,14 +214,14 @@ class RewardModel(nn.Module):
         out_dir = os.path.abspath(out_dir)
         with modeling.staged_dir(out_dir) as staging:
             self.backbone.save_pretrained(staging, safe_serialization=True)
-            save_file({"weight": self.head.weight.detach().float().cpu().contiguous()}, os.path.join(staging, HEAD_FILE))
+            head = {"weight": self.head.weight.detach().float().cpu().contiguous()}
+            save_file(head, os.path.join(staging, HEAD_FILE))
             self.processor.save_pretrained(staging)
             min_pixels, max_pixels = modeling.pixel_budget(self.processor)
             meta = {**self.meta, **(extra_meta or {}), "format": FORMAT, "pooling": POOLING,
                     "hidden_size": int(self.head.in_features), "min_pixels": min_pixels, "max_pixels": max_pixels,
                     "model_type": self.config.model_type}
-            with open(os.path.join(staging, META_FILE), "w") as handle:
-                json.dump(meta, handle, indent=2, default=str)
+            write_json(os.path.join(staging, META_FILE), meta)
         self.meta = meta
         return out_dir
 
@@ -297,10 +258,9 @@ def load_reward_model(path: str, device=None, dtype=None, attn_implementation: s
 
     meta_path = os.path.join(path, META_FILE)
     if not os.path.isfile(meta_path):
-        raise ModelError(f"{path} is not a reward-model dir (no {META_FILE}); train one with the captioning "
-                         "chain's rm stage: open-r1-caption --config configs/captioning/real_qwen3vl2b.yaml --stages rm")
-    with open(meta_path) as handle:
-        meta = json.load(handle)
+        raise ModelError(f"{path} is not a reward-model dir (no {META_FILE}); train one with the captioning chain's "
+                         "rm stage: open-r1-caption --config configs/captioning/real_qwen3vl2b.yaml --stages rm")
+    meta = read_json(meta_path)
     if meta.get("format") != FORMAT or meta.get("pooling") != POOLING:
         raise ModelError(f"{path}: reward-model format {meta.get('format')!r} / pooling {meta.get('pooling')!r} is "
                          f"not {FORMAT!r} / {POOLING!r}; retrain it with this version")
@@ -316,25 +276,6 @@ def load_reward_model(path: str, device=None, dtype=None, attn_implementation: s
         model.head.weight.copy_(weight)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval()
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Training: pair collator + Trainer subclass
-# --------------------------------------------------------------------------------------------------------------------
-class PairDataset(torch.utils.data.Dataset):
-    """Rows {"image", "chosen": messages, "rejected": messages, optional "rejected_image", "margin", "group"}."""
-
-    def __init__(self, rows: Sequence[dict]):
-        self.rows = list(rows)
-        for key in ("image", "chosen", "rejected"):
-            if self.rows and key not in self.rows[0]:
-                raise ValueError(f"pair rows need a {key!r} field, got {sorted(self.rows[0])}")
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, index: int) -> dict:
-        return self.rows[index]
 
 
 @dataclass
@@ -380,10 +321,9 @@ def _trainer_class():
             loss = bradley_terry_loss(chosen, rejected, margin if self.use_margin else None,
                                       self.center_rewards_coefficient)
             with torch.no_grad():
-                self._sums["rewards/accuracy"] = self._sums.get("rewards/accuracy", 0.0) + float(
-                    (chosen > rejected).float().mean())
-                self._sums["rewards/margin"] = self._sums.get("rewards/margin", 0.0) + float((chosen - rejected).mean())
-                self._sums["rewards/mean"] = self._sums.get("rewards/mean", 0.0) + float(scores.mean())
+                for name, value in (("accuracy", (chosen > rejected).float()), ("margin", chosen - rejected),
+                                    ("mean", scores)):
+                    self._sums[f"rewards/{name}"] = self._sums.get(f"rewards/{name}", 0.0) + float(value.mean())
                 self._count += 1
             return (loss, {"chosen": chosen, "rejected": rejected}) if return_outputs else loss
 
@@ -406,11 +346,15 @@ def _trainer_class():
 
 def train_reward_model(model: RewardModel, pairs: Sequence[dict], training_args, center_rewards_coefficient=None,
                        use_margin: bool = False, callbacks=None):
-    """Fit `model` on pair rows with `transformers.Trainer` (`training_args`: a `TrainingArguments`; columns are kept
-    and the save strategy is the caller's). Returns the trainer (its `state.log_history` has the loss curve)."""
+    """Fit `model` on pair rows {"image", "chosen", "rejected": messages, optional "rejected_image", "margin",
+    "group"} with `transformers.Trainer`; returns the trainer (its `state.log_history` has the loss curve)."""
+    pairs = list(pairs)
+    for key in ("image", "chosen", "rejected"):
+        if pairs and key not in pairs[0]:
+            raise ValueError(f"pair rows need a {key!r} field, got {sorted(pairs[0])}")
     training_args.remove_unused_columns = False
     trainer = _trainer_class()(
-        model=model, args=training_args, train_dataset=PairDataset(pairs),
+        model=model, args=training_args, train_dataset=pairs,
         data_collator=PairCollator(model.processor), callbacks=callbacks,
         center_rewards_coefficient=center_rewards_coefficient, use_margin=use_margin,
     )

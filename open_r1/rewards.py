@@ -1,13 +1,9 @@
 """The reward registry: a name -> factory map that recipes name rewards from (open-r1 style), for every task.
 
-A reward has TRL's signature ``f(prompts, completions, completion_ids, **dataset_columns, trainer_state=...,
-log_extra=..., log_metric=...) -> list[float]``; every dataset column arrives as a list aligned with ``completions``
-(keep ``remove_unused_columns=False`` so the image reaches the reward too). Rewards take what they need by keyword,
-swallow the rest with ``**kwargs``, and log their sub-scores with ``log_metric(name, value)`` (EasyR1 style; ``None``
-when a test or selfcheck calls them).
-
-Tasks register theirs in their own module (``open_r1/tasks/<task>/rewards.py``), with a *factory* that takes the
-reward's params as keyword arguments::
+A reward has TRL's signature ``f(prompts, completions, completion_ids, **dataset_columns, log_metric=..., ...) ->
+list[float]`` (each dataset column a list aligned with ``completions``); it takes what it needs by keyword and logs
+sub-scores with ``log_metric(name, value)`` (``None`` outside training). Tasks register a *factory* taking the
+reward's params as keyword arguments, in ``open_r1/tasks/<task>/rewards.py``::
 
     from open_r1.rewards import register_reward
 
@@ -17,8 +13,7 @@ reward's params as keyword arguments::
             ...
         return reward
 
-``get_reward_funcs`` imports every task's reward module first (``TASK_REWARD_MODULES``), so a recipe can name any
-registered reward. TRL names a reward in its logs by ``func.__name__``: the built callables carry the registry name.
+The built callables carry the registry name as ``__name__``, TRL's log key.
 """
 from __future__ import annotations
 
@@ -50,9 +45,6 @@ def load_task_rewards() -> None:
                 raise  # a task module that exists but fails to import is a bug: say so
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Registry
-# --------------------------------------------------------------------------------------------------------------------
 def register_reward(name: str, *, overwrite: bool = False) -> Callable[[Callable], Callable]:
     """Decorator: register a reward factory (or a param-less reward function) under `name`."""
 
@@ -83,10 +75,7 @@ def _valid_params(factory: RewardFactory) -> list[str] | None:
 
 
 class NamedReward:
-    """A built reward: calls `func` and carries the registry name as `__name__`, which TRL uses as its log key.
-
-    A class rather than a closure so that it pickles whenever `func` does (the built-ins do).
-    """
+    """A built reward: calls `func` under the registry name (a class, not a closure, so that it pickles)."""
 
     def __init__(self, name: str, func: RewardFunc, doc: str | None = None):
         self.__name__ = self.__qualname__ = name
@@ -114,21 +103,19 @@ def _named(func: RewardFunc, name: str, doc: str | None = None) -> RewardFunc:
 
 
 def get_reward_funcs(names: Iterable[str], reward_kwargs: dict[str, dict] | None = None) -> list[RewardFunc]:
-    """Build the reward callables for `names`, in order (so TRL's `reward_weights` stay aligned).
-
-    `reward_kwargs` maps a reward name to the params for its factory, e.g. ``{"soft_count": {"tolerance": 2}}``.
-    """
+    """The reward callables for `names`, in order (TRL's `reward_weights` stay aligned); `reward_kwargs`: {name:
+    factory params}, after importing every task's reward module."""
     if isinstance(names, str):
         raise TypeError(f"names must be a list of reward names, got the string {names!r}")
     names = list(names)
     reward_kwargs = dict(reward_kwargs or {})
-
     load_task_rewards()
     unknown = [name for name in names if name not in REWARD_REGISTRY]
     if unknown:
         raise UnknownRewardError(
             f"unknown reward(s) {unknown}; valid names: {sorted(REWARD_REGISTRY)}. To add one, decorate a factory "
-            f"with @register_reward('<name>') in open_r1/tasks/<task>/rewards.py (see open_r1/tasks/counting/rewards.py)."
+            "with @register_reward('<name>') in open_r1/tasks/<task>/rewards.py "
+            "(see open_r1/tasks/counting/rewards.py)."
         )
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -136,7 +123,6 @@ def get_reward_funcs(names: Iterable[str], reward_kwargs: dict[str, dict] | None
     stray = sorted(set(reward_kwargs) - set(names))
     if stray:
         raise RewardConfigError(f"reward_kwargs given for {stray}, which are not in the reward list {names}")
-
     funcs = []
     for name in names:
         factory = REWARD_REGISTRY[name]
@@ -152,9 +138,6 @@ def get_reward_funcs(names: Iterable[str], reward_kwargs: dict[str, dict] | None
     return funcs
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Shared helpers
-# --------------------------------------------------------------------------------------------------------------------
 def _log(log_metric: LogMetric, name: str, value: float) -> None:
     if log_metric is not None:
         log_metric(name, float(value))

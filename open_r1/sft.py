@@ -1,23 +1,13 @@
 """Supervised fine-tuning of a Qwen-VL model on prompt-completion rows, with TRL's `SFTTrainer`, then merge.
 
-Task-neutral. Rows are TRL's conversational prompt-completion VLM format: `prompt` (chat messages whose user turn has
-an image placeholder), `completion` (the assistant turn) and `images` (a list of PIL images). TRL's VLM collator
-renders the chat template, left-pads the prompt, right-pads the completion and, for prompt-completion data, puts the
-loss on the completion tokens only (its default `completion_only_loss`); nothing of that is re-implemented here.
-
-Two modes:
-  * LoRA (`lora_r` > 0; the humor-r1 recipe: r = alpha = 32, lr 2e-4 constant, no warm-up, effective batch 32,
-    2 epochs): the adapter is saved with `training_meta.json` (base model, pixel budget), and `open_r1.export` merges
-    it into the base and writes a full model dir (the same export path GRPO checkpoints take);
-  * full fine-tuning (`lora_r` = 0): used to pre-train the stand-in's small base models from random init; the model
-    dir is written directly.
-
-Stopping: `max_steps` / `epochs`, and a wall-clock cap `max_seconds`. With `schedule="cosine"` the learning rate
-follows max(step fraction, time fraction), so a time-capped run still anneals; `"constant"` is the seed's schedule.
+Task-neutral: rows are TRL's conversational prompt-completion VLM format (`prompt`, `completion`, `images`); TRL's
+collator renders, pads and puts the loss on the completion only. LoRA (`lora_r` > 0): the adapter is saved with
+`training_meta.json` and merged into a full model dir by `open_r1.export`'s loader; full fine-tuning (`lora_r` = 0,
+the stand-in's base models) writes the model dir directly. Stops at `max_steps` / `epochs` or the wall-clock cap
+`max_seconds`; with `schedule="cosine"` the LR follows max(step fraction, time fraction), so a capped run anneals.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -29,11 +19,10 @@ from open_r1 import modeling
 from open_r1.errors import RecipeError
 from open_r1.export import TRAINING_META_FILE, load_for_export, verify_submission
 from open_r1.families import family_of
+from open_r1.jsonio import write_json
 from open_r1.run.budget import TimeCapCallback
 
 SFT_REPORT_FILE = "sft_report.json"
-
-
 SCHEDULES = ("constant", "cosine")  # SFTSettings.schedule (see the module docstring)
 
 
@@ -69,7 +58,8 @@ class SFTSettings:
         if not (self.epochs or self.max_steps or self.max_seconds):
             raise RecipeError("sft needs a stop: set epochs, max_steps or max_seconds")
         if self.lora_r < 0 or self.learning_rate <= 0:
-            raise RecipeError(f"sft lora_r must be >= 0 and learning_rate > 0 (got {self.lora_r}, {self.learning_rate})")
+            raise RecipeError(f"sft lora_r must be >= 0 and learning_rate > 0 "
+                              f"(got {self.lora_r}, {self.learning_rate})")
 
 
 def lr_multiplier(cap: TimeCapCallback, max_steps: int | None, settings: SFTSettings):
@@ -119,10 +109,8 @@ def lora_config(model, settings: SFTSettings):
 def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | None = None, model=None,
               processor=None, work_dir: str | None = None, verify_export: bool = False, log=print) -> dict:
     """SFT on prompt-completion rows; writes a full model dir at `out_dir` and returns a report (also saved there).
-
-    Give `model_path` (a saved model dir) or an in-memory `model` + `processor` (full fine-tuning of a fresh model).
-    With LoRA the adapter run dir is `work_dir` (default `<out_dir>.adapter`), merged into `out_dir` by
-    `open_r1.export.export_submission`."""
+    Give `model_path` or an in-memory `model` + `processor` (full fine-tuning of a fresh model). With LoRA the adapter
+    run dir is `work_dir` (default `<out_dir>.adapter`)."""
     import torch
     from transformers import set_seed
     from trl import SFTConfig
@@ -198,12 +186,11 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
     if use_lora:
         trainer.save_model(run_dir)
         processor.save_pretrained(run_dir)
-        with open(os.path.join(run_dir, TRAINING_META_FILE), "w") as handle:
-            json.dump({"base_model": os.path.abspath(model_path), "use_peft": True, "min_pixels": min_pixels,
-                       "max_pixels": max_pixels, "stage": "sft"}, handle, indent=2)
+        write_json(os.path.join(run_dir, TRAINING_META_FILE), {
+            "base_model": os.path.abspath(model_path), "use_peft": True, "min_pixels": min_pixels,
+            "max_pixels": max_pixels, "stage": "sft"})
         del trainer, model
-        # the export's merge (base from training_meta.json + adapter, merge_and_unload); the counting submission's
-        # verification (Qwen2-VL class, <answer> probe) does not apply to other tasks, so the dir is saved here
+        # the export's merge; the counting submission's verification does not apply to other tasks: saved here
         merged, _ = load_for_export(run_dir)
         modeling.save_model_dir(merged, processor, out_dir)
         report["merged_from"] = run_dir
@@ -214,6 +201,5 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
         modeling.save_model_dir(model, processor, out_dir)
         if work_dir is None:
             shutil.rmtree(run_dir, ignore_errors=True)
-    with open(os.path.join(out_dir, SFT_REPORT_FILE), "w") as handle:
-        json.dump(report, handle, indent=1, default=str)
+    write_json(os.path.join(out_dir, SFT_REPORT_FILE), report)
     return report

@@ -1,52 +1,20 @@
-"""`VLMGRPOTrainer`: TRL's `GRPOTrainer` plus speed levers and one recipe lever, at TRL's own hook points.
+"""`VLMGRPOTrainer`: TRL's `GRPOTrainer` (algorithm unchanged) plus speed levers and one recipe lever, at the hooks
+of `open_r1.compat`; task- and family-neutral. Speed levers (measured in docs/PERFORMANCE.md):
 
-Task- and family-neutral: it trains any model family of `open_r1.families` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL). The
-TRL internals it hooks into are reached through `open_r1.compat` (`GRPORoundHooks`), nothing else here names a
-private TRL/transformers/torch attribute.
+* lazy images: TRL's dataloader yields the whole generation batch at every micro-step, so each image would be
+  decoded once per micro-step; the `image` column is stored undecoded and decoded once per round, in threads;
+* vision de-duplication: a prompt's G completions share one image, yet the ViT runs on every copy (~40 % of the
+  training FLOPs at 480x320). The vision tower encodes each distinct image once and expands its outputs to every
+  copy (`open_r1.vision_dedupe`; the same gradient), and a round's micro-batches are put back in generation order
+  after TRL's shuffle so a group shares a forward, only where the order cannot change the update (one optimizer
+  step per round, `num_iterations == 1`, a loss in `ORDER_FREE_LOSSES`, no entropy quantile);
+* image preprocessing once per distinct image (`open_r1.image_dedupe`; outputs unchanged);
+* the model's own suppressed tokens added to TRL's rollout config (`compat.suppress_in_rollouts`).
 
-The algorithm is TRL's, unchanged. What this adds:
-
-* **Lazy image decoding** (`lazy_images=True`). TRL's dataloader yields the whole *generation* batch at every
-  micro-step (`per_device_train_batch_size x steps_per_generation` rows; `_prepare_inputs` only uses it on the step
-  that generates), so with 64 x 8 micro-steps every image of a round is decoded 8 times, with micro-batches of 8 it
-  is 64 times, on the training process, while the GPU waits. We store the `image` column undecoded
-  (`datasets.Image(decode=False)`, a metadata change; see `lazy_image_column`) and decode once per round, in
-  threads (PIL releases the GIL while decoding), in `_generate_and_score_completions` before TRL reads the images.
-  Measured on the full-size bench: docs/PERFORMANCE.md.
-* **Vision de-duplication** (`dedupe_vision=True`; on in `open_r1.grpo` and the recipes; its speed-up is
-  measured in docs/PERFORMANCE.md). The G completions of a prompt share one image, yet the training forward runs
-  the ViT on every copy (forward, backward and the gradient checkpointing recompute): about 40 % of the training FLOPs
-  at 480x320 are the ViT, 7/8 of them repeated. Two pieces: (1) the vision tower's class gets a subclass
-  (`open_r1.vision_dedupe`, which the reward model uses too) whose
-  `forward` encodes each distinct image of a batch once and expands every per-patch and per-merged-token output
-  (`last_hidden_state`, `pooler_output`, and Qwen3-VL's `deepstack_features`) back to every copy (autograd sums the
-  copies' gradients into the one encoding: the same gradient); (2) the micro-batches of a round are put back in generation order after
-  TRL's shuffle, so a group's copies share a forward. (2) only runs where the order of micro-batches cannot change the
-  update: one optimizer step per round (`steps_per_generation == gradient_accumulation_steps`, `num_iterations == 1`),
-  a loss whose normaliser does not depend on the micro-batch (`dapo`, `dr_grpo`, `grpo`) and no per-micro-batch
-  entropy quantile; otherwise only (1) runs, on whatever duplicates a micro-batch happens to hold.
-
-* **Image preprocessing once per distinct image** (`dedupe_images=True`, `open_r1/image_dedupe.py`). TRL
-  preprocesses every completion's copy of a prompt's image, twice per round (for generation and for the loss's
-  forward): 1024 preprocessings for 64 distinct images per 512-completion round, serial CPU work while the GPU
-  waits. The processor's image processor gets a subclass that preprocesses each distinct image once per call and
-  reuses the previous call's rows; lazily decoded rows with the same bytes share one image object. The processor's
-  outputs are unchanged (tested equal).
-* **The model's suppressed tokens in the rollouts.** TRL's rollout config sets `suppress_tokens` to the image
-  token, and then `generate` ignores the model's own list (it fills only the fields TRL leaves unset); the model's
-  list is added to TRL's (`compat.suppress_in_rollouts`). The real checkpoints have none; a tiny stand-in built
-  with `suppress_unused` suppresses the ids no text encodes to (`tiny_models.unused_token_ids`). The loss's
-  log-probabilities stay TRL's (over the whole vocabulary), as with any sampling filter.
-
-And one recipe lever (it changes what is learned, default off):
-
-* **Noisy rollouts** (`noisy_fraction`, after NoisyRollout, arXiv 2504.13055: mixing rollouts on clean and distorted
-  images improves OOD). In each group of `num_generations` completions of one prompt, the last `noisy_fraction` of
-  them are generated *and trained* on the image with Gaussian pixel noise (`noise_std`, in [0, 1] units); the rest
-  see the clean image, and the group's advantages are normalised over both. Deviation from the paper: its policy
-  update conditions every rollout on the clean image; here each rollout is trained on the image it was generated
-  from, which keeps TRL's on-policy importance ratios exact and needs no change to TRL's loss. Training rounds only;
-  evaluation always sees clean images.
+Recipe lever (changes what is learned, default off): noisy rollouts (`noisy_fraction`, after NoisyRollout, arXiv
+2504.13055): the last fraction of each group is generated *and trained* on the image with Gaussian pixel noise
+(`noise_std`), the group's advantages normalised over both; unlike the paper each rollout trains on the image it was
+generated from, which keeps TRL's importance ratios exact. Training rounds only.
 """
 from __future__ import annotations
 
@@ -72,10 +40,8 @@ from open_r1.vision_dedupe import (  # noqa: F401  (re-exported; the RM uses the
 
 
 def resolve_fast_decode(value, trainer) -> str | None:
-    """`fast_decode` -> 'graph' (CUDA-graph decoder), 'eager' (same decoder uncompiled: CPU tests) or None (HF
-    generate). True / 'graph' asks for it (refused with vLLM); 'auto' uses it where it can run (a CUDA device, no
-    vLLM) and HF generate elsewhere; False / 'hf' never. Under DeepSpeed ZeRO-3 it decodes from a whole-weight copy
-    of the policy (`open_r1.rollout_weights`)."""
+    """`fast_decode` -> 'graph' (CUDA-graph decoder), 'eager' (uncompiled: CPU) or None (HF generate). 'auto' uses
+    it on a CUDA device without vLLM; under ZeRO-3 it decodes from a whole-weight copy (`open_r1.rollout_weights`)."""
     value = {True: "graph", False: "hf", None: "hf", "true": "graph", "false": "hf"}.get(value, value)
     if value not in ("auto", "graph", "eager", "hf"):
         raise TrainerOptionError(f"fast_decode must be true, false, auto, graph, eager or hf (got {value!r})")
@@ -120,9 +86,6 @@ def noisy_positions(num_rows: int, group_size: int, fraction: float) -> list[int
     return [i for i in range(num_rows) if i % group_size >= group_size - per_group]
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Vision de-duplication
-# --------------------------------------------------------------------------------------------------------------------
 ROW_ID = "open_r1_row_id"  # generation order of a round's rows; rides through TRL's shuffle, removed after regrouping
 ORDER_FREE_LOSSES = ("dapo", "dr_grpo", "grpo")
 
@@ -158,8 +121,7 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         if lazy_images and kwargs.get("train_dataset") is not None:
             kwargs["train_dataset"] = lazy_image_column(kwargs["train_dataset"])
         super().__init__(*args, **kwargs)
-        # TRL's rollout config sets suppress_tokens (the image token), so generate never reads the model's own list
-        # (a tiny model's: the ids no text encodes to); the rollouts must sample what evaluation samples
+        # TRL sets suppress_tokens, so generate never reads the model's own: rollouts must sample what evaluation does
         model_config = getattr(self.accelerator.unwrap_model(self.model), "generation_config", None)
         if getattr(model_config, "suppress_tokens", None):
             compat.suppress_in_rollouts(self, model_config.suppress_tokens)
@@ -168,8 +130,7 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         self.fast_decode = resolve_fast_decode(fast_decode, self)
         self.fast_decode_asked = fast_decode
         self._graph_decoder = None
-        # ZeRO-3: the decoder reads a whole-weight copy (built at the first rollout), so TRL's own gather of every
-        # parameter around generation would only cost time and memory
+        # ZeRO-3: the decoder reads a whole-weight copy, so TRL's gather around generation would only cost
         self.rollout_weights = None
         self.copy_for_rollouts = bool(self.fast_decode) and uses_zero3(self)
         if self.copy_for_rollouts:
@@ -194,8 +155,7 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
             except RecipeError as exc:
                 if self.fast_decode_asked != "auto":
                     raise
-                # 'auto' means "where it can run": the rollout copy could not be built (it has not yet completed a
-                # GPU run under real DeepSpeed), so HF generate on TRL's gathered weights, as before, not a crash
+                # 'auto' means "where it can run": no rollout copy, so HF generate on TRL's gathered weights
                 self.fast_decode, self.copy_for_rollouts = None, False
                 self.args.ds3_gather_for_generation = True
                 if self.accelerator.is_main_process:
@@ -205,8 +165,7 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
             model = self.accelerator.unwrap_model(self.model_wrapped)
             decoder = GraphDecoder(self.rollout_weights.model if self.copy_for_rollouts else model,
                                    compile=self.fast_decode == "graph")
-            # one decoder (one static cache) per model and process, shared with the in-training evaluation (which
-            # under ZeRO-3 reads the sharded policy with HF generate)
+            # one decoder (one static cache) per model and process, shared with the in-training evaluation
             self._graph_decoder = decoder if self.copy_for_rollouts else decoder_for(model, decoder=decoder)
         return self._graph_decoder.hf_generate
 
@@ -254,6 +213,3 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
             if rows[i].get(IMAGE_COLUMN) is not None:
                 seed = zlib.crc32(f"{self.args.seed}-{self.state.global_step}-{rank}-{i}".encode())
                 rows[i] = {**rows[i], IMAGE_COLUMN: add_image_noise(rows[i][IMAGE_COLUMN], self.noise_std, seed)}
-
-
-CountingGRPOTrainer = VLMGRPOTrainer  # its name until 2026-12-04 (the engine trains every task)

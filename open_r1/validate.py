@@ -1,29 +1,14 @@
-"""Validate a run up front, once, before the model loads: every problem found is reported in one message.
-
-Used by `open_r1.grpo` (training) and `selfcheck.py`; the single checks live in `open_r1.checks`. What is checked:
-  * recipe values: finite reward weights (one per reward), the time budget ('0'/'off' mean none), the in-training
-    evaluation settings (eval_steps_protocol >= 1, eval_limit >= 1, keep_best needs eval_sets);
-  * paths: the model, the training data, every eval set, the output dir and the submission dir. Every missing or
-    unwritable one is listed in ONE error, each with the option (or environment variable) that sets it;
-  * devices: a recipe that needs GPUs on a machine without them;
-  * model dirs: config, weights (every shard present, headers readable, sizes as promised), tokenizer, chat
-    template, and an unmerged LoRA adapter (named as such, with the merge command);
-  * images: every image of every data set the run will read, decoded header-and-checksum (`PIL.Image.verify`) in a
-    thread pool as the rows stream from Arrow; the first bad one fails with its set and row index.
-
-Every failure is an `OpenR1Error` subclass (open_r1/errors.py), so each entry point prints `error: <message>` and
-exits 2 without a traceback.
+"""Validate a run up front, once, before the model loads (`open_r1.grpo`, selfcheck): recipe values, paths (model,
+data, eval sets, output and submission dirs, each problem naming its option), devices, model dirs (config, weights,
+tokenizer, an unmerged LoRA adapter) and every image of every set the run reads. All problems found are reported in
+one `OpenR1Error` (open_r1/errors.py), which the entry points print as one line; the checks live in `open_r1.checks`.
 """
 from __future__ import annotations
 
-import json
 import os
 
 from open_r1 import export as export_lib
-from open_r1.checks import (  # noqa: F401  (re-exported: the checks' old home)
-    ALLOW_CPU_ENV,
-    LOSS_TYPES,
-    check_checkpoint,
+from open_r1.checks import (  # noqa: F401  (is_int, is_number re-exported: the checks' old home)
     check_devices,
     check_eval_settings,
     check_images,
@@ -32,7 +17,6 @@ from open_r1.checks import (  # noqa: F401  (re-exported: the checks' old home)
     check_sizes,
     is_int,
     is_number,
-    load_split,
     raise_all,
     writable_problem,
 )
@@ -59,9 +43,6 @@ def normalise_time_budget(script_args) -> list[str]:
     return []
 
 
-# ---- model dirs ---------------------------------------------------------------------------------------------------
-
-
 def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> list[str]:
     """Static checks of a model dir, no weights loaded: each problem names the dir and the fix."""
     if not os.path.isdir(path):
@@ -74,20 +55,17 @@ def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> l
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.isfile(index):
         try:
-            with open(index) as handle:
-                json.load(handle)["weight_map"].values()
+            read_json(index)["weight_map"].values()
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             return [f"{path}: the weights index model.safetensors.index.json is not a valid index ({exc}); "
-                    "re-save the model ({option})".replace("{option}", option)]
+                    f"re-save the model ({option})"]
     try:
-        with open(os.path.join(path, "config.json")) as handle:
-            json.load(handle)
+        read_json(os.path.join(path, "config.json"))
     except FileNotFoundError:
         return [f"{path} has no config.json: not a saved transformers model ({option})"]
     except (OSError, ValueError) as exc:
         return [f"{path}/config.json is not valid JSON ({exc}); re-save the model ({option})"]
-    # any supported family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) as its own class: a base model or an evaluated model
-    # need not be the counting submission (export and selfcheck --verify check that)
+    # any supported family as its own class: it need not be the counting submission (export and --verify check)
     report = export_lib.verify_submission(path, generate=False, expected_class=None)
     has_processor = os.path.isfile(os.path.join(path, "processor_config.json"))  # transformers 5 layout
     wrong = [p for p in report.problems if p.startswith("wrong architecture")]
@@ -99,9 +77,6 @@ def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> l
     return [f"model {path}: {p} ({option})" for p in problems]
 
 
-# ---- data and images -------------------------------------------------------------------------------------------
-
-
 def dataset_problems(path: str, option: str, split: str = "train", task="counting") -> tuple[list[str], object]:
     """(problems, dataset or None) for a save_to_disk dir / hub name, loaded the way the recipe's `task` (a name or
     the run's task object) loads its data (`Task.load_split`, which keeps it for the run)."""
@@ -109,12 +84,7 @@ def dataset_problems(path: str, option: str, split: str = "train", task="countin
         if not os.path.exists(path):
             return [f"data set {path} does not exist ({option})"], None
     if os.path.isdir(path):
-        state = None
-        try:
-            with open(os.path.join(path, "state.json")) as handle:
-                state = json.load(handle)
-        except (OSError, ValueError):
-            pass
+        state = read_json(os.path.join(path, "state.json"), None)
         if isinstance(state, dict) and not state.get("_data_files"):
             return [f"data set {path} has no rows: an empty data set ({option})"], None
         if not os.listdir(path):
@@ -128,9 +98,6 @@ def dataset_problems(path: str, option: str, split: str = "train", task="countin
     if len(dataset) == 0:
         return [f"data set {path} has no rows: an empty data set ({option})"], None
     return [], dataset
-
-
-# ---- the whole run ------------------------------------------------------------------------------------------------
 
 
 def validate_training(script_args, training_args, model_args, submission: str | None = None,

@@ -1,25 +1,11 @@
 """The vision tower's attention in one SDPA call per image size, instead of one per image.
 
-transformers 5.24's Qwen2-VL / Qwen2.5-VL / Qwen3-VL vision attention packs every image's patches into one
-sequence. With flash attention it passes the image boundaries (`cu_seqlens`) to a variable-length kernel; with any
-other implementation it splits the sequence at those boundaries and calls the attention function once per image
-and layer. For a selfcheck batch of 512 images through Qwen2-VL-2B's 32 vision layers that is 16,384 small SDPA
-calls per prefill, each a few microseconds of GPU work behind tens of microseconds of Python and launch overhead.
-
-`grouped_sdpa` takes the boundaries and runs PyTorch's SDPA once per distinct segment length (or in chunks of at most
-`MAX_TOKENS_PER_CALL` tokens): segments of equal length (images of the same size; Qwen2.5-VL's full windows) are
-stacked into one `(n, heads, length, dim)` batch.
-Each segment still attends only to itself, so the result is the per-image computation's (bit for bit on CPU,
-tested; on GPUs the kernels may differ in the last bits). No model code is replaced: the function is registered
-through transformers' `AttentionInterface`, the library's extension point, and set on the vision sub-config only
-(`compat.set_vision_attn_implementation`: `model.set_attn_implementation({"vision_config": NAME})`, or where
-transformers >= 5.25 refuses that name, the vision config's attribute); the language model keeps its own.
-
-What it relies on (checked by `tests/test_vision_attention.py` for every supported family): transformers hands
-`cu_seq_lens_q` to an implementation only when its name contains "flash" (`is_flash_attention_requested` is a
-substring test), hence the name. Nothing else in those vision towers reads the name beyond computing `max_seqlen`.
-The setting lives on the loaded model only and is not written by `save_pretrained` (tested), so a saved
-checkpoint loads with plain transformers.
+Without flash attention, transformers' Qwen-VL vision attention splits the packed patch sequence at the image
+boundaries and calls SDPA once per image and layer: 16,384 small calls per prefill for 512 images through
+Qwen2-VL-2B. `grouped_sdpa` stacks segments of equal length into one batch (the same per-segment result: bit for bit
+on CPU), registered through `AttentionInterface` and set on the vision sub-config only. transformers passes
+`cu_seq_lens_q` only to an implementation whose name contains "flash", hence the name (tested for every family).
+The setting is not saved with the model, so a checkpoint loads with plain transformers.
 """
 from __future__ import annotations
 
@@ -34,10 +20,8 @@ NAME = "open_r1_flash_grouped_sdpa"
 
 VISION_ATTENTION_CHOICES = ("grouped", "per_image")
 
-# None: one SDPA call per segment length, what was measured (docs/PERFORMANCE.md, run F: a selfcheck batch of 512
-# images, 383k patch tokens, peaked ~8 GiB above transformers' loop). A number caps the tokens per call (1 << 16:
-# ~6 calls per layer at that batch, extra copies of a few hundred MB): the candidate fix for that memory, tested
-# for equal results on CPU, not yet measured on a GPU (the bench's 'k' suffix).
+# None: one SDPA call per segment length (measured: docs/PERFORMANCE.md, ~8 GiB above transformers' loop at 512
+# images). A number caps the tokens per call, trading calls for memory (tested on CPU, not yet measured on a GPU).
 MAX_TOKENS_PER_CALL: int | None = None
 
 
@@ -79,7 +63,6 @@ def register() -> None:
 
 def vision_implementation(model) -> str | None:
     """The vision sub-config's attention implementation, or None for a model without one."""
-
     return attn_implementation(getattr(getattr(model, "config", None), "vision_config", None))
 
 
@@ -89,7 +72,6 @@ def use_grouped_vision_attention(model, choice: str = "grouped") -> bool:
     attention is left as chosen. Returns whether it was set. Works on peft-wrapped models (the config is shared)."""
     if choice not in VISION_ATTENTION_CHOICES:
         raise ModelError(f"vision_attention must be one of {', '.join(VISION_ATTENTION_CHOICES)} (got {choice!r})")
-
     model = base_model(model)
     current = vision_implementation(model)
     if choice == "per_image":
@@ -99,6 +81,5 @@ def use_grouped_vision_attention(model, choice: str = "grouped") -> bool:
     if current != "sdpa":
         return current == NAME
     register()
-
     set_vision_attn_implementation(model, NAME)
     return True

@@ -1,13 +1,7 @@
-"""Vision de-duplication: a batch's vision tower encodes each distinct image once.
-
-Why: the G completions of a GRPO prompt share one image, and so do the two sides of a reward-model pair (chosen and
-rejected caption of one cartoon), yet a plain forward runs the ViT on every copy (forward, backward and any
-gradient-checkpointing recompute). What: the vision tower's class gets a subclass (`open_r1.compat.subclass_instance`:
-weights, module names and `state_dict` unchanged) whose `forward` finds the exact copies among the batch's images
-(`duplicate_map`: a fingerprint proposes, `torch.equal` decides), encodes the distinct ones and expands every
-per-patch and per-merged-token output back to every copy. Autograd sums the copies' gradients into the one
-encoding, so outputs and gradients are the plain forward's (tested per family). Users: `open_r1.trainer`
-(`dedupe_vision`) and `open_r1.reward_model`.
+"""Vision de-duplication: a batch's vision tower encodes each distinct image once (a GRPO prompt's G completions,
+or a reward-model pair's two sides, share one image). The tower's class gets a subclass whose `forward` finds exact
+copies (`duplicate_map`), encodes the distinct images and expands every output back to every copy; autograd sums
+the copies' gradients, so outputs and gradients are the plain forward's (tested per family).
 """
 from __future__ import annotations
 
@@ -19,7 +13,7 @@ from open_r1.families import vision_tower
 
 
 def duplicate_map(pixel_values, grid_thw) -> list[int]:
-    """For each image of a flattened Qwen-VL batch (patch rows of every image, one after the other), the index of the first image with identical patches and grid."""
+    """For each image of a flattened Qwen-VL batch, the index of the first image with identical patches and grid."""
     sizes = grid_thw.prod(-1).tolist()
     chunks = torch.split(pixel_values, sizes)
     weights = torch.linspace(0.5, 1.5, pixel_values.shape[-1], device=pixel_values.device, dtype=torch.float32)
@@ -39,20 +33,15 @@ def duplicate_map(pixel_values, grid_thw) -> list[int]:
     return mapping
 
 
-# Keys of vision kwargs that carry precomputed per-batch geometry (transformers.vision_utils, torch.export paths);
-# with them the tower cannot be run on a subset of the images, so it runs on all of them.
+# vision kwargs with precomputed per-batch geometry: the tower cannot run on a subset then, so it runs on all
 PRECOMPUTED_VISION_KWARGS = ("cu_seqlens", "max_seqlen", "position_ids", "window_index", "cu_window_seqlens",
                              "max_window_seqlen", "interp_indices", "interp_weights")
 
 
 class DedupeVisionMixin:
-    """Mixed into the vision tower's class: encode each distinct image once, expand to every copy.
-
-    Per family (all three towers take `(hidden_states, grid_thw, **kwargs)` with one row per patch): per-patch
-    outputs (`last_hidden_state`, recorded `hidden_states`) are expanded by each image's patch count, merged outputs
-    (`pooler_output`, Qwen3-VL's `deepstack_features`, one tensor per deepstack layer) by its merged-token count.
-    Qwen2.5-VL's per-patch outputs are in window order, but the window permutation stays inside each image, so an
-    image's rows are still one contiguous block."""
+    """Mixed into the vision tower's class: per-patch outputs are expanded by each image's patch count, merged ones
+    (`pooler_output`, Qwen3-VL's `deepstack_features`) by its merged-token count (Qwen2.5-VL's window order stays
+    inside each image, so an image's rows are one contiguous block)."""
 
     # images given to / images run through the ViT since the subclass was installed (bench and tests read these)
     images_seen = 0
@@ -61,12 +50,11 @@ class DedupeVisionMixin:
     def forward(self, hidden_states, grid_thw, **kwargs):
         mapping = duplicate_map(hidden_states, grid_thw)
         unique = sorted(set(mapping))
+        self.images_seen += len(mapping)
         if (len(unique) == len(mapping) or any(kwargs.get(k) is not None for k in PRECOMPUTED_VISION_KWARGS)
                 or kwargs.get("output_attentions")):
-            self.images_seen += len(mapping)
             self.images_encoded += len(mapping)
             return super().forward(hidden_states, grid_thw, **kwargs)
-        self.images_seen += len(mapping)
         self.images_encoded += len(unique)
         sizes = grid_thw.prod(-1).tolist()
         chunks = torch.split(hidden_states, sizes)

@@ -1,18 +1,14 @@
-"""Never lose a run: time budget, graceful stop on SIGTERM/SIGINT, in-training protocol evaluation with keep-best,
-and auto-resume. Everything hooks into the trainer through `TrainerCallback` events; nothing patches the trainer.
-
-The parts, one module each: `budget` (time budget), `signals` (graceful stop), `evaluation` (in-training
-evaluation + keep-best bookkeeping), `resume`, `keep_best` (checkpoint selection and its files). This module wires
-them from the recipe keys (`build_run_callbacks`).
-"""
+"""Never lose a run: time budget (`budget`), graceful stop on SIGTERM/SIGINT (`signals`), in-training evaluation
+(`evaluation`) with keep-best (`keep_best`), and auto-resume (`resume`), all as `TrainerCallback`s; this module wires
+them from the recipe keys (`build_run_callbacks`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from open_r1.errors import BudgetError, DataError, RecipeError  # noqa: F401  (BudgetError, DataError re-exported)
+from open_r1.errors import BudgetError  # noqa: F401  (re-exported)
 from open_r1.run import keep_best as keep_best_lib
-from open_r1.run.budget import (  # noqa: F401
-    TIMINGS_FILE,  # noqa: F401
+from open_r1.run.budget import (  # noqa: F401  (re-exported)
+    TIMINGS_FILE,
     ReserveEstimator,
     TimeBudgetCallback,
     parse_time_budget,
@@ -20,15 +16,9 @@ from open_r1.run.budget import (  # noqa: F401
 )
 from open_r1.run.common import _log, _reduce_max  # noqa: F401
 from open_r1.run.evaluation import InTrainingEvalCallback
-from open_r1.run.resume import (  # noqa: F401
-    ResumeWeightsCallback,
-    find_resume_checkpoint,
-    resolve_resume,
-)
+from open_r1.run.resume import ResumeWeightsCallback, resolve_resume
 from open_r1.run.signals import GracefulStopCallback
 from open_r1.tasks import get_task
-
-# ---- wiring for open_r1.grpo ------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -45,7 +35,6 @@ class RunSafety:
     def bind(self, trainer) -> None:
         if self.evaluator is not None:
             self.evaluator.bind(trainer)
-
 
     @property
     def stopped_by_signal(self) -> bool:
@@ -64,9 +53,8 @@ class RunSafety:
 
 
 def build_run_callbacks(script_args, training_args, task=None) -> RunSafety:
-    """Callbacks from the recipe keys (auto_resume, time_budget, eval_sets, eval_steps_protocol, eval_limit,
-    eval_batch_size, eval_primary, eval_secondary, eval_first_step, keep_best). Order matters: resume weights first,
-    then budget, then signal, then eval, so that the evaluation at a stop step knows why training stops."""
+    """Callbacks from the recipe keys, checked by `open_r1.validate`. Order matters: resume weights first, then
+    budget, then signal, then eval, so that the evaluation at a stop step knows why training stops."""
     estimator = ReserveEstimator()
     callbacks: list = []
     resume_from = resolve_resume(training_args, getattr(script_args, "auto_resume", True))
@@ -76,22 +64,16 @@ def build_run_callbacks(script_args, training_args, task=None) -> RunSafety:
     time_budget = getattr(script_args, "time_budget", None)
     eval_paths = list(getattr(script_args, "eval_sets", None) or [])
     every = getattr(script_args, "eval_steps_protocol", None)
-    if time_budget:
-        try:
-            deadline = parse_time_budget(time_budget)
-        except BudgetError as exc:
-            raise RecipeError(str(exc)) from None
-        if deadline is not None:  # '0' / 'off' / 'none' parse to no budget
-            budget = TimeBudgetCallback(deadline, estimator, eval_every_n_steps=every if eval_paths else None)
-            callbacks.append(budget)
+    deadline = parse_time_budget(time_budget) if time_budget else None  # '0' / 'off' / 'none': no budget
+    if deadline is not None:
+        budget = TimeBudgetCallback(deadline, estimator, eval_every_n_steps=every if eval_paths else None)
+        callbacks.append(budget)
     graceful = GracefulStopCallback()
     callbacks.append(graceful)
     evaluator = None
     keep_best = getattr(script_args, "keep_best", None)
     keep_best = bool(eval_paths) if keep_best is None else bool(keep_best)
     if eval_paths:
-        if not every or every < 1:
-            raise RecipeError(f"eval_steps_protocol must be >= 1 when eval_sets is set, got {every}")
         task = task or get_task(getattr(script_args, "task", "counting"), script_args)
         eval_sets = task.load_eval_sets(eval_paths, getattr(script_args, "eval_limit", None))
         wanted = getattr(script_args, "eval_primary", None) or task.default_primary
@@ -106,8 +88,6 @@ def build_run_callbacks(script_args, training_args, task=None) -> RunSafety:
         if wanted != evaluator.primary and getattr(training_args, "process_index", 0) == 0:
             _log(f"[eval] eval_primary {wanted!r} is not one of the eval sets {sorted(eval_sets)}: keep-best ranks "
                  f"by {evaluator.primary!r} (ties -> {evaluator.secondary!r}); set eval_primary to the OOD set's name")
-    elif keep_best:
-        raise RecipeError("keep_best needs eval_sets (held-out sets to score checkpoints on)")
     return RunSafety(callbacks=callbacks, graceful=graceful, budget=budget, evaluator=evaluator, keep_best=keep_best,
                      resume_from=resume_from)
 

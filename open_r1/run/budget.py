@@ -1,34 +1,22 @@
-"""Time budget (`TimeBudgetCallback`)
-    The deadline is the moment the submission must be in place: `time_budget` ("55m", "1h30m", "3600" seconds, or
-    an ISO datetime such as "2025-06-01T17:30" / "...+02:00"). A duration counts from `$TRAIN_START_TIME` (Unix
-    seconds; train.sh sets it once, so every rank and the export share one origin), else from this process's start.
-    After every optimizer step the callback keeps training only if
+"""Time budget (`TimeBudgetCallback`): training stops early enough that the submission is in place by the deadline.
 
-        now + pending(this step) + next_step + reserve  <=  deadline
-
-    * next_step: moving max of the last `window` step durations (GRPO steps vary with completion lengths);
-    * pending: the evaluation and/or checkpoint save still due at this step (both are measured, see below);
-    * reserve = safety x (S + S + X + E):
-        S  checkpoint save at the stop step, then `trainer.save_model(output_dir)` in main (counted as a second S);
-           S = moving max of measured save durations (`on_save` minus the end of the step's other work);
-        X  export + verify. Measured when `scripts/export_submission.py` ran on this run dir before (a previous
-           round; recorded in budget_timings.json), else 2 x startup + `export_factor` x S: the export process repeats
-           the imports and the model load (startup = measured time from this process's start to the first step,
-           which also covers data loading, so it is an over-estimate), saves the merged weights and loads them again to
-           verify; a checkpoint save writes weights plus optimizer states, so `export_factor` (3) x S covers the
-           weight I/O with room to spare;
-        E  the final in-training evaluation (moving max of measured evaluations), only when evaluation is on;
-        safety = 1.25 (disk and generation times vary).
-    Nothing is a constant guess: until a save has been measured, the callback forces a checkpoint after step 1 (the
-    probe; it is also the run's first safety checkpoint) and decides right after it. Measurements persist in
-    `<output_dir>/budget_timings.json`, so a resumed round starts with them. At least one step always runs; a
-    budget too short for that still ends with a checkpoint, the final model, best_checkpoint.json and an export.
-    When the final evaluation no longer fits, it is skipped (keep-best chooses among evaluated checkpoints).
+`time_budget` is "55m", "1h30m", "3600" (seconds from `$TRAIN_START_TIME`, which train.sh sets once for every rank
+and the export, else from this process's start) or an ISO datetime. After every optimizer step training goes on
+only if  now + pending(this step) + next_step + reserve <= deadline, where
+    next_step = moving max of the last `window` step durations (GRPO steps vary with completion lengths);
+    pending   = the evaluation and/or checkpoint save still due at this step;
+    reserve   = safety (1.25) x (2 S + X + E): S the measured save (the stop step's checkpoint, then the final
+                save_model), X export + verify (measured by a previous export of this run dir, else 2 x startup +
+                `export_factor` x S: the export repeats the imports and model load and writes the weights twice),
+                E the final in-training evaluation when evaluation is on.
+Nothing is a constant guess: until a save is measured the callback forces a checkpoint after step 1 and decides
+after it. Measurements persist in `<output_dir>/budget_timings.json` for a resumed round. At least one step always
+runs; when the final evaluation no longer fits, it is skipped (keep-best chooses among evaluated checkpoints).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
-import json
 import math
 import os
 import re
@@ -44,8 +32,6 @@ from open_r1.run.common import _is_rank0, _log, _reduce_max
 
 TIMINGS_FILE = "budget_timings.json"
 
-
-# ---- time budget parsing ----------------------------------------------------------------------------------------
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|min|s|sec)", re.IGNORECASE)
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "min": 60, "s": 1, "sec": 1}
@@ -85,11 +71,8 @@ def budget_start_time() -> float:
 
 
 def parse_time_budget(value, start: float | None = None) -> float | None:
-    """The deadline (Unix time) for a `time_budget` recipe value, or None for no budget.
-
-    Durations ('55m', '1h30m', '2h', '90s', '3600') count from `start` (default `budget_start_time()`); an ISO
-    datetime ('2025-06-01T17:30', '2025-06-01 17:30:00+02:00', '...Z') is absolute (naive = local time).
-    """
+    """The deadline (Unix time) for a `time_budget` value, or None for no budget: a duration counts from `start`
+    (default `budget_start_time()`), an ISO datetime is absolute (naive = local time)."""
     if value is None:
         return None
     if is_number(value):
@@ -122,10 +105,6 @@ def _fmt(seconds: float | None) -> str:
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{sign}{h}h{m:02d}m{s:02d}s" if h else f"{sign}{m}m{s:02d}s"
-
-
-
-# ---- reserve estimation -------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -186,17 +165,14 @@ class ReserveEstimator:
                 f"{' (measured)' if self.export_seconds is not None else ''}, final eval {_fmt(self.eval_estimate())}"
                 f", step {_fmt(self.step_estimate())}, x{self.safety} safety")
 
-    # persistence -----------------------------------------------------------------------------------------------
     _PERSISTED = ("step_seconds", "save_seconds", "eval_seconds", "export_seconds", "startup_seconds")
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self._PERSISTED}
 
     def load(self, path: str) -> bool:
-        try:
-            with open(path) as handle:
-                data = json.load(handle)
-        except (OSError, ValueError):
+        data = read_json(path, None)
+        if data is None:
             return False
         for key in ("step_seconds", "save_seconds", "eval_seconds"):
             if isinstance(data.get(key), list):
@@ -206,7 +182,6 @@ class ReserveEstimator:
         return True
 
     def dump(self, path: str) -> None:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         data = read_json(path, None) or {}
         data.update(self.to_dict())
         if self.export_seconds is None:
@@ -221,9 +196,6 @@ def record_export_seconds(run_dir: str, seconds: float) -> None:
     previous = data.get("export_seconds")
     data["export_seconds"] = max(float(seconds), float(previous or 0.0))  # a max: the slow case matters
     write_json(path, data)
-
-
-# ---- time budget --------------------------------------------------------------------------------------------------
 
 
 class TimeBudgetCallback(TrainerCallback):
@@ -244,7 +216,6 @@ class TimeBudgetCallback(TrainerCallback):
         self._mark: float = clock()
         self._decide_after_save = False
 
-    # what the next steps cost ----------------------------------------------------------------------------------
     def _saves_at(self, args, state, step: int) -> bool:
         strategy = str(getattr(args, "save_strategy", "no")).split(".")[-1].lower()
         save_steps = getattr(state, "save_steps", 0) or getattr(args, "save_steps", 0) or 0  # state: ratio resolved
@@ -286,7 +257,6 @@ class TimeBudgetCallback(TrainerCallback):
             if _is_rank0(state):
                 self.log(f"[budget] stopping after step {state.global_step}/{state.max_steps}: {self.stop_reason}")
 
-    # hooks -----------------------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
         now = self.clock()
         path = os.path.join(args.output_dir, TIMINGS_FILE)
@@ -332,19 +302,14 @@ class TimeBudgetCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         if _is_rank0(state):
-            try:
+            with contextlib.suppress(OSError):
                 self.estimator.dump(os.path.join(args.output_dir, TIMINGS_FILE))
-            except OSError:
-                pass
         return control
 
 
-
-
 class TimeCapCallback(TrainerCallback):
-    """A plain wall-clock cap for any Trainer (GRPO, SFT, the reward model): stop after `max_seconds` of steps, the
-    clock started at the end of the first step (its compile/warm-up time not counted). `TimeBudgetCallback` above is
-    the submission deadline with export reserves; this is the simple cap a stage asks for."""
+    """A plain wall-clock cap for any Trainer (GRPO, SFT, the reward model): stop after `max_seconds` of steps,
+    counted from the end of the first step (its compile/warm-up not counted)."""
 
     def __init__(self, max_seconds: float | None, clock=time.time):
         self.max_seconds = float(max_seconds) if max_seconds else None

@@ -8,10 +8,6 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-
-# ---- cross-rank agreement -----------------------------------------------------------------------------------------
-
-
 def _world_size() -> int:
     try:
         import torch.distributed as dist

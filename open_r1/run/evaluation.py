@@ -1,13 +1,10 @@
 """In-training evaluation (`InTrainingEvalCallback`): every `every_n_steps` steps (also at step 1 with
 `eval_first_step`, and at the last step) the run's task scores the first `limit` rows of each held-out set
-(`Task.evaluate`; counting: the grader's protocol) with the training processor, on TRL's generation view of the
-model (`trl.models.unwrap_model_for_generation`; ZeRO-3 gathers the parameters), in eval mode under no_grad.
-Multi-process: every rank evaluates an equal-sized shard (padded with repeats, dropped again; under ZeRO-3
-`generate` synchronises the ranks) and the records are all-gathered, so every rank holds the same scores.
-Scores go to `eval/<set>_<metric>` in the same log row as that step's rewards; a checkpoint is saved at that step;
-`<output_dir>/eval_history.json` (+ `eval_history.png`) records each evaluation. Keep-best
-(`open_r1.run.keep_best.select_best`): highest primary score, ties -> secondary, then the later step; the best
-checkpoint goes into the trainer state (`best_model_checkpoint`, ...), which the `save_total_limit` rotation keeps.
+(`Task.evaluate`) on TRL's generation view of the model (ZeRO-3 gathers the parameters). Each rank evaluates an
+equal-sized shard (padded with repeats, dropped again) and the records are all-gathered, so every rank holds the same
+scores. Scores go to `eval/<set>_<metric>` in the step's log row, a checkpoint is saved at that step, and
+`eval_history.json` records each evaluation; the keep-best checkpoint (`keep_best.select_best`) goes into the trainer
+state (`best_model_checkpoint`), which the `save_total_limit` rotation keeps.
 """
 from __future__ import annotations
 
@@ -22,8 +19,6 @@ from open_r1.jsonio import write_json
 from open_r1.run import keep_best as keep_best_lib
 from open_r1.run.budget import ReserveEstimator
 from open_r1.run.common import _is_rank0, _log, _world_size
-
-# ---- in-training evaluation + keep-best -------------------------------------------------------------------------
 
 
 class InTrainingEvalCallback(TrainerCallback):
@@ -66,23 +61,14 @@ class InTrainingEvalCallback(TrainerCallback):
         """The trainer gives the accelerator (unwrap / ZeRO-3 gather) and the metrics that share the reward row."""
         self.trainer = trainer
 
-    # files -------------------------------------------------------------------------------------------------------
-    def _history_payload(self) -> dict:
-        best = self._best()
-        return {
-            "primary": self.primary,
-            "secondary": self.secondary,
-            "limit": self.limit,
-            "selection": keep_best_lib.SELECTION_RULE.format(primary=self.primary, secondary=self.secondary or "-"),
-            "best": best,
-            "entries": self.history["entries"],
-        }
-
     def _write_files(self, args, state) -> None:
         if not _is_rank0(state):
             return
-        os.makedirs(args.output_dir, exist_ok=True)
-        payload = self._history_payload()
+        payload = {
+            "primary": self.primary, "secondary": self.secondary, "limit": self.limit,
+            "selection": keep_best_lib.SELECTION_RULE.format(primary=self.primary, secondary=self.secondary or "-"),
+            "best": self._best(), "entries": self.history["entries"],
+        }
         write_json(os.path.join(args.output_dir, keep_best_lib.HISTORY_FILE), payload)
         if self.plot:
             try:
@@ -91,7 +77,6 @@ class InTrainingEvalCallback(TrainerCallback):
             except Exception as exc:  # noqa: BLE001 - a plot must never stop training
                 self.log(f"[eval] warning: plot failed: {type(exc).__name__}: {exc}")
 
-    # evaluation --------------------------------------------------------------------------------------------------
     def _generation_model(self, args, model):
         trainer = self.trainer
         if trainer is None or not hasattr(trainer, "accelerator"):
@@ -122,10 +107,7 @@ class InTrainingEvalCallback(TrainerCallback):
         start = time.perf_counter()
         report = evaluate_fn(model, processor, dataset.select(padded), name=name, batch_size=self.batch_size,
                              limit=None, progress=False)
-        records = []
-        for record in report.records:
-            if record["index"] < real:
-                records.append({**record, "index": padded[record["index"]]})
+        records = [{**record, "index": padded[record["index"]]} for record in report.records if record["index"] < real]
         per_rank_records: list = [None] * world
         dist.all_gather_object(per_rank_records, records)
         gathered = sorted((r for part in per_rank_records for r in part), key=lambda r: r["index"])
@@ -160,14 +142,12 @@ class InTrainingEvalCallback(TrainerCallback):
 
             Trainer.log(trainer, dict(metrics))
 
-    # hooks -------------------------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
         history = keep_best_lib.load_history(args.output_dir)
         # entries past the resumed step belong to a trajectory that is being redone (or to an older run)
         self.history = {"entries": [e for e in history["entries"] if e.get("step", 0) <= state.global_step]}
         self._evaluated_steps = {e["step"] for e in self.history["entries"]}
-        # Checkpoints already gone (rotated away) cannot be exported. Checked once here, where every rank sees the
-        # same files; later choices use only what every rank knows (rotation never deletes the best checkpoint).
+        # checkpoints rotated away cannot be exported: checked once here, where every rank sees the same files
         self._gone = {e["step"] for e in self.history["entries"]
                       if not e.get("checkpoint")
                       or not keep_best_lib.has_weights(os.path.join(args.output_dir, e["checkpoint"]))}
@@ -260,5 +240,3 @@ class InTrainingEvalCallback(TrainerCallback):
         elif self.history["entries"]:
             self._write_files(args, state)  # final redraw with the complete reward curve
         return control
-
-

@@ -1,17 +1,10 @@
 """Keep-best: which checkpoint of a run gets exported, and the record of every evaluated checkpoint.
 
-Files in a run dir (`output_dir`):
-  * `eval_history.json`  written during training by `InTrainingEvalCallback` (open_r1/run/): one entry per
-    evaluated checkpoint `{step, checkpoint, scores: {set: accuracy %}, reward, ...}`, plus which set is primary;
-  * `eval_history.png`   accuracy vs step (one line per set, the best checkpoint starred) and reward vs step;
-  * `best_checkpoint.json` written by `open_r1.grpo.main` at the end of training: the checkpoint to export and why.
-
-Selection rule (one function, `select_best`, used during training and at export): the highest accuracy on the
-primary set (the held-out OOD val), ties broken by the secondary set (the ID val), then by the later step. Only
-checkpoints still on disk compete.
-
-`resolve_export_checkpoint(run_dir)` is what `scripts/export_submission.py --checkpoint RUN_DIR` calls; it never
-needs the training process, so a run killed mid-way is still exported from its best evaluated checkpoint.
+Run-dir files: `eval_history.json` (one entry per evaluated checkpoint, written during training), `eval_history.png`
+(its plot) and `best_checkpoint.json` (the checkpoint to export and why, written at the end of training). One rule,
+`select_best`, during training and at export: the highest primary-set accuracy, ties -> the secondary set, then the
+later step; only checkpoints still on disk compete. `resolve_export_checkpoint` needs no training process, so a run
+killed mid-way is still exported from its best evaluated checkpoint.
 """
 from __future__ import annotations
 
@@ -61,9 +54,6 @@ def complete_checkpoints(run_dir: str) -> list[str]:
     return [path for _, path in sorted(found)]
 
 
-# ---- history ---------------------------------------------------------------------------------------------------
-
-
 def load_history(run_dir: str) -> dict:
     data = read_json(os.path.join(run_dir, HISTORY_FILE), None)
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
@@ -84,17 +74,9 @@ def score_key(entry: dict, primary: str, secondary: str | None):
 def select_best(entries: list[dict], primary: str, secondary: str | None = None, run_dir: str | None = None):
     """The best entry: max primary accuracy, ties -> secondary, then later step. With `run_dir`, only entries whose
     checkpoint is still a complete dir compete. Returns None when nothing qualifies."""
-    candidates = []
-    for entry in entries:
-        if run_dir is not None:
-            name = entry.get("checkpoint")
-            path = os.path.join(run_dir, name) if name else None
-            if not path or not has_weights(path):
-                continue
-        candidates.append(entry)
-    if not candidates:
-        return None
-    return max(candidates, key=lambda e: score_key(e, primary, secondary))
+    candidates = [e for e in entries if run_dir is None
+                  or (e.get("checkpoint") and has_weights(os.path.join(run_dir, e["checkpoint"])))]
+    return max(candidates, key=lambda e: score_key(e, primary, secondary), default=None)
 
 
 def history_best(run_dir: str, require_on_disk: bool = True):
@@ -104,9 +86,6 @@ def history_best(run_dir: str, require_on_disk: bool = True):
         return None, history
     best = select_best(history["entries"], primary, secondary, run_dir if require_on_disk else None)
     return best, history
-
-
-# ---- best_checkpoint.json and export resolution ----------------------------------------------------------------
 
 
 def write_best_checkpoint(run_dir: str, keep_best: bool = True, final_step: int | None = None,
@@ -138,14 +117,9 @@ def write_best_checkpoint(run_dir: str, keep_best: bool = True, final_step: int 
 
 
 def resolve_export_checkpoint(run_dir: str, log=print) -> str:
-    """The dir to export for `--checkpoint run_dir`.
-
-    * a dir that is itself a model/checkpoint with no keep-best records -> itself;
-    * keep-best (default): the best checkpoint in eval_history.json that is still on disk (live record: correct even
-      if training was killed before writing best_checkpoint.json);
-    * else what best_checkpoint.json names (keep_best: false -> the final model);
-    * else the run dir's final model, else its latest complete checkpoint.
-    """
+    """The dir to export for `--checkpoint run_dir`: with keep-best (default) the best evaluated checkpoint on disk
+    (correct even if training was killed before best_checkpoint.json), else what best_checkpoint.json names, else the
+    run dir's final model, else its latest complete checkpoint."""
     if not os.path.isdir(run_dir):
         return run_dir
     record = read_json(os.path.join(run_dir, BEST_FILE), None) or {}
@@ -174,7 +148,10 @@ def resolve_export_checkpoint(run_dir: str, log=print) -> str:
     return run_dir
 
 
-# ---- plot -------------------------------------------------------------------------------------------------------
+def set_names(history: dict) -> list[str]:
+    """The eval sets of a history, primary first, then secondary, then by name."""
+    return sorted({name for e in history.get("entries", []) for name in (e.get("scores") or {})},
+                  key=lambda n: (n != history.get("primary"), n != history.get("secondary"), n))
 
 
 def plot_history(history: dict, log_history: list[dict] | None, path: str) -> str | None:
@@ -189,8 +166,7 @@ def plot_history(history: dict, log_history: list[dict] | None, path: str) -> st
         return None
     entries = sorted(history.get("entries", []), key=lambda e: e["step"])
     fig, (ax_acc, ax_rew) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True)
-    names = sorted({name for e in entries for name in (e.get("scores") or {})},
-                   key=lambda n: (n != history.get("primary"), n != history.get("secondary"), n))
+    names = set_names(history)
     for name in names:
         points = [(e["step"], e["scores"][name]) for e in entries if name in (e.get("scores") or {})]
         ax_acc.plot(*zip(*points), marker="o", label=name)
@@ -234,10 +210,7 @@ def latest_log_history(run_dir: str) -> list[dict]:
     return []
 
 
-# ---- command line --------------------------------------------------------------------------------------------------
-
-
-CLI_DOC = """Scores of every evaluated checkpoint of a run: a table, and the plot redrawn (accuracy vs step, reward vs step).
+CLI_DOC = """Scores of every evaluated checkpoint of a run: a table, and the plot redrawn (accuracy and reward vs step).
 
     python scripts/plot_run.py runs/qwen2vl_2b_counting                 # writes runs/.../eval_history.png
     python scripts/plot_run.py runs/qwen2vl_2b_counting --out plot.png
@@ -270,8 +243,7 @@ def _main(argv=None) -> int:
         return 2
     best, _ = history_best(args.run_dir)
     history["best"] = best
-    names = sorted({n for e in history["entries"] for n in (e.get("scores") or {})},
-                   key=lambda n: (n != history.get("primary"), n != history.get("secondary"), n))
+    names = set_names(history)
     print("| step | " + " | ".join(f"{n} %" for n in names) + " | reward | checkpoint |")
     print("|---:|" + "---:|" * len(names) + "---:|---|")
     for entry in history["entries"]:

@@ -1,30 +1,20 @@
-"""Resume (`resolve_resume`)
-    With `auto_resume` (default) and no explicit `resume_from_checkpoint`, a run dir holding complete
-    `checkpoint-N` dirs resumes from the newest complete one (optimizer, scheduler, RNG, trainer state and
-    callback state restored by the trainer). Complete means its files load: trainer_state.json parses, the weights'
-    safetensors headers and sizes are whole, optimizer/scheduler/RNG archives are readable; a newer checkpoint that
-    fails is skipped with a log line. The log says what was restored and what started fresh.
-"""
+"""Resume (`resolve_resume`): with `auto_resume` (default) a run dir resumes from its newest complete
+`checkpoint-N` (one whose files load; newer broken ones are skipped with a log line), and the log says what was
+restored and what started fresh."""
 from __future__ import annotations
 
-import json
 import os
 
 from transformers import TrainerCallback
 
 from open_r1 import compat
 from open_r1.checks import check_checkpoint
+from open_r1.jsonio import read_json
 from open_r1.run import keep_best as keep_best_lib
 from open_r1.run.common import _is_rank0, _log
 
-# ---- resume -------------------------------------------------------------------------------------------------------
-
-
-RESTORABLE = {
-    "optimizer": ("optimizer.pt",),
-    "scheduler": ("scheduler.pt",),
-    "RNG": ("rng_state.pth", "rng_state_0.pth"),
-}
+RESTORABLE = {"optimizer": ("optimizer.pt",), "scheduler": ("scheduler.pt",),
+              "RNG": ("rng_state.pth", "rng_state_0.pth")}
 
 
 def _zip_problem(path: str) -> str | None:
@@ -46,21 +36,15 @@ def checkpoint_problem(path: str) -> str | None:
     if not os.path.isfile(state_path):
         return "no trainer_state.json (the run was killed while saving)"
     try:
-        with open(state_path) as handle:
-            json.load(handle)
+        read_json(state_path)
     except (OSError, ValueError) as exc:
         return f"trainer_state.json is unreadable ({exc})"
     problem = check_checkpoint(path)
     if problem:
         return problem
-    for names in RESTORABLE.values():
-        for name in names:
-            file_path = os.path.join(path, name)
-            if os.path.isfile(file_path):
-                problem = _zip_problem(file_path)
-                if problem:
-                    return problem
-    return None
+    present = [os.path.join(path, name) for names in RESTORABLE.values() for name in names
+               if os.path.isfile(os.path.join(path, name))]
+    return next(filter(None, map(_zip_problem, present)), None)
 
 
 def find_resume_checkpoint(output_dir: str, log=None) -> str | None:
@@ -97,10 +81,8 @@ def restored_parts(checkpoint: str) -> tuple[list[str], list[str]]:
 
 
 def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | None:
-    """The checkpoint to pass to trainer.train(resume_from_checkpoint=...).
-
-    An explicit `resume_from_checkpoint` path wins ('true'/'latest' = newest complete checkpoint, 'false'/'none' =
-    start fresh); otherwise, with auto_resume, the newest complete checkpoint in output_dir."""
+    """The checkpoint for trainer.train(resume_from_checkpoint=...): an explicit path wins ('true'/'latest' = newest
+    complete checkpoint, 'false'/'none' = start fresh); otherwise, with auto_resume, the newest complete one."""
     main_process = getattr(training_args, "process_index", 0) == 0
     say = log if main_process else None
     explicit = training_args.resume_from_checkpoint
@@ -118,12 +100,7 @@ def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | N
             say(f"[resume] no complete checkpoint in {training_args.output_dir}: starting from scratch")
         return None
     if say:
-        state = {}
-        try:
-            with open(os.path.join(checkpoint, "trainer_state.json")) as handle:
-                state = json.load(handle)
-        except (OSError, ValueError):
-            pass
+        state = read_json(os.path.join(checkpoint, "trainer_state.json"), {})
         restored, fresh = restored_parts(checkpoint)
         now = getattr(training_args, "max_steps", None)
         longer = f"; this run's max_steps is {now}" if now not in (None, state.get("max_steps")) else ""
@@ -135,25 +112,15 @@ def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | N
 
 
 class ResumeWeightsCallback(TrainerCallback):
-    """Make the resumed state the checkpoint's: the learning rate of THIS run's schedule at the resumed step, and
-    the checkpoint's weights.
+    """Make the resumed state the checkpoint's, at `on_train_begin` (after the trainer's own restore):
 
-    Learning rate: the optimizer state restored from optimizer.pt carries the learning rate of the old run's last
-    step (0 at the end of a linear decay), and transformers uses it for the first resumed step; with a longer
-    `max_steps` the schedule continues from there instead. When optimizer.pt/scheduler.pt are missing the scheduler
-    starts at step 0 (warm-up again, the peak rate). `align_schedule` sets the scheduler to the resumed step and
-    every param group to the current schedule's value there, and logs the change.
-
-    Weights: load a full-weights checkpoint's weights the way `from_pretrained` does, after the trainer's own resume.
-
-    Why: transformers 5 saves Qwen2-VL in the original checkpoint layout (`visual.*`, `model.layers.*`) and renames the
-    keys on `from_pretrained`, but `Trainer._load_from_checkpoint` calls `model.load_state_dict(strict=False)` on the
-    raw file, so every key mismatches and training silently continues from the *base* weights with the resumed
-    optimizer state (transformers issue #43701). This hook runs at `on_train_begin`, after that load and after the
-    optimizer/scheduler/RNG restore, and copies the checkpoint's weights in place (the optimizer keeps its
-    references). Not needed and skipped: DeepSpeed (its engine checkpoint is loaded by name) and LoRA adapters
-    (peft's `load_adapter` maps the keys itself). Every rank loads the same file, so DDP replicas stay identical.
-    """
+    * learning rate: the restored optimizer carries the old run's last lr (0 at the end of a linear decay) and a
+      missing scheduler.pt restarts the warm-up; `align_schedule` sets the scheduler and every param group to THIS
+      run's schedule at the resumed step;
+    * weights: `Trainer._load_from_checkpoint` loads Qwen2-VL's saved layout with `strict=False` and no key renaming,
+      so every key mismatches and training silently continues from the base weights (transformers#43701); the
+      weights are copied in place through `from_pretrained`'s mapping. Skipped for DeepSpeed and LoRA adapters,
+      which load by name."""
 
     def __init__(self, checkpoint: str, log=_log):
         self.checkpoint = checkpoint
@@ -201,5 +168,3 @@ class ResumeWeightsCallback(TrainerCallback):
                      "mapping (the trainer's own resume warns about missing/unexpected keys for Qwen2-VL and loads "
                      "none of them: transformers#43701)")
         return control
-
-

@@ -1,19 +1,15 @@
-"""Graceful stop (`GracefulStopCallback`)
-    SIGTERM/SIGINT set a flag; at the end of the current optimizer step the trainer saves a full checkpoint
-    (weights, optimizer, scheduler, RNG, trainer state) and stops; `open_r1.grpo` then exits with 128+signal
-    (143 for SIGTERM, 130 for SIGINT) so that train.sh stops before exporting. A second signal exits at once.
-    The step in flight is finished first: a GRPO step can take minutes, so give the process that long.
-"""
+"""Graceful stop: SIGTERM/SIGINT set a flag; at the end of the current optimizer step (a GRPO step can take
+minutes) the trainer saves a full checkpoint and stops, and `open_r1.grpo` exits with 128+signal so that train.sh
+stops before exporting. A second signal exits at once."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
 from transformers import TrainerCallback
 
 from open_r1.run.common import _is_rank0, _log, _reduce_max
-
-# ---- graceful stop ------------------------------------------------------------------------------------------------
 
 
 class GracefulStopCallback(TrainerCallback):
@@ -56,10 +52,8 @@ class GracefulStopCallback(TrainerCallback):
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
-            try:
+            with contextlib.suppress(ValueError, TypeError):
                 signal.signal(sig, handler)
-            except (ValueError, TypeError):
-                pass
         self._previous = {}
 
     def on_train_begin(self, args, state, control, **kwargs):
