@@ -1,12 +1,10 @@
 """Build Qwen-VL checkpoints laid out like the real ones (files, classes, token ids, chat template, processor and
 generation config), tiny or at full size with random weights, for tests, CPU demos and GPU benchmarks.
 
-The real weights cannot be downloaded here, yet training, evaluation and export must run on the real loading path
-(`AutoProcessor` / `AutoModelForImageTextToText.from_pretrained`). Families (`open_r1.families`): `qwen2_vl` like
-Qwen/Qwen2-VL-2B-Instruct, `qwen2_5_vl` like Qwen/Qwen2.5-VL-3B-Instruct, `qwen3_vl` like Qwen/Qwen3-VL-2B-Thinking
-(`thinking=False`: the Instruct template). The tiny model (~10M parameters) keeps the real 151936-row embedding and
-a BPE trained here, padded with placeholders up to the real added-token ids, so ids mean what they mean in the real
-model. Weights are seeded per parameter name: a seed pins them.
+The real weights cannot be downloaded here, yet the code must run on the real loading path. `qwen2_vl`, `qwen2_5_vl`
+and `qwen3_vl` are laid out like Qwen2-VL-2B-Instruct, Qwen2.5-VL-3B-Instruct and Qwen3-VL-2B-Thinking (or Instruct).
+The tiny model keeps the real 151936-row embedding, and its BPE (trained here) is padded with placeholders up to the
+real added-token ids, so ids mean what they mean in the real model. Weights are seeded per parameter name.
 
     python -m open_r1.tiny_models --family qwen3_vl --out models/tiny-qwen3vl      # or scripts/make_tiny_model.py
 """
@@ -19,13 +17,16 @@ import os
 import shutil
 import tempfile
 import zlib
+from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from open_r1.errors import CliHelp, ModelError, OpenR1Error
 from open_r1.families import SUPPORTED, get_family
+from open_r1.jsonio import read_json
+
+ASSETS = Path(__file__).with_name("tiny_assets")  # the BPE corpus and the chat templates
 
 
 def _ids(first: int, names: str) -> dict[str, int]:
@@ -51,63 +52,14 @@ BOS_TOKEN_ID = PAD_TOKEN_ID = QWEN2VL_SPECIAL_TOKENS["<|endoftext|>"]
 EOS_TOKEN_ID = QWEN2VL_SPECIAL_TOKENS["<|im_end|>"]
 
 # The chat template shipped with Qwen/Qwen2-VL-2B-Instruct (and Qwen2.5-VL-Instruct), verbatim.
-QWEN2VL_CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-    "{% endif %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}"
-    "<|im_end|>\n{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in "
-    "content or 'image_url' in content %}{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}"
-    "Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] "
-    "== 'video' or 'video' in content %}{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}"
-    "Video {{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content "
-    "%}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}"
-    "<|im_start|>assistant\n{% endif %}"
-)
-
-
-def _qwen3_vl_chat_template(thinking: bool) -> str:
-    """The Qwen3-VL template without tool calls: no default system prompt, Qwen2-VL's image/video placeholders,
-    earlier assistant turns without their think block. Thinking: the turn after the last user turn keeps it
-    (`<think>\n{reasoning}\n</think>\n\n{answer}`, so SFT trains the reasoning) and the generation prompt opens it."""
-    generation_prompt = "<|im_start|>assistant\n<think>\n" if thinking else "<|im_start|>assistant\n"
-    return (
-        "{%- set image_count = namespace(value=0) -%}{%- set video_count = namespace(value=0) -%}"
-        "{%- macro render_content(content, do_vision_count) -%}{%- if content is string -%}{{- content -}}"
-        "{%- else -%}{%- for item in content -%}"
-        "{%- if item['type'] == 'image' or 'image' in item or 'image_url' in item -%}"
-        "{%- if do_vision_count -%}{%- set image_count.value = image_count.value + 1 -%}{%- endif -%}"
-        "{%- if add_vision_id -%}Picture {{ image_count.value }}: {% endif -%}"
-        "<|vision_start|><|image_pad|><|vision_end|>"
-        "{%- elif item['type'] == 'video' or 'video' in item -%}"
-        "{%- if do_vision_count -%}{%- set video_count.value = video_count.value + 1 -%}{%- endif -%}"
-        "{%- if add_vision_id -%}Video {{ video_count.value }}: {% endif -%}"
-        "<|vision_start|><|video_pad|><|vision_end|>"
-        "{%- elif 'text' in item -%}{{- item['text'] -}}{%- endif -%}{%- endfor -%}{%- endif -%}{%- endmacro -%}"
-        "{%- set ns = namespace(last_query_index=messages|length - 1) -%}"
-        "{%- for message in messages -%}{%- if message['role'] == 'user' -%}{%- set ns.last_query_index = loop.index0 -%}"
-        "{%- endif -%}{%- endfor -%}"
-        "{%- for message in messages -%}"
-        "{%- if message['role'] == 'assistant' -%}"
-        "{%- set content = render_content(message['content'], false) -%}"
-        "{%- set reasoning = '' -%}"
-        "{%- if '</think>' in content -%}"
-        "{%- set reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') -%}"
-        "{%- set content = content.split('</think>')[-1].lstrip('\n') -%}{%- endif -%}"
-        + (
-            "{%- if loop.index0 > ns.last_query_index and (loop.last or reasoning) -%}"
-            "{{- '<|im_start|>assistant\n<think>\n' + reasoning.strip('\n') + '\n</think>\n\n' + content.lstrip('\n')"
-            " + '<|im_end|>\n' -}}{%- else -%}{{- '<|im_start|>assistant\n' + content + '<|im_end|>\n' -}}{%- endif -%}"
-            if thinking else "{{- '<|im_start|>assistant\n' + content + '<|im_end|>\n' -}}"
-        )
-        + "{%- else -%}"
-        "{{- '<|im_start|>' + message['role'] + '\n' + render_content(message['content'], true) + '<|im_end|>\n' -}}"
-        "{%- endif -%}{%- endfor -%}"
-        "{%- if add_generation_prompt -%}{{- '" + generation_prompt.replace("\n", "\\n") + "' -}}{%- endif -%}"
-    )
+QWEN2VL_CHAT_TEMPLATE = (ASSETS / "qwen2_vl.jinja").read_text().rstrip("\n")
 
 
 def chat_template(family: str, thinking: bool = True) -> str:
-    return _qwen3_vl_chat_template(thinking) if family == "qwen3_vl" else QWEN2VL_CHAT_TEMPLATE
+    """The family's chat template; Qwen3-VL's (tiny_assets/qwen3_vl.jinja) as Thinking or Instruct."""
+    if family != "qwen3_vl":
+        return QWEN2VL_CHAT_TEMPLATE
+    return f"{{%- set thinking = {str(thinking).lower()} -%}}\n" + (ASSETS / "qwen3_vl.jinja").read_text().rstrip("\n")
 
 
 # The real generation_config.json files: Qwen2/2.5-VL effectively greedy (top_k 1), Qwen3-VL Thinking sampling (its
@@ -136,16 +88,9 @@ _TINY_VISION = {"vision_depth": 2, "vision_hidden_size": 32, "vision_intermediat
 _FULL = {"rms_norm_eps": 1e-6, "tie_word_embeddings": True, "dtype": "bfloat16"}
 _CLIP_MEAN_STD = ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711])
 
-
-@dataclass(frozen=True)
-class _Spec:
-    tiny: dict[str, Any]
-    full: dict[str, Any]
-    pixels: tuple[int, int]  # the real image processor's (min_pixels, max_pixels)
-    mean_std: tuple[list[float], list[float]]
-    model_max_length: int  # the real tokenizer_config's
-
-
+# Per family: build_config's tiny and full-size defaults, the real image processor's (min_pixels, max_pixels) and
+# normalisation, the real tokenizer's model_max_length.
+_Spec = namedtuple("_Spec", "tiny full pixels mean_std model_max_length")
 _SPECS = {
     "qwen2_vl": _Spec(  # Qwen/Qwen2-VL-2B-Instruct
         tiny={**_TINY, "vision_depth": 2, "vision_embed_dim": 32, "vision_num_heads": 4, "vision_mlp_ratio": 4},
@@ -178,123 +123,21 @@ _SPECS = {
         pixels=(65536, 16777216), mean_std=([0.5] * 3, [0.5] * 3), model_max_length=262144),  # 64 .. 16384 tokens
 }
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Tokenizer
-# ---------------------------------------------------------------------------------------------------------------------
-
-_COUNTING_QUESTIONS = [
-    "How many items are there in the image?",
-    "How many objects are there in the image?",
-    "How many {plural} are there in the image?",
-    "How many {plural} are in the picture?",
-    "How many {color} {plural} are there?",
-    "Count the {plural} in the image.",
-    "What is the number of {plural}?",
-    "Subtract all {color} {plural}. How many objects are left?",
-]
-_PROMPT_SUFFIXES = [
-    " First output the thinking process in <think> </think> and final answer (number) in <answer> </answer> tags.",
-    "  Output the thinking process in <think> </think> and final answer (number) in <answer> </answer> tags.",
-]
-_OBJECTS = [
-    ("item", "items"), ("object", "objects"), ("cube", "cubes"), ("sphere", "spheres"), ("ball", "balls"),
-    ("cylinder", "cylinders"), ("block", "blocks"), ("apple", "apples"), ("car", "cars"), ("bus", "buses"),
-    ("bicycle", "bicycles"), ("motorbike", "motorbikes"), ("airplane", "airplanes"), ("person", "people"),
-    ("dog", "dogs"), ("cat", "cats"), ("bird", "birds"), ("cup", "cups"), ("chair", "chairs"), ("book", "books"),
-    ("tree", "trees"), ("flower", "flowers"), ("box", "boxes"), ("shape", "shapes"), ("circle", "circles"),
-    ("square", "squares"), ("triangle", "triangles"), ("star", "stars"), ("coin", "coins"), ("bottle", "bottles"),
-]
-_COLORS = ["red", "blue", "green", "yellow", "purple", "cyan", "brown", "gray", "black", "white", "orange", "pink"]
-_MATERIALS = ["rubber", "metal", "shiny", "matte", "large", "small", "big", "tiny"]
-# Common English words, so everyday text gets word-level tokens rather than single bytes.
-_COMMON_WORDS = """
-a about above across act add after again against age ago agree air all almost alone along already also always am
-among and animal another answer any appear are area arm around arrive art as ask at away baby back bad bag ball bank
-base be bear beat beautiful because become bed been before begin behind believe below best better between big bird
-bit black blood blue board boat body bone book both bottom box boy bread break bright bring broad brother brown build
-burn busy but buy by call came camp can capital car card care carry case cat catch cause cell center certain chair
-chance change character charge check chief child children choose church circle city class clean clear climb clock
-close cloth cloud coast cold collect color column come common company compare complete condition consider contain
-continue control cook cool copy corn corner correct cost cotton could count country course cover cow create cross
-crowd cry current cut dad dance dark day dead deal dear decide deep degree depend describe desert design determine
-develop dictionary did die difference different difficult direct discuss distant divide do doctor does dog dollar
-done door double down draw dream dress drink drive drop dry during each ear early earth ease east eat edge effect egg
-eight either electric element else end enemy energy engine enough enter equal even evening event ever every exact
-example except excite exercise expect experience experiment explain eye face fact fair fall family famous far farm
-fast father fear feed feel feet fell few field fig fight figure fill final find fine finger finish fire first fish
-fit five flat floor flow flower fly follow food foot for force forest form forward found four free fresh friend from
-front fruit full fun game garden gas gather gave general gentle get girl give glad glass go gold good got govern
-grand grass gray great green ground group grow guess guide gun had hair half hand happen happy hard has hat have he
-head hear heard heart heat heavy held help her here high hill him his history hit hold hole home hope horse hot hour
-house how huge human hundred hunt hurry ice idea if imagine in inch include indicate industry insect instant
-instrument interest invent iron is island it job join joy jump just keep kept key kill kind king knew know lady lake
-land language large last late laugh law lay lead learn least leave led left leg length less let letter level lie
-life lift light like line liquid list listen little live locate log lone long look lost lot loud love low machine
-made magnet main major make man many map mark market mass master match material matter may me mean measure meat meet
-melody men metal method middle might mile milk million mind mine minute miss modern molecule moment money month moon
-more morning most mother motion mount mountain mouth move much multiply music must my name nation natural nature near
-necessary neck need neighbor never new next night nine no noise noon nor north nose note nothing notice noun now
-number numeral object observe occur ocean of off offer office often oh oil old on once one only open operate opposite
-or order organ original other our out over own oxygen page paint pair paper paragraph parent part particular party
-pass past path pattern pay people perhaps period person picture piece pitch place plain plan plane planet plant play
-please plural poem point poor populate port pose position possible post pound power practice prepare present press
-pretty print probable problem process produce product proper property protect prove provide pull push put quart
-question quick quiet quite quotient race radio rail rain raise ran range rather reach read ready real reason receive
-record region remember repeat reply represent require rest result rich ride right ring rise river road rock roll room
-root rope rose round row rub rule run safe said sail salt same sand sat save saw say scale school science score sea
-search season seat second section see seed seem segment select self sell send sense sentence separate serve set
-settle seven several shall shape share sharp she sheet shell shine ship shoe shop shore short should shoulder shout
-show side sight sign silent silver similar simple since sing single sister sit six size skill skin sky sleep slip
-slow small smell smile snow so soft soil soldier solution solve some son song soon sound south space speak special
-speech speed spell spend spoke spot spread spring square stand star start state station stay stead steam steel step
-stick still stone stood stop store story straight strange stream street stretch string strong student study subject
-substance success such sudden suffix sugar suggest suit summer sun supply support sure surface surprise swim syllable
-symbol system table tail take talk tall teach team teeth tell temperature ten term test than thank that the their
-them then there these they thick thin thing think third this those though thought thousand three through throw thus
-tie time tiny tire to together told tone too took tool top total touch toward town track trade train travel tree
-triangle trip trouble truck true try tube turn twenty two type under unit until up us use usual valley value vary
-verb very view village visit voice vowel wait walk wall want war warm was wash watch water wave way we wear weather
-week weight well went were west what wheel when where whether which while white who whole whose why wide wife wild
-will win wind window wing winter wire wish with woman women wonder wood word work world would write written wrong
-wrote yard year yellow yes yet you young your
-""".split()
-_SIMPLE_ENGLISH = """
-I see a picture with some things in it. Let me look at the image and count them one by one.
-There is one red cube, two blue spheres and three green cylinders, so the total is six.
-First, I find every object. Then I count each one carefully and add the numbers together.
-The answer is the number of objects I counted. I think the answer is correct.
-We can see the left side and the right side of the image. On the left there are four balls; on the right, five.
-Four plus five equals nine. Nine minus two equals seven. Ten is more than eight, and three is less than seven.
-Zero, one, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve, thirteen, fourteen, fifteen,
-sixteen, seventeen, eighteen, nineteen, twenty. First, second, third, last. Each, every, all, none, some, many, few.
-The model should think step by step. It should output the thinking process and then give the final answer.
-Hello! How are you? I am fine, thank you. What is this? This is a small metal cube next to a large rubber ball.
-Where is the cat? The cat is under the table, behind the chair, near the door, in front of the house.
-Yes, no, maybe. Please answer the question. The question asks how many there are. Because of that, I counted again.
-It is a sunny day. The children play in the park with a dog. People walk on the street and cars drive by.
-Look, count, add, subtract, compare, check, answer, think, see, find, know, say, make, take, give, use, try.
-<|im_start|>system
-You are a helpful assistant.<|im_end|>
-<|im_start|>user
-Picture 1: <|vision_start|><|image_pad|><|vision_end|>Describe the image.<|im_end|>
-<|im_start|>assistant
-The image shows a few objects on a table.<|im_end|>
-""".split("\n")
-
 
 def tokenizer_training_corpus() -> list[str]:
-    """The embedded text the BPE is trained on: counting prompts in both wordings, answers, numbers, simple English."""
-    lines: list[str] = [line.strip() for line in _SIMPLE_ENGLISH if line.strip()]
-    # Each common word in lower case and capitalised, mid-sentence (with a leading space) as BPE sees most words.
-    for start in range(0, len(_COMMON_WORDS), 12):
-        chunk = _COMMON_WORDS[start : start + 12]
-        lines.append(" ".join(chunk) + ".")
-        lines.append(" ".join(word.capitalize() for word in chunk) + "?")
-    for index, (singular, plural) in enumerate(_OBJECTS):
-        color = _COLORS[index % len(_COLORS)]
-        material = _MATERIALS[index % len(_MATERIALS)]
-        for question in _COUNTING_QUESTIONS:
-            lines.extend(question.format(plural=plural, color=color) + suffix for suffix in _PROMPT_SUFFIXES)
+    """The text the BPE is trained on (data in tiny_assets/corpus.json): counting prompts in both wordings, answers,
+    numbers, simple English, and common words lower-case and capitalised, mid-sentence as BPE sees most words."""
+    corpus = read_json(ASSETS / "corpus.json")
+    words = " ".join(corpus["common_words"]).split()
+    lines = list(corpus["simple_english"])
+    for start in range(0, len(words), 12):
+        chunk = words[start : start + 12]
+        lines += [" ".join(chunk) + ".", " ".join(word.capitalize() for word in chunk) + "?"]
+    for index, (singular, plural) in enumerate(corpus["objects"]):
+        color = corpus["colors"][index % len(corpus["colors"])]
+        material = corpus["materials"][index % len(corpus["materials"])]
+        for question in corpus["counting_questions"]:
+            lines.extend(question.format(plural=plural, color=color) + suffix for suffix in corpus["prompt_suffixes"])
         count = index % 11
         lines.append(
             f"<think> I see {count} {plural if count != 1 else singular}: the {color} {material} {singular} and "
@@ -362,8 +205,8 @@ def qwen2_tokenizer(vocab: dict[str, int], merges: list, added: dict[str, int], 
         model_max_length=model_max_length, clean_up_tokenization_spaces=False, errors="replace",
         split_special_tokens=False, chat_template=chat_template,
     )
-    wrong = {token: tokenizer.convert_tokens_to_ids(token) for token in added}
-    wrong = {token: token_id for token, token_id in wrong.items() if token_id != added[token]}
+    got = dict(zip(added, tokenizer.convert_tokens_to_ids(list(added))))
+    wrong = {token: token_id for token, token_id in got.items() if token_id != added[token]}
     if wrong:
         raise AssertionError(f"special tokens got the wrong ids: {wrong}")
     return tokenizer
@@ -385,16 +228,9 @@ def build_processor(tokenizer=None, min_pixels: int | None = None, max_pixels: i
         size={"shortest_edge": int(min_pixels), "longest_edge": int(max_pixels)}, patch_size=record.patch_size,
         temporal_patch_size=2, merge_size=record.merge_size, image_mean=list(spec.mean_std[0]),
         image_std=list(spec.mean_std[1]))
-    video_processor = transformers.Qwen3VLVideoProcessor() if family == "qwen3_vl" else \
-        transformers.Qwen2VLVideoProcessor()
-    return getattr(transformers, record.processor_class)(image_processor=image_processor, tokenizer=tokenizer,
-                                                        video_processor=video_processor,
+    video_processor = transformers.Qwen3VLVideoProcessor if family == "qwen3_vl" else transformers.Qwen2VLVideoProcessor
+    return getattr(transformers, record.processor_class)(image_processor, tokenizer, video_processor(),
                                                         chat_template=chat_template(family, thinking))
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Model config and weights
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def _default_mrope_section(head_dim: int, family: str) -> list[int]:
@@ -422,8 +258,8 @@ def _check_vision(vision: dict[str, Any]) -> None:
             raise ValueError(f"vision_{key} {bad} are outside range(vision_depth={depth})")
     positions = int(vision.get("num_position_embeddings", 1))
     if round(positions**0.5) ** 2 != positions:
-        raise ValueError(f"vision_num_position_embeddings {positions} must be a perfect square (a learned side x side "
-                         "grid)")
+        raise ValueError(f"vision_num_position_embeddings {positions} must be a perfect square (a learned side x side"
+                         " grid)")
 
 
 def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides: Any):
@@ -532,8 +368,8 @@ def build_model(config, seed: int = 0, thinking: bool = True):
 def build_generation_config(family: str = "qwen2_vl", thinking: bool = True):
     from transformers import GenerationConfig
 
-    return GenerationConfig(**(QWEN3_VL_GENERATION_CONFIG if family == "qwen3_vl" and thinking
-                               else REAL_GENERATION_CONFIG))
+    thinking_model = family == "qwen3_vl" and thinking
+    return GenerationConfig(**(QWEN3_VL_GENERATION_CONFIG if thinking_model else REAL_GENERATION_CONFIG))
 
 
 def unused_token_ids(tokenizer, vocab_size: int = REAL_VOCAB_SIZE) -> list[int]:
@@ -543,11 +379,6 @@ def unused_token_ids(tokenizer, vocab_size: int = REAL_VOCAB_SIZE) -> list[int]:
     names = tokenizer.convert_ids_to_tokens(list(range(FIRST_SPECIAL_TOKEN_ID)))
     placeholders = [i for i, name in enumerate(names) if name == PLACEHOLDER_TOKEN_FORMAT.format(i)]
     return placeholders + list(range(len(tokenizer), vocab_size))
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The whole checkpoint
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def build_tiny(family: str, out_dir: str | os.PathLike, full_size: bool = False, seed: int = 0,
@@ -638,15 +469,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suppress-unused", action="store_true",
                         help="generation never samples the ids no text encodes to (a sampling stand-in policy)")
     args = parser.parse_args(argv)
-    overrides: dict[str, Any] = {key: value for key, value in (("min_pixels", args.min_pixels),
-                                                               ("max_pixels", args.max_pixels)) if value}
-    if args.suppress_unused:
-        overrides["suppress_unused"] = True
-    if args.family == "qwen3_vl":
-        overrides["thinking"] = not args.instruct
+    pixels = {key: value for key, value in (("min_pixels", args.min_pixels), ("max_pixels", args.max_pixels)) if value}
     try:
-        out_dir = build_tiny(args.family, args.out, full_size=args.full_size, seed=args.seed,
-                             overwrite=args.overwrite, **overrides)
+        out_dir = build_tiny(args.family, args.out, full_size=args.full_size, seed=args.seed, overwrite=args.overwrite,
+                             thinking=not args.instruct, suppress_unused=args.suppress_unused, **pixels)
     except (OpenR1Error, ValueError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
