@@ -229,7 +229,8 @@ def build_processor(tokenizer=None, min_pixels: int | None = None, max_pixels: i
         temporal_patch_size=2, merge_size=record.merge_size, image_mean=list(spec.mean_std[0]),
         image_std=list(spec.mean_std[1]))
     video_processor = transformers.Qwen3VLVideoProcessor if family == "qwen3_vl" else transformers.Qwen2VLVideoProcessor
-    return getattr(transformers, record.processor_class)(image_processor, tokenizer, video_processor(),
+    return getattr(transformers, record.processor_class)(image_processor=image_processor, tokenizer=tokenizer,
+                                                        video_processor=video_processor(),
                                                         chat_template=chat_template(family, thinking))
 
 
