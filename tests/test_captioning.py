@@ -835,6 +835,29 @@ def test_sft_rows_train_exactly_the_completion_under_trls_collator(standin_dir, 
     assert cdata.sft_rows(top, top_k=1, processor=plain)[0]["completion"].startswith("<think>\n")
 
 
+def test_the_sft_stage_trains_on_text_rows_rendered_by_the_bases_template(standin_dir, tiny_model_dirs, tmp_path,
+                                                                          monkeypatch):
+    """The stage renders its rows with the base policy's processor (as the test above checks the loss): a Thinking
+    template rewrites a conversational think block, so conversational rows would not train on what is generated."""
+    from types import SimpleNamespace
+
+    from open_r1 import sft
+    from open_r1.tasks.captioning import stage_sft
+
+    _, paths = standin_dir
+    traces = tmp_path / "traces"
+    S.add_templated_thinking(cdata.top_k_rows(cdata.load_captions(paths["train"]), 2)).save_to_disk(str(traces))
+    seen = {}
+    monkeypatch.setattr(sft, "train_sft", lambda rows, out, settings, **kw: seen.setdefault("rows", rows) and {})
+    recipe = SimpleNamespace(seed=0, section=lambda name: stage_sft.Config(),
+                             paths=SimpleNamespace(policy_base=str(tiny_model_dirs["qwen3_vl"]), traces=str(traces),
+                                                   policy_sft=str(tmp_path / "sft")))
+    stage_sft.run(recipe)
+    rows = seen["rows"]
+    assert len(rows) > 0 and all(p.endswith("<|im_start|>assistant\n<think>\n") for p in rows["prompt"])
+    assert all(c.endswith("<|im_end|>\n") for c in rows["completion"])
+
+
 def test_filter_captions_and_rename(tmp_path):
     rows = make_rows([{"contest": 1, "caption": f"a{i}", "mean": 1.0, "votes": 10 + i} for i in range(3)] +
                      [{"contest": 2, "caption": f"b{i}", "mean": 1.0, "votes": 5 + 5 * i} for i in range(3)])

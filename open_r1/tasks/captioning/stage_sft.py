@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from open_r1 import sft
+from open_r1 import modeling, sft
 from open_r1.sft import SFTSettings
 from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning import data as cdata
@@ -42,7 +42,9 @@ def run(recipe) -> dict:
     import datasets  # deferred: heavy
     cfg = recipe.section(NAME)
     found = config.check_inputs(inputs(recipe))
-    rows = cdata.sft_rows(datasets.load_from_disk(found["traces"]), cfg.top_k)
+    # text rows rendered by the base's own template: a Thinking template rewrites a conversational think block
+    processor = modeling.load_processor(found["model"])
+    rows = cdata.sft_rows(datasets.load_from_disk(found["traces"]), cfg.top_k, processor=processor)
     settings = SFTSettings(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(SFTSettings)})
     settings.seed = recipe.seed
     config.log(f"[sft] {len(rows)} rows from {found['traces']}; base {found['model']}")
