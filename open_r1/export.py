@@ -14,6 +14,7 @@ modes 0755/0644, then swapped in atomically (docs/GUARANTEES.md); a replaced sub
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import errno
 import os
@@ -116,20 +117,15 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
     """Check a model dir the way the grader loads it (as `expected_class`; None: as its own family's class); with
     `generate`, load it and write one greedy completion under `task`'s protocol (its `probe`): output off the format
     is a warning, or a problem with `strict_answer`. Never raises for a bad dir: it reports."""
-    report = VerifyReport(path=path)
     if not os.path.isdir(path):
-        report.problems.append(f"{path} does not exist")
-        return report
-    config_path = os.path.join(path, "config.json")
-    if not os.path.isfile(config_path):
-        if os.path.isfile(os.path.join(path, "adapter_config.json")):
-            report.problems.append(f"{path} is a LoRA adapter (adapter_config.json, no config.json), not a full "
-                                   f"model; merge it with python -m open_r1.export --checkpoint {path} --out <dir>")
-        else:
-            report.problems.append("config.json is missing: not a saved transformers model")
-        return report
-    report.problems.extend(architecture_problems(read_json(config_path), expected_class))
-    if os.path.isfile(os.path.join(path, "adapter_config.json")):
+        return VerifyReport(path, [f"{path} does not exist"])
+    adapter = os.path.isfile(os.path.join(path, "adapter_config.json"))
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        return VerifyReport(path, [f"{path} is a LoRA adapter (adapter_config.json, no config.json), not a full model; "
+                                   f"merge it with python -m open_r1.export --checkpoint {path} --out <dir>" if adapter
+                                   else "config.json is missing: not a saved transformers model"])
+    report = VerifyReport(path, architecture_problems(read_json(os.path.join(path, "config.json")), expected_class))
+    if adapter:
         report.problems.append("adapter_config.json present: a LoRA adapter must be merged into full weights")
     if not os.path.isfile(os.path.join(path, "preprocessor_config.json")):
         report.problems.append("processor file preprocessor_config.json is missing: save the processor too")
@@ -146,19 +142,17 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
     if report.problems or not generate:
         return report
     probe = get_task(task).probe  # an unknown task fails here, before the model loads
+    step = "loading"
     try:
         model = modeling.load_model(path, dtype="auto", attn_implementation="sdpa")
         report.loaded_class = type(model).__name__
         if torch.cuda.is_available():  # a 2B model generates 256 tokens in seconds on a GPU, minutes on a CPU
             model = model.to("cuda")
         processor = modeling.load_processor(path)
-    except Exception as exc:  # noqa: BLE001 - every load failure is a finding
-        report.problems.append(f"loading failed: {type(exc).__name__}: {exc}")
-        return report
-    try:
+        step = "generation"
         text, message = probe(model, processor, image or _probe_image())
-    except Exception as exc:  # noqa: BLE001
-        report.problems.append(f"generation failed: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - every load or generation failure is a finding
+        report.problems.append(f"{step} failed: {type(exc).__name__}: {exc}")
         return report
     report.sample_completion = text
     if message:
@@ -277,14 +271,11 @@ def fix_modes(root: str) -> None:
 
 def _exchange(a: str, b: str) -> bool:
     """Atomically swap two paths (renameat2 RENAME_EXCHANGE). False when the system cannot."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc >= 2.28
+    if renameat2 is None:
         return False
     renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+    if renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
         return True
     err = ctypes.get_errno()
     if err in (errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
@@ -292,31 +283,29 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(err, os.strerror(err), a)
 
 
-class _SignalsHeld:
-    """Hold SIGINT/SIGTERM back (delivered on exit) so a swap of two renames is never cut in the middle. The
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT/SIGTERM back (delivered at the end) so a swap of two renames is never cut in the middle. The
     handlers are replaced by a recorder, not the signals masked: a mask holds only this thread's signals, and the
     kernel may hand a Ctrl-C to any of torch's threads, whose C handler still wakes the Python handler here."""
-
-    def __enter__(self):
-        self.received, self.previous = [], {}
-        if threading.current_thread() is threading.main_thread():  # Python sets handlers in the main thread only
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self.previous[signum] = signal.signal(signum, lambda number, frame: self.received.append(number))
-        return self
-
-    def __exit__(self, *exc):
-        for signum, handler in self.previous.items():
+    received, previous = [], {}
+    if threading.current_thread() is threading.main_thread():  # Python sets handlers in the main thread only
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        for signum in self.received[:1]:
+        for signum in received[:1]:
             signal.raise_signal(signum)
-        return False
 
 
 def install(staging: str, target: str, aside: str, log=print) -> str | None:
     """Put the verified model `staging` at `target`; the model that was there goes to `aside` (returned; None when
     there was none)."""
     journal = _journal_path(target)
-    with _SignalsHeld():
+    with _signals_held():
         if not os.path.exists(target):
             os.rename(staging, target)
             return None
@@ -490,10 +479,9 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint", required=True, help="training output dir or a checkpoint-N dir")
     parser.add_argument("--out", required=True, help="submission dir to write (replaced atomically)")
     parser.add_argument("--base-model", default=None, help="base model for a LoRA adapter (without it: the one recorded)")
-    parser.add_argument("--min-pixels", type=int, default=None,
-                        help="processor min_pixels (without it: the training run's, from training_meta.json)")
-    parser.add_argument("--max-pixels", type=int, default=None,
-                        help="processor max_pixels (without it: the training run's, from training_meta.json)")
+    for bound in ("min", "max"):
+        parser.add_argument(f"--{bound}-pixels", type=int, default=None,
+                            help=f"processor {bound}_pixels (without it: the training run's, from training_meta.json)")
     parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
     parser.add_argument("--any-family", action="store_true",
                         help=f"verify as a model of its own family (Qwen2.5-VL, Qwen3-VL), not as the counting "

@@ -1,15 +1,14 @@
-"""Promote only improvements: replace the submission with a candidate only when its selfcheck report scores higher.
+r"""Promote only improvements: replace the submission with a candidate only when its selfcheck report scores higher.
 
     python selfcheck.py --model runs/r2/submission --out runs/r2/selfcheck.json
-    python scripts/promote.py --candidate runs/r2/submission --report runs/r2/selfcheck.json --submission /app/submission
+    python scripts/promote.py --candidate runs/r2/submission --report runs/r2/selfcheck.json \
+        --submission /app/submission
 
-The current submission's score is the report recorded with it, <submission>/selfcheck.json (selfcheck.py writes it
-there by default; promote copies the candidate's report there when it promotes). The candidate replaces it only when
-its mean_accuracy_pct is strictly higher over the same sets (names, paths, rows on disk, examples scored) under the
-same protocol; otherwise promote refuses and lists the differences. --force overrides every refusal, an unreadable
-current report included; with no current submission the candidate is promoted. The candidate is copied into a temp
-dir beside the submission and verified there the way the grader loads it before the atomic swap (docs/GUARANTEES.md);
-the replaced submission is kept as <submission>.replaced-<timestamp>. A failure leaves the submission untouched.
+The current score is the report recorded with the submission, <submission>/selfcheck.json (selfcheck.py writes it
+there; promote copies the candidate's report there). Only a strictly higher mean_accuracy_pct over the same sets (names,
+paths, rows on disk, examples) under the same protocol replaces it; --force overrides every refusal. The candidate is
+copied beside the submission, verified there as the grader loads it, and swapped in atomically (docs/GUARANTEES.md);
+the replaced one is kept as <submission>.replaced-<timestamp>. A failure leaves the submission untouched.
 Exit status: 0 promoted, 1 refused (not better / not comparable), 2 error.
 """
 from __future__ import annotations
