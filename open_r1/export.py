@@ -72,16 +72,16 @@ def _read_meta(checkpoint: str) -> dict:
     return {}
 
 
-def load_for_export(checkpoint: str, base_model: str | None = None, dtype="auto"):
+def load_for_export(checkpoint: str, base_model: str | None = None):
     """The full model from a checkpoint dir: full weights as saved, or base + LoRA adapter merged."""
     adapter_config = os.path.join(checkpoint, "adapter_config.json")
     if not os.path.isfile(adapter_config):
-        return modeling.load_model(checkpoint, dtype=dtype, attn_implementation="sdpa"), checkpoint
+        return modeling.load_model(checkpoint, dtype="auto", attn_implementation="sdpa"), checkpoint
     base = (base_model or _read_meta(checkpoint).get("base_model")
             or read_json(adapter_config).get("base_model_name_or_path"))
     if not base:
         raise ExportError(f"{checkpoint} is a LoRA adapter with no recorded base model; pass --base-model")
-    model = modeling.load_model(base, dtype=dtype, attn_implementation="sdpa")
+    model = modeling.load_model(base, dtype="auto", attn_implementation="sdpa")
     return PeftModel.from_pretrained(model, checkpoint).merge_and_unload(), base
 
 
@@ -91,7 +91,7 @@ def _probe_image():
     return Image.fromarray((np.stack([grid * 8, grid * 4, 255 - grid * 8], axis=-1)).astype("uint8"))
 
 
-def architecture_problems(config: dict, expected_class: str | None = COUNTING_GRADER_CLASS) -> list[str]:
+def architecture_problems(config: dict, expected_class: str | None) -> list[str]:
     """What is wrong with config.json's model_type / architectures for a grader that loads `expected_class`
     (None: any supported family, loaded as its own class)."""
     model_type, architectures = config.get("model_type"), config.get("architectures") or []
@@ -112,7 +112,7 @@ def architecture_problems(config: dict, expected_class: str | None = COUNTING_GR
     return []
 
 
-def verify_submission(path: str, generate: bool = True, strict_answer: bool = False, image=None,
+def verify_submission(path: str, generate: bool = True, strict_answer: bool = False,
                       expected_class: str | None = COUNTING_GRADER_CLASS, task: str = "counting") -> VerifyReport:
     """Check a model dir the way the grader loads it (as `expected_class`; None: as its own family's class); with
     `generate`, load it and write one greedy completion under `task`'s protocol (its `probe`): output off the format
@@ -150,7 +150,7 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
             model = model.to("cuda")
         processor = modeling.load_processor(path)
         step = "generation"
-        text, message = probe(model, processor, image or _probe_image())
+        text, message = probe(model, processor, _probe_image())
     except Exception as exc:  # noqa: BLE001 - every load or generation failure is a finding
         report.problems.append(f"{step} failed: {type(exc).__name__}: {exc}")
         return report
@@ -302,8 +302,7 @@ def _signals_held():
 
 
 def install(staging: str, target: str, aside: str, log=print) -> str | None:
-    """Put the verified model `staging` at `target`; the model that was there goes to `aside` (returned; None when
-    there was none)."""
+    """Put the verified model `staging` at `target`, the one there at `aside` (returned; None if there was none)."""
     journal = _journal_path(target)
     with _signals_held():
         if not os.path.exists(target):
@@ -479,9 +478,10 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint", required=True, help="training output dir or a checkpoint-N dir")
     parser.add_argument("--out", required=True, help="submission dir to write (replaced atomically)")
     parser.add_argument("--base-model", default=None, help="base model for a LoRA adapter (without it: the one recorded)")
-    for bound in ("min", "max"):
-        parser.add_argument(f"--{bound}-pixels", type=int, default=None,
-                            help=f"processor {bound}_pixels (without it: the training run's, from training_meta.json)")
+    parser.add_argument("--min-pixels", type=int, default=None,
+                        help="processor min_pixels (without it: the training run's, from training_meta.json)")
+    parser.add_argument("--max-pixels", type=int, default=None,
+                        help="processor max_pixels (without it: the training run's, from training_meta.json)")
     parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
     parser.add_argument("--any-family", action="store_true",
                         help=f"verify as a model of its own family (Qwen2.5-VL, Qwen3-VL), not as the counting "
