@@ -1,7 +1,8 @@
-"""Export a trained checkpoint as a submission: merged full weights + tokenizer + processor, written atomically.
+r"""Export a trained checkpoint as a submission: merged full weights + tokenizer + processor, written atomically.
 
     python scripts/export_submission.py --checkpoint runs/demo --out submission
-    python scripts/export_submission.py --checkpoint runs/lora/checkpoint-300 --base-model /app/models/Qwen2-VL-2B-Instruct --out /app/submission
+    python scripts/export_submission.py --checkpoint runs/lora/checkpoint-300 \
+        --base-model /app/models/Qwen2-VL-2B-Instruct --out /app/submission
 
 A LoRA checkpoint is merged into its base (recorded in training_meta.json or adapter_config.json); the processor
 keeps the training vision-token budget. Given a run dir, the keep-best checkpoint is exported (the best in-training OOD
@@ -165,9 +166,11 @@ def one_line(text: str | None, limit: int = 80) -> str:
     `limit` characters, quoted (a random model's ~150 reserved tokens would otherwise fill the screen)."""
     if text is None:
         return "None"
-    flat = " ".join(text.split())
-    flat = re.sub(r"(\S+?)(?:\s*\1){3,}", lambda m: f"{m.group(1)} ... x{len(re.findall(re.escape(m.group(1)), m.group(0)))}",
-                  flat)
+
+    def shorten(run):  # "a a a a a" -> "a ... x5"
+        return f"{run.group(1)} ... x{len(re.findall(re.escape(run.group(1)), run.group(0)))}"
+
+    flat = re.sub(r"(\S+?)(?:\s*\1){3,}", shorten, " ".join(text.split()))
     return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
 
 
@@ -477,7 +480,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=CliHelp)
     parser.add_argument("--checkpoint", required=True, help="training output dir or a checkpoint-N dir")
     parser.add_argument("--out", required=True, help="submission dir to write (replaced atomically)")
-    parser.add_argument("--base-model", default=None, help="base model for a LoRA adapter (without it: the one recorded)")
+    parser.add_argument("--base-model", default=None,
+                        help="base model for a LoRA adapter (without it: the one recorded)")
     parser.add_argument("--min-pixels", type=int, default=None,
                         help="processor min_pixels (without it: the training run's, from training_meta.json)")
     parser.add_argument("--max-pixels", type=int, default=None,
