@@ -46,8 +46,6 @@ from open_r1.tasks import get_task
 
 TRAINING_META_FILE = "training_meta.json"
 REPORT_FILE = "selfcheck.json"  # a scored submission's selfcheck report
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 # The class the counting grader loads; other families verify as their own class (`expected_class=None`).
 COUNTING_GRADER_CLASS = "Qwen2VLForConditionalGeneration"
 
@@ -130,12 +128,11 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
         report.problems.append("adapter_config.json present: a LoRA adapter must be merged into full weights")
     if not os.path.isfile(os.path.join(path, "preprocessor_config.json")):
         report.problems.append("processor file preprocessor_config.json is missing: save the processor too")
-    for name in TOKENIZER_FILES:
+    for name in ("tokenizer.json", "tokenizer_config.json"):
         if not os.path.isfile(os.path.join(path, name)):
             report.problems.append(f"tokenizer file {name} is missing: save the tokenizer (processor.save_pretrained)")
-    if not any(os.path.isfile(os.path.join(path, n)) for n in CHAT_TEMPLATE_FILES) and "chat_template" not in (
-        read_json(os.path.join(path, "tokenizer_config.json"), None) or {}
-    ):
+    templates = [n for n in ("chat_template.jinja", "chat_template.json") if os.path.isfile(os.path.join(path, n))]
+    if not templates and "chat_template" not in (read_json(os.path.join(path, "tokenizer_config.json"), None) or {}):
         report.problems.append("chat template is missing (chat_template.jinja): the prompt cannot be built")
     if not os.path.isfile(os.path.join(path, "generation_config.json")):
         report.warnings.append("generation_config.json is missing: eos ids fall back to config.json")
