@@ -1,18 +1,23 @@
-"""Write a submission: full merged Qwen2-VL weights + tokenizer + processor + chat template + generation config.
+r"""Export a trained checkpoint as a submission: merged full weights + tokenizer + processor, written atomically.
 
-Atomic by construction: everything is written into a temporary directory beside the target, verified there the
-way the grader loads it (`Qwen2VLForConditionalGeneration.from_pretrained`, `AutoProcessor`, one greedy
-generation under the eval protocol), its modes set to 0755/0644, and only then swapped into place by `install`
-(one atomic exchange, or two journaled renames that `recover_interrupted_swap` completes on the next run). The
-model that was there is kept at `<target>.prev-<timestamp>`; a *scored* submission (one holding its selfcheck.json)
-is not replaced at all unless asked (`--replace`): the new model goes beside it. Neither a crash, a signal nor a
-bad export loses a finished model.
+    python scripts/export_submission.py --checkpoint runs/demo --out submission
+    python scripts/export_submission.py --checkpoint runs/lora/checkpoint-300 \
+        --base-model /app/models/Qwen2-VL-2B-Instruct --out /app/submission
+
+A LoRA checkpoint is merged into its base (recorded in training_meta.json or adapter_config.json); the processor
+keeps the training vision-token budget. Given a run dir, the keep-best checkpoint is exported (the best in-training OOD
+score, open_r1/run/keep_best.py), else the final model, and the export time is recorded for the next round's budget.
+The result is verified (loads with Qwen2VLForConditionalGeneration and generates) in a temp dir beside --out, with
+modes 0755/0644, then swapped in atomically (docs/GUARANTEES.md); a replaced submission is kept as
+<out>.prev-<timestamp>. A submission holding its selfcheck report (selfcheck.json) is never replaced without
+--replace: the new model goes to <out>.candidate-<timestamp> and the commands to score and promote it are printed.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import errno
-import json
 import os
 import re
 import shutil
@@ -23,9 +28,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+import torch
+from peft import PeftModel
+from PIL import Image
+
 from open_r1 import modeling
 from open_r1.checks import check_checkpoint, weights_problems, writable_problem
-from open_r1.errors import CliHelp, ExportError, ModelError, OpenR1Error  # noqa: F401  (re-exported)
+from open_r1.errors import CliHelp, ExportError, OpenR1Error
 from open_r1.families import FAMILIES
 from open_r1.jsonio import read_json, write_json
 from open_r1.noise import quiet_library_noise
@@ -35,13 +45,9 @@ from open_r1.run.resume import find_resume_checkpoint
 from open_r1.tasks import get_task
 
 TRAINING_META_FILE = "training_meta.json"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
-# The class the counting grader loads a submission with. Other families (open_r1.families) export and verify as
-# their own class (`expected_class=None`), but cannot be the counting submission.
-EXPECTED_ARCHITECTURE = "Qwen2VLForConditionalGeneration"
-COUNTING_GRADER_CLASS = EXPECTED_ARCHITECTURE
-ANY_FAMILY_HINT = "selfcheck.py --verify --any-family / export --any-family"
+REPORT_FILE = "selfcheck.json"  # a scored submission's selfcheck report
+# The class the counting grader loads; other families verify as their own class (`expected_class=None`).
+COUNTING_GRADER_CLASS = "Qwen2VLForConditionalGeneration"
 
 
 @dataclass
@@ -51,8 +57,6 @@ class VerifyReport:
     warnings: list[str] = field(default_factory=list)
     sample_completion: str | None = None
     loaded_class: str | None = None  # the transformers class the dir loaded as
-    expected_class: str | None = None  # the class the grader needs (None: the dir's own family's class)
-    installed: bool | None = None  # export: True = at --out, False = written beside a scored submission
 
     @property
     def ok(self) -> bool:
@@ -60,44 +64,33 @@ class VerifyReport:
 
 
 def _read_meta(checkpoint: str) -> dict:
-    path = os.path.join(checkpoint, TRAINING_META_FILE)
-    if os.path.isfile(path):
-        with open(path) as handle:
-            return json.load(handle)
-    parent = os.path.join(os.path.dirname(os.path.abspath(checkpoint)), TRAINING_META_FILE)
-    if os.path.isfile(parent):  # checkpoint-N/ inside a run dir
-        with open(parent) as handle:
-            return json.load(handle)
+    for folder in (checkpoint, os.path.dirname(os.path.abspath(checkpoint))):  # or checkpoint-N/'s run dir
+        path = os.path.join(folder, TRAINING_META_FILE)
+        if os.path.isfile(path):
+            return read_json(path)
     return {}
 
 
-def load_for_export(checkpoint: str, base_model: str | None = None, dtype="auto"):
+def load_for_export(checkpoint: str, base_model: str | None = None):
     """The full model from a checkpoint dir: full weights as saved, or base + LoRA adapter merged."""
     adapter_config = os.path.join(checkpoint, "adapter_config.json")
-    if os.path.isfile(adapter_config):
-        from peft import PeftModel
-
-        with open(adapter_config) as handle:
-            adapter_base = json.load(handle).get("base_model_name_or_path")
-        base = base_model or _read_meta(checkpoint).get("base_model") or adapter_base
-        if not base:
-            raise ExportError(f"{checkpoint} is a LoRA adapter with no recorded base model; pass --base-model")
-        model = modeling.load_model(base, dtype=dtype, attn_implementation="sdpa")
-        model = PeftModel.from_pretrained(model, checkpoint).merge_and_unload()
-        return model, base
-    return modeling.load_model(checkpoint, dtype=dtype, attn_implementation="sdpa"), checkpoint
+    if not os.path.isfile(adapter_config):
+        return modeling.load_model(checkpoint, dtype="auto", attn_implementation="sdpa"), checkpoint
+    base = (base_model or _read_meta(checkpoint).get("base_model")
+            or read_json(adapter_config).get("base_model_name_or_path"))
+    if not base:
+        raise ExportError(f"{checkpoint} is a LoRA adapter with no recorded base model; pass --base-model")
+    model = modeling.load_model(base, dtype="auto", attn_implementation="sdpa")
+    return PeftModel.from_pretrained(model, checkpoint).merge_and_unload(), base
 
 
 def _probe_image():
     """A small deterministic image for the load-and-generate check (no dataset needed)."""
-    import numpy as np
-    from PIL import Image
-
     grid = np.indices((96, 144)).sum(axis=0) % 32
     return Image.fromarray((np.stack([grid * 8, grid * 4, 255 - grid * 8], axis=-1)).astype("uint8"))
 
 
-def architecture_problems(config: dict, expected_class: str | None = EXPECTED_ARCHITECTURE) -> list[str]:
+def architecture_problems(config: dict, expected_class: str | None) -> list[str]:
     """What is wrong with config.json's model_type / architectures for a grader that loads `expected_class`
     (None: any supported family, loaded as its own class)."""
     model_type, architectures = config.get("model_type"), config.get("architectures") or []
@@ -114,43 +107,32 @@ def architecture_problems(config: dict, expected_class: str | None = EXPECTED_AR
         return [f"wrong architecture for the counting submission: this is a {family.name} checkpoint "
                 f"({family.class_name}); the counting grader loads {expected_class} (a Qwen2-VL model), which cannot "
                 f"load it. Submit a Qwen2-VL model for counting, or check it as a {family.name} model of its own "
-                f"({ANY_FAMILY_HINT})"]
+                "(selfcheck.py --verify --any-family / export --any-family)"]
     return []
 
 
-def verify_submission(path: str, generate: bool = True, strict_answer: bool = False, image=None,
-                      expected_class: str | None = EXPECTED_ARCHITECTURE, task: str = "counting") -> VerifyReport:
-    """Check a submission dir the way the grader will load it. Never raises for a bad dir: it reports.
-
-    `expected_class`: the class the grader loads (default: the counting grader's Qwen2VLForConditionalGeneration);
-    None checks the dir as a model of its own family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL). `generate`: load it and
-    write one greedy completion under `task`'s protocol (`open_r1.tasks.get_task(task).probe`); output that does not
-    follow the format is a warning, or a problem with `strict_answer`."""
-    report = VerifyReport(path=path, expected_class=expected_class)
+def verify_submission(path: str, generate: bool = True, strict_answer: bool = False,
+                      expected_class: str | None = COUNTING_GRADER_CLASS, task: str = "counting") -> VerifyReport:
+    """Check a model dir the way the grader loads it (as `expected_class`; None: as its own family's class); with
+    `generate`, load it and write one greedy completion under `task`'s protocol (its `probe`): output off the format
+    is a warning, or a problem with `strict_answer`. Never raises for a bad dir: it reports."""
     if not os.path.isdir(path):
-        report.problems.append(f"{path} does not exist")
-        return report
-    config_path = os.path.join(path, "config.json")
-    if not os.path.isfile(config_path):
-        if os.path.isfile(os.path.join(path, "adapter_config.json")):
-            report.problems.append(f"{path} is a LoRA adapter (adapter_config.json, no config.json), not a full "
-                                   f"model; merge it with python -m open_r1.export --checkpoint {path} --out <dir>")
-        else:
-            report.problems.append("config.json is missing: not a saved transformers model")
-        return report
-    with open(config_path) as handle:
-        config = json.load(handle)
-    report.problems.extend(architecture_problems(config, expected_class))
-    if os.path.isfile(os.path.join(path, "adapter_config.json")):
+        return VerifyReport(path, [f"{path} does not exist"])
+    adapter = os.path.isfile(os.path.join(path, "adapter_config.json"))
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        return VerifyReport(path, [f"{path} is a LoRA adapter (adapter_config.json, no config.json), not a full model; "
+                                   f"merge it with python -m open_r1.export --checkpoint {path} --out <dir>" if adapter
+                                   else "config.json is missing: not a saved transformers model"])
+    report = VerifyReport(path, architecture_problems(read_json(os.path.join(path, "config.json")), expected_class))
+    if adapter:
         report.problems.append("adapter_config.json present: a LoRA adapter must be merged into full weights")
     if not os.path.isfile(os.path.join(path, "preprocessor_config.json")):
         report.problems.append("processor file preprocessor_config.json is missing: save the processor too")
-    for name in TOKENIZER_FILES:
+    for name in ("tokenizer.json", "tokenizer_config.json"):
         if not os.path.isfile(os.path.join(path, name)):
             report.problems.append(f"tokenizer file {name} is missing: save the tokenizer (processor.save_pretrained)")
-    if not any(os.path.isfile(os.path.join(path, n)) for n in CHAT_TEMPLATE_FILES) and "chat_template" not in (
-        read_json(os.path.join(path, "tokenizer_config.json"), None) or {}
-    ):
+    templates = [n for n in ("chat_template.jinja", "chat_template.json") if os.path.isfile(os.path.join(path, n))]
+    if not templates and "chat_template" not in (read_json(os.path.join(path, "tokenizer_config.json"), None) or {}):
         report.problems.append("chat template is missing (chat_template.jinja): the prompt cannot be built")
     if not os.path.isfile(os.path.join(path, "generation_config.json")):
         report.warnings.append("generation_config.json is missing: eos ids fall back to config.json")
@@ -158,21 +140,17 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
     if report.problems or not generate:
         return report
     probe = get_task(task).probe  # an unknown task fails here, before the model loads
+    step = "loading"
     try:
-        import torch
-
         model = modeling.load_model(path, dtype="auto", attn_implementation="sdpa")
         report.loaded_class = type(model).__name__
         if torch.cuda.is_available():  # a 2B model generates 256 tokens in seconds on a GPU, minutes on a CPU
             model = model.to("cuda")
         processor = modeling.load_processor(path)
-    except Exception as exc:  # noqa: BLE001 - every load failure is a finding
-        report.problems.append(f"loading failed: {type(exc).__name__}: {exc}")
-        return report
-    try:
-        text, message = probe(model, processor, image or _probe_image())
-    except Exception as exc:  # noqa: BLE001
-        report.problems.append(f"generation failed: {type(exc).__name__}: {exc}")
+        step = "generation"
+        text, message = probe(model, processor, _probe_image())
+    except Exception as exc:  # noqa: BLE001 - every load or generation failure is a finding
+        report.problems.append(f"{step} failed: {type(exc).__name__}: {exc}")
         return report
     report.sample_completion = text
     if message:
@@ -185,23 +163,21 @@ def one_line(text: str | None, limit: int = 80) -> str:
     `limit` characters, quoted (a random model's ~150 reserved tokens would otherwise fill the screen)."""
     if text is None:
         return "None"
-    flat = " ".join(text.split())
-    flat = re.sub(r"(\S+?)(?:\s*\1){3,}", lambda m: f"{m.group(1)} ... x{len(re.findall(re.escape(m.group(1)), m.group(0)))}",
-                  flat)
+
+    def shorten(run):  # "a a a a a" -> "a ... x5"
+        return f"{run.group(1)} ... x{len(re.findall(re.escape(run.group(1)), run.group(0)))}"
+
+    flat = re.sub(r"(\S+?)(?:\s*\1){3,}", shorten, " ".join(text.split()))
     return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
 
 
 def export_submission(checkpoint: str, out: str, base_model: str | None = None, min_pixels: int | None = None,
                       max_pixels: int | None = None, verify: bool = True, log=print,
                       replace_scored: bool = False,
-                      expected_class: str | None = EXPECTED_ARCHITECTURE) -> VerifyReport:
-    """Merge (if LoRA), save everything into a temp dir beside `out`, verify, then install it (see `install`).
-
-    `out` holding a scored submission (its selfcheck.json) is never replaced unless `replace_scored`: the new model
-    is written beside it as `<out>.candidate-<timestamp>` (report.path) with the commands to score and promote it.
-    `expected_class`: the class the grader loads (default: the counting grader's); None verifies the export as a
-    model of its own family (Qwen2.5-VL, Qwen3-VL, ...).
-    """
+                      expected_class: str | None = COUNTING_GRADER_CLASS) -> VerifyReport:
+    """Merge (if LoRA), save and verify beside `out`, then swap it in (`swap_in`). A scored `out` (holding its
+    selfcheck.json) is kept unless `replace_scored`: the new model goes beside it as `<out>.candidate-<time>`
+    (report.path). `expected_class`: as in `verify_submission`."""
     if not os.path.isdir(checkpoint):
         raise ExportError(f"checkpoint {checkpoint} does not exist; train first (bash train.sh) or pass --checkpoint")
     out = os.path.abspath(out.rstrip("/") or out)
@@ -217,113 +193,89 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
                else "export another checkpoint (--checkpoint <run dir>/checkpoint-N) or re-train")
         raise ExportError(f"checkpoint {checkpoint} does not load: {problem}. {fix}; the submission at {out} is "
                           "unchanged")
-    parent = os.path.dirname(out)
-    os.makedirs(parent, exist_ok=True)
     recover_interrupted_swap(out, log=log)
-    clean_stale_staging(out, log=log)
+    scored = None if replace_scored else read_json(os.path.join(out, REPORT_FILE), None)
+    scored = scored if isinstance(scored, dict) else None
     meta = _read_meta(checkpoint)
     model, base = load_for_export(checkpoint, base_model)
-    processor_source = checkpoint if os.path.isfile(os.path.join(checkpoint, "preprocessor_config.json")) else base
-    processor = modeling.load_processor(
-        processor_source,
-        min_pixels if min_pixels is not None else meta.get("min_pixels"),
-        max_pixels if max_pixels is not None else meta.get("max_pixels"),
-    )
-    staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX.format(name=os.path.basename(out))}{os.getpid()}-",
-                               dir=parent)
-    verified, new_inode = False, None
-    aside = unique_path(f"{out}.prev-{time.strftime('%Y%m%d-%H%M%S')}")
-    try:
+    processor = modeling.load_processor(  # the training run's vision-token budget unless given
+        checkpoint if os.path.isfile(os.path.join(checkpoint, "preprocessor_config.json")) else base,
+        meta.get("min_pixels") if min_pixels is None else min_pixels,
+        meta.get("max_pixels") if max_pixels is None else max_pixels)
+    report = None
+
+    def fill(staging: str) -> None:
+        nonlocal report
         log(f"[export] writing merged model from {checkpoint} into {staging}")
         model.save_pretrained(staging, safe_serialization=True)
         processor.save_pretrained(staging)
         modeling.write_compat_processor_files(staging)
         model.generation_config.save_pretrained(staging)
-        fix_modes(staging)
         report = verify_submission(staging, generate=verify, expected_class=expected_class,
                                    task=meta.get("task", "counting"))  # probed under the run's own task
         if not report.ok:
             raise ExportError("the exported model failed verification: " + "; ".join(report.problems)
                               + f". The submission at {out} is unchanged")
-        verified = True
         for warning in report.warnings:
             log(f"[export] warning: {warning}")
-        current = scored_submission(out)
-        if current is not None and not replace_scored:
-            beside = unique_path(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
-            os.rename(staging, beside)
-            score = current.get("mean_accuracy_pct")
-            log(f"[export] {out} holds a scored submission ({score}% mean accuracy in its {REPORT_FILE}): kept. "
-                f"The new model is at {beside}; " + promote_hint(beside, out, current)
-                + " (or export with --replace to overwrite without comparing)")
-            report.path = beside
-            report.installed = False
-            return report
-        new_inode = os.stat(staging).st_ino
-        install(staging, out, "prev", log=log, aside=aside)
-    except BaseException as exc:
-        if os.path.exists(_journal_path(out)):  # the swap itself failed half-way (an OSError): finish or undo it
-            where = discard_staging(staging, out, log=log)
-        elif new_inode is not None and inode_of(out) == new_inode:  # interrupted as the held signal was delivered
-            where = f"the new model is in place at {out}" + (f", the previous one is kept at {aside}"
-                                                             if os.path.isdir(aside) else "")
-        elif verified and os.path.isdir(staging):  # a verified model is never deleted: keep it beside the target
-            kept = unique_path(f"{out}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
-            os.rename(staging, kept)
-            where = f"{out} is unchanged, the verified new model is kept at {kept}"
-        else:
-            shutil.rmtree(staging, ignore_errors=True)  # a partial write, never a model
-            where = f"{out} is unchanged (the partial new model was removed)"
-        if isinstance(exc, KeyboardInterrupt):
-            exc.where = where  # main's one line says where the models are
-        elif isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError":  # e.g. a full disk
-            reason = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise ExportError(f"writing the new model failed: {reason}; {where}") from None
-        raise
-    report.path = out
-    report.installed = True
-    log(f"[export] submission ready: {out}")
+
+    report.path = swap_in(out, fill, "prev", ExportError, "writing the new model", log=log,
+                          beside=scored is not None)[0]
+    if scored is None:
+        log(f"[export] submission ready: {out}")
+        return report
+    sets = scored.get("sets_paths") or sorted(scored.get("sets") or [])  # selfcheck writes {name: path}
+    sets = list(sets.values()) if isinstance(sets, dict) else sets
+    sets_arg = f" --sets {' '.join(sets)}" if sets else ""
+    limit_arg = f" --limit {scored['limit']}" if scored.get("limit") else ""
+    log(f"[export] {out} holds a scored submission ({scored.get('mean_accuracy_pct')}% mean accuracy in its "
+        f"{REPORT_FILE}): kept. The new model is at {report.path}; score it the same way and promote it if it is "
+        f"better: python selfcheck.py --model {report.path}{sets_arg}{limit_arg} && python -m open_r1.promote "
+        f"--candidate {report.path} --submission {out} (or export with --replace to overwrite without comparing)")
     return report
 
 
-# ---- installing a verified model at the submission path -------------------------------------------------------------
-#
-# Guarantees (docs/GUARANTEES.md): the model at `target` is always complete. The new model is written and verified
-# in `.<name>.tmp-<pid>-*` beside it, its modes set like any save_pretrained output (dirs 0755, files 0644), then
-# swapped in by ONE atomic renameat2(RENAME_EXCHANGE) where the file system supports it (Linux >= 3.15), else by two
-# renames. Either way a journal `.<name>.swap.json` is written first and removed last, SIGINT/SIGTERM are held back
-# during the swap, and `recover_interrupted_swap` (run first by export, promote and selfcheck) completes or undoes a
-# swap that a SIGKILL or a power cut interrupted.
+# ---- installing a verified model at the submission path (docs/GUARANTEES.md) ---------------------------------------
+# The model there is always complete: the new one is staged in `.<name>.tmp-<pid>-*` beside it and swapped in by one
+# renameat2(RENAME_EXCHANGE), else two renames, under a journal `.<name>.swap.json` and with SIGINT/SIGTERM held.
 
-SWAP_JOURNAL = ".{name}.swap.json"
-STAGING_PREFIX = ".{name}.tmp-"
-REPORT_FILE = "selfcheck.json"
+
+def _journal_path(target: str) -> str:
+    return os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.swap.json")
+
+
+def kept_path(target: str, tag: str) -> str:
+    """A free `<target>.<tag>-<time>` path for a model kept beside the target (prev, candidate, replaced)."""
+    path = candidate = f"{target}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}"
+    suffix = 1
+    while os.path.exists(candidate):
+        candidate, suffix = f"{path}-{suffix}", suffix + 1
+    return candidate
+
+
+def inode_of(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
 
 
 def fix_modes(root: str) -> None:
     """Dirs 0755, files 0644, whatever the umask of mkdtemp (0700): a grader running as another user reads it."""
-    os.chmod(root, 0o755)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames:
-            os.chmod(os.path.join(dirpath, name), 0o755)
-        for name in filenames:
-            path = os.path.join(dirpath, name)
+    for dirpath, _, filenames in os.walk(root):  # symlinks are neither followed nor changed
+        os.chmod(dirpath, 0o755)
+        for path in (os.path.join(dirpath, name) for name in filenames):
             if not os.path.islink(path):
                 os.chmod(path, 0o644)
 
 
 def _exchange(a: str, b: str) -> bool:
     """Atomically swap two paths (renameat2 RENAME_EXCHANGE). False when the system cannot."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc >= 2.28
+    if renameat2 is None:
         return False
     renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+    if renameat2(-100, os.fsencode(a), -100, os.fsencode(b), 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
         return True
     err = ctypes.get_errno()
     if err in (errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
@@ -331,48 +283,33 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(err, os.strerror(err), a)
 
 
-def unique_path(path: str) -> str:
-    candidate, suffix = path, 1
-    while os.path.exists(candidate):
-        candidate, suffix = f"{path}-{suffix}", suffix + 1
-    return candidate
-
-
-def _journal_path(target: str) -> str:
-    return os.path.join(os.path.dirname(target), SWAP_JOURNAL.format(name=os.path.basename(target)))
-
-
-class _SignalsHeld:
-    """Hold SIGINT/SIGTERM back (delivered on exit) so a swap of two renames is never cut in the middle. The
-    handlers are swapped for a recorder, not the signals masked: a mask holds only this thread's signals, and the
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT/SIGTERM back (delivered at the end) so a swap of two renames is never cut in the middle. The
+    handlers are replaced by a recorder, not the signals masked: a mask holds only this thread's signals, and the
     kernel may hand a Ctrl-C to any of torch's threads, whose C handler still wakes the Python handler here."""
-
-    def __enter__(self):
-        self.received, self.previous = [], {}
-        if threading.current_thread() is threading.main_thread():  # Python sets handlers in the main thread only
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self.previous[signum] = signal.signal(signum, lambda number, frame: self.received.append(number))
-        return self
-
-    def __exit__(self, *exc):
-        for signum, handler in self.previous.items():
+    received, previous = [], {}
+    if threading.current_thread() is threading.main_thread():  # Python sets handlers in the main thread only
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        for signum in self.received[:1]:
+        for signum in received[:1]:
             signal.raise_signal(signum)
-        return False
 
 
-def install(staging: str, target: str, aside_tag: str = "prev", log=print, aside: str | None = None) -> str | None:
-    """Put the verified model `staging` at `target`; the model that was there is kept at `aside` (default
-    `<target>.<aside_tag>-<timestamp>`; returned, None when there was none)."""
-    aside = aside or unique_path(f"{target}.{aside_tag}-{time.strftime('%Y%m%d-%H%M%S')}")
+def install(staging: str, target: str, aside: str, log=print) -> str | None:
+    """Put the verified model `staging` at `target`, the one there at `aside` (returned; None if there was none)."""
     journal = _journal_path(target)
-    with _SignalsHeld():
+    with _signals_held():
         if not os.path.exists(target):
             os.rename(staging, target)
             return None
         write_json(journal, {"target": target, "staging": staging, "aside": aside,
-                                    "new_inode": os.stat(staging).st_ino, "pid": os.getpid()})
+                             "new_inode": os.stat(staging).st_ino, "pid": os.getpid()})
         if _exchange(staging, target):  # one atomic step: the new model at target, the old one at staging
             os.rename(staging, aside)
         else:
@@ -383,22 +320,52 @@ def install(staging: str, target: str, aside_tag: str = "prev", log=print, aside
     return aside
 
 
-def inode_of(path: str) -> int | None:
+def swap_in(target: str, fill, aside_tag: str, error: type[OpenR1Error], what: str, log=print, beside: bool = False,
+            source: str | None = None) -> tuple[str, str | None]:
+    """`fill(staging)` writes and verifies the new model beside `target` (or raises); it then goes to `target`, the
+    previous one to `<target>.<aside_tag>-<time>` (with `beside`: to `<target>.candidate-<time>`). Returns (new path,
+    previous path or None). A failure leaves `target` complete and one line says where the models are: a disk error
+    raises `error("<what> failed: ...; <where>")`, an interrupt gets `exc.where` (and `exc.result` if it came after the
+    swap). A verified model is kept as a candidate unless it is a copy of `source` (which stays)."""
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    clean_stale_staging(target, log=log)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-{os.getpid()}-", dir=parent)
+    aside = kept_path(target, aside_tag)
+    verified, new_inode = False, None
     try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
-
-
-def discard_staging(staging: str, target: str, log=print) -> str:
-    """Drop a staging dir after a failure; when a swap was under way (journal present) recover it instead, since
-    the staging path may then hold the previous model. Returns a line saying where the models are."""
-    done = f"{target} is unchanged"
-    if os.path.exists(_journal_path(target)):
-        done = recover_interrupted_swap(target, log=log) or done  # moves whatever model `staging` held to its place
-    if os.path.isdir(staging):
+        fill(staging)
+        fix_modes(staging)
+        verified = True
+        if beside:
+            kept = kept_path(target, "candidate")
+            os.rename(staging, kept)
+            return kept, None
+        new_inode = os.stat(staging).st_ino
+        return target, install(staging, target, aside, log=log)
+    except BaseException as exc:
+        swapped = False
+        if os.path.exists(_journal_path(target)):  # the swap itself failed half-way (an OSError): finish or undo it
+            where = recover_interrupted_swap(target, log=log) or f"{target} is unchanged"
+        elif new_inode is not None and inode_of(target) == new_inode:  # interrupted as the held signal was delivered
+            swapped = True
+            where = f"the new model is in place at {target}" + (f", the previous one is kept at {aside}"
+                                                                if os.path.isdir(aside) else "")
+        elif verified and source is None and os.path.isdir(staging):  # a verified model is never deleted
+            kept = kept_path(target, "candidate")
+            os.rename(staging, kept)
+            where = f"{target} is unchanged, the verified new model is kept at {kept}"
+        else:
+            where = f"{target} is unchanged" + (f", the candidate is still at {source}" if source
+                                                else " (the partial new model was removed)")
         shutil.rmtree(staging, ignore_errors=True)
-    return done
+        if isinstance(exc, KeyboardInterrupt):
+            exc.where = where  # run_cli's one line says where the models are
+            exc.result = (target, aside if os.path.isdir(aside) else None) if swapped else None
+        elif isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError":  # e.g. a full disk
+            reason = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise error(f"{what} failed: {reason}; {where}") from None
+        raise
 
 
 def recover_interrupted_swap(target: str, log=print) -> str | None:
@@ -429,7 +396,7 @@ def recover_interrupted_swap(target: str, log=print) -> str | None:
     else:
         done = f"an interrupted swap never replaced {target} (unchanged)"
         if staging and inode_of(staging) == new_inode:
-            kept = unique_path(f"{target}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+            kept = kept_path(target, "candidate")
             os.rename(staging, kept)
             done += f"; the verified new model is kept at {kept}"
     os.remove(journal)
@@ -438,34 +405,30 @@ def recover_interrupted_swap(target: str, log=print) -> str | None:
 
 
 def clean_stale_staging(target: str, log=print) -> list[str]:
-    """Remove the partial `.<name>.tmp-<pid>-*` dirs of export processes that are gone; one that holds a complete
-    model (killed between verification and swap) is kept as `<name>.candidate-<time>`; report those whose owner
-    cannot be told."""
-    parent, name = os.path.dirname(os.path.abspath(target)), os.path.basename(os.path.abspath(target))
+    """Remove the partial staging dirs of exports that are gone (returned); one that holds a complete model (killed
+    between verification and swap) is kept as a candidate; one whose owner cannot be told is reported."""
+    target = os.path.abspath(target)
+    parent, prefix = os.path.dirname(target), f".{os.path.basename(target)}.tmp-"
     if not os.path.isdir(parent):
         return []
-    removed = []
-    journal = read_json(_journal_path(target), None) or {}
+    removed, journal = [], read_json(_journal_path(target), None) or {}
     for entry in sorted(os.listdir(parent)):
-        if not entry.startswith(STAGING_PREFIX.format(name=name)):
-            continue
         path = os.path.join(parent, entry)
-        if path == journal.get("staging"):
+        if not entry.startswith(prefix) or path == journal.get("staging"):
             continue
-        pid = entry[len(STAGING_PREFIX.format(name=name)):].split("-", 1)[0]
-        alive = pid.isdigit() and _pid_alive(int(pid))
-        if pid.isdigit() and not alive:
+        pid = entry[len(prefix):].split("-", 1)[0]
+        if not pid.isdigit():
+            log(f"[export] warning: stale staging dir {path} from an older export; delete it when no export runs")
+        elif not _pid_alive(int(pid)):
             if verify_submission(path, generate=False, expected_class=None).ok:  # killed after verifying: keep it
-                kept = unique_path(f"{os.path.join(parent, name)}.candidate-{time.strftime('%Y%m%d-%H%M%S')}")
+                kept = kept_path(target, "candidate")
                 os.rename(path, kept)
                 log(f"[export] {path} (an export, pid {pid}, killed before its swap) holds a complete model: kept "
                     f"at {kept}")
-                continue
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-            log(f"[export] removed {path}: the partial staging dir of an export (pid {pid}) that did not finish")
-        elif not pid.isdigit():
-            log(f"[export] warning: stale staging dir {path} from an older export; delete it when no export runs")
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+                log(f"[export] removed {path}: the partial staging dir of an export (pid {pid}) that did not finish")
     return removed
 
 
@@ -474,67 +437,48 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
-
-
-def scored_submission(path: str) -> dict | None:
-    """The selfcheck report recorded with an existing submission, when it has one (any readable JSON dict)."""
-    report = read_json(os.path.join(path, REPORT_FILE), None) if os.path.isdir(path) else None
-    return report if isinstance(report, dict) else None
-
-
-def promote_hint(candidate: str, target: str, report: dict | None) -> str:
-    sets = (report or {}).get("sets_paths") or sorted((report or {}).get("sets") or [])
-    limit = (report or {}).get("limit")
-    sets_arg = f" --sets {' '.join(sets)}" if sets else ""
-    limit_arg = f" --limit {limit}" if limit else ""
-    return (f"score it the same way and promote it if it is better: python selfcheck.py --model {candidate}"
-            f"{sets_arg}{limit_arg} && python -m open_r1.promote --candidate {candidate} --submission {target}")
 
 
 # ---- command line --------------------------------------------------------------------------------------------------
 
 _START = time.time()  # import time of this module: the budget reserve covers the whole export process
 
-CLI_DOC = """Export a trained checkpoint as a submission: merged full weights + tokenizer + processor, written atomically.
-
-    python scripts/export_submission.py --checkpoint runs/demo --out submission
-    python scripts/export_submission.py --checkpoint runs/lora/checkpoint-300 --base-model /app/models/Qwen2-VL-2B-Instruct --out /app/submission
-
-A LoRA checkpoint is merged into its base (recorded in training_meta.json or adapter_config.json). The processor
-keeps the training vision-token budget. The result is verified (loads with Qwen2VLForConditionalGeneration and
-generates) in a temp dir beside --out, with modes 0755/0644, before it replaces anything; the swap is atomic
-(docs/GUARANTEES.md) and a replaced submission is kept as <out>.prev-<timestamp>. A submission that holds its
-selfcheck report (selfcheck.json) is never replaced without --replace: the new model goes to
-<out>.candidate-<timestamp> and the commands to score and promote it are printed.
-
-Given a run dir, the exported checkpoint is the keep-best one (open_r1/run/keep_best.py: the best in-training OOD score
-recorded in eval_history.json / best_checkpoint.json), else the final model. The export time is recorded in the run
-dir (budget_timings.json) so the next round's time budget reserves the measured value.
-"""
-
 
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def interrupted(exc: KeyboardInterrupt, what: str, submission: str) -> int:
-    """Print the one true line for an interrupted export or promote (`exc.where`, set during a swap, says where the
-    models are) and return the exit status of the signal."""
-    name = str(exc) or "SIGINT"
-    where = getattr(exc, "where", f"the submission at {os.path.abspath(submission)} is unchanged")
-    print(f"error: {what} interrupted ({name}); {where}", file=sys.stderr)
-    return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
+def run_cli(what: str, submission: str, work) -> int:
+    """Run an entry point's `work()` (its exit status) with SIGTERM unwinding like Ctrl-C, nothing half-done; an
+    OpenR1Error or an interrupt ends in one line on stderr (an interrupt's `where` says where the models are)."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return work()
+    except OpenR1Error as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        name = str(exc) or "SIGINT"
+        where = getattr(exc, "where", f"the submission at {os.path.abspath(submission)} is unchanged")
+        print(f"error: {what} interrupted ({name}); {where}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv=None) -> int:
     quiet_library_noise()
-    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=CliHelp)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=CliHelp)
     parser.add_argument("--checkpoint", required=True, help="training output dir or a checkpoint-N dir")
     parser.add_argument("--out", required=True, help="submission dir to write (replaced atomically)")
-    parser.add_argument("--base-model", default=None, help="base model for a LoRA adapter (without it: the one recorded)")
+    parser.add_argument("--base-model", default=None,
+                        help="base model for a LoRA adapter (without it: the one recorded)")
     parser.add_argument("--min-pixels", type=int, default=None,
                         help="processor min_pixels (without it: the training run's, from training_meta.json)")
     parser.add_argument("--max-pixels", type=int, default=None,
@@ -542,34 +486,26 @@ def main(argv=None) -> int:
     parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
     parser.add_argument("--any-family", action="store_true",
                         help=f"verify as a model of its own family (Qwen2.5-VL, Qwen3-VL), not as the counting "
-                        f"submission the grader loads with {EXPECTED_ARCHITECTURE}")
+                        f"submission the grader loads with {COUNTING_GRADER_CLASS}")
     parser.add_argument("--replace", action="store_true",
                         help=f"replace a scored submission (one with {REPORT_FILE}) without comparing; by default "
                         "the new model is written beside it as <out>.candidate-<timestamp>")
     args = parser.parse_args(argv)
     started = _START if argv is None else time.time()
-    previous = None
-    if threading.current_thread() is threading.main_thread():  # SIGTERM unwinds like Ctrl-C: nothing half-done
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        checkpoint = resolve_export_checkpoint(args.checkpoint)
-        export_submission(checkpoint, args.out, args.base_model, args.min_pixels, args.max_pixels,
-                          verify=not args.no_verify_generate, replace_scored=args.replace,
-                          expected_class=None if args.any_family else EXPECTED_ARCHITECTURE)
-    except OpenR1Error as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as exc:
-        return interrupted(exc, "export", args.out)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    if os.path.isfile(os.path.join(args.checkpoint, "training_meta.json")):  # a run dir: feed the next budget
+
+    def work() -> int:
+        export_submission(resolve_export_checkpoint(args.checkpoint), args.out, args.base_model, args.min_pixels,
+                          args.max_pixels, verify=not args.no_verify_generate, replace_scored=args.replace,
+                          expected_class=None if args.any_family else COUNTING_GRADER_CLASS)
+        return 0
+
+    rc = run_cli("export", args.out, work)
+    if rc == 0 and os.path.isfile(os.path.join(args.checkpoint, TRAINING_META_FILE)):  # a run dir: feed the budget
         try:
             record_export_seconds(args.checkpoint, time.time() - started)
         except OSError as exc:
             print(f"warning: could not record the export time in {args.checkpoint}: {exc}", file=sys.stderr)
-    return 0
+    return rc
 
 
 if __name__ == "__main__":

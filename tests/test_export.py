@@ -80,6 +80,20 @@ def test_failed_verification_never_touches_the_submission(tiny_model_dir, tmp_pa
     assert [p.name for p in tmp_path.iterdir()] == ["submission"]
 
 
+def test_scored_submission_hint_passes_the_set_paths_selfcheck_records(tiny_model_dir, tmp_path):
+    """selfcheck records sets_paths as {name: path}: the printed command scores the candidate on those paths."""
+    from tests.test_bad_input import fake_report
+
+    out = tmp_path / "submission"
+    export_lib.export_submission(str(tiny_model_dir), str(out), verify=False, log=lambda *_: None)
+    fake_report(out / "selfcheck.json", out, {"val": 50.0, "ood_val": 50.0},
+                sets_paths={"val": "/data/val", "ood_val": "/data/ood_val"})
+    lines = []
+    report = export_lib.export_submission(str(tiny_model_dir), str(out), verify=False, log=lines.append)
+    assert report.path != str(out)
+    assert f"python selfcheck.py --model {report.path} --sets /data/val /data/ood_val" in lines[-1]
+
+
 @pytest.fixture(scope="module")
 def exported_once(tiny_model_dir, tmp_path_factory):
     """One export (merge + save + verify with a generation) of the tiny model for the whole module."""
