@@ -32,7 +32,7 @@ import threading
 import time
 import traceback
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +66,6 @@ RECIPE_ALGORITHM_KEYS = (
 # Every variant reads our own recipe keys reward_funcs / reward_kwargs / prompt_templates; ours* also min/max_pixels.
 DEFAULT_REWARD_FUNCS = ["exact_count", "format"]
 DEFAULT_PROMPT_TEMPLATES = ["train:0.5", "eval:0.5"]
-
-# Keys of a variant that are bench options, not GRPOConfig fields.
-BENCH_OPTION_KEYS = {
-    "base", "description", "recipe", "min_pixels", "max_pixels", "attn_implementation",
-    "lazy_images", "freeze_vision", "dedupe_vision", "requires", "fast_decode", "dedupe_images", "vision_attention",
-    "zero3",
-}
 
 # The presets. `base` inherits another preset's keys; `recipe`: False (TRL defaults only) or True (the recipe's
 # algorithm keys). Batch sizes count completions, as TRL's do.
@@ -186,22 +179,13 @@ class Variant:
     requires: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "description": self.description,
-            "grpo_overrides": self.overrides,
-            "recipe": self.recipe,
-            "min_pixels": self.min_pixels,
-            "max_pixels": self.max_pixels,
-            "attn_implementation": self.attn_implementation,
-            "lazy_images": self.lazy_images,
-            "freeze_vision": self.freeze_vision,
-            "dedupe_vision": self.dedupe_vision,
-            "fast_decode": self.fast_decode,
-            "dedupe_images": self.dedupe_images,
-            "vision_attention": self.vision_attention,
-            "zero3": self.zero3,
-            "requires": self.requires,
-        }
+        options = asdict(self)
+        del options["name"]
+        return {"description": options.pop("description"), "grpo_overrides": options.pop("overrides"), **options}
+
+
+# Keys of a variant that are bench options, not GRPOConfig fields ('base' is gone once a preset is flattened).
+BENCH_OPTION_KEYS = {f.name for f in fields(Variant)} - {"name", "overrides"}
 
 
 def parse_defines(defines: list[str] | None) -> dict[str, dict]:
@@ -238,34 +222,19 @@ def flatten_preset(name: str, presets: dict[str, dict], seen: tuple[str, ...] = 
 def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any]) -> Variant:
     """The variant's final GRPOConfig overrides: recipe keys (when it asks for them), then its own keys."""
     spec = flatten_preset(name, presets)
-    recipe_mode = bool(spec.get("recipe", False))
     overrides: dict[str, Any] = {}
-    if recipe_mode:
+    options: dict[str, Any] = {}
+    if spec.get("recipe", False):
         overrides.update({key: recipe[key] for key in RECIPE_ALGORITHM_KEYS if key in recipe})
+        # lazy image decoding is on for every recipe variant (it changes no result), freeze_vision the recipe's;
+        # the speed levers only where a variant names them
+        options = {key: recipe.get(key) for key in ("min_pixels", "max_pixels", "attn_implementation")}
+        options.update(lazy_images=recipe.get("lazy_images", True), freeze_vision=recipe.get("freeze_vision", False))
     overrides.update({key: value for key, value in spec.items() if key not in BENCH_OPTION_KEYS})
-    min_pixels = spec.get("min_pixels", recipe.get("min_pixels") if recipe_mode else None)
-    max_pixels = spec.get("max_pixels", recipe.get("max_pixels") if recipe_mode else None)
-    attn = spec.get("attn_implementation") or (recipe.get("attn_implementation") if recipe_mode else None) or "sdpa"
-    return Variant(
-        name=name,
-        description=spec.get("description", ""),
-        overrides=overrides,
-        recipe=recipe_mode,
-        min_pixels=min_pixels,
-        max_pixels=max_pixels,
-        attn_implementation=attn,
-        # Our trainer's levers: lazy image decoding is on for every recipe variant (it changes no result),
-        # freeze_vision (what trains) the recipe's; the speed levers only where a variant names them.
-        lazy_images=bool(spec.get("lazy_images", recipe_mode and recipe.get("lazy_images", True))),
-        freeze_vision=bool(spec.get("freeze_vision", recipe_mode and recipe.get("freeze_vision", False))),
-        dedupe_vision=bool(spec.get("dedupe_vision", False)),
-        fast_decode=str(spec.get("fast_decode", "hf")),
-        # off unless a variant names it: the variants measured before it existed keep their meaning
-        dedupe_images=bool(spec.get("dedupe_images", False)),
-        vision_attention=str(spec.get("vision_attention", "per_image")),
-        zero3=bool(spec.get("zero3", False)),
-        requires=list(spec.get("requires", [])),
-    )
+    options.update({key: value for key, value in spec.items() if key in BENCH_OPTION_KEYS})
+    if options.get("attn_implementation") is None:
+        options["attn_implementation"] = "sdpa"
+    return Variant(name=name, **{"description": "", **options}, overrides=overrides)
 
 
 def load_recipe(path: str | os.PathLike | None) -> dict[str, Any]:
@@ -618,17 +587,6 @@ def tiny_batch_sizes(kwargs: dict[str, Any]) -> dict[str, Any]:
     return scaled
 
 
-@contextlib.contextmanager
-def completion_only_scoring_on_cpu(enabled: bool):
-    """--tiny only. TRL's fused LM head scores only the completion positions where Triton runs (GPUs) and every
-    position elsewhere (kept for Neuron's fixed shapes); with the real 151936-token vocabulary that makes a CPU
-    training step ~15x slower than the same step with the GPU's behaviour. This gives the CPU the GPU's choice."""
-    from open_r1 import compat
-
-    with compat.completion_only_scoring(enabled):
-        yield
-
-
 def build_grpo_config(variant: Variant, ctx: BenchContext, output_dir: str):
     from trl import GRPOConfig
 
@@ -711,8 +669,8 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
     from transformers import set_seed
     from trl import GRPOTrainer
 
+    from open_r1 import compat, modeling
     from open_r1 import grpo as grpo_lib
-    from open_r1 import modeling
     from open_r1.rewards import get_reward_funcs
     from open_r1.trainer import VLMGRPOTrainer, vision_tower
 
@@ -738,10 +696,6 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
             "warmup_rounds": ctx.warmup,
             **geometry,
         })
-        check_geometry = getattr(grpo_lib, "check_batch_geometry", None)  # moving to open_r1/validate.py
-        if check_geometry is not None:
-            check_geometry(args, 1)
-
         # Every variant scores with the recipe's rewards (CPU work, the same for all); plain TRL weighs them equally.
         reward_funcs = get_reward_funcs(
             ctx.recipe.get("reward_funcs") or DEFAULT_REWARD_FUNCS,
@@ -774,7 +728,8 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         probe = Probe(trainer, ctx.warmup * optimizer_steps_per_round, args.max_steps, sync)
         trainer.add_callback(probe.callback)
         result["setup_s"] = time.perf_counter() - start
-        with completion_only_scoring_on_cpu(ctx.tiny):
+        # --tiny: TRL scores every position where Triton is missing (CPU), ~15x slower with the real vocabulary
+        with compat.completion_only_scoring(ctx.tiny):
             trainer.train()
         sync()
         result.update(probe.summary())
@@ -852,29 +807,29 @@ def _fmt(value, digits=2):
     return str(value)
 
 
+# (header, result key, digits) of the table's numeric columns
+TABLE_COLUMNS = (
+    ("rollouts/s", "rollouts_per_s", 2), ("x plain_trl", "ratio_vs_plain_trl", 2),
+    ("trained seq/s", "trained_sequences_per_s", 2), ("gen s", "gen_s", 1), ("logp s", "logp_s", 1),
+    ("prep s", "prep_s", 1), ("train s", "train_s", 1), ("other s", "other_s", 1),
+    ("gen tok/s", "gen_tokens_per_s", 0), ("gen ms/step", "gen_ms_per_step", 1),
+    ("decode ms/step", "decode_ms_per_step", 1), ("train tok/s", "train_tokens_per_s", 0),
+)
+
+
 def format_table(results: list[dict]) -> str:
-    header = (
-        "| variant | status | rollouts/s | x plain_trl | trained seq/s | gen s | logp s | prep s | train s | other s | "
-        "gen tok/s | gen ms/step | decode ms/step | train tok/s | peak alloc GiB | peak reserved GiB |"
-    )
-    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    rows = [header, rule]
+    header = " | ".join(h for h, _, _ in TABLE_COLUMNS)
+    rows = [f"| variant | status | {header} | peak alloc GiB | peak reserved GiB |",
+            "|---|---|" + "---:|" * (len(TABLE_COLUMNS) + 2)]
     for r in results:
+        memory = f"{_fmt(r.get('peak_allocated_gib'), 1)} | {_fmt(r.get('peak_reserved_gib'), 1)} |"
         if r.get("status") != "ok":
-            rows.append(
-                f"| {r['name']} | {r.get('status')}: {r.get('error', '')} | - | - | - | - | - | - | - | - | - | - | - | - | "
-                f"{_fmt(r.get('peak_allocated_gib'), 1)} | {_fmt(r.get('peak_reserved_gib'), 1)} |"
-            )
+            rows.append(f"| {r['name']} | {r.get('status')}: {r.get('error', '')} | " + "- | " * len(TABLE_COLUMNS)
+                        + memory)
             continue
         status = "ok" if r.get("forced_length_ok", True) else "ok, but completions not all forced-length!"
-        rows.append(
-            f"| {r['name']} | {status} | {_fmt(r['rollouts_per_s'])} | {_fmt(r.get('ratio_vs_plain_trl'))} | "
-            f"{_fmt(r['trained_sequences_per_s'])} | "
-            f"{_fmt(r['gen_s'], 1)} | {_fmt(r['logp_s'], 1)} | {_fmt(r['prep_s'], 1)} | {_fmt(r['train_s'], 1)} | "
-            f"{_fmt(r['other_s'], 1)} | {_fmt(r['gen_tokens_per_s'], 0)} | {_fmt(r.get('gen_ms_per_step'), 1)} | "
-            f"{_fmt(r.get('decode_ms_per_step'), 1)} | {_fmt(r['train_tokens_per_s'], 0)} | "
-            f"{_fmt(r.get('peak_allocated_gib'), 1)} | {_fmt(r.get('peak_reserved_gib'), 1)} |"
-        )
+        cells = " | ".join(_fmt(r.get(key), digits) for _, key, digits in TABLE_COLUMNS)
+        rows.append(f"| {r['name']} | {status} | {cells} | {memory}")
     return "\n".join(rows)
 
 
@@ -933,21 +888,16 @@ def setup_device(device: str, memory_cap_gib: float | None) -> str:
     return "cuda"
 
 
-def build_tiny_checkpoint(work_dir: str) -> str:
-    """The project's real-id processor (and, in --tiny mode, the tiny weights), written once into `work_dir`."""
-    from open_r1.tiny_models import build_qwen2vl
-
-    return str(build_qwen2vl(Path(work_dir) / "tiny-qwen2vl", full_size=False, seed=0))
-
-
 @contextlib.contextmanager
 def scratch_checkpoint(work_dir: str | None, prefix: str):
-    """(work_dir, model_dir) for one bench run: `work_dir`, or a temp dir removed at the end, holding the
-    checkpoint of build_tiny_checkpoint."""
+    """(work_dir, model_dir): `work_dir` (or a temp dir removed at the end) holding the tiny checkpoint, whose
+    real-id processor every run uses (and, in --tiny mode, its weights)."""
+    from open_r1.tiny_models import build_qwen2vl
+
     with contextlib.ExitStack() as stack:
         work_dir = work_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
         os.makedirs(work_dir, exist_ok=True)
-        yield work_dir, build_tiny_checkpoint(work_dir)
+        yield work_dir, str(build_qwen2vl(Path(work_dir) / "tiny-qwen2vl", full_size=False, seed=0))
 
 
 def parse_cli(argv=None) -> argparse.Namespace:
@@ -1155,24 +1105,14 @@ DEFAULT_TINY_SELFCHECK_BATCH_SIZES = "4,8"
 
 
 def force_completion_length(model, length: int) -> None:
-    """Make every `generate` on `model` produce at least `length` new tokens (end-of-turn tokens masked until then).
-
-    `open_r1.tasks.counting.evaluate.generate_batch` calls `generate(do_sample=False, max_new_tokens=256)` and the model's generation
-    config supplies everything else, so setting `min_new_tokens` there forces selfcheck's worst case without any
-    change to the evaluation code."""
+    """Every `generate` on `model` makes at least `length` new tokens: selfcheck's worst case, through the
+    generation config that `generate_batch` leaves to the model (no change to the evaluation code)."""
     model.generation_config.min_new_tokens = length
 
 
 def repeat_rows(dataset, n: int):
     """`dataset` cycled to exactly `n` rows (speed depends on the image size and question, not on novelty)."""
-    import datasets
-
-    if len(dataset) >= n:
-        return dataset.select(range(n))
-    copies = [dataset] * (n // len(dataset))
-    if n % len(dataset):
-        copies.append(dataset.select(range(n % len(dataset))))
-    return datasets.concatenate_datasets(copies)
+    return dataset.select([i % len(dataset) for i in range(n)])
 
 
 def parse_selfcheck_cli(argv=None) -> argparse.Namespace:

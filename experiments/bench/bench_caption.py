@@ -133,6 +133,7 @@ def run_grpo(name, args, ctx, result, sync) -> None:
     from peft import LoraConfig
     from trl import GRPOTrainer
 
+    from open_r1 import compat
     from open_r1.families import family_of
     from open_r1.trainer import VLMGRPOTrainer
 
@@ -150,7 +151,7 @@ def run_grpo(name, args, ctx, result, sync) -> None:
         trainer = GRPOTrainer(**kwargs)
     probe = bench.Probe(trainer, args.warmup, train_args.max_steps, sync)
     trainer.add_callback(probe.callback)
-    with bench.completion_only_scoring_on_cpu(args.tiny):
+    with compat.completion_only_scoring(args.tiny):
         trainer.train()
     sync()
     result.update(probe.summary(), rows_per_round=rows, lora=LORA)

@@ -114,10 +114,6 @@ SIZE_WORDS = {"large": ("large", "big", "huge", "giant"), "small": ("small", "ti
 TEXTURE_WORDS = {"striped": ("striped", "stripy"), "checkered": ("checkered", "checked"), "plain": ("plain",)}
 VOCAB = {"color": COLOR_WORDS, "shape": SHAPE_WORDS, "size": SIZE_WORDS, "texture": TEXTURE_WORDS}
 WORD_TO_VALUE = {w: (dim, value) for dim, table in VOCAB.items() for value, words in table.items() for w in words}
-NOUN = {"cube": "cube", "sphere": "sphere", "cylinder": "cylinder", "car": "car", "bus": "bus", "truck": "truck",
-        "bike": "bike", "plane": "plane"}
-PLURAL = {"cube": "cubes", "sphere": "spheres", "cylinder": "cylinders", "car": "cars", "bus": "buses",
-          "truck": "trucks", "bike": "bikes", "plane": "planes"}
 PUNS = {
     "red": "seeing red", "blue": "feeling blue", "green": "green with envy", "yellow": "mellow yellow",
     "gray": "a gray area", "brown": "brownie points", "purple": "purple prose", "cyan": "cyan you believe it",
@@ -156,24 +152,11 @@ P_LONG = 0.1
 # ---------------------------------------------------------------------------------------------------------------------
 # Rendering a scene with one odd object
 # ---------------------------------------------------------------------------------------------------------------------
-def _choose_other(rng, options, current):
-    others = [o for o in options if o != current]
-    return str(rng.choice(others))
-
-
-def _make_odd(rng: np.random.Generator, renderer: str, objects: list[dict]) -> dict | None:
-    """Rewrite sampled objects so all share a value of one dimension and one object differs. None: retry."""
-    dims = ODD_DIMENSIONS[renderer]
-    dim = str(rng.choice(dims))
+def _make_odd(rng: np.random.Generator, renderer: str, objects: list[dict]) -> dict:
+    """Rewrite sampled objects so all share a value of one dimension and one object differs."""
+    dim = str(rng.choice(ODD_DIMENSIONS[renderer]))
     n = len(objects)
-    sizes = clevr.SIZES if renderer == "clevr" else ood.SIZES
-    if dim == "size":  # shrinking is always safe for the placed layout; growing is not: the odd one must be large
-        large = [i for i, o in enumerate(objects) if o["size"] == "large"]
-        if not large:
-            return None
-        odd = int(rng.choice(large))
-    else:
-        odd = int(rng.integers(n))
+    odd = int(rng.integers(n))
     if renderer == "clevr":
         shape = str(rng.choice(clevr.SHAPES))
         color = str(rng.choice(list(clevr.COLORS)))
@@ -187,16 +170,9 @@ def _make_odd(rng: np.random.Generator, renderer: str, objects: list[dict]) -> d
         for o in objects:
             o["color"], o["texture"] = color, texture
         palette = {"color": list(ood.COLORS), "texture": list(ood.TEXTURES)}
-    if dim == "size":
-        for i, o in enumerate(objects):
-            if i != odd and o["size"] != "small":
-                o["_radius"] *= sizes["small"] / sizes[o["size"]]
-                o["size"] = "small"
-        majority, odd_value = "small", "large"
-    else:
-        majority = objects[(odd + 1) % n][dim]
-        odd_value = _choose_other(rng, palette[dim], majority)
-        objects[odd][dim] = odd_value
+    majority = objects[(odd + 1) % n][dim]
+    odd_value = str(rng.choice([value for value in palette[dim] if value != majority]))
+    objects[odd][dim] = odd_value
     if renderer == "clevr":  # resting height depends on shape and size (as clevr.sample_objects sets it)
         for o in objects:
             radius = clevr.SIZES[o["size"]]
@@ -236,8 +212,6 @@ def render_odd_scene(rng_or_seed: Any, renderer: str = "clevr", image_size: Any 
     for _ in range(MAX_LAYOUT_ATTEMPTS):
         spec, objects, environment = module.build_spec(rng, n_objects, "A", width, height)
         odd = _make_odd(rng, renderer, objects)
-        if odd is None:
-            continue
         parts = [part for i, obj in enumerate(objects) for part in module.object_parts(obj, i)]
         spec = dataclasses.replace(spec, parts=parts, footprints=_footprints(renderer, objects))
         caster = RayCaster(spec)
@@ -287,13 +261,6 @@ def _caption_puns(text: str) -> tuple[list[str], str]:
     return found, text
 
 
-def _pun_dimension(value: str) -> str:
-    for dim, table in VOCAB.items():
-        if value in table:
-            return dim
-    raise KeyError(value)
-
-
 def _reading(text: str) -> tuple[list[str], dict[str, set]]:
     """The pun values of a text and the attribute values its other words name, per dimension (one pass)."""
     puns, rest = _caption_puns(" ".join(text.lower().split()))
@@ -322,7 +289,7 @@ def oracle_details(caption: str, meta: dict | str) -> dict:
     for value in puns:
         if value == odd_value:
             pun_score += W_PUN_ODD
-        elif value in present[_pun_dimension(value)]:
+        elif any(value in values for values in present.values()):  # values are unique across dimensions
             pun_score += W_PUN_PRESENT
         else:
             pun_score += W_PUN_ABSENT
@@ -348,10 +315,6 @@ def oracle_score(caption: str, meta: dict | str) -> float:
 # ---------------------------------------------------------------------------------------------------------------------
 # Candidates, votes, descriptions
 # ---------------------------------------------------------------------------------------------------------------------
-def _phrase(dim_value_pairs: list[str], noun: str) -> str:
-    return " ".join([*dim_value_pairs, noun])
-
-
 def _referents(rng: np.random.Generator, meta: dict) -> dict[str, str]:
     renderer = meta["renderer"]
     dim, odd_value, majority = meta["dimension"], meta["odd_value"], meta["majority_value"]
@@ -363,13 +326,11 @@ def _referents(rng: np.random.Generator, meta: dict) -> dict[str, str]:
     absent_colors = [c for c in module.COLORS if c not in present["color"]]
     absent_shapes = [s for s in shapes if s not in present["shape"]]
     if dim == "shape":
-        odd_ref = _phrase([odd_obj["color"]], NOUN[odd_value])
-        majority_ref = _phrase([other["color"]], NOUN[majority])
+        odd_ref, majority_ref = f"{odd_obj['color']} {odd_value}", f"{other['color']} {majority}"
     else:
-        odd_ref = _phrase([odd_value], NOUN[odd_obj["shape"]])
-        majority_ref = _phrase([majority], NOUN[other["shape"]])
-    absent_ref = _phrase([str(rng.choice(absent_colors))], NOUN[str(rng.choice(absent_shapes))]) \
-        if absent_colors and absent_shapes else "unicorn"
+        odd_ref, majority_ref = f"{odd_value} {odd_obj['shape']}", f"{majority} {other['shape']}"
+    absent_ref = (f"{rng.choice(absent_colors)} {rng.choice(absent_shapes)}" if absent_colors and absent_shapes
+                  else "unicorn")
     return {"odd": odd_ref, "majority": majority_ref, "absent": absent_ref, "vague": str(rng.choice(VAGUE_REFS))}
 
 
@@ -471,8 +432,8 @@ def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
     renderer = "ood" if stream == "ood" else "clevr"
     scene_seed = np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index, 0))
     text_rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index, 1)))
-    size = config.image_size if renderer == "clevr" else _ood_size(config.image_size)
-    image, meta = render_odd_scene(scene_seed, renderer, size, config.min_objects, config.max_objects)
+    # the OOD stream keeps the pixel budget: its shift is the renderer, not the resolution
+    image, meta = render_odd_scene(scene_seed, renderer, config.image_size, config.min_objects, config.max_objects)
     png = {"bytes": encode_png(np.asarray(image), 3), "path": None}
     contest = index + (OOD_CONTEST_OFFSET if stream == "ood" else 0)
     desc = describe(meta)
@@ -528,10 +489,6 @@ def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = Stand
 def _make_rows(config: StandinConfig, stream: str, keep: int | None, index: int) -> list[dict]:
     rows = make_contest(config, stream, index)
     return rows if keep is None else rows[:keep]
-
-
-def _ood_size(size: tuple[int, int]) -> tuple[int, int]:
-    return size  # the same pixel budget; the OOD shift is the renderer, not the resolution
 
 
 def features():
@@ -618,17 +575,16 @@ def _meta(row: dict) -> dict:
 def _majority_phrase(meta: dict) -> str:
     other = meta["objects"][(meta["odd_index"] + 1) % len(meta["objects"])]
     if meta["renderer"] == "clevr":
-        return f"{other['size'] if meta['dimension'] == 'size' else other['color']} {PLURAL[other['shape']]}"
-    noun = "vehicles"
-    return f"{meta['majority_value']} {noun}"
+        return f"{other['color']} {SHAPE_WORDS[other['shape']][1]}"  # [1]: the plural
+    return f"{meta['majority_value']} vehicles"
 
 
 def odd_object_phrase(meta: dict) -> str:
     """"the blue cube": the odd object by its odd value and noun."""
     odd = meta["objects"][meta["odd_index"]]
     if meta["dimension"] == "shape":
-        return f"the {odd['color']} {NOUN[odd['shape']]}"
-    return f"the {meta['odd_value']} {NOUN[odd['shape']]}"
+        return f"the {odd['color']} {odd['shape']}"
+    return f"the {meta['odd_value']} {odd['shape']}"
 
 
 TRACE_WORDINGS = ("caption", "joke")
@@ -695,20 +651,15 @@ def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str
     qa.append((f"Is there anything {rng.choice(sorted(present['color']))} in the picture?", "Yes."))
     absent_shapes = [s for s in shapes if s not in present["shape"]]
     if absent_shapes:
-        qa.append((f"Is there a {NOUN[str(rng.choice(absent_shapes))]} in the picture?", "No."))
+        qa.append((f"Is there a {rng.choice(absent_shapes)} in the picture?", "No."))
     return qa
-
-
-def mentioned_values(text: str) -> dict[str, set]:
-    """The attribute values a text names, per dimension (the oracle's reading of words, puns removed)."""
-    return _reading(text)[1]
 
 
 def perceives_odd(answer: str, meta: dict | str) -> bool:
     """Whether an answer to ``PROBE_QUESTION`` names the odd object's odd value and no other value of that dimension
     ("The blue cube." when one cube of five is blue; "blue or red" is wrong)."""
     meta = json.loads(meta) if isinstance(meta, str) else meta
-    return mentioned_values(answer)[meta["dimension"]] == {meta["odd_value"]}
+    return _reading(answer)[1][meta["dimension"]] == {meta["odd_value"]}  # the oracle's reading, puns removed
 
 
 def perception_probe_rows(dataset, limit: int | None = None) -> list[dict]:
