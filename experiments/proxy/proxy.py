@@ -198,28 +198,32 @@ ABLATION_ARMS = tuple(name for name, arm in ARMS.items() if arm.role == "ablatio
 LORA_LR_FACTOR = 5.0
 
 
-def _reward_kwargs(recipe: dict) -> dict:
-    value = recipe.get("reward_kwargs") or {}
-    return dict(json.loads(value)) if isinstance(value, str) else dict(value)
+# the arms whose change is a fixed list of overrides
+FIXED_OVERRIDES = {
+    "weak_baseline": [], "ours": [], "no_kl": ["--beta", "0.0"], "g4": ["--num_generations", "4"],
+    "train_template": ["--prompt_templates", "train:1.0"], "frozen_vit": ["--freeze_vision", "true"],
+    "noisy_rollouts": ["--noisy_rollouts", "0.5", "--noise_std", "0.1"],
+}
 
 
 def arm_overrides(name: str, learning_rate: float | None = None) -> list[str]:
     """CLI overrides of arm `name` on top of its proxy YAML (empty for weak_baseline and ours).
 
     `learning_rate` replaces the YAML's learning rate (full fine-tuning; LoRA gets LORA_LR_FACTOR x it)."""
+    from open_r1.rewards import parse_reward_kwargs
+
     if name not in ARMS:
         raise KeyError(f"unknown arm {name!r}; known: {sorted(ARMS)}")
-    arm = ARMS[name]
-    recipe = read_recipe(arm.config_path())
+    recipe = read_recipe(ARMS[name].config_path())
     base_lr = float(recipe["learning_rate"]) if learning_rate is None else float(learning_rate)
     if name == "lora":
         return ["--use_peft", "true", "--lora_r", "16", "--lora_alpha", "32",
                 "--learning_rate", f"{base_lr * LORA_LR_FACTOR:g}"]
+    if name == "low_lr":
+        return ["--learning_rate", f"{base_lr * LOW_LR_FACTOR:g}"]
     lr_override = [] if learning_rate is None else ["--learning_rate", f"{base_lr:g}"]
-    if name in ("weak_baseline", "ours"):
-        return lr_override
+    kwargs = dict(parse_reward_kwargs(recipe.get("reward_kwargs")))
     if name == "think":
-        kwargs = _reward_kwargs(recipe)
         kwargs["format"] = {**kwargs.get("format", {}), "require_think": True}
         kwargs["length_penalty"] = {**kwargs.get("length_penalty", {}), "think_budget": THINK_ARM_BUDGET}
         return ["--reward_kwargs", json.dumps(kwargs, sort_keys=True), *lr_override]
@@ -227,26 +231,10 @@ def arm_overrides(name: str, learning_rate: float | None = None) -> list[str]:
         funcs = list(recipe["reward_funcs"])
         weights = list(recipe.get("reward_weights") or [1.0] * len(funcs))
         keep = [i for i, f in enumerate(funcs) if f != "soft_count"]
-        kwargs = {k: v for k, v in _reward_kwargs(recipe).items() if k != "soft_count"}
-        return [
-            "--reward_funcs", *[funcs[i] for i in keep],
-            "--reward_weights", *[str(weights[i]) for i in keep],
-            "--reward_kwargs", json.dumps(kwargs, sort_keys=True),
-            *lr_override,
-        ]
-    if name == "no_kl":
-        return ["--beta", "0.0", *lr_override]
-    if name == "g4":
-        return ["--num_generations", "4", *lr_override]
-    if name == "train_template":
-        return ["--prompt_templates", "train:1.0", *lr_override]
-    if name == "frozen_vit":
-        return ["--freeze_vision", "true", *lr_override]
-    if name == "noisy_rollouts":
-        return ["--noisy_rollouts", "0.5", "--noise_std", "0.1", *lr_override]
-    if name == "low_lr":
-        return ["--learning_rate", f"{base_lr * LOW_LR_FACTOR:g}"]
-    raise KeyError(f"unknown arm {name!r}; known: {sorted(ARMS)}")
+        kwargs.pop("soft_count", None)
+        return ["--reward_funcs", *[funcs[i] for i in keep], "--reward_weights", *[str(weights[i]) for i in keep],
+                "--reward_kwargs", json.dumps(kwargs, sort_keys=True), *lr_override]
+    return [*FIXED_OVERRIDES[name], *lr_override]
 
 
 def arm_num_generations(name: str, overrides: list[str] | None = None) -> int:
@@ -637,28 +625,39 @@ def _mean_over_splits(run: dict, key: str, splits) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _row(*cells) -> str:
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def _trend(run: dict, key: str, digits: int) -> str:
+    return f"{_fmt(run.get(key + '_first'), digits)} → {_fmt(run.get(key + '_last'), digits)}"
+
+
+def _by_seed(results: dict, arm: str, usable_only: bool = True) -> list[dict]:
+    runs = ok_runs(results, arm) if usable_only else [r for r in results.get("runs", []) if r.get("arm") == arm]
+    return sorted(runs, key=lambda r: r.get("seed", 0))
+
+
 def render_markdown(results: dict, png_name: str | None = "acc_by_count.png") -> str:
     meta = results.get("meta", {})
     splits = meta.get("splits", list(EVAL_SPLITS))
     summary = summarize(results)
-    lines: list[str] = []
-    add = lines.append
-    add("# " + (meta.get("title") or "Proxy experiment: does GRPO with our rewards raise counting accuracy over the weak "
-                                    "baseline?"))
-    add("")
+    arm_order = results.get("arm_order", [])
+    before = results.get("before")
+    before_ok = bool(before) and before.get("status") in USABLE_STATUSES
+    title = meta.get("title") or ("Proxy experiment: does GRPO with our rewards raise counting accuracy over the weak "
+                                  "baseline?")
     rebuild = meta.get("rebuild_command") or f"python -m experiments.proxy.make_results {meta.get('results_json', 'results.json')}"
-    add(f"Generated by `{meta.get('command', 'experiments/proxy/proxy_experiment.py')}` on {meta.get('created', '?')}; "
-        f"rebuild this file from the JSON with `{rebuild}`.")
-    add("")
+    lines = [f"# {title}", "",
+             f"Generated by `{meta.get('command', 'experiments/proxy/proxy_experiment.py')}` on "
+             f"{meta.get('created', '?')}; rebuild this file from the JSON with `{rebuild}`.", ""]
+    add = lines.append
     if meta.get("note"):
-        add(f"> {meta['note']}")
-        add("")
+        lines += [f"> {meta['note']}", ""]
     if meta.get("tiny"):
-        add("> **--tiny mode** (CPU smoke test): random tiny model, a handful of examples, 1-2 steps, shortened "
-            "generation. These numbers test the tooling, not the method.")
-        add("")
-    add("## Setup")
-    add("")
+        lines += ["> **--tiny mode** (CPU smoke test): random tiny model, a handful of examples, 1-2 steps, shortened "
+                  "generation. These numbers test the tooling, not the method.", ""]
+    lines += ["## Setup", ""]
     start = meta.get("start", {})
     sft = start.get("sft_report") or {}
     add(f"- Start model: `{start.get('path', '?')}` ({_fmt(start.get('parameters_m'), 1)}M parameters, "
@@ -696,105 +695,81 @@ def render_markdown(results: dict, png_name: str | None = "acc_by_count.png") ->
         + ".")
     add("")
 
-    add("## Accuracy (%) by split × recipe × seed")
-    add("")
-    header = "| recipe | seed | " + " | ".join(splits) + " | format % (mean) | tokens (mean) | steps | rollouts |"
-    add(header)
-    add("|" + "---|" * 2 + "---:|" * (len(splits) + 4))
-    before = results.get("before")
-    if before and before.get("status") in USABLE_STATUSES:
-        cells = [_fmt(_acc(before, s)) for s in splits]
-        add("| before (warm start) | – | " + " | ".join(cells)
-            + f" | {_fmt(_mean_over_splits(before, 'format_pct', splits))} | "
-            f"{_fmt(_mean_over_splits(before, 'mean_completion_tokens', splits))} | 0 | 0 |")
-    for arm in results.get("arm_order", []):
-        for run in sorted((r for r in results.get("runs", []) if r.get("arm") == arm), key=lambda r: r.get("seed", 0)):
+    def means(run: dict) -> list[str]:
+        return [_fmt(_mean_over_splits(run, key, splits)) for key in ("format_pct", "mean_completion_tokens")]
+
+    lines += ["## Accuracy (%) by split × recipe × seed", "",
+              _row("recipe", "seed", *splits, "format % (mean)", "tokens (mean)", "steps", "rollouts"),
+              "|" + "---|" * 2 + "---:|" * (len(splits) + 4)]
+    if before_ok:
+        add(_row("before (warm start)", "–", *(_fmt(_acc(before, s)) for s in splits), *means(before), 0, 0))
+    for arm in arm_order:
+        for run in _by_seed(results, arm, usable_only=False):
             if run.get("status") not in USABLE_STATUSES:
-                add(f"| {arm} | {run.get('seed')} | " + " | ".join(str(run.get("status", "failed")) for _ in splits)
-                    + f" | – | – | {run.get('steps', '–')} | {run.get('rollouts', '–')} |")
+                add(_row(arm, run.get("seed"), *[run.get("status", "failed")] * len(splits), "–", "–",
+                         run.get("steps", "–"), run.get("rollouts", "–")))
                 continue
             cells = [_fmt(_acc(run, s)) if _acc(run, s) is not None else "not scored" for s in splits]
-            add(f"| {arm} | {run.get('seed')} | " + " | ".join(cells)
-                + f" | {_fmt(_mean_over_splits(run, 'format_pct', splits))} | "
-                f"{_fmt(_mean_over_splits(run, 'mean_completion_tokens', splits))} | {run.get('steps')} | "
-                f"{run.get('rollouts')} |")
-    add("")
-    add("### Mean ± spread over seeds")
-    add("")
-    add("Spread = max − min over seeds (sd in brackets).")
-    add("")
-    add("| recipe | seeds | " + " | ".join(splits) + " |")
-    add("|---|---:|" + "---:|" * len(splits))
-    if before and before.get("status") in USABLE_STATUSES:
-        add("| before (warm start) | – | " + " | ".join(_fmt(_acc(before, s)) for s in splits) + " |")
+            add(_row(arm, run.get("seed"), *cells, *means(run), run.get("steps"), run.get("rollouts")))
+    lines += ["", "### Mean ± spread over seeds", "", "Spread = max − min over seeds (sd in brackets).", "",
+              _row("recipe", "seeds", *splits), "|---|---:|" + "---:|" * len(splits)]
+    if before_ok:
+        add(_row("before (warm start)", "–", *(_fmt(_acc(before, s)) for s in splits)))
     for arm, row in summary["table"].items():
         n = max(v["n"] for v in row.values()) if row else 0
         cells = [(f"{_fmt(v['mean'])} ± {_fmt(v['range'])} ({_fmt(v['sd'])})" if v["n"] > 1 else _fmt(v["mean"]))
                  if v["n"] else "–" for v in row.values()]
-        add(f"| {arm} | {n} | " + " | ".join(cells) + " |")
+        add(_row(arm, n, *cells))
     if summary["constant_floor"]:
-        add("| *one constant answer (the most frequent gold count)* | – | "
-            + " | ".join(_fmt(summary["constant_floor"].get(s)) for s in splits) + " |")
-    add("")
-
-    add("## Verdict: ours vs weak_baseline")
-    add("")
-    add("`yes` when the difference of the seed means is larger than the seed spread (the larger of the two recipes' "
-        "max − min over seeds), with at least 2 seeds each. Beside it: the share of (ours seed, weak seed) pairs "
-        "that ours wins, and the one-sided exact permutation p-value of the mean difference (`permutation_p_value`; "
-        "with 3 seeds each it cannot go below 0.05, pool runs with `experiments/proxy/pool_results.py`).")
-    add("")
+        add(_row("*one constant answer (the most frequent gold count)*", "–",
+                 *(_fmt(summary["constant_floor"].get(s)) for s in splits)))
+    lines += ["", "## Verdict: ours vs weak_baseline", "",
+              "`yes` when the difference of the seed means is larger than the seed spread (the larger of the two "
+              "recipes' max − min over seeds), with at least 2 seeds each. Beside it: the share of (ours seed, weak "
+              "seed) pairs that ours wins, and the one-sided exact permutation p-value of the mean difference "
+              "(`permutation_p_value`; with 3 seeds each it cannot go below 0.05, pool runs with "
+              "`experiments/proxy/pool_results.py`).", ""]
     if summary["verdict"]:
-        add("| split | Δ mean (ours − weak) | seed spread (max of the two ranges) "
-            "| beats by more than the spread? | seed pairs ours wins | permutation p |")
-        add("|---|---:|---:|---|---:|---:|")
+        lines += ["| split | Δ mean (ours − weak) | seed spread (max of the two ranges) "
+                  "| beats by more than the spread? | seed pairs ours wins | permutation p |",
+                  "|---|---:|---:|---|---:|---:|"]
         for split, v in summary["verdict"].items():
             note = "yes" if v["beats"] else ("no (fewer than 2 seeds)" if v["seeds"] < 2 else "no")
-            add(f"| {split} | {_fmt(v['delta'], 1, sign=True)} | {_fmt(v['spread'])} | {note} | "
-                f"{_fmt_share(v.get('wins'))} | {_fmt(v.get('p_value'), 3)} |")
+            add(_row(split, _fmt(v["delta"], 1, sign=True), _fmt(v["spread"]), note, _fmt_share(v.get("wins")),
+                     _fmt(v.get("p_value"), 3)))
     else:
         add("Not available: ours and weak_baseline both need at least one successful run.")
     add("")
 
-    ablations = [a for a in results.get("arm_order", [])
-                 if results.get("arms", {}).get(a, {}).get("role") == "ablation"]
+    ablations = [a for a in arm_order if results.get("arms", {}).get(a, {}).get("role") == "ablation"]
     if ablations:
-        add("## Ablations (each against `ours`)")
-        add("")
-        add("| arm | question | change | " + " | ".join(splits) + " | Δ mean vs ours (" + ", ".join(splits) + ") |")
-        add("|---|---|---|" + "---:|" * (len(splits) + 1))
+        lines += ["## Ablations (each against `ours`)", "",
+                  _row("arm", "question", "change", *splits, f"Δ mean vs ours ({', '.join(splits)})"),
+                  "|---|---|---|" + "---:|" * (len(splits) + 1)]
         ours = summary["table"].get("ours", {})
         for arm in ablations:
             info = results["arms"][arm]
             row = summary["table"].get(arm)
             if not row:
-                add(f"| {arm} | {info.get('question')} | {info.get('change')} | "
-                    + " | ".join("failed" for _ in splits) + " | – |")
+                add(_row(arm, info.get("question"), info.get("change"), *["failed"] * len(splits), "–"))
                 continue
             cells = [f"{_fmt(row[s]['mean'])}" + (f" ± {_fmt(row[s]['range'])}" if row[s]["n"] > 1 else "")
                      for s in splits]
             deltas = [_fmt(row[s]["mean"] - ours[s]["mean"], 1, sign=True) if ours.get(s, {}).get("mean") is not None
                       and row[s]["mean"] is not None else "–" for s in splits]
-            add(f"| {arm} | {info.get('question')} | {info.get('change')} | " + " | ".join(cells) + " | "
-                + " / ".join(deltas) + " |")
+            add(_row(arm, info.get("question"), info.get("change"), *cells, " / ".join(deltas)))
         add("")
         if "ours" in summary["table"]:
             spreads = ", ".join(f"{s} {_fmt(summary['table']['ours'][s]['range'])}" for s in splits)
-            add(f"Read a Δ against the seed spread of `ours` ({spreads}); a single-seed ablation whose Δ is inside "
-                "that spread is not evidence either way.")
-            add("")
+            lines += [f"Read a Δ against the seed spread of `ours` ({spreads}); a single-seed ablation whose Δ is "
+                      "inside that spread is not evidence either way.", ""]
 
-    add("## Answer format by split")
-    add("")
-    add("An unparseable completion (no `<answer>N</answer>`) scores 0 under the protocol, so a split's accuracy is "
-        "parseable % × accuracy among parseable answers. Each cell: parseable % (accuracy % among parseable).")
-    add("")
-    add("| recipe | seed | " + " | ".join(splits) + " |")
-    add("|---|---|" + "---:|" * len(splits))
-    format_rows = [("before (warm start)", "–", before)] if before and before.get("status") in USABLE_STATUSES else []
-    for arm in results.get("arm_order", []):
-        format_rows += [(arm, run.get("seed"), run)
-                        for run in sorted(ok_runs(results, arm), key=lambda r: r.get("seed", 0))]
+    lines += ["## Answer format by split", "",
+              "An unparseable completion (no `<answer>N</answer>`) scores 0 under the protocol, so a split's accuracy "
+              "is parseable % × accuracy among parseable answers. Each cell: parseable % (accuracy % among "
+              "parseable).", "", _row("recipe", "seed", *splits), "|---|---|" + "---:|" * len(splits)]
+    format_rows = [("before (warm start)", "–", before)] if before_ok else []
+    format_rows += [(arm, run.get("seed"), run) for arm in arm_order for run in _by_seed(results, arm)]
     for label, seed, run in format_rows:
         cells = []
         for split in splits:
@@ -802,56 +777,43 @@ def render_markdown(results: dict, png_name: str | None = "acc_by_count.png") ->
             fmt, acc = report.get("format_pct"), report.get("accuracy_pct")
             among = 100.0 * acc / fmt if fmt and acc is not None else None
             cells.append(f"{_fmt(fmt)} ({_fmt(among)})" if fmt is not None else "–")
-        add(f"| {label} | {seed} | " + " | ".join(cells) + " |")
-    add("")
-
-    add("## Training signal")
-    add("")
-    add("Means over the first and last 5 logged steps. A group whose rewards are all equal has zero advantage and "
-        "teaches nothing: a reward the start model already maxes out (e.g. `answer_tag` once the format is learned) "
-        "leaves that run at the start model.")
-    add("")
-    add("| recipe | seed | train reward | train exact accuracy | groups with zero reward spread | "
-        "completion tokens (last) | s/step | stop reason |")
-    add("|---|---:|---|---|---|---:|---:|---|")
-    for arm in results.get("arm_order", []):
-        for run in sorted(ok_runs(results, arm), key=lambda r: r.get("seed", 0)):
-            add(f"| {arm} | {run.get('seed')} | {_fmt(run.get('train_reward_first'), 3)} → "
-                f"{_fmt(run.get('train_reward_last'), 3)} | {_fmt(run.get('train_exact_first'), 3)} → "
-                f"{_fmt(run.get('train_exact_last'), 3)} | {_fmt(run.get('zero_std_first'), 2)} → "
-                f"{_fmt(run.get('zero_std_last'), 2)} | {_fmt(run.get('completion_length_last'), 1)} | "
-                f"{_fmt(run.get('seconds_per_step'), 2)} | {run.get('stop_reason', '–')} |")
+        add(_row(label, seed, *cells))
+    lines += ["", "## Training signal", "",
+              "Means over the first and last 5 logged steps. A group whose rewards are all equal has zero advantage "
+              "and teaches nothing: a reward the start model already maxes out (e.g. `answer_tag` once the format is "
+              "learned) leaves that run at the start model.", "",
+              "| recipe | seed | train reward | train exact accuracy | groups with zero reward spread | "
+              "completion tokens (last) | s/step | stop reason |", "|---|---:|---|---|---|---:|---:|---|"]
+    for arm in arm_order:
+        for run in _by_seed(results, arm):
+            add(_row(arm, run.get("seed"), _trend(run, "train_reward", 3), _trend(run, "train_exact", 3),
+                     _trend(run, "zero_std", 2), _fmt(run.get("completion_length_last"), 1),
+                     _fmt(run.get("seconds_per_step"), 2), run.get("stop_reason", "–")))
     add("")
     if png_name:
-        add("## Accuracy by gold count")
-        add("")
-        add(f"![accuracy by gold count]({png_name})")
-        add("")
-        add("Seeds pooled per recipe. Top row: the warm start (dashed), weak_baseline and ours; bottom row: each "
-            "ablation beside ours.")
-        add("")
+        lines += ["## Accuracy by gold count", "", f"![accuracy by gold count]({png_name})", "",
+                  "Seeds pooled per recipe. Top row: the warm start (dashed), weak_baseline and ours; bottom row: each "
+                  "ablation beside ours.", ""]
 
-    add("## Commands")
-    add("")
-    add("Each row's exact training command (the arm's `open_r1.grpo` argv) and how to rerun that row alone:")
-    add("")
+    lines += ["## Commands", "", "Each row's exact training command (the arm's `open_r1.grpo` argv) and how to rerun "
+              "that row alone:", ""]
     seen = set()
-    for arm in results.get("arm_order", []):
-        for run in sorted((r for r in results.get("runs", []) if r.get("arm") == arm), key=lambda r: r.get("seed", 0)):
-            key = (arm, run.get("seed"))
-            if key in seen:
+    for arm in arm_order:
+        for run in _by_seed(results, arm, usable_only=False):
+            if (arm, run.get("seed")) in seen:
                 continue
-            seen.add(key)
+            seen.add((arm, run.get("seed")))
             add(f"- **{arm}, seed {run.get('seed')}**: `{run.get('command', '?')}`")
             if run.get("rerun"):
                 add(f"  - rerun: `{run['rerun']}`")
     add("")
     failed = [r for r in results.get("runs", []) if r.get("status") != "ok"]
-    if failed or (before and before.get("status") != "ok"):
-        add("## Failures")
-        add("")
-        for run in failed + ([before] if before and before.get("status") != "ok" else []):
-            add(f"- {run.get('job')}: {run.get('error', run.get('status'))} (log: {run.get('log', '?')})")
+    if before and before.get("status") != "ok":
+        failed.append(before)
+    if failed:
+        lines += ["## Failures", ""]
+        lines += [f"- {run.get('job')}: {run.get('error', run.get('status'))} (log: {run.get('log', '?')})"
+                  for run in failed]
         add("")
     return "\n".join(lines)
 
