@@ -1,20 +1,10 @@
 """The proxy experiment: a small Qwen2-VL that learns to count on our scenes, so that the whole method can be measured.
 
-The real Qwen2-VL-2B weights cannot be obtained here. The stand-in is a Qwen2-VL-architecture model of tens of
-millions of parameters (same classes, processor, chat template and special-token ids as the real checkpoint, see
-`open_r1.tiny_models`), trained from random init by SFT (`experiments/proxy/sft_warmstart.py`) until it counts moderately
-well, then trained further with GRPO under several recipes (`experiments/proxy/proxy_experiment.py`) and scored with the
-grader's protocol (`open_r1.tasks.counting.evaluate.evaluate_dataset`, the engine of `selfcheck.py`).
-
-This module holds what the scripts share:
-  * model presets and data defaults for the proxy (GPU) and `--tiny` (CPU test) modes;
-  * the SFT rows (image + EVAL/TRAIN prompt + protocol-format target ending in the chat template's `<|im_end|>`);
-  * the arms (recipes and ablations): a proxy recipe YAML plus CLI overrides for `open_r1.grpo`;
-  * the worker that runs one arm (GRPO through `open_r1.grpo.parse_args` / `build_trainer`, then the protocol on
-    val / compositional / ood_val) in its own process: ``python -m experiments.proxy.proxy worker --spec spec.json``;
-  * equal-rollout synchronisation of concurrent arms (`SyncStopCallback`, `decide_stop_at`);
-  * the report: results.json -> markdown tables (split x recipe x seed, mean ± spread, verdict, ablations with
-    their commands) and the accuracy-by-gold-count plot.
+The real Qwen2-VL-2B weights cannot be obtained here, so a Qwen2-VL-architecture model of tens of millions of
+parameters (`open_r1.tiny_models`) is warm-started by SFT (`sft_warmstart.py`), trained further with GRPO under
+several recipes (`proxy_experiment.py`) and scored with the grader's protocol. This module holds what they share:
+presets, the arms, the worker that runs one arm (``python -m experiments.proxy.proxy worker --spec spec.json``), the
+equal-rollout stop of concurrent arms, and the report (markdown tables and the accuracy-by-gold-count plot).
 """
 from __future__ import annotations
 
@@ -973,9 +963,7 @@ def main(argv=None) -> int:
     worker = sub.add_parser("worker", help="run one job from a spec JSON")
     worker.add_argument("--spec", required=True)
     args = parser.parse_args(argv)
-    with open(args.spec) as handle:
-        spec = json.load(handle)
-    result = run_worker(spec)
+    result = run_worker(read_json(args.spec))
     return 0 if result.get("status") == "ok" else 1
 
 

@@ -7,34 +7,21 @@
     # CPU smoke test (< 2 min): tiny random model, tiny data, 2 steps, weak_baseline and ours, seed 0
     python -m experiments.proxy.proxy_experiment --tiny --out /tmp/proxy-tiny
 
-Arms (experiments/proxy/proxy.py ARMS; recipes in experiments/proxy/configs/): `weak_baseline` (the inherited setup), `ours` (the
-proposed recipe) and ablations of ours: `think`, `exact_only`, `no_kl`, `g4`, `train_template`, `lora`,
-`frozen_vit`, `noisy_rollouts`, `low_lr`.
-Every arm is a GRPO run through `open_r1.grpo` (its `parse_args` on the recipe YAML + overrides, its
-`build_trainer`), in its own process, all arms at once on the one GPU (small models leave it mostly idle).
+Arms (`experiments.proxy.proxy.ARMS`, recipes in experiments/proxy/configs/): `weak_baseline`, `ours` and ablations
+of ours; each a GRPO run through `open_r1.grpo` in its own process, all at once on the one GPU. Every arm generates
+the same completions per optimizer step (`--generation-batch`) and stops at the same step: fixed (`--no-sync
+--max-steps N`) or, by default, the largest step every arm can reach before the training deadline (`--budget-minutes`
+minus `--eval-reserve`), projected from the arms' speeds and raised while every arm is at least 2 steps short of it.
+The start model ("before") and every run are then scored with the selfcheck protocol on the first `--eval-limit` rows
+of val, compositional and ood_val (LoRA runs merged).
 
-Same number of rollouts: every arm generates the same number of completions per optimizer step
-(`--generation-batch`, 128) and stops at the same step. The step is either fixed (`--no-sync --max-steps N`) or
-decided while the arms run (default): once every arm has measured its speed over a few steps, the coordinator
-picks the largest step every arm can reach before the training deadline (`--budget-minutes` minus
-`--eval-reserve`) and all arms stop there. Start-up makes that first projection low, so it is re-projected every 5 s
-and raised while every arm is at least 2 steps short of it (never lowered). A run that still hits the deadline first
-stops short, and its row says so.
-
-Evaluation: the start model once ("before") and every run after training, with `open_r1.tasks.counting.evaluate.evaluate_dataset`
-(the engine of selfcheck.py: EVAL template, greedy, 256 new tokens, first <answer>N</answer>) on the first
-`--eval-limit` rows of val, compositional and ood_val. LoRA runs are scored merged.
-
-Output dir: results.json (every run x split: accuracy, format rate, mean tokens, truncation, accuracy by gold
-count, steps, rollouts, the run's exact command), RESULTS.md (split x recipe x seed table, mean ± spread per
-recipe, verdict ours vs weak_baseline, ablations with their commands), acc_by_count.png, logs.tar.gz (every job's
-log, spec, predictions). `experiments/proxy/make_results.py results.json` rebuilds RESULTS.md and the PNG.
+Output dir: results.json, RESULTS.md (tables, verdict, ablations, every run's command), acc_by_count.png and
+logs.tar.gz; `python -m experiments.proxy.make_results results.json` rebuilds RESULTS.md and the PNG.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import subprocess
 import sys
@@ -42,8 +29,8 @@ import tarfile
 import time
 from pathlib import Path
 
-from experiments.proxy import proxy  # noqa: E402
-from open_r1.tasks.counting import protocol  # noqa: E402
+from experiments.proxy import proxy
+from open_r1.tasks.counting import protocol
 
 TINY_GRPO_OVERRIDES = [
     "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
@@ -156,8 +143,7 @@ def main(argv=None) -> dict:
         (work / sub).mkdir(parents=True, exist_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     control_path = work / "control.json"
-    if control_path.exists():
-        control_path.unlink()
+    control_path.unlink(missing_ok=True)
 
     # Data and start model
     data_dir = Path(args.data).resolve()
@@ -232,14 +218,10 @@ def main(argv=None) -> dict:
                    sync={"progress": str(work / "progress" / f"{name}.json"),
                          "control": str(control_path) if sync else None, "hard_deadline": hard_deadline},
                    save_model=str(run_dir / "final") if args.save_models else None)
-        progress_file = Path(job["sync"]["progress"])
-        if progress_file.exists():
-            progress_file.unlink()
+        Path(job["sync"]["progress"]).unlink(missing_ok=True)
     for job in jobs:
-        if Path(job["result"]).exists():
-            Path(job["result"]).unlink()
-        with open(job["spec"], "w") as handle:
-            json.dump(job, handle, indent=1)
+        Path(job["result"]).unlink(missing_ok=True)
+        proxy.write_json(job["spec"], job)
 
     log(f"{len(jobs)} jobs ({', '.join(j['job'] for j in jobs)}); generation batch {batch} = {accumulation} x {micro}; "
         f"max_steps {max_steps}; sync {'on' if sync else 'off'}; budget "
@@ -310,8 +292,7 @@ def main(argv=None) -> dict:
     if args.tiny:
         results["meta"]["data"].update(image_size=proxy.TINY_IMAGE_SIZE, ood_image_size=proxy.TINY_OOD_IMAGE_SIZE)
     results_path = out_dir / "results.json"
-    with open(results_path, "w") as handle:
-        json.dump(results, handle, indent=1, default=str)
+    proxy.write_json(results_path, results)
     md_path, png_path = proxy.write_report(results, out_dir / "RESULTS.md", out_dir / "acc_by_count.png")
     with tarfile.open(out_dir / "logs.tar.gz", "w:gz") as tar:
         for sub in ("logs", "specs", "results", "predictions"):

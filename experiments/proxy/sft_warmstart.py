@@ -6,36 +6,13 @@
     # CPU smoke test (seconds): tiny model, tiny data, 2 steps
     python -m experiments.proxy.sft_warmstart --tiny --out /tmp/warm --data /tmp/warm-data
 
-What it does:
-  1. renders the splits with `open_r1.tasks.counting.scenes.write_splits` unless `--data` already holds them (train for SFT, val /
-     compositional / ood_val for the proxy experiment, ood_train for the exposure rows), at a reduced image size
-     (336x224, OOD 336x252);
-  2. builds a Qwen2-VL-architecture model from random init (`open_r1.tiny_models.build_config`, preset `small`:
-     hidden 256, 4 layers, vision depth 4 / width 256; 47.6M parameters, 38.9M of them the real-size embedding) with
-     the real-id tokenizer, chat template and processor of `open_r1.tiny_models`, seeded;
-  3. SFT with TRL's `SFTTrainer` on prompt-completion rows: the image, then the question under the EVAL or TRAIN
-     template (mixed 50/50 by default), and the protocol-format target `<think>There are N objects.</think>
-     <answer>N</answer>` (`--target-style answer`: `<answer>N</answer>`; `mixed`: either, per row). TRL's collator
-     renders the chat template, so the target ends with `<|im_end|>`, the eos of generation: the model learns to
-     stop right after `</answer>`. Loss on the completion only; packing off (not supported for images anyway).
-     Plus `--ood-exposure` OOD-renderer rows (default 3000) as pre-training-style VQA: the question alone, answered
-     with the bare number, never under a protocol template (why: `experiments.proxy.proxy.to_exposure_sft_dataset`).
-     `--plain-share P` teaches that fraction of the CLEVR rows the same plain way, so the protocol format is
-     learned from the rest only: a start model that counts better asked directly than under the protocol, as
-     Qwen2-VL-2B does (79-86 % vs 48 % on Super-CLEVR; docs/RECIPE.md). `--format-rows N` adds N
-     rows that teach the protocol format on another task (train images asked "What is A plus B?" under a protocol
-     template: `experiments.proxy.proxy.to_arithmetic_sft_dataset`); with `--plain-share 1` the start then never sees a
-     counting answer in the protocol format, as the real instruct model never did; `--format-ood-rows M` adds M
-     more such rows on OOD-renderer exposure images (the instruct model learned its answer format on all kinds of
-     images, so a tag habit tied to one renderer is an artifact of a start that saw the format on CLEVR only);
-  4. stops at whichever comes first: `--max-steps` / `--epochs`, the wall-clock cap `--max-minutes` (the LR
-     schedule follows max(step fraction, time fraction), so a time-capped run still anneals), or `--stop-at-acc`
-     reached by the quick greedy check on held-out train rows (the model must leave room for RL to improve);
-  5. saves a full model dir loadable by `open_r1.modeling.load_model` / `load_processor` (processor left-padded,
-     pixel budget and both processor-file layouts, generation config) and scores `val` with the selfcheck protocol
-     (`open_r1.tasks.counting.evaluate.evaluate_dataset`, max_new_tokens 256), plus ood_val when it saw the exposure rows, plus a
-     diagnostic probe of both asked plainly (question alone, first integer: `experiments.proxy.proxy.plain_count`) when any
-     plain rows were taught. `sft_report.json` in the model dir records all of it.
+Renders the splits (`open_r1.tasks.counting.scenes.write_splits`) unless `--data` holds them; builds a seeded
+random Qwen2-VL-architecture model (`open_r1.tiny_models`, preset `small`: 47.6M parameters, 38.9M of them the
+real-size embedding); SFTs it with TRL's `SFTTrainer` on protocol-format rows (`experiments.proxy.proxy.to_sft_dataset`)
+plus the optional OOD exposure, plain and arithmetic format rows (`--ood-exposure`, `--plain-share`, `--format-rows`,
+`--format-ood-rows`: each flag's help says why); stops at `--max-steps` / `--epochs`, `--max-minutes` (the LR schedule
+follows the larger of the step and time fractions) or `--stop-at-acc` on a quick greedy check; saves a model dir
+that `open_r1.modeling` loads, scores it with the selfcheck protocol and writes `sft_report.json` into it.
 """
 from __future__ import annotations
 
@@ -48,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from experiments.proxy import proxy  # noqa: E402
+from experiments.proxy import proxy
 
 REPORT_FILE = "sft_report.json"
 
@@ -434,8 +411,7 @@ def main(argv=None) -> dict:
         "asked_plainly": {split: {**result.summary(), "by_count": proxy.by_count(result.records)}
                           for split, result in plain_reports.items()},
     }
-    with open(out_dir / REPORT_FILE, "w") as handle:
-        json.dump(sft_report, handle, indent=1, default=str)
+    proxy.write_json(out_dir / REPORT_FILE, sft_report)
     log(f"[sft] saved {out_dir} ({time.time() - started:.1f} s total); report {out_dir / REPORT_FILE}")
     return sft_report
 
