@@ -631,41 +631,51 @@ def single_process_distributed_env() -> None:
         os.environ.setdefault(key, value)
 
 
-def run_variant(variant: Variant, ctx: BenchContext) -> dict[str, Any]:
-    """One variant, never raising: status ok with its numbers, or failed with the first line of its error."""
+def error_line(exc: BaseException) -> str:
+    message = str(exc).strip()
+    return f"{type(exc).__name__}: {message.splitlines()[0] if message else ''}"[:300]
+
+
+@contextlib.contextmanager
+def measured(result: dict[str, Any], on_cuda: bool, timeout_s: float | None = None, reset_compiler: bool = True):
+    """Runs the block as one variant, never raising: `result` gets status ok, or failed with the error's first line,
+    then the wall seconds and peak GPU memory; the memory is freed after (one failing lever must not stop the rest)."""
     import torch
 
-    on_cuda = ctx.device == "cuda"
-
-    def sync():
-        if on_cuda:
-            torch.cuda.synchronize()
-
-    result: dict[str, Any] = {"name": variant.name, **variant.to_dict()}
+    if on_cuda:
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     try:
-        with time_limit(ctx.variant_timeout_s):
-            _train_variant(variant, ctx, result, sync, start)
+        with time_limit(timeout_s):
+            yield start
         result["status"] = "ok"
-    except (Exception, VariantTimeout) as exc:  # noqa: BLE001 - one failing lever must not stop the others
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        result["status"] = "failed"
-        result["error"] = f"{type(exc).__name__}: {message}"[:300]
-        result["traceback_tail"] = traceback.format_exc().strip().splitlines()[-6:]
+    except (Exception, VariantTimeout) as exc:  # noqa: BLE001 - reported in the row
+        result.update(status="failed", error=error_line(exc),
+                      traceback_tail=traceback.format_exc().strip().splitlines()[-6:])
         del exc
     finally:
         result["total_s"] = time.perf_counter() - start
         result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB if on_cuda else None
         result["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB if on_cuda else None
-        release_memory(variant.fast_decode != "hf")
+        release_memory(reset_compiler)
         result["allocated_after_cleanup_gib"] = torch.cuda.memory_allocated() / GIB if on_cuda else None
+
+
+def run_variant(variant: Variant, ctx: BenchContext) -> dict[str, Any]:
+    """One variant, never raising: status ok with its numbers, or failed with the first line of its error."""
+    import torch
+
+    on_cuda = ctx.device == "cuda"
+    sync = torch.cuda.synchronize if on_cuda else (lambda: None)
+    result: dict[str, Any] = {"name": variant.name, **variant.to_dict()}
+    with measured(result, on_cuda, ctx.variant_timeout_s, reset_compiler=variant.fast_decode != "hf") as start:
+        _train_variant(variant, ctx, result, sync, start)
     return result
 
 
 def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], sync, start: float) -> None:
     """Build the trainer, train warm-up + measured rounds, put the probe's numbers into `result`. Every object it
     makes dies with its frame, so the caller can free the GPU memory after it returns or raises."""
-    import torch
     from transformers import set_seed
     from trl import GRPOTrainer
 
@@ -676,26 +686,13 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
 
     trainer = None
     try:
-        if ctx.device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-
         set_seed(ctx.seed)
         output_dir = tempfile.mkdtemp(prefix=f"{variant.name}-", dir=ctx.work_dir)
         args, geometry = build_grpo_config(variant, ctx, output_dir)
-        result.update({
-            "per_device_train_batch_size": args.per_device_train_batch_size,
-            "gradient_accumulation_steps": args.gradient_accumulation_steps,
-            "steps_per_generation": args.steps_per_generation,
-            "generation_batch_size": args.generation_batch_size,
-            "num_iterations": args.num_iterations,
-            "gradient_checkpointing": bool(args.gradient_checkpointing),
-            "num_generations": args.num_generations,
-            "beta": args.beta,
-            "loss_type": args.loss_type,
-            "max_steps": args.max_steps,
-            "warmup_rounds": ctx.warmup,
-            **geometry,
-        })
+        result.update({key: getattr(args, key) for key in (
+            "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+            "generation_batch_size", "num_iterations", "num_generations", "beta", "loss_type", "max_steps")})
+        result.update(gradient_checkpointing=bool(args.gradient_checkpointing), warmup_rounds=ctx.warmup, **geometry)
         # Every variant scores with the recipe's rewards (CPU work, the same for all); plain TRL weighs them equally.
         reward_funcs = get_reward_funcs(
             ctx.recipe.get("reward_funcs") or DEFAULT_REWARD_FUNCS,

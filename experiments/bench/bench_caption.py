@@ -204,10 +204,7 @@ def main(argv=None) -> int:
     ctx["dataset"] = cartoon_prompts(prompts * (args.warmup + args.steps + 1), size, args.seed)
     bench.setup_device(device, args.memory_cap_gib)
     on_cuda = device == "cuda"
-
-    def sync():
-        if on_cuda:
-            torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if on_cuda else (lambda: None)
 
     payload = {"bench": "grpo_caption", "mode": "tiny" if args.tiny else "full_size",
                "environment": bench.environment_info(device, args.memory_cap_gib),
@@ -217,19 +214,8 @@ def main(argv=None) -> int:
                "variants": []}
     for name in names:
         result = {"name": name}
-        start = time.perf_counter()
-        if on_cuda:
-            torch.cuda.reset_peak_memory_stats()
-        try:
-            with bench.time_limit(args.variant_timeout_s):
-                run_rm(args, ctx, result, sync) if name == "rm" else run_grpo(name, args, ctx, result, sync)
-            result["status"] = "ok"
-        except (Exception, bench.VariantTimeout) as exc:  # noqa: BLE001 - one failure must not lose the others
-            result.update(status="failed", error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
-        result["total_s"] = time.perf_counter() - start
-        result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / bench.GIB if on_cuda else None
-        result["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / bench.GIB if on_cuda else None
-        bench.release_memory(reset_compiler=True)
+        with bench.measured(result, on_cuda, args.variant_timeout_s):
+            run_rm(args, ctx, result, sync) if name == "rm" else run_grpo(name, args, ctx, result, sync)
         payload["variants"].append(result)
         bench.write_json(args.out, payload)
         print(f"[bench_caption] {name}: {result['status']} {result.get('error', '')} ({result['total_s']:.0f} s)",
