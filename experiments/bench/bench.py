@@ -1209,7 +1209,6 @@ def selfcheck_label(entry: dict) -> str:
 
 
 def selfcheck_main(argv=None) -> int:
-    import torch
 
     from open_r1 import modeling
     from open_r1.tasks.counting.evaluate import evaluate_dataset
@@ -1224,8 +1223,8 @@ def selfcheck_main(argv=None) -> int:
     started = time.perf_counter()
     device = check_device(args.tiny, args.threads)
     with scratch_checkpoint(args.work_dir, "bench-selfcheck-") as (work_dir, model_dir):
-        measured = {bs: min(args.n, bs * args.measure_batches) if args.measure_batches else args.n for bs in batch_sizes}
-        rows_needed = max(max(measured.values()), max(batch_sizes))
+        to_time = {bs: min(args.n, bs * args.measure_batches) if args.measure_batches else args.n for bs in batch_sizes}
+        rows_needed = max(max(to_time.values()), max(batch_sizes))
         base, data_source = counting_dataset(
             min(rows_needed, args.unique_examples), args.seed, args.data, cache_dir=os.path.join(work_dir, "data"),
             workers=1 if args.tiny else min(8, os.cpu_count() or 1), split=args.split,
@@ -1262,7 +1261,7 @@ def selfcheck_main(argv=None) -> int:
             vision_attention.use_grouped_vision_attention(
                 model, "per_image" if flags.get("per_image_vision_attention") else "grouped")
             vision_attention.MAX_TOKENS_PER_CALL = CHUNK_TOKENS if flags.get("chunked_vision_attention") else None
-            entry: dict[str, Any] = {"batch_size": batch_size, "examples": measured[batch_size],
+            entry: dict[str, Any] = {"batch_size": batch_size, "examples": to_time[batch_size],
                                      **{name: flags.get(name, False) for name in SELFCHECK_SUFFIXES.values()}}
             elapsed = time.perf_counter() - started
             if args.deadline_s is not None and elapsed > args.deadline_s:
@@ -1271,10 +1270,8 @@ def selfcheck_main(argv=None) -> int:
                 write_json(args.out, payload)
                 print(f"[selfcheck-bench] batch {batch_size}: skipped ({entry['error']})", flush=True)
                 continue
-            try:
-                if device == "cuda":
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats()
+            # reset_compiler: a row's peak memory never includes the previous row's CUDA-graph pools
+            with measured(entry, device == "cuda", reset_compiler=args.decoder != "hf" or compiled):
                 # Warm-up batch, not timed (kernel selection, allocator growth).
                 evaluate_dataset(model, processor, dataset, name="warmup", batch_size=batch_size,
                                  limit=batch_size, max_new_tokens=completion_length, progress=False, **options)
@@ -1286,7 +1283,7 @@ def selfcheck_main(argv=None) -> int:
                     timer = ModuleTimer(vision_tower(model), cuda=device == "cuda")
                 try:
                     report = evaluate_dataset(model, processor, dataset, name=f"bs{batch_size}",
-                                              batch_size=batch_size, limit=measured[batch_size],
+                                              batch_size=batch_size, limit=to_time[batch_size],
                                               max_new_tokens=completion_length, progress=False,
                                               timings=batch_timings, **options)
                 finally:
@@ -1303,23 +1300,9 @@ def selfcheck_main(argv=None) -> int:
                 if timed:  # the graph decoder's own split of the measured batches
                     entry.update(decoder_split(timed, len(timed)))
                 entry.update(selfcheck_batch_split(batch_timings, timed))
-                entry.update({
-                    "status": "ok",
-                    "seconds": report.seconds,
-                    "examples_per_s": per_s,
-                    "projected_s": args.n / per_s,
-                    "mean_completion_tokens": report.mean_completion_tokens,
-                    "within_budget": args.n / per_s <= args.budget_s,
-                })
-            except Exception as exc:  # noqa: BLE001 - an OOM at one batch size must not hide the others
-                message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                entry.update({"status": "failed", "error": f"{type(exc).__name__}: {message}"[:300]})
-                del exc
-            if device == "cuda":
-                entry["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB
-                entry["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB
-            # the compiler's state too, so a row's peak memory never includes the previous row's CUDA-graph pools
-            release_memory(reset_compiler=args.decoder != "hf" or compiled)
+                entry.update(seconds=report.seconds, examples_per_s=per_s, projected_s=args.n / per_s,
+                             mean_completion_tokens=report.mean_completion_tokens,
+                             within_budget=args.n / per_s <= args.budget_s)
             payload["batch_sizes"].append(entry)
             payload["elapsed_s"] = time.perf_counter() - started
             write_json(args.out, payload)
