@@ -856,6 +856,14 @@ def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def deadline_passed(started: float, deadline_s: float | None) -> str | None:
+    """Why the next variant is skipped under --deadline-s, or None."""
+    elapsed = time.perf_counter() - started
+    if deadline_s is None or elapsed <= deadline_s:
+        return None
+    return f"deadline: {elapsed:.0f} s > --deadline-s {deadline_s:.0f}"
+
+
 def check_device(tiny: bool, threads: int | None = None) -> str:
     """The device, checked before any work (without initialising CUDA: the scene renderer forks workers later)."""
     import torch
@@ -969,37 +977,22 @@ def main(argv=None) -> int:
             steps=args.steps, warmup=args.warmup, seed=args.seed, dataset=dataset, device=device, work_dir=work_dir,
             variant_timeout_s=args.variant_timeout_s, min_rollouts=args.min_rollouts,
         )
-        payload: dict[str, Any] = {
-            "bench": "grpo",
-            "mode": "tiny" if args.tiny else "full_size",
-            "environment": environment_info(device, args.memory_cap_gib),
-            "shape": {
-                "completion_length": completion_length,
-                "num_generations": NUM_GENERATIONS,
-                "image": "x".join(str(side) for side in dataset[0]["image"].size),
-                "data": data_source,
-                "num_examples": n,
-                "data_s": time.perf_counter() - data_start,
-                "recipe": str(args.recipe),
-                "steps": args.steps,
-                "min_rollouts": args.min_rollouts,
-                "warmup": args.warmup,
-            },
-            "variants": [],
-        }
+        shape = {"completion_length": completion_length, "num_generations": NUM_GENERATIONS,
+                 "image": "x".join(str(side) for side in dataset[0]["image"].size), "data": data_source,
+                 "num_examples": n, "data_s": time.perf_counter() - data_start, "recipe": str(args.recipe),
+                 "steps": args.steps, "min_rollouts": args.min_rollouts, "warmup": args.warmup}
+        payload: dict[str, Any] = {"bench": "grpo", "mode": "tiny" if args.tiny else "full_size",
+                                   "environment": environment_info(device, args.memory_cap_gib), "shape": shape,
+                                   "variants": []}
         env = payload["environment"]
         print(f"[bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} "
               f"trl {env['trl']} | cap {args.memory_cap_gib} GiB | data: {data_source}", flush=True)
         results = payload["variants"]
         for variant in variants:
             missing = missing_requirements(variant)
-            elapsed = time.perf_counter() - started
-            if missing:
-                result = {"name": variant.name, **variant.to_dict(), "status": "skipped",
-                          "error": f"not installed: {', '.join(missing)}"}
-            elif args.deadline_s is not None and elapsed > args.deadline_s:
-                result = {"name": variant.name, **variant.to_dict(), "status": "skipped",
-                          "error": f"deadline: {elapsed:.0f} s > --deadline-s {args.deadline_s:.0f}"}
+            skip = f"not installed: {', '.join(missing)}" if missing else deadline_passed(started, args.deadline_s)
+            if skip:
+                result = {"name": variant.name, **variant.to_dict(), "status": "skipped", "error": skip}
             else:
                 print(f"[bench] {variant.name}: {variant.description}", flush=True)
                 result = run_variant(variant, ctx)
@@ -1150,6 +1143,9 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
 
 CHUNK_TOKENS = 1 << 16  # the 'k' suffix's cap on vision-attention tokens per SDPA call
 
+# --batch-sizes suffix letters: c = selfcheck --compile, n = the next batch's CPU work serial with the GPU's, g = image
+# preprocessing on the GPU, v = time the vision tower (GPU syncs around it: a row of its own), u = transformers'
+# per-image vision attention, p = M-RoPE positions in the prefill on the GPU, k = vision attention in CHUNK_TOKENS calls
 SELFCHECK_SUFFIXES = {"c": "compile", "n": "no_prefetch", "g": "gpu_images", "v": "vision_timing",
                       "u": "per_image_vision_attention", "p": "gpu_positions", "k": "chunked_vision_attention"}
 
@@ -1180,14 +1176,7 @@ class ModuleTimer:
 
 
 def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, dict[str, bool]]]:
-    """'256,512n,512g' -> [(256, {}), (512, {'no_prefetch': True}), (512, {'gpu_images': True})]. Suffix letters:
-    c = selfcheck --compile (transformers' static-cache generate), n = no prefetch (the next batch's CPU work
-    serial with the GPU's), g = image preprocessing on the GPU (selfcheck --image-device cuda), v = time the vision
-    tower's forward calls (`vision_s`, a part of the prefill; GPU syncs around it, so a row of its own),
-    u = transformers' per-image vision attention (selfcheck --vision-attention per_image; default: grouped),
-    p = the M-RoPE positions computed in the prefill on the GPU (default: with the batch's CPU work),
-    k = the grouped vision attention in chunks of CHUNK_TOKENS (64k) tokens per call (default: all of a size's
-    images in one call)."""
+    """'256,512n' -> [(256, {}), (512, {'no_prefetch': True})]: a batch size and its SELFCHECK_SUFFIXES letters."""
     runs = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -1263,9 +1252,9 @@ def selfcheck_main(argv=None) -> int:
             vision_attention.MAX_TOKENS_PER_CALL = CHUNK_TOKENS if flags.get("chunked_vision_attention") else None
             entry: dict[str, Any] = {"batch_size": batch_size, "examples": to_time[batch_size],
                                      **{name: flags.get(name, False) for name in SELFCHECK_SUFFIXES.values()}}
-            elapsed = time.perf_counter() - started
-            if args.deadline_s is not None and elapsed > args.deadline_s:
-                entry.update({"status": "skipped", "error": f"deadline: {elapsed:.0f} s > --deadline-s {args.deadline_s:.0f}"})
+            skip = deadline_passed(started, args.deadline_s)
+            if skip:
+                entry.update(status="skipped", error=skip)
                 payload["batch_sizes"].append(entry)
                 write_json(args.out, payload)
                 print(f"[selfcheck-bench] batch {batch_size}: skipped ({entry['error']})", flush=True)
@@ -1331,12 +1320,9 @@ def selfcheck_main(argv=None) -> int:
 
 
 def compare_with_first(entries: list[dict], outputs: list[dict | None]) -> None:
-    """Every ok entry after the first ok one gets how many of its answers (`same_answers_as_first`) and of its
-    completion texts (`same_completions_as_first`) equal the first's, over `answers_compared` examples. `outputs`:
-    per entry, None or {'answers': [...], 'completions': [...]} of its measured call. Greedy decoding of the same
-    inputs must give the same texts (prefetching or not); GPU image preprocessing may change pixels in the last
-    bits, which this counts. With random weights the answers agree trivially (nothing parses), the texts do not:
-    3000 x 256 identical tokens is the real check."""
+    """Every ok entry after the first ok one counts its answers and completion texts equal to the first's
+    (`outputs`: per entry, None or its {'answers', 'completions'}). Greedy decoding of the same inputs must give the
+    same texts; with random weights the answers agree trivially (nothing parses), so the texts are the real check."""
     pairs = [(e, out) for e, out in zip(entries, outputs) if e.get("status") == "ok" and out is not None]
     if not pairs:
         return
@@ -1350,9 +1336,8 @@ def compare_with_first(entries: list[dict], outputs: list[dict | None]) -> None:
 
 
 def selfcheck_batch_split(batch_timings: list[dict], decoder_timings: list[dict]) -> dict[str, Any]:
-    """The measured call's per-batch split for the JSON: the evaluation's own (`wait_s`: the loop waiting for the
-    batch's inputs, the first batch's build included; `generate_s`; `post_s`), with the graph decoder's prefill and
-    decode seconds beside them when it timed as many batches; and the totals."""
+    """The evaluation's per-batch split (wait_s, the first batch's build included; generate_s; post_s) with the graph
+    decoder's prefill / decode seconds beside them when it timed as many batches, and the totals."""
     batches = [dict(t) for t in batch_timings]
     if decoder_timings and len(decoder_timings) == len(batches):
         for batch, timed in zip(batches, decoder_timings):
@@ -1410,20 +1395,16 @@ def format_selfcheck_table(payload: dict) -> str:
     return "\n".join(rows)
 
 
+def cli(argv=None, entry=None) -> int:
+    try:
+        return (entry or main)(argv)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
 def selfcheck_cli(argv=None) -> int:
-    try:
-        return selfcheck_main(argv)
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-def cli(argv=None) -> int:
-    try:
-        return main(argv)
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return cli(argv, selfcheck_main)
 
 
 if __name__ == "__main__":

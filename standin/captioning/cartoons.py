@@ -33,18 +33,9 @@ vote_noise)``); ``mean`` is their mean, ``precision`` the **standard error** of 
 ``data.preference_pairs(..., se_from="precision")`` is right for this data. ``oracle`` is written for analysis only
 (``data.load_captions`` drops it unless ``keep_oracle=True``); ``scene_meta`` (JSON) says what was rendered.
 
-Descriptions: ``scene`` (how many objects and of what kind), ``twist`` (always "one of them does not quite fit in"),
-``location`` (the floor / ground and sky), ``entities`` (the kind of thing: "shapes" / "toy vehicles", never
-which shapes or colours, which would let a text-only model see what is absent).
-
-Pre-training corpora and templated thinking
--------------------------------------------
-The stand-in's tiny "base" policy and RM backbone first learn to see these scenes: ``pretrain_rows`` gives
-prompt-completion rows of three kinds (``describe``: list the objects; ``question``: plain questions about the scene;
-``fluency``: *uniformly random* candidate captions under the task prompt and format, so the base can write captions
-but is not selected for funniness). ``templated_thinking(row)`` is a **templated** thinking trace from the scene
-metadata ("Most of the objects are red cubes, but one is blue..."): tiny models cannot write real explanations, so
-the stand-in's SFT traces may come from it; the real synthesis code path is run on the stand-in all the same.
+The descriptions (``describe``) never say which object is odd. ``pretrain_rows`` and ``templated_thinking`` give the
+stand-in's tiny base models their pre-training rows and templated thinking traces (tiny models cannot write real
+explanations).
 
 CLI::
 
@@ -448,12 +439,9 @@ def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
 
 
 def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = StandinConfig()):
-    """A new round of *simulated* ratings: caption rows, in ``dataset``'s columns, for the captions of ``samples``
-    (dicts with ``contest`` and ``caption``, e.g. a policy's parsed samples), each rated by simulated readers exactly as
-    the contests' own candidates were (``simulate_votes`` on the hidden oracle, ``config``'s vote settings). This is
-    the stand-in's version of collecting human ratings on a policy's outputs (iterated RLHF); the oracle stays an
-    analysis column. Skipped and counted: captions already in their contest or repeated, contests not in ``dataset``.
-    Returns ``(datasets.Dataset, counts)``."""
+    """A new round of *simulated* ratings (the stand-in's human ratings of a policy's outputs): ``(caption rows in
+    dataset's columns, counts)`` for the ``samples`` ({contest, caption}), rated as the contests' own candidates were.
+    Skipped and counted: captions already in their contest or repeated, contests not in ``dataset``."""
     import datasets
 
     if "scene_meta" not in dataset.column_names:
@@ -588,20 +576,14 @@ def odd_object_phrase(meta: dict) -> str:
 
 
 TRACE_WORDINGS = ("caption", "joke")
-# `full`: what is odd, then that a good caption plays on it (the odd object named twice); `first_sentence`: only
-# what is odd (named once). Run 18's probe: the SFT policies' samples derail right after the odd object's phrase
+# `full`: what is odd, then that a good caption plays on it; `first_sentence`: only what is odd
 TRACE_TEMPLATES = ("full", "first_sentence")
 
 
 def templated_thinking(row: dict, wording: str = "caption", template: str = "full") -> str:
-    """A TEMPLATED thinking trace for a stand-in caption row (from ``scene_meta``, not from a model).
-
-    Stands in for the real synthesis output when the policy is too small to write explanations; it says what is
-    odd in the picture and (``template="full"``) that the caption plays on it; ``first_sentence`` stops after what
-    is odd. It never quotes the caption. ``wording``: the noun of "A good ... points at": ``caption`` (runs 1-12) or
-    ``joke`` (the stand-in tokenizer splits "caption" into the sub-words of the ``<caption>`` tag;
-    experiments/captioning/LOG.md, "The format probe again" and run 7).
-    """
+    """A TEMPLATED thinking trace for a stand-in caption row (from ``scene_meta``, not from a model): what is odd in
+    the picture and (``template="full"``) that the caption plays on it, never quoting the caption. ``wording``: the
+    noun of "A good ... points at" (``joke`` keeps the trace off the sub-words of the ``<caption>`` tag)."""
     if wording not in TRACE_WORDINGS:
         raise DataError(f"templated_thinking wording must be one of {TRACE_WORDINGS}, got {wording!r}")
     if template not in TRACE_TEMPLATES:
@@ -684,21 +666,12 @@ PRETRAIN_KINDS = ("describe", "question", "fluency")  # the kinds of pre-trainin
 
 def pretrain_rows(dataset, kinds: tuple[str, ...] = PRETRAIN_KINDS, per_contest: int = 4,
                   think_prefix: bool | None = None, seed: int = 0, processor=None):
-    """Prompt-completion rows that teach a tiny base model (policy or RM backbone) to see the stand-in's scenes.
-
-    * ``describe``: "Describe the picture." -> ``scene_description``;
-    * ``question``: ``scene_questions`` (count, which is odd, how, present/absent colours and shapes);
-    * ``fluency``: the task prompt (``protocol.build_messages``) -> ``format_target(neutral thinking, caption)`` for
-      captions drawn *uniformly* from the contest's candidates (never by funniness), so the base writes captions in
-      the format without knowing the rule.
-
-    ``per_contest`` rows of each kind per contest (questions: up to that many). ``think_prefix``: completions of the
-    describe/question kinds start with an empty think block (``</think>\n\n``), as a Thinking model's template has
-    already opened ``<think>``; default: True, or, with a ``processor``, whether its generation prompt ends with
-    ``<think>\n``. ``processor``: emit text prompt-completion rows (see ``data.sft_rows``: Thinking templates rewrite
-    conversational assistant turns). Columns: prompt, completion, images, kind, contest. Never reads ``oracle``,
-    ``mean`` or ``votes``.
-    """
+    """Prompt-completion rows that teach a tiny base model (policy or RM backbone) to see the stand-in's scenes:
+    ``describe`` (``scene_description``), ``question`` (``scene_questions``) and ``fluency`` (the task prompt -> a
+    caption drawn *uniformly* from the contest's candidates: the format without the rule), ``per_contest`` of each
+    kind per contest. ``think_prefix``: describe/question completions start with an empty think block (default: True,
+    or whether the ``processor``'s generation prompt opens ``<think>``). ``processor``: text rows (Thinking templates
+    rewrite conversational assistant turns). Never reads ``oracle``, ``mean`` or ``votes``."""
     unknown = sorted(set(kinds) - set(PRETRAIN_KINDS))
     if unknown:
         raise DataError(f"unknown pretrain kind(s) {unknown}; choose from describe, question, fluency")
