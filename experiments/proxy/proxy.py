@@ -184,7 +184,6 @@ ARMS: dict[str, Arm] = {
     ]
 }
 MAIN_ARMS = ("weak_baseline", "ours")
-ABLATION_ARMS = tuple(name for name, arm in ARMS.items() if arm.role == "ablation")
 LORA_LR_FACTOR = 5.0
 
 
