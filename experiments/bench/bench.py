@@ -72,74 +72,40 @@ DEFAULT_PROMPT_TEMPLATES = ["train:0.5", "eval:0.5"]
 PRESETS: dict[str, dict[str, Any]] = {
     "plain_trl": {
         "description": "TRL 1.16 defaults, per-device batch 64, no accumulation (the reference of every ratio)",
-        "recipe": False,
-        "per_device_train_batch_size": 64,
-        "gradient_accumulation_steps": 1,
-    },
-    "ours": {
-        "description": "recipe algorithm; generate 256 at once (64 x accumulation 4, on-policy), grad ckpt",
-        "recipe": True,
-        "per_device_train_batch_size": 64,
-        "gradient_accumulation_steps": 4,
-        "gradient_checkpointing": True,
-    },
-    "ours_gen512": {
-        "base": "ours",
-        "description": "generate 512 at once (64 x accumulation 8, on-policy)",
-        "gradient_accumulation_steps": 8,
-    },
+        "recipe": False, "per_device_train_batch_size": 64, "gradient_accumulation_steps": 1},
+    "ours": {"description": "recipe algorithm; generate 256 at once (64 x accumulation 4, on-policy), grad ckpt",
+             "recipe": True, "per_device_train_batch_size": 64, "gradient_accumulation_steps": 4,
+             "gradient_checkpointing": True},
+    "ours_gen512": {"base": "ours", "description": "generate 512 at once (64 x accumulation 8, on-policy)",
+                    "gradient_accumulation_steps": 8},
     "ours_gen512_beta0": {"base": "ours_gen512", "description": "ours_gen512 with beta 0", "beta": 0.0},
     "ours_gen512_beta0_dedupe": {
-        "base": "ours_gen512_beta0",
-        "description": "ours_gen512_beta0, each distinct image through the ViT once (dedupe_vision: same update)",
-        "dedupe_vision": True,
-    },
+        "base": "ours_gen512_beta0", "dedupe_vision": True,
+        "description": "ours_gen512_beta0, each distinct image through the ViT once (dedupe_vision: same update)"},
     "ours_gen512_beta0_dedupe_graph": {
-        "base": "ours_gen512_beta0_dedupe",
-        "description": "ours_gen512_beta0_dedupe with the CUDA-graph decoder (fast_decode: open_r1/decoding.py)",
-        "fast_decode": "graph",
-    },
-    "ours_fast": {
-        "base": "ours_gen512_beta0_dedupe_graph",
-        "description": "the shipped speed levers: ours_gen512_beta0_dedupe_graph + each distinct image preprocessed "
-                       "once per round (dedupe_images: open_r1/image_dedupe.py)",
-        "dedupe_images": True,
-    },
-    "ours_fast_grouped": {
-        "base": "ours_fast",
-        "description": "ours_fast with the vision tower's attention once per image size (vision_attention: grouped, "
-                       "open_r1/vision_attention.py; what modeling.load_model, hence train.sh, now uses)",
-        "vision_attention": "grouped",
-    },
-    "ours_fast_mb128": {
-        "base": "ours_fast",
-        "description": "ours_fast, training micro-batches of 128 (accumulation 4)",
-        "per_device_train_batch_size": 128,
-        "gradient_accumulation_steps": 4,
-    },
+        "base": "ours_gen512_beta0_dedupe", "fast_decode": "graph",
+        "description": "ours_gen512_beta0_dedupe with the CUDA-graph decoder (fast_decode: open_r1/decoding.py)"},
+    "ours_fast": {"base": "ours_gen512_beta0_dedupe_graph", "dedupe_images": True,
+                  "description": "the shipped speed levers: ours_gen512_beta0_dedupe_graph + each distinct image "
+                                 "preprocessed once per round (dedupe_images: open_r1/image_dedupe.py)"},
+    "ours_fast_grouped": {"base": "ours_fast", "vision_attention": "grouped",
+                          "description": "ours_fast with the vision tower's attention once per image size "
+                                         "(vision_attention: grouped, open_r1/vision_attention.py; what "
+                                         "modeling.load_model, hence train.sh, now uses)"},
+    "ours_fast_mb128": {"base": "ours_fast", "description": "ours_fast, training micro-batches of 128 (accumulation 4)",
+                        "per_device_train_batch_size": 128, "gradient_accumulation_steps": 4},
     # train.sh's default path in one process: DeepSpeed ZeRO-3 with zero3.json (one variant per process: accelerate's
     # state is a process-wide singleton; `--merge` puts the JSONs of several processes into one table)
-    "plain_trl_zero3": {
-        "base": "plain_trl",
-        "description": "plain_trl under DeepSpeed ZeRO-3 (zero3.json; HF generate on TRL's gathered weights)",
-        "zero3": True,
-        "requires": ["deepspeed"],
-    },
-    "ours_fast_zero3": {
-        "base": "ours_fast",
-        "description": "ours_fast under DeepSpeed ZeRO-3 (zero3.json): the graph decoder on a whole-weight copy "
-                       "refreshed once per optimizer step (open_r1/rollout_weights.py)",
-        "zero3": True,
-        "requires": ["deepspeed"],
-    },
-    "ours_vllm": {
-        "base": "ours",
-        "description": "vLLM colocate generation (TRL use_vllm; needs vllm; not measured on the project's GPU)",
-        "use_vllm": True,
-        "vllm_mode": "colocate",
-        "vllm_gpu_memory_utilization": 0.3,
-        "requires": ["vllm"],
-    },
+    "plain_trl_zero3": {"base": "plain_trl", "zero3": True, "requires": ["deepspeed"],
+                        "description": "plain_trl under DeepSpeed ZeRO-3 (zero3.json; HF generate on TRL's gathered "
+                                       "weights)"},
+    "ours_fast_zero3": {"base": "ours_fast", "zero3": True, "requires": ["deepspeed"],
+                        "description": "ours_fast under DeepSpeed ZeRO-3 (zero3.json): the graph decoder on a "
+                                       "whole-weight copy refreshed once per optimizer step "
+                                       "(open_r1/rollout_weights.py)"},
+    "ours_vllm": {"base": "ours", "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3,
+                  "requires": ["vllm"], "description": "vLLM colocate generation (TRL use_vllm; needs vllm; not "
+                                                       "measured on the project's GPU)"},
 }
 # The presets of past runs only (compiled generate, frozen ViT, Liger, no checkpointing, ...) left after 7454d52
 # (experiments/LOG.md); `--define` rebuilds any of them.
