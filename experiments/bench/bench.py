@@ -472,35 +472,26 @@ class Probe:
         train = training_step - prepare
         rollouts = len(self.completion_lengths)
         gen_tokens = sum(self.completion_lengths)
+        lengths = self.completion_lengths
         return {
-            "wall_s": wall,
-            "rollouts": rollouts,
-            "rollouts_per_s": rollouts / wall if wall > 0 else None,
-            "gen_s": gen,
-            "logp_s": logp,
-            "prep_s": prepare - gen - logp,
-            "train_s": train,
+            "wall_s": wall, "rollouts": rollouts, "rollouts_per_s": rollouts / wall if wall > 0 else None,
+            "gen_s": gen, "logp_s": logp, "prep_s": prepare - gen - logp, "train_s": train,
             "other_s": wall - training_step,
-            "gen_calls": self.counts["gen"],
-            "logp_calls": self.counts["logp"],
+            "gen_calls": self.counts["gen"], "logp_calls": self.counts["logp"],
             "train_micro_steps": self.counts["compute_loss"],
-            "gen_tokens": gen_tokens,
-            "gen_tokens_per_s": gen_tokens / gen if gen > 0 else None,
+            "gen_tokens": gen_tokens, "gen_tokens_per_s": gen_tokens / gen if gen > 0 else None,
             # all of `_generate` (tokenisation, image processing, prefill, decoding) per token step of one call
-            "gen_ms_per_step": (1000 * gen / (self.counts["gen"] * max(self.completion_lengths))
-                                if gen > 0 and self.completion_lengths else None),
-            "train_tokens": self.train_tokens,
-            "train_padded_tokens": self.train_padded_tokens,
+            "gen_ms_per_step": 1000 * gen / (self.counts["gen"] * max(lengths)) if gen > 0 and lengths else None,
+            "train_tokens": self.train_tokens, "train_padded_tokens": self.train_padded_tokens,
             "train_tokens_per_s": self.train_tokens / train if train > 0 else None,
             "trained_sequences": self.train_sequences,
             "trained_sequences_per_s": self.train_sequences / wall if wall > 0 else None,
-            "completion_len_min": min(self.completion_lengths) if self.completion_lengths else None,
-            "completion_len_max": max(self.completion_lengths) if self.completion_lengths else None,
+            "completion_len_min": min(lengths) if lengths else None,
+            "completion_len_max": max(lengths) if lengths else None,
             "warmup_s": (self.warmup_end - self.train_start) if self.warmup_end else None,
             "step_reserved_gib": self.step_reserved_gib,
-            "optimizer_step_s": [
-                end - begin for begin, end in zip([self.window_start, *self.step_ends[:-1]], self.step_ends, strict=True)
-            ],
+            "optimizer_step_s": [end - begin for begin, end in
+                                 zip([self.window_start, *self.step_ends[:-1]], self.step_ends, strict=True)],
         }
 
 
@@ -801,14 +792,8 @@ def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any
     import transformers
     import trl
 
-    info = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "trl": trl.__version__,
-        "device": device,
-        "memory_cap_gib": memory_cap_gib,
-    }
+    info = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "trl": trl.__version__, "device": device, "memory_cap_gib": memory_cap_gib}
     for module in ("liger_kernel", "flash_attn", "vllm"):
         info[f"has_{module}"] = importlib.util.find_spec(module) is not None
     if device == "cuda":

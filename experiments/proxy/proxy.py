@@ -38,18 +38,9 @@ RESULTS_SCHEMA = 1
 # --------------------------------------------------------------------------------------------------------------------
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     # 47.6M parameters: 38.9M in the tied real-size embedding, 8.7M in the vision tower and the decoder.
-    "small": {
-        "hidden_size": 256,
-        "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "intermediate_size": 1024,
-        "vision_depth": 4,
-        "vision_embed_dim": 256,
-        "vision_num_heads": 4,
-        "vision_mlp_ratio": 4,
-        "dtype": "float32",
-    },
+    "small": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 1024, "vision_depth": 4, "vision_embed_dim": 256, "vision_num_heads": 4,
+              "vision_mlp_ratio": 4, "dtype": "float32"},
     # open_r1.tiny_models defaults (~10M, hidden 64): CPU tests only.
     "tiny": {"dtype": "float32"},
 }
@@ -436,25 +427,19 @@ def run_worker(spec: dict) -> dict:
             accuracy_key = "rewards/exact_count/mean" if any(v is not None for v in curve.get(
                 "rewards/exact_count/mean", [])) else "exact_count/accuracy"
             result.update(
-                steps=steps,
-                generation_batch_size=int(training_args.generation_batch_size),
+                steps=steps, generation_batch_size=int(training_args.generation_batch_size),
                 num_generations=int(training_args.num_generations),
                 rollouts=steps * int(training_args.generation_batch_size) * int(training_args.world_size),
-                train_seconds=train_seconds,
-                seconds_per_step=train_seconds / max(steps, 1),
+                train_seconds=train_seconds, seconds_per_step=train_seconds / max(steps, 1),
                 stop_reason=callback.stop_reason or "max_steps",
-                train_reward_first=_edge_mean(curve.get("reward", []), head=True),
-                train_reward_last=_edge_mean(curve.get("reward", []), head=False),
-                train_exact_first=_edge_mean(curve.get(accuracy_key, []), head=True),
-                train_exact_last=_edge_mean(curve.get(accuracy_key, []), head=False),
-                zero_std_first=_edge_mean(curve.get("frac_reward_zero_std", []), head=True),
-                zero_std_last=_edge_mean(curve.get("frac_reward_zero_std", []), head=False),
                 completion_length_last=_edge_mean(curve.get("completions/mean_length", []), head=False),
-                train_curve=curve,
-            )
+                train_curve=curve)
+            for name, key in (("train_reward", "reward"), ("train_exact", accuracy_key),
+                              ("zero_std", "frac_reward_zero_std")):
+                result[f"{name}_first"] = _edge_mean(curve.get(key, []), head=True)
+                result[f"{name}_last"] = _edge_mean(curve.get(key, []), head=False)
             if sync.get("progress"):
-                write_json(sync["progress"], {"step": steps, "done": True, "phase": "eval",
-                                                      "last_time": time.time()})
+                write_json(sync["progress"], {"step": steps, "done": True, "phase": "eval", "last_time": time.time()})
             model = trainer.accelerator.unwrap_model(trainer.model)
             if hasattr(model, "merge_and_unload"):  # LoRA: score the merged weights, as export would
                 model = model.merge_and_unload()
@@ -500,14 +485,9 @@ def _stats(values: list[float]) -> dict:
     values = [float(v) for v in values if v is not None]
     if not values:
         return {"n": 0, "mean": None, "sd": None, "range": None, "min": None, "max": None}
-    return {
-        "n": len(values),
-        "mean": statistics.fmean(values),
-        "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
-        "range": max(values) - min(values),
-        "min": min(values),
-        "max": max(values),
-    }
+    return {"n": len(values), "mean": statistics.fmean(values),
+            "sd": statistics.stdev(values) if len(values) > 1 else 0.0, "range": max(values) - min(values),
+            "min": min(values), "max": max(values)}
 
 
 USABLE_STATUSES = ("ok", "partial")  # partial: stopped during evaluation, some splits scored

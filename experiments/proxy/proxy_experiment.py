@@ -201,19 +201,11 @@ def main(argv=None) -> dict:
         arm, seed = job["arm"], job["seed"]
         overrides = proxy.arm_overrides(arm, learning_rate=args.lr)
         run_dir = work / "runs" / name
-        argv = [
-            "--config", str(proxy.ARMS[arm].config_path()),
-            "--model_name_or_path", str(warm),
-            "--dataset_name", str(data_dir / "train"),
-            "--output_dir", str(run_dir),
-            "--seed", str(seed),
-            "--max_steps", str(max_steps),
-            "--per_device_train_batch_size", str(micro),
-            "--gradient_accumulation_steps", str(accumulation),
-            *overrides,
-            *(TINY_GRPO_OVERRIDES if args.tiny else []),
-            *extra,
-        ]
+        argv = ["--config", str(proxy.ARMS[arm].config_path()), "--model_name_or_path", str(warm),
+                "--dataset_name", str(data_dir / "train"), "--output_dir", str(run_dir), "--seed", str(seed),
+                "--max_steps", str(max_steps), "--per_device_train_batch_size", str(micro),
+                "--gradient_accumulation_steps", str(accumulation), *overrides,
+                *(TINY_GRPO_OVERRIDES if args.tiny else []), *extra]
         job.update(grpo_argv=argv, overrides=overrides, run_dir=str(run_dir),
                    sync={"progress": str(work / "progress" / f"{name}.json"),
                          "control": str(control_path) if sync else None, "hard_deadline": hard_deadline},
@@ -260,24 +252,14 @@ def main(argv=None) -> dict:
     results = {
         "schema": proxy.RESULTS_SCHEMA,
         "meta": {
-            "created": dt.datetime.now().isoformat(timespec="seconds"),
-            "command": command,
+            "created": dt.datetime.now().isoformat(timespec="seconds"), "command": command,
             "results_json": "results.json",
             "rebuild_command": f"python -m experiments.proxy.make_results {out_dir / 'results.json'}",
-            "versions": package_versions(),
-            "tiny": args.tiny,
-            "splits": list(proxy.EVAL_SPLITS),
-            "eval_limit": args.eval_limit,
-            "eval_max_new_tokens": args.eval_max_new_tokens,
-            "eval_template": protocol.EVAL_TEMPLATE,
-            "generation_batch_size": batch,
-            "micro_batch": micro,
-            "max_steps": max_steps,
-            "sync": sync,
-            "stop_at": stop_at,
-            "budget_seconds": budget,
-            "wall_seconds": time.time() - started,
-            "start": start_info,
+            "versions": package_versions(), "tiny": args.tiny, "splits": list(proxy.EVAL_SPLITS),
+            "eval_limit": args.eval_limit, "eval_max_new_tokens": args.eval_max_new_tokens,
+            "eval_template": protocol.EVAL_TEMPLATE, "generation_batch_size": batch, "micro_batch": micro,
+            "max_steps": max_steps, "sync": sync, "stop_at": stop_at, "budget_seconds": budget,
+            "wall_seconds": time.time() - started, "start": start_info,
             "data": {"dir": str(data_dir), "sizes": proxy.split_sizes_on_disk(data_dir),
                      **{k: (start_info.get("sft_report") or {}).get("data", {}).get(k)
                         for k in ("image_size", "ood_image_size")}},
