@@ -651,10 +651,8 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
             "generation_batch_size", "num_iterations", "num_generations", "beta", "loss_type", "max_steps")})
         result.update(gradient_checkpointing=bool(args.gradient_checkpointing), warmup_rounds=ctx.warmup, **geometry)
         # Every variant scores with the recipe's rewards (CPU work, the same for all); plain TRL weighs them equally.
-        reward_funcs = get_reward_funcs(
-            ctx.recipe.get("reward_funcs") or DEFAULT_REWARD_FUNCS,
-            grpo_lib.parse_reward_kwargs(ctx.recipe.get("reward_kwargs")),
-        )
+        reward_funcs = get_reward_funcs(ctx.recipe.get("reward_funcs") or DEFAULT_REWARD_FUNCS,
+                                        grpo_lib.parse_reward_kwargs(ctx.recipe.get("reward_kwargs")))
         if args.reward_weights is not None and len(args.reward_weights) != len(reward_funcs):
             args.reward_weights = None  # plain TRL with the recipe's rewards: equal weights
         templates = ctx.recipe.get("prompt_templates") or DEFAULT_PROMPT_TEMPLATES
@@ -667,19 +665,14 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         ref_context = reference_model_from_policy(model) if args.beta != 0.0 else contextlib.nullcontext()
         # plain TRL where no lever of ours is on, else our subclass (the same trainer train.sh runs)
         ours = variant.lazy_images or variant.dedupe_vision or variant.fast_decode != "hf" or variant.dedupe_images
-        trainer_kwargs = dict(lazy_images=variant.lazy_images, dedupe_vision=variant.dedupe_vision,
-                              fast_decode=variant.fast_decode, dedupe_images=variant.dedupe_images)
+        kwargs = dict(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
+                      processing_class=processor)
+        if ours:
+            kwargs.update(lazy_images=variant.lazy_images, dedupe_vision=variant.dedupe_vision,
+                          fast_decode=variant.fast_decode, dedupe_images=variant.dedupe_images)
         with ref_context:
-            trainer = (VLMGRPOTrainer if ours else GRPOTrainer)(
-                model=model,
-                reward_funcs=reward_funcs,
-                args=args,
-                train_dataset=train_dataset,
-                processing_class=processor,
-                **(trainer_kwargs if ours else {}),
-            )
-        optimizer_steps_per_round = geometry["optimizer_steps_per_round"]
-        probe = Probe(trainer, ctx.warmup * optimizer_steps_per_round, args.max_steps, sync)
+            trainer = (VLMGRPOTrainer if ours else GRPOTrainer)(**kwargs)
+        probe = Probe(trainer, ctx.warmup * geometry["optimizer_steps_per_round"], args.max_steps, sync)
         trainer.add_callback(probe.callback)
         result["setup_s"] = time.perf_counter() - start
         # --tiny: TRL scores every position where Triton is missing (CPU), ~15x slower with the real vocabulary
@@ -694,9 +687,7 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
                           rollout_copy_last_refresh_s=copy_weights.last_refresh_s)
         decoder = getattr(trainer, "_graph_decoder", None)
         if decoder is not None and decoder.timings:  # the decoder's own prefill / decode-loop split
-            split = decoder_split(decoder.timings, result["gen_calls"])
-            result.update(decoder_prefill_s=split["decoder_prefill_s"], decoder_decode_s=split["decoder_decode_s"],
-                          decode_ms_per_step=split["decode_ms_per_step"],
+            result.update(decoder_split(decoder.timings, result["gen_calls"]),
                           decoder_cache_allocations=decoder.allocations, decoder_calls=decoder.calls)
         result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
         if variant.dedupe_images:  # proof that the lever acted: images preprocessed vs images given

@@ -87,12 +87,8 @@ def split_sizes_on_disk(data_dir: str | os.PathLike) -> dict[str, int]:
 def ensure_splits(data_dir: str | os.PathLike, sizes: dict[str, int], seed: int = 0, image_size: str | None = None,
                   ood_image_size: str | None = None, workers: int | None = None, progress: bool = True,
                   log=print, required: dict[str, int] | None = None) -> dict[str, Any]:
-    """Render with `open_r1.tasks.counting.scenes.write_splits` the splits of `sizes` ({split: rows}) that `data_dir` lacks: absent,
-    or with fewer rows than `required` asks ({split: minimum rows}; default `sizes`).
-
-    Returns {"generated": bool, "sizes": {split: rows}, "seconds": float, "stats": ...}. Splits already there with
-    enough rows are reused as they are (their image size is not checked) and never modified; only the short ones are
-    (re)rendered. Delete the dir to re-render everything.
+    """Render (`scenes.write_splits`) the splits of `sizes` ({split: rows}) that `data_dir` lacks or holds fewer rows of
+    than `required` asks (default `sizes`); the others are reused untouched. Returns {generated, sizes, seconds, stats}.
     """
     start = time.perf_counter()
     present = split_sizes_on_disk(data_dir)
@@ -280,13 +276,10 @@ def make_sync_callback(progress_path: str | None, control_path: str | None, hard
 
 def decide_stop_at(progress: dict[str, dict], now: float, train_deadline: float, max_steps: int,
                    safety: float = 0.85, min_steps: int = 6) -> int | None:
-    """The common last step of all running arms, or None while it cannot be decided yet.
-
-    `progress` maps a job to its latest progress record ({step, first_step_time, last_time}; `None` or a record
-    with `done` for jobs that have not started / have ended). Each arm's rate is measured from its first step (which
-    holds the warm-up) to its latest; the step every arm can reach by `train_deadline` at `safety` x its rate is
-    the stop step. It is never below the furthest arm's next step (an arm cannot go back), nor above `max_steps`.
-    """
+    """The common last step of all running arms, or None while it cannot be decided yet: the step every arm reaches by
+    `train_deadline` at `safety` x its rate (measured from its first step, which holds the warm-up, to its latest),
+    never below the furthest arm's next step nor above `max_steps`. `progress`: {job: latest record, None before it
+    starts; `done` once it ended}."""
     rates = {}
     for job, record in progress.items():
         if record is None:
@@ -310,13 +303,9 @@ def decide_stop_at(progress: dict[str, dict], now: float, train_deadline: float,
 
 def raise_stop_at(stop_at: int, progress: dict[str, dict], now: float, train_deadline: float, max_steps: int,
                   margin: int = 2) -> int:
-    """`stop_at`, or a later common step when the arms turned out faster than first projected.
-
-    The first decision is made after a few steps, when start-up costs still weigh on the rates, so it undershoots.
-    Arms read the control file after every step, so the step can still be raised while every arm is at least `margin`
-    steps short of it (none can have stopped on the old value); it is never lowered, and never raised once any arm
-    has ended (it stopped on the old value and cannot follow: run 5 of the proxy lost a step that way).
-    """
+    """`stop_at`, or a later common step when the arms turned out faster than first projected (start-up costs weigh
+    on the first rates). Raised only while every arm is at least `margin` steps short of it, never once an arm has
+    ended (it stopped on the old value and cannot follow), never lowered."""
     if any(record is not None and record.get("done") for record in progress.values()):
         return stop_at
     steps = [int((record or {}).get("step") or 0) for record in progress.values() if record is not None]
@@ -345,10 +334,8 @@ PREDICTION_TEXT_CHARS = 120  # per-row completion text kept in the proxy's predi
 def evaluate_splits(model, processor, data_dir: str, splits=EVAL_SPLITS, limit: int | None = None,
                     batch_size: int = 64, max_new_tokens: int = protocol.EVAL_MAX_NEW_TOKENS,
                     template: str = protocol.EVAL_TEMPLATE, log=print, on_split=None) -> tuple[dict, dict]:
-    """The protocol on each split: ({split: summary + by_count}, {split: [(gold, prediction, tokens, text)]}), the
-    text cut to PREDICTION_TEXT_CHARS (enough to see what an unparseable answer looks like).
-
-    `on_split(summaries)` is called after each split, so a caller can save partial results as they come."""
+    """The protocol on each split: ({split: summary + by_count}, {split: [(gold, prediction, tokens, text cut to
+    PREDICTION_TEXT_CHARS)]}); `on_split(summaries)` after each split, so a caller can save partial results."""
     from open_r1.tasks.counting.data import load_counting_dataset
     from open_r1.tasks.counting.evaluate import evaluate_dataset
 
@@ -523,13 +510,10 @@ def pairwise_wins(first: list[float], second: list[float]) -> float | None:
 
 
 def permutation_p_value(strata: list[tuple[list[float], list[float]]]) -> float | None:
-    """One-sided exact permutation p-value that the first samples are higher than the second ones.
-
-    `strata`: one (first, second) pair of seed samples per run. Labels are exchanged only within a stratum (runs
-    differ in their start model, so a seed of one run is no exchangeable draw of another). Statistic: the sum over
-    strata of mean(first) - mean(second); p = the fraction of all relabellings whose statistic is at least the
-    observed one. Every relabelling is enumerated (3 vs 3 seeds: 20 per stratum, so one run alone can reach no
-    p below 1/20 = 0.05)."""
+    """One-sided exact permutation p-value that the first samples are higher than the second ones. `strata`: one
+    (first, second) pair of seed samples per run; labels are exchanged only within a stratum (runs differ in their
+    start model). Statistic: the sum over strata of the mean differences; every relabelling is enumerated (3 vs 3
+    seeds: 20 per stratum, so one run alone can reach no p below 0.05)."""
     import itertools
 
     options = []  # per stratum: the statistic of each relabelling
