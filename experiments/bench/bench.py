@@ -1140,7 +1140,6 @@ def selfcheck_label(entry: dict) -> str:
 
 
 def selfcheck_main(argv=None) -> int:
-
     from open_r1 import modeling
     from open_r1.tasks.counting.evaluate import evaluate_dataset
 

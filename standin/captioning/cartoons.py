@@ -66,6 +66,7 @@ from open_r1.errors import (
     SceneArgumentError,
     SceneGenerationError,
 )
+from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
 from open_r1.tasks.counting.scenes import clevr, ood
@@ -544,9 +545,9 @@ def write_standin(out_dir: str | os.PathLike, contests: int, ood_contests: int |
         ds.save_to_disk(path)
         paths[name] = path
         counts[name] = {"rows": len(ds), "contests": len(set(ds["contest"]))}
-    with open(os.path.join(out_dir, "standin.json"), "w") as f:
-        json.dump({"contests": contests, "ood_contests": ood_contests, "val_frac": val_frac, "test_frac": test_frac,
-                   "config": dataclasses.asdict(config), "splits": counts}, f, indent=2)
+    write_json(os.path.join(out_dir, "standin.json"), {
+        "contests": contests, "ood_contests": ood_contests, "val_frac": val_frac, "test_frac": test_frac,
+        "config": dataclasses.asdict(config), "splits": counts})
     return paths
 
 

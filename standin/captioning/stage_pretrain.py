@@ -53,7 +53,6 @@ class ModelConfig:
                                                      "policy, which samples)")
 
     def __post_init__(self):
-
         require(self.family in (None, *SUPPORTED), f"pretrain family must be one of {', '.join(SUPPORTED)}, got "
                 f"{self.family!r}")
         for kinds in (self.kinds, self.exposure_kinds or []):
@@ -78,7 +77,6 @@ class Config:
 
 def pretrain_dataset(recipe, which: str):
     import datasets  # deferred: heavy
-
 
     cfg, paths = getattr(recipe.section(NAME), which), recipe.paths
     think_prefix = which == "policy" if cfg.think_prefix is None else cfg.think_prefix
@@ -151,7 +149,6 @@ def perception(recipe, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
     renderer): the share that names the odd object's odd value (``cartoons.perceives_odd``), what an RM on this
     backbone, and a policy, must see to read the hidden rule."""
     import torch  # deferred: heavy
-
 
     model = modeling.load_model(model_dir, dtype=None if torch.cuda.is_available() else "float32")
     model = model.to(config.device()).eval()

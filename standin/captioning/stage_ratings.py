@@ -51,7 +51,6 @@ def run(recipe) -> dict:
     import datasets  # deferred: heavy
     import torch  # deferred: heavy
 
-
     cfg, paths = recipe.section(NAME), recipe.paths
     policy = config.check_inputs(inputs(recipe))["policy"]
     train = cdata.load_captions(paths.split("train"), check_images="none", keep_oracle=True)
