@@ -1,8 +1,4 @@
-"""GRPO throughput benchmark: plain TRL defaults against our recipe's speed levers, in one process.
-
-    python -m experiments.bench.bench_grpo --variants plain_trl,ours_fast --memory-cap-gib 40 --out bench.json             # GPU
-    python -m experiments.bench.bench_grpo --tiny --variants plain_trl,ours --steps 2                                  # CPU
-    python -m experiments.bench.bench_grpo --variants ours_fast_zero3 --out z.json; ... --merge a.json z.json   # ZeRO-3
+"""GRPO throughput and selfcheck speed benchmarks (entry points: bench_grpo.py, bench_selfcheck.py; usage there).
 
 Each *variant* is a named dict of `GRPOConfig` overrides plus a few bench options (pixel budget, attention, our
 trainer's levers); every variant runs TRL 1.16's own `GRPOTrainer` (or our subclass) on the same shape: the
@@ -38,6 +34,11 @@ from typing import Any
 
 from open_r1.errors import RecipeError
 from open_r1.jsonio import read_recipe, write_json
+
+# Everything is built locally (model, processor, data): never reach for a hub, and keep tokenizers single-threaded.
+for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_name, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RECIPE = REPO_ROOT / "configs" / "qwen2vl_2b_counting.yaml"

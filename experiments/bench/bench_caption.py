@@ -4,21 +4,13 @@
     python -m experiments.bench.bench_caption --memory-cap-gib 80 --out caption.json     # one H100/H200
     python -m experiments.bench.bench_caption --tiny --out /tmp/caption.json             # CPU, seconds: the machinery
 
-The shape: the policy is a full-size Qwen3-VL-2B (Thinking chat template and generation config) with random bf16
-weights and LoRA (r 16 on the language model, as the captioning recipe trains it); the prompts are the captioning
-task's (`tasks.captioning.data.prompt_rows`) on stand-in cartoons of `--image-size` px (448); G = 8; every
-completion is forced to `--completion-length` tokens (1536, `min_new_tokens`; the vision special tokens
-suppressed). The reward is sigma(RM) from a full-size random Qwen2.5-VL-3B reward model (`open_r1.reward_model`)
-on the same GPU, scored as `caption_rm` scores (`protocol.rm_messages`, `RewardModel.score`) on the completion's
-last `protocol.MAX_WORDS` words: a random policy writes no parseable caption, and `caption_rm` would then skip the
-RM, which would drop its cost from the step. Variants (each in try/except; the JSON is rewritten after each):
-
-* `plain_trl`: TRL 1.16's GRPOTrainer, HF generate, its default batch geometry for the same rows per round;
-* `ours`: `VLMGRPOTrainer` with the CUDA-graph decoder (TRL's rollout settings: top-p 1), image and ViT
-  de-duplication, lazy images, activation checkpointing;
-* `rm`: the RM's scoring throughput (captions/s) at `--rm-batch-size`.
-
-Timing and the table are experiments/bench/bench.py's (`Probe`, `format_table`): rounds after `--warmup` ones.
+The shape: a full-size random Qwen3-VL-2B Thinking policy with LoRA (r 16), the captioning task's prompts on
+stand-in cartoons of `--image-size` px, G = 8, completions forced to `--completion-length` tokens, rewarded with
+sigma(RM) of a full-size random Qwen2.5-VL-3B reward model on the same GPU, scored on the completion's last
+`protocol.MAX_WORDS` words (a random policy writes no parseable caption, and `caption_rm` would then skip the RM).
+Variants: `plain_trl` (TRL's GRPOTrainer, HF generate), `ours` (`VLMGRPOTrainer`: graph decoder, image and ViT
+de-duplication, lazy images, activation checkpointing) and `rm` (the RM's captions/s at `--rm-batch-size`); timing
+and table are bench.py's.
 """
 from __future__ import annotations
 
@@ -28,11 +20,7 @@ import sys
 import tempfile
 import time
 
-for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-    os.environ.setdefault(_name, "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-from experiments.bench import bench  # noqa: E402
+from experiments.bench import bench  # sets the offline environment before any HF import
 
 GENERATIONS = 8
 LORA = {"r": 16, "alpha": 32}
