@@ -108,8 +108,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                   "requires": ["vllm"], "description": "vLLM colocate generation (TRL use_vllm; needs vllm; not "
                                                        "measured on the project's GPU)"},
 }
-# The presets of past runs only (compiled generate, frozen ViT, Liger, no checkpointing, ...) left after 7454d52
-# (experiments/LOG.md); `--define` rebuilds any of them.
+# Past runs' presets (compiled generate, frozen ViT, Liger, ...): experiments/LOG.md; `--define` rebuilds them.
 # Most informative first: with --deadline-s the tail is what gets skipped.
 DEFAULT_VARIANTS = "plain_trl,ours_fast,ours_gen512_beta0_dedupe_graph"
 DEFAULT_TINY_VARIANTS = "plain_trl,ours"

@@ -24,6 +24,19 @@ from typing import Any
 from open_r1.jsonio import read_json, read_recipe, write_json
 from open_r1.tasks.counting import protocol
 
+# the SFT rows live in the package (the CPU demo uses the same rows); re-exported for the proxy's scripts and tests
+from open_r1.tasks.counting.sft import (  # noqa: F401
+    EXPOSURE_TEMPLATE,
+    PLAIN_PROMPT,
+    TARGET_STYLES,
+    plain_count,
+    sft_target,
+    split_plain_rows,
+    to_arithmetic_sft_dataset,
+    to_exposure_sft_dataset,
+    to_sft_dataset,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROXY_CONFIG_DIR = REPO_ROOT / "experiments" / "proxy" / "configs"
 EVAL_SPLITS = ("val", "compositional", "ood_val")
@@ -63,7 +76,6 @@ PROXY_MIN_PIXELS = 3136
 PROXY_MAX_PIXELS = 401408
 TINY_MAX_PIXELS = 12544
 
-from open_r1.tasks.counting.sft import TARGET_STYLES  # noqa: E402,F401
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -107,23 +119,6 @@ def ensure_splits(data_dir: str | os.PathLike, sizes: dict[str, int], seed: int 
     seconds = time.perf_counter() - start
     log(f"[data] rendered in {seconds:.1f} s")
     return {"generated": True, "sizes": split_sizes_on_disk(data_dir), "seconds": seconds, "stats": stats}
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# SFT rows: in the package (open_r1/tasks/counting/sft.py), so the CPU demo uses the same rows; re-exported here.
-# --------------------------------------------------------------------------------------------------------------------
-from open_r1.tasks.counting.sft import (  # noqa: E402,F401
-    EXPOSURE_TEMPLATE,
-    PLAIN_NUMBER_RE,
-    PLAIN_PROMPT,
-    THINK_NOISE_OFFSETS,
-    plain_count,
-    sft_target,
-    split_plain_rows,
-    to_arithmetic_sft_dataset,
-    to_exposure_sft_dataset,
-    to_sft_dataset,
-)
 
 # --------------------------------------------------------------------------------------------------------------------
 # Arms

@@ -124,8 +124,6 @@ def finalize_args(args):
         args.max_steps = 2
     if args.max_steps is None and args.epochs is None and args.max_minutes is None:
         args.max_minutes = 3.5
-    if args.target_style not in proxy.TARGET_STYLES:
-        raise SystemExit(f"error: --target-style must be one of {proxy.TARGET_STYLES}")
     for name in ("think_share", "think_noise", "plain_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be in [0, 1] (got {getattr(args, name)})")

@@ -199,8 +199,7 @@ def grpo_checks(summary: dict) -> dict:
 
 def grpo_markdown(checks: dict) -> list[str]:
     """`grpo_checks` as a table: GRPO vs the SFT start per seed and split (paired over cartoons)."""
-    def fmt(x):
-        return "–" if x is None else f"{x:.3f}"
+    fmt = ev._fmt
 
     def with_ci(value, ci):
         return f"{fmt(value)} [{fmt((ci or {}).get('lo'))}, {fmt((ci or {}).get('hi'))}]"
