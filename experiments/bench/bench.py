@@ -317,22 +317,15 @@ def load_bench_model(tiny: bool, model_dir: str, attn_implementation: str, devic
     return model
 
 
-@contextlib.contextmanager
 def reference_model_from_policy(policy):
     """TRL builds the KL reference with `create_model_from_path(<the policy's path>)`; the bench's policy lives only
     in memory, so hand TRL a copy of it instead (the same weights the reference would load)."""
+    from unittest import mock
+
     import trl.trainer.grpo_trainer as grpo_trainer_module
 
-    original = grpo_trainer_module.create_model_from_path
-
-    def copy_of_policy(*args, **kwargs):
-        return copy.deepcopy(policy).eval()
-
-    grpo_trainer_module.create_model_from_path = copy_of_policy
-    try:
-        yield
-    finally:
-        grpo_trainer_module.create_model_from_path = original
+    return mock.patch.object(grpo_trainer_module, "create_model_from_path",
+                             lambda *args, **kwargs: copy.deepcopy(policy).eval())
 
 
 # ---------------------------------------------------------------------------------------------------------------------
