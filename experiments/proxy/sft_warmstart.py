@@ -42,9 +42,8 @@ def parse_args(argv=None):
     parser.add_argument("--eval-size", type=int, default=None,
                         help=f"rows to render for val / compositional / ood_val ({proxy.PROXY_SIZES['val']})")
     parser.add_argument("--ood-exposure", type=int, default=None,
-                        help="OOD-renderer rows (split ood_train) added to SFT as the question alone answered with the "
-                             f"bare number, never in the protocol format ({proxy.PROXY_EXPOSURE_ROWS}; tiny "
-                             f"{proxy.TINY_EXPOSURE_ROWS}; 0 = CLEVR only). See experiments.proxy.proxy.to_exposure_sft_dataset")
+                        help="OOD-renderer rows (split ood_train) taught as the question alone -> the bare number "
+                             f"({proxy.PROXY_EXPOSURE_ROWS}; tiny {proxy.TINY_EXPOSURE_ROWS}; 0 = off)")
     parser.add_argument("--image-size", default=None, help=f"clevr splits ({proxy.PROXY_IMAGE_SIZE})")
     parser.add_argument("--ood-image-size", default=None, help=f"ood_val ({proxy.PROXY_OOD_IMAGE_SIZE})")
     parser.add_argument("--render-workers", type=int, default=None, help="scene rendering processes (all cores)")
@@ -59,16 +58,14 @@ def parse_args(argv=None):
     parser.add_argument("--think-share", type=float, default=0.5,
                         help="with --target-style mixed: fraction of rows with a think target (the rest answer only)")
     parser.add_argument("--think-noise", type=float, default=0.0,
-                        help="fraction of think targets that state a wrong count (+-1 or 2) in thought and answer: "
-                             "a start model whose thinking hurts, as the real one's does "
-                             "(experiments.proxy.proxy.to_sft_dataset); 0 = off")
+                        help="fraction of think targets that state a wrong count (+-1 or 2) in thought and answer: a "
+                             "start model whose thinking hurts, as the real one's does; 0 = off")
     parser.add_argument("--plain-share", type=float, default=0.0,
                         help="fraction of the CLEVR train rows taught as the question alone -> bare number (as the "
                              "OOD exposure rows); the protocol format is learned from the rest only. 0 = off")
     parser.add_argument("--format-rows", type=int, default=0,
                         help="train images asked 'What is A plus B?' under a protocol template, answered in the "
-                             "format: the format taught on another task (experiments.proxy.proxy.to_arithmetic_sft_dataset). "
-                             "0 = off")
+                             "format: the format taught on another task. 0 = off")
     parser.add_argument("--format-ood-rows", type=int, default=0,
                         help="more arithmetic format rows, on OOD-renderer exposure images (needs --ood-exposure >= "
                              "this): the format taught on more than one renderer's images. 0 = off")

@@ -388,17 +388,11 @@ def describe(meta: dict) -> dict:
     env = meta["environment"]
     # Entities name the kind of thing only: listing shapes or colours would let a text-only model see what is absent.
     if meta["renderer"] == "clevr":
-        kind, location, entities = "shapes", "a bare studio floor", ["shapes"]
+        kind, location = "shapes", "a bare studio floor"
     else:
-        kind = "toy vehicles"
-        location = f"{env.get('ground', 'the ground')} under a {env.get('sky', 'plain')} sky"
-        entities = ["toy vehicles"]
-    return {
-        "scene": f"{n} {kind} stand around together.",
-        "twist": "One of them does not quite fit in.",
-        "location": location,
-        "entities": entities,
-    }
+        kind, location = "toy vehicles", f"{env.get('ground', 'the ground')} under a {env.get('sky', 'plain')} sky"
+    return {"scene": f"{n} {kind} stand around together.", "twist": "One of them does not quite fit in.",
+            "location": location, "entities": [kind]}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -483,21 +477,11 @@ def _make_rows(config: StandinConfig, stream: str, keep: int | None, index: int)
 def features():
     import datasets
 
+    text, real, count = datasets.Value("string"), datasets.Value("float64"), datasets.Value("int64")
     return datasets.Features({
-        "contest": datasets.Value("int64"),
-        "image": datasets.Image(),
-        "scene": datasets.Value("string"),
-        "twist": datasets.Value("string"),
-        "location": datasets.Value("string"),
-        "entities": datasets.Sequence(datasets.Value("string")),
-        "caption": datasets.Value("string"),
-        "mean": datasets.Value("float64"),
-        "precision": datasets.Value("float64"),
-        "votes": datasets.Value("int64"),
-        "oracle": datasets.Value("float64"),
-        "scene_meta": datasets.Value("string"),
-        "renderer": datasets.Value("string"),
-    })
+        "contest": count, "image": datasets.Image(), "scene": text, "twist": text, "location": text,
+        "entities": datasets.Sequence(text), "caption": text, "mean": real, "precision": real, "votes": count,
+        "oracle": real, "scene_meta": text, "renderer": text})
 
 
 def build_contests(n: int, config: StandinConfig = StandinConfig(), stream: str = "main", workers: int = 1,
