@@ -369,13 +369,11 @@ class Probe:
         self.seconds: dict[str, float] = defaultdict(float)
         self.counts: dict[str, int] = defaultdict(int)
         self.completion_lengths: list[int] = []
-        self.train_tokens = 0
-        self.train_padded_tokens = 0
-        self.train_sequences = 0
+        self.train_tokens = self.train_padded_tokens = self.train_sequences = 0
         self.window_start: float | None = None
         self.window_end: float | None = None
-        self.train_start = time.perf_counter()
         self.warmup_end: float | None = None
+        self.train_start = time.perf_counter()
         self.step_ends: list[float] = []
         self.step_reserved_gib: list[float] = []  # after each measured optimizer step: a leak shows as growth
 

@@ -232,25 +232,18 @@ def make_sync_callback(progress_path: str | None, control_path: str | None, hard
     from transformers import TrainerCallback
 
     class SyncStopCallback(TrainerCallback):
-        def __init__(self):
-            self.first_step_time = None
-            self.stop_reason = None
-            self.step_times: list[float] = []
+        first_step_time = stop_reason = None
 
         def _progress(self, state, **extra):
             if progress_path:
-                write_json(progress_path, {
-                    "step": int(state.global_step), "first_step_time": self.first_step_time,
-                    "last_time": time.time(), "pid": os.getpid(), **extra,
-                })
+                write_json(progress_path, {"step": int(state.global_step), "first_step_time": self.first_step_time,
+                                           "last_time": time.time(), "pid": os.getpid(), **extra})
 
         def on_train_begin(self, args, state, control, **kwargs):
-            self.train_begin = time.time()
             self._progress(state, phase="train")
 
         def on_step_end(self, args, state, control, **kwargs):
             now = time.time()
-            self.step_times.append(now)
             if self.first_step_time is None:
                 self.first_step_time = now
             self._progress(state, phase="train")
