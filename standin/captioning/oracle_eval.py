@@ -184,12 +184,9 @@ def grpo_checks(summary: dict) -> dict:
         for name, comp in (block.get("vs_baseline") or {}).items():
             if not name.startswith("grpo"):
                 continue
-            entry = {"d_fail_as_zero": diff(comp, "fail_as_zero"), "d_oracle_emitted": diff(comp, "oracle_emitted"),
-                     "d_oracle_fail_as_worst": diff(comp, "oracle_fail_as_worst"),
-                     "d_oracle_pick": diff(comp, "oracle_pick"), "fail_as_zero_ci": comp.get("fail_as_zero"),
-                     "oracle_emitted_ci": comp.get("oracle_emitted"),
-                     "oracle_fail_as_worst_ci": comp.get("oracle_fail_as_worst"),
-                     "reward_hacking": comp.get("reward_hacking")}
+            keys = ("fail_as_zero", "oracle_emitted", "oracle_fail_as_worst")
+            entry = {**{f"d_{key}": diff(comp, key) for key in (*keys, "oracle_pick")},
+                     **{f"{key}_ci": comp.get(key) for key in keys}, "reward_hacking": comp.get("reward_hacking")}
             for suffix, oracle in (("", "oracle_emitted"), ("_worst", "oracle_fail_as_worst")):
                 entry[f"both_up{suffix}"] = bool((diff(comp, "fail_as_zero") or 0) > 0 and (diff(comp, oracle) or 0) > 0)
                 entry[f"both_up{suffix}_ci"] = bool((lo(comp, "fail_as_zero") or 0) > 0 and (lo(comp, oracle) or 0) > 0)
