@@ -1103,7 +1103,10 @@ class ModuleTimer:
         self.seconds += time.perf_counter() - self._t0
         self.calls += 1
 
-    def remove(self) -> None:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
         for handle in self._handles:
             handle.remove()
 
@@ -1131,7 +1134,8 @@ def selfcheck_label(entry: dict) -> str:
 
 
 def selfcheck_main(argv=None) -> int:
-    from open_r1 import modeling
+    from open_r1 import modeling, vision_attention
+    from open_r1.families import vision_tower
     from open_r1.tasks.counting.evaluate import evaluate_dataset
 
     args = parse_selfcheck_cli(argv)
@@ -1177,8 +1181,6 @@ def selfcheck_main(argv=None) -> int:
             options = dict(compile_generation=compiled, prefetch=not flags.get("no_prefetch", False),
                            image_device="cuda" if flags.get("gpu_images") and device == "cuda" else None,
                            cpu_positions=not flags.get("gpu_positions", False))
-            from open_r1 import vision_attention
-
             vision_attention.use_grouped_vision_attention(
                 model, "per_image" if flags.get("per_image_vision_attention") else "grouped")
             vision_attention.MAX_TOKENS_PER_CALL = CHUNK_TOKENS if flags.get("chunked_vision_attention") else None
@@ -1197,19 +1199,12 @@ def selfcheck_main(argv=None) -> int:
                 evaluate_dataset(model, processor, dataset, name="warmup", batch_size=batch_size,
                                  limit=batch_size, max_new_tokens=completion_length, progress=False, **options)
                 batch_timings: list[dict] = []
-                timer = None
-                if flags.get("vision_timing"):
-                    from open_r1.families import vision_tower
-
-                    timer = ModuleTimer(vision_tower(model), cuda=device == "cuda")
-                try:
+                timer = ModuleTimer(vision_tower(model), device == "cuda") if flags.get("vision_timing") else None
+                with timer or contextlib.nullcontext():
                     report = evaluate_dataset(model, processor, dataset, name=f"bs{batch_size}",
                                               batch_size=batch_size, limit=to_time[batch_size],
                                               max_new_tokens=completion_length, progress=False,
                                               timings=batch_timings, **options)
-                finally:
-                    if timer is not None:
-                        timer.remove()
                 if timer is not None:
                     entry.update(vision_s=timer.seconds, vision_calls=timer.calls)
                 outputs[id(entry)] = {"answers": [r["prediction"] for r in report.records],  # compared below
