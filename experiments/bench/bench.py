@@ -1134,6 +1134,7 @@ def selfcheck_label(entry: dict) -> str:
 
 
 def selfcheck_main(argv=None) -> int:
+    import open_r1.generation as generation_lib
     from open_r1 import modeling, vision_attention
     from open_r1.families import vision_tower
     from open_r1.tasks.counting.evaluate import evaluate_dataset
@@ -1152,26 +1153,19 @@ def selfcheck_main(argv=None) -> int:
         rows_needed = max(max(to_time.values()), max(batch_sizes))
         base, data_source = counting_dataset(
             min(rows_needed, args.unique_examples), args.seed, args.data, cache_dir=os.path.join(work_dir, "data"),
-            workers=1 if args.tiny else min(8, os.cpu_count() or 1), split=args.split,
-        )
+            workers=1 if args.tiny else min(8, os.cpu_count() or 1), split=args.split)
         setup_device(device, args.memory_cap_gib)
         dataset = repeat_rows(base, rows_needed)
         processor = modeling.load_processor(model_dir, None, args.max_pixels)
         model = load_bench_model(args.tiny, model_dir, args.attn_implementation, device, args.seed).eval()
         force_completion_length(model, completion_length)
-        import open_r1.generation as generation_lib
-
         generation_lib.DEFAULT_DECODER = args.decoder
-        payload: dict[str, Any] = {
-            "bench": "selfcheck",
-            "decoder": args.decoder,
-            "mode": "tiny" if args.tiny else "full_size",
-            "environment": environment_info(device, args.memory_cap_gib),
-            "shape": {"completion_length": completion_length, "target_examples": args.n, "data": data_source,
-                      "image": "x".join(str(side) for side in dataset[0]["image"].size),
-                      "budget_s": args.budget_s},
-            "batch_sizes": [],
-        }
+        shape = {"completion_length": completion_length, "target_examples": args.n, "data": data_source,
+                 "image": "x".join(str(side) for side in dataset[0]["image"].size), "budget_s": args.budget_s}
+        payload: dict[str, Any] = {"bench": "selfcheck", "decoder": args.decoder,
+                                   "mode": "tiny" if args.tiny else "full_size",
+                                   "environment": environment_info(device, args.memory_cap_gib), "shape": shape,
+                                   "batch_sizes": []}
         outputs: dict[int, dict] = {}  # id(entry) -> its answers and completion texts (not written to the JSON)
         env = payload["environment"]
         print(f"[selfcheck-bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} | "
