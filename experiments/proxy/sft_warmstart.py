@@ -194,6 +194,7 @@ def main(argv=None) -> dict:
     started = time.time()
     log = lambda msg: print(msg, flush=True)  # noqa: E731
 
+    import datasets
     import torch
     from transformers import set_seed
     from trl import SFTConfig
@@ -250,21 +251,13 @@ def main(argv=None) -> dict:
         parts.append(proxy.to_arithmetic_sft_dataset(exposure_split.select(range(format_ood_rows)), args.templates,
                                                      seed=args.seed + 1, style=args.target_style,
                                                      think_share=args.think_share))
-    train_dataset = parts[0]
-    extra_parts = parts[1:]  # arithmetic (when after protocol rows), plain and exposure rows, cast to parts[0]'s schema
     if plain_index:
-        extra_parts.append(proxy.to_exposure_sft_dataset(train_split.select(plain_index)))
-    exposure_rows = 0
-    if args.ood_exposure:
-        exposure = proxy.to_exposure_sft_dataset(
-            exposure_split.select(range(min(args.ood_exposure, len(exposure_split)))))
-        exposure_rows = len(exposure)
-        extra_parts.append(exposure)
-    if extra_parts:
-        import datasets
-
-        train_dataset = datasets.concatenate_datasets(
-            [train_dataset, *(part.cast(train_dataset.features) for part in extra_parts)])
+        parts.append(proxy.to_exposure_sft_dataset(train_split.select(plain_index)))
+    exposure_rows = min(args.ood_exposure, len(exposure_split)) if args.ood_exposure else 0
+    if exposure_rows:
+        parts.append(proxy.to_exposure_sft_dataset(exposure_split.select(range(exposure_rows))))
+    # every part cast to the first one's schema
+    train_dataset = datasets.concatenate_datasets([parts[0], *(part.cast(parts[0].features) for part in parts[1:])])
 
     # 2. model (random init, seeded) + processor with the real ids and chat template
     set_seed(args.seed)
