@@ -299,9 +299,8 @@ def describe_start(warm: Path) -> dict:
     info: dict = {"path": str(warm)}
     report = proxy.read_json(warm / "sft_report.json", None)
     if report:
-        report = {k: v for k, v in report.items() if k not in ("loss_curve",)}
-        info["sft_report"] = report
-        info["parameters_m"] = report.get("parameters_m")
+        info.update(sft_report={k: v for k, v in report.items() if k != "loss_curve"},
+                    parameters_m=report.get("parameters_m"))
     else:
         try:
             from transformers import AutoConfig
