@@ -212,20 +212,13 @@ def render_odd_scene(rng_or_seed: Any, renderer: str = "clevr", image_size: Any 
         if visible.min() >= min_pixels:
             break
     else:
-        raise SceneGenerationError(
-            f"could not lay out {n_objects} visible objects at {width}x{height} in {MAX_LAYOUT_ATTEMPTS} attempts; "
-            f"use a larger --image-size or fewer --max-objects"
-        )
+        raise SceneGenerationError(f"could not lay out {n_objects} visible objects at {width}x{height} in "
+                                   f"{MAX_LAYOUT_ATTEMPTS} attempts; use a larger --image-size or fewer --max-objects")
     image = Image.fromarray(caster.render(anti_alias=True))
     keys = ("shape", "color", "size", "material", "texture")
-    meta = {
-        "renderer": renderer,
-        "image_size": [width, height],
-        "environment": environment,
-        "objects": [{k: o[k] for k in keys if k in o} | {"visible_pixels": int(v)} for o, v in zip(objects, visible)],
-        **odd,
-    }
-    return image, meta
+    kept = [{k: o[k] for k in keys if k in o} | {"visible_pixels": int(v)} for o, v in zip(objects, visible)]
+    return image, {"renderer": renderer, "image_size": [width, height], "environment": environment, "objects": kept,
+                   **odd}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
