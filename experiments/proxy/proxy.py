@@ -376,12 +376,12 @@ def run_worker(spec: dict) -> dict:
                               "kind": spec["kind"], "status": "running", "started": time.time()}
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     eval_cfg = spec["eval"]
-    result["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() and not spec.get("cpu") else "cpu"
+    device = "cuda" if torch.cuda.is_available() and not spec.get("cpu") else "cpu"
+    result["device"] = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     try:
         if spec["kind"] == "before":
             from open_r1 import modeling
 
-            device = "cuda" if torch.cuda.is_available() and not spec.get("cpu") else "cpu"
             model = modeling.load_model(spec["model"], dtype="float32").to(device).eval()
             processor = modeling.load_processor(spec["model"])
             result.update(steps=0, rollouts=0, train_seconds=0.0, stop_reason="no training")
