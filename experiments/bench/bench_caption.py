@@ -117,7 +117,6 @@ def grpo_args(name: str, out_dir: str, rows: int, args, completion_length: int, 
 
 
 def run_grpo(name, args, ctx, result, sync) -> None:
-    import torch
     from peft import LoraConfig
     from trl import GRPOTrainer
 
@@ -148,10 +147,9 @@ def run_grpo(name, args, ctx, result, sync) -> None:
         split = bench.decoder_split(decoder.timings, result["gen_calls"])
         result.update(decode_ms_per_step=split["decode_ms_per_step"],
                       first_call_s=decoder.timings[0]["prefill_s"] + decoder.timings[0]["decode_s"])
+    # the models die with this frame; bench.measured frees their memory after it
     result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == \
         ctx["completion_length"]
-    del trainer, policy, reward_model
-    torch.cuda.empty_cache() if torch.cuda.is_available() else None
 
 
 def run_rm(args, ctx, result, sync) -> None:
