@@ -290,16 +290,19 @@ def oracle_score(caption: str, meta: dict | str) -> float:
 # ---------------------------------------------------------------------------------------------------------------------
 # Candidates, votes, descriptions
 # ---------------------------------------------------------------------------------------------------------------------
+def _absent(meta: dict) -> tuple[list[str], list[str]]:
+    """The renderer's colours and shapes (vehicle kinds) that the scene lacks."""
+    present, renderer = _present(meta), meta["renderer"]
+    shapes = clevr.SHAPES if renderer == "clevr" else ood.CATEGORIES
+    return ([c for c in RENDERERS[renderer].COLORS if c not in present["color"]],
+            [s for s in shapes if s not in present["shape"]])
+
+
 def _referents(rng: np.random.Generator, meta: dict) -> dict[str, str]:
-    renderer = meta["renderer"]
     dim, odd_value, majority = meta["dimension"], meta["odd_value"], meta["majority_value"]
     odd_obj = meta["objects"][meta["odd_index"]]
     other = meta["objects"][(meta["odd_index"] + 1) % len(meta["objects"])]
-    present = _present(meta)
-    module = RENDERERS[renderer]
-    shapes = clevr.SHAPES if renderer == "clevr" else ood.CATEGORIES
-    absent_colors = [c for c in module.COLORS if c not in present["color"]]
-    absent_shapes = [s for s in shapes if s not in present["shape"]]
+    absent_colors, absent_shapes = _absent(meta)
     if dim == "shape":
         odd_ref, majority_ref = f"{odd_obj['color']} {odd_value}", f"{other['color']} {majority}"
     else:
@@ -584,22 +587,18 @@ PROBE_QUESTION = "Which object is different from the others?"
 
 def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str]]:
     """Plain questions about a scene with their answers (no captions, no funniness)."""
-    present = _present(meta)
+    present, (absent_colors, absent_shapes) = _present(meta), _absent(meta)
     n = len(meta["objects"])
     odd = odd_object_phrase(meta)
-    module = RENDERERS[meta["renderer"]]
-    shapes = clevr.SHAPES if meta["renderer"] == "clevr" else ood.CATEGORIES
     qa = [
         ("How many objects are there?", str(n)),
         (PROBE_QUESTION, odd[0].upper() + odd[1:] + "."),
         (f"In what way is {odd} different?",
          f"Its {meta['dimension']}: it is {meta['odd_value']}, the others are {meta['majority_value']}."),
     ]
-    absent_colors = [c for c in module.COLORS if c not in present["color"]]
     if absent_colors:
         qa.append((f"Is there anything {rng.choice(absent_colors)} in the picture?", "No."))
     qa.append((f"Is there anything {rng.choice(sorted(present['color']))} in the picture?", "Yes."))
-    absent_shapes = [s for s in shapes if s not in present["shape"]]
     if absent_shapes:
         qa.append((f"Is there a {rng.choice(absent_shapes)} in the picture?", "No."))
     return qa
