@@ -597,6 +597,7 @@ def measured(result: dict[str, Any], on_cuda: bool, timeout_s: float | None = No
     except (Exception, VariantTimeout) as exc:  # noqa: BLE001 - reported in the row
         result.update(status="failed", error=error_line(exc),
                       traceback_tail=traceback.format_exc().strip().splitlines()[-6:])
+        traceback.clear_frames(exc.__traceback__)  # the failed variant's objects go before its memory is freed
         del exc
     finally:
         result["total_s"] = time.perf_counter() - start
