@@ -49,7 +49,7 @@ def parse_args(argv=None):
     parser.add_argument("--work-dir", default=None, help="run dirs, specs, per-job logs (default <out>/work)")
     parser.add_argument("--arms", nargs="+", default=None, choices=list(proxy.ARMS), help="arms to run (default all)")
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds of weak_baseline and ours (0 1)")
-    parser.add_argument("--ablation-seeds", nargs="+", type=int, default=None, help="seeds of the ablations (0)")
+    parser.add_argument("--ablation-seeds", nargs="+", type=int, default=[0], help="seeds of the ablations (0)")
     parser.add_argument("--max-steps", type=int, default=None, help="step cap of every arm (YAML's 400; tiny 2)")
     parser.add_argument("--no-sync", action="store_true", help="no common stop step: every arm runs --max-steps")
     parser.add_argument("--budget-minutes", type=float, default=None,
@@ -85,7 +85,6 @@ def parse_args(argv=None):
         "data": os.path.join(args.out, "data") if tiny else "data/proxy",  # tiny: under --out, not the working tree
         "arms": list(proxy.MAIN_ARMS) if tiny else list(proxy.ARMS),
         "seeds": [0] if tiny else [0, 1],
-        "ablation_seeds": [0],
         "max_steps": 2 if tiny else None,
         "generation_batch": 4 if tiny else None,
         "micro_batch": 4 if tiny else None,
@@ -345,8 +344,7 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
             where = f" on GPU {job_env['CUDA_VISIBLE_DEVICES']}" if gpus else ""
             log(f"started {job['job']} (pid {proc.pid}){where}")
         for name, (job, proc, handle, t_start) in list(running.items()):
-            code = proc.poll()
-            if code is not None:
+            if (code := proc.poll()) is not None:
                 handle.close()
                 del running[name]
                 log(f"{name} finished with exit code {code} after {time.time() - t_start:.0f} s")
@@ -366,8 +364,7 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
             if decided is not None and decided != stop_at:
                 steps = {k: (v or {}).get("step") for k, v in progress.items()}
                 proxy.write_json(control_path, {"stop_at": decided, "decided_at": now, "steps": steps,
-                                                        "train_deadline": train_deadline,
-                                                        "previous": stop_at})
+                                                "train_deadline": train_deadline, "previous": stop_at})
                 log(f"common stop step: {decided}{f' (raised from {stop_at})' if stop_at is not None else ''} "
                     f"(steps now {steps}; training deadline in {train_deadline - now:.0f} s)")
                 stop_at = decided
