@@ -19,6 +19,8 @@ import os
 import shutil
 import sys
 import time
+from collections import Counter
+from pathlib import Path
 
 import torch
 from transformers import GenerationConfig
@@ -72,10 +74,7 @@ def format_check(recipe, model_dir: str, n: int) -> dict:
         rows = cdata.load_captions(recipe.paths.split(split), check_images="none", keep_oracle=True)
         with torch.no_grad():
             records = evaluate.evaluate_policy(model, processor, rows, None, **kwargs)
-        failures: dict[str, int] = {}
-        for r in records:
-            if r["caption"] is None:
-                failures[r["parse_reason"]] = failures.get(r["parse_reason"], 0) + 1
+        failures = dict(Counter(r["parse_reason"] for r in records if r["caption"] is None))
         out[split] = {"samples": len(records), "format_rate": sum(r["caption"] is not None for r in records) / len(records),
                       "truncated_rate": sum(r["truncated"] for r in records) / len(records), "failures": failures,
                       "examples": [r["completion"] for r in records[:2]]}
@@ -100,8 +99,7 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
     with modeling.staged_dir(out) as staging:
         shutil.copytree(paths.policy_base, staging, dirs_exist_ok=True)
         for name in ("sft_report.json", "training_meta.json"):  # run records with this machine's paths
-            if os.path.exists(os.path.join(staging, name)):
-                os.remove(os.path.join(staging, name))
+            Path(staging, name).unlink(missing_ok=True)
         write_json(os.path.join(staging, "start_report.json"), info)
     return info
 

@@ -76,9 +76,7 @@ def oracle_fail_as_worst(rows: Sequence[dict]) -> float | None:
 
 
 def _mean_parts(parts: Sequence[dict]) -> dict[str, float] | None:
-    if not parts:
-        return None
-    return {key: float(np.mean([p[key] for p in parts])) for key in parts[0]}
+    return {key: float(np.mean([p[key] for p in parts])) for key in parts[0]} if parts else None
 
 
 def cartoon_entry(rows: Sequence[dict]) -> dict:
