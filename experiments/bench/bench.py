@@ -809,17 +809,13 @@ def check_device(tiny: bool, threads: int | None = None) -> str:
     return "cuda"
 
 
-def setup_device(device: str, memory_cap_gib: float | None) -> str:
-    """Initialise CUDA and cap this process's memory (a variant over the cap then fails with an OOM)."""
+def setup_device(device: str, memory_cap_gib: float | None) -> None:
+    """Cap this process's GPU memory (a variant over the cap then fails with an OOM)."""
     import torch
 
-    if device != "cuda":
-        return device
-    if memory_cap_gib:
+    if device == "cuda" and memory_cap_gib:
         total = torch.cuda.get_device_properties(0).total_memory
-        fraction = min(1.0, memory_cap_gib * GIB / total)
-        torch.cuda.set_per_process_memory_fraction(fraction, 0)
-    return "cuda"
+        torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_gib * GIB / total), 0)
 
 
 @contextlib.contextmanager
