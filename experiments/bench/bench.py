@@ -1,8 +1,4 @@
-"""GRPO throughput benchmark: plain TRL defaults against our recipe's speed levers, in one process.
-
-    python -m experiments.bench.bench_grpo --variants plain_trl,ours_fast --memory-cap-gib 40 --out bench.json             # GPU
-    python -m experiments.bench.bench_grpo --tiny --variants plain_trl,ours --steps 2                                  # CPU
-    python -m experiments.bench.bench_grpo --variants ours_fast_zero3 --out z.json; ... --merge a.json z.json   # ZeRO-3
+"""GRPO throughput and selfcheck speed benchmarks (entry points: bench_grpo.py, bench_selfcheck.py; usage there).
 
 Each *variant* is a named dict of `GRPOConfig` overrides plus a few bench options (pixel budget, attention, our
 trainer's levers); every variant runs TRL 1.16's own `GRPOTrainer` (or our subclass) on the same shape: the
@@ -32,12 +28,17 @@ import threading
 import time
 import traceback
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from open_r1.errors import RecipeError
 from open_r1.jsonio import read_recipe, write_json
+
+# Everything is built locally (model, processor, data): never reach for a hub, and keep tokenizers single-threaded.
+for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_name, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RECIPE = REPO_ROOT / "configs" / "qwen2vl_2b_counting.yaml"
@@ -67,89 +68,47 @@ RECIPE_ALGORITHM_KEYS = (
 DEFAULT_REWARD_FUNCS = ["exact_count", "format"]
 DEFAULT_PROMPT_TEMPLATES = ["train:0.5", "eval:0.5"]
 
-# Keys of a variant that are bench options, not GRPOConfig fields.
-BENCH_OPTION_KEYS = {
-    "base", "description", "recipe", "min_pixels", "max_pixels", "attn_implementation",
-    "lazy_images", "freeze_vision", "dedupe_vision", "requires", "fast_decode", "dedupe_images", "vision_attention",
-    "zero3",
-}
-
 # The presets. `base` inherits another preset's keys; `recipe`: False (TRL defaults only) or True (the recipe's
 # algorithm keys). Batch sizes count completions, as TRL's do.
 PRESETS: dict[str, dict[str, Any]] = {
     "plain_trl": {
         "description": "TRL 1.16 defaults, per-device batch 64, no accumulation (the reference of every ratio)",
-        "recipe": False,
-        "per_device_train_batch_size": 64,
-        "gradient_accumulation_steps": 1,
-    },
-    "ours": {
-        "description": "recipe algorithm; generate 256 at once (64 x accumulation 4, on-policy), grad ckpt",
-        "recipe": True,
-        "per_device_train_batch_size": 64,
-        "gradient_accumulation_steps": 4,
-        "gradient_checkpointing": True,
-    },
-    "ours_gen512": {
-        "base": "ours",
-        "description": "generate 512 at once (64 x accumulation 8, on-policy)",
-        "gradient_accumulation_steps": 8,
-    },
+        "recipe": False, "per_device_train_batch_size": 64, "gradient_accumulation_steps": 1},
+    "ours": {"description": "recipe algorithm; generate 256 at once (64 x accumulation 4, on-policy), grad ckpt",
+             "recipe": True, "per_device_train_batch_size": 64, "gradient_accumulation_steps": 4,
+             "gradient_checkpointing": True},
+    "ours_gen512": {"base": "ours", "description": "generate 512 at once (64 x accumulation 8, on-policy)",
+                    "gradient_accumulation_steps": 8},
     "ours_gen512_beta0": {"base": "ours_gen512", "description": "ours_gen512 with beta 0", "beta": 0.0},
     "ours_gen512_beta0_dedupe": {
-        "base": "ours_gen512_beta0",
-        "description": "ours_gen512_beta0, each distinct image through the ViT once (dedupe_vision: same update)",
-        "dedupe_vision": True,
-    },
+        "base": "ours_gen512_beta0", "dedupe_vision": True,
+        "description": "ours_gen512_beta0, each distinct image through the ViT once (dedupe_vision: same update)"},
     "ours_gen512_beta0_dedupe_graph": {
-        "base": "ours_gen512_beta0_dedupe",
-        "description": "ours_gen512_beta0_dedupe with the CUDA-graph decoder (fast_decode: open_r1/decoding.py)",
-        "fast_decode": "graph",
-    },
-    "ours_fast": {
-        "base": "ours_gen512_beta0_dedupe_graph",
-        "description": "the shipped speed levers: ours_gen512_beta0_dedupe_graph + each distinct image preprocessed "
-                       "once per round (dedupe_images: open_r1/image_dedupe.py)",
-        "dedupe_images": True,
-    },
-    "ours_fast_grouped": {
-        "base": "ours_fast",
-        "description": "ours_fast with the vision tower's attention once per image size (vision_attention: grouped, "
-                       "open_r1/vision_attention.py; what modeling.load_model, hence train.sh, now uses)",
-        "vision_attention": "grouped",
-    },
-    "ours_fast_mb128": {
-        "base": "ours_fast",
-        "description": "ours_fast, training micro-batches of 128 (accumulation 4)",
-        "per_device_train_batch_size": 128,
-        "gradient_accumulation_steps": 4,
-    },
+        "base": "ours_gen512_beta0_dedupe", "fast_decode": "graph",
+        "description": "ours_gen512_beta0_dedupe with the CUDA-graph decoder (fast_decode: open_r1/decoding.py)"},
+    "ours_fast": {"base": "ours_gen512_beta0_dedupe_graph", "dedupe_images": True,
+                  "description": "the shipped speed levers: ours_gen512_beta0_dedupe_graph + each distinct image "
+                                 "preprocessed once per round (dedupe_images: open_r1/image_dedupe.py)"},
+    "ours_fast_grouped": {"base": "ours_fast", "vision_attention": "grouped",
+                          "description": "ours_fast with the vision tower's attention once per image size "
+                                         "(vision_attention: grouped, open_r1/vision_attention.py; what "
+                                         "modeling.load_model, hence train.sh, now uses)"},
+    "ours_fast_mb128": {"base": "ours_fast", "description": "ours_fast, training micro-batches of 128 (accumulation 4)",
+                        "per_device_train_batch_size": 128, "gradient_accumulation_steps": 4},
     # train.sh's default path in one process: DeepSpeed ZeRO-3 with zero3.json (one variant per process: accelerate's
     # state is a process-wide singleton; `--merge` puts the JSONs of several processes into one table)
-    "plain_trl_zero3": {
-        "base": "plain_trl",
-        "description": "plain_trl under DeepSpeed ZeRO-3 (zero3.json; HF generate on TRL's gathered weights)",
-        "zero3": True,
-        "requires": ["deepspeed"],
-    },
-    "ours_fast_zero3": {
-        "base": "ours_fast",
-        "description": "ours_fast under DeepSpeed ZeRO-3 (zero3.json): the graph decoder on a whole-weight copy "
-                       "refreshed once per optimizer step (open_r1/rollout_weights.py)",
-        "zero3": True,
-        "requires": ["deepspeed"],
-    },
-    "ours_vllm": {
-        "base": "ours",
-        "description": "vLLM colocate generation (TRL use_vllm; needs vllm; not measured on the project's GPU)",
-        "use_vllm": True,
-        "vllm_mode": "colocate",
-        "vllm_gpu_memory_utilization": 0.3,
-        "requires": ["vllm"],
-    },
+    "plain_trl_zero3": {"base": "plain_trl", "zero3": True, "requires": ["deepspeed"],
+                        "description": "plain_trl under DeepSpeed ZeRO-3 (zero3.json; HF generate on TRL's gathered "
+                                       "weights)"},
+    "ours_fast_zero3": {"base": "ours_fast", "zero3": True, "requires": ["deepspeed"],
+                        "description": "ours_fast under DeepSpeed ZeRO-3 (zero3.json): the graph decoder on a "
+                                       "whole-weight copy refreshed once per optimizer step "
+                                       "(open_r1/rollout_weights.py)"},
+    "ours_vllm": {"base": "ours", "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3,
+                  "requires": ["vllm"], "description": "vLLM colocate generation (TRL use_vllm; needs vllm; not "
+                                                       "measured on the project's GPU)"},
 }
-# The presets of past runs only (compiled generate, frozen ViT, Liger, no checkpointing, ...) left after 7454d52
-# (experiments/LOG.md); `--define` rebuilds any of them.
+# Past runs' presets (compiled generate, frozen ViT, Liger, ...): experiments/LOG.md; `--define` rebuilds them.
 # Most informative first: with --deadline-s the tail is what gets skipped.
 DEFAULT_VARIANTS = "plain_trl,ours_fast,ours_gen512_beta0_dedupe_graph"
 DEFAULT_TINY_VARIANTS = "plain_trl,ours"
@@ -186,22 +145,13 @@ class Variant:
     requires: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "description": self.description,
-            "grpo_overrides": self.overrides,
-            "recipe": self.recipe,
-            "min_pixels": self.min_pixels,
-            "max_pixels": self.max_pixels,
-            "attn_implementation": self.attn_implementation,
-            "lazy_images": self.lazy_images,
-            "freeze_vision": self.freeze_vision,
-            "dedupe_vision": self.dedupe_vision,
-            "fast_decode": self.fast_decode,
-            "dedupe_images": self.dedupe_images,
-            "vision_attention": self.vision_attention,
-            "zero3": self.zero3,
-            "requires": self.requires,
-        }
+        options = asdict(self)
+        del options["name"]
+        return {"description": options.pop("description"), "grpo_overrides": options.pop("overrides"), **options}
+
+
+# Keys of a variant that are bench options, not GRPOConfig fields ('base' is gone once a preset is flattened).
+BENCH_OPTION_KEYS = {f.name for f in fields(Variant)} - {"name", "overrides"}
 
 
 def parse_defines(defines: list[str] | None) -> dict[str, dict]:
@@ -238,34 +188,19 @@ def flatten_preset(name: str, presets: dict[str, dict], seen: tuple[str, ...] = 
 def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any]) -> Variant:
     """The variant's final GRPOConfig overrides: recipe keys (when it asks for them), then its own keys."""
     spec = flatten_preset(name, presets)
-    recipe_mode = bool(spec.get("recipe", False))
     overrides: dict[str, Any] = {}
-    if recipe_mode:
+    options: dict[str, Any] = {}
+    if spec.get("recipe", False):
         overrides.update({key: recipe[key] for key in RECIPE_ALGORITHM_KEYS if key in recipe})
+        # lazy image decoding is on for every recipe variant (it changes no result), freeze_vision the recipe's;
+        # the speed levers only where a variant names them
+        options = {key: recipe.get(key) for key in ("min_pixels", "max_pixels", "attn_implementation")}
+        options.update(lazy_images=recipe.get("lazy_images", True), freeze_vision=recipe.get("freeze_vision", False))
     overrides.update({key: value for key, value in spec.items() if key not in BENCH_OPTION_KEYS})
-    min_pixels = spec.get("min_pixels", recipe.get("min_pixels") if recipe_mode else None)
-    max_pixels = spec.get("max_pixels", recipe.get("max_pixels") if recipe_mode else None)
-    attn = spec.get("attn_implementation") or (recipe.get("attn_implementation") if recipe_mode else None) or "sdpa"
-    return Variant(
-        name=name,
-        description=spec.get("description", ""),
-        overrides=overrides,
-        recipe=recipe_mode,
-        min_pixels=min_pixels,
-        max_pixels=max_pixels,
-        attn_implementation=attn,
-        # Our trainer's levers: lazy image decoding is on for every recipe variant (it changes no result),
-        # freeze_vision (what trains) the recipe's; the speed levers only where a variant names them.
-        lazy_images=bool(spec.get("lazy_images", recipe_mode and recipe.get("lazy_images", True))),
-        freeze_vision=bool(spec.get("freeze_vision", recipe_mode and recipe.get("freeze_vision", False))),
-        dedupe_vision=bool(spec.get("dedupe_vision", False)),
-        fast_decode=str(spec.get("fast_decode", "hf")),
-        # off unless a variant names it: the variants measured before it existed keep their meaning
-        dedupe_images=bool(spec.get("dedupe_images", False)),
-        vision_attention=str(spec.get("vision_attention", "per_image")),
-        zero3=bool(spec.get("zero3", False)),
-        requires=list(spec.get("requires", [])),
-    )
+    options.update({key: value for key, value in spec.items() if key in BENCH_OPTION_KEYS})
+    if options.get("attn_implementation") is None:
+        options["attn_implementation"] = "sdpa"
+    return Variant(name=name, **{"description": "", **options}, overrides=overrides)
 
 
 def load_recipe(path: str | os.PathLike | None) -> dict[str, Any]:
@@ -328,9 +263,6 @@ def counting_dataset(n: int, seed: int = 0, source: str = "auto", cache_dir: str
             from open_r1.tasks.counting.scenes import build_split
 
             dataset = build_split(split, n, seed=seed, workers=workers, progress=False, cache_dir=cache_dir)
-            missing = {"image", "problem", "solution"} - set(dataset.column_names)
-            if missing:
-                raise ValueError(f"build_split returned no {sorted(missing)} column(s)")
             return dataset, f"open_r1.tasks.counting.scenes.build_split({split!r})"
         except Exception as exc:  # noqa: BLE001 - reported, and 'auto' falls back
             if source == "scenes":
@@ -382,22 +314,15 @@ def load_bench_model(tiny: bool, model_dir: str, attn_implementation: str, devic
     return model
 
 
-@contextlib.contextmanager
 def reference_model_from_policy(policy):
     """TRL builds the KL reference with `create_model_from_path(<the policy's path>)`; the bench's policy lives only
     in memory, so hand TRL a copy of it instead (the same weights the reference would load)."""
+    from unittest import mock
+
     import trl.trainer.grpo_trainer as grpo_trainer_module
 
-    original = grpo_trainer_module.create_model_from_path
-
-    def copy_of_policy(*args, **kwargs):
-        return copy.deepcopy(policy).eval()
-
-    grpo_trainer_module.create_model_from_path = copy_of_policy
-    try:
-        yield
-    finally:
-        grpo_trainer_module.create_model_from_path = original
+    return mock.patch.object(grpo_trainer_module, "create_model_from_path",
+                             lambda *args, **kwargs: copy.deepcopy(policy).eval())
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -441,13 +366,11 @@ class Probe:
         self.seconds: dict[str, float] = defaultdict(float)
         self.counts: dict[str, int] = defaultdict(int)
         self.completion_lengths: list[int] = []
-        self.train_tokens = 0
-        self.train_padded_tokens = 0
-        self.train_sequences = 0
+        self.train_tokens = self.train_padded_tokens = self.train_sequences = 0
         self.window_start: float | None = None
         self.window_end: float | None = None
-        self.train_start = time.perf_counter()
         self.warmup_end: float | None = None
+        self.train_start = time.perf_counter()
         self.step_ends: list[float] = []
         self.step_reserved_gib: list[float] = []  # after each measured optimizer step: a leak shows as growth
 
@@ -537,35 +460,26 @@ class Probe:
         train = training_step - prepare
         rollouts = len(self.completion_lengths)
         gen_tokens = sum(self.completion_lengths)
+        lengths = self.completion_lengths
         return {
-            "wall_s": wall,
-            "rollouts": rollouts,
-            "rollouts_per_s": rollouts / wall if wall > 0 else None,
-            "gen_s": gen,
-            "logp_s": logp,
-            "prep_s": prepare - gen - logp,
-            "train_s": train,
+            "wall_s": wall, "rollouts": rollouts, "rollouts_per_s": rollouts / wall if wall > 0 else None,
+            "gen_s": gen, "logp_s": logp, "prep_s": prepare - gen - logp, "train_s": train,
             "other_s": wall - training_step,
-            "gen_calls": self.counts["gen"],
-            "logp_calls": self.counts["logp"],
+            "gen_calls": self.counts["gen"], "logp_calls": self.counts["logp"],
             "train_micro_steps": self.counts["compute_loss"],
-            "gen_tokens": gen_tokens,
-            "gen_tokens_per_s": gen_tokens / gen if gen > 0 else None,
+            "gen_tokens": gen_tokens, "gen_tokens_per_s": gen_tokens / gen if gen > 0 else None,
             # all of `_generate` (tokenisation, image processing, prefill, decoding) per token step of one call
-            "gen_ms_per_step": (1000 * gen / (self.counts["gen"] * max(self.completion_lengths))
-                                if gen > 0 and self.completion_lengths else None),
-            "train_tokens": self.train_tokens,
-            "train_padded_tokens": self.train_padded_tokens,
+            "gen_ms_per_step": 1000 * gen / (self.counts["gen"] * max(lengths)) if gen > 0 and lengths else None,
+            "train_tokens": self.train_tokens, "train_padded_tokens": self.train_padded_tokens,
             "train_tokens_per_s": self.train_tokens / train if train > 0 else None,
             "trained_sequences": self.train_sequences,
             "trained_sequences_per_s": self.train_sequences / wall if wall > 0 else None,
-            "completion_len_min": min(self.completion_lengths) if self.completion_lengths else None,
-            "completion_len_max": max(self.completion_lengths) if self.completion_lengths else None,
+            "completion_len_min": min(lengths) if lengths else None,
+            "completion_len_max": max(lengths) if lengths else None,
             "warmup_s": (self.warmup_end - self.train_start) if self.warmup_end else None,
             "step_reserved_gib": self.step_reserved_gib,
-            "optimizer_step_s": [
-                end - begin for begin, end in zip([self.window_start, *self.step_ends[:-1]], self.step_ends, strict=True)
-            ],
+            "optimizer_step_s": [end - begin for begin, end in
+                                 zip([self.window_start, *self.step_ends[:-1]], self.step_ends, strict=True)],
         }
 
 
@@ -618,17 +532,6 @@ def tiny_batch_sizes(kwargs: dict[str, Any]) -> dict[str, Any]:
     return scaled
 
 
-@contextlib.contextmanager
-def completion_only_scoring_on_cpu(enabled: bool):
-    """--tiny only. TRL's fused LM head scores only the completion positions where Triton runs (GPUs) and every
-    position elsewhere (kept for Neuron's fixed shapes); with the real 151936-token vocabulary that makes a CPU
-    training step ~15x slower than the same step with the GPU's behaviour. This gives the CPU the GPU's choice."""
-    from open_r1 import compat
-
-    with compat.completion_only_scoring(enabled):
-        yield
-
-
 def build_grpo_config(variant: Variant, ctx: BenchContext, output_dir: str):
     from trl import GRPOConfig
 
@@ -673,80 +576,72 @@ def single_process_distributed_env() -> None:
         os.environ.setdefault(key, value)
 
 
-def run_variant(variant: Variant, ctx: BenchContext) -> dict[str, Any]:
-    """One variant, never raising: status ok with its numbers, or failed with the first line of its error."""
+def error_line(exc: BaseException) -> str:
+    message = str(exc).strip()
+    return f"{type(exc).__name__}: {message.splitlines()[0] if message else ''}"[:300]
+
+
+@contextlib.contextmanager
+def measured(result: dict[str, Any], on_cuda: bool, timeout_s: float | None = None, reset_compiler: bool = True):
+    """Runs the block as one variant, never raising: `result` gets status ok, or failed with the error's first line,
+    then the wall seconds and peak GPU memory; the memory is freed after (one failing lever must not stop the rest)."""
     import torch
 
-    on_cuda = ctx.device == "cuda"
-
-    def sync():
-        if on_cuda:
-            torch.cuda.synchronize()
-
-    result: dict[str, Any] = {"name": variant.name, **variant.to_dict()}
+    if on_cuda:
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     try:
-        with time_limit(ctx.variant_timeout_s):
-            _train_variant(variant, ctx, result, sync, start)
+        with time_limit(timeout_s):
+            yield start
         result["status"] = "ok"
-    except (Exception, VariantTimeout) as exc:  # noqa: BLE001 - one failing lever must not stop the others
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        result["status"] = "failed"
-        result["error"] = f"{type(exc).__name__}: {message}"[:300]
-        result["traceback_tail"] = traceback.format_exc().strip().splitlines()[-6:]
+    except (Exception, VariantTimeout) as exc:  # noqa: BLE001 - reported in the row
+        result.update(status="failed", error=error_line(exc),
+                      traceback_tail=traceback.format_exc().strip().splitlines()[-6:])
+        traceback.clear_frames(exc.__traceback__)  # the failed variant's objects go before its memory is freed
         del exc
     finally:
         result["total_s"] = time.perf_counter() - start
         result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB if on_cuda else None
         result["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB if on_cuda else None
-        release_memory(variant.fast_decode != "hf")
+        release_memory(reset_compiler)
         result["allocated_after_cleanup_gib"] = torch.cuda.memory_allocated() / GIB if on_cuda else None
+
+
+def run_variant(variant: Variant, ctx: BenchContext) -> dict[str, Any]:
+    """One variant, never raising: status ok with its numbers, or failed with the first line of its error."""
+    import torch
+
+    on_cuda = ctx.device == "cuda"
+    sync = torch.cuda.synchronize if on_cuda else (lambda: None)
+    result: dict[str, Any] = {"name": variant.name, **variant.to_dict()}
+    with measured(result, on_cuda, ctx.variant_timeout_s, reset_compiler=variant.fast_decode != "hf") as start:
+        _train_variant(variant, ctx, result, sync, start)
     return result
 
 
 def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], sync, start: float) -> None:
     """Build the trainer, train warm-up + measured rounds, put the probe's numbers into `result`. Every object it
     makes dies with its frame, so the caller can free the GPU memory after it returns or raises."""
-    import torch
     from transformers import set_seed
     from trl import GRPOTrainer
 
+    from open_r1 import compat, modeling
     from open_r1 import grpo as grpo_lib
-    from open_r1 import modeling
     from open_r1.rewards import get_reward_funcs
     from open_r1.trainer import VLMGRPOTrainer, vision_tower
 
     trainer = None
     try:
-        if ctx.device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-
         set_seed(ctx.seed)
         output_dir = tempfile.mkdtemp(prefix=f"{variant.name}-", dir=ctx.work_dir)
         args, geometry = build_grpo_config(variant, ctx, output_dir)
-        result.update({
-            "per_device_train_batch_size": args.per_device_train_batch_size,
-            "gradient_accumulation_steps": args.gradient_accumulation_steps,
-            "steps_per_generation": args.steps_per_generation,
-            "generation_batch_size": args.generation_batch_size,
-            "num_iterations": args.num_iterations,
-            "gradient_checkpointing": bool(args.gradient_checkpointing),
-            "num_generations": args.num_generations,
-            "beta": args.beta,
-            "loss_type": args.loss_type,
-            "max_steps": args.max_steps,
-            "warmup_rounds": ctx.warmup,
-            **geometry,
-        })
-        check_geometry = getattr(grpo_lib, "check_batch_geometry", None)  # moving to open_r1/validate.py
-        if check_geometry is not None:
-            check_geometry(args, 1)
-
+        result.update({key: getattr(args, key) for key in (
+            "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+            "generation_batch_size", "num_iterations", "num_generations", "beta", "loss_type", "max_steps")})
+        result.update(gradient_checkpointing=bool(args.gradient_checkpointing), warmup_rounds=ctx.warmup, **geometry)
         # Every variant scores with the recipe's rewards (CPU work, the same for all); plain TRL weighs them equally.
-        reward_funcs = get_reward_funcs(
-            ctx.recipe.get("reward_funcs") or DEFAULT_REWARD_FUNCS,
-            grpo_lib.parse_reward_kwargs(ctx.recipe.get("reward_kwargs")),
-        )
+        reward_funcs = get_reward_funcs(ctx.recipe.get("reward_funcs") or DEFAULT_REWARD_FUNCS,
+                                        grpo_lib.parse_reward_kwargs(ctx.recipe.get("reward_kwargs")))
         if args.reward_weights is not None and len(args.reward_weights) != len(reward_funcs):
             args.reward_weights = None  # plain TRL with the recipe's rewards: equal weights
         templates = ctx.recipe.get("prompt_templates") or DEFAULT_PROMPT_TEMPLATES
@@ -759,22 +654,18 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         ref_context = reference_model_from_policy(model) if args.beta != 0.0 else contextlib.nullcontext()
         # plain TRL where no lever of ours is on, else our subclass (the same trainer train.sh runs)
         ours = variant.lazy_images or variant.dedupe_vision or variant.fast_decode != "hf" or variant.dedupe_images
-        trainer_kwargs = dict(lazy_images=variant.lazy_images, dedupe_vision=variant.dedupe_vision,
-                              fast_decode=variant.fast_decode, dedupe_images=variant.dedupe_images)
+        kwargs = dict(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
+                      processing_class=processor)
+        if ours:
+            kwargs.update(lazy_images=variant.lazy_images, dedupe_vision=variant.dedupe_vision,
+                          fast_decode=variant.fast_decode, dedupe_images=variant.dedupe_images)
         with ref_context:
-            trainer = (VLMGRPOTrainer if ours else GRPOTrainer)(
-                model=model,
-                reward_funcs=reward_funcs,
-                args=args,
-                train_dataset=train_dataset,
-                processing_class=processor,
-                **(trainer_kwargs if ours else {}),
-            )
-        optimizer_steps_per_round = geometry["optimizer_steps_per_round"]
-        probe = Probe(trainer, ctx.warmup * optimizer_steps_per_round, args.max_steps, sync)
+            trainer = (VLMGRPOTrainer if ours else GRPOTrainer)(**kwargs)
+        probe = Probe(trainer, ctx.warmup * geometry["optimizer_steps_per_round"], args.max_steps, sync)
         trainer.add_callback(probe.callback)
         result["setup_s"] = time.perf_counter() - start
-        with completion_only_scoring_on_cpu(ctx.tiny):
+        # --tiny: TRL scores every position where Triton is missing (CPU), ~15x slower with the real vocabulary
+        with compat.completion_only_scoring(ctx.tiny):
             trainer.train()
         sync()
         result.update(probe.summary())
@@ -785,9 +676,7 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
                           rollout_copy_last_refresh_s=copy_weights.last_refresh_s)
         decoder = getattr(trainer, "_graph_decoder", None)
         if decoder is not None and decoder.timings:  # the decoder's own prefill / decode-loop split
-            split = decoder_split(decoder.timings, result["gen_calls"])
-            result.update(decoder_prefill_s=split["decoder_prefill_s"], decoder_decode_s=split["decoder_decode_s"],
-                          decode_ms_per_step=split["decode_ms_per_step"],
+            result.update(decoder_split(decoder.timings, result["gen_calls"]),
                           decoder_cache_allocations=decoder.allocations, decoder_calls=decoder.calls)
         result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
         if variant.dedupe_images:  # proof that the lever acted: images preprocessed vs images given
@@ -838,10 +727,8 @@ def release_memory(reset_compiler: bool = False) -> None:
 def add_ratios(results: list[dict], baseline: str = BASELINE) -> None:
     base = next((r for r in results if r["name"] == baseline and r.get("status") == "ok"), None)
     for r in results:
-        if base and r.get("status") == "ok" and base.get("rollouts_per_s"):
-            r["ratio_vs_plain_trl"] = r["rollouts_per_s"] / base["rollouts_per_s"]
-        else:
-            r["ratio_vs_plain_trl"] = None
+        ok = base and r.get("status") == "ok" and base.get("rollouts_per_s")
+        r["ratio_vs_plain_trl"] = r["rollouts_per_s"] / base["rollouts_per_s"] if ok else None
 
 
 def _fmt(value, digits=2):
@@ -852,29 +739,29 @@ def _fmt(value, digits=2):
     return str(value)
 
 
+# (header, result key, digits) of the table's numeric columns
+TABLE_COLUMNS = (
+    ("rollouts/s", "rollouts_per_s", 2), ("x plain_trl", "ratio_vs_plain_trl", 2),
+    ("trained seq/s", "trained_sequences_per_s", 2), ("gen s", "gen_s", 1), ("logp s", "logp_s", 1),
+    ("prep s", "prep_s", 1), ("train s", "train_s", 1), ("other s", "other_s", 1),
+    ("gen tok/s", "gen_tokens_per_s", 0), ("gen ms/step", "gen_ms_per_step", 1),
+    ("decode ms/step", "decode_ms_per_step", 1), ("train tok/s", "train_tokens_per_s", 0),
+)
+
+
 def format_table(results: list[dict]) -> str:
-    header = (
-        "| variant | status | rollouts/s | x plain_trl | trained seq/s | gen s | logp s | prep s | train s | other s | "
-        "gen tok/s | gen ms/step | decode ms/step | train tok/s | peak alloc GiB | peak reserved GiB |"
-    )
-    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    rows = [header, rule]
+    header = " | ".join(h for h, _, _ in TABLE_COLUMNS)
+    rows = [f"| variant | status | {header} | peak alloc GiB | peak reserved GiB |",
+            "|---|---|" + "---:|" * (len(TABLE_COLUMNS) + 2)]
     for r in results:
+        memory = f"{_fmt(r.get('peak_allocated_gib'), 1)} | {_fmt(r.get('peak_reserved_gib'), 1)} |"
         if r.get("status") != "ok":
-            rows.append(
-                f"| {r['name']} | {r.get('status')}: {r.get('error', '')} | - | - | - | - | - | - | - | - | - | - | - | - | "
-                f"{_fmt(r.get('peak_allocated_gib'), 1)} | {_fmt(r.get('peak_reserved_gib'), 1)} |"
-            )
+            rows.append(f"| {r['name']} | {r.get('status')}: {r.get('error', '')} | " + "- | " * len(TABLE_COLUMNS)
+                        + memory)
             continue
         status = "ok" if r.get("forced_length_ok", True) else "ok, but completions not all forced-length!"
-        rows.append(
-            f"| {r['name']} | {status} | {_fmt(r['rollouts_per_s'])} | {_fmt(r.get('ratio_vs_plain_trl'))} | "
-            f"{_fmt(r['trained_sequences_per_s'])} | "
-            f"{_fmt(r['gen_s'], 1)} | {_fmt(r['logp_s'], 1)} | {_fmt(r['prep_s'], 1)} | {_fmt(r['train_s'], 1)} | "
-            f"{_fmt(r['other_s'], 1)} | {_fmt(r['gen_tokens_per_s'], 0)} | {_fmt(r.get('gen_ms_per_step'), 1)} | "
-            f"{_fmt(r.get('decode_ms_per_step'), 1)} | {_fmt(r['train_tokens_per_s'], 0)} | "
-            f"{_fmt(r.get('peak_allocated_gib'), 1)} | {_fmt(r.get('peak_reserved_gib'), 1)} |"
-        )
+        cells = " | ".join(_fmt(r.get(key), digits) for _, key, digits in TABLE_COLUMNS)
+        rows.append(f"| {r['name']} | {status} | {cells} | {memory}")
     return "\n".join(rows)
 
 
@@ -883,16 +770,10 @@ def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any
     import transformers
     import trl
 
-    info = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "trl": trl.__version__,
-        "device": device,
-        "memory_cap_gib": memory_cap_gib,
-    }
-    for module in ("liger_kernel", "flash_attn", "vllm"):
-        info[f"has_{module}"] = importlib.util.find_spec(module) is not None
+    info = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "trl": trl.__version__, "device": device, "memory_cap_gib": memory_cap_gib}
+    info.update({f"has_{module}": importlib.util.find_spec(module) is not None
+                 for module in ("liger_kernel", "flash_attn", "vllm")})
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         info.update({"gpu": props.name, "gpu_total_gib": props.total_memory / GIB, "cuda": torch.version.cuda})
@@ -902,6 +783,14 @@ def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any
 # ---------------------------------------------------------------------------------------------------------------------
 # CLI
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+def deadline_passed(started: float, deadline_s: float | None) -> str | None:
+    """Why the next variant is skipped under --deadline-s, or None."""
+    elapsed = time.perf_counter() - started
+    if deadline_s is None or elapsed <= deadline_s:
+        return None
+    return f"deadline: {elapsed:.0f} s > --deadline-s {deadline_s:.0f}"
 
 
 def check_device(tiny: bool, threads: int | None = None) -> str:
@@ -920,34 +809,25 @@ def check_device(tiny: bool, threads: int | None = None) -> str:
     return "cuda"
 
 
-def setup_device(device: str, memory_cap_gib: float | None) -> str:
-    """Initialise CUDA and cap this process's memory (a variant over the cap then fails with an OOM)."""
+def setup_device(device: str, memory_cap_gib: float | None) -> None:
+    """Cap this process's GPU memory (a variant over the cap then fails with an OOM)."""
     import torch
 
-    if device != "cuda":
-        return device
-    if memory_cap_gib:
+    if device == "cuda" and memory_cap_gib:
         total = torch.cuda.get_device_properties(0).total_memory
-        fraction = min(1.0, memory_cap_gib * GIB / total)
-        torch.cuda.set_per_process_memory_fraction(fraction, 0)
-    return "cuda"
-
-
-def build_tiny_checkpoint(work_dir: str) -> str:
-    """The project's real-id processor (and, in --tiny mode, the tiny weights), written once into `work_dir`."""
-    from open_r1.tiny_models import build_qwen2vl
-
-    return str(build_qwen2vl(Path(work_dir) / "tiny-qwen2vl", full_size=False, seed=0))
+        torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_gib * GIB / total), 0)
 
 
 @contextlib.contextmanager
 def scratch_checkpoint(work_dir: str | None, prefix: str):
-    """(work_dir, model_dir) for one bench run: `work_dir`, or a temp dir removed at the end, holding the
-    checkpoint of build_tiny_checkpoint."""
+    """(work_dir, model_dir): `work_dir` (or a temp dir removed at the end) holding the tiny checkpoint, whose
+    real-id processor every run uses (and, in --tiny mode, its weights)."""
+    from open_r1.tiny_models import build_qwen2vl
+
     with contextlib.ExitStack() as stack:
         work_dir = work_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
         os.makedirs(work_dir, exist_ok=True)
-        yield work_dir, build_tiny_checkpoint(work_dir)
+        yield work_dir, str(build_qwen2vl(Path(work_dir) / "tiny-qwen2vl", full_size=False, seed=0))
 
 
 def parse_cli(argv=None) -> argparse.Namespace:
@@ -1022,37 +902,22 @@ def main(argv=None) -> int:
             steps=args.steps, warmup=args.warmup, seed=args.seed, dataset=dataset, device=device, work_dir=work_dir,
             variant_timeout_s=args.variant_timeout_s, min_rollouts=args.min_rollouts,
         )
-        payload: dict[str, Any] = {
-            "bench": "grpo",
-            "mode": "tiny" if args.tiny else "full_size",
-            "environment": environment_info(device, args.memory_cap_gib),
-            "shape": {
-                "completion_length": completion_length,
-                "num_generations": NUM_GENERATIONS,
-                "image": "x".join(str(side) for side in dataset[0]["image"].size),
-                "data": data_source,
-                "num_examples": n,
-                "data_s": time.perf_counter() - data_start,
-                "recipe": str(args.recipe),
-                "steps": args.steps,
-                "min_rollouts": args.min_rollouts,
-                "warmup": args.warmup,
-            },
-            "variants": [],
-        }
+        shape = {"completion_length": completion_length, "num_generations": NUM_GENERATIONS,
+                 "image": "x".join(str(side) for side in dataset[0]["image"].size), "data": data_source,
+                 "num_examples": n, "data_s": time.perf_counter() - data_start, "recipe": str(args.recipe),
+                 "steps": args.steps, "min_rollouts": args.min_rollouts, "warmup": args.warmup}
+        payload: dict[str, Any] = {"bench": "grpo", "mode": "tiny" if args.tiny else "full_size",
+                                   "environment": environment_info(device, args.memory_cap_gib), "shape": shape,
+                                   "variants": []}
         env = payload["environment"]
         print(f"[bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} "
               f"trl {env['trl']} | cap {args.memory_cap_gib} GiB | data: {data_source}", flush=True)
         results = payload["variants"]
         for variant in variants:
             missing = missing_requirements(variant)
-            elapsed = time.perf_counter() - started
-            if missing:
-                result = {"name": variant.name, **variant.to_dict(), "status": "skipped",
-                          "error": f"not installed: {', '.join(missing)}"}
-            elif args.deadline_s is not None and elapsed > args.deadline_s:
-                result = {"name": variant.name, **variant.to_dict(), "status": "skipped",
-                          "error": f"deadline: {elapsed:.0f} s > --deadline-s {args.deadline_s:.0f}"}
+            skip = f"not installed: {', '.join(missing)}" if missing else deadline_passed(started, args.deadline_s)
+            if skip:
+                result = {"name": variant.name, **variant.to_dict(), "status": "skipped", "error": skip}
             else:
                 print(f"[bench] {variant.name}: {variant.description}", flush=True)
                 result = run_variant(variant, ctx)
@@ -1155,24 +1020,14 @@ DEFAULT_TINY_SELFCHECK_BATCH_SIZES = "4,8"
 
 
 def force_completion_length(model, length: int) -> None:
-    """Make every `generate` on `model` produce at least `length` new tokens (end-of-turn tokens masked until then).
-
-    `open_r1.tasks.counting.evaluate.generate_batch` calls `generate(do_sample=False, max_new_tokens=256)` and the model's generation
-    config supplies everything else, so setting `min_new_tokens` there forces selfcheck's worst case without any
-    change to the evaluation code."""
+    """Every `generate` on `model` makes at least `length` new tokens: selfcheck's worst case, through the
+    generation config that `generate_batch` leaves to the model (no change to the evaluation code)."""
     model.generation_config.min_new_tokens = length
 
 
 def repeat_rows(dataset, n: int):
     """`dataset` cycled to exactly `n` rows (speed depends on the image size and question, not on novelty)."""
-    import datasets
-
-    if len(dataset) >= n:
-        return dataset.select(range(n))
-    copies = [dataset] * (n // len(dataset))
-    if n % len(dataset):
-        copies.append(dataset.select(range(n % len(dataset))))
-    return datasets.concatenate_datasets(copies)
+    return dataset.select([i % len(dataset) for i in range(n)])
 
 
 def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
@@ -1213,6 +1068,9 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
 
 CHUNK_TOKENS = 1 << 16  # the 'k' suffix's cap on vision-attention tokens per SDPA call
 
+# --batch-sizes suffix letters: c = selfcheck --compile, n = the next batch's CPU work serial with the GPU's, g = image
+# preprocessing on the GPU, v = time the vision tower (GPU syncs around it: a row of its own), u = transformers'
+# per-image vision attention, p = M-RoPE positions in the prefill on the GPU, k = vision attention in CHUNK_TOKENS calls
 SELFCHECK_SUFFIXES = {"c": "compile", "n": "no_prefetch", "g": "gpu_images", "v": "vision_timing",
                       "u": "per_image_vision_attention", "p": "gpu_positions", "k": "chunked_vision_attention"}
 
@@ -1237,20 +1095,16 @@ class ModuleTimer:
         self.seconds += time.perf_counter() - self._t0
         self.calls += 1
 
-    def remove(self) -> None:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
         for handle in self._handles:
             handle.remove()
 
 
 def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, dict[str, bool]]]:
-    """'256,512n,512g' -> [(256, {}), (512, {'no_prefetch': True}), (512, {'gpu_images': True})]. Suffix letters:
-    c = selfcheck --compile (transformers' static-cache generate), n = no prefetch (the next batch's CPU work
-    serial with the GPU's), g = image preprocessing on the GPU (selfcheck --image-device cuda), v = time the vision
-    tower's forward calls (`vision_s`, a part of the prefill; GPU syncs around it, so a row of its own),
-    u = transformers' per-image vision attention (selfcheck --vision-attention per_image; default: grouped),
-    p = the M-RoPE positions computed in the prefill on the GPU (default: with the batch's CPU work),
-    k = the grouped vision attention in chunks of CHUNK_TOKENS (64k) tokens per call (default: all of a size's
-    images in one call)."""
+    """'256,512n' -> [(256, {}), (512, {'no_prefetch': True})]: a batch size and its SELFCHECK_SUFFIXES letters."""
     runs = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -1272,9 +1126,9 @@ def selfcheck_label(entry: dict) -> str:
 
 
 def selfcheck_main(argv=None) -> int:
-    import torch
-
-    from open_r1 import modeling
+    import open_r1.generation as generation_lib
+    from open_r1 import modeling, vision_attention
+    from open_r1.families import vision_tower
     from open_r1.tasks.counting.evaluate import evaluate_dataset
 
     args = parse_selfcheck_cli(argv)
@@ -1287,30 +1141,23 @@ def selfcheck_main(argv=None) -> int:
     started = time.perf_counter()
     device = check_device(args.tiny, args.threads)
     with scratch_checkpoint(args.work_dir, "bench-selfcheck-") as (work_dir, model_dir):
-        measured = {bs: min(args.n, bs * args.measure_batches) if args.measure_batches else args.n for bs in batch_sizes}
-        rows_needed = max(max(measured.values()), max(batch_sizes))
+        to_time = {bs: min(args.n, bs * args.measure_batches) if args.measure_batches else args.n for bs in batch_sizes}
+        rows_needed = max(max(to_time.values()), max(batch_sizes))
         base, data_source = counting_dataset(
             min(rows_needed, args.unique_examples), args.seed, args.data, cache_dir=os.path.join(work_dir, "data"),
-            workers=1 if args.tiny else min(8, os.cpu_count() or 1), split=args.split,
-        )
+            workers=1 if args.tiny else min(8, os.cpu_count() or 1), split=args.split)
         setup_device(device, args.memory_cap_gib)
         dataset = repeat_rows(base, rows_needed)
         processor = modeling.load_processor(model_dir, None, args.max_pixels)
         model = load_bench_model(args.tiny, model_dir, args.attn_implementation, device, args.seed).eval()
         force_completion_length(model, completion_length)
-        import open_r1.generation as generation_lib
-
         generation_lib.DEFAULT_DECODER = args.decoder
-        payload: dict[str, Any] = {
-            "bench": "selfcheck",
-            "decoder": args.decoder,
-            "mode": "tiny" if args.tiny else "full_size",
-            "environment": environment_info(device, args.memory_cap_gib),
-            "shape": {"completion_length": completion_length, "target_examples": args.n, "data": data_source,
-                      "image": "x".join(str(side) for side in dataset[0]["image"].size),
-                      "budget_s": args.budget_s},
-            "batch_sizes": [],
-        }
+        shape = {"completion_length": completion_length, "target_examples": args.n, "data": data_source,
+                 "image": "x".join(str(side) for side in dataset[0]["image"].size), "budget_s": args.budget_s}
+        payload: dict[str, Any] = {"bench": "selfcheck", "decoder": args.decoder,
+                                   "mode": "tiny" if args.tiny else "full_size",
+                                   "environment": environment_info(device, args.memory_cap_gib), "shape": shape,
+                                   "batch_sizes": []}
         outputs: dict[int, dict] = {}  # id(entry) -> its answers and completion texts (not written to the JSON)
         env = payload["environment"]
         print(f"[selfcheck-bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} | "
@@ -1320,41 +1167,30 @@ def selfcheck_main(argv=None) -> int:
             options = dict(compile_generation=compiled, prefetch=not flags.get("no_prefetch", False),
                            image_device="cuda" if flags.get("gpu_images") and device == "cuda" else None,
                            cpu_positions=not flags.get("gpu_positions", False))
-            from open_r1 import vision_attention
-
             vision_attention.use_grouped_vision_attention(
                 model, "per_image" if flags.get("per_image_vision_attention") else "grouped")
             vision_attention.MAX_TOKENS_PER_CALL = CHUNK_TOKENS if flags.get("chunked_vision_attention") else None
-            entry: dict[str, Any] = {"batch_size": batch_size, "examples": measured[batch_size],
+            entry: dict[str, Any] = {"batch_size": batch_size, "examples": to_time[batch_size],
                                      **{name: flags.get(name, False) for name in SELFCHECK_SUFFIXES.values()}}
-            elapsed = time.perf_counter() - started
-            if args.deadline_s is not None and elapsed > args.deadline_s:
-                entry.update({"status": "skipped", "error": f"deadline: {elapsed:.0f} s > --deadline-s {args.deadline_s:.0f}"})
+            skip = deadline_passed(started, args.deadline_s)
+            if skip:
+                entry.update(status="skipped", error=skip)
                 payload["batch_sizes"].append(entry)
                 write_json(args.out, payload)
                 print(f"[selfcheck-bench] batch {batch_size}: skipped ({entry['error']})", flush=True)
                 continue
-            try:
-                if device == "cuda":
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats()
+            # reset_compiler: a row's peak memory never includes the previous row's CUDA-graph pools
+            with measured(entry, device == "cuda", reset_compiler=args.decoder != "hf" or compiled):
                 # Warm-up batch, not timed (kernel selection, allocator growth).
                 evaluate_dataset(model, processor, dataset, name="warmup", batch_size=batch_size,
                                  limit=batch_size, max_new_tokens=completion_length, progress=False, **options)
                 batch_timings: list[dict] = []
-                timer = None
-                if flags.get("vision_timing"):
-                    from open_r1.families import vision_tower
-
-                    timer = ModuleTimer(vision_tower(model), cuda=device == "cuda")
-                try:
+                timer = ModuleTimer(vision_tower(model), device == "cuda") if flags.get("vision_timing") else None
+                with timer or contextlib.nullcontext():
                     report = evaluate_dataset(model, processor, dataset, name=f"bs{batch_size}",
-                                              batch_size=batch_size, limit=measured[batch_size],
+                                              batch_size=batch_size, limit=to_time[batch_size],
                                               max_new_tokens=completion_length, progress=False,
                                               timings=batch_timings, **options)
-                finally:
-                    if timer is not None:
-                        timer.remove()
                 if timer is not None:
                     entry.update(vision_s=timer.seconds, vision_calls=timer.calls)
                 outputs[id(entry)] = {"answers": [r["prediction"] for r in report.records],  # compared below
@@ -1366,23 +1202,9 @@ def selfcheck_main(argv=None) -> int:
                 if timed:  # the graph decoder's own split of the measured batches
                     entry.update(decoder_split(timed, len(timed)))
                 entry.update(selfcheck_batch_split(batch_timings, timed))
-                entry.update({
-                    "status": "ok",
-                    "seconds": report.seconds,
-                    "examples_per_s": per_s,
-                    "projected_s": args.n / per_s,
-                    "mean_completion_tokens": report.mean_completion_tokens,
-                    "within_budget": args.n / per_s <= args.budget_s,
-                })
-            except Exception as exc:  # noqa: BLE001 - an OOM at one batch size must not hide the others
-                message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                entry.update({"status": "failed", "error": f"{type(exc).__name__}: {message}"[:300]})
-                del exc
-            if device == "cuda":
-                entry["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB
-                entry["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB
-            # the compiler's state too, so a row's peak memory never includes the previous row's CUDA-graph pools
-            release_memory(reset_compiler=args.decoder != "hf" or compiled)
+                entry.update(seconds=report.seconds, examples_per_s=per_s, projected_s=args.n / per_s,
+                             mean_completion_tokens=report.mean_completion_tokens,
+                             within_budget=args.n / per_s <= args.budget_s)
             payload["batch_sizes"].append(entry)
             payload["elapsed_s"] = time.perf_counter() - started
             write_json(args.out, payload)
@@ -1411,12 +1233,9 @@ def selfcheck_main(argv=None) -> int:
 
 
 def compare_with_first(entries: list[dict], outputs: list[dict | None]) -> None:
-    """Every ok entry after the first ok one gets how many of its answers (`same_answers_as_first`) and of its
-    completion texts (`same_completions_as_first`) equal the first's, over `answers_compared` examples. `outputs`:
-    per entry, None or {'answers': [...], 'completions': [...]} of its measured call. Greedy decoding of the same
-    inputs must give the same texts (prefetching or not); GPU image preprocessing may change pixels in the last
-    bits, which this counts. With random weights the answers agree trivially (nothing parses), the texts do not:
-    3000 x 256 identical tokens is the real check."""
+    """Every ok entry after the first ok one counts its answers and completion texts equal to the first's
+    (`outputs`: per entry, None or its {'answers', 'completions'}). Greedy decoding of the same inputs must give the
+    same texts; with random weights the answers agree trivially (nothing parses), so the texts are the real check."""
     pairs = [(e, out) for e, out in zip(entries, outputs) if e.get("status") == "ok" and out is not None]
     if not pairs:
         return
@@ -1430,9 +1249,8 @@ def compare_with_first(entries: list[dict], outputs: list[dict | None]) -> None:
 
 
 def selfcheck_batch_split(batch_timings: list[dict], decoder_timings: list[dict]) -> dict[str, Any]:
-    """The measured call's per-batch split for the JSON: the evaluation's own (`wait_s`: the loop waiting for the
-    batch's inputs, the first batch's build included; `generate_s`; `post_s`), with the graph decoder's prefill and
-    decode seconds beside them when it timed as many batches; and the totals."""
+    """The evaluation's per-batch split (wait_s, the first batch's build included; generate_s; post_s) with the graph
+    decoder's prefill / decode seconds beside them when it timed as many batches, and the totals."""
     batches = [dict(t) for t in batch_timings]
     if decoder_timings and len(decoder_timings) == len(batches):
         for batch, timed in zip(batches, decoder_timings):
@@ -1490,20 +1308,16 @@ def format_selfcheck_table(payload: dict) -> str:
     return "\n".join(rows)
 
 
+def cli(argv=None, entry=None) -> int:
+    try:
+        return (entry or main)(argv)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
 def selfcheck_cli(argv=None) -> int:
-    try:
-        return selfcheck_main(argv)
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-def cli(argv=None) -> int:
-    try:
-        return main(argv)
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return cli(argv, selfcheck_main)
 
 
 if __name__ == "__main__":

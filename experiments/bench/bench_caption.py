@@ -4,21 +4,13 @@
     python -m experiments.bench.bench_caption --memory-cap-gib 80 --out caption.json     # one H100/H200
     python -m experiments.bench.bench_caption --tiny --out /tmp/caption.json             # CPU, seconds: the machinery
 
-The shape: the policy is a full-size Qwen3-VL-2B (Thinking chat template and generation config) with random bf16
-weights and LoRA (r 16 on the language model, as the captioning recipe trains it); the prompts are the captioning
-task's (`tasks.captioning.data.prompt_rows`) on stand-in cartoons of `--image-size` px (448); G = 8; every
-completion is forced to `--completion-length` tokens (1536, `min_new_tokens`; the vision special tokens
-suppressed). The reward is sigma(RM) from a full-size random Qwen2.5-VL-3B reward model (`open_r1.reward_model`)
-on the same GPU, scored as `caption_rm` scores (`protocol.rm_messages`, `RewardModel.score`) on the completion's
-last `protocol.MAX_WORDS` words: a random policy writes no parseable caption, and `caption_rm` would then skip the
-RM, which would drop its cost from the step. Variants (each in try/except; the JSON is rewritten after each):
-
-* `plain_trl`: TRL 1.16's GRPOTrainer, HF generate, its default batch geometry for the same rows per round;
-* `ours`: `VLMGRPOTrainer` with the CUDA-graph decoder (TRL's rollout settings: top-p 1), image and ViT
-  de-duplication, lazy images, activation checkpointing;
-* `rm`: the RM's scoring throughput (captions/s) at `--rm-batch-size`.
-
-Timing and the table are experiments/bench/bench.py's (`Probe`, `format_table`): rounds after `--warmup` ones.
+The shape: a full-size random Qwen3-VL-2B Thinking policy with LoRA (r 16), the captioning task's prompts on
+stand-in cartoons of `--image-size` px, G = 8, completions forced to `--completion-length` tokens, rewarded with
+sigma(RM) of a full-size random Qwen2.5-VL-3B reward model on the same GPU, scored on the completion's last
+`protocol.MAX_WORDS` words (a random policy writes no parseable caption, and `caption_rm` would then skip the RM).
+Variants: `plain_trl` (TRL's GRPOTrainer, HF generate), `ours` (`VLMGRPOTrainer`: graph decoder, image and ViT
+de-duplication, lazy images, activation checkpointing) and `rm` (the RM's captions/s at `--rm-batch-size`); timing
+and table are bench.py's.
 """
 from __future__ import annotations
 
@@ -28,11 +20,7 @@ import sys
 import tempfile
 import time
 
-for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-    os.environ.setdefault(_name, "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-from experiments.bench import bench  # noqa: E402
+from experiments.bench import bench  # sets the offline environment before any HF import
 
 GENERATIONS = 8
 LORA = {"r": 16, "alpha": 32}
@@ -129,10 +117,10 @@ def grpo_args(name: str, out_dir: str, rows: int, args, completion_length: int, 
 
 
 def run_grpo(name, args, ctx, result, sync) -> None:
-    import torch
     from peft import LoraConfig
     from trl import GRPOTrainer
 
+    from open_r1 import compat
     from open_r1.families import family_of
     from open_r1.trainer import VLMGRPOTrainer
 
@@ -150,7 +138,7 @@ def run_grpo(name, args, ctx, result, sync) -> None:
         trainer = GRPOTrainer(**kwargs)
     probe = bench.Probe(trainer, args.warmup, train_args.max_steps, sync)
     trainer.add_callback(probe.callback)
-    with bench.completion_only_scoring_on_cpu(args.tiny):
+    with compat.completion_only_scoring(args.tiny):
         trainer.train()
     sync()
     result.update(probe.summary(), rows_per_round=rows, lora=LORA)
@@ -159,10 +147,9 @@ def run_grpo(name, args, ctx, result, sync) -> None:
         split = bench.decoder_split(decoder.timings, result["gen_calls"])
         result.update(decode_ms_per_step=split["decode_ms_per_step"],
                       first_call_s=decoder.timings[0]["prefill_s"] + decoder.timings[0]["decode_s"])
+    # the models die with this frame; bench.measured frees their memory after it
     result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == \
         ctx["completion_length"]
-    del trainer, policy, reward_model
-    torch.cuda.empty_cache() if torch.cuda.is_available() else None
 
 
 def run_rm(args, ctx, result, sync) -> None:
@@ -203,10 +190,7 @@ def main(argv=None) -> int:
     ctx["dataset"] = cartoon_prompts(prompts * (args.warmup + args.steps + 1), size, args.seed)
     bench.setup_device(device, args.memory_cap_gib)
     on_cuda = device == "cuda"
-
-    def sync():
-        if on_cuda:
-            torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if on_cuda else (lambda: None)
 
     payload = {"bench": "grpo_caption", "mode": "tiny" if args.tiny else "full_size",
                "environment": bench.environment_info(device, args.memory_cap_gib),
@@ -216,19 +200,8 @@ def main(argv=None) -> int:
                "variants": []}
     for name in names:
         result = {"name": name}
-        start = time.perf_counter()
-        if on_cuda:
-            torch.cuda.reset_peak_memory_stats()
-        try:
-            with bench.time_limit(args.variant_timeout_s):
-                run_rm(args, ctx, result, sync) if name == "rm" else run_grpo(name, args, ctx, result, sync)
-            result["status"] = "ok"
-        except (Exception, bench.VariantTimeout) as exc:  # noqa: BLE001 - one failure must not lose the others
-            result.update(status="failed", error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
-        result["total_s"] = time.perf_counter() - start
-        result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / bench.GIB if on_cuda else None
-        result["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / bench.GIB if on_cuda else None
-        bench.release_memory(reset_compiler=True)
+        with bench.measured(result, on_cuda, args.variant_timeout_s):
+            run_rm(args, ctx, result, sync) if name == "rm" else run_grpo(name, args, ctx, result, sync)
         payload["variants"].append(result)
         bench.write_json(args.out, payload)
         print(f"[bench_caption] {name}: {result['status']} {result.get('error', '')} ({result['total_s']:.0f} s)",

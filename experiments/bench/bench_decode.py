@@ -4,21 +4,13 @@
     python -m experiments.bench.bench_decode --out $OUT/decode            # one GPU, ~6 min
     python -m experiments.bench.bench_decode --tiny --out /tmp/decode     # CPU dry run of the machinery (tiny model)
 
-Each variant runs in its own process (a fresh CUDA context; a failure or a timeout is recorded and the run goes on),
-with inductor's on-disk caches in a directory of its own (--scratch), so "cold" is cold:
-
-* `hf`: HF `generate` (dynamic cache), ms per token step = (t[384 tokens] - t[1 token]) / 383;
-* `eager`: the graph decoder uncompiled;
-* `graph_once` / `graph_once_warm`: the compiled decoder with one nested compile region per decoder layer
-  (`decoding.compile_layers_once`), first in a cold cache directory, then a second process on that warm cache
-  (where the nested regions fail, the error is recorded and the variant goes on with the shipped compile,
-  marked "(plain)");
-* `graph`: the compiled decoder as shipped (every layer traced and lowered), cold.
-
-A compiled variant records its first call (prefill + compilation + 384 steps, wall seconds) and a second call's ms
-per step for top-p 0.95; `graph_once_warm` then adds top-p 1.0 and the Thinking config's top-k 20 + top-p 0.95
-(each a cold compile of its own: last, so that a run cut by --budget-s keeps the numbers before them). Results are appended to <out>/results.jsonl as they finish; the end prints a markdown table and writes
-<out>/summary.json.
+Each variant runs in its own process (a fresh CUDA context; failures and timeouts are recorded), with inductor's
+on-disk caches in a directory of its own (--scratch), so "cold" is cold: `hf` (HF generate), `eager` (the graph
+decoder uncompiled), `graph_once` / `graph_once_warm` (one nested compile region per decoder layer, cold then on the
+warm cache; where the nested regions fail, the shipped compile is used, marked "(plain)") and `graph` (the shipped
+compile, cold). A compiled variant records its first call's wall seconds and a second call's ms per step;
+`graph_once_warm` then adds the other samplers of SAMPLING, last, so a run cut by --budget-s keeps what came before.
+Rows go to <out>/results.jsonl as they finish; the end prints a table and writes <out>/summary.json.
 """
 from __future__ import annotations
 

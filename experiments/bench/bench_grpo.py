@@ -8,15 +8,9 @@
 Prints a markdown table (rollouts/s, ratio vs plain_trl, gen / logp / prep / train / other seconds, tokens/s, peak
 GPU memory) and writes the JSON to --out after every variant. docs/PERFORMANCE.md says how to read it.
 """
-import os
 import sys
 
-# Everything is built locally (model, processor, data): never reach for a hub, and keep tokenizers single-threaded.
-for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-    os.environ.setdefault(_name, "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-from experiments.bench.bench import cli  # noqa: E402
+from experiments.bench.bench import cli  # sets the offline environment before any HF import
 
 if __name__ == "__main__":
     sys.exit(cli())

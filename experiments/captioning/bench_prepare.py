@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from open_r1.jsonio import read_json, write_json
+
 OLD = ["rank", "caption", "mean", "precision", "votes", "not_funny", "somewhat_funny", "funny"]
 WORDS = "cat dog boss lawyer fish bar desk moon taxes robot therapist knight bus meeting coffee wife".split()
 
@@ -122,16 +124,13 @@ def main(argv=None) -> int:
         if split == "train":
             result["pass_rate_largest_train_contest"] = round(largest_pass_rate(dataset), 3)
     result["load_and_pair_s"] = round(time.perf_counter() - t0, 1)
-    with open(os.path.join(out, prepare.REPORT)) as handle:
-        report = json.load(handle)
+    report = read_json(os.path.join(out, prepare.REPORT))
     result.update(prepared_captions=rows, pairs=pairs, peak_rss_mb=round(_peak_mb()), load_avg_end=os.getloadavg(),
                   report={k: report[k] for k in ("caption_rows_read", "duplicate_rows_merged",
                                                  "contests_with_several_files", "contests_without_cartoon")})
-    text = json.dumps(result)
-    print(text)
+    print(json.dumps(result))
     if args.json:
-        with open(args.json, "w") as handle:
-            handle.write(text + "\n")
+        write_json(args.json, result)
     return 0
 
 

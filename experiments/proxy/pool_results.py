@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from experiments.proxy import proxy  # noqa: E402
 
@@ -37,8 +38,7 @@ def main(argv=None) -> int:
         return 2
     print(text)
     if args.md:
-        with open(args.md, "w") as handle:
-            handle.write(text)
+        Path(args.md).write_text(text)
     return 0
 
 

@@ -1,20 +1,10 @@
 """The proxy experiment: a small Qwen2-VL that learns to count on our scenes, so that the whole method can be measured.
 
-The real Qwen2-VL-2B weights cannot be obtained here. The stand-in is a Qwen2-VL-architecture model of tens of
-millions of parameters (same classes, processor, chat template and special-token ids as the real checkpoint, see
-`open_r1.tiny_models`), trained from random init by SFT (`experiments/proxy/sft_warmstart.py`) until it counts moderately
-well, then trained further with GRPO under several recipes (`experiments/proxy/proxy_experiment.py`) and scored with the
-grader's protocol (`open_r1.tasks.counting.evaluate.evaluate_dataset`, the engine of `selfcheck.py`).
-
-This module holds what the scripts share:
-  * model presets and data defaults for the proxy (GPU) and `--tiny` (CPU test) modes;
-  * the SFT rows (image + EVAL/TRAIN prompt + protocol-format target ending in the chat template's `<|im_end|>`);
-  * the arms (recipes and ablations): a proxy recipe YAML plus CLI overrides for `open_r1.grpo`;
-  * the worker that runs one arm (GRPO through `open_r1.grpo.parse_args` / `build_trainer`, then the protocol on
-    val / compositional / ood_val) in its own process: ``python -m experiments.proxy.proxy worker --spec spec.json``;
-  * equal-rollout synchronisation of concurrent arms (`SyncStopCallback`, `decide_stop_at`);
-  * the report: results.json -> markdown tables (split x recipe x seed, mean ± spread, verdict, ablations with
-    their commands) and the accuracy-by-gold-count plot.
+The real Qwen2-VL-2B weights cannot be obtained here, so a Qwen2-VL-architecture model of tens of millions of
+parameters (`open_r1.tiny_models`) is warm-started by SFT (`sft_warmstart.py`), trained further with GRPO under
+several recipes (`proxy_experiment.py`) and scored with the grader's protocol. This module holds what they share:
+presets, the arms, the worker that runs one arm (``python -m experiments.proxy.proxy worker --spec spec.json``), the
+equal-rollout stop of concurrent arms, and the report (markdown tables and the accuracy-by-gold-count plot).
 """
 from __future__ import annotations
 
@@ -34,6 +24,19 @@ from typing import Any
 from open_r1.jsonio import read_json, read_recipe, write_json
 from open_r1.tasks.counting import protocol
 
+# the SFT rows live in the package (the CPU demo uses the same rows); re-exported for the proxy's scripts and tests
+from open_r1.tasks.counting.sft import (  # noqa: F401
+    EXPOSURE_TEMPLATE,
+    PLAIN_PROMPT,
+    TARGET_STYLES,
+    plain_count,
+    sft_target,
+    split_plain_rows,
+    to_arithmetic_sft_dataset,
+    to_exposure_sft_dataset,
+    to_sft_dataset,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROXY_CONFIG_DIR = REPO_ROOT / "experiments" / "proxy" / "configs"
 EVAL_SPLITS = ("val", "compositional", "ood_val")
@@ -48,18 +51,9 @@ RESULTS_SCHEMA = 1
 # --------------------------------------------------------------------------------------------------------------------
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     # 47.6M parameters: 38.9M in the tied real-size embedding, 8.7M in the vision tower and the decoder.
-    "small": {
-        "hidden_size": 256,
-        "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "intermediate_size": 1024,
-        "vision_depth": 4,
-        "vision_embed_dim": 256,
-        "vision_num_heads": 4,
-        "vision_mlp_ratio": 4,
-        "dtype": "float32",
-    },
+    "small": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 1024, "vision_depth": 4, "vision_embed_dim": 256, "vision_num_heads": 4,
+              "vision_mlp_ratio": 4, "dtype": "float32"},
     # open_r1.tiny_models defaults (~10M, hidden 64): CPU tests only.
     "tiny": {"dtype": "float32"},
 }
@@ -82,7 +76,6 @@ PROXY_MIN_PIXELS = 3136
 PROXY_MAX_PIXELS = 401408
 TINY_MAX_PIXELS = 12544
 
-from open_r1.tasks.counting.sft import TARGET_STYLES  # noqa: E402,F401
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -106,12 +99,8 @@ def split_sizes_on_disk(data_dir: str | os.PathLike) -> dict[str, int]:
 def ensure_splits(data_dir: str | os.PathLike, sizes: dict[str, int], seed: int = 0, image_size: str | None = None,
                   ood_image_size: str | None = None, workers: int | None = None, progress: bool = True,
                   log=print, required: dict[str, int] | None = None) -> dict[str, Any]:
-    """Render with `open_r1.tasks.counting.scenes.write_splits` the splits of `sizes` ({split: rows}) that `data_dir` lacks: absent,
-    or with fewer rows than `required` asks ({split: minimum rows}; default `sizes`).
-
-    Returns {"generated": bool, "sizes": {split: rows}, "seconds": float, "stats": ...}. Splits already there with
-    enough rows are reused as they are (their image size is not checked) and never modified; only the short ones are
-    (re)rendered. Delete the dir to re-render everything.
+    """Render (`scenes.write_splits`) the splits of `sizes` ({split: rows}) that `data_dir` lacks or holds fewer rows of
+    than `required` asks (default `sizes`); the others are reused untouched. Returns {generated, sizes, seconds, stats}.
     """
     start = time.perf_counter()
     present = split_sizes_on_disk(data_dir)
@@ -130,23 +119,6 @@ def ensure_splits(data_dir: str | os.PathLike, sizes: dict[str, int], seed: int 
     seconds = time.perf_counter() - start
     log(f"[data] rendered in {seconds:.1f} s")
     return {"generated": True, "sizes": split_sizes_on_disk(data_dir), "seconds": seconds, "stats": stats}
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# SFT rows: in the package (open_r1/tasks/counting/sft.py), so the CPU demo uses the same rows; re-exported here.
-# --------------------------------------------------------------------------------------------------------------------
-from open_r1.tasks.counting.sft import (  # noqa: E402,F401
-    EXPOSURE_TEMPLATE,
-    PLAIN_NUMBER_RE,
-    PLAIN_PROMPT,
-    THINK_NOISE_OFFSETS,
-    plain_count,
-    sft_target,
-    split_plain_rows,
-    to_arithmetic_sft_dataset,
-    to_exposure_sft_dataset,
-    to_sft_dataset,
-)
 
 # --------------------------------------------------------------------------------------------------------------------
 # Arms
@@ -194,32 +166,35 @@ ARMS: dict[str, Arm] = {
     ]
 }
 MAIN_ARMS = ("weak_baseline", "ours")
-ABLATION_ARMS = tuple(name for name, arm in ARMS.items() if arm.role == "ablation")
 LORA_LR_FACTOR = 5.0
 
 
-def _reward_kwargs(recipe: dict) -> dict:
-    value = recipe.get("reward_kwargs") or {}
-    return dict(json.loads(value)) if isinstance(value, str) else dict(value)
+# the arms whose change is a fixed list of overrides
+FIXED_OVERRIDES = {
+    "weak_baseline": [], "ours": [], "no_kl": ["--beta", "0.0"], "g4": ["--num_generations", "4"],
+    "train_template": ["--prompt_templates", "train:1.0"], "frozen_vit": ["--freeze_vision", "true"],
+    "noisy_rollouts": ["--noisy_rollouts", "0.5", "--noise_std", "0.1"],
+}
 
 
 def arm_overrides(name: str, learning_rate: float | None = None) -> list[str]:
     """CLI overrides of arm `name` on top of its proxy YAML (empty for weak_baseline and ours).
 
     `learning_rate` replaces the YAML's learning rate (full fine-tuning; LoRA gets LORA_LR_FACTOR x it)."""
+    from open_r1.rewards import parse_reward_kwargs
+
     if name not in ARMS:
         raise KeyError(f"unknown arm {name!r}; known: {sorted(ARMS)}")
-    arm = ARMS[name]
-    recipe = read_recipe(arm.config_path())
+    recipe = read_recipe(ARMS[name].config_path())
     base_lr = float(recipe["learning_rate"]) if learning_rate is None else float(learning_rate)
     if name == "lora":
         return ["--use_peft", "true", "--lora_r", "16", "--lora_alpha", "32",
                 "--learning_rate", f"{base_lr * LORA_LR_FACTOR:g}"]
+    if name == "low_lr":
+        return ["--learning_rate", f"{base_lr * LOW_LR_FACTOR:g}"]
     lr_override = [] if learning_rate is None else ["--learning_rate", f"{base_lr:g}"]
-    if name in ("weak_baseline", "ours"):
-        return lr_override
+    kwargs = dict(parse_reward_kwargs(recipe.get("reward_kwargs")))
     if name == "think":
-        kwargs = _reward_kwargs(recipe)
         kwargs["format"] = {**kwargs.get("format", {}), "require_think": True}
         kwargs["length_penalty"] = {**kwargs.get("length_penalty", {}), "think_budget": THINK_ARM_BUDGET}
         return ["--reward_kwargs", json.dumps(kwargs, sort_keys=True), *lr_override]
@@ -227,26 +202,10 @@ def arm_overrides(name: str, learning_rate: float | None = None) -> list[str]:
         funcs = list(recipe["reward_funcs"])
         weights = list(recipe.get("reward_weights") or [1.0] * len(funcs))
         keep = [i for i, f in enumerate(funcs) if f != "soft_count"]
-        kwargs = {k: v for k, v in _reward_kwargs(recipe).items() if k != "soft_count"}
-        return [
-            "--reward_funcs", *[funcs[i] for i in keep],
-            "--reward_weights", *[str(weights[i]) for i in keep],
-            "--reward_kwargs", json.dumps(kwargs, sort_keys=True),
-            *lr_override,
-        ]
-    if name == "no_kl":
-        return ["--beta", "0.0", *lr_override]
-    if name == "g4":
-        return ["--num_generations", "4", *lr_override]
-    if name == "train_template":
-        return ["--prompt_templates", "train:1.0", *lr_override]
-    if name == "frozen_vit":
-        return ["--freeze_vision", "true", *lr_override]
-    if name == "noisy_rollouts":
-        return ["--noisy_rollouts", "0.5", "--noise_std", "0.1", *lr_override]
-    if name == "low_lr":
-        return ["--learning_rate", f"{base_lr * LOW_LR_FACTOR:g}"]
-    raise KeyError(f"unknown arm {name!r}; known: {sorted(ARMS)}")
+        kwargs.pop("soft_count", None)
+        return ["--reward_funcs", *[funcs[i] for i in keep], "--reward_weights", *[str(weights[i]) for i in keep],
+                "--reward_kwargs", json.dumps(kwargs, sort_keys=True), *lr_override]
+    return [*FIXED_OVERRIDES[name], *lr_override]
 
 
 def arm_num_generations(name: str, overrides: list[str] | None = None) -> int:
@@ -273,25 +232,18 @@ def make_sync_callback(progress_path: str | None, control_path: str | None, hard
     from transformers import TrainerCallback
 
     class SyncStopCallback(TrainerCallback):
-        def __init__(self):
-            self.first_step_time = None
-            self.stop_reason = None
-            self.step_times: list[float] = []
+        first_step_time = stop_reason = None
 
         def _progress(self, state, **extra):
             if progress_path:
-                write_json(progress_path, {
-                    "step": int(state.global_step), "first_step_time": self.first_step_time,
-                    "last_time": time.time(), "pid": os.getpid(), **extra,
-                })
+                write_json(progress_path, {"step": int(state.global_step), "first_step_time": self.first_step_time,
+                                           "last_time": time.time(), "pid": os.getpid(), **extra})
 
         def on_train_begin(self, args, state, control, **kwargs):
-            self.train_begin = time.time()
             self._progress(state, phase="train")
 
         def on_step_end(self, args, state, control, **kwargs):
             now = time.time()
-            self.step_times.append(now)
             if self.first_step_time is None:
                 self.first_step_time = now
             self._progress(state, phase="train")
@@ -312,13 +264,10 @@ def make_sync_callback(progress_path: str | None, control_path: str | None, hard
 
 def decide_stop_at(progress: dict[str, dict], now: float, train_deadline: float, max_steps: int,
                    safety: float = 0.85, min_steps: int = 6) -> int | None:
-    """The common last step of all running arms, or None while it cannot be decided yet.
-
-    `progress` maps a job to its latest progress record ({step, first_step_time, last_time}; `None` or a record
-    with `done` for jobs that have not started / have ended). Each arm's rate is measured from its first step (which
-    holds the warm-up) to its latest; the step every arm can reach by `train_deadline` at `safety` x its rate is
-    the stop step. It is never below the furthest arm's next step (an arm cannot go back), nor above `max_steps`.
-    """
+    """The common last step of all running arms, or None while it cannot be decided yet: the step every arm reaches by
+    `train_deadline` at `safety` x its rate (measured from its first step, which holds the warm-up, to its latest),
+    never below the furthest arm's next step nor above `max_steps`. `progress`: {job: latest record, None before it
+    starts; `done` once it ended}."""
     rates = {}
     for job, record in progress.items():
         if record is None:
@@ -342,13 +291,9 @@ def decide_stop_at(progress: dict[str, dict], now: float, train_deadline: float,
 
 def raise_stop_at(stop_at: int, progress: dict[str, dict], now: float, train_deadline: float, max_steps: int,
                   margin: int = 2) -> int:
-    """`stop_at`, or a later common step when the arms turned out faster than first projected.
-
-    The first decision is made after a few steps, when start-up costs still weigh on the rates, so it undershoots.
-    Arms read the control file after every step, so the step can still be raised while every arm is at least `margin`
-    steps short of it (none can have stopped on the old value); it is never lowered, and never raised once any arm
-    has ended (it stopped on the old value and cannot follow: run 5 of the proxy lost a step that way).
-    """
+    """`stop_at`, or a later common step when the arms turned out faster than first projected (start-up costs weigh
+    on the first rates). Raised only while every arm is at least `margin` steps short of it, never once an arm has
+    ended (it stopped on the old value and cannot follow), never lowered."""
     if any(record is not None and record.get("done") for record in progress.values()):
         return stop_at
     steps = [int((record or {}).get("step") or 0) for record in progress.values() if record is not None]
@@ -377,10 +322,8 @@ PREDICTION_TEXT_CHARS = 120  # per-row completion text kept in the proxy's predi
 def evaluate_splits(model, processor, data_dir: str, splits=EVAL_SPLITS, limit: int | None = None,
                     batch_size: int = 64, max_new_tokens: int = protocol.EVAL_MAX_NEW_TOKENS,
                     template: str = protocol.EVAL_TEMPLATE, log=print, on_split=None) -> tuple[dict, dict]:
-    """The protocol on each split: ({split: summary + by_count}, {split: [(gold, prediction, tokens, text)]}), the
-    text cut to PREDICTION_TEXT_CHARS (enough to see what an unparseable answer looks like).
-
-    `on_split(summaries)` is called after each split, so a caller can save partial results as they come."""
+    """The protocol on each split: ({split: summary + by_count}, {split: [(gold, prediction, tokens, text cut to
+    PREDICTION_TEXT_CHARS)]}); `on_split(summaries)` after each split, so a caller can save partial results."""
     from open_r1.tasks.counting.data import load_counting_dataset
     from open_r1.tasks.counting.evaluate import evaluate_dataset
 
@@ -433,12 +376,12 @@ def run_worker(spec: dict) -> dict:
                               "kind": spec["kind"], "status": "running", "started": time.time()}
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     eval_cfg = spec["eval"]
-    result["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() and not spec.get("cpu") else "cpu"
+    device = "cuda" if torch.cuda.is_available() and not spec.get("cpu") else "cpu"
+    result["device"] = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     try:
         if spec["kind"] == "before":
             from open_r1 import modeling
 
-            device = "cuda" if torch.cuda.is_available() and not spec.get("cpu") else "cpu"
             model = modeling.load_model(spec["model"], dtype="float32").to(device).eval()
             processor = modeling.load_processor(spec["model"])
             result.update(steps=0, rollouts=0, train_seconds=0.0, stop_reason="no training")
@@ -459,25 +402,19 @@ def run_worker(spec: dict) -> dict:
             accuracy_key = "rewards/exact_count/mean" if any(v is not None for v in curve.get(
                 "rewards/exact_count/mean", [])) else "exact_count/accuracy"
             result.update(
-                steps=steps,
-                generation_batch_size=int(training_args.generation_batch_size),
+                steps=steps, generation_batch_size=int(training_args.generation_batch_size),
                 num_generations=int(training_args.num_generations),
                 rollouts=steps * int(training_args.generation_batch_size) * int(training_args.world_size),
-                train_seconds=train_seconds,
-                seconds_per_step=train_seconds / max(steps, 1),
+                train_seconds=train_seconds, seconds_per_step=train_seconds / max(steps, 1),
                 stop_reason=callback.stop_reason or "max_steps",
-                train_reward_first=_edge_mean(curve.get("reward", []), head=True),
-                train_reward_last=_edge_mean(curve.get("reward", []), head=False),
-                train_exact_first=_edge_mean(curve.get(accuracy_key, []), head=True),
-                train_exact_last=_edge_mean(curve.get(accuracy_key, []), head=False),
-                zero_std_first=_edge_mean(curve.get("frac_reward_zero_std", []), head=True),
-                zero_std_last=_edge_mean(curve.get("frac_reward_zero_std", []), head=False),
                 completion_length_last=_edge_mean(curve.get("completions/mean_length", []), head=False),
-                train_curve=curve,
-            )
+                train_curve=curve)
+            for name, key in (("train_reward", "reward"), ("train_exact", accuracy_key),
+                              ("zero_std", "frac_reward_zero_std")):
+                result[f"{name}_first"] = _edge_mean(curve.get(key, []), head=True)
+                result[f"{name}_last"] = _edge_mean(curve.get(key, []), head=False)
             if sync.get("progress"):
-                write_json(sync["progress"], {"step": steps, "done": True, "phase": "eval",
-                                                      "last_time": time.time()})
+                write_json(sync["progress"], {"step": steps, "done": True, "phase": "eval", "last_time": time.time()})
             model = trainer.accelerator.unwrap_model(trainer.model)
             if hasattr(model, "merge_and_unload"):  # LoRA: score the merged weights, as export would
                 model = model.merge_and_unload()
@@ -523,14 +460,9 @@ def _stats(values: list[float]) -> dict:
     values = [float(v) for v in values if v is not None]
     if not values:
         return {"n": 0, "mean": None, "sd": None, "range": None, "min": None, "max": None}
-    return {
-        "n": len(values),
-        "mean": statistics.fmean(values),
-        "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
-        "range": max(values) - min(values),
-        "min": min(values),
-        "max": max(values),
-    }
+    return {"n": len(values), "mean": statistics.fmean(values),
+            "sd": statistics.stdev(values) if len(values) > 1 else 0.0, "range": max(values) - min(values),
+            "min": min(values), "max": max(values)}
 
 
 USABLE_STATUSES = ("ok", "partial")  # partial: stopped during evaluation, some splits scored
@@ -566,13 +498,10 @@ def pairwise_wins(first: list[float], second: list[float]) -> float | None:
 
 
 def permutation_p_value(strata: list[tuple[list[float], list[float]]]) -> float | None:
-    """One-sided exact permutation p-value that the first samples are higher than the second ones.
-
-    `strata`: one (first, second) pair of seed samples per run. Labels are exchanged only within a stratum (runs
-    differ in their start model, so a seed of one run is no exchangeable draw of another). Statistic: the sum over
-    strata of mean(first) - mean(second); p = the fraction of all relabellings whose statistic is at least the
-    observed one. Every relabelling is enumerated (3 vs 3 seeds: 20 per stratum, so one run alone can reach no
-    p below 1/20 = 0.05)."""
+    """One-sided exact permutation p-value that the first samples are higher than the second ones. `strata`: one
+    (first, second) pair of seed samples per run; labels are exchanged only within a stratum (runs differ in their
+    start model). Statistic: the sum over strata of the mean differences; every relabelling is enumerated (3 vs 3
+    seeds: 20 per stratum, so one run alone can reach no p below 0.05)."""
     import itertools
 
     options = []  # per stratum: the statistic of each relabelling
@@ -637,28 +566,39 @@ def _mean_over_splits(run: dict, key: str, splits) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _row(*cells) -> str:
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def _trend(run: dict, key: str, digits: int) -> str:
+    return f"{_fmt(run.get(key + '_first'), digits)} → {_fmt(run.get(key + '_last'), digits)}"
+
+
+def _by_seed(results: dict, arm: str, usable_only: bool = True) -> list[dict]:
+    runs = ok_runs(results, arm) if usable_only else [r for r in results.get("runs", []) if r.get("arm") == arm]
+    return sorted(runs, key=lambda r: r.get("seed", 0))
+
+
 def render_markdown(results: dict, png_name: str | None = "acc_by_count.png") -> str:
     meta = results.get("meta", {})
     splits = meta.get("splits", list(EVAL_SPLITS))
     summary = summarize(results)
-    lines: list[str] = []
-    add = lines.append
-    add("# " + (meta.get("title") or "Proxy experiment: does GRPO with our rewards raise counting accuracy over the weak "
-                                    "baseline?"))
-    add("")
+    arm_order = results.get("arm_order", [])
+    before = results.get("before")
+    before_ok = bool(before) and before.get("status") in USABLE_STATUSES
+    title = meta.get("title") or ("Proxy experiment: does GRPO with our rewards raise counting accuracy over the weak "
+                                  "baseline?")
     rebuild = meta.get("rebuild_command") or f"python -m experiments.proxy.make_results {meta.get('results_json', 'results.json')}"
-    add(f"Generated by `{meta.get('command', 'experiments/proxy/proxy_experiment.py')}` on {meta.get('created', '?')}; "
-        f"rebuild this file from the JSON with `{rebuild}`.")
-    add("")
+    lines = [f"# {title}", "",
+             f"Generated by `{meta.get('command', 'experiments/proxy/proxy_experiment.py')}` on "
+             f"{meta.get('created', '?')}; rebuild this file from the JSON with `{rebuild}`.", ""]
+    add = lines.append
     if meta.get("note"):
-        add(f"> {meta['note']}")
-        add("")
+        lines += [f"> {meta['note']}", ""]
     if meta.get("tiny"):
-        add("> **--tiny mode** (CPU smoke test): random tiny model, a handful of examples, 1-2 steps, shortened "
-            "generation. These numbers test the tooling, not the method.")
-        add("")
-    add("## Setup")
-    add("")
+        lines += ["> **--tiny mode** (CPU smoke test): random tiny model, a handful of examples, 1-2 steps, shortened "
+                  "generation. These numbers test the tooling, not the method.", ""]
+    lines += ["## Setup", ""]
     start = meta.get("start", {})
     sft = start.get("sft_report") or {}
     add(f"- Start model: `{start.get('path', '?')}` ({_fmt(start.get('parameters_m'), 1)}M parameters, "
@@ -696,105 +636,81 @@ def render_markdown(results: dict, png_name: str | None = "acc_by_count.png") ->
         + ".")
     add("")
 
-    add("## Accuracy (%) by split × recipe × seed")
-    add("")
-    header = "| recipe | seed | " + " | ".join(splits) + " | format % (mean) | tokens (mean) | steps | rollouts |"
-    add(header)
-    add("|" + "---|" * 2 + "---:|" * (len(splits) + 4))
-    before = results.get("before")
-    if before and before.get("status") in USABLE_STATUSES:
-        cells = [_fmt(_acc(before, s)) for s in splits]
-        add("| before (warm start) | – | " + " | ".join(cells)
-            + f" | {_fmt(_mean_over_splits(before, 'format_pct', splits))} | "
-            f"{_fmt(_mean_over_splits(before, 'mean_completion_tokens', splits))} | 0 | 0 |")
-    for arm in results.get("arm_order", []):
-        for run in sorted((r for r in results.get("runs", []) if r.get("arm") == arm), key=lambda r: r.get("seed", 0)):
+    def means(run: dict) -> list[str]:
+        return [_fmt(_mean_over_splits(run, key, splits)) for key in ("format_pct", "mean_completion_tokens")]
+
+    lines += ["## Accuracy (%) by split × recipe × seed", "",
+              _row("recipe", "seed", *splits, "format % (mean)", "tokens (mean)", "steps", "rollouts"),
+              "|" + "---|" * 2 + "---:|" * (len(splits) + 4)]
+    if before_ok:
+        add(_row("before (warm start)", "–", *(_fmt(_acc(before, s)) for s in splits), *means(before), 0, 0))
+    for arm in arm_order:
+        for run in _by_seed(results, arm, usable_only=False):
             if run.get("status") not in USABLE_STATUSES:
-                add(f"| {arm} | {run.get('seed')} | " + " | ".join(str(run.get("status", "failed")) for _ in splits)
-                    + f" | – | – | {run.get('steps', '–')} | {run.get('rollouts', '–')} |")
+                add(_row(arm, run.get("seed"), *[run.get("status", "failed")] * len(splits), "–", "–",
+                         run.get("steps", "–"), run.get("rollouts", "–")))
                 continue
             cells = [_fmt(_acc(run, s)) if _acc(run, s) is not None else "not scored" for s in splits]
-            add(f"| {arm} | {run.get('seed')} | " + " | ".join(cells)
-                + f" | {_fmt(_mean_over_splits(run, 'format_pct', splits))} | "
-                f"{_fmt(_mean_over_splits(run, 'mean_completion_tokens', splits))} | {run.get('steps')} | "
-                f"{run.get('rollouts')} |")
-    add("")
-    add("### Mean ± spread over seeds")
-    add("")
-    add("Spread = max − min over seeds (sd in brackets).")
-    add("")
-    add("| recipe | seeds | " + " | ".join(splits) + " |")
-    add("|---|---:|" + "---:|" * len(splits))
-    if before and before.get("status") in USABLE_STATUSES:
-        add("| before (warm start) | – | " + " | ".join(_fmt(_acc(before, s)) for s in splits) + " |")
+            add(_row(arm, run.get("seed"), *cells, *means(run), run.get("steps"), run.get("rollouts")))
+    lines += ["", "### Mean ± spread over seeds", "", "Spread = max − min over seeds (sd in brackets).", "",
+              _row("recipe", "seeds", *splits), "|---|---:|" + "---:|" * len(splits)]
+    if before_ok:
+        add(_row("before (warm start)", "–", *(_fmt(_acc(before, s)) for s in splits)))
     for arm, row in summary["table"].items():
         n = max(v["n"] for v in row.values()) if row else 0
         cells = [(f"{_fmt(v['mean'])} ± {_fmt(v['range'])} ({_fmt(v['sd'])})" if v["n"] > 1 else _fmt(v["mean"]))
                  if v["n"] else "–" for v in row.values()]
-        add(f"| {arm} | {n} | " + " | ".join(cells) + " |")
+        add(_row(arm, n, *cells))
     if summary["constant_floor"]:
-        add("| *one constant answer (the most frequent gold count)* | – | "
-            + " | ".join(_fmt(summary["constant_floor"].get(s)) for s in splits) + " |")
-    add("")
-
-    add("## Verdict: ours vs weak_baseline")
-    add("")
-    add("`yes` when the difference of the seed means is larger than the seed spread (the larger of the two recipes' "
-        "max − min over seeds), with at least 2 seeds each. Beside it: the share of (ours seed, weak seed) pairs "
-        "that ours wins, and the one-sided exact permutation p-value of the mean difference (`permutation_p_value`; "
-        "with 3 seeds each it cannot go below 0.05, pool runs with `experiments/proxy/pool_results.py`).")
-    add("")
+        add(_row("*one constant answer (the most frequent gold count)*", "–",
+                 *(_fmt(summary["constant_floor"].get(s)) for s in splits)))
+    lines += ["", "## Verdict: ours vs weak_baseline", "",
+              "`yes` when the difference of the seed means is larger than the seed spread (the larger of the two "
+              "recipes' max − min over seeds), with at least 2 seeds each. Beside it: the share of (ours seed, weak "
+              "seed) pairs that ours wins, and the one-sided exact permutation p-value of the mean difference "
+              "(`permutation_p_value`; with 3 seeds each it cannot go below 0.05, pool runs with "
+              "`experiments/proxy/pool_results.py`).", ""]
     if summary["verdict"]:
-        add("| split | Δ mean (ours − weak) | seed spread (max of the two ranges) "
-            "| beats by more than the spread? | seed pairs ours wins | permutation p |")
-        add("|---|---:|---:|---|---:|---:|")
+        lines += ["| split | Δ mean (ours − weak) | seed spread (max of the two ranges) "
+                  "| beats by more than the spread? | seed pairs ours wins | permutation p |",
+                  "|---|---:|---:|---|---:|---:|"]
         for split, v in summary["verdict"].items():
             note = "yes" if v["beats"] else ("no (fewer than 2 seeds)" if v["seeds"] < 2 else "no")
-            add(f"| {split} | {_fmt(v['delta'], 1, sign=True)} | {_fmt(v['spread'])} | {note} | "
-                f"{_fmt_share(v.get('wins'))} | {_fmt(v.get('p_value'), 3)} |")
+            add(_row(split, _fmt(v["delta"], 1, sign=True), _fmt(v["spread"]), note, _fmt_share(v.get("wins")),
+                     _fmt(v.get("p_value"), 3)))
     else:
         add("Not available: ours and weak_baseline both need at least one successful run.")
     add("")
 
-    ablations = [a for a in results.get("arm_order", [])
-                 if results.get("arms", {}).get(a, {}).get("role") == "ablation"]
+    ablations = [a for a in arm_order if results.get("arms", {}).get(a, {}).get("role") == "ablation"]
     if ablations:
-        add("## Ablations (each against `ours`)")
-        add("")
-        add("| arm | question | change | " + " | ".join(splits) + " | Δ mean vs ours (" + ", ".join(splits) + ") |")
-        add("|---|---|---|" + "---:|" * (len(splits) + 1))
+        lines += ["## Ablations (each against `ours`)", "",
+                  _row("arm", "question", "change", *splits, f"Δ mean vs ours ({', '.join(splits)})"),
+                  "|---|---|---|" + "---:|" * (len(splits) + 1)]
         ours = summary["table"].get("ours", {})
         for arm in ablations:
             info = results["arms"][arm]
             row = summary["table"].get(arm)
             if not row:
-                add(f"| {arm} | {info.get('question')} | {info.get('change')} | "
-                    + " | ".join("failed" for _ in splits) + " | – |")
+                add(_row(arm, info.get("question"), info.get("change"), *["failed"] * len(splits), "–"))
                 continue
             cells = [f"{_fmt(row[s]['mean'])}" + (f" ± {_fmt(row[s]['range'])}" if row[s]["n"] > 1 else "")
                      for s in splits]
             deltas = [_fmt(row[s]["mean"] - ours[s]["mean"], 1, sign=True) if ours.get(s, {}).get("mean") is not None
                       and row[s]["mean"] is not None else "–" for s in splits]
-            add(f"| {arm} | {info.get('question')} | {info.get('change')} | " + " | ".join(cells) + " | "
-                + " / ".join(deltas) + " |")
+            add(_row(arm, info.get("question"), info.get("change"), *cells, " / ".join(deltas)))
         add("")
         if "ours" in summary["table"]:
             spreads = ", ".join(f"{s} {_fmt(summary['table']['ours'][s]['range'])}" for s in splits)
-            add(f"Read a Δ against the seed spread of `ours` ({spreads}); a single-seed ablation whose Δ is inside "
-                "that spread is not evidence either way.")
-            add("")
+            lines += [f"Read a Δ against the seed spread of `ours` ({spreads}); a single-seed ablation whose Δ is "
+                      "inside that spread is not evidence either way.", ""]
 
-    add("## Answer format by split")
-    add("")
-    add("An unparseable completion (no `<answer>N</answer>`) scores 0 under the protocol, so a split's accuracy is "
-        "parseable % × accuracy among parseable answers. Each cell: parseable % (accuracy % among parseable).")
-    add("")
-    add("| recipe | seed | " + " | ".join(splits) + " |")
-    add("|---|---|" + "---:|" * len(splits))
-    format_rows = [("before (warm start)", "–", before)] if before and before.get("status") in USABLE_STATUSES else []
-    for arm in results.get("arm_order", []):
-        format_rows += [(arm, run.get("seed"), run)
-                        for run in sorted(ok_runs(results, arm), key=lambda r: r.get("seed", 0))]
+    lines += ["## Answer format by split", "",
+              "An unparseable completion (no `<answer>N</answer>`) scores 0 under the protocol, so a split's accuracy "
+              "is parseable % × accuracy among parseable answers. Each cell: parseable % (accuracy % among "
+              "parseable).", "", _row("recipe", "seed", *splits), "|---|---|" + "---:|" * len(splits)]
+    format_rows = [("before (warm start)", "–", before)] if before_ok else []
+    format_rows += [(arm, run.get("seed"), run) for arm in arm_order for run in _by_seed(results, arm)]
     for label, seed, run in format_rows:
         cells = []
         for split in splits:
@@ -802,56 +718,43 @@ def render_markdown(results: dict, png_name: str | None = "acc_by_count.png") ->
             fmt, acc = report.get("format_pct"), report.get("accuracy_pct")
             among = 100.0 * acc / fmt if fmt and acc is not None else None
             cells.append(f"{_fmt(fmt)} ({_fmt(among)})" if fmt is not None else "–")
-        add(f"| {label} | {seed} | " + " | ".join(cells) + " |")
-    add("")
-
-    add("## Training signal")
-    add("")
-    add("Means over the first and last 5 logged steps. A group whose rewards are all equal has zero advantage and "
-        "teaches nothing: a reward the start model already maxes out (e.g. `answer_tag` once the format is learned) "
-        "leaves that run at the start model.")
-    add("")
-    add("| recipe | seed | train reward | train exact accuracy | groups with zero reward spread | "
-        "completion tokens (last) | s/step | stop reason |")
-    add("|---|---:|---|---|---|---:|---:|---|")
-    for arm in results.get("arm_order", []):
-        for run in sorted(ok_runs(results, arm), key=lambda r: r.get("seed", 0)):
-            add(f"| {arm} | {run.get('seed')} | {_fmt(run.get('train_reward_first'), 3)} → "
-                f"{_fmt(run.get('train_reward_last'), 3)} | {_fmt(run.get('train_exact_first'), 3)} → "
-                f"{_fmt(run.get('train_exact_last'), 3)} | {_fmt(run.get('zero_std_first'), 2)} → "
-                f"{_fmt(run.get('zero_std_last'), 2)} | {_fmt(run.get('completion_length_last'), 1)} | "
-                f"{_fmt(run.get('seconds_per_step'), 2)} | {run.get('stop_reason', '–')} |")
+        add(_row(label, seed, *cells))
+    lines += ["", "## Training signal", "",
+              "Means over the first and last 5 logged steps. A group whose rewards are all equal has zero advantage "
+              "and teaches nothing: a reward the start model already maxes out (e.g. `answer_tag` once the format is "
+              "learned) leaves that run at the start model.", "",
+              "| recipe | seed | train reward | train exact accuracy | groups with zero reward spread | "
+              "completion tokens (last) | s/step | stop reason |", "|---|---:|---|---|---|---:|---:|---|"]
+    for arm in arm_order:
+        for run in _by_seed(results, arm):
+            add(_row(arm, run.get("seed"), _trend(run, "train_reward", 3), _trend(run, "train_exact", 3),
+                     _trend(run, "zero_std", 2), _fmt(run.get("completion_length_last"), 1),
+                     _fmt(run.get("seconds_per_step"), 2), run.get("stop_reason", "–")))
     add("")
     if png_name:
-        add("## Accuracy by gold count")
-        add("")
-        add(f"![accuracy by gold count]({png_name})")
-        add("")
-        add("Seeds pooled per recipe. Top row: the warm start (dashed), weak_baseline and ours; bottom row: each "
-            "ablation beside ours.")
-        add("")
+        lines += ["## Accuracy by gold count", "", f"![accuracy by gold count]({png_name})", "",
+                  "Seeds pooled per recipe. Top row: the warm start (dashed), weak_baseline and ours; bottom row: each "
+                  "ablation beside ours.", ""]
 
-    add("## Commands")
-    add("")
-    add("Each row's exact training command (the arm's `open_r1.grpo` argv) and how to rerun that row alone:")
-    add("")
+    lines += ["## Commands", "", "Each row's exact training command (the arm's `open_r1.grpo` argv) and how to rerun "
+              "that row alone:", ""]
     seen = set()
-    for arm in results.get("arm_order", []):
-        for run in sorted((r for r in results.get("runs", []) if r.get("arm") == arm), key=lambda r: r.get("seed", 0)):
-            key = (arm, run.get("seed"))
-            if key in seen:
+    for arm in arm_order:
+        for run in _by_seed(results, arm, usable_only=False):
+            if (arm, run.get("seed")) in seen:
                 continue
-            seen.add(key)
+            seen.add((arm, run.get("seed")))
             add(f"- **{arm}, seed {run.get('seed')}**: `{run.get('command', '?')}`")
             if run.get("rerun"):
                 add(f"  - rerun: `{run['rerun']}`")
     add("")
     failed = [r for r in results.get("runs", []) if r.get("status") != "ok"]
-    if failed or (before and before.get("status") != "ok"):
-        add("## Failures")
-        add("")
-        for run in failed + ([before] if before and before.get("status") != "ok" else []):
-            add(f"- {run.get('job')}: {run.get('error', run.get('status'))} (log: {run.get('log', '?')})")
+    if before and before.get("status") != "ok":
+        failed.append(before)
+    if failed:
+        lines += ["## Failures", ""]
+        lines += [f"- {run.get('job')}: {run.get('error', run.get('status'))} (log: {run.get('log', '?')})"
+                  for run in failed]
         add("")
     return "\n".join(lines)
 
@@ -1011,9 +914,7 @@ def main(argv=None) -> int:
     worker = sub.add_parser("worker", help="run one job from a spec JSON")
     worker.add_argument("--spec", required=True)
     args = parser.parse_args(argv)
-    with open(args.spec) as handle:
-        spec = json.load(handle)
-    result = run_worker(spec)
+    result = run_worker(read_json(args.spec))
     return 0 if result.get("status") == "ok" else 1
 
 

@@ -7,34 +7,21 @@
     # CPU smoke test (< 2 min): tiny random model, tiny data, 2 steps, weak_baseline and ours, seed 0
     python -m experiments.proxy.proxy_experiment --tiny --out /tmp/proxy-tiny
 
-Arms (experiments/proxy/proxy.py ARMS; recipes in experiments/proxy/configs/): `weak_baseline` (the inherited setup), `ours` (the
-proposed recipe) and ablations of ours: `think`, `exact_only`, `no_kl`, `g4`, `train_template`, `lora`,
-`frozen_vit`, `noisy_rollouts`, `low_lr`.
-Every arm is a GRPO run through `open_r1.grpo` (its `parse_args` on the recipe YAML + overrides, its
-`build_trainer`), in its own process, all arms at once on the one GPU (small models leave it mostly idle).
+Arms (`experiments.proxy.proxy.ARMS`, recipes in experiments/proxy/configs/): `weak_baseline`, `ours` and ablations
+of ours; each a GRPO run through `open_r1.grpo` in its own process, all at once on the one GPU. Every arm generates
+the same completions per optimizer step (`--generation-batch`) and stops at the same step: fixed (`--no-sync
+--max-steps N`) or, by default, the largest step every arm can reach before the training deadline (`--budget-minutes`
+minus `--eval-reserve`), projected from the arms' speeds and raised while every arm is at least 2 steps short of it.
+The start model ("before") and every run are then scored with the selfcheck protocol on the first `--eval-limit` rows
+of val, compositional and ood_val (LoRA runs merged).
 
-Same number of rollouts: every arm generates the same number of completions per optimizer step
-(`--generation-batch`, 128) and stops at the same step. The step is either fixed (`--no-sync --max-steps N`) or
-decided while the arms run (default): once every arm has measured its speed over a few steps, the coordinator
-picks the largest step every arm can reach before the training deadline (`--budget-minutes` minus
-`--eval-reserve`) and all arms stop there. Start-up makes that first projection low, so it is re-projected every 5 s
-and raised while every arm is at least 2 steps short of it (never lowered). A run that still hits the deadline first
-stops short, and its row says so.
-
-Evaluation: the start model once ("before") and every run after training, with `open_r1.tasks.counting.evaluate.evaluate_dataset`
-(the engine of selfcheck.py: EVAL template, greedy, 256 new tokens, first <answer>N</answer>) on the first
-`--eval-limit` rows of val, compositional and ood_val. LoRA runs are scored merged.
-
-Output dir: results.json (every run x split: accuracy, format rate, mean tokens, truncation, accuracy by gold
-count, steps, rollouts, the run's exact command), RESULTS.md (split x recipe x seed table, mean ± spread per
-recipe, verdict ours vs weak_baseline, ablations with their commands), acc_by_count.png, logs.tar.gz (every job's
-log, spec, predictions). `experiments/proxy/make_results.py results.json` rebuilds RESULTS.md and the PNG.
+Output dir: results.json, RESULTS.md (tables, verdict, ablations, every run's command), acc_by_count.png and
+logs.tar.gz; `python -m experiments.proxy.make_results results.json` rebuilds RESULTS.md and the PNG.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import subprocess
 import sys
@@ -42,8 +29,8 @@ import tarfile
 import time
 from pathlib import Path
 
-from experiments.proxy import proxy  # noqa: E402
-from open_r1.tasks.counting import protocol  # noqa: E402
+from experiments.proxy import proxy
+from open_r1.tasks.counting import protocol
 
 TINY_GRPO_OVERRIDES = [
     "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
@@ -60,9 +47,9 @@ def parse_args(argv=None):
     parser.add_argument("--out", default="runs/proxy-results",
                         help="results dir (results.json, RESULTS.md, acc_by_count.png, logs.tar.gz)")
     parser.add_argument("--work-dir", default=None, help="run dirs, specs, per-job logs (default <out>/work)")
-    parser.add_argument("--arms", nargs="+", default=None, help=f"arms to run (default all: {', '.join(proxy.ARMS)})")
+    parser.add_argument("--arms", nargs="+", default=None, choices=list(proxy.ARMS), help="arms to run (default all)")
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds of weak_baseline and ours (0 1)")
-    parser.add_argument("--ablation-seeds", nargs="+", type=int, default=None, help="seeds of the ablations (0)")
+    parser.add_argument("--ablation-seeds", nargs="+", type=int, default=[0], help="seeds of the ablations (0)")
     parser.add_argument("--max-steps", type=int, default=None, help="step cap of every arm (YAML's 400; tiny 2)")
     parser.add_argument("--no-sync", action="store_true", help="no common stop step: every arm runs --max-steps")
     parser.add_argument("--budget-minutes", type=float, default=None,
@@ -98,7 +85,6 @@ def parse_args(argv=None):
         "data": os.path.join(args.out, "data") if tiny else "data/proxy",  # tiny: under --out, not the working tree
         "arms": list(proxy.MAIN_ARMS) if tiny else list(proxy.ARMS),
         "seeds": [0] if tiny else [0, 1],
-        "ablation_seeds": [0],
         "max_steps": 2 if tiny else None,
         "generation_batch": 4 if tiny else None,
         "micro_batch": 4 if tiny else None,
@@ -112,9 +98,6 @@ def parse_args(argv=None):
             setattr(args, key, value)
     if tiny:
         args.no_sync = True
-    unknown = [a for a in args.arms if a not in proxy.ARMS]
-    if unknown:
-        parser.error(f"unknown arm(s) {unknown}; choose from {list(proxy.ARMS)}")
     if not tiny and not args.warmstart:
         parser.error("--warmstart is required (a model dir from experiments/proxy/sft_warmstart.py), or use --tiny")
     return args
@@ -156,8 +139,7 @@ def main(argv=None) -> dict:
         (work / sub).mkdir(parents=True, exist_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     control_path = work / "control.json"
-    if control_path.exists():
-        control_path.unlink()
+    control_path.unlink(missing_ok=True)
 
     # Data and start model
     data_dir = Path(args.data).resolve()
@@ -215,31 +197,19 @@ def main(argv=None) -> dict:
         arm, seed = job["arm"], job["seed"]
         overrides = proxy.arm_overrides(arm, learning_rate=args.lr)
         run_dir = work / "runs" / name
-        argv = [
-            "--config", str(proxy.ARMS[arm].config_path()),
-            "--model_name_or_path", str(warm),
-            "--dataset_name", str(data_dir / "train"),
-            "--output_dir", str(run_dir),
-            "--seed", str(seed),
-            "--max_steps", str(max_steps),
-            "--per_device_train_batch_size", str(micro),
-            "--gradient_accumulation_steps", str(accumulation),
-            *overrides,
-            *(TINY_GRPO_OVERRIDES if args.tiny else []),
-            *extra,
-        ]
+        argv = ["--config", str(proxy.ARMS[arm].config_path()), "--model_name_or_path", str(warm),
+                "--dataset_name", str(data_dir / "train"), "--output_dir", str(run_dir), "--seed", str(seed),
+                "--max_steps", str(max_steps), "--per_device_train_batch_size", str(micro),
+                "--gradient_accumulation_steps", str(accumulation), *overrides,
+                *(TINY_GRPO_OVERRIDES if args.tiny else []), *extra]
         job.update(grpo_argv=argv, overrides=overrides, run_dir=str(run_dir),
                    sync={"progress": str(work / "progress" / f"{name}.json"),
                          "control": str(control_path) if sync else None, "hard_deadline": hard_deadline},
                    save_model=str(run_dir / "final") if args.save_models else None)
-        progress_file = Path(job["sync"]["progress"])
-        if progress_file.exists():
-            progress_file.unlink()
+        Path(job["sync"]["progress"]).unlink(missing_ok=True)
     for job in jobs:
-        if Path(job["result"]).exists():
-            Path(job["result"]).unlink()
-        with open(job["spec"], "w") as handle:
-            json.dump(job, handle, indent=1)
+        Path(job["result"]).unlink(missing_ok=True)
+        proxy.write_json(job["spec"], job)
 
     log(f"{len(jobs)} jobs ({', '.join(j['job'] for j in jobs)}); generation batch {batch} = {accumulation} x {micro}; "
         f"max_steps {max_steps}; sync {'on' if sync else 'off'}; budget "
@@ -278,24 +248,14 @@ def main(argv=None) -> dict:
     results = {
         "schema": proxy.RESULTS_SCHEMA,
         "meta": {
-            "created": dt.datetime.now().isoformat(timespec="seconds"),
-            "command": command,
+            "created": dt.datetime.now().isoformat(timespec="seconds"), "command": command,
             "results_json": "results.json",
             "rebuild_command": f"python -m experiments.proxy.make_results {out_dir / 'results.json'}",
-            "versions": package_versions(),
-            "tiny": args.tiny,
-            "splits": list(proxy.EVAL_SPLITS),
-            "eval_limit": args.eval_limit,
-            "eval_max_new_tokens": args.eval_max_new_tokens,
-            "eval_template": protocol.EVAL_TEMPLATE,
-            "generation_batch_size": batch,
-            "micro_batch": micro,
-            "max_steps": max_steps,
-            "sync": sync,
-            "stop_at": stop_at,
-            "budget_seconds": budget,
-            "wall_seconds": time.time() - started,
-            "start": start_info,
+            "versions": package_versions(), "tiny": args.tiny, "splits": list(proxy.EVAL_SPLITS),
+            "eval_limit": args.eval_limit, "eval_max_new_tokens": args.eval_max_new_tokens,
+            "eval_template": protocol.EVAL_TEMPLATE, "generation_batch_size": batch, "micro_batch": micro,
+            "max_steps": max_steps, "sync": sync, "stop_at": stop_at, "budget_seconds": budget,
+            "wall_seconds": time.time() - started, "start": start_info,
             "data": {"dir": str(data_dir), "sizes": proxy.split_sizes_on_disk(data_dir),
                      **{k: (start_info.get("sft_report") or {}).get("data", {}).get(k)
                         for k in ("image_size", "ood_image_size")}},
@@ -310,8 +270,7 @@ def main(argv=None) -> dict:
     if args.tiny:
         results["meta"]["data"].update(image_size=proxy.TINY_IMAGE_SIZE, ood_image_size=proxy.TINY_OOD_IMAGE_SIZE)
     results_path = out_dir / "results.json"
-    with open(results_path, "w") as handle:
-        json.dump(results, handle, indent=1, default=str)
+    proxy.write_json(results_path, results)
     md_path, png_path = proxy.write_report(results, out_dir / "RESULTS.md", out_dir / "acc_by_count.png")
     with tarfile.open(out_dir / "logs.tar.gz", "w:gz") as tar:
         for sub in ("logs", "specs", "results", "predictions"):
@@ -339,9 +298,8 @@ def describe_start(warm: Path) -> dict:
     info: dict = {"path": str(warm)}
     report = proxy.read_json(warm / "sft_report.json", None)
     if report:
-        report = {k: v for k, v in report.items() if k not in ("loss_curve",)}
-        info["sft_report"] = report
-        info["parameters_m"] = report.get("parameters_m")
+        info.update(sft_report={k: v for k, v in report.items() if k != "loss_curve"},
+                    parameters_m=report.get("parameters_m"))
     else:
         try:
             from transformers import AutoConfig
@@ -386,8 +344,7 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
             where = f" on GPU {job_env['CUDA_VISIBLE_DEVICES']}" if gpus else ""
             log(f"started {job['job']} (pid {proc.pid}){where}")
         for name, (job, proc, handle, t_start) in list(running.items()):
-            code = proc.poll()
-            if code is not None:
+            if (code := proc.poll()) is not None:
                 handle.close()
                 del running[name]
                 log(f"{name} finished with exit code {code} after {time.time() - t_start:.0f} s")
@@ -407,8 +364,7 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
             if decided is not None and decided != stop_at:
                 steps = {k: (v or {}).get("step") for k, v in progress.items()}
                 proxy.write_json(control_path, {"stop_at": decided, "decided_at": now, "steps": steps,
-                                                        "train_deadline": train_deadline,
-                                                        "previous": stop_at})
+                                                "train_deadline": train_deadline, "previous": stop_at})
                 log(f"common stop step: {decided}{f' (raised from {stop_at})' if stop_at is not None else ''} "
                     f"(steps now {steps}; training deadline in {train_deadline - now:.0f} s)")
                 stop_at = decided

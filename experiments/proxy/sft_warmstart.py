@@ -6,36 +6,13 @@
     # CPU smoke test (seconds): tiny model, tiny data, 2 steps
     python -m experiments.proxy.sft_warmstart --tiny --out /tmp/warm --data /tmp/warm-data
 
-What it does:
-  1. renders the splits with `open_r1.tasks.counting.scenes.write_splits` unless `--data` already holds them (train for SFT, val /
-     compositional / ood_val for the proxy experiment, ood_train for the exposure rows), at a reduced image size
-     (336x224, OOD 336x252);
-  2. builds a Qwen2-VL-architecture model from random init (`open_r1.tiny_models.build_config`, preset `small`:
-     hidden 256, 4 layers, vision depth 4 / width 256; 47.6M parameters, 38.9M of them the real-size embedding) with
-     the real-id tokenizer, chat template and processor of `open_r1.tiny_models`, seeded;
-  3. SFT with TRL's `SFTTrainer` on prompt-completion rows: the image, then the question under the EVAL or TRAIN
-     template (mixed 50/50 by default), and the protocol-format target `<think>There are N objects.</think>
-     <answer>N</answer>` (`--target-style answer`: `<answer>N</answer>`; `mixed`: either, per row). TRL's collator
-     renders the chat template, so the target ends with `<|im_end|>`, the eos of generation: the model learns to
-     stop right after `</answer>`. Loss on the completion only; packing off (not supported for images anyway).
-     Plus `--ood-exposure` OOD-renderer rows (default 3000) as pre-training-style VQA: the question alone, answered
-     with the bare number, never under a protocol template (why: `experiments.proxy.proxy.to_exposure_sft_dataset`).
-     `--plain-share P` teaches that fraction of the CLEVR rows the same plain way, so the protocol format is
-     learned from the rest only: a start model that counts better asked directly than under the protocol, as
-     Qwen2-VL-2B does (79-86 % vs 48 % on Super-CLEVR; docs/RECIPE.md). `--format-rows N` adds N
-     rows that teach the protocol format on another task (train images asked "What is A plus B?" under a protocol
-     template: `experiments.proxy.proxy.to_arithmetic_sft_dataset`); with `--plain-share 1` the start then never sees a
-     counting answer in the protocol format, as the real instruct model never did; `--format-ood-rows M` adds M
-     more such rows on OOD-renderer exposure images (the instruct model learned its answer format on all kinds of
-     images, so a tag habit tied to one renderer is an artifact of a start that saw the format on CLEVR only);
-  4. stops at whichever comes first: `--max-steps` / `--epochs`, the wall-clock cap `--max-minutes` (the LR
-     schedule follows max(step fraction, time fraction), so a time-capped run still anneals), or `--stop-at-acc`
-     reached by the quick greedy check on held-out train rows (the model must leave room for RL to improve);
-  5. saves a full model dir loadable by `open_r1.modeling.load_model` / `load_processor` (processor left-padded,
-     pixel budget and both processor-file layouts, generation config) and scores `val` with the selfcheck protocol
-     (`open_r1.tasks.counting.evaluate.evaluate_dataset`, max_new_tokens 256), plus ood_val when it saw the exposure rows, plus a
-     diagnostic probe of both asked plainly (question alone, first integer: `experiments.proxy.proxy.plain_count`) when any
-     plain rows were taught. `sft_report.json` in the model dir records all of it.
+Renders the splits (`open_r1.tasks.counting.scenes.write_splits`) unless `--data` holds them; builds a seeded
+random Qwen2-VL-architecture model (`open_r1.tiny_models`, preset `small`: 47.6M parameters, 38.9M of them the
+real-size embedding); SFTs it with TRL's `SFTTrainer` on protocol-format rows (`experiments.proxy.proxy.to_sft_dataset`)
+plus the optional OOD exposure, plain and arithmetic format rows (`--ood-exposure`, `--plain-share`, `--format-rows`,
+`--format-ood-rows`: each flag's help says why); stops at `--max-steps` / `--epochs`, `--max-minutes` (the LR schedule
+follows the larger of the step and time fractions) or `--stop-at-acc` on a quick greedy check; saves a model dir
+that `open_r1.modeling` loads, scores it with the selfcheck protocol and writes `sft_report.json` into it.
 """
 from __future__ import annotations
 
@@ -48,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from experiments.proxy import proxy  # noqa: E402
+from experiments.proxy import proxy
 
 REPORT_FILE = "sft_report.json"
 
@@ -65,9 +42,8 @@ def parse_args(argv=None):
     parser.add_argument("--eval-size", type=int, default=None,
                         help=f"rows to render for val / compositional / ood_val ({proxy.PROXY_SIZES['val']})")
     parser.add_argument("--ood-exposure", type=int, default=None,
-                        help="OOD-renderer rows (split ood_train) added to SFT as the question alone answered with the "
-                             f"bare number, never in the protocol format ({proxy.PROXY_EXPOSURE_ROWS}; tiny "
-                             f"{proxy.TINY_EXPOSURE_ROWS}; 0 = CLEVR only). See experiments.proxy.proxy.to_exposure_sft_dataset")
+                        help="OOD-renderer rows (split ood_train) taught as the question alone -> the bare number "
+                             f"({proxy.PROXY_EXPOSURE_ROWS}; tiny {proxy.TINY_EXPOSURE_ROWS}; 0 = off)")
     parser.add_argument("--image-size", default=None, help=f"clevr splits ({proxy.PROXY_IMAGE_SIZE})")
     parser.add_argument("--ood-image-size", default=None, help=f"ood_val ({proxy.PROXY_OOD_IMAGE_SIZE})")
     parser.add_argument("--render-workers", type=int, default=None, help="scene rendering processes (all cores)")
@@ -82,16 +58,14 @@ def parse_args(argv=None):
     parser.add_argument("--think-share", type=float, default=0.5,
                         help="with --target-style mixed: fraction of rows with a think target (the rest answer only)")
     parser.add_argument("--think-noise", type=float, default=0.0,
-                        help="fraction of think targets that state a wrong count (+-1 or 2) in thought and answer: "
-                             "a start model whose thinking hurts, as the real one's does "
-                             "(experiments.proxy.proxy.to_sft_dataset); 0 = off")
+                        help="fraction of think targets that state a wrong count (+-1 or 2) in thought and answer: a "
+                             "start model whose thinking hurts, as the real one's does; 0 = off")
     parser.add_argument("--plain-share", type=float, default=0.0,
                         help="fraction of the CLEVR train rows taught as the question alone -> bare number (as the "
                              "OOD exposure rows); the protocol format is learned from the rest only. 0 = off")
     parser.add_argument("--format-rows", type=int, default=0,
                         help="train images asked 'What is A plus B?' under a protocol template, answered in the "
-                             "format: the format taught on another task (experiments.proxy.proxy.to_arithmetic_sft_dataset). "
-                             "0 = off")
+                             "format: the format taught on another task. 0 = off")
     parser.add_argument("--format-ood-rows", type=int, default=0,
                         help="more arithmetic format rows, on OOD-renderer exposure images (needs --ood-exposure >= "
                              "this): the format taught on more than one renderer's images. 0 = off")
@@ -147,8 +121,6 @@ def finalize_args(args):
         args.max_steps = 2
     if args.max_steps is None and args.epochs is None and args.max_minutes is None:
         args.max_minutes = 3.5
-    if args.target_style not in proxy.TARGET_STYLES:
-        raise SystemExit(f"error: --target-style must be one of {proxy.TARGET_STYLES}")
     for name in ("think_share", "think_noise", "plain_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be in [0, 1] (got {getattr(args, name)})")
@@ -222,6 +194,7 @@ def main(argv=None) -> dict:
     started = time.time()
     log = lambda msg: print(msg, flush=True)  # noqa: E731
 
+    import datasets
     import torch
     from transformers import set_seed
     from trl import SFTConfig
@@ -278,21 +251,13 @@ def main(argv=None) -> dict:
         parts.append(proxy.to_arithmetic_sft_dataset(exposure_split.select(range(format_ood_rows)), args.templates,
                                                      seed=args.seed + 1, style=args.target_style,
                                                      think_share=args.think_share))
-    train_dataset = parts[0]
-    extra_parts = parts[1:]  # arithmetic (when after protocol rows), plain and exposure rows, cast to parts[0]'s schema
     if plain_index:
-        extra_parts.append(proxy.to_exposure_sft_dataset(train_split.select(plain_index)))
-    exposure_rows = 0
-    if args.ood_exposure:
-        exposure = proxy.to_exposure_sft_dataset(
-            exposure_split.select(range(min(args.ood_exposure, len(exposure_split)))))
-        exposure_rows = len(exposure)
-        extra_parts.append(exposure)
-    if extra_parts:
-        import datasets
-
-        train_dataset = datasets.concatenate_datasets(
-            [train_dataset, *(part.cast(train_dataset.features) for part in extra_parts)])
+        parts.append(proxy.to_exposure_sft_dataset(train_split.select(plain_index)))
+    exposure_rows = min(args.ood_exposure, len(exposure_split)) if args.ood_exposure else 0
+    if exposure_rows:
+        parts.append(proxy.to_exposure_sft_dataset(exposure_split.select(range(exposure_rows))))
+    # every part cast to the first one's schema
+    train_dataset = datasets.concatenate_datasets([parts[0], *(part.cast(parts[0].features) for part in parts[1:])])
 
     # 2. model (random init, seeded) + processor with the real ids and chat template
     set_seed(args.seed)
@@ -322,29 +287,15 @@ def main(argv=None) -> dict:
     history: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="sft-warmstart-") as trainer_dir:
         sft_args = SFTConfig(
-            output_dir=trainer_dir,
-            per_device_train_batch_size=args.batch_size,
-            gradient_accumulation_steps=1,
-            learning_rate=args.lr,
-            weight_decay=args.weight_decay,
-            adam_beta2=0.98,
-            max_grad_norm=1.0,
+            output_dir=trainer_dir, per_device_train_batch_size=args.batch_size, gradient_accumulation_steps=1,
+            learning_rate=args.lr, weight_decay=args.weight_decay, adam_beta2=0.98, max_grad_norm=1.0,
             max_steps=max_steps if max_steps is not None else 10**7,  # time-capped runs stop through the callback
-            logging_steps=1 if args.tiny else 25,
-            save_strategy="no",
-            report_to="none",
-            bf16=use_cuda,
-            activation_checkpointing=False,
-            dataloader_num_workers=args.workers,
+            logging_steps=1 if args.tiny else 25, save_strategy="no", report_to="none", bf16=use_cuda,
+            activation_checkpointing=False, dataloader_num_workers=args.workers,
             dataloader_persistent_workers=args.workers > 0,
-            dataloader_prefetch_factor=4 if args.workers > 0 else None,
-            seed=args.seed,
-            data_seed=args.seed,
+            dataloader_prefetch_factor=4 if args.workers > 0 else None, seed=args.seed, data_seed=args.seed,
             max_length=None,  # never cut image tokens; rows are ~100-200 tokens
-            completion_only_loss=True,
-            packing=False,
-            disable_tqdm=True,
-            use_cpu=not use_cuda,
+            completion_only_loss=True, packing=False, disable_tqdm=True, use_cpu=not use_cuda,
         )
         trainer_class = capped_trainer_class()
         trainer_class.multiplier = staticmethod(multiplier)
@@ -395,36 +346,18 @@ def main(argv=None) -> dict:
             "proxy experiment wants (raise --max-minutes/--epochs if lower; lower --stop-at-acc if higher)")
 
     sft_report = {
-        "command": command,
-        "args": vars(args),
-        "device": torch.cuda.get_device_name(0) if use_cuda else "cpu",
-        "parameters": parameters,
-        "parameters_m": parameters / 1e6,
-        "model_overrides": overrides,
-        "target_style": args.target_style,
-        "think_share": args.think_share,
-        "think_noise": args.think_noise,
-        "templates": args.templates,
-        "train_rows": train_rows,
-        "ood_exposure_rows": exposure_rows,
+        "command": command, "args": vars(args), "device": torch.cuda.get_device_name(0) if use_cuda else "cpu",
+        "parameters": parameters, "parameters_m": parameters / 1e6, "model_overrides": overrides,
+        "target_style": args.target_style, "think_share": args.think_share, "think_noise": args.think_noise,
+        "templates": args.templates, "train_rows": train_rows, "ood_exposure_rows": exposure_rows,
         "ood_exposure_form": "question alone -> bare number (experiments.proxy.proxy.to_exposure_sft_dataset)",
-        "plain_share": args.plain_share,
-        "plain_train_rows": len(plain_index),
-        "protocol_train_rows": len(protocol_index),
-        "format_rows": args.format_rows,
-        "format_ood_rows": format_ood_rows,
-        "sft_rows": len(train_dataset),
-        "quick_check_rows": dev_size,
-        "batch_size": args.batch_size,
-        "steps": steps,
-        "epochs": steps / steps_per_epoch,
-        "train_seconds": train_seconds,
-        "total_seconds": time.time() - started,
-        "stop_reason": stop_reason,
-        "loss_first": losses[0][1] if losses else None,
-        "loss_last": losses[-1][1] if losses else None,
-        "loss_curve": losses[:: max(1, len(losses) // 200)],
-        "quick_checks": history,
+        "plain_share": args.plain_share, "plain_train_rows": len(plain_index),
+        "protocol_train_rows": len(protocol_index), "format_rows": args.format_rows,
+        "format_ood_rows": format_ood_rows, "sft_rows": len(train_dataset), "quick_check_rows": dev_size,
+        "batch_size": args.batch_size, "steps": steps, "epochs": steps / steps_per_epoch,
+        "train_seconds": train_seconds, "total_seconds": time.time() - started, "stop_reason": stop_reason,
+        "loss_first": losses[0][1] if losses else None, "loss_last": losses[-1][1] if losses else None,
+        "loss_curve": losses[:: max(1, len(losses) // 200)], "quick_checks": history,
         "data": {"dir": os.path.abspath(args.data), **data_info, "image_size": args.image_size,
                  "ood_image_size": args.ood_image_size},
         "val": {**report.summary(), "by_count": proxy.by_count(report.records),
@@ -434,8 +367,7 @@ def main(argv=None) -> dict:
         "asked_plainly": {split: {**result.summary(), "by_count": proxy.by_count(result.records)}
                           for split, result in plain_reports.items()},
     }
-    with open(out_dir / REPORT_FILE, "w") as handle:
-        json.dump(sft_report, handle, indent=1, default=str)
+    proxy.write_json(out_dir / REPORT_FILE, sft_report)
     log(f"[sft] saved {out_dir} ({time.time() - started:.1f} s total); report {out_dir / REPORT_FILE}")
     return sft_report
 

@@ -1,23 +1,12 @@
 """Build the captioning demo's start policy (``standin/captioning/start_policy``), as the counting demo ships its own.
 
-Why: the demo (``make humor-demo``) pre-trains its policy for 2 steps from random init and never writes the format,
-so its table showed format 0 % and nothing else. This builder trains a start that already writes the protocol's
-format, with the chain's own stages on the demo's own data (same recipe and seed: the demo's train contests; its
-test and OOD cartoons stay unseen):
-
-  1. ``stage_data`` with the demo recipe, plus further exposure scenes of both renderers (indices past the contests);
-  2. a Qwen3-VL-Thinking stand-in with a *small vocabulary* (``build_model``: the tiny BPE of ``open_r1.tiny_models``
-     and its 26 added tokens right after it, the same strings, chat template and processor; as the counting demo's
-     model) so the shipped dir stays a few MB (the real-id tiny model is 45 MB, mostly unused embedding rows);
-  3. ``stage_pretrain.pretrain_one`` from it (describe / question / fluency rows, fluency on the exposure scenes too:
-     the fluency rows teach the format with a fixed short thinking and uniformly drawn captions);
-  4. the eval stage's sampler (``evaluate.evaluate_policy``, the demo recipe's eval settings, no RM) on every test and
-     OOD cartoon: the format and truncation rates, written with the command and CPU time to ``start_report.json``.
-
-The pre-trained base is shipped as it is: 50 LoRA steps of ``stage_sft`` on the templated ``first_sentence`` traces
-on top of it (lr 2e-3, batch 8, 10 epochs of the 36 top-3 rows) dropped its format rate at the demo's sampling from
-0.62 / 0.69 (test / OOD) to 0.06 / 0.12: its samples derail inside the image-dependent trace and never close the
-think block. The demo's own SFT stage trains on those traces from this start.
+The demo's own pre-training (2 steps from random init) never writes the format; this start does. It is trained with
+the chain's own stages on the demo's data (same recipe and seed; test and OOD cartoons stay unseen): ``stage_data``
+plus exposure scenes, a Qwen3-VL-Thinking stand-in with the small tiny-BPE vocabulary (``build_model``: the shipped
+dir stays a few MB), ``stage_pretrain.pretrain_one`` from it, then the eval stage's sampler on every test and OOD
+cartoon: format and truncation rates, with the command and CPU time, in ``start_report.json``. No SFT on top: 50 LoRA
+steps on the templated ``first_sentence`` traces dropped its format rate at the demo's sampling from 0.62 / 0.69
+(test / OOD) to 0.06 / 0.12 (the samples derail inside the trace); the demo's own SFT stage trains from this start.
 
     python -m standin.captioning.build_start --out standin/captioning/start_policy      # make humor-demo-start
 """
@@ -30,6 +19,8 @@ import os
 import shutil
 import sys
 import time
+from collections import Counter
+from pathlib import Path
 
 import torch
 from transformers import GenerationConfig
@@ -83,10 +74,7 @@ def format_check(recipe, model_dir: str, n: int) -> dict:
         rows = cdata.load_captions(recipe.paths.split(split), check_images="none", keep_oracle=True)
         with torch.no_grad():
             records = evaluate.evaluate_policy(model, processor, rows, None, **kwargs)
-        failures: dict[str, int] = {}
-        for r in records:
-            if r["caption"] is None:
-                failures[r["parse_reason"]] = failures.get(r["parse_reason"], 0) + 1
+        failures = dict(Counter(r["parse_reason"] for r in records if r["caption"] is None))
         out[split] = {"samples": len(records), "format_rate": sum(r["caption"] is not None for r in records) / len(records),
                       "truncated_rate": sum(r["truncated"] for r in records) / len(records), "failures": failures,
                       "examples": [r["completion"] for r in records[:2]]}
@@ -111,8 +99,7 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
     with modeling.staged_dir(out) as staging:
         shutil.copytree(paths.policy_base, staging, dirs_exist_ok=True)
         for name in ("sft_report.json", "training_meta.json"):  # run records with this machine's paths
-            if os.path.exists(os.path.join(staging, name)):
-                os.remove(os.path.join(staging, name))
+            Path(staging, name).unlink(missing_ok=True)
         write_json(os.path.join(staging, "start_report.json"), info)
     return info
 

@@ -33,18 +33,9 @@ vote_noise)``); ``mean`` is their mean, ``precision`` the **standard error** of 
 ``data.preference_pairs(..., se_from="precision")`` is right for this data. ``oracle`` is written for analysis only
 (``data.load_captions`` drops it unless ``keep_oracle=True``); ``scene_meta`` (JSON) says what was rendered.
 
-Descriptions: ``scene`` (how many objects and of what kind), ``twist`` (always "one of them does not quite fit in"),
-``location`` (the floor / ground and sky), ``entities`` (the kind of thing: "shapes" / "toy vehicles", never
-which shapes or colours, which would let a text-only model see what is absent).
-
-Pre-training corpora and templated thinking
--------------------------------------------
-The stand-in's tiny "base" policy and RM backbone first learn to see these scenes: ``pretrain_rows`` gives
-prompt-completion rows of three kinds (``describe``: list the objects; ``question``: plain questions about the scene;
-``fluency``: *uniformly random* candidate captions under the task prompt and format, so the base can write captions
-but is not selected for funniness). ``templated_thinking(row)`` is a **templated** thinking trace from the scene
-metadata ("Most of the objects are red cubes, but one is blue..."): tiny models cannot write real explanations, so
-the stand-in's SFT traces may come from it; the real synthesis code path is run on the stand-in all the same.
+The descriptions (``describe``) never say which object is odd. ``pretrain_rows`` and ``templated_thinking`` give the
+stand-in's tiny base models their pre-training rows and templated thinking traces (tiny models cannot write real
+explanations).
 
 CLI::
 
@@ -75,6 +66,7 @@ from open_r1.errors import (
     SceneArgumentError,
     SceneGenerationError,
 )
+from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
 from open_r1.tasks.counting.scenes import clevr, ood
@@ -114,10 +106,6 @@ SIZE_WORDS = {"large": ("large", "big", "huge", "giant"), "small": ("small", "ti
 TEXTURE_WORDS = {"striped": ("striped", "stripy"), "checkered": ("checkered", "checked"), "plain": ("plain",)}
 VOCAB = {"color": COLOR_WORDS, "shape": SHAPE_WORDS, "size": SIZE_WORDS, "texture": TEXTURE_WORDS}
 WORD_TO_VALUE = {w: (dim, value) for dim, table in VOCAB.items() for value, words in table.items() for w in words}
-NOUN = {"cube": "cube", "sphere": "sphere", "cylinder": "cylinder", "car": "car", "bus": "bus", "truck": "truck",
-        "bike": "bike", "plane": "plane"}
-PLURAL = {"cube": "cubes", "sphere": "spheres", "cylinder": "cylinders", "car": "cars", "bus": "buses",
-          "truck": "trucks", "bike": "bikes", "plane": "planes"}
 PUNS = {
     "red": "seeing red", "blue": "feeling blue", "green": "green with envy", "yellow": "mellow yellow",
     "gray": "a gray area", "brown": "brownie points", "purple": "purple prose", "cyan": "cyan you believe it",
@@ -156,24 +144,11 @@ P_LONG = 0.1
 # ---------------------------------------------------------------------------------------------------------------------
 # Rendering a scene with one odd object
 # ---------------------------------------------------------------------------------------------------------------------
-def _choose_other(rng, options, current):
-    others = [o for o in options if o != current]
-    return str(rng.choice(others))
-
-
-def _make_odd(rng: np.random.Generator, renderer: str, objects: list[dict]) -> dict | None:
-    """Rewrite sampled objects so all share a value of one dimension and one object differs. None: retry."""
-    dims = ODD_DIMENSIONS[renderer]
-    dim = str(rng.choice(dims))
+def _make_odd(rng: np.random.Generator, renderer: str, objects: list[dict]) -> dict:
+    """Rewrite sampled objects so all share a value of one dimension and one object differs."""
+    dim = str(rng.choice(ODD_DIMENSIONS[renderer]))
     n = len(objects)
-    sizes = clevr.SIZES if renderer == "clevr" else ood.SIZES
-    if dim == "size":  # shrinking is always safe for the placed layout; growing is not: the odd one must be large
-        large = [i for i, o in enumerate(objects) if o["size"] == "large"]
-        if not large:
-            return None
-        odd = int(rng.choice(large))
-    else:
-        odd = int(rng.integers(n))
+    odd = int(rng.integers(n))
     if renderer == "clevr":
         shape = str(rng.choice(clevr.SHAPES))
         color = str(rng.choice(list(clevr.COLORS)))
@@ -187,16 +162,9 @@ def _make_odd(rng: np.random.Generator, renderer: str, objects: list[dict]) -> d
         for o in objects:
             o["color"], o["texture"] = color, texture
         palette = {"color": list(ood.COLORS), "texture": list(ood.TEXTURES)}
-    if dim == "size":
-        for i, o in enumerate(objects):
-            if i != odd and o["size"] != "small":
-                o["_radius"] *= sizes["small"] / sizes[o["size"]]
-                o["size"] = "small"
-        majority, odd_value = "small", "large"
-    else:
-        majority = objects[(odd + 1) % n][dim]
-        odd_value = _choose_other(rng, palette[dim], majority)
-        objects[odd][dim] = odd_value
+    majority = objects[(odd + 1) % n][dim]
+    odd_value = str(rng.choice([value for value in palette[dim] if value != majority]))
+    objects[odd][dim] = odd_value
     if renderer == "clevr":  # resting height depends on shape and size (as clevr.sample_objects sets it)
         for o in objects:
             radius = clevr.SIZES[o["size"]]
@@ -236,8 +204,6 @@ def render_odd_scene(rng_or_seed: Any, renderer: str = "clevr", image_size: Any 
     for _ in range(MAX_LAYOUT_ATTEMPTS):
         spec, objects, environment = module.build_spec(rng, n_objects, "A", width, height)
         odd = _make_odd(rng, renderer, objects)
-        if odd is None:
-            continue
         parts = [part for i, obj in enumerate(objects) for part in module.object_parts(obj, i)]
         spec = dataclasses.replace(spec, parts=parts, footprints=_footprints(renderer, objects))
         caster = RayCaster(spec)
@@ -246,20 +212,13 @@ def render_odd_scene(rng_or_seed: Any, renderer: str = "clevr", image_size: Any 
         if visible.min() >= min_pixels:
             break
     else:
-        raise SceneGenerationError(
-            f"could not lay out {n_objects} visible objects at {width}x{height} in {MAX_LAYOUT_ATTEMPTS} attempts; "
-            f"use a larger --image-size or fewer --max-objects"
-        )
+        raise SceneGenerationError(f"could not lay out {n_objects} visible objects at {width}x{height} in "
+                                   f"{MAX_LAYOUT_ATTEMPTS} attempts; use a larger --image-size or fewer --max-objects")
     image = Image.fromarray(caster.render(anti_alias=True))
     keys = ("shape", "color", "size", "material", "texture")
-    meta = {
-        "renderer": renderer,
-        "image_size": [width, height],
-        "environment": environment,
-        "objects": [{k: o[k] for k in keys if k in o} | {"visible_pixels": int(v)} for o, v in zip(objects, visible)],
-        **odd,
-    }
-    return image, meta
+    kept = [{k: o[k] for k in keys if k in o} | {"visible_pixels": int(v)} for o, v in zip(objects, visible)]
+    return image, {"renderer": renderer, "image_size": [width, height], "environment": environment, "objects": kept,
+                   **odd}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -269,12 +228,7 @@ _TOKEN = re.compile(r"[a-z]+")
 
 
 def _present(meta: dict) -> dict[str, set]:
-    present: dict[str, set] = {dim: set() for dim in VOCAB}
-    for obj in meta["objects"]:
-        for dim in VOCAB:
-            if dim in obj:
-                present[dim].add(obj[dim])
-    return present
+    return {dim: {obj[dim] for obj in meta["objects"] if dim in obj} for dim in VOCAB}
 
 
 def _caption_puns(text: str) -> tuple[list[str], str]:
@@ -285,13 +239,6 @@ def _caption_puns(text: str) -> tuple[list[str], str]:
             found.append(value)
             text = text.replace(phrase, " ")
     return found, text
-
-
-def _pun_dimension(value: str) -> str:
-    for dim, table in VOCAB.items():
-        if value in table:
-            return dim
-    raise KeyError(value)
 
 
 def _reading(text: str) -> tuple[list[str], dict[str, set]]:
@@ -318,14 +265,9 @@ def oracle_details(caption: str, meta: dict | str) -> dict:
     names_odd = odd_value in mentioned[dim]
     names_noun = names_odd and dim != "shape" and odd_obj["shape"] in mentioned["shape"]
     absent = sum(len(mentioned[d] - present[d]) for d in ("color", "shape"))
-    pun_score = 0.0
-    for value in puns:
-        if value == odd_value:
-            pun_score += W_PUN_ODD
-        elif value in present[_pun_dimension(value)]:
-            pun_score += W_PUN_PRESENT
-        else:
-            pun_score += W_PUN_ABSENT
+    # attribute values are unique across dimensions: a pun's value is present when any dimension holds it
+    pun_score = sum((W_PUN_ODD if value == odd_value else W_PUN_PRESENT if any(value in v for v in present.values())
+                     else W_PUN_ABSENT for value in puns), 0.0)
     words = protocol.count_words(caption)
     wit = (int(hashlib.sha1(text.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF * 2.0 - 1.0) * WIT
     parts = {
@@ -348,28 +290,25 @@ def oracle_score(caption: str, meta: dict | str) -> float:
 # ---------------------------------------------------------------------------------------------------------------------
 # Candidates, votes, descriptions
 # ---------------------------------------------------------------------------------------------------------------------
-def _phrase(dim_value_pairs: list[str], noun: str) -> str:
-    return " ".join([*dim_value_pairs, noun])
+def _absent(meta: dict) -> tuple[list[str], list[str]]:
+    """The renderer's colours and shapes (vehicle kinds) that the scene lacks."""
+    present, renderer = _present(meta), meta["renderer"]
+    shapes = clevr.SHAPES if renderer == "clevr" else ood.CATEGORIES
+    return ([c for c in RENDERERS[renderer].COLORS if c not in present["color"]],
+            [s for s in shapes if s not in present["shape"]])
 
 
 def _referents(rng: np.random.Generator, meta: dict) -> dict[str, str]:
-    renderer = meta["renderer"]
     dim, odd_value, majority = meta["dimension"], meta["odd_value"], meta["majority_value"]
     odd_obj = meta["objects"][meta["odd_index"]]
     other = meta["objects"][(meta["odd_index"] + 1) % len(meta["objects"])]
-    present = _present(meta)
-    module = RENDERERS[renderer]
-    shapes = clevr.SHAPES if renderer == "clevr" else ood.CATEGORIES
-    absent_colors = [c for c in module.COLORS if c not in present["color"]]
-    absent_shapes = [s for s in shapes if s not in present["shape"]]
+    absent_colors, absent_shapes = _absent(meta)
     if dim == "shape":
-        odd_ref = _phrase([odd_obj["color"]], NOUN[odd_value])
-        majority_ref = _phrase([other["color"]], NOUN[majority])
+        odd_ref, majority_ref = f"{odd_obj['color']} {odd_value}", f"{other['color']} {majority}"
     else:
-        odd_ref = _phrase([odd_value], NOUN[odd_obj["shape"]])
-        majority_ref = _phrase([majority], NOUN[other["shape"]])
-    absent_ref = _phrase([str(rng.choice(absent_colors))], NOUN[str(rng.choice(absent_shapes))]) \
-        if absent_colors and absent_shapes else "unicorn"
+        odd_ref, majority_ref = f"{odd_value} {odd_obj['shape']}", f"{majority} {other['shape']}"
+    absent_ref = (f"{rng.choice(absent_colors)} {rng.choice(absent_shapes)}" if absent_colors and absent_shapes
+                  else "unicorn")
     return {"odd": odd_ref, "majority": majority_ref, "absent": absent_ref, "vague": str(rng.choice(VAGUE_REFS))}
 
 
@@ -435,17 +374,11 @@ def describe(meta: dict) -> dict:
     env = meta["environment"]
     # Entities name the kind of thing only: listing shapes or colours would let a text-only model see what is absent.
     if meta["renderer"] == "clevr":
-        kind, location, entities = "shapes", "a bare studio floor", ["shapes"]
+        kind, location = "shapes", "a bare studio floor"
     else:
-        kind = "toy vehicles"
-        location = f"{env.get('ground', 'the ground')} under a {env.get('sky', 'plain')} sky"
-        entities = ["toy vehicles"]
-    return {
-        "scene": f"{n} {kind} stand around together.",
-        "twist": "One of them does not quite fit in.",
-        "location": location,
-        "entities": entities,
-    }
+        kind, location = "toy vehicles", f"{env.get('ground', 'the ground')} under a {env.get('sky', 'plain')} sky"
+    return {"scene": f"{n} {kind} stand around together.", "twist": "One of them does not quite fit in.",
+            "location": location, "entities": [kind]}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -471,8 +404,8 @@ def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
     renderer = "ood" if stream == "ood" else "clevr"
     scene_seed = np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index, 0))
     text_rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index, 1)))
-    size = config.image_size if renderer == "clevr" else _ood_size(config.image_size)
-    image, meta = render_odd_scene(scene_seed, renderer, size, config.min_objects, config.max_objects)
+    # the OOD stream keeps the pixel budget: its shift is the renderer, not the resolution
+    image, meta = render_odd_scene(scene_seed, renderer, config.image_size, config.min_objects, config.max_objects)
     png = {"bytes": encode_png(np.asarray(image), 3), "path": None}
     contest = index + (OOD_CONTEST_OFFSET if stream == "ood" else 0)
     desc = describe(meta)
@@ -487,12 +420,9 @@ def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
 
 
 def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = StandinConfig()):
-    """A new round of *simulated* ratings: caption rows, in ``dataset``'s columns, for the captions of ``samples``
-    (dicts with ``contest`` and ``caption``, e.g. a policy's parsed samples), each rated by simulated readers exactly as
-    the contests' own candidates were (``simulate_votes`` on the hidden oracle, ``config``'s vote settings). This is
-    the stand-in's version of collecting human ratings on a policy's outputs (iterated RLHF); the oracle stays an
-    analysis column. Skipped and counted: captions already in their contest or repeated, contests not in ``dataset``.
-    Returns ``(datasets.Dataset, counts)``."""
+    """A new round of *simulated* ratings (the stand-in's human ratings of a policy's outputs): ``(caption rows in
+    dataset's columns, counts)`` for the ``samples`` ({contest, caption}), rated as the contests' own candidates were.
+    Skipped and counted: captions already in their contest or repeated, contests not in ``dataset``."""
     import datasets
 
     if "scene_meta" not in dataset.column_names:
@@ -530,28 +460,14 @@ def _make_rows(config: StandinConfig, stream: str, keep: int | None, index: int)
     return rows if keep is None else rows[:keep]
 
 
-def _ood_size(size: tuple[int, int]) -> tuple[int, int]:
-    return size  # the same pixel budget; the OOD shift is the renderer, not the resolution
-
-
 def features():
     import datasets
 
+    text, real, count = datasets.Value("string"), datasets.Value("float64"), datasets.Value("int64")
     return datasets.Features({
-        "contest": datasets.Value("int64"),
-        "image": datasets.Image(),
-        "scene": datasets.Value("string"),
-        "twist": datasets.Value("string"),
-        "location": datasets.Value("string"),
-        "entities": datasets.Sequence(datasets.Value("string")),
-        "caption": datasets.Value("string"),
-        "mean": datasets.Value("float64"),
-        "precision": datasets.Value("float64"),
-        "votes": datasets.Value("int64"),
-        "oracle": datasets.Value("float64"),
-        "scene_meta": datasets.Value("string"),
-        "renderer": datasets.Value("string"),
-    })
+        "contest": count, "image": datasets.Image(), "scene": text, "twist": text, "location": text,
+        "entities": datasets.Sequence(text), "caption": text, "mean": real, "precision": real, "votes": count,
+        "oracle": real, "scene_meta": text, "renderer": text})
 
 
 def build_contests(n: int, config: StandinConfig = StandinConfig(), stream: str = "main", workers: int = 1,
@@ -599,9 +515,9 @@ def write_standin(out_dir: str | os.PathLike, contests: int, ood_contests: int |
         ds.save_to_disk(path)
         paths[name] = path
         counts[name] = {"rows": len(ds), "contests": len(set(ds["contest"]))}
-    with open(os.path.join(out_dir, "standin.json"), "w") as f:
-        json.dump({"contests": contests, "ood_contests": ood_contests, "val_frac": val_frac, "test_frac": test_frac,
-                   "config": dataclasses.asdict(config), "splits": counts}, f, indent=2)
+    write_json(os.path.join(out_dir, "standin.json"), {
+        "contests": contests, "ood_contests": ood_contests, "val_frac": val_frac, "test_frac": test_frac,
+        "config": dataclasses.asdict(config), "splits": counts})
     return paths
 
 
@@ -618,34 +534,27 @@ def _meta(row: dict) -> dict:
 def _majority_phrase(meta: dict) -> str:
     other = meta["objects"][(meta["odd_index"] + 1) % len(meta["objects"])]
     if meta["renderer"] == "clevr":
-        return f"{other['size'] if meta['dimension'] == 'size' else other['color']} {PLURAL[other['shape']]}"
-    noun = "vehicles"
-    return f"{meta['majority_value']} {noun}"
+        return f"{other['color']} {SHAPE_WORDS[other['shape']][1]}"  # [1]: the plural
+    return f"{meta['majority_value']} vehicles"
 
 
 def odd_object_phrase(meta: dict) -> str:
     """"the blue cube": the odd object by its odd value and noun."""
     odd = meta["objects"][meta["odd_index"]]
     if meta["dimension"] == "shape":
-        return f"the {odd['color']} {NOUN[odd['shape']]}"
-    return f"the {meta['odd_value']} {NOUN[odd['shape']]}"
+        return f"the {odd['color']} {odd['shape']}"
+    return f"the {meta['odd_value']} {odd['shape']}"
 
 
 TRACE_WORDINGS = ("caption", "joke")
-# `full`: what is odd, then that a good caption plays on it (the odd object named twice); `first_sentence`: only
-# what is odd (named once). Run 18's probe: the SFT policies' samples derail right after the odd object's phrase
+# `full`: what is odd, then that a good caption plays on it; `first_sentence`: only what is odd
 TRACE_TEMPLATES = ("full", "first_sentence")
 
 
 def templated_thinking(row: dict, wording: str = "caption", template: str = "full") -> str:
-    """A TEMPLATED thinking trace for a stand-in caption row (from ``scene_meta``, not from a model).
-
-    Stands in for the real synthesis output when the policy is too small to write explanations; it says what is
-    odd in the picture and (``template="full"``) that the caption plays on it; ``first_sentence`` stops after what
-    is odd. It never quotes the caption. ``wording``: the noun of "A good ... points at": ``caption`` (runs 1-12) or
-    ``joke`` (the stand-in tokenizer splits "caption" into the sub-words of the ``<caption>`` tag;
-    experiments/captioning/LOG.md, "The format probe again" and run 7).
-    """
+    """A TEMPLATED thinking trace for a stand-in caption row (from ``scene_meta``, not from a model): what is odd in
+    the picture and (``template="full"``) that the caption plays on it, never quoting the caption. ``wording``: the
+    noun of "A good ... points at" (``joke`` keeps the trace off the sub-words of the ``<caption>`` tag)."""
     if wording not in TRACE_WORDINGS:
         raise DataError(f"templated_thinking wording must be one of {TRACE_WORDINGS}, got {wording!r}")
     if template not in TRACE_TEMPLATES:
@@ -678,37 +587,28 @@ PROBE_QUESTION = "Which object is different from the others?"
 
 def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str]]:
     """Plain questions about a scene with their answers (no captions, no funniness)."""
-    present = _present(meta)
+    present, (absent_colors, absent_shapes) = _present(meta), _absent(meta)
     n = len(meta["objects"])
     odd = odd_object_phrase(meta)
-    module = RENDERERS[meta["renderer"]]
-    shapes = clevr.SHAPES if meta["renderer"] == "clevr" else ood.CATEGORIES
     qa = [
         ("How many objects are there?", str(n)),
         (PROBE_QUESTION, odd[0].upper() + odd[1:] + "."),
         (f"In what way is {odd} different?",
          f"Its {meta['dimension']}: it is {meta['odd_value']}, the others are {meta['majority_value']}."),
     ]
-    absent_colors = [c for c in module.COLORS if c not in present["color"]]
     if absent_colors:
         qa.append((f"Is there anything {rng.choice(absent_colors)} in the picture?", "No."))
     qa.append((f"Is there anything {rng.choice(sorted(present['color']))} in the picture?", "Yes."))
-    absent_shapes = [s for s in shapes if s not in present["shape"]]
     if absent_shapes:
-        qa.append((f"Is there a {NOUN[str(rng.choice(absent_shapes))]} in the picture?", "No."))
+        qa.append((f"Is there a {rng.choice(absent_shapes)} in the picture?", "No."))
     return qa
-
-
-def mentioned_values(text: str) -> dict[str, set]:
-    """The attribute values a text names, per dimension (the oracle's reading of words, puns removed)."""
-    return _reading(text)[1]
 
 
 def perceives_odd(answer: str, meta: dict | str) -> bool:
     """Whether an answer to ``PROBE_QUESTION`` names the odd object's odd value and no other value of that dimension
     ("The blue cube." when one cube of five is blue; "blue or red" is wrong)."""
     meta = json.loads(meta) if isinstance(meta, str) else meta
-    return mentioned_values(answer)[meta["dimension"]] == {meta["odd_value"]}
+    return _reading(answer)[1][meta["dimension"]] == {meta["odd_value"]}  # the oracle's reading, puns removed
 
 
 def perception_probe_rows(dataset, limit: int | None = None) -> list[dict]:
@@ -733,21 +633,12 @@ PRETRAIN_KINDS = ("describe", "question", "fluency")  # the kinds of pre-trainin
 
 def pretrain_rows(dataset, kinds: tuple[str, ...] = PRETRAIN_KINDS, per_contest: int = 4,
                   think_prefix: bool | None = None, seed: int = 0, processor=None):
-    """Prompt-completion rows that teach a tiny base model (policy or RM backbone) to see the stand-in's scenes.
-
-    * ``describe``: "Describe the picture." -> ``scene_description``;
-    * ``question``: ``scene_questions`` (count, which is odd, how, present/absent colours and shapes);
-    * ``fluency``: the task prompt (``protocol.build_messages``) -> ``format_target(neutral thinking, caption)`` for
-      captions drawn *uniformly* from the contest's candidates (never by funniness), so the base writes captions in
-      the format without knowing the rule.
-
-    ``per_contest`` rows of each kind per contest (questions: up to that many). ``think_prefix``: completions of the
-    describe/question kinds start with an empty think block (``</think>\n\n``), as a Thinking model's template has
-    already opened ``<think>``; default: True, or, with a ``processor``, whether its generation prompt ends with
-    ``<think>\n``. ``processor``: emit text prompt-completion rows (see ``data.sft_rows``: Thinking templates rewrite
-    conversational assistant turns). Columns: prompt, completion, images, kind, contest. Never reads ``oracle``,
-    ``mean`` or ``votes``.
-    """
+    """Prompt-completion rows that teach a tiny base model (policy or RM backbone) to see the stand-in's scenes:
+    ``describe`` (``scene_description``), ``question`` (``scene_questions``) and ``fluency`` (the task prompt -> a
+    caption drawn *uniformly* from the contest's candidates: the format without the rule), ``per_contest`` of each
+    kind per contest. ``think_prefix``: describe/question completions start with an empty think block (default: True,
+    or whether the ``processor``'s generation prompt opens ``<think>``). ``processor``: text rows (Thinking templates
+    rewrite conversational assistant turns). Never reads ``oracle``, ``mean`` or ``votes``."""
     unknown = sorted(set(kinds) - set(PRETRAIN_KINDS))
     if unknown:
         raise DataError(f"unknown pretrain kind(s) {unknown}; choose from describe, question, fluency")

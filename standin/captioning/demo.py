@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import sys
 
-import yaml
-
+from open_r1.errors import RecipeError
+from open_r1.jsonio import read_recipe
 from open_r1.tasks.captioning import config, pipeline, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
 from standin.captioning import oracle_eval, parallel, stage_data, stage_pretrain, stage_ratings, stage_traces
 
@@ -21,12 +21,10 @@ STAGES = (stage_data, stage_pretrain, stage_synthesize, stage_traces, stage_sft,
 
 def stages_of(argv: list[str]) -> tuple:
     """`STAGES`, without the ratings round when the recipe has no ``ratings`` section (it is optional)."""
-
-    path = argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
+    path = argv[argv.index("--config") + 1] if "--config" in argv[:-1] else ""
     try:
-        with open(path) as handle:
-            has_ratings = "ratings" in (yaml.safe_load(handle) or {})
-    except (OSError, TypeError, yaml.YAMLError, AttributeError):
+        has_ratings = "ratings" in read_recipe(path)
+    except RecipeError:
         has_ratings = True  # the pipeline's own parse reports the problem
     wanted = has_ratings or any(item.startswith("ratings.") for item in argv)
     return tuple(s for s in STAGES if s is not stage_ratings or wanted)

@@ -76,9 +76,7 @@ def oracle_fail_as_worst(rows: Sequence[dict]) -> float | None:
 
 
 def _mean_parts(parts: Sequence[dict]) -> dict[str, float] | None:
-    if not parts:
-        return None
-    return {key: float(np.mean([p[key] for p in parts])) for key in parts[0]}
+    return {key: float(np.mean([p[key] for p in parts])) for key in parts[0]} if parts else None
 
 
 def cartoon_entry(rows: Sequence[dict]) -> dict:
@@ -184,12 +182,9 @@ def grpo_checks(summary: dict) -> dict:
         for name, comp in (block.get("vs_baseline") or {}).items():
             if not name.startswith("grpo"):
                 continue
-            entry = {"d_fail_as_zero": diff(comp, "fail_as_zero"), "d_oracle_emitted": diff(comp, "oracle_emitted"),
-                     "d_oracle_fail_as_worst": diff(comp, "oracle_fail_as_worst"),
-                     "d_oracle_pick": diff(comp, "oracle_pick"), "fail_as_zero_ci": comp.get("fail_as_zero"),
-                     "oracle_emitted_ci": comp.get("oracle_emitted"),
-                     "oracle_fail_as_worst_ci": comp.get("oracle_fail_as_worst"),
-                     "reward_hacking": comp.get("reward_hacking")}
+            keys = ("fail_as_zero", "oracle_emitted", "oracle_fail_as_worst")
+            entry = {**{f"d_{key}": diff(comp, key) for key in (*keys, "oracle_pick")},
+                     **{f"{key}_ci": comp.get(key) for key in keys}, "reward_hacking": comp.get("reward_hacking")}
             for suffix, oracle in (("", "oracle_emitted"), ("_worst", "oracle_fail_as_worst")):
                 entry[f"both_up{suffix}"] = bool((diff(comp, "fail_as_zero") or 0) > 0 and (diff(comp, oracle) or 0) > 0)
                 entry[f"both_up{suffix}_ci"] = bool((lo(comp, "fail_as_zero") or 0) > 0 and (lo(comp, oracle) or 0) > 0)
@@ -199,8 +194,7 @@ def grpo_checks(summary: dict) -> dict:
 
 def grpo_markdown(checks: dict) -> list[str]:
     """`grpo_checks` as a table: GRPO vs the SFT start per seed and split (paired over cartoons)."""
-    def fmt(x):
-        return "–" if x is None else f"{x:.3f}"
+    fmt = ev._fmt
 
     def with_ci(value, ci):
         return f"{fmt(value)} [{fmt((ci or {}).get('lo'))}, {fmt((ci or {}).get('hi'))}]"

@@ -43,7 +43,6 @@ class Config:
     overwrite: bool = help_field(False, "render again over an existing stand-in")
 
     def __post_init__(self):
-
         try:
             parse_image_size(self.image_size)
         except SceneArgumentError as exc:
@@ -80,7 +79,6 @@ def outputs(recipe) -> list[str]:
 
 
 def run(recipe) -> dict:
-
     cfg, paths = recipe.section(NAME), recipe.paths
     marker = os.path.join(paths.data, "standin.json")
     if os.path.isfile(marker) and not cfg.overwrite:

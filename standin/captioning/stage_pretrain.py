@@ -1,17 +1,10 @@
 """Stand-in stage ``pretrain``: pre-train the stand-in's small base models from random init on the generated scenes.
 
-For each base (``pretrain.policy``: family qwen3_vl with the Thinking template, as Qwen3-VL-2B-Thinking;
-``pretrain.rm_backbone``: qwen2_5_vl, as Qwen2.5-VL-3B) a checkpoint of the family is built with random weights
-(``open_r1.tiny_models.build_tiny``, sizes from ``overrides``), then fully fine-tuned with ``open_r1.sft.train_sft``
-(cosine LR) on ``cartoons.pretrain_rows`` of the train contests: describe the picture, plain questions about it, and
-caption *fluency* (uniformly drawn candidates under the task prompt and format: the base writes the format but is not
-selected for funniness), plus rows of the exposure scenes when the data stage made them (``exposure_kinds``). Never
-reads ``oracle``, ``mean`` or ``votes``. Then a perception probe: the share of held-out scenes (val, OOD) on which the
-base names the odd object's odd value. ``pretrain.policy.start``: a shipped start policy dir copied instead of
-pre-training the policy (``standin/captioning/start_policy``, built by ``standin/captioning/build_start.py``).
-The policy's checkpoint suppresses in generation the ids no text encodes to (``suppress_unused_tokens``), as a real
-checkpoint's trained vocabulary would. On real data this stage does not exist: ``models.policy`` /
-``models.reward_backbone`` name the released checkpoints.
+Each base (``pretrain.policy``: qwen3_vl with the Thinking template; ``pretrain.rm_backbone``: qwen2_5_vl) is built
+with random weights (``open_r1.tiny_models.build_tiny``) and fully fine-tuned with ``open_r1.sft.train_sft`` on
+``cartoons.pretrain_rows`` (plus the exposure scenes' rows), then probed: the share of held-out scenes on which it
+names the odd object's odd value. ``pretrain.policy.start`` copies a shipped start policy instead
+(``standin/captioning/build_start.py``). On real data this stage does not exist: the recipe names the checkpoints.
 """
 from __future__ import annotations
 
@@ -60,7 +53,6 @@ class ModelConfig:
                                                      "policy, which samples)")
 
     def __post_init__(self):
-
         require(self.family in (None, *SUPPORTED), f"pretrain family must be one of {', '.join(SUPPORTED)}, got "
                 f"{self.family!r}")
         for kinds in (self.kinds, self.exposure_kinds or []):
@@ -85,7 +77,6 @@ class Config:
 
 def pretrain_dataset(recipe, which: str):
     import datasets  # deferred: heavy
-
 
     cfg, paths = getattr(recipe.section(NAME), which), recipe.paths
     think_prefix = which == "policy" if cfg.think_prefix is None else cfg.think_prefix
@@ -158,7 +149,6 @@ def perception(recipe, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
     renderer): the share that names the odd object's odd value (``cartoons.perceives_odd``), what an RM on this
     backbone, and a policy, must see to read the hidden rule."""
     import torch  # deferred: heavy
-
 
     model = modeling.load_model(model_dir, dtype=None if torch.cuda.is_available() else "float32")
     model = model.to(config.device()).eval()

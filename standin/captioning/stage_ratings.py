@@ -1,13 +1,10 @@
 """Stand-in stage ``ratings`` (optional): a round of simulated ratings on the SFT policy's own captions, for the RM.
 
-Why: in runs 7 and 8 (experiments/captioning/LOG.md) the RM ranked the contests' candidates well (0.72-0.75) yet its
-pick among a policy's own samples had a lower oracle score than their mean: among the policy's captions it did not
-rank with the oracle. The textbook remedy (iterated RLHF) is to rate the policy's samples and train the RM on them.
-Algorithm: sample ``n`` completions per training contest (``contests``: the first N) from the SFT policy with the eval
-section's sampling settings, keep the captions that parse, have each new one rated by the stand-in's simulated readers
-(``cartoons.rate_captions``), and save the training contests plus the rated rows as the split ``split`` (the data
-stage's ``train`` is never touched); the RM trains on it with ``rm.train_split: train_rated``. On real data: collect
-human ratings of the policy's captions into a split with the same columns and point ``rm.train_split`` at it.
+The remedy (iterated RLHF) for an RM that ranks the contests' candidates well but not the policy's own samples
+(experiments/captioning/LOG.md, runs 7-8): ``n`` samples per training contest from the SFT policy (the eval section's
+sampling), each new parsed caption rated by simulated readers (``cartoons.rate_captions``), saved with the training
+contests as the split ``split`` (``rm.train_split: train_rated``). On real data: human ratings in a split of the same
+columns.
 """
 from __future__ import annotations
 
@@ -53,7 +50,6 @@ def outputs(recipe) -> list[str]:
 def run(recipe) -> dict:
     import datasets  # deferred: heavy
     import torch  # deferred: heavy
-
 
     cfg, paths = recipe.section(NAME), recipe.paths
     policy = config.check_inputs(inputs(recipe))["policy"]

@@ -21,7 +21,6 @@ class Config:
     template: str = help_field("full", "full (what is odd, then that a good joke plays on it) | first_sentence")
 
     def __post_init__(self):
-
         require(self.wording in TRACE_WORDINGS, f"traces.wording must be one of {list(TRACE_WORDINGS)}, got "
                 f"{self.wording!r}")
         require(self.template in TRACE_TEMPLATES, f"traces.template must be one of {list(TRACE_TEMPLATES)}, got "
@@ -37,7 +36,6 @@ def outputs(recipe) -> list[str]:
 
 
 def run(recipe) -> dict:
-
     cfg = recipe.section(NAME)
     train = cdata.load_captions(recipe.paths.split("train"), check_images="none")
     top = cartoons.add_templated_thinking(cdata.top_k_rows(train, recipe.section("sft").top_k), cfg.wording,
