@@ -159,12 +159,14 @@ def pixel_budget(processor) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def staged_dir(out_dir):
-    """Build a model dir in a staging dir beside `out_dir` (yielded), then give it modes 0755/0644 (readable by other
-    users) and rename it into place; on any failure the staging dir is removed and `out_dir` stays as it was."""
+    """Build a dir in a staging dir beside `out_dir` (yielded), then give it modes 0755/0644 (readable by other
+    users) and rename it into place. An old `out_dir` is moved aside first and deleted after the rename (put back
+    if the rename fails): an interruption leaves the old dir or the new one, never half of either."""
     out_dir = os.path.abspath(os.fspath(out_dir))
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
+    aside = None
     try:
         yield staging
         for root, _dirs, files in os.walk(staging):
@@ -172,11 +174,17 @@ def staged_dir(out_dir):
             for name in files:
                 os.chmod(os.path.join(root, name), 0o644)
         if os.path.exists(out_dir):
-            shutil.rmtree(out_dir)
+            aside = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=parent)
+            os.rename(out_dir, os.path.join(aside, "previous"))
         os.rename(staging, out_dir)
     except BaseException:
+        if aside and not os.path.exists(out_dir):
+            os.rename(os.path.join(aside, "previous"), out_dir)
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        if aside:
+            shutil.rmtree(aside, ignore_errors=True)
 
 
 def save_model_dir(model, processor, out_dir) -> str:

@@ -14,17 +14,16 @@ import argparse
 import inspect
 import json
 import os
-import shutil
-import tempfile
 import zlib
 from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from open_r1 import modeling
 from open_r1.errors import CliHelp, ModelError, OpenR1Error
 from open_r1.families import SUPPORTED, get_family
-from open_r1.jsonio import read_json
+from open_r1.jsonio import read_json, write_json
 
 ASSETS = Path(__file__).with_name("tiny_assets")  # the BPE corpus and the chat templates
 
@@ -407,27 +406,12 @@ def build_tiny(family: str, out_dir: str | os.PathLike, full_size: bool = False,
     if suppress_unused:  # HF generate and the graph decoder read it here, GRPO's rollouts too (open_r1.trainer)
         model.generation_config.suppress_tokens = unused_token_ids(tokenizer, config.get_text_config().vocab_size)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        model.save_pretrained(staging_dir)
-        processor.save_pretrained(staging_dir)
+    with modeling.staged_dir(out_dir) as staging:  # no reader sees it half-written; shared modes 0755/0644
+        model.save_pretrained(staging)
+        processor.save_pretrained(staging)
         marker = {"builder": "open_r1.tiny_models", "family": family, "full_size": full_size, "seed": seed,
                   "thinking": thinking if family == "qwen3_vl" else None}
-        (staging_dir / BUILD_MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
-        # mkdtemp (and transformers' own temp files) are private to the owner; a checkpoint is meant to be shared.
-        for path in [staging_dir, *staging_dir.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        previous_dir = None  # an old out_dir is moved aside before the rename, deleted after it: never half there
-        if out_dir.exists():
-            previous_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            os.rename(out_dir, previous_dir / out_dir.name)
-        os.rename(staging_dir, out_dir)
-        if previous_dir is not None:
-            shutil.rmtree(previous_dir, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(staging_dir, ignore_errors=True)
-        raise
+        write_json(os.path.join(staging, BUILD_MARKER_FILE), marker)
     return out_dir
 
 

@@ -4,6 +4,7 @@ model is lost."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import errno
 import json
 import os
@@ -268,3 +269,31 @@ def test_full_disk_during_promote_keeps_the_submission_and_the_candidate(submiss
     line = one_error_line(capsys.readouterr().err)
     assert "No space left on device" in line and f"{submission} is unchanged" in line and str(candidate) in line
     assert tree_digest(submission) == before and sorted(os.listdir(submission.parent)) == ["submission"]
+
+
+@pytest.mark.parametrize("fault", ["none", "in_the_build", "in_the_rename"])
+def test_a_staged_dir_replaces_the_old_one_whole_or_leaves_it(tmp_path, monkeypatch, fault):
+    """modeling.staged_dir (model dirs, the RM, tiny checkpoints, the prepared captions): a fault while building or
+    during the final rename (Ctrl-C) leaves the old dir as it was; no staging or aside dir is left behind."""
+    from open_r1 import modeling
+
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "weights").write_text("old")
+    rename = os.rename
+
+    def interrupted_rename(src, dst):
+        if os.path.basename(src).startswith(".model.tmp-"):
+            raise KeyboardInterrupt
+        rename(src, dst)
+
+    if fault == "in_the_rename":
+        monkeypatch.setattr(os, "rename", interrupted_rename)
+    with pytest.raises(KeyboardInterrupt) if fault != "none" else contextlib.nullcontext():
+        with modeling.staged_dir(out) as staging:
+            with open(os.path.join(staging, "weights"), "w") as f:
+                f.write("new")
+            if fault == "in_the_build":
+                raise KeyboardInterrupt
+    assert (out / "weights").read_text() == ("new" if fault == "none" else "old")
+    assert sorted(os.listdir(tmp_path)) == ["model"]

@@ -41,10 +41,10 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import unicodedata
 from collections import Counter, defaultdict
 
+from open_r1 import modeling
 from open_r1.errors import DataError, OpenR1Error
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data, protocol
@@ -298,9 +298,7 @@ def prepare(args: argparse.Namespace) -> dict:
                                   "precision": datasets.Value("float64"), "votes": datasets.Value("int64"),
                                   **{c: datasets.Value("string") for c in desc_cols}})
     report, no_cartoon = Counter(dict.fromkeys(COUNTS, 0)), []
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.tmp-", dir=os.path.dirname(out))
-    try:
+    with modeling.staged_dir(out) as tmp:  # an old --out (--overwrite) is replaced only once the new one is complete
         os.makedirs(os.path.join(tmp, "images"))
         staging = os.path.join(tmp, ".staging", "rows.arrow")
         os.makedirs(os.path.dirname(staging))
@@ -354,22 +352,7 @@ def prepare(args: argparse.Namespace) -> dict:
                    **report, "contests_without_cartoon": len(no_cartoon), "contests_without_cartoon_ids": no_cartoon,
                    "splits": sizes}
         write_json(os.path.join(tmp, REPORT), summary)
-        _swap_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return summary
-
-
-def _swap_into_place(tmp: str, out: str) -> None:
-    """Rename the complete folder to ``out``; an old ``out`` (--overwrite) is removed only after the swap."""
-    old = None
-    if os.path.exists(out):
-        old = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.old-", dir=os.path.dirname(out))
-        os.replace(out, os.path.join(old, "previous"))
-    os.replace(tmp, out)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
