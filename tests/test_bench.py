@@ -73,6 +73,7 @@ def test_tiny_bench_end_to_end(tmp_path):
         assert v["gen_s"] > 0 and v["train_s"] > 0 and v["train_tokens_per_s"] > 0
         parts = v["gen_s"] + v["logp_s"] + v["prep_s"] + v["train_s"]
         assert parts <= v["wall_s"] + 1e-6 and v["other_s"] >= -1e-6
+        assert 0 < v["reward_s"] <= v["prep_s"]  # the reward functions, timed inside prep
         assert v["trained_sequences"] == v["rollouts"] * v["num_iterations"]
         for key in ("peak_allocated_gib", "peak_reserved_gib", "ratio_vs_plain_trl", "setup_s", "warmup_s"):
             assert key in v

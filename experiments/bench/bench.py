@@ -378,6 +378,7 @@ class Probe:
         for method, key in (
             ("_generate", "gen"),
             ("_get_per_token_logps_and_entropies", None),
+            ("_calculate_rewards", "reward"),  # inside prep: the reward functions (the captioning RM's scoring)
             ("_prepare_inputs", "prepare"),
             ("training_step", "training_step"),
             ("compute_loss", "compute_loss"),
@@ -464,7 +465,7 @@ class Probe:
         return {
             "wall_s": wall, "rollouts": rollouts, "rollouts_per_s": rollouts / wall if wall > 0 else None,
             "gen_s": gen, "logp_s": logp, "prep_s": prepare - gen - logp, "train_s": train,
-            "other_s": wall - training_step,
+            "other_s": wall - training_step, "reward_s": self.seconds["reward"],  # reward_s: inside prep_s
             "gen_calls": self.counts["gen"], "logp_calls": self.counts["logp"],
             "train_micro_steps": self.counts["compute_loss"],
             "gen_tokens": gen_tokens, "gen_tokens_per_s": gen_tokens / gen if gen > 0 else None,
