@@ -485,3 +485,17 @@ def test_keep_best_ranks_by_the_run_tasks_sets_by_default():
     assert (run_safety.evaluator.primary, run_safety.evaluator.secondary) == ("dev", "ood")
     with pytest.raises(ValueError, match="task"):
         cb.InTrainingEvalCallback({"val": [0]}, every_n_steps=1)
+
+
+def test_eval_sets_are_named_by_their_dirs_and_two_of_one_name_are_refused():
+    from open_r1.errors import DataError
+    from open_r1.tasks import Task
+
+    class Echo(Task):
+        def load_eval_set(self, path, limit=None):
+            return (path, limit)
+
+    assert Echo().load_eval_sets(["data/val", "data/ood_val/"], 3) == {"val": ("data/val", 3),
+                                                                       "ood_val": ("data/ood_val/", 3)}
+    with pytest.raises(DataError, match="two eval sets are named 'val'"):
+        Echo().load_eval_sets(["a/val", "b/val"])

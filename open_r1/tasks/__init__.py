@@ -12,7 +12,7 @@ import importlib
 import os
 
 from open_r1.checks import load_split
-from open_r1.errors import RecipeError
+from open_r1.errors import DataError, RecipeError
 
 # name -> module holding `TASK`, a class built with the recipe's script arguments (see `Task` below).
 TASK_MODULES = {
@@ -51,7 +51,17 @@ class Task:
         raise NotImplementedError
 
     def load_eval_sets(self, paths: list[str], limit: int | None = None) -> dict:
-        """{name: dataset} of held-out sets, validated like the training data, first `limit` rows each."""
+        """{name: dataset} of held-out sets, each named by its dir's basename (`load_eval_set`)."""
+        sets = {}
+        for path in paths:
+            name = os.path.basename(os.path.normpath(path))
+            if name in sets:
+                raise DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
+            sets[name] = self.load_eval_set(path, limit)
+        return sets
+
+    def load_eval_set(self, path: str, limit: int | None = None):
+        """One held-out set, validated like the training data, its first `limit` rows."""
         raise NotImplementedError
 
     def evaluate(self, model, processor, dataset, name: str, batch_size: int, limit: int | None = None,

@@ -94,14 +94,8 @@ class CaptioningTask(Task):
         kwargs = parse_reward_kwargs(getattr(args, "reward_kwargs", None)).get("caption_rm", {}) if args else {}
         return getattr(args, "caption_eval_reward_model", None) or kwargs.get("reward_model"), kwargs.get("device")
 
-    def load_eval_sets(self, paths, limit=None):
-        sets = {}
-        for path in paths:
-            name = os.path.basename(os.path.normpath(path))
-            if name in sets:
-                raise DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
-            sets[name] = _first(data_lib.prompt_rows(data_lib.load_captions(path)), limit)
-        return sets
+    def load_eval_set(self, path, limit=None):
+        return _first(data_lib.prompt_rows(data_lib.load_captions(path)), limit)
 
     def evaluate(self, model, processor, dataset, name, batch_size, limit=None, progress=False):
         path, device = self._rm_settings()

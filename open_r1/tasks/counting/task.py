@@ -2,9 +2,6 @@
 grader's protocol (accuracy %, keep-best by the OOD set)."""
 from __future__ import annotations
 
-import os
-
-from open_r1.errors import DataError
 from open_r1.export import one_line
 from open_r1.tasks import Task
 from open_r1.tasks.counting import data as data_lib
@@ -28,18 +25,12 @@ class CountingTask(Task):
         templates = data_lib.TemplateMix.parse(script_args.prompt_templates)
         return data_lib.to_grpo_dataset(dataset, templates, seed=training_args.seed)
 
-    def load_eval_sets(self, paths, limit=None):
-        sets = {}
-        for path in paths:
-            name = os.path.basename(os.path.normpath(path))
-            if name in sets:
-                raise DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
-            dataset = self.load_split(path)
-            if limit is not None:
-                dataset = dataset.select(range(min(limit, len(dataset))))
-            data_lib.validate_counting_dataset(dataset, path)
-            sets[name] = dataset
-        return sets
+    def load_eval_set(self, path, limit=None):
+        dataset = self.load_split(path)
+        if limit is not None:
+            dataset = dataset.select(range(min(limit, len(dataset))))
+        data_lib.validate_counting_dataset(dataset, path)
+        return dataset
 
     def evaluate(self, model, processor, dataset, name, batch_size, limit=None, progress=False):
         return evaluate_lib.evaluate_dataset(model, processor, dataset, name=name, batch_size=batch_size,
