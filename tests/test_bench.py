@@ -403,5 +403,18 @@ def test_caption_bench_tiny_runs_every_variant(tmp_path):
     assert results["ours"]["decode_ms_per_step"] is not None  # the rollouts went through the graph decoder
     assert results["ours"]["ratio_vs_plain_trl"] is not None
     assert results["rm"]["captions"] == 6 and results["rm"]["captions_per_s"] > 0
+    assert results["ours"]["layers_once"] is False  # the shipped default
     with pytest.raises(bench.BenchError, match="unknown variant"):
         bench_caption.main(["--tiny", "--variants", "ours,nope"])
+
+
+@pytest.mark.slow
+def test_caption_bench_layers_once_reaches_the_trainers_decoder(tmp_path, monkeypatch):
+    from experiments.bench import bench_caption
+    from open_r1 import decoding
+
+    monkeypatch.setattr(decoding, "LAYERS_ONCE", False)  # restored after: main sets the module's default
+    out = tmp_path / "caption.json"
+    assert bench_caption.main(["--tiny", "--steps", "1", "--variants", "ours", "--layers-once", "--out", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    assert payload["shape"]["layers_once"] is True and payload["variants"][0]["layers_once"] is True

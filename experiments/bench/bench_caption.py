@@ -41,6 +41,7 @@ def parse_cli(argv=None) -> argparse.Namespace:
     parser.add_argument("--memory-cap-gib", type=float, default=None)
     parser.add_argument("--variant-timeout-s", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers-once", action="store_true", help="ours: one compile region per layer (LAYERS_ONCE)")
     parser.add_argument("--out", default="bench_caption.json")
     return parser.parse_args(argv)
 
@@ -145,7 +146,7 @@ def run_grpo(name, args, ctx, result, sync) -> None:
     decoder = getattr(trainer, "_graph_decoder", None)
     if decoder is not None and decoder.timings:
         split = bench.decoder_split(decoder.timings, result["gen_calls"])
-        result.update(decode_ms_per_step=split["decode_ms_per_step"],
+        result.update(decode_ms_per_step=split["decode_ms_per_step"], layers_once=decoder.layers_once,
                       first_call_s=decoder.timings[0]["prefill_s"] + decoder.timings[0]["decode_s"])
     # the models die with this frame; bench.measured frees their memory after it
     result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == \
@@ -175,6 +176,8 @@ def run_rm(args, ctx, result, sync) -> None:
 def main(argv=None) -> int:
     import torch
 
+    from open_r1 import decoding
+
     args = parse_cli(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     unknown = sorted(set(names) - set(VARIANTS))
@@ -189,6 +192,7 @@ def main(argv=None) -> int:
     # every round needs `prompts` distinct contests: enough for warm-up + measured rounds
     ctx["dataset"] = cartoon_prompts(prompts * (args.warmup + args.steps + 1), size, args.seed)
     bench.setup_device(device, args.memory_cap_gib)
+    decoding.LAYERS_ONCE = args.layers_once  # read when the trainer builds its graph decoder
     on_cuda = device == "cuda"
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
 
@@ -196,7 +200,8 @@ def main(argv=None) -> int:
                "environment": bench.environment_info(device, args.memory_cap_gib),
                "shape": {"policy": "Qwen3-VL-2B Thinking (random) + LoRA", "reward_model": "Qwen2.5-VL-3B (random)",
                          "image": f"{size}x{size}", "num_generations": GENERATIONS, "prompts_per_round": prompts,
-                         "completion_length": ctx["completion_length"], "steps": args.steps, "warmup": args.warmup},
+                         "completion_length": ctx["completion_length"], "steps": args.steps, "warmup": args.warmup,
+                         "layers_once": args.layers_once},
                "variants": []}
     for name in names:
         result = {"name": name}
