@@ -63,3 +63,9 @@ def test_demo_end_to_end_writes_table_plots_and_json(tmp_path, capsys):
         assert report["splits"][split]["start"]["n"] == report["splits"][split]["trained"]["n"] == 6
     assert (out / "acc_by_count.png").stat().st_size > 0 and (out / "curves.png").stat().st_size > 0
     assert (out / "trained" / "config.json").is_file()
+
+
+def test_a_warm_start_of_no_steps_is_one_clear_error(capsys):
+    with pytest.raises(SystemExit) as stop:
+        demo.parse_args(["--out", "x", "--sft-steps", "0"])
+    assert stop.value.code == 2 and "--sft-steps must be >= 1, got 0" in capsys.readouterr().err

@@ -45,7 +45,10 @@ def clear_reward_model_cache() -> None:
 
 
 def sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))  # no overflow for any x
+    if x >= 0:  # two forms: no overflow for any x
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)
+    return z / (1.0 + z)
 
 
 def _images(image: Any, images: Any, n: int) -> list:

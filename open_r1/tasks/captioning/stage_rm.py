@@ -124,7 +124,9 @@ def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
     """RM rows of ``data.image_negative_indices``' pairs: one conversation, chosen under its own cartoon, rejected
     under the other contest's (``rejected_image``)."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
-    first = {contest: rows[0] for contest, rows in cdata._contest_groups(dataset).items()}
+    first = {}  # each contest's first row: its cartoon
+    for row, contest in enumerate(columns["contest"]):
+        first.setdefault(contest, row)
     images, rows = contest_images(dataset, first, blind), []
     for own, other in index.tolist():
         contest = columns["contest"][own]

@@ -48,5 +48,6 @@ def run(recipe) -> dict:
     settings = SFTSettings(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(SFTSettings)})
     settings.seed = recipe.seed
     config.log(f"[sft] {len(rows)} rows from {found['traces']}; base {found['model']}")
-    report = sft.train_sft(rows, recipe.paths.policy_sft, settings, model_path=found["model"], log=config.log)
+    report = sft.train_sft(rows, recipe.paths.policy_sft, settings, model_path=found["model"], processor=processor,
+                           log=config.log)
     return {**report, "out": recipe.paths.policy_sft}

@@ -127,9 +127,11 @@ def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
         f"{args.sft_steps} steps")
     use_cuda = torch.cuda.is_available() and args.device != "cpu"
     torch.set_num_threads(max(1, args.threads))
-    # cosine with a 5 % warm-up down to 0, AdamW beta2 0.98: the settings the shipped start was built with
-    settings = SFTSettings(learning_rate=args.sft_lr, schedule="cosine", warmup=max(1, args.sft_steps // 20) /
-                           args.sft_steps, min_lr_ratio=0.0, epochs=None, max_steps=args.sft_steps,
+    # cosine with a 5 % warm-up down to 0, AdamW beta2 0.98: the shipped start's settings (it was built by the older
+    # hand-made loop, whose first step had lr 0 where train_sft's warm-up starts at 1e-3 x lr)
+    warmup_steps = max(1, args.sft_steps // 20)
+    settings = SFTSettings(learning_rate=args.sft_lr, schedule="cosine", warmup=warmup_steps / args.sft_steps,
+                           min_lr_ratio=0.0, epochs=None, max_steps=args.sft_steps,
                            per_device_batch_size=args.sft_batch_size, gradient_accumulation_steps=1, weight_decay=0.01,
                            lora_r=0, bf16=False, seed=args.seed, dataloader_workers=args.workers if use_cuda else 0,
                            extra={"adam_beta2": 0.98, "use_cpu": not use_cuda})
@@ -304,6 +306,8 @@ def parse_args(argv=None):
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="scene rendering processes")
     parser.add_argument("grpo_args", nargs="*", help="extra recipe overrides after --, e.g. -- --learning_rate 1e-3")
     args = parser.parse_args(argv)
+    if args.sft_steps < 1:
+        parser.error(f"--sft-steps must be >= 1, got {args.sft_steps}")
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.trains_start = bool(args.build_start or args.from_scratch
                              or (args.start is None and not (SHIPPED_START / "config.json").is_file()))

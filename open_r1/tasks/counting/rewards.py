@@ -135,8 +135,10 @@ def score_length_penalty(completions, completion_ids=None, *, budget_tokens: int
         raise ValueError(f"got {len(completion_ids)} completion_ids for {len(texts)} completions")
     rewards, truncated, think_tokens_all, n_tokens_all = [], [], [], []
     for i, text in enumerate(texts):
-        estimate = math.ceil(len(text) / CHARS_PER_TOKEN_ESTIMATE)
-        n_tokens = len(completion_ids[i]) if completion_ids is not None else estimate
+        if completion_ids is not None:
+            n_tokens = len(completion_ids[i])
+        else:
+            n_tokens = math.ceil(len(text) / CHARS_PER_TOKEN_ESTIMATE)
         tokens_per_char = n_tokens / len(text) if text else 0.0
         match = ANSWER_RE.search(text)
         answer_end_token = match.end() * tokens_per_char if match else math.inf
