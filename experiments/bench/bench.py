@@ -200,7 +200,8 @@ def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any])
     options.update({key: value for key, value in spec.items() if key in BENCH_OPTION_KEYS})
     if options.get("attn_implementation") is None:
         options["attn_implementation"] = "sdpa"
-    return Variant(name=name, **{"description": "", **options}, overrides=overrides)
+    options.setdefault("description", "")
+    return Variant(name=name, overrides=overrides, **options)
 
 
 def load_recipe(path: str | os.PathLike | None) -> dict[str, Any]:
@@ -267,7 +268,7 @@ def counting_dataset(n: int, seed: int = 0, source: str = "auto", cache_dir: str
         except Exception as exc:  # noqa: BLE001 - reported, and 'auto' falls back
             if source == "scenes":
                 raise
-            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            reason = error_line(exc)
             return random_counting_dataset(n, seed), f"random {IMAGE_WIDTH}x{IMAGE_HEIGHT} rectangles (scenes: {reason})"
     if source == "random":
         return random_counting_dataset(n, seed), f"random {IMAGE_WIDTH}x{IMAGE_HEIGHT} rectangles"
@@ -588,7 +589,8 @@ def measured(result: dict[str, Any], on_cuda: bool, timeout_s: float | None = No
     then the wall seconds and peak GPU memory; the memory is freed after (one failing lever must not stop the rest)."""
     import torch
 
-    if on_cuda:
+    if on_cuda:  # the peak of this variant alone, from an empty cache
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     try:

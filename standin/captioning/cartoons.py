@@ -265,9 +265,14 @@ def oracle_details(caption: str, meta: dict | str) -> dict:
     names_odd = odd_value in mentioned[dim]
     names_noun = names_odd and dim != "shape" and odd_obj["shape"] in mentioned["shape"]
     absent = sum(len(mentioned[d] - present[d]) for d in ("color", "shape"))
-    # attribute values are unique across dimensions: a pun's value is present when any dimension holds it
-    pun_score = sum((W_PUN_ODD if value == odd_value else W_PUN_PRESENT if any(value in v for v in present.values())
-                     else W_PUN_ABSENT for value in puns), 0.0)
+    pun_score = 0.0
+    for value in puns:
+        if value == odd_value:
+            pun_score += W_PUN_ODD
+        elif any(value in v for v in present.values()):  # values are unique across dimensions
+            pun_score += W_PUN_PRESENT
+        else:
+            pun_score += W_PUN_ABSENT
     words = protocol.count_words(caption)
     wit = (int(hashlib.sha1(text.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF * 2.0 - 1.0) * WIT
     parts = {
