@@ -33,7 +33,7 @@ CACHE_MARGIN_TOKENS = 32
 DEFAULT_CHECK_EVERY = 16
 DECODER_CHOICES = ("auto", "graph", "eager", "hf")
 COMPILE_OPTIONS = {"mode": "reduce-overhead", "fullgraph": False, "dynamic": False}
-LAYERS_ONCE = False  # compile_layers_once for compiled decoders (experiments/bench/bench_decode.py measures both)
+LAYERS_ONCE = True  # one compile region per decoder layer: a shorter first compile, the same speed (docs/PERFORMANCE.md)
 
 
 class UnsupportedGeneration(OpenR1Error, ValueError):

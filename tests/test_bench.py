@@ -359,6 +359,10 @@ def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch
         variant, plain = (bench.resolve_variant(n, bench.PRESETS, recipe) for n in (name, base))
         assert variant.zero3 and not plain.zero3 and "deepspeed" in variant.requires
         assert variant.overrides == plain.overrides and variant.fast_decode == plain.fast_decode
+    shipped = json.loads((bench.REPO_ROOT / "zero3.json").read_text())
+    assert bench.deepspeed_config(variant) == shipped  # train.sh's config, unchanged
+    persist = bench.deepspeed_config(bench.resolve_variant("ours_fast_zero3_persist", bench.PRESETS, recipe))
+    assert persist["zero_optimization"] == {**shipped["zero_optimization"], "stage3_param_persistence_threshold": 1e10}
     with pytest.raises(bench.BenchError, match="alone in its process"):
         bench.main(["--variants", "plain_trl,plain_trl_zero3", "--out", str(tmp_path / "x.json")])
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
@@ -386,6 +390,18 @@ def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch
     assert "skipping" in capsys.readouterr().out and json.loads((tmp_path / "all.json").read_text())["merged_from"] == 4
 
 
+def test_caption_bench_scores_caption_sized_text_from_the_completion():
+    """A random policy's 1536 ids decode to ~15k RM tokens; the bench's RM reads MAX_WORDS words picked by them."""
+    from experiments.bench.bench_caption import caption_of
+    from open_r1.tasks.captioning import protocol
+
+    ids = list(range(100, 1636))
+    caption = caption_of(ids)
+    assert len(caption.split()) == protocol.MAX_WORDS
+    assert caption_of(ids[:-1]) != caption  # the reward follows the completion
+    assert caption_of([7] * 3).split() == [caption_of([7]).strip()] * 3
+
+
 @pytest.mark.slow
 def test_caption_bench_tiny_runs_every_variant(tmp_path):
     """The captioning-shape bench on CPU (tiny Qwen3-VL policy with LoRA, tiny Qwen2.5-VL RM): plain TRL and ours
@@ -403,7 +419,7 @@ def test_caption_bench_tiny_runs_every_variant(tmp_path):
     assert results["ours"]["decode_ms_per_step"] is not None  # the rollouts went through the graph decoder
     assert results["ours"]["ratio_vs_plain_trl"] is not None
     assert results["rm"]["captions"] == 6 and results["rm"]["captions_per_s"] > 0
-    assert results["ours"]["layers_once"] is False  # the shipped default
+    assert results["ours"]["layers_once"] is True  # the shipped default
     with pytest.raises(bench.BenchError, match="unknown variant"):
         bench_caption.main(["--tiny", "--variants", "ours,nope"])
 
@@ -413,8 +429,9 @@ def test_caption_bench_layers_once_reaches_the_trainers_decoder(tmp_path, monkey
     from experiments.bench import bench_caption
     from open_r1 import decoding
 
-    monkeypatch.setattr(decoding, "LAYERS_ONCE", False)  # restored after: main sets the module's default
+    monkeypatch.setattr(decoding, "LAYERS_ONCE", True)  # restored after: --no-layers-once sets the module's default
     out = tmp_path / "caption.json"
-    assert bench_caption.main(["--tiny", "--steps", "1", "--variants", "ours", "--layers-once", "--out", str(out)]) == 0
+    assert bench_caption.main(["--tiny", "--steps", "1", "--variants", "ours", "--no-layers-once",
+                               "--out", str(out)]) == 0
     payload = json.loads(out.read_text())
-    assert payload["shape"]["layers_once"] is True and payload["variants"][0]["layers_once"] is True
+    assert payload["shape"]["layers_once"] is False and payload["variants"][0]["layers_once"] is False

@@ -104,6 +104,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                         "description": "ours_fast under DeepSpeed ZeRO-3 (zero3.json): the graph decoder on a "
                                        "whole-weight copy refreshed once per optimizer step "
                                        "(open_r1/rollout_weights.py)"},
+    "ours_fast_zero3_persist": {"base": "ours_fast_zero3", "zero_optimization": {"stage3_param_persistence_threshold":
+        1e10}, "description": "ours_fast_zero3, every weight persistent (on N GPUs whole on each, the rest sharded)"},
     "ours_vllm": {"base": "ours", "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3,
                   "requires": ["vllm"], "description": "vLLM colocate generation (TRL use_vllm; needs vllm; not "
                                                        "measured on the project's GPU)"},
@@ -119,9 +121,7 @@ class BenchError(ValueError):
     """A bench invocation that cannot work (unknown variant, bad --define); the message names the fix."""
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Variants
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Variants ---------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -142,6 +142,7 @@ class Variant:
     # measured before it existed keep their meaning
     vision_attention: str = "per_image"
     zero3: bool = False  # DeepSpeed ZeRO-3 with the repo's zero3.json, as train.sh runs it
+    zero_optimization: dict = field(default_factory=dict)  # keys over zero3.json's zero_optimization (zero3 only)
     requires: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -217,9 +218,7 @@ def missing_requirements(variant: Variant) -> list[str]:
     return [module for module in variant.requires if importlib.util.find_spec(module) is None]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Data and model
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Data and model ---------------------------------------------------------------------------------------------------
 
 _SHAPES = ["cube", "sphere", "cylinder"]
 _COLORS = ["red", "blue", "green", "yellow", "purple", "cyan", "brown", "gray"]
@@ -326,9 +325,7 @@ def reference_model_from_policy(policy):
                              lambda *args, **kwargs: copy.deepcopy(policy).eval())
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Timing probe
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Timing probe -----------------------------------------------------------------------------------------------------
 
 
 class VariantTimeout(BaseException):
@@ -485,9 +482,7 @@ class Probe:
         }
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# One variant
-# ---------------------------------------------------------------------------------------------------------------------
+# --- One variant ------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -556,13 +551,20 @@ def build_grpo_config(variant: Variant, ctx: BenchContext, output_dir: str):
         kwargs.update({"use_cpu": True, "bf16": False})
     if variant.zero3:
         single_process_distributed_env()
-        kwargs["deepspeed"] = str(REPO_ROOT / "zero3.json")
+        kwargs["deepspeed"] = deepspeed_config(variant)
     args = GRPOConfig(**kwargs)
     geometry = rounds_geometry(args)
     rollouts_per_round = args.generation_batch_size * geometry["generations_per_round"]
     geometry["rounds_measured"] = max(ctx.steps, math.ceil(ctx.min_rollouts / rollouts_per_round))
     args.max_steps = (ctx.warmup + geometry["rounds_measured"]) * geometry["optimizer_steps_per_round"]
     return args, geometry
+
+
+def deepspeed_config(variant: Variant) -> dict:
+    """The repo's zero3.json (train.sh's) with the variant's `zero_optimization` keys over its own."""
+    config = json.loads((REPO_ROOT / "zero3.json").read_text())
+    config["zero_optimization"].update(variant.zero_optimization)
+    return config
 
 
 def single_process_distributed_env() -> None:
@@ -677,10 +679,7 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
             result.update(rollout_copy_gib=copy_weights.nbytes / GIB, rollout_copy_refreshes=copy_weights.refreshes,
                           rollout_copy_gathers=copy_weights.gathers,
                           rollout_copy_last_refresh_s=copy_weights.last_refresh_s)
-        decoder = getattr(trainer, "_graph_decoder", None)
-        if decoder is not None and decoder.timings:  # the decoder's own prefill / decode-loop split
-            result.update(decoder_split(decoder.timings, result["gen_calls"]),
-                          decoder_cache_allocations=decoder.allocations, decoder_calls=decoder.calls)
+        result.update(decoder_summary(trainer, result["gen_calls"]))
         result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
         if variant.dedupe_images:  # proof that the lever acted: images preprocessed vs images given
             from open_r1.image_dedupe import dedupe_state
@@ -707,6 +706,17 @@ def decoder_split(timings: list[dict], calls: int) -> dict[str, Any]:
             "decoder_decode_s": decode, "decode_ms_per_step": 1000 * decode / steps if steps else None}
 
 
+def decoder_summary(trainer, calls: int) -> dict[str, Any]:
+    """The graph decoder's split over the measured calls, its compile mode and first (compiling) call, or {}."""
+    decoder = getattr(trainer, "_graph_decoder", None)
+    if decoder is None or not decoder.timings:
+        return {}
+    first = decoder.timings[0]
+    return {**decoder_split(decoder.timings, calls), "layers_once": decoder.layers_once,
+            "first_call_s": first["prefill_s"] + first["decode_s"], "decoder_calls": decoder.calls,
+            "decoder_cache_allocations": decoder.allocations}
+
+
 def release_memory(reset_compiler: bool = False) -> None:
     import torch
 
@@ -722,9 +732,7 @@ def release_memory(reset_compiler: bool = False) -> None:
         torch.cuda.empty_cache()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Report
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Report -----------------------------------------------------------------------------------------------------------
 
 
 def add_ratios(results: list[dict], baseline: str = BASELINE) -> None:
@@ -783,9 +791,7 @@ def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any
     return info
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# CLI
-# ---------------------------------------------------------------------------------------------------------------------
+# --- CLI --------------------------------------------------------------------------------------------------------------
 
 
 def deadline_passed(started: float, deadline_s: float | None) -> str | None:
@@ -1012,9 +1018,7 @@ def summarize(results: list[dict], memory_cap_gib: float | None) -> dict[str, An
     }
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# selfcheck speed (experiments/bench/bench_selfcheck.py)
-# ---------------------------------------------------------------------------------------------------------------------
+# --- selfcheck speed (experiments/bench/bench_selfcheck.py) -----------------------------------------------------------
 
 SELFCHECK_TARGET_EXAMPLES = 3000
 SELFCHECK_BUDGET_S = 35.0  # issue #16 target on one H200 (was 90 s)

@@ -6,8 +6,9 @@
 
 The shape: a full-size random Qwen3-VL-2B Thinking policy with LoRA (r 16), the captioning task's prompts on
 stand-in cartoons of `--image-size` px, G = 8, completions forced to `--completion-length` tokens, rewarded with
-sigma(RM) of a full-size random Qwen2.5-VL-3B reward model on the same GPU, scored on the completion's last
-`protocol.MAX_WORDS` words (a random policy writes no parseable caption, and `caption_rm` would then skip the RM).
+sigma(RM) of a full-size random Qwen2.5-VL-3B reward model on the same GPU. A random policy writes no parseable
+caption (`caption_rm` would skip the RM) and its text is no caption in length either (1536 random ids decode to
+~15k RM tokens), so the RM scores `caption_of` the completion: MAX_WORDS words picked by its last ids.
 Variants: `plain_trl` (TRL's GRPOTrainer, HF generate), `ours` (`VLMGRPOTrainer`: graph decoder, image and ViT
 de-duplication, lazy images, activation checkpointing) and `rm` (the RM's captions/s at `--rm-batch-size`); timing
 and table are bench.py's.
@@ -41,7 +42,8 @@ def parse_cli(argv=None) -> argparse.Namespace:
     parser.add_argument("--memory-cap-gib", type=float, default=None)
     parser.add_argument("--variant-timeout-s", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--layers-once", action="store_true", help="ours: one compile region per layer (LAYERS_ONCE)")
+    parser.add_argument("--layers-once", action=argparse.BooleanOptionalAction, default=None,
+                        help="ours: one compile region per decoder layer (default: decoding.LAYERS_ONCE, on)")
     parser.add_argument("--out", default="bench_caption.json")
     return parser.parse_args(argv)
 
@@ -83,16 +85,26 @@ def cartoon_prompts(n: int, size: int, seed: int):
     return data_lib.prompt_rows(contests)
 
 
+CAPTION_WORDS = "the cat said to my lawyer again why is this office so quiet never ask about it".split()
+
+
+def caption_of(completion_ids) -> str:
+    """A `protocol.MAX_WORDS`-word caption that depends on the completion's last ids (module docstring)."""
+    from open_r1.tasks.captioning import protocol
+
+    return " ".join(CAPTION_WORDS[int(i) % len(CAPTION_WORDS)] for i in list(completion_ids)[-protocol.MAX_WORDS:])
+
+
 def rm_reward(reward_model, batch_size: int):
-    """sigma(RM(image, caption)) with the caption = the completion's last MAX_WORDS words (module docstring)."""
+    """sigma(RM(image, caption)) with the caption = `caption_of` the completion's ids."""
     from open_r1.tasks.captioning import protocol
     from open_r1.tasks.captioning.rewards import _descriptions, sigmoid
 
-    def caption_rm_shape(completions, image=None, scene=None, twist=None, location=None, entities=None, **kwargs):
-        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        captions = [" ".join(str(t).split()[-protocol.MAX_WORDS:]) or "." for t in texts]
+    def caption_rm_shape(completions, completion_ids, image=None, scene=None, twist=None, location=None,
+                         entities=None, **kwargs):
+        captions = [caption_of(ids) for ids in completion_ids]
         descs = _descriptions({"scene": scene, "twist": twist, "location": location, "entities": entities},
-                              len(texts))
+                              len(captions))
         messages = [protocol.rm_messages(d, c) for d, c in zip(descs, captions)]
         return [sigmoid(s) for s in reward_model.score(list(image), messages, batch_size=batch_size)]
 
@@ -143,11 +155,7 @@ def run_grpo(name, args, ctx, result, sync) -> None:
         trainer.train()
     sync()
     result.update(probe.summary(), rows_per_round=rows, lora=LORA)
-    decoder = getattr(trainer, "_graph_decoder", None)
-    if decoder is not None and decoder.timings:
-        split = bench.decoder_split(decoder.timings, result["gen_calls"])
-        result.update(decode_ms_per_step=split["decode_ms_per_step"], layers_once=decoder.layers_once,
-                      first_call_s=decoder.timings[0]["prefill_s"] + decoder.timings[0]["decode_s"])
+    result.update(bench.decoder_summary(trainer, result["gen_calls"]))
     # the models die with this frame; bench.measured frees their memory after it
     result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == \
         ctx["completion_length"]
@@ -162,8 +170,7 @@ def run_rm(args, ctx, result, sync) -> None:
     dataset = ctx["dataset"]
     n = ctx["rm_captions"]
     images = [dataset[i % len(dataset)]["image"] for i in range(n)]
-    caption = " ".join(["word"] * protocol.MAX_WORDS)
-    messages = [protocol.rm_messages(None, caption)] * n
+    messages = [protocol.rm_messages(None, caption_of(range(protocol.MAX_WORDS)))] * n
     reward_model.score(images[:args.rm_batch_size], messages[:args.rm_batch_size], batch_size=args.rm_batch_size)
     sync()
     start = time.perf_counter()
@@ -192,7 +199,8 @@ def main(argv=None) -> int:
     # every round needs `prompts` distinct contests: enough for warm-up + measured rounds
     ctx["dataset"] = cartoon_prompts(prompts * (args.warmup + args.steps + 1), size, args.seed)
     bench.setup_device(device, args.memory_cap_gib)
-    decoding.LAYERS_ONCE = args.layers_once  # read when the trainer builds its graph decoder
+    if args.layers_once is not None:
+        decoding.LAYERS_ONCE = args.layers_once  # read when the trainer builds its graph decoder
     on_cuda = device == "cuda"
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
 
@@ -201,7 +209,7 @@ def main(argv=None) -> int:
                "shape": {"policy": "Qwen3-VL-2B Thinking (random) + LoRA", "reward_model": "Qwen2.5-VL-3B (random)",
                          "image": f"{size}x{size}", "num_generations": GENERATIONS, "prompts_per_round": prompts,
                          "completion_length": ctx["completion_length"], "steps": args.steps, "warmup": args.warmup,
-                         "layers_once": args.layers_once},
+                         "layers_once": decoding.LAYERS_ONCE},
                "variants": []}
     for name in names:
         result = {"name": name}
