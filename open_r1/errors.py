@@ -5,6 +5,7 @@ catches `OpenR1Error` and prints `error: <message>` with exit status 2, never a 
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 class OpenR1Error(Exception):
@@ -53,6 +54,12 @@ class SceneArgumentError(OpenR1Error, ValueError):
 
 class SceneGenerationError(OpenR1Error, RuntimeError):
     """No acceptable scene could be sampled (e.g. objects cannot all stay visible at a tiny image size)."""
+
+
+def error_exit(exc: BaseException) -> int:
+    """What an entry point does with a user-facing error: one `error: <message>` line on stderr, exit status 2."""
+    print(f"error: {exc}", file=sys.stderr)
+    return 2
 
 
 def user_error(exc: BaseException) -> OpenR1Error | None:

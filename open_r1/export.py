@@ -35,7 +35,7 @@ from PIL import Image
 
 from open_r1 import modeling
 from open_r1.checks import check_checkpoint, weights_problems, writable_problem
-from open_r1.errors import CliHelp, ExportError, OpenR1Error
+from open_r1.errors import CliHelp, ExportError, OpenR1Error, error_exit
 from open_r1.families import FAMILIES
 from open_r1.jsonio import read_json, write_json
 from open_r1.noise import quiet_library_noise
@@ -460,8 +460,7 @@ def run_cli(what: str, submission: str, work) -> int:
     try:
         return work()
     except OpenR1Error as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc)
     except KeyboardInterrupt as exc:
         name = str(exc) or "SIGINT"
         where = getattr(exc, "where", f"the submission at {os.path.abspath(submission)} is unchanged")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from open_r1 import modeling
-from open_r1.errors import CliHelp, ModelError, OpenR1Error
+from open_r1.errors import CliHelp, ModelError, OpenR1Error, error_exit
 from open_r1.families import SUPPORTED, get_family
 from open_r1.jsonio import read_json, write_json
 
@@ -438,8 +438,6 @@ def check_replaceable(out_dir: Path, overwrite: bool = False) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: build one checkpoint; prints its path. Exit 0, or 2 with `error: ...` for a bad request."""
-    import sys
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=CliHelp)
     parser.add_argument("--family", default="qwen2_vl", choices=SUPPORTED, help="model family")
     parser.add_argument("--out", required=True, help="checkpoint directory to write (atomically)")
@@ -459,8 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = build_tiny(args.family, args.out, full_size=args.full_size, seed=args.seed, overwrite=args.overwrite,
                              thinking=not args.instruct, suppress_unused=args.suppress_unused, **pixels)
     except (OpenR1Error, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc)
     print(out_dir)
     return 0
 

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from open_r1.errors import RecipeError
+from open_r1.errors import RecipeError, error_exit
 from open_r1.jsonio import read_recipe, write_json
 
 # Everything is built locally (model, processor, data): never reach for a hub, and keep tokenizers single-threaded.
@@ -1319,8 +1319,7 @@ def cli(argv=None, entry=None) -> int:
     try:
         return (entry or main)(argv)
     except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc)
 
 
 def selfcheck_cli(argv=None) -> int:

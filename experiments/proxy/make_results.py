@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from experiments.proxy import proxy  # noqa: E402
+from open_r1.errors import error_exit  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -30,8 +31,7 @@ def main(argv=None) -> int:
     try:
         results = proxy.load_results(args.results)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc)
     md = Path(args.md) if args.md else Path(args.results).resolve().parent / "RESULTS.md"
     # the report names the command that rebuilds it, with this invocation's paths
     results["meta"]["rebuild_command"] = "python -m experiments.proxy.make_results " + proxy.shell_join(

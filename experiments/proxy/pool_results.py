@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from experiments.proxy import proxy  # noqa: E402
+from open_r1.errors import error_exit  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -34,8 +35,7 @@ def main(argv=None) -> int:
         results_list = [proxy.load_results(path) for path in args.results]
         text = proxy.render_pooled_markdown(results_list, labels, command=command)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc)
     print(text)
     if args.md:
         Path(args.md).write_text(text)

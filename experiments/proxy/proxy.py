@@ -44,11 +44,9 @@ EXPOSURE_SPLIT = "ood_train"  # OOD-renderer scenes the warm start sees without 
 ALL_SPLITS = ("train", *EVAL_SPLITS, EXPOSURE_SPLIT)
 RESULTS_SCHEMA = 1
 
-# --------------------------------------------------------------------------------------------------------------------
-# Model presets (overrides for open_r1.tiny_models.build_config). The embedding (151936 rows, the real vocabulary, so
-# token ids mean what they mean in Qwen2-VL-2B) dominates the parameter count; the rest is small enough to train
+# --- Model presets (overrides for open_r1.tiny_models.build_config). The embedding (151936 rows, the real vocabulary,
+# so token ids mean what they mean in Qwen2-VL-2B) dominates the parameter count; the rest is small enough to train
 # from scratch in minutes on one H200.
-# --------------------------------------------------------------------------------------------------------------------
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     # 47.6M parameters: 38.9M in the tied real-size embedding, 8.7M in the vision tower and the decoder.
     "small": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -78,9 +76,7 @@ TINY_MAX_PIXELS = 12544
 
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------------------------------------
+# --- Data -------------------------------------------------------------------------------------------------------------
 def split_sizes_on_disk(data_dir: str | os.PathLike) -> dict[str, int]:
     """{split: rows} for the save_to_disk splits present in `data_dir`."""
     import datasets
@@ -120,9 +116,7 @@ def ensure_splits(data_dir: str | os.PathLike, sizes: dict[str, int], seed: int 
     log(f"[data] rendered in {seconds:.1f} s")
     return {"generated": True, "sizes": split_sizes_on_disk(data_dir), "seconds": seconds, "stats": stats}
 
-# --------------------------------------------------------------------------------------------------------------------
-# Arms
-# --------------------------------------------------------------------------------------------------------------------
+# --- Arms -------------------------------------------------------------------------------------------------------------
 LOW_LR_FACTOR = 0.3  # the low_lr arm: 1e-4 -> 3e-5
 THINK_ARM_BUDGET = 24  # the think arm's free thinking tokens (the first recipe's 96 of 256, scaled to the 64 cap)
 
@@ -222,9 +216,7 @@ def shell_join(argv: list[str]) -> str:
     return " ".join(shlex.quote(str(a)) for a in argv)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Equal rollouts for concurrent arms
-# --------------------------------------------------------------------------------------------------------------------
+# --- Equal rollouts for concurrent arms -------------------------------------------------------------------------------
 def make_sync_callback(progress_path: str | None, control_path: str | None, hard_deadline: float | None):
     """A TrainerCallback: writes {step, times} after every optimizer step, stops at the coordinator's `stop_at`
     (control file) so that concurrent arms end at the same step, i.e. the same number of rollouts, and stops at
@@ -303,9 +295,7 @@ def raise_stop_at(stop_at: int, progress: dict[str, dict], now: float, train_dea
     return max(stop_at, candidate) if candidate is not None else stop_at
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Evaluation (the selfcheck protocol)
-# --------------------------------------------------------------------------------------------------------------------
+# --- Evaluation (the selfcheck protocol) ------------------------------------------------------------------------------
 def by_count(records: list[dict]) -> dict[str, list[int]]:
     """{gold count: [correct, total]} (keys are strings, for JSON)."""
     table: dict[int, list[int]] = {}
@@ -344,9 +334,7 @@ def evaluate_splits(model, processor, data_dir: str, splits=EVAL_SPLITS, limit: 
     return summaries, predictions
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Worker: one arm x seed (or the start model) in its own process
-# --------------------------------------------------------------------------------------------------------------------
+# --- Worker: one arm x seed (or the start model) in its own process ---------------------------------------------------
 def _train_curve(log_history: list[dict]) -> dict[str, list]:
     keys = ("reward", "rewards/exact_count/mean", "exact_count/accuracy", "completions/mean_length", "kl",
             "frac_reward_zero_std")
@@ -452,9 +440,7 @@ def run_worker(spec: dict) -> dict:
     return result
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Report
-# --------------------------------------------------------------------------------------------------------------------
+# --- Report -----------------------------------------------------------------------------------------------------------
 def _stats(values: list[float]) -> dict:
     """mean, sample sd, range (max - min) and n; the range is the 'seed-to-seed spread' the verdict uses."""
     values = [float(v) for v in values if v is not None]
@@ -905,9 +891,7 @@ def write_report(results: dict, md_path: str | os.PathLike,
     return str(md_path), str(png_path)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# CLI (worker entry point)
-# --------------------------------------------------------------------------------------------------------------------
+# --- CLI (worker entry point) -----------------------------------------------------------------------------------------
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Proxy-experiment worker (started by experiments/proxy/proxy_experiment.py).")
     sub = parser.add_subparsers(dest="command", required=True)

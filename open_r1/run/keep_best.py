@@ -15,7 +15,7 @@ import re
 import sys
 import time
 
-from open_r1.errors import CliHelp, OpenR1Error
+from open_r1.errors import CliHelp, OpenR1Error, error_exit
 from open_r1.jsonio import read_json, write_json
 
 HISTORY_FILE = "eval_history.json"
@@ -225,8 +225,7 @@ def main(argv=None) -> int:
     try:
         return _main(argv)
     except OpenR1Error as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc)
 
 
 def _main(argv=None) -> int:

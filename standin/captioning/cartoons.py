@@ -55,17 +55,11 @@ import json
 import math
 import os
 import re
-import sys
 from typing import Any
 
 import numpy as np
 
-from open_r1.errors import (
-    DataError,
-    OpenR1Error,
-    SceneArgumentError,
-    SceneGenerationError,
-)
+from open_r1.errors import DataError, OpenR1Error, SceneArgumentError, SceneGenerationError, error_exit
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
@@ -87,9 +81,7 @@ ODD_DIMENSIONS = {"clevr": ("color", "shape"), "ood": ("color",)}
 MAX_LAYOUT_ATTEMPTS = 300
 _SPLIT_STREAM = {"main": 0, "ood": 1}
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Vocabulary: words a caption may use for an attribute value (the oracle reads these), and the pun table.
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Vocabulary: words a caption may use for an attribute value (the oracle reads these), and the pun table. ----------
 COLOR_WORDS = {c: (c,) for c in sorted(set(clevr.COLORS) | set(ood.COLORS))}
 COLOR_WORDS["gray"] = ("gray", "grey")
 SHAPE_WORDS = {
@@ -141,9 +133,7 @@ W_ABSENT, MAX_ABSENT, FREE_WORDS, W_LENGTH, WIT = -1.5, 2, 12, -0.05, 0.2
 P_LONG = 0.1
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Rendering a scene with one odd object
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Rendering a scene with one odd object ----------------------------------------------------------------------------
 def _make_odd(rng: np.random.Generator, renderer: str, objects: list[dict]) -> dict:
     """Rewrite sampled objects so all share a value of one dimension and one object differs."""
     dim = str(rng.choice(ODD_DIMENSIONS[renderer]))
@@ -221,9 +211,7 @@ def render_odd_scene(rng_or_seed: Any, renderer: str = "clevr", image_size: Any 
                    **odd}
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The hidden rule
-# ---------------------------------------------------------------------------------------------------------------------
+# --- The hidden rule --------------------------------------------------------------------------------------------------
 _TOKEN = re.compile(r"[a-z]+")
 
 
@@ -292,9 +280,7 @@ def oracle_score(caption: str, meta: dict | str) -> float:
     return oracle_details(caption, meta)["score"]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Candidates, votes, descriptions
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Candidates, votes, descriptions ----------------------------------------------------------------------------------
 def _absent(meta: dict) -> tuple[list[str], list[str]]:
     """The renderer's colours and shapes (vehicle kinds) that the scene lacks."""
     present, renderer = _present(meta), meta["renderer"]
@@ -386,9 +372,7 @@ def describe(meta: dict) -> dict:
             "location": location, "entities": [kind]}
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Contests and splits
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Contests and splits ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class StandinConfig:
     captions: int = 24
@@ -526,9 +510,7 @@ def write_standin(out_dir: str | os.PathLike, contests: int, ood_contests: int |
     return paths
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Templated thinking and pre-training corpora
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Templated thinking and pre-training corpora ----------------------------------------------------------------------
 def _meta(row: dict) -> dict:
     if "scene_meta" not in row:
         raise DataError("the stand-in helpers need the 'scene_meta' column; it is in every stand-in split")
@@ -689,9 +671,7 @@ def pretrain_rows(dataset, kinds: tuple[str, ...] = PRETRAIN_KINDS, per_contest:
     return cdata.with_images(out, dataset, image_rows)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Command line
-# ---------------------------------------------------------------------------------------------------------------------
+# --- Command line -----------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m standin.captioning.cartoons", formatter_class=argparse.ArgumentDefaultsHelpFormatter, description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="output directory (train/ val/ test/ ood/ and standin.json)")
@@ -723,8 +703,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = write_standin(args.out, args.contests, args.ood_contests, args.val_frac, args.test_frac, config,
                               args.workers, args.overwrite)
     except OpenR1Error as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc)
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0

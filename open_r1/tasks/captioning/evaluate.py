@@ -14,7 +14,6 @@ import argparse
 import json
 import math
 import os
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from open_r1 import generation
-from open_r1.errors import DataError, OpenR1Error
+from open_r1.errors import DataError, OpenR1Error, error_exit
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
@@ -342,8 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         report = evaluate_records(by_policy, args.baseline, args.n_boot, args.seed)
         paths = write_report(report, args.out)
     except (OpenR1Error, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc)
     print(markdown_table(report))
     print("\n".join(f"{k}: {v}" for k, v in paths.items()))
     return 0

@@ -15,10 +15,9 @@ import argparse
 import dataclasses
 import os
 import shutil
-import sys
 import time
 
-from open_r1.errors import CliHelp, OpenR1Error, RecipeError
+from open_r1.errors import CliHelp, OpenR1Error, RecipeError, error_exit
 from open_r1.jsonio import read_json, write_json
 from open_r1.tasks.captioning import config, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
 
@@ -145,8 +144,7 @@ def main(argv=None, stages=STAGES, prog: str = "open_r1.tasks.captioning.pipelin
         recipe.oracle = oracle
         run(recipe, stages, args.stages, args.out)
     except OpenR1Error as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc)
     return 0
 
 

@@ -40,12 +40,11 @@ import math
 import os
 import re
 import shutil
-import sys
 import unicodedata
 from collections import Counter, defaultdict
 
 from open_r1 import modeling
-from open_r1.errors import DataError, OpenR1Error
+from open_r1.errors import DataError, OpenR1Error, error_exit
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data, protocol
 
@@ -383,8 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"({args.test_frac}) in [0, 1)")  # checked before minutes of reading
         summary = prepare(args)
     except OpenR1Error as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc)
     print(json.dumps({k: summary[k] for k in ("out", "contests_read", "caption_rows_read", "splits")}))
     return 0
 

@@ -16,7 +16,7 @@ import os
 import sys
 
 import open_r1.generation
-from open_r1.errors import CliHelp, OpenR1Error
+from open_r1.errors import CliHelp, OpenR1Error, error_exit
 from open_r1.export import COUNTING_GRADER_CLASS, one_line, recover_interrupted_swap, verify_submission
 from open_r1.modeling import load_model, load_processor
 from open_r1.noise import quiet_library_noise
@@ -111,8 +111,7 @@ def main(argv=None) -> int:
     try:
         return _run(argv)
     except OpenR1Error as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc)
 
 
 def _run(argv=None) -> int:
