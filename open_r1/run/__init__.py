@@ -1,6 +1,6 @@
 """Never lose a run: time budget (`budget`), graceful stop on SIGTERM/SIGINT (`signals`), in-training evaluation
-(`evaluation`) with keep-best (`keep_best`), and auto-resume (`resume`), all as `TrainerCallback`s; this module wires
-them from the recipe keys (`build_run_callbacks`)."""
+(`evaluation`) with keep-best (`keep_best`), auto-resume (`resume`) and a disk-space check (`disk`), all as
+`TrainerCallback`s; this module wires them from the recipe keys (`build_run_callbacks`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,6 +15,7 @@ from open_r1.run.budget import (  # noqa: F401  (re-exported)
     record_export_seconds,
 )
 from open_r1.run.common import _log, _reduce_max  # noqa: F401
+from open_r1.run.disk import DiskSpaceCallback
 from open_r1.run.evaluation import InTrainingEvalCallback
 from open_r1.run.resume import ResumeWeightsCallback, resolve_resume
 from open_r1.run.signals import GracefulStopCallback
@@ -69,7 +70,7 @@ def build_run_callbacks(script_args, training_args, task=None) -> RunSafety:
         budget = TimeBudgetCallback(deadline, estimator, eval_every_n_steps=every if eval_paths else None)
         callbacks.append(budget)
     graceful = GracefulStopCallback()
-    callbacks.append(graceful)
+    callbacks += [graceful, DiskSpaceCallback()]
     evaluator = None
     keep_best = getattr(script_args, "keep_best", None)
     keep_best = bool(eval_paths) if keep_best is None else bool(keep_best)
