@@ -33,7 +33,8 @@ CACHE_MARGIN_TOKENS = 32
 DEFAULT_CHECK_EVERY = 16
 DECODER_CHOICES = ("auto", "graph", "eager", "hf")
 COMPILE_OPTIONS = {"mode": "reduce-overhead", "fullgraph": False, "dynamic": False}
-LAYERS_ONCE = True  # one compile region per decoder layer: a shorter first compile, the same speed (docs/PERFORMANCE.md)
+# one compile region per decoder layer where torch has them: a shorter first compile, the same speed (PERFORMANCE.md)
+LAYERS_ONCE = hasattr(torch.compiler, "nested_compile_region")
 
 
 class UnsupportedGeneration(OpenR1Error, ValueError):

@@ -20,14 +20,13 @@ def dir_bytes(path: str, pattern: str = "") -> int:
 
 class DiskSpaceCallback(TrainerCallback):
     def __init__(self, submission: str | None = None):
-        self.submission = submission if submission is not None else os.environ.get("SUBMISSION")
-        self.checked = False
+        self.submission, self.checked = os.environ.get("SUBMISSION") if submission is None else submission, False
 
     def on_save(self, args, state, control, **kwargs):
         checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         if self.checked or not _is_rank0(state) or not os.path.isdir(checkpoint):
             return
-        self.checked = True
+        self.checked = True  # once: the first checkpoint measures them all
         size = dir_bytes(checkpoint)
         present = sum(name.startswith("checkpoint-") for name in os.listdir(args.output_dir))
         saves_left = max(state.max_steps - state.global_step, 0) // max(int(args.save_steps or 1), 1) + 1
