@@ -95,6 +95,16 @@ def test_tiny_bench_end_to_end(tmp_path):
     assert "| ours | ok |" in table and "| plain_trl | ok |" in table
 
 
+def test_grpo_bench_layers_once_flag_reaches_the_trainers_decoder(tmp_path, monkeypatch):
+    from open_r1 import decoding
+
+    monkeypatch.setattr(decoding, "LAYERS_ONCE", True)  # restored after: the flag sets the module's default
+    out = tmp_path / "lo.json"
+    assert bench.main(["--tiny", "--variants", "ours_fast", "--steps", "1", "--no-layers-once", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())["variants"][0]
+    assert result["status"] == "ok" and result["layers_once"] is False and result["first_call_s"] > 0
+
+
 def test_selfcheck_bench_forces_the_completion_length(tmp_path):
     out = tmp_path / "selfcheck.json"
     proc, _ = run_script(

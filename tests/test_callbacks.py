@@ -503,34 +503,40 @@ def test_eval_sets_are_named_by_their_dirs_and_two_of_one_name_are_refused():
 
 def test_disk_check_warns_once_after_the_first_checkpoint_when_later_saves_and_the_export_do_not_fit(
         tmp_path, monkeypatch, capsys):
-    """A 1 MB checkpoint, save_total_limit 2: two more at once (the next one and the one written before rotation),
-    plus the export's weights when SUBMISSION is on the same disk: 2.5 MB; 2.45 MB free is short, 10 MB is not."""
+    """A 1 MB checkpoint (0.5 MB of weights). save_total_limit 2: a later save holds 2 more (2 MB; the export, after
+    rotation, 1 MB + 0.5 MB). Unlimited, save_steps 100 of 300: 3 more, then the export: 3.5 MB."""
     from open_r1.run import disk
 
     run_dir = tmp_path / "run"
     (run_dir / "checkpoint-1").mkdir(parents=True)
     (run_dir / "checkpoint-1" / "model.safetensors").write_bytes(b"0" * 500_000)
     (run_dir / "checkpoint-1" / "optimizer.pt").write_bytes(b"0" * 500_000)
-    free = {"bytes": 2_450_000}
+    free = {"bytes": 1_900_000}
     monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=free["bytes"]))
     args = fake_args(run_dir, save_steps=20, save_total_limit=2)
-    state = fresh_state(max_steps=300, step=1)
+
+    def state_at(step, save_steps=20):
+        state = fresh_state(max_steps=300, step=step)
+        state.save_steps = save_steps
+        return state
+
+    def warned(callback, args, step=1, **kw):
+        callback.on_save(args, state_at(step, **kw), TrainerControl())
+        return "a later save would fail" in capsys.readouterr().err
+
     check = disk.DiskSpaceCallback(submission=str(tmp_path / "sub"))
-    check.on_save(args, state, TrainerControl())
-    err = capsys.readouterr().err
-    assert "takes 0.0 GB" in err and "need ~0.0 GB more" in err and "a later save would fail" in err
-    check.on_save(args, fresh_state(max_steps=300, step=20), TrainerControl())
-    assert capsys.readouterr().err == ""  # said once
+    assert warned(check, args)
+    (run_dir / "checkpoint-20").mkdir()
+    assert not warned(check, args, step=20)  # said once, at the first checkpoint only
     assert disk.dir_bytes(str(run_dir / "checkpoint-1"), ".safetensors") == 500_000
-    free["bytes"] = 2_400_000  # 2 x 1 MB of checkpoints fit; with the export's 0.5 MB they do not
-    disk.DiskSpaceCallback(submission=str(tmp_path / "sub")).on_save(args, state, TrainerControl())
-    assert "a later save would fail" in capsys.readouterr().err
-    disk.DiskSpaceCallback(submission="").on_save(args, state, TrainerControl())  # no export counted
-    assert capsys.readouterr().err == ""
-    free["bytes"] = 10_000_000
-    disk.DiskSpaceCallback(submission=str(tmp_path / "sub")).on_save(args, state, TrainerControl())
-    assert capsys.readouterr().err == ""
-    unlimited = fake_args(run_dir, save_steps=100, save_total_limit=None)  # saves at 100, 200, 300
+    free["bytes"] = 2_100_000
+    assert not warned(disk.DiskSpaceCallback(submission=str(tmp_path / "sub")), args)
+    unlimited = fake_args(run_dir, save_steps=1 / 3, save_total_limit=None)  # HF resolves the ratio to 100 steps
+    (run_dir / "checkpoint-20").rmdir()
+    free["bytes"] = 3_200_000  # 3 checkpoints fit, with the export they do not
+    assert warned(disk.DiskSpaceCallback(submission=str(tmp_path / "sub")), unlimited, save_steps=100)
+    assert not warned(disk.DiskSpaceCallback(submission=""), unlimited, save_steps=100)  # no export counted
     free["bytes"] = 2_900_000
-    disk.DiskSpaceCallback(submission="").on_save(unlimited, state, TrainerControl())
-    assert "a later save would fail" in capsys.readouterr().err
+    assert warned(disk.DiskSpaceCallback(submission=""), unlimited, save_steps=100)
+    free["bytes"] = 3_600_000
+    assert not warned(disk.DiskSpaceCallback(submission=str(tmp_path / "sub")), unlimited, save_steps=100)

@@ -499,6 +499,7 @@ class BenchContext:
     work_dir: str
     variant_timeout_s: float | None = None
     min_rollouts: int = 0
+    layers_once: bool | None = None  # the graph decoder's per-layer compile region (None: decoding.LAYERS_ONCE)
 
 
 def rounds_geometry(args) -> dict[str, int]:
@@ -630,11 +631,13 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
     from transformers import set_seed
     from trl import GRPOTrainer
 
-    from open_r1 import compat, modeling
+    from open_r1 import compat, decoding, modeling
     from open_r1 import grpo as grpo_lib
     from open_r1.rewards import get_reward_funcs
     from open_r1.trainer import VLMGRPOTrainer, vision_tower
 
+    if ctx.layers_once is not None:
+        decoding.LAYERS_ONCE = ctx.layers_once  # read when the trainer builds its graph decoder
     trainer = None
     try:
         set_seed(ctx.seed)
@@ -847,32 +850,27 @@ def parse_cli(argv=None) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true", help="CPU mode: the tiny model, short completions")
     parser.add_argument("--variants", default=None, help=f"comma-separated presets (default {DEFAULT_VARIANTS}; "
                         f"--tiny: {DEFAULT_TINY_VARIANTS})")
-    parser.add_argument("--define", action="append", default=[], metavar="NAME=JSON",
-                        help='an ad-hoc variant: \'mine={"base": "ours", "per_device_train_batch_size": 48}\'')
-    parser.add_argument("--steps", type=int, default=3, help="measured rounds per variant (a round = one generation "
-                        "batch and every optimizer step on it; plain TRL: one step)")
-    parser.add_argument("--min-rollouts", type=int, default=0,
-                        help="measure more rounds where a round is small: at least this many completions per variant")
+    parser.add_argument("--define", action="append", default=[], metavar="NAME=JSON", help="an ad-hoc variant")
+    parser.add_argument("--steps", type=int, default=3, help="measured rounds (a generation batch and its steps)")
+    parser.add_argument("--min-rollouts", type=int, default=0, help="measure at least this many completions")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1)")
     parser.add_argument("--completion-length", type=int, default=None,
                         help=f"forced completion tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})")
-    parser.add_argument("--memory-cap-gib", type=float, default=None,
-                        help="cap this process's GPU memory (set_per_process_memory_fraction); over it = OOM = failed")
+    parser.add_argument("--memory-cap-gib", type=float, default=None, help="GPU memory cap (over it: out of memory)")
     parser.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="recipe whose algorithm keys ours* variants use")
     parser.add_argument("--data", default="auto", choices=["auto", "scenes", "random"],
                         help="images: open_r1.tasks.counting.scenes.build_split (auto: when it works) or random rectangles")
     parser.add_argument("--num-examples", type=int, default=None, help="dataset rows (default: enough for 2 rounds)")
-    parser.add_argument("--deadline-s", type=float, default=None,
-                        help="skip variants not started within this many seconds of the start (keeps a time box)")
-    parser.add_argument("--variant-timeout-s", type=float, default=None,
-                        help="stop a variant running longer than this (reported failed; the run goes on)")
+    parser.add_argument("--deadline-s", type=float, default=None, help="skip variants not started by then (seconds)")
+    parser.add_argument("--variant-timeout-s", type=float, default=None, help="stop a longer variant (reported failed)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (--tiny default: 1)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers-once", action=argparse.BooleanOptionalAction, default=None,
+                        help="graph decoder: one compile region per decoder layer (default: decoding.LAYERS_ONCE)")
     parser.add_argument("--out", default="bench.json", help="JSON report (rewritten after every variant)")
     parser.add_argument("--work-dir", default=None, help="scratch dir (default: a temp dir, removed at the end)")
     parser.add_argument("--list", action="store_true", help="print the presets and exit")
-    parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
-                        help="no run: one table (and --out) from the JSONs of several runs, e.g. one per process")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="no run: one table from runs' JSONs")
     return parser.parse_args(argv)
 
 
@@ -909,7 +907,7 @@ def main(argv=None) -> int:
         ctx = BenchContext(
             tiny=args.tiny, model_dir=model_dir, recipe=recipe, completion_length=completion_length,
             steps=args.steps, warmup=args.warmup, seed=args.seed, dataset=dataset, device=device, work_dir=work_dir,
-            variant_timeout_s=args.variant_timeout_s, min_rollouts=args.min_rollouts,
+            variant_timeout_s=args.variant_timeout_s, min_rollouts=args.min_rollouts, layers_once=args.layers_once,
         )
         shape = {"completion_length": completion_length, "num_generations": NUM_GENERATIONS,
                  "image": "x".join(str(side) for side in dataset[0]["image"].size), "data": data_source,

@@ -1,7 +1,8 @@
 """Disk space (`DiskSpaceCallback`): after the first checkpoint, will the later ones and the export fit? A save short
-of space fails deep inside torch or DeepSpeed, often an hour in (a ZeRO-3 checkpoint of the 2B model: 21.7 GB). At
-most `save_total_limit` + 1 exist during a save (unlimited: one per save still due), plus the export's weights where
-`$SUBMISSION` is on the same disk. Short of space it warns once, with the fixes; the run goes on (space may be freed)."""
+of space fails deep in torch or DeepSpeed, often an hour in (a ZeRO-3 checkpoint of the 2B model: 21.7 GB). A save
+holds `save_total_limit` + 1 (the rotation follows it; unlimited: one per save due); after training the export's
+weights join `save_total_limit` where `$SUBMISSION` shares the disk (LoRA: the adapter's size, an under-estimate).
+Short of space it warns once, with the fixes, and the run goes on. A first checkpoint that does not fit is not caught."""
 from __future__ import annotations
 
 import os
@@ -29,12 +30,13 @@ class DiskSpaceCallback(TrainerCallback):
         self.checked = True  # once: the first checkpoint measures them all
         size = dir_bytes(checkpoint)
         present = sum(name.startswith("checkpoint-") for name in os.listdir(args.output_dir))
-        saves_left = max(state.max_steps - state.global_step, 0) // max(int(args.save_steps or 1), 1) + 1
-        most = args.save_total_limit + 1 if args.save_total_limit else present + saves_left
-        need = max(most - present, 0) * size
+        limit, every = args.save_total_limit, max(int(getattr(state, "save_steps", 0) or args.save_steps), 1)
+        saves_left = state.max_steps // every - state.global_step // every + (state.max_steps % every != 0)
+        most, after = (limit + 1, limit) if limit else (present + saves_left,) * 2  # at a save; after training
         target = os.path.dirname(os.path.abspath(self.submission)) if self.submission else ""
-        if target and os.path.isdir(target) and os.stat(target).st_dev == os.stat(args.output_dir).st_dev:
-            need += dir_bytes(checkpoint, ".safetensors")  # the merged model the export writes, about
+        same_disk = target and os.path.isdir(target) and os.stat(target).st_dev == os.stat(args.output_dir).st_dev
+        export = dir_bytes(checkpoint, ".safetensors") if same_disk else 0  # the merged model's weights, about
+        need = max((most - present) * size, (after - present) * size + export)
         if need > (free := shutil.disk_usage(args.output_dir).free):
             _log(f"[disk] warning: a checkpoint here takes {size / 1e9:.1f} GB and the saves still due and the export "
                  f"need ~{need / 1e9:.1f} GB more, but {args.output_dir} has {free / 1e9:.1f} GB free: a later save "
