@@ -22,7 +22,7 @@ from open_r1 import modeling, validate
 from open_r1 import rewards as rewards_lib
 from open_r1 import run as run_lib
 from open_r1.checks import closest_key
-from open_r1.errors import RecipeError, user_error
+from open_r1.errors import RecipeError, error_exit, user_error
 from open_r1.export import TRAINING_META_FILE
 from open_r1.families import FAMILIES
 from open_r1.jsonio import write_json
@@ -425,8 +425,7 @@ def cli(argv=None) -> int:
         found = user_error(exc)
         if found is None:
             raise
-        print(f"error: {found}", file=sys.stderr)
-        return 2
+        return error_exit(found)
     return trainer.run_safety.exit_code  # 128+signal after SIGTERM/SIGINT (checkpoint saved), so train.sh stops
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 # One BLAS thread per process (must be set before numpy loads): the generator parallelises over processes, and
 # numpy's small matrix products run slower, not faster, with several threads.
@@ -15,7 +14,7 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 from open_r1.checks import writable_problem  # noqa: E402  (after the BLAS setting above, like numpy's users below)
-from open_r1.errors import CliHelp, SceneArgumentError, user_error  # noqa: E402
+from open_r1.errors import CliHelp, SceneArgumentError, error_exit, user_error  # noqa: E402
 from open_r1.jsonio import write_json  # noqa: E402
 
 from .dataset import SPLITS, write_splits  # noqa: E402
@@ -137,5 +136,4 @@ def main(argv: list[str] | None = None) -> int:
         found = user_error(exc)
         if found is None:
             raise
-        print(f"error: {found}", file=sys.stderr)
-        return 2
+        return error_exit(found)
