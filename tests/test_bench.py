@@ -371,8 +371,10 @@ def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch
         assert variant.overrides == plain.overrides and variant.fast_decode == plain.fast_decode
     shipped = json.loads((bench.REPO_ROOT / "zero3.json").read_text())
     assert bench.deepspeed_config(variant) == shipped  # train.sh's config, unchanged
-    persist = bench.deepspeed_config(bench.resolve_variant("ours_fast_zero3_persist", bench.PRESETS, recipe))
-    assert persist["zero_optimization"] == {**shipped["zero_optimization"], "stage3_param_persistence_threshold": 1e10}
+    ablation = bench.parse_defines(['z3_no_leaf={"base": "ours_fast_zero3", "zero_optimization": '
+                                    '{"stage3_module_granularity_threshold": 0}}'])
+    no_leaf = bench.deepspeed_config(bench.resolve_variant("z3_no_leaf", {**bench.PRESETS, **ablation}, recipe))
+    assert no_leaf["zero_optimization"] == {**shipped["zero_optimization"], "stage3_module_granularity_threshold": 0}
     with pytest.raises(bench.BenchError, match="alone in its process"):
         bench.main(["--variants", "plain_trl,plain_trl_zero3", "--out", str(tmp_path / "x.json")])
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):

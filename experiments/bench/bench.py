@@ -104,8 +104,6 @@ PRESETS: dict[str, dict[str, Any]] = {
                         "description": "ours_fast under DeepSpeed ZeRO-3 (zero3.json): the graph decoder on a "
                                        "whole-weight copy refreshed once per optimizer step "
                                        "(open_r1/rollout_weights.py)"},
-    "ours_fast_zero3_persist": {"base": "ours_fast_zero3", "zero_optimization": {"stage3_param_persistence_threshold":
-        1e10}, "description": "ours_fast_zero3, every weight persistent (on N GPUs whole on each, the rest sharded)"},
     "ours_vllm": {"base": "ours", "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3,
                   "requires": ["vllm"], "description": "vLLM colocate generation (TRL use_vllm; needs vllm; not "
                                                        "measured on the project's GPU)"},
