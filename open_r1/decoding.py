@@ -424,8 +424,7 @@ class GraphDecoder:
         padded = dict(extra)
         for key, value in extra.items():
             if isinstance(value, torch.Tensor) and value.ndim == 2 and value.shape == input_ids.shape:
-                padded[key] = torch.cat([value, torch.zeros((missing, length), dtype=value.dtype,
-                                                            device=value.device)])
+                padded[key] = torch.cat([value, torch.zeros((missing, length), dtype=value.dtype, device=value.device)])
         return torch.cat([input_ids, dummy_ids]), torch.cat([attention_mask, dummy_mask]), padded
 
     def _pad_positions(self, given: dict, missing: int):
@@ -570,10 +569,8 @@ class GraphDecoder:
 
 
 # processor outputs that go to the model's forward; anything else passed to generate() is a generation setting
-_MODEL_INPUT_KEYS = {
-    "pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "mm_token_type_ids",
-    "second_per_grid_ts", "token_type_ids", "cache_position", *ROPE_INPUT_KEYS,
-}
+_MODEL_INPUT_KEYS = {"pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "mm_token_type_ids",
+                     "second_per_grid_ts", "token_type_ids", "cache_position", *ROPE_INPUT_KEYS}
 
 
 def strip_after_eos(completion_ids: torch.Tensor, eos_token_ids) -> list[list[int]]:

@@ -172,8 +172,7 @@ def one_line(text: str | None, limit: int = 80) -> str:
 
 
 def export_submission(checkpoint: str, out: str, base_model: str | None = None, min_pixels: int | None = None,
-                      max_pixels: int | None = None, verify: bool = True, log=print,
-                      replace_scored: bool = False,
+                      max_pixels: int | None = None, verify: bool = True, log=print, replace_scored: bool = False,
                       expected_class: str | None = COUNTING_GRADER_CLASS) -> VerifyReport:
     """Merge (if LoRA), save and verify beside `out`, then swap it in (`swap_in`). A scored `out` (holding its
     selfcheck.json) is kept unless `replace_scored`: the new model goes beside it as `<out>.candidate-<time>`

@@ -83,8 +83,7 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
         output = model.generate(**inputs, do_sample=do_sample, max_new_tokens=max_new_tokens, **extra,
                                 **generate_kwargs)
     completion_ids = output[:, inputs["input_ids"].shape[1]:]
-    return decode_completions(completion_ids.tolist(), processor, model.generation_config.eos_token_id,
-                              max_new_tokens)
+    return decode_completions(completion_ids.tolist(), processor, model.generation_config.eos_token_id, max_new_tokens)
 
 
 DEFAULT_DECODER = "auto"  # selfcheck --decoder sets it; generate_texts(decoder=...) overrides per call

@@ -47,10 +47,8 @@ def check_model_dir(path: str) -> dict:
     config_path = os.path.join(path, "config.json")
     if not os.path.isfile(config_path):
         if os.path.isfile(os.path.join(path, "adapter_config.json")):
-            raise ModelError(
-                f"{path} holds a LoRA adapter, not a full model. Merge it first: "
-                f"python scripts/export_submission.py --checkpoint {path} --out <dir>"
-            )
+            raise ModelError(f"{path} holds a LoRA adapter, not a full model. Merge it first: "
+                             f"python scripts/export_submission.py --checkpoint {path} --out <dir>")
         raise ModelError(f"{path} has no config.json; it is not a saved transformers model")
     config = read_json(config_path)
     get_family(config.get("model_type"), where=f"{path} ({config.get('architectures')})")
@@ -84,11 +82,8 @@ def load_model(path: str, dtype=None, attn_implementation: str | None = None, de
 
     family = family_of_dir(path)
     model = AutoModelForImageTextToText.from_pretrained(
-        path,
-        dtype=resolve_dtype(dtype),
-        attn_implementation=attn_implementation or default_attn_implementation(),
-        device_map=device_map,
-    )
+        path, dtype=resolve_dtype(dtype), attn_implementation=attn_implementation or default_attn_implementation(),
+        device_map=device_map)
     if type(model).__name__ != family.class_name:
         raise ModelError(f"{path} loaded as {type(model).__name__}, expected {family.class_name} for a "
                          f"{family.name} checkpoint; check config.json's architectures")

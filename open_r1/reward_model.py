@@ -304,8 +304,7 @@ def _trainer_class():
         """`transformers.Trainer` with the Bradley-Terry pair loss (module docstring); logs batch accuracy and
         score statistics beside the loss."""
 
-        def __init__(self, *args, center_rewards_coefficient: float | None = None, use_margin: bool = False,
-                     **kwargs):
+        def __init__(self, *args, center_rewards_coefficient: float | None = None, use_margin: bool = False, **kwargs):
             super().__init__(*args, **kwargs)
             self.center_rewards_coefficient = center_rewards_coefficient
             self.use_margin = use_margin
@@ -354,10 +353,8 @@ def train_reward_model(model: RewardModel, pairs: Sequence[dict], training_args,
             raise ValueError(f"pair rows need a {key!r} field, got {sorted(pairs[0])}")
     training_args.remove_unused_columns = False
     trainer = _trainer_class()(
-        model=model, args=training_args, train_dataset=pairs,
-        data_collator=PairCollator(model.processor), callbacks=callbacks,
-        center_rewards_coefficient=center_rewards_coefficient, use_margin=use_margin,
-    )
+        model=model, args=training_args, train_dataset=pairs, data_collator=PairCollator(model.processor),
+        callbacks=callbacks, center_rewards_coefficient=center_rewards_coefficient, use_margin=use_margin)
     trainer.train()
     return trainer
 

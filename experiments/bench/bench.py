@@ -240,16 +240,12 @@ def random_counting_dataset(n: int, seed: int = 0, width: int = IMAGE_WIDTH, hei
             draw.rectangle([x, y, x + size, y + size], fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
         images.append(image)
         shape, color = _SHAPES[int(rng.integers(len(_SHAPES)))], _COLORS[int(rng.integers(len(_COLORS)))]
-        question = rng.choice([
-            "How many items are there in the image?",
-            f"How many {color} {shape}s are there?",
-            f"Subtract all {color} {shape}s. How many objects are left?",
-        ])
+        question = rng.choice(["How many items are there in the image?", f"How many {color} {shape}s are there?",
+                               f"Subtract all {color} {shape}s. How many objects are left?"])
         problems.append(str(question))
         solutions.append(f"<answer> {count} </answer>")
     features = datasets.Features(
-        {"image": datasets.Image(), "problem": datasets.Value("string"), "solution": datasets.Value("string")}
-    )
+        {"image": datasets.Image(), "problem": datasets.Value("string"), "solution": datasets.Value("string")})
     return datasets.Dataset.from_dict({"image": images, "problem": problems, "solution": solutions}, features=features)
 
 
@@ -292,8 +288,7 @@ def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda
     config = config if config is not None else tiny_model.build_config(full_size=True)
     with torch.device(device):
         model = AutoModelForImageTextToText.from_config(
-            config, dtype=getattr(torch, dtype), attn_implementation=attn_implementation
-        )
+            config, dtype=getattr(torch, dtype), attn_implementation=attn_implementation)
     model.generation_config = tiny_model.build_generation_config()
     return model.eval()
 
@@ -504,10 +499,8 @@ def rounds_geometry(args) -> dict[str, int]:
     """Optimizer steps per round and generations per round for a resolved GRPOConfig."""
     micro_per_generation = args.steps_per_generation * args.num_iterations
     micro_per_round = math.lcm(micro_per_generation, args.gradient_accumulation_steps)
-    return {
-        "optimizer_steps_per_round": micro_per_round // args.gradient_accumulation_steps,
-        "generations_per_round": micro_per_round // micro_per_generation,
-    }
+    return {"optimizer_steps_per_round": micro_per_round // args.gradient_accumulation_steps,
+            "generations_per_round": micro_per_round // micro_per_generation}
 
 
 def tiny_batch_sizes(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -427,8 +427,7 @@ def run_worker(spec: dict) -> dict:
             write_json(spec["predictions"], predictions)
     except Exception as exc:  # noqa: BLE001 - a failed arm is a row in the report, not a lost experiment
         traceback.print_exc()
-        result.update(status="failed", error=f"{type(exc).__name__}: {exc}",
-                      traceback=traceback.format_exc()[-4000:])
+        result.update(status="failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
     finally:
         result["finished"] = time.time()
         result["wall_seconds"] = result["finished"] - result["started"]

@@ -189,8 +189,7 @@ def main(argv=None) -> dict:
         job.update(
             spec=str(work / "specs" / f"{name}.json"), log=str(work / "logs" / f"{name}.log"),
             result=str(work / "results" / f"{name}.json"), predictions=str(work / "predictions" / f"{name}.json"),
-            eval=eval_cfg, cpu=args.tiny,
-        )
+            eval=eval_cfg, cpu=args.tiny)
         if job["kind"] == "before":
             job["model"] = str(warm)
             continue

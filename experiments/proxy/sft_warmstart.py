@@ -324,8 +324,7 @@ def main(argv=None) -> dict:
         dataset = data_lib.load_counting_dataset(os.path.join(args.data, split))
         how = ({"template": proxy.PLAIN_PROMPT, "extract": proxy.plain_count} if plain else {})
         result = evaluate_dataset(loaded, loaded_processor, dataset, name=split, batch_size=args.eval_batch_size,
-                                  limit=args.eval_limit, max_new_tokens=args.eval_max_new_tokens, progress=False,
-                                  **how)
+                                  limit=args.eval_limit, max_new_tokens=args.eval_max_new_tokens, progress=False, **how)
         what = "asked plainly, first integer (diagnostic)" if plain else "selfcheck protocol"
         log(f"[sft] {split} ({what}, {result.n} rows, max_new_tokens {args.eval_max_new_tokens}): "
             f"accuracy {result.accuracy_pct:.2f}% format {result.format_pct:.2f}% mean tokens "

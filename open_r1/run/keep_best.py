@@ -32,8 +32,7 @@ def has_weights(path: str) -> bool:
     if os.path.isfile(os.path.join(path, "adapter_config.json")):
         return any(os.path.isfile(os.path.join(path, n)) for n in ("adapter_model.safetensors", "adapter_model.bin"))
     return os.path.isfile(os.path.join(path, "config.json")) and any(
-        os.path.isfile(os.path.join(path, n)) for n in ("model.safetensors", "model.safetensors.index.json")
-    )
+        os.path.isfile(os.path.join(path, n)) for n in ("model.safetensors", "model.safetensors.index.json"))
 
 
 def checkpoint_step(name: str) -> int | None:
@@ -95,11 +94,9 @@ def write_best_checkpoint(run_dir: str, keep_best: bool = True, final_step: int 
     record: dict = {"keep_best": bool(keep_best), "written": time.strftime("%Y-%m-%dT%H:%M:%S")}
     best, history = history_best(run_dir) if keep_best else (None, {})
     if best is not None:
-        record.update(
-            checkpoint=best["checkpoint"], step=best["step"], scores=best.get("scores"),
-            reason="best evaluated checkpoint: " + SELECTION_RULE.format(
-                primary=history.get("primary"), secondary=history.get("secondary") or "-"),
-        )
+        record.update(checkpoint=best["checkpoint"], step=best["step"], scores=best.get("scores"),
+                      reason="best evaluated checkpoint: " + SELECTION_RULE.format(
+                          primary=history.get("primary"), secondary=history.get("secondary") or "-"))
     elif final_model_saved and has_weights(run_dir):
         record.update(checkpoint=".", step=final_step,
                       reason="final model" + (" (no evaluated checkpoint on disk)" if keep_best else ""))

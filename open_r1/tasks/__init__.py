@@ -15,15 +15,10 @@ from open_r1.checks import load_split
 from open_r1.errors import DataError, RecipeError
 
 # name -> module holding `TASK`, a class built with the recipe's script arguments (see `Task` below).
-TASK_MODULES = {
-    "counting": "open_r1.tasks.counting.task",
-    "captioning": "open_r1.tasks.captioning.task",
-}
+TASK_MODULES = {"counting": "open_r1.tasks.counting.task", "captioning": "open_r1.tasks.captioning.task"}
 # name -> "module:dataclass" of the task's own recipe keys (light modules: `open_r1.grpo` parses them with its own)
-TASK_SETTINGS = {
-    "counting": "open_r1.tasks.counting:CountingSettings",
-    "captioning": "open_r1.tasks.captioning:CaptioningSettings",
-}
+TASK_SETTINGS = {"counting": "open_r1.tasks.counting:CountingSettings",
+                 "captioning": "open_r1.tasks.captioning:CaptioningSettings"}
 
 
 class Task:

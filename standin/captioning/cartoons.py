@@ -66,11 +66,7 @@ from open_r1.tasks.captioning import protocol
 from open_r1.tasks.counting.scenes import clevr, ood
 from open_r1.tasks.counting.scenes.png import encode_png
 from open_r1.tasks.counting.scenes.raytrace import RayCaster
-from open_r1.tasks.counting.scenes.render import (
-    as_generator,
-    default_min_visible_pixels,
-    parse_image_size,
-)
+from open_r1.tasks.counting.scenes.render import as_generator, default_min_visible_pixels, parse_image_size
 
 RENDERERS = {"clevr": clevr, "ood": ood}
 # Attribute dimensions that can make the odd object odd, per renderer.
@@ -263,14 +259,8 @@ def oracle_details(caption: str, meta: dict | str) -> dict:
             pun_score += W_PUN_ABSENT
     words = protocol.count_words(caption)
     wit = (int(hashlib.sha1(text.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF * 2.0 - 1.0) * WIT
-    parts = {
-        "names_odd": W_ODD * names_odd,
-        "names_odd_noun": W_ODD_NOUN * names_noun,
-        "puns": pun_score,
-        "absent": W_ABSENT * min(absent, MAX_ABSENT),
-        "length": W_LENGTH * max(0, words - FREE_WORDS),
-        "wit": wit,
-    }
+    parts = {"names_odd": W_ODD * names_odd, "names_odd_noun": W_ODD_NOUN * names_noun, "puns": pun_score,
+             "absent": W_ABSENT * min(absent, MAX_ABSENT), "length": W_LENGTH * max(0, words - FREE_WORDS), "wit": wit}
     parts["score"] = float(sum(parts.values()))
     return parts
 
@@ -473,10 +463,7 @@ def build_contests(n: int, config: StandinConfig = StandinConfig(), stream: str 
     make = functools.partial(_make_rows, config, stream, rows_per_contest)
     indices = range(int(start), int(start) + n)
     if workers > 1 and n > 1:
-        from open_r1.tasks.counting.scenes.dataset import (
-            _limit_blas_threads,
-            _pool_context,
-        )
+        from open_r1.tasks.counting.scenes.dataset import _limit_blas_threads, _pool_context
 
         with _pool_context().Pool(min(workers, n), initializer=_limit_blas_threads) as pool:
             contests = pool.map(make, indices, chunksize=max(1, n // (workers * 4)))

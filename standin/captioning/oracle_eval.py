@@ -91,8 +91,7 @@ def cartoon_entry(rows: Sequence[dict]) -> dict:
              "oracle_fail_as_worst": oracle_fail_as_worst(rows)}
     entry["rm_oracle_agreement"], entry["rm_oracle_pairs"] = rm_oracle_agreement(with_oracle)
     entry["oracle_parts_emitted"] = _mean_parts([r["oracle_parts"] for r in with_oracle if r.get("oracle_parts")])
-    entry["oracle_parts_pick"] = dict(best["oracle_parts"]) if best is not None and best.get("oracle_parts") \
-        else None
+    entry["oracle_parts_pick"] = dict(best["oracle_parts"]) if best is not None and best.get("oracle_parts") else None
     return entry
 
 

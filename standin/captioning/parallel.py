@@ -57,8 +57,7 @@ def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
             raise RecipeError(f"start_early: {name}: {at} must be a stage before it (order: {' '.join(order)})")
         if not jobs(by_name[name], recipe):
             raise RecipeError(f"start_early: {name} needs {name}.parallel: true (its jobs run as processes)")
-        between = {p: s for s in order[order.index(at):order.index(name)]
-                   for p in pipeline.outputs(recipe, by_name[s])}
+        between = {p: s for s in order[order.index(at):order.index(name)] for p in pipeline.outputs(recipe, by_name[s])}
         for item in by_name[name].inputs(recipe).values():
             if item.path in between:
                 raise RecipeError(f"start_early: {name} reads {item.path}, which the {between[item.path]} stage writes "

@@ -355,8 +355,7 @@ def image_negative_indices(dataset, n: int, top_k: int = 3, seed: int = 0) -> np
 
 
 def preference_pairs(dataset, k: float = 3.0, se_from: str | Callable[[dict], float] = "precision",
-                     cap_per_contest: int | None = 1000, seed: int = 0, *, se: Any = None,
-                     keep_oracle: bool = False):
+                     cap_per_contest: int | None = 1000, seed: int = 0, *, se: Any = None, keep_oracle: bool = False):
     """Bradley-Terry pairs: two captions of one contest whose mean gap exceeds ``k * sqrt(se_1^2 + se_2^2)``.
 
     ``se_from`` (alias ``se``): see ``standard_errors``. At most ``cap_per_contest`` pairs a contest, drawn at random,

@@ -187,8 +187,7 @@ def markdown_table(report: dict) -> str:
         top = m.get("top_failure")
         rows.append([name, str(m["cartoons"]), str(m["samples_per_cartoon"]), _fmt(m["format_rate"], True),
                      _fmt(m["truncated_rate"], True), _fmt(m["emitted_sigmoid"]), _fmt(m["fail_as_zero"]),
-                     *[_fmt(m[k]) for k in bon],
-                     f"{top} ({m['format_failures'][top]}/{m['samples']})" if top else "–"])
+                     *[_fmt(m[k]) for k in bon], f"{top} ({m['format_failures'][top]}/{m['samples']})" if top else "–"])
     lines = _table(head, rows)
     if report.get("comparisons"):
         conf = next(iter(report["comparisons"].values()))["fail_as_zero"]
@@ -275,8 +274,7 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
     images = {c: img for c, img in zip(contests, rows["image"])}
     desc_cols = [f for f in protocol.DESCRIPTION_FIELDS if f in rows.column_names]
     table = rows.select_columns(desc_cols) if desc_cols else None
-    descs = {c: protocol.description_from_row(table[i]) if table is not None else None
-             for i, c in enumerate(contests)}
+    descs = {c: protocol.description_from_row(table[i]) if table is not None else None for i, c in enumerate(contests)}
     prompt_text = {c: processor.apply_chat_template(protocol.build_messages(descs[c]), tokenize=False,
                                                     add_generation_prompt=True) for c in contests}
     position = {c: i for i, c in enumerate(contests)}

@@ -101,8 +101,7 @@ def run(recipe) -> dict:
         processor = modeling.load_processor(path)
         for split in cfg.splits:
             with torch.no_grad():
-                records[split][name] = ev.evaluate_policy(model, processor, data[split], rm,
-                                                          **sampling_kwargs(recipe))
+                records[split][name] = ev.evaluate_policy(model, processor, data[split], rm, **sampling_kwargs(recipe))
             if oracle is not None:
                 oracle.score(records[split][name], data[split])
         timings[name] = time.time() - started

@@ -272,8 +272,7 @@ def image_swap_accuracy(recipe, model, split: str, blind: bool) -> dict | None:
     dataset = cdata.load_captions(recipe.paths.split(split), check_images="none")
     if not n or len(set(dataset["contest"])) < 2:
         return None
-    index = cdata.image_negative_indices(dataset, n, top_k=cfg.image_negative_top_k,
-                                         seed=recipe.seed + 13)
+    index = cdata.image_negative_indices(dataset, n, top_k=cfg.image_negative_top_k, seed=recipe.seed + 13)
     result = rm_lib.evaluate_pairs(model, image_negative_rows(dataset, index, blind=blind),
                                    batch_size=cfg.eval_batch_size, seed=recipe.seed)
     return {k: result[k] for k in ("accuracy", "ci_low", "ci_high", "n_pairs", "n_groups")}

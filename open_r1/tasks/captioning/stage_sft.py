@@ -30,8 +30,7 @@ class Config(SFTSettings):
 def inputs(recipe) -> dict[str, config.Input]:
     paths = recipe.paths
     return {"model": config.Input(paths.policy_base, "the base policy", "set models.policy to a model dir"),
-            "traces": config.Input(paths.traces, "the SFT traces", "run the synthesize stage",
-                                   config.DATASET_MARKER)}
+            "traces": config.Input(paths.traces, "the SFT traces", "run the synthesize stage", config.DATASET_MARKER)}
 
 
 def outputs(recipe) -> list[str]:

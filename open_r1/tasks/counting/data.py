@@ -112,8 +112,6 @@ def to_grpo_dataset(dataset, templates: TemplateMix, seed: int = 0):
     """Add the TRL conversational `prompt` and its `template`; images stay in `image`. The user turn is plain text:
     TRL puts the image placeholder before it, the grader's layout (image first, then the text)."""
     names = templates.assign(len(dataset), seed)
-    prompts = [
-        [{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
-        for problem, name in zip(dataset["problem"], names)
-    ]
+    prompts = [[{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
+               for problem, name in zip(dataset["problem"], names)]
     return replace_columns(dataset, prompt=prompts, template=names)

@@ -59,10 +59,8 @@ def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: s
             if row_style == "think" and wrong[i]:
                 offset = int(offsets[i])
                 targets[i] = gold + offset if gold + offset >= 1 else gold + abs(offset)
-    prompts = [
-        [{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
-        for problem, name in zip(dataset["problem"], names)
-    ]
+    prompts = [[{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
+               for problem, name in zip(dataset["problem"], names)]
     thoughts = thoughts or [None] * len(dataset)
     completions = [[{"role": "assistant", "content": sft_target(t, s, thought)}]
                    for t, s, thought in zip(targets, styles, thoughts)]
