@@ -10,8 +10,8 @@
 #   SUBMISSION  where the merged model goes   (/app/submission where /app exists, else OUTPUT_DIR/submission)
 #   OUTPUT_DIR  run dir with checkpoints      (recipe, else runs/<recipe name>)
 #   NUM_GPUS    processes to launch           (all visible GPUs; 0 = CPU mode)
-#   ZERO3       1 = DeepSpeed ZeRO-3 with zero3.json, 0 = plain DDP (default: 1 on several GPUs, 0 on one GPU,
-#               where ZeRO-3 has nothing to shard and is only slower: docs/PERFORMANCE.md)
+#   ZERO3       1 = DeepSpeed ZeRO-3 with zero3.json (default, also on one GPU: its fp32 master weights keep the
+#               small updates that bf16 weights round away), 0 = plain DDP (faster, bf16 weights: docs/PERFORMANCE.md)
 #   GPU_MEMORY_CAP_GIB  cap each process's GPU memory, e.g. 48 to emulate 48 GB cards on larger ones (unset: none)
 #   REPLACE_SUBMISSION  1 = replace a scored submission (one holding its selfcheck.json) without comparing;
 #               by default the new model is written beside it (<SUBMISSION>.candidate-<time>) with the commands
@@ -65,11 +65,8 @@ if [ "$NUM_GPUS" -gt "$VISIBLE_GPUS" ]; then
   exit 2
 fi
 
-if [ -z "${ZERO3:-}" ]; then  # ZeRO-3 shards weights, gradients and optimizer state across processes
-  ZERO3=0
-  if [ "$NUM_GPUS" -gt 1 ]; then ZERO3=1; fi
-  if [ "$NUM_GPUS" -eq 1 ]; then echo "[train.sh] one GPU: plain DDP (ZeRO-3 would shard nothing; ZERO3=1 forces it)"; fi
-fi
+# ZeRO-3 shards gradients and optimizer state across processes and, even in one, keeps fp32 master weights
+ZERO3=${ZERO3:-1}
 
 # A clean clone has no data for the demo recipe: render the demo's train split (open_r1.tasks.counting.demo's scenes).
 if [ "$DATA" = runs/demo/data/train ] && [ ! -e "$DATA" ]; then
@@ -112,7 +109,8 @@ RC=0
 if [ "$NUM_GPUS" -eq 0 ]; then
   run_child $PYTHON -m open_r1.grpo "${ARGS[@]}" --use_cpu true || RC=$?
 else
-  LAUNCH=($PYTHON -m accelerate.commands.launch --num_processes "$NUM_GPUS" --num_machines 1 --machine_rank 0 --main_process_port "${MAIN_PORT:-29500}")
+  # --quiet: a failed run ends with its own error line, not the launcher's traceback on top
+  LAUNCH=($PYTHON -m accelerate.commands.launch --quiet --num_processes "$NUM_GPUS" --num_machines 1 --machine_rank 0 --main_process_port "${MAIN_PORT:-29500}")
   if [ "$ZERO3" = "1" ]; then
     ARGS+=(--deepspeed zero3.json)
   fi

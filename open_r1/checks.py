@@ -174,6 +174,20 @@ def check_devices(training_args, model_args=None, num_processes: int | None = No
             f"recipe (bash train.sh configs/demo.yaml), or set {ALLOW_CPU_ENV}=1 to run it on the CPU anyway"]
 
 
+def lost_updates_warning(training_args, model_args) -> str | None:
+    """Full fine-tuning of half-precision weights without DeepSpeed's fp32 master copy: AdamW adds each step to the
+    weight itself, where a step under half the weight's spacing (at least |w| / 2**bits) rounds away."""
+    import torch
+
+    dtype = str(getattr(model_args, "dtype", None) or ("bfloat16" if torch.cuda.is_available() else ""))
+    bits = {"bfloat16": 9, "float16": 12}.get(dtype.removeprefix("torch."))
+    if not bits or getattr(training_args, "deepspeed", None) or getattr(model_args, "use_peft", False):
+        return None
+    lr = training_args.learning_rate
+    return (f"warning: full fine-tuning of {dtype} weights without DeepSpeed: AdamW's steps (about learning_rate, "
+            f"{lr:g}) round away on every weight above {lr * 2 ** bits:.1e} in magnitude. Train under DeepSpeed ZeRO-3 (train.sh's default; fp32 master weights) or with dtype float32")
+
+
 def weights_problems(path: str) -> list[str]:
     """Every safetensors file present, with a readable header and the size its header promises."""
     index_path = os.path.join(path, "model.safetensors.index.json")

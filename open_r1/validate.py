@@ -17,6 +17,7 @@ from open_r1.checks import (  # noqa: F401  (is_int, is_number re-exported: the 
     check_sizes,
     is_int,
     is_number,
+    lost_updates_warning,
     raise_all,
     writable_problem,
 )
@@ -145,6 +146,8 @@ def validate_training(script_args, training_args, model_args, submission: str | 
         if problem:
             problems.append(f"submission dir: {problem} (SUBMISSION (train.sh) / export --out)")
     raise_all(problems)
+    if warning := lost_updates_warning(training_args, model_args):
+        log(warning)
     if output_dir and getattr(script_args, "auto_resume", True) and str(
             getattr(training_args, "resume_from_checkpoint", None) or "").lower() not in ("false", "none", "no"):
         explicit = getattr(training_args, "resume_from_checkpoint", None)

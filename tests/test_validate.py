@@ -116,3 +116,28 @@ def test_the_loss_types_are_trls():
     assert check_loss_type(Args) == []
     Args.loss_type = "DAPO"
     assert check_loss_type(Args) == ["loss_type 'DAPO' is not one of TRL's " + ", ".join(LOSS_TYPES) + " (--loss_type)"]
+
+
+def test_lost_updates_warning_names_the_weights_adamw_cannot_move():
+    """Full fine-tuning of bf16 weights without DeepSpeed warns with the magnitude above which torch's own AdamW
+    (at the recipe's learning rate) leaves a bf16 weight unchanged; no warning under DeepSpeed, with LoRA, in fp32."""
+    import re
+    from types import SimpleNamespace
+
+    import torch
+
+    from open_r1.checks import lost_updates_warning
+
+    args, model = SimpleNamespace(learning_rate=1e-6, deepspeed=None), SimpleNamespace(dtype="bfloat16", use_peft=False)
+    text = lost_updates_warning(args, model)
+    threshold = float(re.search(r"above ([0-9.e+-]+) in magnitude", text).group(1))
+    weights = torch.logspace(-6, 0, 4000).bfloat16()
+    param = torch.nn.Parameter(weights.clone())
+    param.grad = torch.ones_like(param)
+    torch.optim.AdamW([param], lr=args.learning_rate, weight_decay=0.0).step()
+    moved = param.detach() != weights
+    assert not moved[weights.float() >= threshold].any() and moved[weights.float() < threshold / 2].all()
+    for other_args, other_model in ((SimpleNamespace(learning_rate=1e-6, deepspeed="zero3.json"), model),
+                                    (args, SimpleNamespace(dtype="bfloat16", use_peft=True)),
+                                    (args, SimpleNamespace(dtype="float32", use_peft=False))):
+        assert lost_updates_warning(other_args, other_model) is None
