@@ -56,6 +56,10 @@ class SceneGenerationError(OpenR1Error, RuntimeError):
     """No acceptable scene could be sampled (e.g. objects cannot all stay visible at a tiny image size)."""
 
 
+class DiskFullError(OpenR1Error, OSError):
+    """A write that found its disk full (a run resumes from its newest complete checkpoint)."""
+
+
 def error_exit(exc: BaseException) -> int:
     """What an entry point does with a user-facing error: one `error: <message>` line on stderr, exit status 2."""
     print(f"error: {exc}", file=sys.stderr)
@@ -64,7 +68,8 @@ def error_exit(exc: BaseException) -> int:
 
 def user_error(exc: BaseException) -> OpenR1Error | None:
     """The project's own error behind `exc`, or None: one from a worker process arrives chained as the cause
-    (`datasets`) or re-raised with the worker's traceback as its message (torch's DataLoader)."""
+    (`datasets`) or re-raised with the worker's traceback as its message (torch's DataLoader). A full disk is one too
+    (OSError ENOSPC; safetensors' writer says it in its message)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -73,6 +78,10 @@ def user_error(exc: BaseException) -> OpenR1Error | None:
             if "Traceback (most recent call last)" in text and head in text:  # the DataLoader's re-raise
                 return type(exc)(text[text.rindex(head) + len(head):].strip())
             return exc
+        if "No space left on device" in str(exc):
+            return DiskFullError(f"the disk filled while writing ({str(exc).strip().splitlines()[-1][:300]}): free "
+                                 "space or write to a larger disk (OUTPUT_DIR / SUBMISSION / --out), then re-run the "
+                                 "same command (training resumes from its newest complete checkpoint)")
         exc = exc.__cause__ or exc.__context__
     return None
 

@@ -249,6 +249,29 @@ def test_worker_errors_of_dataloader_and_dataset_map_unwrap_to_our_line():
     assert user_error(RuntimeError("a bug")) is None  # anything else stays a traceback
 
 
+def test_a_full_disk_while_training_ends_in_one_line_naming_the_fix(monkeypatch, capsys):
+    """The disk filling during a save (safetensors' Rust writer, or an OSError ENOSPC from Python, wrapped by the
+    trainer) ends `open_r1.grpo` with one `error:` line and exit 2, not a traceback."""
+    from safetensors import SafetensorError
+
+    from open_r1 import grpo
+
+    for cause in (SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+                  OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/run/checkpoint-6/model.safetensors")):
+        def full(*args, cause=cause):
+            try:
+                raise cause
+            except Exception as exc:
+                raise RuntimeError("saving failed") from exc
+
+        monkeypatch.setattr(grpo, "parse_args", lambda argv: (None, None, None))
+        monkeypatch.setattr(grpo, "main", full)
+        assert grpo.cli(["--config", "x.yaml"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: the disk filled while writing (") and "re-run" in err[0]
+        assert "No space left on device" in err[0]
+
+
 def test_full_disk_during_promote_keeps_the_submission_and_the_candidate(submission, tmp_path, monkeypatch, capsys):
     from open_r1 import promote
 
