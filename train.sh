@@ -109,7 +109,7 @@ RC=0
 if [ "$NUM_GPUS" -eq 0 ]; then
   run_child $PYTHON -m open_r1.grpo "${ARGS[@]}" --use_cpu true || RC=$?
 else
-  # --quiet: a failed run ends with its own error line, not the launcher's traceback on top
+  # --quiet: a failed run ends with its own error line, not the launcher's traceback (several GPUs: torch's summary)
   LAUNCH=($PYTHON -m accelerate.commands.launch --quiet --num_processes "$NUM_GPUS" --num_machines 1 --machine_rank 0 --main_process_port "${MAIN_PORT:-29500}")
   if [ "$ZERO3" = "1" ]; then
     ARGS+=(--deepspeed zero3.json)

@@ -185,7 +185,8 @@ def lost_updates_warning(training_args, model_args) -> str | None:
         return None
     lr = training_args.learning_rate
     return (f"warning: full fine-tuning of {dtype} weights without DeepSpeed: AdamW's steps (about learning_rate, "
-            f"{lr:g}) round away on every weight above {lr * 2 ** bits:.1e} in magnitude. Train under DeepSpeed ZeRO-3 (train.sh's default; fp32 master weights) or with dtype float32")
+            f"{lr:g}) round away on every weight above {lr * 2 ** bits:.1e} in magnitude. Train under DeepSpeed "
+            "ZeRO-3 (train.sh's default; fp32 master weights) or with dtype float32")
 
 
 def weights_problems(path: str) -> list[str]:

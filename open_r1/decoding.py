@@ -289,8 +289,8 @@ def check_zero3(deepspeed_plugin) -> None:
     if deepspeed_plugin is not None and getattr(deepspeed_plugin, "zero_stage", 0) == 3:
         raise RecipeError(
             "the CUDA-graph decoder cannot read a DeepSpeed ZeRO-3 model: the parameters are sharded and gathered "
-            "around every generation, so a captured step would read freed memory. Use decoder 'hf' here, or DDP "
-            "(train.sh ZERO3=0); GRPO's rollouts under ZeRO-3 decode from a whole-weight copy of the policy")
+            "around every generation, so a captured step would read freed memory. Use decoder 'hf' here; GRPO's "
+            "rollouts under ZeRO-3 decode from a whole-weight copy of the policy")
 
 
 def zero3_partitioned(model) -> bool:

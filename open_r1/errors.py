@@ -66,10 +66,14 @@ def error_exit(exc: BaseException) -> int:
     return 2
 
 
+# a full disk as the writers word it: Python's OSError (ENOSPC, EDQUOT), safetensors' writer, torch.save's zip writer
+DISK_FULL = ("No space left on device", "Disk quota exceeded", "PytorchStreamWriter failed writing", "unexpected pos")
+
+
 def user_error(exc: BaseException) -> OpenR1Error | None:
     """The project's own error behind `exc`, or None: one from a worker process arrives chained as the cause
     (`datasets`) or re-raised with the worker's traceback as its message (torch's DataLoader). A full disk is one too
-    (OSError ENOSPC; safetensors' writer says it in its message)."""
+    (`DISK_FULL`; torch.save's writer names no cause, hence "most likely")."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -78,10 +82,11 @@ def user_error(exc: BaseException) -> OpenR1Error | None:
             if "Traceback (most recent call last)" in text and head in text:  # the DataLoader's re-raise
                 return type(exc)(text[text.rindex(head) + len(head):].strip())
             return exc
-        if "No space left on device" in str(exc):
-            return DiskFullError(f"the disk filled while writing ({str(exc).strip().splitlines()[-1][:300]}): free "
-                                 "space or write to a larger disk (OUTPUT_DIR / SUBMISSION / --out), then re-run the "
-                                 "same command (training resumes from its newest complete checkpoint)")
+        line = next((text for text in str(exc).splitlines() if any(sign in text for sign in DISK_FULL)), None)
+        if line and "/torch_" not in line and "/dev/shm" not in line:  # a full shared memory is not the output disk
+            return DiskFullError(f"writing failed, most likely on a full disk ({line.strip()[:300]}): free space or "
+                                 "write to a larger disk (OUTPUT_DIR / SUBMISSION / --out), then re-run the same "
+                                 "command (a training run resumes from its newest complete checkpoint)")
         exc = exc.__cause__ or exc.__context__
     return None
 

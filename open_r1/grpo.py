@@ -410,6 +410,11 @@ def cli(argv=None) -> int:
             raise RecipeError(f"cannot read the recipe ({exc}) (--config)") from None
         except RecipeError:  # already one clear line (unknown key, bad value)
             raise
+        except ImportError as exc:  # transformers checks for DeepSpeed while parsing --deepspeed
+            if "deepspeed" not in str(exc):
+                raise
+            raise RecipeError("--deepspeed needs DeepSpeed, which is not installed: pip install -e '.[gpu]' "
+                              "(train.sh passes --deepspeed zero3.json unless ZERO3=0)") from None
         except ValueError as exc:  # GRPOConfig validates its fields when it is built
             hint = BATCH_HINT if "num_generations" in str(exc) else "check the recipe and its overrides"
             if "bf16/gpu" in str(exc):

@@ -88,8 +88,8 @@ class RolloutWeights:
         finally:
             torch.set_default_dtype(default_dtype)
         if any(hasattr(p, "ds_id") for p in model.parameters()):
-            raise RecipeError("the rollout copy came out partitioned by DeepSpeed ZeRO-3; train with DDP "
-                              "(train.sh ZERO3=0) or set fast_decode: false")
+            raise RecipeError("the rollout copy came out partitioned by DeepSpeed ZeRO-3; set fast_decode: false "
+                              "(or DDP, train.sh ZERO3=0, for LoRA or float32 weights)")
         if grouped:
             va.use_grouped_vision_attention(model, "grouped")
         for param in model.parameters():  # the few a model creates in float32 explicitly
@@ -107,8 +107,8 @@ class RolloutWeights:
                     is None:
                 continue
             if name not in sources:
-                raise RecipeError(f"the rollout copy has a module {name!r} the policy lacks; train with DDP "
-                                  "(train.sh ZERO3=0) or fast_decode: false")
+                raise RecipeError(f"the rollout copy has a module {name!r} the policy lacks; set fast_decode: "
+                                  "false (or DDP, train.sh ZERO3=0, for LoRA or float32 weights)")
             source, adapters = _lora_parts(sources[name])
             self._pairs.append((target, sources[name], source, adapters))
         with torch.no_grad():  # buffers (rotary tables, ...) are never sharded and never trained: copied once

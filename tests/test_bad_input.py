@@ -7,6 +7,7 @@ not caught); each test asserts the exit code, the message, and that the user's f
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -234,6 +235,13 @@ def test_gpu_recipe_on_a_cpu_machine_is_refused(tiny_model_dir, scene_data_dir, 
                     os.path.join(scene_data_dir, "ood_val"), os.path.join(scene_data_dir, "val"), "--output_dir",
                     str(tmp_path / "run"), "--use_cpu", "true")
     assert_clean_error(rc, err, "this recipe needs GPUs (512 completions per generation round)", "configs/demo.yaml")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is not None, reason="checks the error without DeepSpeed")
+def test_deepspeed_without_deepspeed_installed_is_one_error():
+    """train.sh passes --deepspeed zero3.json by default; transformers checks for the package while parsing."""
+    rc, _, err = py("-m", "open_r1.grpo", "--config", "configs/demo.yaml", "--deepspeed", "zero3.json")
+    assert_clean_error(rc, err, "--deepspeed needs DeepSpeed, which is not installed: pip install -e '.[gpu]'")
 
 
 def test_corrupt_image_past_the_first_rows_fails_with_its_row(tiny_model_dir, corrupt_data, tmp_path):

@@ -255,9 +255,11 @@ def test_a_full_disk_while_training_ends_in_one_line_naming_the_fix(monkeypatch,
     from safetensors import SafetensorError
 
     from open_r1 import grpo
+    from open_r1.errors import user_error
 
     for cause in (SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
-                  OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/run/checkpoint-6/model.safetensors")):
+                  OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/run/checkpoint-6/model.safetensors"),
+                  RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")):  # torch.save
         def full(*args, cause=cause):
             try:
                 raise cause
@@ -268,8 +270,10 @@ def test_a_full_disk_while_training_ends_in_one_line_naming_the_fix(monkeypatch,
         monkeypatch.setattr(grpo, "main", full)
         assert grpo.cli(["--config", "x.yaml"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("error: the disk filled while writing (") and "re-run" in err[0]
-        assert "No space left on device" in err[0]
+        assert len(err) == 1 and err[0].startswith("error: writing failed, most likely on a full disk (")
+        assert str(cause).splitlines()[0] in err[0] and "re-run the same command" in err[0]
+    shm = RuntimeError("unable to write to file </torch_41_2_0>: No space left on device (28)")  # /dev/shm, not a disk
+    assert user_error(shm) is None
 
 
 def test_full_disk_during_promote_keeps_the_submission_and_the_candidate(submission, tmp_path, monkeypatch, capsys):

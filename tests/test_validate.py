@@ -128,15 +128,16 @@ def test_lost_updates_warning_names_the_weights_adamw_cannot_move():
 
     from open_r1.checks import lost_updates_warning
 
-    args, model = SimpleNamespace(learning_rate=1e-6, deepspeed=None), SimpleNamespace(dtype="bfloat16", use_peft=False)
-    text = lost_updates_warning(args, model)
-    threshold = float(re.search(r"above ([0-9.e+-]+) in magnitude", text).group(1))
-    weights = torch.logspace(-6, 0, 4000).bfloat16()
-    param = torch.nn.Parameter(weights.clone())
-    param.grad = torch.ones_like(param)
-    torch.optim.AdamW([param], lr=args.learning_rate, weight_decay=0.0).step()
-    moved = param.detach() != weights
-    assert not moved[weights.float() >= threshold].any() and moved[weights.float() < threshold / 2].all()
+    args = SimpleNamespace(learning_rate=1e-6, deepspeed=None)
+    for dtype in ("bfloat16", "float16"):
+        model = SimpleNamespace(dtype=dtype, use_peft=False)
+        threshold = float(re.search(r"above ([0-9.e+-]+) in magnitude", lost_updates_warning(args, model)).group(1))
+        weights = torch.logspace(-5, 0, 4000).to(getattr(torch, dtype))
+        param = torch.nn.Parameter(weights.clone())
+        param.grad = torch.ones_like(param)
+        torch.optim.AdamW([param], lr=args.learning_rate, weight_decay=0.0).step()
+        moved = param.detach() != weights
+        assert not moved[weights.float() >= threshold].any() and moved[weights.float() < threshold / 2].all(), dtype
     for other_args, other_model in ((SimpleNamespace(learning_rate=1e-6, deepspeed="zero3.json"), model),
                                     (args, SimpleNamespace(dtype="bfloat16", use_peft=True)),
                                     (args, SimpleNamespace(dtype="float32", use_peft=False))):

@@ -1,5 +1,5 @@
 """Disk space (`DiskSpaceCallback`): after the first checkpoint, will the later ones and the export fit? A save short
-of space fails deep in torch or DeepSpeed, often an hour in (a ZeRO-3 checkpoint of the 2B model: 21.7 GB). A save
+of space fails deep in torch or DeepSpeed, often an hour in (a ZeRO-3 checkpoint of the 2B model: 30.9 GB). A save
 holds `save_total_limit` + 1 (the rotation follows it; unlimited: one per save due); after training the export's
 weights join `save_total_limit` where `$SUBMISSION` shares the disk (LoRA: the adapter's size, an under-estimate).
 Short of space it warns once, with the fixes, and the run goes on. A first checkpoint that does not fit is not caught."""
