@@ -61,6 +61,15 @@ def uses_zero3(trainer) -> bool:
     return plugin is not None and getattr(plugin, "zero_stage", 0) == 3
 
 
+def zero3_block_classes(model) -> list[type]:
+    """The classes ZeRO-3 hooks as one module each: the model's `_no_split_modules` (decoder layers, vision blocks), not
+    the ~12 modules inside each. Never the vision tower: DeepSpeed reduces a leaf's gradients from its full backward
+    hook, which torch skips for a module returning a ModelOutput (zero3.json's granularity threshold made the tower a
+    leaf and its gradients were lost; the threshold is off since)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    return sorted({type(module) for module in model.modules() if type(module).__name__ in names}, key=str)
+
+
 def check_noisy_rollouts(fraction: float, std: float) -> None:
     if not 0.0 <= fraction < 1.0 or std <= 0:
         raise TrainerOptionError(
@@ -125,6 +134,11 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         model_config = getattr(self.accelerator.unwrap_model(self.model), "generation_config", None)
         if getattr(model_config, "suppress_tokens", None):
             compat.suppress_in_rollouts(self, model_config.suppress_tokens)
+        blocks = zero3_block_classes(self.model) if uses_zero3(self) else []
+        if blocks:  # before deepspeed.initialize, which train() runs
+            import deepspeed  # deferred: only under ZeRO-3
+
+            deepspeed.utils.set_z3_leaf_modules(self.model, blocks)
         self.noisy_fraction = noisy_fraction
         self.noise_std = noise_std
         self.fast_decode = resolve_fast_decode(fast_decode, self)

@@ -149,6 +149,33 @@ def test_deduplicated_vision_gives_the_same_loss_and_gradients(family, family_mo
         torch.testing.assert_close(grads[name], plain_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.filterwarnings("ignore:For backward hooks to be called")  # the vision tower's, on purpose
+def test_zero3_blocks_are_the_layers_whose_full_backward_hooks_fire(family, family_model_dir):
+    """Under ZeRO-3 the trainer hooks each decoder layer and vision block as one module (`zero3_block_classes`), and
+    DeepSpeed reduces such a leaf's gradients from its full backward hook: with the recipe's checkpointing and
+    de-duplicated ViT, every block's hook fires. The vision tower's does not (it returns a ModelOutput), which is
+    why the tower itself must never be one: its gradients would be lost."""
+    processor = _processor(family_model_dir, family)
+    images = _images(2, seed=2) * 2
+    texts = [processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many?"}]}],
+        tokenize=False, add_generation_prompt=True) + "<answer> 3 </answer>"] * len(images)
+    batch = processor(text=texts, images=images, padding=True, return_tensors="pt")
+    model = modeling.load_model(str(family_model_dir), dtype="float32")
+    model.gradient_checkpointing_enable()
+    model.train()
+    assert trainer_lib.enable_vision_dedupe(model)
+    classes = trainer_lib.zero3_block_classes(model)
+    assert sorted(c.__name__.endswith("DecoderLayer") + 2 * c.__name__.endswith("VisionBlock") for c in classes) == [1, 2]
+    fired = set()
+    blocks = [m for m in model.modules() if isinstance(m, tuple(classes))]
+    for module in [*blocks, families.vision_tower(model)]:
+        module.register_full_backward_hook(lambda m, grad_in, grad_out: fired.add(id(m)))
+    model(**batch, labels=batch["input_ids"]).loss.backward()
+    assert len(blocks) >= 2 and all(id(m) in fired for m in blocks)
+    assert id(families.vision_tower(model)) not in fired
+
+
 def test_dedupe_with_all_distinct_images_runs_the_plain_tower(family, family_model_dir):
     processor = _processor(family_model_dir, family)
     out = processor.image_processor(images=_images(3, seed=2), return_tensors="pt")
