@@ -174,6 +174,18 @@ def check_devices(training_args, model_args=None, num_processes: int | None = No
             f"recipe (bash train.sh configs/demo.yaml), or set {ALLOW_CPU_ENV}=1 to run it on the CPU anyway"]
 
 
+def granularity_problems(training_args) -> list[str]:
+    """DeepSpeed's stage3_module_granularity_threshold can make the vision tower a ZeRO-3 leaf, whose gradients it then
+    drops: a leaf's gradients are reduced from its full backward hook, which never runs for a ModelOutput."""
+    config = getattr(training_args, "deepspeed", None)
+    config = read_json(config, {}) if isinstance(config, str) and os.path.isfile(config) else config
+    if not isinstance(config, dict) or not (config.get("zero_optimization") or {}).get(
+            "stage3_module_granularity_threshold"):
+        return []
+    return ["--deepspeed: remove stage3_module_granularity_threshold; it can make the vision tower one ZeRO-3 leaf, "
+            "whose gradients DeepSpeed drops (the trainer makes each decoder layer and vision block a leaf instead)"]
+
+
 def lost_updates_warning(training_args, model_args) -> str | None:
     """Full fine-tuning of half-precision weights without DeepSpeed's fp32 master copy: AdamW adds each step to the
     weight itself, where a step under half the weight's spacing (at least |w| / 2**bits) rounds away."""

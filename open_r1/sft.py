@@ -143,27 +143,15 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
     run_dir = work_dir or (out_dir.rstrip("/") + ".adapter" if use_lora else tempfile.mkdtemp(prefix="sft-"))
     os.makedirs(run_dir, exist_ok=True)
     config = SFTConfig(
-        output_dir=run_dir,
-        per_device_train_batch_size=settings.per_device_batch_size,
-        gradient_accumulation_steps=settings.gradient_accumulation_steps,
-        learning_rate=settings.learning_rate,
-        weight_decay=settings.weight_decay,
-        max_grad_norm=1.0,
-        max_steps=max_steps if max_steps is not None else 10**7,
-        logging_steps=settings.logging_steps,
-        save_strategy="no",
-        report_to="none",
-        bf16=bf16,
-        gradient_checkpointing=settings.gradient_checkpointing,
-        dataloader_num_workers=settings.dataloader_workers,
-        seed=settings.seed,
-        data_seed=settings.seed,
+        output_dir=run_dir, per_device_train_batch_size=settings.per_device_batch_size,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps, learning_rate=settings.learning_rate,
+        weight_decay=settings.weight_decay, max_grad_norm=1.0, max_steps=max_steps if max_steps is not None else 10**7,
+        logging_steps=settings.logging_steps, save_strategy="no", report_to="none", bf16=bf16,
+        gradient_checkpointing=settings.gradient_checkpointing, dataloader_num_workers=settings.dataloader_workers,
+        seed=settings.seed, data_seed=settings.seed,
         max_length=None,  # never cut image tokens
         completion_only_loss=True,  # TRL's default for prompt-completion rows, made explicit
-        packing=False,
-        disable_tqdm=True,
-        **{"use_cpu": not cuda, **settings.extra},
-    )
+        packing=False, disable_tqdm=True, **{"use_cpu": not cuda, **settings.extra})
     peft_config = lora_config(model, settings) if use_lora else None
     trainer = trainer_class(model=model, args=config, train_dataset=dataset, processing_class=processor,
                             peft_config=peft_config, callbacks=[stop])

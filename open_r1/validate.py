@@ -15,6 +15,7 @@ from open_r1.checks import (  # noqa: F401  (is_int, is_number re-exported: the 
     check_loss_type,
     check_reward_weights,
     check_sizes,
+    granularity_problems,
     is_int,
     is_number,
     lost_updates_warning,
@@ -113,7 +114,7 @@ def validate_training(script_args, training_args, model_args, submission: str | 
     problems += normalise_time_budget(script_args)
     problems += check_eval_settings(script_args)
     problems += check_sizes(script_args)
-    problems += check_devices(training_args, model_args)
+    problems += check_devices(training_args, model_args) + granularity_problems(training_args)
     # paths: model first (the most common mistake), then data, eval sets, outputs
     model_path = getattr(model_args, "model_name_or_path", None)
     if not model_path:

@@ -142,3 +142,24 @@ def test_lost_updates_warning_names_the_weights_adamw_cannot_move():
                                     (args, SimpleNamespace(dtype="bfloat16", use_peft=True)),
                                     (args, SimpleNamespace(dtype="float32", use_peft=False))):
         assert lost_updates_warning(other_args, other_model) is None
+
+
+def test_a_deepspeed_granularity_threshold_is_refused(tmp_path):
+    """zero3.json passes; a config whose stage3_module_granularity_threshold could make the vision tower a ZeRO-3 leaf
+    (its gradients would be dropped) is refused, as a file or a dict."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from open_r1.checks import granularity_problems
+
+    zero3 = Path(__file__).resolve().parents[1] / "zero3.json"
+    shipped = json.loads(zero3.read_text())
+    assert granularity_problems(SimpleNamespace(deepspeed=str(zero3))) == []
+    assert granularity_problems(SimpleNamespace(deepspeed=None)) == []
+    risky = {**shipped, "zero_optimization": {**shipped["zero_optimization"], "stage3_module_granularity_threshold": 5e6}}
+    path = tmp_path / "z3.json"
+    path.write_text(json.dumps(risky))
+    for config in (str(path), risky):
+        (problem,) = granularity_problems(SimpleNamespace(deepspeed=config))
+        assert problem.startswith("--deepspeed: remove stage3_module_granularity_threshold")
