@@ -174,10 +174,9 @@ def check_devices(training_args, model_args=None, num_processes: int | None = No
             f"recipe (bash train.sh configs/demo.yaml), or set {ALLOW_CPU_ENV}=1 to run it on the CPU anyway"]
 
 
-def granularity_problems(training_args) -> list[str]:
-    """DeepSpeed's stage3_module_granularity_threshold can make the vision tower a ZeRO-3 leaf, whose gradients it then
-    drops: a leaf's gradients are reduced from its full backward hook, which never runs for a ModelOutput."""
-    config = getattr(training_args, "deepspeed", None)
+def granularity_problems(config) -> list[str]:
+    """DeepSpeed's stage3_module_granularity_threshold (`config`: --deepspeed's path or dict) can make the vision
+    tower a ZeRO-3 leaf, whose gradients it drops (reduced in a full backward hook, never run for a ModelOutput)."""
     config = read_json(config, {}) if isinstance(config, str) and os.path.isfile(config) else config
     if not isinstance(config, dict) or not (config.get("zero_optimization") or {}).get(
             "stage3_module_granularity_threshold"):
@@ -186,14 +185,12 @@ def granularity_problems(training_args) -> list[str]:
             "whose gradients DeepSpeed drops (the trainer makes each decoder layer and vision block a leaf instead)"]
 
 
-def lost_updates_warning(training_args, model_args) -> str | None:
-    """Full fine-tuning of half-precision weights without DeepSpeed's fp32 master copy: AdamW adds each step to the
-    weight itself, where a step under half the weight's spacing (at least |w| / 2**bits) rounds away."""
-    import torch
-
-    dtype = str(getattr(model_args, "dtype", None) or ("bfloat16" if torch.cuda.is_available() else ""))
-    bits = {"bfloat16": 9, "float16": 12}.get(dtype.removeprefix("torch."))
-    if not bits or getattr(training_args, "deepspeed", None) or getattr(model_args, "use_peft", False):
+def lost_updates_warning(training_args, dtype, use_peft: bool = False) -> str | None:
+    """Full fine-tuning of half-precision weights (`dtype`: modeling.resolve_dtype's) without DeepSpeed's fp32 master
+    copy: AdamW adds each step to the weight, where one under half its spacing (>= |w| / 2**bits) rounds away."""
+    dtype = str(dtype).removeprefix("torch.")
+    bits = {"bfloat16": 9, "float16": 12}.get(dtype)
+    if not bits or getattr(training_args, "deepspeed", None) or use_peft:
         return None
     lr = training_args.learning_rate
     return (f"warning: full fine-tuning of {dtype} weights without DeepSpeed: AdamW's steps (about learning_rate, "

@@ -213,3 +213,8 @@ def built_whole():
     from transformers.modeling_utils import set_zero3_state
 
     return set_zero3_state()
+
+
+# 14. a model's blocks: relies on transformers' `_no_split_modules` naming its decoder layer and vision block classes
+def block_class_names(model) -> set[str]:
+    return set(getattr(model, "_no_split_modules", None) or ())

@@ -62,11 +62,10 @@ def uses_zero3(trainer) -> bool:
 
 
 def zero3_block_classes(model) -> list[type]:
-    """The classes ZeRO-3 hooks as one module each: the model's `_no_split_modules` (decoder layers, vision blocks), not
-    the ~12 modules inside each. Never the vision tower: DeepSpeed reduces a leaf's gradients from its full backward
-    hook, which torch skips for a module returning a ModelOutput (zero3.json's granularity threshold made the tower a
-    leaf and its gradients were lost; the threshold is off since)."""
-    names = set(getattr(model, "_no_split_modules", None) or ())
+    """The classes ZeRO-3 hooks as one module each, not the ~12 modules inside each: decoder layers and vision blocks.
+    Never the vision tower: DeepSpeed reduces a leaf's gradients from its full backward hook, which torch skips for a
+    module returning a ModelOutput (docs/PERFORMANCE.md: the tower's gradients were lost that way)."""
+    names = compat.block_class_names(model)
     return sorted({type(module) for module in model.modules() if type(module).__name__ in names}, key=str)
 
 
@@ -137,7 +136,6 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         blocks = zero3_block_classes(self.model) if uses_zero3(self) else []
         if blocks:  # before deepspeed.initialize, which train() runs
             import deepspeed  # deferred: only under ZeRO-3
-
             deepspeed.utils.set_z3_leaf_modules(self.model, blocks)
         self.noisy_fraction = noisy_fraction
         self.noise_std = noise_std

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 
 from open_r1 import export as export_lib
-from open_r1.checks import (  # noqa: F401  (is_int, is_number re-exported: the checks' old home)
+from open_r1 import modeling
+from open_r1.checks import (
     check_devices,
     check_eval_settings,
     check_images,
@@ -16,8 +17,6 @@ from open_r1.checks import (  # noqa: F401  (is_int, is_number re-exported: the 
     check_reward_weights,
     check_sizes,
     granularity_problems,
-    is_int,
-    is_number,
     lost_updates_warning,
     raise_all,
     writable_problem,
@@ -114,7 +113,7 @@ def validate_training(script_args, training_args, model_args, submission: str | 
     problems += normalise_time_budget(script_args)
     problems += check_eval_settings(script_args)
     problems += check_sizes(script_args)
-    problems += check_devices(training_args, model_args) + granularity_problems(training_args)
+    problems += check_devices(training_args, model_args) + granularity_problems(getattr(training_args, "deepspeed", None))
     # paths: model first (the most common mistake), then data, eval sets, outputs
     model_path = getattr(model_args, "model_name_or_path", None)
     if not model_path:
@@ -147,7 +146,8 @@ def validate_training(script_args, training_args, model_args, submission: str | 
         if problem:
             problems.append(f"submission dir: {problem} (SUBMISSION (train.sh) / export --out)")
     raise_all(problems)
-    if warning := lost_updates_warning(training_args, model_args):
+    dtype = modeling.resolve_dtype(getattr(model_args, "dtype", None))  # what load_model will load
+    if warning := lost_updates_warning(training_args, dtype, getattr(model_args, "use_peft", False)):
         log(warning)
     if output_dir and getattr(script_args, "auto_resume", True) and str(
             getattr(training_args, "resume_from_checkpoint", None) or "").lower() not in ("false", "none", "no"):

@@ -375,6 +375,10 @@ def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch
                                     '{"stage3_module_granularity_threshold": 0}}'])
     no_leaf = bench.deepspeed_config(bench.resolve_variant("z3_no_leaf", {**bench.PRESETS, **ablation}, recipe))
     assert no_leaf["zero_optimization"] == {**shipped["zero_optimization"], "stage3_module_granularity_threshold": 0}
+    leafy = bench.parse_defines(['z3_leafy={"base": "ours_fast_zero3", "zero_optimization": '
+                                 '{"stage3_module_granularity_threshold": 5e6}}'])
+    with pytest.raises(bench.BenchError, match="z3_leafy: remove stage3_module_granularity_threshold"):
+        bench.deepspeed_config(bench.resolve_variant("z3_leafy", {**bench.PRESETS, **leafy}, recipe))
     with pytest.raises(bench.BenchError, match="alone in its process"):
         bench.main(["--variants", "plain_trl,plain_trl_zero3", "--out", str(tmp_path / "x.json")])
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):

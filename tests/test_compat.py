@@ -319,6 +319,19 @@ def private_library_uses(path: Path) -> list[str]:
     return found
 
 
+def test_item14_block_class_names_are_the_decoder_layer_and_vision_block(family):
+    from transformers import AutoModelForImageTextToText
+
+    from open_r1.tiny_models import build_config
+
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(build_config(family=family))
+    names = compat.block_class_names(model)
+    present = {type(module).__name__ for module in model.modules()}
+    assert len(names) == 2 and names <= present
+    assert sorted(n.endswith("DecoderLayer") + 2 * n.endswith("VisionBlock") for n in names) == [1, 2], "item 14"
+
+
 def test_the_static_check_finds_private_uses(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text("import torch\nfrom trl.trainer.utils import split_tensor_dict\n"

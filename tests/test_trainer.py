@@ -515,3 +515,29 @@ def test_gpu_memory_cap_env_is_checked_and_capped(monkeypatch):
         grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "-4"})
     assert grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "48", "LOCAL_RANK": "1"}) == 48
     assert calls == [(0.6, 1)]
+
+
+def test_under_zero3_the_trainer_hooks_each_block_not_the_vision_tower(tiny_model_dir, scene_data_dir, tmp_path,
+                                                                        monkeypatch):
+    """Under ZeRO-3 (simulated: DeepSpeed cannot run on a CPU) the trainer marks each decoder layer and vision block as
+    a DeepSpeed leaf, before deepspeed.initialize; never the vision tower, whose gradients DeepSpeed would drop."""
+    import importlib.machinery
+    import sys
+    import types
+
+    from open_r1 import families
+
+    marked = []
+    fake = types.ModuleType("deepspeed")
+    fake.__spec__ = importlib.machinery.ModuleSpec("deepspeed", None)
+    fake.utils = types.SimpleNamespace(set_z3_leaf_modules=lambda model, classes: marked.append((model, classes)))
+    monkeypatch.setitem(sys.modules, "deepspeed", fake)
+    monkeypatch.setattr(trainer_lib, "uses_zero3", lambda trainer: True)
+    trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--fast_decode", "hf")
+    ((model, classes),) = marked
+    assert model is trainer.model
+    assert sorted(c.__name__ for c in classes) == ["Qwen2VLDecoderLayer", "Qwen2VLVisionBlock"]
+    assert not isinstance(families.vision_tower(model), tuple(classes))
+    monkeypatch.setattr(trainer_lib, "uses_zero3", lambda trainer: False)
+    _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--fast_decode", "hf")
+    assert len(marked) == 1  # DDP: nothing marked

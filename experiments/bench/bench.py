@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from open_r1.checks import granularity_problems
 from open_r1.errors import RecipeError, error_exit
 from open_r1.jsonio import read_recipe, write_json
 
@@ -556,6 +557,8 @@ def deepspeed_config(variant: Variant) -> dict:
     """The repo's zero3.json (train.sh's) with the variant's `zero_optimization` keys over its own."""
     config = json.loads((REPO_ROOT / "zero3.json").read_text())
     config["zero_optimization"].update(variant.zero_optimization)
+    if problems := granularity_problems(config):  # train.sh's validation refuses it too
+        raise BenchError(f"variant {variant.name}: {problems[0].removeprefix('--deepspeed: ')}")
     return config
 
 
