@@ -234,9 +234,8 @@ def _main(argv=None) -> int:
         raise OpenR1Error(f"run dir {args.run_dir} does not exist; pass a training output_dir (runs/<recipe>)")
     history = load_history(args.run_dir)
     if not history["entries"]:
-        print(f"error: no evaluated checkpoints in {args.run_dir} ({HISTORY_FILE} missing or empty); "
-              "train with eval_sets set", file=sys.stderr)
-        return 2
+        raise OpenR1Error(f"no evaluated checkpoints in {args.run_dir} ({HISTORY_FILE} missing or empty); "
+                          "train with eval_sets set")
     best, _ = history_best(args.run_dir)
     history["best"] = best
     names = set_names(history)
