@@ -19,7 +19,6 @@ import contextlib
 import ctypes
 import errno
 import os
-import re
 import shutil
 import signal
 import sys
@@ -156,19 +155,6 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
     if message:
         (report.problems if strict_answer else report.warnings).append(message)
     return report
-
-
-def one_line(text: str | None, limit: int = 80) -> str:
-    """A sample completion for a log line: whitespace collapsed, runs of one repeated token shortened, at most
-    `limit` characters, quoted (a random model's ~150 reserved tokens would otherwise fill the screen)."""
-    if text is None:
-        return "None"
-
-    def shorten(run):  # "a a a a a" -> "a ... x5"
-        return f"{run.group(1)} ... x{len(re.findall(re.escape(run.group(1)), run.group(0)))}"
-
-    flat = re.sub(r"(\S+?)(?:\s*\1){3,}", shorten, " ".join(text.split()))
-    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
 
 
 def export_submission(checkpoint: str, out: str, base_model: str | None = None, min_pixels: int | None = None,

@@ -28,7 +28,7 @@ def test_report_to_tensorboard_writes_the_reward_curve(tiny_model_dir, scene_dat
 
 
 def test_sample_completions_are_one_short_line():
-    from open_r1.export import one_line
+    from open_r1.tasks import one_line
 
     noisy = "\n\n" + "<|reserved_7|>" * 150 + "\n Toward Toward Toward Toward"
     line = one_line(noisy)

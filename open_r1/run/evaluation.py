@@ -14,9 +14,9 @@ from contextlib import nullcontext
 
 from transformers import TrainerCallback
 
+import open_r1.run.keep_best as keep_best_lib
 from open_r1 import compat
 from open_r1.jsonio import write_json
-from open_r1.run import keep_best as keep_best_lib
 from open_r1.run.budget import ReserveEstimator
 from open_r1.run.common import _is_rank0, _log, _world_size
 

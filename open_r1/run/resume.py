@@ -7,10 +7,10 @@ import os
 
 from transformers import TrainerCallback
 
+import open_r1.run.keep_best as keep_best_lib
 from open_r1 import compat
 from open_r1.checks import check_checkpoint
 from open_r1.jsonio import read_json
-from open_r1.run import keep_best as keep_best_lib
 from open_r1.run.common import _is_rank0, _log
 
 RESTORABLE = {"optimizer": ("optimizer.pt",), "scheduler": ("scheduler.pt",),

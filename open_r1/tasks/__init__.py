@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 
 from open_r1.checks import load_split
 from open_r1.errors import DataError, RecipeError
@@ -19,6 +20,19 @@ TASK_MODULES = {"counting": "open_r1.tasks.counting.task", "captioning": "open_r
 # name -> "module:dataclass" of the task's own recipe keys (light modules: `open_r1.grpo` parses them with its own)
 TASK_SETTINGS = {"counting": "open_r1.tasks.counting:CountingSettings",
                  "captioning": "open_r1.tasks.captioning:CaptioningSettings"}
+
+
+def one_line(text: str | None, limit: int = 80) -> str:
+    """A sample completion for a log line: whitespace collapsed, runs of one repeated token shortened, at most
+    `limit` characters, quoted (a random model's ~150 reserved tokens would otherwise fill the screen)."""
+    if text is None:
+        return "None"
+
+    def shorten(run):  # "a a a a a" -> "a ... x5"
+        return f"{run.group(1)} ... x{len(re.findall(re.escape(run.group(1)), run.group(0)))}"
+
+    flat = re.sub(r"(\S+?)(?:\s*\1){3,}", shorten, " ".join(text.split()))
+    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
 
 
 class Task:

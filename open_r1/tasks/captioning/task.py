@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from open_r1.errors import DataError, RecipeError
 from open_r1.rewards import parse_reward_kwargs
-from open_r1.tasks import Task
+from open_r1.tasks import Task, one_line
 from open_r1.tasks.captioning import data as data_lib
 from open_r1.tasks.captioning import evaluate as evaluate_lib
 from open_r1.tasks.captioning import protocol
@@ -72,7 +72,6 @@ class CaptioningTask(Task):
         return super().load_split(path_or_name, split)
 
     def probe(self, model, processor, image):
-        from open_r1.export import one_line  # deferred: torch
         from open_r1.generation import generate_texts  # deferred: torch
 
         prompt = processor.apply_chat_template(protocol.build_messages(None), tokenize=False,

@@ -17,9 +17,10 @@ import sys
 
 import open_r1.generation
 from open_r1.errors import CliHelp, OpenR1Error, error_exit
-from open_r1.export import COUNTING_GRADER_CLASS, one_line, recover_interrupted_swap, verify_submission
+from open_r1.export import COUNTING_GRADER_CLASS, recover_interrupted_swap, verify_submission
 from open_r1.modeling import load_model, load_processor
 from open_r1.noise import quiet_library_noise
+from open_r1.tasks import one_line
 from open_r1.tasks.counting.data import validate_counting_dataset
 from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report
 from open_r1.validate import check_images, dataset_problems, model_dir_problems, raise_all

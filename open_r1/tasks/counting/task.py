@@ -2,8 +2,7 @@
 grader's protocol (accuracy %, keep-best by the OOD set)."""
 from __future__ import annotations
 
-from open_r1.export import one_line
-from open_r1.tasks import Task
+from open_r1.tasks import Task, one_line
 from open_r1.tasks.counting import data as data_lib
 from open_r1.tasks.counting import evaluate as evaluate_lib
 from open_r1.tasks.counting import protocol
