@@ -138,7 +138,7 @@ class RewardModel(nn.Module):
         if dedupe_vision:  # ... and the vision tower encodes that image once (the same scores and gradients)
             enable_vision_dedupe(self._base_backbone())
         config = self._base_backbone().config
-        hidden = int((getattr(config, "text_config", None) or config).hidden_size)
+        hidden = int(config.get_text_config().hidden_size)
         self.head = nn.Linear(hidden, 1, bias=False, dtype=torch.float32)
         nn.init.zeros_(self.head.weight)
         self.meta = dict(meta or {})

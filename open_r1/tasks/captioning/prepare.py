@@ -43,7 +43,6 @@ import shutil
 import unicodedata
 from collections import Counter, defaultdict
 
-from open_r1 import modeling
 from open_r1.errors import DataError, OpenR1Error, error_exit
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data, protocol
@@ -284,6 +283,8 @@ def prepare(args: argparse.Namespace) -> dict:
     import datasets  # deferred: heavy
     import numpy as np
     import pyarrow as pa
+
+    from open_r1 import modeling  # deferred: it loads torch
 
     out = os.path.abspath(args.out)
     if os.path.exists(out) and not args.overwrite:
