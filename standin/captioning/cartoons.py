@@ -66,9 +66,8 @@ from open_r1.tasks.captioning import protocol
 from open_r1.tasks.counting.scenes import clevr, ood
 from open_r1.tasks.counting.scenes.png import encode_png
 from open_r1.tasks.counting.scenes.raytrace import RayCaster
-from open_r1.tasks.counting.scenes.render import as_generator, default_min_visible_pixels, parse_image_size
+from open_r1.tasks.counting.scenes.render import RENDERERS, as_generator, default_min_visible_pixels, parse_image_size
 
-RENDERERS = {"clevr": clevr, "ood": ood}
 # Attribute dimensions that can make the odd object odd, per renderer.
 # OOD: colour only (sizes read ambiguously under its perspective camera, textures blur at small image sizes).
 # Size is not an odd dimension: the layout only allows shrinking, so the odd one would always be "large" and the
@@ -159,15 +158,6 @@ def _make_odd(rng: np.random.Generator, renderer: str, objects: list[dict]) -> d
     return {"dimension": dim, "odd_index": odd, "odd_value": odd_value, "majority_value": majority}
 
 
-def _footprints(renderer: str, objects: list[dict]) -> list:
-    # Contact-shadow footprints, as each renderer's build_spec derives them from its objects.
-    if renderer == "clevr":
-        return [(o["position"][0], o["position"][1], o["_radius"] if o["shape"] != "sphere" else 0.55 * o["_radius"])
-                for o in objects]
-    return [(o["position"][0], o["position"][1], 0.5 * o["_radius"]) if o["shape"] != "plane" else None
-            for o in objects]
-
-
 def render_odd_scene(rng_or_seed: Any, renderer: str = "clevr", image_size: Any = (128, 96), min_objects: int = 3,
                      max_objects: int = 7):
     """Render one scene with exactly one odd object: (PIL image, scene_meta dict).
@@ -191,7 +181,7 @@ def render_odd_scene(rng_or_seed: Any, renderer: str = "clevr", image_size: Any 
         spec, objects, environment = module.build_spec(rng, n_objects, "A", width, height)
         odd = _make_odd(rng, renderer, objects)
         parts = [part for i, obj in enumerate(objects) for part in module.object_parts(obj, i)]
-        spec = dataclasses.replace(spec, parts=parts, footprints=_footprints(renderer, objects))
+        spec = dataclasses.replace(spec, parts=parts, footprints=[module.footprint(o) for o in objects])
         caster = RayCaster(spec)
         ids = caster.trace().object_ids
         visible = np.bincount(ids[ids >= 0], minlength=n_objects)
