@@ -148,9 +148,7 @@ def perception(recipe, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
     """Greedy answers of a pre-trained base to ``cartoons.PROBE_QUESTION`` on held-out contests (val and the OOD
     renderer): the share that names the odd object's odd value (``cartoons.perceives_odd``), what an RM on this
     backbone, and a policy, must see to read the hidden rule."""
-    import torch  # deferred: heavy
-
-    model = modeling.load_model(model_dir, dtype=None if torch.cuda.is_available() else "float32")
+    model = modeling.load_model(model_dir)
     model = model.to(config.device()).eval()
     processor = modeling.load_processor(model_dir, cfg.min_pixels, cfg.max_pixels)
     out = {}

@@ -59,7 +59,7 @@ def run(recipe) -> dict:
                           "ratings of the policy's captions into a split and set rm.train_split to it")
     started = time.time()
     device = config.device()
-    model = modeling.load_model(policy, dtype=None if device == "cuda" else "float32").to(device).eval()
+    model = modeling.load_model(policy).to(device).eval()
     processor = modeling.load_processor(policy)
     sampling = {**stage_eval.sampling_kwargs(recipe), "n": cfg.n, "max_cartoons": cfg.contests}
     n_contests = len(set(train["contest"]))

@@ -97,7 +97,7 @@ def run(recipe) -> dict:
     timings = {}
     for name, path in named.items():
         started = time.time()
-        model = modeling.load_model(path, dtype=None if device == "cuda" else "float32").to(device).eval()
+        model = modeling.load_model(path).to(device).eval()
         processor = modeling.load_processor(path)
         for split in cfg.splits:
             with torch.no_grad():

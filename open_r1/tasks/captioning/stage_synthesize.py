@@ -76,7 +76,7 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
 
 def _generate_hf(model_path, records, messages, cfg: Config):
     device = config.device()
-    model = modeling.load_model(model_path, dtype=None if device == "cuda" else "float32").to(device).eval()
+    model = modeling.load_model(model_path).to(device).eval()
     processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
     texts = []
     for start in range(0, len(records), cfg.batch_size):
