@@ -245,15 +245,6 @@ def inode_of(path: str) -> int | None:
         return None
 
 
-def fix_modes(root: str) -> None:
-    """Dirs 0755, files 0644, whatever the umask of mkdtemp (0700): a grader running as another user reads it."""
-    for dirpath, _, filenames in os.walk(root):  # symlinks are neither followed nor changed
-        os.chmod(dirpath, 0o755)
-        for path in (os.path.join(dirpath, name) for name in filenames):
-            if not os.path.islink(path):
-                os.chmod(path, 0o644)
-
-
 def _exchange(a: str, b: str) -> bool:
     """Atomically swap two paths (renameat2 RENAME_EXCHANGE). False when the system cannot."""
     renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc >= 2.28
@@ -320,7 +311,7 @@ def swap_in(target: str, fill, aside_tag: str, error: type[OpenR1Error], what: s
     verified, new_inode = False, None
     try:
         fill(staging)
-        fix_modes(staging)
+        modeling.fix_modes(staging)
         verified = True
         if beside:
             kept = kept_path(target, "candidate")

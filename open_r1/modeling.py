@@ -152,6 +152,15 @@ def pixel_budget(processor) -> tuple[int, int]:
     return int(size["shortest_edge"]), int(size["longest_edge"])
 
 
+def fix_modes(root: str) -> None:
+    """Dirs 0755, files 0644, whatever the umask of mkdtemp (0700): a grader running as another user reads it."""
+    for dirpath, _, filenames in os.walk(root):  # symlinks are neither followed nor changed
+        os.chmod(dirpath, 0o755)
+        for path in (os.path.join(dirpath, name) for name in filenames):
+            if not os.path.islink(path):
+                os.chmod(path, 0o644)
+
+
 @contextlib.contextmanager
 def staged_dir(out_dir):
     """Build a dir in a staging dir beside `out_dir` (yielded), then give it modes 0755/0644 (readable by other
@@ -164,10 +173,7 @@ def staged_dir(out_dir):
     aside = None
     try:
         yield staging
-        for root, _dirs, files in os.walk(staging):
-            os.chmod(root, 0o755)
-            for name in files:
-                os.chmod(os.path.join(root, name), 0o644)
+        fix_modes(staging)
         if os.path.exists(out_dir):
             aside = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=parent)
             os.rename(out_dir, os.path.join(aside, "previous"))
