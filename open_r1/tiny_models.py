@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import math
 import os
 import zlib
 from collections import namedtuple
@@ -185,6 +186,14 @@ def build_tokenizer(bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE, family: str = 
         raise AssertionError("placeholder names collided with trained tokens")
     return qwen2_tokenizer(vocab, merges, ADDED_TOKENS[family], chat_template(family, thinking),
                            model_max_length=_SPECS[family].model_max_length)
+
+
+def small_vocab_tokenizer(added, chat_template: str, model_max_length: int):
+    """(tokenizer, {token: id}, vocab size to a multiple of 64): the trained BPE, `added` right after it (~2.6k ids)."""
+    vocab, merges = train_byte_level_bpe(DEFAULT_BPE_VOCAB_SIZE)
+    ids = {token: len(vocab) + i for i, token in enumerate(added)}
+    tokenizer = qwen2_tokenizer(vocab, merges, ids, chat_template, model_max_length=model_max_length)
+    return tokenizer, ids, 64 * math.ceil(len(tokenizer) / 64)
 
 
 def qwen2_tokenizer(vocab: dict[str, int], merges: list, added: dict[str, int], chat_template: str,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import sys
@@ -47,10 +46,8 @@ MODEL = {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4, "
 
 def build_model(out_dir: str, seed: int, min_pixels: int, max_pixels: int) -> str:
     """A random-init Qwen3-VL-Thinking stand-in with the small vocabulary, saved at ``out_dir``."""
-    vocab, merges = tm.train_byte_level_bpe(tm.DEFAULT_BPE_VOCAB_SIZE)
-    ids = {token: len(vocab) + i for i, token in enumerate(tm.QWEN3_VL_ADDED_TOKENS)}
-    tokenizer = tm.qwen2_tokenizer(vocab, merges, ids, tm.chat_template("qwen3_vl", True), model_max_length=262144)
-    vocab_size = 64 * math.ceil(len(tokenizer) / 64)
+    tokenizer, ids, vocab_size = tm.small_vocab_tokenizer(
+        tm.QWEN3_VL_ADDED_TOKENS, tm.chat_template("qwen3_vl", True), model_max_length=262144)
     config = tm.build_config(family="qwen3_vl", vocab_size=vocab_size, pad_token_id=ids["<|endoftext|>"], **MODEL)
     config.image_token_id, config.video_token_id = ids["<|image_pad|>"], ids["<|video_pad|>"]
     config.vision_start_token_id, config.vision_end_token_id = ids["<|vision_start|>"], ids["<|vision_end|>"]

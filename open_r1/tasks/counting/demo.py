@@ -59,13 +59,8 @@ def build_demo_model(seed: int = 0):
     """(model, processor): random-init Qwen2-VL with the small vocabulary; every config id points at the new ids."""
     from transformers import GenerationConfig
 
-    # the tiny model's trained BPE with the 14 Qwen2-VL special tokens right after it: the same strings and chat
-    # template, a ~2.6k-token vocabulary
-    vocab, merges = tiny_models.train_byte_level_bpe(tiny_models.DEFAULT_BPE_VOCAB_SIZE)
-    ids = {token: len(vocab) + i for i, token in enumerate(tiny_models.QWEN2VL_SPECIAL_TOKENS)}
-    tokenizer = tiny_models.qwen2_tokenizer(vocab, merges, ids, tiny_models.QWEN2VL_CHAT_TEMPLATE,
-                                            model_max_length=4096)
-    vocab_size = 64 * math.ceil(len(tokenizer) / 64)
+    tokenizer, ids, vocab_size = tiny_models.small_vocab_tokenizer(
+        tiny_models.QWEN2VL_SPECIAL_TOKENS, tiny_models.QWEN2VL_CHAT_TEMPLATE, model_max_length=4096)
     bos = pad = ids["<|endoftext|>"]
     eos = ids["<|im_end|>"]
     config = tiny_models.build_config(vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad,
