@@ -157,6 +157,16 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
     return report
 
 
+def report_set_paths(report: dict) -> dict:
+    """{set name: real path} from a selfcheck report's sets_paths (a list in the order of its sets)."""
+    paths = report.get("sets_paths")
+    if isinstance(paths, dict):
+        return {name: os.path.realpath(p) for name, p in paths.items()}
+    if isinstance(paths, list) and len(paths) == len(report.get("sets") or ()):
+        return {name: os.path.realpath(p) for name, p in zip(report["sets"], paths)}
+    return {}
+
+
 def export_submission(checkpoint: str, out: str, base_model: str | None = None, min_pixels: int | None = None,
                       max_pixels: int | None = None, verify: bool = True, log=print, replace_scored: bool = False,
                       expected_class: str | None = COUNTING_GRADER_CLASS) -> VerifyReport:
@@ -209,8 +219,7 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
     if scored is None:
         log(f"[export] submission ready: {out}")
         return report
-    sets = scored.get("sets_paths") or sorted(scored.get("sets") or [])  # selfcheck writes {name: path}
-    sets = list(sets.values()) if isinstance(sets, dict) else sets
+    sets = report_set_paths(scored).values()
     sets_arg = f" --sets {' '.join(sets)}" if sets else ""
     limit_arg = f" --limit {scored['limit']}" if scored.get("limit") else ""
     log(f"[export] {out} holds a scored submission ({scored.get('mean_accuracy_pct')}% mean accuracy in its "
@@ -429,7 +438,7 @@ def _raise_interrupt(signum, frame):
 
 def run_cli(what: str, submission: str, work) -> int:
     """Run an entry point's `work()` (its exit status) with SIGTERM unwinding like Ctrl-C, nothing half-done; an
-    OpenR1Error or an interrupt ends in one line on stderr (an interrupt's `where` says where the models are)."""
+    OpenR1Error or interrupt ends in one stderr line (`where`: where the models are). A later SIGTERM is ignored."""
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -443,8 +452,19 @@ def run_cli(what: str, submission: str, work) -> int:
         print(f"error: {what} interrupted ({name}); {where}", file=sys.stderr)
         return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        while previous is not None:
+            with contextlib.suppress(KeyboardInterrupt):  # signal.signal runs a pending handler before swapping it
+                signal.signal(signal.SIGTERM, previous)
+                previous = None
+
+
+def exit_cli(main) -> None:
+    """`raise SystemExit(main())`, ignoring SIGINT/SIGTERM once main() has returned: a signal in the interpreter's
+    exit (~1 s with torch loaded) cannot turn a finished command's status into a kill."""
+    status = main()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    raise SystemExit(status)
 
 
 def main(argv=None) -> int:
@@ -484,4 +504,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_cli(main)

@@ -24,12 +24,11 @@ from open_r1 import run as run_lib
 from open_r1.checks import closest_key
 from open_r1.errors import RecipeError, error_exit, user_error
 from open_r1.export import TRAINING_META_FILE
-from open_r1.families import FAMILIES
+from open_r1.families import FAMILIES, vision_tower
 from open_r1.jsonio import write_json
 from open_r1.noise import quiet_library_noise
-from open_r1.rewards import parse_reward_kwargs  # noqa: F401  (re-exported: recipes' reward params)
 from open_r1.tasks import get_task, task_settings
-from open_r1.trainer import VLMGRPOTrainer, check_noisy_rollouts, vision_tower
+from open_r1.trainer import VLMGRPOTrainer, check_noisy_rollouts
 
 BATCH_HINT = (
     "per_device_train_batch_size counts completions, not prompts: make the generation batch a multiple of "
@@ -164,7 +163,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, m
     processor, LoRA, the trainer. `task`: the run's (built from the recipe when not given)."""
     training_args.remove_unused_columns = False  # the data's columns must reach the reward functions
     reward_funcs = rewards_lib.get_reward_funcs(script_args.reward_funcs,
-                                                parse_reward_kwargs(script_args.reward_kwargs))
+                                                rewards_lib.parse_reward_kwargs(script_args.reward_kwargs))
     check_noisy_rollouts(script_args.noisy_rollouts, script_args.noise_std)  # before the slow loads
     family = modeling.family_of_dir(model_args.model_name_or_path)
     task = task or get_task(script_args.task, script_args)

@@ -19,9 +19,10 @@ import os
 import shutil
 import sys
 
+from open_r1 import export
 from open_r1.checks import is_number, writable_problem
 from open_r1.errors import CliHelp, PromoteError
-from open_r1.export import REPORT_FILE, recover_interrupted_swap, run_cli, swap_in, verify_submission
+from open_r1.export import REPORT_FILE, exit_cli, recover_interrupted_swap, run_cli, swap_in, verify_submission
 from open_r1.jsonio import read_json
 
 
@@ -41,16 +42,6 @@ def load_report(path: str) -> dict:
     return report
 
 
-def _set_paths(report: dict) -> dict:
-    """{set name: real path} from a selfcheck report's sets_paths (a list in the order of its sets)."""
-    paths = report.get("sets_paths")
-    if isinstance(paths, dict):
-        return {name: os.path.realpath(p) for name, p in paths.items()}
-    if isinstance(paths, list) and len(paths) == len(report["sets"]):
-        return {name: os.path.realpath(p) for name, p in zip(report["sets"], paths)}
-    return {}
-
-
 def report_mismatch(new: dict, current: dict) -> list[str]:
     """Why two reports are not comparable (empty list = comparable): the same sets (names, paths, rows on disk and
     examples scored) under the same protocol."""
@@ -58,7 +49,7 @@ def report_mismatch(new: dict, current: dict) -> list[str]:
     new_sets, cur_sets = set(new["sets"]), set(current["sets"])
     if new_sets != cur_sets:
         problems.append(f"different sets: new {sorted(new_sets)} vs current {sorted(cur_sets)}")
-    new_paths, cur_paths = _set_paths(new), _set_paths(current)
+    new_paths, cur_paths = export.report_set_paths(new), export.report_set_paths(current)
     new_rows, cur_rows = new.get("sets_rows") or {}, current.get("sets_rows") or {}
     for name in sorted(new_sets & cur_sets):
         n_new, n_cur = new["sets"][name].get("n"), current["sets"][name].get("n")
@@ -167,4 +158,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_cli(main)

@@ -28,15 +28,10 @@ from open_r1 import compat
 from open_r1 import rollout_weights as rollout_lib
 from open_r1.decoding import GraphDecoder
 from open_r1.errors import RecipeError, TrainerOptionError  # noqa: F401  (re-exported)
-from open_r1.families import vision_tower  # noqa: F401  (re-exported: one definition, per family)
 from open_r1.generation import decoder_for
 from open_r1.image_dedupe import enable_image_dedupe
 from open_r1.images import IMAGE_COLUMN, decode_images, lazy_image_column  # noqa: F401  (re-exported)
-from open_r1.vision_dedupe import (  # noqa: F401  (re-exported; the RM uses them too)
-    DedupeVisionMixin,
-    duplicate_map,
-    enable_vision_dedupe,
-)
+from open_r1.vision_dedupe import enable_vision_dedupe
 
 
 def resolve_fast_decode(value, trainer) -> str | None:

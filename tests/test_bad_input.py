@@ -505,6 +505,35 @@ def test_sigterm_during_export_restores_never_deletes(tiny_model_dir, exported, 
         assert any(tree_digest(tmp_path / n) == before for n in names if n.startswith("submission.prev-"))
 
 
+def test_a_sigterm_after_the_work_is_dropped_not_raised(monkeypatch):
+    """CPython runs a pending handler inside signal.signal before swapping it: a SIGTERM arriving as run_cli restores
+    the old handler raised KeyboardInterrupt out of its `finally` (a traceback and exit -2 after 'submission ready')."""
+    from open_r1 import export
+
+    real, before = signal.signal, signal.getsignal(signal.SIGTERM)
+
+    def signal_with_pending_sigterm(signum, handler):
+        if signum == signal.SIGTERM and handler is not export._raise_interrupt and not restores:
+            restores.append(handler)
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # the pending SIGTERM's handler runs first
+        return real(signum, handler)
+
+    restores: list = []
+    monkeypatch.setattr(signal, "signal", signal_with_pending_sigterm)
+    assert export.run_cli("export", "submission", lambda: 0) == 0
+    assert restores == [before] and signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_signal_during_the_interpreters_exit_keeps_the_status():
+    """After main() returns, the interpreter's exit takes ~1 s with torch loaded; a SIGTERM there killed a finished
+    export (-15). atexit handlers run inside that exit, so this one sends the signal at the right moment."""
+    code = ("import atexit, os, signal, time\n"
+            "from open_r1.export import exit_cli\n"
+            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.5)))\n"
+            "exit_cli(lambda: 0)\n")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 0
+
+
 def test_an_interrupted_swap_is_recovered_on_the_next_run(tmp_path):
     """The journal states a SIGKILL or power loss can leave (signals are held during the swap itself)."""
     from open_r1.export import _journal_path, recover_interrupted_swap

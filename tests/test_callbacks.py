@@ -488,7 +488,7 @@ def test_keep_best_ranks_by_the_run_tasks_sets_by_default():
 
 
 def test_eval_sets_are_named_by_their_dirs_and_two_of_one_name_are_refused():
-    from open_r1.errors import DataError
+    from open_r1.checks import check_eval_settings
     from open_r1.tasks import Task
 
     class Echo(Task):
@@ -497,8 +497,8 @@ def test_eval_sets_are_named_by_their_dirs_and_two_of_one_name_are_refused():
 
     assert Echo().load_eval_sets(["data/val", "data/ood_val/"], 3) == {"val": ("data/val", 3),
                                                                        "ood_val": ("data/ood_val/", 3)}
-    with pytest.raises(DataError, match="two eval sets are named 'val'"):
-        Echo().load_eval_sets(["a/val", "b/val"])
+    args = types.SimpleNamespace(eval_sets=["a/val", "b/val/", "c/ood"], eval_steps_protocol=1)
+    assert check_eval_settings(args) == ["eval sets ['val'] appear twice by name (names are dir basenames; --eval_sets)"]
 
 
 def test_disk_check_warns_once_after_the_first_checkpoint_when_later_saves_and_the_export_do_not_fit(

@@ -124,7 +124,7 @@ def test_item2_trl_split_helpers_round_trip():
 def test_item3_vision_towers_take_a_mixin_class_swap(family):
     from open_r1.families import FAMILIES, vision_tower
     from open_r1.tiny_models import build_config
-    from open_r1.trainer import DedupeVisionMixin
+    from open_r1.vision_dedupe import DedupeVisionMixin
 
     config = build_config(family=family)
     with torch.device("meta"):

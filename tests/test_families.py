@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from open_r1 import export as export_lib
-from open_r1 import families, grpo, modeling
+from open_r1 import families, grpo, modeling, vision_dedupe
 from open_r1 import trainer as trainer_lib
 from open_r1.errors import ModelError
 from tests.test_grpo import FAST_RECIPE, use_varied_reward
@@ -127,7 +127,7 @@ def test_deduplicated_vision_gives_the_same_loss_and_gradients(family, family_mo
         model = modeling.load_model(str(family_model_dir), dtype="float32")
         model.train()
         if dedupe:
-            assert trainer_lib.enable_vision_dedupe(model)
+            assert vision_dedupe.enable_vision_dedupe(model)
         visual = families.vision_tower(model)
         deepstack = []
         if families.FAMILIES[family].has_deepstack:
@@ -164,7 +164,7 @@ def test_zero3_blocks_are_the_layers_whose_full_backward_hooks_fire(family, fami
     model = modeling.load_model(str(family_model_dir), dtype="float32")
     model.gradient_checkpointing_enable()
     model.train()
-    assert trainer_lib.enable_vision_dedupe(model)
+    assert vision_dedupe.enable_vision_dedupe(model)
     classes = trainer_lib.zero3_block_classes(model)
     assert sorted(c.__name__.endswith("DecoderLayer") + 2 * c.__name__.endswith("VisionBlock") for c in classes) == [1, 2]
     fired = set()
@@ -181,7 +181,7 @@ def test_dedupe_with_all_distinct_images_runs_the_plain_tower(family, family_mod
     out = processor.image_processor(images=_images(3, seed=2), return_tensors="pt")
     model = modeling.load_model(str(family_model_dir), dtype="float32")
     plain = model.model.get_image_features(out["pixel_values"], out["image_grid_thw"]).pooler_output
-    trainer_lib.enable_vision_dedupe(model)
+    vision_dedupe.enable_vision_dedupe(model)
     deduped = model.model.get_image_features(out["pixel_values"], out["image_grid_thw"]).pooler_output
     visual = families.vision_tower(model)
     assert (visual.images_seen, visual.images_encoded) == (3, 3)

@@ -28,7 +28,7 @@ def _grpo_args(arm: str):
 # Arms
 # --------------------------------------------------------------------------------------------------------------------
 def test_every_arm_parses_and_changes_only_what_it_claims():
-    from open_r1.grpo import parse_reward_kwargs
+    from open_r1.rewards import parse_reward_kwargs
 
     ours_script, ours_train, ours_model = _grpo_args("ours")
     weak_script, weak_train, _ = _grpo_args("weak_baseline")

@@ -7,7 +7,7 @@ import torch
 from datasets import Dataset, Image
 from PIL import Image as PILImage
 
-from open_r1 import grpo
+from open_r1 import families, grpo, vision_dedupe
 from open_r1 import trainer as trainer_lib
 from tests.test_grpo import recipe_args, use_varied_reward
 
@@ -290,7 +290,7 @@ def test_duplicate_map_finds_exact_copies_only(tiny_model_dir):
     almost_a = np.asarray(a).copy()
     almost_a[0, 0, 0] ^= 1  # one pixel differs by one level
     pixels, grid = _vision_batch(processor, [a, b, a, PILImage.fromarray(almost_a), b, a])
-    assert trainer_lib.duplicate_map(pixels, grid) == [0, 1, 0, 3, 1, 0]
+    assert vision_dedupe.duplicate_map(pixels, grid) == [0, 1, 0, 3, 1, 0]
 
 
 def test_deduplicated_vision_tower_gives_the_same_features_and_gradients(tiny_model_dir):
@@ -304,8 +304,8 @@ def test_deduplicated_vision_tower_gives_the_same_features_and_gradients(tiny_mo
     def features_and_grads(dedupe):
         model = load_model(str(tiny_model_dir), dtype="float32")
         if dedupe:
-            assert trainer_lib.enable_vision_dedupe(model)
-        visual = trainer_lib.vision_tower(model)
+            assert vision_dedupe.enable_vision_dedupe(model)
+        visual = families.vision_tower(model)
         calls = []
         visual.register_forward_pre_hook(lambda module, args: calls.append(args[0].shape[0]))
         features = model.model.get_image_features(pixels, grid).pooler_output
@@ -375,7 +375,7 @@ def test_dedupe_vision_trains_whole_groups_per_micro_batch_with_the_same_update(
         monkeypatch.setattr(vision_dedupe, "duplicate_map",
                             lambda *a: distinct.append(len(set(mapping := real(*a)))) or mapping)
         trainer.train()
-        visual = trainer_lib.vision_tower(trainer.model)
+        visual = families.vision_tower(trainer.model)
         counts.append((visual.images_seen, visual.images_encoded))
         return {n: p.detach() - before[n] for n, p in trainer.model.named_parameters()}, distinct, rounds, micro_batches
 

@@ -627,8 +627,9 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
 
     from open_r1 import compat, decoding, modeling
     from open_r1 import grpo as grpo_lib
-    from open_r1.rewards import get_reward_funcs
-    from open_r1.trainer import VLMGRPOTrainer, vision_tower
+    from open_r1.families import vision_tower
+    from open_r1.rewards import get_reward_funcs, parse_reward_kwargs
+    from open_r1.trainer import VLMGRPOTrainer
 
     if ctx.layers_once is not None:
         decoding.LAYERS_ONCE = ctx.layers_once  # read when the trainer builds its graph decoder
@@ -643,7 +644,7 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         result.update(gradient_checkpointing=bool(args.gradient_checkpointing), warmup_rounds=ctx.warmup, **geometry)
         # Every variant scores with the recipe's rewards (CPU work, the same for all); plain TRL weighs them equally.
         reward_funcs = get_reward_funcs(ctx.recipe.get("reward_funcs") or DEFAULT_REWARD_FUNCS,
-                                        grpo_lib.parse_reward_kwargs(ctx.recipe.get("reward_kwargs")))
+                                        parse_reward_kwargs(ctx.recipe.get("reward_kwargs")))
         if args.reward_weights is not None and len(args.reward_weights) != len(reward_funcs):
             args.reward_weights = None  # plain TRL with the recipe's rewards: equal weights
         templates = ctx.recipe.get("prompt_templates") or DEFAULT_PROMPT_TEMPLATES

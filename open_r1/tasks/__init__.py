@@ -13,7 +13,7 @@ import os
 import re
 
 from open_r1.checks import load_split
-from open_r1.errors import DataError, RecipeError
+from open_r1.errors import RecipeError
 
 # name -> module holding `TASK`, a class built with the recipe's script arguments (see `Task` below).
 TASK_MODULES = {"counting": "open_r1.tasks.counting.task", "captioning": "open_r1.tasks.captioning.task"}
@@ -60,14 +60,9 @@ class Task:
         raise NotImplementedError
 
     def load_eval_sets(self, paths: list[str], limit: int | None = None) -> dict:
-        """{name: dataset} of held-out sets, each named by its dir's basename (`load_eval_set`)."""
-        sets = {}
-        for path in paths:
-            name = os.path.basename(os.path.normpath(path))
-            if name in sets:
-                raise DataError(f"two eval sets are named {name!r} ({path}); eval set names are dir basenames")
-            sets[name] = self.load_eval_set(path, limit)
-        return sets
+        """{name: dataset} of held-out sets, each named by its dir's basename (`load_eval_set`; two of one name are
+        refused by checks.check_eval_settings)."""
+        return {os.path.basename(os.path.normpath(path)): self.load_eval_set(path, limit) for path in paths}
 
     def load_eval_set(self, path: str, limit: int | None = None):
         """One held-out set, validated like the training data, its first `limit` rows."""
