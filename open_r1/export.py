@@ -274,10 +274,10 @@ def _signals_held():
     handlers are replaced by a recorder, not the signals masked: a mask holds only this thread's signals, and the
     kernel may hand a Ctrl-C to any of torch's threads, whose C handler still wakes the Python handler here."""
     received, previous = [], {}
-    if threading.current_thread() is threading.main_thread():  # Python sets handlers in the main thread only
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, lambda number, frame: received.append(number))
-    try:
+    try:  # a pending SIGTERM can raise inside signal.signal: SIGINT's recorder is then undone below
+        if threading.current_thread() is threading.main_thread():  # Python sets handlers in the main thread only
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous[signum] = signal.signal(signum, lambda number, frame: received.append(number))
         yield
     finally:
         for signum, handler in previous.items():

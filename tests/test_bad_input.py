@@ -524,6 +524,29 @@ def test_a_sigterm_after_the_work_is_dropped_not_raised(monkeypatch):
     assert restores == [before] and signal.getsignal(signal.SIGTERM) == before
 
 
+def test_a_sigterm_as_the_swap_holds_signals_leaves_no_recorder_behind(monkeypatch):
+    """The same pending check while _signals_held installs its recorders: SIGINT's was installed, SIGTERM's raised;
+    SIGINT must get its handler back (else every later Ctrl-C of the process is swallowed)."""
+    from open_r1 import export
+
+    real, sigint_before, sigterm_before = signal.signal, signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+
+    def signal_with_pending_sigterm(signum, handler):
+        if signum == signal.SIGTERM and getattr(handler, "__name__", "") == "<lambda>":  # the recorder
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        return real(signum, handler)
+
+    real(signal.SIGTERM, export._raise_interrupt)
+    try:
+        monkeypatch.setattr(signal, "signal", signal_with_pending_sigterm)
+        with pytest.raises(KeyboardInterrupt), export._signals_held():
+            pytest.fail("the block must not run")
+        assert signal.getsignal(signal.SIGINT) == sigint_before
+        assert signal.getsignal(signal.SIGTERM) is export._raise_interrupt
+    finally:
+        real(signal.SIGTERM, sigterm_before)
+
+
 def test_a_signal_during_the_interpreters_exit_keeps_the_status():
     """After main() returns, the interpreter's exit takes ~1 s with torch loaded; a SIGTERM there killed a finished
     export (-15). atexit handlers run inside that exit, so this one sends the signal at the right moment."""
