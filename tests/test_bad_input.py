@@ -529,7 +529,8 @@ def test_a_sigterm_as_the_swap_holds_signals_leaves_no_recorder_behind(monkeypat
     SIGINT must get its handler back (else every later Ctrl-C of the process is swallowed)."""
     from open_r1 import export
 
-    real, sigint_before, sigterm_before = signal.signal, signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    real = signal.signal
+    sigint_before, sigterm_before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
 
     def signal_with_pending_sigterm(signum, handler):
         if signum == signal.SIGTERM and getattr(handler, "__name__", "") == "<lambda>":  # the recorder
