@@ -225,7 +225,7 @@ def test_every_preset_builds_a_valid_config(tmp_path, tiny):
     ctx.tiny = tiny
     for name in bench.PRESETS:
         variant = bench.resolve_variant(name, bench.PRESETS, ctx.recipe)
-        if variant.zero3 and bench.missing_requirements(variant):
+        if variant.deepspeed and bench.missing_requirements(variant):
             continue  # GRPOConfig(deepspeed=...) needs DeepSpeed (not on this CPU machine): test_zero3_variants
         if not tiny:
             variant.overrides.update({"use_cpu": True, "bf16": False})
@@ -367,7 +367,7 @@ def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch
     recipe = bench.load_recipe(RECIPE)
     for name, base in (("plain_trl_zero3", "plain_trl"), ("ours_fast_zero3", "ours_fast")):
         variant, plain = (bench.resolve_variant(n, bench.PRESETS, recipe) for n in (name, base))
-        assert variant.zero3 and not plain.zero3 and "deepspeed" in variant.requires
+        assert variant.deepspeed == "zero3.json" and not plain.deepspeed and "deepspeed" in variant.requires
         assert variant.overrides == plain.overrides and variant.fast_decode == plain.fast_decode
     shipped = json.loads((bench.REPO_ROOT / "zero3.json").read_text())
     assert bench.deepspeed_config(variant) == shipped  # train.sh's config, unchanged

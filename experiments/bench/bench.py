@@ -98,13 +98,20 @@ PRESETS: dict[str, dict[str, Any]] = {
                         "per_device_train_batch_size": 128, "gradient_accumulation_steps": 4},
     # train.sh's default path in one process: DeepSpeed ZeRO-3 with zero3.json (one variant per process: accelerate's
     # state is a process-wide singleton; `--merge` puts the JSONs of several processes into one table)
-    "plain_trl_zero3": {"base": "plain_trl", "zero3": True, "requires": ["deepspeed"],
+    "plain_trl_zero3": {"base": "plain_trl", "deepspeed": "zero3.json", "requires": ["deepspeed"],
                         "description": "plain_trl under DeepSpeed ZeRO-3 (zero3.json; HF generate on TRL's gathered "
                                        "weights)"},
-    "ours_fast_zero3": {"base": "ours_fast", "zero3": True, "requires": ["deepspeed"],
+    "ours_fast_zero3": {"base": "ours_fast", "deepspeed": "zero3.json", "requires": ["deepspeed"],
                         "description": "ours_fast under DeepSpeed ZeRO-3 (zero3.json): the graph decoder on a "
                                        "whole-weight copy refreshed once per optimizer step "
                                        "(open_r1/rollout_weights.py)"},
+    # ZeRO-2 keeps fp32 master weights as ZeRO-3 does (no lost bf16 updates) but the bf16 weights whole on each card:
+    # no per-module gathers, and the graph decoder runs on the policy itself. Not in train.sh until measured.
+    "plain_trl_zero2": {"base": "plain_trl_zero3", "deepspeed": "experiments/bench/zero2.json",
+                        "description": "plain_trl under DeepSpeed ZeRO-2 (experiments/bench/zero2.json)"},
+    "ours_fast_zero2": {"base": "ours_fast_zero3", "deepspeed": "experiments/bench/zero2.json",
+                        "description": "ours_fast under DeepSpeed ZeRO-2 (experiments/bench/zero2.json): the graph "
+                                       "decoder on the policy's own bf16 weights"},
     "ours_vllm": {"base": "ours", "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3,
                   "requires": ["vllm"], "description": "vLLM colocate generation (TRL use_vllm; needs vllm; not "
                                                        "measured on the project's GPU)"},
@@ -140,8 +147,8 @@ class Variant:
     # transformers' per-image loop unless a variant names 'grouped' (open_r1/vision_attention.py): the variants
     # measured before it existed keep their meaning
     vision_attention: str = "per_image"
-    zero3: bool = False  # DeepSpeed ZeRO-3 with the repo's zero3.json, as train.sh runs it
-    zero_optimization: dict = field(default_factory=dict)  # keys over zero3.json's zero_optimization (zero3 only)
+    deepspeed: str = ""  # a DeepSpeed config (path from the repo root; zero3.json: train.sh's), one process
+    zero_optimization: dict = field(default_factory=dict)  # keys over that config's zero_optimization
     requires: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -542,7 +549,7 @@ def build_grpo_config(variant: Variant, ctx: BenchContext, output_dir: str):
     if ctx.tiny:
         kwargs.update(tiny_batch_sizes(kwargs))
         kwargs.update({"use_cpu": True, "bf16": False})
-    if variant.zero3:
+    if variant.deepspeed:
         single_process_distributed_env()
         kwargs["deepspeed"] = deepspeed_config(variant)
     args = GRPOConfig(**kwargs)
@@ -554,8 +561,8 @@ def build_grpo_config(variant: Variant, ctx: BenchContext, output_dir: str):
 
 
 def deepspeed_config(variant: Variant) -> dict:
-    """The repo's zero3.json (train.sh's) with the variant's `zero_optimization` keys over its own."""
-    config = json.loads((REPO_ROOT / "zero3.json").read_text())
+    """The variant's DeepSpeed config (e.g. zero3.json, train.sh's) with its `zero_optimization` keys over its own."""
+    config = json.loads((REPO_ROOT / variant.deepspeed).read_text())
     config["zero_optimization"].update(variant.zero_optimization)
     if problems := granularity_problems(config):  # train.sh's validation refuses it too
         raise BenchError(f"variant {variant.name}: {problems[0].removeprefix('--deepspeed: ')}")
@@ -882,8 +889,8 @@ def main(argv=None) -> int:
     names = [n.strip() for n in (args.variants or (DEFAULT_TINY_VARIANTS if args.tiny else DEFAULT_VARIANTS)).split(",")]
     names = [n for n in names if n]
     variants = [resolve_variant(name, presets, recipe) for name in names]  # unknown names fail before any work
-    if any(v.zero3 for v in variants) and len(variants) > 1:
-        raise BenchError("a ZeRO-3 variant runs alone in its process (accelerate's DeepSpeed state is process-wide): "
+    if any(v.deepspeed for v in variants) and len(variants) > 1:
+        raise BenchError("a DeepSpeed variant runs alone in its process (accelerate's DeepSpeed state is process-wide): "
                          "one --variants NAME per run, then --merge their JSONs into one table")
     completion_length = args.completion_length or (TINY_COMPLETION_LENGTH if args.tiny else BENCH_COMPLETION_LENGTH)
     if args.steps < 1 or args.warmup < 0:
