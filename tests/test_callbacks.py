@@ -325,6 +325,23 @@ def test_eval_callback_skips_on_signal_and_when_the_final_eval_does_not_fit(tmp_
     assert len(calls) == 1 and not control.should_save
 
 
+def test_without_keep_best_an_evaluation_saves_no_checkpoint(tmp_path):
+    """The evaluated weights are saved only for keep-best to choose among (a ZeRO-3 checkpoint of the 2B model is
+    30.9 GB); without it the score is recorded with no checkpoint."""
+    evaluator = cb.InTrainingEvalCallback({"ood_val": [0]}, every_n_steps=1, keep_best=False, log=lambda *_: None,
+                                          evaluate_fn=lambda *a, **k: report("ood_val", 1.0), task=get_task("counting"))
+    args, state = fake_args(tmp_path), fresh_state(max_steps=10)
+    evaluator.on_train_begin(args, state, TrainerControl())
+    state.global_step = 1
+    control = TrainerControl()
+    evaluator.on_step_end(args, state, control, model=FakeModel())
+    assert not control.should_save
+    state.global_step = 2
+    evaluator.on_step_begin(args, state, TrainerControl())
+    entry = json.loads((tmp_path / keep_best.HISTORY_FILE).read_text())["entries"][0]
+    assert (entry["step"], entry["checkpoint"], entry["scores"]) == (1, None, {"ood_val": 1.0})
+
+
 def test_eval_history_is_truncated_to_the_resumed_step(tmp_path):
     make_checkpoint(tmp_path, 2)
     write_json(str(tmp_path / keep_best.HISTORY_FILE), {

@@ -189,7 +189,7 @@ class InTrainingEvalCallback(TrainerCallback):
         self._pending.update({"reward": None, "eval_seconds": round(seconds, 3),
                               "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
         self._log_metrics(control, {f"eval/{name}_{self.task.metric}": value for name, value in scores.items()})
-        control.should_save = True  # the evaluated weights become checkpoint-<step>
+        control.should_save |= self.keep_best  # keep-best picks among evaluated checkpoints; without it, no 30 GB save
         if _is_rank0(state):
             self.log(f"[eval] step {step}: {self.task.metric} " + ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
                      + f" ({seconds:.1f}s)")
@@ -230,7 +230,7 @@ class InTrainingEvalCallback(TrainerCallback):
         return control
 
     def on_step_begin(self, args, state, control, **kwargs):
-        if self._pending is not None:  # evaluated but not saved (should not happen): record it without a checkpoint
+        if self._pending is not None:  # evaluated but not saved (keep_best off): recorded without a checkpoint
             self._finalize(args, state, saved=False)
         return control
 
