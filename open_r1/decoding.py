@@ -384,10 +384,6 @@ class GraphDecoder:
         self._mask = torch.ones(batch, length, dtype=torch.long, device=self.device)
         self._step = torch.zeros((), dtype=torch.long, device=self.device)
 
-    def cache_data_ptr(self) -> int:
-        """Address of the first layer's key tensor (tests: the cache is reused, not reallocated)."""
-        return self.cache.layers[0].keys.data_ptr()
-
     def _make_step(self, settings: SamplingSettings):
         model, cache = self.model, self.cache
         vocab = _text_config(model).vocab_size
@@ -571,16 +567,3 @@ class GraphDecoder:
 # processor outputs that go to the model's forward; anything else passed to generate() is a generation setting
 _MODEL_INPUT_KEYS = {"pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "mm_token_type_ids",
                      "second_per_grid_ts", "token_type_ids", "cache_position", *ROPE_INPUT_KEYS}
-
-
-def strip_after_eos(completion_ids: torch.Tensor, eos_token_ids) -> list[list[int]]:
-    """Rows of completion ids cut after their first EOS (kept), as TRL's masking does."""
-    eos = set(_ids(eos_token_ids))
-    rows = []
-    for row in completion_ids.tolist():
-        for i, token in enumerate(row):
-            if token in eos:
-                row = row[: i + 1]
-                break
-        rows.append(row)
-    return rows

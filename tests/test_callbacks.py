@@ -139,6 +139,21 @@ def test_budget_counts_the_eval_and_save_still_due_at_this_step(tmp_path):
     assert control.should_training_stop and state.global_step == 2
 
 
+@pytest.mark.parametrize("eval_saves", [True, False])
+def test_budget_counts_an_evaluations_save_only_with_keep_best(tmp_path, eval_saves):
+    """The evaluation saves a checkpoint for keep-best only: without it, the 10 s save is not reserved."""
+    clock, est = Clock(), measured_estimator(save=10.0, startup=20.0)
+    est.eval_enabled = True
+    est.observe_eval(30.0)
+    deadline = clock.now + 5.0 + 5.0 + est.reserve(final_eval=True) + 40.0  # step 2 + eval fit; + a save does not
+    budget = cb.TimeBudgetCallback(deadline, est, eval_every_n_steps=2, clock=clock, eval_saves=eval_saves)
+    args, state = fake_args(tmp_path), fresh_state()
+    for _ in range(2):
+        control = TrainerControl()
+        run_step(budget, args, state, control, clock, 5.0)
+    assert control.should_training_stop is eval_saves and state.global_step == 2
+
+
 def test_budget_probe_save_measures_before_deciding(tmp_path):
     clock = Clock()
     budget = cb.TimeBudgetCallback(clock.now + 3600, cb.ReserveEstimator(), clock=clock)

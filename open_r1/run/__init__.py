@@ -65,15 +65,16 @@ def build_run_callbacks(script_args, training_args, task=None) -> RunSafety:
     time_budget = getattr(script_args, "time_budget", None)
     eval_paths = list(getattr(script_args, "eval_sets", None) or [])
     every = getattr(script_args, "eval_steps_protocol", None)
+    keep_best = getattr(script_args, "keep_best", None)
+    keep_best = bool(eval_paths) if keep_best is None else bool(keep_best)
     deadline = parse_time_budget(time_budget) if time_budget else None  # '0' / 'off' / 'none': no budget
     if deadline is not None:
-        budget = TimeBudgetCallback(deadline, estimator, eval_every_n_steps=every if eval_paths else None)
+        budget = TimeBudgetCallback(deadline, estimator, eval_every_n_steps=every if eval_paths else None,
+                                    eval_saves=keep_best)
         callbacks.append(budget)
     graceful = GracefulStopCallback()
     callbacks += [graceful, DiskSpaceCallback()]
     evaluator = None
-    keep_best = getattr(script_args, "keep_best", None)
-    keep_best = bool(eval_paths) if keep_best is None else bool(keep_best)
     if eval_paths:
         task = task or get_task(getattr(script_args, "task", "counting"), script_args)
         eval_sets = task.load_eval_sets(eval_paths, getattr(script_args, "eval_limit", None))

@@ -202,8 +202,9 @@ class TimeBudgetCallback(TrainerCallback):
     """Stop early enough that save + export + verify finish before `deadline_ts` (see the module docstring)."""
 
     def __init__(self, deadline_ts: float, reserve_estimator: ReserveEstimator | None = None,
-                 eval_every_n_steps: int | None = None, clock=time.time, probe_save: bool = True, log=_log):
-        self.deadline = float(deadline_ts)
+                 eval_every_n_steps: int | None = None, clock=time.time, probe_save: bool = True, log=_log,
+                 eval_saves: bool = True):  # eval_saves: each evaluation saves a checkpoint (keep-best's)
+        self.deadline, self.eval_saves = float(deadline_ts), eval_saves
         self.estimator = reserve_estimator or ReserveEstimator()
         self.eval_every = eval_every_n_steps if eval_every_n_steps and eval_every_n_steps > 0 else None
         self.clock = clock
@@ -220,7 +221,7 @@ class TimeBudgetCallback(TrainerCallback):
         strategy = str(getattr(args, "save_strategy", "no")).split(".")[-1].lower()
         save_steps = getattr(state, "save_steps", 0) or getattr(args, "save_steps", 0) or 0  # state: ratio resolved
         every = int(save_steps) if save_steps >= 1 else 0
-        return bool(strategy == "steps" and every and step % every == 0) or self._evals_at(step)
+        return bool(strategy == "steps" and every and step % every == 0) or (self.eval_saves and self._evals_at(step))
 
     def _evals_at(self, step: int) -> bool:
         return bool(self.eval_every and self.estimator.eval_enabled and step % self.eval_every == 0)
