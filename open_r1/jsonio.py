@@ -1,5 +1,5 @@
-"""JSON files, one helper pair for the whole repo: `write_json` writes through a temp file + rename, so a kill
-mid-write never leaves a truncated record; `read_json` returns `default` for a missing or unreadable file when one
+"""JSON files, one helper pair for the whole repo: `write_json` (and `write_text`, for reports) writes through a temp
+file + rename, so a kill mid-write never leaves a truncated record; `read_json` returns `default` for a missing or unreadable file when one
 is given (and raises otherwise). `read_recipe` reads a YAML recipe."""
 from __future__ import annotations
 
@@ -12,14 +12,18 @@ from open_r1.errors import RecipeError
 _RAISE = object()
 
 
-def write_json(path: str | os.PathLike, value: Any) -> str:
+def write_text(path: str | os.PathLike, text: str) -> str:
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w") as handle:
-        json.dump(value, handle, indent=1, default=str)
+        handle.write(text)
     os.replace(tmp, path)
     return path
+
+
+def write_json(path: str | os.PathLike, value: Any) -> str:
+    return write_text(path, json.dumps(value, indent=1, default=str))
 
 
 def read_json(path: str | os.PathLike, default: Any = _RAISE) -> Any:

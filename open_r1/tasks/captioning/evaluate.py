@@ -22,7 +22,7 @@ import numpy as np
 
 from open_r1 import generation
 from open_r1.errors import DataError, OpenR1Error, error_exit
-from open_r1.jsonio import write_json
+from open_r1.jsonio import write_json, write_text
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
 from open_r1.tasks.captioning.rewards import get_reward_model, sigmoid
@@ -230,15 +230,13 @@ def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[d
     os.makedirs(out_dir, exist_ok=True)
     paths = {"markdown": os.path.join(out_dir, "bon_eval.md"), "json": os.path.join(out_dir, "bon_eval.json"),
              "plot": os.path.join(out_dir, "bon_curve.png")}
-    with open(paths["markdown"], "w") as f:
-        f.write(markdown_table(report) if table is None else table)
+    write_text(paths["markdown"], markdown_table(report) if table is None else table)
     write_json(paths["json"], report)
     plot_bon(report, paths["plot"])
     if records_by_policy is not None:
         paths["samples"] = os.path.join(out_dir, "samples.jsonl")
-        with open(paths["samples"], "w") as f:
-            for name, records in records_by_policy.items():
-                f.writelines(json.dumps({"policy": name, **r}, default=str) + "\n" for r in records)
+        write_text(paths["samples"], "".join(json.dumps({"policy": name, **r}, default=str) + "\n"
+                                             for name, records in records_by_policy.items() for r in records))
     return paths
 
 

@@ -18,7 +18,7 @@ import shutil
 import time
 
 from open_r1.errors import CliHelp, OpenR1Error, RecipeError, error_exit
-from open_r1.jsonio import read_json, write_json
+from open_r1.jsonio import read_json, write_json, write_text
 from open_r1.tasks.captioning import config, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
 
 STAGES = (stage_synthesize, stage_sft, stage_rm, stage_grpo, stage_eval)
@@ -95,8 +95,7 @@ def write_results(summary: dict, stages, paths: config.Paths, out: str | None) -
     """``results.md``, and with `out` the small result files copied there (flat, at most 7)."""
     markdown = results_markdown(summary, stages)
     os.makedirs(paths.results, exist_ok=True)
-    with open(os.path.join(paths.results, "results.md"), "w") as handle:
-        handle.write(markdown)
+    write_text(os.path.join(paths.results, "results.md"), markdown)
     if out:
         os.makedirs(out, exist_ok=True)
         splits = sorted(d for d in os.listdir(paths.results) if d.startswith("eval_"))
