@@ -280,10 +280,22 @@ def _signals_held():
                 previous[signum] = signal.signal(signum, lambda number, frame: received.append(number))
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        raised = [exc for signum, handler in previous.items()
+                  if (exc := set_handler(signum, signal.SIG_DFL if handler is None else handler))]
         for signum in received[:1]:
             signal.raise_signal(signum)
+        if raised:  # a signal that came as the handlers were put back: delivered now, not lost
+            raise raised[0]
+
+
+def set_handler(signum: int, handler) -> KeyboardInterrupt | None:
+    """signal.signal, which first runs any pending handler: the KeyboardInterrupt one raises is returned (the caller
+    decides whether it still matters) and the handler is set all the same."""
+    try:
+        signal.signal(signum, handler)
+        return None
+    except KeyboardInterrupt as exc:
+        return set_handler(signum, handler) or exc
 
 
 def install(staging: str, target: str, aside: str, log=print) -> str | None:
@@ -292,6 +304,7 @@ def install(staging: str, target: str, aside: str, log=print) -> str | None:
     with _signals_held():
         if not os.path.exists(target):
             os.rename(staging, target)
+            COMMITTED.append(target)  # a held signal, delivered next, has nothing left to stop (run_cli)
             return None
         write_json(journal, {"target": target, "staging": staging, "aside": aside,
                              "new_inode": os.stat(staging).st_ino, "pid": os.getpid()})
@@ -302,6 +315,7 @@ def install(staging: str, target: str, aside: str, log=print) -> str | None:
             os.rename(staging, target)
         os.remove(journal)
         log(f"[export] previous model kept at {aside}")  # before a held signal is delivered
+        COMMITTED.append(target)
     return aside
 
 
@@ -310,8 +324,8 @@ def swap_in(target: str, fill, aside_tag: str, error: type[OpenR1Error], what: s
     """`fill(staging)` writes and verifies the new model beside `target` (or raises); it then goes to `target`, the
     previous one to `<target>.<aside_tag>-<time>` (with `beside`: to `<target>.candidate-<time>`). Returns (new path,
     previous path or None). A failure leaves `target` complete and one line says where the models are: a disk error
-    raises `error("<what> failed: ...; <where>")`, an interrupt gets `exc.where` (and `exc.result` if it came after the
-    swap). A verified model is kept as a candidate unless it is a copy of `source` (which stays)."""
+    raises `error("<what> failed: ...; <where>")`, an interrupt gets `exc.where`. A verified model is kept as a
+    candidate unless it is a copy of `source` (which stays)."""
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
     clean_stale_staging(target, log=log)
@@ -325,15 +339,14 @@ def swap_in(target: str, fill, aside_tag: str, error: type[OpenR1Error], what: s
         if beside:
             kept = kept_path(target, "candidate")
             os.rename(staging, kept)
+            COMMITTED.append(kept)
             return kept, None
         new_inode = os.stat(staging).st_ino
         return target, install(staging, target, aside, log=log)
     except BaseException as exc:
-        swapped = False
         if os.path.exists(_journal_path(target)):  # the swap itself failed half-way (an OSError): finish or undo it
             where = recover_interrupted_swap(target, log=log) or f"{target} is unchanged"
         elif new_inode is not None and inode_of(target) == new_inode:  # interrupted as the held signal was delivered
-            swapped = True
             where = f"the new model is in place at {target}" + (f", the previous one is kept at {aside}"
                                                                 if os.path.isdir(aside) else "")
         elif verified and source is None and os.path.isdir(staging):  # a verified model is never deleted
@@ -346,7 +359,6 @@ def swap_in(target: str, fill, aside_tag: str, error: type[OpenR1Error], what: s
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(exc, KeyboardInterrupt):
             exc.where = where  # run_cli's one line says where the models are
-            exc.result = (target, aside if os.path.isdir(aside) else None) if swapped else None
         elif isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError":  # e.g. a full disk
             reason = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise error(f"{what} failed: {reason}; {where}") from None
@@ -430,18 +442,21 @@ def _pid_alive(pid: int) -> bool:
 # ---- command line --------------------------------------------------------------------------------------------------
 
 _START = time.time()  # import time of this module: the budget reserve covers the whole export process
+COMMITTED: list[str] = []  # the models put in place since run_cli began
 
 
 def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+    if not COMMITTED:  # once a model is in place the rest is messages: nothing left to stop
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    print(f"note: {signal.Signals(signum).name} after the new model was in place at {COMMITTED[-1]}", file=sys.stderr)
 
 
 def run_cli(what: str, submission: str, work) -> int:
-    """Run an entry point's `work()` (its exit status) with SIGTERM unwinding like Ctrl-C, nothing half-done; an
-    OpenR1Error or interrupt ends in one stderr line (`where`: where the models are). A later SIGTERM is ignored."""
-    previous = None
+    """Run an entry point's `work()` (its exit status) with SIGINT/SIGTERM unwinding, nothing half-done, until a model
+    is in place; an OpenR1Error or interrupt ends in one stderr line (`where`: where the models are)."""
+    previous, COMMITTED[:] = {}, []
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        previous = {signum: signal.signal(signum, _raise_interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         return work()
     except OpenR1Error as exc:
@@ -452,18 +467,16 @@ def run_cli(what: str, submission: str, work) -> int:
         print(f"error: {what} interrupted ({name}); {where}", file=sys.stderr)
         return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
     finally:
-        while previous is not None:
-            with contextlib.suppress(KeyboardInterrupt):  # signal.signal runs a pending handler before swapping it
-                signal.signal(signal.SIGTERM, previous)
-                previous = None
+        for signum, handler in previous.items():
+            set_handler(signum, handler)  # a signal now comes after work(): nothing left to stop
 
 
-def exit_cli(main) -> None:
+def exit_cli(main, argv=None) -> None:
     """`raise SystemExit(main())`, ignoring SIGINT/SIGTERM once main() has returned: a signal in the interpreter's
     exit (~1 s with torch loaded) cannot turn a finished command's status into a kill."""
-    status = main()
+    status = main(argv)
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
+        set_handler(signum, signal.SIG_IGN)
     raise SystemExit(status)
 
 
@@ -492,16 +505,19 @@ def main(argv=None) -> int:
         export_submission(resolve_export_checkpoint(args.checkpoint), args.out, args.base_model, args.min_pixels,
                           args.max_pixels, verify=not args.no_verify_generate, replace_scored=args.replace,
                           expected_class=None if args.any_family else COUNTING_GRADER_CLASS)
+        if os.path.isfile(os.path.join(args.checkpoint, TRAINING_META_FILE)):  # a run dir: feed the budget
+            try:
+                record_export_seconds(args.checkpoint, time.time() - started)
+            except OSError as exc:
+                print(f"warning: could not record the export time in {args.checkpoint}: {exc}", file=sys.stderr)
         return 0
 
-    rc = run_cli("export", args.out, work)
-    if rc == 0 and os.path.isfile(os.path.join(args.checkpoint, TRAINING_META_FILE)):  # a run dir: feed the budget
-        try:
-            record_export_seconds(args.checkpoint, time.time() - started)
-        except OSError as exc:
-            print(f"warning: could not record the export time in {args.checkpoint}: {exc}", file=sys.stderr)
-    return rc
+    return run_cli("export", args.out, work)
+
+
+def cli(argv=None) -> None:  # the console script open-r1-export
+    exit_cli(main, argv)
 
 
 if __name__ == "__main__":
-    exit_cli(main)
+    cli()

@@ -124,18 +124,12 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
         if not verdict.ok:
             raise PromoteError(f"the candidate {candidate} fails verification: " + "; ".join(verdict.problems))
 
-    note = ""
-    try:
-        replaced = swap_in(submission, fill, "replaced", PromoteError, "copying the candidate", log=log,
-                           source=candidate)[1]
-    except KeyboardInterrupt as exc:
-        if not getattr(exc, "result", None):
-            raise
-        replaced, note = exc.result[1], f" ({str(exc) or 'SIGINT'} came after the swap: the promotion is complete)"
+    replaced = swap_in(submission, fill, "replaced", PromoteError, "copying the candidate", log=log,
+                       source=candidate)[1]
     before = "none" if current_score is None else f"{current_score:.2f}%"
     message = f"promoted {candidate} -> {submission}: {new_score:.2f}% mean accuracy (was {before})" + (
         f"; the previous submission is kept at {replaced} (delete it when you no longer need it)" if replaced else "")
-    return True, message + note
+    return True, message
 
 
 def main(argv=None) -> int:
@@ -157,5 +151,9 @@ def main(argv=None) -> int:
     return run_cli("promote", args.submission, work)
 
 
+def cli(argv=None) -> None:  # the console script open-r1-promote
+    exit_cli(main, argv)
+
+
 if __name__ == "__main__":
-    exit_cli(main)
+    cli()

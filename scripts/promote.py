@@ -1,6 +1,5 @@
 #!/usr/bin/env python
 """Promote a candidate only when it scores higher: `python -m open_r1.promote --help` (the same command)."""
-from open_r1.export import exit_cli
-from open_r1.promote import main
+from open_r1.promote import cli
 
-exit_cli(main)
+cli()

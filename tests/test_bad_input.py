@@ -505,6 +505,65 @@ def test_sigterm_during_export_restores_never_deletes(tiny_model_dir, exported, 
         assert any(tree_digest(tmp_path / n) == before for n in names if n.startswith("submission.prev-"))
 
 
+@pytest.mark.parametrize("when", ["before the swap", "during the swap", "after the swap"])
+def test_a_signal_stops_the_command_only_until_the_new_model_is_in_place(tmp_path, monkeypatch, capsys, when):
+    """Under run_cli a SIGTERM unwinds the command (143, 'unchanged') until install() has put the model in place;
+    after that (held during the swap, or in the messages that follow) there is nothing left to stop: status 0."""
+    from open_r1 import export
+
+    target, staging = tmp_path / "sub", tmp_path / ".sub.tmp-1"
+    for path, text in ((target, "old"), (staging, "new")):
+        path.mkdir()
+        (path / "weights").write_text(text)
+    exchange = export._exchange
+
+    def exchange_with_signal(a, b):
+        signal.raise_signal(signal.SIGTERM)  # recorded: the swap is never cut in the middle
+        return exchange(a, b)
+
+    def work():
+        if when == "before the swap":
+            signal.raise_signal(signal.SIGTERM)
+        if when == "during the swap":
+            monkeypatch.setattr(export, "_exchange", exchange_with_signal)
+        export.install(str(staging), str(target), str(tmp_path / "sub.prev"), log=lambda *_: None)
+        if when == "after the swap":
+            signal.raise_signal(signal.SIGTERM)
+        return 0
+
+    before = signal.getsignal(signal.SIGTERM)
+    rc = export.run_cli("export", str(target), work)
+    err = capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) == before
+    if when == "before the swap":
+        assert rc == 143 and "export interrupted (SIGTERM)" in err and "unchanged" in err
+        assert (target / "weights").read_text() == "old"
+    else:
+        assert rc == 0 and "interrupted" not in err
+        assert (target / "weights").read_text() == "new" and (tmp_path / "sub.prev" / "weights").read_text() == "old"
+
+
+def test_a_signal_as_the_swap_puts_the_handlers_back_is_delivered_after_both(monkeypatch):
+    """A Ctrl-C that reaches the restored SIGINT handler while SIGTERM's is being put back: both handlers are back,
+    then the KeyboardInterrupt is raised (before, SIGTERM's recorder stayed and the held signals were dropped)."""
+    from open_r1 import export
+
+    real = signal.signal
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def signal_with_pending_sigint(signum, handler):
+        if signum == signal.SIGTERM and getattr(handler, "__name__", "") != "<lambda>" and not fired:
+            fired.append(1)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # SIGINT's handler is already the restored one
+        return real(signum, handler)
+
+    fired: list = []
+    monkeypatch.setattr(signal, "signal", signal_with_pending_sigint)
+    with pytest.raises(KeyboardInterrupt), export._signals_held():
+        pass
+    assert fired and {s: signal.getsignal(s) for s in before} == before
+
+
 def test_a_sigterm_after_the_work_is_dropped_not_raised(monkeypatch):
     """CPython runs a pending handler inside signal.signal before swapping it: a SIGTERM arriving as run_cli restores
     the old handler raised KeyboardInterrupt out of its `finally` (a traceback and exit -2 after 'submission ready')."""
@@ -554,7 +613,7 @@ def test_a_signal_during_the_interpreters_exit_keeps_the_status():
     code = ("import atexit, os, signal, time\n"
             "from open_r1.export import exit_cli\n"
             "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.5)))\n"
-            "exit_cli(lambda: 0)\n")
+            "exit_cli(lambda argv: 0)\n")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 0
 
 

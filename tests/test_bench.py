@@ -371,6 +371,8 @@ def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch
         assert variant.overrides == plain.overrides and variant.fast_decode == plain.fast_decode
     shipped = json.loads((bench.REPO_ROOT / "zero3.json").read_text())
     assert bench.deepspeed_config(variant) == shipped  # train.sh's config, unchanged
+    zero2 = bench.deepspeed_config(bench.resolve_variant("ours_fast_zero2", bench.PRESETS, recipe))
+    assert zero2["zero_optimization"]["stage"] == 2 and not any("stage3" in key for key in zero2["zero_optimization"])
     ablation = bench.parse_defines(['z3_no_leaf={"base": "ours_fast_zero3", "zero_optimization": '
                                     '{"stage3_module_granularity_threshold": 0}}'])
     no_leaf = bench.deepspeed_config(bench.resolve_variant("z3_no_leaf", {**bench.PRESETS, **ablation}, recipe))

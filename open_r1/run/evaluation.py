@@ -2,7 +2,7 @@
 `eval_first_step`, and at the last step) the run's task scores the first `limit` rows of each held-out set
 (`Task.evaluate`) on TRL's generation view of the model (ZeRO-3 gathers the parameters). Each rank evaluates an
 equal-sized shard (padded with repeats, dropped again) and the records are all-gathered, so every rank holds the same
-scores. Scores go to `eval/<set>_<metric>` in the step's log row, a checkpoint is saved at that step, and
+scores. Scores go to `eval/<set>_<metric>` in the step's log row, with keep_best a checkpoint is saved at that step, and
 `eval_history.json` records each evaluation; the keep-best checkpoint (`keep_best.select_best`) goes into the trainer
 state (`best_model_checkpoint`), which the `save_total_limit` rotation keeps.
 """

@@ -243,7 +243,7 @@ def _main(argv=None) -> int:
     print("|---:|" + "---:|" * len(names) + "---:|---|")
     for entry in history["entries"]:
         path = os.path.join(args.run_dir, entry["checkpoint"]) if entry.get("checkpoint") else None
-        where = entry.get("checkpoint") if path and has_weights(path) else "(deleted)"
+        where = entry["checkpoint"] if path and has_weights(path) else "(deleted)" if path else "(not saved)"
         mark = " *" if best is not None and entry["step"] == best["step"] else ""
         scores = " | ".join(f"{entry['scores'][n]:.2f}" if n in entry.get("scores", {}) else "-" for n in names)
         reward = f"{entry['reward']:.3f}" if entry.get("reward") is not None else "-"
