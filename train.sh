@@ -134,4 +134,6 @@ run_child $PYTHON -m open_r1.export "${EXPORT_ARGS[@]}" || RC=$?
 if [ "$RC" -ne 0 ]; then
   exit "$RC"
 fi
-echo "[train.sh] done. Next: python selfcheck.py --model $SUBMISSION (or the candidate path printed above)"
+SETS=""  # the held-out splits beside the train split (selfcheck's own default: /app/data/val and ood_val)
+for s in val compositional ood_val; do [ -d "$(dirname "$DATA")/$s" ] && SETS="$SETS $(dirname "$DATA")/$s"; done
+echo "[train.sh] done. Next: python selfcheck.py --model $SUBMISSION${SETS:+ --sets$SETS} (or the candidate path printed above)"

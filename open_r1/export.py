@@ -1,6 +1,6 @@
 r"""Export a trained checkpoint as a submission: merged full weights + tokenizer + processor, written atomically.
 
-    python scripts/export_submission.py --checkpoint runs/demo --out submission
+    python scripts/export_submission.py --checkpoint runs/demo/grpo --out submission
     python scripts/export_submission.py --checkpoint runs/lora/checkpoint-300 \
         --base-model /app/models/Qwen2-VL-2B-Instruct --out /app/submission
 

@@ -136,8 +136,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=CliHelp)
     parser.add_argument("--candidate", required=True, help="model dir to promote (an exported submission)")
     parser.add_argument("--report", default=None, help=f"its selfcheck JSON (without it: <candidate>/{REPORT_FILE})")
-    parser.add_argument("--submission", default=os.environ.get("SUBMISSION", "/app/submission"),
-                        help="the submission dir ($SUBMISSION when set)")
+    default = os.environ.get("SUBMISSION") or ("/app/submission" if os.path.isdir("/app") else None)
+    parser.add_argument("--submission", default=default, required=default is None,
+                        help="the submission dir (default: $SUBMISSION, else /app/submission where /app exists)")
     parser.add_argument("--force", action="store_true", help="promote even if not better / not comparable")
     parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
     args = parser.parse_args(argv)

@@ -910,7 +910,7 @@ def test_every_console_script_resolves_and_its_help_shows_the_defaults(monkeypat
     monkeypatch.delenv("SUBMISSION", raising=False)
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
         scripts = tomllib.load(handle)["project"]["scripts"]
-    shown = {"open-r1-grpo": "--task (default: 'counting')", "open-r1-promote": "(default: /app/submission)",
+    shown = {"open-r1-grpo": "--task (default: 'counting')", "open-r1-promote": "/app/submission where /app exists",
              "open-r1-scenes": "(default: 2000)", "open-r1-selfcheck": "(default: /app/data/val)",
              "open-r1-tiny-model": "(default: qwen2_vl)", "open-r1-export": "--no-verify-generate",
              "open-r1-plot-run": "run_dir"}

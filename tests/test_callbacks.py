@@ -12,7 +12,9 @@ from transformers import TrainerControl, TrainerState
 from transformers.trainer_utils import rotate_checkpoints
 
 from open_r1 import run as cb
+from open_r1.errors import BudgetError
 from open_r1.jsonio import write_json
+from open_r1.run import budget as budget_lib
 from open_r1.run import keep_best
 from open_r1.tasks import get_task
 from open_r1.tasks.counting.evaluate import SetReport
@@ -74,7 +76,7 @@ def test_parse_time_budget_absolute_datetimes():
 def test_parse_time_budget_off_and_errors(monkeypatch):
     assert cb.parse_time_budget(None) is None and cb.parse_time_budget("") is None
     assert cb.parse_time_budget("off") is None
-    with pytest.raises(cb.BudgetError, match="neither a duration"):
+    with pytest.raises(BudgetError, match="neither a duration"):
         cb.parse_time_budget("soon")
     monkeypatch.setenv("TRAIN_START_TIME", "5000")
     assert cb.parse_time_budget("10m") == 5600  # train.sh's shared origin
@@ -164,7 +166,7 @@ def test_budget_probe_save_measures_before_deciding(tmp_path):
     save(budget, args, state, control, clock, 7.0)
     assert budget.estimator.save_estimate() == 7.0
     assert not control.should_save, "deciding after a save must not ask for a second save"
-    assert json.loads((tmp_path / cb.TIMINGS_FILE).read_text())["save_seconds"] == [7.0]  # persisted for resume
+    assert json.loads((tmp_path / budget_lib.TIMINGS_FILE).read_text())["save_seconds"] == [7.0]  # persisted for resume
 
 
 def test_budget_too_short_stops_after_the_first_step_with_a_checkpoint(tmp_path):
@@ -192,10 +194,10 @@ def test_save_time_is_measured_from_the_end_of_the_evaluation(tmp_path):
 
 
 def test_measured_export_time_from_a_previous_round_is_used(tmp_path):
-    cb.record_export_seconds(str(tmp_path), 42.0)
-    cb.record_export_seconds(str(tmp_path), 30.0)  # the slow case is kept
+    budget_lib.record_export_seconds(str(tmp_path), 42.0)
+    budget_lib.record_export_seconds(str(tmp_path), 30.0)  # the slow case is kept
     est = cb.ReserveEstimator()
-    assert est.load(str(tmp_path / cb.TIMINGS_FILE))
+    assert est.load(str(tmp_path / budget_lib.TIMINGS_FILE))
     assert est.export_estimate() == 42.0
 
 
@@ -431,6 +433,7 @@ import json, os, sys
 import torch.distributed as dist
 from datasets import Dataset
 from open_r1 import run as cb
+from open_r1.run.common import _reduce_max
 from open_r1.tasks import get_task
 from open_r1.tasks.counting.evaluate import SetReport
 
@@ -449,7 +452,7 @@ def fake_evaluate(model, processor, dataset, name, batch_size, limit, progress):
 evaluator = cb.InTrainingEvalCallback({"ood_val": rows}, every_n_steps=1, limit=5, evaluate_fn=fake_evaluate,
                                       task=get_task("counting"))
 report = evaluator._evaluate_set(None, None, "ood_val", rows)
-stop = cb._reduce_max([rank == 1, 0.0])
+stop = _reduce_max([rank == 1, 0.0])
 print(json.dumps({"rank": rank, "calls": calls, "n": report.n, "acc": report.accuracy_pct,
                   "tokens": report.mean_completion_tokens, "golds": [r["gold"] for r in report.records],
                   "stop": stop}))

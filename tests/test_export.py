@@ -172,6 +172,14 @@ def test_verify_generates_under_the_tasks_protocol(tiny_model_dirs, tmp_path, mo
     monkeypatch.setattr(generation_lib, "generate_texts", lambda *a, **k: ([good], [12], [False]))
     processor = export_lib.modeling.load_processor(qwen3)
     assert get_task("captioning").probe(None, processor, export_lib._probe_image()) == (good, None)
+    # counting probes a rendered training-like scene: a trained model answered the synthetic image off-format
+    from open_r1.tasks.counting import evaluate as counting_eval
+
+    seen = []
+    answer = (["<answer>3</answer>"], [5], [False])
+    monkeypatch.setattr(counting_eval, "generate_batch", lambda model, proc, images, q: seen.extend(images) or answer)
+    assert get_task("counting").probe(None, None, export_lib._probe_image()) == ("<answer>3</answer>", None)
+    assert seen[0].size == (480, 320) and seen[0].tobytes() != export_lib._probe_image().tobytes()
     loads = []
     monkeypatch.setattr(export_lib.modeling, "load_model", lambda *a, **k: loads.append(a))
     with pytest.raises(RecipeError, match="unknown task"):

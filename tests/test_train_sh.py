@@ -28,6 +28,8 @@ def test_demo_recipe_end_to_end_through_train_sh(tiny_model_dir, scene_data_dir,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "submission ready" in result.stdout
+    sets = " ".join(os.path.join(scene_data_dir, s) for s in ("val", "compositional", "ood_val"))
+    assert f"Next: python selfcheck.py --model {tmp_path / 'submission'} --sets {sets}" in result.stdout
     meta = json.loads((tmp_path / "run" / "training_meta.json").read_text())
     assert meta["max_pixels"] == 12544 and meta["reward_funcs"][0] == "exact_count"
 

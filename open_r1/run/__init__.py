@@ -5,16 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from open_r1.errors import BudgetError  # noqa: F401  (re-exported)
 from open_r1.run import keep_best as keep_best_lib
-from open_r1.run.budget import (  # noqa: F401  (re-exported)
-    TIMINGS_FILE,
-    ReserveEstimator,
-    TimeBudgetCallback,
-    parse_time_budget,
-    record_export_seconds,
-)
-from open_r1.run.common import _log, _reduce_max  # noqa: F401
+from open_r1.run.budget import ReserveEstimator, TimeBudgetCallback, parse_time_budget
+from open_r1.run.common import _log
 from open_r1.run.disk import DiskSpaceCallback
 from open_r1.run.evaluation import InTrainingEvalCallback
 from open_r1.run.resume import ResumeWeightsCallback, resolve_resume

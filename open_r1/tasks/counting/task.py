@@ -6,6 +6,7 @@ from open_r1.tasks import Task, one_line
 from open_r1.tasks.counting import data as data_lib
 from open_r1.tasks.counting import evaluate as evaluate_lib
 from open_r1.tasks.counting import protocol
+from open_r1.tasks.counting.scenes.render import render_scene
 
 
 class CountingTask(Task):
@@ -43,6 +44,7 @@ class CountingTask(Task):
         return {} if templates is None else {"prompt_templates": list(templates)}
 
     def probe(self, model, processor, image):
+        image = render_scene(0)[0]  # a training-like scene, not `image`: a trained model answers it in the format
         texts, _, _ = evaluate_lib.generate_batch(model, processor, [image], [self.probe_question])
         if protocol.extract_answer(texts[0]) is None:
             return texts[0], f"the sample completion has no parseable <answer>N</answer>: {one_line(texts[0])}"
