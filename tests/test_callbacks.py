@@ -389,8 +389,10 @@ def test_resolve_export_checkpoint(tmp_path):
     assert keep_best.resolve_export_checkpoint(str(run), log=quiet) == str(run)  # no records: the final model
     write_history(run, [entry(2, 60.0, 0.0), entry(4, 40.0, 0.0), entry(6, 99.0, 0.0)])  # checkpoint-6 is gone
     assert keep_best.resolve_export_checkpoint(str(run), log=quiet) == str(run / "checkpoint-2")
-    record = keep_best.write_best_checkpoint(str(run), keep_best=False, final_step=4, log=quiet)
+    lines: list = []
+    record = keep_best.write_best_checkpoint(str(run), keep_best=False, final_step=4, log=lines.append)
     assert record["checkpoint"] == "." and keep_best.resolve_export_checkpoint(str(run), log=quiet) == str(run)
+    assert lines[0].startswith(f"[keep-best] export target: {run} (step 4): final model")  # the dir, not "."
     keep_best.write_best_checkpoint(str(run), keep_best=True, final_step=4, log=quiet)
     assert json.loads((run / keep_best.BEST_FILE).read_text())["checkpoint"] == "checkpoint-2"
     ckpt = str(run / "checkpoint-4")

@@ -108,7 +108,8 @@ def write_best_checkpoint(run_dir: str, keep_best: bool = True, final_step: int 
         else:
             record.update(checkpoint=None, step=final_step, reason="nothing exportable in the run dir")
     write_json(os.path.join(run_dir, BEST_FILE), record)
-    log(f"[keep-best] export target: {record['checkpoint']} (step {record.get('step')}): {record['reason']}"
+    target = record["checkpoint"] and os.path.normpath(os.path.join(run_dir, record["checkpoint"]))  # "." = the run dir
+    log(f"[keep-best] export target: {target} (step {record.get('step')}): {record['reason']}"
         + (f" scores={record['scores']}" if record.get("scores") else ""))
     return record
 
