@@ -468,7 +468,7 @@ def run_cli(what: str, submission: str, work) -> int:
         return 128 + (signal.SIGTERM if name == "SIGTERM" else signal.SIGINT)
     finally:
         for signum, handler in previous.items():
-            set_handler(signum, handler)  # a signal now comes after work(): nothing left to stop
+            set_handler(signum, signal.SIG_DFL if handler is None else handler)  # after work(): nothing to stop
 
 
 def exit_cli(main, argv=None) -> None:
