@@ -27,10 +27,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from peft import PeftModel
-from PIL import Image
 
 from open_r1 import modeling
 from open_r1.checks import check_checkpoint, weights_problems, writable_problem
@@ -81,12 +79,6 @@ def load_for_export(checkpoint: str, base_model: str | None = None):
         raise ExportError(f"{checkpoint} is a LoRA adapter with no recorded base model; pass --base-model")
     model = modeling.load_model(base, dtype="auto", attn_implementation="sdpa")
     return PeftModel.from_pretrained(model, checkpoint).merge_and_unload(), base
-
-
-def _probe_image():
-    """A small deterministic image for the load-and-generate check (no dataset needed)."""
-    grid = np.indices((96, 144)).sum(axis=0) % 32
-    return Image.fromarray((np.stack([grid * 8, grid * 4, 255 - grid * 8], axis=-1)).astype("uint8"))
 
 
 def architecture_problems(config: dict, expected_class: str | None) -> list[str]:
@@ -147,7 +139,7 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
             model = model.to("cuda")
         processor = modeling.load_processor(path)
         step = "generation"
-        text, message = probe(model, processor, _probe_image())
+        text, message = probe(model, processor)
     except Exception as exc:  # noqa: BLE001 - every load or generation failure is a finding
         report.problems.append(f"{step} failed: {type(exc).__name__}: {exc}")
         return report

@@ -8,6 +8,7 @@ import torch
 
 from open_r1 import export as export_lib
 from open_r1.modeling import load_model, load_processor
+from open_r1.tasks import Task
 from open_r1.tasks.counting.evaluate import evaluate_dataset
 from open_r1.tasks.counting.protocol import EVAL_TEMPLATE
 
@@ -20,7 +21,7 @@ def greedy(model, processor, image, question="How many items are there in the im
 
 
 def probe_image():
-    return export_lib._probe_image()
+    return Task().probe_image()  # the engine's default probe image
 
 
 def make_lora_checkpoint(tiny_model_dir, out):
@@ -171,15 +172,15 @@ def test_verify_generates_under_the_tasks_protocol(tiny_model_dirs, tmp_path, mo
     good = "It is odd.</think>\n\n<caption>Who invited the blue cube?</caption>"
     monkeypatch.setattr(generation_lib, "generate_texts", lambda *a, **k: ([good], [12], [False]))
     processor = export_lib.modeling.load_processor(qwen3)
-    assert get_task("captioning").probe(None, processor, export_lib._probe_image()) == (good, None)
+    assert get_task("captioning").probe(None, processor) == (good, None)
     # counting probes a rendered training-like scene: a trained model answered the synthetic image off-format
     from open_r1.tasks.counting import evaluate as counting_eval
 
     seen = []
     answer = (["<answer>3</answer>"], [5], [False])
     monkeypatch.setattr(counting_eval, "generate_batch", lambda model, proc, images, q: seen.extend(images) or answer)
-    assert get_task("counting").probe(None, None, export_lib._probe_image()) == ("<answer>3</answer>", None)
-    assert seen[0].size == (480, 320) and seen[0].tobytes() != export_lib._probe_image().tobytes()
+    assert get_task("counting").probe(None, None) == ("<answer>3</answer>", None)
+    assert seen[0].size == (480, 320) and seen[0].tobytes() != Task().probe_image().tobytes()
     loads = []
     monkeypatch.setattr(export_lib.modeling, "load_model", lambda *a, **k: loads.append(a))
     with pytest.raises(RecipeError, match="unknown task"):

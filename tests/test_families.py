@@ -207,11 +207,12 @@ def exported_dirs(tiny_model_dirs, tmp_path_factory):
 
 
 def _greedy(model_dir, family, tokens=10):
+    from open_r1.tasks import Task
     from open_r1.tasks.counting.evaluate import generate_batch
 
     model = modeling.load_model(str(model_dir), dtype="float32").eval()
     processor = _processor(model_dir, family)
-    texts, _, _ = generate_batch(model, processor, [export_lib._probe_image()], ["How many items are there?"],
+    texts, _, _ = generate_batch(model, processor, [Task().probe_image()], ["How many items are there?"],
                                  max_new_tokens=tokens)
     return texts[0]
 

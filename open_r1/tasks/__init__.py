@@ -91,10 +91,18 @@ class Task:
             loaded[key] = load_split(path_or_name, split, self.generate_hint)
         return loaded[key]
 
-    def probe(self, model, processor, image) -> tuple[str, str | None]:
-        """One greedy completion of the task's prompt on `image`, and a one-line problem when it does not follow
-        the task's output format (None when it does): the export's load-and-generate check."""
+    def probe(self, model, processor) -> tuple[str, str | None]:
+        """One greedy completion of the task's prompt on `probe_image()`, and a one-line problem when it does not
+        follow the task's output format (None when it does): the export's load-and-generate check."""
         raise NotImplementedError
+
+    def probe_image(self):
+        """A small deterministic image for that check (no dataset needed); a task may give one like its data."""
+        import numpy as np  # deferred: the task registry stays light
+        from PIL import Image
+
+        grid = np.indices((96, 144)).sum(axis=0) % 32
+        return Image.fromarray((np.stack([grid * 8, grid * 4, 255 - grid * 8], axis=-1)).astype("uint8"))
 
 
 def get_task(name: str, script_args=None) -> Task:

@@ -71,12 +71,12 @@ class CaptioningTask(Task):
             return data_lib.load_captions(path_or_name, split=split, check_images="none")
         return super().load_split(path_or_name, split)
 
-    def probe(self, model, processor, image):
+    def probe(self, model, processor):
         from open_r1.generation import generate_texts  # deferred: torch
 
         prompt = processor.apply_chat_template(protocol.build_messages(None), tokenize=False,
                                                add_generation_prompt=True)
-        texts, _, _ = generate_texts(model, processor, [prompt], [image], protocol.MAX_NEW_TOKENS)
+        texts, _, _ = generate_texts(model, processor, [prompt], [self.probe_image()], protocol.MAX_NEW_TOKENS)
         parsed = protocol.parse_details(texts[0])
         if not parsed.ok:
             return texts[0], f"the sample completion has no parseable caption ({parsed.reason}): {one_line(texts[0])}"

@@ -43,9 +43,11 @@ class CountingTask(Task):
         templates = getattr(script_args, "prompt_templates", None)  # the counting task's setting
         return {} if templates is None else {"prompt_templates": list(templates)}
 
-    def probe(self, model, processor, image):
-        image = render_scene(0)[0]  # a training-like scene, not `image`: a trained model answers it in the format
-        texts, _, _ = evaluate_lib.generate_batch(model, processor, [image], [self.probe_question])
+    def probe_image(self):  # a scene like the training data: a trained model answers it in the format
+        return render_scene(0)[0]
+
+    def probe(self, model, processor):
+        texts, _, _ = evaluate_lib.generate_batch(model, processor, [self.probe_image()], [self.probe_question])
         if protocol.extract_answer(texts[0]) is None:
             return texts[0], f"the sample completion has no parseable <answer>N</answer>: {one_line(texts[0])}"
         return texts[0], None
