@@ -1,14 +1,21 @@
 # Common tasks (docs/DEMO.md for the demo, README.md for the rest).
 PY ?= python
 
-.PHONY: install quality demo demo-start demo-gpu test test-fast humor-demo humor-demo-start
+.PHONY: install style quality demo demo-start demo-gpu test test-fast humor-demo humor-demo-start
 
 install:
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
 	$(PY) -m pip install -q -e ".[dev]"
 
-# Lint: pyflakes errors, syntax, import order, whitespace (config in pyproject.toml). `make test` runs it first.
+# Format the code (ruff format, 120 columns) and sort imports.
+style:
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix --select I .
+
+# Lint: the formatter's layout, pyflakes errors, syntax, import order, line length (config in pyproject.toml).
+# `make test` runs it first.
 quality:
+	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 
 # CPU, 2 cores: the shipped warm start vs the same model after GRPO, side by side (selfcheck protocol), plots + JSON
@@ -32,8 +39,7 @@ demo-gpu:
 # The whole suite (CI: .ci/run), slow end-to-end tests included, in TEST_WORKERS processes (pytest-xdist; one
 # test file per worker at a time, so module fixtures are built once). Measured time in README.md.
 TEST_WORKERS ?= 2
-test: install
-	$(PY) -m ruff check .
+test: install quality
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # Without the end-to-end tests marked slow.

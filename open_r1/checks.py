@@ -1,6 +1,7 @@
 """Checks that import nothing else of the project (errors and jsonio aside): numbers from a recipe or data, paths
 a run will write, recipe values, weight files, data sets and their images. Each returns problems (one line each,
 naming the option that fixes it) or raises one `OpenR1Error`; `open_r1.validate` runs them for a whole run."""
+
 from __future__ import annotations
 
 import difflib
@@ -101,11 +102,15 @@ def check_reward_weights(weights, reward_funcs) -> list[str]:
             continue
         if not math.isfinite(value):
             name = reward_funcs[i] if reward_funcs and i < len(reward_funcs) else f"#{i}"
-            problems.append(f"reward_weights[{i}] (reward {name}) is {weight!r}: every weight must be a finite number "
-                            "(a nan/inf weight silently drops that reward; --reward_weights)")
+            problems.append(
+                f"reward_weights[{i}] (reward {name}) is {weight!r}: every weight must be a finite number "
+                "(a nan/inf weight silently drops that reward; --reward_weights)"
+            )
     if reward_funcs is not None and len(weights) != len(reward_funcs):
-        problems.append(f"reward_weights has {len(weights)} entries for {len(reward_funcs)} reward_funcs "
-                        f"{list(reward_funcs)}; give one weight per reward (--reward_weights)")
+        problems.append(
+            f"reward_weights has {len(weights)} entries for {len(reward_funcs)} reward_funcs "
+            f"{list(reward_funcs)}; give one weight per reward (--reward_weights)"
+        )
     return problems
 
 
@@ -116,11 +121,14 @@ def check_eval_settings(script_args) -> list[str]:
     limit = getattr(script_args, "eval_limit", None)
     if eval_sets:
         if every is None or every < 1:
-            problems.append(f"eval_steps_protocol must be >= 1 when eval_sets is set, got {every} "
-                            "(--eval_steps_protocol N evaluates every N steps)")
+            problems.append(
+                f"eval_steps_protocol must be >= 1 when eval_sets is set, got {every} "
+                "(--eval_steps_protocol N evaluates every N steps)"
+            )
         if limit is not None and limit < 1:
-            problems.append(f"eval_limit must be >= 1 (rows per eval set) or null for every row, got {limit} "
-                            "(--eval_limit)")
+            problems.append(
+                f"eval_limit must be >= 1 (rows per eval set) or null for every row, got {limit} (--eval_limit)"
+            )
         batch = getattr(script_args, "eval_batch_size", 1)
         if batch is not None and batch < 1:
             problems.append(f"eval_batch_size must be >= 1, got {batch} (--eval_batch_size)")
@@ -129,8 +137,9 @@ def check_eval_settings(script_args) -> list[str]:
         if duplicates:
             problems.append(f"eval sets {duplicates} appear twice by name (names are dir basenames; --eval_sets)")
     elif getattr(script_args, "keep_best", None):
-        problems.append("keep_best needs eval_sets (held-out sets to score checkpoints on): set --eval_sets, or "
-                        "--keep_best false")
+        problems.append(
+            "keep_best needs eval_sets (held-out sets to score checkpoints on): set --eval_sets, or --keep_best false"
+        )
     return problems
 
 
@@ -146,8 +155,10 @@ def check_sizes(script_args) -> list[str]:
         if value is not None and value < 1:
             problems.append(f"{name} must be >= 1, got {value} (--{name})")
     if low is not None and high is not None and low > high:
-        problems.append(f"min_pixels {low} > max_pixels {high}: images are resized into [min_pixels, max_pixels] "
-                        "(--min_pixels / --max_pixels)")
+        problems.append(
+            f"min_pixels {low} > max_pixels {high}: images are resized into [min_pixels, max_pixels] "
+            "(--min_pixels / --max_pixels)"
+        )
     return problems
 
 
@@ -162,16 +173,18 @@ def check_devices(training_args, model_args=None, num_processes: int | None = No
     reasons = []
     if getattr(training_args, "deepspeed", None):
         reasons.append("DeepSpeed")
-    completions = (getattr(training_args, "generation_batch_size", None)
-                   or training_args.per_device_train_batch_size * (getattr(training_args, "steps_per_generation", None)
-                                                                   or 1))
+    completions = getattr(training_args, "generation_batch_size", None) or training_args.per_device_train_batch_size * (
+        getattr(training_args, "steps_per_generation", None) or 1
+    )
     if completions > 64:
         reasons.append(f"{completions} completions per generation round")
     if not reasons:
         return []
-    return [f"this recipe needs GPUs ({', '.join(reasons)}) but none is visible "
-            f"(torch.cuda.is_available() is {torch.cuda.is_available()}). Run it on a GPU machine, use the CPU demo "
-            f"recipe (bash train.sh configs/demo.yaml), or set {ALLOW_CPU_ENV}=1 to run it on the CPU anyway"]
+    return [
+        f"this recipe needs GPUs ({', '.join(reasons)}) but none is visible "
+        f"(torch.cuda.is_available() is {torch.cuda.is_available()}). Run it on a GPU machine, use the CPU demo "
+        f"recipe (bash train.sh configs/demo.yaml), or set {ALLOW_CPU_ENV}=1 to run it on the CPU anyway"
+    ]
 
 
 def granularity_problems(config) -> list[str]:
@@ -179,10 +192,13 @@ def granularity_problems(config) -> list[str]:
     tower a ZeRO-3 leaf, whose gradients it drops (reduced in a full backward hook, never run for a ModelOutput)."""
     config = read_json(config, {}) if isinstance(config, str) and os.path.isfile(config) else config
     if not isinstance(config, dict) or not (config.get("zero_optimization") or {}).get(
-            "stage3_module_granularity_threshold"):
+        "stage3_module_granularity_threshold"
+    ):
         return []
-    return ["--deepspeed: remove stage3_module_granularity_threshold; it can make the vision tower one ZeRO-3 leaf, "
-            "whose gradients DeepSpeed drops (the trainer makes each decoder layer and vision block a leaf instead)"]
+    return [
+        "--deepspeed: remove stage3_module_granularity_threshold; it can make the vision tower one ZeRO-3 leaf, "
+        "whose gradients DeepSpeed drops (the trainer makes each decoder layer and vision block a leaf instead)"
+    ]
 
 
 def lost_updates_warning(training_args, dtype, use_peft: bool = False) -> str | None:
@@ -193,9 +209,11 @@ def lost_updates_warning(training_args, dtype, use_peft: bool = False) -> str | 
     if not bits or getattr(training_args, "deepspeed", None) or use_peft:
         return None
     lr = training_args.learning_rate
-    return (f"warning: full fine-tuning of {dtype} weights without DeepSpeed: AdamW's steps (about learning_rate, "
-            f"{lr:g}) round away on every weight above {lr * 2 ** bits:.1e} in magnitude. Train under DeepSpeed "
-            "ZeRO-3 (train.sh's default; fp32 master weights) or with dtype float32")
+    return (
+        f"warning: full fine-tuning of {dtype} weights without DeepSpeed: AdamW's steps (about learning_rate, "
+        f"{lr:g}) round away on every weight above {lr * 2**bits:.1e} in magnitude. Train under DeepSpeed "
+        "ZeRO-3 (train.sh's default; fp32 master weights) or with dtype float32"
+    )
 
 
 def weights_problems(path: str) -> list[str]:
@@ -275,8 +293,9 @@ def _verify_image(cell) -> str | None:
     return None
 
 
-def check_images(dataset, name: str, rows: int | None = None, workers: int | None = None,
-                 batch_size: int = 512) -> None:
+def check_images(
+    dataset, name: str, rows: int | None = None, workers: int | None = None, batch_size: int = 512
+) -> None:
     """Every image of `dataset` (the first `rows` rows), checked in parallel as the rows stream from Arrow.
     Raises DataError naming the set and the first bad row."""
     import datasets
@@ -318,8 +337,10 @@ def load_split(path_or_name: str, split: str = "train", generate_hint: str | Non
         if isinstance(loaded, datasets.DatasetDict):
             if split not in loaded:
                 example = os.path.join(path_or_name, sorted(loaded)[0])
-                raise DataError(f"{path_or_name} holds the splits {sorted(loaded)}, not {split!r}: name one split's "
-                                f"directory, DATA / --dataset_name {example}")
+                raise DataError(
+                    f"{path_or_name} holds the splits {sorted(loaded)}, not {split!r}: name one split's "
+                    f"directory, DATA / --dataset_name {example}"
+                )
             loaded = loaded[split]
         return loaded
     if os.path.sep in path_or_name or path_or_name.startswith("."):

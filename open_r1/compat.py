@@ -5,6 +5,7 @@ release: each section below says what it relies on, and `tests/test_compat.py` h
 fails with the item's name when an upgrade moves it. Where the libraries have a public way, the code uses it instead
 (TRL's `log_metric`, Trainer's `best_model_checkpoint`, `all_gather_object`, `safetensors.safe_open`).
 """
+
 from __future__ import annotations
 
 import contextlib

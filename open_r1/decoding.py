@@ -13,6 +13,7 @@
 Settings it does not implement (beams, repetition penalty, ...) raise `UnsupportedGeneration`: callers fall back to
 HF `generate`. Top-p avoids sort and cumsum (`top_p_filter`), which inductor failed to compile.
 """
+
 from __future__ import annotations
 
 import logging
@@ -99,7 +100,8 @@ def resolve_settings(generation_config=None, **overrides) -> SamplingSettings:
         if name in values and not inactive(values[name]):
             raise UnsupportedGeneration(
                 f"the graph decoder does not implement {name}={values[name]!r}; use decoder='hf' "
-                "(HF generate) for this setting, or drop it")
+                "(HF generate) for this setting, or drop it"
+            )
     if values.get("logits_processor") or values.get("stopping_criteria"):
         raise UnsupportedGeneration("custom logits processors / stopping criteria need HF generate (decoder='hf')")
     max_new = values.get("max_new_tokens")
@@ -127,8 +129,13 @@ def resolve_settings(generation_config=None, **overrides) -> SamplingSettings:
     )
 
 
-def process_logits(logits: torch.Tensor, settings: SamplingSettings, suppress_mask: torch.Tensor,
-                   eos_mask: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+def process_logits(
+    logits: torch.Tensor,
+    settings: SamplingSettings,
+    suppress_mask: torch.Tensor,
+    eos_mask: torch.Tensor,
+    step: torch.Tensor,
+) -> torch.Tensor:
     """HF's logits processors and warpers for one step, without host syncs. `step`: a 0-dim tensor, the index of the
     token being chosen (EOS is suppressed while step < min_new_tokens)."""
     neg = -math.inf
@@ -216,22 +223,40 @@ def choose_tokens(logits: torch.Tensor, settings: SamplingSettings, generator: t
 _ORIGINAL_SDPA = None
 
 
-def gqa_decode_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
-                    position_bias=None, **kwargs):
+def gqa_decode_sdpa(
+    module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, position_bias=None, **kwargs
+):
     """transformers' "sdpa" attention, except that a single-token query of a grouped-query layer attends on the KV
     heads directly (query heads packed per KV head) also under `torch.compile`, where transformers expands the KV
     cache to every query head (6x the cache reads of a decode step for Qwen2-VL-2B). Other calls go unchanged."""
     groups = getattr(module, "num_key_value_groups", 1)
-    if (groups > 1 and query.shape[2] == 1 and position_bias is None and not dropout
-            and (attention_mask is None or (attention_mask.ndim == 4 and attention_mask.shape[1] == 1))
-            and kwargs.get("softcap") is None and not kwargs.get("output_attentions")):
+    if (
+        groups > 1
+        and query.shape[2] == 1
+        and position_bias is None
+        and not dropout
+        and (attention_mask is None or (attention_mask.ndim == 4 and attention_mask.shape[1] == 1))
+        and kwargs.get("softcap") is None
+        and not kwargs.get("output_attentions")
+    ):
         batch, heads, _, dim = query.shape
         packed = query.reshape(batch, heads // groups, groups, dim)  # head h -> KV head h // groups, as repeat_kv
-        out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=attention_mask,
-                                                               scale=scaling)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            packed, key, value, attn_mask=attention_mask, scale=scaling
+        )
         return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
-    return _ORIGINAL_SDPA(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                          is_causal=is_causal, position_bias=position_bias, **kwargs)
+    return _ORIGINAL_SDPA(
+        module,
+        query,
+        key,
+        value,
+        attention_mask,
+        dropout=dropout,
+        scaling=scaling,
+        is_causal=is_causal,
+        position_bias=position_bias,
+        **kwargs,
+    )
 
 
 def install_gqa_decode_attention() -> None:
@@ -260,13 +285,20 @@ def rope_positions(model, inputs) -> dict | None:
     ids, grid = inputs.get("input_ids"), inputs.get("image_grid_thw")
     if get_rope_index is None or ids is None or grid is None or "mm_token_type_ids" not in inputs:
         return None
-    tensors = [inputs[k] for k in ("input_ids", "attention_mask", "mm_token_type_ids", "image_grid_thw")
-               if inputs.get(k) is not None]
+    tensors = [
+        inputs[k]
+        for k in ("input_ids", "attention_mask", "mm_token_type_ids", "image_grid_thw")
+        if inputs.get(k) is not None
+    ]
     if any(t.device.type != "cpu" for t in tensors) or inputs.get("video_grid_thw") is not None:
         return None
     with torch.no_grad():
-        position_ids, deltas = get_rope_index(ids, mm_token_type_ids=inputs["mm_token_type_ids"],
-                                              image_grid_thw=grid, attention_mask=inputs.get("attention_mask"))
+        position_ids, deltas = get_rope_index(
+            ids,
+            mm_token_type_ids=inputs["mm_token_type_ids"],
+            image_grid_thw=grid,
+            attention_mask=inputs.get("attention_mask"),
+        )
     return {"position_ids": position_ids, "rope_deltas": deltas}
 
 
@@ -290,7 +322,8 @@ def check_zero3(deepspeed_plugin) -> None:
         raise RecipeError(
             "the CUDA-graph decoder cannot read a DeepSpeed ZeRO-3 model: the parameters are sharded and gathered "
             "around every generation, so a captured step would read freed memory. Use decoder 'hf' here; GRPO's "
-            "rollouts under ZeRO-3 decode from a whole-weight copy of the policy")
+            "rollouts under ZeRO-3 decode from a whole-weight copy of the policy"
+        )
 
 
 def zero3_partitioned(model) -> bool:
@@ -335,9 +368,16 @@ class GraphDecoder:
     """Batched decoding over a static cache that lives as long as the decoder (module docstring). `compile`: None =
     on CUDA only; `check_every`: steps between host checks of "all finished?"."""
 
-    def __init__(self, model, compile: bool | None = None, check_every: int = DEFAULT_CHECK_EVERY,
-                 cache_margin: int = CACHE_MARGIN_TOKENS, cache_bucket: int = CACHE_BUCKET_TOKENS,
-                 compile_options: dict | None = None, layers_once: bool | None = None):
+    def __init__(
+        self,
+        model,
+        compile: bool | None = None,
+        check_every: int = DEFAULT_CHECK_EVERY,
+        cache_margin: int = CACHE_MARGIN_TOKENS,
+        cache_bucket: int = CACHE_BUCKET_TOKENS,
+        compile_options: dict | None = None,
+        layers_once: bool | None = None,
+    ):
         self.model = model
         self.layers_once = LAYERS_ONCE if layers_once is None else bool(layers_once)
         self.compile_options = dict(COMPILE_OPTIONS if compile_options is None else compile_options)
@@ -367,9 +407,17 @@ class GraphDecoder:
         batch = max(rows, self.batch_size)
         length = max(_bucket(needed_len + self.cache_margin, self.cache_bucket), self.max_cache_len)
         if self.cache is not None:
-            logger.warning("graph decoder: cache %dx%d cannot take %d rows x %d tokens%s; reallocating to %dx%d "
-                           "(the decode step is compiled again)", self.batch_size, self.max_cache_len, rows,
-                           needed_len, " in a new dtype" if fresh else "", batch, length)
+            logger.warning(
+                "graph decoder: cache %dx%d cannot take %d rows x %d tokens%s; reallocating to %dx%d "
+                "(the decode step is compiled again)",
+                self.batch_size,
+                self.max_cache_len,
+                rows,
+                needed_len,
+                " in a new dtype" if fresh else "",
+                batch,
+                length,
+            )
             self.cache = None
             self._steps = {}  # the old steps read the old cache; new ones are built (and compiled) for the new one
             if self.device.type == "cuda":
@@ -387,13 +435,20 @@ class GraphDecoder:
     def _make_step(self, settings: SamplingSettings):
         model, cache = self.model, self.cache
         vocab = _text_config(model).vocab_size
-        suppress, eos_mask = (torch.isin(torch.arange(vocab, device=self.device),
-                                         torch.tensor(ids, dtype=torch.long, device=self.device))
-                              for ids in (settings.suppress_tokens, settings.eos_token_ids))
+        suppress, eos_mask = (
+            torch.isin(torch.arange(vocab, device=self.device), torch.tensor(ids, dtype=torch.long, device=self.device))
+            for ids in (settings.suppress_tokens, settings.eos_token_ids)
+        )
 
         def step(tokens, positions, mask, index):
-            out = model(input_ids=tokens, attention_mask=mask, position_ids=positions, cache=cache,
-                        use_cache=True, logits_to_keep=1)
+            out = model(
+                input_ids=tokens,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
             logits = out.logits[:, -1, :].float()
             logits = process_logits(logits, settings, suppress, eos_mask, index)
             return choose_tokens(logits, settings)
@@ -435,8 +490,14 @@ class GraphDecoder:
             deltas = torch.cat([deltas, deltas.new_zeros(missing, deltas.shape[1])])
         return positions, deltas
 
-    def generate(self, input_ids, attention_mask=None, settings: SamplingSettings | None = None,
-                 generation_config=None, **model_inputs) -> torch.Tensor:
+    def generate(
+        self,
+        input_ids,
+        attention_mask=None,
+        settings: SamplingSettings | None = None,
+        generation_config=None,
+        **model_inputs,
+    ) -> torch.Tensor:
         """Completion token ids (n, T <= max_new_tokens) for left-padded prompts; after a row's EOS come
         `pad_token_id`s, as `generate` returns them. `model_inputs`: the processor's other outputs, optionally the
         precomputed `position_ids`/`rope_deltas`, and generation settings if `settings` is not given."""
@@ -448,17 +509,23 @@ class GraphDecoder:
         """Drop-in for `model.generate(**inputs, generation_config=...)` as TRL calls it: prompt + completion ids.
         Settings this decoder lacks go to the model class's own `generate`."""
         try:
-            settings = resolve_settings(generation_config or self.model.generation_config,
-                                        **{k: model_inputs.pop(k) for k in list(model_inputs)
-                                           if k not in _MODEL_INPUT_KEYS})
+            settings = resolve_settings(
+                generation_config or self.model.generation_config,
+                **{k: model_inputs.pop(k) for k in list(model_inputs) if k not in _MODEL_INPUT_KEYS},
+            )
         except UnsupportedGeneration as error:
             if not getattr(self, "_warned", False):
                 logger.warning("graph decoder not used (%s); HF generate instead", error)
                 self._warned = True
             for key in ROPE_INPUT_KEYS:  # HF generate computes its own
                 model_inputs.pop(key, None)
-            return type(self.model).generate(self.model, input_ids=input_ids, attention_mask=attention_mask,
-                                             generation_config=generation_config, **model_inputs)
+            return type(self.model).generate(
+                self.model,
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=generation_config,
+                **model_inputs,
+            )
         completion = self.generate(input_ids, attention_mask, settings=settings, **model_inputs)
         return torch.cat([input_ids.to(completion.device), completion], dim=1)
 
@@ -504,8 +571,15 @@ class GraphDecoder:
             elif given_positions is not None:  # precomputed (rope_positions): the model skips get_rope_index
                 prefill_kwargs["position_ids"] = given_positions
             try:
-                out = self.model(input_ids=ids, attention_mask=mask, cache=self.cache, use_cache=True,
-                                 logits_to_keep=1, **prefill_kwargs, **extra)
+                out = self.model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    cache=self.cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **prefill_kwargs,
+                    **extra,
+                )
             except RuntimeError as error:
                 if "dtype" not in str(error):
                     raise
@@ -513,8 +587,15 @@ class GraphDecoder:
                 self._ensure_cache(n, prompt_len + max_new, fresh=True)
                 self._steps[key] = self._make_step(settings)
                 _, self._step_fn, self._suppress, self._eos_mask = self._steps[key]
-                out = self.model(input_ids=ids, attention_mask=mask, cache=self.cache, use_cache=True,
-                                 logits_to_keep=1, **prefill_kwargs, **extra)
+                out = self.model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    cache=self.cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **prefill_kwargs,
+                    **extra,
+                )
             if not has_vision:
                 deltas = None
             elif given_positions is not None:
@@ -524,8 +605,9 @@ class GraphDecoder:
             next_pos = valid + (deltas.view(-1).to(device) if deltas is not None else 0)
 
             self._step.zero_()
-            first_logits = process_logits(out.logits[:, -1, :].float(), settings, self._suppress, self._eos_mask,
-                                          self._step)
+            first_logits = process_logits(
+                out.logits[:, -1, :].float(), settings, self._suppress, self._eos_mask, self._step
+            )
             tokens = choose_tokens(first_logits, settings)
             del out, first_logits
 
@@ -542,7 +624,7 @@ class GraphDecoder:
             prefilled = time.perf_counter()
             for t in range(max_new):
                 if t > 0:
-                    self._tokens.copy_(result[:, t - 1:t])
+                    self._tokens.copy_(result[:, t - 1 : t])
                     self._step.fill_(t)
                     if self.compile:
                         torch.compiler.cudagraph_mark_step_begin()
@@ -555,9 +637,16 @@ class GraphDecoder:
                     steps_run = t + 1  # the one host sync: every check_every steps
                     break
             sync()
-            self.timings = self.timings[-255:] + [{
-                "rows": n, "batch": batch, "prompt_len": prompt_len, "steps": steps_run,
-                "prefill_s": prefilled - started, "decode_s": time.perf_counter() - prefilled}]
+            self.timings = self.timings[-255:] + [
+                {
+                    "rows": n,
+                    "batch": batch,
+                    "prompt_len": prompt_len,
+                    "steps": steps_run,
+                    "prefill_s": prefilled - started,
+                    "decode_s": time.perf_counter() - prefilled,
+                }
+            ]
         finally:
             if was_training:
                 self.model.train()
@@ -565,5 +654,14 @@ class GraphDecoder:
 
 
 # processor outputs that go to the model's forward; anything else passed to generate() is a generation setting
-_MODEL_INPUT_KEYS = {"pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "mm_token_type_ids",
-                     "second_per_grid_ts", "token_type_ids", "cache_position", *ROPE_INPUT_KEYS}
+_MODEL_INPUT_KEYS = {
+    "pixel_values",
+    "image_grid_thw",
+    "pixel_values_videos",
+    "video_grid_thw",
+    "mm_token_type_ids",
+    "second_per_grid_ts",
+    "token_type_ids",
+    "cache_position",
+    *ROPE_INPUT_KEYS,
+}

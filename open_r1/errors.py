@@ -2,6 +2,7 @@
 catches `OpenR1Error` and prints `error: <message>` with exit status 2, never a traceback. The subclasses stay
 `ValueError`/`RuntimeError`s so callers that catch the builtin kinds keep working.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,13 +81,15 @@ def user_error(exc: BaseException) -> OpenR1Error | None:
         if isinstance(exc, OpenR1Error):
             text, head = str(exc), f"{type(exc).__name__}: "
             if "Traceback (most recent call last)" in text and head in text:  # the DataLoader's re-raise
-                return type(exc)(text[text.rindex(head) + len(head):].strip())
+                return type(exc)(text[text.rindex(head) + len(head) :].strip())
             return exc
         line = next((text for text in str(exc).splitlines() if any(sign in text for sign in DISK_FULL)), None)
         if line and "/torch_" not in line and "/dev/shm" not in line:  # a full shared memory is not the output disk
-            return DiskFullError(f"writing failed, most likely on a full disk ({line.strip()[:300]}): free space or "
-                                 "write to a larger disk (OUTPUT_DIR / SUBMISSION / --out), then re-run the same "
-                                 "command (a training run resumes from its newest complete checkpoint)")
+            return DiskFullError(
+                f"writing failed, most likely on a full disk ({line.strip()[:300]}): free space or "
+                "write to a larger disk (OUTPUT_DIR / SUBMISSION / --out), then re-run the same "
+                "command (a training run resumes from its newest complete checkpoint)"
+            )
         exc = exc.__cause__ or exc.__context__
     return None
 

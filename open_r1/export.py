@@ -12,6 +12,7 @@ modes 0755/0644, then swapped in atomically (docs/GUARANTEES.md); a replaced sub
 <out>.prev-<timestamp>. A submission holding its selfcheck report (selfcheck.json) is never replaced without
 --replace: the new model goes to <out>.candidate-<timestamp> and the commands to score and promote it are printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,8 +74,11 @@ def load_for_export(checkpoint: str, base_model: str | None = None):
     adapter_config = os.path.join(checkpoint, "adapter_config.json")
     if not os.path.isfile(adapter_config):
         return modeling.load_model(checkpoint, dtype="auto", attn_implementation="sdpa"), checkpoint
-    base = (base_model or _read_meta(checkpoint).get("base_model")
-            or read_json(adapter_config).get("base_model_name_or_path"))
+    base = (
+        base_model
+        or _read_meta(checkpoint).get("base_model")
+        or read_json(adapter_config).get("base_model_name_or_path")
+    )
     if not base:
         raise ExportError(f"{checkpoint} is a LoRA adapter with no recorded base model; pass --base-model")
     model = modeling.load_model(base, dtype="auto", attn_implementation="sdpa")
@@ -87,23 +91,36 @@ def architecture_problems(config: dict, expected_class: str | None) -> list[str]
     model_type, architectures = config.get("model_type"), config.get("architectures") or []
     family = FAMILIES.get(model_type or "")
     if family is None:
-        needs = (f"the grader loads {expected_class}" if expected_class else "supported families: "
-                 + ", ".join(f"{f.model_type} ({f.class_name})" for f in FAMILIES.values()))
-        return [f"wrong architecture: config.json says model_type={model_type!r}, architectures={architectures}; "
-                f"{needs}"]
+        needs = (
+            f"the grader loads {expected_class}"
+            if expected_class
+            else "supported families: " + ", ".join(f"{f.model_type} ({f.class_name})" for f in FAMILIES.values())
+        )
+        return [
+            f"wrong architecture: config.json says model_type={model_type!r}, architectures={architectures}; {needs}"
+        ]
     if family.class_name not in architectures:
-        return [f"wrong architecture: config.json says model_type={model_type!r} ({family.name}) but architectures="
-                f"{architectures}, not {family.class_name}; re-save the model with save_pretrained"]
+        return [
+            f"wrong architecture: config.json says model_type={model_type!r} ({family.name}) but architectures="
+            f"{architectures}, not {family.class_name}; re-save the model with save_pretrained"
+        ]
     if expected_class and family.class_name != expected_class:
-        return [f"wrong architecture for the counting submission: this is a {family.name} checkpoint "
-                f"({family.class_name}); the counting grader loads {expected_class} (a Qwen2-VL model), which cannot "
-                f"load it. Submit a Qwen2-VL model for counting, or check it as a {family.name} model of its own "
-                "(selfcheck.py --verify --any-family / export --any-family)"]
+        return [
+            f"wrong architecture for the counting submission: this is a {family.name} checkpoint "
+            f"({family.class_name}); the counting grader loads {expected_class} (a Qwen2-VL model), which cannot "
+            f"load it. Submit a Qwen2-VL model for counting, or check it as a {family.name} model of its own "
+            "(selfcheck.py --verify --any-family / export --any-family)"
+        ]
     return []
 
 
-def verify_submission(path: str, generate: bool = True, strict_answer: bool = False,
-                      expected_class: str | None = COUNTING_GRADER_CLASS, task: str = "counting") -> VerifyReport:
+def verify_submission(
+    path: str,
+    generate: bool = True,
+    strict_answer: bool = False,
+    expected_class: str | None = COUNTING_GRADER_CLASS,
+    task: str = "counting",
+) -> VerifyReport:
     """Check a model dir the way the grader loads it (as `expected_class`; None: as its own family's class); with
     `generate`, load it and write one greedy completion under `task`'s protocol (its `probe`): output off the format
     is a warning, or a problem with `strict_answer`. Never raises for a bad dir: it reports."""
@@ -111,9 +128,15 @@ def verify_submission(path: str, generate: bool = True, strict_answer: bool = Fa
         return VerifyReport(path, [f"{path} does not exist"])
     adapter = os.path.isfile(os.path.join(path, "adapter_config.json"))
     if not os.path.isfile(os.path.join(path, "config.json")):
-        return VerifyReport(path, [f"{path} is a LoRA adapter (adapter_config.json, no config.json), not a full model; "
-                                   f"merge it with python -m open_r1.export --checkpoint {path} --out <dir>" if adapter
-                                   else "config.json is missing: not a saved transformers model"])
+        return VerifyReport(
+            path,
+            [
+                f"{path} is a LoRA adapter (adapter_config.json, no config.json), not a full model; "
+                f"merge it with python -m open_r1.export --checkpoint {path} --out <dir>"
+                if adapter
+                else "config.json is missing: not a saved transformers model"
+            ],
+        )
     report = VerifyReport(path, architecture_problems(read_json(os.path.join(path, "config.json")), expected_class))
     if adapter:
         report.problems.append("adapter_config.json present: a LoRA adapter must be merged into full weights")
@@ -159,9 +182,17 @@ def report_set_paths(report: dict) -> dict:
     return {}
 
 
-def export_submission(checkpoint: str, out: str, base_model: str | None = None, min_pixels: int | None = None,
-                      max_pixels: int | None = None, verify: bool = True, log=print, replace_scored: bool = False,
-                      expected_class: str | None = COUNTING_GRADER_CLASS) -> VerifyReport:
+def export_submission(
+    checkpoint: str,
+    out: str,
+    base_model: str | None = None,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    verify: bool = True,
+    log=print,
+    replace_scored: bool = False,
+    expected_class: str | None = COUNTING_GRADER_CLASS,
+) -> VerifyReport:
     """Merge (if LoRA), save and verify beside `out`, then swap it in (`swap_in`). A scored `out` (holding its
     selfcheck.json) is kept unless `replace_scored`: the new model goes beside it as `<out>.candidate-<time>`
     (report.path). `expected_class`: as in `verify_submission`."""
@@ -174,12 +205,19 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
     problem = check_checkpoint(checkpoint)
     if problem:
         run_dir = os.path.dirname(os.path.abspath(checkpoint.rstrip("/")))
-        loadable = find_resume_checkpoint(run_dir) if os.path.basename(checkpoint.rstrip("/")).startswith(
-            "checkpoint-") else None
-        fix = (f"export the newest checkpoint that loads: --checkpoint {loadable}" if loadable
-               else "export another checkpoint (--checkpoint <run dir>/checkpoint-N) or re-train")
-        raise ExportError(f"checkpoint {checkpoint} does not load: {problem}. {fix}; the submission at {out} is "
-                          "unchanged")
+        loadable = (
+            find_resume_checkpoint(run_dir)
+            if os.path.basename(checkpoint.rstrip("/")).startswith("checkpoint-")
+            else None
+        )
+        fix = (
+            f"export the newest checkpoint that loads: --checkpoint {loadable}"
+            if loadable
+            else "export another checkpoint (--checkpoint <run dir>/checkpoint-N) or re-train"
+        )
+        raise ExportError(
+            f"checkpoint {checkpoint} does not load: {problem}. {fix}; the submission at {out} is unchanged"
+        )
     recover_interrupted_swap(out, log=log)
     scored = None if replace_scored else read_json(os.path.join(out, REPORT_FILE), None)
     scored = scored if isinstance(scored, dict) else None
@@ -188,7 +226,8 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
     processor = modeling.load_processor(  # the training run's vision-token budget unless given
         checkpoint if os.path.isfile(os.path.join(checkpoint, "preprocessor_config.json")) else base,
         meta.get("min_pixels") if min_pixels is None else min_pixels,
-        meta.get("max_pixels") if max_pixels is None else max_pixels)
+        meta.get("max_pixels") if max_pixels is None else max_pixels,
+    )
     report = None
 
     def fill(staging: str) -> None:
@@ -198,26 +237,33 @@ def export_submission(checkpoint: str, out: str, base_model: str | None = None, 
         processor.save_pretrained(staging)
         modeling.write_compat_processor_files(staging)
         model.generation_config.save_pretrained(staging)
-        report = verify_submission(staging, generate=verify, expected_class=expected_class,
-                                   task=meta.get("task", "counting"))  # probed under the run's own task
+        report = verify_submission(
+            staging, generate=verify, expected_class=expected_class, task=meta.get("task", "counting")
+        )  # probed under the run's own task
         if not report.ok:
-            raise ExportError("the exported model failed verification: " + "; ".join(report.problems)
-                              + f". The submission at {out} is unchanged")
+            raise ExportError(
+                "the exported model failed verification: "
+                + "; ".join(report.problems)
+                + f". The submission at {out} is unchanged"
+            )
         for warning in report.warnings:
             log(f"[export] warning: {warning}")
 
-    report.path = swap_in(out, fill, "prev", ExportError, "writing the new model", log=log,
-                          beside=scored is not None)[0]
+    report.path = swap_in(out, fill, "prev", ExportError, "writing the new model", log=log, beside=scored is not None)[
+        0
+    ]
     if scored is None:
         log(f"[export] submission ready: {out}")
         return report
     sets = report_set_paths(scored).values()
     sets_arg = f" --sets {' '.join(sets)}" if sets else ""
     limit_arg = f" --limit {scored['limit']}" if scored.get("limit") else ""
-    log(f"[export] {out} holds a scored submission ({scored.get('mean_accuracy_pct')}% mean accuracy in its "
+    log(
+        f"[export] {out} holds a scored submission ({scored.get('mean_accuracy_pct')}% mean accuracy in its "
         f"{REPORT_FILE}): kept. The new model is at {report.path}; score it the same way and promote it if it is "
         f"better: python selfcheck.py --model {report.path}{sets_arg}{limit_arg} && python -m open_r1.promote "
-        f"--candidate {report.path} --submission {out} (or export with --replace to overwrite without comparing)")
+        f"--candidate {report.path} --submission {out} (or export with --replace to overwrite without comparing)"
+    )
     return report
 
 
@@ -272,8 +318,11 @@ def _signals_held():
                 previous[signum] = signal.signal(signum, lambda number, frame: received.append(number))
         yield
     finally:
-        raised = [exc for signum, handler in previous.items()
-                  if (exc := set_handler(signum, signal.SIG_DFL if handler is None else handler))]
+        raised = [
+            exc
+            for signum, handler in previous.items()
+            if (exc := set_handler(signum, signal.SIG_DFL if handler is None else handler))
+        ]
         for signum in received[:1]:
             signal.raise_signal(signum)
         if raised:  # a signal that came as the handlers were put back: delivered now, not lost
@@ -298,8 +347,16 @@ def install(staging: str, target: str, aside: str, log=print) -> str | None:
             os.rename(staging, target)
             COMMITTED.append(target)  # a held signal, delivered next, has nothing left to stop (run_cli)
             return None
-        write_json(journal, {"target": target, "staging": staging, "aside": aside,
-                             "new_inode": os.stat(staging).st_ino, "pid": os.getpid()})
+        write_json(
+            journal,
+            {
+                "target": target,
+                "staging": staging,
+                "aside": aside,
+                "new_inode": os.stat(staging).st_ino,
+                "pid": os.getpid(),
+            },
+        )
         if _exchange(staging, target):  # one atomic step: the new model at target, the old one at staging
             os.rename(staging, aside)
         else:
@@ -311,8 +368,16 @@ def install(staging: str, target: str, aside: str, log=print) -> str | None:
     return aside
 
 
-def swap_in(target: str, fill, aside_tag: str, error: type[OpenR1Error], what: str, log=print, beside: bool = False,
-            source: str | None = None) -> tuple[str, str | None]:
+def swap_in(
+    target: str,
+    fill,
+    aside_tag: str,
+    error: type[OpenR1Error],
+    what: str,
+    log=print,
+    beside: bool = False,
+    source: str | None = None,
+) -> tuple[str, str | None]:
     """`fill(staging)` writes and verifies the new model beside `target` (or raises); it then goes to `target`, the
     previous one to `<target>.<aside_tag>-<time>` (with `beside`: to `<target>.candidate-<time>`). Returns (new path,
     previous path or None). A failure leaves `target` complete and one line says where the models are: a disk error
@@ -339,15 +404,17 @@ def swap_in(target: str, fill, aside_tag: str, error: type[OpenR1Error], what: s
         if os.path.exists(_journal_path(target)):  # the swap itself failed half-way (an OSError): finish or undo it
             where = recover_interrupted_swap(target, log=log) or f"{target} is unchanged"
         elif new_inode is not None and inode_of(target) == new_inode:  # interrupted as the held signal was delivered
-            where = f"the new model is in place at {target}" + (f", the previous one is kept at {aside}"
-                                                                if os.path.isdir(aside) else "")
+            where = f"the new model is in place at {target}" + (
+                f", the previous one is kept at {aside}" if os.path.isdir(aside) else ""
+            )
         elif verified and source is None and os.path.isdir(staging):  # a verified model is never deleted
             kept = kept_path(target, "candidate")
             os.rename(staging, kept)
             where = f"{target} is unchanged, the verified new model is kept at {kept}"
         else:
-            where = f"{target} is unchanged" + (f", the candidate is still at {source}" if source
-                                                else " (the partial new model was removed)")
+            where = f"{target} is unchanged" + (
+                f", the candidate is still at {source}" if source else " (the partial new model was removed)"
+            )
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(exc, KeyboardInterrupt):
             exc.where = where  # run_cli's one line says where the models are
@@ -405,15 +472,17 @@ def clean_stale_staging(target: str, log=print) -> list[str]:
         path = os.path.join(parent, entry)
         if not entry.startswith(prefix) or path == journal.get("staging"):
             continue
-        pid = entry[len(prefix):].split("-", 1)[0]
+        pid = entry[len(prefix) :].split("-", 1)[0]
         if not pid.isdigit():
             log(f"[export] warning: stale staging dir {path} from an older export; delete it when no export runs")
         elif not _pid_alive(int(pid)):
             if verify_submission(path, generate=False, expected_class=None).ok:  # killed after verifying: keep it
                 kept = kept_path(target, "candidate")
                 os.rename(path, kept)
-                log(f"[export] {path} (an export, pid {pid}, killed before its swap) holds a complete model: kept "
-                    f"at {kept}")
+                log(
+                    f"[export] {path} (an export, pid {pid}, killed before its swap) holds a complete model: kept "
+                    f"at {kept}"
+                )
             else:
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path)
@@ -477,26 +546,48 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=CliHelp)
     parser.add_argument("--checkpoint", required=True, help="training output dir or a checkpoint-N dir")
     parser.add_argument("--out", required=True, help="submission dir to write (replaced atomically)")
-    parser.add_argument("--base-model", default=None,
-                        help="base model for a LoRA adapter (without it: the one recorded)")
-    parser.add_argument("--min-pixels", type=int, default=None,
-                        help="processor min_pixels (without it: the training run's, from training_meta.json)")
-    parser.add_argument("--max-pixels", type=int, default=None,
-                        help="processor max_pixels (without it: the training run's, from training_meta.json)")
+    parser.add_argument(
+        "--base-model", default=None, help="base model for a LoRA adapter (without it: the one recorded)"
+    )
+    parser.add_argument(
+        "--min-pixels",
+        type=int,
+        default=None,
+        help="processor min_pixels (without it: the training run's, from training_meta.json)",
+    )
+    parser.add_argument(
+        "--max-pixels",
+        type=int,
+        default=None,
+        help="processor max_pixels (without it: the training run's, from training_meta.json)",
+    )
     parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
-    parser.add_argument("--any-family", action="store_true",
-                        help=f"verify as a model of its own family (Qwen2.5-VL, Qwen3-VL), not as the counting "
-                        f"submission the grader loads with {COUNTING_GRADER_CLASS}")
-    parser.add_argument("--replace", action="store_true",
-                        help=f"replace a scored submission (one with {REPORT_FILE}) without comparing; by default "
-                        "the new model is written beside it as <out>.candidate-<timestamp>")
+    parser.add_argument(
+        "--any-family",
+        action="store_true",
+        help=f"verify as a model of its own family (Qwen2.5-VL, Qwen3-VL), not as the counting "
+        f"submission the grader loads with {COUNTING_GRADER_CLASS}",
+    )
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help=f"replace a scored submission (one with {REPORT_FILE}) without comparing; by default "
+        "the new model is written beside it as <out>.candidate-<timestamp>",
+    )
     args = parser.parse_args(argv)
     started = _START if argv is None else time.time()
 
     def work() -> int:
-        export_submission(resolve_export_checkpoint(args.checkpoint), args.out, args.base_model, args.min_pixels,
-                          args.max_pixels, verify=not args.no_verify_generate, replace_scored=args.replace,
-                          expected_class=None if args.any_family else COUNTING_GRADER_CLASS)
+        export_submission(
+            resolve_export_checkpoint(args.checkpoint),
+            args.out,
+            args.base_model,
+            args.min_pixels,
+            args.max_pixels,
+            verify=not args.no_verify_generate,
+            replace_scored=args.replace,
+            expected_class=None if args.any_family else COUNTING_GRADER_CLASS,
+        )
         if os.path.isfile(os.path.join(args.checkpoint, TRAINING_META_FILE)):  # a run dir: feed the budget
             try:
                 record_export_seconds(args.checkpoint, time.time() - started)

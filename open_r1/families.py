@@ -3,6 +3,7 @@ targets, where the vision tower is, deepstack), read by loading, LoRA, ViT de-du
 builders instead of branching on model names. Module names as in transformers 5.24's modeling files; the language
 model of all three is `model.language_model`, the vision tower `model.visual`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

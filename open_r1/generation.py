@@ -1,5 +1,6 @@
 """Batched generation for the tasks' evaluations: left-padded prompts + images in (right padding shifts M-RoPE
 positions), completion texts out, each ending at its first EOS; one that used all `max_new_tokens` is truncated."""
+
 from __future__ import annotations
 
 import warnings
@@ -36,8 +37,9 @@ def prepare_inputs(processor, prompt_texts, images, image_device=None, pin_memor
     `image_device`: where the image preprocessing runs; `pin_memory`: page-locked CPU tensors for overlapped copies;
     `rope_model`: also the prefill's M-RoPE positions (`decoding.rope_positions`, for the graph decoder)."""
     extra = {"device": image_device} if image_device else {}
-    inputs = processor(text=list(prompt_texts), images=list(images), padding=True, padding_side="left",
-                       return_tensors="pt", **extra)
+    inputs = processor(
+        text=list(prompt_texts), images=list(images), padding=True, padding_side="left", return_tensors="pt", **extra
+    )
     if rope_model is not None:
         inputs.update(decoding.rope_positions(rope_model, inputs) or {})
     if pin_memory:
@@ -47,8 +49,18 @@ def prepare_inputs(processor, prompt_texts, images, image_device=None, pin_memor
     return inputs
 
 
-def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compile_generation=False,
-                   do_sample=False, decoder=None, inputs=None, **generate_kwargs):
+def generate_texts(
+    model,
+    processor,
+    prompt_texts,
+    images,
+    max_new_tokens,
+    compile_generation=False,
+    do_sample=False,
+    decoder=None,
+    inputs=None,
+    **generate_kwargs,
+):
     """(texts, completion token counts, truncated flags) for one batch of chat-formatted prompt texts.
     `compile_generation`: HF generate with a static KV cache (compiled on GPUs). `decoder`: 'graph' (`GraphDecoder`,
     one per model), 'eager' (uncompiled), 'hf' or 'auto'/None (`DEFAULT_DECODER`: graph on CUDA, else hf); a setting
@@ -65,14 +77,16 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
         choice = "hf"  # ZeRO-3: gathered weights move between calls; a captured step cannot follow them
     if choice != "hf" and not compile_generation:
         try:
-            settings = decoding.resolve_settings(model.generation_config, max_new_tokens=max_new_tokens,
-                                                 do_sample=do_sample, **generate_kwargs)
+            settings = decoding.resolve_settings(
+                model.generation_config, max_new_tokens=max_new_tokens, do_sample=do_sample, **generate_kwargs
+            )
         except decoding.UnsupportedGeneration as error:
             warnings.warn(f"graph decoder not used ({error}); generating with HF generate", stacklevel=2)
         else:
             try:
-                completion_ids = decoder_for(model, compile=choice == "graph").generate(**inputs, **positions,
-                                                                                        settings=settings)
+                completion_ids = decoder_for(model, compile=choice == "graph").generate(
+                    **inputs, **positions, settings=settings
+                )
             except torch.OutOfMemoryError:
                 # drop the decoder (its cache is sized for this batch): a retry with a smaller batch gets a new one
                 _DECODERS.pop(model, None)
@@ -80,9 +94,10 @@ def generate_texts(model, processor, prompt_texts, images, max_new_tokens, compi
             return decode_completions(completion_ids.tolist(), processor, settings.eos_token_ids, max_new_tokens)
     with torch.inference_mode():
         extra = static_cache_kwargs(inputs["input_ids"].shape[1], max_new_tokens) if compile_generation else {}
-        output = model.generate(**inputs, do_sample=do_sample, max_new_tokens=max_new_tokens, **extra,
-                                **generate_kwargs)
-    completion_ids = output[:, inputs["input_ids"].shape[1]:]
+        output = model.generate(
+            **inputs, do_sample=do_sample, max_new_tokens=max_new_tokens, **extra, **generate_kwargs
+        )
+    completion_ids = output[:, inputs["input_ids"].shape[1] :]
     return decode_completions(completion_ids.tolist(), processor, model.generation_config.eos_token_id, max_new_tokens)
 
 

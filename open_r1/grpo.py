@@ -8,6 +8,7 @@ Any recipe key can be overridden on the command line (`--learning_rate 2e-6 --re
 parse -> build the task once -> validate before the model loads -> the run's callbacks (`open_r1.run`) -> the
 trainer (`open_r1.trainer`) -> train -> save, with `training_meta.json` (what export needs) beside the weights.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,8 +43,10 @@ class GRPOScriptArguments(ScriptArguments):
 
     task: str = field(
         default="counting",
-        metadata={"help": "Which task folder builds the prompts and scores held-out sets: counting | captioning "
-                  "(open_r1/tasks/)."},
+        metadata={
+            "help": "Which task folder builds the prompts and scores held-out sets: counting | captioning "
+            "(open_r1/tasks/)."
+        },
     )
     dataset_name: str | None = field(default=None, metadata={"help": "Train split: save_to_disk dir or hub name."})
     reward_funcs: list[str] = field(
@@ -55,37 +58,52 @@ class GRPOScriptArguments(ScriptArguments):
         metadata={"help": 'JSON (or a YAML mapping) of per-reward parameters, e.g. {"soft_count": {"tolerance": 2}}.'},
     )
     min_pixels: int | None = field(
-        default=None, metadata={"help": "Smallest image area (pixels) after resizing (default: 4 merged tokens of the "
-                                "model family: 3136 for Qwen2/2.5-VL's 28x28, 4096 for Qwen3-VL's 32x32)."})
+        default=None,
+        metadata={
+            "help": "Smallest image area (pixels) after resizing (default: 4 merged tokens of the "
+            "model family: 3136 for Qwen2/2.5-VL's 28x28, 4096 for Qwen3-VL's 32x32)."
+        },
+    )
     max_pixels: int | None = field(
-        default=None, metadata={"help": "Vision-token budget: largest image area (default: 512 merged tokens of the "
-                                "model family: 401408 for Qwen2/2.5-VL, 524288 for Qwen3-VL)."}
+        default=None,
+        metadata={
+            "help": "Vision-token budget: largest image area (default: 512 merged tokens of the "
+            "model family: 401408 for Qwen2/2.5-VL, 524288 for Qwen3-VL)."
+        },
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N rows (smoke runs)."})
     lora_vision: bool = field(default=False, metadata={"help": "Also put LoRA adapters on the vision tower."})
     image_check_rows: int = field(
         default=8,
-        metadata={"help": "Images fully decoded by the data module; -1 decodes every row. Independently, every image "
-                  "of every set the run reads is verified up front (header + checksums, open_r1/validate.py)."},
+        metadata={
+            "help": "Images fully decoded by the data module; -1 decodes every row. Independently, every image "
+            "of every set the run reads is verified up front (header + checksums, open_r1/validate.py)."
+        },
     )
     # Run safety (open_r1/run/): time budget, in-training protocol evaluation with keep-best, resume.
     time_budget: str | None = field(
         default=None,
-        metadata={"help": "Deadline for the submission: '55m', '1h30m', '3600' (seconds from $TRAIN_START_TIME or "
-                  "process start) or an ISO datetime. Training stops early enough to save, export and verify."},
+        metadata={
+            "help": "Deadline for the submission: '55m', '1h30m', '3600' (seconds from $TRAIN_START_TIME or "
+            "process start) or an ISO datetime. Training stops early enough to save, export and verify."
+        },
     )
     eval_sets: list[str] = field(
         default_factory=list,
-        metadata={"help": "Held-out save_to_disk dirs scored with the selfcheck protocol during training "
-                  "(names = dir basenames, e.g. /app/data/ood_val /app/data/val)."},
+        metadata={
+            "help": "Held-out save_to_disk dirs scored with the selfcheck protocol during training "
+            "(names = dir basenames, e.g. /app/data/ood_val /app/data/val)."
+        },
     )
     eval_steps_protocol: int = field(default=50, metadata={"help": "Evaluate eval_sets every N optimizer steps."})
     eval_limit: int | None = field(default=200, metadata={"help": "Fixed subset: the first N rows of each eval set."})
     eval_batch_size: int = field(default=32, metadata={"help": "Generation batch size of the in-training evaluation."})
     eval_primary: str | None = field(
-        default=None, metadata={"help": "Keep-best set (highest score wins; default: the task's, counting: ood_val)."})
+        default=None, metadata={"help": "Keep-best set (highest score wins; default: the task's, counting: ood_val)."}
+    )
     eval_secondary: str | None = field(
-        default=None, metadata={"help": "Keep-best tie-break set (default: the task's, counting: val)."})
+        default=None, metadata={"help": "Keep-best tie-break set (default: the task's, counting: val)."}
+    )
     eval_first_step: bool = field(
         default=True, metadata={"help": "Also evaluate after step 1 (baseline score, measures the eval time)."}
     )
@@ -98,15 +116,19 @@ class GRPOScriptArguments(ScriptArguments):
     )
     resume_mismatch_ok: bool = field(
         default=False,
-        metadata={"help": "Resume a run dir trained from another base model / reward or prompt recipe (refused by "
-                  "default: open_r1/validate.py)."},
+        metadata={
+            "help": "Resume a run dir trained from another base model / reward or prompt recipe (refused by "
+            "default: open_r1/validate.py)."
+        },
     )
     # Speed levers (open_r1/trainer.py; measured in docs/PERFORMANCE.md).
     fast_decode: str = field(
         default="auto",
-        metadata={"help": "Rollouts with the CUDA-graph decoder (open_r1/decoding.py) instead of HF generate: auto "
-                  "(on a CUDA device without vLLM; under ZeRO-3 from a whole-weight copy of the policy, "
-                  "open_r1/rollout_weights.py), true (required), false (HF generate)."},
+        metadata={
+            "help": "Rollouts with the CUDA-graph decoder (open_r1/decoding.py) instead of HF generate: auto "
+            "(on a CUDA device without vLLM; under ZeRO-3 from a whole-weight copy of the policy, "
+            "open_r1/rollout_weights.py), true (required), false (HF generate)."
+        },
     )
     lazy_images: bool = field(
         default=True,
@@ -114,18 +136,24 @@ class GRPOScriptArguments(ScriptArguments):
     )
     dedupe_vision: bool = field(
         default=True,
-        metadata={"help": "Encode each distinct image of a batch once in the ViT and keep a prompt's completions in "
-                  "one micro-batch (same update, less ViT compute; measured in docs/PERFORMANCE.md)."},
+        metadata={
+            "help": "Encode each distinct image of a batch once in the ViT and keep a prompt's completions in "
+            "one micro-batch (same update, less ViT compute; measured in docs/PERFORMANCE.md)."
+        },
     )
     dedupe_images: bool = field(
         default=True,
-        metadata={"help": "Preprocess each distinct image of a round once (TRL preprocesses every completion's copy, "
-                  "twice per round); the processor's outputs are unchanged (open_r1/image_dedupe.py)."},
+        metadata={
+            "help": "Preprocess each distinct image of a round once (TRL preprocesses every completion's copy, "
+            "twice per round); the processor's outputs are unchanged (open_r1/image_dedupe.py)."
+        },
     )
     noisy_rollouts: float = field(
         default=0.0,
-        metadata={"help": "Fraction of each group generated and trained on a Gaussian-noised image (NoisyRollout-"
-                  "style; 0 = off). See open_r1/trainer.py."},
+        metadata={
+            "help": "Fraction of each group generated and trained on a Gaussian-noised image (NoisyRollout-"
+            "style; 0 = off). See open_r1/trainer.py."
+        },
     )
     noise_std: float = field(default=0.1, metadata={"help": "Pixel noise std for noisy_rollouts, pixel range [0, 1]."})
     freeze_vision: bool = field(
@@ -157,13 +185,15 @@ def freeze_vision_tower(model) -> int:
     return frozen
 
 
-def build_trainer(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None,
-                  task=None):
+def build_trainer(
+    script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None, task=None
+):
     """Everything up to `trainer.train()` for a validated recipe (`validate.validate_training`): data, rewards, model,
     processor, LoRA, the trainer. `task`: the run's (built from the recipe when not given)."""
     training_args.remove_unused_columns = False  # the data's columns must reach the reward functions
-    reward_funcs = rewards_lib.get_reward_funcs(script_args.reward_funcs,
-                                                rewards_lib.parse_reward_kwargs(script_args.reward_kwargs))
+    reward_funcs = rewards_lib.get_reward_funcs(
+        script_args.reward_funcs, rewards_lib.parse_reward_kwargs(script_args.reward_kwargs)
+    )
     check_noisy_rollouts(script_args.noisy_rollouts, script_args.noise_std)  # before the slow loads
     family = modeling.family_of_dir(model_args.model_name_or_path)
     task = task or get_task(script_args.task, script_args)
@@ -220,8 +250,10 @@ def announce_rank(trainer) -> None:
     state = trainer.accelerator.state
     plugin = getattr(state, "deepspeed_plugin", None)
     zero = f", ZeRO stage {plugin.zero_stage}" if plugin is not None else ""
-    print(f"[grpo] rank {state.process_index}/{state.num_processes} on {state.device}: {state.distributed_type}{zero}",
-          flush=True)
+    print(
+        f"[grpo] rank {state.process_index}/{state.num_processes} on {state.device}: {state.distributed_type}{zero}",
+        flush=True,
+    )
 
 
 MEMORY_CAP_ENV = "GPU_MEMORY_CAP_GIB"
@@ -252,13 +284,15 @@ def apply_memory_cap(environ=os.environ) -> float | None:
 def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
     task = get_task(script_args.task, script_args)  # built once; it keeps the sets it loaded for the run
     # every recipe value, path, device, model file and image, before the model loads
-    validate.validate_training(script_args, training_args, model_args, submission=os.environ.get("SUBMISSION"),
-                               task=task)
+    validate.validate_training(
+        script_args, training_args, model_args, submission=os.environ.get("SUBMISSION"), task=task
+    )
     apply_memory_cap()
     # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
     run = run_lib.build_run_callbacks(script_args, training_args, task)
-    trainer = build_trainer(script_args, training_args, model_args, callbacks=[*run.callbacks, *(callbacks or [])],
-                            task=task)
+    trainer = build_trainer(
+        script_args, training_args, model_args, callbacks=[*run.callbacks, *(callbacks or [])], task=task
+    )
     announce_rank(trainer)
     run.bind(trainer)
     trainer.run_safety = run
@@ -281,8 +315,9 @@ class _ActivationCheckpointingAlias:
     `activation_checkpointing` (5.23+ warns on the old one), so on those versions the new key is accepted here."""
 
     activation_checkpointing: bool | None = field(
-        default=None, metadata={"help": "Activation (gradient) checkpointing; transformers < 5.23 calls it "
-                                "gradient_checkpointing."})
+        default=None,
+        metadata={"help": "Activation (gradient) checkpointing; transformers < 5.23 calls it gradient_checkpointing."},
+    )
 
 
 def _argument_classes() -> list[type]:
@@ -333,7 +368,8 @@ def parse_args(argv=None):
         raise RecipeError("--config needs a recipe file, e.g. --config configs/demo.yaml")
     classes = _argument_classes()
     *parsed, config_rest, cli_rest = _RecipeParser(tuple(classes)).parse_args_and_config(
-        args=argv, return_remaining_strings=True, separate_remaining_strings=True)
+        args=argv, return_remaining_strings=True, separate_remaining_strings=True
+    )
     if config_rest or cli_rest:
         raise unknown_keys_error(config_rest, cli_rest)
     return combine_parsed(parsed[: len(classes)])
@@ -354,42 +390,71 @@ def combine_parsed(parsed) -> tuple:
 
 # The TRL keys a recipe of ours usually sets, shown by the short --help (the rest: --help-all).
 COMMON_TRL_KEYS = (
-    "model_name_or_path", "output_dir", "learning_rate", "lr_scheduler_type", "max_steps", "num_generations",
-    "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length", "temperature", "beta",
-    "loss_type", "reward_weights", "use_peft", "lora_r", "activation_checkpointing", "bf16", "dtype", "use_vllm",
-    "logging_steps", "save_steps", "report_to", "seed",
+    "model_name_or_path",
+    "output_dir",
+    "learning_rate",
+    "lr_scheduler_type",
+    "max_steps",
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_completion_length",
+    "temperature",
+    "beta",
+    "loss_type",
+    "reward_weights",
+    "use_peft",
+    "lora_r",
+    "activation_checkpointing",
+    "bf16",
+    "dtype",
+    "use_vllm",
+    "logging_steps",
+    "save_steps",
+    "report_to",
+    "seed",
 )
 
 
 def short_help() -> str:
     """--help: our recipe keys first, then the common TRL ones; TRL's full list (hundreds of keys) is --help-all."""
+
     def describe(field_) -> str:
         text = " ".join(str(field_.metadata.get("help", "")).split())
-        default = field_.default if field_.default is not dataclasses.MISSING else (
-            field_.default_factory() if field_.default_factory is not dataclasses.MISSING else None)
+        default = (
+            field_.default
+            if field_.default is not dataclasses.MISSING
+            else (field_.default_factory() if field_.default_factory is not dataclasses.MISSING else None)
+        )
         head = f"  --{field_.name} (default: {default!r})"
         return head + "\n" + textwrap.fill(text, width=110, initial_indent=" " * 6, subsequent_indent=" " * 6)
 
-    ours = [f for cls in (GRPOScriptArguments, *task_settings()) for f in dataclasses.fields(cls)
-            if f.name == "dataset_name" or f.name not in {g.name for g in dataclasses.fields(ScriptArguments)}]
+    ours = [
+        f
+        for cls in (GRPOScriptArguments, *task_settings())
+        for f in dataclasses.fields(cls)
+        if f.name == "dataset_name" or f.name not in {g.name for g in dataclasses.fields(ScriptArguments)}
+    ]
     trl_fields = {f.name: f for cls in (GRPOConfig, ModelConfig) for f in dataclasses.fields(cls)}
     common = [trl_fields[name] for name in COMMON_TRL_KEYS if name in trl_fields]
     total = len(trl_fields) + len(dataclasses.fields(ScriptArguments))
-    return "\n".join([
-        "usage: python -m open_r1.grpo --config RECIPE.yaml [--KEY VALUE ...]",
-        "       (bash train.sh RECIPE.yaml [--KEY VALUE ...]: model, data and output dir from MODEL_PATH, DATA and "
-        "OUTPUT_DIR, else the recipe's)",
-        "",
-        "Every key can go in the recipe YAML or on the command line; the command line wins.",
-        "",
-        "Recipe keys of this project (open_r1/grpo.py: GRPOScriptArguments):",
-        *map(describe, ours),
-        "",
-        "Common keys of TRL's GRPOConfig / ModelConfig:",
-        *map(describe, common),
-        "",
-        f"All {total} keys, TRL's included: python -m open_r1.grpo --help-all",
-    ])
+    return "\n".join(
+        [
+            "usage: python -m open_r1.grpo --config RECIPE.yaml [--KEY VALUE ...]",
+            "       (bash train.sh RECIPE.yaml [--KEY VALUE ...]: model, data and output dir from MODEL_PATH, DATA and "
+            "OUTPUT_DIR, else the recipe's)",
+            "",
+            "Every key can go in the recipe YAML or on the command line; the command line wins.",
+            "",
+            "Recipe keys of this project (open_r1/grpo.py: GRPOScriptArguments):",
+            *map(describe, ours),
+            "",
+            "Common keys of TRL's GRPOConfig / ModelConfig:",
+            *map(describe, common),
+            "",
+            f"All {total} keys, TRL's included: python -m open_r1.grpo --help-all",
+        ]
+    )
 
 
 def cli(argv=None) -> int:
@@ -412,13 +477,17 @@ def cli(argv=None) -> int:
         except ImportError as exc:  # transformers checks for DeepSpeed while parsing --deepspeed
             if "deepspeed" not in str(exc):
                 raise
-            raise RecipeError("--deepspeed needs DeepSpeed, which is not installed: pip install -e '.[gpu]' "
-                              "(train.sh passes --deepspeed zero3.json unless ZERO3=0)") from None
+            raise RecipeError(
+                "--deepspeed needs DeepSpeed, which is not installed: pip install -e '.[gpu]' "
+                "(train.sh passes --deepspeed zero3.json unless ZERO3=0)"
+            ) from None
         except ValueError as exc:  # GRPOConfig validates its fields when it is built
             hint = BATCH_HINT if "num_generations" in str(exc) else "check the recipe and its overrides"
             if "bf16/gpu" in str(exc):
-                hint = ("no GPU is visible: pass --use_cpu true (train.sh does when NUM_GPUS=0) with a CPU recipe "
-                        "such as configs/demo.yaml, or run on a GPU machine")
+                hint = (
+                    "no GPU is visible: pass --use_cpu true (train.sh does when NUM_GPUS=0) with a CPU recipe "
+                    "such as configs/demo.yaml, or run on a GPU machine"
+                )
             raise RecipeError(f"invalid recipe: {exc} ({hint})") from None
         except Exception as exc:  # a YAML syntax error (yaml.YAMLError); anything else is a bug: re-raised
             if type(exc).__module__.split(".")[0] != "yaml":

@@ -9,6 +9,7 @@ layout is the library's own, and that processor is left to the library from then
 call's distinct images (strong references, so an `id` is not reused while held). The subclass keeps the base class's
 name, so a saved `preprocessor_config.json` still names the library's class.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -91,10 +92,13 @@ class DedupeImagesMixin:
         order = [slot[id(image)] for image in flat]
         from transformers.image_processing_utils import BatchFeature
 
-        return BatchFeature(data={
-            "pixel_values": torch.cat([per_distinct[i][0] for i in order]),
-            "image_grid_thw": torch.stack([per_distinct[i][1] for i in order]),
-        }, tensor_type=kwargs.get("return_tensors"))
+        return BatchFeature(
+            data={
+                "pixel_values": torch.cat([per_distinct[i][0] for i in order]),
+                "image_grid_thw": torch.stack([per_distinct[i][1] for i in order]),
+            },
+            tensor_type=kwargs.get("return_tensors"),
+        )
 
 
 def _remember(state: DedupeState, signature: str | None, images: list, rows: list) -> None:

@@ -2,6 +2,7 @@
 threads (PIL releases the GIL while decoding), identical bytes once. Used by the GRPO trainer (once per round,
 `open_r1/trainer.py`) and by the evaluation (the next batch, in the prefetch thread, `tasks/counting/evaluate.py`).
 """
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """JSON files, one helper pair for the whole repo: `write_json` (and `write_text`, for reports) writes through a temp
 file + rename, so a kill mid-write never leaves a truncated record; `read_json` returns `default` for a missing or
 unreadable file when one is given (and raises otherwise). `read_recipe` reads a YAML recipe."""
+
 from __future__ import annotations
 
 import json

@@ -2,6 +2,7 @@
 left-padded (right padding shifts M-RoPE positions in batched generation) with the recipe's vision-token budget
 (counted in the family's merged-token area), and a wrong model dir as one clear error.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,8 +48,10 @@ def check_model_dir(path: str) -> dict:
     config_path = os.path.join(path, "config.json")
     if not os.path.isfile(config_path):
         if os.path.isfile(os.path.join(path, "adapter_config.json")):
-            raise ModelError(f"{path} holds a LoRA adapter, not a full model. Merge it first: "
-                             f"python scripts/export_submission.py --checkpoint {path} --out <dir>")
+            raise ModelError(
+                f"{path} holds a LoRA adapter, not a full model. Merge it first: "
+                f"python scripts/export_submission.py --checkpoint {path} --out <dir>"
+            )
         raise ModelError(f"{path} has no config.json; it is not a saved transformers model")
     config = read_json(config_path)
     get_family(config.get("model_type"), where=f"{path} ({config.get('architectures')})")
@@ -74,19 +77,25 @@ def resolve_dtype(dtype):
     return getattr(torch, dtype) if isinstance(dtype, str) else dtype
 
 
-def load_model(path: str, dtype=None, attn_implementation: str | None = None, device_map=None,
-               vision_attention: str = "grouped"):
+def load_model(
+    path: str, dtype=None, attn_implementation: str | None = None, device_map=None, vision_attention: str = "grouped"
+):
     """AutoModelForImageTextToText.from_pretrained after checking the dir holds a supported family (it must resolve
     to the family's class). `vision_attention`: 'grouped' (`open_r1.vision_attention`) or 'per_image'."""
     from transformers import AutoModelForImageTextToText
 
     family = family_of_dir(path)
     model = AutoModelForImageTextToText.from_pretrained(
-        path, dtype=resolve_dtype(dtype), attn_implementation=attn_implementation or default_attn_implementation(),
-        device_map=device_map)
+        path,
+        dtype=resolve_dtype(dtype),
+        attn_implementation=attn_implementation or default_attn_implementation(),
+        device_map=device_map,
+    )
     if type(model).__name__ != family.class_name:
-        raise ModelError(f"{path} loaded as {type(model).__name__}, expected {family.class_name} for a "
-                         f"{family.name} checkpoint; check config.json's architectures")
+        raise ModelError(
+            f"{path} loaded as {type(model).__name__}, expected {family.class_name} for a "
+            f"{family.name} checkpoint; check config.json's architectures"
+        )
     use_grouped_vision_attention(model, vision_attention)
     return model
 
@@ -96,8 +105,10 @@ def load_processor(path: str, min_pixels: int | None = None, max_pixels: int | N
     from transformers import AutoProcessor
 
     if not os.path.isdir(path):  # else transformers reads the path as a hub repo id and says so, misleadingly
-        raise ModelError(f"processor directory {path} does not exist; pass a saved model dir (the processor is saved "
-                         "beside the weights)")
+        raise ModelError(
+            f"processor directory {path} does not exist; pass a saved model dir (the processor is saved "
+            "beside the weights)"
+        )
     try:
         processor = AutoProcessor.from_pretrained(path, padding_side="left")
     except (OSError, ValueError) as exc:

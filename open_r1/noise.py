@@ -1,6 +1,7 @@
 """Library noise, filtered once at the entry points: only warnings the libraries raise about themselves, which a
 user cannot act on (ours are fixed where they arise). pyproject.toml's pytest `filterwarnings` lists the same ones.
 """
+
 from __future__ import annotations
 
 import warnings

@@ -11,6 +11,7 @@ copied beside the submission, verified there as the grader loads it, and swapped
 the replaced one is kept as <submission>.replaced-<timestamp>. A failure leaves the submission untouched.
 Exit status: 0 promoted, 1 refused (not better / not comparable), 2 error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ def load_report(path: str) -> dict:
     try:
         report = read_json(path)
     except FileNotFoundError:
-        raise PromoteError(f"report {path} does not exist; run: python selfcheck.py --model <candidate> "
-                           f"--out {path}") from None
+        raise PromoteError(
+            f"report {path} does not exist; run: python selfcheck.py --model <candidate> --out {path}"
+        ) from None
     except (OSError, ValueError) as exc:
         raise PromoteError(f"report {path} is not readable JSON: {exc}") from None
     score = report.get("mean_accuracy_pct") if isinstance(report, dict) else None
@@ -64,8 +66,9 @@ def report_mismatch(new: dict, current: dict) -> list[str]:
     return problems
 
 
-def promote(candidate: str, report_path: str, submission: str, force: bool = False, verify_generate: bool = True,
-            log=print) -> tuple[bool, str]:
+def promote(
+    candidate: str, report_path: str, submission: str, force: bool = False, verify_generate: bool = True, log=print
+) -> tuple[bool, str]:
     """Compare, verify, swap (see the module docstring): (promoted, what happened). A candidate that is not better
     is a refusal (promoted False); PromoteError when it cannot proceed."""
     candidate, submission = os.path.abspath(candidate), os.path.abspath(submission.rstrip("/"))
@@ -89,24 +92,33 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
             current = load_report(current_path)
         except PromoteError as exc:
             if not force:
-                raise PromoteError(f"{exc}. Re-score the current submission (python selfcheck.py --model "
-                                   f"{submission} --sets <the candidate's sets>), or pass --force") from None
+                raise PromoteError(
+                    f"{exc}. Re-score the current submission (python selfcheck.py --model "
+                    f"{submission} --sets <the candidate's sets>), or pass --force"
+                ) from None
             log(f"[promote] warning: {exc}; replacing it anyway (--force)")
     elif os.path.exists(submission):
         if not force:
-            return False, (f"refused: the current submission {submission} has no recorded report ({REPORT_FILE}); "
-                           f"score it first: python selfcheck.py --model {submission} (with the same --sets and "
-                           "--limit), or pass --force")
+            return False, (
+                f"refused: the current submission {submission} has no recorded report ({REPORT_FILE}); "
+                f"score it first: python selfcheck.py --model {submission} (with the same --sets and "
+                "--limit), or pass --force"
+            )
         log(f"[promote] warning: {submission} has no recorded report; replacing it anyway (--force)")
     current_score = None if current is None else float(current["mean_accuracy_pct"])
     if current is not None:
         mismatch = report_mismatch(new, current)
         if mismatch and not force:
-            return False, ("refused: the reports are not comparable: " + "; ".join(mismatch)
-                           + ". Re-run selfcheck on both with the same --sets/--limit, or pass --force")
+            return False, (
+                "refused: the reports are not comparable: "
+                + "; ".join(mismatch)
+                + ". Re-run selfcheck on both with the same --sets/--limit, or pass --force"
+            )
         if new_score <= current_score and not force:
-            return False, (f"refused: the candidate scores {new_score:.2f}% mean accuracy, the current submission "
-                           f"{current_score:.2f}%; only a strictly higher score replaces it (--force to override)")
+            return False, (
+                f"refused: the candidate scores {new_score:.2f}% mean accuracy, the current submission "
+                f"{current_score:.2f}%; only a strictly higher score replaces it (--force to override)"
+            )
         for problem in mismatch:
             log(f"[promote] warning: {problem} (--force)")
 
@@ -124,11 +136,13 @@ def promote(candidate: str, report_path: str, submission: str, force: bool = Fal
         if not verdict.ok:
             raise PromoteError(f"the candidate {candidate} fails verification: " + "; ".join(verdict.problems))
 
-    replaced = swap_in(submission, fill, "replaced", PromoteError, "copying the candidate", log=log,
-                       source=candidate)[1]
+    replaced = swap_in(submission, fill, "replaced", PromoteError, "copying the candidate", log=log, source=candidate)[
+        1
+    ]
     before = "none" if current_score is None else f"{current_score:.2f}%"
     message = f"promoted {candidate} -> {submission}: {new_score:.2f}% mean accuracy (was {before})" + (
-        f"; the previous submission is kept at {replaced} (delete it when you no longer need it)" if replaced else "")
+        f"; the previous submission is kept at {replaced} (delete it when you no longer need it)" if replaced else ""
+    )
     return True, message
 
 
@@ -137,15 +151,24 @@ def main(argv=None) -> int:
     parser.add_argument("--candidate", required=True, help="model dir to promote (an exported submission)")
     parser.add_argument("--report", default=None, help=f"its selfcheck JSON (without it: <candidate>/{REPORT_FILE})")
     default = os.environ.get("SUBMISSION") or ("/app/submission" if os.path.isdir("/app") else None)
-    parser.add_argument("--submission", default=default, required=default is None,
-                        help="the submission dir (default: $SUBMISSION, else /app/submission where /app exists)")
+    parser.add_argument(
+        "--submission",
+        default=default,
+        required=default is None,
+        help="the submission dir (default: $SUBMISSION, else /app/submission where /app exists)",
+    )
     parser.add_argument("--force", action="store_true", help="promote even if not better / not comparable")
     parser.add_argument("--no-verify-generate", action="store_true", help="skip the one-example generation check")
     args = parser.parse_args(argv)
 
     def work() -> int:
-        promoted, message = promote(args.candidate, args.report or os.path.join(args.candidate, REPORT_FILE),
-                                    args.submission, force=args.force, verify_generate=not args.no_verify_generate)
+        promoted, message = promote(
+            args.candidate,
+            args.report or os.path.join(args.candidate, REPORT_FILE),
+            args.submission,
+            force=args.force,
+            verify_generate=not args.no_verify_generate,
+        )
         print(f"[promote] {message}", file=sys.stdout if promoted else sys.stderr)
         return 0 if promoted else 1
 

@@ -11,6 +11,7 @@ Saved as ONE dir (backbone with LoRA merged, `reward_head.safetensors`, processo
 have no fixed zero. Held-out metric: pairwise accuracy with a bootstrap CI over groups (a contest's pairs share an
 image, so pairs are not independent).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -49,8 +50,12 @@ def last_real_index(attention_mask: torch.Tensor) -> torch.Tensor:
     return (positions * mask).argmax(-1)
 
 
-def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Tensor | None = None,
-                       center_rewards_coefficient: float | None = None) -> torch.Tensor:
+def bradley_terry_loss(
+    chosen: torch.Tensor,
+    rejected: torch.Tensor,
+    margin: torch.Tensor | None = None,
+    center_rewards_coefficient: float | None = None,
+) -> torch.Tensor:
     """-log sigmoid(s_c - s_r - margin), mean; + coefficient * mean((s_c + s_r)^2) (keeps scores centred)."""
     diff = chosen - rejected
     if margin is not None:
@@ -61,8 +66,14 @@ def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor, margin: tor
     return loss
 
 
-def pairwise_accuracy(chosen: Sequence[float], rejected: Sequence[float], groups: Sequence[Any] | None = None,
-                      n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> dict:
+def pairwise_accuracy(
+    chosen: Sequence[float],
+    rejected: Sequence[float],
+    groups: Sequence[Any] | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict:
     """P(s_chosen > s_rejected) (ties 1/2) with a percentile bootstrap CI of the pooled accuracy that resamples whole
     groups (contests); with fewer than two groups it resamples pairs and says so (`ci_unit`)."""
     if len(chosen) != len(rejected) or not len(chosen):
@@ -113,15 +124,20 @@ def load_backbone(path: str, dtype=None, attn_implementation: str | None = None,
     from transformers import AutoConfig, AutoModel
 
     if not os.path.isfile(os.path.join(path, "config.json")):
-        raise ModelError(f"{path} has no config.json: point the reward model's backbone to a saved Qwen-VL model dir "
-                         "(e.g. Qwen/Qwen2.5-VL-3B-Instruct or a stand-in base from stage_pretrain)")
+        raise ModelError(
+            f"{path} has no config.json: point the reward model's backbone to a saved Qwen-VL model dir "
+            "(e.g. Qwen/Qwen2.5-VL-3B-Instruct or a stand-in base from stage_pretrain)"
+        )
     config = AutoConfig.from_pretrained(path)
     if not hasattr(config, "vision_config"):
-        raise ModelError(f"{path} is a {config.model_type!r} model without a vision tower; the reward model needs a "
-                         "vision-language backbone (qwen2_vl, qwen2_5_vl or qwen3_vl)")
+        raise ModelError(
+            f"{path} is a {config.model_type!r} model without a vision tower; the reward model needs a "
+            "vision-language backbone (qwen2_vl, qwen2_5_vl or qwen3_vl)"
+        )
     attn_implementation = attn_implementation or modeling.default_attn_implementation()
-    backbone = AutoModel.from_pretrained(path, dtype=modeling.resolve_dtype(dtype),
-                                         attn_implementation=attn_implementation)
+    backbone = AutoModel.from_pretrained(
+        path, dtype=modeling.resolve_dtype(dtype), attn_implementation=attn_implementation
+    )
     use_grouped_vision_attention(backbone, vision_attention)
     return backbone
 
@@ -180,12 +196,19 @@ class RewardModel(nn.Module):
         if len(images) != len(messages_list):
             raise ValueError(f"{len(images)} images for {len(messages_list)} conversations")
         texts = [chat_text(self.processor, messages) for messages in messages_list]
-        return self.processor(text=texts, images=list(images), padding=True, padding_side=padding_side,
-                              return_tensors="pt")
+        return self.processor(
+            text=texts, images=list(images), padding=True, padding_side=padding_side, return_tensors="pt"
+        )
 
     @torch.no_grad()
-    def score(self, images: Sequence, messages_list: Sequence[list[dict]], batch_size: int = 16,
-              padding_side: str = "left", progress=None) -> list[float]:
+    def score(
+        self,
+        images: Sequence,
+        messages_list: Sequence[list[dict]],
+        batch_size: int = 16,
+        padding_side: str = "left",
+        progress=None,
+    ) -> list[float]:
         """Raw BT scores of (image, conversation) rows, batched, without gradients, in eval mode. `progress(done,
         total)` is called after each batch (long scoring shows it is moving)."""
         was_training = self.training
@@ -194,8 +217,11 @@ class RewardModel(nn.Module):
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda")
         try:
             for start in range(0, len(images), batch_size):
-                batch = self.encode(images[start:start + batch_size], messages_list[start:start + batch_size],
-                                    padding_side=padding_side).to(self.device)
+                batch = self.encode(
+                    images[start : start + batch_size],
+                    messages_list[start : start + batch_size],
+                    padding_side=padding_side,
+                ).to(self.device)
                 with autocast:
                     scores.extend(float(s) for s in self(**batch).float().cpu())
                 if progress is not None:
@@ -218,9 +244,16 @@ class RewardModel(nn.Module):
             save_file(head, os.path.join(staging, HEAD_FILE))
             self.processor.save_pretrained(staging)
             min_pixels, max_pixels = modeling.pixel_budget(self.processor)
-            meta = {**self.meta, **(extra_meta or {}), "format": FORMAT, "pooling": POOLING,
-                    "hidden_size": int(self.head.in_features), "min_pixels": min_pixels, "max_pixels": max_pixels,
-                    "model_type": self.config.model_type}
+            meta = {
+                **self.meta,
+                **(extra_meta or {}),
+                "format": FORMAT,
+                "pooling": POOLING,
+                "hidden_size": int(self.head.in_features),
+                "min_pixels": min_pixels,
+                "max_pixels": max_pixels,
+                "model_type": self.config.model_type,
+            }
             write_json(os.path.join(staging, META_FILE), meta)
         self.meta = meta
         return out_dir
@@ -229,9 +262,16 @@ class RewardModel(nn.Module):
 LORA_KEYS = ("r", "alpha", "dropout", "vision", "target_modules")  # `build_reward_model`'s ``lora`` mapping
 
 
-def build_reward_model(backbone_path: str, min_pixels: int | None = None, max_pixels: int | None = None,
-                       dtype=None, attn_implementation: str | None = None, lora: dict | None = None,
-                       meta: dict | None = None, dedupe_vision: bool = True) -> RewardModel:
+def build_reward_model(
+    backbone_path: str,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    dtype=None,
+    attn_implementation: str | None = None,
+    lora: dict | None = None,
+    meta: dict | None = None,
+    dedupe_vision: bool = True,
+) -> RewardModel:
     """A fresh RM (zero head) on the backbone at `backbone_path`, with the given image budget and optional LoRA
     (`lora` = {"r", "alpha", "dropout", "vision": bool, "target_modules": regex}); `dedupe_vision`: the vision tower
     encodes each distinct image of a batch once (`open_r1.vision_dedupe`)."""
@@ -244,34 +284,46 @@ def build_reward_model(backbone_path: str, min_pixels: int | None = None, max_pi
         bad = sorted(set(lora) - set(LORA_KEYS))
         if bad:
             raise RecipeError(f"unknown reward-model LoRA key(s) {bad}; valid: {', '.join(LORA_KEYS)}")
-        config = LoraConfig(r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)),
-                            lora_dropout=float(lora.get("dropout", 0.0)), target_modules=targets, bias="none")
+        config = LoraConfig(
+            r=int(lora.get("r", 16)),
+            lora_alpha=int(lora.get("alpha", 32)),
+            lora_dropout=float(lora.get("dropout", 0.0)),
+            target_modules=targets,
+            bias="none",
+        )
         backbone = get_peft_model(backbone, config)
     base_meta = {"backbone": os.path.abspath(backbone_path), "lora": lora or None}
     return RewardModel(backbone, processor, meta={**base_meta, **(meta or {})}, dedupe_vision=dedupe_vision)
 
 
-def load_reward_model(path: str, device=None, dtype=None, attn_implementation: str | None = None,
-                      dedupe_vision: bool = True) -> RewardModel:
+def load_reward_model(
+    path: str, device=None, dtype=None, attn_implementation: str | None = None, dedupe_vision: bool = True
+) -> RewardModel:
     """The RM saved by `RewardModel.save`, on `device` (default cuda when available), in eval mode."""
     from safetensors.torch import load_file
 
     meta_path = os.path.join(path, META_FILE)
     if not os.path.isfile(meta_path):
-        raise ModelError(f"{path} is not a reward-model dir (no {META_FILE}); train one with the captioning chain's "
-                         "rm stage: open-r1-caption --config configs/captioning/real_qwen3vl2b.yaml --stages rm")
+        raise ModelError(
+            f"{path} is not a reward-model dir (no {META_FILE}); train one with the captioning chain's "
+            "rm stage: open-r1-caption --config configs/captioning/real_qwen3vl2b.yaml --stages rm"
+        )
     meta = read_json(meta_path)
     if meta.get("format") != FORMAT or meta.get("pooling") != POOLING:
-        raise ModelError(f"{path}: reward-model format {meta.get('format')!r} / pooling {meta.get('pooling')!r} is "
-                         f"not {FORMAT!r} / {POOLING!r}; retrain it with this version")
+        raise ModelError(
+            f"{path}: reward-model format {meta.get('format')!r} / pooling {meta.get('pooling')!r} is "
+            f"not {FORMAT!r} / {POOLING!r}; retrain it with this version"
+        )
     backbone = load_backbone(path, dtype=dtype, attn_implementation=attn_implementation)
     # the saved budget, applied explicitly: scoring resizes images exactly as training did
     processor = modeling.load_processor(path, meta["min_pixels"], meta["max_pixels"])
     model = RewardModel(backbone, processor, meta=meta, dedupe_vision=dedupe_vision)
     weight = load_file(os.path.join(path, HEAD_FILE))["weight"]
     if tuple(weight.shape) != tuple(model.head.weight.shape):
-        raise ModelError(f"{path}: head of shape {tuple(weight.shape)} does not fit the backbone's hidden size "
-                         f"{model.head.in_features}")
+        raise ModelError(
+            f"{path}: head of shape {tuple(weight.shape)} does not fit the backbone's hidden size "
+            f"{model.head.in_features}"
+        )
     with torch.no_grad():
         model.head.weight.copy_(weight)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -290,8 +342,9 @@ class PairCollator:
         texts = [chat_text(self.processor, row["chosen"]) for row in rows]
         texts += [chat_text(self.processor, row["rejected"]) for row in rows]
         images = [row["image"] for row in rows] + [row.get("rejected_image") or row["image"] for row in rows]
-        batch = dict(self.processor(text=texts, images=images, padding=True, padding_side=self.padding_side,
-                                    return_tensors="pt"))
+        batch = dict(
+            self.processor(text=texts, images=images, padding=True, padding_side=self.padding_side, return_tensors="pt")
+        )
         if any(row.get("margin") is not None for row in rows):
             batch["margin"] = torch.tensor([float(row.get("margin") or 0.0) for row in rows])
         return batch
@@ -317,11 +370,15 @@ def _trainer_class():
             scores = model(**inputs)
             pairs = scores.shape[0] // 2
             chosen, rejected = scores[:pairs], scores[pairs:]
-            loss = bradley_terry_loss(chosen, rejected, margin if self.use_margin else None,
-                                      self.center_rewards_coefficient)
+            loss = bradley_terry_loss(
+                chosen, rejected, margin if self.use_margin else None, self.center_rewards_coefficient
+            )
             with torch.no_grad():
-                for name, value in (("accuracy", (chosen > rejected).float()), ("margin", chosen - rejected),
-                                    ("mean", scores)):
+                for name, value in (
+                    ("accuracy", (chosen > rejected).float()),
+                    ("margin", chosen - rejected),
+                    ("mean", scores),
+                ):
                     self._sums[f"rewards/{name}"] = self._sums.get(f"rewards/{name}", 0.0) + float(value.mean())
                 self._count += 1
             return (loss, {"chosen": chosen, "rejected": rejected}) if return_outputs else loss
@@ -343,8 +400,14 @@ def _trainer_class():
     return PairwiseRewardTrainer
 
 
-def train_reward_model(model: RewardModel, pairs: Sequence[dict], training_args, center_rewards_coefficient=None,
-                       use_margin: bool = False, callbacks=None):
+def train_reward_model(
+    model: RewardModel,
+    pairs: Sequence[dict],
+    training_args,
+    center_rewards_coefficient=None,
+    use_margin: bool = False,
+    callbacks=None,
+):
     """Fit `model` on pair rows {"image", "chosen", "rejected": messages, optional "rejected_image", "margin",
     "group"} with `transformers.Trainer`; returns the trainer (its `state.log_history` has the loss curve)."""
     pairs = list(pairs)
@@ -353,23 +416,44 @@ def train_reward_model(model: RewardModel, pairs: Sequence[dict], training_args,
             raise ValueError(f"pair rows need a {key!r} field, got {sorted(pairs[0])}")
     training_args.remove_unused_columns = False
     trainer = _trainer_class()(
-        model=model, args=training_args, train_dataset=pairs, data_collator=PairCollator(model.processor),
-        callbacks=callbacks, center_rewards_coefficient=center_rewards_coefficient, use_margin=use_margin)
+        model=model,
+        args=training_args,
+        train_dataset=pairs,
+        data_collator=PairCollator(model.processor),
+        callbacks=callbacks,
+        center_rewards_coefficient=center_rewards_coefficient,
+        use_margin=use_margin,
+    )
     trainer.train()
     return trainer
 
 
-def evaluate_pairs(model: RewardModel, pairs: Sequence[dict], batch_size: int = 16, n_boot: int = 2000,
-                   seed: int = 0, group_key: str = "group", progress=None) -> dict:
+def evaluate_pairs(
+    model: RewardModel,
+    pairs: Sequence[dict],
+    batch_size: int = 16,
+    n_boot: int = 2000,
+    seed: int = 0,
+    group_key: str = "group",
+    progress=None,
+) -> dict:
     """Held-out pairwise accuracy of `model` on pair rows, with the by-group bootstrap CI (`pairwise_accuracy`).
     `progress(done, total)`: called after each scored batch, counting both sides of every pair."""
     pairs = list(pairs)
     n = len(pairs)
-    chosen = model.score([p["image"] for p in pairs], [p["chosen"] for p in pairs], batch_size=batch_size,
-                         progress=None if progress is None else (lambda done, _: progress(done, 2 * n)))
-    rejected = model.score([p.get("rejected_image") or p["image"] for p in pairs], [p["rejected"] for p in pairs],
-                           batch_size=batch_size,
-                           progress=None if progress is None else (lambda done, _: progress(n + done, 2 * n)))
+    chosen = model.score(
+        [p["image"] for p in pairs],
+        [p["chosen"] for p in pairs],
+        batch_size=batch_size,
+        progress=None if progress is None else (lambda done, _: progress(done, 2 * n)),
+    )
+    rejected = model.score(
+        [p.get("rejected_image") or p["image"] for p in pairs],
+        [p["rejected"] for p in pairs],
+        batch_size=batch_size,
+        progress=None if progress is None else (lambda done, _: progress(n + done, 2 * n)),
+    )
     groups = [p.get(group_key) for p in pairs]
-    return pairwise_accuracy(chosen, rejected, groups if all(g is not None for g in groups) else None,
-                             n_boot=n_boot, seed=seed)
+    return pairwise_accuracy(
+        chosen, rejected, groups if all(g is not None for g in groups) else None, n_boot=n_boot, seed=seed
+    )

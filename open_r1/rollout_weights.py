@@ -9,6 +9,7 @@ collective, so every rank refreshes at the same points: the first rollout after 
 addresses never change, so the decoder's captured graph stays valid. The copy is built from the policy's config
 (on the device, weights uninitialised until the first refresh), never loaded from disk.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,8 +46,10 @@ def _lora_parts(module):
         return module, []
     adapters = [name for name in module.active_adapters if name in module.lora_A]
     if any(module.use_dora.get(name) for name in adapters):
-        raise RecipeError("the rollout copy under ZeRO-3 merges plain LoRA only (use_dora is on): set use_dora: "
-                          "false, or train with DDP (train.sh ZERO3=0)")
+        raise RecipeError(
+            "the rollout copy under ZeRO-3 merges plain LoRA only (use_dora is on): set use_dora: "
+            "false, or train with DDP (train.sh ZERO3=0)"
+        )
     return base, adapters
 
 
@@ -61,8 +64,14 @@ class RolloutWeights:
     context manager that makes `params` whole inside it (default: `deepspeed_gather`). Counters for logs and tests:
     `refreshes`, `gathers`, `last_refresh_s`, `nbytes`."""
 
-    def __init__(self, policy, device=None, dtype: torch.dtype | None = None, gather=deepspeed_gather,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+    def __init__(
+        self,
+        policy,
+        device=None,
+        dtype: torch.dtype | None = None,
+        gather=deepspeed_gather,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    ):
         base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
         self.policy, self.gather, self.chunk_bytes = policy, gather, chunk_bytes
         first = next(policy.parameters())
@@ -88,8 +97,10 @@ class RolloutWeights:
         finally:
             torch.set_default_dtype(default_dtype)
         if any(hasattr(p, "ds_id") for p in model.parameters()):
-            raise RecipeError("the rollout copy came out partitioned by DeepSpeed ZeRO-3; set fast_decode: false "
-                              "(or DDP, train.sh ZERO3=0, for LoRA or float32 weights)")
+            raise RecipeError(
+                "the rollout copy came out partitioned by DeepSpeed ZeRO-3; set fast_decode: false "
+                "(or DDP, train.sh ZERO3=0, for LoRA or float32 weights)"
+            )
         if grouped:
             va.use_grouped_vision_attention(model, "grouped")
         for param in model.parameters():  # the few a model creates in float32 explicitly
@@ -103,12 +114,16 @@ class RolloutWeights:
         # (copy module, source module, adapters) for every module that holds tensors of its own
         self._pairs = []
         for name, target in model.named_modules():
-            if next(target.parameters(recurse=False), None) is None and next(target.buffers(recurse=False), None) \
-                    is None:
+            if (
+                next(target.parameters(recurse=False), None) is None
+                and next(target.buffers(recurse=False), None) is None
+            ):
                 continue
             if name not in sources:
-                raise RecipeError(f"the rollout copy has a module {name!r} the policy lacks; set fast_decode: "
-                                  "false (or DDP, train.sh ZERO3=0, for LoRA or float32 weights)")
+                raise RecipeError(
+                    f"the rollout copy has a module {name!r} the policy lacks; set fast_decode: "
+                    "false (or DDP, train.sh ZERO3=0, for LoRA or float32 weights)"
+                )
             source, adapters = _lora_parts(sources[name])
             self._pairs.append((target, sources[name], source, adapters))
         with torch.no_grad():  # buffers (rotary tables, ...) are never sharded and never trained: copied once
@@ -117,8 +132,7 @@ class RolloutWeights:
                     value = source.get_buffer(key)
                     if not value.is_meta:  # a DeepSpeed-built policy can hold meta buffers: keep the copy's own
                         buffer.copy_(value)
-        self.nbytes = sum(t.nbytes for t in {t.data_ptr(): t for t in [*model.parameters(), *model.buffers()]}
-                          .values())
+        self.nbytes = sum(t.nbytes for t in {t.data_ptr(): t for t in [*model.parameters(), *model.buffers()]}.values())
         self.step = None
         self.refreshes = self.gathers = 0
         self.last_refresh_s = 0.0
@@ -148,8 +162,9 @@ class RolloutWeights:
         seen, gathered = set(), set()
         for chunk in self._chunks():
             # each tensor gathered once (a tied tensor sits in two modules: embeddings and LM head)
-            params = list({id(p): p for _, wrapper, _, _ in chunk for p in wrapper.parameters()
-                           if id(p) not in gathered}.values())
+            params = list(
+                {id(p): p for _, wrapper, _, _ in chunk for p in wrapper.parameters() if id(p) not in gathered}.values()
+            )
             if not params:
                 continue
             gathered.update(id(p) for p in params)

@@ -6,6 +6,7 @@ collator renders, pads and puts the loss on the completion only. LoRA (`lora_r` 
 the stand-in's base models) writes the model dir directly. Stops at `max_steps` / `epochs` or the wall-clock cap
 `max_seconds`; with `schedule="cosine"` the LR follows max(step fraction, time fraction), so a capped run anneals.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,12 +59,14 @@ class SFTSettings:
         if not (self.epochs or self.max_steps or self.max_seconds):
             raise RecipeError("sft needs a stop: set epochs, max_steps or max_seconds")
         if self.lora_r < 0 or self.learning_rate <= 0:
-            raise RecipeError(f"sft lora_r must be >= 0 and learning_rate > 0 "
-                              f"(got {self.lora_r}, {self.learning_rate})")
+            raise RecipeError(
+                f"sft lora_r must be >= 0 and learning_rate > 0 (got {self.lora_r}, {self.learning_rate})"
+            )
 
 
 def lr_multiplier(cap: TimeCapCallback, max_steps: int | None, settings: SFTSettings):
     """The schedule's LR factor at `step`: progress = max(step / max_steps, the cap's elapsed / max_seconds)."""
+
     def multiplier(step: int) -> float:
         if settings.schedule == "constant":
             return 1.0
@@ -102,12 +105,27 @@ def lora_config(model, settings: SFTSettings):
     from peft import LoraConfig
 
     targets = family_of(model).lora_targets(settings.lora_vision)
-    return LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
-                      target_modules=targets, bias="none", task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=settings.lora_r,
+        lora_alpha=settings.lora_alpha,
+        lora_dropout=settings.lora_dropout,
+        target_modules=targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
 
 
-def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | None = None, model=None,
-              processor=None, work_dir: str | None = None, verify_export: bool = False, log=print) -> dict:
+def train_sft(
+    dataset,
+    out_dir: str,
+    settings: SFTSettings,
+    model_path: str | None = None,
+    model=None,
+    processor=None,
+    work_dir: str | None = None,
+    verify_export: bool = False,
+    log=print,
+) -> dict:
     """SFT on prompt-completion rows; writes a full model dir at `out_dir` and returns a report (also saved there).
     Give `model_path` or an in-memory `model` + `processor` (full fine-tuning of a fresh model). With LoRA the adapter
     run dir is `work_dir` (default `<out_dir>.adapter`)."""
@@ -143,18 +161,36 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
     run_dir = work_dir or (out_dir.rstrip("/") + ".adapter" if use_lora else tempfile.mkdtemp(prefix="sft-"))
     os.makedirs(run_dir, exist_ok=True)
     config = SFTConfig(
-        output_dir=run_dir, per_device_train_batch_size=settings.per_device_batch_size,
-        gradient_accumulation_steps=settings.gradient_accumulation_steps, learning_rate=settings.learning_rate,
-        weight_decay=settings.weight_decay, max_grad_norm=1.0, max_steps=max_steps if max_steps is not None else 10**7,
-        logging_steps=settings.logging_steps, save_strategy="no", report_to="none", bf16=bf16,
-        gradient_checkpointing=settings.gradient_checkpointing, dataloader_num_workers=settings.dataloader_workers,
-        seed=settings.seed, data_seed=settings.seed,
+        output_dir=run_dir,
+        per_device_train_batch_size=settings.per_device_batch_size,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+        learning_rate=settings.learning_rate,
+        weight_decay=settings.weight_decay,
+        max_grad_norm=1.0,
+        max_steps=max_steps if max_steps is not None else 10**7,
+        logging_steps=settings.logging_steps,
+        save_strategy="no",
+        report_to="none",
+        bf16=bf16,
+        gradient_checkpointing=settings.gradient_checkpointing,
+        dataloader_num_workers=settings.dataloader_workers,
+        seed=settings.seed,
+        data_seed=settings.seed,
         max_length=None,  # never cut image tokens
         completion_only_loss=True,  # TRL's default for prompt-completion rows, made explicit
-        packing=False, disable_tqdm=True, **{"use_cpu": not cuda, **settings.extra})
+        packing=False,
+        disable_tqdm=True,
+        **{"use_cpu": not cuda, **settings.extra},
+    )
     peft_config = lora_config(model, settings) if use_lora else None
-    trainer = trainer_class(model=model, args=config, train_dataset=dataset, processing_class=processor,
-                            peft_config=peft_config, callbacks=[stop])
+    trainer = trainer_class(
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=processor,
+        peft_config=peft_config,
+        callbacks=[stop],
+    )
     started = time.time()
     trainer.train()
     seconds = time.time() - started
@@ -162,21 +198,40 @@ def train_sft(dataset, out_dir: str, settings: SFTSettings, model_path: str | No
     if not losses:  # fewer steps than logging_steps: the run's mean loss is all there is
         losses = [(e["step"], e["train_loss"]) for e in trainer.state.log_history if "train_loss" in e]
     steps = int(trainer.state.global_step)
-    log(f"[sft] {steps} steps ({steps / steps_per_epoch:.2f} epochs of {len(dataset)} rows) in {seconds:.1f} s; "
+    log(
+        f"[sft] {steps} steps ({steps / steps_per_epoch:.2f} epochs of {len(dataset)} rows) in {seconds:.1f} s; "
         f"loss {losses[0][1] if losses else float('nan'):.3f} -> {losses[-1][1] if losses else float('nan'):.3f}"
-        f"{' (time cap)' if stop.stopped else ''}")
+        f"{' (time cap)' if stop.stopped else ''}"
+    )
     min_pixels, max_pixels = modeling.pixel_budget(processor)
-    report = {"rows": len(dataset), "steps": steps, "epochs": steps / steps_per_epoch, "train_seconds": seconds,
-              "stopped_by_time": stop.stopped, "loss_first": losses[0][1] if losses else None,
-              "loss_last": losses[-1][1] if losses else None, "loss_curve": losses[:: max(1, len(losses) // 100)],
-              "settings": asdict(settings), "lora": use_lora, "min_pixels": min_pixels, "max_pixels": max_pixels,
-              "base_model": os.path.abspath(model_path) if model_path else None}
+    report = {
+        "rows": len(dataset),
+        "steps": steps,
+        "epochs": steps / steps_per_epoch,
+        "train_seconds": seconds,
+        "stopped_by_time": stop.stopped,
+        "loss_first": losses[0][1] if losses else None,
+        "loss_last": losses[-1][1] if losses else None,
+        "loss_curve": losses[:: max(1, len(losses) // 100)],
+        "settings": asdict(settings),
+        "lora": use_lora,
+        "min_pixels": min_pixels,
+        "max_pixels": max_pixels,
+        "base_model": os.path.abspath(model_path) if model_path else None,
+    }
     if use_lora:
         trainer.save_model(run_dir)
         processor.save_pretrained(run_dir)
-        write_json(os.path.join(run_dir, TRAINING_META_FILE), {
-            "base_model": os.path.abspath(model_path), "use_peft": True, "min_pixels": min_pixels,
-            "max_pixels": max_pixels, "stage": "sft"})
+        write_json(
+            os.path.join(run_dir, TRAINING_META_FILE),
+            {
+                "base_model": os.path.abspath(model_path),
+                "use_peft": True,
+                "min_pixels": min_pixels,
+                "max_pixels": max_pixels,
+                "stage": "sft",
+            },
+        )
         del trainer, model
         # the export's merge; the counting submission's verification does not apply to other tasks: saved here
         merged, _ = load_for_export(run_dir)

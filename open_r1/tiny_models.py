@@ -8,6 +8,7 @@ real added-token ids, so ids mean what they mean in the real model. Weights are 
 
     python -m open_r1.tiny_models --family qwen3_vl --out models/tiny-qwen3vl      # or scripts/make_tiny_model.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,15 +37,29 @@ def _ids(first: int, names: str) -> dict[str, int]:
 # The real added tokens in id order; tokenizer, config and processor rely on these ids. Qwen2.5 adds tool-call and
 # fill-in-the-middle tokens, Qwen3 tool responses and the think tags; as in the real files only Qwen2-VL's 14 are
 # "special" (decode keeps the others).
-QWEN2VL_SPECIAL_TOKENS: dict[str, int] = _ids(151643, """<|endoftext|> <|im_start|> <|im_end|> <|object_ref_start|>
+QWEN2VL_SPECIAL_TOKENS: dict[str, int] = _ids(
+    151643,
+    """<|endoftext|> <|im_start|> <|im_end|> <|object_ref_start|>
     <|object_ref_end|> <|box_start|> <|box_end|> <|quad_start|> <|quad_end|> <|vision_start|> <|vision_end|>
-    <|vision_pad|> <|image_pad|> <|video_pad|>""")
-_QWEN2_5_VL_ADDED_TOKENS = {**QWEN2VL_SPECIAL_TOKENS, **_ids(151657, """<tool_call> </tool_call> <|fim_prefix|>
-    <|fim_middle|> <|fim_suffix|> <|fim_pad|> <|repo_name|> <|file_sep|>""")}
-QWEN3_VL_ADDED_TOKENS: dict[str, int] = {**_QWEN2_5_VL_ADDED_TOKENS,
-                                         **_ids(151665, "<tool_response> </tool_response> <think> </think>")}
-ADDED_TOKENS = {"qwen2_vl": QWEN2VL_SPECIAL_TOKENS, "qwen2_5_vl": _QWEN2_5_VL_ADDED_TOKENS,
-                "qwen3_vl": QWEN3_VL_ADDED_TOKENS}
+    <|vision_pad|> <|image_pad|> <|video_pad|>""",
+)
+_QWEN2_5_VL_ADDED_TOKENS = {
+    **QWEN2VL_SPECIAL_TOKENS,
+    **_ids(
+        151657,
+        """<tool_call> </tool_call> <|fim_prefix|>
+    <|fim_middle|> <|fim_suffix|> <|fim_pad|> <|repo_name|> <|file_sep|>""",
+    ),
+}
+QWEN3_VL_ADDED_TOKENS: dict[str, int] = {
+    **_QWEN2_5_VL_ADDED_TOKENS,
+    **_ids(151665, "<tool_response> </tool_response> <think> </think>"),
+}
+ADDED_TOKENS = {
+    "qwen2_vl": QWEN2VL_SPECIAL_TOKENS,
+    "qwen2_5_vl": _QWEN2_5_VL_ADDED_TOKENS,
+    "qwen3_vl": QWEN3_VL_ADDED_TOKENS,
+}
 FIRST_SPECIAL_TOKEN_ID = 151643  # = size of the real BPE vocabulary
 REAL_VOCAB_SIZE = 151936  # embedding rows of the real model (padded past len(tokenizer))
 PLACEHOLDER_TOKEN_FORMAT = "<|reserved_{}|>"  # fills BPE ids nothing encodes to, up to FIRST_SPECIAL_TOKEN_ID
@@ -65,11 +80,23 @@ def chat_template(family: str, thinking: bool = True) -> str:
 # The real generation_config.json files: Qwen2/2.5-VL effectively greedy (top_k 1), Qwen3-VL Thinking sampling (its
 # model card's top_p 0.95, top_k 20). GRPO and the evaluation protocol set their own decoding.
 _GENERATION_IDS = {"bos_token_id": BOS_TOKEN_ID, "pad_token_id": PAD_TOKEN_ID}
-REAL_GENERATION_CONFIG: dict[str, Any] = {**_GENERATION_IDS, "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID],
-                                          "do_sample": True, "repetition_penalty": 1.0, "temperature": 0.01,
-                                          "top_p": 0.001, "top_k": 1}
-QWEN3_VL_GENERATION_CONFIG: dict[str, Any] = {**_GENERATION_IDS, "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID],
-                                              "do_sample": True, "temperature": 1.0, "top_p": 0.95, "top_k": 20}
+REAL_GENERATION_CONFIG: dict[str, Any] = {
+    **_GENERATION_IDS,
+    "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID],
+    "do_sample": True,
+    "repetition_penalty": 1.0,
+    "temperature": 0.01,
+    "top_p": 0.001,
+    "top_k": 1,
+}
+QWEN3_VL_GENERATION_CONFIG: dict[str, Any] = {
+    **_GENERATION_IDS,
+    "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID],
+    "do_sample": True,
+    "temperature": 1.0,
+    "top_p": 0.95,
+    "top_k": 20,
+}
 # The real preprocessor_config.json pixel budget of Qwen2/2.5-VL: 4 .. 16384 merged patches of 28x28.
 REAL_MIN_PIXELS = 56 * 56
 REAL_MAX_PIXELS = 28 * 28 * 16384
@@ -81,9 +108,18 @@ TRAINED_MARKERS = ("trainer_state.json", "training_meta.json", "adapter_config.j
 # build_config's defaults: text-config fields, `vision_<field>` for the vision config, rope_theta,
 # tie_word_embeddings, dtype. The vision merger's output width follows the text hidden_size; mrope_section, when
 # left out, is derived from head_dim in the real ratio. Full sizes: the public config.json of each real checkpoint.
-_TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-         "intermediate_size": 128, "max_position_embeddings": 32768, "rope_theta": 1e6, "rms_norm_eps": 1e-6,
-         "tie_word_embeddings": True, "dtype": "float32"}  # fp32: bf16 CPU kernels are slow or missing
+_TINY = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1e6,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+    "dtype": "float32",
+}  # fp32: bf16 CPU kernels are slow or missing
 _TINY_VISION = {"vision_depth": 2, "vision_hidden_size": 32, "vision_intermediate_size": 64, "vision_num_heads": 4}
 _FULL = {"rms_norm_eps": 1e-6, "tie_word_embeddings": True, "dtype": "bfloat16"}
 _CLIP_MEAN_STD = ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711])
@@ -94,33 +130,88 @@ _Spec = namedtuple("_Spec", "tiny full pixels mean_std model_max_length")
 _SPECS = {
     "qwen2_vl": _Spec(  # Qwen/Qwen2-VL-2B-Instruct
         tiny={**_TINY, "vision_depth": 2, "vision_embed_dim": 32, "vision_num_heads": 4, "vision_mlp_ratio": 4},
-        full={**_FULL, "hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12,
-              "num_key_value_heads": 2, "intermediate_size": 8960, "max_position_embeddings": 32768,
-              "rope_theta": 1e6, "vision_depth": 32, "vision_embed_dim": 1280, "vision_num_heads": 16,
-              "vision_mlp_ratio": 4},
-        pixels=(REAL_MIN_PIXELS, REAL_MAX_PIXELS), mean_std=_CLIP_MEAN_STD, model_max_length=32768),
+        full={
+            **_FULL,
+            "hidden_size": 1536,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 12,
+            "num_key_value_heads": 2,
+            "intermediate_size": 8960,
+            "max_position_embeddings": 32768,
+            "rope_theta": 1e6,
+            "vision_depth": 32,
+            "vision_embed_dim": 1280,
+            "vision_num_heads": 16,
+            "vision_mlp_ratio": 4,
+        },
+        pixels=(REAL_MIN_PIXELS, REAL_MAX_PIXELS),
+        mean_std=_CLIP_MEAN_STD,
+        model_max_length=32768,
+    ),
     "qwen2_5_vl": _Spec(  # Qwen/Qwen2.5-VL-3B-Instruct: SwiGLU ViT with window attention
         # windows of 2 merged tokens per side: tiny images still see several windows
-        tiny={**_TINY, **_TINY_VISION, "vision_window_size": 56, "vision_fullatt_block_indexes": [1],
-              "vision_tokens_per_second": 2},
-        full={**_FULL, "hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
-              "num_key_value_heads": 2, "intermediate_size": 11008, "max_position_embeddings": 128000,
-              "rope_theta": 1e6, "vision_depth": 32, "vision_hidden_size": 1280, "vision_intermediate_size": 3420,
-              "vision_num_heads": 16, "vision_window_size": 112, "vision_fullatt_block_indexes": [7, 15, 23, 31],
-              "vision_tokens_per_second": 2},
-        pixels=(REAL_MIN_PIXELS, REAL_MAX_PIXELS), mean_std=_CLIP_MEAN_STD, model_max_length=131072),
+        tiny={
+            **_TINY,
+            **_TINY_VISION,
+            "vision_window_size": 56,
+            "vision_fullatt_block_indexes": [1],
+            "vision_tokens_per_second": 2,
+        },
+        full={
+            **_FULL,
+            "hidden_size": 2048,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 2,
+            "intermediate_size": 11008,
+            "max_position_embeddings": 128000,
+            "rope_theta": 1e6,
+            "vision_depth": 32,
+            "vision_hidden_size": 1280,
+            "vision_intermediate_size": 3420,
+            "vision_num_heads": 16,
+            "vision_window_size": 112,
+            "vision_fullatt_block_indexes": [7, 15, 23, 31],
+            "vision_tokens_per_second": 2,
+        },
+        pixels=(REAL_MIN_PIXELS, REAL_MAX_PIXELS),
+        mean_std=_CLIP_MEAN_STD,
+        model_max_length=131072,
+    ),
     "qwen3_vl": _Spec(  # Qwen/Qwen3-VL-2B-{Instruct,Thinking}: 16 px patches, deepstack, interleaved M-RoPE
         # An 8x8 learned position grid (real: 48x48). Deepstack feature k is added to decoder layer k's output: with
         # 2 layers a second one would reach only the last layer (no gradient from the answer); the real 28-layer
         # model has 3, well before its last layer.
-        tiny={**_TINY, **_TINY_VISION, "head_dim": 16, "rope_theta": 5e6, "vision_num_position_embeddings": 64,
-              "vision_deepstack_visual_indexes": [0]},
-        full={**_FULL, "hidden_size": 2048, "num_hidden_layers": 28, "num_attention_heads": 16,
-              "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 6144, "max_position_embeddings": 262144,
-              "rope_theta": 5e6, "mrope_section": [24, 20, 20], "vision_depth": 24, "vision_hidden_size": 1024,
-              "vision_intermediate_size": 4096, "vision_num_heads": 16, "vision_num_position_embeddings": 2304,
-              "vision_deepstack_visual_indexes": [5, 11, 17]},
-        pixels=(65536, 16777216), mean_std=([0.5] * 3, [0.5] * 3), model_max_length=262144),  # 64 .. 16384 tokens
+        tiny={
+            **_TINY,
+            **_TINY_VISION,
+            "head_dim": 16,
+            "rope_theta": 5e6,
+            "vision_num_position_embeddings": 64,
+            "vision_deepstack_visual_indexes": [0],
+        },
+        full={
+            **_FULL,
+            "hidden_size": 2048,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "intermediate_size": 6144,
+            "max_position_embeddings": 262144,
+            "rope_theta": 5e6,
+            "mrope_section": [24, 20, 20],
+            "vision_depth": 24,
+            "vision_hidden_size": 1024,
+            "vision_intermediate_size": 4096,
+            "vision_num_heads": 16,
+            "vision_num_position_embeddings": 2304,
+            "vision_deepstack_visual_indexes": [5, 11, 17],
+        },
+        pixels=(65536, 16777216),
+        mean_std=([0.5] * 3, [0.5] * 3),
+        model_max_length=262144,
+    ),  # 64 .. 16384 tokens
 }
 
 
@@ -157,13 +248,20 @@ def train_byte_level_bpe(vocab_size: int) -> tuple[dict[str, int], list[tuple[st
 
     bpe = Tokenizer(models.BPE())
     bpe.normalizer = normalizers.NFC()
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     # Every byte encodes, as in Qwen2; the added tokens come after the placeholders, at their real ids.
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=1, special_tokens=[], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=1,
+        special_tokens=[],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     bpe.train_from_iterator(tokenizer_training_corpus(), trainer)
     model_json = json.loads(bpe.to_str())["model"]
     merges = [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in model_json["merges"]]
@@ -184,8 +282,13 @@ def build_tokenizer(bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE, family: str = 
     vocab.update({PLACEHOLDER_TOKEN_FORMAT.format(i): i for i in range(len(vocab), FIRST_SPECIAL_TOKEN_ID)})
     if len(vocab) != FIRST_SPECIAL_TOKEN_ID:
         raise AssertionError("placeholder names collided with trained tokens")
-    return qwen2_tokenizer(vocab, merges, ADDED_TOKENS[family], chat_template(family, thinking),
-                           model_max_length=_SPECS[family].model_max_length)
+    return qwen2_tokenizer(
+        vocab,
+        merges,
+        ADDED_TOKENS[family],
+        chat_template(family, thinking),
+        model_max_length=_SPECS[family].model_max_length,
+    )
 
 
 def small_vocab_tokenizer(added, chat_template: str, model_max_length: int):
@@ -196,8 +299,9 @@ def small_vocab_tokenizer(added, chat_template: str, model_max_length: int):
     return tokenizer, ids, 64 * math.ceil(len(tokenizer) / 64)
 
 
-def qwen2_tokenizer(vocab: dict[str, int], merges: list, added: dict[str, int], chat_template: str,
-                    model_max_length: int):
+def qwen2_tokenizer(
+    vocab: dict[str, int], merges: list, added: dict[str, int], chat_template: str, model_max_length: int
+):
     """A `Qwen2Tokenizer` with Qwen2's settings over a BPE (`vocab`, `merges`) with the `added` tokens at their ids
     (special where the real files mark them special); the ids are checked."""
     from tokenizers import AddedToken
@@ -205,13 +309,22 @@ def qwen2_tokenizer(vocab: dict[str, int], merges: list, added: dict[str, int], 
 
     special = [token for token in added if token in QWEN2VL_SPECIAL_TOKENS]
     tokenizer = Qwen2Tokenizer(
-        vocab=vocab, merges=merges, unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        vocab=vocab,
+        merges=merges,
+        unk_token=None,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
         # Passing the ids makes them added in id order, right after the vocab: exactly the ids asked for.
-        added_tokens_decoder={token_id: AddedToken(token, special=token in special, normalized=False)
-                              for token, token_id in added.items()},
+        added_tokens_decoder={
+            token_id: AddedToken(token, special=token in special, normalized=False) for token, token_id in added.items()
+        },
         extra_special_tokens=special[1:],  # the real `additional_special_tokens`
-        model_max_length=model_max_length, clean_up_tokenization_spaces=False, errors="replace",
-        split_special_tokens=False, chat_template=chat_template,
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+        errors="replace",
+        split_special_tokens=False,
+        chat_template=chat_template,
     )
     got = dict(zip(added, tokenizer.convert_tokens_to_ids(list(added))))
     wrong = {token: token_id for token, token_id in got.items() if token_id != added[token]}
@@ -220,8 +333,13 @@ def qwen2_tokenizer(vocab: dict[str, int], merges: list, added: dict[str, int], 
     return tokenizer
 
 
-def build_processor(tokenizer=None, min_pixels: int | None = None, max_pixels: int | None = None,
-                    family: str = "qwen2_vl", thinking: bool = True):
+def build_processor(
+    tokenizer=None,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    family: str = "qwen2_vl",
+    thinking: bool = True,
+):
     """The family's processor: the tokenizer and the real image-processor settings (pixel budget overridable)."""
     import transformers
 
@@ -233,13 +351,20 @@ def build_processor(tokenizer=None, min_pixels: int | None = None, max_pixels: i
     # A fresh `size` dict, not min_pixels=/max_pixels=: in 5.17 those write into the class-level default dict,
     # leaking into every later Qwen2VLImageProcessor. All three families use this class (Qwen3-VL: 16 px patches).
     image_processor = transformers.Qwen2VLImageProcessor(
-        size={"shortest_edge": int(min_pixels), "longest_edge": int(max_pixels)}, patch_size=record.patch_size,
-        temporal_patch_size=2, merge_size=record.merge_size, image_mean=list(spec.mean_std[0]),
-        image_std=list(spec.mean_std[1]))
+        size={"shortest_edge": int(min_pixels), "longest_edge": int(max_pixels)},
+        patch_size=record.patch_size,
+        temporal_patch_size=2,
+        merge_size=record.merge_size,
+        image_mean=list(spec.mean_std[0]),
+        image_std=list(spec.mean_std[1]),
+    )
     video_processor = transformers.Qwen3VLVideoProcessor if family == "qwen3_vl" else transformers.Qwen2VLVideoProcessor
-    return getattr(transformers, record.processor_class)(image_processor=image_processor, tokenizer=tokenizer,
-                                                        video_processor=video_processor(),
-                                                        chat_template=chat_template(family, thinking))
+    return getattr(transformers, record.processor_class)(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor(),
+        chat_template=chat_template(family, thinking),
+    )
 
 
 def _default_mrope_section(head_dim: int, family: str) -> list[int]:
@@ -267,8 +392,9 @@ def _check_vision(vision: dict[str, Any]) -> None:
             raise ValueError(f"vision_{key} {bad} are outside range(vision_depth={depth})")
     positions = int(vision.get("num_position_embeddings", 1))
     if round(positions**0.5) ** 2 != positions:
-        raise ValueError(f"vision_num_position_embeddings {positions} must be a perfect square (a learned side x side"
-                         " grid)")
+        raise ValueError(
+            f"vision_num_position_embeddings {positions} must be a perfect square (a learned side x side grid)"
+        )
 
 
 def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides: Any):
@@ -279,10 +405,11 @@ def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides:
 
     record, spec = _family(family), _SPECS[family]
     prefix = record.class_name.removesuffix("ForConditionalGeneration")
-    config_class, text_class, vision_class = (getattr(transformers, prefix + kind) for kind in
-                                              ("Config", "TextConfig", "VisionConfig"))
+    config_class, text_class, vision_class = (
+        getattr(transformers, prefix + kind) for kind in ("Config", "TextConfig", "VisionConfig")
+    )
     settings = {**(spec.full if full_size else spec.tiny), **overrides}
-    vision = {key[len("vision_"):]: settings.pop(key) for key in list(settings) if key.startswith("vision_")}
+    vision = {key[len("vision_") :]: settings.pop(key) for key in list(settings) if key.startswith("vision_")}
     tie_word_embeddings = bool(settings.pop("tie_word_embeddings"))
     dtype = str(settings.pop("dtype")).removeprefix("torch.")
     rope_theta = float(settings.pop("rope_theta"))
@@ -302,17 +429,31 @@ def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides:
         text_ids = {"pad_token_id": PAD_TOKEN_ID}
     else:  # no sliding window in any layer, as in the real config
         text_ids = {**token_ids, "max_window_layers": settings["num_hidden_layers"]}
-    text_config = {"vocab_size": REAL_VOCAB_SIZE, **text_ids, "rope_parameters": rope_parameters, "dtype": dtype,
-                   **settings}
+    text_config = {
+        "vocab_size": REAL_VOCAB_SIZE,
+        **text_ids,
+        "rope_parameters": rope_parameters,
+        "dtype": dtype,
+        **settings,
+    }
     merger_width = "hidden_size" if family == "qwen2_vl" else "out_hidden_size"
-    vision_config = {merger_width: text_config["hidden_size"], "patch_size": record.patch_size,
-                     "spatial_merge_size": record.merge_size, **vision}
+    vision_config = {
+        merger_width: text_config["hidden_size"],
+        "patch_size": record.patch_size,
+        "spatial_merge_size": record.merge_size,
+        **vision,
+    }
     _check_vision(vision_config)
     return config_class(
-        text_config=text_config, vision_config=vision_config, tie_word_embeddings=tie_word_embeddings,
-        image_token_id=QWEN2VL_SPECIAL_TOKENS["<|image_pad|>"], video_token_id=QWEN2VL_SPECIAL_TOKENS["<|video_pad|>"],
+        text_config=text_config,
+        vision_config=vision_config,
+        tie_word_embeddings=tie_word_embeddings,
+        image_token_id=QWEN2VL_SPECIAL_TOKENS["<|image_pad|>"],
+        video_token_id=QWEN2VL_SPECIAL_TOKENS["<|video_pad|>"],
         vision_start_token_id=QWEN2VL_SPECIAL_TOKENS["<|vision_start|>"],
-        vision_end_token_id=QWEN2VL_SPECIAL_TOKENS["<|vision_end|>"], architectures=[record.class_name], dtype=dtype,
+        vision_end_token_id=QWEN2VL_SPECIAL_TOKENS["<|vision_end|>"],
+        architectures=[record.class_name],
+        dtype=dtype,
         **(token_ids if family == "qwen2_vl" else {}),
     )
 
@@ -390,8 +531,14 @@ def unused_token_ids(tokenizer, vocab_size: int = REAL_VOCAB_SIZE) -> list[int]:
     return placeholders + list(range(len(tokenizer), vocab_size))
 
 
-def build_tiny(family: str, out_dir: str | os.PathLike, full_size: bool = False, seed: int = 0,
-               overwrite: bool = False, **overrides: Any) -> Path:
+def build_tiny(
+    family: str,
+    out_dir: str | os.PathLike,
+    full_size: bool = False,
+    seed: int = 0,
+    overwrite: bool = False,
+    **overrides: Any,
+) -> Path:
     """Write a checkpoint dir of `family` (model, tokenizer, processor, generation config) and return its path.
 
     Written beside `out_dir` and renamed into place, so no reader sees it half-written. An existing `out_dir` is
@@ -418,8 +565,13 @@ def build_tiny(family: str, out_dir: str | os.PathLike, full_size: bool = False,
     with modeling.staged_dir(out_dir) as staging:  # no reader sees it half-written; shared modes 0755/0644
         model.save_pretrained(staging)
         processor.save_pretrained(staging)
-        marker = {"builder": "open_r1.tiny_models", "family": family, "full_size": full_size, "seed": seed,
-                  "thinking": thinking if family == "qwen3_vl" else None}
+        marker = {
+            "builder": "open_r1.tiny_models",
+            "family": family,
+            "full_size": full_size,
+            "seed": seed,
+            "thinking": thinking if family == "qwen3_vl" else None,
+        }
         write_json(os.path.join(staging, BUILD_MARKER_FILE), marker)
     return out_dir
 
@@ -439,10 +591,15 @@ def check_replaceable(out_dir: Path, overwrite: bool = False) -> None:
     trained = sorted(name for name in entries if name in TRAINED_MARKERS or name.startswith("checkpoint-"))
     if not entries or (BUILD_MARKER_FILE in entries and not trained):
         return  # empty, or an earlier build of this tool: safe to rebuild
-    what = f"a trained model ({', '.join(trained[:3])})" if trained else (
-        "a model" if "config.json" in entries else f"{len(entries)} files not written by this builder")
-    raise ModelError(f"{out_dir} already holds {what}; refusing to replace it. Pick another --out, or pass "
-                     "--overwrite (overwrite=True) to delete it and build there")
+    what = (
+        f"a trained model ({', '.join(trained[:3])})"
+        if trained
+        else ("a model" if "config.json" in entries else f"{len(entries)} files not written by this builder")
+    )
+    raise ModelError(
+        f"{out_dir} already holds {what}; refusing to replace it. Pick another --out, or pass "
+        "--overwrite (overwrite=True) to delete it and build there"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -454,17 +611,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="weights are a pure function of the seed")
     parser.add_argument("--min-pixels", type=int, default=None, help="image processor min_pixels (the real one's)")
     parser.add_argument("--max-pixels", type=int, default=None, help="image processor max_pixels (the real one's)")
-    parser.add_argument("--instruct", action="store_true",
-                        help="qwen3_vl: the Instruct chat template (default: Thinking, prompt ends with <think>)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace --out even if it holds a trained model or files this tool did not write")
-    parser.add_argument("--suppress-unused", action="store_true",
-                        help="generation never samples the ids no text encodes to (a sampling stand-in policy)")
+    parser.add_argument(
+        "--instruct",
+        action="store_true",
+        help="qwen3_vl: the Instruct chat template (default: Thinking, prompt ends with <think>)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --out even if it holds a trained model or files this tool did not write",
+    )
+    parser.add_argument(
+        "--suppress-unused",
+        action="store_true",
+        help="generation never samples the ids no text encodes to (a sampling stand-in policy)",
+    )
     args = parser.parse_args(argv)
     pixels = {key: value for key, value in (("min_pixels", args.min_pixels), ("max_pixels", args.max_pixels)) if value}
     try:
-        out_dir = build_tiny(args.family, args.out, full_size=args.full_size, seed=args.seed, overwrite=args.overwrite,
-                             thinking=not args.instruct, suppress_unused=args.suppress_unused, **pixels)
+        out_dir = build_tiny(
+            args.family,
+            args.out,
+            full_size=args.full_size,
+            seed=args.seed,
+            overwrite=args.overwrite,
+            thinking=not args.instruct,
+            suppress_unused=args.suppress_unused,
+            **pixels,
+        )
     except (OpenR1Error, ValueError, TypeError) as exc:
         return error_exit(exc)
     print(out_dir)

@@ -16,6 +16,7 @@ Recipe lever (changes what is learned, default off): noisy rollouts (`noisy_frac
 (`noise_std`), the group's advantages normalised over both; unlike the paper each rollout trains on the image it was
 generated from, which keeps TRL's importance ratios exact. Training rounds only.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -118,8 +119,17 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
     """`GRPOTrainer` with lazy image decoding, ViT de-duplication and noisy rollouts (module docstring), through the
     round hooks of `open_r1.compat.GRPORoundHooks`."""
 
-    def __init__(self, *args, lazy_images: bool = True, noisy_fraction: float = 0.0, noise_std: float = 0.1,
-                 dedupe_vision: bool = False, fast_decode: bool | str = "auto", dedupe_images: bool = True, **kwargs):
+    def __init__(
+        self,
+        *args,
+        lazy_images: bool = True,
+        noisy_fraction: float = 0.0,
+        noise_std: float = 0.1,
+        dedupe_vision: bool = False,
+        fast_decode: bool | str = "auto",
+        dedupe_images: bool = True,
+        **kwargs,
+    ):
         check_noisy_rollouts(noisy_fraction, noise_std)
         if lazy_images and kwargs.get("train_dataset") is not None:
             kwargs["train_dataset"] = lazy_image_column(kwargs["train_dataset"])
@@ -131,6 +141,7 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         blocks = zero3_block_classes(self.model) if uses_zero3(self) else []
         if blocks:  # before deepspeed.initialize, which train() runs
             import deepspeed  # deferred: only under ZeRO-3
+
             deepspeed.utils.set_z3_leaf_modules(self.model, blocks)
         self.noisy_fraction = noisy_fraction
         self.noise_std = noise_std
@@ -148,8 +159,10 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         self.dedupe_images = dedupe_images
         args = self.args
         self.regroup_rounds = self.dedupe_vision and (
-            args.steps_per_generation == args.gradient_accumulation_steps and self.num_iterations == 1
-            and self.loss_type in ORDER_FREE_LOSSES and (getattr(args, "top_entropy_quantile", 1.0) or 1.0) >= 1.0
+            args.steps_per_generation == args.gradient_accumulation_steps
+            and self.num_iterations == 1
+            and self.loss_type in ORDER_FREE_LOSSES
+            and (getattr(args, "top_entropy_quantile", 1.0) or 1.0) >= 1.0
         )
 
     def rollout_generator(self):
@@ -170,8 +183,9 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
                 return None
         if self._graph_decoder is None:
             model = self.accelerator.unwrap_model(self.model_wrapped)
-            decoder = GraphDecoder(self.rollout_weights.model if self.copy_for_rollouts else model,
-                                   compile=self.fast_decode == "graph")
+            decoder = GraphDecoder(
+                self.rollout_weights.model if self.copy_for_rollouts else model, compile=self.fast_decode == "graph"
+            )
             # one decoder (one static cache) per model and process, shared with the in-training evaluation
             self._graph_decoder = decoder if self.copy_for_rollouts else decoder_for(model, decoder=decoder)
         return self._graph_decoder.hf_generate
@@ -180,19 +194,25 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
         """Under ZeRO-3: build the rollouts' whole-weight copy on first use, and refresh it from the sharded policy
         once per optimizer step (every rank calls this at the same rollouts: the gathers are collective)."""
         if self.rollout_weights is None:
-            self.rollout_weights = rollout_lib.RolloutWeights(self.accelerator.unwrap_model(self.model_wrapped),
-                                                              device=self.accelerator.device,
-                                                              gather=gather or rollout_lib.deepspeed_gather)
+            self.rollout_weights = rollout_lib.RolloutWeights(
+                self.accelerator.unwrap_model(self.model_wrapped),
+                device=self.accelerator.device,
+                gather=gather or rollout_lib.deepspeed_gather,
+            )
             if self.dedupe_vision:  # the rollouts' prefill, too, encodes each distinct image once
                 enable_vision_dedupe(self.rollout_weights.model)
             if self.accelerator.is_main_process:
-                print(f"[grpo] fast_decode under DeepSpeed ZeRO-3: rollouts decode from a whole-weight copy of the "
-                      f"policy ({self.rollout_weights.nbytes / 2**30:.2f} GiB a process, LoRA merged), refreshed "
-                      "once per optimizer step", flush=True)
+                print(
+                    f"[grpo] fast_decode under DeepSpeed ZeRO-3: rollouts decode from a whole-weight copy of the "
+                    f"policy ({self.rollout_weights.nbytes / 2**30:.2f} GiB a process, LoRA merged), refreshed "
+                    "once per optimizer step",
+                    flush=True,
+                )
         if self.rollout_weights.refresh(self.state.global_step):
             weights = self.rollout_weights
-            compat.log_step_metrics(self, {"rollout_copy/refresh_s": weights.last_refresh_s,
-                                           "rollout_copy/gib": weights.nbytes / 2**30})
+            compat.log_step_metrics(
+                self, {"rollout_copy/refresh_s": weights.last_refresh_s, "rollout_copy/gib": weights.nbytes / 2**30}
+            )
             if weights.refreshes == 1 and self.accelerator.is_main_process:
                 print(f"[grpo] rollout copy: first refresh {weights.last_refresh_s:.2f} s", flush=True)
 

@@ -3,6 +3,7 @@ data, eval sets, output and submission dirs, each problem naming its option), de
 tokenizer, an unmerged LoRA adapter) and every image of every set the run reads. All problems found are reported in
 one `OpenR1Error` (open_r1/errors.py), which the entry points print as one line; the checks live in `open_r1.checks`.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,19 +48,26 @@ def normalise_time_budget(script_args) -> list[str]:
 def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> list[str]:
     """Static checks of a model dir, no weights loaded: each problem names the dir and the fix."""
     if not os.path.isdir(path):
-        return [f"model {path} does not exist ({option}); for a tiny test model: "
-                "python -m open_r1.tiny_models --out models/tiny-qwen2vl"]
+        return [
+            f"model {path} does not exist ({option}); for a tiny test model: "
+            "python -m open_r1.tiny_models --out models/tiny-qwen2vl"
+        ]
     if os.path.isfile(os.path.join(path, "adapter_config.json")) and not os.path.isfile(
-            os.path.join(path, "config.json")):
-        return [f"{path} is a LoRA adapter, not a full model; merge it with "
-                f"{MERGE_HINT.format(path=path)} and point {option} to the merged dir"]
+        os.path.join(path, "config.json")
+    ):
+        return [
+            f"{path} is a LoRA adapter, not a full model; merge it with "
+            f"{MERGE_HINT.format(path=path)} and point {option} to the merged dir"
+        ]
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.isfile(index):
         try:
             read_json(index)["weight_map"].values()
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            return [f"{path}: the weights index model.safetensors.index.json is not a valid index ({exc}); "
-                    f"re-save the model ({option})"]
+            return [
+                f"{path}: the weights index model.safetensors.index.json is not a valid index ({exc}); "
+                f"re-save the model ({option})"
+            ]
     try:
         read_json(os.path.join(path, "config.json"))
     except FileNotFoundError:
@@ -72,9 +80,12 @@ def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> l
     wrong = [p for p in report.problems if p.startswith("wrong architecture")]
     if wrong:  # the other files of a model we cannot train are beside the point
         return [f"model {path}: {wrong[0]} ({option})"]
-    problems = [p for p in report.problems
-                if (need_tokenizer or not any(k in p for k in ("tokenizer", "chat template", "processor")))
-                and not (has_processor and "preprocessor_config.json" in p)]
+    problems = [
+        p
+        for p in report.problems
+        if (need_tokenizer or not any(k in p for k in ("tokenizer", "chat template", "processor")))
+        and not (has_processor and "preprocessor_config.json" in p)
+    ]
     return [f"model {path}: {p} ({option})" for p in problems]
 
 
@@ -93,32 +104,46 @@ def dataset_problems(path: str, option: str, split: str = "train", task="countin
     try:
         dataset = (get_task(task) if isinstance(task, str) else task).load_split(path, split)
     except OpenR1Error as exc:
-        text = str(exc).replace("point DATA / --dataset_name to your split", f"set {option}").replace(
-            "DATA / --dataset_name ", f"{option} ")
+        text = (
+            str(exc)
+            .replace("point DATA / --dataset_name to your split", f"set {option}")
+            .replace("DATA / --dataset_name ", f"{option} ")
+        )
         return [f"{text} ({option})" if option not in text else text], None
     if len(dataset) == 0:
         return [f"data set {path} has no rows: an empty data set ({option})"], None
     return [], dataset
 
 
-def validate_training(script_args, training_args, model_args, submission: str | None = None,
-                      check_images_of_data: bool = True, log=print, task=None) -> None:
+def validate_training(
+    script_args,
+    training_args,
+    model_args,
+    submission: str | None = None,
+    check_images_of_data: bool = True,
+    log=print,
+    task=None,
+) -> None:
     """Everything `open_r1.grpo` needs, checked before the model loads. Raises one RecipeError/DataError/ModelError
     listing every problem found. `task`: the run's task object (built from the recipe when not given), whose
     `load_split` keeps each loaded set for the run."""
     problems: list[str] = []
-    problems += check_reward_weights(getattr(training_args, "reward_weights", None),
-                                     getattr(script_args, "reward_funcs", None))
+    problems += check_reward_weights(
+        getattr(training_args, "reward_weights", None), getattr(script_args, "reward_funcs", None)
+    )
     problems += check_loss_type(training_args)
     problems += normalise_time_budget(script_args)
     problems += check_eval_settings(script_args)
     problems += check_sizes(script_args)
-    problems += check_devices(training_args, model_args) + granularity_problems(getattr(training_args, "deepspeed", None))
+    problems += check_devices(training_args, model_args) + granularity_problems(
+        getattr(training_args, "deepspeed", None)
+    )
     # paths: model first (the most common mistake), then data, eval sets, outputs
     model_path = getattr(model_args, "model_name_or_path", None)
     if not model_path:
-        problems.append("no model: set model_name_or_path in the recipe, or MODEL_PATH (train.sh) / "
-                        "--model_name_or_path")
+        problems.append(
+            "no model: set model_name_or_path in the recipe, or MODEL_PATH (train.sh) / --model_name_or_path"
+        )
     else:
         problems += model_dir_problems(model_path, "MODEL_PATH (train.sh) / --model_name_or_path")
     train = None
@@ -127,8 +152,12 @@ def validate_training(script_args, training_args, model_args, submission: str | 
     if not data_path:
         problems.append("no training data: set dataset_name in the recipe, or DATA (train.sh) / --dataset_name")
     else:
-        found, train = dataset_problems(data_path, "DATA (train.sh) / --dataset_name",
-                                        getattr(script_args, "dataset_train_split", "train"), task=task)
+        found, train = dataset_problems(
+            data_path,
+            "DATA (train.sh) / --dataset_name",
+            getattr(script_args, "dataset_train_split", "train"),
+            task=task,
+        )
         problems += found
     eval_sets = []
     for path in list(getattr(script_args, "eval_sets", None) or []):
@@ -149,14 +178,26 @@ def validate_training(script_args, training_args, model_args, submission: str | 
     dtype = modeling.resolve_dtype(getattr(model_args, "dtype", None))  # what load_model will load
     if warning := lost_updates_warning(training_args, dtype, getattr(model_args, "use_peft", False)):
         log(warning)
-    if output_dir and getattr(script_args, "auto_resume", True) and str(
-            getattr(training_args, "resume_from_checkpoint", None) or "").lower() not in ("false", "none", "no"):
+    if (
+        output_dir
+        and getattr(script_args, "auto_resume", True)
+        and str(getattr(training_args, "resume_from_checkpoint", None) or "").lower() not in ("false", "none", "no")
+    ):
         explicit = getattr(training_args, "resume_from_checkpoint", None)
-        checkpoint = explicit if explicit and str(explicit).lower() not in ("true", "latest", "last") else \
-            find_resume_checkpoint(output_dir)
-        check_resume_compat(output_dir, checkpoint, model_path, script_args,
-                            allow=bool(getattr(script_args, "resume_mismatch_ok", False)), log=log,
-                            keys=("task", "reward_funcs", *task.training_meta(script_args)))
+        checkpoint = (
+            explicit
+            if explicit and str(explicit).lower() not in ("true", "latest", "last")
+            else find_resume_checkpoint(output_dir)
+        )
+        check_resume_compat(
+            output_dir,
+            checkpoint,
+            model_path,
+            script_args,
+            allow=bool(getattr(script_args, "resume_mismatch_ok", False)),
+            log=log,
+            keys=("task", "reward_funcs", *task.training_meta(script_args)),
+        )
     if not check_images_of_data:
         return
     if train is not None:
@@ -166,8 +207,15 @@ def validate_training(script_args, training_args, model_args, submission: str | 
         check_images(dataset, path, rows=limit)
 
 
-def check_resume_compat(output_dir: str, checkpoint: str | None, base_model: str, script_args,
-                        allow: bool = False, log=print, keys=("task", "reward_funcs")) -> None:
+def check_resume_compat(
+    output_dir: str,
+    checkpoint: str | None,
+    base_model: str,
+    script_args,
+    allow: bool = False,
+    log=print,
+    keys=("task", "reward_funcs"),
+) -> None:
     """Refuse to resume a run dir trained from another base model or another value of `keys` (the task, its rewards
     and the task's own training_meta fields, e.g. counting's prompt_templates), unless `allow`."""
     if checkpoint is None:
@@ -180,15 +228,23 @@ def check_resume_compat(output_dir: str, checkpoint: str | None, base_model: str
     if recorded and base_model and os.path.abspath(base_model) != os.path.abspath(recorded):
         differences.append(f"base model {recorded} (now {os.path.abspath(base_model)})")
     for key in keys:
-        if key in meta and getattr(script_args, key, None) is not None and list(meta[key]) != list(
-                getattr(script_args, key)):
+        if (
+            key in meta
+            and getattr(script_args, key, None) is not None
+            and list(meta[key]) != list(getattr(script_args, key))
+        ):
             differences.append(f"{key} {meta[key]} (now {list(getattr(script_args, key))})")
     if not differences:
         return
-    message = (f"{output_dir} holds a run trained with another " + "; ".join(differences)
-               + f": resuming {os.path.basename(checkpoint)} would continue that run under the new name")
+    message = (
+        f"{output_dir} holds a run trained with another "
+        + "; ".join(differences)
+        + f": resuming {os.path.basename(checkpoint)} would continue that run under the new name"
+    )
     if allow:
         log(f"[resume] warning: {message}; resuming anyway (resume_mismatch_ok)")
         return
-    raise RecipeError(message + ". Use another --output_dir (OUTPUT_DIR), start fresh with --auto_resume false, "
-                      "or resume anyway with --resume_mismatch_ok true")
+    raise RecipeError(
+        message + ". Use another --output_dir (OUTPUT_DIR), start fresh with --auto_resume false, "
+        "or resume anyway with --resume_mismatch_ok true"
+    )

@@ -7,6 +7,7 @@ on CPU), registered through `AttentionInterface` and set on the vision sub-confi
 `cu_seq_lens_q` only to an implementation whose name contains "flash", hence the name (tested for every family).
 The setting is not saved with the model, so a checkpoint loads with plain transformers.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,14 +26,27 @@ VISION_ATTENTION_CHOICES = ("grouped", "per_image")
 MAX_TOKENS_PER_CALL: int | None = None
 
 
-def grouped_sdpa(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, cu_seq_lens_q=None,
-                 cu_seq_lens_k=None, is_causal=False, **kwargs):
+def grouped_sdpa(
+    module,
+    query,
+    key,
+    value,
+    attention_mask=None,
+    scaling=None,
+    dropout=0.0,
+    cu_seq_lens_q=None,
+    cu_seq_lens_k=None,
+    is_causal=False,
+    **kwargs,
+):
     """Attention of packed segments `(1, heads, total, dim)` split at `cu_seq_lens_q`; returns `(1, total, heads,
     dim)` as transformers' attention functions do. One SDPA call per distinct segment length."""
     if cu_seq_lens_q is None or attention_mask is not None or is_causal:
-        raise ModelError(f"{NAME} is a vision-tower attention (packed, non-causal segments at cu_seqlens); it was "
-                         f"called from {type(module).__name__} without them. Set it on the vision sub-config only: "
-                         "open_r1.vision_attention.use_grouped_vision_attention(model)")
+        raise ModelError(
+            f"{NAME} is a vision-tower attention (packed, non-causal segments at cu_seqlens); it was "
+            f"called from {type(module).__name__} without them. Set it on the vision sub-config only: "
+            "open_r1.vision_attention.use_grouped_vision_attention(model)"
+        )
     _, heads, total, dim = query.shape
     bounds = cu_seq_lens_q.tolist()  # transformers' per-image path makes the same host copy
     by_length: dict[int, list[int]] = {}
@@ -42,12 +56,13 @@ def grouped_sdpa(module, query, key, value, attention_mask=None, scaling=None, d
     for length, starts in by_length.items():
         step = len(starts) if MAX_TOKENS_PER_CALL is None else max(1, MAX_TOKENS_PER_CALL // max(length, 1))
         for first in range(0, len(starts), step):
-            part = starts[first:first + step]
+            part = starts[first : first + step]
             if part[-1] - part[0] == (len(part) - 1) * length:  # adjacent segments (images of one size): a view
                 rows = slice(part[0], part[0] + len(part) * length)
             else:
-                rows = (torch.tensor(part, device=query.device)[:, None]
-                        + torch.arange(length, device=query.device)).reshape(-1)
+                rows = (
+                    torch.tensor(part, device=query.device)[:, None] + torch.arange(length, device=query.device)
+                ).reshape(-1)
             q, k, v = (t[0, :, rows].view(heads, len(part), length, dim).transpose(0, 1) for t in (query, key, value))
             attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scaling, dropout_p=dropout)
             out[rows] = attended.transpose(1, 2).reshape(-1, heads, dim)

@@ -3,6 +3,7 @@ or a reward-model pair's two sides, share one image). The tower's class gets a s
 copies (`duplicate_map`), encodes the distinct images and expands every output back to every copy; autograd sums
 the copies' gradients, so outputs and gradients are the plain forward's (tested per family).
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,8 +35,16 @@ def duplicate_map(pixel_values, grid_thw) -> list[int]:
 
 
 # vision kwargs with precomputed per-batch geometry: the tower cannot run on a subset then, so it runs on all
-PRECOMPUTED_VISION_KWARGS = ("cu_seqlens", "max_seqlen", "position_ids", "window_index", "cu_window_seqlens",
-                             "max_window_seqlen", "interp_indices", "interp_weights")
+PRECOMPUTED_VISION_KWARGS = (
+    "cu_seqlens",
+    "max_seqlen",
+    "position_ids",
+    "window_index",
+    "cu_window_seqlens",
+    "max_window_seqlen",
+    "interp_indices",
+    "interp_weights",
+)
 
 
 class DedupeVisionMixin:
@@ -51,15 +60,18 @@ class DedupeVisionMixin:
         mapping = duplicate_map(hidden_states, grid_thw)
         unique = sorted(set(mapping))
         self.images_seen += len(mapping)
-        if (len(unique) == len(mapping) or any(kwargs.get(k) is not None for k in PRECOMPUTED_VISION_KWARGS)
-                or kwargs.get("output_attentions")):
+        if (
+            len(unique) == len(mapping)
+            or any(kwargs.get(k) is not None for k in PRECOMPUTED_VISION_KWARGS)
+            or kwargs.get("output_attentions")
+        ):
             self.images_encoded += len(mapping)
             return super().forward(hidden_states, grid_thw, **kwargs)
         self.images_encoded += len(unique)
         sizes = grid_thw.prod(-1).tolist()
         chunks = torch.split(hidden_states, sizes)
         outputs = super().forward(torch.cat([chunks[i] for i in unique]), grid_thw[unique], **kwargs)
-        merge = self.spatial_merge_size ** 2
+        merge = self.spatial_merge_size**2
         merged_sizes = [size // merge for size in sizes]
 
         def expand(tensor, per_image):
@@ -69,8 +81,9 @@ class DedupeVisionMixin:
         if isinstance(outputs, torch.Tensor):  # older transformers return the merged features alone
             return expand(outputs, merged_sizes)
         if isinstance(outputs, tuple):  # return_dict=False: (last_hidden_state, pooler_output, ...)
-            raise TrainerOptionError("dedupe_vision needs the vision tower's dict output (return_dict=True); "
-                                     "set dedupe_vision: false")
+            raise TrainerOptionError(
+                "dedupe_vision needs the vision tower's dict output (return_dict=True); set dedupe_vision: false"
+            )
         if getattr(outputs, "last_hidden_state", None) is not None:
             outputs.last_hidden_state = expand(outputs.last_hidden_state, sizes)
         if getattr(outputs, "hidden_states", None) is not None:

@@ -4,6 +4,7 @@ the fix (exit status 2, no traceback) or does the right thing, and no case loses
 Entry points run as subprocesses where `python -m` matters (an error class imported under two module names is
 not caught); each test asserts the exit code, the message, and that the user's files are intact.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +30,14 @@ HAS_GPU = torch.cuda.is_available()
 
 def run(*argv, env=None, timeout=600):
     """A command from the repo root; returns (rc, stdout, stderr)."""
-    result = subprocess.run(list(argv), cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})})
+    result = subprocess.run(
+        list(argv),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+    )
     return result.returncode, result.stdout, result.stderr
 
 
@@ -57,8 +64,21 @@ def assert_clean_error(rc, err, *needles, code=2):
 
 
 def grpo_args(model, data, out, *extra):
-    return ["-m", "open_r1.grpo", "--config", "configs/demo.yaml", "--model_name_or_path", str(model),
-            "--dataset_name", str(data), "--output_dir", str(out), "--use_cpu", "true", *extra]
+    return [
+        "-m",
+        "open_r1.grpo",
+        "--config",
+        "configs/demo.yaml",
+        "--model_name_or_path",
+        str(model),
+        "--dataset_name",
+        str(data),
+        "--output_dir",
+        str(out),
+        "--use_cpu",
+        "true",
+        *extra,
+    ]
 
 
 def fake_checkpoint(model_dir, path, step: int, optimizer=True, scheduler=True):
@@ -79,8 +99,12 @@ def fake_checkpoint(model_dir, path, step: int, optimizer=True, scheduler=True):
 def fake_report(path, model_dir, accuracies: dict, n=4, sets_paths=None, protocol=True):
     from open_r1.tasks.counting.evaluate import SetReport, write_report
 
-    reports = [SetReport(name=k, n=n, accuracy_pct=v, format_pct=100.0, mean_completion_tokens=20.0,
-                         truncated_pct=0.0, seconds=1.0) for k, v in accuracies.items()]
+    reports = [
+        SetReport(
+            name=k, n=n, accuracy_pct=v, format_pct=100.0, mean_completion_tokens=20.0, truncated_pct=0.0, seconds=1.0
+        )
+        for k, v in accuracies.items()
+    ]
     write_report(str(path), reports, str(model_dir), {"sets_paths": sets_paths} if sets_paths else None)
     if not protocol:
         data = json.loads(open(path).read())
@@ -121,8 +145,9 @@ def broken_models(exported, tmp_path_factory):
 
     path = copy("missing_shard")
     os.rename(path / "model.safetensors", path / "model-00001-of-00002.safetensors")
-    (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
-        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    (path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
+    )
     cases["missing_shard"] = (path, "model-00002-of-00002.safetensors named in the index is missing")
 
     path = copy("index_not_json")
@@ -145,8 +170,9 @@ def broken_models(exported, tmp_path_factory):
 
     path = root / "adapter"
     path.mkdir()
-    (path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(exported),
-                                                          "peft_type": "LORA"}))
+    (path / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": str(exported), "peft_type": "LORA"})
+    )
     (path / "adapter_model.safetensors").write_bytes(b"\0" * 16)
     cases["adapter"] = (path, "merge it with python -m open_r1.export")
     return cases
@@ -157,8 +183,12 @@ def corrupt_data(scene_data_dir, tmp_path_factory):
     """A 14-row split (train + val) whose image at row 10 is garbage: past the 8 rows checked before."""
     import datasets
 
-    rows = datasets.concatenate_datasets([datasets.load_from_disk(os.path.join(scene_data_dir, "train")),
-                                          datasets.load_from_disk(os.path.join(scene_data_dir, "val"))])
+    rows = datasets.concatenate_datasets(
+        [
+            datasets.load_from_disk(os.path.join(scene_data_dir, "train")),
+            datasets.load_from_disk(os.path.join(scene_data_dir, "val")),
+        ]
+    )
     raw = rows.cast_column("image", datasets.Image(decode=False))
 
     def damage(example, index):
@@ -185,29 +215,75 @@ def file_in_the_way(tmp_path):
 
 def test_grpo_lists_every_bad_value_and_path_at_once(tiny_model_dir, scene_data_dir, tmp_path, file_in_the_way):
     before = tree_digest(tiny_model_dir)
-    rc, _, err = py(*grpo_args(
-        tmp_path / "no_model", tmp_path / "no_data", file_in_the_way / "run",
-        "--reward_weights", "1", "nan", "0.5", "0.5", "--time_budget", "abc",
-        "--eval_sets", str(tmp_path / "no_eval"), os.path.join(scene_data_dir, "val"),
-        "--eval_steps_protocol", "0", "--eval_limit", "0"),
-        env={"SUBMISSION": str(file_in_the_way / "submission")})
+    rc, _, err = py(
+        *grpo_args(
+            tmp_path / "no_model",
+            tmp_path / "no_data",
+            file_in_the_way / "run",
+            "--reward_weights",
+            "1",
+            "nan",
+            "0.5",
+            "0.5",
+            "--time_budget",
+            "abc",
+            "--eval_sets",
+            str(tmp_path / "no_eval"),
+            os.path.join(scene_data_dir, "val"),
+            "--eval_steps_protocol",
+            "0",
+            "--eval_limit",
+            "0",
+        ),
+        env={"SUBMISSION": str(file_in_the_way / "submission")},
+    )
     assert_clean_error(
-        rc, err, "error: cannot start, 9 problems",
-        "reward_weights[1] (reward format) is nan", "time_budget 'abc'", "eval_steps_protocol must be >= 1",
-        "eval_limit must be >= 1", f"model {tmp_path / 'no_model'} does not exist (MODEL_PATH",
-        f"{tmp_path / 'no_data'} does not exist (DATA", f"{tmp_path / 'no_eval'} does not exist (--eval_sets",
-        "output dir:", "(OUTPUT_DIR", "submission dir:", "(SUBMISSION")
+        rc,
+        err,
+        "error: cannot start, 9 problems",
+        "reward_weights[1] (reward format) is nan",
+        "time_budget 'abc'",
+        "eval_steps_protocol must be >= 1",
+        "eval_limit must be >= 1",
+        f"model {tmp_path / 'no_model'} does not exist (MODEL_PATH",
+        f"{tmp_path / 'no_data'} does not exist (DATA",
+        f"{tmp_path / 'no_eval'} does not exist (--eval_sets",
+        "output dir:",
+        "(OUTPUT_DIR",
+        "submission dir:",
+        "(SUBMISSION",
+    )
     assert err.index("model ") < err.index("data set")  # the model first: the most common mistake
     assert "point DATA / --dataset_name" not in err  # a missing eval set is not fixed with DATA
     assert tree_digest(tiny_model_dir) == before and file_in_the_way.read_text() == "a file, not a dir"
 
 
 def test_grpo_negative_budget_and_keep_best_without_eval_sets(tiny_model_dir, scene_data_dir, tmp_path):
-    rc, _, err = py(*grpo_args(tiny_model_dir, os.path.join(scene_data_dir, "train"), tmp_path / "run",
-                               "--time_budget=-5m", "--keep_best", "true", "--max_train_samples", "0",
-                               "--min_pixels", "50000", "--max_pixels", "12544"))
-    assert_clean_error(rc, err, "time_budget '-5m'", "keep_best needs eval_sets", "--eval_sets",
-                       "max_train_samples must be >= 1", "min_pixels 50000 > max_pixels 12544")
+    rc, _, err = py(
+        *grpo_args(
+            tiny_model_dir,
+            os.path.join(scene_data_dir, "train"),
+            tmp_path / "run",
+            "--time_budget=-5m",
+            "--keep_best",
+            "true",
+            "--max_train_samples",
+            "0",
+            "--min_pixels",
+            "50000",
+            "--max_pixels",
+            "12544",
+        )
+    )
+    assert_clean_error(
+        rc,
+        err,
+        "time_budget '-5m'",
+        "keep_best needs eval_sets",
+        "--eval_sets",
+        "max_train_samples must be >= 1",
+        "min_pixels 50000 > max_pixels 12544",
+    )
     assert not (tmp_path / "run").exists()  # nothing written before validation passed
 
 
@@ -216,11 +292,11 @@ def test_time_budget_zero_or_off_means_no_budget():
     from open_r1.run import TimeBudgetCallback, build_run_callbacks
 
     for value in ("0", "off", "none"):
-        training_args = types.SimpleNamespace(output_dir="/nonexistent", resume_from_checkpoint=None,
-                                              process_index=0)
+        training_args = types.SimpleNamespace(output_dir="/nonexistent", resume_from_checkpoint=None, process_index=0)
         for validated in (True, False):  # build_run_callbacks is safe on its own too
-            script_args = types.SimpleNamespace(time_budget=value, eval_sets=[], keep_best=None, auto_resume=False,
-                                                eval_steps_protocol=50)
+            script_args = types.SimpleNamespace(
+                time_budget=value, eval_sets=[], keep_best=None, auto_resume=False, eval_steps_protocol=50
+            )
             if validated:
                 assert validate.normalise_time_budget(script_args) == []
                 assert script_args.time_budget is None
@@ -230,10 +306,23 @@ def test_time_budget_zero_or_off_means_no_budget():
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the refusal on a machine without a GPU")
 def test_gpu_recipe_on_a_cpu_machine_is_refused(tiny_model_dir, scene_data_dir, tmp_path):
-    rc, _, err = py("-m", "open_r1.grpo", "--config", "configs/qwen2vl_2b_counting.yaml", "--model_name_or_path",
-                    str(tiny_model_dir), "--dataset_name", os.path.join(scene_data_dir, "train"), "--eval_sets",
-                    os.path.join(scene_data_dir, "ood_val"), os.path.join(scene_data_dir, "val"), "--output_dir",
-                    str(tmp_path / "run"), "--use_cpu", "true")
+    rc, _, err = py(
+        "-m",
+        "open_r1.grpo",
+        "--config",
+        "configs/qwen2vl_2b_counting.yaml",
+        "--model_name_or_path",
+        str(tiny_model_dir),
+        "--dataset_name",
+        os.path.join(scene_data_dir, "train"),
+        "--eval_sets",
+        os.path.join(scene_data_dir, "ood_val"),
+        os.path.join(scene_data_dir, "val"),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--use_cpu",
+        "true",
+    )
     assert_clean_error(rc, err, "this recipe needs GPUs (512 completions per generation round)", "configs/demo.yaml")
 
 
@@ -251,8 +340,15 @@ def test_corrupt_image_past_the_first_rows_fails_with_its_row(tiny_model_dir, co
 
 
 def test_selfcheck_set_with_a_corrupt_image_fails_with_its_row(exported, corrupt_data, scene_data_dir):
-    rc, _, err = py("selfcheck.py", "--model", str(exported), "--sets", os.path.join(scene_data_dir, "val"),
-                    str(corrupt_data), "--quiet")
+    rc, _, err = py(
+        "selfcheck.py",
+        "--model",
+        str(exported),
+        "--sets",
+        os.path.join(scene_data_dir, "val"),
+        str(corrupt_data),
+        "--quiet",
+    )
     assert_clean_error(rc, err, f"{corrupt_data} row 10: unreadable image")
     assert not (exported / "selfcheck.json").exists()
 
@@ -277,7 +373,8 @@ def test_empty_data_sets_are_called_empty(scene_data_dir, tmp_path):
     datasets.load_from_disk(os.path.join(scene_data_dir, "val")).select([]).save_to_disk(str(tmp_path / "zero"))
     (tmp_path / "blank").mkdir()
     assert dataset_problems(str(tmp_path / "zero"), "--sets")[0] == [
-        f"data set {tmp_path / 'zero'} has no rows: an empty data set (--sets)"]
+        f"data set {tmp_path / 'zero'} has no rows: an empty data set (--sets)"
+    ]
     assert "is an empty directory" in dataset_problems(str(tmp_path / "blank"), "--eval_sets")[0][0]
 
 
@@ -288,7 +385,8 @@ def test_a_set_holding_only_a_validation_split_names_the_split_dir(scene_data_di
 
     whole = tmp_path / "hub_copy"
     datasets.DatasetDict({"validation": datasets.load_from_disk(os.path.join(scene_data_dir, "val"))}).save_to_disk(
-        str(whole))
+        str(whole)
+    )
     found, dataset = dataset_problems(str(whole), "--sets")
     assert dataset is None and len(found) == 1 and f"--sets {whole / 'validation'}" in found[0], found
     assert dataset_problems(str(whole / "validation"), "--sets")[0] == []  # the named fix works
@@ -314,8 +412,11 @@ def test_data_sets_are_checked_the_way_their_task_loads_them(scene_data_dir, tmp
 def test_an_error_raised_deep_in_another_module_is_caught_under_dash_m(tiny_model_dir, scene_data_dir, tmp_path):
     """The data module raises after validation, while the trainer is built: under `python -m open_r1.grpo` the
     module runs as __main__, so only the package-level family (open_r1.errors) can catch it."""
-    rc, _, err = py(*grpo_args(tiny_model_dir, os.path.join(scene_data_dir, "train"), tmp_path / "run",
-                               "--prompt_templates", "bogus:1"))
+    rc, _, err = py(
+        *grpo_args(
+            tiny_model_dir, os.path.join(scene_data_dir, "train"), tmp_path / "run", "--prompt_templates", "bogus:1"
+        )
+    )
     assert_clean_error(rc, err, "error: unknown prompt template 'bogus'")
 
 
@@ -363,8 +464,7 @@ def test_broken_model_dirs_are_named_before_loading(broken_models, scene_data_di
 
     path, needle = broken_models["truncated"]
     before = tree_digest(path)
-    rc, _, err = py("selfcheck.py", "--model", str(path), "--sets", os.path.join(scene_data_dir, "val"),
-                    "--quiet")
+    rc, _, err = py("selfcheck.py", "--model", str(path), "--sets", os.path.join(scene_data_dir, "val"), "--quiet")
     assert_clean_error(rc, err, needle, "(--model / SUBMISSION)")
     assert tree_digest(path) == before
     for name, (path, needle) in broken_models.items():
@@ -429,11 +529,16 @@ def test_export_is_readable_by_others_whatever_the_umask(tiny_model_dir, tmp_pat
 def test_export_never_replaces_a_scored_submission_unless_told(tiny_model_dir, exported, tmp_path):
     submission = tmp_path / "app" / "submission"
     shutil.copytree(exported, submission)
-    fake_report(submission / "selfcheck.json", submission, {"val": 55.0, "ood_val": 55.0},
-                sets_paths=["/data/val", "/data/ood_val"])
+    fake_report(
+        submission / "selfcheck.json",
+        submission,
+        {"val": 55.0, "ood_val": 55.0},
+        sets_paths=["/data/val", "/data/ood_val"],
+    )
     before = tree_digest(submission)
-    rc, out, err = py("-m", "open_r1.export", "--checkpoint", str(tiny_model_dir), "--out", str(submission),
-                      "--no-verify-generate")
+    rc, out, err = py(
+        "-m", "open_r1.export", "--checkpoint", str(tiny_model_dir), "--out", str(submission), "--no-verify-generate"
+    )
     assert rc == 0, err[-3000:]
     assert tree_digest(submission) == before
     beside = [p for p in submission.parent.iterdir() if p.name.startswith("submission.candidate-")]
@@ -442,24 +547,32 @@ def test_export_never_replaces_a_scored_submission_unless_told(tiny_model_dir, e
     assert f"python selfcheck.py --model {beside[0]} --sets /data/val /data/ood_val" in out
     assert f"python -m open_r1.promote --candidate {beside[0]} --submission {submission}" in out
 
-    rc, out, err = py("-m", "open_r1.export", "--checkpoint", str(tiny_model_dir), "--out", str(submission),
-                      "--no-verify-generate", "--replace")
+    rc, out, err = py(
+        "-m",
+        "open_r1.export",
+        "--checkpoint",
+        str(tiny_model_dir),
+        "--out",
+        str(submission),
+        "--no-verify-generate",
+        "--replace",
+    )
     assert rc == 0, err[-3000:]
     assert not (submission / "selfcheck.json").exists()
     kept = [p for p in submission.parent.iterdir() if p.name.startswith("submission.prev-")]
     assert len(kept) == 1 and tree_digest(kept[0]) == before
 
 
-def test_export_errors_before_loading_leave_the_submission(tiny_model_dir, exported, broken_models, tmp_path,
-                                                           file_in_the_way):
+def test_export_errors_before_loading_leave_the_submission(
+    tiny_model_dir, exported, broken_models, tmp_path, file_in_the_way
+):
     submission = tmp_path / "submission"
     shutil.copytree(exported, submission)
     before = tree_digest(submission)
     broken, _ = broken_models["truncated"]
     rc, _, err = py("-m", "open_r1.export", "--checkpoint", str(broken), "--out", str(submission))
     assert_clean_error(rc, err, f"checkpoint {broken} does not load", "truncated")
-    rc, _, err = py("-m", "open_r1.export", "--checkpoint", str(tiny_model_dir), "--out",
-                    str(file_in_the_way / "sub"))
+    rc, _, err = py("-m", "open_r1.export", "--checkpoint", str(tiny_model_dir), "--out", str(file_in_the_way / "sub"))
     assert_clean_error(rc, err, "cannot write the submission", "(--out / SUBMISSION)")
     assert tree_digest(submission) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "submission"]
@@ -473,9 +586,18 @@ def test_export_of_a_broken_keep_best_choice_names_a_checkpoint_that_loads(tiny_
     data = open(weights, "rb").read()
     open(weights, "wb").write(data[:100])
     (run_dir / "training_meta.json").write_text(json.dumps({"base_model": str(tiny_model_dir)}))
-    (run_dir / "eval_history.json").write_text(json.dumps({"primary": "ood_val", "secondary": "val", "entries": [
-        {"step": 2, "checkpoint": "checkpoint-2", "scores": {"ood_val": 10.0}},
-        {"step": 4, "checkpoint": "checkpoint-4", "scores": {"ood_val": 50.0}}]}))
+    (run_dir / "eval_history.json").write_text(
+        json.dumps(
+            {
+                "primary": "ood_val",
+                "secondary": "val",
+                "entries": [
+                    {"step": 2, "checkpoint": "checkpoint-2", "scores": {"ood_val": 10.0}},
+                    {"step": 4, "checkpoint": "checkpoint-4", "scores": {"ood_val": 50.0}},
+                ],
+            }
+        )
+    )
     rc, _, err = py("-m", "open_r1.export", "--checkpoint", str(run_dir), "--out", str(tmp_path / "sub"))
     assert_clean_error(rc, err, f"checkpoint {best} does not load", f"--checkpoint {good}")
     assert not (tmp_path / "sub").exists() and os.path.getsize(weights) == 100
@@ -485,9 +607,13 @@ def test_sigterm_during_export_restores_never_deletes(tiny_model_dir, exported, 
     submission = tmp_path / "submission"
     shutil.copytree(exported, submission)
     before = tree_digest(submission)
-    proc = subprocess.Popen([sys.executable, "-m", "open_r1.export", "--checkpoint", str(tiny_model_dir),
-                             "--out", str(submission)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "open_r1.export", "--checkpoint", str(tiny_model_dir), "--out", str(submission)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     while proc.poll() is None and not any(".submission.tmp-" in p.name for p in tmp_path.iterdir()):
         time.sleep(0.05)
     if proc.poll() is None:
@@ -610,10 +736,12 @@ def test_a_sigterm_as_the_swap_holds_signals_leaves_no_recorder_behind(monkeypat
 def test_a_signal_during_the_interpreters_exit_keeps_the_status():
     """After main() returns, the interpreter's exit takes ~1 s with torch loaded; a SIGTERM there killed a finished
     export (-15). atexit handlers run inside that exit, so this one sends the signal at the right moment."""
-    code = ("import atexit, os, signal, time\n"
-            "from open_r1.export import exit_cli\n"
-            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.5)))\n"
-            "exit_cli(lambda argv: 0)\n")
+    code = (
+        "import atexit, os, signal, time\n"
+        "from open_r1.export import exit_cli\n"
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.5)))\n"
+        "exit_cli(lambda argv: 0)\n"
+    )
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 0
 
 
@@ -630,8 +758,10 @@ def test_an_interrupted_swap_is_recovered_on_the_next_run(tmp_path):
     target, staging, aside = tmp_path / "sub", tmp_path / ".sub.tmp-1-x", tmp_path / "sub.prev-1"
 
     def journal():
-        write_json(_journal_path(str(target)), {"target": str(target), "staging": str(staging),
-                                                        "aside": str(aside), "new_inode": os.stat(staging).st_ino})
+        write_json(
+            _journal_path(str(target)),
+            {"target": str(target), "staging": str(staging), "aside": str(aside), "new_inode": os.stat(staging).st_ino},
+        )
 
     # 1. killed after moving the old one aside (two-rename fallback): the new one is put in place
     model(aside, "old"), model(staging, "new"), journal()
@@ -685,8 +815,12 @@ def current_and_candidate(exported, tmp_path):
     submission, candidate = tmp_path / "app" / "submission", tmp_path / "candidate"
     shutil.copytree(exported, submission)
     shutil.copytree(exported, candidate)
-    fake_report(submission / "selfcheck.json", submission, {"val": 60.0, "ood_val": 40.0},
-                sets_paths=["/data/val", "/data/ood_val"])
+    fake_report(
+        submission / "selfcheck.json",
+        submission,
+        {"val": 60.0, "ood_val": 40.0},
+        sets_paths=["/data/val", "/data/ood_val"],
+    )
     return submission, candidate
 
 
@@ -699,12 +833,18 @@ def promote_cli(*argv):
 def test_promote_refuses_other_set_paths_and_other_protocol(current_and_candidate, tmp_path, capsys):
     submission, candidate = current_and_candidate
     before = tree_digest(submission)
-    other = fake_report(tmp_path / "a.json", candidate, {"val": 90.0, "ood_val": 90.0},
-                        sets_paths=["/elsewhere/val", "/data/ood_val"])
+    other = fake_report(
+        tmp_path / "a.json", candidate, {"val": 90.0, "ood_val": 90.0}, sets_paths=["/elsewhere/val", "/data/ood_val"]
+    )
     assert promote_cli("--candidate", str(candidate), "--report", other, "--submission", str(submission)) == 1
     assert "set val: measured on /elsewhere/val (new) vs /data/val (current)" in capsys.readouterr().err
-    no_protocol = fake_report(tmp_path / "b.json", candidate, {"val": 90.0, "ood_val": 90.0},
-                              sets_paths=["/data/val", "/data/ood_val"], protocol=False)
+    no_protocol = fake_report(
+        tmp_path / "b.json",
+        candidate,
+        {"val": 90.0, "ood_val": 90.0},
+        sets_paths=["/data/val", "/data/ood_val"],
+        protocol=False,
+    )
     assert promote_cli("--candidate", str(candidate), "--report", no_protocol, "--submission", str(submission)) == 1
     assert "different protocol" in capsys.readouterr().err
     assert tree_digest(submission) == before
@@ -713,8 +853,12 @@ def test_promote_refuses_other_set_paths_and_other_protocol(current_and_candidat
 def test_promote_into_an_unwritable_place_fails_before_copying(exported, tmp_path, file_in_the_way, capsys):
     report = fake_report(tmp_path / "r.json", exported, {"val": 90.0})
     before = tree_digest(exported)
-    assert promote_cli("--candidate", str(exported), "--report", report, "--submission",
-                       str(file_in_the_way / "submission")) == 2
+    assert (
+        promote_cli(
+            "--candidate", str(exported), "--report", report, "--submission", str(file_in_the_way / "submission")
+        )
+        == 2
+    )
     assert "cannot write the submission" in capsys.readouterr().err
     assert tree_digest(exported) == before
 
@@ -724,12 +868,22 @@ def test_a_corrupt_current_report_refuses_but_never_blocks_force(current_and_can
     (submission / "selfcheck.json").write_text("{truncated")
     before = tree_digest(submission)
     better = fake_report(tmp_path / "new.json", candidate, {"val": 90.0, "ood_val": 90.0})
-    rc, _, err = py("-m", "open_r1.promote", "--candidate", str(candidate), "--report", better, "--submission",
-                    str(submission), "--no-verify-generate")
+    rc, _, err = py(
+        "-m",
+        "open_r1.promote",
+        "--candidate",
+        str(candidate),
+        "--report",
+        better,
+        "--submission",
+        str(submission),
+        "--no-verify-generate",
+    )
     assert_clean_error(rc, err, "is not readable JSON", "or pass --force")
     assert tree_digest(submission) == before
-    assert promote_cli("--candidate", str(candidate), "--report", better, "--submission", str(submission),
-                       "--force") == 0
+    assert (
+        promote_cli("--candidate", str(candidate), "--report", better, "--submission", str(submission), "--force") == 0
+    )
     assert json.loads((submission / "selfcheck.json").read_text())["mean_accuracy_pct"] == 90.0
     assert os.stat(submission).st_mode & 0o777 == 0o755
     kept = [p for p in submission.parent.iterdir() if p.name.startswith("submission.replaced-")]
@@ -759,8 +913,7 @@ def test_resume_log_says_what_started_fresh(tiny_model_dir, tmp_path):
 
     fake_checkpoint(tiny_model_dir, tmp_path / "checkpoint-3", 3, optimizer=False)
     lines = []
-    args = types.SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=None, process_index=0,
-                                 max_steps=8)
+    args = types.SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=None, process_index=0, max_steps=8)
     assert resolve_resume(args, True, log=lines.append) == str(tmp_path / "checkpoint-3")
     line = lines[-1]
     assert "started fresh: optimizer and scheduler (optimizer.pt missing" in line
@@ -797,14 +950,45 @@ def test_lr_after_a_longer_max_steps_continues_the_new_schedule():
     assert fresh_sched.last_epoch == 4 and fresh_opt.param_groups[0]["lr"] == pytest.approx(0.5)
 
 
-FAST = ["--num_generations", "2", "--per_device_train_batch_size", "4", "--max_completion_length", "8",
-        "--max_pixels", "12544", "--max_train_samples", "8", "--learning_rate", "0.1", "--beta", "0.0",
-        "--logging_steps", "1", "--report_to", "none", "--dtype", "float32", "--use_cpu", "true", "--seed", "0",
-        "--lr_scheduler_type", "linear", "--warmup_steps", "0", "--save_strategy", "steps", "--save_steps", "2"]
+FAST = [
+    "--num_generations",
+    "2",
+    "--per_device_train_batch_size",
+    "4",
+    "--max_completion_length",
+    "8",
+    "--max_pixels",
+    "12544",
+    "--max_train_samples",
+    "8",
+    "--learning_rate",
+    "0.1",
+    "--beta",
+    "0.0",
+    "--logging_steps",
+    "1",
+    "--report_to",
+    "none",
+    "--dtype",
+    "float32",
+    "--use_cpu",
+    "true",
+    "--seed",
+    "0",
+    "--lr_scheduler_type",
+    "linear",
+    "--warmup_steps",
+    "0",
+    "--save_strategy",
+    "steps",
+    "--save_steps",
+    "2",
+]
 
 
-def test_resumed_run_with_a_longer_max_steps_trains_at_the_new_schedule(tiny_model_dir, scene_data_dir, tmp_path,
-                                                                        capfd):
+def test_resumed_run_with_a_longer_max_steps_trains_at_the_new_schedule(
+    tiny_model_dir, scene_data_dir, tmp_path, capfd
+):
     """End to end: 2 steps (the linear schedule ends at lr 0), then resume with max_steps 4: the first resumed step
     must use the new schedule's rate at step 2, not the 0 stored in optimizer.pt."""
     from transformers import TrainerCallback
@@ -820,8 +1004,17 @@ def test_resumed_run_with_a_longer_max_steps_trains_at_the_new_schedule(tiny_mod
             self.seen.append((state.global_step, optimizer.param_groups[0]["lr"], expected))
 
     def train(max_steps, probe=None):
-        argv = ["--model_name_or_path", str(tiny_model_dir), "--dataset_name", os.path.join(scene_data_dir, "train"),
-                "--output_dir", str(tmp_path / "run"), *FAST, "--max_steps", str(max_steps)]
+        argv = [
+            "--model_name_or_path",
+            str(tiny_model_dir),
+            "--dataset_name",
+            os.path.join(scene_data_dir, "train"),
+            "--output_dir",
+            str(tmp_path / "run"),
+            *FAST,
+            "--max_steps",
+            str(max_steps),
+        ]
         script_args, training_args, model_args = grpo.parse_args(argv)[:3]
         return grpo.main(script_args, training_args, model_args, callbacks=[probe] if probe else None)
 
@@ -842,8 +1035,13 @@ def test_a_run_dir_of_another_base_model_is_refused(tiny_model_dir, scene_data_d
     (run_dir / "training_meta.json").write_text(json.dumps(meta))
     before = tree_digest(run_dir)
     rc, _, err = py(*grpo_args(tiny_model_dir, os.path.join(scene_data_dir, "train"), run_dir))
-    assert_clean_error(rc, err, "holds a run trained with another base model /models/another-base",
-                       "--resume_mismatch_ok true", "--auto_resume false")
+    assert_clean_error(
+        rc,
+        err,
+        "holds a run trained with another base model /models/another-base",
+        "--resume_mismatch_ok true",
+        "--auto_resume false",
+    )
     assert tree_digest(run_dir) == before  # training_meta.json still names the run's real base
 
 
@@ -860,13 +1058,36 @@ def test_train_sh_help_and_gpu_count():
 
 
 def test_sigterm_to_train_sh_reaches_the_trainer_and_skips_export(tiny_model_dir, scene_data_dir, tmp_path):
-    env = {**os.environ, "MODEL_PATH": str(tiny_model_dir), "DATA": os.path.join(scene_data_dir, "train"),
-           "SUBMISSION": str(tmp_path / "submission"), "OUTPUT_DIR": str(tmp_path / "run"), "NUM_GPUS": "0",
-           "PYTHON": sys.executable, "PYTHONWARNINGS": "ignore"}
+    env = {
+        **os.environ,
+        "MODEL_PATH": str(tiny_model_dir),
+        "DATA": os.path.join(scene_data_dir, "train"),
+        "SUBMISSION": str(tmp_path / "submission"),
+        "OUTPUT_DIR": str(tmp_path / "run"),
+        "NUM_GPUS": "0",
+        "PYTHON": sys.executable,
+        "PYTHONWARNINGS": "ignore",
+    }
     log = open(tmp_path / "log.txt", "w+")
-    proc = subprocess.Popen(["bash", "train.sh", "configs/demo.yaml", "--max_steps", "200", "--max_pixels", "12544",
-                             "--max_completion_length", "8"], cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            "bash",
+            "train.sh",
+            "configs/demo.yaml",
+            "--max_steps",
+            "200",
+            "--max_pixels",
+            "12544",
+            "--max_completion_length",
+            "8",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         while proc.poll() is None and "[run] training in" not in open(tmp_path / "log.txt").read():
             time.sleep(0.2)
@@ -891,13 +1112,22 @@ def test_sigterm_to_train_sh_reaches_the_trainer_and_skips_export(tiny_model_dir
 
 
 def test_scene_generator_and_run_plot_errors_are_clean(tmp_path, file_in_the_way):
-    rc, _, err = py("-m", "open_r1.tasks.counting.scenes", "--out", str(file_in_the_way / "data"), "--splits",
-                    "train", "--train", "2")
+    rc, _, err = py(
+        "-m",
+        "open_r1.tasks.counting.scenes",
+        "--out",
+        str(file_in_the_way / "data"),
+        "--splits",
+        "train",
+        "--train",
+        "2",
+    )
     assert_clean_error(rc, err, "cannot write --out", "is not a directory")
     rc, _, err = py("-m", "open_r1.run.keep_best", str(tmp_path / "no_run"))
     assert_clean_error(rc, err, f"run dir {tmp_path / 'no_run'} does not exist")
-    rc, _, err = py("-m", "open_r1.promote", "--candidate", str(tmp_path / "none"), "--submission",
-                    str(tmp_path / "sub"))
+    rc, _, err = py(
+        "-m", "open_r1.promote", "--candidate", str(tmp_path / "none"), "--submission", str(tmp_path / "sub")
+    )
     assert_clean_error(rc, err, f"candidate {tmp_path / 'none'} does not exist")
 
 
@@ -910,10 +1140,15 @@ def test_every_console_script_resolves_and_its_help_shows_the_defaults(monkeypat
     monkeypatch.delenv("SUBMISSION", raising=False)
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
         scripts = tomllib.load(handle)["project"]["scripts"]
-    shown = {"open-r1-grpo": "--task (default: 'counting')", "open-r1-promote": "/app/submission where /app exists",
-             "open-r1-scenes": "(default: 2000)", "open-r1-selfcheck": "(default: /app/data/val)",
-             "open-r1-tiny-model": "(default: qwen2_vl)", "open-r1-export": "--no-verify-generate",
-             "open-r1-plot-run": "run_dir"}
+    shown = {
+        "open-r1-grpo": "--task (default: 'counting')",
+        "open-r1-promote": "/app/submission where /app exists",
+        "open-r1-scenes": "(default: 2000)",
+        "open-r1-selfcheck": "(default: /app/data/val)",
+        "open-r1-tiny-model": "(default: qwen2_vl)",
+        "open-r1-export": "--no-verify-generate",
+        "open-r1-plot-run": "run_dir",
+    }
     assert set(shown) <= set(scripts), sorted(scripts)
     for name, needle in shown.items():
         module, function = scripts[name].split(":")

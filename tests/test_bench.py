@@ -1,9 +1,11 @@
-"""The GRPO throughput bench (experiments/bench/bench.py, experiments/bench/bench_grpo.py), the selfcheck speed bench and the vLLM recipe.
+"""The GRPO throughput bench (experiments/bench/bench.py, experiments/bench/bench_grpo.py), the selfcheck speed bench
+and the vLLM recipe.
 
 The GPU numbers themselves come from the lead's H200 runs (docs/PERFORMANCE.md); here the CPU `--tiny` mode proves the
 machinery: every variant trains through TRL's own GRPOTrainer, the probe's time split and counts are consistent, a
 failing variant is reported and the run goes on, and completions have exactly the forced length.
 """
+
 import json
 import os
 import subprocess
@@ -24,8 +26,13 @@ TINY_BENCH_TIMEOUT_S = 900  # a hang guard only (seconds); no assertion on speed
 
 
 def run_script(args, timeout):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     return proc, time.perf_counter() - start
@@ -38,9 +45,19 @@ def test_tiny_bench_end_to_end(tmp_path):
     out = tmp_path / "bench.json"
     proc, _ = run_script(
         [
-            "-m", "experiments.bench.bench_grpo", "--tiny", "--variants", "plain_trl,broken,ours", "--steps", "2",
-            "--define", 'broken={"base": "plain_trl", "no_such_grpo_field": 1}',
-            "--out", str(out), "--work-dir", str(tmp_path / "work"),
+            "-m",
+            "experiments.bench.bench_grpo",
+            "--tiny",
+            "--variants",
+            "plain_trl,broken,ours",
+            "--steps",
+            "2",
+            "--define",
+            'broken={"base": "plain_trl", "no_such_grpo_field": 1}',
+            "--out",
+            str(out),
+            "--work-dir",
+            str(tmp_path / "work"),
         ],
         timeout=TINY_BENCH_TIMEOUT_S,
     )
@@ -108,8 +125,23 @@ def test_grpo_bench_layers_once_flag_reaches_the_trainers_decoder(tmp_path, monk
 def test_selfcheck_bench_forces_the_completion_length(tmp_path):
     out = tmp_path / "selfcheck.json"
     proc, _ = run_script(
-        ["-m", "experiments.bench.bench_selfcheck", "--tiny", "--n", "12", "--batch-sizes", "4,4nv,4upk", "--data", "random",
-         "--decoder", "eager", "--out", str(out), "--work-dir", str(tmp_path / "work")],
+        [
+            "-m",
+            "experiments.bench.bench_selfcheck",
+            "--tiny",
+            "--n",
+            "12",
+            "--batch-sizes",
+            "4,4nv,4upk",
+            "--data",
+            "random",
+            "--decoder",
+            "eager",
+            "--out",
+            str(out),
+            "--work-dir",
+            str(tmp_path / "work"),
+        ],
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -137,8 +169,11 @@ def test_selfcheck_bench_forces_the_completion_length(tmp_path):
     assert "vision_s" not in entry
     # greedy, the same inputs: the second entry's texts are the first's, counted beside the answers
     assert "same_completions_as_first" not in entry
-    assert (serial["answers_compared"], serial["same_answers_as_first"], serial["same_completions_as_first"]) \
-        == (12, 12, 12)
+    assert (serial["answers_compared"], serial["same_answers_as_first"], serial["same_completions_as_first"]) == (
+        12,
+        12,
+        12,
+    )
     # 4upk: transformers' per-image vision attention, positions in the prefill (the path before the prefill
     # levers), chunked calls: the same texts as the default's
     assert before["per_image_vision_attention"] and before["gpu_positions"] and before["chunked_vision_attention"]
@@ -176,8 +211,16 @@ def test_vllm_recipe_is_the_main_recipe_plus_vllm_keys():
 
 def tiny_context(tmp_path):
     return bench.BenchContext(
-        tiny=True, model_dir="unused", recipe=bench.load_recipe(RECIPE), completion_length=16, steps=3, warmup=1,
-        seed=0, dataset=None, device="cpu", work_dir=str(tmp_path),
+        tiny=True,
+        model_dir="unused",
+        recipe=bench.load_recipe(RECIPE),
+        completion_length=16,
+        steps=3,
+        warmup=1,
+        seed=0,
+        dataset=None,
+        device="cpu",
+        work_dir=str(tmp_path),
     )
 
 
@@ -192,17 +235,29 @@ def test_vllm_variant_wiring(tmp_path):
 
 
 # Geometries no preset ships any more (their runs are over), built with --define's keys
-GEOMETRY_PRESETS = {**bench.PRESETS, **bench.parse_defines([
-    'ours_spg4={"base": "ours", "gradient_accumulation_steps": 1, "steps_per_generation": 4}',
-    'ours_iter2={"base": "ours", "num_iterations": 2}',
-    'ours_nogc_mb8={"base": "ours", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 32, '
-    '"gradient_checkpointing": false}'])}
+GEOMETRY_PRESETS = {
+    **bench.PRESETS,
+    **bench.parse_defines(
+        [
+            'ours_spg4={"base": "ours", "gradient_accumulation_steps": 1, "steps_per_generation": 4}',
+            'ours_iter2={"base": "ours", "num_iterations": 2}',
+            'ours_nogc_mb8={"base": "ours", "per_device_train_batch_size": 8, "gradient_accumulation_steps": 32, '
+            '"gradient_checkpointing": false}',
+        ]
+    ),
+}
 
 
 @pytest.mark.parametrize(
     "name, optimizer_steps_per_round, generation_batch",
-    [("plain_trl", 1, 64), ("ours", 1, 256), ("ours_gen512", 1, 512), ("ours_spg4", 4, 256), ("ours_iter2", 2, 256),
-     ("ours_nogc_mb8", 1, 256)],
+    [
+        ("plain_trl", 1, 64),
+        ("ours", 1, 256),
+        ("ours_gen512", 1, 512),
+        ("ours_spg4", 4, 256),
+        ("ours_iter2", 2, 256),
+        ("ours_nogc_mb8", 1, 256),
+    ],
 )
 def test_round_geometry(tmp_path, name, optimizer_steps_per_round, generation_batch):
     ctx = tiny_context(tmp_path)
@@ -316,11 +371,16 @@ def test_selfcheck_bench_batch_size_suffixes_pick_the_options():
     from experiments.bench.bench import BenchError, parse_selfcheck_batch_sizes, selfcheck_label
 
     runs = parse_selfcheck_batch_sizes("256, 512n,512g,128cn")
-    assert runs == [(256, {}), (512, {"no_prefetch": True}), (512, {"gpu_images": True}),
-                    (128, {"compile": True, "no_prefetch": True})]
+    assert runs == [
+        (256, {}),
+        (512, {"no_prefetch": True}),
+        (512, {"gpu_images": True}),
+        (128, {"compile": True, "no_prefetch": True}),
+    ]
     assert selfcheck_label({"batch_size": 512, "gpu_images": True}) == "512 gpu images"
-    assert parse_selfcheck_batch_sizes("512upk") == [(512, {"per_image_vision_attention": True, "gpu_positions": True,
-                                                             "chunked_vision_attention": True})]
+    assert parse_selfcheck_batch_sizes("512upk") == [
+        (512, {"per_image_vision_attention": True, "gpu_positions": True, "chunked_vision_attention": True})
+    ]
     with pytest.raises(BenchError, match="positive integer"):
         parse_selfcheck_batch_sizes("512x")
 
@@ -328,29 +388,50 @@ def test_selfcheck_bench_batch_size_suffixes_pick_the_options():
 def test_selfcheck_bench_counts_answers_and_completion_texts_equal_to_the_first_entry():
     """Random weights: every answer is None, so answers agree trivially; the completion texts are the real check."""
     entries = [{"status": "failed"}, {"status": "ok"}, {"status": "ok"}, {"status": "skipped"}, {"status": "ok"}]
-    outputs = [None,
-               {"answers": [None, None, 3], "completions": ["a b", "c d", "<answer>3</answer>"]},
-               {"answers": [None, None, 3], "completions": ["a b", "c e", "<answer>3</answer>"]},
-               None,
-               {"answers": [None, 2], "completions": ["x", "c d"]}]  # a shorter run: compared over 2
+    outputs = [
+        None,
+        {"answers": [None, None, 3], "completions": ["a b", "c d", "<answer>3</answer>"]},
+        {"answers": [None, None, 3], "completions": ["a b", "c e", "<answer>3</answer>"]},
+        None,
+        {"answers": [None, 2], "completions": ["x", "c d"]},
+    ]  # a shorter run: compared over 2
     bench.compare_with_first(entries, outputs)
     failed, first, second, skipped, third = entries
     assert "same_answers_as_first" not in first and "same_completions_as_first" not in failed
-    assert (second["answers_compared"], second["same_answers_as_first"], second["same_completions_as_first"]) \
-        == (3, 3, 2)
-    assert (third["answers_compared"], third["same_answers_as_first"], third["same_completions_as_first"]) \
-        == (2, 1, 1)
+    assert (second["answers_compared"], second["same_answers_as_first"], second["same_completions_as_first"]) == (
+        3,
+        3,
+        2,
+    )
+    assert (third["answers_compared"], third["same_answers_as_first"], third["same_completions_as_first"]) == (2, 1, 1)
     assert skipped == {"status": "skipped"}
     bench.compare_with_first([{"status": "failed"}], [None])  # nothing to compare: no error
-    table = bench.format_selfcheck_table({"shape": {"target_examples": 3}, "batch_sizes": [
-        {"batch_size": 4, "status": "ok", "examples": 3, "seconds": 1.0, "examples_per_s": 3.0, "projected_s": 1.0,
-         "mean_completion_tokens": 16.0, "first_batch_wait_s": 0.25, **second}]})
+    table = bench.format_selfcheck_table(
+        {
+            "shape": {"target_examples": 3},
+            "batch_sizes": [
+                {
+                    "batch_size": 4,
+                    "status": "ok",
+                    "examples": 3,
+                    "seconds": 1.0,
+                    "examples_per_s": 3.0,
+                    "projected_s": 1.0,
+                    "mean_completion_tokens": 16.0,
+                    "first_batch_wait_s": 0.25,
+                    **second,
+                }
+            ],
+        }
+    )
     assert "| first batch wait s | same texts as first |" in table and "| 0.25 | 2 / 3 |" in table
 
 
 def test_selfcheck_batch_split_joins_the_decoders_timings():
-    batches = [{"rows": 4, "built": "here", "wait_s": 2.0, "generate_s": 5.0, "post_s": 0.1},
-               {"rows": 2, "built": "ahead", "wait_s": 0.5, "generate_s": 4.0, "post_s": 0.1}]
+    batches = [
+        {"rows": 4, "built": "here", "wait_s": 2.0, "generate_s": 5.0, "post_s": 0.1},
+        {"rows": 2, "built": "ahead", "wait_s": 0.5, "generate_s": 4.0, "post_s": 0.1},
+    ]
     decoder = [{"prefill_s": 3.0, "decode_s": 1.5}, {"prefill_s": 2.0, "decode_s": 1.5}]
     split = bench.selfcheck_batch_split(batches, decoder)
     assert split["first_batch_wait_s"] == 2.0 and split["wait_s"] == 2.5
@@ -373,36 +454,69 @@ def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch
     assert bench.deepspeed_config(variant) == shipped  # train.sh's config, unchanged
     zero2 = bench.deepspeed_config(bench.resolve_variant("ours_fast_zero2", bench.PRESETS, recipe))
     assert zero2["zero_optimization"]["stage"] == 2 and not any("stage3" in key for key in zero2["zero_optimization"])
-    ablation = bench.parse_defines(['z3_no_leaf={"base": "ours_fast_zero3", "zero_optimization": '
-                                    '{"stage3_module_granularity_threshold": 0}}'])
+    ablation = bench.parse_defines(
+        ['z3_no_leaf={"base": "ours_fast_zero3", "zero_optimization": {"stage3_module_granularity_threshold": 0}}']
+    )
     no_leaf = bench.deepspeed_config(bench.resolve_variant("z3_no_leaf", {**bench.PRESETS, **ablation}, recipe))
     assert no_leaf["zero_optimization"] == {**shipped["zero_optimization"], "stage3_module_granularity_threshold": 0}
-    leafy = bench.parse_defines(['z3_leafy={"base": "ours_fast_zero3", "zero_optimization": '
-                                 '{"stage3_module_granularity_threshold": 5e6}}'])
+    leafy = bench.parse_defines(
+        ['z3_leafy={"base": "ours_fast_zero3", "zero_optimization": {"stage3_module_granularity_threshold": 5e6}}']
+    )
     with pytest.raises(bench.BenchError, match="z3_leafy: remove stage3_module_granularity_threshold"):
         bench.deepspeed_config(bench.resolve_variant("z3_leafy", {**bench.PRESETS, **leafy}, recipe))
     with pytest.raises(bench.BenchError, match="alone in its process"):
         bench.main(["--variants", "plain_trl,plain_trl_zero3", "--out", str(tmp_path / "x.json")])
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.setenv(key, "")  # registers the restore, so the variables set below leave with this test (a
-        monkeypatch.delenv(key)      # later test's accelerate would otherwise rendezvous on a port in use)
+        monkeypatch.delenv(key)  # later test's accelerate would otherwise rendezvous on a port in use)
     bench.single_process_distributed_env()
     assert (os.environ["RANK"], os.environ["WORLD_SIZE"]) == ("0", "1") and int(os.environ["MASTER_PORT"]) > 0
 
     def run(name, rate):
         path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps({"environment": {"gpu": "x"}, "variants": [
-            {"name": name, "status": "ok", "rollouts_per_s": rate, **dict.fromkeys(
-                ("trained_sequences_per_s", "gen_s", "logp_s", "prep_s", "train_s", "other_s", "gen_tokens_per_s",
-                 "train_tokens_per_s"), 1.0)}]}))
+        path.write_text(
+            json.dumps(
+                {
+                    "environment": {"gpu": "x"},
+                    "variants": [
+                        {
+                            "name": name,
+                            "status": "ok",
+                            "rollouts_per_s": rate,
+                            **dict.fromkeys(
+                                (
+                                    "trained_sequences_per_s",
+                                    "gen_s",
+                                    "logp_s",
+                                    "prep_s",
+                                    "train_s",
+                                    "other_s",
+                                    "gen_tokens_per_s",
+                                    "train_tokens_per_s",
+                                ),
+                                1.0,
+                            ),
+                        }
+                    ],
+                }
+            )
+        )
         return str(path)
 
-    paths = [run("plain_trl", 5.0), run("ours_fast", 30.0), run("plain_trl_zero3", 5.0), run("ours_fast_zero3", 25.0),
-             str(tmp_path / "missing.json")]
+    paths = [
+        run("plain_trl", 5.0),
+        run("ours_fast", 30.0),
+        run("plain_trl_zero3", 5.0),
+        run("ours_fast_zero3", 25.0),
+        str(tmp_path / "missing.json"),
+    ]
     merged = bench.merge_results([json.loads(Path(p).read_text()) for p in paths[:4]])
     goals = {g["ratio"]: (round(g["value"], 3), g["met"]) for g in merged["goals"]}
-    assert goals == {"ours_fast_zero3 / plain_trl_zero3": (5.0, True), "ours_fast_zero3 / ours_fast": (0.833, True),
-                     "ours_fast / plain_trl": (6.0, True)}
+    assert goals == {
+        "ours_fast_zero3 / plain_trl_zero3": (5.0, True),
+        "ours_fast_zero3 / ours_fast": (0.833, True),
+        "ours_fast / plain_trl": (6.0, True),
+    }
     assert [r["ratio_vs_plain_trl"] for r in merged["variants"]] == [1.0, 6.0, 1.0, 5.0]
     assert bench.main(["--merge", *paths, "--out", str(tmp_path / "all.json")]) == 0
     assert "skipping" in capsys.readouterr().out and json.loads((tmp_path / "all.json").read_text())["merged_from"] == 4
@@ -427,8 +541,10 @@ def test_caption_bench_tiny_runs_every_variant(tmp_path):
     from experiments.bench import bench_caption
 
     out = tmp_path / "caption.json"
-    assert bench_caption.main(["--tiny", "--steps", "1", "--rm-captions", "6", "--rm-batch-size", "4",
-                               "--out", str(out)]) == 0
+    assert (
+        bench_caption.main(["--tiny", "--steps", "1", "--rm-captions", "6", "--rm-batch-size", "4", "--out", str(out)])
+        == 0
+    )
     results = {r["name"]: r for r in json.loads(out.read_text())["variants"]}
     assert set(results) == {"plain_trl", "ours", "rm"}
     for name in ("plain_trl", "ours"):
@@ -449,7 +565,8 @@ def test_caption_bench_layers_once_reaches_the_trainers_decoder(tmp_path, monkey
 
     monkeypatch.setattr(decoding, "LAYERS_ONCE", True)  # restored after: --no-layers-once sets the module's default
     out = tmp_path / "caption.json"
-    assert bench_caption.main(["--tiny", "--steps", "1", "--variants", "ours", "--no-layers-once",
-                               "--out", str(out)]) == 0
+    assert (
+        bench_caption.main(["--tiny", "--steps", "1", "--variants", "ours", "--no-layers-once", "--out", str(out)]) == 0
+    )
     payload = json.loads(out.read_text())
     assert payload["shape"]["layers_once"] is False and payload["variants"][0]["layers_once"] is False

@@ -1,4 +1,5 @@
 """Run-safety callbacks on fake trainer state (fast, no model): budget math, signal stop, keep-best, resume choice."""
+
 import datetime as dt
 import json
 import os
@@ -29,8 +30,15 @@ class Clock:
 
 
 def fake_args(tmp_path, **kw):
-    defaults = dict(output_dir=str(tmp_path), save_strategy="no", save_steps=500, device="cpu",
-                    gradient_checkpointing_kwargs=None, resume_from_checkpoint=None, process_index=0)
+    defaults = dict(
+        output_dir=str(tmp_path),
+        save_strategy="no",
+        save_steps=500,
+        device="cpu",
+        gradient_checkpointing_kwargs=None,
+        resume_from_checkpoint=None,
+        process_index=0,
+    )
     return types.SimpleNamespace(**{**defaults, **kw})
 
 
@@ -58,17 +66,28 @@ def save(callback, args, state, control, clock, seconds):
 # ---- parse_time_budget -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("55m", 3300), ("1h30m", 5400), ("2h", 7200), ("90s", 90), ("3600", 3600), ("1d", 86400), ("1h 5m 10s", 3910),
-    (45, 45),
-])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("55m", 3300),
+        ("1h30m", 5400),
+        ("2h", 7200),
+        ("90s", 90),
+        ("3600", 3600),
+        ("1d", 86400),
+        ("1h 5m 10s", 3910),
+        (45, 45),
+    ],
+)
 def test_parse_time_budget_durations_count_from_start(text, seconds):
     assert cb.parse_time_budget(text, start=1000.0) == 1000.0 + seconds
 
 
 def test_parse_time_budget_absolute_datetimes():
-    assert cb.parse_time_budget("2030-01-02T03:04:05+00:00") == dt.datetime(
-        2030, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc).timestamp()
+    assert (
+        cb.parse_time_budget("2030-01-02T03:04:05+00:00")
+        == dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc).timestamp()
+    )
     assert cb.parse_time_budget("2030-01-02T03:04:05Z") == cb.parse_time_budget("2030-01-02T03:04:05+00:00")
     assert cb.parse_time_budget("2030-01-02 03:04") == dt.datetime(2030, 1, 2, 3, 4).timestamp()  # local time
 
@@ -225,8 +244,11 @@ def test_sigterm_requests_a_checkpoint_and_a_stop_at_step_end(tmp_path):
 
 
 def entry(step, ood, val, checkpoint=True):
-    return {"step": step, "checkpoint": f"checkpoint-{step}" if checkpoint else None,
-            "scores": {"ood_val": ood, "val": val}}
+    return {
+        "step": step,
+        "checkpoint": f"checkpoint-{step}" if checkpoint else None,
+        "scores": {"ood_val": ood, "val": val},
+    }
 
 
 def test_select_best_max_ood_then_id_then_later_step():
@@ -253,8 +275,16 @@ def test_select_best_only_among_checkpoints_on_disk(tmp_path):
 
 
 def report(name, acc):
-    return SetReport(name=name, n=4, accuracy_pct=acc, format_pct=100.0, mean_completion_tokens=10.0,
-                     truncated_pct=0.0, seconds=0.1, records=[])
+    return SetReport(
+        name=name,
+        n=4,
+        accuracy_pct=acc,
+        format_pct=100.0,
+        mean_completion_tokens=10.0,
+        truncated_pct=0.0,
+        seconds=0.1,
+        records=[],
+    )
 
 
 class FakeModel:
@@ -283,9 +313,15 @@ def test_eval_callback_logs_saves_records_and_keeps_the_best(tmp_path):
 
     metrics = {"train": __import__("collections").defaultdict(list)}
     trainer = types.SimpleNamespace(_metrics=metrics, processing_class="proc")
-    evaluator = cb.InTrainingEvalCallback({"val": [0] * 8, "ood_val": [0] * 8}, every_n_steps=2, limit=4,
-                                          eval_first_step=False, evaluate_fn=fake_evaluate, log=lambda *_: None,
-                                          task=get_task("counting"))
+    evaluator = cb.InTrainingEvalCallback(
+        {"val": [0] * 8, "ood_val": [0] * 8},
+        every_n_steps=2,
+        limit=4,
+        eval_first_step=False,
+        evaluate_fn=fake_evaluate,
+        log=lambda *_: None,
+        task=get_task("counting"),
+    )
     evaluator.bind(trainer)
     args = fake_args(tmp_path)
     evaluator.on_train_begin(args, state, TrainerControl())
@@ -321,9 +357,15 @@ def test_eval_callback_skips_on_signal_and_when_the_final_eval_does_not_fit(tmp_
     stop = {"signal": False}
     est = cb.ReserveEstimator()
     evaluator = cb.InTrainingEvalCallback(
-        {"ood_val": [0]}, every_n_steps=2, estimator=est, skip=lambda: stop["signal"], eval_first_step=True,
-        evaluate_fn=lambda *a, **k: calls.append(1) or report("ood_val", 1.0), log=lambda *_: None,
-        task=get_task("counting"))
+        {"ood_val": [0]},
+        every_n_steps=2,
+        estimator=est,
+        skip=lambda: stop["signal"],
+        eval_first_step=True,
+        evaluate_fn=lambda *a, **k: calls.append(1) or report("ood_val", 1.0),
+        log=lambda *_: None,
+        task=get_task("counting"),
+    )
     args, state = fake_args(tmp_path), fresh_state(max_steps=10)
     evaluator.on_train_begin(args, state, TrainerControl())
     state.global_step = 1
@@ -345,8 +387,14 @@ def test_eval_callback_skips_on_signal_and_when_the_final_eval_does_not_fit(tmp_
 def test_without_keep_best_an_evaluation_saves_no_checkpoint(tmp_path):
     """The evaluated weights are saved only for keep-best to choose among (a ZeRO-3 checkpoint of the 2B model is
     30.9 GB); without it the score is recorded with no checkpoint."""
-    evaluator = cb.InTrainingEvalCallback({"ood_val": [0]}, every_n_steps=1, keep_best=False, log=lambda *_: None,
-                                          evaluate_fn=lambda *a, **k: report("ood_val", 1.0), task=get_task("counting"))
+    evaluator = cb.InTrainingEvalCallback(
+        {"ood_val": [0]},
+        every_n_steps=1,
+        keep_best=False,
+        log=lambda *_: None,
+        evaluate_fn=lambda *a, **k: report("ood_val", 1.0),
+        task=get_task("counting"),
+    )
     args, state = fake_args(tmp_path), fresh_state(max_steps=10)
     evaluator.on_train_begin(args, state, TrainerControl())
     state.global_step = 1
@@ -361,10 +409,13 @@ def test_without_keep_best_an_evaluation_saves_no_checkpoint(tmp_path):
 
 def test_eval_history_is_truncated_to_the_resumed_step(tmp_path):
     make_checkpoint(tmp_path, 2)
-    write_json(str(tmp_path / keep_best.HISTORY_FILE), {
-        "primary": "ood_val", "secondary": "val", "entries": [entry(2, 10.0, 0.0), entry(4, 99.0, 0.0)]})
-    evaluator = cb.InTrainingEvalCallback({"ood_val": [0], "val": [0]}, every_n_steps=2, evaluate_fn=None,
-                                          task=get_task("counting"), log=lambda *_: None)
+    write_json(
+        str(tmp_path / keep_best.HISTORY_FILE),
+        {"primary": "ood_val", "secondary": "val", "entries": [entry(2, 10.0, 0.0), entry(4, 99.0, 0.0)]},
+    )
+    evaluator = cb.InTrainingEvalCallback(
+        {"ood_val": [0], "val": [0]}, every_n_steps=2, evaluate_fn=None, task=get_task("counting"), log=lambda *_: None
+    )
     state = fresh_state(max_steps=10, step=2)
     evaluator.on_train_begin(fake_args(tmp_path), state, TrainerControl())
     assert [e["step"] for e in evaluator.history["entries"]] == [2]
@@ -375,8 +426,7 @@ def test_eval_history_is_truncated_to_the_resumed_step(tmp_path):
 
 
 def write_history(run_dir, entries):
-    write_json(str(run_dir / keep_best.HISTORY_FILE),
-                                {"primary": "ood_val", "secondary": "val", "entries": entries})
+    write_json(str(run_dir / keep_best.HISTORY_FILE), {"primary": "ood_val", "secondary": "val", "entries": entries})
 
 
 def test_resolve_export_checkpoint(tmp_path):
@@ -473,10 +523,24 @@ def test_two_ranks_share_the_eval_and_agree_on_scores_and_stops(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     procs = []
     for rank in range(2):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-               "WORLD_SIZE": "2", "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-        procs.append(subprocess.Popen([sys.executable, "-c", RANK_SCRIPT], env=env, cwd=root,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", RANK_SCRIPT],
+                env=env,
+                cwd=root,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=180)
@@ -514,11 +578,16 @@ def test_time_cap_starts_after_the_first_step_and_drives_the_sft_schedule():
 
 def test_keep_best_ranks_by_the_run_tasks_sets_by_default():
     """No counting fallback in the engine: the primary/secondary sets default to the run's task's."""
-    task = types.SimpleNamespace(default_primary="dev", default_secondary="ood", metric="score",
-                                 load_eval_sets=lambda paths, limit=None: {os.path.basename(p): [0] for p in paths})
+    task = types.SimpleNamespace(
+        default_primary="dev",
+        default_secondary="ood",
+        metric="score",
+        load_eval_sets=lambda paths, limit=None: {os.path.basename(p): [0] for p in paths},
+    )
     script_args = types.SimpleNamespace(eval_sets=["/d/ood", "/d/dev", "/d/ood_val"], eval_steps_protocol=2)
-    run_safety = cb.build_run_callbacks(script_args, types.SimpleNamespace(resume_from_checkpoint=None,
-                                                                           output_dir="/nonexistent"), task)
+    run_safety = cb.build_run_callbacks(
+        script_args, types.SimpleNamespace(resume_from_checkpoint=None, output_dir="/nonexistent"), task
+    )
     assert (run_safety.evaluator.primary, run_safety.evaluator.secondary) == ("dev", "ood")
     with pytest.raises(ValueError, match="task"):
         cb.InTrainingEvalCallback({"val": [0]}, every_n_steps=1)
@@ -532,14 +601,19 @@ def test_eval_sets_are_named_by_their_dirs_and_two_of_one_name_are_refused():
         def load_eval_set(self, path, limit=None):
             return (path, limit)
 
-    assert Echo().load_eval_sets(["data/val", "data/ood_val/"], 3) == {"val": ("data/val", 3),
-                                                                       "ood_val": ("data/ood_val/", 3)}
+    assert Echo().load_eval_sets(["data/val", "data/ood_val/"], 3) == {
+        "val": ("data/val", 3),
+        "ood_val": ("data/ood_val/", 3),
+    }
     args = types.SimpleNamespace(eval_sets=["a/val", "b/val/", "c/ood"], eval_steps_protocol=1)
-    assert check_eval_settings(args) == ["eval sets ['val'] appear twice by name (names are dir basenames; --eval_sets)"]
+    assert check_eval_settings(args) == [
+        "eval sets ['val'] appear twice by name (names are dir basenames; --eval_sets)"
+    ]
 
 
 def test_disk_check_warns_once_after_the_first_checkpoint_when_later_saves_and_the_export_do_not_fit(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     """A 1 MB checkpoint (0.5 MB of weights). save_total_limit 2: a later save holds 2 more (2 MB; the export, after
     rotation, 1 MB + 0.5 MB). Unlimited, save_steps 100 of 300: 3 more, then the export: 3.5 MB."""
     from open_r1.run import disk

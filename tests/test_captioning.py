@@ -3,6 +3,7 @@
 CPU only and fast: the stand-in fixture renders a handful of 96x64 cartoons once per module; the RM is a fake
 scorer injected through the reward's cache (the real RM has its own tests in tests/test_reward_model.py).
 """
+
 from __future__ import annotations
 
 import io
@@ -34,23 +35,26 @@ def logit(p: float) -> float:
 GOOD = "The odd one is blue.</think>\n\n<caption>Nobody tell the blue cube.</caption>"
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("Maybe <caption>Inside think</caption> works.</think>\n\n", "caption_only_in_think"),
-    ("Hmm.</think>\n\n<caption>One</caption>\n<caption>Two</caption>", "multiple_captions"),
-    ("Hmm.</think>\n\n<caption>Line one\nline two</caption>", "multi_line"),
-    ("Hmm.</think>\n\n<caption>   </caption>", "empty"),
-    ("Hmm.</think>\n\n<caption></caption>", "empty"),
-    ("Hmm.</think>\n\n<caption>No closing tag", "unclosed_caption"),
-    ("Hmm.</think>\n\n<caption>" + " ".join(["word"] * 26) + "</caption>", "too_long"),
-    ("Hmm.</think>\n\n<caption>Fine caption</caption> and then some commentary", "trailing_text"),
-    ("Hmm.</think>\n\n<caption>Fine caption</caption><caption>", "multiple_captions"),
-    ("Hmm.</think>\n\nHere it is: <caption>Fine caption</caption>", "text_before_caption"),
-    ("Still thinking <caption>truncated mid-think", "no_think_close"),
-    ("Hmm.</think>\n\n</think><caption>x</caption>", "multiple_think_close"),
-    ("<think>a<think>b</think>\n\n<caption>x</caption>", "extra_think_open"),
-    ("Hmm.</think>\n\nJust a caption without tags", "no_caption"),
-    ("Hmm.</think>\n\n<caption>a </think-ish <caption x</caption>", "tag_in_caption"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("Maybe <caption>Inside think</caption> works.</think>\n\n", "caption_only_in_think"),
+        ("Hmm.</think>\n\n<caption>One</caption>\n<caption>Two</caption>", "multiple_captions"),
+        ("Hmm.</think>\n\n<caption>Line one\nline two</caption>", "multi_line"),
+        ("Hmm.</think>\n\n<caption>   </caption>", "empty"),
+        ("Hmm.</think>\n\n<caption></caption>", "empty"),
+        ("Hmm.</think>\n\n<caption>No closing tag", "unclosed_caption"),
+        ("Hmm.</think>\n\n<caption>" + " ".join(["word"] * 26) + "</caption>", "too_long"),
+        ("Hmm.</think>\n\n<caption>Fine caption</caption> and then some commentary", "trailing_text"),
+        ("Hmm.</think>\n\n<caption>Fine caption</caption><caption>", "multiple_captions"),
+        ("Hmm.</think>\n\nHere it is: <caption>Fine caption</caption>", "text_before_caption"),
+        ("Still thinking <caption>truncated mid-think", "no_think_close"),
+        ("Hmm.</think>\n\n</think><caption>x</caption>", "multiple_think_close"),
+        ("<think>a<think>b</think>\n\n<caption>x</caption>", "extra_think_open"),
+        ("Hmm.</think>\n\nJust a caption without tags", "no_caption"),
+        ("Hmm.</think>\n\n<caption>a </think-ish <caption x</caption>", "tag_in_caption"),
+    ],
+)
 def test_parser_rejects_adversarial_completions(text, reason):
     parsed = P.parse_details(text)
     assert parsed.caption is None and P.parse_caption(text) is None
@@ -124,22 +128,38 @@ def _png(color=(200, 10, 10)) -> dict:
 def make_rows(rows: list[dict]):
     import datasets
 
-    feats = datasets.Features({
-        "contest": datasets.Value("int64"), "image": datasets.Image(), "scene": datasets.Value("string"),
-        "caption": datasets.Value("string"), "mean": datasets.Value("float64"),
-        "precision": datasets.Value("float64"), "votes": datasets.Value("int64"),
-    })
-    full = [{"image": _png((10 * r["contest"] % 255, 0, 0)), "scene": f"scene {r['contest']}", "votes": 16,
-             "precision": 0.1, **r} for r in rows]
+    feats = datasets.Features(
+        {
+            "contest": datasets.Value("int64"),
+            "image": datasets.Image(),
+            "scene": datasets.Value("string"),
+            "caption": datasets.Value("string"),
+            "mean": datasets.Value("float64"),
+            "precision": datasets.Value("float64"),
+            "votes": datasets.Value("int64"),
+        }
+    )
+    full = [
+        {
+            "image": _png((10 * r["contest"] % 255, 0, 0)),
+            "scene": f"scene {r['contest']}",
+            "votes": 16,
+            "precision": 0.1,
+            **r,
+        }
+        for r in rows
+    ]
     return datasets.Dataset.from_list(full, features=feats)
 
 
 def test_sigma_gap_rule_with_explicit_standard_error():
-    rows = make_rows([
-        {"contest": 1, "caption": "a", "mean": 3.0, "precision": 0.4},
-        {"contest": 1, "caption": "b", "mean": 2.0, "precision": 0.4},
-        {"contest": 1, "caption": "c", "mean": 1.9, "precision": 0.4},
-    ])
+    rows = make_rows(
+        [
+            {"contest": 1, "caption": "a", "mean": 3.0, "precision": 0.4},
+            {"contest": 1, "caption": "b", "mean": 2.0, "precision": 0.4},
+            {"contest": 1, "caption": "c", "mean": 1.9, "precision": 0.4},
+        ]
+    )
     # precision as the SE: threshold 3 * sqrt(0.16 + 0.16) = 1.70 > every gap -> no pair
     with pytest.raises(DataError, match="no caption pair"):
         cdata.preference_pairs(rows, k=3.0, se_from="precision")
@@ -157,16 +177,20 @@ def test_sigma_gap_rule_with_explicit_standard_error():
 
 
 def test_gap_must_exceed_the_threshold_strictly():
-    rows = make_rows([
-        {"contest": 1, "caption": "a", "mean": 1.0, "precision": 0.0},
-        {"contest": 1, "caption": "b", "mean": 0.5, "precision": 0.0},
-    ])
+    rows = make_rows(
+        [
+            {"contest": 1, "caption": "a", "mean": 1.0, "precision": 0.0},
+            {"contest": 1, "caption": "b", "mean": 0.5, "precision": 0.0},
+        ]
+    )
     assert len(cdata.preference_pairs(rows, k=3.0)) == 1
-    rows = make_rows([
-        {"contest": 1, "caption": "a", "mean": 1.0, "precision": 0.3},
-        {"contest": 1, "caption": "b", "mean": 0.1, "precision": 0.4},  # threshold 3 * 0.5 = 1.5 > 0.9
-        {"contest": 1, "caption": "c", "mean": -0.5, "precision": 0.4},  # a-c gap 1.5 == threshold: not a pair
-    ])
+    rows = make_rows(
+        [
+            {"contest": 1, "caption": "a", "mean": 1.0, "precision": 0.3},
+            {"contest": 1, "caption": "b", "mean": 0.1, "precision": 0.4},  # threshold 3 * 0.5 = 1.5 > 0.9
+            {"contest": 1, "caption": "c", "mean": -0.5, "precision": 0.4},  # a-c gap 1.5 == threshold: not a pair
+        ]
+    )
     with pytest.raises(DataError):
         cdata.preference_pairs(rows, k=3.0)
 
@@ -182,8 +206,9 @@ def test_cap_per_contest_is_a_seeded_random_subset_and_pairs_are_shuffled_across
         contests = list(pairs["contest"])
         assert contests.count(7) == 4 and contests.count(3) == 3
     assert capped[0]["chosen"] == cdata.preference_pairs(rows, cap_per_contest=4, seed=0)["chosen"]  # seeded
-    big_subsets = {tuple(sorted((c, r) for c, r, k in zip(p["chosen"], p["rejected"], p["contest"]) if k == 7))
-                   for p in capped}
+    big_subsets = {
+        tuple(sorted((c, r) for c, r, k in zip(p["chosen"], p["rejected"], p["contest"]) if k == 7)) for p in capped
+    }
     assert len(big_subsets) > 1  # not always the same (first) 4 pairs
     first_four = {("c1", "c0"), ("c2", "c0"), ("c3", "c0"), ("c4", "c0")}  # i<j order would give these
     assert any(set(s) != first_four for s in big_subsets)
@@ -194,8 +219,13 @@ def test_cap_per_contest_is_a_seeded_random_subset_and_pairs_are_shuffled_across
 
 
 def test_pair_indices_are_the_rows_of_preference_pairs():
-    rows = make_rows([{"contest": c, "caption": f"{c}-{i}", "mean": float(i * (c + 1)), "precision": 0.1}
-                      for c in range(4) for i in range(5)])
+    rows = make_rows(
+        [
+            {"contest": c, "caption": f"{c}-{i}", "mean": float(i * (c + 1)), "precision": 0.1}
+            for c in range(4)
+            for i in range(5)
+        ]
+    )
     for cap in (None, 3):
         index = cdata.pair_indices(rows, k=3.0, cap_per_contest=cap, seed=2)
         pairs = cdata.preference_pairs(rows, k=3.0, cap_per_contest=cap, seed=2)
@@ -220,8 +250,12 @@ def test_split_by_contest_is_disjoint_and_complete():
 
 
 def test_top_k_and_sft_rows_format():
-    rows = make_rows([{"contest": 1, "caption": c, "mean": m} for c, m in [("low", 1.0), ("top", 3.0), ("mid", 2.0),
-                                                                           ("lowest", 0.5)]])
+    rows = make_rows(
+        [
+            {"contest": 1, "caption": c, "mean": m}
+            for c, m in [("low", 1.0), ("top", 3.0), ("mid", 2.0), ("lowest", 0.5)]
+        ]
+    )
     top = cdata.top_k_rows(rows, 2)
     assert sorted(top["caption"]) == ["mid", "top"]
     with pytest.raises(DataError, match="thinking"):
@@ -238,12 +272,18 @@ def test_top_k_and_sft_rows_format():
     assert len(row["images"]) == 1
 
 
-@pytest.mark.parametrize("change, match", [
-    (lambda r: r.remove_columns(["votes"]), "lacks column"),
-    (lambda r: r.map(lambda x, i: {"mean": float("nan") if i == 1 else x["mean"]}, with_indices=True), "row 1: mean"),
-    (lambda r: r.map(lambda x, i: {"votes": -1 if i == 2 else x["votes"]}, with_indices=True), "row 2: votes"),
-    (lambda r: r.map(lambda x, i: {"caption": " " if i == 0 else x["caption"]}, with_indices=True), "row 0: empty"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda r: r.remove_columns(["votes"]), "lacks column"),
+        (
+            lambda r: r.map(lambda x, i: {"mean": float("nan") if i == 1 else x["mean"]}, with_indices=True),
+            "row 1: mean",
+        ),
+        (lambda r: r.map(lambda x, i: {"votes": -1 if i == 2 else x["votes"]}, with_indices=True), "row 2: votes"),
+        (lambda r: r.map(lambda x, i: {"caption": " " if i == 0 else x["caption"]}, with_indices=True), "row 0: empty"),
+    ],
+)
 def test_validation_names_the_problem(change, match):
     rows = make_rows([{"contest": 1, "caption": f"c{i}", "mean": float(i)} for i in range(3)])
     with pytest.raises(DataError, match=match):
@@ -255,8 +295,10 @@ def test_validation_reports_unreadable_image_row():
 
     rows = make_rows([{"contest": c, "caption": "c", "mean": 1.0} for c in range(3)])
     raw = rows.cast_column("image", datasets.Image(decode=False))
-    raw = raw.map(lambda x, i: {"image": {"bytes": b"not a png" if i == 2 else x["image"]["bytes"], "path": None}},
-                  with_indices=True)
+    raw = raw.map(
+        lambda x, i: {"image": {"bytes": b"not a png" if i == 2 else x["image"]["bytes"], "path": None}},
+        with_indices=True,
+    )
     broken = raw.cast_column("image", datasets.Image())
     with pytest.raises(DataError, match="row 2: unreadable image"):
         cdata.validate_captions(broken)
@@ -291,22 +333,33 @@ def _caption_score(caption: str) -> float:
 def test_caption_rm_gates_on_the_parser_and_passes_the_image(fake_rm):
     from open_r1.rewards import get_reward_funcs
 
-    (reward,) = get_reward_funcs(["caption_rm"], {"caption_rm": {"reward_model": "fake/rm", "device": "cpu",
-                                                                 "fail_value": -0.25}})
+    (reward,) = get_reward_funcs(
+        ["caption_rm"], {"caption_rm": {"reward_model": "fake/rm", "device": "cpu", "fail_value": -0.25}}
+    )
     assert reward.__name__ == "caption_rm"
     img_a, img_b, img_c = object(), object(), object()  # any object: the reward must hand over exactly these
-    completions = ["a</think>\n\n<caption>Hi</caption>",
-                   "b <caption>only in think</caption>",  # fails
-                   [{"role": "assistant", "content": "c</think><caption>Hello you</caption>"}]]
+    completions = [
+        "a</think>\n\n<caption>Hi</caption>",
+        "b <caption>only in think</caption>",  # fails
+        [{"role": "assistant", "content": "c</think><caption>Hello you</caption>"}],
+    ]
     logged = {}
-    out = reward(completions=completions, prompts=None, image=[img_a, img_b, img_c], scene=["s1", "s2", "s3"],
-                 contest=[1, 2, 3], log_metric=lambda k, v: logged.__setitem__(k, v))
+    out = reward(
+        completions=completions,
+        prompts=None,
+        image=[img_a, img_b, img_c],
+        scene=["s1", "s2", "s3"],
+        contest=[1, 2, 3],
+        log_metric=lambda k, v: logged.__setitem__(k, v),
+    )
     assert out[1] == -0.25
     assert out[0] == pytest.approx(cr.sigmoid(_caption_score("Hi")))
     assert out[2] == pytest.approx(cr.sigmoid(_caption_score("Hello you")))
-    (images, messages), = fake_rm.calls  # one batched call, failures never scored
+    ((images, messages),) = fake_rm.calls  # one batched call, failures never scored
     assert images[0] is img_a and images[1] is img_c and len(images) == 2
-    assert messages[0] == P.rm_messages({"scene": "s1"}, "Hi") and messages[1] == P.rm_messages({"scene": "s3"}, "Hello you")
+    assert messages[0] == P.rm_messages({"scene": "s1"}, "Hi") and messages[1] == P.rm_messages(
+        {"scene": "s3"}, "Hello you"
+    )
     assert logged["caption_rm/format_ok"] == pytest.approx(2 / 3)
     assert logged["caption_rm/raw_mean"] == pytest.approx((_caption_score("Hi") + _caption_score("Hello you")) / 2)
     assert logged["caption_rm/sigmoid_mean"] == pytest.approx((out[0] + out[2]) / 2)
@@ -331,9 +384,14 @@ def test_caption_rm_format_bonus_batches_and_all_fail(fake_rm):
 
 
 def test_caption_rm_rejects_bad_params(fake_rm):
-    for params in ({"reward_model": ""}, {"reward_model": "not/a/dir"}, {"reward_model": "x", "format_bonus": 1.0},
-                   {"reward_model": "x", "fail_value": float("nan")}, {"reward_model": "x", "max_words": 0},
-                   {"reward_model": "x", "fail_value": "0"}):
+    for params in (
+        {"reward_model": ""},
+        {"reward_model": "not/a/dir"},
+        {"reward_model": "x", "format_bonus": 1.0},
+        {"reward_model": "x", "fail_value": float("nan")},
+        {"reward_model": "x", "max_words": 0},
+        {"reward_model": "x", "fail_value": "0"},
+    ):
         with pytest.raises(RewardConfigError):
             cr.caption_rm_reward(**params)
 
@@ -346,20 +404,32 @@ def _records(spec: dict) -> list[dict]:
     out = []
     for contest, samples in spec.items():
         for k, (p, oracle, truncated) in enumerate(samples):
-            out.append({"contest": contest, "sample_index": k, "completion": "...",
-                        "caption": None if p is None else f"cap{k}", "rm_raw": None if p is None else logit(p),
-                        "truncated": truncated, "oracle": None if p is None else oracle})
+            out.append(
+                {
+                    "contest": contest,
+                    "sample_index": k,
+                    "completion": "...",
+                    "caption": None if p is None else f"cap{k}",
+                    "rm_raw": None if p is None else logit(p),
+                    "truncated": truncated,
+                    "oracle": None if p is None else oracle,
+                }
+            )
     return out
 
 
-POLICY = _records({
-    "A": [(0.8, 1.0, False), (None, None, True), (0.4, -1.0, False), (0.6, 2.0, False)],
-    "B": [(None, None, True), (None, None, False), (0.5, 0.0, False), (0.9, -2.0, False)],
-})
-BASELINE = _records({
-    "A": [(0.5, 2.0, False), (0.5, 2.0, False), (None, None, False), (0.3, 1.0, False)],
-    "B": [(0.2, 1.0, False), (0.4, 1.5, False), (None, None, False), (None, None, False)],
-})
+POLICY = _records(
+    {
+        "A": [(0.8, 1.0, False), (None, None, True), (0.4, -1.0, False), (0.6, 2.0, False)],
+        "B": [(None, None, True), (None, None, False), (0.5, 0.0, False), (0.9, -2.0, False)],
+    }
+)
+BASELINE = _records(
+    {
+        "A": [(0.5, 2.0, False), (0.5, 2.0, False), (None, None, False), (0.3, 1.0, False)],
+        "B": [(0.2, 1.0, False), (0.4, 1.5, False), (None, None, False), (None, None, False)],
+    }
+)
 
 
 def test_expected_max_matches_enumeration():
@@ -389,7 +459,8 @@ def test_policy_metrics_hand_computed():
 
 
 def test_rm_oracle_agreement_and_pick_vs_emitted_hand_computed():
-    """On the policy's own captions: does the RM order pairs as the oracle does, and is its pick better than the mean?"""
+    """On the policy's own captions: does the RM order pairs as the oracle does, and is its pick better than the
+    mean?"""
     m = oe.policy_metrics(POLICY)
     # A emitted (sigma, oracle): (.8, 1), (.4, -1), (.6, 2): pairs agree, disagree (.8 > .6 but 1 < 2), agree -> 2/3;
     # B: (.5, 0), (.9, -2): disagree -> 0
@@ -409,8 +480,11 @@ def test_rm_oracle_agreement_and_pick_vs_emitted_hand_computed():
 
 def test_oracle_parts_of_the_emitted_captions_and_of_the_rms_picks():
     records = POLICY[:4]  # cartoon A: emitted samples 0, 2, 3; the RM picks sample 0
-    parts = {0: {"names_odd": 2.0, "absent": 0.0, "score": 2.0}, 2: {"names_odd": 0.0, "absent": -1.5, "score": -1.5},
-             3: {"names_odd": 2.0, "absent": -1.5, "score": 0.5}}
+    parts = {
+        0: {"names_odd": 2.0, "absent": 0.0, "score": 2.0},
+        2: {"names_odd": 0.0, "absent": -1.5, "score": -1.5},
+        3: {"names_odd": 2.0, "absent": -1.5, "score": 0.5},
+    }
     records = [{**r, "oracle_parts": parts.get(r["sample_index"]) if r["caption"] else None} for r in records]
     m = oe.policy_metrics(records)
     assert m["oracle_parts_emitted"] == pytest.approx({"names_odd": 4 / 3, "absent": -1.0, "score": 1 / 3})
@@ -471,16 +545,20 @@ def test_oracle_fail_as_worst_counts_a_failure_as_the_worst_candidate():
 
 
 def test_format_failures_count_the_parsers_reasons():
-    records = [{"completion": "a</think>\n\n<caption>x</caption>", "caption": "x"},
-               {"completion": "a</think>\n\n<caption>x", "caption": None},
-               {"completion": "a</think>\n\n<caption>y", "caption": None},
-               {"completion": "<caption>x</caption> a</think>", "caption": None},
-               {"completion": "whatever", "caption": None, "parse_reason": "too_long"}]  # the record's own verdict wins
+    records = [
+        {"completion": "a</think>\n\n<caption>x</caption>", "caption": "x"},
+        {"completion": "a</think>\n\n<caption>x", "caption": None},
+        {"completion": "a</think>\n\n<caption>y", "caption": None},
+        {"completion": "<caption>x</caption> a</think>", "caption": None},
+        {"completion": "whatever", "caption": None, "parse_reason": "too_long"},
+    ]  # the record's own verdict wins
     out = ev.format_failures(records, examples=1)
     assert out["format_failures"] == {"unclosed_caption": 2, "caption_only_in_think": 1, "too_long": 1}
     assert out["top_failure"] == "unclosed_caption"
-    assert out["example_completions"] == {"failed": ["a</think>\n\n<caption>x"],
-                                          "parsed": ["a</think>\n\n<caption>x</caption>"]}
+    assert out["example_completions"] == {
+        "failed": ["a</think>\n\n<caption>x"],
+        "parsed": ["a</think>\n\n<caption>x</caption>"],
+    }
     table = ev.markdown_table({"policies": {"p": {**ev.policy_metrics(POLICY)}}, "comparisons": {}})
     assert "commonest format failure" in table and "no_think_close (3/8)" in table
 
@@ -564,11 +642,21 @@ def test_standin_rule_depends_on_the_image():
 
 
 def test_standin_image_dependence_on_a_fixed_color_scene():
-    meta = {"renderer": "clevr", "dimension": "color", "odd_index": 0, "odd_value": "blue", "majority_value": "red",
-            "objects": [{"shape": "cube", "color": "blue", "size": "small"}] +
-                       [{"shape": "cube", "color": "red", "size": "small"}] * 3}
-    swapped = {**meta, "odd_value": "green", "objects": [{"shape": "cube", "color": "green", "size": "small"}] +
-               [{"shape": "cube", "color": "red", "size": "small"}] * 3}
+    meta = {
+        "renderer": "clevr",
+        "dimension": "color",
+        "odd_index": 0,
+        "odd_value": "blue",
+        "majority_value": "red",
+        "objects": [{"shape": "cube", "color": "blue", "size": "small"}]
+        + [{"shape": "cube", "color": "red", "size": "small"}] * 3,
+    }
+    swapped = {
+        **meta,
+        "odd_value": "green",
+        "objects": [{"shape": "cube", "color": "green", "size": "small"}]
+        + [{"shape": "cube", "color": "red", "size": "small"}] * 3,
+    }
     caption = "Nobody tell the blue cube it was adopted."
     absent = "Nobody tell the purple sphere it was adopted."
     assert S.oracle_score(caption, meta) > S.oracle_score(absent, meta)
@@ -589,9 +677,13 @@ def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir):
     ood = cdata.load_captions(paths["ood"])
     assert set(ood["renderer"]) == {"ood"} and set(train["renderer"]) == {"clevr"}
     # what training reads never has the oracle, even when loaded with it
-    for rows in (cdata.sft_rows(S.add_templated_thinking(cdata.top_k_rows(with_oracle, 3))),
-                 cdata.preference_pairs(with_oracle, cap_per_contest=20), cdata.prompt_rows(with_oracle),
-                 S.pretrain_rows(with_oracle), cdata.top_k_rows(with_oracle, 2)):
+    for rows in (
+        cdata.sft_rows(S.add_templated_thinking(cdata.top_k_rows(with_oracle, 3))),
+        cdata.preference_pairs(with_oracle, cap_per_contest=20),
+        cdata.prompt_rows(with_oracle),
+        S.pretrain_rows(with_oracle),
+        cdata.top_k_rows(with_oracle, 2),
+    ):
         assert not any("oracle" in c for c in rows.column_names)
         assert "oracle" not in json.dumps(rows[0], default=str)
     # the descriptions never name the odd object: it is only in the image
@@ -611,13 +703,23 @@ def test_standin_contests_do_not_depend_on_the_processs_hash_seed():
     import subprocess
     import sys
 
-    code = ("import json; from standin.captioning import cartoons as S; c = S.StandinConfig(captions=24, "
-            "image_size=(96, 64)); print(json.dumps([[r['caption'] for r in S.make_contest(c, s, i)] "
-            "for s in ('main', 'ood') for i in range(6)]))")
+    code = (
+        "import json; from standin.captioning import cartoons as S; c = S.StandinConfig(captions=24, "
+        "image_size=(96, 64)); print(json.dumps([[r['caption'] for r in S.make_contest(c, s, i)] "
+        "for s in ('main', 'ood') for i in range(6)]))"
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
-                           env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": root}).stdout
-            for seed in ("1", "2")]
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=root,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": root},
+        ).stdout
+        for seed in ("1", "2")
+    ]
     assert json.loads(outs[0]) == json.loads(outs[1])
 
 
@@ -672,8 +774,14 @@ def test_pretrain_and_sft_rows_pass_the_stored_images_through_without_reencoding
 
 
 def test_perception_probe_reads_the_odd_value_strictly(standin_dir):
-    meta = {"renderer": "clevr", "dimension": "color", "odd_index": 0, "odd_value": "blue", "majority_value": "red",
-            "objects": [{"shape": "cube", "color": "blue"}] + [{"shape": "cube", "color": "red"}] * 3}
+    meta = {
+        "renderer": "clevr",
+        "dimension": "color",
+        "odd_index": 0,
+        "odd_value": "blue",
+        "majority_value": "red",
+        "objects": [{"shape": "cube", "color": "blue"}] + [{"shape": "cube", "color": "red"}] * 3,
+    }
     assert S.perceives_odd("The blue cube.", meta) and S.perceives_odd("</think>\n\nthe BLUE box", json.dumps(meta))
     assert not S.perceives_odd("The red cube.", meta)  # a majority value
     assert not S.perceives_odd("The blue or red cube.", meta)  # two values of the odd dimension
@@ -701,8 +809,29 @@ def test_exposure_scenes_are_disjoint_images_one_row_each():
 
 def test_standin_cli(tmp_path):
     out = tmp_path / "cli"
-    assert S.main(["--out", str(out), "--contests", "4", "--ood-contests", "1", "--captions", "6",
-                   "--image-size", "96x64", "--max-objects", "4", "--val-frac", "0.25", "--test-frac", "0.25"]) == 0
+    assert (
+        S.main(
+            [
+                "--out",
+                str(out),
+                "--contests",
+                "4",
+                "--ood-contests",
+                "1",
+                "--captions",
+                "6",
+                "--image-size",
+                "96x64",
+                "--max-objects",
+                "4",
+                "--val-frac",
+                "0.25",
+                "--test-frac",
+                "0.25",
+            ]
+        )
+        == 0
+    )
     with open(out / "standin.json") as f:
         assert json.load(f)["splits"]["ood"]["contests"] == 1
     assert S.main(["--out", str(out), "--contests", "4"]) == 2  # refuses to overwrite without --overwrite
@@ -718,10 +847,14 @@ def test_task_train_prompts_and_eval_report(standin_dir, tiny_model_dirs, fake_r
     from open_r1.tasks import get_task
 
     _, paths = standin_dir
-    args = SimpleNamespace(task="captioning", dataset_name=paths["train"], dataset_train_split="train",
-                           max_train_samples=3, reward_kwargs=json.dumps({"caption_rm": {"reward_model": "fake/rm",
-                                                                                         "device": "cpu"}}),
-                           caption_eval_max_new_tokens=8)
+    args = SimpleNamespace(
+        task="captioning",
+        dataset_name=paths["train"],
+        dataset_train_split="train",
+        max_train_samples=3,
+        reward_kwargs=json.dumps({"caption_rm": {"reward_model": "fake/rm", "device": "cpu"}}),
+        caption_eval_max_new_tokens=8,
+    )
     task = get_task("captioning", args)
     train = task.train_dataset(args, SimpleNamespace(seed=0))
     assert len(train) == 3 and len(set(train["contest"])) == 3
@@ -740,8 +873,9 @@ def test_task_train_prompts_and_eval_report(standin_dir, tiny_model_dirs, fake_r
     assert rebuilt.score == report.score
 
 
-def test_evaluate_policy_without_a_reward_model_parses_and_leaves_rm_scores_empty(standin_dir, tiny_model_dirs,
-                                                                                     fake_rm):
+def test_evaluate_policy_without_a_reward_model_parses_and_leaves_rm_scores_empty(
+    standin_dir, tiny_model_dirs, fake_rm
+):
     """reward_model=None: a format-only look at a policy (no RM asked); with one, the same samples get scores."""
     from open_r1 import modeling
     from open_r1.tasks.captioning import evaluate as ev
@@ -753,8 +887,9 @@ def test_evaluate_policy_without_a_reward_model_parses_and_leaves_rm_scores_empt
     processor = modeling.load_processor(str(model_dir))
     kwargs = dict(n=2, max_new_tokens=6, batch_size=3, max_cartoons=2, seed=0, decoder="hf")
     seen = []
-    plain = ev.evaluate_policy(model, processor, data, None, progress=lambda done, total: seen.append((done, total)),
-                               **kwargs)
+    plain = ev.evaluate_policy(
+        model, processor, data, None, progress=lambda done, total: seen.append((done, total)), **kwargs
+    )
     assert len(plain) == 4 and all(r["rm_raw"] is None and r["parse_reason"] for r in plain)
     assert seen == [(3, 4), (4, 4)]  # after each batch of 3
     assert not fake_rm.calls
@@ -786,11 +921,16 @@ def test_caption_rm_with_the_real_reward_model_dir(standin_dir, tiny_model_dirs,
         func = cr.caption_rm_reward(reward_model=rm_dir, device="cpu", batch_size=2)
         completion = "x</think>\n\n<caption>Nobody tell the blue cube.</caption>"
         kwargs = {f: [d.get(f) for d in descs] for f in P.DESCRIPTION_FIELDS}
-        out = func([completion, completion, "no caption"], image=[images[0], images[1], images[1]],
-                   **{k: v + [v[-1]] for k, v in kwargs.items()})
+        out = func(
+            [completion, completion, "no caption"],
+            image=[images[0], images[1], images[1]],
+            **{k: v + [v[-1]] for k, v in kwargs.items()},
+        )
         loaded = cr.get_reward_model(rm_dir, "cpu")
-        assert func([completion], image=[images[0]], **{k: v[:1] for k, v in kwargs.items()}) and \
-            cr.get_reward_model(rm_dir, "cpu") is loaded  # loaded once per process
+        assert (
+            func([completion], image=[images[0]], **{k: v[:1] for k, v in kwargs.items()})
+            and cr.get_reward_model(rm_dir, "cpu") is loaded
+        )  # loaded once per process
         expected = loaded.score(images, [P.rm_messages(d, "Nobody tell the blue cube.") for d in descs])
         assert out[:2] == pytest.approx([cr.sigmoid(s) for s in expected], abs=1e-5)
         assert out[0] != pytest.approx(out[1])  # the image (and its description) changes the score
@@ -835,8 +975,9 @@ def test_sft_rows_train_exactly_the_completion_under_trls_collator(standin_dir, 
     assert cdata.sft_rows(top, top_k=1, processor=plain)[0]["completion"].startswith("<think>\n")
 
 
-def test_the_sft_stage_trains_on_text_rows_rendered_by_the_bases_template(standin_dir, tiny_model_dirs, tmp_path,
-                                                                          monkeypatch):
+def test_the_sft_stage_trains_on_text_rows_rendered_by_the_bases_template(
+    standin_dir, tiny_model_dirs, tmp_path, monkeypatch
+):
     """The stage renders its rows with the base policy's processor (as the test above checks the loss): a Thinking
     template rewrites a conversational think block, so conversational rows would not train on what is generated."""
     from types import SimpleNamespace
@@ -849,9 +990,13 @@ def test_the_sft_stage_trains_on_text_rows_rendered_by_the_bases_template(standi
     S.add_templated_thinking(cdata.top_k_rows(cdata.load_captions(paths["train"]), 2)).save_to_disk(str(traces))
     seen = {}
     monkeypatch.setattr(sft, "train_sft", lambda rows, out, settings, **kw: seen.setdefault("rows", rows) and {})
-    recipe = SimpleNamespace(seed=0, section=lambda name: stage_sft.Config(),
-                             paths=SimpleNamespace(policy_base=str(tiny_model_dirs["qwen3_vl"]), traces=str(traces),
-                                                   policy_sft=str(tmp_path / "sft")))
+    recipe = SimpleNamespace(
+        seed=0,
+        section=lambda name: stage_sft.Config(),
+        paths=SimpleNamespace(
+            policy_base=str(tiny_model_dirs["qwen3_vl"]), traces=str(traces), policy_sft=str(tmp_path / "sft")
+        ),
+    )
     stage_sft.run(recipe)
     rows = seen["rows"]
     assert len(rows) > 0 and all(p.endswith("<|im_start|>assistant\n<think>\n") for p in rows["prompt"])
@@ -859,8 +1004,10 @@ def test_the_sft_stage_trains_on_text_rows_rendered_by_the_bases_template(standi
 
 
 def test_filter_captions_and_rename(tmp_path):
-    rows = make_rows([{"contest": 1, "caption": f"a{i}", "mean": 1.0, "votes": 10 + i} for i in range(3)] +
-                     [{"contest": 2, "caption": f"b{i}", "mean": 1.0, "votes": 5 + 5 * i} for i in range(3)])
+    rows = make_rows(
+        [{"contest": 1, "caption": f"a{i}", "mean": 1.0, "votes": 10 + i} for i in range(3)]
+        + [{"contest": 2, "caption": f"b{i}", "mean": 1.0, "votes": 5 + 5 * i} for i in range(3)]
+    )
     kept = cdata.filter_captions(rows, min_votes=10, min_captions=3)
     assert set(kept["contest"]) == {1} and len(kept) == 3  # contest 2 has only 2 captions with >= 10 votes
     assert len(cdata.filter_captions(rows, min_votes=10, min_captions=2)) == 5
@@ -878,8 +1025,22 @@ def test_evaluate_cli_from_records(tmp_path):
         with open(tmp_path / f"{name}.jsonl", "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
     out = tmp_path / "report"
-    assert ev.main(["--records", f"base={tmp_path / 'base.jsonl'}", f"grpo={tmp_path / 'grpo.jsonl'}",
-                    "--baseline", "base", "--out", str(out), "--n-boot", "200"]) == 0
+    assert (
+        ev.main(
+            [
+                "--records",
+                f"base={tmp_path / 'base.jsonl'}",
+                f"grpo={tmp_path / 'grpo.jsonl'}",
+                "--baseline",
+                "base",
+                "--out",
+                str(out),
+                "--n-boot",
+                "200",
+            ]
+        )
+        == 0
+    )
     with open(out / "bon_eval.json") as f:
         report = json.load(f)
     assert report["policies"]["grpo"]["fail_as_zero"] == pytest.approx(0.40)
@@ -894,9 +1055,15 @@ def test_standin_has_no_text_only_leaks_from_size_or_other_renderers_puns():
     from standin.captioning import cartoons as standin
 
     assert "size" not in standin.ODD_DIMENSIONS["clevr"]
-    meta = {"renderer": "clevr", "dimension": "color", "odd_index": 0, "odd_value": "blue", "majority_value": "red",
-            "objects": [{"shape": "cube", "color": "blue", "size": "small"}] +
-                       [{"shape": "cube", "color": "red", "size": "large"}] * 3}
+    meta = {
+        "renderer": "clevr",
+        "dimension": "color",
+        "odd_index": 0,
+        "odd_value": "blue",
+        "majority_value": "red",
+        "objects": [{"shape": "cube", "color": "blue", "size": "small"}]
+        + [{"shape": "cube", "color": "red", "size": "large"}] * 3,
+    }
     captions = standin.candidate_captions(np.random.default_rng(0), meta, 24)
     own = set(standin.renderer_values("clevr"))
     for c in captions:
@@ -912,8 +1079,12 @@ def test_rate_captions_simulates_readers_for_new_captions_only(standin_dir):
     contest, known = train[0]["contest"], train[0]["caption"]
     meta = json.loads(train[0]["scene_meta"])
     new = f"Nobody tell {S.odd_object_phrase(meta)} it was adopted."
-    samples = [{"contest": contest, "caption": known}, {"contest": contest, "caption": new},
-               {"contest": contest, "caption": f" {new} "}, {"contest": -1, "caption": "x"}]
+    samples = [
+        {"contest": contest, "caption": known},
+        {"contest": contest, "caption": new},
+        {"contest": contest, "caption": f" {new} "},
+        {"contest": -1, "caption": "x"},
+    ]
     rated, counts = S.rate_captions(train, samples, seed=3)
     assert counts == {"samples": 4, "rated": 1, "known_caption": 2, "unknown_contest": 1}
     assert rated.column_names == train.column_names and len(rated) == 1
@@ -941,15 +1112,19 @@ def test_ratings_stage_writes_a_split_the_rm_trains_on(standin_dir, tiny_model_d
 
     _, paths = standin_dir
     recipe_path = tmp_path / "recipe.yaml"
-    recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 0\neval: {{n: 2, max_new_tokens: 8}}\n"
-                           "ratings: {n: 2}\nrm: {k: 1.0, cap_per_contest: 50}\n")
+    recipe_path.write_text(
+        f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 0\neval: {{n: 2, max_new_tokens: 8}}\n"
+        "ratings: {n: 2}\nrm: {k: 1.0, cap_per_contest: 50}\n"
+    )
     recipe = load(recipe_path)
     where = recipe.paths
     shutil.copytree(paths["train"], where.split("train"))
     shutil.copytree(tiny_model_dirs["qwen3_vl"], where.policy_sft)
     train = cdata.load_captions(where.split("train"), keep_oracle=True)
     metas = {r["contest"]: json.loads(r["scene_meta"]) for r in train.select_columns(["contest", "scene_meta"])}
-    captions = {c: f"Nobody tell {S.odd_object_phrase(m)} it was adopted, talk about a twist." for c, m in metas.items()}
+    captions = {
+        c: f"Nobody tell {S.odd_object_phrase(m)} it was adopted, talk about a twist." for c, m in metas.items()
+    }
     prompts_seen = []
 
     def fake_generate(model, processor, prompts, images, max_new_tokens, **kwargs):
@@ -971,7 +1146,9 @@ def test_ratings_stage_writes_a_split_the_rm_trains_on(standin_dir, tiny_model_d
     pairs = training_pairs(load(recipe_path, ["rm.train_split=train_rated"]))
     assert any(c in captions.values() for c in [*pairs["chosen"], *pairs["rejected"]])
     # the summary counts the pairs the RM trains on (same rule, cap and seed), one rated caption per contest here
-    rated_pairs = sum(a in captions.values() or b in captions.values() for a, b in zip(pairs["chosen"], pairs["rejected"]))
+    rated_pairs = sum(
+        a in captions.values() or b in captions.values() for a, b in zip(pairs["chosen"], pairs["rejected"])
+    )
     assert summary["pairs"] == len(pairs) and summary["pairs_with_a_rated_caption"] == rated_pairs
     assert summary["pairs_of_two_rated_captions"] == 0
     plain = training_pairs(recipe)
@@ -984,6 +1161,7 @@ def _wrap_contest_captions(evaluate_policy, captions):
         for r in records:
             r["caption"] = captions[r["contest"]]
         return records
+
     return wrapped
 
 
@@ -1021,8 +1199,12 @@ def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dic
     for record in records:
         desc = P.description_from_row(record)
         image = images[record["contest"]]
-        row = {"image": image, "chosen": P.rm_messages(desc, record["chosen"]),
-               "rejected": P.rm_messages(desc, record["rejected"]), "group": record["contest"]}
+        row = {
+            "image": image,
+            "chosen": P.rm_messages(desc, record["chosen"]),
+            "rejected": P.rm_messages(desc, record["rejected"]),
+            "group": record["contest"],
+        }
         if keep_oracle:
             row["oracle_order"] = record["chosen_oracle"] > record["rejected_oracle"]
         rows.append(row)
@@ -1048,8 +1230,13 @@ def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp
     from open_r1.tasks.captioning import stage_rm
 
     _, paths = standin_dir
-    recipe = _rm_recipe(tmp_path, paths, "k: 1.0, cap_per_contest: 40, max_pairs: 150, eval_cap_per_contest: 30",
-                        seed=3, splits=("train", "val"))
+    recipe = _rm_recipe(
+        tmp_path,
+        paths,
+        "k: 1.0, cap_per_contest: 40, max_pairs: 150, eval_cap_per_contest: 30",
+        seed=3,
+        splits=("train", "val"),
+    )
 
     def comparable(rows):
         return [(r["group"], r["chosen"], r["rejected"], r.get("oracle_order"), r["image"].tobytes()) for r in rows]
@@ -1061,8 +1248,9 @@ def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp
         assert comparable(fast) == comparable(plain)
     held = stage_rm.held_out_pairs(recipe, "val", blind=False)
     dataset = cdata.load_captions(paths["val"], check_images="none", keep_oracle=True)
-    expected = pair_rows(cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7,
-                                                         keep_oracle=True), keep_oracle=True)
+    expected = pair_rows(
+        cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7, keep_oracle=True), keep_oracle=True
+    )
     assert comparable(held) == comparable(expected) and any(r["oracle_order"] for r in held)
 
 
@@ -1073,8 +1261,10 @@ def test_image_negative_indices(standin_dir):
     contests, means = dataset["contest"], dataset["mean"]
     index = cdata.image_negative_indices(dataset, 200, top_k=2, seed=5)
     assert index.shape == (200, 2)
-    top2 = {c: set(sorted((r for r in range(len(contests)) if contests[r] == c), key=lambda r: -means[r])[:2])
-            for c in set(contests)}
+    top2 = {
+        c: set(sorted((r for r in range(len(contests)) if contests[r] == c), key=lambda r: -means[r])[:2])
+        for c in set(contests)
+    }
     firsts = {c: contests.index(c) for c in set(contests)}
     for own, other in index.tolist():
         assert own in top2[contests[own]]
@@ -1096,8 +1286,10 @@ def test_rm_image_swap_settings_are_checked(standin_dir, tmp_path):
     from open_r1.errors import RecipeError
 
     _, paths = standin_dir
-    for bad, key in ((", image_negative_top_k: 0", "rm.image_negative_top_k"),
-                     (", eval_image_swaps: 2.5", "rm.eval_image_swaps")):
+    for bad, key in (
+        (", image_negative_top_k: 0", "rm.image_negative_top_k"),
+        (", eval_image_swaps: 2.5", "rm.eval_image_swaps"),
+    ):
         with pytest.raises(RecipeError, match=key):
             _rm_recipe(tmp_path, paths, f"k: 1.0{bad}", seed=3, name=f"recipe{len(bad)}.yaml")
 
@@ -1113,11 +1305,13 @@ def test_rm_image_swap_diagnostic(standin_dir, tmp_path):
     from open_r1.tiny_models import build_tiny
 
     _, paths = standin_dir
-    recipe = _rm_recipe(tmp_path, paths, "k: 1.0, eval_cap_per_contest: 4, eval_image_swaps: 12, eval_batch_size: 8",
-                        splits=("val",))
+    recipe = _rm_recipe(
+        tmp_path, paths, "k: 1.0, eval_cap_per_contest: 4, eval_image_swaps: 12, eval_batch_size: 8", splits=("val",)
+    )
     torch.manual_seed(0)
-    model = rm_lib.build_reward_model(str(build_tiny("qwen2_5_vl", tmp_path / "backbone")), min_pixels=3136,
-                                      max_pixels=6272, dtype="float32")
+    model = rm_lib.build_reward_model(
+        str(build_tiny("qwen2_5_vl", tmp_path / "backbone")), min_pixels=3136, max_pixels=6272, dtype="float32"
+    )
     with torch.no_grad():
         model.head.weight.normal_(0, 1.0)  # scores that differ with the input
     blind = stage_rm.score_held_out(recipe, model, blind=True, splits=["val"])["val"]["image_swap"]
@@ -1135,15 +1329,19 @@ def test_rm_held_out_pairs_on_data_without_the_oracle_column(standin_dir, tmp_pa
 
     _, paths = standin_dir
     recipe_path = tmp_path / "recipe.yaml"
-    recipe_path.write_text(f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 0\nrm: {{k: 1.0, eval_cap_per_contest: 30}}\n")
+    recipe_path.write_text(
+        f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 0\nrm: {{k: 1.0, eval_cap_per_contest: 30}}\n"
+    )
     recipe = load(recipe_path)
     real_like = cdata.load_captions(paths["val"], keep_oracle=True).remove_columns(["oracle"])
     real_like.save_to_disk(recipe.paths.split("val"))
     held = stage_rm.held_out_pairs(recipe, "val", blind=False)
     assert held and all("oracle_order" not in r for r in held)
-    with_oracle = stage_rm.index_pair_rows(cdata.load_captions(paths["val"], keep_oracle=True),
-                                           cdata.pair_indices(real_like, k=1.0, cap_per_contest=30, seed=7),
-                                           keep_oracle=True)
+    with_oracle = stage_rm.index_pair_rows(
+        cdata.load_captions(paths["val"], keep_oracle=True),
+        cdata.pair_indices(real_like, k=1.0, cap_per_contest=30, seed=7),
+        keep_oracle=True,
+    )
     assert [(r["chosen"], r["rejected"]) for r in held] == [(r["chosen"], r["rejected"]) for r in with_oracle]
 
 

@@ -1,6 +1,7 @@
 """The captioning recipe: each section is one dataclass parsed strictly once, so a typo (``--set rm.max_second=300``)
 or a value its stage cannot use is one error naming it before any stage runs, not a setting silently ignored on a
 long GPU chain or a failure at the chain's last stage."""
+
 from __future__ import annotations
 
 import glob
@@ -44,10 +45,11 @@ def test_every_shipped_recipe_parses_and_passes_the_preflight(tmp_path, path):
         for split in ("train", "val", "test"):
             os.makedirs(data / split)
             (data / split / config.DATASET_MARKER).write_text("{}")
-        models = [f"models.policy={build_tiny('qwen3_vl', tmp_path / 'policy')}",
-                  f"models.reward_backbone={build_tiny('qwen2_5_vl', tmp_path / 'rm')}"]
-        recipe = config.parse_recipe(path, [f"work_dir={tmp_path / 'w'}", f"data_dir={data}", *models],
-                                     pipeline.STAGES)
+        models = [
+            f"models.policy={build_tiny('qwen3_vl', tmp_path / 'policy')}",
+            f"models.reward_backbone={build_tiny('qwen2_5_vl', tmp_path / 'rm')}",
+        ]
+        recipe = config.parse_recipe(path, [f"work_dir={tmp_path / 'w'}", f"data_dir={data}", *models], pipeline.STAGES)
         pipeline.preflight(recipe, pipeline.STAGES, [s.NAME for s in pipeline.STAGES])
         assert recipe.paths.policy_base == str(tmp_path / "policy")
         return
@@ -68,7 +70,11 @@ TYPOS = [
     ("data.contest=3", "data.contest", "data.contests"),
     ("pretrain.polcy.max_steps=3", "pretrain.polcy", "pretrain.policy"),
     ("pretrain.policy.max_step=3", "pretrain.policy.max_step", "pretrain.policy.max_steps"),
-    ("pretrain.rm_backbone.learning_rat=0.1", "pretrain.rm_backbone.learning_rat", "pretrain.rm_backbone.learning_rate"),
+    (
+        "pretrain.rm_backbone.learning_rat=0.1",
+        "pretrain.rm_backbone.learning_rat",
+        "pretrain.rm_backbone.learning_rate",
+    ),
     ("synthesize.max_new_token=3", "synthesize.max_new_token", "synthesize.max_new_tokens"),
     ("traces.wordin=joke", "traces.wordin", "traces.wording"),
     ("sft.learning_rat=0.001", "sft.learning_rat", "sft.learning_rate"),
@@ -98,16 +104,24 @@ def test_a_typo_in_any_section_is_one_line_naming_it_and_the_right_key(tmp_path,
 def test_the_error_names_every_unknown_key_and_the_valid_ones_sorted():
     with pytest.raises(RecipeError) as info:
         config.check_keys("rm", {"k": 3.0, "max_second": 1, "zzz": 2}, ("seeds", "max_seconds", "k"))
-    assert str(info.value) == ("unknown key(s) rm.max_second (did you mean rm.max_seconds?), rm.zzz in section rm; "
-                               "valid: k, max_seconds, seeds")
+    assert str(info.value) == (
+        "unknown key(s) rm.max_second (did you mean rm.max_seconds?), rm.zzz in section rm; "
+        "valid: k, max_seconds, seeds"
+    )
     config.check_keys("rm", {"k": 3.0}, ("seeds", "k"))  # nothing unknown: no error
 
 
 def test_grpo_keys_are_the_open_r1_grpo_recipe_keys():
     """The grpo section's keys beyond the pipeline's are any open_r1.grpo recipe key (TRL's GRPOConfig /
     ModelConfig, the repo's script arguments): real fields pass, a typo fails when the recipe is read."""
-    for good in ("temperature=0.3", "beta=0.04", "lora_dropout=0.1", "eval_limit=8", "top_p=0.9",
-                 "reward_weights=[1.0]"):
+    for good in (
+        "temperature=0.3",
+        "beta=0.04",
+        "lora_dropout=0.1",
+        "eval_limit=8",
+        "top_p=0.9",
+        "reward_weights=[1.0]",
+    ):
         load(H200, [f"grpo.{good}"])
     for bad in ("temprature=0.3", "betta=0.1", "merge=false", "only=0", "extra={top_p: 0.9}"):
         with pytest.raises(RecipeError, match=rf"grpo\.{bad.split('=')[0]} "):
@@ -155,9 +169,15 @@ def test_a_bad_grpo_value_is_one_error_when_the_recipe_is_read(tmp_path, overrid
     assert "\n" not in str(info.value) and not list(tmp_path.iterdir())  # nothing ran, nothing written
 
 
-@pytest.mark.parametrize("key,instead", [("seed", "grpo.seeds"), ("output_dir", "work_dir"),
-                                         ("model_name_or_path", "the sft stage's output"),
-                                         ("dataset_name", "data_dir")])
+@pytest.mark.parametrize(
+    "key,instead",
+    [
+        ("seed", "grpo.seeds"),
+        ("output_dir", "work_dir"),
+        ("model_name_or_path", "the sft stage's output"),
+        ("dataset_name", "data_dir"),
+    ],
+)
 def test_keys_the_pipeline_sets_per_seed_are_refused_naming_the_key_to_use(key, instead):
     """`grpo.seed: 3` would win over each seed's own (three runs of one seed); `output_dir` would put every seed's
     run into one dir. Both are real open_r1.grpo keys, so the key check alone would let them through."""
@@ -198,8 +218,10 @@ BAD_VALUES = [
     ("data.min_objects=9", "data.min_objects (9) is above data.max_objects"),
     ("pretrain.parallel=1", "pretrain.parallel must be true or false, got 1"),
     ("pretrain.policy.learning_rate=fast", "pretrain.policy.learning_rate must be a number, got 'fast'"),
-    ("pretrain.rm_backbone.kinds=[describe, jokes]", "pretrain kinds must be a list of describe, question, fluency, "
-     "got ['describe', 'jokes']"),
+    (
+        "pretrain.rm_backbone.kinds=[describe, jokes]",
+        "pretrain kinds must be a list of describe, question, fluency, got ['describe', 'jokes']",
+    ),
     ("pretrain.policy.family=llama", "pretrain family must be one of qwen2_vl"),
     ("synthesize.top_p=0", "synthesize.top_p and synthesize.vllm_gpu_memory_utilization must be in (0, 1]"),
     ("synthesize.decoder=fast", "synthesize.decoder must be one of"),
@@ -231,29 +253,46 @@ def test_a_value_its_stage_cannot_use_fails_when_the_recipe_is_read(tmp_path, ov
 
 def test_the_eval_baseline_is_one_of_the_evaluated_policies(tmp_path):
     recipe = load(H200, [f"work_dir={tmp_path}", "eval.baseline=sfft"])
-    with pytest.raises(RecipeError, match=re.escape("eval.baseline 'sfft' is not one of the evaluated policies base, "
-                                                    "sft, grpo_s0, grpo_s1, grpo_s2")):
+    with pytest.raises(
+        RecipeError,
+        match=re.escape(
+            "eval.baseline 'sfft' is not one of the evaluated policies base, sft, grpo_s0, grpo_s1, grpo_s2"
+        ),
+    ):
         pipeline.preflight(recipe, stages(), [s.NAME for s in stages()])
 
 
 def test_every_bad_value_of_a_section_is_named_in_one_error():
     with pytest.raises(RecipeError) as info:
         load(H200, ["eval.n=0.5", "eval.use_stop=maybe", "eval.batch_size=2.5"])
-    assert str(info.value) == ("eval.n must be a whole number, got 0.5; eval.batch_size must be a whole number, got "
-                               "2.5; eval.use_stop must be true or false, got 'maybe'")
+    assert str(info.value) == (
+        "eval.n must be a whole number, got 0.5; eval.batch_size must be a whole number, got "
+        "2.5; eval.use_stop must be true or false, got 'maybe'"
+    )
 
 
 def test_values_as_yaml_reads_them_still_pass():
     """YAML 1.1 reads ``1e-4`` as a string: a float field takes it as the number; null passes where the field
     allows it."""
-    recipe = load(H200, ["sft.learning_rate=1e-4", "rm.learning_rate=5e-5", "eval.limit=null", "rm.max_steps=null",
-                         "pretrain.policy.max_seconds=null", "data.ood_contests=null"])
+    recipe = load(
+        H200,
+        [
+            "sft.learning_rate=1e-4",
+            "rm.learning_rate=5e-5",
+            "eval.limit=null",
+            "rm.max_steps=null",
+            "pretrain.policy.max_seconds=null",
+            "data.ood_contests=null",
+        ],
+    )
     assert recipe.section("sft").learning_rate == 1e-4 and recipe.section("rm").learning_rate == 5e-5
     assert recipe.section("eval").limit is None
 
 
-@pytest.mark.parametrize("override,split", [("eval.splits=[test, od]", "od"), ("rm.eval_splits=[tst]", "tst"),
-                                            ("grpo.eval_sets=[vall]", "vall")])
+@pytest.mark.parametrize(
+    "override,split",
+    [("eval.splits=[test, od]", "od"), ("rm.eval_splits=[tst]", "tst"), ("grpo.eval_sets=[vall]", "vall")],
+)
 def test_a_split_no_stage_writes_fails_in_preflight(tmp_path, override, split):
     """A misspelt split name used to fail only when its stage started (the eval's after every model trained)."""
     recipe = load(H200, [f"work_dir={tmp_path}", override])
@@ -276,5 +315,7 @@ def test_every_cli_help_shows_its_defaults(capsys):
     # every recipe key with its default and help, the stand-in's sections too
     assert demo.main(["--help-recipe"]) == 0
     listed = capsys.readouterr().out
-    assert "rm.max_seconds (default: None): wall-clock cap" in listed and "traces.wording (default: 'caption')" in listed
+    assert (
+        "rm.max_seconds (default: None): wall-clock cap" in listed and "traces.wording (default: 'caption')" in listed
+    )
     assert "grpo.seeds (default: [0])" in listed and "models.policy (default: None)" in listed

@@ -3,6 +3,7 @@
 Each test fails with the item's name when an upgrade moves what compat.py uses; a last test fails when a private
 library name is used anywhere in the package outside compat.py.
 """
+
 from __future__ import annotations
 
 import ast
@@ -43,11 +44,15 @@ def test_item1_generate_and_score_completions_is_the_round_hook():
     source = _source(GRPOTrainer._prepare_inputs)
     assert _params(GRPOTrainer._prepare_inputs) == ["self", "generation_batch"]
     # training: generate -> split images -> shuffle -> split into micro-batches -> buffer -> index by _step
-    assert _in_order(source, "self._generate_and_score_completions(generation_batch)",
-                     "split_pixel_values_by_grid(", "shuffle_sequence_dict(", "split_tensor_dict(",
-                     "self._buffered_inputs = [unsplit_pixel_values_by_grid(",
-                     "self._buffered_inputs[self._step % self.args.steps_per_generation]"), \
-        "GRPOTrainer._prepare_inputs changed: GRPORoundHooks.regroup_round relies on its order"
+    assert _in_order(
+        source,
+        "self._generate_and_score_completions(generation_batch)",
+        "split_pixel_values_by_grid(",
+        "shuffle_sequence_dict(",
+        "split_tensor_dict(",
+        "self._buffered_inputs = [unsplit_pixel_values_by_grid(",
+        "self._buffered_inputs[self._step % self.args.steps_per_generation]",
+    ), "GRPOTrainer._prepare_inputs changed: GRPORoundHooks.regroup_round relies on its order"
     # evaluation generates through the same hook
     assert source.count("self._generate_and_score_completions(") == 2
 
@@ -56,8 +61,9 @@ def test_item1_step_counter_and_buffer_live_where_compat_reads_them():
     assert "self._buffered_inputs = None" in _source(GRPOTrainer.__init__)
     assert "self._step = 0" in _source(GRPOTrainer.__init__)
     training_step = _source(GRPOTrainer.training_step)
-    assert _in_order(training_step, "self._prepare_inputs" if "self._prepare_inputs" in training_step else "",
-                     "self._step += 1"), "GRPOTrainer.training_step no longer advances _step after the micro-batch"
+    assert _in_order(
+        training_step, "self._prepare_inputs" if "self._prepare_inputs" in training_step else "", "self._step += 1"
+    ), "GRPOTrainer.training_step no longer advances _step after the micro-batch"
 
 
 def test_item1_round_hooks_call_order_on_a_stand_in_trainer():
@@ -102,13 +108,21 @@ def test_item1_round_hooks_call_order_on_a_stand_in_trainer():
 def test_item2_trl_split_helpers_round_trip():
     from trl.trainer import utils
 
-    for name, params in (("split_pixel_values_by_grid", ["batch"]), ("unsplit_pixel_values_by_grid", ["batch"]),
-                         ("split_tensor_dict", ["tensor_dict", "num_chunks"])):
+    for name, params in (
+        ("split_pixel_values_by_grid", ["batch"]),
+        ("unsplit_pixel_values_by_grid", ["batch"]),
+        ("split_tensor_dict", ["tensor_dict", "num_chunks"]),
+    ):
         assert _params(getattr(utils, name))[: len(params)] == params, name
     grid = torch.tensor([[1, 2, 2], [1, 2, 4], [1, 2, 2], [1, 4, 2]])
     pixels = torch.arange(int(grid.prod(-1).sum()) * 3, dtype=torch.float32).reshape(-1, 3)
-    batch = {"prompt_ids": torch.arange(4)[:, None], "pixel_values": pixels, "image_grid_thw": grid,
-             "num_images": [1, 1, 1, 1], "num_items_in_batch": torch.tensor(7)}  # a tensor first, as in TRL
+    batch = {
+        "prompt_ids": torch.arange(4)[:, None],
+        "pixel_values": pixels,
+        "image_grid_thw": grid,
+        "num_images": [1, 1, 1, 1],
+        "num_items_in_batch": torch.tensor(7),
+    }  # a tensor first, as in TRL
     per_image = compat.split_by_image(batch)
     assert [p.shape[0] for p in per_image["pixel_values"]] == [4, 8, 4, 8]
     chunks = compat.split_rows(per_image, 2)
@@ -212,8 +226,7 @@ def test_item9_attn_implementation_is_what_set_attn_implementation_sets_per_sub_
     import transformers.models.qwen2_vl.modeling_qwen2_vl as qwen2_vl
     from transformers import AutoModelForImageTextToText
 
-    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32,
-                                                        attn_implementation="sdpa")
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa")
     vision, text = model.config.vision_config, model.config.get_text_config()
     assert compat.attn_implementation(vision) == compat.attn_implementation(text) == "sdpa"
     model.set_attn_implementation({"vision_config": "eager"})
@@ -224,15 +237,15 @@ def test_item9_attn_implementation_is_what_set_attn_implementation_sets_per_sub_
 
 
 def test_item10_set_vision_attn_implementation_sets_a_registered_flash_named_function_on_the_vision_tower_only(
-        tiny_model_dir):
+    tiny_model_dir,
+):
     from transformers import AttentionInterface, AutoModelForImageTextToText
 
     from open_r1.vision_attention import grouped_sdpa
 
     name = "open_r1_flash_contract_probe"  # "flash" in the name: what transformers 5.25's setter refuses
     AttentionInterface.register(name, grouped_sdpa)
-    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32,
-                                                        attn_implementation="sdpa")
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa")
     compat.set_vision_attn_implementation(model, name)
     vision, text = model.config.vision_config, model.config.get_text_config()
     assert (compat.attn_implementation(vision), compat.attn_implementation(text)) == (name, "sdpa")
@@ -334,15 +347,21 @@ def test_item14_block_class_names_are_the_decoder_layer_and_vision_block(family)
 
 def test_the_static_check_finds_private_uses(tmp_path):
     sample = tmp_path / "sample.py"
-    sample.write_text("import torch\nfrom trl.trainer.utils import split_tensor_dict\n"
-                      "class T:\n    def f(self):\n        return super()._prepare_inputs(1)\n"
-                      "torch._inductor.config.x = 1\n")
+    sample.write_text(
+        "import torch\nfrom trl.trainer.utils import split_tensor_dict\n"
+        "class T:\n    def f(self):\n        return super()._prepare_inputs(1)\n"
+        "torch._inductor.config.x = 1\n"
+    )
     assert len(private_library_uses(sample)) == 3
 
 
 def test_no_private_library_name_outside_compat():
-    files = [p for folder in ("open_r1", "experiments", "scripts") for p in sorted((ROOT / folder).rglob("*.py"))
-             if p.name != "compat.py"] + [ROOT / "selfcheck.py"]
+    files = [
+        p
+        for folder in ("open_r1", "experiments", "scripts")
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if p.name != "compat.py"
+    ] + [ROOT / "selfcheck.py"]
     uses = [use for path in files for use in private_library_uses(path)]
     assert not uses, f"private TRL/transformers/torch names outside open_r1/compat.py: {uses}"
 

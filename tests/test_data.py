@@ -1,4 +1,5 @@
 """Data loading, validation and prompt building (no model needed)."""
+
 import collections
 
 import datasets
@@ -48,8 +49,11 @@ def test_empty_question_is_rejected():
 
 def test_unreadable_image_names_the_row():
     good = make_rows(2)
-    rows = {"image": [{"bytes": b"not a png", "path": None}, {"bytes": b"\x89PNG broken", "path": None}],
-            "problem": good["problem"], "solution": good["solution"]}
+    rows = {
+        "image": [{"bytes": b"not a png", "path": None}, {"bytes": b"\x89PNG broken", "path": None}],
+        "problem": good["problem"],
+        "solution": good["solution"],
+    }
     dataset = datasets.Dataset.from_dict(rows, features=good.features)
     with pytest.raises(data_lib.DataError, match="row 0: unreadable image"):
         data_lib.validate_counting_dataset(dataset)

@@ -4,6 +4,7 @@ On CPU the decoder runs its step uncompiled (the same function that is CUDA-grap
 greedy tokens must equal `generate`'s exactly. The tiny checkpoints' weights are re-drawn with a larger spread so
 that greedy decoding does not collapse onto one token (a constant output would hide position or cache errors).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -90,7 +91,7 @@ def _inputs(processor, questions, images=True, seed=0):
 def _hf(model, inputs, **kwargs):
     with torch.no_grad():
         out = model.generate(**inputs, **kwargs)
-    return out[:, inputs["input_ids"].shape[1]:]
+    return out[:, inputs["input_ids"].shape[1] :]
 
 
 def _ours(decoder, inputs, **kwargs):
@@ -149,7 +150,7 @@ def test_early_eos_stops_rows_and_pads_after(family_model):
     assert _same_rows(reference, ours, [stop])
     row0 = strip_after_eos(ours, [stop])[0]
     assert row0[-1] == stop and len(row0) <= 4
-    assert ours[0, len(row0):].eq(pad).all()  # finished rows emit padding
+    assert ours[0, len(row0) :].eq(pad).all()  # finished rows emit padding
     # every row finishing early ends the loop at the next check (every 4 steps), not at max_new_tokens
     all_stop = _hf(model, inputs, max_new_tokens=1, do_sample=False, eos_token_id=[-5], pad_token_id=pad)[:, 0]
     kwargs["eos_token_id"] = sorted(set(all_stop.tolist()))
@@ -206,8 +207,9 @@ def test_top_k_1_sampling_equals_greedy(family_model):
 def _draw(logits_row, settings, n=20000, seed=0):
     logits = logits_row.expand(n, -1).clone()
     vocab = logits.shape[-1]
-    processed = process_logits(logits, settings, torch.zeros(vocab, dtype=torch.bool),
-                               torch.zeros(vocab, dtype=torch.bool), torch.tensor(0))
+    processed = process_logits(
+        logits, settings, torch.zeros(vocab, dtype=torch.bool), torch.zeros(vocab, dtype=torch.bool), torch.tensor(0)
+    )
     return choose_tokens(processed, settings, generator=torch.Generator().manual_seed(seed))
 
 
@@ -258,8 +260,9 @@ def test_top_k_and_top_p_never_emit_outside_their_set_and_renormalise():
 
 def test_min_new_tokens_and_suppressed_tokens_are_never_chosen():
     vocab = 12
-    settings = SamplingSettings(max_new_tokens=4, do_sample=False, min_new_tokens=2, eos_token_ids=(0,),
-                                suppress_tokens=(1,))
+    settings = SamplingSettings(
+        max_new_tokens=4, do_sample=False, min_new_tokens=2, eos_token_ids=(0,), suppress_tokens=(1,)
+    )
     suppress = torch.zeros(vocab, dtype=torch.bool)
     suppress[1] = True
     eos = torch.zeros(vocab, dtype=torch.bool)
@@ -274,8 +277,17 @@ def test_unsupported_settings_and_zero3_are_refused():
         resolve_settings(None, max_new_tokens=4, repetition_penalty=1.2)
     with pytest.raises(UnsupportedGeneration, match="max_new_tokens"):
         resolve_settings(None, do_sample=False)
-    settings = resolve_settings(None, max_new_tokens=4, do_sample=True, top_k=0, top_p=1.0, min_p=None,
-                                repetition_penalty=1.0, eos_token_id=[5, 6], suppress_tokens=[7])
+    settings = resolve_settings(
+        None,
+        max_new_tokens=4,
+        do_sample=True,
+        top_k=0,
+        top_p=1.0,
+        min_p=None,
+        repetition_penalty=1.0,
+        eos_token_id=[5, 6],
+        suppress_tokens=[7],
+    )
     assert settings.top_k == 0 and settings.top_p == 1.0 and settings.eos_token_ids == (5, 6)
 
     class Plugin:
@@ -286,8 +298,9 @@ def test_unsupported_settings_and_zero3_are_refused():
     check_zero3(None)
 
 
-def test_training_rollouts_go_through_the_decoder_at_trls_generate_call(tiny_model_dir, scene_data_dir, tmp_path,
-                                                                         monkeypatch):
+def test_training_rollouts_go_through_the_decoder_at_trls_generate_call(
+    tiny_model_dir, scene_data_dir, tmp_path, monkeypatch
+):
     """open_r1.grpo's trainer with fast_decode=eager (the graph decoder uncompiled, on CPU): TRL's rollout path
     calls the decoder instead of HF generate, a round trains, and the cache is allocated once over two rounds."""
     from open_r1 import grpo
@@ -304,7 +317,8 @@ def test_training_rollouts_go_through_the_decoder_at_trls_generate_call(tiny_mod
 
     monkeypatch.setattr(GraphDecoder, "generate", spy)
     script_args, training_args, model_args = grpo.parse_args(
-        recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--fast_decode", "eager", "--max_steps", "2"))[:3]
+        recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--fast_decode", "eager", "--max_steps", "2")
+    )[:3]
     trainer = grpo.build_trainer(script_args, training_args, model_args)
     trainer.train()
     assert len(calls) == 2 and calls[0].do_sample and calls[0].max_new_tokens == training_args.max_completion_length
@@ -313,8 +327,9 @@ def test_training_rollouts_go_through_the_decoder_at_trls_generate_call(tiny_mod
     assert "generate" not in trainer.model.__dict__  # the hook is removed after each call
 
 
-def test_fast_decode_is_taken_under_zero3_and_auto_falls_back_on_cpu(tiny_model_dir, scene_data_dir, tmp_path,
-                                                                     monkeypatch):
+def test_fast_decode_is_taken_under_zero3_and_auto_falls_back_on_cpu(
+    tiny_model_dir, scene_data_dir, tmp_path, monkeypatch
+):
     """Under ZeRO-3 the trainer decodes from a whole-weight copy (tests/test_trainer.py), so nothing is refused."""
     from open_r1 import grpo
     from open_r1 import trainer as trainer_lib
@@ -373,8 +388,12 @@ def _tiny_batch(tiny_model_dir):
 
     processor = AutoProcessor.from_pretrained(tiny_model_dir, padding_side="left")
     model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    texts = [processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text",
-             "text": q}]}], add_generation_prompt=True) for q in QUESTIONS]
+    texts = [
+        processor.apply_chat_template(
+            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": q}]}], add_generation_prompt=True
+        )
+        for q in QUESTIONS
+    ]
     return model, processor, texts, _images(len(texts))
 
 
@@ -433,9 +452,18 @@ def _fixed_logits():
     return torch.stack([peaked, flat, masked, tied])
 
 
-@pytest.mark.parametrize("temperature,top_k,top_p,min_keep", [
-    (1.0, 0, 0.95, 1), (0.7, 0, 0.9, 1), (0.7, 20, 0.95, 1), (1.3, 300, 0.8, 1), (1.0, 0, 0.5, 3), (0.7, 8, 0.9, 2),
-    (1.0, 2999, 0.999, 1)])
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p,min_keep",
+    [
+        (1.0, 0, 0.95, 1),
+        (0.7, 0, 0.9, 1),
+        (0.7, 20, 0.95, 1),
+        (1.3, 300, 0.8, 1),
+        (1.0, 0, 0.5, 3),
+        (0.7, 8, 0.9, 2),
+        (1.0, 2999, 0.999, 1),
+    ],
+)
 def test_top_p_filter_equals_hfs_warpers_on_fixed_logits(temperature, top_k, top_p, min_keep):
     """`top_p_filter` (no sort, no full-vocabulary cumsum: what the compiled step runs) keeps exactly the tokens HF's
     Temperature -> TopK -> TopP warpers keep, on both of its paths (a top-k of at most PAIRWISE_TOP_K compared
@@ -479,8 +507,11 @@ def test_top_p_sampling_runs_inside_the_compiled_step_and_follows_the_filtered_s
     n, vocab = 20000, 12
     shuffled = LOGITS[torch.randperm(vocab, generator=torch.Generator().manual_seed(0))]
     off = torch.zeros(vocab, dtype=torch.bool)
-    for settings in (SamplingSettings(max_new_tokens=1, do_sample=True, temperature=0.7, top_p=0.8),
-                     SamplingSettings(max_new_tokens=1, do_sample=True, temperature=1.5, top_k=6, top_p=0.6)):
+    for settings in (
+        SamplingSettings(max_new_tokens=1, do_sample=True, temperature=0.7, top_p=0.8),
+        SamplingSettings(max_new_tokens=1, do_sample=True, temperature=1.5, top_k=6, top_p=0.6),
+    ):
+
         def sample(x):
             return choose_tokens(process_logits(x, settings, off, off, torch.tensor(0)), settings)
 
@@ -520,8 +551,9 @@ def test_top_p_sampling_uses_the_compiled_decoder_with_no_fallback(tiny_model_di
     assert torch.equal(compiled, eager)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a fallback to HF generate warns
-        generation.generate_texts(model, processor, texts, images, 6, decoder="graph", do_sample=True,
-                                  temperature=0.7, top_p=0.9)
+        generation.generate_texts(
+            model, processor, texts, images, 6, decoder="graph", do_sample=True, temperature=0.7, top_p=0.9
+        )
     decoder = generation.decoder_for(model)
     assert decoder.compile and decoder.calls == 1
     generation.forget_decoders()
@@ -553,8 +585,15 @@ def test_a_tiny_models_suppressed_ids_are_never_sampled_by_generate_or_the_decod
     suppressed = set(unused_token_ids(processor.tokenizer, model.config.get_text_config().vocab_size))
     model.generation_config.suppress_tokens = sorted(suppressed)  # restored below: the fixture is shared
     inputs = _inputs(processor, QUESTIONS, seed=3)
-    kwargs = dict(max_new_tokens=6, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, eos_token_id=[-5],
-                  pad_token_id=processor.tokenizer.pad_token_id)
+    kwargs = dict(
+        max_new_tokens=6,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        eos_token_id=[-5],
+        pad_token_id=processor.tokenizer.pad_token_id,
+    )
     torch.manual_seed(0)
     try:
         hf = _hf(model, inputs, **kwargs)

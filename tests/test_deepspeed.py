@@ -3,6 +3,7 @@ DeepSpeed is not installed (CI; `pip install -e '.[gpu]'` brings it). ZeRO-3 (tr
 (experiments/bench/zero2.json) must train every parameter as the run without DeepSpeed does (ZeRO-3 once dropped the
 vision tower's gradients), and keep, through their fp32 master weights, the small updates that bf16 weights round away.
 """
+
 import importlib.util
 import os
 import socket
@@ -36,28 +37,64 @@ def train(tiny_model_dir, scene_data_dir, out: Path, config: str | None, *extra)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OPEN_R1_ALLOW_CPU": "1", "RANK": "0", "LOCAL_RANK": "0",
-           "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-           "OMP_NUM_THREADS": "1"}
-    argv = ["--model_name_or_path", str(tiny_model_dir), "--dataset_name", os.path.join(scene_data_dir, "train"),
-            "--output_dir", str(out), *FAST_RECIPE, "--learning_rate", "0.01", "--bf16", "false", *extra,
-            *(["--deepspeed", CONFIGS[config]] if config else [])]
-    done = subprocess.run([sys.executable, "-c", RUN, *argv], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
+    env = {
+        **os.environ,
+        "DS_ACCELERATOR": "cpu",
+        "OPEN_R1_ALLOW_CPU": "1",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": "1",
+    }
+    argv = [
+        "--model_name_or_path",
+        str(tiny_model_dir),
+        "--dataset_name",
+        os.path.join(scene_data_dir, "train"),
+        "--output_dir",
+        str(out),
+        *FAST_RECIPE,
+        "--learning_rate",
+        "0.01",
+        "--bf16",
+        "false",
+        *extra,
+        *(["--deepspeed", CONFIGS[config]] if config else []),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return weights(out)
 
 
-BF16 = ("--dtype", "bfloat16", "--bf16", "true", "--max_steps", "16", "--learning_rate", "1e-3",
-        "--lr_scheduler_type", "constant", "--warmup_steps", "0")
+BF16 = (
+    "--dtype",
+    "bfloat16",
+    "--bf16",
+    "true",
+    "--max_steps",
+    "16",
+    "--learning_rate",
+    "1e-3",
+    "--lr_scheduler_type",
+    "constant",
+    "--warmup_steps",
+    "0",
+)
 
 
 @pytest.fixture(scope="module")
 def without_deepspeed(tiny_model_dir, scene_data_dir, tmp_path_factory) -> dict:
     """The runs without DeepSpeed that each config is held against, trained once: fp32 one step, bf16 16 steps."""
     out = tmp_path_factory.mktemp("plain")
-    return {"fp32": train(tiny_model_dir, scene_data_dir, out / "fp32", None),
-            "bf16": train(tiny_model_dir, scene_data_dir, out / "bf16", None, *BF16)}
+    return {
+        "fp32": train(tiny_model_dir, scene_data_dir, out / "fp32", None),
+        "bf16": train(tiny_model_dir, scene_data_dir, out / "bf16", None, *BF16),
+    }
 
 
 def weights(path) -> dict:
@@ -68,8 +105,9 @@ def weights(path) -> dict:
 
 
 @pytest.mark.parametrize("config", ["zero3", "zero2"])
-def test_one_step_trains_every_parameter_as_without_deepspeed(tiny_model_dir, scene_data_dir, tmp_path, config,
-                                                             without_deepspeed):
+def test_one_step_trains_every_parameter_as_without_deepspeed(
+    tiny_model_dir, scene_data_dir, tmp_path, config, without_deepspeed
+):
     start, plain = weights(tiny_model_dir), without_deepspeed["fp32"]
     zero = train(tiny_model_dir, scene_data_dir, tmp_path / config, config)
     assert not [n for n in start if torch.equal(start[n], zero[n])], "parameters that did not change"
@@ -79,8 +117,9 @@ def test_one_step_trains_every_parameter_as_without_deepspeed(tiny_model_dir, sc
 
 
 @pytest.mark.parametrize("config", ["zero3", "zero2"])
-def test_fp32_master_weights_keep_the_updates_bf16_rounds_away(tiny_model_dir, scene_data_dir, tmp_path, config,
-                                                              without_deepspeed):
+def test_fp32_master_weights_keep_the_updates_bf16_rounds_away(
+    tiny_model_dir, scene_data_dir, tmp_path, config, without_deepspeed
+):
     """Steps of 1e-3 on a weight of 1.0 (the RMSNorm's, bf16 spacing 2**-7): each rounds away in bf16 weights, so
     only an fp32 master copy adds them up into a change."""
     plain = without_deepspeed["bf16"]

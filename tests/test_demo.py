@@ -1,5 +1,6 @@
 """The CPU demo (open_r1.tasks.counting.demo): its small-vocabulary model, the shipped warm start, and a short run
 end to end. The demo's numbers are measured in docs/DEMO.md, not asserted here."""
+
 import json
 
 import pytest
@@ -12,16 +13,21 @@ def test_small_vocab_model_keeps_the_special_tokens_consistent(tmp_path):
     tokenizer = processor.tokenizer
     assert len(tokenizer) < 4096 <= 151936  # the point: a small embedding, not the real 151936 rows
     assert model.config.text_config.vocab_size >= len(tokenizer)
-    ids = {name: tokenizer.convert_tokens_to_ids(name) for name in ("<|image_pad|>", "<|im_end|>", "<|endoftext|>",
-                                                                     "<|vision_start|>", "<|vision_end|>")}
+    ids = {
+        name: tokenizer.convert_tokens_to_ids(name)
+        for name in ("<|image_pad|>", "<|im_end|>", "<|endoftext|>", "<|vision_start|>", "<|vision_end|>")
+    }
     assert model.config.image_token_id == ids["<|image_pad|>"]
     assert model.config.vision_start_token_id == ids["<|vision_start|>"]
     assert model.config.vision_end_token_id == ids["<|vision_end|>"]
     assert model.config.text_config.eos_token_id == ids["<|im_end|>"]
     assert ids["<|im_end|>"] in model.generation_config.eos_token_id
     # the chat template renders the image placeholder and the turns like the real checkpoint's
-    text = processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text",
-                                          "text": "How many?"}]}], tokenize=False, add_generation_prompt=True)
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many?"}]}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     assert "<|vision_start|><|image_pad|><|vision_end|>How many?<|im_end|>" in text
 
 
@@ -35,8 +41,9 @@ def test_shipped_warm_start_loads_and_answers_through_the_protocol(scene_data_di
     assert report["command"].startswith("python -m open_r1.tasks.counting.demo --build-start")
     model = load_model(str(start), dtype="float32").eval()
     processor = load_processor(str(start))
-    result = evaluate_dataset(model, processor, load_counting_dataset(f"{scene_data_dir}/val"), name="val",
-                              batch_size=6, progress=False)
+    result = evaluate_dataset(
+        model, processor, load_counting_dataset(f"{scene_data_dir}/val"), name="val", batch_size=6, progress=False
+    )
     # a trained start stops by itself, far inside the 256-token budget (a random model never does)
     assert result.n == 6 and result.truncated_pct == 0.0 and result.mean_completion_tokens < 64
 
@@ -50,8 +57,28 @@ def test_constant_answer_floor_and_noise():
 @pytest.mark.slow
 def test_demo_end_to_end_writes_table_plots_and_json(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert demo.main(["--out", str(out), "--train-size", "16", "--eval-size", "6", "--eval-limit", "6",
-                      "--grpo-steps", "2", "--", "--eval_steps_protocol", "1", "--eval_limit", "4"]) == 0
+    assert (
+        demo.main(
+            [
+                "--out",
+                str(out),
+                "--train-size",
+                "16",
+                "--eval-size",
+                "6",
+                "--eval-limit",
+                "6",
+                "--grpo-steps",
+                "2",
+                "--",
+                "--eval_steps_protocol",
+                "1",
+                "--eval_limit",
+                "4",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "| split | n | start acc % | trained acc % |" in printed
     for split in demo.EVAL_SPLITS:

@@ -1,4 +1,5 @@
 """Export (merge + atomic write + verify) and selfcheck on the tiny Qwen2-VL."""
+
 import json
 import os
 import shutil
@@ -36,8 +37,9 @@ def make_lora_checkpoint(tiny_model_dir, out):
     processor = load_processor(str(tiny_model_dir), max_pixels=12544)
     processor.save_pretrained(out)
     with open(os.path.join(out, "training_meta.json"), "w") as handle:
-        json.dump({"base_model": str(tiny_model_dir), "use_peft": True, "min_pixels": 3136, "max_pixels": 12544},
-                  handle)
+        json.dump(
+            {"base_model": str(tiny_model_dir), "use_peft": True, "min_pixels": 3136, "max_pixels": 12544}, handle
+        )
     return peft_model.merge_and_unload(), processor
 
 
@@ -73,8 +75,11 @@ def test_failed_verification_never_touches_the_submission(tiny_model_dir, tmp_pa
     out = tmp_path / "submission"
     export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
     before = sorted(os.listdir(out))
-    monkeypatch.setattr(export_lib, "verify_submission",
-                        lambda path, generate=True, **kwargs: export_lib.VerifyReport(path, problems=["boom"]))
+    monkeypatch.setattr(
+        export_lib,
+        "verify_submission",
+        lambda path, generate=True, **kwargs: export_lib.VerifyReport(path, problems=["boom"]),
+    )
     with pytest.raises(export_lib.ExportError, match="boom"):
         export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
     assert sorted(os.listdir(out)) == before
@@ -87,8 +92,12 @@ def test_scored_submission_hint_passes_the_set_paths_selfcheck_records(tiny_mode
 
     out = tmp_path / "submission"
     export_lib.export_submission(str(tiny_model_dir), str(out), verify=False, log=lambda *_: None)
-    fake_report(out / "selfcheck.json", out, {"val": 50.0, "ood_val": 50.0},
-                sets_paths={"val": "/data/val", "ood_val": "/data/ood_val"})
+    fake_report(
+        out / "selfcheck.json",
+        out,
+        {"val": 50.0, "ood_val": 50.0},
+        sets_paths={"val": "/data/val", "ood_val": "/data/ood_val"},
+    )
     lines = []
     report = export_lib.export_submission(str(tiny_model_dir), str(out), verify=False, log=lines.append)
     assert report.path != str(out)
@@ -148,8 +157,9 @@ def test_verify_generates_under_the_tasks_protocol(tiny_model_dirs, tmp_path, mo
 
     qwen3 = str(tmp_path / "qwen3")  # saved as the export saves (both processor config layouts)
     source = str(tiny_model_dirs["qwen3_vl"])
-    export_lib.modeling.save_model_dir(export_lib.modeling.load_model(source, dtype="float32"),
-                                       export_lib.modeling.load_processor(source), qwen3)
+    export_lib.modeling.save_model_dir(
+        export_lib.modeling.load_model(source, dtype="float32"), export_lib.modeling.load_processor(source), qwen3
+    )
     prompts = []
     real_prepare = generation_lib.prepare_inputs
 
@@ -208,8 +218,17 @@ def test_selfcheck_batched_equals_one_by_one(tiny_model_dir, scene_data_dir):
         calls.append(text)
         return proxy.plain_count(text)
 
-    plain = evaluate_dataset(model, processor, dataset, batch_size=4, limit=6, max_new_tokens=16, progress=False,
-                             template=proxy.PLAIN_PROMPT, extract=spy)
+    plain = evaluate_dataset(
+        model,
+        processor,
+        dataset,
+        batch_size=4,
+        limit=6,
+        max_new_tokens=16,
+        progress=False,
+        template=proxy.PLAIN_PROMPT,
+        extract=spy,
+    )
     assert sorted(calls) == sorted(r["completion"] for r in plain.records)
     assert [r["prediction"] for r in plain.records] == [proxy.plain_count(r["completion"]) for r in plain.records]
 
@@ -219,7 +238,9 @@ def test_selfcheck_cli_prints_table_and_json(exported, scene_data_dir, tmp_path,
 
     out = tmp_path / "report.json"
     sets = [os.path.join(scene_data_dir, "val"), os.path.join(scene_data_dir, "ood_val")]
-    assert selfcheck.main(["--model", str(exported), "--sets", *sets, "--limit", "3", "--out", str(out), "--quiet"]) == 0
+    assert (
+        selfcheck.main(["--model", str(exported), "--sets", *sets, "--limit", "3", "--out", str(out), "--quiet"]) == 0
+    )
     printed = capsys.readouterr().out
     assert "| val | 3 |" in printed and "| ood_val | 3 |" in printed and "**mean**" in printed
     report = json.loads(out.read_text())

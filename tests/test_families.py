@@ -2,6 +2,7 @@
 
 Each test is parametrised over `family` (tests/conftest.py); each family's tiny checkpoint is built once per session.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,7 +53,7 @@ def test_family_records_and_loading(family, family_model_dir):
     image_processor = processor.image_processor
     assert (image_processor.patch_size * image_processor.merge_size) ** 2 == pixels_per_token
     grid = image_processor(images=_images(1), return_tensors="pt")["image_grid_thw"]
-    assert int(grid.prod()) // image_processor.merge_size ** 2 <= SMALL_PIXELS // pixels_per_token
+    assert int(grid.prod()) // image_processor.merge_size**2 <= SMALL_PIXELS // pixels_per_token
 
 
 def test_lora_targets_match_the_real_module_names(family, family_model_dir):
@@ -82,15 +83,34 @@ def test_unknown_model_type_names_the_supported_families(tmp_path):
 
 # ---- one GRPO step -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["full", "lora", "lora_vision"])
-def test_one_grpo_step_changes_every_trainable_parameter(family, family_model_dir, scene_data_dir, tmp_path,
-                                                         monkeypatch, mode):
+def test_one_grpo_step_changes_every_trainable_parameter(
+    family, family_model_dir, scene_data_dir, tmp_path, monkeypatch, mode
+):
     use_varied_reward(monkeypatch)
     extra = []
     if mode != "full":  # LoRA's B starts at zero, so A gets no gradient on the first step: two steps move both
-        extra = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--max_steps", "2",
-                 "--lora_vision", str(mode == "lora_vision").lower()]
-    args = ["--model_name_or_path", str(family_model_dir), "--dataset_name", os.path.join(scene_data_dir, "train"),
-            "--output_dir", str(tmp_path / "run"), *FAST_RECIPE, *extra]
+        extra = [
+            "--use_peft",
+            "true",
+            "--lora_r",
+            "4",
+            "--lora_alpha",
+            "8",
+            "--max_steps",
+            "2",
+            "--lora_vision",
+            str(mode == "lora_vision").lower(),
+        ]
+    args = [
+        "--model_name_or_path",
+        str(family_model_dir),
+        "--dataset_name",
+        os.path.join(scene_data_dir, "train"),
+        "--output_dir",
+        str(tmp_path / "run"),
+        *FAST_RECIPE,
+        *extra,
+    ]
     script_args, training_args, model_args = grpo.parse_args(args)[:3]
     trainer = grpo.build_trainer(script_args, training_args, model_args)
     assert trainer.dedupe_vision  # the recipe default: the de-duplicating tower trains too
@@ -117,9 +137,15 @@ def test_deduplicated_vision_gives_the_same_loss_and_gradients(family, family_mo
     processor = _processor(family_model_dir, family)
     distinct = _images(2, seed=1)
     images = [distinct[0], distinct[1], distinct[0], distinct[0]]
-    texts = [processor.apply_chat_template(
-        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": f"How many? {i}"}]}],
-        tokenize=False, add_generation_prompt=True) + "<answer> 3 </answer>" for i in range(len(images))]
+    texts = [
+        processor.apply_chat_template(
+            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": f"How many? {i}"}]}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        + "<answer> 3 </answer>"
+        for i in range(len(images))
+    ]
     batch = processor(text=texts, images=images, padding=True, return_tensors="pt")
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
 
@@ -157,16 +183,24 @@ def test_zero3_blocks_are_the_layers_whose_full_backward_hooks_fire(family, fami
     why the tower itself must never be one: its gradients would be lost."""
     processor = _processor(family_model_dir, family)
     images = _images(2, seed=2) * 2
-    texts = [processor.apply_chat_template(
-        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many?"}]}],
-        tokenize=False, add_generation_prompt=True) + "<answer> 3 </answer>"] * len(images)
+    texts = [
+        processor.apply_chat_template(
+            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many?"}]}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        + "<answer> 3 </answer>"
+    ] * len(images)
     batch = processor(text=texts, images=images, padding=True, return_tensors="pt")
     model = modeling.load_model(str(family_model_dir), dtype="float32")
     model.gradient_checkpointing_enable()
     model.train()
     assert vision_dedupe.enable_vision_dedupe(model)
     classes = trainer_lib.zero3_block_classes(model)
-    assert sorted(c.__name__.endswith("DecoderLayer") + 2 * c.__name__.endswith("VisionBlock") for c in classes) == [1, 2]
+    assert sorted(c.__name__.endswith("DecoderLayer") + 2 * c.__name__.endswith("VisionBlock") for c in classes) == [
+        1,
+        2,
+    ]
     fired = set()
     blocks = [m for m in model.modules() if isinstance(m, tuple(classes))]
     for module in [*blocks, families.vision_tower(model)]:
@@ -193,12 +227,19 @@ def test_dedupe_with_all_distinct_images_runs_the_plain_tower(family, family_mod
 @pytest.fixture(scope="module")
 def exported_dirs(tiny_model_dirs, tmp_path_factory):
     """family -> the tiny model exported as a model of its own family (built on first use)."""
+
     class Exported(dict):
         def __missing__(self, family):
             out = tmp_path_factory.mktemp(f"export_{family}") / "submission"
             source = tiny_model_dirs[family]
-            report = export_lib.export_submission(str(source), str(out), min_pixels=modeling.pixels_for_tokens(
-                family, 4), max_pixels=SMALL_PIXELS, log=lambda *_: None, expected_class=None)
+            report = export_lib.export_submission(
+                str(source),
+                str(out),
+                min_pixels=modeling.pixels_for_tokens(family, 4),
+                max_pixels=SMALL_PIXELS,
+                log=lambda *_: None,
+                expected_class=None,
+            )
             assert report.ok and report.loaded_class == EXPECTED[family][0], report.problems
             self[family] = out
             return out
@@ -212,8 +253,9 @@ def _greedy(model_dir, family, tokens=10):
 
     model = modeling.load_model(str(model_dir), dtype="float32").eval()
     processor = _processor(model_dir, family)
-    texts, _, _ = generate_batch(model, processor, [Task().probe_image()], ["How many items are there?"],
-                                 max_new_tokens=tokens)
+    texts, _, _ = generate_batch(
+        model, processor, [Task().probe_image()], ["How many items are there?"], max_new_tokens=tokens
+    )
     return texts[0]
 
 
@@ -240,7 +282,8 @@ def test_verify_passes_for_each_family_and_the_counting_check_names_the_grader_c
     captured = capsys.readouterr()
     if family == "qwen2_vl":
         assert code == 0 and "loads as Qwen2VLForConditionalGeneration (the class the counting grader loads)" in (
-            captured.out)
+            captured.out
+        )
     else:
         assert code == 1
         assert "the counting grader loads Qwen2VLForConditionalGeneration" in captured.err

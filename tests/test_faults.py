@@ -1,6 +1,7 @@
 """Faults injected where users meet them (issue 42): a read-only file system that os.access calls writable (root),
 a full disk during export, Ctrl-C during a swap. Each ends in one true line saying where the models are, and no
 model is lost."""
+
 from __future__ import annotations
 
 import builtins
@@ -71,8 +72,9 @@ def one_error_line(err: str) -> str:
 # ---- a read-only target --------------------------------------------------------------------------------------------
 
 
-def test_read_only_submission_fails_before_the_model_loads(tiny_model_dir, scene_data_dir, tmp_path, read_only,
-                                                           monkeypatch, capsys):
+def test_read_only_submission_fails_before_the_model_loads(
+    tiny_model_dir, scene_data_dir, tmp_path, read_only, monkeypatch, capsys
+):
     from open_r1 import grpo, modeling
 
     def no_load(*args, **kwargs):
@@ -82,15 +84,28 @@ def test_read_only_submission_fails_before_the_model_loads(tiny_model_dir, scene
     (tmp_path / "ro").mkdir()
     read_only(tmp_path / "ro")
     monkeypatch.setenv("SUBMISSION", str(tmp_path / "ro" / "submission"))
-    rc = grpo.cli(["--config", "configs/demo.yaml", "--model_name_or_path", str(tiny_model_dir), "--dataset_name",
-                   os.path.join(scene_data_dir, "train"), "--output_dir", str(tmp_path / "run"), "--use_cpu", "true"])
+    rc = grpo.cli(
+        [
+            "--config",
+            "configs/demo.yaml",
+            "--model_name_or_path",
+            str(tiny_model_dir),
+            "--dataset_name",
+            os.path.join(scene_data_dir, "train"),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--use_cpu",
+            "true",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2, err
     assert f"submission dir: {tmp_path / 'ro'} is not writable: Read-only file system" in one_error_line(err)
 
 
-def test_export_promote_and_scenes_into_a_read_only_place_are_one_line(tiny_model_dir, submission, tmp_path,
-                                                                       read_only, capsys):
+def test_export_promote_and_scenes_into_a_read_only_place_are_one_line(
+    tiny_model_dir, submission, tmp_path, read_only, capsys
+):
     from open_r1 import export, promote
     from open_r1.tasks.counting.scenes import cli as scenes
 
@@ -100,8 +115,12 @@ def test_export_promote_and_scenes_into_a_read_only_place_are_one_line(tiny_mode
     assert export.main(["--checkpoint", str(tiny_model_dir), "--out", str(target), "--no-verify-generate"]) == 2
     assert "cannot write the submission" in one_error_line(capsys.readouterr().err)
     report = fake_report(tmp_path / "r.json", submission, {"val": 90.0})
-    assert promote.main(["--candidate", str(submission), "--report", report, "--submission", str(target),
-                         "--no-verify-generate"]) == 2
+    assert (
+        promote.main(
+            ["--candidate", str(submission), "--report", report, "--submission", str(target), "--no-verify-generate"]
+        )
+        == 2
+    )
     assert "cannot write the submission" in one_error_line(capsys.readouterr().err)
     assert scenes.main(["--out", str(tmp_path / "ro" / "data"), "--splits", "train", "--train", "2"]) == 2
     assert "cannot write --out" in one_error_line(capsys.readouterr().err)
@@ -127,8 +146,12 @@ def test_full_disk_during_export_keeps_the_old_submission(tiny_model_dir, submis
 
     monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
     before = tree_digest(submission)
-    assert export.main(["--checkpoint", str(tiny_model_dir), "--out", str(submission), "--no-verify-generate",
-                        "--replace"]) == 2
+    assert (
+        export.main(
+            ["--checkpoint", str(tiny_model_dir), "--out", str(submission), "--no-verify-generate", "--replace"]
+        )
+        == 2
+    )
     line = one_error_line(capsys.readouterr().err)
     assert "writing the new model failed" in line and "No space left on device" in line
     assert f"{submission} is unchanged" in line
@@ -156,14 +179,16 @@ def ctrl_c_during_swap(monkeypatch):
     signal.signal(signal.SIGINT, previous)
 
 
-def test_ctrl_c_during_export_swap_says_the_new_model_is_in_place(tiny_model_dir, submission, ctrl_c_during_swap,
-                                                                  capsys):
+def test_ctrl_c_during_export_swap_says_the_new_model_is_in_place(
+    tiny_model_dir, submission, ctrl_c_during_swap, capsys
+):
     """The swap finishes (signals are held there); the Ctrl-C then has nothing left to stop: one note, status 0."""
     from open_r1 import export
 
     before = tree_digest(submission)
-    rc = export.main(["--checkpoint", str(tiny_model_dir), "--out", str(submission), "--no-verify-generate",
-                      "--replace"])
+    rc = export.main(
+        ["--checkpoint", str(tiny_model_dir), "--out", str(submission), "--no-verify-generate", "--replace"]
+    )
     captured = capsys.readouterr()
     assert rc == 0 and "Traceback" not in captured.err and "unchanged" not in captured.err
     assert f"note: SIGINT after the new model was in place at {submission}" in captured.err
@@ -181,8 +206,9 @@ def test_ctrl_c_during_promote_swap_finishes_and_says_so(submission, tmp_path, c
     shutil.copytree(submission, candidate)
     os.remove(candidate / "selfcheck.json")
     report = fake_report(tmp_path / "new.json", candidate, {"val": 90.0})
-    rc = promote.main(["--candidate", str(candidate), "--report", report, "--submission", str(submission),
-                       "--no-verify-generate"])
+    rc = promote.main(
+        ["--candidate", str(candidate), "--report", report, "--submission", str(submission), "--no-verify-generate"]
+    )
     captured = capsys.readouterr()
     assert rc == 0 and "Traceback" not in captured.err, captured.err
     assert f"note: SIGINT after the new model was in place at {submission}" in captured.err
@@ -199,8 +225,20 @@ def test_promote_of_an_unmerged_adapter_names_the_users_dir(submission, tmp_path
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(submission)}))
     report = fake_report(tmp_path / "r.json", adapter, {"val": 90.0})
-    assert promote.main(["--candidate", str(adapter), "--report", report, "--submission", str(tmp_path / "new"),
-                         "--no-verify-generate"]) == 2
+    assert (
+        promote.main(
+            [
+                "--candidate",
+                str(adapter),
+                "--report",
+                report,
+                "--submission",
+                str(tmp_path / "new"),
+                "--no-verify-generate",
+            ]
+        )
+        == 2
+    )
     line = one_error_line(capsys.readouterr().err)
     assert f"merge it with python -m open_r1.export --checkpoint {adapter} --out" in line and ".tmp-" not in line
 
@@ -211,8 +249,21 @@ def test_promote_of_an_unmerged_adapter_names_the_users_dir(submission, tmp_path
 def test_scenes_too_small_for_their_objects_are_one_line_from_the_workers(tmp_path):
     from tests.test_bad_input import assert_clean_error, py
 
-    rc, _, err = py("-m", "open_r1.tasks.counting.scenes", "--out", str(tmp_path / "data"), "--splits", "train",
-                    "--train", "40", "--image-size", "32x32", "--workers", "2", "--no-progress")
+    rc, _, err = py(
+        "-m",
+        "open_r1.tasks.counting.scenes",
+        "--out",
+        str(tmp_path / "data"),
+        "--splits",
+        "train",
+        "--train",
+        "40",
+        "--image-size",
+        "32x32",
+        "--workers",
+        "2",
+        "--no-progress",
+    )
     assert_clean_error(rc, err, "error: could not lay out", "use a larger image")
     assert len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "data").exists()
@@ -259,9 +310,12 @@ def test_a_full_disk_while_training_ends_in_one_line_naming_the_fix(monkeypatch,
     from open_r1 import grpo
     from open_r1.errors import user_error
 
-    for cause in (SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
-                  OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/run/checkpoint-6/model.safetensors"),
-                  RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")):  # torch.save
+    for cause in (
+        SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+        OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/run/checkpoint-6/model.safetensors"),
+        RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"),
+    ):  # torch.save
+
         def full(*args, cause=cause):
             try:
                 raise cause
@@ -293,8 +347,12 @@ def test_full_disk_during_promote_keeps_the_submission_and_the_candidate(submiss
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.path.join(dst, "model.safetensors"))
 
     monkeypatch.setattr(shutil, "copytree", full_disk)
-    assert promote.main(["--candidate", str(candidate), "--report", report, "--submission", str(submission),
-                         "--no-verify-generate"]) == 2
+    assert (
+        promote.main(
+            ["--candidate", str(candidate), "--report", report, "--submission", str(submission), "--no-verify-generate"]
+        )
+        == 2
+    )
     line = one_error_line(capsys.readouterr().err)
     assert "No space left on device" in line and f"{submission} is unchanged" in line and str(candidate) in line
     assert tree_digest(submission) == before and sorted(os.listdir(submission.parent)) == ["submission"]

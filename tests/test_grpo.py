@@ -1,4 +1,5 @@
 """GRPO training on the tiny Qwen2-VL: every trainable parameter moves, batching is exact, bad recipes fail clearly."""
+
 import os
 
 import pytest
@@ -8,28 +9,45 @@ from open_r1 import grpo
 from open_r1.modeling import load_model, load_processor
 
 FAST_RECIPE = [
-    "--num_generations", "2",
-    "--per_device_train_batch_size", "4",
-    "--max_completion_length", "8",
-    "--max_steps", "1",
-    "--learning_rate", "0.1",   # large, so a single step moves every parameter measurably
-    "--beta", "0.0",
-    "--logging_steps", "1",
-    "--save_strategy", "no",
-    "--report_to", "none",
-    "--dtype", "float32",
-    "--use_cpu", "true",
-    "--max_pixels", "12544",
-    "--max_train_samples", "8",
-    "--seed", "0",
+    "--num_generations",
+    "2",
+    "--per_device_train_batch_size",
+    "4",
+    "--max_completion_length",
+    "8",
+    "--max_steps",
+    "1",
+    "--learning_rate",
+    "0.1",  # large, so a single step moves every parameter measurably
+    "--beta",
+    "0.0",
+    "--logging_steps",
+    "1",
+    "--save_strategy",
+    "no",
+    "--report_to",
+    "none",
+    "--dtype",
+    "float32",
+    "--use_cpu",
+    "true",
+    "--max_pixels",
+    "12544",
+    "--max_train_samples",
+    "8",
+    "--seed",
+    "0",
 ]
 
 
 def recipe_args(tiny_model_dir, scene_data_dir, tmp_path, *extra):
     return [
-        "--model_name_or_path", str(tiny_model_dir),
-        "--dataset_name", os.path.join(scene_data_dir, "train"),
-        "--output_dir", str(tmp_path / "run"),
+        "--model_name_or_path",
+        str(tiny_model_dir),
+        "--dataset_name",
+        os.path.join(scene_data_dir, "train"),
+        "--output_dir",
+        str(tmp_path / "run"),
         *FAST_RECIPE,
         *extra,
     ]
@@ -95,8 +113,10 @@ def test_batched_logprobs_equal_single_sample_for_mixed_image_sizes(tiny_model_d
     def logps(batch_images, batch_questions):
         from open_r1.tasks.counting.protocol import build_messages
 
-        texts = [processor.apply_chat_template(build_messages(q), tokenize=False, add_generation_prompt=True)
-                 for q in batch_questions]
+        texts = [
+            processor.apply_chat_template(build_messages(q), tokenize=False, add_generation_prompt=True)
+            for q in batch_questions
+        ]
         inputs = processor(text=texts, images=batch_images, padding=True, return_tensors="pt")
         n = len(texts)
         input_ids = torch.cat([inputs["input_ids"], completion.repeat(n, 1)], dim=1)
@@ -104,8 +124,14 @@ def test_batched_logprobs_equal_single_sample_for_mixed_image_sizes(tiny_model_d
         mm_types = torch.cat([inputs["mm_token_type_ids"], torch.zeros(n, completion.shape[1], dtype=torch.long)], 1)
         with torch.no_grad():
             out, _, _ = trainer._get_per_token_logps_and_entropies(
-                trainer.model, input_ids, mask, completion.shape[1], batch_size=n,
-                pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"], num_images=[1] * n,
+                trainer.model,
+                input_ids,
+                mask,
+                completion.shape[1],
+                batch_size=n,
+                pixel_values=inputs["pixel_values"],
+                image_grid_thw=inputs["image_grid_thw"],
+                num_images=[1] * n,
                 mm_token_type_ids=mm_types,
             )
         return out
@@ -150,8 +176,9 @@ def test_reward_weights_must_match_rewards(tiny_model_dir, scene_data_dir, tmp_p
     assert code == 2 and "one weight per reward" in capsys.readouterr().err
 
 
-def test_unknown_loss_type_is_one_clear_error_before_the_model_loads(tiny_model_dir, scene_data_dir, tmp_path, capsys,
-                                                                    monkeypatch):
+def test_unknown_loss_type_is_one_clear_error_before_the_model_loads(
+    tiny_model_dir, scene_data_dir, tmp_path, capsys, monkeypatch
+):
     """TRL refuses a misspelt loss_type only inside its loss, after the model loaded and the first rollouts ran."""
     monkeypatch.setattr(grpo, "build_trainer", lambda *a, **k: pytest.fail("the model was loaded"))
     code = grpo.cli(recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--loss_type", "dapp"))
@@ -180,11 +207,16 @@ def test_one_run_builds_its_task_once_and_loads_each_set_once(tiny_model_dir, sc
     built, loads = [], collections.Counter()
     real_init, real_load = CountingTask.__init__, datasets.load_from_disk
     monkeypatch.setattr(CountingTask, "__init__", lambda self, *a, **k: built.append(1) or real_init(self, *a, **k))
-    monkeypatch.setattr(datasets, "load_from_disk",
-                        lambda path, *a, **k: loads.update([os.path.basename(path)]) or real_load(path, *a, **k))
+    monkeypatch.setattr(
+        datasets,
+        "load_from_disk",
+        lambda path, *a, **k: loads.update([os.path.basename(path)]) or real_load(path, *a, **k),
+    )
     monkeypatch.setattr(VLMGRPOTrainer, "train", lambda self, **kwargs: None)  # the counts, not the step
     eval_sets = [os.path.join(scene_data_dir, name) for name in ("ood_val", "val")]
-    args = recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--eval_sets", *eval_sets, "--eval_steps_protocol", "1")
+    args = recipe_args(
+        tiny_model_dir, scene_data_dir, tmp_path, "--eval_sets", *eval_sets, "--eval_steps_protocol", "1"
+    )
     grpo.main(*grpo.parse_args(args))
     assert len(built) == 1
     assert loads == {"train": 1, "ood_val": 1, "val": 1}
@@ -199,16 +231,30 @@ def test_counting_keys_are_the_counting_tasks_settings(tmp_path):
     assert "prompt_templates" not in {f.name for f in dataclasses.fields(grpo.GRPOScriptArguments)}
     assert "prompt_templates" in {f.name for f in dataclasses.fields(CountingSettings)}
     assert "prompt_templates" in grpo.recipe_keys() and "--prompt_templates" in grpo.short_help()
-    script_args, training_args, _ = grpo.parse_args(["--output_dir", str(tmp_path), "--use_cpu", "true",
-                                                     "--prompt_templates", "eval:1", "--learning_rate", "0.5"])
+    script_args, training_args, _ = grpo.parse_args(
+        ["--output_dir", str(tmp_path), "--use_cpu", "true", "--prompt_templates", "eval:1", "--learning_rate", "0.5"]
+    )
     assert script_args.prompt_templates == ["eval:1"] and training_args.learning_rate == 0.5
     assert script_args.eval_primary is None and script_args.eval_secondary is None  # the task's, at build time
 
 
 def test_the_captioning_eval_keys_its_task_reads_are_recipe_keys(tmp_path):
     """The captioning task's evaluation reads caption_eval_* from the run's arguments: a recipe can set them."""
-    script_args, _, _ = grpo.parse_args(["--output_dir", str(tmp_path), "--use_cpu", "true", "--task", "captioning",
-                                         "--caption_eval_samples", "4", "--caption_eval_temperature", "0.7",
-                                         "--caption_eval_reward_model", "rm_dir"])
+    script_args, _, _ = grpo.parse_args(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--use_cpu",
+            "true",
+            "--task",
+            "captioning",
+            "--caption_eval_samples",
+            "4",
+            "--caption_eval_temperature",
+            "0.7",
+            "--caption_eval_reward_model",
+            "rm_dir",
+        ]
+    )
     assert (script_args.caption_eval_samples, script_args.caption_eval_temperature) == (4, 0.7)
     assert script_args.caption_eval_reward_model == "rm_dir" and script_args.caption_eval_max_new_tokens is None

@@ -1,6 +1,7 @@
 """The humor-r1 chain on CPU (`make humor-demo`: ``python -m standin.captioning.demo``): the stand-in's stages
 (generated data, tiny bases pre-trained from random init, templated traces, a simulated ratings round) around the real
 ones (trace synthesis, SFT + merge, RM + image-blind RM, GRPO through `open_r1.grpo` with `caption_rm`, best-of-N)."""
+
 from __future__ import annotations
 
 import json
@@ -86,7 +87,11 @@ def test_parallel_jobs_split_independent_work():
     assert jobs(stage_rm, load(H200, ["rm.seeds=[0]"])) == [["rm.only=rm"], ["rm.only=rm_blind"]]
     # several RM seeds: one process each, and the blind control (trained once)
     assert jobs(stage_rm, load(H200, ["rm.seeds=[0, 1, 2]"])) == [
-        ["rm.only=rm", "rm.seed=0"], ["rm.only=rm", "rm.seed=1"], ["rm.only=rm", "rm.seed=2"], ["rm.only=rm_blind"]]
+        ["rm.only=rm", "rm.seed=0"],
+        ["rm.only=rm", "rm.seed=1"],
+        ["rm.only=rm", "rm.seed=2"],
+        ["rm.only=rm_blind"],
+    ]
     assert jobs(stage_sft, recipe) is None and jobs(stage_grpo, load(DEMO)) is None
     # every job's overrides parse too (they are the sub-process's --set)
     for job in (jobs(stage_grpo, recipe), jobs(stage_rm, recipe), jobs(stage_pretrain, recipe)):
@@ -100,6 +105,7 @@ def _fake_stages(monkeypatch, events, fail=None):
     from standin.captioning import parallel
 
     for stage in stages(H200):
+
         def run(recipe, name=stage.NAME):
             events.append(("run", name))
             if name == fail:
@@ -148,8 +154,14 @@ def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch)
     _fake_stages(monkeypatch, events)
     summary = parallel.run_pipeline(recipe, stages(H200), ["synthesize", "sft", "rm", "grpo"])
     # the early RM jobs (3 seeds + the blind control) share the cores with this process: 4 jobs + 1
-    assert events == [("launch", "rm", 5), ("run", "synthesize"), ("run", "sft"), ("collect", "rm"),
-                      ("launch", "grpo", None), ("collect", "grpo")]
+    assert events == [
+        ("launch", "rm", 5),
+        ("run", "synthesize"),
+        ("run", "sft"),
+        ("collect", "rm"),
+        ("launch", "grpo", None),
+        ("collect", "grpo"),
+    ]
     assert summary["stages"]["rm"]["result"] == {"stage": "rm"}
     # without synthesize in the run, the RM starts beside the next stage before it
     events.clear()
@@ -184,19 +196,44 @@ def test_the_ratings_stage_is_optional_and_checked(tmp_path):
     assert "ratings" in names(H200) and "ratings" not in names("configs/captioning/standin_cpu_rm.yaml")
     recipe = load(H200, [f"work_dir={tmp_path}"])
     assert vars(recipe.section("ratings")) == {"n": 8, "contests": None, "split": "train_rated"}
-    for bad, match in (("n=0", "ratings.n"), ("n=2.5", "ratings.n"), ("contests=0", "ratings.contests"),
-                       ("split=train", "name a new split"), ("split=a/b", "name a new split"),
-                       ("samples=3", "unknown key")):
+    for bad, match in (
+        ("n=0", "ratings.n"),
+        ("n=2.5", "ratings.n"),
+        ("contests=0", "ratings.contests"),
+        ("split=train", "name a new split"),
+        ("split=a/b", "name a new split"),
+        ("samples=3", "unknown key"),
+    ):
         with pytest.raises(RecipeError, match=match):
             load(H200, [f"ratings.{bad}"])
     with pytest.raises(RecipeError, match="SFT policy .* does not exist: run the sft stage"):  # before any loading
         stage_ratings.run(recipe)
-    table = pipeline.results_markdown({"stages": {"ratings": {"seconds": 1.0, "result": {
-        "samples": 40, "format_rate": 0.25, "counts": {"rated": 9}, "oracle_rated_mean": 0.1,
-        "oracle_candidates_mean": -0.2, "pairs": 500, "pairs_with_a_rated_caption": 30,
-        "pairs_of_two_rated_captions": 2, "split": "/w/data/train_rated"}}}, "total_seconds": 1.0}, stages(H200))
-    assert ("40 samples of the SFT policy, format 25.0 %, 9 new captions rated (oracle mean 0.100, the candidates' "
-            "-0.200); 30 of the RM's 500 training pairs (2 of two rated captions) in split `train_rated`") in table
+    table = pipeline.results_markdown(
+        {
+            "stages": {
+                "ratings": {
+                    "seconds": 1.0,
+                    "result": {
+                        "samples": 40,
+                        "format_rate": 0.25,
+                        "counts": {"rated": 9},
+                        "oracle_rated_mean": 0.1,
+                        "oracle_candidates_mean": -0.2,
+                        "pairs": 500,
+                        "pairs_with_a_rated_caption": 30,
+                        "pairs_of_two_rated_captions": 2,
+                        "split": "/w/data/train_rated",
+                    },
+                }
+            },
+            "total_seconds": 1.0,
+        },
+        stages(H200),
+    )
+    assert (
+        "40 samples of the SFT policy, format 25.0 %, 9 new captions rated (oracle mean 0.100, the candidates' "
+        "-0.200); 30 of the RM's 500 training pairs (2 of two rated captions) in split `train_rated`"
+    ) in table
 
 
 def test_a_missing_input_fails_before_any_stage_runs_naming_the_stage_to_run(tmp_path, capsys):
@@ -243,15 +280,21 @@ def test_a_missing_input_fails_before_any_stage_runs_naming_the_stage_to_run(tmp
     real = pipeline.STAGES
     from open_r1.tasks.captioning.config import parse_recipe
 
-    plain = parse_recipe("configs/captioning/real_qwen3vl2b.yaml", [f"work_dir={tmp_path}/real",
-                         f"data_dir={tmp_path}/none", f"models.policy={paths.policy_base}"], real)
-    with pytest.raises(RecipeError, match="the train split .* does not exist: prepare the data with "
-                       "open-r1-caption-prepare and set data_dir"):
+    plain = parse_recipe(
+        "configs/captioning/real_qwen3vl2b.yaml",
+        [f"work_dir={tmp_path}/real", f"data_dir={tmp_path}/none", f"models.policy={paths.policy_base}"],
+        real,
+    )
+    with pytest.raises(
+        RecipeError,
+        match="the train split .* does not exist: prepare the data with open-r1-caption-prepare and set data_dir",
+    ):
         pipeline.preflight(plain, real, ["synthesize"])
     # a policy named in the recipe is not made by a stage: the fix is the key
     with pytest.raises(RecipeError, match=r"the policy 'mine' .*nowhere does not exist: set eval.policies to"):
-        pipeline.preflight(load(H200, [f"work_dir={tmp_path}", f"eval.policies={{mine: {tmp_path}/nowhere}}"]),
-                           chain, ["eval"])
+        pipeline.preflight(
+            load(H200, [f"work_dir={tmp_path}", f"eval.policies={{mine: {tmp_path}/nowhere}}"]), chain, ["eval"]
+        )
     # beneath the stages: a missing dir is named as such (transformers would call it an invalid hub repo id)
     with pytest.raises(ModelError, match=f"processor directory {tmp_path}/nowhere does not exist"):
         modeling.load_processor(f"{tmp_path}/nowhere")
@@ -318,12 +361,27 @@ def test_grpo_checks_separate_point_estimates_from_cis():
     def ci(diff, lo, hi):
         return {"diff": diff, "lo": lo, "hi": hi}
 
-    summary = {"splits": {"test": {"vs_baseline": {
-        "grpo_s0": {"fail_as_zero": ci(0.17, 0.12, 0.21), "oracle_emitted": ci(0.2, 0.05, 0.4),
-                    "oracle_fail_as_worst": ci(-0.1, -0.3, 0.1), "oracle_pick": ci(0.3, -1, 1)},
-        "grpo_s1": {"fail_as_zero": ci(0.17, 0.12, 0.21), "oracle_emitted": ci(0.001, -0.4, 0.4),
-                    "oracle_fail_as_worst": ci(0.9, 0.5, 1.3), "oracle_pick": None},
-        "base": {"fail_as_zero": ci(-0.1, -0.2, 0.0), "oracle_emitted": ci(-1, -2, 0)}}}}}
+    summary = {
+        "splits": {
+            "test": {
+                "vs_baseline": {
+                    "grpo_s0": {
+                        "fail_as_zero": ci(0.17, 0.12, 0.21),
+                        "oracle_emitted": ci(0.2, 0.05, 0.4),
+                        "oracle_fail_as_worst": ci(-0.1, -0.3, 0.1),
+                        "oracle_pick": ci(0.3, -1, 1),
+                    },
+                    "grpo_s1": {
+                        "fail_as_zero": ci(0.17, 0.12, 0.21),
+                        "oracle_emitted": ci(0.001, -0.4, 0.4),
+                        "oracle_fail_as_worst": ci(0.9, 0.5, 1.3),
+                        "oracle_pick": None,
+                    },
+                    "base": {"fail_as_zero": ci(-0.1, -0.2, 0.0), "oracle_emitted": ci(-1, -2, 0)},
+                }
+            }
+        }
+    }
     checks = oracle_eval.grpo_checks(summary)
     assert set(checks) == {"grpo_s0", "grpo_s1"}  # only GRPO runs are checked
     assert checks["grpo_s0"]["test"]["both_up"] and checks["grpo_s0"]["test"]["both_up_ci"]
@@ -331,19 +389,36 @@ def test_grpo_checks_separate_point_estimates_from_cis():
     # the second oracle measure is checked on its own
     assert not checks["grpo_s0"]["test"]["both_up_worst"] and not checks["grpo_s0"]["test"]["both_up_worst_ci"]
     assert checks["grpo_s1"]["test"]["both_up_worst"] and checks["grpo_s1"]["test"]["both_up_worst_ci"]
-    table = pipeline.results_markdown({"stages": {"eval": {"seconds": 2.0, "result": {"extra_markdown": oracle_eval.grpo_markdown(checks)}},
-                                                  "rm": {"seconds": 3.0, "result": {}}}, "total_seconds": 2.0})
-    assert ("| grpo_s1 | test | 0.170 [0.120, 0.210] | 0.001 [-0.400, 0.400] | 0.900 [0.500, 1.300] | – "
-            "| yes / no | yes / yes |") in table
+    table = pipeline.results_markdown(
+        {
+            "stages": {
+                "eval": {"seconds": 2.0, "result": {"extra_markdown": oracle_eval.grpo_markdown(checks)}},
+                "rm": {"seconds": 3.0, "result": {}},
+            },
+            "total_seconds": 2.0,
+        }
+    )
+    assert (
+        "| grpo_s1 | test | 0.170 [0.120, 0.210] | 0.001 [-0.400, 0.400] | 0.900 [0.500, 1.300] | – "
+        "| yes / no | yes / yes |"
+    ) in table
     assert "stages 5 s in all (the last invocation 2 s)" in table
 
 
 def test_pretraining_rows_of_the_exposure_scenes(tmp_path):
     from standin.captioning import stage_data, stage_pretrain
 
-    sets = [f"work_dir={tmp_path}", "data.contests=4", "data.ood_contests=1", "data.pretrain_ood_contests=2",
-            "data.pretrain_main_contests=2", "data.captions=6", "data.image_size=96x64", "data.workers=1",
-            "data.max_objects=4"]
+    sets = [
+        f"work_dir={tmp_path}",
+        "data.contests=4",
+        "data.ood_contests=1",
+        "data.pretrain_ood_contests=2",
+        "data.pretrain_main_contests=2",
+        "data.captions=6",
+        "data.image_size=96x64",
+        "data.workers=1",
+        "data.max_objects=4",
+    ]
     recipe = load(DEMO, sets)
     info = stage_data.run(recipe)
     assert info["splits"]["main_pretrain"]["contests"] == 2 and info["splits"]["ood_pretrain"]["contests"] == 2
@@ -361,13 +436,21 @@ def test_pretraining_rows_of_the_exposure_scenes(tmp_path):
 
 
 def test_the_start_policy_is_copied_instead_of_pre_training(tmp_path):
-    """``pretrain.policy.start``: the shipped start policy becomes the base policy (no pre-training from random init)."""
+    """``pretrain.policy.start``: the shipped start policy becomes the base policy (no pre-training from random
+    init)."""
     from open_r1.tiny_models import build_tiny
     from standin.captioning import stage_pretrain
 
     start = build_tiny("qwen3_vl", tmp_path / "start")
-    recipe = load(DEMO, [f"work_dir={tmp_path / 'w'}", f"pretrain.policy.start={start}", "pretrain.only=policy",
-                         "pretrain.policy.probe_limit=0"])
+    recipe = load(
+        DEMO,
+        [
+            f"work_dir={tmp_path / 'w'}",
+            f"pretrain.policy.start={start}",
+            "pretrain.only=policy",
+            "pretrain.policy.probe_limit=0",
+        ],
+    )
     report = stage_pretrain.pretrain_one(recipe, "policy")
     assert report == {"start": str(start), "out": recipe.paths.policy_base}
     assert sorted(os.listdir(recipe.paths.policy_base)) == sorted(os.listdir(start))
@@ -385,8 +468,13 @@ def test_the_demo_starts_from_the_shipped_policy_which_writes_the_format(tmp_pat
     from open_r1.tasks.captioning import evaluate, pipeline, stage_eval
     from standin.captioning import stage_data, stage_pretrain
 
-    sets = [f"work_dir={tmp_path}", "data.pretrain_ood_contests=0", "data.workers=1", "pretrain.only=policy",
-            "pretrain.policy.probe_limit=0"]
+    sets = [
+        f"work_dir={tmp_path}",
+        "data.pretrain_ood_contests=0",
+        "data.workers=1",
+        "pretrain.only=policy",
+        "pretrain.policy.probe_limit=0",
+    ]
     recipe = load(DEMO, sets)
     pipeline.preflight(recipe, stages(), ["data", "pretrain"])
     stage_data.run(recipe)
@@ -405,8 +493,10 @@ def test_the_demo_starts_from_the_shipped_policy_which_writes_the_format(tmp_pat
     assert len(records) == 8 and sampling["temperature"] == 1.0 and sampling["max_new_tokens"] == 64
     assert sum(r["caption"] is not None for r in records) >= 2, [r["completion"] for r in records]
     missing = load(DEMO, [*sets, f"pretrain.policy.start={tmp_path}/nowhere"])
-    with pytest.raises(RecipeError, match=f"the policy start {tmp_path}/nowhere does not exist: set "
-                                          "pretrain.policy.start to an existing one"):
+    with pytest.raises(
+        RecipeError,
+        match=f"the policy start {tmp_path}/nowhere does not exist: set pretrain.policy.start to an existing one",
+    ):
         pipeline.preflight(missing, stages(), ["data", "pretrain"])
 
 
@@ -415,7 +505,9 @@ def test_only_the_policy_suppresses_unused_ids_unless_the_recipe_says_otherwise(
     from standin.captioning import stage_pretrain
 
     recipe = load(DEMO)
-    assert stage_pretrain.suppress_unused(recipe, "policy") and not stage_pretrain.suppress_unused(recipe, "rm_backbone")
+    assert stage_pretrain.suppress_unused(recipe, "policy") and not stage_pretrain.suppress_unused(
+        recipe, "rm_backbone"
+    )
     assert not stage_pretrain.suppress_unused(load(DEMO, ["pretrain.policy.suppress_unused_tokens=false"]), "policy")
     with pytest.raises(RecipeError, match="pretrain.rm_backbone.suppress_unused_tokens must be true or false"):
         load(DEMO, ["pretrain.rm_backbone.suppress_unused_tokens=yes please"])
@@ -426,8 +518,11 @@ def test_unknown_pretrain_keys_fail_when_the_recipe_is_read():
 
     with pytest.raises(RecipeError, match=r"pretrain\.max_steps"):  # a model's key one level too high
         load(DEMO, ["pretrain.max_steps=30"])
-    with pytest.raises(RecipeError, match=r"pretrain\.rm_backbone\.max_step \(did you mean "
-                       r"pretrain\.rm_backbone\.max_steps\?\)"):
+    with pytest.raises(
+        RecipeError,
+        match=r"pretrain\.rm_backbone\.max_step \(did you mean "
+        r"pretrain\.rm_backbone\.max_steps\?\)",
+    ):
         load(DEMO, ["pretrain.rm_backbone.max_step=30"])
 
 
@@ -445,8 +540,11 @@ def test_open_r1_never_imports_the_standin():
     import pathlib
     import re
 
-    found = [str(p) for p in pathlib.Path("open_r1").rglob("*.py")
-             if re.search(r"^\s*(from|import)\s+standin\b", p.read_text(), re.M)]
+    found = [
+        str(p)
+        for p in pathlib.Path("open_r1").rglob("*.py")
+        if re.search(r"^\s*(from|import)\s+standin\b", p.read_text(), re.M)
+    ]
     assert found == []
 
 
@@ -457,13 +555,26 @@ def test_humor_demo_end_to_end(tmp_path):
 
     overrides = [
         f"work_dir={tmp_path / 'run'}",
-        "data.contests=10", "data.ood_contests=2", "data.pretrain_ood_contests=2",
-        "data.pretrain_main_contests=2", "data.captions=10",
-        "pretrain.policy.max_steps=1", "pretrain.rm_backbone.max_steps=1",
-        "synthesize.limit=2", "synthesize.max_new_tokens=8", "traces.template=first_sentence",
-        "sft.max_steps=1", "rm.max_steps=2", "rm.eval_cap_per_contest=4", "rm.seeds=[0, 1]",
-        "grpo.max_steps=2", "grpo.max_completion_length=16", "grpo.logging_steps=5",
-        "eval.n=2", "eval.limit=1", "eval.max_new_tokens=16",
+        "data.contests=10",
+        "data.ood_contests=2",
+        "data.pretrain_ood_contests=2",
+        "data.pretrain_main_contests=2",
+        "data.captions=10",
+        "pretrain.policy.max_steps=1",
+        "pretrain.rm_backbone.max_steps=1",
+        "synthesize.limit=2",
+        "synthesize.max_new_tokens=8",
+        "traces.template=first_sentence",
+        "sft.max_steps=1",
+        "rm.max_steps=2",
+        "rm.eval_cap_per_contest=4",
+        "rm.seeds=[0, 1]",
+        "grpo.max_steps=2",
+        "grpo.max_completion_length=16",
+        "grpo.logging_steps=5",
+        "eval.n=2",
+        "eval.limit=1",
+        "eval.max_new_tokens=16",
     ]
     recipe = load(DEMO, overrides)
     recipe.oracle = oracle_eval
@@ -483,7 +594,9 @@ def test_humor_demo_end_to_end(tmp_path):
     import datasets
 
     traces = datasets.load_from_disk(str(root / "traces" / "train_top_k")).select_columns(["scene_meta", "thinking"])
-    assert [r["thinking"] for r in traces] == [cartoons.templated_thinking(r, template="first_sentence") for r in traces]
+    assert [r["thinking"] for r in traces] == [
+        cartoons.templated_thinking(r, template="first_sentence") for r in traces
+    ]
     assert "A good" not in traces[0]["thinking"]
     # every stage left its artefact: full model dirs (LoRA merged), the RM dirs, the eval tables
     for model in ("policy-base", "rm-backbone", "policy-sft", "policy-grpo-seed0"):
@@ -515,8 +628,9 @@ def test_humor_demo_end_to_end(tmp_path):
     assert val[kept] == max(val.values()) and rm_result["rm"]["selected"]["val_accuracy"] == val
     kept_meta = json.loads((root / "models" / "rm" / "reward_model.json").read_text())
     assert kept_meta["seed"] == kept and (root / "models" / f"rm-s{1 - kept}" / "reward_model.json").is_file()
-    assert ((root / "models" / "rm" / "reward_head.safetensors").read_bytes()
-            == (root / "models" / f"rm-s{kept}" / "reward_head.safetensors").read_bytes())
+    assert (root / "models" / "rm" / "reward_head.safetensors").read_bytes() == (
+        root / "models" / f"rm-s{kept}" / "reward_head.safetensors"
+    ).read_bytes()
     # both bases were probed on held-out scenes: does it name the odd value (a share, with the answers it gave)
     for which in ("policy", "rm_backbone"):
         probe = summary["stages"]["pretrain"]["result"][which]["perception"]
@@ -548,17 +662,21 @@ def test_rm_stage_keeps_a_seed_whenever_one_process_trains_them_all(tmp_path, mo
     from open_r1.tasks.captioning import stage_rm
 
     trained, finished = [], []
-    monkeypatch.setattr(stage_rm, "train_one", lambda recipe, blind, seed=None: trained.append((blind, seed)) or
-                        {"seed": seed, "blind": blind})
+    monkeypatch.setattr(
+        stage_rm,
+        "train_one",
+        lambda recipe, blind, seed=None: trained.append((blind, seed)) or {"seed": seed, "blind": blind},
+    )
     monkeypatch.setattr(stage_rm, "finish", lambda recipe, report: finished.append(sorted(report)) or report)
     monkeypatch.setattr(stage_rm, "inputs", lambda recipe: {})  # no backbone or data on disk here
     base = [f"work_dir={tmp_path}", "rm.seeds=[0, 1]"]
-    for extra, jobs, choice in ((["rm.only=rm"], [(False, 0), (False, 1)], [["rm_s0", "rm_s1"]]),
-                                ([], [(False, 0), (False, 1), (True, 0)], [["rm_blind", "rm_s0", "rm_s1"]]),
-                                (["rm.only=rm", "rm.seed=1"], [(False, 1)], []),
-                                (["rm.only=rm_blind"], [(True, 0)], [])):
+    for extra, jobs, choice in (
+        (["rm.only=rm"], [(False, 0), (False, 1)], [["rm_s0", "rm_s1"]]),
+        ([], [(False, 0), (False, 1), (True, 0)], [["rm_blind", "rm_s0", "rm_s1"]]),
+        (["rm.only=rm", "rm.seed=1"], [(False, 1)], []),
+        (["rm.only=rm_blind"], [(True, 0)], []),
+    ):
         trained.clear()
         finished.clear()
         stage_rm.run(load(H200, base + extra))
         assert trained == jobs and finished == choice, extra
-

@@ -1,5 +1,6 @@
 """open_r1.image_dedupe: each distinct image preprocessed once per call, the last call's rows reused, outputs equal
 to the library processor's, and nothing of it in a saved processor."""
+
 import json
 
 import numpy as np

@@ -1,5 +1,6 @@
 """The package's shape: no import circle (function-level imports counted), few project imports inside functions, each
 with its reason, no `sys.path` edits, and selfcheck on the grader's protocol."""
+
 from __future__ import annotations
 
 import ast
@@ -58,8 +59,9 @@ def _imports(path: Path, name: str, paths: dict, everywhere: bool):
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
-            targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in paths else module
-                       for alias in node.names]
+            targets = [
+                f"{module}.{alias.name}" if f"{module}.{alias.name}" in paths else module for alias in node.names
+            ]
         else:
             continue
         yield node, {t for t in targets if t in paths and t != name}, in_function
@@ -72,8 +74,9 @@ def _modules(root: Path, package: str) -> dict[str, Path]:
 def import_graph(root: Path = ROOT, package: str = PACKAGE, everywhere: bool = False) -> dict[str, set[str]]:
     """module -> package modules it imports at module level, or anywhere in its code with `everywhere`."""
     paths = _modules(root, package)
-    return {name: set().union(*(t for _, t, _ in _imports(path, name, paths, everywhere)))
-            for name, path in paths.items()}
+    return {
+        name: set().union(*(t for _, t, _ in _imports(path, name, paths, everywhere))) for name, path in paths.items()
+    }
 
 
 def function_level_imports(root: Path = ROOT, package: str = PACKAGE) -> list[tuple[str, int, bool]]:
@@ -84,7 +87,7 @@ def function_level_imports(root: Path = ROOT, package: str = PACKAGE) -> list[tu
         lines = path.read_text().splitlines()
         for node, targets, in_function in _imports(path, name, paths, everywhere=True):
             if in_function and targets:
-                commented = any("#" in line for line in lines[node.lineno - 1: node.end_lineno])
+                commented = any("#" in line for line in lines[node.lineno - 1 : node.end_lineno])
                 found.append((f"{path.relative_to(root)}:{node.lineno}", commented))
     return found
 
@@ -158,7 +161,8 @@ def test_few_project_imports_inside_functions_each_with_its_reason():
     found = function_level_imports()
     assert len(found) <= MAX_FUNCTION_LEVEL_IMPORTS, (
         f"{len(found)} imports of open_r1 inside functions (at most {MAX_FUNCTION_LEVEL_IMPORTS}): move them to the "
-        f"module's top: {[where for where, _ in found]}")
+        f"module's top: {[where for where, _ in found]}"
+    )
     silent = [where for where, commented in found if not commented]
     assert not silent, f"imports of open_r1 inside functions without a comment saying why: {silent}"
 
@@ -180,8 +184,11 @@ def task_imports_of_the_engine(root: Path = ROOT, package: str = PACKAGE) -> dic
                 targets = [node.module]
                 if node.module == f"{package}.tasks":  # `from pkg.tasks import counting` names a task folder
                     tasks_dir = root / package / "tasks"
-                    targets += [f"{node.module}.{alias.name}" for alias in node.names
-                                if (tasks_dir / alias.name).is_dir() or (tasks_dir / f"{alias.name}.py").is_file()]
+                    targets += [
+                        f"{node.module}.{alias.name}"
+                        for alias in node.names
+                        if (tasks_dir / alias.name).is_dir() or (tasks_dir / f"{alias.name}.py").is_file()
+                    ]
             hits += [t for t in targets if t.startswith(f"{package}.tasks.")]
         if hits:
             found[name] = sorted(set(hits))
@@ -194,8 +201,10 @@ def test_the_engine_knows_no_task(tmp_path):
     (pkg / "engine.py").write_text("from pkg.tasks import get_task\ndef f():\n    from pkg.tasks.counting import p\n")
     (pkg / "other.py").write_text("from pkg.tasks import counting, get_task\nimport pkg.tasks.counting.p\n")
     (pkg / "tasks" / "counting" / "p.py").write_text("from pkg import engine\n")
-    assert task_imports_of_the_engine(tmp_path, "pkg") == {"pkg.engine": ["pkg.tasks.counting"],
-                                                           "pkg.other": ["pkg.tasks.counting", "pkg.tasks.counting.p"]}
+    assert task_imports_of_the_engine(tmp_path, "pkg") == {
+        "pkg.engine": ["pkg.tasks.counting"],
+        "pkg.other": ["pkg.tasks.counting", "pkg.tasks.counting.p"],
+    }
     # the engine reaches a task only through the registry (open_r1.tasks.get_task, the reward registry)
     assert task_imports_of_the_engine() == {}
 
@@ -208,14 +217,18 @@ def test_no_sys_path_edits_in_the_repo():
         if path == Path(__file__).resolve():
             continue
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if (isinstance(node, ast.Attribute) and node.attr in {"insert", "append", "extend"}
-                    and ast.unparse(node.value) == "sys.path"):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in {"insert", "append", "extend"}
+                and ast.unparse(node.value) == "sys.path"
+            ):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, f"sys.path edits (use python -m or [project.scripts] entry points): {offenders}"
 
 
-def test_selfcheck_generates_with_exactly_the_protocols_new_token_budget(tiny_model_dir, scene_data_dir, tmp_path,
-                                                                        monkeypatch):
+def test_selfcheck_generates_with_exactly_the_protocols_new_token_budget(
+    tiny_model_dir, scene_data_dir, tmp_path, monkeypatch
+):
     """The grader decodes 256 new tokens: selfcheck must hand exactly protocol.EVAL_MAX_NEW_TOKENS to generate."""
     from transformers import GenerationMixin
 
@@ -233,10 +246,36 @@ def test_selfcheck_generates_with_exactly_the_protocols_new_token_budget(tiny_mo
 
     monkeypatch.setattr(GenerationMixin, "generate", spy)
     sets = [str(Path(scene_data_dir) / "val")]
-    code = selfcheck.main(["--model", str(tiny_model_dir), "--sets", *sets, "--limit", "2", "--out",
-                           str(tmp_path / "report.json"), "--quiet", "--device", "cpu", "--decoder", "hf"]
-                          if "--decoder" in Path(selfcheck.__file__).read_text() else
-                          ["--model", str(tiny_model_dir), "--sets", *sets, "--limit", "2", "--out",
-                           str(tmp_path / "report.json"), "--quiet", "--device", "cpu"])
+    code = selfcheck.main(
+        [
+            "--model",
+            str(tiny_model_dir),
+            "--sets",
+            *sets,
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path / "report.json"),
+            "--quiet",
+            "--device",
+            "cpu",
+            "--decoder",
+            "hf",
+        ]
+        if "--decoder" in Path(selfcheck.__file__).read_text()
+        else [
+            "--model",
+            str(tiny_model_dir),
+            "--sets",
+            *sets,
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path / "report.json"),
+            "--quiet",
+            "--device",
+            "cpu",
+        ]
+    )
     assert code == 0
     assert seen and set(seen) == {protocol.EVAL_MAX_NEW_TOKENS}, seen

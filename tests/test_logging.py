@@ -1,6 +1,7 @@
 """`report_to: tensorboard` works offline: a tiny GRPO run writes an event file with the reward curve in it.
 
 tensorboard is in the `dev` extra (and the `tensorboard` one), so CI runs this; nothing here reaches a network."""
+
 import os
 
 from open_r1 import grpo
@@ -17,8 +18,12 @@ def test_report_to_tensorboard_writes_the_reward_curve(tiny_model_dir, scene_dat
     trainer.train()
 
     run_dir = tmp_path / "run"
-    events = [os.path.join(root, name) for root, _, names in os.walk(run_dir) for name in names
-              if name.startswith("events.out.tfevents")]
+    events = [
+        os.path.join(root, name)
+        for root, _, names in os.walk(run_dir)
+        for name in names
+        if name.startswith("events.out.tfevents")
+    ]
     assert events, f"no TensorBoard event file under {run_dir}"
     accumulator = EventAccumulator(os.path.dirname(events[0]))
     accumulator.Reload()

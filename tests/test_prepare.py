@@ -1,5 +1,6 @@
 """open-r1-caption-prepare on a fixture in the real layouts, written here: the prepared splits load, and their top-k
 rows and 3-sigma pairs equal a plain-Python computation over the fixture's rows; every planted case is counted."""
+
 from __future__ import annotations
 
 import csv
@@ -21,42 +22,81 @@ CURLY = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'}
 
 def _row(caption, mean, se, votes, mismatch=False):
     funny = votes // 3
-    return {"caption": caption, "mean": mean, "precision": se, "votes": votes, "not_funny": votes - 2 * funny,
-            "somewhat_funny": funny, "funny": funny + (1 if mismatch else 0)}
+    return {
+        "caption": caption,
+        "mean": mean,
+        "precision": se,
+        "votes": votes,
+        "not_funny": votes - 2 * funny,
+        "somewhat_funny": funny,
+        "funny": funny + (1 if mismatch else 0),
+    }
 
 
 def _random_rows(rng, prefix, n, means):
-    return [_row(f"{prefix} joke {i}", means.pop(), round(rng.uniform(0.01, 0.15), 4), rng.randint(10, 300))
-            for i in range(n)]
+    return [
+        _row(f"{prefix} joke {i}", means.pop(), round(rng.uniform(0.01, 0.15), 4), rng.randint(10, 300))
+        for i in range(n)
+    ]
 
 
 def fixture_contests(seed=0):
     """{contest: [(algorithm or '', header, rows)]} plus the planted counts."""
     rng = random.Random(seed)
-    means = [round(1 + (i + 0.5) / 1000, 4) for i in range(600)]  # below the planted tops, never equal to a planted mean
+    means = [
+        round(1 + (i + 0.5) / 1000, 4) for i in range(600)
+    ]  # below the planted tops, never equal to a planted mean
     rng.shuffle(means)  # distinct means: the only ties are the planted ones
     planted = {
-        "multi_line_captions": 1, "nfc_changed": 1, "curly_quotes": 2, "empty_captions": 1, "duplicate_groups": 2,
-        "duplicate_rows_merged": 3, "max_copies": 3, "vote_count_mismatches": 2, "contests_with_several_files": 1,
-        "algorithm_files_dropped": 1, "tied_captions": 3, "top_k_cut_in_tie": 1, "contests_without_cartoon": 1,
-        "captions_below_min_votes": 2, "non_finite_rows": 1, "contests_below_min_captions": 1, "contests_without_description": 2,
+        "multi_line_captions": 1,
+        "nfc_changed": 1,
+        "curly_quotes": 2,
+        "empty_captions": 1,
+        "duplicate_groups": 2,
+        "duplicate_rows_merged": 3,
+        "max_copies": 3,
+        "vote_count_mismatches": 2,
+        "contests_with_several_files": 1,
+        "algorithm_files_dropped": 1,
+        "tied_captions": 3,
+        "top_k_cut_in_tie": 1,
+        "contests_without_cartoon": 1,
+        "captions_below_min_votes": 2,
+        "non_finite_rows": 1,
+        "contests_below_min_captions": 1,
+        "contests_without_description": 2,
     }
     odd = [
         _row("Line one\nline two", 1.25, 0.05, 40),
         _row("Cafe\u0301 au lait", 1.35, 0.05, 40),
         _row("\u201cWho\u2019s there?\u201d", 1.45, 0.04, 50),
-        _row("Same joke.", 1.6, 0.05, 40), _row("Same joke.", 1.4, 0.03, 60, mismatch=True),
+        _row("Same joke.", 1.6, 0.05, 40),
+        _row("Same joke.", 1.4, 0.03, 60, mismatch=True),
         _row("Same joke.", 1.5, 0.02, 100),
-        _row("Quote \u2018me\u2019.", 1.2, 0.06, 30), _row("Quote 'me'.", 1.3, 0.04, 70, mismatch=True),
+        _row("Quote \u2018me\u2019.", 1.2, 0.06, 30),
+        _row("Quote 'me'.", 1.3, 0.04, 70, mismatch=True),
         _row("   ", 1.1, 0.1, 20),
     ]
-    ties = [_row("Tie X", 1.7, 0.03, 50), _row("Tie Y", 1.7, 0.03, 80), _row("Tie Z", 1.7, 0.03, 80),
-            _row("Top one", 1.9, 0.02, 200), _row("Top two", 1.8, 0.02, 200)]
+    ties = [
+        _row("Tie X", 1.7, 0.03, 50),
+        _row("Tie Y", 1.7, 0.03, 80),
+        _row("Tie Z", 1.7, 0.03, 80),
+        _row("Top one", 1.9, 0.02, 200),
+        _row("Top two", 1.8, 0.02, 200),
+    ]
     low_votes = [_row("Few votes a", 1.95, 0.2, 4), _row("Few votes b", 1.05, 0.2, 3), _row("No stats", 1.5, "nan", 1)]
     contests = {
-        500: [("LilUCB", OLD, _random_rows(rng, "500L", 24, means)),
-              ("RoundRobin", OLD, [dict(r, votes=5, not_funny=5, somewhat_funny=0, funny=0)
-                                   for r in _random_rows(rng, "500R", 24, means)])],
+        500: [
+            ("LilUCB", OLD, _random_rows(rng, "500L", 24, means)),
+            (
+                "RoundRobin",
+                OLD,
+                [
+                    dict(r, votes=5, not_funny=5, somewhat_funny=0, funny=0)
+                    for r in _random_rows(rng, "500R", 24, means)
+                ],
+            ),
+        ],
         510: [("LilUCB", OLD, _random_rows(rng, "510", 22, means) + odd)],
         700: [("", NEW, _random_rows(rng, "700", 20, means) + ties)],
         701: [("", NEW, _random_rows(rng, "701", 25, means))],  # no cartoon
@@ -84,7 +124,8 @@ def write_ratings(root, contests, no_cartoon=(701,)):
                     writer.writerow([rank if h == "rank" else row[h] for h in header])
         if contest not in no_cartoon:
             Image.new("RGB", (16, 12), (contest % 255, 40, 90)).save(
-                os.path.join(root, "cartoons", f"{contest}.{'png' if contest == 702 else 'jpg'}"))
+                os.path.join(root, "cartoons", f"{contest}.{'png' if contest == 702 else 'jpg'}")
+            )
     return root
 
 
@@ -106,9 +147,10 @@ def expected(contests, no_cartoon=(701,), min_votes=10, min_captions=MIN_CAPTION
         for text, copies in groups.items():
             n = sum(c["votes"] for c in copies)
             mean = sum(c["votes"] * c["mean"] for c in copies) / n
-            sum_sq = sum(c["precision"] ** 2 * c["votes"] * (c["votes"] - 1) + c["votes"] * c["mean"] ** 2
-                         for c in copies)
-            se = max(math.sqrt(max(sum_sq - n * mean ** 2, 0) / (n * (n - 1))), 1 / math.sqrt(n * (n - 1)))
+            sum_sq = sum(
+                c["precision"] ** 2 * c["votes"] * (c["votes"] - 1) + c["votes"] * c["mean"] ** 2 for c in copies
+            )
+            se = max(math.sqrt(max(sum_sq - n * mean**2, 0) / (n * (n - 1))), 1 / math.sqrt(n * (n - 1)))
             if len(copies) == 1:  # a single copy keeps its published statistics
                 mean, se = copies[0]["mean"], copies[0]["precision"]
             if n >= min_votes:
@@ -118,12 +160,23 @@ def expected(contests, no_cartoon=(701,), min_votes=10, min_captions=MIN_CAPTION
     return out
 
 
-DESCRIPTIONS = {500: {"contest_number": 500, "canny": "A dog at a desk.", "uncanny": "The dog is the boss.",
-                      "location": "office", "entities": ["dog", "desk"]},
-                510: {"contest": 510, "scene": "Two fish\nin a bar.", "twist": "They are dry.", "location": "bar",
-                      "entities": "fish"},
-                700: {"contest": 700, "scene": "A knight on a bus.", "twist": "", "location": "bus",
-                      "entities": "knight"}}
+DESCRIPTIONS = {
+    500: {
+        "contest_number": 500,
+        "canny": "A dog at a desk.",
+        "uncanny": "The dog is the boss.",
+        "location": "office",
+        "entities": ["dog", "desk"],
+    },
+    510: {
+        "contest": 510,
+        "scene": "Two fish\nin a bar.",
+        "twist": "They are dry.",
+        "location": "bar",
+        "entities": "fish",
+    },
+    700: {"contest": 700, "scene": "A knight on a bus.", "twist": "", "location": "bus", "entities": "knight"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -134,10 +187,26 @@ def prepared(tmp_path_factory):
     with open(root / "desc.jsonl", "w") as handle:
         handle.writelines(json.dumps(d) + "\n" for d in DESCRIPTIONS.values())
     out = str(root / "out")
-    rc = prepare.main(["--ratings", str(root / "ratings"), "--out", out, "--descriptions", str(root / "desc.jsonl"),
-                       "--val-frac", "0.25", "--test-frac", "0.25", "--seed", "3"])
+    rc = prepare.main(
+        [
+            "--ratings",
+            str(root / "ratings"),
+            "--out",
+            out,
+            "--descriptions",
+            str(root / "desc.jsonl"),
+            "--val-frac",
+            "0.25",
+            "--test-frac",
+            "0.25",
+            "--seed",
+            "3",
+        ]
+    )
     assert rc == 0
-    splits = {name: data.load_captions(os.path.join(out, name), check_images="all") for name in ("train", "val", "test")}
+    splits = {
+        name: data.load_captions(os.path.join(out, name), check_images="all") for name in ("train", "val", "test")
+    }
     return out, contests, planted, splits
 
 
@@ -154,7 +223,7 @@ def test_prepared_splits_hold_the_expected_captions_by_contest(prepared):
         for got, ref in zip(seen[contest], rows):
             assert got[1:] == pytest.approx(ref[1:], rel=1e-9)
     contest_sets = [set(s["contest"]) for s in splits.values()]
-    assert all(not a & b for i, a in enumerate(contest_sets) for b in contest_sets[i + 1:])
+    assert all(not a & b for i, a in enumerate(contest_sets) for b in contest_sets[i + 1 :])
     captions = [r[0] for r in seen[510]]
     assert {"Caf\u00e9 au lait", "Line one line two", '"Who\'s there?"', "Quote 'me'."} <= set(captions)
     assert captions.count("Same joke.") == 1
@@ -163,11 +232,17 @@ def test_prepared_splits_hold_the_expected_captions_by_contest(prepared):
 def test_top_k_rows_and_three_sigma_pairs_equal_a_plain_computation(prepared):
     _, contests, _, splits = prepared
     want = expected(contests)
-    want_top = {c: {rows[i][0] for i in sorted(range(len(rows)), key=lambda i: (-rows[i][1], -rows[i][3], i))[:3]}
-                for c, rows in want.items()}
-    want_pairs = {(c, a[0], b[0]) if a[1] > b[1] else (c, b[0], a[0])
-                  for c, rows in want.items() for i, a in enumerate(rows) for b in rows[i + 1:]
-                  if abs(a[1] - b[1]) > 3 * math.sqrt(a[2] ** 2 + b[2] ** 2)}
+    want_top = {
+        c: {rows[i][0] for i in sorted(range(len(rows)), key=lambda i: (-rows[i][1], -rows[i][3], i))[:3]}
+        for c, rows in want.items()
+    }
+    want_pairs = {
+        (c, a[0], b[0]) if a[1] > b[1] else (c, b[0], a[0])
+        for c, rows in want.items()
+        for i, a in enumerate(rows)
+        for b in rows[i + 1 :]
+        if abs(a[1] - b[1]) > 3 * math.sqrt(a[2] ** 2 + b[2] ** 2)
+    }
     got_top, got_pairs = {}, set()
     for split in splits.values():
         for row in data.top_k_rows(split, 3).remove_columns("image"):
@@ -212,8 +287,10 @@ def test_existing_out_is_refused_and_overwrite_swaps_it_whole(prepared, tmp_path
     assert prepare.main(["--ratings", src, "--out", target]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "already exists" in err and "--overwrite" in err
-    assert prepare.main(["--ratings", src, "--out", target, "--overwrite", "--val-frac", "0.34",
-                         "--test-frac", "0.34"]) == 0
+    assert (
+        prepare.main(["--ratings", src, "--out", target, "--overwrite", "--val-frac", "0.34", "--test-frac", "0.34"])
+        == 0
+    )
     assert sorted(os.listdir(tmp_path)) == ["out", "ratings"]  # no temp or old folder left beside it
     assert os.path.isfile(os.path.join(target, "prepare_report.json"))
 
@@ -267,10 +344,12 @@ def test_hub_layout_saved_locally(tmp_path):
             for key in ("caption", "mean", "precision", "votes"):
                 rows[key].append(float(row[key]) if key == "precision" else row[key])
     table = datasets.Dataset.from_dict(rows)
-    datasets.DatasetDict({"train": table.select(range(20)), "validation": table.select(range(20, len(table)))}
-                         ).save_to_disk(str(tmp_path / "hub" / "1_rating"))
+    datasets.DatasetDict(
+        {"train": table.select(range(20)), "validation": table.select(range(20, len(table)))}
+    ).save_to_disk(str(tmp_path / "hub" / "1_rating"))
     datasets.Dataset.from_list([DESCRIPTIONS[500] | {"contest_number": 700}]).save_to_disk(
-        str(tmp_path / "hub" / "2_gpt4o_description"))
+        str(tmp_path / "hub" / "2_gpt4o_description")
+    )
     blobs = []
     for contest in (700, 702):
         buffer = io.BytesIO()
@@ -313,11 +392,18 @@ def test_capped_pairs_of_contests_larger_than_a_block_equal_drawing_from_every_p
     sizes, cap, seed = (1500, 40, 2100), 300, 7
     contest = np.repeat(np.arange(len(sizes)), sizes)
     mean, se = rng.uniform(1, 2, len(contest)).round(3), rng.uniform(0.005, 0.1, len(contest))
-    table = datasets.Dataset.from_dict({"contest": contest, "mean": mean, "precision": se,
-                                        "votes": np.full(len(contest), 20), "caption": [f"c{i}" for i in contest]})
+    table = datasets.Dataset.from_dict(
+        {
+            "contest": contest,
+            "mean": mean,
+            "precision": se,
+            "votes": np.full(len(contest), 20),
+            "caption": [f"c{i}" for i in contest],
+        }
+    )
     draw, found, offset = np.random.default_rng(seed), [], 0
     for n in sizes:
-        m, s = mean[offset:offset + n], se[offset:offset + n]
+        m, s = mean[offset : offset + n], se[offset : offset + n]
         i, j = np.triu_indices(n, k=1)  # row-major i < j
         ok = np.abs(m[i] - m[j]) > 3.0 * np.sqrt(s[i] ** 2 + s[j] ** 2)
         every = np.stack([i[ok], j[ok]], axis=1) + offset
@@ -340,10 +426,14 @@ def test_the_prepared_dir_passes_the_real_recipes_preflight(prepared, tiny_model
     out = prepared[0]
     models = [f"models.policy={tiny_model_dirs['qwen3_vl']}", f"models.reward_backbone={tiny_model_dirs['qwen2_5_vl']}"]
     stages = [stage.NAME for stage in pipeline.STAGES]
-    recipe = parse_recipe("configs/captioning/real_qwen3vl2b.yaml", [f"work_dir={tmp_path}", f"data_dir={out}", *models],
-                          pipeline.STAGES)
+    recipe = parse_recipe(
+        "configs/captioning/real_qwen3vl2b.yaml", [f"work_dir={tmp_path}", f"data_dir={out}", *models], pipeline.STAGES
+    )
     pipeline.preflight(recipe, pipeline.STAGES, stages)
-    missing = parse_recipe("configs/captioning/real_qwen3vl2b.yaml",
-                           [f"work_dir={tmp_path}", f"data_dir={tmp_path}/none", *models], pipeline.STAGES)
+    missing = parse_recipe(
+        "configs/captioning/real_qwen3vl2b.yaml",
+        [f"work_dir={tmp_path}", f"data_dir={tmp_path}/none", *models],
+        pipeline.STAGES,
+    )
     with pytest.raises(RecipeError, match="open-r1-caption-prepare"):
         pipeline.preflight(missing, pipeline.STAGES, stages)

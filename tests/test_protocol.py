@@ -1,7 +1,9 @@
-"""The eval protocol (open_r1/tasks/counting/protocol.py): templates, the grader's regex, extraction, gold parsing, scoring.
+"""The eval protocol (open_r1/tasks/counting/protocol.py): templates, the grader's regex, extraction, gold parsing,
+scoring.
 
 These pin the grader's behaviour on adversarial strings; rewards are tested against them in test_rewards.py.
 """
+
 import pytest
 
 from open_r1.tasks.counting import protocol
@@ -51,9 +53,7 @@ def test_format_prompt_strips_question_and_accepts_raw_template():
 
 def test_build_messages_puts_image_first_then_text():
     messages = build_messages("Q?")
-    assert messages == [
-        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": format_prompt("Q?")}]}
-    ]
+    assert messages == [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": format_prompt("Q?")}]}]
     image = object()
     assert build_messages("Q?", "train", image=image)[0]["content"][0] == {"type": "image", "image": image}
 

@@ -1,4 +1,5 @@
 """Proxy experiment tooling: arms, equal-rollout sync, SFT rows, the report, and both scripts end to end (--tiny)."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,17 @@ REPO = Path(__file__).resolve().parent.parent
 def _grpo_args(arm: str):
     from open_r1 import grpo
 
-    argv = ["--config", str(proxy.ARMS[arm].config_path()), "--output_dir", "/tmp/unused",
-            *proxy.arm_overrides(arm), "--bf16", "false", "--use_cpu", "true"]  # the YAMLs are for the GPU
+    argv = [
+        "--config",
+        str(proxy.ARMS[arm].config_path()),
+        "--output_dir",
+        "/tmp/unused",
+        *proxy.arm_overrides(arm),
+        "--bf16",
+        "false",
+        "--use_cpu",
+        "true",
+    ]  # the YAMLs are for the GPU
     return grpo.parse_args(argv)[:3]
 
 
@@ -278,8 +288,15 @@ def test_ensure_splits_renders_only_what_is_missing(tmp_path):
     data = tmp_path / "data"
     write_splits(str(data), {"train": 2, "val": 1}, seed=0, workers=1, image_size="112x84", progress=False)
     train_state = (data / "train" / "state.json").read_text()
-    info = proxy.ensure_splits(data, {"train": 2, "val": 1, proxy.EXPOSURE_SPLIT: 2}, image_size="112x84",
-                               ood_image_size="112x84", workers=1, progress=False, log=lambda *_: None)
+    info = proxy.ensure_splits(
+        data,
+        {"train": 2, "val": 1, proxy.EXPOSURE_SPLIT: 2},
+        image_size="112x84",
+        ood_image_size="112x84",
+        workers=1,
+        progress=False,
+        log=lambda *_: None,
+    )
     assert info["generated"] and info["sizes"] == {"train": 2, "val": 1, proxy.EXPOSURE_SPLIT: 2}
     assert (data / "train" / "state.json").read_text() == train_state  # kept, not re-rendered
     again = proxy.ensure_splits(data, {"train": 2, proxy.EXPOSURE_SPLIT: 2}, log=lambda *_: None)
@@ -290,14 +307,30 @@ def test_ensure_splits_renders_only_what_is_missing(tmp_path):
 # Report
 # --------------------------------------------------------------------------------------------------------------------
 def _run(arm, seed, accs, status="ok", ood_format=100.0):
-    splits = {s: {"n": 10, "accuracy_pct": a, "format_pct": ood_format if s == "ood_val" else 100.0,
-                  "mean_completion_tokens": 18.0,
-                  "truncated_pct": 0.0, "seconds": 1.0, "by_count": {"3": [int(a // 10), 10]}}
-              for s, a in zip(proxy.EVAL_SPLITS, accs)}
-    return {"job": f"{arm}-s{seed}", "arm": arm, "seed": seed, "kind": "train", "status": status, "steps": 5,
-            "rollouts": 640, "splits": splits if status == "ok" else {},
-            "command": f"python -m open_r1.grpo --arm {arm}",
-            "rerun": f"python -m experiments.proxy.proxy_experiment --arms {arm}"}
+    splits = {
+        s: {
+            "n": 10,
+            "accuracy_pct": a,
+            "format_pct": ood_format if s == "ood_val" else 100.0,
+            "mean_completion_tokens": 18.0,
+            "truncated_pct": 0.0,
+            "seconds": 1.0,
+            "by_count": {"3": [int(a // 10), 10]},
+        }
+        for s, a in zip(proxy.EVAL_SPLITS, accs)
+    }
+    return {
+        "job": f"{arm}-s{seed}",
+        "arm": arm,
+        "seed": seed,
+        "kind": "train",
+        "status": status,
+        "steps": 5,
+        "rollouts": 640,
+        "splits": splits if status == "ok" else {},
+        "command": f"python -m open_r1.grpo --arm {arm}",
+        "rerun": f"python -m experiments.proxy.proxy_experiment --arms {arm}",
+    }
 
 
 def _synthetic_results():
@@ -307,15 +340,28 @@ def _synthetic_results():
     for report in before_splits.values():  # 6 of 10 rows have gold 3: answering 3 always scores 60 %
         report["by_count"] = {"3": [2, 6], "4": [2, 4]}
     return {
-        "meta": {"splits": list(proxy.EVAL_SPLITS), "command": "python -m experiments.proxy.proxy_experiment", "eval_limit": 10,
-                 "generation_batch_size": 128, "stop_at": 5, "start": {"path": "m", "parameters_m": 47.0}},
+        "meta": {
+            "splits": list(proxy.EVAL_SPLITS),
+            "command": "python -m experiments.proxy.proxy_experiment",
+            "eval_limit": 10,
+            "generation_batch_size": 128,
+            "stop_at": 5,
+            "start": {"path": "m", "parameters_m": 47.0},
+        },
         "arm_order": ["weak_baseline", "ours", "no_kl", "g4"],
-        "arms": {a: {"role": proxy.ARMS[a].role, "question": proxy.ARMS[a].question, "change": proxy.ARMS[a].change}
-                 for a in ("weak_baseline", "ours", "no_kl", "g4")},
+        "arms": {
+            a: {"role": proxy.ARMS[a].role, "question": proxy.ARMS[a].question, "change": proxy.ARMS[a].change}
+            for a in ("weak_baseline", "ours", "no_kl", "g4")
+        },
         "before": {"job": "before", "status": "ok", "splits": before_splits},
-        "runs": [_run("weak_baseline", 0, [40, 40, 20]), _run("weak_baseline", 1, [41, 40, 21]),
-                 _run("ours", 0, [60, 55, 30]), _run("ours", 1, [62, 57, 22], ood_format=50.0), _run("no_kl", 0, [0, 0, 0], "failed"),
-                 partial],
+        "runs": [
+            _run("weak_baseline", 0, [40, 40, 20]),
+            _run("weak_baseline", 1, [41, 40, 21]),
+            _run("ours", 0, [60, 55, 30]),
+            _run("ours", 1, [62, 57, 22], ood_format=50.0),
+            _run("no_kl", 0, [0, 0, 0], "failed"),
+            partial,
+        ],
     }
 
 
@@ -363,15 +409,34 @@ def test_pool_results_strata_and_errors(tmp_path):
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps(results))
     md = tmp_path / "POOLED.md"
-    completed = subprocess.run([sys.executable, "-m", "experiments.proxy.pool_results", *map(str, paths),
-                                "--labels", "A", "B", "--md", str(md)], capture_output=True, text=True, cwd=REPO)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.proxy.pool_results",
+            *map(str, paths),
+            "--labels",
+            "A",
+            "B",
+            "--md",
+            str(md),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert completed.returncode == 0, completed.stderr
-    assert ("| val | 61.0 (4) | 40.5 (4) | +20.5 (2.0) | +20.5 (2.0) | 2 of 2 | +20.5 | 100 % | 0.0278 |"
-            in md.read_text())
+    assert (
+        "| val | 61.0 (4) | 40.5 (4) | +20.5 (2.0) | +20.5 (2.0) | 2 of 2 | +20.5 | 100 % | 0.0278 |" in md.read_text()
+    )
     del second["runs"][0:2]  # no weak_baseline left in the second run
     paths[1].write_text(json.dumps(second))
-    completed = subprocess.run([sys.executable, "-m", "experiments.proxy.pool_results", *map(str, paths)],
-                               capture_output=True, text=True, cwd=REPO)
+    completed = subprocess.run(
+        [sys.executable, "-m", "experiments.proxy.pool_results", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert completed.returncode == 2 and "without scored ours and weak_baseline" in completed.stderr
 
 
@@ -379,9 +444,23 @@ def test_make_results_rebuilds_tables_and_plot(tmp_path):
     results = tmp_path / "results.json"
     results.write_text(json.dumps(_synthetic_results()))
     md, png = tmp_path / "docs" / "RESULTS.md", tmp_path / "docs" / "figures" / "acc.png"
-    completed = subprocess.run([sys.executable, "-m", "experiments.proxy.make_results", str(results),
-                                "--md", str(md), "--png", str(png), "--note", "Made before X changed."],
-                               capture_output=True, text=True, cwd=REPO)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.proxy.make_results",
+            str(results),
+            "--md",
+            str(md),
+            "--png",
+            str(png),
+            "--note",
+            "Made before X changed.",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert completed.returncode == 0, completed.stderr
     text = md.read_text()
     assert "> Made before X changed." in text and f"--md {md} --png {png} --note" in text  # how to rebuild it
@@ -398,8 +477,12 @@ def test_make_results_rebuilds_tables_and_plot(tmp_path):
     assert "ood_val: ours - weak_baseline = +5.5" in completed.stdout and "does not beat" in completed.stdout
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
-    assert subprocess.run([sys.executable, "-m", "experiments.proxy.make_results", str(bad)], cwd=REPO,
-                          capture_output=True).returncode == 2
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "experiments.proxy.make_results", str(bad)], cwd=REPO, capture_output=True
+        ).returncode
+        == 2
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -415,8 +498,9 @@ def test_sft_warmstart_tiny_saves_a_loadable_left_padded_model(tmp_path, scene_d
 
     module = importlib.import_module("experiments.proxy.sft_warmstart")
     out = tmp_path / "warm"
-    report = module.main(["--tiny", "--out", str(out), "--data", scene_data_dir, "--max-steps", "1",
-                          "--eval-every", "1", "--seed", "0"])
+    report = module.main(
+        ["--tiny", "--out", str(out), "--data", scene_data_dir, "--max-steps", "1", "--eval-every", "1", "--seed", "0"]
+    )
     assert report["steps"] == 1 and report["stop_reason"] == "max steps"
     assert len(report["quick_checks"]) == 1 and report["quick_checks"][0]["step"] == 1
     assert report["loss_first"] is not None and report["val"]["n"] == 4
@@ -426,7 +510,9 @@ def test_sft_warmstart_tiny_saves_a_loadable_left_padded_model(tmp_path, scene_d
     processor = modeling.load_processor(str(out))
     assert type(model).__name__ == "Qwen2VLForConditionalGeneration"
     assert processor.image_processor.size["longest_edge"] == proxy.TINY_MAX_PIXELS
-    assert json.loads((out / "sft_report.json").read_text())["command"].startswith("python -m experiments.proxy.sft_warmstart")
+    assert json.loads((out / "sft_report.json").read_text())["command"].startswith(
+        "python -m experiments.proxy.sft_warmstart"
+    )
     assert (out / "preprocessor_config.json").is_file() and (out / "chat_template.json").is_file()
     # The SFT step moved the weights away from the seeded random init.
     import torch
@@ -444,8 +530,21 @@ def test_sft_warmstart_plain_share_teaches_plain_rows_and_probes_them(tmp_path, 
     import importlib.util
 
     module = importlib.import_module("experiments.proxy.sft_warmstart")
-    report = module.main(["--tiny", "--out", str(tmp_path / "warm"), "--data", scene_data_dir, "--max-steps", "1",
-                          "--eval-every", "0", "--plain-share", "0.5"])
+    report = module.main(
+        [
+            "--tiny",
+            "--out",
+            str(tmp_path / "warm"),
+            "--data",
+            scene_data_dir,
+            "--max-steps",
+            "1",
+            "--eval-every",
+            "0",
+            "--plain-share",
+            "0.5",
+        ]
+    )
     assert report["plain_train_rows"] + report["protocol_train_rows"] == report["train_rows"]
     assert report["plain_train_rows"] == round(0.5 * report["train_rows"])
     assert set(report["asked_plainly"]) == {"val", "ood_val"}
@@ -453,8 +552,23 @@ def test_sft_warmstart_plain_share_teaches_plain_rows_and_probes_them(tmp_path, 
     with pytest.raises(SystemExit, match="plain-share"):
         module.main(["--tiny", "--out", str(tmp_path / "bad"), "--data", scene_data_dir, "--plain-share", "1"])
     # all counting rows plain, the format taught on arithmetic rows only
-    report = module.main(["--tiny", "--out", str(tmp_path / "warm2"), "--data", scene_data_dir, "--max-steps", "1",
-                          "--eval-every", "0", "--plain-share", "1", "--format-rows", "3"])
+    report = module.main(
+        [
+            "--tiny",
+            "--out",
+            str(tmp_path / "warm2"),
+            "--data",
+            scene_data_dir,
+            "--max-steps",
+            "1",
+            "--eval-every",
+            "0",
+            "--plain-share",
+            "1",
+            "--format-rows",
+            "3",
+        ]
+    )
     assert report["protocol_train_rows"] == 0 and report["format_rows"] == 3
     assert report["plain_train_rows"] == report["train_rows"]
     assert report["format_ood_rows"] == 0
@@ -462,13 +576,39 @@ def test_sft_warmstart_plain_share_teaches_plain_rows_and_probes_them(tmp_path, 
         module.main(["--tiny", "--out", str(tmp_path / "bad"), "--data", scene_data_dir, "--format-rows", "10000"])
     # the format also taught on OOD-renderer images; their number is bounded by the exposure rows
     rows_with_3_clevr_format_rows = report["sft_rows"]
-    report = module.main(["--tiny", "--out", str(tmp_path / "warm3"), "--data", scene_data_dir, "--max-steps", "1",
-                          "--eval-every", "0", "--plain-share", "1", "--format-ood-rows", "2"])
+    report = module.main(
+        [
+            "--tiny",
+            "--out",
+            str(tmp_path / "warm3"),
+            "--data",
+            scene_data_dir,
+            "--max-steps",
+            "1",
+            "--eval-every",
+            "0",
+            "--plain-share",
+            "1",
+            "--format-ood-rows",
+            "2",
+        ]
+    )
     assert report["format_rows"] == 0 and report["format_ood_rows"] == 2
     assert report["sft_rows"] == rows_with_3_clevr_format_rows - 3 + 2
     with pytest.raises(SystemExit, match="raise --ood-exposure"):
-        module.main(["--tiny", "--out", str(tmp_path / "bad"), "--data", scene_data_dir, "--ood-exposure", "1",
-                     "--format-ood-rows", "2"])
+        module.main(
+            [
+                "--tiny",
+                "--out",
+                str(tmp_path / "bad"),
+                "--data",
+                scene_data_dir,
+                "--ood-exposure",
+                "1",
+                "--format-ood-rows",
+                "2",
+            ]
+        )
 
 
 @pytest.mark.slow
@@ -478,7 +618,10 @@ def test_proxy_experiment_tiny_end_to_end(tmp_path):
     existed = os.path.exists(old_default)
     completed = subprocess.run(  # no --data: the tiny run renders its data under --out, never into the repo
         [sys.executable, "-m", "experiments.proxy.proxy_experiment", "--tiny", "--out", str(out), "--max-steps", "1"],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert (out / "data" / "train" / "dataset_info.json").is_file()
@@ -511,8 +654,12 @@ def test_proxy_experiment_tiny_end_to_end(tmp_path):
         assert isinstance(gold, int) and isinstance(tokens, int)
     # The report is a pure function of results.json (only the line naming the rebuild command differs).
     rebuilt = tmp_path / "rebuilt" / "RESULTS.md"
-    subprocess.run([sys.executable, "-m", "experiments.proxy.make_results", str(out / "results.json"),
-                    "--md", str(rebuilt)], check=True, cwd=REPO, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "experiments.proxy.make_results", str(out / "results.json"), "--md", str(rebuilt)],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
     original_lines, rebuilt_lines = text.splitlines(), rebuilt.read_text().splitlines()
     assert f"--md {rebuilt}`" in rebuilt_lines[2]
     assert original_lines[:2] + original_lines[3:] == rebuilt_lines[:2] + rebuilt_lines[3:]

@@ -1,5 +1,6 @@
 """Never lose a run, on the tiny Qwen2-VL on CPU: signal stop, kill + resume, too-short budget, keep-best export,
 promote-only-improvements."""
+
 import json
 import os
 import shutil
@@ -21,24 +22,44 @@ from open_r1.tasks.counting.evaluate import SetReport, write_report
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FAST = [
-    "--num_generations", "2",
-    "--per_device_train_batch_size", "4",
-    "--max_completion_length", "8",
-    "--max_pixels", "12544",
-    "--max_train_samples", "8",
-    "--learning_rate", "0.1",
-    "--beta", "0.0",
-    "--logging_steps", "1",
-    "--report_to", "none",
-    "--dtype", "float32",
-    "--use_cpu", "true",
-    "--seed", "0",
+    "--num_generations",
+    "2",
+    "--per_device_train_batch_size",
+    "4",
+    "--max_completion_length",
+    "8",
+    "--max_pixels",
+    "12544",
+    "--max_train_samples",
+    "8",
+    "--learning_rate",
+    "0.1",
+    "--beta",
+    "0.0",
+    "--logging_steps",
+    "1",
+    "--report_to",
+    "none",
+    "--dtype",
+    "float32",
+    "--use_cpu",
+    "true",
+    "--seed",
+    "0",
 ]
 
 
 def recipe(tiny_model_dir, scene_data_dir, run_dir, *extra):
-    return ["--model_name_or_path", str(tiny_model_dir), "--dataset_name", os.path.join(scene_data_dir, "train"),
-            "--output_dir", str(run_dir), *FAST, *extra]
+    return [
+        "--model_name_or_path",
+        str(tiny_model_dir),
+        "--dataset_name",
+        os.path.join(scene_data_dir, "train"),
+        "--output_dir",
+        str(run_dir),
+        *FAST,
+        *extra,
+    ]
 
 
 class StepCounter(TrainerCallback):
@@ -92,8 +113,14 @@ class Child:
     def __init__(self, argv, script=None):
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         command = ["-m", "open_r1.grpo"] if script is None else ["-c", script]
-        self.proc = subprocess.Popen([sys.executable, *command, *argv], cwd=ROOT, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, *command, *argv],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -143,7 +170,8 @@ def readable_state(checkpoint) -> bool:
 
 
 def test_sigterm_saves_a_checkpoint_and_rerun_resumes_to_the_same_total_steps(
-        tiny_model_dir, scene_data_dir, tmp_path, capfd):
+    tiny_model_dir, scene_data_dir, tmp_path, capfd
+):
     run = tmp_path / "run"
     argv = recipe(tiny_model_dir, scene_data_dir, run, "--max_steps", "3", "--save_strategy", "no")
     child = Child(argv)
@@ -172,10 +200,12 @@ def test_sigterm_saves_a_checkpoint_and_rerun_resumes_to_the_same_total_steps(
 
 
 def test_hard_kill_mid_training_then_rerun_finishes_the_same_total_steps(
-        tiny_model_dir, scene_data_dir, tmp_path, capfd, monkeypatch):
+    tiny_model_dir, scene_data_dir, tmp_path, capfd, monkeypatch
+):
     run = tmp_path / "run"
-    argv = recipe(tiny_model_dir, scene_data_dir, run, "--max_steps", "3", "--save_strategy", "steps",
-                  "--save_steps", "1")
+    argv = recipe(
+        tiny_model_dir, scene_data_dir, run, "--max_steps", "3", "--save_strategy", "steps", "--save_steps", "1"
+    )
     child = Child(argv, script=VARIED_REWARD_CLI)
     child.wait_until(lambda: readable_state(run / "checkpoint-1"))
     child.proc.kill()  # SIGKILL: no handler, no clean-up, possibly in the middle of the next save
@@ -197,15 +227,17 @@ def test_hard_kill_mid_training_then_rerun_finishes_the_same_total_steps(
 
 
 def test_too_short_budget_still_leaves_a_loadable_verified_submission(
-        tiny_model_dir, scene_data_dir, tmp_path, capfd, monkeypatch):
+    tiny_model_dir, scene_data_dir, tmp_path, capfd, monkeypatch
+):
     from open_r1 import export as export_submission
     from open_r1.export import verify_submission
     from open_r1.modeling import load_model
 
     run, submission = tmp_path / "run", tmp_path / "submission"
     monkeypatch.setenv("TRAIN_START_TIME", str(time.time()))
-    trainer = train_in_process(recipe(tiny_model_dir, scene_data_dir, run, "--max_steps", "3",
-                                      "--save_strategy", "no", "--time_budget", "2s"))
+    trainer = train_in_process(
+        recipe(tiny_model_dir, scene_data_dir, run, "--max_steps", "3", "--save_strategy", "no", "--time_budget", "2s")
+    )
     err = capfd.readouterr().err
     assert trainer.state.global_step == 1, "a budget of 2 s must stop after the first step"
     assert "[budget] stopping after step 1/3" in err
@@ -248,18 +280,39 @@ def test_keep_best_exports_the_better_of_two_checkpoints(tiny_model_dir, scene_d
 
     def evaluate(model, processor, dataset, name="eval", batch_size=32, limit=None, progress=True, **kw):
         assert not model.training and not torch.is_grad_enabled()
-        result = real_evaluate(model, processor, dataset, name=name, batch_size=batch_size, limit=limit,
-                               progress=False, max_new_tokens=4)
+        result = real_evaluate(
+            model, processor, dataset, name=name, batch_size=batch_size, limit=limit, progress=False, max_new_tokens=4
+        )
         calls.append((name, result.n))
         result.accuracy_pct = controlled[(len(calls) - 1) // 2][name]
         return result
 
     monkeypatch.setattr(evaluate_lib, "evaluate_dataset", evaluate)
     run = tmp_path / "run"
-    trainer = train_in_process(recipe(
-        tiny_model_dir, scene_data_dir, run, "--max_steps", "2", "--save_strategy", "no", "--save_total_limit", "1",
-        "--eval_sets", os.path.join(scene_data_dir, "val"), os.path.join(scene_data_dir, "ood_val"),
-        "--eval_steps_protocol", "1", "--eval_limit", "2", "--eval_batch_size", "2", "--eval_first_step", "false"))
+    trainer = train_in_process(
+        recipe(
+            tiny_model_dir,
+            scene_data_dir,
+            run,
+            "--max_steps",
+            "2",
+            "--save_strategy",
+            "no",
+            "--save_total_limit",
+            "1",
+            "--eval_sets",
+            os.path.join(scene_data_dir, "val"),
+            os.path.join(scene_data_dir, "ood_val"),
+            "--eval_steps_protocol",
+            "1",
+            "--eval_limit",
+            "2",
+            "--eval_batch_size",
+            "2",
+            "--eval_first_step",
+            "false",
+        )
+    )
     assert calls == [("val", 2), ("ood_val", 2)] * 2
     assert trainer.model.training
     rows = [e for e in trainer.state.log_history if "eval/ood_val_accuracy" in e]
@@ -267,7 +320,9 @@ def test_keep_best_exports_the_better_of_two_checkpoints(tiny_model_dir, scene_d
     assert all("reward" in r for r in rows), "accuracies are logged next to the rewards"
     history = json.loads((run / keep_best.HISTORY_FILE).read_text())
     assert [(e["step"], e["scores"]["ood_val"], e["checkpoint"]) for e in history["entries"]] == [
-        (1, 50.0, "checkpoint-1"), (2, 25.0, "checkpoint-2")]
+        (1, 50.0, "checkpoint-1"),
+        (2, 25.0, "checkpoint-2"),
+    ]
     assert all(e["reward"] is not None for e in history["entries"])
     assert (run / keep_best.HISTORY_PLOT).stat().st_size > 0
     assert json.loads((run / keep_best.BEST_FILE).read_text())["checkpoint"] == "checkpoint-1"
@@ -287,8 +342,12 @@ def test_keep_best_exports_the_better_of_two_checkpoints(tiny_model_dir, scene_d
 
 
 def fake_report(path, model_dir, accuracies: dict, n=4):
-    reports = [SetReport(name=k, n=n, accuracy_pct=v, format_pct=100.0, mean_completion_tokens=20.0,
-                         truncated_pct=0.0, seconds=1.0) for k, v in accuracies.items()]
+    reports = [
+        SetReport(
+            name=k, n=n, accuracy_pct=v, format_pct=100.0, mean_completion_tokens=20.0, truncated_pct=0.0, seconds=1.0
+        )
+        for k, v in accuracies.items()
+    ]
     write_report(str(path), reports, str(model_dir))
     return str(path)
 
@@ -326,8 +385,9 @@ def test_promote_refuses_a_worse_or_equal_report_and_force_overrides(current_and
         assert json.loads((submission / "selfcheck.json").read_text())["mean_accuracy_pct"] == 50.0
         assert sorted(p.name for p in submission.parent.iterdir()) == ["submission"]
 
-    assert promote_cli("--candidate", str(candidate), "--report", worse, "--submission", str(submission),
-                       "--force") == 0
+    assert (
+        promote_cli("--candidate", str(candidate), "--report", worse, "--submission", str(submission), "--force") == 0
+    )
     kept = [p for p in submission.parent.iterdir() if p.name.startswith("submission.replaced-")]
     assert len(kept) == 1 and json.loads((kept[0] / "selfcheck.json").read_text())["mean_accuracy_pct"] == 50.0
     assert json.loads((submission / "selfcheck.json").read_text())["sets"]["ood_val"]["accuracy_pct"] == 60.0
@@ -370,6 +430,10 @@ def test_promote_into_an_empty_place(exported_model, tmp_path):
     candidate = tmp_path / "candidate"
     shutil.copytree(exported_model, candidate)
     report = fake_report(tmp_path / "new.json", candidate, {"val": 1.0, "ood_val": 1.0})
-    assert promote_cli("--candidate", str(candidate), "--report", report, "--submission",
-                       str(tmp_path / "app" / "submission")) == 0
+    assert (
+        promote_cli(
+            "--candidate", str(candidate), "--report", report, "--submission", str(tmp_path / "app" / "submission")
+        )
+        == 0
+    )
     assert (tmp_path / "app" / "submission" / "selfcheck.json").is_file()

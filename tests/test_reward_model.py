@@ -1,4 +1,5 @@
 """The Bradley-Terry VLM reward model (open_r1/reward_model.py) on a tiny Qwen-VL backbone, on CPU."""
+
 from __future__ import annotations
 
 import math
@@ -34,14 +35,14 @@ def backbones(tmp_path_factory):
     from open_r1.tiny_models import build_tiny
 
     root = tmp_path_factory.mktemp("rm_backbones")
-    return {family: str(build_tiny(family, root / family, seed=0))
-            for family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")}
+    return {family: str(build_tiny(family, root / family, seed=0)) for family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")}
 
 
 def _rm(path: str, **kwargs):
     torch.manual_seed(0)
-    model = rm_lib.build_reward_model(path, min_pixels=PIXELS, max_pixels=PIXELS, dtype="float32",
-                                      attn_implementation="sdpa", **kwargs)
+    model = rm_lib.build_reward_model(
+        path, min_pixels=PIXELS, max_pixels=PIXELS, dtype="float32", attn_implementation="sdpa", **kwargs
+    )
     with torch.no_grad():  # a non-zero head, so scores differ between rows
         model.head.weight.normal_(0, 1.0)
     return model.eval()
@@ -66,8 +67,11 @@ def test_pooling_same_score_left_and_right_padding(backbones, family):
     rm = _rm(backbones[family])
     images = [_image(0), _image(1), _image(2)]
     # very different lengths, so padding really happens on one side or the other
-    messages = [_messages("Hi."), _messages("A much longer caption with many many more words in it than the first"),
-                _messages("Mid length caption here")]
+    messages = [
+        _messages("Hi."),
+        _messages("A much longer caption with many many more words in it than the first"),
+        _messages("Mid length caption here"),
+    ]
     left = rm.score(images, messages, padding_side="left")
     right = rm.score(images, messages, padding_side="right")
     alone = [rm.score([image], [m])[0] for image, m in zip(images, messages)]  # no padding at all
@@ -97,8 +101,10 @@ def test_pooling_ignores_tokens_after_last_real_one(rm):
 def test_initial_bt_loss_is_log2(backbones):
     fresh = rm_lib.build_reward_model(backbones["qwen2_5_vl"], min_pixels=PIXELS, max_pixels=PIXELS, dtype="float32")
     collator = rm_lib.PairCollator(fresh.processor)
-    rows = [{"image": _image(i), "chosen": _messages(f"good {i}"), "rejected": _messages(f"bad caption {i} x")}
-            for i in range(3)]
+    rows = [
+        {"image": _image(i), "chosen": _messages(f"good {i}"), "rejected": _messages(f"bad caption {i} x")}
+        for i in range(3)
+    ]
     batch = collator(rows)
     scores = fresh(**batch)
     assert scores.shape == (6,)
@@ -112,12 +118,15 @@ def test_collator_puts_the_rejected_image_on_the_rejected_side(rm):
     two cartoons); the collated batch must score each side with its own image, as scoring the rows one by one."""
     collator = rm_lib.PairCollator(rm.processor)
     same = _messages("the same caption")
-    rows = [{"image": _image(5), "chosen": same, "rejected": same, "rejected_image": _image(6)},
-            {"image": _image(7), "chosen": _messages("good"), "rejected": _messages("bad one")}]
+    rows = [
+        {"image": _image(5), "chosen": same, "rejected": same, "rejected_image": _image(6)},
+        {"image": _image(7), "chosen": _messages("good"), "rejected": _messages("bad one")},
+    ]
     with torch.no_grad():
         scores = rm(**collator(rows)).tolist()
-    expected = rm.score([_image(5), _image(7), _image(6), _image(7)], [same, _messages("good"), same,
-                                                                        _messages("bad one")])
+    expected = rm.score(
+        [_image(5), _image(7), _image(6), _image(7)], [same, _messages("good"), same, _messages("bad one")]
+    )
     assert scores == pytest.approx(expected, abs=1e-4)
     assert abs(scores[0] - scores[2]) > 1e-4  # the same text: only the image tells the two sides apart
 
@@ -128,10 +137,13 @@ def test_vision_dedupe_gives_the_plain_scores_and_gradients(backbones, family):
     parameter's gradient must be those of the plain forward, which encodes each copy."""
     from open_r1.families import vision_tower
 
-    rows = [{"image": _image(i), "chosen": _messages(f"good {i}"), "rejected": _messages(f"a bad caption {i}")}
-            for i in range(3)]
-    rows.append({"image": _image(0), "chosen": _messages("same"), "rejected": _messages("same"),
-                 "rejected_image": _image(9)})  # an image negative: its other cartoon is one more distinct image
+    rows = [
+        {"image": _image(i), "chosen": _messages(f"good {i}"), "rejected": _messages(f"a bad caption {i}")}
+        for i in range(3)
+    ]
+    rows.append(
+        {"image": _image(0), "chosen": _messages("same"), "rejected": _messages("same"), "rejected_image": _image(9)}
+    )  # an image negative: its other cartoon is one more distinct image
     results = {}
     for dedupe in (False, True):
         model = _rm(backbones[family], dedupe_vision=dedupe)
@@ -139,8 +151,11 @@ def test_vision_dedupe_gives_the_plain_scores_and_gradients(backbones, family):
         rm_lib.bradley_terry_loss(scores[:4], scores[4:]).backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         visual = vision_tower(model.backbone)
-        results[dedupe] = scores.detach(), grads, (getattr(visual, "images_seen", None),
-                                                   getattr(visual, "images_encoded", None))
+        results[dedupe] = (
+            scores.detach(),
+            grads,
+            (getattr(visual, "images_seen", None), getattr(visual, "images_encoded", None)),
+        )
     (plain, plain_grads, plain_counts), (fast, fast_grads, counts) = results[False], results[True]
     assert plain_counts == (None, None) and counts == (8, 4)  # 8 images in the batch, 4 distinct
     assert torch.allclose(fast, plain, atol=1e-5)
@@ -152,11 +167,13 @@ def test_vision_dedupe_gives_the_plain_scores_and_gradients(backbones, family):
 def test_bt_loss_margin_and_centring():
     chosen, rejected = torch.tensor([2.0, 1.0]), torch.tensor([0.0, 1.0])
     plain = rm_lib.bradley_terry_loss(chosen, rejected)
-    expected = -(torch.nn.functional.logsigmoid(torch.tensor(2.0)) + torch.nn.functional.logsigmoid(torch.tensor(0.0))) / 2
+    expected = (
+        -(torch.nn.functional.logsigmoid(torch.tensor(2.0)) + torch.nn.functional.logsigmoid(torch.tensor(0.0))) / 2
+    )
     assert float(plain) == pytest.approx(float(expected))
     assert float(rm_lib.bradley_terry_loss(chosen, rejected, margin=torch.tensor([1.0, 0.0]))) > float(plain)
     centred = rm_lib.bradley_terry_loss(chosen, rejected, center_rewards_coefficient=0.1)
-    assert float(centred) == pytest.approx(float(plain) + 0.1 * ((2 ** 2 + 2 ** 2) / 2))
+    assert float(centred) == pytest.approx(float(plain) + 0.1 * ((2**2 + 2**2) / 2))
 
 
 def test_save_load_round_trip(rm, tmp_path):
@@ -196,8 +213,9 @@ def test_rm_vision_tower_runs_grouped_attention_with_the_loops_scores(rm, tmp_pa
 
 
 def test_lora_rm_saves_merged(backbones, tmp_path):
-    model = rm_lib.build_reward_model(backbones["qwen2_5_vl"], min_pixels=PIXELS, max_pixels=PIXELS, dtype="float32",
-                                      lora={"r": 4, "alpha": 8})
+    model = rm_lib.build_reward_model(
+        backbones["qwen2_5_vl"], min_pixels=PIXELS, max_pixels=PIXELS, dtype="float32", lora={"r": 4, "alpha": 8}
+    )
     assert any("lora_A" in name for name, _ in model.backbone.named_parameters())
     with torch.no_grad():
         for name, param in model.backbone.named_parameters():
@@ -232,13 +250,30 @@ def test_rm_loss_falls_on_toy_set(backbones, tmp_path):
     from transformers import TrainingArguments
 
     torch.manual_seed(0)
-    model = rm_lib.build_reward_model(backbones["qwen2_5_vl"], min_pixels=PIXELS, max_pixels=PIXELS,
-                                      dtype="float32", attn_implementation="sdpa")
-    pairs = [{"image": _image(i), "chosen": _messages(f"the cat sat {i}"), "rejected": _messages(f"a dog ran {i}"),
-              "group": i % 3} for i in range(8)]
-    args = TrainingArguments(output_dir=str(tmp_path / "t"), per_device_train_batch_size=4, learning_rate=3e-3,
-                             max_steps=12, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True,
-                             disable_tqdm=True, seed=0)
+    model = rm_lib.build_reward_model(
+        backbones["qwen2_5_vl"], min_pixels=PIXELS, max_pixels=PIXELS, dtype="float32", attn_implementation="sdpa"
+    )
+    pairs = [
+        {
+            "image": _image(i),
+            "chosen": _messages(f"the cat sat {i}"),
+            "rejected": _messages(f"a dog ran {i}"),
+            "group": i % 3,
+        }
+        for i in range(8)
+    ]
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "t"),
+        per_device_train_batch_size=4,
+        learning_rate=3e-3,
+        max_steps=12,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
     trainer = rm_lib.train_reward_model(model, pairs, args)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert losses[0] == pytest.approx(math.log(2), abs=1e-4)

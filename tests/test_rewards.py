@@ -1,7 +1,9 @@
-"""Rewards (open_r1/tasks/counting/rewards.py): grader consistency, format rules, partial credit, length penalty, the registry.
+"""Rewards (open_r1/tasks/counting/rewards.py): grader consistency, format rules, partial credit, length penalty, the
+registry.
 
 Every reward is called the way TRL 1.16 calls it: keyword arguments, dataset columns as aligned lists.
 """
+
 import math
 import pickle
 
@@ -110,9 +112,7 @@ GRADER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "completion,gold,verdict", [c[1:] for c in GRADER_CASES], ids=[c[0] for c in GRADER_CASES]
-)
+@pytest.mark.parametrize("completion,gold,verdict", [c[1:] for c in GRADER_CASES], ids=[c[0] for c in GRADER_CASES])
 def test_exact_count_equals_grader(completion, gold, verdict):
     (value,) = score("exact_count", [completion], gold=gold)
     assert value == float(is_correct(completion_text(completion), gold))

@@ -2,6 +2,7 @@
 
 DeepSpeed ZeRO-3 cannot run on a CPU, so `FakeZero3` plays its part: outside a gather every parameter is an empty
 tensor (its data kept aside), inside `gather(params)` the listed ones are whole again."""
+
 import contextlib
 import copy
 
@@ -79,7 +80,8 @@ def test_the_copy_of_a_lora_policy_equals_the_merged_policy_and_leaves_the_polic
     for name, p in policy.named_parameters():
         assert torch.equal(p, before[name]), name  # the merge is computed on the side, never into the policy
     assert weights.nbytes == sum(p.nbytes for p in weights.model.parameters()) + sum(
-        b.nbytes for b in weights.model.buffers())
+        b.nbytes for b in weights.model.buffers()
+    )
 
 
 def test_refresh_follows_the_sharded_policy_in_place_once_per_step():

@@ -1,4 +1,5 @@
 """Tests for the synthetic CLEVR-style data generator (open_r1/scenes). CPU only, small images, a few seconds."""
+
 from __future__ import annotations
 
 import json
@@ -66,7 +67,9 @@ def test_layouts_with_hidden_objects_are_redrawn():
     threshold = 60  # at 160x108 some first layouts leave an object below this
     attempts = []
     for seed in range(8):
-        _, scene, ids = render_scene(seed, image_size=SMALL, min_objects=8, max_objects=10, min_visible_pixels=threshold)
+        _, scene, ids = render_scene(
+            seed, image_size=SMALL, min_objects=8, max_objects=10, min_visible_pixels=threshold
+        )
         counts = np.bincount(ids[ids >= 0], minlength=scene["count"])
         assert counts.min() >= threshold
         attempts.append(scene["layout_attempts"])
@@ -91,9 +94,18 @@ def _two_sphere_scene(with_near: bool):
     _, lighting = clevr.sample_view(np.random.default_rng(0), 64, 64)
     camera = Camera([0.0, -10.0, 1.0], [0.0, 0.0, 1.0], 40.0, 64, 64)
     near = Part(ELLIPSOID, [0.0, -3.0, 1.0], np.eye(3), [1.0, 1.0, 1.0], 0, Material(np.array([0.5, 0.0, 0.0])))
-    far = Part(ELLIPSOID, [0.0, 3.0, 1.0], np.eye(3), [0.5, 0.5, 0.5], 1 if with_near else 0, Material(np.array([0.0, 0.0, 0.5])))
+    far = Part(
+        ELLIPSOID,
+        [0.0, 3.0, 1.0],
+        np.eye(3),
+        [0.5, 0.5, 0.5],
+        1 if with_near else 0,
+        Material(np.array([0.0, 0.0, 0.5])),
+    )
     parts = [near, far] if with_near else [far]
-    spec = SceneSpec(camera, parts, len(parts), lighting, lambda cam: np.full((1, cam.height, cam.width), 0.5, np.float32))
+    spec = SceneSpec(
+        camera, parts, len(parts), lighting, lambda cam: np.full((1, cam.height, cam.width), 0.5, np.float32)
+    )
     return RayCaster(spec).trace().object_ids
 
 
@@ -148,7 +160,10 @@ def test_cogent_condition_a_and_b():
 
 
 def test_splits_follow_their_condition(tmp_path):
-    for split, cube_palette, cylinder_palette in (("train", PALETTE_1, PALETTE_2), ("compositional", PALETTE_2, PALETTE_1)):
+    for split, cube_palette, cylinder_palette in (
+        ("train", PALETTE_1, PALETTE_2),
+        ("compositional", PALETTE_2, PALETTE_1),
+    ):
         dataset = build_split(split, 8, seed=2, image_size=SMALL, progress=False, cache_dir=tmp_path / split)
         for row in _rows(dataset):
             scene = json.loads(row["scene"])
@@ -183,8 +198,16 @@ _ADJECTIVES = {
     "material": {"rubber", "metal"},
     "texture": {"striped", "checkered"},
 }
-_NOUNS = {"cubes": "cube", "spheres": "sphere", "cylinders": "cylinder", "cars": "car", "buses": "bus",
-          "trucks": "truck", "bikes": "bike", "planes": "plane"}
+_NOUNS = {
+    "cubes": "cube",
+    "spheres": "sphere",
+    "cylinders": "cylinder",
+    "cars": "car",
+    "buses": "bus",
+    "trucks": "truck",
+    "bikes": "bike",
+    "planes": "plane",
+}
 
 
 def _count_from_text(question: str, objects: list[dict]) -> int | None:
@@ -236,10 +259,12 @@ def test_ood_differs_from_train(tmp_path):
     assert max(s["camera"]["position"][2] for s in ood_scenes) < 3.0
     assert min(s["camera"]["hfov_deg"] for s in ood_scenes) > 55 > max(s["camera"]["hfov_deg"] for s in train_scenes)
     assert {r["problem"] for r in _rows(ood_val)} == {"How many different items are there in the image?"}
+
     # Pixels: OOD has a sky and textured ground, so colour statistics differ from the gray CLEVR floor.
     def saturation(rows):
         pixels = np.concatenate([np.asarray(r["image"], dtype=np.float32).reshape(-1, 3) for r in rows])
         return float(np.mean(pixels.max(axis=1) - pixels.min(axis=1)))
+
     assert saturation(_rows(ood_val)) > 2 * saturation(_rows(train))
 
 
@@ -323,7 +348,10 @@ def test_module_cli_exit_code_and_no_traceback(tmp_path):
     out = tmp_path / "data"
     result = subprocess.run(
         [sys.executable, "-m", "open_r1.tasks.counting.scenes", "--out", str(out), "--train", "0"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
@@ -334,8 +362,26 @@ def test_module_cli_exit_code_and_no_traceback(tmp_path):
 
 def test_ood_train_is_written_only_when_named_and_shares_no_scene_with_ood_val(tmp_path):
     out = tmp_path / "data"
-    assert main(["--out", str(out), "--splits", "ood_val,ood_train", "--ood-val", "2", "--ood-train", "2",
-                 "--ood-image-size", "112x84", "--workers", "1", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "--out",
+                str(out),
+                "--splits",
+                "ood_val,ood_train",
+                "--ood-val",
+                "2",
+                "--ood-train",
+                "2",
+                "--ood-image-size",
+                "112x84",
+                "--workers",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert sorted(os.listdir(out)) == ["ood_train", "ood_val"]
     prints = {}
     for split in ("ood_train", "ood_val"):

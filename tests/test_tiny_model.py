@@ -1,4 +1,5 @@
 """The self-built Qwen2-VL checkpoint behaves like Qwen/Qwen2-VL-2B-Instruct on the real loading path."""
+
 from __future__ import annotations
 
 import json
@@ -257,8 +258,9 @@ def test_each_family_renders_its_chat_template(tiny_model_dirs, family):
     answer = {"role": "assistant", "content": "<think>\nthree\n</think>\n\n<answer>3</answer>"}
     with_answer = processor.apply_chat_template([*IMAGE_TEXT_MESSAGES, answer], tokenize=False)
     assert with_answer.endswith("<|im_start|>assistant\n<think>\nthree\n</think>\n\n<answer>3</answer><|im_end|>\n")
-    follow_up = processor.apply_chat_template([*IMAGE_TEXT_MESSAGES, answer, {"role": "user", "content": "Sure?"}],
-                                              tokenize=False)
+    follow_up = processor.apply_chat_template(
+        [*IMAGE_TEXT_MESSAGES, answer, {"role": "user", "content": "Sure?"}], tokenize=False
+    )
     if family == "qwen3_vl":  # the reasoning of a turn before the last user turn is dropped, as in the real template
         assert "<|im_start|>assistant\n<answer>3</answer><|im_end|>\n<|im_start|>user\nSure?" in follow_up
     else:
@@ -293,8 +295,9 @@ def test_tiny_configs_of_the_other_families():
     assert sum(text.rope_parameters["mrope_section"]) == text.head_dim // 2
     assert text.rope_parameters["mrope_interleaved"] is True
     assert (vision.depth, vision.hidden_size, vision.patch_size, vision.spatial_merge_size) == (2, 32, 16, 2)
-    assert vision.out_hidden_size == text.hidden_size and round(vision.num_position_embeddings ** 0.5) ** 2 == (
-        vision.num_position_embeddings)
+    assert vision.out_hidden_size == text.hidden_size and round(vision.num_position_embeddings**0.5) ** 2 == (
+        vision.num_position_embeddings
+    )
     assert set(vision.deepstack_visual_indexes) <= set(range(vision.depth))
     with pytest.raises(ValueError, match="deepstack"):
         build_config(family="qwen3_vl", vision_deepstack_visual_indexes=[2])
@@ -309,18 +312,40 @@ def test_tiny_configs_of_the_other_families():
 def test_full_size_configs_have_the_public_dimensions():
     qwen25 = build_config(full_size=True, family="qwen2_5_vl")  # Qwen/Qwen2.5-VL-3B-Instruct
     text, vision = qwen25.text_config, qwen25.vision_config
-    assert (text.hidden_size, text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads,
-            text.intermediate_size) == (2048, 36, 16, 2, 11008)
-    assert (vision.depth, vision.hidden_size, vision.intermediate_size, vision.window_size,
-            list(vision.fullatt_block_indexes), vision.out_hidden_size) == (32, 1280, 3420, 112, [7, 15, 23, 31], 2048)
+    assert (
+        text.hidden_size,
+        text.num_hidden_layers,
+        text.num_attention_heads,
+        text.num_key_value_heads,
+        text.intermediate_size,
+    ) == (2048, 36, 16, 2, 11008)
+    assert (
+        vision.depth,
+        vision.hidden_size,
+        vision.intermediate_size,
+        vision.window_size,
+        list(vision.fullatt_block_indexes),
+        vision.out_hidden_size,
+    ) == (32, 1280, 3420, 112, [7, 15, 23, 31], 2048)
     assert 3.7e9 < count_parameters(qwen25) < 3.8e9  # "3B": 3.75B with the tied embedding counted once
     qwen3 = build_config(full_size=True, family="qwen3_vl")  # Qwen/Qwen3-VL-2B-{Instruct,Thinking}
     text, vision = qwen3.text_config, qwen3.vision_config
-    assert (text.hidden_size, text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads,
-            text.head_dim, text.intermediate_size) == (2048, 28, 16, 8, 128, 6144)
+    assert (
+        text.hidden_size,
+        text.num_hidden_layers,
+        text.num_attention_heads,
+        text.num_key_value_heads,
+        text.head_dim,
+        text.intermediate_size,
+    ) == (2048, 28, 16, 8, 128, 6144)
     assert text.rope_parameters["mrope_section"] == [24, 20, 20] and text.rope_parameters["rope_theta"] == 5e6
-    assert (vision.depth, vision.hidden_size, vision.num_position_embeddings, list(vision.deepstack_visual_indexes),
-            vision.patch_size) == (24, 1024, 2304, [5, 11, 17], 16)
+    assert (
+        vision.depth,
+        vision.hidden_size,
+        vision.num_position_embeddings,
+        list(vision.deepstack_visual_indexes),
+        vision.patch_size,
+    ) == (24, 1024, 2304, [5, 11, 17], 16)
     assert 2.0e9 < count_parameters(qwen3) < 2.2e9  # "2B"
 
 
@@ -355,8 +380,11 @@ def test_suppress_unused_makes_generation_skip_exactly_the_ids_no_text_encodes_t
     assert suppressed == expected + list(range(len(tokenizer), vocab_size))
     assert len(expected) > 140_000 and 151642 in suppressed
     assert not set(ADDED_TOKENS[family].values()) & set(suppressed)
-    text = (COUNTING_PROMPT + " <think>\nI count 3 red cubes.</think> <answer> 3 </answer> "
-            + protocol.format_target("Most of the objects are gray ones.", "The green cube insists, again!"))
+    text = (
+        COUNTING_PROMPT
+        + " <think>\nI count 3 red cubes.</think> <answer> 3 </answer> "
+        + protocol.format_target("Most of the objects are gray ones.", "The green cube insists, again!")
+    )
     rng = np.random.default_rng(0)
     noise = "".join(chr(c) for c in rng.integers(32, 0x2FFF, 400))  # any text, not only the corpus's words
     ids = tokenizer.encode(text + noise, add_special_tokens=False)

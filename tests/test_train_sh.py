@@ -1,4 +1,5 @@
 """The demo recipe end to end through train.sh (CPU): GRPO -> export -> selfcheck."""
+
 import json
 import os
 import shutil
@@ -22,9 +23,26 @@ def test_demo_recipe_end_to_end_through_train_sh(tiny_model_dir, scene_data_dir,
         "PYTHON": sys.executable,
     }
     result = subprocess.run(
-        ["bash", "train.sh", "configs/demo.yaml", "--max_steps", "2", "--max_pixels", "12544",
-         "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "16"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+        [
+            "bash",
+            "train.sh",
+            "configs/demo.yaml",
+            "--max_steps",
+            "2",
+            "--max_pixels",
+            "12544",
+            "--per_device_train_batch_size",
+            "8",
+            "--num_generations",
+            "4",
+            "--max_completion_length",
+            "16",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "submission ready" in result.stdout
@@ -35,10 +53,25 @@ def test_demo_recipe_end_to_end_through_train_sh(tiny_model_dir, scene_data_dir,
 
     report = tmp_path / "selfcheck.json"
     check = subprocess.run(
-        [sys.executable, "selfcheck.py", "--model", str(tmp_path / "submission"), "--sets",
-         os.path.join(scene_data_dir, "val"), os.path.join(scene_data_dir, "ood_val"), "--limit", "4",
-         "--out", str(report), "--quiet"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "selfcheck.py",
+            "--model",
+            str(tmp_path / "submission"),
+            "--sets",
+            os.path.join(scene_data_dir, "val"),
+            os.path.join(scene_data_dir, "ood_val"),
+            "--limit",
+            "4",
+            "--out",
+            str(report),
+            "--quiet",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert check.returncode == 0, check.stderr[-3000:]
     assert "| ood_val | 4 |" in check.stdout
@@ -66,16 +99,34 @@ def test_the_help_hint_runs_on_a_clean_clone_with_no_variables_set(tmp_path):
     warm start, and the demo's scenes rendered on first use; the submission goes into the run dir where there is
     no /app (where there is one, SUBMISSION is set: a test never writes /app/submission)."""
     clone = clean_clone(tmp_path / "clone")
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("MODEL_PATH", "DATA", "OUTPUT_DIR", "SUBMISSION", "NUM_GPUS", "PYTHON", "ZERO3")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("MODEL_PATH", "DATA", "OUTPUT_DIR", "SUBMISSION", "NUM_GPUS", "PYTHON", "ZERO3")
+    }
     env.update(CUDA_VISIBLE_DEVICES="", PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""))
     submission = os.path.join(clone, "runs", "demo", "grpo", "submission")
     if os.path.isdir("/app"):
         submission = env["SUBMISSION"] = str(tmp_path / "submission")
     result = subprocess.run(
-        ["bash", "train.sh", "configs/demo.yaml", "--max_steps", "1", "--per_device_train_batch_size", "8",
-         "--num_generations", "4", "--max_completion_length", "8"],
-        cwd=clone, env=env, capture_output=True, text=True, timeout=900,
+        [
+            "bash",
+            "train.sh",
+            "configs/demo.yaml",
+            "--max_steps",
+            "1",
+            "--per_device_train_batch_size",
+            "8",
+            "--num_generations",
+            "4",
+            "--max_completion_length",
+            "8",
+        ],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"submission ready: {submission}" in result.stdout
@@ -85,8 +136,9 @@ def test_the_help_hint_runs_on_a_clean_clone_with_no_variables_set(tmp_path):
     assert meta["base_model"] == os.path.join(clone, "open_r1", "tasks", "counting", "demo_start")
 
 
-@pytest.mark.parametrize("gpus, zero3, deepspeed", [("1", None, True), ("2", None, True), ("1", "0", False),
-                                                   ("2", "0", False)])
+@pytest.mark.parametrize(
+    "gpus, zero3, deepspeed", [("1", None, True), ("2", None, True), ("1", "0", False), ("2", "0", False)]
+)
 def test_zero3_by_default_on_any_gpu_count(tmp_path, gpus, zero3, deepspeed):
     """ZeRO-3 by default, one GPU included (its fp32 master weights keep updates that bf16 weights round away);
     ZERO3=0 gives plain DDP. A stand-in PYTHON reports `gpus` GPUs and records the launch instead of training."""
@@ -101,8 +153,14 @@ esac
 """)
     fake.chmod(0o755)
     env = {key: value for key, value in os.environ.items() if key not in ("NUM_GPUS", "ZERO3")}
-    env.update(PYTHON=str(fake), MODEL_PATH=str(tmp_path), DATA=str(tmp_path), SUBMISSION=str(tmp_path / "sub"),
-               OUTPUT_DIR=str(tmp_path / "run"), **({"ZERO3": zero3} if zero3 else {}))
+    env.update(
+        PYTHON=str(fake),
+        MODEL_PATH=str(tmp_path),
+        DATA=str(tmp_path),
+        SUBMISSION=str(tmp_path / "sub"),
+        OUTPUT_DIR=str(tmp_path / "run"),
+        **({"ZERO3": zero3} if zero3 else {}),
+    )
     result = subprocess.run(["bash", "train.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
     launch = calls.read_text().splitlines()[0]
     assert result.returncode == 0 and "accelerate.commands.launch" in launch, result.stderr

@@ -1,4 +1,5 @@
 """The speed levers of open_r1.trainer: lazy image decoding, frozen vision tower, ViT de-duplication, noisy rollouts."""
+
 import os
 
 import numpy as np
@@ -13,10 +14,12 @@ from tests.test_grpo import recipe_args, use_varied_reward
 
 
 def _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, *extra):
-    """open_r1.grpo's trainer on the tiny model with rewards that vary within a group (every parameter gets a gradient)."""
+    """open_r1.grpo's trainer on the tiny model with rewards that vary within a group (every parameter gets a
+    gradient)."""
     use_varied_reward(monkeypatch)
     script_args, training_args, model_args = grpo.parse_args(
-        recipe_args(tiny_model_dir, scene_data_dir, tmp_path, *extra))[:3]
+        recipe_args(tiny_model_dir, scene_data_dir, tmp_path, *extra)
+    )[:3]
     return grpo.build_trainer(script_args, training_args, model_args)
 
 
@@ -59,13 +62,23 @@ def _count_decodes(monkeypatch):
 
 
 @pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
-def test_images_are_decoded_once_per_round_not_per_micro_step(lazy, tiny_model_dir, scene_data_dir, tmp_path,
-                                                              monkeypatch):
+def test_images_are_decoded_once_per_round_not_per_micro_step(
+    lazy, tiny_model_dir, scene_data_dir, tmp_path, monkeypatch
+):
     """TRL's dataloader yields the whole generation batch at every micro-step; lazy decoding pays for it once."""
     accumulation, per_device = 4, 2  # generation batch 8 rows, yielded 4 times per optimizer step
-    trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--per_device_train_batch_size",
-                       str(per_device), "--gradient_accumulation_steps", str(accumulation),
-                       "--lazy_images", str(lazy).lower())
+    trainer = _trainer(
+        tiny_model_dir,
+        scene_data_dir,
+        tmp_path,
+        monkeypatch,
+        "--per_device_train_batch_size",
+        str(per_device),
+        "--gradient_accumulation_steps",
+        str(accumulation),
+        "--lazy_images",
+        str(lazy).lower(),
+    )
     calls = _count_decodes(monkeypatch)
     trainer.train()
     generation_batch = per_device * accumulation
@@ -103,8 +116,9 @@ def test_freeze_vision_trains_language_model_and_merger_only(tiny_model_dir, sce
 
 
 def test_freeze_vision_with_lora_is_one_clear_error(tiny_model_dir, scene_data_dir, tmp_path, capsys):
-    code = grpo.cli(recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--freeze_vision", "true",
-                                "--use_peft", "true"))
+    code = grpo.cli(
+        recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--freeze_vision", "true", "--use_peft", "true")
+    )
     assert code == 2
     assert "freeze_vision" in capsys.readouterr().err
 
@@ -137,8 +151,7 @@ def test_evaluation_halves_the_batch_on_out_of_memory(tiny_model_dir, scene_data
     model = load_model(str(tiny_model_dir), dtype="float32").eval()
     processor = load_processor(str(tiny_model_dir), None, 12544)
     dataset = load_counting_dataset(os.path.join(scene_data_dir, "val"))
-    reference = evaluate_lib.evaluate_dataset(model, processor, dataset, batch_size=2, max_new_tokens=6,
-                                              progress=False)
+    reference = evaluate_lib.evaluate_dataset(model, processor, dataset, batch_size=2, max_new_tokens=6, progress=False)
     real, sizes = evaluate_lib.generate_texts, []
 
     def tight_memory(model, processor, texts, images, *args, inputs=None, **kwargs):
@@ -180,20 +193,30 @@ def _mixed_counting_dataset(scene_data_dir):
     from open_r1.tasks.counting.data import load_counting_dataset
 
     columns = ["image", "problem", "solution"]
-    parts = [load_counting_dataset(os.path.join(scene_data_dir, split)).select_columns(columns)
-             for split in ("val", "ood_val")]
+    parts = [
+        load_counting_dataset(os.path.join(scene_data_dir, split)).select_columns(columns)
+        for split in ("val", "ood_val")
+    ]
     rng = np.random.default_rng(1)
-    odd = [PILImage.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
-           for h, w in ((150, 90), (60, 200), (97, 131))]
+    odd = [
+        PILImage.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        for h, w in ((150, 90), (60, 200), (97, 131))
+    ]
     extra = datasets.Dataset.from_dict(
-        {"image": odd, "problem": ["How many objects can you count in this picture, all of them together?"] * 3,
-         "solution": ["<answer> 3 </answer>"] * 3}, features=parts[0].features)
+        {
+            "image": odd,
+            "problem": ["How many objects can you count in this picture, all of them together?"] * 3,
+            "solution": ["<answer> 3 </answer>"] * 3,
+        },
+        features=parts[0].features,
+    )
     return datasets.concatenate_datasets([*parts, extra])
 
 
 @pytest.mark.parametrize("batch_size", [5, 8])
-def test_prefetched_evaluation_gets_the_same_model_inputs_and_times_every_batch(tiny_model_dir, scene_data_dir,
-                                                                                monkeypatch, batch_size):
+def test_prefetched_evaluation_gets_the_same_model_inputs_and_times_every_batch(
+    tiny_model_dir, scene_data_dir, monkeypatch, batch_size
+):
     """Images of several sizes and mixed prompt lengths: what reaches generate_texts, batch by batch, and the records
     are identical with and without prefetch; `timings` gets one entry per batch (the bench's per-batch split)."""
     from open_r1.modeling import load_model, load_processor
@@ -204,6 +227,7 @@ def test_prefetched_evaluation_gets_the_same_model_inputs_and_times_every_batch(
     dataset = _mixed_counting_dataset(scene_data_dir)
     real = evaluate_lib.generate_texts
     runs = {}
+
     def recording(batches):  # generate_texts that keeps a copy of every batch's inputs
         def spy(model, processor, texts, images, *args, inputs=None, **kwargs):
             batches.append({key: value.clone() for key, value in inputs.items()})
@@ -215,8 +239,16 @@ def test_prefetched_evaluation_gets_the_same_model_inputs_and_times_every_batch(
         batches = []
         monkeypatch.setattr(evaluate_lib, "generate_texts", recording(batches))
         timings = []
-        report = evaluate_lib.evaluate_dataset(model, processor, dataset, batch_size=batch_size, max_new_tokens=6,
-                                               progress=False, prefetch=prefetch, timings=timings)
+        report = evaluate_lib.evaluate_dataset(
+            model,
+            processor,
+            dataset,
+            batch_size=batch_size,
+            max_new_tokens=6,
+            progress=False,
+            prefetch=prefetch,
+            timings=timings,
+        )
         runs[prefetch] = (report, batches, timings)
     (serial, serial_batches, _), (ahead, ahead_batches, _) = runs[False], runs[True]
     n_batches = -(-len(dataset) // batch_size)
@@ -228,8 +260,10 @@ def test_prefetched_evaluation_gets_the_same_model_inputs_and_times_every_batch(
         for key in got:
             assert got[key].dtype == expected[key].dtype and torch.equal(got[key], expected[key]), key
     # a batch held several image sizes and several prompt lengths
-    assert any(len(set(b["image_grid_thw"][:, 1:].prod(-1).tolist())) > 1 and bool((b["attention_mask"] == 0).any())
-               for b in serial_batches)
+    assert any(
+        len(set(b["image_grid_thw"][:, 1:].prod(-1).tolist())) > 1 and bool((b["attention_mask"] == 0).any())
+        for b in serial_batches
+    )
     for prefetch, (_, batches, timings) in runs.items():
         assert [t["rows"] for t in timings] == [len(b["input_ids"]) for b in batches]
         assert [t["built"] for t in timings] == ["here"] + ["ahead" if prefetch else "here"] * (n_batches - 1)
@@ -251,10 +285,21 @@ def test_image_noise_is_seeded_bounded_and_changes_pixels():
     assert not np.array_equal(np.asarray(trainer_lib.add_image_noise(image, 0.1, seed=8)), pixels)
 
 
-def test_noisy_rollouts_distort_half_of_each_group_in_training_only(tiny_model_dir, scene_data_dir, tmp_path,
-                                                                    monkeypatch):
-    trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--num_generations", "4",
-                       "--noisy_rollouts", "0.5", "--noise_std", "0.2")
+def test_noisy_rollouts_distort_half_of_each_group_in_training_only(
+    tiny_model_dir, scene_data_dir, tmp_path, monkeypatch
+):
+    trainer = _trainer(
+        tiny_model_dir,
+        scene_data_dir,
+        tmp_path,
+        monkeypatch,
+        "--num_generations",
+        "4",
+        "--noisy_rollouts",
+        "0.5",
+        "--noise_std",
+        "0.2",
+    )
     noised, real = [], trainer_lib.add_image_noise
 
     def spy(image, std, seed):
@@ -327,9 +372,13 @@ def test_regroup_restores_generation_order_in_equal_micro_batches():
     grid = torch.tensor([[1, 2, 2]] * 4)
     rows = torch.arange(4)
     batch = {
-        "prompt_ids": rows[:, None].repeat(1, 3), "advantages": rows.float(), "num_items_in_batch": torch.tensor(12),
-        "pixel_values": rows.repeat_interleave(4)[:, None].float().repeat(1, 5), "image_grid_thw": grid,
-        "num_images": [1, 1, 1, 1], trainer_lib.ROW_ID: rows,
+        "prompt_ids": rows[:, None].repeat(1, 3),
+        "advantages": rows.float(),
+        "num_items_in_batch": torch.tensor(12),
+        "pixel_values": rows.repeat_interleave(4)[:, None].float().repeat(1, 5),
+        "image_grid_thw": grid,
+        "num_images": [1, 1, 1, 1],
+        trainer_lib.ROW_ID: rows,
     }
     shuffled = [2, 0, 3, 1]
     from trl.trainer.utils import (
@@ -339,8 +388,16 @@ def test_regroup_restores_generation_order_in_equal_micro_batches():
     )
 
     parts = split_pixel_values_by_grid(batch)
-    parts = {k: (v[shuffled] if isinstance(v, torch.Tensor) and v.ndim else
-                 [v[i] for i in shuffled] if isinstance(v, list) else v) for k, v in parts.items()}
+    parts = {
+        k: (
+            v[shuffled]
+            if isinstance(v, torch.Tensor) and v.ndim
+            else [v[i] for i in shuffled]
+            if isinstance(v, list)
+            else v
+        )
+        for k, v in parts.items()
+    }
     micro = [unsplit_pixel_values_by_grid(c) for c in split_tensor_dict(parts, 2)]
     regrouped = trainer_lib.regroup_micro_batches(micro)
     assert [m["prompt_ids"][:, 0].tolist() for m in regrouped] == [[0, 1], [2, 3]]
@@ -348,22 +405,38 @@ def test_regroup_restores_generation_order_in_equal_micro_batches():
     assert all(trainer_lib.ROW_ID not in m and int(m["num_items_in_batch"]) == 12 for m in regrouped)
 
 
-def test_dedupe_vision_trains_whole_groups_per_micro_batch_with_the_same_update(tiny_model_dir, scene_data_dir,
-                                                                               tmp_path, monkeypatch):
+def test_dedupe_vision_trains_whole_groups_per_micro_batch_with_the_same_update(
+    tiny_model_dir, scene_data_dir, tmp_path, monkeypatch
+):
     """G=2, micro-batches of 2, 4 micro-batches per step. With regrouping the micro-batches are exactly the round's
     rows in generation order (every key), every training forward sees one distinct image, and the step's update
     (plain SGD: the update is the gradient) matches TRL's shuffled micro-batches. Both runs de-duplicate, so their
     rollouts are the same samples; "matches" is within 1 % of the largest update entry, because TRL's own update moves
     by ~0.1 % when only the micro-batch order changes (float summation order)."""
-    geometry = ["--num_generations", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4",
-                "--optim", "sgd", "--learning_rate", "1.0", "--max_grad_norm", "0", "--lr_scheduler_type", "constant"]
+    geometry = [
+        "--num_generations",
+        "2",
+        "--per_device_train_batch_size",
+        "2",
+        "--gradient_accumulation_steps",
+        "4",
+        "--optim",
+        "sgd",
+        "--learning_rate",
+        "1.0",
+        "--max_grad_norm",
+        "0",
+        "--lr_scheduler_type",
+        "constant",
+    ]
     from open_r1 import vision_dedupe
 
     real = vision_dedupe.duplicate_map
 
     def one_step(regroup):
-        trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path / str(regroup), monkeypatch, *geometry,
-                           "--dedupe_vision", "true")
+        trainer = _trainer(
+            tiny_model_dir, scene_data_dir, tmp_path / str(regroup), monkeypatch, *geometry, "--dedupe_vision", "true"
+        )
         assert trainer.regroup_rounds  # this geometry and loss allow it
         trainer.regroup_rounds = regroup
         rounds, micro_batches = [], []
@@ -372,8 +445,9 @@ def test_dedupe_vision_trains_whole_groups_per_micro_batch_with_the_same_update(
         trainer._prepare_inputs = lambda batch: micro_batches.append(prepare(batch)) or micro_batches[-1]
         before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
         distinct = []
-        monkeypatch.setattr(vision_dedupe, "duplicate_map",
-                            lambda *a: distinct.append(len(set(mapping := real(*a)))) or mapping)
+        monkeypatch.setattr(
+            vision_dedupe, "duplicate_map", lambda *a: distinct.append(len(set(mapping := real(*a)))) or mapping
+        )
         trainer.train()
         visual = families.vision_tower(trainer.model)
         counts.append((visual.images_seen, visual.images_encoded))
@@ -415,7 +489,8 @@ def test_rollouts_never_sample_what_the_model_suppresses(scene_data_dir, tmp_pat
     record.__name__ = "record"
     monkeypatch.setattr(rewards, "get_reward_funcs", lambda names, kwargs=None: [record])
     script_args, training_args, model_args = grpo.parse_args(
-        recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--fast_decode", "hf"))[:3]
+        recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--fast_decode", "hf")
+    )[:3]
     trainer = grpo.build_trainer(script_args, training_args, model_args)
     image_token = AutoConfig.from_pretrained(tiny_model_dir).image_token_id
     assert set(trainer.generation_config.suppress_tokens) == suppressed | {image_token}  # TRL's and the model's
@@ -423,8 +498,9 @@ def test_rollouts_never_sample_what_the_model_suppresses(scene_data_dir, tmp_pat
     assert len(sampled) >= 8 and not suppressed & set(sampled)
 
 
-def test_zero3_rollouts_decode_from_a_copy_refreshed_once_per_optimizer_step(tiny_model_dir, scene_data_dir,
-                                                                              tmp_path, monkeypatch):
+def test_zero3_rollouts_decode_from_a_copy_refreshed_once_per_optimizer_step(
+    tiny_model_dir, scene_data_dir, tmp_path, monkeypatch
+):
     """Under ZeRO-3 (simulated: DeepSpeed cannot run on a CPU) the decoder reads the whole-weight copy of the LoRA
     policy: one gather per optimizer step, the copy's tensors at the same addresses every round, its forward equal
     to the merged policy's, the refresh cost in the logged metrics."""
@@ -449,8 +525,22 @@ def test_zero3_rollouts_decode_from_a_copy_refreshed_once_per_optimizer_step(tin
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(GraphDecoder, "generate", spy)
-    trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--fast_decode", "eager",
-                       "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--max_steps", "3")
+    trainer = _trainer(
+        tiny_model_dir,
+        scene_data_dir,
+        tmp_path,
+        monkeypatch,
+        "--fast_decode",
+        "eager",
+        "--use_peft",
+        "true",
+        "--lora_r",
+        "4",
+        "--lora_alpha",
+        "8",
+        "--max_steps",
+        "3",
+    )
 
     class Plugin:
         zero_stage = 3
@@ -477,8 +567,9 @@ def test_zero3_rollouts_decode_from_a_copy_refreshed_once_per_optimizer_step(tin
         torch.testing.assert_close(value, merged[name], msg=name)
 
 
-def test_zero3_auto_falls_back_to_hf_generate_when_the_rollout_copy_cannot_be_built(tiny_model_dir, scene_data_dir,
-                                                                                      tmp_path, monkeypatch, capsys):
+def test_zero3_auto_falls_back_to_hf_generate_when_the_rollout_copy_cannot_be_built(
+    tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, capsys
+):
     """fast_decode 'auto' under ZeRO-3 takes HF generate (TRL's gathered weights) when the rollout copy fails to build,
     with one line saying why; an explicit fast_decode still fails."""
     from open_r1 import rollout_weights
@@ -491,8 +582,9 @@ def test_zero3_auto_falls_back_to_hf_generate_when_the_rollout_copy_cannot_be_bu
     monkeypatch.setattr(rollout_weights, "RolloutWeights", broken_copy)
     decoded = []
     monkeypatch.setattr(GraphDecoder, "generate", lambda self, *a, **k: decoded.append(1))
-    trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--fast_decode", "eager",
-                       "--max_steps", "1")
+    trainer = _trainer(
+        tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--fast_decode", "eager", "--max_steps", "1"
+    )
     trainer.copy_for_rollouts, trainer.args.ds3_gather_for_generation = True, False  # what __init__ sets under ZeRO-3
     with pytest.raises(RecipeError, match="partitioned"):
         trainer.rollout_generator()  # asked for explicitly: the error stands
@@ -500,7 +592,10 @@ def test_zero3_auto_falls_back_to_hf_generate_when_the_rollout_copy_cannot_be_bu
     trainer.train()
     assert not decoded and not trainer.copy_for_rollouts and trainer.fast_decode is None
     assert trainer.args.ds3_gather_for_generation
-    assert "fast_decode auto: HF generate for the rollouts (the rollout copy came out partitioned" in capsys.readouterr().out
+    assert (
+        "fast_decode auto: HF generate for the rollouts (the rollout copy came out partitioned"
+        in capsys.readouterr().out
+    )
 
 
 def test_gpu_memory_cap_env_is_checked_and_capped(monkeypatch):
@@ -517,8 +612,9 @@ def test_gpu_memory_cap_env_is_checked_and_capped(monkeypatch):
     assert calls == [(0.6, 1)]
 
 
-def test_under_zero3_the_trainer_hooks_each_block_not_the_vision_tower(tiny_model_dir, scene_data_dir, tmp_path,
-                                                                        monkeypatch):
+def test_under_zero3_the_trainer_hooks_each_block_not_the_vision_tower(
+    tiny_model_dir, scene_data_dir, tmp_path, monkeypatch
+):
     """Under ZeRO-3 (simulated: DeepSpeed cannot run on a CPU) the trainer marks each decoder layer and vision block as
     a DeepSpeed leaf, before deepspeed.initialize; never the vision tower, whose gradients DeepSpeed would drop."""
     import importlib.machinery

@@ -4,6 +4,7 @@ bool is an int subclass, so a YAML/JSON `true` must never pass as 1; numpy integ
 floats) pass, as data columns and generators hand them out. `is_number` says nothing about the value: nan and inf
 are numbers (callers that need a finite one check `math.isfinite` too).
 """
+
 from __future__ import annotations
 
 import fractions
@@ -23,9 +24,27 @@ def test_is_int_accepts_integers(value):
     assert is_int(value) is True
 
 
-@pytest.mark.parametrize("value", [True, False, np.True_, np.False_, 1.0, 0.0, float("nan"), float("inf"),
-                                   np.float32(1.0), np.float64(2.0), fractions.Fraction(4, 2), "1", "", None,
-                                   [1], 1 + 0j])
+@pytest.mark.parametrize(
+    "value",
+    [
+        True,
+        False,
+        np.True_,
+        np.False_,
+        1.0,
+        0.0,
+        float("nan"),
+        float("inf"),
+        np.float32(1.0),
+        np.float64(2.0),
+        fractions.Fraction(4, 2),
+        "1",
+        "",
+        None,
+        [1],
+        1 + 0j,
+    ],
+)
 def test_is_int_rejects_the_rest(value):
     assert is_int(value) is False
 
@@ -33,8 +52,22 @@ def test_is_int_rejects_the_rest(value):
 # ---- is_number ------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [0, 1, -3, 1.0, -0.5, np.int64(5), np.uint8(7), np.float32(0.25), np.float64(2.0),
-                                   np.float16(1.5), fractions.Fraction(1, 2)])
+@pytest.mark.parametrize(
+    "value",
+    [
+        0,
+        1,
+        -3,
+        1.0,
+        -0.5,
+        np.int64(5),
+        np.uint8(7),
+        np.float32(0.25),
+        np.float64(2.0),
+        np.float16(1.5),
+        fractions.Fraction(1, 2),
+    ],
+)
 def test_is_number_accepts_real_numbers(value):
     assert is_number(value) is True
 
@@ -45,8 +78,9 @@ def test_is_number_does_not_judge_the_value(value):
     assert is_number(value) is True
 
 
-@pytest.mark.parametrize("value", [True, False, np.True_, np.False_, "1", "1.0", "nan", "", None, [1.0], {}, 1 + 0j,
-                                   np.complex64(1)])
+@pytest.mark.parametrize(
+    "value", [True, False, np.True_, np.False_, "1", "1.0", "nan", "", None, [1.0], {}, 1 + 0j, np.complex64(1)]
+)
 def test_is_number_rejects_the_rest(value):
     assert is_number(value) is False
 
@@ -156,7 +190,10 @@ def test_a_deepspeed_granularity_threshold_is_refused(tmp_path):
     zero3 = Path(__file__).resolve().parents[1] / "zero3.json"
     shipped = json.loads(zero3.read_text())
     assert granularity_problems(str(zero3)) == [] and granularity_problems(None) == []
-    risky = {**shipped, "zero_optimization": {**shipped["zero_optimization"], "stage3_module_granularity_threshold": 5e6}}
+    risky = {
+        **shipped,
+        "zero_optimization": {**shipped["zero_optimization"], "stage3_module_granularity_threshold": 5e6},
+    }
     path = tmp_path / "z3.json"
     path.write_text(json.dumps(risky))
     for config in (str(path), risky):

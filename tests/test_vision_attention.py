@@ -4,6 +4,7 @@ The contract it relies on (transformers hands `cu_seq_lens_q` to an attention im
 "flash") is checked by counting the calls the registered function gets: if transformers stopped passing the
 boundaries, every forward here would raise the function's ModelError instead of silently attending across images.
 """
+
 from __future__ import annotations
 
 import json
@@ -101,15 +102,18 @@ def test_load_model_sets_it_and_a_saved_model_loads_with_plain_transformers(tiny
     model.save_pretrained(tmp_path / "saved")
     config = json.loads((tmp_path / "saved" / "config.json").read_text())
     assert vision_attention.NAME not in json.dumps(config)  # never written: the grader's transformers lacks it
-    plain = modeling.load_model(str(tiny_model_dir), dtype="float32", attn_implementation="sdpa",
-                                vision_attention="per_image")
+    plain = modeling.load_model(
+        str(tiny_model_dir), dtype="float32", attn_implementation="sdpa", vision_attention="per_image"
+    )
     assert vision_attention.vision_implementation(plain) == "sdpa"
 
 
 def test_other_implementations_are_left_alone_and_bad_use_is_named(tiny_model_dir):
     from transformers import AutoModelForImageTextToText
 
-    eager = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="eager")
+    eager = AutoModelForImageTextToText.from_pretrained(
+        tiny_model_dir, dtype=torch.float32, attn_implementation="eager"
+    )
     assert vision_attention.use_grouped_vision_attention(eager) is False
     assert vision_attention.vision_implementation(eager) == "eager"
     with pytest.raises(ModelError, match="vision_attention must be one of"):

@@ -10,6 +10,7 @@ timed with `torch.cuda.synchronize()` (`Probe`). Shape, columns and limits: docs
 benches"). A failing variant is reported with its first error line and the run goes on; the JSON is rewritten
 after every variant.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,9 +62,24 @@ VISION_SPECIAL_TOKEN_IDS = [151652, 151653, 151654, 151655, 151656]
 # Recipe keys that define the algorithm, not its speed: `ours*` variants take them from the recipe, so the bench
 # measures what training will run (a KL term with beta > 0 costs a reference model and its forward pass).
 RECIPE_ALGORITHM_KEYS = (
-    "beta", "loss_type", "num_generations", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-    "epsilon", "epsilon_high", "scale_rewards", "importance_sampling_level", "mask_truncated_completions",
-    "learning_rate", "reward_weights", "weight_decay", "max_grad_norm", "cast_lm_head_to_fp32",
+    "beta",
+    "loss_type",
+    "num_generations",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "epsilon",
+    "epsilon_high",
+    "scale_rewards",
+    "importance_sampling_level",
+    "mask_truncated_completions",
+    "learning_rate",
+    "reward_weights",
+    "weight_decay",
+    "max_grad_norm",
+    "cast_lm_head_to_fp32",
 )
 # Every variant reads our own recipe keys reward_funcs / reward_kwargs / prompt_templates; ours* also min/max_pixels.
 DEFAULT_REWARD_FUNCS = ["exact_count", "format"]
@@ -74,47 +90,89 @@ DEFAULT_PROMPT_TEMPLATES = ["train:0.5", "eval:0.5"]
 PRESETS: dict[str, dict[str, Any]] = {
     "plain_trl": {
         "description": "TRL 1.16 defaults, per-device batch 64, no accumulation (the reference of every ratio)",
-        "recipe": False, "per_device_train_batch_size": 64, "gradient_accumulation_steps": 1},
-    "ours": {"description": "recipe algorithm; generate 256 at once (64 x accumulation 4, on-policy), grad ckpt",
-             "recipe": True, "per_device_train_batch_size": 64, "gradient_accumulation_steps": 4,
-             "gradient_checkpointing": True},
-    "ours_gen512": {"base": "ours", "description": "generate 512 at once (64 x accumulation 8, on-policy)",
-                    "gradient_accumulation_steps": 8},
+        "recipe": False,
+        "per_device_train_batch_size": 64,
+        "gradient_accumulation_steps": 1,
+    },
+    "ours": {
+        "description": "recipe algorithm; generate 256 at once (64 x accumulation 4, on-policy), grad ckpt",
+        "recipe": True,
+        "per_device_train_batch_size": 64,
+        "gradient_accumulation_steps": 4,
+        "gradient_checkpointing": True,
+    },
+    "ours_gen512": {
+        "base": "ours",
+        "description": "generate 512 at once (64 x accumulation 8, on-policy)",
+        "gradient_accumulation_steps": 8,
+    },
     "ours_gen512_beta0": {"base": "ours_gen512", "description": "ours_gen512 with beta 0", "beta": 0.0},
     "ours_gen512_beta0_dedupe": {
-        "base": "ours_gen512_beta0", "dedupe_vision": True,
-        "description": "ours_gen512_beta0, each distinct image through the ViT once (dedupe_vision: same update)"},
+        "base": "ours_gen512_beta0",
+        "dedupe_vision": True,
+        "description": "ours_gen512_beta0, each distinct image through the ViT once (dedupe_vision: same update)",
+    },
     "ours_gen512_beta0_dedupe_graph": {
-        "base": "ours_gen512_beta0_dedupe", "fast_decode": "graph",
-        "description": "ours_gen512_beta0_dedupe with the CUDA-graph decoder (fast_decode: open_r1/decoding.py)"},
-    "ours_fast": {"base": "ours_gen512_beta0_dedupe_graph", "dedupe_images": True,
-                  "description": "the shipped speed levers: ours_gen512_beta0_dedupe_graph + each distinct image "
-                                 "preprocessed once per round (dedupe_images: open_r1/image_dedupe.py)"},
-    "ours_fast_grouped": {"base": "ours_fast", "vision_attention": "grouped",
-                          "description": "ours_fast with the vision tower's attention once per image size "
-                                         "(vision_attention: grouped, open_r1/vision_attention.py; what "
-                                         "modeling.load_model, hence train.sh, now uses)"},
-    "ours_fast_mb128": {"base": "ours_fast", "description": "ours_fast, training micro-batches of 128 (accumulation 4)",
-                        "per_device_train_batch_size": 128, "gradient_accumulation_steps": 4},
+        "base": "ours_gen512_beta0_dedupe",
+        "fast_decode": "graph",
+        "description": "ours_gen512_beta0_dedupe with the CUDA-graph decoder (fast_decode: open_r1/decoding.py)",
+    },
+    "ours_fast": {
+        "base": "ours_gen512_beta0_dedupe_graph",
+        "dedupe_images": True,
+        "description": "the shipped speed levers: ours_gen512_beta0_dedupe_graph + each distinct image "
+        "preprocessed once per round (dedupe_images: open_r1/image_dedupe.py)",
+    },
+    "ours_fast_grouped": {
+        "base": "ours_fast",
+        "vision_attention": "grouped",
+        "description": "ours_fast with the vision tower's attention once per image size "
+        "(vision_attention: grouped, open_r1/vision_attention.py; what "
+        "modeling.load_model, hence train.sh, now uses)",
+    },
+    "ours_fast_mb128": {
+        "base": "ours_fast",
+        "description": "ours_fast, training micro-batches of 128 (accumulation 4)",
+        "per_device_train_batch_size": 128,
+        "gradient_accumulation_steps": 4,
+    },
     # train.sh's default path in one process: DeepSpeed ZeRO-3 with zero3.json (one variant per process: accelerate's
     # state is a process-wide singleton; `--merge` puts the JSONs of several processes into one table)
-    "plain_trl_zero3": {"base": "plain_trl", "deepspeed": "zero3.json", "requires": ["deepspeed"],
-                        "description": "plain_trl under DeepSpeed ZeRO-3 (zero3.json; HF generate on TRL's gathered "
-                                       "weights)"},
-    "ours_fast_zero3": {"base": "ours_fast", "deepspeed": "zero3.json", "requires": ["deepspeed"],
-                        "description": "ours_fast under DeepSpeed ZeRO-3 (zero3.json): the graph decoder on a "
-                                       "whole-weight copy refreshed once per optimizer step "
-                                       "(open_r1/rollout_weights.py)"},
+    "plain_trl_zero3": {
+        "base": "plain_trl",
+        "deepspeed": "zero3.json",
+        "requires": ["deepspeed"],
+        "description": "plain_trl under DeepSpeed ZeRO-3 (zero3.json; HF generate on TRL's gathered weights)",
+    },
+    "ours_fast_zero3": {
+        "base": "ours_fast",
+        "deepspeed": "zero3.json",
+        "requires": ["deepspeed"],
+        "description": "ours_fast under DeepSpeed ZeRO-3 (zero3.json): the graph decoder on a "
+        "whole-weight copy refreshed once per optimizer step "
+        "(open_r1/rollout_weights.py)",
+    },
     # ZeRO-2 keeps fp32 master weights as ZeRO-3 does (no lost bf16 updates) but the bf16 weights whole on each card:
     # no per-module gathers, and the graph decoder runs on the policy itself. Not in train.sh until measured.
-    "plain_trl_zero2": {"base": "plain_trl_zero3", "deepspeed": "experiments/bench/zero2.json",
-                        "description": "plain_trl under DeepSpeed ZeRO-2 (experiments/bench/zero2.json)"},
-    "ours_fast_zero2": {"base": "ours_fast_zero3", "deepspeed": "experiments/bench/zero2.json",
-                        "description": "ours_fast under DeepSpeed ZeRO-2 (experiments/bench/zero2.json): the graph "
-                                       "decoder on the policy's own bf16 weights"},
-    "ours_vllm": {"base": "ours", "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3,
-                  "requires": ["vllm"], "description": "vLLM colocate generation (TRL use_vllm; needs vllm; not "
-                                                       "measured on the project's GPU)"},
+    "plain_trl_zero2": {
+        "base": "plain_trl_zero3",
+        "deepspeed": "experiments/bench/zero2.json",
+        "description": "plain_trl under DeepSpeed ZeRO-2 (experiments/bench/zero2.json)",
+    },
+    "ours_fast_zero2": {
+        "base": "ours_fast_zero3",
+        "deepspeed": "experiments/bench/zero2.json",
+        "description": "ours_fast under DeepSpeed ZeRO-2 (experiments/bench/zero2.json): the graph "
+        "decoder on the policy's own bf16 weights",
+    },
+    "ours_vllm": {
+        "base": "ours",
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": 0.3,
+        "requires": ["vllm"],
+        "description": "vLLM colocate generation (TRL use_vllm; needs vllm; not measured on the project's GPU)",
+    },
 }
 # Past runs' presets (compiled generate, frozen ViT, Liger, ...): experiments/LOG.md; `--define` rebuilds them.
 # Most informative first: with --deadline-s the tail is what gets skipped.
@@ -162,13 +220,14 @@ BENCH_OPTION_KEYS = {f.name for f in fields(Variant)} - {"name", "overrides"}
 
 
 def parse_defines(defines: list[str] | None) -> dict[str, dict]:
-    """`--define NAME=JSON` entries: ad-hoc variants, e.g. 'ours_mb48={"base": "ours", "per_device_train_batch_size": 48}'."""
+    """`--define NAME=JSON` entries: ad-hoc variants, e.g. 'ours_mb48={"base": "ours", "per_device_train_batch_size":
+    48}'."""
     presets = {}
     for entry in defines or []:
         name, sep, body = entry.partition("=")
         name = name.strip()
         if not sep or not name:
-            raise BenchError(f"--define {entry!r}: expected NAME=JSON, e.g. 'mine={{\"base\": \"ours\", \"beta\": 0}}'")
+            raise BenchError(f'--define {entry!r}: expected NAME=JSON, e.g. \'mine={{"base": "ours", "beta": 0}}\'')
         try:
             spec = json.loads(body)
         except json.JSONDecodeError as exc:
@@ -248,18 +307,26 @@ def random_counting_dataset(n: int, seed: int = 0, width: int = IMAGE_WIDTH, hei
             draw.rectangle([x, y, x + size, y + size], fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
         images.append(image)
         shape, color = _SHAPES[int(rng.integers(len(_SHAPES)))], _COLORS[int(rng.integers(len(_COLORS)))]
-        question = rng.choice(["How many items are there in the image?", f"How many {color} {shape}s are there?",
-                               f"Subtract all {color} {shape}s. How many objects are left?"])
+        question = rng.choice(
+            [
+                "How many items are there in the image?",
+                f"How many {color} {shape}s are there?",
+                f"Subtract all {color} {shape}s. How many objects are left?",
+            ]
+        )
         problems.append(str(question))
         solutions.append(f"<answer> {count} </answer>")
     features = datasets.Features(
-        {"image": datasets.Image(), "problem": datasets.Value("string"), "solution": datasets.Value("string")})
+        {"image": datasets.Image(), "problem": datasets.Value("string"), "solution": datasets.Value("string")}
+    )
     return datasets.Dataset.from_dict({"image": images, "problem": problems, "solution": solutions}, features=features)
 
 
-def counting_dataset(n: int, seed: int = 0, source: str = "auto", cache_dir: str | None = None, workers: int = 1,
-                     split: str = "train"):
-    """(dataset, description): rendered scenes from `open_r1.tasks.counting.scenes.build_split` when asked or available, else random."""
+def counting_dataset(
+    n: int, seed: int = 0, source: str = "auto", cache_dir: str | None = None, workers: int = 1, split: str = "train"
+):
+    """(dataset, description): rendered scenes from `open_r1.tasks.counting.scenes.build_split` when asked or
+    available, else random."""
     if source in ("auto", "scenes"):
         try:
             from open_r1.tasks.counting.scenes import build_split
@@ -270,7 +337,9 @@ def counting_dataset(n: int, seed: int = 0, source: str = "auto", cache_dir: str
             if source == "scenes":
                 raise
             reason = error_line(exc)
-            return random_counting_dataset(n, seed), f"random {IMAGE_WIDTH}x{IMAGE_HEIGHT} rectangles (scenes: {reason})"
+            return random_counting_dataset(
+                n, seed
+            ), f"random {IMAGE_WIDTH}x{IMAGE_HEIGHT} rectangles (scenes: {reason})"
     if source == "random":
         return random_counting_dataset(n, seed), f"random {IMAGE_WIDTH}x{IMAGE_HEIGHT} rectangles"
     raise BenchError(f"--data {source!r}: use auto, scenes or random")
@@ -283,8 +352,9 @@ def grpo_dataset(dataset, templates: list[str], seed: int):
     return data_lib.to_grpo_dataset(dataset, data_lib.TemplateMix.parse(templates), seed=seed)
 
 
-def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda", seed: int = 0, config=None,
-                          dtype: str = "bfloat16"):
+def build_full_size_model(
+    attn_implementation: str = "sdpa", device: str = "cuda", seed: int = 0, config=None, dtype: str = "bfloat16"
+):
     """Full Qwen2-VL-2B dimensions (or `config`), random weights (transformers' own init, seeded), built directly
     on `device` in `dtype`: no 4.4 GB checkpoint is written or read. The real generation config (eos ids) is set."""
     import torch
@@ -296,13 +366,15 @@ def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda
     config = config if config is not None else tiny_model.build_config(full_size=True)
     with torch.device(device):
         model = AutoModelForImageTextToText.from_config(
-            config, dtype=getattr(torch, dtype), attn_implementation=attn_implementation)
+            config, dtype=getattr(torch, dtype), attn_implementation=attn_implementation
+        )
     model.generation_config = tiny_model.build_generation_config()
     return model.eval()
 
 
-def load_bench_model(tiny: bool, model_dir: str, attn_implementation: str, device: str, seed: int,
-                     vision_attention: str = "per_image"):
+def load_bench_model(
+    tiny: bool, model_dir: str, attn_implementation: str, device: str, seed: int, vision_attention: str = "per_image"
+):
     from open_r1.vision_attention import use_grouped_vision_attention
 
     if tiny:
@@ -322,8 +394,9 @@ def reference_model_from_policy(policy):
 
     import trl.trainer.grpo_trainer as grpo_trainer_module
 
-    return mock.patch.object(grpo_trainer_module, "create_model_from_path",
-                             lambda *args, **kwargs: copy.deepcopy(policy).eval())
+    return mock.patch.object(
+        grpo_trainer_module, "create_model_from_path", lambda *args, **kwargs: copy.deepcopy(policy).eval()
+    )
 
 
 # --- Timing probe -----------------------------------------------------------------------------------------------------
@@ -462,15 +535,24 @@ class Probe:
         gen_tokens = sum(self.completion_lengths)
         lengths = self.completion_lengths
         return {
-            "wall_s": wall, "rollouts": rollouts, "rollouts_per_s": rollouts / wall if wall > 0 else None,
-            "gen_s": gen, "logp_s": logp, "prep_s": prepare - gen - logp, "train_s": train,
-            "other_s": wall - training_step, "reward_s": self.seconds["reward"],  # reward_s: inside prep_s
-            "gen_calls": self.counts["gen"], "logp_calls": self.counts["logp"],
+            "wall_s": wall,
+            "rollouts": rollouts,
+            "rollouts_per_s": rollouts / wall if wall > 0 else None,
+            "gen_s": gen,
+            "logp_s": logp,
+            "prep_s": prepare - gen - logp,
+            "train_s": train,
+            "other_s": wall - training_step,
+            "reward_s": self.seconds["reward"],  # reward_s: inside prep_s
+            "gen_calls": self.counts["gen"],
+            "logp_calls": self.counts["logp"],
             "train_micro_steps": self.counts["compute_loss"],
-            "gen_tokens": gen_tokens, "gen_tokens_per_s": gen_tokens / gen if gen > 0 else None,
+            "gen_tokens": gen_tokens,
+            "gen_tokens_per_s": gen_tokens / gen if gen > 0 else None,
             # all of `_generate` (tokenisation, image processing, prefill, decoding) per token step of one call
             "gen_ms_per_step": 1000 * gen / (self.counts["gen"] * max(lengths)) if gen > 0 and lengths else None,
-            "train_tokens": self.train_tokens, "train_padded_tokens": self.train_padded_tokens,
+            "train_tokens": self.train_tokens,
+            "train_padded_tokens": self.train_padded_tokens,
             "train_tokens_per_s": self.train_tokens / train if train > 0 else None,
             "trained_sequences": self.train_sequences,
             "trained_sequences_per_s": self.train_sequences / wall if wall > 0 else None,
@@ -478,8 +560,10 @@ class Probe:
             "completion_len_max": max(lengths) if lengths else None,
             "warmup_s": (self.warmup_end - self.train_start) if self.warmup_end else None,
             "step_reserved_gib": self.step_reserved_gib,
-            "optimizer_step_s": [end - begin for begin, end in
-                                 zip([self.window_start, *self.step_ends[:-1]], self.step_ends, strict=True)],
+            "optimizer_step_s": [
+                end - begin
+                for begin, end in zip([self.window_start, *self.step_ends[:-1]], self.step_ends, strict=True)
+            ],
         }
 
 
@@ -507,8 +591,10 @@ def rounds_geometry(args) -> dict[str, int]:
     """Optimizer steps per round and generations per round for a resolved GRPOConfig."""
     micro_per_generation = args.steps_per_generation * args.num_iterations
     micro_per_round = math.lcm(micro_per_generation, args.gradient_accumulation_steps)
-    return {"optimizer_steps_per_round": micro_per_round // args.gradient_accumulation_steps,
-            "generations_per_round": micro_per_round // micro_per_generation}
+    return {
+        "optimizer_steps_per_round": micro_per_round // args.gradient_accumulation_steps,
+        "generations_per_round": micro_per_round // micro_per_generation,
+    }
 
 
 def tiny_batch_sizes(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -577,8 +663,14 @@ def single_process_distributed_env() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+    for key, value in {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }.items():
         os.environ.setdefault(key, value)
 
 
@@ -602,8 +694,9 @@ def measured(result: dict[str, Any], on_cuda: bool, timeout_s: float | None = No
             yield start
         result["status"] = "ok"
     except (Exception, VariantTimeout) as exc:  # noqa: BLE001 - reported in the row
-        result.update(status="failed", error=error_line(exc),
-                      traceback_tail=traceback.format_exc().strip().splitlines()[-6:])
+        result.update(
+            status="failed", error=error_line(exc), traceback_tail=traceback.format_exc().strip().splitlines()[-6:]
+        )
         traceback.clear_frames(exc.__traceback__)  # the failed variant's objects go before its memory is freed
         del exc
     finally:
@@ -645,30 +738,50 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         set_seed(ctx.seed)
         output_dir = tempfile.mkdtemp(prefix=f"{variant.name}-", dir=ctx.work_dir)
         args, geometry = build_grpo_config(variant, ctx, output_dir)
-        result.update({key: getattr(args, key) for key in (
-            "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
-            "generation_batch_size", "num_iterations", "num_generations", "beta", "loss_type", "max_steps")})
+        result.update(
+            {
+                key: getattr(args, key)
+                for key in (
+                    "per_device_train_batch_size",
+                    "gradient_accumulation_steps",
+                    "steps_per_generation",
+                    "generation_batch_size",
+                    "num_iterations",
+                    "num_generations",
+                    "beta",
+                    "loss_type",
+                    "max_steps",
+                )
+            }
+        )
         result.update(gradient_checkpointing=bool(args.gradient_checkpointing), warmup_rounds=ctx.warmup, **geometry)
         # Every variant scores with the recipe's rewards (CPU work, the same for all); plain TRL weighs them equally.
-        reward_funcs = get_reward_funcs(ctx.recipe.get("reward_funcs") or DEFAULT_REWARD_FUNCS,
-                                        parse_reward_kwargs(ctx.recipe.get("reward_kwargs")))
+        reward_funcs = get_reward_funcs(
+            ctx.recipe.get("reward_funcs") or DEFAULT_REWARD_FUNCS, parse_reward_kwargs(ctx.recipe.get("reward_kwargs"))
+        )
         if args.reward_weights is not None and len(args.reward_weights) != len(reward_funcs):
             args.reward_weights = None  # plain TRL with the recipe's rewards: equal weights
         templates = ctx.recipe.get("prompt_templates") or DEFAULT_PROMPT_TEMPLATES
         train_dataset = grpo_dataset(ctx.dataset, templates, ctx.seed)
         processor = modeling.load_processor(ctx.model_dir, variant.min_pixels, variant.max_pixels)
-        model = load_bench_model(ctx.tiny, ctx.model_dir, variant.attn_implementation, ctx.device, ctx.seed,
-                                 variant.vision_attention)
+        model = load_bench_model(
+            ctx.tiny, ctx.model_dir, variant.attn_implementation, ctx.device, ctx.seed, variant.vision_attention
+        )
         if variant.freeze_vision:
             grpo_lib.freeze_vision_tower(model)
         ref_context = reference_model_from_policy(model) if args.beta != 0.0 else contextlib.nullcontext()
         # plain TRL where no lever of ours is on, else our subclass (the same trainer train.sh runs)
         ours = variant.lazy_images or variant.dedupe_vision or variant.fast_decode != "hf" or variant.dedupe_images
-        kwargs = dict(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
-                      processing_class=processor)
+        kwargs = dict(
+            model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, processing_class=processor
+        )
         if ours:
-            kwargs.update(lazy_images=variant.lazy_images, dedupe_vision=variant.dedupe_vision,
-                          fast_decode=variant.fast_decode, dedupe_images=variant.dedupe_images)
+            kwargs.update(
+                lazy_images=variant.lazy_images,
+                dedupe_vision=variant.dedupe_vision,
+                fast_decode=variant.fast_decode,
+                dedupe_images=variant.dedupe_images,
+            )
         with ref_context:
             trainer = (VLMGRPOTrainer if ours else GRPOTrainer)(**kwargs)
         probe = Probe(trainer, ctx.warmup * geometry["optimizer_steps_per_round"], args.max_steps, sync)
@@ -681,11 +794,16 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         result.update(probe.summary())
         copy_weights = getattr(trainer, "rollout_weights", None)
         if copy_weights is not None:  # ZeRO-3: the rollouts' whole-weight copy, its memory and refresh cost
-            result.update(rollout_copy_gib=copy_weights.nbytes / GIB, rollout_copy_refreshes=copy_weights.refreshes,
-                          rollout_copy_gathers=copy_weights.gathers,
-                          rollout_copy_last_refresh_s=copy_weights.last_refresh_s)
+            result.update(
+                rollout_copy_gib=copy_weights.nbytes / GIB,
+                rollout_copy_refreshes=copy_weights.refreshes,
+                rollout_copy_gathers=copy_weights.gathers,
+                rollout_copy_last_refresh_s=copy_weights.last_refresh_s,
+            )
         result.update(decoder_summary(trainer, result["gen_calls"]))
-        result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
+        result["forced_length_ok"] = (
+            result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
+        )
         if variant.dedupe_images:  # proof that the lever acted: images preprocessed vs images given
             from open_r1.image_dedupe import dedupe_state
 
@@ -693,9 +811,11 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
             result.update(images_preprocessed=state.images_processed, images_given=state.images_seen)
         if variant.dedupe_vision:  # proof that the lever acted: images the ViT ran on vs images it was given
             visual = vision_tower(trainer.model)
-            result.update(vit_images_seen=getattr(visual, "images_seen", None),
-                          vit_images_encoded=getattr(visual, "images_encoded", None),
-                          regrouped_micro_batches=bool(getattr(trainer, "regroup_rounds", False)))
+            result.update(
+                vit_images_seen=getattr(visual, "images_seen", None),
+                vit_images_encoded=getattr(visual, "images_encoded", None),
+                regrouped_micro_batches=bool(getattr(trainer, "regroup_rounds", False)),
+            )
     finally:
         if trainer is not None:
             with contextlib.suppress(Exception):
@@ -707,8 +827,12 @@ def decoder_split(timings: list[dict], calls: int) -> dict[str, Any]:
     measured = timings[-calls:] if calls else []
     steps = sum(t["steps"] - 1 for t in measured)
     decode = sum(t["decode_s"] for t in measured)
-    return {"decoder_batches_timed": len(measured), "decoder_prefill_s": sum(t["prefill_s"] for t in measured),
-            "decoder_decode_s": decode, "decode_ms_per_step": 1000 * decode / steps if steps else None}
+    return {
+        "decoder_batches_timed": len(measured),
+        "decoder_prefill_s": sum(t["prefill_s"] for t in measured),
+        "decoder_decode_s": decode,
+        "decode_ms_per_step": 1000 * decode / steps if steps else None,
+    }
 
 
 def decoder_summary(trainer, calls: int) -> dict[str, Any]:
@@ -717,9 +841,13 @@ def decoder_summary(trainer, calls: int) -> dict[str, Any]:
     if decoder is None or not decoder.timings:
         return {}
     first = decoder.timings[0]
-    return {**decoder_split(decoder.timings, calls), "layers_once": decoder.layers_once,
-            "first_call_s": first["prefill_s"] + first["decode_s"], "decoder_calls": decoder.calls,
-            "decoder_cache_allocations": decoder.allocations}
+    return {
+        **decoder_split(decoder.timings, calls),
+        "layers_once": decoder.layers_once,
+        "first_call_s": first["prefill_s"] + first["decode_s"],
+        "decoder_calls": decoder.calls,
+        "decoder_cache_allocations": decoder.allocations,
+    }
 
 
 def release_memory(reset_compiler: bool = False) -> None:
@@ -757,23 +885,33 @@ def _fmt(value, digits=2):
 
 # (header, result key, digits) of the table's numeric columns
 TABLE_COLUMNS = (
-    ("rollouts/s", "rollouts_per_s", 2), ("x plain_trl", "ratio_vs_plain_trl", 2),
-    ("trained seq/s", "trained_sequences_per_s", 2), ("gen s", "gen_s", 1), ("logp s", "logp_s", 1),
-    ("prep s", "prep_s", 1), ("train s", "train_s", 1), ("other s", "other_s", 1),
-    ("gen tok/s", "gen_tokens_per_s", 0), ("gen ms/step", "gen_ms_per_step", 1),
-    ("decode ms/step", "decode_ms_per_step", 1), ("train tok/s", "train_tokens_per_s", 0),
+    ("rollouts/s", "rollouts_per_s", 2),
+    ("x plain_trl", "ratio_vs_plain_trl", 2),
+    ("trained seq/s", "trained_sequences_per_s", 2),
+    ("gen s", "gen_s", 1),
+    ("logp s", "logp_s", 1),
+    ("prep s", "prep_s", 1),
+    ("train s", "train_s", 1),
+    ("other s", "other_s", 1),
+    ("gen tok/s", "gen_tokens_per_s", 0),
+    ("gen ms/step", "gen_ms_per_step", 1),
+    ("decode ms/step", "decode_ms_per_step", 1),
+    ("train tok/s", "train_tokens_per_s", 0),
 )
 
 
 def format_table(results: list[dict]) -> str:
     header = " | ".join(h for h, _, _ in TABLE_COLUMNS)
-    rows = [f"| variant | status | {header} | peak alloc GiB | peak reserved GiB |",
-            "|---|---|" + "---:|" * (len(TABLE_COLUMNS) + 2)]
+    rows = [
+        f"| variant | status | {header} | peak alloc GiB | peak reserved GiB |",
+        "|---|---|" + "---:|" * (len(TABLE_COLUMNS) + 2),
+    ]
     for r in results:
         memory = f"{_fmt(r.get('peak_allocated_gib'), 1)} | {_fmt(r.get('peak_reserved_gib'), 1)} |"
         if r.get("status") != "ok":
-            rows.append(f"| {r['name']} | {r.get('status')}: {r.get('error', '')} | " + "- | " * len(TABLE_COLUMNS)
-                        + memory)
+            rows.append(
+                f"| {r['name']} | {r.get('status')}: {r.get('error', '')} | " + "- | " * len(TABLE_COLUMNS) + memory
+            )
             continue
         status = "ok" if r.get("forced_length_ok", True) else "ok, but completions not all forced-length!"
         cells = " | ".join(_fmt(r.get(key), digits) for _, key, digits in TABLE_COLUMNS)
@@ -786,10 +924,20 @@ def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any
     import transformers
     import trl
 
-    info = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "trl": trl.__version__, "device": device, "memory_cap_gib": memory_cap_gib}
-    info.update({f"has_{module}": importlib.util.find_spec(module) is not None
-                 for module in ("liger_kernel", "flash_attn", "vllm")})
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "device": device,
+        "memory_cap_gib": memory_cap_gib,
+    }
+    info.update(
+        {
+            f"has_{module}": importlib.util.find_spec(module) is not None
+            for module in ("liger_kernel", "flash_attn", "vllm")
+        }
+    )
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         info.update({"gpu": props.name, "gpu_total_gib": props.total_memory / GIB, "cuda": torch.version.cuda})
@@ -850,25 +998,40 @@ def parse_cli(argv=None) -> argparse.Namespace:
         epilog="Presets: " + "; ".join(f"{k}: {v.get('description', '')}" for k, v in PRESETS.items()),
     )
     parser.add_argument("--tiny", action="store_true", help="CPU mode: the tiny model, short completions")
-    parser.add_argument("--variants", default=None, help=f"comma-separated presets (default {DEFAULT_VARIANTS}; "
-                        f"--tiny: {DEFAULT_TINY_VARIANTS})")
+    parser.add_argument(
+        "--variants",
+        default=None,
+        help=f"comma-separated presets (default {DEFAULT_VARIANTS}; --tiny: {DEFAULT_TINY_VARIANTS})",
+    )
     parser.add_argument("--define", action="append", default=[], metavar="NAME=JSON", help="an ad-hoc variant")
     parser.add_argument("--steps", type=int, default=3, help="measured rounds (a generation batch and its steps)")
     parser.add_argument("--min-rollouts", type=int, default=0, help="measure at least this many completions")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1)")
-    parser.add_argument("--completion-length", type=int, default=None,
-                        help=f"forced completion tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})")
+    parser.add_argument(
+        "--completion-length",
+        type=int,
+        default=None,
+        help=f"forced completion tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})",
+    )
     parser.add_argument("--memory-cap-gib", type=float, default=None, help="GPU memory cap (over it: out of memory)")
     parser.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="recipe whose algorithm keys ours* variants use")
-    parser.add_argument("--data", default="auto", choices=["auto", "scenes", "random"],
-                        help="images: open_r1.tasks.counting.scenes.build_split (auto: when it works) or random rectangles")
+    parser.add_argument(
+        "--data",
+        default="auto",
+        choices=["auto", "scenes", "random"],
+        help="images: open_r1.tasks.counting.scenes.build_split (auto: when it works) or random rectangles",
+    )
     parser.add_argument("--num-examples", type=int, default=None, help="dataset rows (default: enough for 2 rounds)")
     parser.add_argument("--deadline-s", type=float, default=None, help="skip variants not started by then (seconds)")
     parser.add_argument("--variant-timeout-s", type=float, default=None, help="stop a longer variant (reported failed)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (--tiny default: 1)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--layers-once", action=argparse.BooleanOptionalAction, default=None,
-                        help="graph decoder: one compile region per decoder layer (default: decoding.LAYERS_ONCE)")
+    parser.add_argument(
+        "--layers-once",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="graph decoder: one compile region per decoder layer (default: decoding.LAYERS_ONCE)",
+    )
     parser.add_argument("--out", default="bench.json", help="JSON report (rewritten after every variant)")
     parser.add_argument("--work-dir", default=None, help="scratch dir (default: a temp dir, removed at the end)")
     parser.add_argument("--list", action="store_true", help="print the presets and exit")
@@ -886,12 +1049,16 @@ def main(argv=None) -> int:
     if args.merge:
         return merge_main(args.merge, args.out)
     recipe = load_recipe(args.recipe)
-    names = [n.strip() for n in (args.variants or (DEFAULT_TINY_VARIANTS if args.tiny else DEFAULT_VARIANTS)).split(",")]
+    names = [
+        n.strip() for n in (args.variants or (DEFAULT_TINY_VARIANTS if args.tiny else DEFAULT_VARIANTS)).split(",")
+    ]
     names = [n for n in names if n]
     variants = [resolve_variant(name, presets, recipe) for name in names]  # unknown names fail before any work
     if any(v.deepspeed for v in variants) and len(variants) > 1:
-        raise BenchError("a DeepSpeed variant runs alone in its process (accelerate's DeepSpeed state is process-wide): "
-                         "one --variants NAME per run, then --merge their JSONs into one table")
+        raise BenchError(
+            "a DeepSpeed variant runs alone in its process (accelerate's DeepSpeed state is process-wide): "
+            "one --variants NAME per run, then --merge their JSONs into one table"
+        )
     completion_length = args.completion_length or (TINY_COMPLETION_LENGTH if args.tiny else BENCH_COMPLETION_LENGTH)
     if args.steps < 1 or args.warmup < 0:
         raise BenchError("--steps must be >= 1 and --warmup >= 0")
@@ -903,24 +1070,54 @@ def main(argv=None) -> int:
         largest = max(prompts_per_generation(v, args.tiny) for v in variants)
         n = args.num_examples or max(16 if args.tiny else 64, 2 * largest)
         data_start = time.perf_counter()
-        dataset, data_source = counting_dataset(n, args.seed, args.data, cache_dir=os.path.join(work_dir, "data"),
-                                                workers=1 if args.tiny else min(8, os.cpu_count() or 1))
+        dataset, data_source = counting_dataset(
+            n,
+            args.seed,
+            args.data,
+            cache_dir=os.path.join(work_dir, "data"),
+            workers=1 if args.tiny else min(8, os.cpu_count() or 1),
+        )
         setup_device(device, args.memory_cap_gib)
         ctx = BenchContext(
-            tiny=args.tiny, model_dir=model_dir, recipe=recipe, completion_length=completion_length,
-            steps=args.steps, warmup=args.warmup, seed=args.seed, dataset=dataset, device=device, work_dir=work_dir,
-            variant_timeout_s=args.variant_timeout_s, min_rollouts=args.min_rollouts, layers_once=args.layers_once,
+            tiny=args.tiny,
+            model_dir=model_dir,
+            recipe=recipe,
+            completion_length=completion_length,
+            steps=args.steps,
+            warmup=args.warmup,
+            seed=args.seed,
+            dataset=dataset,
+            device=device,
+            work_dir=work_dir,
+            variant_timeout_s=args.variant_timeout_s,
+            min_rollouts=args.min_rollouts,
+            layers_once=args.layers_once,
         )
-        shape = {"completion_length": completion_length, "num_generations": NUM_GENERATIONS,
-                 "image": "x".join(str(side) for side in dataset[0]["image"].size), "data": data_source,
-                 "num_examples": n, "data_s": time.perf_counter() - data_start, "recipe": str(args.recipe),
-                 "steps": args.steps, "min_rollouts": args.min_rollouts, "warmup": args.warmup}
-        payload: dict[str, Any] = {"bench": "grpo", "mode": "tiny" if args.tiny else "full_size",
-                                   "environment": environment_info(device, args.memory_cap_gib), "shape": shape,
-                                   "variants": []}
+        shape = {
+            "completion_length": completion_length,
+            "num_generations": NUM_GENERATIONS,
+            "image": "x".join(str(side) for side in dataset[0]["image"].size),
+            "data": data_source,
+            "num_examples": n,
+            "data_s": time.perf_counter() - data_start,
+            "recipe": str(args.recipe),
+            "steps": args.steps,
+            "min_rollouts": args.min_rollouts,
+            "warmup": args.warmup,
+        }
+        payload: dict[str, Any] = {
+            "bench": "grpo",
+            "mode": "tiny" if args.tiny else "full_size",
+            "environment": environment_info(device, args.memory_cap_gib),
+            "shape": shape,
+            "variants": [],
+        }
         env = payload["environment"]
-        print(f"[bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} "
-              f"trl {env['trl']} | cap {args.memory_cap_gib} GiB | data: {data_source}", flush=True)
+        print(
+            f"[bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} "
+            f"trl {env['trl']} | cap {args.memory_cap_gib} GiB | data: {data_source}",
+            flush=True,
+        )
         results = payload["variants"]
         for variant in variants:
             missing = missing_requirements(variant)
@@ -934,8 +1131,11 @@ def main(argv=None) -> int:
             add_ratios(results)
             payload["elapsed_s"] = time.perf_counter() - started
             write_json(args.out, payload)
-            line = (f"{result['rollouts_per_s']:.2f} rollouts/s" if result.get("status") == "ok"
-                    else f"{result['status']}: {result.get('error')}")
+            line = (
+                f"{result['rollouts_per_s']:.2f} rollouts/s"
+                if result.get("status") == "ok"
+                else f"{result['status']}: {result.get('error')}"
+            )
             print(f"[bench] {variant.name}: {line} ({result.get('total_s', 0):.0f} s)", flush=True)
         payload["summary"] = summarize(results, args.memory_cap_gib)
         payload["elapsed_s"] = time.perf_counter() - started
@@ -949,8 +1149,11 @@ def main(argv=None) -> int:
 
 
 # (numerator, denominator, issue 43's goal): the ZeRO-3 comparison's ratios, printed by --merge
-ZERO3_GOALS = (("ours_fast_zero3", "plain_trl_zero3", 4.0), ("ours_fast_zero3", "ours_fast", 0.8),
-               ("ours_fast", "plain_trl", 6.0))
+ZERO3_GOALS = (
+    ("ours_fast_zero3", "plain_trl_zero3", 4.0),
+    ("ours_fast_zero3", "ours_fast", 0.8),
+    ("ours_fast", "plain_trl", 6.0),
+)
 
 
 def merge_results(payloads: list[dict]) -> dict[str, Any]:
@@ -964,9 +1167,15 @@ def merge_results(payloads: list[dict]) -> dict[str, Any]:
             ratio = by_name[top]["rollouts_per_s"] / by_name[bottom]["rollouts_per_s"]
             goals.append({"ratio": f"{top} / {bottom}", "value": ratio, "goal": goal, "met": ratio >= goal})
     environments = [p.get("environment") for p in payloads]
-    return {"bench": "grpo", "merged_from": len(payloads), "environment": environments[0] if environments else None,
-            "environments": environments, "shape": payloads[0].get("shape") if payloads else None,
-            "variants": results, "goals": goals}
+    return {
+        "bench": "grpo",
+        "merged_from": len(payloads),
+        "environment": environments[0] if environments else None,
+        "environments": environments,
+        "shape": payloads[0].get("shape") if payloads else None,
+        "variants": results,
+        "goals": goals,
+    }
 
 
 def merge_main(paths: list[str], out: str) -> int:
@@ -981,8 +1190,10 @@ def merge_main(paths: list[str], out: str) -> int:
     write_json(out, merged)
     print(format_table(merged["variants"]))
     for goal in merged["goals"]:
-        print(f"[bench] {goal['ratio']} = {goal['value']:.2f} (goal >= {goal['goal']}: "
-              f"{'met' if goal['met'] else 'NOT met'})")
+        print(
+            f"[bench] {goal['ratio']} = {goal['value']:.2f} (goal >= {goal['goal']}: "
+            f"{'met' if goal['met'] else 'NOT met'})"
+        )
     print(f"[bench] JSON: {os.path.abspath(out)}")
     return 0
 
@@ -1014,7 +1225,7 @@ def summarize(results: list[dict], memory_cap_gib: float | None) -> dict[str, An
         "best_ratio": best["ratio_vs_plain_trl"],
         "best_peak_reserved_gib": best.get("peak_reserved_gib"),
         "line": f"[bench] best: {best['name']} at {best['ratio_vs_plain_trl']:.2f}x plain_trl "
-                f"({best['rollouts_per_s']:.2f} rollouts/s, peak reserved {_fmt(best.get('peak_reserved_gib'), 1)} GiB)",
+        f"({best['rollouts_per_s']:.2f} rollouts/s, peak reserved {_fmt(best.get('peak_reserved_gib'), 1)} GiB)",
     }
 
 
@@ -1039,32 +1250,57 @@ def repeat_rows(dataset, n: int):
 
 def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="selfcheck speed: open_r1.tasks.counting.evaluate.evaluate_dataset (the grader's protocol, greedy) on the "
+        description="selfcheck speed: open_r1.tasks.counting.evaluate.evaluate_dataset (the grader's protocol, greedy) "
+        "on the "
         "full-size random Qwen2-VL-2B, every completion forced to 256 tokens (the worst case).",
     )
     parser.add_argument("--tiny", action="store_true", help="CPU mode: the tiny model")
-    parser.add_argument("--n", type=int, default=SELFCHECK_TARGET_EXAMPLES,
-                        help="examples per batch size (and the projection target), default 3000")
-    parser.add_argument("--measure-batches", type=int, default=None,
-                        help="time only this many batches per batch size and project to --n (saves GPU time)")
-    parser.add_argument("--batch-sizes", default=None,
-                        help=f"comma-separated (default {DEFAULT_SELFCHECK_BATCH_SIZES}; --tiny "
-                        f"{DEFAULT_TINY_SELFCHECK_BATCH_SIZES}); a 'c' suffix (512c) runs selfcheck --compile")
-    parser.add_argument("--completion-length", type=int, default=None,
-                        help=f"forced new tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})")
+    parser.add_argument(
+        "--n",
+        type=int,
+        default=SELFCHECK_TARGET_EXAMPLES,
+        help="examples per batch size (and the projection target), default 3000",
+    )
+    parser.add_argument(
+        "--measure-batches",
+        type=int,
+        default=None,
+        help="time only this many batches per batch size and project to --n (saves GPU time)",
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        default=None,
+        help=f"comma-separated (default {DEFAULT_SELFCHECK_BATCH_SIZES}; --tiny "
+        f"{DEFAULT_TINY_SELFCHECK_BATCH_SIZES}); a 'c' suffix (512c) runs selfcheck --compile",
+    )
+    parser.add_argument(
+        "--completion-length",
+        type=int,
+        default=None,
+        help=f"forced new tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})",
+    )
     parser.add_argument("--budget-s", type=float, default=SELFCHECK_BUDGET_S, help="target seconds for --n examples")
     parser.add_argument("--max-pixels", type=int, default=None, help="processor budget (default: the checkpoint's)")
     parser.add_argument("--attn-implementation", default="sdpa")
     parser.add_argument("--data", default="auto", choices=["auto", "scenes", "random"])
-    parser.add_argument("--split", default="val", help="scenes split: val (480x320) or ood_val (640x480, more "
-                        "vision tokens)")
+    parser.add_argument(
+        "--split", default="val", help="scenes split: val (480x320) or ood_val (640x480, more vision tokens)"
+    )
     parser.add_argument("--unique-examples", type=int, default=256, help="distinct rows made, then cycled to --n")
     parser.add_argument("--memory-cap-gib", type=float, default=None)
-    parser.add_argument("--decoder", default="hf", choices=["auto", "graph", "eager", "hf"],
-                        help="generate_texts' decoder for every batch size (open_r1/decoding.py; selfcheck --decoder)")
-    parser.add_argument("--compare-hf", type=int, default=0,
-                        help="after timing: this many examples greedy with --decoder and with HF generate, "
-                        "answers and tokens compared (the JSON's 'compare_hf')")
+    parser.add_argument(
+        "--decoder",
+        default="hf",
+        choices=["auto", "graph", "eager", "hf"],
+        help="generate_texts' decoder for every batch size (open_r1/decoding.py; selfcheck --decoder)",
+    )
+    parser.add_argument(
+        "--compare-hf",
+        type=int,
+        default=0,
+        help="after timing: this many examples greedy with --decoder and with HF generate, "
+        "answers and tokens compared (the JSON's 'compare_hf')",
+    )
     parser.add_argument("--deadline-s", type=float, default=None, help="skip batch sizes not started by then")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -1078,8 +1314,15 @@ CHUNK_TOKENS = 1 << 16  # the 'k' suffix's cap on vision-attention tokens per SD
 # --batch-sizes suffix letters: c = selfcheck --compile, n = the next batch's CPU work serial with the GPU's, g = image
 # preprocessing on the GPU, v = time the vision tower (GPU syncs around it: a row of its own), u = transformers'
 # per-image vision attention, p = M-RoPE positions in the prefill on the GPU, k = vision attention in CHUNK_TOKENS calls
-SELFCHECK_SUFFIXES = {"c": "compile", "n": "no_prefetch", "g": "gpu_images", "v": "vision_timing",
-                      "u": "per_image_vision_attention", "p": "gpu_positions", "k": "chunked_vision_attention"}
+SELFCHECK_SUFFIXES = {
+    "c": "compile",
+    "n": "no_prefetch",
+    "g": "gpu_images",
+    "v": "vision_timing",
+    "u": "per_image_vision_attention",
+    "p": "gpu_positions",
+    "k": "chunked_vision_attention",
+}
 
 
 class ModuleTimer:
@@ -1117,10 +1360,12 @@ def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, dict[str, bool]]]:
         if not item:
             continue
         number = item.rstrip("".join(SELFCHECK_SUFFIXES))
-        flags = {SELFCHECK_SUFFIXES[letter]: True for letter in item[len(number):]}
+        flags = {SELFCHECK_SUFFIXES[letter]: True for letter in item[len(number) :]}
         if not number.isdigit() or int(number) < 1:
-            raise BenchError(f"--batch-sizes: {item!r} is not a positive integer with optional suffixes "
-                             f"({', '.join(f'{k}={v}' for k, v in SELFCHECK_SUFFIXES.items())})")
+            raise BenchError(
+                f"--batch-sizes: {item!r} is not a positive integer with optional suffixes "
+                f"({', '.join(f'{k}={v}' for k, v in SELFCHECK_SUFFIXES.items())})"
+            )
         runs.append((int(number), flags))
     if not runs:
         raise BenchError("--batch-sizes must list at least one batch size")
@@ -1128,8 +1373,9 @@ def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, dict[str, bool]]]:
 
 
 def selfcheck_label(entry: dict) -> str:
-    return f"{entry['batch_size']}" + "".join(f" {name.replace('_', ' ')}" for name in SELFCHECK_SUFFIXES.values()
-                                              if entry.get(name))
+    return f"{entry['batch_size']}" + "".join(
+        f" {name.replace('_', ' ')}" for name in SELFCHECK_SUFFIXES.values() if entry.get(name)
+    )
 
 
 def selfcheck_main(argv=None) -> int:
@@ -1139,8 +1385,9 @@ def selfcheck_main(argv=None) -> int:
     from open_r1.tasks.counting.evaluate import evaluate_dataset
 
     args = parse_selfcheck_cli(argv)
-    runs = parse_selfcheck_batch_sizes(args.batch_sizes or (
-        DEFAULT_TINY_SELFCHECK_BATCH_SIZES if args.tiny else DEFAULT_SELFCHECK_BATCH_SIZES))
+    runs = parse_selfcheck_batch_sizes(
+        args.batch_sizes or (DEFAULT_TINY_SELFCHECK_BATCH_SIZES if args.tiny else DEFAULT_SELFCHECK_BATCH_SIZES)
+    )
     batch_sizes = [batch_size for batch_size, _ in runs]
     if args.n < 1:
         raise BenchError("--n must be >= 1")
@@ -1151,34 +1398,58 @@ def selfcheck_main(argv=None) -> int:
         to_time = {bs: min(args.n, bs * args.measure_batches) if args.measure_batches else args.n for bs in batch_sizes}
         rows_needed = max(max(to_time.values()), max(batch_sizes))
         base, data_source = counting_dataset(
-            min(rows_needed, args.unique_examples), args.seed, args.data, cache_dir=os.path.join(work_dir, "data"),
-            workers=1 if args.tiny else min(8, os.cpu_count() or 1), split=args.split)
+            min(rows_needed, args.unique_examples),
+            args.seed,
+            args.data,
+            cache_dir=os.path.join(work_dir, "data"),
+            workers=1 if args.tiny else min(8, os.cpu_count() or 1),
+            split=args.split,
+        )
         setup_device(device, args.memory_cap_gib)
         dataset = repeat_rows(base, rows_needed)
         processor = modeling.load_processor(model_dir, None, args.max_pixels)
         model = load_bench_model(args.tiny, model_dir, args.attn_implementation, device, args.seed).eval()
         force_completion_length(model, completion_length)
         generation_lib.DEFAULT_DECODER = args.decoder
-        shape = {"completion_length": completion_length, "target_examples": args.n, "data": data_source,
-                 "image": "x".join(str(side) for side in dataset[0]["image"].size), "budget_s": args.budget_s}
-        payload: dict[str, Any] = {"bench": "selfcheck", "decoder": args.decoder,
-                                   "mode": "tiny" if args.tiny else "full_size",
-                                   "environment": environment_info(device, args.memory_cap_gib), "shape": shape,
-                                   "batch_sizes": []}
+        shape = {
+            "completion_length": completion_length,
+            "target_examples": args.n,
+            "data": data_source,
+            "image": "x".join(str(side) for side in dataset[0]["image"].size),
+            "budget_s": args.budget_s,
+        }
+        payload: dict[str, Any] = {
+            "bench": "selfcheck",
+            "decoder": args.decoder,
+            "mode": "tiny" if args.tiny else "full_size",
+            "environment": environment_info(device, args.memory_cap_gib),
+            "shape": shape,
+            "batch_sizes": [],
+        }
         outputs: dict[int, dict] = {}  # id(entry) -> its answers and completion texts (not written to the JSON)
         env = payload["environment"]
-        print(f"[selfcheck-bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} | "
-              f"data: {data_source}", flush=True)
+        print(
+            f"[selfcheck-bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} | "
+            f"data: {data_source}",
+            flush=True,
+        )
         for batch_size, flags in runs:
             compiled = flags.get("compile", False)
-            options = dict(compile_generation=compiled, prefetch=not flags.get("no_prefetch", False),
-                           image_device="cuda" if flags.get("gpu_images") and device == "cuda" else None,
-                           cpu_positions=not flags.get("gpu_positions", False))
+            options = dict(
+                compile_generation=compiled,
+                prefetch=not flags.get("no_prefetch", False),
+                image_device="cuda" if flags.get("gpu_images") and device == "cuda" else None,
+                cpu_positions=not flags.get("gpu_positions", False),
+            )
             vision_attention.use_grouped_vision_attention(
-                model, "per_image" if flags.get("per_image_vision_attention") else "grouped")
+                model, "per_image" if flags.get("per_image_vision_attention") else "grouped"
+            )
             vision_attention.MAX_TOKENS_PER_CALL = CHUNK_TOKENS if flags.get("chunked_vision_attention") else None
-            entry: dict[str, Any] = {"batch_size": batch_size, "examples": to_time[batch_size],
-                                     **{name: flags.get(name, False) for name in SELFCHECK_SUFFIXES.values()}}
+            entry: dict[str, Any] = {
+                "batch_size": batch_size,
+                "examples": to_time[batch_size],
+                **{name: flags.get(name, False) for name in SELFCHECK_SUFFIXES.values()},
+            }
             skip = deadline_passed(started, args.deadline_s)
             if skip:
                 entry.update(status="skipped", error=skip)
@@ -1189,19 +1460,38 @@ def selfcheck_main(argv=None) -> int:
             # reset_compiler: a row's peak memory never includes the previous row's CUDA-graph pools
             with measured(entry, device == "cuda", reset_compiler=args.decoder != "hf" or compiled):
                 # Warm-up batch, not timed (kernel selection, allocator growth).
-                evaluate_dataset(model, processor, dataset, name="warmup", batch_size=batch_size,
-                                 limit=batch_size, max_new_tokens=completion_length, progress=False, **options)
+                evaluate_dataset(
+                    model,
+                    processor,
+                    dataset,
+                    name="warmup",
+                    batch_size=batch_size,
+                    limit=batch_size,
+                    max_new_tokens=completion_length,
+                    progress=False,
+                    **options,
+                )
                 batch_timings: list[dict] = []
                 timer = ModuleTimer(vision_tower(model), device == "cuda") if flags.get("vision_timing") else None
                 with timer or contextlib.nullcontext():
-                    report = evaluate_dataset(model, processor, dataset, name=f"bs{batch_size}",
-                                              batch_size=batch_size, limit=to_time[batch_size],
-                                              max_new_tokens=completion_length, progress=False,
-                                              timings=batch_timings, **options)
+                    report = evaluate_dataset(
+                        model,
+                        processor,
+                        dataset,
+                        name=f"bs{batch_size}",
+                        batch_size=batch_size,
+                        limit=to_time[batch_size],
+                        max_new_tokens=completion_length,
+                        progress=False,
+                        timings=batch_timings,
+                        **options,
+                    )
                 if timer is not None:
                     entry.update(vision_s=timer.seconds, vision_calls=timer.calls)
-                outputs[id(entry)] = {"answers": [r["prediction"] for r in report.records],  # compared below
-                                      "completions": [r["completion"] for r in report.records]}
+                outputs[id(entry)] = {
+                    "answers": [r["prediction"] for r in report.records],  # compared below
+                    "completions": [r["completion"] for r in report.records],
+                }
                 per_s = report.n / report.seconds
                 decoder = (generation_lib._DECODERS or {}).get(model)
                 batches = math.ceil(report.n / batch_size)  # the measured batches are the decoder's last calls
@@ -1209,14 +1499,21 @@ def selfcheck_main(argv=None) -> int:
                 if timed:  # the graph decoder's own split of the measured batches
                     entry.update(decoder_split(timed, len(timed)))
                 entry.update(selfcheck_batch_split(batch_timings, timed))
-                entry.update(seconds=report.seconds, examples_per_s=per_s, projected_s=args.n / per_s,
-                             mean_completion_tokens=report.mean_completion_tokens,
-                             within_budget=args.n / per_s <= args.budget_s)
+                entry.update(
+                    seconds=report.seconds,
+                    examples_per_s=per_s,
+                    projected_s=args.n / per_s,
+                    mean_completion_tokens=report.mean_completion_tokens,
+                    within_budget=args.n / per_s <= args.budget_s,
+                )
             payload["batch_sizes"].append(entry)
             payload["elapsed_s"] = time.perf_counter() - started
             write_json(args.out, payload)
-            line = (f"{entry['examples_per_s']:.1f} ex/s, {args.n} in {entry['projected_s']:.0f} s"
-                    if entry["status"] == "ok" else f"failed: {entry['error']}")
+            line = (
+                f"{entry['examples_per_s']:.1f} ex/s, {args.n} in {entry['projected_s']:.0f} s"
+                if entry["status"] == "ok"
+                else f"failed: {entry['error']}"
+            )
             print(f"[selfcheck-bench] batch {selfcheck_label(entry)}: {line}", flush=True)
         ok = [e for e in payload["batch_sizes"] if e["status"] == "ok"]
         compare_with_first(payload["batch_sizes"], [outputs.get(id(e)) for e in payload["batch_sizes"]])
@@ -1224,8 +1521,9 @@ def selfcheck_main(argv=None) -> int:
         best = min(ok, key=lambda e: e["projected_s"], default=None)
         payload["best"] = best
         if args.compare_hf:
-            payload["compare_hf"] = compare_with_hf(model, processor, dataset, args.compare_hf,
-                                                    max(batch_sizes), completion_length, args.decoder)
+            payload["compare_hf"] = compare_with_hf(
+                model, processor, dataset, args.compare_hf, max(batch_sizes), completion_length, args.decoder
+            )
             print(f"[selfcheck-bench] vs HF generate: {payload['compare_hf']}", flush=True)
         payload["elapsed_s"] = time.perf_counter() - started
         write_json(args.out, payload)
@@ -1233,8 +1531,11 @@ def selfcheck_main(argv=None) -> int:
     print(format_selfcheck_table(payload))
     if best:
         verdict = "within" if best["within_budget"] else "OVER"
-        print(f"\n[selfcheck-bench] best: batch {selfcheck_label(best)}: {args.n} examples x {completion_length} tokens in "
-              f"{best['projected_s']:.0f} s ({verdict} the {args.budget_s:.0f} s budget)")
+        print(
+            f"\n[selfcheck-bench] best: batch {selfcheck_label(best)}: {args.n} examples x {completion_length} tokens "
+            f"in "
+            f"{best['projected_s']:.0f} s ({verdict} the {args.budget_s:.0f} s budget)"
+        )
     print(f"[selfcheck-bench] JSON: {os.path.abspath(args.out)}")
     return 0
 
@@ -1252,7 +1553,8 @@ def compare_with_first(entries: list[dict], outputs: list[dict | None]) -> None:
         entry["answers_compared"] = common
         entry["same_answers_as_first"] = sum(a == b for a, b in zip(out["answers"][:common], first["answers"]))
         entry["same_completions_as_first"] = sum(
-            a == b for a, b in zip(out["completions"][:common], first["completions"]))
+            a == b for a, b in zip(out["completions"][:common], first["completions"])
+        )
 
 
 def selfcheck_batch_split(batch_timings: list[dict], decoder_timings: list[dict]) -> dict[str, Any]:
@@ -1264,9 +1566,13 @@ def selfcheck_batch_split(batch_timings: list[dict], decoder_timings: list[dict]
             batch.update(prefill_s=timed["prefill_s"], decode_s=timed["decode_s"])
     if not batches:
         return {}
-    return {"batches": batches, "first_batch_wait_s": batches[0]["wait_s"],
-            "wait_s": sum(b["wait_s"] for b in batches), "generate_s": sum(b["generate_s"] for b in batches),
-            "post_s": sum(b["post_s"] for b in batches)}
+    return {
+        "batches": batches,
+        "first_batch_wait_s": batches[0]["wait_s"],
+        "wait_s": sum(b["wait_s"] for b in batches),
+        "generate_s": sum(b["generate_s"] for b in batches),
+        "post_s": sum(b["post_s"] for b in batches),
+    }
 
 
 def compare_with_hf(model, processor, dataset, n, batch_size, completion_length, decoder) -> dict[str, Any]:
@@ -1277,8 +1583,16 @@ def compare_with_hf(model, processor, dataset, n, batch_size, completion_length,
     reports = {}
     for name in (decoder, "hf"):
         generation_lib.DEFAULT_DECODER = name
-        reports[name] = evaluate_dataset(model, processor, dataset, name=name, batch_size=batch_size, limit=n,
-                                         max_new_tokens=completion_length, progress=False).records
+        reports[name] = evaluate_dataset(
+            model,
+            processor,
+            dataset,
+            name=name,
+            batch_size=batch_size,
+            limit=n,
+            max_new_tokens=completion_length,
+            progress=False,
+        ).records
     generation_lib.DEFAULT_DECODER = decoder
     ours, hf = reports[decoder], reports["hf"]
     same_prediction = sum(a["prediction"] == b["prediction"] for a, b in zip(ours, hf))
@@ -1291,27 +1605,40 @@ def compare_with_hf(model, processor, dataset, n, batch_size, completion_length,
         return k / max(len(x), len(y), 1)
 
     prefix = [common_prefix(a["completion"], b["completion"]) for a, b in zip(ours, hf)]
-    return {"examples": len(ours), "same_prediction": same_prediction, "same_completion_text": same_text,
-            "mean_common_prefix_fraction": sum(prefix) / max(len(prefix), 1),
-            "predictions_parsed": sum(r["prediction"] is not None for r in hf)}
+    return {
+        "examples": len(ours),
+        "same_prediction": same_prediction,
+        "same_completion_text": same_text,
+        "mean_common_prefix_fraction": sum(prefix) / max(len(prefix), 1),
+        "predictions_parsed": sum(r["prediction"] is not None for r in hf),
+    }
 
 
 def format_selfcheck_table(payload: dict) -> str:
     n = payload["shape"]["target_examples"]
-    rows = [(f"| batch | status | examples timed | seconds | examples/s | projected s for {n} | mean tokens | "
-             "first batch wait s | same texts as first | peak reserved GiB |"),
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = [
+        (
+            f"| batch | status | examples timed | seconds | examples/s | projected s for {n} | mean tokens | "
+            "first batch wait s | same texts as first | peak reserved GiB |"
+        ),
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for e in payload["batch_sizes"]:
         label = selfcheck_label(e)
         if e["status"] != "ok":
-            rows.append(f"| {label} | {e['status']}: {e['error']} | - | - | - | - | - | - | - | "
-                        f"{_fmt(e.get('peak_reserved_gib'), 1)} |")
+            rows.append(
+                f"| {label} | {e['status']}: {e['error']} | - | - | - | - | - | - | - | "
+                f"{_fmt(e.get('peak_reserved_gib'), 1)} |"
+            )
             continue
-        same = (f"{e['same_completions_as_first']} / {e['answers_compared']}"
-                if "same_completions_as_first" in e else "-")
-        rows.append(f"| {label} | ok | {e['examples']} | {e['seconds']:.1f} | {e['examples_per_s']:.2f} | "
-                    f"{e['projected_s']:.0f} | {e['mean_completion_tokens']:.0f} | "
-                    f"{_fmt(e.get('first_batch_wait_s'), 2)} | {same} | {_fmt(e.get('peak_reserved_gib'), 1)} |")
+        same = (
+            f"{e['same_completions_as_first']} / {e['answers_compared']}" if "same_completions_as_first" in e else "-"
+        )
+        rows.append(
+            f"| {label} | ok | {e['examples']} | {e['seconds']:.1f} | {e['examples_per_s']:.2f} | "
+            f"{e['projected_s']:.0f} | {e['mean_completion_tokens']:.0f} | "
+            f"{_fmt(e.get('first_batch_wait_s'), 2)} | {same} | {_fmt(e.get('peak_reserved_gib'), 1)} |"
+        )
     return "\n".join(rows)
 
 

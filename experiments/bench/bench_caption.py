@@ -13,6 +13,7 @@ Variants: `plain_trl` (TRL's GRPOTrainer, HF generate), `ours` (`VLMGRPOTrainer`
 de-duplication, lazy images, activation checkpointing) and `rm` (the RM's captions/s at `--rm-batch-size`); timing
 and table are bench.py's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,12 @@ def parse_cli(argv=None) -> argparse.Namespace:
     parser.add_argument("--memory-cap-gib", type=float, default=None)
     parser.add_argument("--variant-timeout-s", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--layers-once", action=argparse.BooleanOptionalAction, default=None,
-                        help="ours: one compile region per decoder layer (default: decoding.LAYERS_ONCE, on)")
+    parser.add_argument(
+        "--layers-once",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ours: one compile region per decoder layer (default: decoding.LAYERS_ONCE, on)",
+    )
     parser.add_argument("--out", default="bench_caption.json")
     return parser.parse_args(argv)
 
@@ -55,8 +60,10 @@ def build_models(tiny: bool, work_dir: str, device: str, seed: int):
     from open_r1 import modeling, tiny_models
     from open_r1 import reward_model as rm_lib
 
-    dirs = {family: tiny_models.build_tiny(family, os.path.join(work_dir, family), seed=seed)
-            for family in ("qwen3_vl", "qwen2_5_vl")}
+    dirs = {
+        family: tiny_models.build_tiny(family, os.path.join(work_dir, family), seed=seed)
+        for family in ("qwen3_vl", "qwen2_5_vl")
+    }
     if tiny:
         policy = modeling.load_model(str(dirs["qwen3_vl"]), dtype="float32", attn_implementation="sdpa")
         backbone = rm_lib.load_backbone(str(dirs["qwen2_5_vl"]), dtype="float32", attn_implementation="sdpa")
@@ -68,8 +75,11 @@ def build_models(tiny: bool, work_dir: str, device: str, seed: int):
         config = tiny_models.build_config(full_size=True, family="qwen3_vl")
         policy = bench.build_full_size_model("sdpa", device, seed, config=config)
         with torch.device(device):  # the RM's backbone: the VLM without its LM head, as load_backbone loads it
-            backbone = AutoModel.from_config(tiny_models.build_config(full_size=True, family="qwen2_5_vl"),
-                                             dtype=torch.bfloat16, attn_implementation="sdpa")
+            backbone = AutoModel.from_config(
+                tiny_models.build_config(full_size=True, family="qwen2_5_vl"),
+                dtype=torch.bfloat16,
+                attn_implementation="sdpa",
+            )
         use_grouped_vision_attention(backbone, "grouped")
     policy.generation_config = tiny_models.build_generation_config("qwen3_vl", thinking=True)
     rm_processor = modeling.load_processor(str(dirs["qwen2_5_vl"]))
@@ -92,7 +102,7 @@ def caption_of(completion_ids) -> str:
     """A `protocol.MAX_WORDS`-word caption that depends on the completion's last ids (module docstring)."""
     from open_r1.tasks.captioning import protocol
 
-    return " ".join(CAPTION_WORDS[int(i) % len(CAPTION_WORDS)] for i in list(completion_ids)[-protocol.MAX_WORDS:])
+    return " ".join(CAPTION_WORDS[int(i) % len(CAPTION_WORDS)] for i in list(completion_ids)[-protocol.MAX_WORDS :])
 
 
 def rm_reward(reward_model, batch_size: int):
@@ -100,11 +110,13 @@ def rm_reward(reward_model, batch_size: int):
     from open_r1.tasks.captioning import protocol
     from open_r1.tasks.captioning.rewards import _descriptions, sigmoid
 
-    def caption_rm_shape(completions, completion_ids, image=None, scene=None, twist=None, location=None,
-                         entities=None, **kwargs):
+    def caption_rm_shape(
+        completions, completion_ids, image=None, scene=None, twist=None, location=None, entities=None, **kwargs
+    ):
         captions = [caption_of(ids) for ids in completion_ids]
-        descs = _descriptions({"scene": scene, "twist": twist, "location": location, "entities": entities},
-                              len(captions))
+        descs = _descriptions(
+            {"scene": scene, "twist": twist, "location": location, "entities": entities}, len(captions)
+        )
         messages = [protocol.rm_messages(d, c) for d, c in zip(descs, captions)]
         return [sigmoid(s) for s in reward_model.score(list(image), messages, batch_size=batch_size)]
 
@@ -121,11 +133,20 @@ def grpo_args(name: str, out_dir: str, rows: int, args, completion_length: int, 
     levers = {"gradient_checkpointing": True, "beta": 0.0, "loss_type": "dr_grpo"} if ours else {}
     micro = rows // 4 if ours else min(8, rows)
     return GRPOConfig(
-        output_dir=out_dir, report_to="none", save_strategy="no", seed=args.seed, num_generations=GENERATIONS,
-        max_completion_length=completion_length, per_device_train_batch_size=micro,
-        gradient_accumulation_steps=rows // micro, max_steps=max_steps, remove_unused_columns=False,
+        output_dir=out_dir,
+        report_to="none",
+        save_strategy="no",
+        seed=args.seed,
+        num_generations=GENERATIONS,
+        max_completion_length=completion_length,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=rows // micro,
+        max_steps=max_steps,
+        remove_unused_columns=False,
         generation_kwargs={"min_new_tokens": completion_length, "suppress_tokens": bench.VISION_SPECIAL_TOKEN_IDS},
-        use_cpu=args.tiny, bf16=not args.tiny, **levers,
+        use_cpu=args.tiny,
+        bf16=not args.tiny,
+        **levers,
     )
 
 
@@ -139,14 +160,26 @@ def run_grpo(name, args, ctx, result, sync) -> None:
 
     policy, processor, reward_model = build_models(args.tiny, ctx["work_dir"], ctx["device"], args.seed)
     rows = ctx["prompts"] * GENERATIONS
-    train_args = grpo_args(name, tempfile.mkdtemp(dir=ctx["work_dir"]), rows, args, ctx["completion_length"],
-                           args.warmup + args.steps)
+    train_args = grpo_args(
+        name, tempfile.mkdtemp(dir=ctx["work_dir"]), rows, args, ctx["completion_length"], args.warmup + args.steps
+    )
     lora = LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], target_modules=family_of(policy).lora_targets(False))
-    kwargs = dict(model=policy, reward_funcs=[rm_reward(reward_model, args.rm_batch_size)], args=train_args,
-                  train_dataset=ctx["dataset"], processing_class=processor, peft_config=lora)
+    kwargs = dict(
+        model=policy,
+        reward_funcs=[rm_reward(reward_model, args.rm_batch_size)],
+        args=train_args,
+        train_dataset=ctx["dataset"],
+        processing_class=processor,
+        peft_config=lora,
+    )
     if name == "ours":
-        trainer = VLMGRPOTrainer(**kwargs, fast_decode="graph" if ctx["device"] == "cuda" else "eager",
-                                 dedupe_vision=True, dedupe_images=True, lazy_images=True)
+        trainer = VLMGRPOTrainer(
+            **kwargs,
+            fast_decode="graph" if ctx["device"] == "cuda" else "eager",
+            dedupe_vision=True,
+            dedupe_images=True,
+            lazy_images=True,
+        )
     else:
         trainer = GRPOTrainer(**kwargs)
     probe = bench.Probe(trainer, args.warmup, train_args.max_steps, sync)
@@ -157,8 +190,9 @@ def run_grpo(name, args, ctx, result, sync) -> None:
     result.update(probe.summary(), rows_per_round=rows, lora=LORA)
     result.update(bench.decoder_summary(trainer, result["gen_calls"]))
     # the models die with this frame; bench.measured frees their memory after it
-    result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == \
-        ctx["completion_length"]
+    result["forced_length_ok"] = (
+        result["completion_len_min"] == result["completion_len_max"] == ctx["completion_length"]
+    )
 
 
 def run_rm(args, ctx, result, sync) -> None:
@@ -171,7 +205,7 @@ def run_rm(args, ctx, result, sync) -> None:
     n = ctx["rm_captions"]
     images = [dataset[i % len(dataset)]["image"] for i in range(n)]
     messages = [protocol.rm_messages(None, caption_of(range(protocol.MAX_WORDS)))] * n
-    reward_model.score(images[:args.rm_batch_size], messages[:args.rm_batch_size], batch_size=args.rm_batch_size)
+    reward_model.score(images[: args.rm_batch_size], messages[: args.rm_batch_size], batch_size=args.rm_batch_size)
     sync()
     start = time.perf_counter()
     scores = reward_model.score(images, messages, batch_size=args.rm_batch_size)
@@ -193,9 +227,13 @@ def main(argv=None) -> int:
     device = bench.check_device(args.tiny)
     prompts = args.prompts or (2 if args.tiny else 8)
     size = args.image_size or (64 if args.tiny else 448)
-    ctx = {"device": device, "prompts": prompts, "work_dir": tempfile.mkdtemp(prefix="bench-caption-"),
-           "completion_length": args.completion_length or (12 if args.tiny else 1536),
-           "rm_captions": args.rm_captions or (8 if args.tiny else 256)}
+    ctx = {
+        "device": device,
+        "prompts": prompts,
+        "work_dir": tempfile.mkdtemp(prefix="bench-caption-"),
+        "completion_length": args.completion_length or (12 if args.tiny else 1536),
+        "rm_captions": args.rm_captions or (8 if args.tiny else 256),
+    }
     # every round needs `prompts` distinct contests: enough for warm-up + measured rounds
     ctx["dataset"] = cartoon_prompts(prompts * (args.warmup + args.steps + 1), size, args.seed)
     bench.setup_device(device, args.memory_cap_gib)
@@ -204,21 +242,33 @@ def main(argv=None) -> int:
     on_cuda = device == "cuda"
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
 
-    payload = {"bench": "grpo_caption", "mode": "tiny" if args.tiny else "full_size",
-               "environment": bench.environment_info(device, args.memory_cap_gib),
-               "shape": {"policy": "Qwen3-VL-2B Thinking (random) + LoRA", "reward_model": "Qwen2.5-VL-3B (random)",
-                         "image": f"{size}x{size}", "num_generations": GENERATIONS, "prompts_per_round": prompts,
-                         "completion_length": ctx["completion_length"], "steps": args.steps, "warmup": args.warmup,
-                         "layers_once": decoding.LAYERS_ONCE},
-               "variants": []}
+    payload = {
+        "bench": "grpo_caption",
+        "mode": "tiny" if args.tiny else "full_size",
+        "environment": bench.environment_info(device, args.memory_cap_gib),
+        "shape": {
+            "policy": "Qwen3-VL-2B Thinking (random) + LoRA",
+            "reward_model": "Qwen2.5-VL-3B (random)",
+            "image": f"{size}x{size}",
+            "num_generations": GENERATIONS,
+            "prompts_per_round": prompts,
+            "completion_length": ctx["completion_length"],
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "layers_once": decoding.LAYERS_ONCE,
+        },
+        "variants": [],
+    }
     for name in names:
         result = {"name": name}
         with bench.measured(result, on_cuda, args.variant_timeout_s):
             run_rm(args, ctx, result, sync) if name == "rm" else run_grpo(name, args, ctx, result, sync)
         payload["variants"].append(result)
         bench.write_json(args.out, payload)
-        print(f"[bench_caption] {name}: {result['status']} {result.get('error', '')} ({result['total_s']:.0f} s)",
-              flush=True)
+        print(
+            f"[bench_caption] {name}: {result['status']} {result.get('error', '')} ({result['total_s']:.0f} s)",
+            flush=True,
+        )
     grpo = [r for r in payload["variants"] if r["name"] != "rm"]
     bench.add_ratios(grpo)
     bench.write_json(args.out, payload)

@@ -12,6 +12,7 @@ compile, cold). A compiled variant records its first call's wall seconds and a s
 `graph_once_warm` then adds the other samplers of SAMPLING, last, so a run cut by --budget-s keeps what came before.
 Rows go to <out>/results.jsonl as they finish; the end prints a table and writes <out>/summary.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,11 @@ from pathlib import Path
 
 VARIANTS = ("hf", "eager", "graph_once", "graph_once_warm", "graph")
 CACHE_DIRS = {"graph_once": "inductor-once", "graph_once_warm": "inductor-once", "graph": "inductor-plain"}
-SAMPLING = {"top-p 0.95": dict(top_p=0.95, top_k=0), "top-p 1.0": dict(top_p=1.0, top_k=0),
-            "top-k 20 + top-p 0.95": dict(top_p=0.95, top_k=20)}
+SAMPLING = {
+    "top-p 0.95": dict(top_p=0.95, top_k=0),
+    "top-p 1.0": dict(top_p=1.0, top_k=0),
+    "top-k 20 + top-p 0.95": dict(top_p=0.95, top_k=20),
+}
 
 
 def _record(out: Path, **row) -> None:
@@ -62,16 +66,24 @@ def _build(args, work: Path):
     images = [Image.fromarray(rng.integers(0, 255, (side, side, 3), dtype=np.uint8)) for _ in range(args.rows)]
     content = [{"type": "image"}, {"type": "text", "text": "Write a funny caption for this cartoon."}]
     text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
-    inputs = processor(text=[text] * args.rows, images=images, padding=True, padding_side="left",
-                       return_tensors="pt").to(device)
+    inputs = processor(
+        text=[text] * args.rows, images=images, padding=True, padding_side="left", return_tensors="pt"
+    ).to(device)
     return model, inputs
 
 
 def _settings(model, args, top_p, top_k):
     from open_r1.decoding import resolve_settings
 
-    return resolve_settings(model.generation_config, max_new_tokens=args.tokens, min_new_tokens=args.tokens,
-                            do_sample=True, temperature=0.7, top_p=top_p, top_k=top_k)
+    return resolve_settings(
+        model.generation_config,
+        max_new_tokens=args.tokens,
+        min_new_tokens=args.tokens,
+        do_sample=True,
+        temperature=0.7,
+        top_p=top_p,
+        top_k=top_k,
+    )
 
 
 def worker(args) -> None:
@@ -82,9 +94,14 @@ def worker(args) -> None:
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     started = time.perf_counter()
     model, inputs = _build(args, Path(args.scratch))
-    base = dict(variant=variant, rows=args.rows, tokens=args.tokens, image_px=args.image_px,
-                prompt_len=int(inputs["input_ids"].shape[1]),
-                device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")
+    base = dict(
+        variant=variant,
+        rows=args.rows,
+        tokens=args.tokens,
+        image_px=args.image_px,
+        prompt_len=int(inputs["input_ids"].shape[1]),
+        device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+    )
     _record(out, **base, event="built", build_s=round(time.perf_counter() - started, 1))
     if variant == "hf":
         kwargs = dict(do_sample=True, temperature=0.7, top_p=0.95, top_k=0)
@@ -145,8 +162,10 @@ def table(rows: list[dict]) -> str:
             continue
         note = row.get("error", "")[:80]
         variant = row["variant"] + (" (plain)" if row.get("layers_once") is False and "once" in row["variant"] else "")
-        lines.append(f"| {variant} | {row.get('sampling', '')} | {row.get('ms_per_step', '')} | "
-                     f"{row.get('first_call_s', '')} | {note} |")
+        lines.append(
+            f"| {variant} | {row.get('sampling', '')} | {row.get('ms_per_step', '')} | "
+            f"{row.get('first_call_s', '')} | {note} |"
+        )
     return "\n".join(lines)
 
 
@@ -175,8 +194,18 @@ def main(argv=None) -> int:
         parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
     deadline = time.monotonic() + args.budget_s
     scratch = Path(args.scratch or tempfile.mkdtemp(prefix="bench-decode-"))  # not under --out: caches are large
-    forwarded = ["--out", str(out), "--scratch", str(scratch), "--rows", str(args.rows), "--tokens", str(args.tokens),
-                 "--image-px", str(args.image_px)] + (["--tiny"] if args.tiny else [])
+    forwarded = [
+        "--out",
+        str(out),
+        "--scratch",
+        str(scratch),
+        "--rows",
+        str(args.rows),
+        "--tokens",
+        str(args.tokens),
+        "--image-px",
+        str(args.image_px),
+    ] + (["--tiny"] if args.tiny else [])
     for variant in variants:
         left = deadline - time.monotonic()
         if left < 20:
@@ -187,8 +216,11 @@ def main(argv=None) -> int:
             env["TORCHINDUCTOR_CACHE_DIR"] = str(scratch / CACHE_DIRS[variant])
         print(f"== {variant} (at most {left:.0f} s)", flush=True)
         try:
-            proc = subprocess.run([sys.executable, "-m", "experiments.bench.bench_decode", "--worker", variant,
-                                   *forwarded], env=env, timeout=left)
+            proc = subprocess.run(
+                [sys.executable, "-m", "experiments.bench.bench_decode", "--worker", variant, *forwarded],
+                env=env,
+                timeout=left,
+            )
             if proc.returncode:
                 _record(out, variant=variant, event="exit", error=f"worker exited with {proc.returncode}")
         except subprocess.TimeoutExpired:

@@ -11,6 +11,7 @@ one JSON line: wall seconds per phase, peak RSS (``resource.getrusage``), sizes 
     python -m experiments.captioning.bench_prepare --work /tmp/bench_prepare          # full scale (minutes)
     python -m experiments.captioning.bench_prepare --work /tmp/bench_prepare --small  # a quick check
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,13 +45,17 @@ def contest_rows(rng, contest: int, n: int) -> list[list]:
     floor = 1 / np.sqrt(votes * (votes - 1))
     se = np.maximum(np.sqrt(squares / (votes * (votes - 1))), floor)  # the publisher's convention and floor
     words = rng.integers(len(WORDS), size=(n, 3))
-    captions = [f"The {WORDS[a]} and the {WORDS[b]} ate my {WORDS[c]}, {contest}-{i}." for i, (a, b, c)
-                in enumerate(words.tolist())]
+    captions = [
+        f"The {WORDS[a]} and the {WORDS[b]} ate my {WORDS[c]}, {contest}-{i}."
+        for i, (a, b, c) in enumerate(words.tolist())
+    ]
     for i in rng.integers(n, size=max(1, n // 100)).tolist():  # ~1 % duplicates of another caption
         captions[i] = captions[(i + 1) % n]
     order = np.argsort(-mean, kind="stable")
-    return [[rank, captions[i], round(mean[i], 6), round(se[i], 6), int(votes[i]), *counts[i].tolist()]
-            for rank, i in enumerate(order.tolist())]
+    return [
+        [rank, captions[i], round(mean[i], 6), round(se[i], 6), int(votes[i]), *counts[i].tolist()]
+        for rank, i in enumerate(order.tolist())
+    ]
 
 
 def generate(root: str, contests: int, median: int, seed: int) -> dict:
@@ -66,16 +71,23 @@ def generate(root: str, contests: int, median: int, seed: int) -> dict:
         files = [("LilUCB", size)] + ([("RoundRobin", size)] if index % 10 == 0 else [])
         for algo, n in files:
             rows = contest_rows(rng, contest, n)
-            name = f"{contest}_{algo}.csv" if contest < 660 else (f"{contest}.csv" if algo == "LilUCB"
-                                                                  else f"{contest}_{algo}.csv")
+            name = (
+                f"{contest}_{algo}.csv"
+                if contest < 660
+                else (f"{contest}.csv" if algo == "LilUCB" else f"{contest}_{algo}.csv")
+            )
             with open(os.path.join(root, "summaries", name), "w", newline="", encoding="utf-8") as handle:
                 writer = csv.writer(handle)
                 writer.writerow(OLD if contest < 660 else OLD[1:])
                 writer.writerows(rows if contest < 660 else [r[1:] for r in rows])
         if index % 20 != 7:  # 5 % without a cartoon
             Image.new("RGB", (64, 48), (index % 255, 90, 160)).save(os.path.join(root, "cartoons", f"{contest}.jpg"))
-    return {"contests": contests, "captions": int(sizes.sum()), "largest": int(sizes.max()),
-            "over_10k": int((sizes > 10_000).sum())}
+    return {
+        "contests": contests,
+        "captions": int(sizes.sum()),
+        "largest": int(sizes.max()),
+        "over_10k": int((sizes > 10_000).sum()),
+    }
 
 
 def largest_pass_rate(dataset) -> float:
@@ -94,8 +106,9 @@ def largest_pass_rate(dataset) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--work", required=True, help="scratch folder (replaced)")
     parser.add_argument("--contests", type=int, default=400, help="contests to generate")
     parser.add_argument("--median", type=int, default=5000, help="median captions per contest")
@@ -125,9 +138,21 @@ def main(argv=None) -> int:
             result["pass_rate_largest_train_contest"] = round(largest_pass_rate(dataset), 3)
     result["load_and_pair_s"] = round(time.perf_counter() - t0, 1)
     report = read_json(os.path.join(out, prepare.REPORT))
-    result.update(prepared_captions=rows, pairs=pairs, peak_rss_mb=round(_peak_mb()), load_avg_end=os.getloadavg(),
-                  report={k: report[k] for k in ("caption_rows_read", "duplicate_rows_merged",
-                                                 "contests_with_several_files", "contests_without_cartoon")})
+    result.update(
+        prepared_captions=rows,
+        pairs=pairs,
+        peak_rss_mb=round(_peak_mb()),
+        load_avg_end=os.getloadavg(),
+        report={
+            k: report[k]
+            for k in (
+                "caption_rows_read",
+                "duplicate_rows_merged",
+                "contests_with_several_files",
+                "contests_without_cartoon",
+            )
+        },
+    )
     print(json.dumps(result))
     if args.json:
         write_json(args.json, result)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Pool several proxy-experiment runs (their results.json) into one comparison of ours vs weak_baseline.
 
-    python -m experiments.proxy.pool_results experiments/proxy/reports/results/proxy_format_ood.json experiments/proxy/reports/results/proxy_format_ood_replication.json \
+    python -m experiments.proxy.pool_results experiments/proxy/reports/results/proxy_format_ood.json
+    experiments/proxy/reports/results/proxy_format_ood_replication.json \
         --labels run7 run8 --md experiments/proxy/reports/RESULTS_POOLED.md
 
 One run has 3 seeds per recipe, so its exact permutation test cannot go below p = 0.05, and its spread rule
@@ -10,6 +11,7 @@ differ in warm start), gives the test its power back: per split, each run's Δ a
 spread, the share of within-run seed pairs ours wins, and the stratified exact permutation p-value
 (`experiments.proxy.proxy.pool_runs`). Prints the table; writes it with --md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +32,9 @@ def main(argv=None) -> int:
     labels = args.labels or [os.path.splitext(os.path.basename(path))[0] for path in args.results]
     if len(labels) != len(args.results):
         parser.error(f"--labels names {len(labels)} runs but {len(args.results)} results files were given")
-    command = "python -m experiments.proxy.pool_results " + proxy.shell_join(sys.argv[1:] if argv is None else list(argv))
+    command = "python -m experiments.proxy.pool_results " + proxy.shell_join(
+        sys.argv[1:] if argv is None else list(argv)
+    )
     try:
         results_list = [proxy.load_results(path) for path in args.results]
         text = proxy.render_pooled_markdown(results_list, labels, command=command)

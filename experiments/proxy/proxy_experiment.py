@@ -2,7 +2,8 @@
 """Proxy experiment: GRPO recipes x seeds from one warm start, scored with the selfcheck protocol before and after.
 
     # GPU (one H200): after experiments/proxy/sft_warmstart.py has written models/proxy-warmstart and data/proxy
-    python -m experiments.proxy.proxy_experiment --warmstart models/proxy-warmstart --data data/proxy --out runs/proxy-results \\
+    python -m experiments.proxy.proxy_experiment --warmstart models/proxy-warmstart --data data/proxy --out
+    runs/proxy-results \\
         --work-dir /tmp/proxy-work --seeds 0 1 2 --ablation-seeds 0 --budget-minutes 4.5
     # CPU smoke test (< 2 min): tiny random model, tiny data, 2 steps, weak_baseline and ours, seed 0
     python -m experiments.proxy.proxy_experiment --tiny --out /tmp/proxy-tiny
@@ -18,6 +19,7 @@ of val, compositional and ood_val (LoRA runs merged).
 Output dir: results.json, RESULTS.md (tables, verdict, ablations, every run's command), acc_by_count.png and
 logs.tar.gz; `python -m experiments.proxy.make_results results.json` rebuilds RESULTS.md and the PNG.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,49 +35,91 @@ from experiments.proxy import proxy
 from open_r1.tasks.counting import protocol
 
 TINY_GRPO_OVERRIDES = [
-    "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
-    "--max_pixels", str(proxy.TINY_MAX_PIXELS), "--num_generations", "2", "--max_completion_length", "8",
-    "--max_train_samples", "16",
+    "--use_cpu",
+    "true",
+    "--bf16",
+    "false",
+    "--dtype",
+    "float32",
+    "--max_pixels",
+    str(proxy.TINY_MAX_PIXELS),
+    "--num_generations",
+    "2",
+    "--max_completion_length",
+    "8",
+    "--max_train_samples",
+    "16",
 ]
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warmstart", default=None, help="start model dir (experiments/proxy/sft_warmstart.py --out)")
-    parser.add_argument("--data", default=None,
-                        help="dir with train/val/compositional/ood_val (data/proxy; --tiny: <out>/data)")
-    parser.add_argument("--out", default="runs/proxy-results",
-                        help="results dir (results.json, RESULTS.md, acc_by_count.png, logs.tar.gz)")
+    parser.add_argument(
+        "--data", default=None, help="dir with train/val/compositional/ood_val (data/proxy; --tiny: <out>/data)"
+    )
+    parser.add_argument(
+        "--out",
+        default="runs/proxy-results",
+        help="results dir (results.json, RESULTS.md, acc_by_count.png, logs.tar.gz)",
+    )
     parser.add_argument("--work-dir", default=None, help="run dirs, specs, per-job logs (default <out>/work)")
     parser.add_argument("--arms", nargs="+", default=None, choices=list(proxy.ARMS), help="arms to run (default all)")
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds of weak_baseline and ours (0 1)")
     parser.add_argument("--ablation-seeds", nargs="+", type=int, default=[0], help="seeds of the ablations (0)")
     parser.add_argument("--max-steps", type=int, default=None, help="step cap of every arm (YAML's 400; tiny 2)")
     parser.add_argument("--no-sync", action="store_true", help="no common stop step: every arm runs --max-steps")
-    parser.add_argument("--budget-minutes", type=float, default=None,
-                        help="wall budget of the whole experiment from its start, evaluation and report included "
-                             "(4.5; tiny: none)")
-    parser.add_argument("--end-at", type=float, default=None,
-                        help="Unix time by which everything must be written (instead of --budget-minutes), e.g. "
-                             "START+510 for a call that began at START: adapts to however long the warm start took")
-    parser.add_argument("--eval-reserve", type=float, default=90.0,
-                        help="seconds kept after training for evaluation and the report")
-    parser.add_argument("--generation-batch", type=int, default=None,
-                        help="completions per optimizer step, every arm (the YAMLs' 256; tiny 4)")
-    parser.add_argument("--micro-batch", type=int, default=None,
-                        help="completions per forward/backward (the YAMLs' per_device_train_batch_size, 128; tiny 4)")
-    parser.add_argument("--lr", type=float, default=None, help="learning rate of every full fine-tuning arm "
-                        f"(YAML's; LoRA gets {proxy.LORA_LR_FACTOR:g}x)")
+    parser.add_argument(
+        "--budget-minutes",
+        type=float,
+        default=None,
+        help="wall budget of the whole experiment from its start, evaluation and report included (4.5; tiny: none)",
+    )
+    parser.add_argument(
+        "--end-at",
+        type=float,
+        default=None,
+        help="Unix time by which everything must be written (instead of --budget-minutes), e.g. "
+        "START+510 for a call that began at START: adapts to however long the warm start took",
+    )
+    parser.add_argument(
+        "--eval-reserve", type=float, default=90.0, help="seconds kept after training for evaluation and the report"
+    )
+    parser.add_argument(
+        "--generation-batch",
+        type=int,
+        default=None,
+        help="completions per optimizer step, every arm (the YAMLs' 256; tiny 4)",
+    )
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        default=None,
+        help="completions per forward/backward (the YAMLs' per_device_train_batch_size, 128; tiny 4)",
+    )
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help=f"learning rate of every full fine-tuning arm (YAML's; LoRA gets {proxy.LORA_LR_FACTOR:g}x)",
+    )
     parser.add_argument("--grpo-extra", default="", help="extra open_r1.grpo overrides for every arm, one string")
     parser.add_argument("--eval-limit", type=int, default=None, help="first N rows of each eval split (400; tiny 4)")
     parser.add_argument("--eval-batch-size", type=int, default=None, help="generation batch of evaluation (200)")
-    parser.add_argument("--eval-max-new-tokens", type=int, default=None,
-                        help=f"evaluation budget (the protocol's {protocol.EVAL_MAX_NEW_TOKENS}; tiny 16)")
+    parser.add_argument(
+        "--eval-max-new-tokens",
+        type=int,
+        default=None,
+        help=f"evaluation budget (the protocol's {protocol.EVAL_MAX_NEW_TOKENS}; tiny 16)",
+    )
     parser.add_argument("--parallel", type=int, default=None, help="jobs at once (default: all)")
     parser.add_argument("--threads-per-job", type=int, default=None, help="OMP threads per job")
-    parser.add_argument("--gpus", default=None,
-                        help="comma-separated GPU ids; jobs are spread over them round-robin (CUDA_VISIBLE_DEVICES "
-                             "per job). Default: every job sees the GPUs this process sees")
+    parser.add_argument(
+        "--gpus",
+        default=None,
+        help="comma-separated GPU ids; jobs are spread over them round-robin (CUDA_VISIBLE_DEVICES "
+        "per job). Default: every job sees the GPUs this process sees",
+    )
     parser.add_argument("--save-models", action="store_true", help="keep each run's final model in its run dir")
     parser.add_argument("--tiny", action="store_true", help="CPU smoke test (tiny model and data, 2 steps)")
     parser.add_argument("--no-before", action="store_true", help="skip evaluating the start model")
@@ -115,8 +159,11 @@ def generation_geometry(args, arms: list[str]) -> tuple[int, int, int]:
     """(generation batch, micro-batch, accumulation) shared by every arm; checks whole groups for every arm."""
     batch = args.generation_batch
     if batch is None:
-        sizes = {int(recipe_value(a, "per_device_train_batch_size"))
-                 * int(recipe_value(a, "gradient_accumulation_steps") or 1) for a in arms}
+        sizes = {
+            int(recipe_value(a, "per_device_train_batch_size"))
+            * int(recipe_value(a, "gradient_accumulation_steps") or 1)
+            for a in arms
+        }
         batch = max(sizes)
     micro = args.micro_batch or min(int(recipe_value(a, "per_device_train_batch_size")) for a in arms)
     micro = min(micro, batch)
@@ -132,7 +179,9 @@ def generation_geometry(args, arms: list[str]) -> tuple[int, int, int]:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     started = time.time()
-    command = "python -m experiments.proxy.proxy_experiment " + proxy.shell_join(sys.argv[1:] if argv is None else list(argv))
+    command = "python -m experiments.proxy.proxy_experiment " + proxy.shell_join(
+        sys.argv[1:] if argv is None else list(argv)
+    )
     out_dir = Path(args.out).resolve()
     work = Path(args.work_dir).resolve() if args.work_dir else out_dir / "work"
     for sub in ("specs", "logs", "results", "progress", "predictions", "runs"):
@@ -147,10 +196,16 @@ def main(argv=None) -> dict:
     sizes = dict(proxy.TINY_SIZES if args.tiny else proxy.PROXY_SIZES)
     for split in proxy.EVAL_SPLITS:
         sizes[split] = max(sizes[split], args.eval_limit or 0)
-    proxy.ensure_splits(data_dir, sizes, seed=0, required=required,
-                        image_size=proxy.TINY_IMAGE_SIZE if args.tiny else proxy.PROXY_IMAGE_SIZE,
-                        ood_image_size=proxy.TINY_OOD_IMAGE_SIZE if args.tiny else proxy.PROXY_OOD_IMAGE_SIZE,
-                        progress=not args.tiny, log=log)
+    proxy.ensure_splits(
+        data_dir,
+        sizes,
+        seed=0,
+        required=required,
+        image_size=proxy.TINY_IMAGE_SIZE if args.tiny else proxy.PROXY_IMAGE_SIZE,
+        ood_image_size=proxy.TINY_OOD_IMAGE_SIZE if args.tiny else proxy.PROXY_OOD_IMAGE_SIZE,
+        progress=not args.tiny,
+        log=log,
+    )
     if args.warmstart:
         warm = Path(args.warmstart).resolve()
     else:  # --tiny without a warm start: a random tiny Qwen2-VL (tests the tooling, not the method)
@@ -169,8 +224,10 @@ def main(argv=None) -> dict:
     end_at = args.end_at or (started + 60.0 * args.budget_minutes if args.budget_minutes else None)
     budget = end_at - started if end_at else None
     if budget is not None and budget < args.eval_reserve + 60:
-        log(f"warning: only {budget:.0f} s left for the experiment ({args.eval_reserve:.0f} s of it kept for "
-            "evaluation): expect very few steps")
+        log(
+            f"warning: only {budget:.0f} s left for the experiment ({args.eval_reserve:.0f} s of it kept for "
+            "evaluation): expect very few steps"
+        )
     train_deadline = max(started + 30.0, end_at - args.eval_reserve) if end_at else None
     hard_deadline = train_deadline + 10.0 if train_deadline else None
     kill_at = end_at - 8.0 if end_at else None  # stragglers are stopped so that the report is still written
@@ -182,52 +239,92 @@ def main(argv=None) -> dict:
         seeds = args.seeds if proxy.ARMS[arm].role != "ablation" else args.ablation_seeds
         for seed in seeds:
             jobs.append({"job": f"{arm}-s{seed}", "kind": "train", "arm": arm, "seed": seed})
-    eval_cfg = {"data_dir": str(data_dir), "splits": list(proxy.EVAL_SPLITS), "limit": args.eval_limit,
-                "batch_size": args.eval_batch_size, "max_new_tokens": args.eval_max_new_tokens}
+    eval_cfg = {
+        "data_dir": str(data_dir),
+        "splits": list(proxy.EVAL_SPLITS),
+        "limit": args.eval_limit,
+        "batch_size": args.eval_batch_size,
+        "max_new_tokens": args.eval_max_new_tokens,
+    }
     for job in jobs:
         name = job["job"]
         job.update(
-            spec=str(work / "specs" / f"{name}.json"), log=str(work / "logs" / f"{name}.log"),
-            result=str(work / "results" / f"{name}.json"), predictions=str(work / "predictions" / f"{name}.json"),
-            eval=eval_cfg, cpu=args.tiny)
+            spec=str(work / "specs" / f"{name}.json"),
+            log=str(work / "logs" / f"{name}.log"),
+            result=str(work / "results" / f"{name}.json"),
+            predictions=str(work / "predictions" / f"{name}.json"),
+            eval=eval_cfg,
+            cpu=args.tiny,
+        )
         if job["kind"] == "before":
             job["model"] = str(warm)
             continue
         arm, seed = job["arm"], job["seed"]
         overrides = proxy.arm_overrides(arm, learning_rate=args.lr)
         run_dir = work / "runs" / name
-        argv = ["--config", str(proxy.ARMS[arm].config_path()), "--model_name_or_path", str(warm),
-                "--dataset_name", str(data_dir / "train"), "--output_dir", str(run_dir), "--seed", str(seed),
-                "--max_steps", str(max_steps), "--per_device_train_batch_size", str(micro),
-                "--gradient_accumulation_steps", str(accumulation), *overrides,
-                *(TINY_GRPO_OVERRIDES if args.tiny else []), *extra]
-        job.update(grpo_argv=argv, overrides=overrides, run_dir=str(run_dir),
-                   sync={"progress": str(work / "progress" / f"{name}.json"),
-                         "control": str(control_path) if sync else None, "hard_deadline": hard_deadline},
-                   save_model=str(run_dir / "final") if args.save_models else None)
+        argv = [
+            "--config",
+            str(proxy.ARMS[arm].config_path()),
+            "--model_name_or_path",
+            str(warm),
+            "--dataset_name",
+            str(data_dir / "train"),
+            "--output_dir",
+            str(run_dir),
+            "--seed",
+            str(seed),
+            "--max_steps",
+            str(max_steps),
+            "--per_device_train_batch_size",
+            str(micro),
+            "--gradient_accumulation_steps",
+            str(accumulation),
+            *overrides,
+            *(TINY_GRPO_OVERRIDES if args.tiny else []),
+            *extra,
+        ]
+        job.update(
+            grpo_argv=argv,
+            overrides=overrides,
+            run_dir=str(run_dir),
+            sync={
+                "progress": str(work / "progress" / f"{name}.json"),
+                "control": str(control_path) if sync else None,
+                "hard_deadline": hard_deadline,
+            },
+            save_model=str(run_dir / "final") if args.save_models else None,
+        )
         Path(job["sync"]["progress"]).unlink(missing_ok=True)
     for job in jobs:
         Path(job["result"]).unlink(missing_ok=True)
         proxy.write_json(job["spec"], job)
 
-    log(f"{len(jobs)} jobs ({', '.join(j['job'] for j in jobs)}); generation batch {batch} = {accumulation} x {micro}; "
+    log(
+        f"{len(jobs)} jobs ({', '.join(j['job'] for j in jobs)}); generation batch {batch} = {accumulation} x {micro}; "
         f"max_steps {max_steps}; sync {'on' if sync else 'off'}; budget "
-        f"{f'{budget:.0f} s' if budget else 'none'}; work dir {work}")
+        f"{f'{budget:.0f} s' if budget else 'none'}; work dir {work}"
+    )
     stop_at = run_jobs(jobs, args, sync, control_path, train_deadline, max_steps, kill_at)
 
     # Collect
     runs, before = [], None
     for job in jobs:
-        result = proxy.read_json(job["result"], None) or {"status": "killed",
-                                                     "error": "no result (killed or crashed; see log)"}
+        result = proxy.read_json(job["result"], None) or {
+            "status": "killed",
+            "error": "no result (killed or crashed; see log)",
+        }
         if result.get("status") in ("running", "evaluating"):  # stopped by the budget before it finished
             result["status"] = "partial" if result.get("splits") else "killed"
             result.setdefault("error", "stopped at the end of the budget before its evaluation finished")
-        result.update(job=job["job"], arm=job["arm"], seed=job["seed"], kind=job["kind"],
-                      log=os.path.relpath(job["log"], work))
+        result.update(
+            job=job["job"], arm=job["arm"], seed=job["seed"], kind=job["kind"], log=os.path.relpath(job["log"], work)
+        )
         if job["kind"] == "before":
-            result["command"] = f"python selfcheck.py --model {warm} --sets " + " ".join(
-                str(data_dir / s) for s in proxy.EVAL_SPLITS) + f" --limit {args.eval_limit}"
+            result["command"] = (
+                f"python selfcheck.py --model {warm} --sets "
+                + " ".join(str(data_dir / s) for s in proxy.EVAL_SPLITS)
+                + f" --limit {args.eval_limit}"
+            )
             before = result
             continue
         steps_done = result.get("steps", max_steps)
@@ -238,7 +335,8 @@ def main(argv=None) -> dict:
             f"python -m experiments.proxy.proxy_experiment --warmstart {warm} --data {data_dir} --arms {job['arm']} "
             f"--seeds {job['seed']} --ablation-seeds {job['seed']} --no-sync --max-steps {steps_done} "
             f"--generation-batch {batch} --micro-batch {micro} --eval-limit {args.eval_limit} --no-before"
-            + (f" --lr {args.lr:g}" if args.lr else "") + (" --tiny" if args.tiny else "")
+            + (f" --lr {args.lr:g}" if args.lr else "")
+            + (" --tiny" if args.tiny else "")
             + (f" --grpo-extra {proxy.shell_join([args.grpo_extra])}" if args.grpo_extra else "")
         )
         runs.append(result)
@@ -247,21 +345,38 @@ def main(argv=None) -> dict:
     results = {
         "schema": proxy.RESULTS_SCHEMA,
         "meta": {
-            "created": dt.datetime.now().isoformat(timespec="seconds"), "command": command,
+            "created": dt.datetime.now().isoformat(timespec="seconds"),
+            "command": command,
             "results_json": "results.json",
             "rebuild_command": f"python -m experiments.proxy.make_results {out_dir / 'results.json'}",
-            "versions": package_versions(), "tiny": args.tiny, "splits": list(proxy.EVAL_SPLITS),
-            "eval_limit": args.eval_limit, "eval_max_new_tokens": args.eval_max_new_tokens,
-            "eval_template": protocol.EVAL_TEMPLATE, "generation_batch_size": batch, "micro_batch": micro,
-            "max_steps": max_steps, "sync": sync, "stop_at": stop_at, "budget_seconds": budget,
-            "wall_seconds": time.time() - started, "start": start_info,
-            "data": {"dir": str(data_dir), "sizes": proxy.split_sizes_on_disk(data_dir),
-                     **{k: (start_info.get("sft_report") or {}).get("data", {}).get(k)
-                        for k in ("image_size", "ood_image_size")}},
+            "versions": package_versions(),
+            "tiny": args.tiny,
+            "splits": list(proxy.EVAL_SPLITS),
+            "eval_limit": args.eval_limit,
+            "eval_max_new_tokens": args.eval_max_new_tokens,
+            "eval_template": protocol.EVAL_TEMPLATE,
+            "generation_batch_size": batch,
+            "micro_batch": micro,
+            "max_steps": max_steps,
+            "sync": sync,
+            "stop_at": stop_at,
+            "budget_seconds": budget,
+            "wall_seconds": time.time() - started,
+            "start": start_info,
+            "data": {
+                "dir": str(data_dir),
+                "sizes": proxy.split_sizes_on_disk(data_dir),
+                **{
+                    k: (start_info.get("sft_report") or {}).get("data", {}).get(k)
+                    for k in ("image_size", "ood_image_size")
+                },
+            },
             "device": next((r.get("device") for r in runs + [before or {}] if r.get("device")), None),
         },
-        "arms": {a: {**{k: v for k, v in vars(proxy.ARMS[a]).items()}, "overrides": proxy.arm_overrides(a, args.lr)}
-                 for a in arm_order},
+        "arms": {
+            a: {**{k: v for k, v in vars(proxy.ARMS[a]).items()}, "overrides": proxy.arm_overrides(a, args.lr)}
+            for a in arm_order
+        },
         "arm_order": arm_order,
         "before": before,
         "runs": runs,
@@ -297,8 +412,9 @@ def describe_start(warm: Path) -> dict:
     info: dict = {"path": str(warm)}
     report = proxy.read_json(warm / "sft_report.json", None)
     if report:
-        info.update(sft_report={k: v for k, v in report.items() if k != "loss_curve"},
-                    parameters_m=report.get("parameters_m"))
+        info.update(
+            sft_report={k: v for k, v in report.items() if k != "loss_curve"}, parameters_m=report.get("parameters_m")
+        )
     else:
         try:
             from transformers import AutoConfig
@@ -311,20 +427,36 @@ def describe_start(warm: Path) -> dict:
     return info
 
 
-def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadline: float | None, max_steps: int,
-             kill_at: float | None) -> int | None:
+def run_jobs(
+    jobs: list[dict],
+    args,
+    sync: bool,
+    control_path: Path,
+    train_deadline: float | None,
+    max_steps: int,
+    kill_at: float | None,
+) -> int | None:
     """Start the workers (at most --parallel at once), decide the common stop step, wait, kill past the budget."""
     parallel = args.parallel or len(jobs)
     train_jobs = [j for j in jobs if j["kind"] == "train"]
     if sync and parallel < len(jobs):
-        log(f"warning: --parallel {parallel} < {len(jobs)} jobs: queued arms cannot be synchronised; "
-            "they run to the step decided for the first ones (or their deadline)")
+        log(
+            f"warning: --parallel {parallel} < {len(jobs)} jobs: queued arms cannot be synchronised; "
+            "they run to the step decided for the first ones (or their deadline)"
+        )
     cpus = os.cpu_count() or 1
     threads = args.threads_per_job or max(1, cpus // max(1, min(parallel, len(jobs))))
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1")
+    env.update(
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        OPENBLAS_NUM_THREADS=str(threads),
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+    )
     env["PYTHONPATH"] = os.pathsep.join([str(proxy.REPO_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else []
     launched = 0
@@ -337,8 +469,13 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
             handle = open(job["log"], "w")
             job_env = dict(env, CUDA_VISIBLE_DEVICES=gpus[launched % len(gpus)]) if gpus else env
             launched += 1
-            proc = subprocess.Popen([sys.executable, "-m", "experiments.proxy.proxy", "worker", "--spec", job["spec"]],
-                                    cwd=str(proxy.REPO_ROOT), stdout=handle, stderr=subprocess.STDOUT, env=job_env)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "experiments.proxy.proxy", "worker", "--spec", job["spec"]],
+                cwd=str(proxy.REPO_ROOT),
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=job_env,
+            )
             running[job["job"]] = (job, proc, handle, time.time())
             where = f" on GPU {job_env['CUDA_VISIBLE_DEVICES']}" if gpus else ""
             log(f"started {job['job']} (pid {proc.pid}){where}")
@@ -362,10 +499,20 @@ def run_jobs(jobs: list[dict], args, sync: bool, control_path: Path, train_deadl
                 decided = proxy.raise_stop_at(stop_at, progress, now, train_deadline, max_steps)
             if decided is not None and decided != stop_at:
                 steps = {k: (v or {}).get("step") for k, v in progress.items()}
-                proxy.write_json(control_path, {"stop_at": decided, "decided_at": now, "steps": steps,
-                                                "train_deadline": train_deadline, "previous": stop_at})
-                log(f"common stop step: {decided}{f' (raised from {stop_at})' if stop_at is not None else ''} "
-                    f"(steps now {steps}; training deadline in {train_deadline - now:.0f} s)")
+                proxy.write_json(
+                    control_path,
+                    {
+                        "stop_at": decided,
+                        "decided_at": now,
+                        "steps": steps,
+                        "train_deadline": train_deadline,
+                        "previous": stop_at,
+                    },
+                )
+                log(
+                    f"common stop step: {decided}{f' (raised from {stop_at})' if stop_at is not None else ''} "
+                    f"(steps now {steps}; training deadline in {train_deadline - now:.0f} s)"
+                )
                 stop_at = decided
         if now - last_report > 30:
             last_report = now
@@ -402,8 +549,10 @@ def print_summary(results: dict) -> None:
         cells = "".join(f"{(proxy._fmt(v['mean']) + ' ± ' + proxy._fmt(v['range'])):>22}" for v in row.values())
         print(f"{arm:<18}{cells}")
     for split, v in summary["verdict"].items():
-        print(f"verdict {split}: ours - weak = {v['delta']:+.1f} (spread {v['spread']:.1f}) -> "
-              f"{'beats' if v['beats'] else 'does not beat'} by more than the spread")
+        print(
+            f"verdict {split}: ours - weak = {v['delta']:+.1f} (spread {v['spread']:.1f}) -> "
+            f"{'beats' if v['beats'] else 'does not beat'} by more than the spread"
+        )
 
 
 if __name__ == "__main__":

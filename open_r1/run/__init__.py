@@ -1,6 +1,7 @@
 """Never lose a run: time budget (`budget`), graceful stop on SIGTERM/SIGINT (`signals`), in-training evaluation
 (`evaluation`) with keep-best (`keep_best`), auto-resume (`resume`) and a disk-space check (`disk`), all as
 `TrainerCallback`s; this module wires them from the recipe keys (`build_run_callbacks`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,8 +42,11 @@ class RunSafety:
     def finish(self, trainer, output_dir: str, final_model_saved: bool) -> dict:
         """Main process, after training: best_checkpoint.json names what export must take."""
         return keep_best_lib.write_best_checkpoint(
-            output_dir, keep_best=self.keep_best, final_step=trainer.state.global_step,
-            final_model_saved=final_model_saved, log=_log,
+            output_dir,
+            keep_best=self.keep_best,
+            final_step=trainer.state.global_step,
+            final_model_saved=final_model_saved,
+            log=_log,
         )
 
 
@@ -62,8 +66,9 @@ def build_run_callbacks(script_args, training_args, task=None) -> RunSafety:
     keep_best = bool(eval_paths) if keep_best is None else bool(keep_best)
     deadline = parse_time_budget(time_budget) if time_budget else None  # '0' / 'off' / 'none': no budget
     if deadline is not None:
-        budget = TimeBudgetCallback(deadline, estimator, eval_every_n_steps=every if eval_paths else None,
-                                    eval_saves=keep_best)
+        budget = TimeBudgetCallback(
+            deadline, estimator, eval_every_n_steps=every if eval_paths else None, eval_saves=keep_best
+        )
         callbacks.append(budget)
     graceful = GracefulStopCallback()
     callbacks += [graceful, DiskSpaceCallback()]
@@ -73,16 +78,29 @@ def build_run_callbacks(script_args, training_args, task=None) -> RunSafety:
         eval_sets = task.load_eval_sets(eval_paths, getattr(script_args, "eval_limit", None))
         wanted = getattr(script_args, "eval_primary", None) or task.default_primary
         evaluator = InTrainingEvalCallback(
-            eval_sets, every, limit=getattr(script_args, "eval_limit", None),
+            eval_sets,
+            every,
+            limit=getattr(script_args, "eval_limit", None),
             batch_size=getattr(script_args, "eval_batch_size", 32),
-            primary=wanted, secondary=getattr(script_args, "eval_secondary", None) or task.default_secondary,
-            keep_best=keep_best, eval_first_step=getattr(script_args, "eval_first_step", True),
-            estimator=estimator, skip=lambda: graceful.stop_requested, task=task,
+            primary=wanted,
+            secondary=getattr(script_args, "eval_secondary", None) or task.default_secondary,
+            keep_best=keep_best,
+            eval_first_step=getattr(script_args, "eval_first_step", True),
+            estimator=estimator,
+            skip=lambda: graceful.stop_requested,
+            task=task,
         )
         callbacks.append(evaluator)
         if wanted != evaluator.primary and getattr(training_args, "process_index", 0) == 0:
-            _log(f"[eval] eval_primary {wanted!r} is not one of the eval sets {sorted(eval_sets)}: keep-best ranks "
-                 f"by {evaluator.primary!r} (ties -> {evaluator.secondary!r}); set eval_primary to the OOD set's name")
-    return RunSafety(callbacks=callbacks, graceful=graceful, budget=budget, evaluator=evaluator, keep_best=keep_best,
-                     resume_from=resume_from)
-
+            _log(
+                f"[eval] eval_primary {wanted!r} is not one of the eval sets {sorted(eval_sets)}: keep-best ranks "
+                f"by {evaluator.primary!r} (ties -> {evaluator.secondary!r}); set eval_primary to the OOD set's name"
+            )
+    return RunSafety(
+        callbacks=callbacks,
+        graceful=graceful,
+        budget=budget,
+        evaluator=evaluator,
+        keep_best=keep_best,
+        resume_from=resume_from,
+    )

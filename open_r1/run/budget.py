@@ -13,6 +13,7 @@ Nothing is a constant guess: until a save is measured the callback forces a chec
 after it. Measurements persist in `<output_dir>/budget_timings.json` for a resumed round. At least one step always
 runs; when the final evaluation no longer fits, it is skipped (keep-best chooses among evaluated checkpoints).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -139,7 +140,7 @@ class ReserveEstimator:
         self._push(self.eval_seconds, seconds)
 
     def _window_max(self, values: list) -> float | None:
-        return max(values[-self.window:]) if values else None
+        return max(values[-self.window :]) if values else None
 
     def step_estimate(self) -> float:
         return self._window_max(self.step_seconds) or 0.0
@@ -161,9 +162,11 @@ class ReserveEstimator:
         return self.safety * (2.0 * save + self.export_estimate() + (self.eval_estimate() if final_eval else 0.0))
 
     def describe(self) -> str:
-        return (f"save {_fmt(self.save_estimate())}, export+verify {_fmt(self.export_estimate())}"
-                f"{' (measured)' if self.export_seconds is not None else ''}, final eval {_fmt(self.eval_estimate())}"
-                f", step {_fmt(self.step_estimate())}, x{self.safety} safety")
+        return (
+            f"save {_fmt(self.save_estimate())}, export+verify {_fmt(self.export_estimate())}"
+            f"{' (measured)' if self.export_seconds is not None else ''}, final eval {_fmt(self.eval_estimate())}"
+            f", step {_fmt(self.step_estimate())}, x{self.safety} safety"
+        )
 
     _PERSISTED = ("step_seconds", "save_seconds", "eval_seconds", "export_seconds", "startup_seconds")
 
@@ -201,9 +204,16 @@ def record_export_seconds(run_dir: str, seconds: float) -> None:
 class TimeBudgetCallback(TrainerCallback):
     """Stop early enough that save + export + verify finish before `deadline_ts` (see the module docstring)."""
 
-    def __init__(self, deadline_ts: float, reserve_estimator: ReserveEstimator | None = None,
-                 eval_every_n_steps: int | None = None, clock=time.time, probe_save: bool = True, log=_log,
-                 eval_saves: bool = True):  # eval_saves: each evaluation saves a checkpoint (keep-best's)
+    def __init__(
+        self,
+        deadline_ts: float,
+        reserve_estimator: ReserveEstimator | None = None,
+        eval_every_n_steps: int | None = None,
+        clock=time.time,
+        probe_save: bool = True,
+        log=_log,
+        eval_saves: bool = True,
+    ):  # eval_saves: each evaluation saves a checkpoint (keep-best's)
         self.deadline, self.eval_saves = float(deadline_ts), eval_saves
         self.estimator = reserve_estimator or ReserveEstimator()
         self.eval_every = eval_every_n_steps if eval_every_n_steps and eval_every_n_steps > 0 else None
@@ -266,10 +276,15 @@ class TimeBudgetCallback(TrainerCallback):
             self.estimator.startup_seconds = max(now - process_start_time(), 0.0)
         self._mark = now
         if _is_rank0(state):
-            self.log(f"[budget] deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.deadline))} "
-                     f"({_fmt(self.deadline - now)} from now); "
-                     + (f"timings from a previous round: {self.estimator.describe()}" if loaded
-                        else "save time is measured with a checkpoint after the first step"))
+            self.log(
+                f"[budget] deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.deadline))} "
+                f"({_fmt(self.deadline - now)} from now); "
+                + (
+                    f"timings from a previous round: {self.estimator.describe()}"
+                    if loaded
+                    else "save time is measured with a checkpoint after the first step"
+                )
+            )
         return control
 
     def on_step_begin(self, args, state, control, **kwargs):

@@ -1,4 +1,5 @@
 """What the run-safety callbacks share: one log line format, rank checks, cross-rank agreement."""
+
 from __future__ import annotations
 
 import sys
@@ -33,5 +34,3 @@ def _reduce_max(values: list[float], args=None) -> list[float]:
 
 def _is_rank0(state) -> bool:
     return bool(getattr(state, "is_world_process_zero", True))
-
-

@@ -2,7 +2,9 @@
 of space fails deep in torch or DeepSpeed, often an hour in (a ZeRO-3 checkpoint of the 2B model: 30.9 GB). A save
 holds `save_total_limit` + 1 (the rotation follows it; unlimited: one per save due); after training the export's
 weights join `save_total_limit` where `$SUBMISSION` shares the disk (LoRA: the adapter's size, an under-estimate).
-Short of space it warns once, with the fixes, and the run goes on. A first checkpoint that does not fit is not caught."""
+Short of space it warns once, with the fixes, and the run goes on. A first checkpoint that does not fit is not
+caught."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +17,12 @@ from open_r1.run.common import _is_rank0, _log
 
 def dir_bytes(path: str, pattern: str = "") -> int:
     """Bytes of the files under `path` whose names end with `pattern` (every file when empty)."""
-    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path)
-               for name in names if name.endswith(pattern))
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(path)
+        for name in names
+        if name.endswith(pattern)
+    )
 
 
 class DiskSpaceCallback(TrainerCallback):
@@ -38,6 +44,8 @@ class DiskSpaceCallback(TrainerCallback):
         export = dir_bytes(checkpoint, ".safetensors") if same_disk else 0  # the merged model's weights, about
         need = max((most - present) * size, (after - present) * size + export)
         if need > (free := shutil.disk_usage(args.output_dir).free):
-            _log(f"[disk] warning: a checkpoint here takes {size / 1e9:.1f} GB and the saves still due and the export "
-                 f"need ~{need / 1e9:.1f} GB more, but {args.output_dir} has {free / 1e9:.1f} GB free: a later save "
-                 "would fail. Free space, lower save_total_limit, or point OUTPUT_DIR / SUBMISSION at a larger disk.")
+            _log(
+                f"[disk] warning: a checkpoint here takes {size / 1e9:.1f} GB and the saves still due and the export "
+                f"need ~{need / 1e9:.1f} GB more, but {args.output_dir} has {free / 1e9:.1f} GB free: a later save "
+                "would fail. Free space, lower save_total_limit, or point OUTPUT_DIR / SUBMISSION at a larger disk."
+            )

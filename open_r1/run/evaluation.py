@@ -6,6 +6,7 @@ scores. Scores go to `eval/<set>_<metric>` in the step's log row, with keep_best
 `eval_history.json` records each evaluation; the keep-best checkpoint (`keep_best.select_best`) goes into the trainer
 state (`best_model_checkpoint`), which the `save_total_limit` rotation keeps.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,10 +25,23 @@ from open_r1.run.common import _is_rank0, _log, _world_size
 class InTrainingEvalCallback(TrainerCallback):
     """Selfcheck protocol on held-out sets every N steps, keep-best bookkeeping (see the module docstring)."""
 
-    def __init__(self, eval_sets: dict, every_n_steps: int, limit: int | None = None, batch_size: int = 32,
-                 primary: str | None = None, secondary: str | None = None, keep_best: bool = True,
-                 eval_first_step: bool = True, estimator: ReserveEstimator | None = None,
-                 skip=None, evaluate_fn=None, plot: bool = True, log=_log, task=None):
+    def __init__(
+        self,
+        eval_sets: dict,
+        every_n_steps: int,
+        limit: int | None = None,
+        batch_size: int = 32,
+        primary: str | None = None,
+        secondary: str | None = None,
+        keep_best: bool = True,
+        eval_first_step: bool = True,
+        estimator: ReserveEstimator | None = None,
+        skip=None,
+        evaluate_fn=None,
+        plot: bool = True,
+        log=_log,
+        task=None,
+    ):
         if not eval_sets:
             raise ValueError("InTrainingEvalCallback needs at least one eval set")
         if every_n_steps is None or every_n_steps < 1:
@@ -65,15 +79,19 @@ class InTrainingEvalCallback(TrainerCallback):
         if not _is_rank0(state):
             return
         payload = {
-            "primary": self.primary, "secondary": self.secondary, "limit": self.limit,
+            "primary": self.primary,
+            "secondary": self.secondary,
+            "limit": self.limit,
             "selection": keep_best_lib.SELECTION_RULE.format(primary=self.primary, secondary=self.secondary or "-"),
-            "best": self._best(), "entries": self.history["entries"],
+            "best": self._best(),
+            "entries": self.history["entries"],
         }
         write_json(os.path.join(args.output_dir, keep_best_lib.HISTORY_FILE), payload)
         if self.plot:
             try:
-                keep_best_lib.plot_history(payload, state.log_history,
-                                           os.path.join(args.output_dir, keep_best_lib.HISTORY_PLOT))
+                keep_best_lib.plot_history(
+                    payload, state.log_history, os.path.join(args.output_dir, keep_best_lib.HISTORY_PLOT)
+                )
             except Exception as exc:  # noqa: BLE001 - a plot must never stop training
                 self.log(f"[eval] warning: plot failed: {type(exc).__name__}: {exc}")
 
@@ -95,8 +113,9 @@ class InTrainingEvalCallback(TrainerCallback):
         n = len(dataset) if self.limit is None else min(self.limit, len(dataset))
         world = _world_size()
         if world == 1:
-            return evaluate_fn(model, processor, dataset, name=name, batch_size=self.batch_size, limit=n,
-                               progress=False)
+            return evaluate_fn(
+                model, processor, dataset, name=name, batch_size=self.batch_size, limit=n, progress=False
+            )
         import torch.distributed as dist
 
         rank = dist.get_rank()
@@ -105,8 +124,9 @@ class InTrainingEvalCallback(TrainerCallback):
         real = len(mine)
         padded = mine + [mine[-1] if mine else 0] * (per_rank - real)  # same number of batches on every rank
         start = time.perf_counter()
-        report = evaluate_fn(model, processor, dataset.select(padded), name=name, batch_size=self.batch_size,
-                             limit=None, progress=False)
+        report = evaluate_fn(
+            model, processor, dataset.select(padded), name=name, batch_size=self.batch_size, limit=None, progress=False
+        )
         records = [{**record, "index": padded[record["index"]]} for record in report.records if record["index"] < real]
         per_rank_records: list = [None] * world
         dist.all_gather_object(per_rank_records, records)
@@ -126,8 +146,10 @@ class InTrainingEvalCallback(TrainerCallback):
             generation_model.eval()
             try:
                 with torch.no_grad():
-                    return {name: self._evaluate_set(generation_model, processor, name, dataset)
-                            for name, dataset in self.eval_sets.items()}
+                    return {
+                        name: self._evaluate_set(generation_model, processor, name, dataset)
+                        for name, dataset in self.eval_sets.items()
+                    }
             finally:
                 if was_training:
                     generation_model.train()
@@ -148,9 +170,11 @@ class InTrainingEvalCallback(TrainerCallback):
         self.history = {"entries": [e for e in history["entries"] if e.get("step", 0) <= state.global_step]}
         self._evaluated_steps = {e["step"] for e in self.history["entries"]}
         # checkpoints rotated away cannot be exported: checked once here, where every rank sees the same files
-        self._gone = {e["step"] for e in self.history["entries"]
-                      if not e.get("checkpoint")
-                      or not keep_best_lib.has_weights(os.path.join(args.output_dir, e["checkpoint"]))}
+        self._gone = {
+            e["step"]
+            for e in self.history["entries"]
+            if not e.get("checkpoint") or not keep_best_lib.has_weights(os.path.join(args.output_dir, e["checkpoint"]))
+        }
         best = self._best()
         if best is not None and self.keep_best:
             self._set_trainer_best(args, state, best)
@@ -186,20 +210,27 @@ class InTrainingEvalCallback(TrainerCallback):
             for key, value in report.summary().items():
                 if key not in ("name", "seconds") and isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._pending.setdefault(key, {})[name] = value
-        self._pending.update({"reward": None, "eval_seconds": round(seconds, 3),
-                              "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        self._pending.update(
+            {"reward": None, "eval_seconds": round(seconds, 3), "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        )
         self._log_metrics(control, {f"eval/{name}_{self.task.metric}": value for name, value in scores.items()})
         control.should_save |= self.keep_best  # keep-best picks among evaluated checkpoints; without it, no 30 GB save
         if _is_rank0(state):
-            self.log(f"[eval] step {step}: {self.task.metric} " + ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
-                     + f" ({seconds:.1f}s)")
+            self.log(
+                f"[eval] step {step}: {self.task.metric} "
+                + ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
+                + f" ({seconds:.1f}s)"
+            )
         self.estimator.last_eval_end = self.estimator.clock()
         return control
 
     def _reward_since_previous_eval(self, state, step: int) -> float | None:
         previous = max((e["step"] for e in self.history["entries"] if e["step"] < step), default=0)
-        values = [e["reward"] for e in state.log_history
-                  if e.get("reward") is not None and previous < e.get("step", 0) <= step]
+        values = [
+            e["reward"]
+            for e in state.log_history
+            if e.get("reward") is not None and previous < e.get("step", 0) <= step
+        ]
         return sum(values) / len(values) if values else None
 
     def _finalize(self, args, state, saved: bool) -> None:

@@ -6,6 +6,7 @@ Run-dir files: `eval_history.json` (one entry per evaluated checkpoint, written 
 later step; only checkpoints still on disk compete. `resolve_export_checkpoint` needs no training process, so a run
 killed mid-way is still exported from its best evaluated checkpoint.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,8 @@ def has_weights(path: str) -> bool:
     if os.path.isfile(os.path.join(path, "adapter_config.json")):
         return any(os.path.isfile(os.path.join(path, n)) for n in ("adapter_model.safetensors", "adapter_model.bin"))
     return os.path.isfile(os.path.join(path, "config.json")) and any(
-        os.path.isfile(os.path.join(path, n)) for n in ("model.safetensors", "model.safetensors.index.json"))
+        os.path.isfile(os.path.join(path, n)) for n in ("model.safetensors", "model.safetensors.index.json")
+    )
 
 
 def checkpoint_step(name: str) -> int | None:
@@ -73,8 +75,11 @@ def score_key(entry: dict, primary: str, secondary: str | None):
 def select_best(entries: list[dict], primary: str, secondary: str | None = None, run_dir: str | None = None):
     """The best entry: max primary accuracy, ties -> secondary, then later step. With `run_dir`, only entries whose
     checkpoint is still a complete dir compete. Returns None when nothing qualifies."""
-    candidates = [e for e in entries if run_dir is None
-                  or (e.get("checkpoint") and has_weights(os.path.join(run_dir, e["checkpoint"])))]
+    candidates = [
+        e
+        for e in entries
+        if run_dir is None or (e.get("checkpoint") and has_weights(os.path.join(run_dir, e["checkpoint"])))
+    ]
     return max(candidates, key=lambda e: score_key(e, primary, secondary), default=None)
 
 
@@ -87,30 +92,43 @@ def history_best(run_dir: str, require_on_disk: bool = True):
     return best, history
 
 
-def write_best_checkpoint(run_dir: str, keep_best: bool = True, final_step: int | None = None,
-                          final_model_saved: bool = True, log=print) -> dict:
+def write_best_checkpoint(
+    run_dir: str, keep_best: bool = True, final_step: int | None = None, final_model_saved: bool = True, log=print
+) -> dict:
     """Record which checkpoint to export. Keep-best: the best evaluated checkpoint on disk; otherwise (or when no
     evaluated checkpoint exists) the final model in the run dir, or failing that the latest complete checkpoint."""
     record: dict = {"keep_best": bool(keep_best), "written": time.strftime("%Y-%m-%dT%H:%M:%S")}
     best, history = history_best(run_dir) if keep_best else (None, {})
     if best is not None:
-        record.update(checkpoint=best["checkpoint"], step=best["step"], scores=best.get("scores"),
-                      reason="best evaluated checkpoint: " + SELECTION_RULE.format(
-                          primary=history.get("primary"), secondary=history.get("secondary") or "-"))
+        record.update(
+            checkpoint=best["checkpoint"],
+            step=best["step"],
+            scores=best.get("scores"),
+            reason="best evaluated checkpoint: "
+            + SELECTION_RULE.format(primary=history.get("primary"), secondary=history.get("secondary") or "-"),
+        )
     elif final_model_saved and has_weights(run_dir):
-        record.update(checkpoint=".", step=final_step,
-                      reason="final model" + (" (no evaluated checkpoint on disk)" if keep_best else ""))
+        record.update(
+            checkpoint=".",
+            step=final_step,
+            reason="final model" + (" (no evaluated checkpoint on disk)" if keep_best else ""),
+        )
     else:
         latest = complete_checkpoints(run_dir)
         if latest:
-            record.update(checkpoint=os.path.basename(latest[-1]), step=checkpoint_step(latest[-1]),
-                          reason="latest complete checkpoint (training stopped before the final save)")
+            record.update(
+                checkpoint=os.path.basename(latest[-1]),
+                step=checkpoint_step(latest[-1]),
+                reason="latest complete checkpoint (training stopped before the final save)",
+            )
         else:
             record.update(checkpoint=None, step=final_step, reason="nothing exportable in the run dir")
     write_json(os.path.join(run_dir, BEST_FILE), record)
     target = record["checkpoint"] and os.path.normpath(os.path.join(run_dir, record["checkpoint"]))  # "." = the run dir
-    log(f"[keep-best] export target: {target} (step {record.get('step')}): {record['reason']}"
-        + (f" scores={record['scores']}" if record.get("scores") else ""))
+    log(
+        f"[keep-best] export target: {target} (step {record.get('step')}): {record['reason']}"
+        + (f" scores={record['scores']}" if record.get("scores") else "")
+    )
     return record
 
 
@@ -126,8 +144,10 @@ def resolve_export_checkpoint(run_dir: str, log=print) -> str:
         best, history = history_best(run_dir)
         if best is not None:
             path = os.path.join(run_dir, best["checkpoint"])
-            log(f"[keep-best] exporting {best['checkpoint']} (step {best['step']}, scores {best.get('scores')}): "
-                + SELECTION_RULE.format(primary=history.get("primary"), secondary=history.get("secondary") or "-"))
+            log(
+                f"[keep-best] exporting {best['checkpoint']} (step {best['step']}, scores {best.get('scores')}): "
+                + SELECTION_RULE.format(primary=history.get("primary"), secondary=history.get("secondary") or "-")
+            )
             return path
     named = record.get("checkpoint")
     if named:
@@ -148,8 +168,10 @@ def resolve_export_checkpoint(run_dir: str, log=print) -> str:
 
 def set_names(history: dict) -> list[str]:
     """The eval sets of a history, primary first, then secondary, then by name."""
-    return sorted({name for e in history.get("entries", []) for name in (e.get("scores") or {})},
-                  key=lambda n: (n != history.get("primary"), n != history.get("secondary"), n))
+    return sorted(
+        {name for e in history.get("entries", []) for name in (e.get("scores") or {})},
+        key=lambda n: (n != history.get("primary"), n != history.get("secondary"), n),
+    )
 
 
 def plot_history(history: dict, log_history: list[dict] | None, path: str) -> str | None:
@@ -170,8 +192,16 @@ def plot_history(history: dict, log_history: list[dict] | None, path: str) -> st
         ax_acc.plot(*zip(*points), marker="o", label=name)
     best = history.get("best")
     if best and history.get("primary") in (best.get("scores") or {}):
-        ax_acc.plot([best["step"]], [best["scores"][history["primary"]]], marker="*", markersize=16, color="gold",
-                    markeredgecolor="black", linestyle="none", label=f"best: step {best['step']}")
+        ax_acc.plot(
+            [best["step"]],
+            [best["scores"][history["primary"]]],
+            marker="*",
+            markersize=16,
+            color="gold",
+            markeredgecolor="black",
+            linestyle="none",
+            label=f"best: step {best['step']}",
+        )
     top = max([v for e in entries for v in (e.get("scores") or {}).values() if v is not None], default=0.0)
     ax_acc.set_ylim(0, min(100.0, max(5.0, top * 1.15)) if top < 100 else 101)
     ax_acc.set_ylabel("accuracy % (eval protocol)")
@@ -184,8 +214,9 @@ def plot_history(history: dict, log_history: list[dict] | None, path: str) -> st
         ax_rew.plot(*zip(*rewards), color="tab:green", alpha=0.6, label="reward (logged)")
     at_eval = [(e["step"], e["reward"]) for e in entries if e.get("reward") is not None]
     if at_eval:
-        ax_rew.plot(*zip(*at_eval), marker="o", linestyle="none", color="tab:green",
-                    label="mean reward since previous eval")
+        ax_rew.plot(
+            *zip(*at_eval), marker="o", linestyle="none", color="tab:green", label="mean reward since previous eval"
+        )
     ax_rew.set_xlabel("step")
     ax_rew.set_ylabel("reward")
     ax_rew.grid(alpha=0.3)
@@ -235,8 +266,9 @@ def _main(argv=None) -> int:
         raise OpenR1Error(f"run dir {args.run_dir} does not exist; pass a training output_dir (runs/<recipe>)")
     history = load_history(args.run_dir)
     if not history["entries"]:
-        raise OpenR1Error(f"no evaluated checkpoints in {args.run_dir} ({HISTORY_FILE} missing or empty); "
-                          "train with eval_sets set")
+        raise OpenR1Error(
+            f"no evaluated checkpoints in {args.run_dir} ({HISTORY_FILE} missing or empty); train with eval_sets set"
+        )
     best, _ = history_best(args.run_dir)
     history["best"] = best
     names = set_names(history)

@@ -1,6 +1,7 @@
 """Resume (`resolve_resume`): with `auto_resume` (default) a run dir resumes from its newest complete
 `checkpoint-N` (one whose files load; newer broken ones are skipped with a log line), and the log says what was
 restored and what started fresh."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,11 @@ from open_r1.checks import check_checkpoint
 from open_r1.jsonio import read_json
 from open_r1.run.common import _is_rank0, _log
 
-RESTORABLE = {"optimizer": ("optimizer.pt",), "scheduler": ("scheduler.pt",),
-              "RNG": ("rng_state.pth", "rng_state_0.pth")}
+RESTORABLE = {
+    "optimizer": ("optimizer.pt",),
+    "scheduler": ("scheduler.pt",),
+    "RNG": ("rng_state.pth", "rng_state_0.pth"),
+}
 
 
 def _zip_problem(path: str) -> str | None:
@@ -42,8 +46,12 @@ def checkpoint_problem(path: str) -> str | None:
     problem = check_checkpoint(path)
     if problem:
         return problem
-    present = [os.path.join(path, name) for names in RESTORABLE.values() for name in names
-               if os.path.isfile(os.path.join(path, name))]
+    present = [
+        os.path.join(path, name)
+        for names in RESTORABLE.values()
+        for name in names
+        if os.path.isfile(os.path.join(path, name))
+    ]
     return next(filter(None, map(_zip_problem, present)), None)
 
 
@@ -52,9 +60,11 @@ def find_resume_checkpoint(output_dir: str, log=None) -> str | None:
     not load are skipped, with a log line each."""
     if not os.path.isdir(output_dir):
         return None
-    steps = sorted((step, name) for name in os.listdir(output_dir)
-                   if (step := keep_best_lib.checkpoint_step(name)) is not None
-                   and os.path.isdir(os.path.join(output_dir, name)))
+    steps = sorted(
+        (step, name)
+        for name in os.listdir(output_dir)
+        if (step := keep_best_lib.checkpoint_step(name)) is not None and os.path.isdir(os.path.join(output_dir, name))
+    )
     for _, name in reversed(steps):
         path = os.path.join(output_dir, name)
         problem = checkpoint_problem(path)
@@ -74,8 +84,10 @@ def restored_parts(checkpoint: str) -> tuple[list[str], list[str]]:
         restored += ["optimizer", "scheduler"]
     else:
         missing = [f"{p}.pt" for p in ("optimizer", "scheduler") if not has[p]]
-        fresh += [f"optimizer and scheduler ({' and '.join(missing)} missing; transformers loads both or neither; "
-                  "the learning rate is re-derived from the schedule at the resumed step)"]
+        fresh += [
+            f"optimizer and scheduler ({' and '.join(missing)} missing; transformers loads both or neither; "
+            "the learning rate is re-derived from the schedule at the resumed step)"
+        ]
     (restored if has["RNG"] else fresh).append("RNG")
     return restored, fresh
 
@@ -104,10 +116,12 @@ def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | N
         restored, fresh = restored_parts(checkpoint)
         now = getattr(training_args, "max_steps", None)
         longer = f"; this run's max_steps is {now}" if now not in (None, state.get("max_steps")) else ""
-        say(f"[resume] resuming from {checkpoint} (step {state.get('global_step', '?')} of "
+        say(
+            f"[resume] resuming from {checkpoint} (step {state.get('global_step', '?')} of "
             f"{state.get('max_steps', '?')}{longer}): restored {', '.join(restored)}"
             + (f"; started fresh: {'; '.join(fresh)}" if fresh else "")
-            + ". Start fresh with --auto_resume false or another --output_dir")
+            + ". Start fresh with --auto_resume false or another --output_dir"
+        )
     return checkpoint
 
 
@@ -141,9 +155,11 @@ class ResumeWeightsCallback(TrainerCallback):
             group["lr"] = value
         compat.set_scheduler_last_lr(scheduler, values)  # what get_last_lr() (the logged lr) reports
         if _is_rank0(state) and (before != values or was != step):
-            self.log(f"[resume] learning rate at step {step} set from this run's schedule (max_steps "
-                     f"{state.max_steps}): {before[0]:.3g} -> {values[0]:.3g}"
-                     + (f" (scheduler fast-forwarded from step {was})" if was != step else ""))
+            self.log(
+                f"[resume] learning rate at step {step} set from this run's schedule (max_steps "
+                f"{state.max_steps}): {before[0]:.3g} -> {values[0]:.3g}"
+                + (f" (scheduler fast-forwarded from step {was})" if was != step else "")
+            )
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.align_schedule(state, kwargs.get("optimizer"), kwargs.get("lr_scheduler"))
@@ -161,10 +177,13 @@ class ResumeWeightsCallback(TrainerCallback):
         if result.missing_keys or result.unexpected_keys:
             raise RuntimeError(
                 f"resuming from {self.checkpoint}: its weights do not match the model (missing "
-                f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]})")
+                f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]})"
+            )
         self.loaded = True
         if _is_rank0(state):
-            self.log(f"[resume] weights of {os.path.basename(self.checkpoint)} loaded through from_pretrained's key "
-                     "mapping (the trainer's own resume warns about missing/unexpected keys for Qwen2-VL and loads "
-                     "none of them: transformers#43701)")
+            self.log(
+                f"[resume] weights of {os.path.basename(self.checkpoint)} loaded through from_pretrained's key "
+                "mapping (the trainer's own resume warns about missing/unexpected keys for Qwen2-VL and loads "
+                "none of them: transformers#43701)"
+            )
         return control

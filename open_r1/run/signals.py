@@ -1,6 +1,7 @@
 """Graceful stop: SIGTERM/SIGINT set a flag; at the end of the current optimizer step (a GRPO step can take
 minutes) the trainer saves a full checkpoint and stops, and `open_r1.grpo` exits with 128+signal so that train.sh
 stops before exporting. A second signal exits at once."""
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,10 @@ class GracefulStopCallback(TrainerCallback):
             os.kill(os.getpid(), signum)
             return
         self.received = signum
-        self.log(f"[stop] {signal.Signals(signum).name} received: saving a checkpoint at the end of this step, "
-                 "then exiting (send it again to exit immediately)")
+        self.log(
+            f"[stop] {signal.Signals(signum).name} received: saving a checkpoint at the end of this step, "
+            "then exiting (send it again to exit immediately)"
+        )
 
     def install(self) -> None:
         import threading
@@ -59,8 +62,10 @@ class GracefulStopCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.install()
         if _is_rank0(state):
-            self.log(f"[run] training in {args.output_dir} (pid {os.getpid()}): SIGTERM/SIGINT saves a checkpoint "
-                     "and stops; re-running the same command resumes")
+            self.log(
+                f"[run] training in {args.output_dir} (pid {os.getpid()}): SIGTERM/SIGINT saves a checkpoint "
+                "and stops; re-running the same command resumes"
+            )
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -70,8 +75,10 @@ class GracefulStopCallback(TrainerCallback):
             if self.stopped_at_step is None:
                 self.stopped_at_step = state.global_step
                 if _is_rank0(state):
-                    self.log(f"[stop] saving checkpoint-{state.global_step} and stopping "
-                             f"({signal.Signals(self.stop_signal).name})")
+                    self.log(
+                        f"[stop] saving checkpoint-{state.global_step} and stopping "
+                        f"({signal.Signals(self.stop_signal).name})"
+                    )
             control.should_save = True
             control.should_training_stop = True
         return control
@@ -79,5 +86,3 @@ class GracefulStopCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         self.restore()
         return control
-
-

@@ -6,6 +6,7 @@
 The engine (`open_r1/*.py`, `open_r1/run/`) knows no task; a task imports the engine, never the reverse except
 through the registries (rewards by name, `open_r1.rewards.TASK_REWARD_MODULES`).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -18,8 +19,10 @@ from open_r1.errors import RecipeError
 # name -> module holding `TASK`, a class built with the recipe's script arguments (see `Task` below).
 TASK_MODULES = {"counting": "open_r1.tasks.counting.task", "captioning": "open_r1.tasks.captioning.task"}
 # name -> "module:dataclass" of the task's own recipe keys (light modules: `open_r1.grpo` parses them with its own)
-TASK_SETTINGS = {"counting": "open_r1.tasks.counting:CountingSettings",
-                 "captioning": "open_r1.tasks.captioning:CaptioningSettings"}
+TASK_SETTINGS = {
+    "counting": "open_r1.tasks.counting:CountingSettings",
+    "captioning": "open_r1.tasks.captioning:CaptioningSettings",
+}
 
 
 def one_line(text: str | None, limit: int = 80) -> str:
@@ -68,8 +71,9 @@ class Task:
         """One held-out set, validated like the training data, its first `limit` rows."""
         raise NotImplementedError
 
-    def evaluate(self, model, processor, dataset, name: str, batch_size: int, limit: int | None = None,
-                 progress: bool = False):
+    def evaluate(
+        self, model, processor, dataset, name: str, batch_size: int, limit: int | None = None, progress: bool = False
+    ):
         raise NotImplementedError
 
     def report_from_records(self, name: str, records: list[dict], seconds: float):

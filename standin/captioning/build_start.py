@@ -10,6 +10,7 @@ steps on the templated ``first_sentence`` traces dropped its format rate at the 
 
     python -m standin.captioning.build_start --out standin/captioning/start_policy      # make humor-demo-start
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,29 +35,49 @@ from standin.captioning import demo, stage_data, stage_pretrain
 RECIPE = "configs/captioning/standin_demo.yaml"
 # The demo recipe with longer training and more scenes to see; every stage reads these as the demo would.
 BUILD_OVERRIDES = [
-    "pretrain.policy.start=null", "data.pretrain_main_contests=48", "data.pretrain_ood_contests=48",
-    "pretrain.policy.per_contest=4", "pretrain.policy.exposure_kinds=[describe, question, fluency]",
-    "pretrain.policy.exposure_per_contest=2", "pretrain.policy.max_steps=120", "pretrain.policy.batch_size=8",
-    "pretrain.policy.learning_rate=3.0e-3", "pretrain.policy.logging_steps=20", "pretrain.policy.probe_limit=8",
+    "pretrain.policy.start=null",
+    "data.pretrain_main_contests=48",
+    "data.pretrain_ood_contests=48",
+    "pretrain.policy.per_contest=4",
+    "pretrain.policy.exposure_kinds=[describe, question, fluency]",
+    "pretrain.policy.exposure_per_contest=2",
+    "pretrain.policy.max_steps=120",
+    "pretrain.policy.batch_size=8",
+    "pretrain.policy.learning_rate=3.0e-3",
+    "pretrain.policy.logging_steps=20",
+    "pretrain.policy.probe_limit=8",
 ]
 # Qwen3-VL classes at a size that trains in minutes on 2 CPU cores (the text decoder twice the tiny model's width).
-MODEL = {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
-         "head_dim": 32, "intermediate_size": 384}
+MODEL = {
+    "hidden_size": 128,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "intermediate_size": 384,
+}
 
 
 def build_model(out_dir: str, seed: int, min_pixels: int, max_pixels: int) -> str:
     """A random-init Qwen3-VL-Thinking stand-in with the small vocabulary, saved at ``out_dir``."""
     tokenizer, ids, vocab_size = tm.small_vocab_tokenizer(
-        tm.QWEN3_VL_ADDED_TOKENS, tm.chat_template("qwen3_vl", True), model_max_length=262144)
+        tm.QWEN3_VL_ADDED_TOKENS, tm.chat_template("qwen3_vl", True), model_max_length=262144
+    )
     config = tm.build_config(family="qwen3_vl", vocab_size=vocab_size, pad_token_id=ids["<|endoftext|>"], **MODEL)
     config.image_token_id, config.video_token_id = ids["<|image_pad|>"], ids["<|video_pad|>"]
     config.vision_start_token_id, config.vision_end_token_id = ids["<|vision_start|>"], ids["<|vision_end|>"]
     model = tm.build_model(config, seed=seed)
     bos = pad = ids["<|endoftext|>"]
     # the padding rows past the tokenizer are suppressed, as the real-id stand-in suppresses its unused ids
-    model.generation_config = GenerationConfig(**{
-        **tm.QWEN3_VL_GENERATION_CONFIG, "bos_token_id": bos, "pad_token_id": pad, "eos_token_id": [ids["<|im_end|>"], bos],
-        "suppress_tokens": list(range(len(tokenizer), vocab_size))})
+    model.generation_config = GenerationConfig(
+        **{
+            **tm.QWEN3_VL_GENERATION_CONFIG,
+            "bos_token_id": bos,
+            "pad_token_id": pad,
+            "eos_token_id": [ids["<|im_end|>"], bos],
+            "suppress_tokens": list(range(len(tokenizer), vocab_size)),
+        }
+    )
     processor = tm.build_processor(tokenizer, min_pixels=min_pixels, max_pixels=max_pixels, family="qwen3_vl")
     return modeling.save_model_dir(model, processor, out_dir)
 
@@ -72,9 +93,13 @@ def format_check(recipe, model_dir: str, n: int) -> dict:
         with torch.no_grad():
             records = evaluate.evaluate_policy(model, processor, rows, None, **kwargs)
         failures = dict(Counter(r["parse_reason"] for r in records if r["caption"] is None))
-        out[split] = {"samples": len(records), "format_rate": sum(r["caption"] is not None for r in records) / len(records),
-                      "truncated_rate": sum(r["truncated"] for r in records) / len(records), "failures": failures,
-                      "examples": [r["completion"] for r in records[:2]]}
+        out[split] = {
+            "samples": len(records),
+            "format_rate": sum(r["caption"] is not None for r in records) / len(records),
+            "truncated_rate": sum(r["truncated"] for r in records) / len(records),
+            "failures": failures,
+            "examples": [r["completion"] for r in records[:2]],
+        }
     return {"sampling": {k: v for k, v in kwargs.items() if k != "decoder"}, "splits": out}
 
 
@@ -88,11 +113,18 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
     init = build_model(os.path.join(paths.models, "policy-init"), seed, policy.min_pixels, policy.max_pixels)
     report = {"pretrain": stage_pretrain.pretrain_one(recipe, "policy", init=init)}
     report["format"] = format_check(recipe, paths.policy_base, eval_n)
-    info = {"command": "python -m standin.captioning.build_start " + " ".join(argv), "recipe": RECIPE,
-            "overrides": BUILD_OVERRIDES, "seed": seed, "model": MODEL, "torch_threads": torch.get_num_threads(),
-            "wall_seconds": round(time.time() - started), "cpu_seconds": round(time.process_time() - cpu_started),
-            "pretrain": {k: report["pretrain"].get(k) for k in ("rows", "steps", "loss_first", "loss_last")},
-            "format": report["format"]}
+    info = {
+        "command": "python -m standin.captioning.build_start " + " ".join(argv),
+        "recipe": RECIPE,
+        "overrides": BUILD_OVERRIDES,
+        "seed": seed,
+        "model": MODEL,
+        "torch_threads": torch.get_num_threads(),
+        "wall_seconds": round(time.time() - started),
+        "cpu_seconds": round(time.process_time() - cpu_started),
+        "pretrain": {k: report["pretrain"].get(k) for k in ("rows", "steps", "loss_first", "loss_last")},
+        "format": report["format"],
+    }
     with modeling.staged_dir(out) as staging:
         shutil.copytree(paths.policy_base, staging, dirs_exist_ok=True)
         for name in ("sft_report.json", "training_meta.json"):  # run records with this machine's paths
@@ -103,20 +135,30 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m standin.captioning.build_start", description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m standin.captioning.build_start",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--out", default="standin/captioning/start_policy", help="the start policy dir (replaced)")
     parser.add_argument("--work", default="runs/humor-demo-start", help="the build's work_dir (data, models)")
     parser.add_argument("--seed", type=int, default=0, help="the recipe's seed: data, init and training")
     parser.add_argument("--eval-n", type=int, default=8, help="samples per test / OOD cartoon in the format check")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a recipe override after the builder's own (e.g. pretrain.policy.max_steps=2 for a try)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a recipe override after the builder's own (e.g. pretrain.policy.max_steps=2 for a try)",
+    )
     args = parser.parse_args(argv)
     info = build(args.out, args.work, args.seed, args.eval_n, argv, args.set)
     print(json.dumps({k: info[k] for k in ("wall_seconds", "cpu_seconds", "pretrain")}))
     for split, entry in info["format"]["splits"].items():
-        print(f"{split}: format {entry['format_rate']:.2f}, truncated {entry['truncated_rate']:.2f} "
-              f"({entry['samples']} samples) {entry['failures']}")
+        print(
+            f"{split}: format {entry['format_rate']:.2f}, truncated {entry['truncated_rate']:.2f} "
+            f"({entry['samples']} samples) {entry['failures']}"
+        )
     return 0
 
 

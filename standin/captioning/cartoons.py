@@ -10,7 +10,8 @@ The cartoon
 Each contest is one rendered scene with 3-7 objects (``--min-objects/--max-objects``) of which exactly one is
 *odd*: all objects share one value of an attribute dimension and the odd one has another (CLEVR renderer:
 colour or shape, with the other objects also sharing shape, colour and material; OOD renderer: colour, all
-vehicles sharing one colour and pattern). Which object is odd, and how, is visible only in the image: the text description says "one of
+vehicles sharing one colour and pattern). Which object is odd, and how, is visible only in the image: the text
+description says "one of
 them does not fit in", never which one.
 
 The hidden rule (``oracle_score``), a function of (caption text, scene) only, so it can score any caption a policy
@@ -45,6 +46,7 @@ CLI::
 writes ``train/ val/ test/ ood/`` (``save_to_disk``, contests split with ``data.split_by_contest``) and
 ``standin.json`` (the arguments and row counts).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -94,13 +96,31 @@ TEXTURE_WORDS = {"striped": ("striped", "stripy"), "checkered": ("checkered", "c
 VOCAB = {"color": COLOR_WORDS, "shape": SHAPE_WORDS, "size": SIZE_WORDS, "texture": TEXTURE_WORDS}
 WORD_TO_VALUE = {w: (dim, value) for dim, table in VOCAB.items() for value, words in table.items() for w in words}
 PUNS = {
-    "red": "seeing red", "blue": "feeling blue", "green": "green with envy", "yellow": "mellow yellow",
-    "gray": "a gray area", "brown": "brownie points", "purple": "purple prose", "cyan": "cyan you believe it",
-    "orange": "orange you glad", "white": "a white lie", "black": "back in the black", "pink": "tickled pink",
-    "cube": "thinking outside the box", "sphere": "on the ball", "cylinder": "firing on all cylinders",
-    "car": "driven to distraction", "bus": "missed the bus", "truck": "keep on trucking", "bike": "on your bike",
-    "plane": "plane as day", "large": "a big deal", "small": "small talk", "striped": "earned its stripes",
-    "checkered": "a checkered past", "plain": "plain and simple",
+    "red": "seeing red",
+    "blue": "feeling blue",
+    "green": "green with envy",
+    "yellow": "mellow yellow",
+    "gray": "a gray area",
+    "brown": "brownie points",
+    "purple": "purple prose",
+    "cyan": "cyan you believe it",
+    "orange": "orange you glad",
+    "white": "a white lie",
+    "black": "back in the black",
+    "pink": "tickled pink",
+    "cube": "thinking outside the box",
+    "sphere": "on the ball",
+    "cylinder": "firing on all cylinders",
+    "car": "driven to distraction",
+    "bus": "missed the bus",
+    "truck": "keep on trucking",
+    "bike": "on your bike",
+    "plane": "plane as day",
+    "large": "a big deal",
+    "small": "small talk",
+    "striped": "earned its stripes",
+    "checkered": "a checkered past",
+    "plain": "plain and simple",
 }
 FRAMES = (
     "Nobody tell the {ref} it was adopted.",
@@ -122,7 +142,8 @@ LONG_TAIL = " and frankly I have been meaning to say this to all of you for quit
 W_ODD, W_ODD_NOUN, W_PUN_ODD, W_PUN_PRESENT, W_PUN_ABSENT = 2.0, 0.5, 1.0, 0.25, -1.25
 W_ABSENT, MAX_ABSENT, FREE_WORDS, W_LENGTH, WIT = -1.5, 2, 12, -0.05, 0.2
 # Share of candidates with the long tail (length: a deliberate, small text-only cue). The text-only ceiling, a
-# bag-of-words pairwise model on the RM's pairs (`git show 7454d52:experiments/captioning/text_only_probe.py`), reads 0.58 on held-out
+# bag-of-words pairwise model on the RM's pairs (`git show 7454d52:experiments/captioning/text_only_probe.py`), reads
+# 0.58 on held-out
 # test pairs and 0.50 on OOD (the oracle: > 0.99); before size left ODD_DIMENSIONS and absent puns were confined to
 # the renderer's palette it read 0.665 (experiments/captioning/results/; experiments/captioning/LOG.md, runs 1-3).
 P_LONG = 0.1
@@ -158,8 +179,9 @@ def _make_odd(rng: np.random.Generator, renderer: str, objects: list[dict]) -> d
     return {"dimension": dim, "odd_index": odd, "odd_value": odd_value, "majority_value": majority}
 
 
-def render_odd_scene(rng_or_seed: Any, renderer: str = "clevr", image_size: Any = (128, 96), min_objects: int = 3,
-                     max_objects: int = 7):
+def render_odd_scene(
+    rng_or_seed: Any, renderer: str = "clevr", image_size: Any = (128, 96), min_objects: int = 3, max_objects: int = 7
+):
     """Render one scene with exactly one odd object: (PIL image, scene_meta dict).
 
     The counting renderers sample the layout, camera and lights (``build_spec``); the objects' attributes are then
@@ -188,13 +210,20 @@ def render_odd_scene(rng_or_seed: Any, renderer: str = "clevr", image_size: Any 
         if visible.min() >= min_pixels:
             break
     else:
-        raise SceneGenerationError(f"could not lay out {n_objects} visible objects at {width}x{height} in "
-                                   f"{MAX_LAYOUT_ATTEMPTS} attempts; use a larger --image-size or fewer --max-objects")
+        raise SceneGenerationError(
+            f"could not lay out {n_objects} visible objects at {width}x{height} in "
+            f"{MAX_LAYOUT_ATTEMPTS} attempts; use a larger --image-size or fewer --max-objects"
+        )
     image = Image.fromarray(caster.render(anti_alias=True))
     keys = ("shape", "color", "size", "material", "texture")
     kept = [{k: o[k] for k in keys if k in o} | {"visible_pixels": int(v)} for o, v in zip(objects, visible)]
-    return image, {"renderer": renderer, "image_size": [width, height], "environment": environment, "objects": kept,
-                   **odd}
+    return image, {
+        "renderer": renderer,
+        "image_size": [width, height],
+        "environment": environment,
+        "objects": kept,
+        **odd,
+    }
 
 
 # --- The hidden rule --------------------------------------------------------------------------------------------------
@@ -249,8 +278,14 @@ def oracle_details(caption: str, meta: dict | str) -> dict:
             pun_score += W_PUN_ABSENT
     words = protocol.count_words(caption)
     wit = (int(hashlib.sha1(text.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF * 2.0 - 1.0) * WIT
-    parts = {"names_odd": W_ODD * names_odd, "names_odd_noun": W_ODD_NOUN * names_noun, "puns": pun_score,
-             "absent": W_ABSENT * min(absent, MAX_ABSENT), "length": W_LENGTH * max(0, words - FREE_WORDS), "wit": wit}
+    parts = {
+        "names_odd": W_ODD * names_odd,
+        "names_odd_noun": W_ODD_NOUN * names_noun,
+        "puns": pun_score,
+        "absent": W_ABSENT * min(absent, MAX_ABSENT),
+        "length": W_LENGTH * max(0, words - FREE_WORDS),
+        "wit": wit,
+    }
     parts["score"] = float(sum(parts.values()))
     return parts
 
@@ -265,8 +300,10 @@ def _absent(meta: dict) -> tuple[list[str], list[str]]:
     """The renderer's colours and shapes (vehicle kinds) that the scene lacks."""
     present, renderer = _present(meta), meta["renderer"]
     shapes = clevr.SHAPES if renderer == "clevr" else ood.CATEGORIES
-    return ([c for c in RENDERERS[renderer].COLORS if c not in present["color"]],
-            [s for s in shapes if s not in present["shape"]])
+    return (
+        [c for c in RENDERERS[renderer].COLORS if c not in present["color"]],
+        [s for s in shapes if s not in present["shape"]],
+    )
 
 
 def _referents(rng: np.random.Generator, meta: dict) -> dict[str, str]:
@@ -278,8 +315,9 @@ def _referents(rng: np.random.Generator, meta: dict) -> dict[str, str]:
         odd_ref, majority_ref = f"{odd_obj['color']} {odd_value}", f"{other['color']} {majority}"
     else:
         odd_ref, majority_ref = f"{odd_value} {odd_obj['shape']}", f"{majority} {other['shape']}"
-    absent_ref = (f"{rng.choice(absent_colors)} {rng.choice(absent_shapes)}" if absent_colors and absent_shapes
-                  else "unicorn")
+    absent_ref = (
+        f"{rng.choice(absent_colors)} {rng.choice(absent_shapes)}" if absent_colors and absent_shapes else "unicorn"
+    )
     return {"odd": odd_ref, "majority": majority_ref, "absent": absent_ref, "vague": str(rng.choice(VAGUE_REFS))}
 
 
@@ -329,8 +367,9 @@ def candidate_captions(rng: np.random.Generator, meta: dict, n: int) -> list[dic
     return out
 
 
-def simulate_votes(rng: np.random.Generator, oracle: float, mean_votes: float = 30.0, min_votes: int = 10,
-                   vote_noise: float = 1.5) -> dict:
+def simulate_votes(
+    rng: np.random.Generator, oracle: float, mean_votes: float = 30.0, min_votes: int = 10, vote_noise: float = 1.5
+) -> dict:
     """Simulated ratings 1/2/3 (thresholds 0.5 and 2.0 on ``oracle + N(0, vote_noise)``): mean, SE, votes."""
     votes = max(int(min_votes), int(rng.poisson(mean_votes)))
     latent = oracle + rng.normal(0.0, vote_noise, size=votes)
@@ -348,8 +387,12 @@ def describe(meta: dict) -> dict:
         kind, location = "shapes", "a bare studio floor"
     else:
         kind, location = "toy vehicles", f"{env.get('ground', 'the ground')} under a {env.get('sky', 'plain')} sky"
-    return {"scene": f"{n} {kind} stand around together.", "twist": "One of them does not quite fit in.",
-            "location": location, "entities": [kind]}
+    return {
+        "scene": f"{n} {kind} stand around together.",
+        "twist": "One of them does not quite fit in.",
+        "location": location,
+        "entities": [kind],
+    }
 
 
 # --- Contests and splits ----------------------------------------------------------------------------------------------
@@ -383,8 +426,18 @@ def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
     for cand in candidate_captions(text_rng, meta, config.captions):
         oracle = oracle_score(cand["caption"], meta)
         votes = simulate_votes(text_rng, oracle, config.mean_votes, config.min_votes, config.vote_noise)
-        rows.append({"contest": contest, "image": png, **desc, "caption": cand["caption"], **votes,
-                     "oracle": oracle, "scene_meta": meta_json, "renderer": renderer})
+        rows.append(
+            {
+                "contest": contest,
+                "image": png,
+                **desc,
+                "caption": cand["caption"],
+                **votes,
+                "oracle": oracle,
+                "scene_meta": meta_json,
+                "renderer": renderer,
+            }
+        )
     return rows
 
 
@@ -420,8 +473,11 @@ def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = Stand
         row.update(simulate_votes(rng, oracle, config.mean_votes, config.min_votes, config.vote_noise))
         rows.append(row)
         counts["rated"] += 1
-    return (datasets.Dataset.from_list(rows, features=dataset.features).select_columns(dataset.column_names) if rows
-            else dataset.select([])), counts
+    return (
+        datasets.Dataset.from_list(rows, features=dataset.features).select_columns(dataset.column_names)
+        if rows
+        else dataset.select([])
+    ), counts
 
 
 def _make_rows(config: StandinConfig, stream: str, keep: int | None, index: int) -> list[dict]:
@@ -433,14 +489,33 @@ def features():
     import datasets
 
     text, real, count = datasets.Value("string"), datasets.Value("float64"), datasets.Value("int64")
-    return datasets.Features({
-        "contest": count, "image": datasets.Image(), "scene": text, "twist": text, "location": text,
-        "entities": datasets.Sequence(text), "caption": text, "mean": real, "precision": real, "votes": count,
-        "oracle": real, "scene_meta": text, "renderer": text})
+    return datasets.Features(
+        {
+            "contest": count,
+            "image": datasets.Image(),
+            "scene": text,
+            "twist": text,
+            "location": text,
+            "entities": datasets.Sequence(text),
+            "caption": text,
+            "mean": real,
+            "precision": real,
+            "votes": count,
+            "oracle": real,
+            "scene_meta": text,
+            "renderer": text,
+        }
+    )
 
 
-def build_contests(n: int, config: StandinConfig = StandinConfig(), stream: str = "main", workers: int = 1,
-                   start: int = 0, rows_per_contest: int | None = None):
+def build_contests(
+    n: int,
+    config: StandinConfig = StandinConfig(),
+    stream: str = "main",
+    workers: int = 1,
+    start: int = 0,
+    rows_per_contest: int | None = None,
+):
     """A ``datasets.Dataset`` of ``n`` contests (one row per caption) from the CLEVR-like (``main``) or OOD stream:
     contest indices ``start .. start + n - 1`` (deterministic per index); ``rows_per_contest`` keeps only that many
     caption rows of each (pre-training exposure scenes need the image, not the captions)."""
@@ -463,13 +538,22 @@ def build_contests(n: int, config: StandinConfig = StandinConfig(), stream: str 
     return datasets.Dataset.from_list(rows, features=features())
 
 
-def write_standin(out_dir: str | os.PathLike, contests: int, ood_contests: int | None = None,
-                  val_frac: float = 0.15, test_frac: float = 0.15, config: StandinConfig = StandinConfig(),
-                  workers: int = 1, overwrite: bool = False) -> dict[str, str]:
+def write_standin(
+    out_dir: str | os.PathLike,
+    contests: int,
+    ood_contests: int | None = None,
+    val_frac: float = 0.15,
+    test_frac: float = 0.15,
+    config: StandinConfig = StandinConfig(),
+    workers: int = 1,
+    overwrite: bool = False,
+) -> dict[str, str]:
     """Write ``train/ val/ test/`` (CLEVR-like contests split by contest) and ``ood/`` (OOD renderer) under out_dir."""
     out_dir = os.fspath(out_dir)
     if os.path.exists(os.path.join(out_dir, "standin.json")) and not overwrite:
-        raise SceneArgumentError(f"{out_dir} already holds a stand-in; pass --overwrite (or overwrite=True) to replace it")
+        raise SceneArgumentError(
+            f"{out_dir} already holds a stand-in; pass --overwrite (or overwrite=True) to replace it"
+        )
     ood_contests = max(1, contests // 4) if ood_contests is None else ood_contests
     main = build_contests(contests, config, "main", workers)
     splits = dict(cdata.split_by_contest(main, val_frac, test_frac, seed=config.seed))
@@ -481,9 +565,17 @@ def write_standin(out_dir: str | os.PathLike, contests: int, ood_contests: int |
         ds.save_to_disk(path)
         paths[name] = path
         counts[name] = {"rows": len(ds), "contests": len(set(ds["contest"]))}
-    write_json(os.path.join(out_dir, "standin.json"), {
-        "contests": contests, "ood_contests": ood_contests, "val_frac": val_frac, "test_frac": test_frac,
-        "config": dataclasses.asdict(config), "splits": counts})
+    write_json(
+        os.path.join(out_dir, "standin.json"),
+        {
+            "contests": contests,
+            "ood_contests": ood_contests,
+            "val_frac": val_frac,
+            "test_frac": test_frac,
+            "config": dataclasses.asdict(config),
+            "splits": counts,
+        },
+    )
     return paths
 
 
@@ -503,7 +595,7 @@ def _majority_phrase(meta: dict) -> str:
 
 
 def odd_object_phrase(meta: dict) -> str:
-    """"the blue cube": the odd object by its odd value and noun."""
+    """ "the blue cube": the odd object by its odd value and noun."""
     odd = meta["objects"][meta["odd_index"]]
     if meta["dimension"] == "shape":
         return f"the {odd['color']} {odd['shape']}"
@@ -557,8 +649,10 @@ def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str
     qa = [
         ("How many objects are there?", str(n)),
         (PROBE_QUESTION, odd[0].upper() + odd[1:] + "."),
-        (f"In what way is {odd} different?",
-         f"Its {meta['dimension']}: it is {meta['odd_value']}, the others are {meta['majority_value']}."),
+        (
+            f"In what way is {odd} different?",
+            f"Its {meta['dimension']}: it is {meta['odd_value']}, the others are {meta['majority_value']}.",
+        ),
     ]
     if absent_colors:
         qa.append((f"Is there anything {rng.choice(absent_colors)} in the picture?", "No."))
@@ -581,22 +675,32 @@ def perception_probe_rows(dataset, limit: int | None = None) -> list[dict]:
     groups = cdata._contest_groups(dataset)
     firsts = [rows[0] for rows in groups.values()][: limit or None]
     table = dataset.select(firsts)
-    return [{"messages": _qa_messages(PROBE_QUESTION), "image": row["image"], "scene_meta": row["scene_meta"]}
-            for row in table]
+    return [
+        {"messages": _qa_messages(PROBE_QUESTION), "image": row["image"], "scene_meta": row["scene_meta"]}
+        for row in table
+    ]
 
 
 def scene_description(meta: dict) -> str:
     """A one-sentence literal description: what is there, and which one is odd."""
     n = len(meta["objects"])
-    return (f"There are {n} objects. Most are {_majority_phrase(meta)}; {odd_object_phrase(meta)} is the odd one "
-            f"out, being {meta['odd_value']}.")
+    return (
+        f"There are {n} objects. Most are {_majority_phrase(meta)}; {odd_object_phrase(meta)} is the odd one "
+        f"out, being {meta['odd_value']}."
+    )
 
 
 PRETRAIN_KINDS = ("describe", "question", "fluency")  # the kinds of pre-training row `pretrain_rows` writes
 
 
-def pretrain_rows(dataset, kinds: tuple[str, ...] = PRETRAIN_KINDS, per_contest: int = 4,
-                  think_prefix: bool | None = None, seed: int = 0, processor=None):
+def pretrain_rows(
+    dataset,
+    kinds: tuple[str, ...] = PRETRAIN_KINDS,
+    per_contest: int = 4,
+    think_prefix: bool | None = None,
+    seed: int = 0,
+    processor=None,
+):
     """Prompt-completion rows that teach a tiny base model (policy or RM backbone) to see the stand-in's scenes:
     ``describe`` (``scene_description``), ``question`` (``scene_questions``) and ``fluency`` (the task prompt -> a
     caption drawn *uniformly* from the contest's candidates: the format without the rule), ``per_contest`` of each
@@ -632,7 +736,13 @@ def pretrain_rows(dataset, kinds: tuple[str, ...] = PRETRAIN_KINDS, per_contest:
         meta = _meta(first)
         if "describe" in kinds:
             for _ in range(per_contest):
-                add(_qa_messages("Describe the picture."), prefix + scene_description(meta), "describe", contest, rows[0])
+                add(
+                    _qa_messages("Describe the picture."),
+                    prefix + scene_description(meta),
+                    "describe",
+                    contest,
+                    rows[0],
+                )
         if "question" in kinds:
             qa = scene_questions(rng, meta)
             for i in rng.permutation(len(qa))[:per_contest]:
@@ -650,7 +760,11 @@ def pretrain_rows(dataset, kinds: tuple[str, ...] = PRETRAIN_KINDS, per_contest:
 
 # --- Command line -----------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m standin.captioning.cartoons", formatter_class=argparse.ArgumentDefaultsHelpFormatter, description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m standin.captioning.cartoons",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=__doc__.split("\n\n")[0],
+    )
     parser.add_argument("--out", required=True, help="output directory (train/ val/ test/ ood/ and standin.json)")
     parser.add_argument("--contests", type=int, required=True, help="CLEVR-like contests, split by contest")
     parser.add_argument("--ood-contests", type=int, default=None, help="OOD-renderer contests (default contests // 4)")
@@ -673,12 +787,25 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = StandinConfig(
-            captions=args.captions, image_size=parse_image_size(args.image_size), min_objects=args.min_objects,
-            max_objects=args.max_objects, mean_votes=args.mean_votes, min_votes=args.min_votes,
-            vote_noise=args.vote_noise, seed=args.seed,
+            captions=args.captions,
+            image_size=parse_image_size(args.image_size),
+            min_objects=args.min_objects,
+            max_objects=args.max_objects,
+            mean_votes=args.mean_votes,
+            min_votes=args.min_votes,
+            vote_noise=args.vote_noise,
+            seed=args.seed,
         )
-        paths = write_standin(args.out, args.contests, args.ood_contests, args.val_frac, args.test_frac, config,
-                              args.workers, args.overwrite)
+        paths = write_standin(
+            args.out,
+            args.contests,
+            args.ood_contests,
+            args.val_frac,
+            args.test_frac,
+            config,
+            args.workers,
+            args.overwrite,
+        )
     except OpenR1Error as exc:
         return error_exit(exc)
     for name, path in paths.items():

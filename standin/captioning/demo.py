@@ -5,6 +5,7 @@ section) -> RM -> GRPO -> best-of-N eval, the hidden rule (``oracle_eval``) scor
 
     python -m standin.captioning.demo --config configs/captioning/standin_demo.yaml     # make humor-demo
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,8 +16,17 @@ from open_r1.jsonio import read_recipe
 from open_r1.tasks.captioning import config, pipeline, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
 from standin.captioning import oracle_eval, parallel, stage_data, stage_pretrain, stage_ratings, stage_traces
 
-STAGES = (stage_data, stage_pretrain, stage_synthesize, stage_traces, stage_sft, stage_ratings, stage_rm, stage_grpo,
-          stage_eval)
+STAGES = (
+    stage_data,
+    stage_pretrain,
+    stage_synthesize,
+    stage_traces,
+    stage_sft,
+    stage_ratings,
+    stage_rm,
+    stage_grpo,
+    stage_eval,
+)
 
 
 def stages_of(argv: list[str]) -> tuple:
@@ -41,9 +51,14 @@ def main(argv=None) -> int:
     job_result = None
     if "--job-result" in argv[:-1]:  # one sub-job of a parallel stage (parallel.launch_parallel starts it)
         at = argv.index("--job-result")
-        job_result, argv = argv[at + 1], argv[:at] + argv[at + 2:]
-    return pipeline.main(argv, stages_of(argv), prog="standin.captioning.demo", oracle=oracle_eval,
-                         run=functools.partial(parallel.run_pipeline, job_result=job_result))
+        job_result, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
+    return pipeline.main(
+        argv,
+        stages_of(argv),
+        prog="standin.captioning.demo",
+        oracle=oracle_eval,
+        run=functools.partial(parallel.run_pipeline, job_result=job_result),
+    )
 
 
 if __name__ == "__main__":

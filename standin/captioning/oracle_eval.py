@@ -9,6 +9,7 @@ oracle's fail-as-zero, averaging the same samples whatever the format rates); ``
 the oracle of the picks goes down; `grpo_checks`: did sigma(RM) and the oracle both rise over the SFT start. The
 pipeline hands this module to the eval stage as ``recipe.oracle`` (``standin.captioning.demo``).
 """
+
 from __future__ import annotations
 
 import json
@@ -49,11 +50,14 @@ def score(records: list[dict], dataset, oracle=cartoons.oracle_details) -> list[
 def rm_oracle_agreement(rows: Sequence[dict], margin: float = ORACLE_PAIR_MARGIN) -> tuple[float | None, int]:
     """Share of pairs of emitted, oracle-scored records whose oracle scores differ by >= ``margin`` that the RM
     orders the same way (an RM tie counts 0.5), and the number of such pairs; (None, 0) without any."""
-    scored = [(float(r["rm_raw"]), float(r["oracle"])) for r in rows
-              if r.get("caption") is not None and r.get("rm_raw") is not None and r.get("oracle") is not None]
+    scored = [
+        (float(r["rm_raw"]), float(r["oracle"]))
+        for r in rows
+        if r.get("caption") is not None and r.get("rm_raw") is not None and r.get("oracle") is not None
+    ]
     agree, pairs = 0.0, 0
     for i, (rm_a, oracle_a) in enumerate(scored):
-        for rm_b, oracle_b in scored[i + 1:]:
+        for rm_b, oracle_b in scored[i + 1 :]:
             if abs(oracle_a - oracle_b) < margin:
                 continue
             pairs += 1
@@ -82,13 +86,17 @@ def _mean_parts(parts: Sequence[dict]) -> dict[str, float] | None:
 def cartoon_entry(rows: Sequence[dict]) -> dict:
     """One cartoon's oracle values: oracle_emitted / oracle_pick, oracle_fail_as_worst, rm_oracle_agreement /
     rm_oracle_pairs and oracle_parts_emitted / _pick (None without oracle values)."""
-    with_oracle = [r for r in rows if r.get("caption") is not None and r.get("rm_raw") is not None
-                   and r.get("oracle") is not None]
-    best = max(with_oracle, key=lambda r: (float(r["rm_raw"]), -int(r.get("sample_index") or 0))) \
-        if with_oracle else None
-    entry = {"oracle_emitted": float(np.mean([r["oracle"] for r in with_oracle])) if with_oracle else None,
-             "oracle_pick": float(best["oracle"]) if best is not None else None,
-             "oracle_fail_as_worst": oracle_fail_as_worst(rows)}
+    with_oracle = [
+        r for r in rows if r.get("caption") is not None and r.get("rm_raw") is not None and r.get("oracle") is not None
+    ]
+    best = (
+        max(with_oracle, key=lambda r: (float(r["rm_raw"]), -int(r.get("sample_index") or 0))) if with_oracle else None
+    )
+    entry = {
+        "oracle_emitted": float(np.mean([r["oracle"] for r in with_oracle])) if with_oracle else None,
+        "oracle_pick": float(best["oracle"]) if best is not None else None,
+        "oracle_fail_as_worst": oracle_fail_as_worst(rows),
+    }
     entry["rm_oracle_agreement"], entry["rm_oracle_pairs"] = rm_oracle_agreement(with_oracle)
     entry["oracle_parts_emitted"] = _mean_parts([r["oracle_parts"] for r in with_oracle if r.get("oracle_parts")])
     entry["oracle_parts_pick"] = dict(best["oracle_parts"]) if best is not None and best.get("oracle_parts") else None
@@ -104,13 +112,15 @@ def policy_metrics(records, bon_ns: Sequence[int] = ev.BON_NS) -> dict:
         cartoons_[str(contest)].update(cartoon_entry(rows))
     for key in KEYS:
         metrics[key] = ev._mean_of(cartoons_, key)
-    metrics["pick_vs_emitted"] = ev.paired_bootstrap({k: v["oracle_pick"] for k, v in cartoons_.items()},
-                                                     {k: v["oracle_emitted"] for k, v in cartoons_.items()})
+    metrics["pick_vs_emitted"] = ev.paired_bootstrap(
+        {k: v["oracle_pick"] for k, v in cartoons_.items()}, {k: v["oracle_emitted"] for k, v in cartoons_.items()}
+    )
     metrics["rm_oracle_agreement"] = ev._mean_of(cartoons_, "rm_oracle_agreement")
     metrics["rm_oracle_pairs"] = int(sum(c["rm_oracle_pairs"] for c in cartoons_.values()))
     for kind in ("emitted", "pick"):
-        metrics[f"oracle_parts_{kind}"] = _mean_parts([c[f"oracle_parts_{kind}"] for c in cartoons_.values()
-                                                       if c.get(f"oracle_parts_{kind}")])
+        metrics[f"oracle_parts_{kind}"] = _mean_parts(
+            [c[f"oracle_parts_{kind}"] for c in cartoons_.values() if c.get(f"oracle_parts_{kind}")]
+        )
     return metrics
 
 
@@ -128,40 +138,69 @@ def compare(policy: dict, baseline: dict, n_boot: int = 2000, seed: int = 0) -> 
     return out
 
 
-def evaluate_records(records_by_policy: dict[str, list[dict]], baseline: str | None = None, n_boot: int = 2000,
-                     seed: int = 0) -> dict:
+def evaluate_records(
+    records_by_policy: dict[str, list[dict]], baseline: str | None = None, n_boot: int = 2000, seed: int = 0
+) -> dict:
     return ev.evaluate_records(records_by_policy, baseline, n_boot, seed, metrics=policy_metrics, comparison=compare)
 
 
 def markdown_table(report: dict) -> str:
     """`evaluate.markdown_table`, then the oracle's tables: per policy, its parts, and the paired differences."""
     policies, fmt, fmt_ci = report["policies"], ev._fmt, ev._fmt_ci
-    lines = [ev.markdown_table(report).rstrip("\n"), "", "The stand-in's hidden oracle (analysis only):", "",
-             "| policy | oracle emitted | oracle, fail = worst | oracle of RM pick | pick − emitted oracle | "
-             "RM–oracle agreement (own pairs) |", "|---|---|---|---|---|---|"]
+    lines = [
+        ev.markdown_table(report).rstrip("\n"),
+        "",
+        "The stand-in's hidden oracle (analysis only):",
+        "",
+        "| policy | oracle emitted | oracle, fail = worst | oracle of RM pick | pick − emitted oracle | "
+        "RM–oracle agreement (own pairs) |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, m in policies.items():
         agreement = m.get("rm_oracle_agreement")
-        lines.append(f"| {name} | {fmt(m.get('oracle_emitted'))} | {fmt(m.get('oracle_fail_as_worst'))} | "
-                     f"{fmt(m.get('oracle_pick'))} | {fmt_ci(m.get('pick_vs_emitted'))} | "
-                     + ("–" if agreement is None else f"{agreement:.3f} ({m.get('rm_oracle_pairs', 0)})") + " |")
+        lines.append(
+            f"| {name} | {fmt(m.get('oracle_emitted'))} | {fmt(m.get('oracle_fail_as_worst'))} | "
+            f"{fmt(m.get('oracle_pick'))} | {fmt_ci(m.get('pick_vs_emitted'))} | "
+            + ("–" if agreement is None else f"{agreement:.3f} ({m.get('rm_oracle_pairs', 0)})")
+            + " |"
+        )
     parts = [name for name, m in policies.items() if m.get("oracle_parts_emitted") and m.get("oracle_parts_pick")]
     if parts:
         keys = [k for k in policies[parts[0]]["oracle_parts_emitted"] if k != "score"]
-        lines += ["", "The oracle's parts, mean over emitted captions → over the RM's picks (per cartoon, then over "
-                      "cartoons):", "", "| policy | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 1)]
+        lines += [
+            "",
+            "The oracle's parts, mean over emitted captions → over the RM's picks (per cartoon, then over cartoons):",
+            "",
+            "| policy | " + " | ".join(keys) + " |",
+            "|" + "---|" * (len(keys) + 1),
+        ]
         for name in parts:
             emitted, pick = policies[name]["oracle_parts_emitted"], policies[name]["oracle_parts_pick"]
             lines.append(f"| {name} | " + " | ".join(f"{emitted[k]:+.2f} → {pick[k]:+.2f}" for k in keys) + " |")
     if report.get("comparisons"):
-        lines += ["", f"The oracle's paired differences to **{report['baseline']}**:", "",
-                  "| policy | oracle emitted | oracle, fail = worst | oracle of RM pick | reward hacking |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"The oracle's paired differences to **{report['baseline']}**:",
+            "",
+            "| policy | oracle emitted | oracle, fail = worst | oracle of RM pick | reward hacking |",
+            "|---|---|---|---|---|",
+        ]
         for name, c in report["comparisons"].items():
             flag = c.get("reward_hacking")
-            lines.append(f"| {name} | {fmt_ci(c.get('oracle_emitted'))} | {fmt_ci(c.get('oracle_fail_as_worst'))} | "
-                         f"{fmt_ci(c.get('oracle_pick'))} | " + ("–" if flag is None else (
-                             "**YES** (significant)" if c["reward_hacking_significant"]
-                             else ("yes (point estimates)" if flag else "no"))) + " |")
+            lines.append(
+                f"| {name} | {fmt_ci(c.get('oracle_emitted'))} | {fmt_ci(c.get('oracle_fail_as_worst'))} | "
+                f"{fmt_ci(c.get('oracle_pick'))} | "
+                + (
+                    "–"
+                    if flag is None
+                    else (
+                        "**YES** (significant)"
+                        if c["reward_hacking_significant"]
+                        else ("yes (point estimates)" if flag else "no")
+                    )
+                )
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -170,6 +209,7 @@ def grpo_checks(summary: dict) -> dict:
     measures: of the emitted captions (``both_up`` / ``both_up_ci``) and over all samples with a failure as the
     cartoon's worst candidate (``both_up_worst`` / ``both_up_worst_ci``); ``_ci``: both paired CIs above 0, else the
     point estimates. The oracle of the RM's picks is reported beside them."""
+
     def diff(comp, key):
         return (comp.get(key) or {}).get("diff")
 
@@ -182,10 +222,15 @@ def grpo_checks(summary: dict) -> dict:
             if not name.startswith("grpo"):
                 continue
             keys = ("fail_as_zero", "oracle_emitted", "oracle_fail_as_worst")
-            entry = {**{f"d_{key}": diff(comp, key) for key in (*keys, "oracle_pick")},
-                     **{f"{key}_ci": comp.get(key) for key in keys}, "reward_hacking": comp.get("reward_hacking")}
+            entry = {
+                **{f"d_{key}": diff(comp, key) for key in (*keys, "oracle_pick")},
+                **{f"{key}_ci": comp.get(key) for key in keys},
+                "reward_hacking": comp.get("reward_hacking"),
+            }
             for suffix, oracle in (("", "oracle_emitted"), ("_worst", "oracle_fail_as_worst")):
-                entry[f"both_up{suffix}"] = bool((diff(comp, "fail_as_zero") or 0) > 0 and (diff(comp, oracle) or 0) > 0)
+                entry[f"both_up{suffix}"] = bool(
+                    (diff(comp, "fail_as_zero") or 0) > 0 and (diff(comp, oracle) or 0) > 0
+                )
                 entry[f"both_up{suffix}_ci"] = bool((lo(comp, "fail_as_zero") or 0) > 0 and (lo(comp, oracle) or 0) > 0)
             out.setdefault(name, {})[split] = entry
     return out
@@ -201,17 +246,23 @@ def grpo_markdown(checks: dict) -> list[str]:
     def yes(flag):
         return "yes" if flag else "no"
 
-    lines = ["", "## GRPO vs the SFT start (paired over cartoons; point estimate [95 % CI])", "",
-             "| run | split | Δ fail-as-zero σ(RM) | Δ oracle (emitted) | Δ oracle (fail = worst) | Δ oracle (RM pick) "
-             "| both up, oracle emitted (points / CIs) | both up, fail = worst (points / CIs) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "## GRPO vs the SFT start (paired over cartoons; point estimate [95 % CI])",
+        "",
+        "| run | split | Δ fail-as-zero σ(RM) | Δ oracle (emitted) | Δ oracle (fail = worst) | Δ oracle (RM pick) "
+        "| both up, oracle emitted (points / CIs) | both up, fail = worst (points / CIs) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, per_split in checks.items():
         for split, c in per_split.items():
-            lines.append(f"| {name} | {split} | {with_ci(c['d_fail_as_zero'], c.get('fail_as_zero_ci'))} | "
-                         f"{with_ci(c['d_oracle_emitted'], c.get('oracle_emitted_ci'))} | "
-                         f"{with_ci(c.get('d_oracle_fail_as_worst'), c.get('oracle_fail_as_worst_ci'))} | "
-                         f"{fmt(c['d_oracle_pick'])} | {yes(c['both_up'])} / {yes(c.get('both_up_ci'))} | "
-                         f"{yes(c.get('both_up_worst'))} / {yes(c.get('both_up_worst_ci'))} |")
+            lines.append(
+                f"| {name} | {split} | {with_ci(c['d_fail_as_zero'], c.get('fail_as_zero_ci'))} | "
+                f"{with_ci(c['d_oracle_emitted'], c.get('oracle_emitted_ci'))} | "
+                f"{with_ci(c.get('d_oracle_fail_as_worst'), c.get('oracle_fail_as_worst_ci'))} | "
+                f"{fmt(c['d_oracle_pick'])} | {yes(c['both_up'])} / {yes(c.get('both_up_ci'))} | "
+                f"{yes(c.get('both_up_worst'))} / {yes(c.get('both_up_worst_ci'))} |"
+            )
     return lines
 
 

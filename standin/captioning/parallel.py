@@ -1,6 +1,7 @@
 """The stand-in's parallel sub-jobs: ``parallel: true`` in a section runs its ``jobs`` as processes at once (small
 models leave a GPU mostly idle); ``start_early: {rm: synthesize}`` starts them when an earlier stage begins. A runner
 for ``open_r1.tasks.captioning.pipeline.run_pipeline`` (the real chain runs its stages one by one)."""
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,9 @@ def rm_jobs(recipe) -> list[list[str]] | None:
     if not cfg.parallel:
         return None
     seeds = stage_rm.rm_seeds(recipe)
-    return ([["rm.only=rm"] + ([f"rm.seed={seed}"] if len(seeds) > 1 else []) for seed in seeds]
-            + ([["rm.only=rm_blind"]] if cfg.blind else []))
+    return [["rm.only=rm"] + ([f"rm.seed={seed}"] if len(seeds) > 1 else []) for seed in seeds] + (
+        [["rm.only=rm_blind"]] if cfg.blind else []
+    )
 
 
 def grpo_jobs(recipe) -> list[list[str]] | None:
@@ -57,11 +59,15 @@ def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
             raise RecipeError(f"start_early: {name}: {at} must be a stage before it (order: {' '.join(order)})")
         if not jobs(by_name[name], recipe):
             raise RecipeError(f"start_early: {name} needs {name}.parallel: true (its jobs run as processes)")
-        between = {p: s for s in order[order.index(at):order.index(name)] for p in pipeline.outputs(recipe, by_name[s])}
+        between = {
+            p: s for s in order[order.index(at) : order.index(name)] for p in pipeline.outputs(recipe, by_name[s])
+        }
         for item in by_name[name].inputs(recipe).values():
             if item.path in between:
-                raise RecipeError(f"start_early: {name} reads {item.path}, which the {between[item.path]} stage writes "
-                                  f"after {at} begins; drop start_early.{name} or start it later")
+                raise RecipeError(
+                    f"start_early: {name} reads {item.path}, which the {between[item.path]} stage writes "
+                    f"after {at} begins; drop start_early.{name} or start it later"
+                )
         if name in run:  # the stage it waits for may not run: start at the first run stage after `at`
             later = [s for s in run if order.index(at) <= order.index(s) < order.index(name)]
             if later:
@@ -92,8 +98,9 @@ def launch_parallel(recipe, entry: str, name: str, jobs: list[list[str]], sharin
         for item in [*recipe.overrides, *sets]:
             command += ["--set", item]
         handle = open(log_path, "w")  # noqa: SIM115 - closed after the process ends, in collect_parallel
-        proc = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT,
-                                env=child_env(os.environ, sharing or len(jobs)))
+        proc = subprocess.Popen(
+            command, stdout=handle, stderr=subprocess.STDOUT, env=child_env(os.environ, sharing or len(jobs))
+        )
         procs.append((proc, handle, result, log_path, sets))
         config.log(f"[pipeline] {name} job {i} ({' '.join(sets)}): log {log_path}")
     return procs
@@ -145,8 +152,10 @@ class Runner:
             config.log(f"[pipeline] stage {early} starts early, beside {stage.NAME}")
             early_jobs = jobs(self.by_name[early], recipe)
             # this process keeps running stages meanwhile: it takes one share of the cores too
-            self.running[early] = (time.time(), launch_parallel(recipe, self.entry, early, early_jobs,
-                                                                len(early_jobs) + 1))
+            self.running[early] = (
+                time.time(),
+                launch_parallel(recipe, self.entry, early, early_jobs, len(early_jobs) + 1),
+            )
             _share_threads(len(early_jobs) + 1)
         t0 = time.time()
         own = jobs(stage, recipe)
@@ -175,8 +184,14 @@ class Runner:
                 handle.close()
 
 
-def run_pipeline(recipe, stages, run: list[str] | None = None, out: str | None = None, entry: str = ENTRY,
-                 job_result: str | None = None) -> dict:
+def run_pipeline(
+    recipe,
+    stages,
+    run: list[str] | None = None,
+    out: str | None = None,
+    entry: str = ENTRY,
+    job_result: str | None = None,
+) -> dict:
     """`pipeline.run_pipeline` with the parallel runner; `job_result`: this process is one sub-job of a parallel
     stage (``--job-result``), whose result it writes there."""
     if job_result:

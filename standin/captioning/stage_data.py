@@ -7,6 +7,7 @@ further scenes of each renderer (indices disjoint from every contest) into ``ood
 bases' pre-training sees those images in describe/question rows only, as real bases have seen all kinds of images.
 On the real data this stage does not exist: ``open-r1-caption-prepare`` writes the data dir.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,27 +48,46 @@ class Config:
             parse_image_size(self.image_size)
         except SceneArgumentError as exc:
             raise config.RecipeError(f"data.image_size: {exc}") from None
-        require(self.min_objects <= self.max_objects, f"data.min_objects ({self.min_objects}) is above "
-                f"data.max_objects ({self.max_objects})")
-        require(0 <= self.val_frac < 1 and 0 <= self.test_frac < 1, "data.val_frac and data.test_frac must be in [0, 1)")
-        require(self.contests >= 1 and self.captions >= 2 and self.min_objects >= 1 and self.min_votes >= 1
-                and min(self.ood_contests or 0, self.pretrain_ood_contests, self.pretrain_main_contests) >= 0,
-                "data.contests, captions, min_objects, min_votes must be >= 1 (captions >= 2), the other counts >= 0")
+        require(
+            self.min_objects <= self.max_objects,
+            f"data.min_objects ({self.min_objects}) is above data.max_objects ({self.max_objects})",
+        )
+        require(
+            0 <= self.val_frac < 1 and 0 <= self.test_frac < 1, "data.val_frac and data.test_frac must be in [0, 1)"
+        )
+        require(
+            self.contests >= 1
+            and self.captions >= 2
+            and self.min_objects >= 1
+            and self.min_votes >= 1
+            and min(self.ood_contests or 0, self.pretrain_ood_contests, self.pretrain_main_contests) >= 0,
+            "data.contests, captions, min_objects, min_votes must be >= 1 (captions >= 2), the other counts >= 0",
+        )
 
 
 def split_names(cfg: Config) -> list[str]:
     names = ["train", "val", "test"] + (["ood"] if cfg.ood_contests != 0 else [])
-    return names + [split for count, split in ((cfg.pretrain_ood_contests, "ood_pretrain"),
-                                               (cfg.pretrain_main_contests, "main_pretrain")) if count]
+    return names + [
+        split
+        for count, split in ((cfg.pretrain_ood_contests, "ood_pretrain"), (cfg.pretrain_main_contests, "main_pretrain"))
+        if count
+    ]
 
 
 def standin_config(recipe):
-    """The ``cartoons.StandinConfig`` of the ``data`` section (what ``make_contest`` needs to render a contest again)."""
+    """The ``cartoons.StandinConfig`` of the ``data`` section (what ``make_contest`` needs to render a contest
+    again)."""
     cfg = recipe.section(NAME)
     return cartoons.StandinConfig(
-        captions=cfg.captions, image_size=parse_image_size(cfg.image_size), min_objects=cfg.min_objects,
-        max_objects=cfg.max_objects, mean_votes=cfg.mean_votes, min_votes=cfg.min_votes, vote_noise=cfg.vote_noise,
-        seed=recipe.seed if cfg.seed is None else cfg.seed)
+        captions=cfg.captions,
+        image_size=parse_image_size(cfg.image_size),
+        min_objects=cfg.min_objects,
+        max_objects=cfg.max_objects,
+        mean_votes=cfg.mean_votes,
+        min_votes=cfg.min_votes,
+        vote_noise=cfg.vote_noise,
+        seed=recipe.seed if cfg.seed is None else cfg.seed,
+    )
 
 
 def inputs(recipe) -> dict:
@@ -86,14 +106,25 @@ def run(recipe) -> dict:
         return read_json(marker)
     settings = standin_config(recipe)
     workers = cfg.workers or max(1, min(16, (os.cpu_count() or 2) - 1))
-    cartoons.write_standin(paths.data, cfg.contests, cfg.ood_contests, cfg.val_frac, cfg.test_frac, settings,
-                           workers=workers, overwrite=True)
+    cartoons.write_standin(
+        paths.data,
+        cfg.contests,
+        cfg.ood_contests,
+        cfg.val_frac,
+        cfg.test_frac,
+        settings,
+        workers=workers,
+        overwrite=True,
+    )
     info = read_json(marker)
-    for exposure, stream, split in ((cfg.pretrain_ood_contests, "ood", "ood_pretrain"),
-                                    (cfg.pretrain_main_contests, "main", "main_pretrain")):
+    for exposure, stream, split in (
+        (cfg.pretrain_ood_contests, "ood", "ood_pretrain"),
+        (cfg.pretrain_main_contests, "main", "main_pretrain"),
+    ):
         if exposure:  # images only: one caption row per scene
-            scenes = cartoons.build_contests(exposure, settings, stream, workers=workers, start=PRETRAIN_OFFSET,
-                                             rows_per_contest=1)
+            scenes = cartoons.build_contests(
+                exposure, settings, stream, workers=workers, start=PRETRAIN_OFFSET, rows_per_contest=1
+            )
             scenes.save_to_disk(paths.split(split))
             info["splits"][split] = {"rows": len(scenes), "contests": exposure}
     write_json(marker, info)

@@ -6,6 +6,7 @@ with random weights (``open_r1.tiny_models.build_tiny``) and fully fine-tuned wi
 names the odd object's odd value. ``pretrain.policy.start`` copies a shipped start policy instead
 (``standin/captioning/build_start.py``). On real data this stage does not exist: the recipe names the checkpoints.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,6 +28,7 @@ MODELS = ("policy", "rm_backbone")
 @dataclasses.dataclass
 class ModelConfig:
     """One base model's pre-training (``pretrain.policy`` / ``pretrain.rm_backbone``)."""
+
     start: str | None = help_field(None, "a start model dir copied instead of pre-training (the shipped start policy)")
     family: str | None = help_field(None, "tiny model family (null: qwen3_vl for the policy, qwen2_5_vl for the RM)")
     overrides: dict | None = help_field(None, "build_tiny size overrides (hidden_size, num_hidden_layers, ...)")
@@ -49,17 +51,24 @@ class ModelConfig:
     exposure_kinds: list[str] | None = help_field(None, "row kinds on the exposure scenes (null: kinds but fluency)")
     exposure: bool = help_field(True, "add the exposure scenes' rows where the data stage made them")
     think_prefix: bool | None = help_field(None, "open completions with <think> (null: for the policy)")
-    suppress_unused_tokens: bool | None = help_field(None, "never generate ids no text encodes to (null: for the "
-                                                     "policy, which samples)")
+    suppress_unused_tokens: bool | None = help_field(
+        None, "never generate ids no text encodes to (null: for the policy, which samples)"
+    )
 
     def __post_init__(self):
-        require(self.family in (None, *SUPPORTED), f"pretrain family must be one of {', '.join(SUPPORTED)}, got "
-                f"{self.family!r}")
+        require(
+            self.family in (None, *SUPPORTED),
+            f"pretrain family must be one of {', '.join(SUPPORTED)}, got {self.family!r}",
+        )
         for kinds in (self.kinds, self.exposure_kinds or []):
-            require(all(k in PRETRAIN_KINDS for k in kinds), f"pretrain kinds must be a list of "
-                    f"{', '.join(PRETRAIN_KINDS)}, got {kinds!r}")
-        require(self.learning_rate > 0 and min(self.batch_size, self.per_contest) >= 1, "pretrain learning_rate must "
-                "be > 0, batch_size and per_contest >= 1")
+            require(
+                all(k in PRETRAIN_KINDS for k in kinds),
+                f"pretrain kinds must be a list of {', '.join(PRETRAIN_KINDS)}, got {kinds!r}",
+            )
+        require(
+            self.learning_rate > 0 and min(self.batch_size, self.per_contest) >= 1,
+            "pretrain learning_rate must be > 0, batch_size and per_contest >= 1",
+        )
 
 
 @dataclasses.dataclass
@@ -82,16 +91,25 @@ def pretrain_dataset(recipe, which: str):
     think_prefix = which == "policy" if cfg.think_prefix is None else cfg.think_prefix
     kinds = tuple(cfg.kinds)
     train = cdata.load_captions(paths.split("train"), check_images="none", keep_oracle=False)
-    parts = [cartoons.pretrain_rows(train, kinds=kinds, per_contest=cfg.per_contest, think_prefix=think_prefix,
-                                    seed=recipe.seed)]
+    parts = [
+        cartoons.pretrain_rows(
+            train, kinds=kinds, per_contest=cfg.per_contest, think_prefix=think_prefix, seed=recipe.seed
+        )
+    ]
     for offset, split in enumerate(("ood_pretrain", "main_pretrain"), start=1):
         if os.path.isdir(paths.split(split)) and cfg.exposure:
             scenes = cdata.load_captions(paths.split(split), check_images="none")
             # by default no fluency rows: the exposure scenes show the images, not the task
             exposure_kinds = tuple(cfg.exposure_kinds or [k for k in kinds if k != "fluency"] or ["describe"])
-            parts.append(cartoons.pretrain_rows(scenes, kinds=exposure_kinds,
-                                                per_contest=cfg.exposure_per_contest or cfg.per_contest,
-                                                think_prefix=think_prefix, seed=recipe.seed + offset))
+            parts.append(
+                cartoons.pretrain_rows(
+                    scenes,
+                    kinds=exposure_kinds,
+                    per_contest=cfg.exposure_per_contest or cfg.per_contest,
+                    think_prefix=think_prefix,
+                    seed=recipe.seed + offset,
+                )
+            )
     rows = datasets.concatenate_datasets([parts[0], *(p.cast(parts[0].features) for p in parts[1:])])
     return rows.shuffle(seed=recipe.seed)
 
@@ -115,8 +133,10 @@ def pretrain_one(recipe, which: str, init: str | None = None) -> dict:
         report = train_one(recipe, which, cfg, out, init)
     if cfg.probe_limit:  # a shipped start is probed as a pre-trained base is
         report["perception"] = perception(recipe, out, cfg.probe_limit, cfg)
-        config.log(f"[pretrain] {which}: names the odd object's odd value on held-out scenes: "
-                   + ", ".join(f"{k} {v['accuracy']:.2f} ({v['n']})" for k, v in report["perception"].items()))
+        config.log(
+            f"[pretrain] {which}: names the odd object's odd value on held-out scenes: "
+            + ", ".join(f"{k} {v['accuracy']:.2f} ({v['n']})" for k, v in report["perception"].items())
+        )
     return report
 
 
@@ -127,15 +147,28 @@ def train_one(recipe, which: str, cfg: ModelConfig, out: str, init: str | None) 
         init = out + ".init"
         overrides = dict(cfg.overrides or {})
         overrides.setdefault("suppress_unused", suppress_unused(recipe, which))
-        tiny_models.build_tiny(family, init, seed=recipe.seed if cfg.seed is None else cfg.seed, overwrite=True,
-                               **overrides)
+        tiny_models.build_tiny(
+            family, init, seed=recipe.seed if cfg.seed is None else cfg.seed, overwrite=True, **overrides
+        )
     rows = pretrain_dataset(recipe, which)
     settings = sft.SFTSettings(
-        learning_rate=cfg.learning_rate, schedule="cosine", warmup=cfg.warmup, epochs=cfg.epochs,
-        max_steps=cfg.max_steps, max_seconds=cfg.max_seconds, per_device_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=1, weight_decay=cfg.weight_decay, lora_r=0, min_pixels=cfg.min_pixels,
-        max_pixels=cfg.max_pixels, seed=recipe.seed, logging_steps=cfg.logging_steps,
-        dataloader_workers=cfg.dataloader_workers, extra={"adam_beta2": 0.98})
+        learning_rate=cfg.learning_rate,
+        schedule="cosine",
+        warmup=cfg.warmup,
+        epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        max_seconds=cfg.max_seconds,
+        per_device_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=1,
+        weight_decay=cfg.weight_decay,
+        lora_r=0,
+        min_pixels=cfg.min_pixels,
+        max_pixels=cfg.max_pixels,
+        seed=recipe.seed,
+        logging_steps=cfg.logging_steps,
+        dataloader_workers=cfg.dataloader_workers,
+        extra={"adam_beta2": 0.98},
+    )
     config.log(f"[pretrain] {which}: family {family} {overrides}, {len(rows)} rows")
     report = sft.train_sft(rows, out, settings, model_path=init, log=config.log)
     if built:
@@ -155,10 +188,12 @@ def perception(recipe, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
     for split in ("val", "ood"):
         if not os.path.isdir(recipe.paths.split(split)):
             continue
-        rows = cartoons.perception_probe_rows(cdata.load_captions(recipe.paths.split(split), check_images="none",
-                                                                  keep_oracle=True), limit)
-        prompts = [processor.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True)
-                   for r in rows]
+        rows = cartoons.perception_probe_rows(
+            cdata.load_captions(recipe.paths.split(split), check_images="none", keep_oracle=True), limit
+        )
+        prompts = [
+            processor.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True) for r in rows
+        ]
         texts, _, _ = generation.generate_texts(model, processor, prompts, [r["image"] for r in rows], 24, decoder="hf")
         hits = [cartoons.perceives_odd(t, r["scene_meta"]) for t, r in zip(texts, rows)]
         out[split] = {"accuracy": sum(hits) / len(hits), "n": len(hits), "examples": texts[:3]}
@@ -170,8 +205,11 @@ def inputs(recipe) -> dict[str, config.Input]:
     for which in MODELS:  # a shipped start, made by no stage: a missing one fails in the preflight
         start = getattr(recipe.section(NAME), which).start
         if start:
-            found[f"{which}_start"] = config.Input(start, f"the {which} start", f"set pretrain.{which}.start to an "
-                                                   "existing one (make humor-demo-start builds the shipped one)")
+            found[f"{which}_start"] = config.Input(
+                start,
+                f"the {which} start",
+                f"set pretrain.{which}.start to an existing one (make humor-demo-start builds the shipped one)",
+            )
     return found
 
 

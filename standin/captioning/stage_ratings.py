@@ -6,6 +6,7 @@ sampling), each new parsed caption rated by simulated readers (``cartoons.rate_c
 contests as the split ``split`` (``rm.train_split: train_rated``). On real data: human ratings in a split of the same
 columns.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,15 +33,21 @@ class Config:
     split: str = help_field("train_rated", "the new split: the training contests plus the rated rows")
 
     def __post_init__(self):
-        require(self.n >= 1 and (self.contests is None or self.contests >= 1), "ratings.n and ratings.contests must "
-                "be >= 1")
-        require(self.split not in ("train", "val", "test", "ood") and os.sep not in self.split, f"ratings.split="
-                f"{self.split!r}: name a new split (e.g. train_rated); the data stage's splits stay as they are")
+        require(
+            self.n >= 1 and (self.contests is None or self.contests >= 1), "ratings.n and ratings.contests must be >= 1"
+        )
+        require(
+            self.split not in ("train", "val", "test", "ood") and os.sep not in self.split,
+            f"ratings.split="
+            f"{self.split!r}: name a new split (e.g. train_rated); the data stage's splits stay as they are",
+        )
 
 
 def inputs(recipe) -> dict[str, config.Input]:
-    return {"policy": config.Input(recipe.paths.policy_sft, "the SFT policy", "run the sft stage"),
-            "train": config.split_input(recipe.paths, "train")}
+    return {
+        "policy": config.Input(recipe.paths.policy_sft, "the SFT policy", "run the sft stage"),
+        "train": config.split_input(recipe.paths, "train"),
+    }
 
 
 def outputs(recipe) -> list[str]:
@@ -55,16 +62,20 @@ def run(recipe) -> dict:
     policy = config.check_inputs(inputs(recipe))["policy"]
     train = cdata.load_captions(paths.split("train"), check_images="none", keep_oracle=True)
     if "scene_meta" not in train.column_names:
-        raise RecipeError("ratings: the simulated readers need the stand-in's scene_meta; on real data collect human "
-                          "ratings of the policy's captions into a split and set rm.train_split to it")
+        raise RecipeError(
+            "ratings: the simulated readers need the stand-in's scene_meta; on real data collect human "
+            "ratings of the policy's captions into a split and set rm.train_split to it"
+        )
     started = time.time()
     device = config.device()
     model = modeling.load_model(policy).to(device).eval()
     processor = modeling.load_processor(policy)
     sampling = {**stage_eval.sampling_kwargs(recipe), "n": cfg.n, "max_cartoons": cfg.contests}
     n_contests = len(set(train["contest"]))
-    config.log(f"[ratings] sampling {cfg.n} per contest on {min(n_contests, cfg.contests or n_contests)} "
-               f"training contests from {policy}")
+    config.log(
+        f"[ratings] sampling {cfg.n} per contest on {min(n_contests, cfg.contests or n_contests)} "
+        f"training contests from {policy}"
+    )
     marks: set[int] = set()
 
     def progress(done: int, total: int) -> None:  # about every tenth of the way, and at the end
@@ -90,23 +101,36 @@ def run(recipe) -> dict:
     index = stage_rm.training_index(recipe, merged)
     is_new = np.arange(len(merged)) >= len(train)
     summary = {
-        "policy": policy, "samples": len(records), "format_rate": len(parsed) / max(1, len(records)),
-        "counts": counts, "sample_seconds": round(sampled, 1), "split": out, "rows": len(merged),
+        "policy": policy,
+        "samples": len(records),
+        "format_rate": len(parsed) / max(1, len(records)),
+        "counts": counts,
+        "sample_seconds": round(sampled, 1),
+        "split": out,
+        "rows": len(merged),
         "oracle_rated_mean": float(np.mean(rated["oracle"])) if len(rated) else None,
         "oracle_candidates_mean": float(np.mean(train["oracle"])),
-        "pairs": len(index), "pairs_with_a_rated_caption": int(is_new[index].any(axis=1).sum()),
+        "pairs": len(index),
+        "pairs_with_a_rated_caption": int(is_new[index].any(axis=1).sum()),
         "pairs_of_two_rated_captions": int(is_new[index].all(axis=1).sum()),
     }
     if rm_split != cfg.split:
-        config.log(f"[ratings] note: rm.train_split is {rm_split!r}; the RM trains on this round only with "
-                   f"rm.train_split={cfg.split}")
+        config.log(
+            f"[ratings] note: rm.train_split is {rm_split!r}; the RM trains on this round only with "
+            f"rm.train_split={cfg.split}"
+        )
     return summary
 
 
 def markdown(ratings: dict) -> list[str]:
-    return ["", (f"Ratings round (simulated readers): {ratings['samples']} samples of the SFT policy, format "
-                 f"{100 * ratings['format_rate']:.1f} %, {ratings['counts']['rated']} new captions rated (oracle mean "
-                 f"{ratings['oracle_rated_mean'] or 0:.3f}, the candidates' {ratings['oracle_candidates_mean']:.3f}); "
-                 f"{ratings['pairs_with_a_rated_caption']} of the RM's {ratings['pairs']} training pairs "
-                 f"({ratings['pairs_of_two_rated_captions']} of two rated captions) in split "
-                 f"`{os.path.basename(ratings['split'])}`.")]
+    return [
+        "",
+        (
+            f"Ratings round (simulated readers): {ratings['samples']} samples of the SFT policy, format "
+            f"{100 * ratings['format_rate']:.1f} %, {ratings['counts']['rated']} new captions rated (oracle mean "
+            f"{ratings['oracle_rated_mean'] or 0:.3f}, the candidates' {ratings['oracle_candidates_mean']:.3f}); "
+            f"{ratings['pairs_with_a_rated_caption']} of the RM's {ratings['pairs']} training pairs "
+            f"({ratings['pairs_of_two_rated_captions']} of two rated captions) in split "
+            f"`{os.path.basename(ratings['split'])}`."
+        ),
+    ]

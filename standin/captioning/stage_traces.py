@@ -1,6 +1,7 @@
 """Stand-in stage ``traces``: the SFT traces from the scene metadata (``cartoons.templated_thinking``), replacing the
 synthesize stage's output: the tiny base cannot write explanations, so the synthesis code path runs on a few rows
 (``synthesize.limit``, counts reported) and SFT trains on templated traces of every top-k row (said in the results)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,10 +22,14 @@ class Config:
     template: str = help_field("full", "full (what is odd, then that a good joke plays on it) | first_sentence")
 
     def __post_init__(self):
-        require(self.wording in TRACE_WORDINGS, f"traces.wording must be one of {list(TRACE_WORDINGS)}, got "
-                f"{self.wording!r}")
-        require(self.template in TRACE_TEMPLATES, f"traces.template must be one of {list(TRACE_TEMPLATES)}, got "
-                f"{self.template!r}")
+        require(
+            self.wording in TRACE_WORDINGS,
+            f"traces.wording must be one of {list(TRACE_WORDINGS)}, got {self.wording!r}",
+        )
+        require(
+            self.template in TRACE_TEMPLATES,
+            f"traces.template must be one of {list(TRACE_TEMPLATES)}, got {self.template!r}",
+        )
 
 
 def inputs(recipe) -> dict[str, config.Input]:
@@ -38,13 +43,17 @@ def outputs(recipe) -> list[str]:
 def run(recipe) -> dict:
     cfg = recipe.section(NAME)
     train = cdata.load_captions(recipe.paths.split("train"), check_images="none")
-    top = cartoons.add_templated_thinking(cdata.top_k_rows(train, recipe.section("sft").top_k), cfg.wording,
-                                          cfg.template)
+    top = cartoons.add_templated_thinking(
+        cdata.top_k_rows(train, recipe.section("sft").top_k), cfg.wording, cfg.template
+    )
     shutil.rmtree(recipe.paths.traces, ignore_errors=True)
     top.save_to_disk(recipe.paths.traces)
     return {"rows": len(top), "out": recipe.paths.traces, "wording": cfg.wording, "template": cfg.template}
 
 
 def markdown(result: dict) -> list[str]:
-    return ["", f"SFT traces: templated from the scene metadata ({result['rows']} rows, wording {result['wording']!r}, "
-            f"template {result['template']!r}; the tiny base cannot write explanations)."]
+    return [
+        "",
+        f"SFT traces: templated from the scene metadata ({result['rows']} rows, wording {result['wording']!r}, "
+        f"template {result['template']!r}; the tiny base cannot write explanations).",
+    ]

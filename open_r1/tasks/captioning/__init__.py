@@ -1,6 +1,7 @@
 """humor-r1 captioning: the protocol (prompts, format, strict parser), the data layout, the ``caption_rm`` reward,
 best-of-N evaluation, and the chain (``pipeline``: synthesize -> sft -> rm -> grpo -> eval, one ``stage_*`` module
 each). The offline stand-in (generated data, from-scratch bases) lives outside the package, in ``standin/``."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,8 +14,11 @@ class CaptioningSettings:
 
     caption_eval_samples: int = field(default=1, metadata={"help": "Completions per cartoon in eval_sets."})
     caption_eval_temperature: float | None = field(
-        default=None, metadata={"help": "Sample the eval completions at this temperature (unset: greedy)."})
+        default=None, metadata={"help": "Sample the eval completions at this temperature (unset: greedy)."}
+    )
     caption_eval_max_new_tokens: int | None = field(
-        default=None, metadata={"help": "Token cap of an eval completion (unset: the protocol's MAX_NEW_TOKENS)."})
+        default=None, metadata={"help": "Token cap of an eval completion (unset: the protocol's MAX_NEW_TOKENS)."}
+    )
     caption_eval_reward_model: str | None = field(
-        default=None, metadata={"help": "Reward model dir that scores eval_sets (unset: reward_kwargs.caption_rm's)."})
+        default=None, metadata={"help": "Reward model dir that scores eval_sets (unset: reward_kwargs.caption_rm's)."}
+    )

@@ -4,6 +4,7 @@ Top-level keys (`RunConfig`) and one section per stage, each a dataclass (the st
 `parse_section`: an unknown key is one RecipeError naming the closest valid one, a value its field cannot hold
 another, and ``__post_init__`` checks the rest. ``--set section.key=value`` overrides any key (value read as YAML).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,8 +32,9 @@ def check_keys(where: str, mapping: dict, valid) -> None:
             match = closest_key(key, valid)
             named.append(prefix + key + (f" (did you mean {prefix}{match}?)" if match else ""))
         listed = ", ".join(valid) if len(valid) <= 40 else "python -m open_r1.grpo --help-all lists them"
-        raise RecipeError(f"unknown key(s) {', '.join(named)} in {f'section {where}' if where else 'the recipe'}; "
-                          f"valid: {listed}")
+        raise RecipeError(
+            f"unknown key(s) {', '.join(named)} in {f'section {where}' if where else 'the recipe'}; valid: {listed}"
+        )
 
 
 def _fits(value, kind) -> tuple[bool, Any]:
@@ -49,9 +51,14 @@ def _fits(value, kind) -> tuple[bool, Any]:
         held = [_fits(v, typing.get_args(kind)[0]) for v in value] if isinstance(value, list) else [(False, value)]
         return all(ok for ok, _ in held), [v for _, v in held] if isinstance(value, list) else value
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    ok = {type(None): value is None, bool: isinstance(value, bool), int: number and isinstance(value, int),
-          float: number and abs(value) != float("inf") and value == value, dict: isinstance(value, dict),
-          str: isinstance(value, str) and bool(value.strip())}.get(typing.get_origin(kind) or kind, True)
+    ok = {
+        type(None): value is None,
+        bool: isinstance(value, bool),
+        int: number and isinstance(value, int),
+        float: number and abs(value) != float("inf") and value == value,
+        dict: isinstance(value, dict),
+        str: isinstance(value, str) and bool(value.strip()),
+    }.get(typing.get_origin(kind) or kind, True)
     return ok, float(value) if kind is float and ok else value
 
 
@@ -60,8 +67,13 @@ def _describe(kind) -> str:
         return " or ".join(_describe(k) for k in typing.get_args(kind))
     if typing.get_origin(kind) is list:
         return f"a list of ({_describe(typing.get_args(kind)[0])})"
-    return {bool: "true or false", int: "a whole number", float: "a number", str: "a non-empty string",
-            type(None): "null"}.get(kind, "a mapping")
+    return {
+        bool: "true or false",
+        int: "a whole number",
+        float: "a number",
+        str: "a non-empty string",
+        type(None): "null",
+    }.get(kind, "a mapping")
 
 
 def parse_section(where: str, cls, mapping) -> Any:
@@ -99,8 +111,10 @@ def at_least(where: str, cfg, minimum: float, *names: str) -> None:
 
 
 def seed_list(key: str, seeds: list[int]) -> None:
-    require(bool(seeds) and len(set(seeds)) == len(seeds), f"{key} must be a list of distinct integers, e.g. "
-            f"[0, 1, 2]; got {seeds!r}")
+    require(
+        bool(seeds) and len(set(seeds)) == len(seeds),
+        f"{key} must be a list of distinct integers, e.g. [0, 1, 2]; got {seeds!r}",
+    )
 
 
 def help_field(default, text: str, **kwargs):
@@ -114,10 +128,14 @@ def help_field(default, text: str, **kwargs):
 class Models:
     """The base models (the real ones: Qwen3-VL-2B-Thinking and Qwen2.5-VL-3B-Instruct dirs)."""
 
-    policy: str | None = help_field(None, "the base policy dir (synthesis, SFT, the base row of the eval); default "
-                                    "<work_dir>/models/policy-base (where the stand-in pre-trains one)")
-    reward_backbone: str | None = help_field(None, "the reward model's backbone dir; default "
-                                             "<work_dir>/models/rm-backbone")
+    policy: str | None = help_field(
+        None,
+        "the base policy dir (synthesis, SFT, the base row of the eval); default "
+        "<work_dir>/models/policy-base (where the stand-in pre-trains one)",
+    )
+    reward_backbone: str | None = help_field(
+        None, "the reward model's backbone dir; default <work_dir>/models/rm-backbone"
+    )
 
 
 @dataclasses.dataclass
@@ -128,11 +146,13 @@ class RunConfig:
     notes: str | None = help_field(None, "free text")
     work_dir: str = help_field("runs/humor", "every stage's outputs: models/, traces/, grpo/, results/")
     seed: int = help_field(0, "the data order and sampling seed of every stage")
-    data_dir: str | None = help_field(None, "train/ val/ test/ caption splits (open-r1-caption-prepare writes them); "
-                                      "default <work_dir>/data")
+    data_dir: str | None = help_field(
+        None, "train/ val/ test/ caption splits (open-r1-caption-prepare writes them); default <work_dir>/data"
+    )
     models: dict | None = help_field(None, "{policy: DIR, reward_backbone: DIR}: the base models")
-    start_early: dict | None = help_field(None, "{stage: earlier stage}: start a parallel stage's jobs when the "
-                                          "earlier one begins, e.g. {rm: synthesize}")
+    start_early: dict | None = help_field(
+        None, "{stage: earlier stage}: start a parallel stage's jobs when the earlier one begins, e.g. {rm: synthesize}"
+    )
 
     def __post_init__(self):
         self.models = parse_section("models", Models, self.models)
@@ -178,8 +198,9 @@ def parse_recipe(path: str, overrides: list[str] | None, stages) -> Recipe:
     for stage in stages:
         mapping = raw.get(stage.NAME)
         parse = getattr(stage, "parse", None)
-        recipe.sections[stage.NAME] = (parse(mapping, recipe) if parse else
-                                       parse_section(stage.NAME, stage.Config, mapping))
+        recipe.sections[stage.NAME] = (
+            parse(mapping, recipe) if parse else parse_section(stage.NAME, stage.Config, mapping)
+        )
     return recipe
 
 
@@ -221,6 +242,7 @@ DATASET_MARKER = "state.json"  # what Dataset.save_to_disk writes
 
 class Input(NamedTuple):
     """A stage's input: where, what it is, how a user makes or names another one, the file that shows it complete."""
+
     path: str
     what: str
     fix: str
@@ -228,8 +250,12 @@ class Input(NamedTuple):
 
 
 def split_input(paths: Paths, split: str) -> Input:
-    return Input(paths.split(split), f"the {split} split", "prepare the data with open-r1-caption-prepare and set "
-                 "data_dir to its output", DATASET_MARKER)
+    return Input(
+        paths.split(split),
+        f"the {split} split",
+        "prepare the data with open-r1-caption-prepare and set data_dir to its output",
+        DATASET_MARKER,
+    )
 
 
 def check_inputs(inputs: dict[str, Input], produced=(), makers: dict[str, str] | None = None) -> dict[str, str]:
@@ -240,8 +266,11 @@ def check_inputs(inputs: dict[str, Input], produced=(), makers: dict[str, str] |
             continue
         state = "does not exist" if not os.path.exists(item.path) else f"has no {item.marker}"
         maker = (makers or {}).get(item.path)
-        fix = (f"run the {maker} stage first with the same recipe and work_dir (--stages {maker} ...), or {item.fix}"
-               if maker else item.fix)
+        fix = (
+            f"run the {maker} stage first with the same recipe and work_dir (--stages {maker} ...), or {item.fix}"
+            if maker
+            else item.fix
+        )
         raise RecipeError(f"{item.what} {item.path} {state}: {fix}")
     return {name: item.path for name, item in inputs.items()}
 

@@ -8,6 +8,7 @@ optional description columns ``scene``, ``twist``, ``location``, ``entities`` (s
 left out of the prompt when missing. The stand-in adds ``oracle`` (its hidden score: ``load_captions`` drops it
 unless ``keep_oracle=True``; no training path may read it) and ``scene_meta``.
 """
+
 from __future__ import annotations
 
 import io
@@ -32,22 +33,31 @@ THINKING_COLUMN = "thinking"  # written by trace synthesis (or the stand-in's te
 SE_FROM = ("precision", "std_over_sqrt_votes")
 
 
-def load_captions(path: str | os.PathLike, split: str | None = None, *, keep_oracle: bool = False,
-                  check_images: str = "first_per_contest", rename: dict[str, str] | None = None):
+def load_captions(
+    path: str | os.PathLike,
+    split: str | None = None,
+    *,
+    keep_oracle: bool = False,
+    check_images: str = "first_per_contest",
+    rename: dict[str, str] | None = None,
+):
     """The validated caption dataset at `path` (module docstring). ``check_images``: ``"first_per_contest"``,
     ``"all"`` or ``"none"``; ``rename``: source column names -> this layout's (e.g. ``HUMOR_R1_RENAME``)."""
     import datasets
 
     path = os.fspath(path)
     if not os.path.isdir(path):
-        raise DataError(f"caption dataset directory {path} does not exist; prepare the real data with "
-                        "open-r1-caption-prepare, or generate the offline stand-in: python -m "
-                        f"standin.captioning.cartoons --out {path} --contests 40")
+        raise DataError(
+            f"caption dataset directory {path} does not exist; prepare the real data with "
+            "open-r1-caption-prepare, or generate the offline stand-in: python -m "
+            f"standin.captioning.cartoons --out {path} --contests 40"
+        )
     try:
         loaded = datasets.load_from_disk(path)
     except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
-        raise DataError(f"{path} is not a dataset saved with save_to_disk ({exc}); point to a split's directory") \
-            from None
+        raise DataError(
+            f"{path} is not a dataset saved with save_to_disk ({exc}); point to a split's directory"
+        ) from None
     if isinstance(loaded, datasets.DatasetDict):
         if split is None or split not in loaded:
             raise DataError(f"{path} holds splits {sorted(loaded)}; pass split= one of those (got {split!r})")
@@ -117,14 +127,20 @@ def validate_captions(dataset, name: str = "caption dataset", check_images: str 
         raise DataError(f"{name} is empty; it needs one row per caption")
     missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
     if missing:
-        raise DataError(f"{name} lacks column(s) {missing}; it has {dataset.column_names}. The caption layout needs "
-                        f"{list(REQUIRED_COLUMNS)} (one row per caption; see open_r1/tasks/captioning/data.py)")
+        raise DataError(
+            f"{name} lacks column(s) {missing}; it has {dataset.column_names}. The caption layout needs "
+            f"{list(REQUIRED_COLUMNS)} (one row per caption; see open_r1/tasks/captioning/data.py)"
+        )
     if not isinstance(dataset.features["image"], datasets.Image):
-        raise DataError(f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image; "
-                        "cast it with dataset.cast_column('image', datasets.Image())")
-    rules = {"mean": (lambda v: is_number(v) and math.isfinite(v), "is not a finite number; fix or drop that caption"),
-             "votes": (lambda v: is_int(v) and v >= 0, "must be an integer >= 0"),
-             "precision": (lambda v: is_number(v) and math.isfinite(v) and v >= 0, "must be a finite number >= 0")}
+        raise DataError(
+            f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image; "
+            "cast it with dataset.cast_column('image', datasets.Image())"
+        )
+    rules = {
+        "mean": (lambda v: is_number(v) and math.isfinite(v), "is not a finite number; fix or drop that caption"),
+        "votes": (lambda v: is_int(v) and v >= 0, "must be an integer >= 0"),
+        "precision": (lambda v: is_number(v) and math.isfinite(v) and v >= 0, "must be a finite number >= 0"),
+    }
     for column, (ok, problem) in rules.items():
         for row, value in enumerate(_column(dataset, column)):
             if not ok(value):
@@ -196,9 +212,11 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, pr
     templates rewrite an assistant turn's think block, so conversational rows would not train on what is generated.
     """
     if thinking_column not in dataset.column_names:
-        raise DataError(f"sft_rows needs a {thinking_column!r} column (the synthesized trace of each caption); it "
-                        f"has {dataset.column_names}. Run trace synthesis on data.top_k_rows(dataset) first (or, on "
-                        "the stand-in, standin.captioning.cartoons.add_templated_thinking)")
+        raise DataError(
+            f"sft_rows needs a {thinking_column!r} column (the synthesized trace of each caption); it "
+            f"has {dataset.column_names}. Run trace synthesis on data.top_k_rows(dataset) first (or, on "
+            "the stand-in, standin.captioning.cartoons.add_templated_thinking)"
+        )
     top = top_k_rows(dataset, top_k)
     desc_cols = _description_columns(top)
     table = top.select_columns(["contest", "caption", thinking_column, *desc_cols])
@@ -222,8 +240,9 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, pr
             out["completion"].append(think_open + target + end_of_turn)
         out["contest"].append(record["contest"])
     if len(keep) < len(table):
-        logger.warning("sft_rows: skipped %d of %d top-%d rows without a thinking trace", len(table) - len(keep),
-                       len(table), top_k)
+        logger.warning(
+            "sft_rows: skipped %d of %d top-%d rows without a thinking trace", len(table) - len(keep), len(table), top_k
+        )
     if not keep:
         raise DataError("sft_rows: no row has a thinking trace; trace synthesis dropped every one")
     return with_images(out, top, keep)
@@ -248,8 +267,10 @@ def generation_prompt_opens_think(processor) -> bool:
 
 def _end_of_turn(processor) -> str:
     """The text that ends an assistant turn in the processor's chat template (``<|im_end|>\n`` for Qwen)."""
-    probe = [{"role": "user", "content": [{"type": "text", "text": "q"}]},
-             {"role": "assistant", "content": [{"type": "text", "text": "ANSWER"}]}]
+    probe = [
+        {"role": "user", "content": [{"type": "text", "text": "q"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "ANSWER"}]},
+    ]
     tail = processor.apply_chat_template(probe, tokenize=False).split("ANSWER")[-1]
     if not tail.strip():
         tokenizer = getattr(processor, "tokenizer", processor)
@@ -310,8 +331,15 @@ def _contest_pairs(mean: np.ndarray, se: np.ndarray, k: float, cap: int | None, 
     return out
 
 
-def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float] = "precision",
-                 cap_per_contest: int | None = 1000, seed: int = 0, *, se: Any = None) -> np.ndarray:
+def pair_indices(
+    dataset,
+    k: float = 3.0,
+    se_from: str | Callable[[dict], float] = "precision",
+    cap_per_contest: int | None = 1000,
+    seed: int = 0,
+    *,
+    se: Any = None,
+) -> np.ndarray:
     """``preference_pairs``' (chosen, rejected) row indices, an int array ``(n, 2)`` in its order, without building
     the pair dataset (which copies each pair's image)."""
     if se is not None:
@@ -329,8 +357,10 @@ def pair_indices(dataset, k: float = 3.0, se_from: str | Callable[[dict], float]
         pairs.append(rows[_contest_pairs(mean[rows], ses[rows], float(k), cap_per_contest, rng)])
     pairs = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.int64)
     if not len(pairs):
-        raise DataError(f"no caption pair passes the gap rule (k={k}, se_from={se_from!r}); lower k, or check that "
-                        "the standard errors are what se_from says")
+        raise DataError(
+            f"no caption pair passes the gap rule (k={k}, se_from={se_from!r}); lower k, or check that "
+            "the standard errors are what se_from says"
+        )
     pairs = pairs[rng.permutation(len(pairs))]
     return np.where((mean[pairs[:, 0]] >= mean[pairs[:, 1]])[:, None], pairs, pairs[:, ::-1])  # higher mean first
 
@@ -354,8 +384,16 @@ def image_negative_indices(dataset, n: int, top_k: int = 3, seed: int = 0) -> np
     return np.asarray([chosen, firsts], dtype=np.int64).T.reshape(n, 2)
 
 
-def preference_pairs(dataset, k: float = 3.0, se_from: str | Callable[[dict], float] = "precision",
-                     cap_per_contest: int | None = 1000, seed: int = 0, *, se: Any = None, keep_oracle: bool = False):
+def preference_pairs(
+    dataset,
+    k: float = 3.0,
+    se_from: str | Callable[[dict], float] = "precision",
+    cap_per_contest: int | None = 1000,
+    seed: int = 0,
+    *,
+    se: Any = None,
+    keep_oracle: bool = False,
+):
     """Bradley-Terry pairs: two captions of one contest whose mean gap exceeds ``k * sqrt(se_1^2 + se_2^2)``.
 
     ``se_from`` (alias ``se``): see ``standard_errors``. At most ``cap_per_contest`` pairs a contest, drawn at random,
@@ -375,8 +413,12 @@ def preference_pairs(dataset, k: float = 3.0, se_from: str | Callable[[dict], fl
     gap = mean[chosen] - mean[rejected]
     z = gap / np.maximum(np.sqrt(ses[chosen] ** 2 + ses[rejected] ** 2), 1e-12)
     base = dataset.select_columns(["contest", "image", *_description_columns(dataset)]).select(chosen.tolist())
-    columns = {"chosen": [captions[i] for i in chosen], "rejected": [captions[i] for i in rejected],
-               "gap": gap.tolist(), "z": z.tolist()}
+    columns = {
+        "chosen": [captions[i] for i in chosen],
+        "rejected": [captions[i] for i in rejected],
+        "gap": gap.tolist(),
+        "z": z.tolist(),
+    }
     if keep_oracle:
         oracle = np.asarray(_column(dataset, "oracle"), dtype=np.float64)
         columns.update(chosen_oracle=oracle[chosen].tolist(), rejected_oracle=oracle[rejected].tolist())
@@ -400,7 +442,7 @@ def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, see
     n_test = max(1, round(test_frac * n)) if test_frac > 0 else 0
     if n - n_val - n_test < 1:
         raise DataError(f"{n} contests cannot fill val ({n_val}), test ({n_test}) and a train split; add contests")
-    parts = {"train": order[n_val + n_test:], "val": order[:n_val], "test": order[n_val:n_val + n_test]}
+    parts = {"train": order[n_val + n_test :], "val": order[:n_val], "test": order[n_val : n_val + n_test]}
     rows = {split: sorted(r for c in part for r in groups[c]) for split, part in parts.items()}
     return datasets.DatasetDict({split: dataset.select(np.asarray(r, dtype=np.int64)) for split, r in rows.items()})
 
@@ -413,6 +455,8 @@ def prompt_rows(dataset):
     desc_cols = _description_columns(dataset)
     base = dataset.select_columns(["contest", "image", *desc_cols]).select(first)
     table = base.select_columns(desc_cols) if desc_cols else None
-    prompts = [protocol.build_messages(protocol.description_from_row(table[i]) if table is not None else None)
-               for i in range(len(base))]
+    prompts = [
+        protocol.build_messages(protocol.description_from_row(table[i]) if table is not None else None)
+        for i in range(len(base))
+    ]
     return base.add_column("prompt", prompts)

@@ -8,6 +8,7 @@ per-cartoon difference to a baseline with a CI resampling cartoons. From saved r
 
     python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl --baseline sft --out DIR
 """
+
 from __future__ import annotations
 
 import argparse
@@ -124,8 +125,13 @@ def format_failures(records: Sequence[dict], examples: int = 2, max_chars: int =
     return {"format_failures": ranked, "top_failure": next(iter(ranked), None), "example_completions": shown}
 
 
-def paired_bootstrap(policy: dict[Any, float | None], baseline: dict[Any, float | None], n_boot: int = 2000,
-                     seed: int = 0, alpha: float = 0.05) -> dict | None:
+def paired_bootstrap(
+    policy: dict[Any, float | None],
+    baseline: dict[Any, float | None],
+    n_boot: int = 2000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> dict | None:
     """Mean per-cartoon difference (policy - baseline) over shared cartoons with a percentile bootstrap CI
     resampling cartoons; None when no cartoon has both."""
     keys = [k for k in policy if k in baseline and policy[k] is not None and baseline[k] is not None]
@@ -135,8 +141,14 @@ def paired_bootstrap(policy: dict[Any, float | None], baseline: dict[Any, float 
     rng = np.random.default_rng(seed)
     boot = diffs[rng.integers(0, len(diffs), size=(n_boot, len(diffs)))].mean(axis=1)
     lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
-    return {"diff": float(diffs.mean()), "lo": float(lo), "hi": float(hi), "cartoons": len(keys),
-            "n_boot": n_boot, "confidence": 1 - alpha}
+    return {
+        "diff": float(diffs.mean()),
+        "lo": float(lo),
+        "hi": float(hi),
+        "cartoons": len(keys),
+        "n_boot": n_boot,
+        "confidence": 1 - alpha,
+    }
 
 
 def _column(metrics: dict, key: str) -> dict[str, float | None]:
@@ -150,14 +162,23 @@ def compare(policy: dict, baseline: dict, n_boot: int = 2000, seed: int = 0) -> 
     return {key: paired_bootstrap(_column(policy, key), _column(baseline, key), n_boot, seed) for key in keys}
 
 
-def evaluate_records(records_by_policy: dict[str, list[dict]], baseline: str | None = None, n_boot: int = 2000,
-                     seed: int = 0, metrics=policy_metrics, comparison=compare) -> dict:
+def evaluate_records(
+    records_by_policy: dict[str, list[dict]],
+    baseline: str | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+    metrics=policy_metrics,
+    comparison=compare,
+) -> dict:
     """The full report: `metrics` per policy and, with a baseline, the `comparison` of every other policy."""
     if baseline is not None and baseline not in records_by_policy:
         raise ValueError(f"baseline {baseline!r} is not one of the policies {sorted(records_by_policy)}")
     policies = {name: metrics(records) for name, records in records_by_policy.items()}
-    comparisons = {name: comparison(values, policies[baseline], n_boot, seed) for name, values in policies.items()
-                   if baseline is not None and name != baseline}
+    comparisons = {
+        name: comparison(values, policies[baseline], n_boot, seed)
+        for name, values in policies.items()
+        if baseline is not None and name != baseline
+    }
     return {"baseline": baseline, "policies": policies, "comparisons": comparisons}
 
 
@@ -180,23 +201,46 @@ def markdown_table(report: dict) -> str:
     """The policies' metrics and the paired differences to the baseline, as markdown."""
     policies = report["policies"]
     bon = [f"bon@{n}" for n in BON_NS if any(m.get(f"bon@{n}") is not None for m in policies.values())]
-    head = ["policy", "cartoons", "N", "format %", "truncated %", "σ(RM) emitted", "fail-as-0 σ(RM)", *bon,
-            "commonest format failure"]
+    head = [
+        "policy",
+        "cartoons",
+        "N",
+        "format %",
+        "truncated %",
+        "σ(RM) emitted",
+        "fail-as-0 σ(RM)",
+        *bon,
+        "commonest format failure",
+    ]
     rows = []
     for name, m in policies.items():
         top = m.get("top_failure")
-        rows.append([name, str(m["cartoons"]), str(m["samples_per_cartoon"]), _fmt(m["format_rate"], True),
-                     _fmt(m["truncated_rate"], True), _fmt(m["emitted_sigmoid"]), _fmt(m["fail_as_zero"]),
-                     *[_fmt(m[k]) for k in bon], f"{top} ({m['format_failures'][top]}/{m['samples']})" if top else "–"])
+        rows.append(
+            [
+                name,
+                str(m["cartoons"]),
+                str(m["samples_per_cartoon"]),
+                _fmt(m["format_rate"], True),
+                _fmt(m["truncated_rate"], True),
+                _fmt(m["emitted_sigmoid"]),
+                _fmt(m["fail_as_zero"]),
+                *[_fmt(m[k]) for k in bon],
+                f"{top} ({m['format_failures'][top]}/{m['samples']})" if top else "–",
+            ]
+        )
     lines = _table(head, rows)
     if report.get("comparisons"):
         conf = next(iter(report["comparisons"].values()))["fail_as_zero"]
         level = f"{100 * conf['confidence']:.0f} %" if conf else "95 %"
-        title = (f"Paired differences to **{report['baseline']}** (policy − baseline, mean over shared cartoons, "
-                 f"{level} bootstrap CI resampling cartoons):")
+        title = (
+            f"Paired differences to **{report['baseline']}** (policy − baseline, mean over shared cartoons, "
+            f"{level} bootstrap CI resampling cartoons):"
+        )
         head = ["policy", "fail-as-0 σ(RM)", f"{bon[-1]}" if bon else "bon", "σ(RM) emitted"]
-        rows = [[name, _fmt_ci(c["fail_as_zero"]), _fmt_ci(c.get(bon[-1]) if bon else None),
-                 _fmt_ci(c["emitted_sigmoid"])] for name, c in report["comparisons"].items()]
+        rows = [
+            [name, _fmt_ci(c["fail_as_zero"]), _fmt_ci(c.get(bon[-1]) if bon else None), _fmt_ci(c["emitted_sigmoid"])]
+            for name, c in report["comparisons"].items()
+        ]
         lines += ["", title, "", *_table(head, rows)]
     return "\n".join(lines) + "\n"
 
@@ -224,31 +268,44 @@ def plot_bon(report: dict, path: str) -> str:
     return path
 
 
-def write_report(report: dict, out_dir: str, records_by_policy: dict[str, list[dict]] | None = None,
-                 table: str | None = None) -> dict[str, str]:
+def write_report(
+    report: dict, out_dir: str, records_by_policy: dict[str, list[dict]] | None = None, table: str | None = None
+) -> dict[str, str]:
     """``bon_eval.md`` (`table` or `markdown_table`), ``bon_eval.json``, ``bon_curve.png``, ``samples.jsonl``."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = {"markdown": os.path.join(out_dir, "bon_eval.md"), "json": os.path.join(out_dir, "bon_eval.json"),
-             "plot": os.path.join(out_dir, "bon_curve.png")}
+    paths = {
+        "markdown": os.path.join(out_dir, "bon_eval.md"),
+        "json": os.path.join(out_dir, "bon_eval.json"),
+        "plot": os.path.join(out_dir, "bon_curve.png"),
+    }
     write_text(paths["markdown"], markdown_table(report) if table is None else table)
     write_json(paths["json"], report)
     plot_bon(report, paths["plot"])
     if records_by_policy is not None:
         paths["samples"] = os.path.join(out_dir, "samples.jsonl")
-        write_text(paths["samples"], "".join(json.dumps({"policy": name, **r}, default=str) + "\n"
-                                             for name, records in records_by_policy.items() for r in records))
+        write_text(
+            paths["samples"],
+            "".join(
+                json.dumps({"policy": name, **r}, default=str) + "\n"
+                for name, records in records_by_policy.items()
+                for r in records
+            ),
+        )
     return paths
 
 
-def score_records(records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model,
-                  batch_size: int = 16) -> list[dict]:
+def score_records(
+    records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model, batch_size: int = 16
+) -> list[dict]:
     """Fill ``rm_raw`` of records with a caption, in place (``reward_model=None``: every ``rm_raw`` None)."""
     model = get_reward_model(reward_model) if isinstance(reward_model, (str, os.PathLike)) else reward_model
     todo = [r for r in records if r.get("caption") is not None] if model is not None else []
     if todo:
-        scores = model.score([images_by_contest[r["contest"]] for r in todo],
-                             [protocol.rm_messages(descs_by_contest[r["contest"]], r["caption"]) for r in todo],
-                             batch_size=batch_size)
+        scores = model.score(
+            [images_by_contest[r["contest"]] for r in todo],
+            [protocol.rm_messages(descs_by_contest[r["contest"]], r["caption"]) for r in todo],
+            batch_size=batch_size,
+        )
         for r, s in zip(todo, scores):
             r["rm_raw"] = float(s)
     for r in records:
@@ -256,15 +313,30 @@ def score_records(records: list[dict], images_by_contest: dict, descs_by_contest
     return records
 
 
-def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
-                    max_new_tokens: int = protocol.MAX_NEW_TOKENS, temperature: float = 1.0, top_p: float | None = None,
-                    top_k: int | None = None, batch_size: int = 8, seed: int = 0, max_cartoons: int | None = None,
-                    use_stop: bool = False, do_sample: bool = True, decoder: str | None = None,
-                    progress: Callable[[int, int], None] | None = None) -> list[dict]:
+def evaluate_policy(
+    model,
+    processor,
+    dataset,
+    reward_model,
+    n: int = 8,
+    *,
+    max_new_tokens: int = protocol.MAX_NEW_TOKENS,
+    temperature: float = 1.0,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    batch_size: int = 8,
+    seed: int = 0,
+    max_cartoons: int | None = None,
+    use_stop: bool = False,
+    do_sample: bool = True,
+    decoder: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict]:
     """N sampled completions per cartoon of ``dataset`` (caption rows or ``data.prompt_rows``), parsed and scored:
     records (module docstring) with ``index``, the cartoon's prompt row. ``use_stop``: stop at ``protocol.STOP``;
     ``decoder``: ``generation.generate_texts``'; ``top_p`` / ``top_k`` None: the policy's generation config's."""
     import torch  # deferred: heavy
+
     rows = cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset
     if max_cartoons is not None:
         rows = rows.select(range(min(max_cartoons, len(rows))))
@@ -273,8 +345,10 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
     desc_cols = [f for f in protocol.DESCRIPTION_FIELDS if f in rows.column_names]
     table = rows.select_columns(desc_cols) if desc_cols else None
     descs = {c: protocol.description_from_row(table[i]) if table is not None else None for i, c in enumerate(contests)}
-    prompt_text = {c: processor.apply_chat_template(protocol.build_messages(descs[c]), tokenize=False,
-                                                    add_generation_prompt=True) for c in contests}
+    prompt_text = {
+        c: processor.apply_chat_template(protocol.build_messages(descs[c]), tokenize=False, add_generation_prompt=True)
+        for c in contests
+    }
     position = {c: i for i, c in enumerate(contests)}
     jobs = [(c, k) for c in contests for k in range(n)]
     sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k} if do_sample else {}
@@ -284,18 +358,35 @@ def evaluate_policy(model, processor, dataset, reward_model, n: int = 8, *,
     torch.manual_seed(seed)
     records: list[dict] = []
     for start in range(0, len(jobs), batch_size):
-        batch = jobs[start:start + batch_size]
+        batch = jobs[start : start + batch_size]
         texts, lengths, truncated = generation.generate_texts(
-            model, processor, [prompt_text[c] for c, _ in batch], [images[c] for c, _ in batch], max_new_tokens,
-            do_sample=do_sample, decoder=decoder, **gen_kwargs)
+            model,
+            processor,
+            [prompt_text[c] for c, _ in batch],
+            [images[c] for c, _ in batch],
+            max_new_tokens,
+            do_sample=do_sample,
+            decoder=decoder,
+            **gen_kwargs,
+        )
         for (c, k), text, length, trunc in zip(batch, texts, lengths, truncated):
             parsed = protocol.parse_details(text)
-            records.append({"contest": c, "index": position[c], "sample_index": k, "completion": text,
-                            "caption": parsed.caption, "parse_reason": parsed.reason,
-                            "completion_tokens": int(length), "truncated": bool(trunc)})
+            records.append(
+                {
+                    "contest": c,
+                    "index": position[c],
+                    "sample_index": k,
+                    "completion": text,
+                    "caption": parsed.caption,
+                    "parse_reason": parsed.reason,
+                    "completion_tokens": int(length),
+                    "truncated": bool(trunc),
+                }
+            )
         if progress is not None:
             progress(len(records), len(jobs))
     return score_records(records, images, descs, reward_model)
+
 
 def read_records(path: str) -> list[dict]:
     records = []
@@ -317,11 +408,18 @@ def read_records(path: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m open_r1.tasks.captioning.evaluate",
-                                     description="Best-of-N report from per-sample records of several policies.",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--records", nargs="+", required=True, metavar="NAME=PATH",
-                        help="a policy name and its records (JSONL), e.g. base=runs/base.jsonl grpo=runs/grpo.jsonl")
+    parser = argparse.ArgumentParser(
+        prog="python -m open_r1.tasks.captioning.evaluate",
+        description="Best-of-N report from per-sample records of several policies.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--records",
+        nargs="+",
+        required=True,
+        metavar="NAME=PATH",
+        help="a policy name and its records (JSONL), e.g. base=runs/base.jsonl grpo=runs/grpo.jsonl",
+    )
     parser.add_argument("--baseline", default=None, help="policy the others are compared to (paired by cartoon)")
     parser.add_argument("--out", required=True, help="directory for bon_eval.md, bon_eval.json, bon_curve.png")
     parser.add_argument("--n-boot", type=int, default=2000)

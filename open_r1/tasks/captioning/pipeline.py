@@ -9,6 +9,7 @@ optionally ``check``, ``markdown``); `main` takes the ordered stages, so the sta
 Every section is parsed and every run stage's inputs checked before any stage runs; ``--stages`` runs a subset.
 Results: ``<work_dir>/results/pipeline.json`` and ``results.md``; ``--out DIR`` copies the small result files there.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,10 @@ def run_pipeline(recipe, stages=STAGES, run: list[str] | None = None, out: str |
     if runner is None:
         parallel = [n for n in run if getattr(getattr(recipe.section(n), "settings", recipe.section(n)), "parallel", 0)]
         if parallel or recipe.run.start_early:
-            raise RecipeError(f"{', '.join(f'{n}.parallel' for n in parallel) or 'start_early'}: sub-job processes "
-                              "run only in the stand-in (python -m standin.captioning.demo); drop the key")
+            raise RecipeError(
+                f"{', '.join(f'{n}.parallel' for n in parallel) or 'start_early'}: sub-job processes "
+                "run only in the stand-in (python -m standin.captioning.demo); drop the key"
+            )
         runner = lambda stage: (time.time(), stage.run(recipe))  # noqa: E731
     preflight(recipe, stages, run)  # before anything is written into the work_dir
     paths = recipe.paths
@@ -80,9 +83,15 @@ def _device_name() -> str:
 def results_markdown(summary: dict, stages=STAGES) -> str:
     blocks = summary.get("stages", {})
     seconds = sum(block.get("seconds", 0.0) for block in blocks.values())
-    lines = [f"# humor-r1 pipeline results ({summary.get('device')})", "",
-             f"recipe: `{summary.get('recipe')}`; stages {seconds:.0f} s in all (the last invocation "
-             f"{summary.get('total_seconds', 0):.0f} s)", "", "| stage | seconds |", "|---|---|"]
+    lines = [
+        f"# humor-r1 pipeline results ({summary.get('device')})",
+        "",
+        f"recipe: `{summary.get('recipe')}`; stages {seconds:.0f} s in all (the last invocation "
+        f"{summary.get('total_seconds', 0):.0f} s)",
+        "",
+        "| stage | seconds |",
+        "|---|---|",
+    ]
     lines += [f"| {name} | {block['seconds']:.1f} |" for name, block in blocks.items()]
     for stage in stages:
         result = (blocks.get(stage.NAME) or {}).get("result")
@@ -104,16 +113,23 @@ def write_results(summary: dict, stages, paths: config.Paths, out: str | None) -
         files += [os.path.join(paths.results, s, "bon_curve.png") for s in splits[:2]]
         for path in [f for f in files if os.path.isfile(f)][:7]:
             parent = os.path.basename(os.path.dirname(path))
-            shutil.copy(path, os.path.join(out, os.path.basename(path) if parent == "results"
-                                           else f"{parent}_{os.path.basename(path)}"))
+            shutil.copy(
+                path,
+                os.path.join(
+                    out, os.path.basename(path) if parent == "results" else f"{parent}_{os.path.basename(path)}"
+                ),
+            )
     return markdown
 
 
 def recipe_help(stages) -> str:
     """Every recipe key: the top level's, then each section's, with its default and help (the dataclass fields)."""
     lines = []
-    for where, cls in (("", config.RunConfig), ("models.", config.Models),
-                       *((f"{s.NAME}.", getattr(s, "Config", getattr(s, "Settings", None))) for s in stages)):
+    for where, cls in (
+        ("", config.RunConfig),
+        ("models.", config.Models),
+        *((f"{s.NAME}.", getattr(s, "Config", getattr(s, "Settings", None))) for s in stages),
+    ):
         for field in dataclasses.fields(cls):
             if field.init:
                 default = field.default_factory() if callable(field.default_factory) else field.default
@@ -121,14 +137,20 @@ def recipe_help(stages) -> str:
     return "\n".join(lines) + "\ngrpo.*: any open_r1.grpo recipe key (python -m open_r1.grpo --help-all)"
 
 
-def main(argv=None, stages=STAGES, prog: str = "open_r1.tasks.captioning.pipeline", oracle=None,
-         run=run_pipeline) -> int:
+def main(
+    argv=None, stages=STAGES, prog: str = "open_r1.tasks.captioning.pipeline", oracle=None, run=run_pipeline
+) -> int:
     """The CLI over `stages`; `oracle` (the eval's hidden rule) and `run` (a runner): the stand-in's."""
     names = [stage.NAME for stage in stages]
     parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__, formatter_class=CliHelp)
     parser.add_argument("--config", help="the recipe (configs/captioning/*.yaml); required but for --help-recipe")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a recipe key (repeatable), e.g. --set rm.max_seconds=60")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a recipe key (repeatable), e.g. --set rm.max_seconds=60",
+    )
     parser.add_argument("--stages", nargs="+", default=None, choices=names, help="a subset, in order (none given: all)")
     parser.add_argument("--help-recipe", action="store_true", help="list every recipe key with its default and help")
     parser.add_argument("--out", default=None, help="copy the small result files here")

@@ -30,6 +30,7 @@ Rules, each counted in ``prepare_report.json`` [under this name]:
 Each cartoon is copied once to ``OUT/images/`` (a row's ``image``: ``../images/<contest>.<ext>``). Rows stream to disk
 contest by contest; the folder is written beside ``OUT`` and renamed into place only when complete.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,18 +54,35 @@ CATEGORIES = ("not_funny", "somewhat_funny", "funny")
 QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201c": '"', "\u201d": '"', "\u201e": '"'})
 HUB_PARTS = ("1_rating", "2_gpt4o_description", "cartoons")
 REPORT = "prepare_report.json"
-COUNTS = ("contests_read", "caption_rows_read", "multi_line_captions", "empty_captions", "non_finite_rows",
-          "nfc_changed", "curly_quotes", "duplicate_groups", "duplicate_rows_merged", "max_copies",
-          "contests_with_several_files", "algorithm_files_dropped", "vote_count_mismatches", "tied_captions",
-          "top_k_cut_in_tie", "unreadable_cartoons", "contests_without_description")  # every one, 0 included
+COUNTS = (
+    "contests_read",
+    "caption_rows_read",
+    "multi_line_captions",
+    "empty_captions",
+    "non_finite_rows",
+    "nfc_changed",
+    "curly_quotes",
+    "duplicate_groups",
+    "duplicate_rows_merged",
+    "max_copies",
+    "contests_with_several_files",
+    "algorithm_files_dropped",
+    "vote_count_mismatches",
+    "tied_captions",
+    "top_k_cut_in_tie",
+    "unreadable_cartoons",
+    "contests_without_description",
+)  # every one, 0 included
 
 
 # --- Sources: (contest, [(algorithm, rows)]), rows (caption, mean, precision, votes, category sum or None) ---
 def ratings_source(root: str):
     summaries = os.path.join(root, "summaries")
     if not os.path.isdir(summaries):
-        raise DataError(f"{summaries} does not exist; --ratings must be a checkout of the caption-contest ratings "
-                        "repository (summaries/<contest>_<algorithm>.csv, cartoons/<contest>.jpg)")
+        raise DataError(
+            f"{summaries} does not exist; --ratings must be a checkout of the caption-contest ratings "
+            "repository (summaries/<contest>_<algorithm>.csv, cartoons/<contest>.jpg)"
+        )
     files = defaultdict(list)
     for name in sorted(os.listdir(summaries)):
         match = re.fullmatch(r"(\d+)(?:_(.+))?\.csv", name)
@@ -91,8 +109,10 @@ def read_header(path: str) -> tuple:
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise DataError(f"{path} is not a readable UTF-8 csv ({exc}); re-download or remove the file") from None
     if header not in (HEADER_OLD, HEADER_NEW):
-        raise DataError(f"{path}: header {','.join(header)!r} is neither {','.join(HEADER_OLD)!r} nor "
-                        f"{','.join(HEADER_NEW)!r}; fix the header or remove the file")
+        raise DataError(
+            f"{path}: header {','.join(header)!r} is neither {','.join(HEADER_OLD)!r} nor "
+            f"{','.join(HEADER_NEW)!r}; fix the header or remove the file"
+        )
     return header
 
 
@@ -106,8 +126,15 @@ def read_summary(path: str) -> list[tuple]:
             for fields in filter(any, reader):  # blank lines skipped
                 try:
                     cats = sum(int(float(fields[col[c]])) for c in CATEGORIES)
-                    rows.append((fields[col["caption"]], float(fields[col["mean"]]), float(fields[col["precision"]]),
-                                 int(float(fields[col["votes"]])), cats))
+                    rows.append(
+                        (
+                            fields[col["caption"]],
+                            float(fields[col["mean"]]),
+                            float(fields[col["precision"]]),
+                            int(float(fields[col["votes"]])),
+                            cats,
+                        )
+                    )
                 except (ValueError, IndexError) as exc:
                     raise DataError(f"{path} line {reader.line_num}: {exc}; fix or remove that row") from None
             return rows
@@ -121,8 +148,10 @@ def _load_part(path: str, needed: bool):
 
     if not os.path.isdir(path):
         if needed:
-            raise DataError(f"{path} does not exist; save it with datasets.load_dataset('yguooo/newyorker_caption_"
-                            f"ranking', '{os.path.basename(path)}').save_to_disk('{path}') (or copy its parquet files)")
+            raise DataError(
+                f"{path} does not exist; save it with datasets.load_dataset('yguooo/newyorker_caption_"
+                f"ranking', '{os.path.basename(path)}').save_to_disk('{path}') (or copy its parquet files)"
+            )
         return None
     if os.path.isfile(os.path.join(path, "dataset_dict.json")) or os.path.isfile(os.path.join(path, "state.json")):
         loaded = datasets.load_from_disk(path)
@@ -164,8 +193,10 @@ def hub_source(root: str):
         for rows in np.split(order, bounds):
             part = ratings.data.table.take(rows).to_pydict()
             cats = [sum(t) for t in zip(*(part[c] for c in CATEGORIES))] if has_cats else [None] * len(rows)
-            stats = [(m if m is not None else math.nan, p if p is not None else math.nan, v or 0)  # nan: rule 1
-                     for m, p, v in zip(part["mean"], part["precision"], part["votes"])]
+            stats = [
+                (m if m is not None else math.nan, p if p is not None else math.nan, v or 0)  # nan: rule 1
+                for m, p, v in zip(part["mean"], part["precision"], part["votes"])
+            ]
             yield int(ids[rows[0]]), [("", [(c or "", *st, k) for c, st, k in zip(part["caption"], stats, cats)])]
 
     descriptions = {}
@@ -192,16 +223,21 @@ def hub_source(root: str):
 def read_descriptions(path: str) -> dict[int, dict]:
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
-            rows = ([json.loads(line) for line in handle if line.strip()] if path.endswith(".jsonl")
-                    else list(csv.DictReader(handle)))
+            rows = (
+                [json.loads(line) for line in handle if line.strip()]
+                if path.endswith(".jsonl")
+                else list(csv.DictReader(handle))
+            )
         out = {}
         for row in rows:
             row = {data.HUMOR_R1_RENAME.get(k, k): v for k, v in row.items()}
             out[int(row["contest"])] = row
         return out
     except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
-        raise DataError(f"--descriptions {path}: unreadable ({exc!r}); give a csv or jsonl with a contest (or "
-                        f"contest_number) column and {', '.join(data.DESCRIPTION_FIELDS)}") from None
+        raise DataError(
+            f"--descriptions {path}: unreadable ({exc!r}); give a csv or jsonl with a contest (or "
+            f"contest_number) column and {', '.join(data.DESCRIPTION_FIELDS)}"
+        ) from None
 
 
 # --- Rules (module docstring) ---
@@ -293,10 +329,17 @@ def prepare(args: argparse.Namespace) -> dict:
     if args.descriptions:
         descriptions = {**descriptions, **read_descriptions(args.descriptions)}
     desc_cols = list(data.DESCRIPTION_FIELDS) if descriptions else []
-    features = datasets.Features({"contest": datasets.Value("int64"), "image": datasets.Value("string"),
-                                  "caption": datasets.Value("string"), "mean": datasets.Value("float64"),
-                                  "precision": datasets.Value("float64"), "votes": datasets.Value("int64"),
-                                  **{c: datasets.Value("string") for c in desc_cols}})
+    features = datasets.Features(
+        {
+            "contest": datasets.Value("int64"),
+            "image": datasets.Value("string"),
+            "caption": datasets.Value("string"),
+            "mean": datasets.Value("float64"),
+            "precision": datasets.Value("float64"),
+            "votes": datasets.Value("int64"),
+            **{c: datasets.Value("string") for c in desc_cols},
+        }
+    )
     report, no_cartoon = Counter(dict.fromkeys(COUNTS, 0)), []
     with modeling.staged_dir(out) as tmp:  # an old --out (--overwrite) is replaced only once the new one is complete
         os.makedirs(os.path.join(tmp, "images"))
@@ -317,10 +360,12 @@ def prepare(args: argparse.Namespace) -> dict:
                 desc = descriptions.get(contest)
                 report["contests_without_description"] += bool(desc_cols) and desc is None
                 image = f"../images/{os.path.basename(placed)}"  # relative to each split's folder (data.py)
-                batch = {"contest": [contest] * len(rows), "image": [image] * len(rows),
-                         **{name: [r[i] for r in rows] for i, name in enumerate(("caption", "mean", "precision",
-                                                                                  "votes"))},
-                         **{c: [protocol.field_text((desc or {}).get(c))] * len(rows) for c in desc_cols}}
+                batch = {
+                    "contest": [contest] * len(rows),
+                    "image": [image] * len(rows),
+                    **{name: [r[i] for r in rows] for i, name in enumerate(("caption", "mean", "precision", "votes"))},
+                    **{c: [protocol.field_text((desc or {}).get(c))] * len(rows) for c in desc_cols},
+                }
                 writer.write_batch(pa.RecordBatch.from_pydict(batch, schema=features.arrow_schema))
         with pa.memory_map(staging) as source:
             table = pa.ipc.open_stream(source).read_all()  # memory-mapped, not read into memory
@@ -340,24 +385,33 @@ def prepare(args: argparse.Namespace) -> dict:
             path = os.path.join(tmp, ".staging", f"{name}.arrow")
             with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
                 for start in range(0, len(rows), 65_536):
-                    writer.write_table(table.take(rows[start:start + 65_536]))
+                    writer.write_table(table.take(rows[start : start + 65_536]))
             splits[name] = datasets.Dataset.from_file(path)
             sizes[name] = {"contests": len(np.unique(contest[rows])), "captions": len(rows)}
         report["contests_below_min_captions"] = len(np.unique(contest)) - sum(s["contests"] for s in sizes.values())
         datasets.DatasetDict(splits).save_to_disk(tmp)
         del table, splits
         shutil.rmtree(os.path.dirname(staging))
-        summary = {"source": "hub" if args.hub else "ratings", "input": os.path.abspath(args.hub or args.ratings),
-                   "out": out, "settings": {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")},
-                   **report, "contests_without_cartoon": len(no_cartoon), "contests_without_cartoon_ids": no_cartoon,
-                   "splits": sizes}
+        summary = {
+            "source": "hub" if args.hub else "ratings",
+            "input": os.path.abspath(args.hub or args.ratings),
+            "out": out,
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")},
+            **report,
+            "contests_without_cartoon": len(no_cartoon),
+            "contests_without_cartoon_ids": no_cartoon,
+            "splits": sizes,
+        }
         write_json(os.path.join(tmp, REPORT), summary)
     return summary
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="open-r1-caption-prepare", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="open-r1-caption-prepare",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--ratings", help="checkout of the public ratings repository (summaries/, cartoons/)")
     source.add_argument("--hub", help="folder with the Hub dataset's parts saved locally: " + ", ".join(HUB_PARTS))
@@ -378,9 +432,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fracs_ok = 0 <= args.val_frac < 1 and 0 <= args.test_frac < 1
         if min(args.min_votes, args.min_captions) < 0 or args.top_k < 1 or not fracs_ok:
-            raise DataError(f"--min-votes ({args.min_votes}) and --min-captions ({args.min_captions}) must be >= 0, "
-                            f"--top-k ({args.top_k}) >= 1, --val-frac ({args.val_frac}) and --test-frac "
-                            f"({args.test_frac}) in [0, 1)")  # checked before minutes of reading
+            raise DataError(
+                f"--min-votes ({args.min_votes}) and --min-captions ({args.min_captions}) must be >= 0, "
+                f"--top-k ({args.top_k}) >= 1, --val-frac ({args.val_frac}) and --test-frac "
+                f"({args.test_frac}) in [0, 1)"
+            )  # checked before minutes of reading
         summary = prepare(args)
     except OpenR1Error as exc:
         return error_exit(exc)

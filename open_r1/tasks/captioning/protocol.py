@@ -8,6 +8,7 @@ nothing but whitespace before it, only whitespace or ``EOS_STRINGS`` after it; a
 counts; the caption non-empty, one line, tag-free, at most ``max_words`` words. Engines that stop at ``STOP`` must
 keep the stop string (the parser needs the closing tag).
 """
+
 from __future__ import annotations
 
 import re
@@ -55,8 +56,10 @@ def user_text(description: dict | None) -> str:
         raise DataError(f"a cartoon description must be a dict with keys {DESCRIPTION_FIELDS}, got {type(description)}")
     unknown = sorted(set(description) - set(DESCRIPTION_FIELDS))
     if unknown:
-        raise DataError(f"unknown description field(s) {unknown}; the protocol knows {list(DESCRIPTION_FIELDS)}. "
-                        "Rename the columns, or build the description with description_from_row(row).")
+        raise DataError(
+            f"unknown description field(s) {unknown}; the protocol knows {list(DESCRIPTION_FIELDS)}. "
+            "Rename the columns, or build the description with description_from_row(row)."
+        )
     lines = [CAPTION_REQUEST]
     for field in DESCRIPTION_FIELDS:
         text = field_text(description.get(field))
@@ -72,8 +75,10 @@ def description_from_row(row: dict) -> dict:
 
 def build_messages(description: dict | None) -> list[dict]:
     """System prompt + one user turn (image placeholder, then ``user_text``): the prompt of every stage."""
-    return [{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
-            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user_text(description)}]}]
+    return [
+        {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user_text(description)}]},
+    ]
 
 
 def format_target(thinking: str, caption: str) -> str:
@@ -83,8 +88,9 @@ def format_target(thinking: str, caption: str) -> str:
     for name, value in (("thinking", thinking), ("caption", caption)):
         for tag in _TAGS:
             if tag in value:
-                raise DataError(f"format_target: the {name} contains the tag {tag!r}; strip tags before building "
-                                "targets")
+                raise DataError(
+                    f"format_target: the {name} contains the tag {tag!r}; strip tags before building targets"
+                )
     if not caption or "\n" in caption or "\r" in caption:
         raise DataError(f"format_target: the caption must be one non-empty line, got {caption!r}")
     return f"{thinking}{THINK_CLOSE}\n\n{CAPTION_OPEN}{caption}{CAPTION_CLOSE}"
@@ -101,9 +107,22 @@ def rm_turn(caption: str) -> dict:
     return {"role": "assistant", "content": [{"type": "text", "text": text}]}
 
 
-PARSE_REASONS = ("ok", "extra_think_open", "no_think_close", "multiple_think_close", "caption_only_in_think",
-                 "no_caption", "text_before_caption", "multiple_captions", "unclosed_caption", "trailing_text", "empty",
-                 "multi_line", "tag_in_caption", "too_long")
+PARSE_REASONS = (
+    "ok",
+    "extra_think_open",
+    "no_think_close",
+    "multiple_think_close",
+    "caption_only_in_think",
+    "no_caption",
+    "text_before_caption",
+    "multiple_captions",
+    "unclosed_caption",
+    "trailing_text",
+    "empty",
+    "multi_line",
+    "tag_in_caption",
+    "too_long",
+)
 
 
 class CaptionParse(NamedTuple):
@@ -146,7 +165,7 @@ def parse_details(text: Any, max_words: int = MAX_WORDS) -> CaptionParse:
     end = after.find(CAPTION_CLOSE, start)
     if end == -1:
         return CaptionParse(None, "unclosed_caption", in_think)
-    tail = after[end + len(CAPTION_CLOSE):]
+    tail = after[end + len(CAPTION_CLOSE) :]
     if not _EOS_TAIL.match(tail):
         return CaptionParse(None, "trailing_text", in_think)
     caption = after[start:end].strip()
@@ -169,7 +188,7 @@ def parse_caption(text: Any, max_words: int = MAX_WORDS) -> str | None:
 # --- Trace synthesis (stage 1): the same system prompt and user turn, plus the known-good caption to explain ---
 SYNTHESIS_MAX_NEW_TOKENS = 512
 SYNTHESIS_INSTRUCTION = (
-    "Readers rated this caption among the funniest for the cartoon: \"{caption}\"\n"
+    'Readers rated this caption among the funniest for the cartoon: "{caption}"\n'
     "Think, in one or two sentences, about what in the picture makes a caption like that funny, as you would before "
     "writing it yourself. Do not quote the caption and do not mention readers, ratings or judges."
 )
@@ -200,5 +219,5 @@ def trace_leaks_caption(thinking: str, caption: str, max_shared_run: int = 4) ->
     run = max_shared_run + 1
     if len(c_words) < run:
         return False
-    grams = {tuple(c_words[i:i + run]) for i in range(len(c_words) - run + 1)}
-    return any(tuple(t_words[i:i + run]) in grams for i in range(len(t_words) - run + 1))
+    grams = {tuple(c_words[i : i + run]) for i in range(len(c_words) - run + 1)}
+    return any(tuple(t_words[i : i + run]) in grams for i in range(len(t_words) - run + 1))

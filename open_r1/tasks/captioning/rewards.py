@@ -7,6 +7,7 @@ DIR, fail_value, format_bonus, device}}``; it reads the ``image`` (or ``images``
 ``remove_unused_columns=False``). The RM is loaded once per process, cached by (path, device); tests may register
 any object with ``score(images, messages, batch_size)``. Logged under ``caption_rm/``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,11 +56,15 @@ def _images(image: Any, images: Any, n: int) -> list:
     if image is None and images is not None:  # an `images` column: a list of images per row; the cartoon is the first
         image = [row[0] if isinstance(row, (list, tuple)) else row for row in images]
     if image is None:
-        raise ValueError("caption_rm needs the dataset column 'image' (the cartoon, one per completion); keep "
-                         "remove_unused_columns=False in the GRPO config so TRL passes it to rewards")
+        raise ValueError(
+            "caption_rm needs the dataset column 'image' (the cartoon, one per completion); keep "
+            "remove_unused_columns=False in the GRPO config so TRL passes it to rewards"
+        )
     if not isinstance(image, (list, tuple)) or len(image) != n:
-        raise ValueError(f"caption_rm got {len(image) if isinstance(image, (list, tuple)) else image!r} images for "
-                         f"{n} completions; they must be aligned")
+        raise ValueError(
+            f"caption_rm got {len(image) if isinstance(image, (list, tuple)) else image!r} images for "
+            f"{n} completions; they must be aligned"
+        )
     return list(image)
 
 
@@ -77,10 +82,24 @@ def _descriptions(columns: dict[str, Any], n: int) -> list[dict]:
     return descs
 
 
-def score_caption_rm(completions, image=None, images=None, scene=None, twist=None, location=None, entities=None, *,
-                     reward_model: str, fail_value: float = 0.0, format_bonus: float = 0.0,
-                     max_words: int = protocol.MAX_WORDS, device: str | None = None, batch_size: int = 16,
-                     log_metric: LogMetric = None, **kwargs) -> list[float]:
+def score_caption_rm(
+    completions,
+    image=None,
+    images=None,
+    scene=None,
+    twist=None,
+    location=None,
+    entities=None,
+    *,
+    reward_model: str,
+    fail_value: float = 0.0,
+    format_bonus: float = 0.0,
+    max_words: int = protocol.MAX_WORDS,
+    device: str | None = None,
+    batch_size: int = 16,
+    log_metric: LogMetric = None,
+    **kwargs,
+) -> list[float]:
     n = len(completions)
     parses = [protocol.parse_details(c, max_words) for c in completions]
     ok = [i for i, p in enumerate(parses) if p.ok]
@@ -108,8 +127,9 @@ def score_caption_rm(completions, image=None, images=None, scene=None, twist=Non
     return rewards
 
 
-def check_caption_rm_settings(fail_value=0.0, format_bonus=0.0, max_words=protocol.MAX_WORDS, device=None,
-                              batch_size=16) -> None:
+def check_caption_rm_settings(
+    fail_value=0.0, format_bonus=0.0, max_words=protocol.MAX_WORDS, device=None, batch_size=16
+) -> None:
     """caption_rm's settings, checked without its RM dir (the pipeline's preflight, then the reward when built)."""
     _require_number("caption_rm", "fail_value", fail_value)
     _require_number("caption_rm", "format_bonus", format_bonus)
@@ -126,21 +146,35 @@ def check_caption_rm_settings(fail_value=0.0, format_bonus=0.0, max_words=protoc
 
 
 @register_reward("caption_rm")
-def caption_rm_reward(reward_model: str, fail_value: float = 0.0, format_bonus: float = 0.0,
-                      max_words: int = protocol.MAX_WORDS, device: str | None = None,
-                      batch_size: int = 16) -> RewardFunc:
+def caption_rm_reward(
+    reward_model: str,
+    fail_value: float = 0.0,
+    format_bonus: float = 0.0,
+    max_words: int = protocol.MAX_WORDS,
+    device: str | None = None,
+    batch_size: int = 16,
+) -> RewardFunc:
     """The ``caption_rm`` reward (module docstring)."""
     if not isinstance(reward_model, (str, os.PathLike)) or not str(reward_model):
-        raise RewardConfigError(f"caption_rm: reward_model must be the path of a saved reward-model dir, got "
-                                f"{reward_model!r}")
+        raise RewardConfigError(
+            f"caption_rm: reward_model must be the path of a saved reward-model dir, got {reward_model!r}"
+        )
     check_caption_rm_settings(fail_value, format_bonus, max_words, device, batch_size)
     if _cache_key(reward_model, device) not in _RM_CACHE:  # fail at recipe time, not at the first GRPO step
         from open_r1.reward_model import META_FILE  # deferred: torch, peft
 
         if not os.path.isfile(os.path.join(os.fspath(reward_model), META_FILE)):
-            raise RewardConfigError(f"caption_rm: {reward_model} is not a saved reward-model dir (no {META_FILE}); "
-                                    "train one first (open_r1/reward_model.py) and point "
-                                    "reward_kwargs.caption_rm.reward_model at it")
-    return functools.partial(score_caption_rm, reward_model=os.fspath(reward_model), fail_value=float(fail_value),
-                             format_bonus=float(format_bonus), max_words=max_words, device=device,
-                             batch_size=batch_size)
+            raise RewardConfigError(
+                f"caption_rm: {reward_model} is not a saved reward-model dir (no {META_FILE}); "
+                "train one first (open_r1/reward_model.py) and point "
+                "reward_kwargs.caption_rm.reward_model at it"
+            )
+    return functools.partial(
+        score_caption_rm,
+        reward_model=os.fspath(reward_model),
+        fail_value=float(fail_value),
+        format_bonus=float(format_bonus),
+        max_words=max_words,
+        device=device,
+        batch_size=batch_size,
+    )

@@ -4,6 +4,7 @@ For every policy and split, ``evaluate.evaluate_policy`` samples N completions p
 scores the captions with the reward model; ``evaluate.evaluate_records`` gives the metrics and paired bootstrap CIs
 over cartoons against ``baseline`` (``recipe.oracle``: the stand-in's hidden-rule analysis, where it gives one).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,8 +25,9 @@ NAME = "eval"
 
 @dataclasses.dataclass
 class Config:
-    policies: dict | None = help_field(None, "{name: model dir} to evaluate (null: the chain's base, sft and "
-                                       "grpo_s<seed> models)")
+    policies: dict | None = help_field(
+        None, "{name: model dir} to evaluate (null: the chain's base, sft and grpo_s<seed> models)"
+    )
     splits: list[str] = help_field(["test"], "held-out splits")
     n: int = help_field(8, "samples per cartoon")
     max_new_tokens: int = help_field(1024, "token budget of a sample")
@@ -40,14 +42,18 @@ class Config:
     n_boot: int = help_field(2000, "bootstrap resamples of the CIs")
 
     def __post_init__(self):
-        require(self.decoder in (None, *DECODER_CHOICES), f"eval.decoder must be one of {', '.join(DECODER_CHOICES)} "
-                f"or null, got {self.decoder!r}")
+        require(
+            self.decoder in (None, *DECODER_CHOICES),
+            f"eval.decoder must be one of {', '.join(DECODER_CHOICES)} or null, got {self.decoder!r}",
+        )
         require(self.top_p is None or 0 < self.top_p <= 1, f"eval.top_p must be in (0, 1], got {self.top_p!r}")
         config.at_least(NAME, self, 1, "n", "max_new_tokens", "batch_size", "n_boot", "limit")
         config.at_least(NAME, self, 0, "top_k", "temperature")
-        require(self.policies is None or all(isinstance(v, str) and v for v in self.policies.values()),
-                f"eval.policies must map names to model dirs, e.g. {{sft: runs/x/models/policy-sft}}, got "
-                f"{self.policies!r}")
+        require(
+            self.policies is None or all(isinstance(v, str) and v for v in self.policies.values()),
+            f"eval.policies must map names to model dirs, e.g. {{sft: runs/x/models/policy-sft}}, got "
+            f"{self.policies!r}",
+        )
 
 
 def policies(recipe) -> dict[str, str]:
@@ -62,16 +68,27 @@ def policies(recipe) -> dict[str, str]:
 def sampling_kwargs(recipe) -> dict:
     """`evaluate.evaluate_policy`'s sampling settings from the ``eval`` section (the ratings round's too)."""
     cfg = recipe.section(NAME)
-    return dict(n=cfg.n, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, batch_size=cfg.batch_size,
-                seed=recipe.seed, max_cartoons=cfg.limit, use_stop=cfg.use_stop, decoder=cfg.decoder,
-                top_p=cfg.top_p, top_k=cfg.top_k)
+    return dict(
+        n=cfg.n,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        batch_size=cfg.batch_size,
+        seed=recipe.seed,
+        max_cartoons=cfg.limit,
+        use_stop=cfg.use_stop,
+        decoder=cfg.decoder,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+    )
 
 
 def check(recipe) -> None:
     """The baseline is one of the evaluated policies (where an sft policy is)."""
     names, baseline = list(policies(recipe)), recipe.section(NAME).baseline
-    require("sft" not in names or baseline in names, f"eval.baseline {baseline!r} is not one of the evaluated "
-            f"policies {', '.join(names)}")
+    require(
+        "sft" not in names or baseline in names,
+        f"eval.baseline {baseline!r} is not one of the evaluated policies {', '.join(names)}",
+    )
 
 
 def inputs(recipe) -> dict[str, config.Input]:
@@ -85,6 +102,7 @@ def inputs(recipe) -> dict[str, config.Input]:
 
 def run(recipe) -> dict:
     import torch  # deferred: heavy
+
     cfg, paths = recipe.section(NAME), recipe.paths
     device = config.device()
     check(recipe)
@@ -114,10 +132,12 @@ def run(recipe) -> dict:
         table = measure.markdown_table(report)
         out = ev.write_report(report, os.path.join(paths.results, f"eval_{split}"), records[split], table)
         config.log(f"[eval] {split}:\n{table}")
-        summary["splits"][split] = {"report_files": out, "table": table,
-                                    "metrics": {n: {k: v for k, v in m.items() if k != "per_cartoon"}
-                                                for n, m in report["policies"].items()},
-                                    "vs_baseline": report["comparisons"]}
+        summary["splits"][split] = {
+            "report_files": out,
+            "table": table,
+            "metrics": {n: {k: v for k, v in m.items() if k != "per_cartoon"} for n, m in report["policies"].items()},
+            "vs_baseline": report["comparisons"],
+        }
     if oracle is not None:
         oracle.extend_summary(summary)
     write_json(os.path.join(paths.results, "eval_summary.json"), summary)

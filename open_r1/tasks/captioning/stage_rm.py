@@ -5,6 +5,7 @@ by ``open_r1.reward_model`` (loss -log sigmoid(s_chosen - s_rejected)). Held out
 ``eval_splits`` with a bootstrap CI over contests, and the image swap (0.5 when blind to the image). The blind
 control: the same recipe on one blank grey image. ``seeds``: one RM each, the best on val kept as ``models/rm``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,9 @@ class Config:
     image_negative_top_k: int = help_field(3, "the image swap's captions: each contest's top k")
     min_pixels: int | None = help_field(None, "image budget (null: the backbone processor's)")
     max_pixels: int | None = help_field(None, "image budget (null: the backbone processor's)")
-    dtype: str | None = help_field(None, "float32 | bfloat16 | float16 | auto (null: float32 for full fine-tuning "
-                                   "or on CPU)")
+    dtype: str | None = help_field(
+        None, "float32 | bfloat16 | float16 | auto (null: float32 for full fine-tuning or on CPU)"
+    )
     lora: dict | None = help_field(None, "null (full fine-tuning) or {r, alpha, dropout, vision, target_modules}")
     learning_rate: float = help_field(1e-5, "AdamW learning rate")
     lr_scheduler: str = help_field("cosine", "a transformers scheduler name")
@@ -65,25 +67,44 @@ class Config:
 
     def __post_init__(self):
         from transformers import SchedulerType  # deferred: heavy
+
         schedulers = [kind.value for kind in SchedulerType]
-        require(self.lr_scheduler in schedulers, f"rm.lr_scheduler must be one of {', '.join(schedulers)}, got "
-                f"{self.lr_scheduler!r}")
+        require(
+            self.lr_scheduler in schedulers,
+            f"rm.lr_scheduler must be one of {', '.join(schedulers)}, got {self.lr_scheduler!r}",
+        )
         require(self.se_from in SE_FROM, f"rm.se_from must be one of {', '.join(SE_FROM)}, got {self.se_from!r}")
         require(self.dtype in (None, "float32", "bfloat16", "float16", "auto"), f"rm.dtype: {self.dtype!r}?")
         require(self.only in (None, "rm", "rm_blind"), f"rm.only must be rm, rm_blind or null, got {self.only!r}")
-        require(self.learning_rate > 0 and self.epochs > 0 and 0 <= self.warmup_ratio <= 1, "rm.learning_rate and "
-                "rm.epochs must be > 0, rm.warmup_ratio in [0, 1]")
+        require(
+            self.learning_rate > 0 and self.epochs > 0 and 0 <= self.warmup_ratio <= 1,
+            "rm.learning_rate and rm.epochs must be > 0, rm.warmup_ratio in [0, 1]",
+        )
         config.at_least(NAME, self, 0, "k", "eval_image_swaps", "dataloader_workers", "max_pairs", "weight_decay")
-        config.at_least(NAME, self, 1, "per_device_batch_size", "gradient_accumulation_steps", "eval_batch_size",
-                        "eval_cap_per_contest", "image_negative_top_k", "logging_steps", "cap_per_contest")
-        require(self.max_seconds is None or self.max_seconds > 0, f"rm.max_seconds must be > 0 or null, got "
-                f"{self.max_seconds!r}")
+        config.at_least(
+            NAME,
+            self,
+            1,
+            "per_device_batch_size",
+            "gradient_accumulation_steps",
+            "eval_batch_size",
+            "eval_cap_per_contest",
+            "image_negative_top_k",
+            "logging_steps",
+            "cap_per_contest",
+        )
+        require(
+            self.max_seconds is None or self.max_seconds > 0,
+            f"rm.max_seconds must be > 0 or null, got {self.max_seconds!r}",
+        )
         if self.lora is not None:
             config.check_keys("rm.lora", self.lora, LORA_KEYS)
         if self.seeds is not None:
             config.seed_list("rm.seeds", self.seeds)
-        require(self.seed is None or self.seed in (self.seeds or [self.seed]), f"rm.seed={self.seed!r} is not one "
-                f"of rm.seeds {self.seeds}")
+        require(
+            self.seed is None or self.seed in (self.seeds or [self.seed]),
+            f"rm.seed={self.seed!r} is not one of rm.seeds {self.seeds}",
+        )
 
 
 def contest_images(dataset, first_row: dict, blind: bool) -> dict:
@@ -91,8 +112,10 @@ def contest_images(dataset, first_row: dict, blind: bool) -> dict:
     from PIL import Image  # deferred: heavy
 
     decoded = [image.convert("RGB") for image in dataset.select(list(first_row.values()))["image"]]
-    return {contest: Image.new("RGB", image.size, (128, 128, 128)) if blind else image
-            for contest, image in zip(first_row, decoded)}
+    return {
+        contest: Image.new("RGB", image.size, (128, 128, 128)) if blind else image
+        for contest, image in zip(first_row, decoded)
+    }
 
 
 def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
@@ -110,10 +133,15 @@ def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = Fal
         contest = contests[chosen]
         if chosen not in prompts:
             prompts[chosen] = protocol.build_messages(
-                protocol.description_from_row({k: v[chosen] for k, v in columns.items()}))
+                protocol.description_from_row({k: v[chosen] for k, v in columns.items()})
+            )
         prompt = prompts[chosen]
-        row = {"image": images[contest], "chosen": [*prompt, protocol.rm_turn(captions[chosen])],
-               "rejected": [*prompt, protocol.rm_turn(captions[rejected])], "group": contest}
+        row = {
+            "image": images[contest],
+            "chosen": [*prompt, protocol.rm_turn(captions[chosen])],
+            "rejected": [*prompt, protocol.rm_turn(captions[rejected])],
+            "group": contest,
+        }
         if keep_oracle:
             row["oracle_order"] = columns["oracle"][chosen] > columns["oracle"][rejected]
         rows.append(row)
@@ -132,18 +160,27 @@ def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
         contest = columns["contest"][own]
         if columns["contest"][other] == contest:
             raise ValueError(f"an image-negative pair of rows {own}, {other} has one contest ({contest!r})")
-        messages = protocol.rm_messages(protocol.description_from_row({k: v[own] for k, v in columns.items()}),
-                                        columns["caption"][own])
-        rows.append({"image": images[contest], "chosen": messages, "rejected": messages,
-                     "rejected_image": images[columns["contest"][other]], "group": contest})
+        messages = protocol.rm_messages(
+            protocol.description_from_row({k: v[own] for k, v in columns.items()}), columns["caption"][own]
+        )
+        rows.append(
+            {
+                "image": images[contest],
+                "chosen": messages,
+                "rejected": messages,
+                "rejected_image": images[columns["contest"][other]],
+                "group": contest,
+            }
+        )
     return rows
 
 
 def held_out_pairs(recipe, split: str, blind: bool):
     cfg = recipe.section(NAME)
     dataset = cdata.load_captions(recipe.paths.split(split), check_images="none", keep_oracle=True)
-    index = cdata.pair_indices(dataset, k=cfg.k, se_from=cfg.se_from, cap_per_contest=cfg.eval_cap_per_contest,
-                               seed=recipe.seed + 7)
+    index = cdata.pair_indices(
+        dataset, k=cfg.k, se_from=cfg.se_from, cap_per_contest=cfg.eval_cap_per_contest, seed=recipe.seed + 7
+    )
     # real data has no oracle (the stand-in's analysis column): its rows carry no oracle order
     return index_pair_rows(dataset, index, blind=blind, keep_oracle="oracle" in dataset.column_names)
 
@@ -195,6 +232,7 @@ def training_pair_rows(recipe, blind: bool = False) -> list[dict]:
 def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
     import torch  # deferred: heavy
     from transformers import TrainingArguments  # deferred: heavy
+
     cfg = recipe.section(NAME)
     paths = recipe.paths
     backbone = paths.rm_base
@@ -205,34 +243,65 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
     rows = training_pair_rows(recipe, blind=blind)
     cuda = torch.cuda.is_available()
     model = rm_lib.build_reward_model(
-        backbone, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels,
+        backbone,
+        min_pixels=cfg.min_pixels,
+        max_pixels=cfg.max_pixels,
         dtype=cfg.dtype or ("float32" if not cfg.lora or not cuda else None),
-        lora=cfg.lora, meta={"blind": blind, "train_pairs": len(rows), "k": cfg.k, "seed": seed})
+        lora=cfg.lora,
+        meta={"blind": blind, "train_pairs": len(rows), "k": cfg.k, "seed": seed},
+    )
     if not cuda:
         model = model.float()
     work = os.path.join(paths.root, "rm-trainer-blind" if blind else f"rm-trainer-s{seed}")
     args = TrainingArguments(
-        output_dir=work, per_device_train_batch_size=cfg.per_device_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps, learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler, warmup_steps=cfg.warmup_ratio, num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps or -1, weight_decay=cfg.weight_decay, logging_steps=cfg.logging_steps,
-        save_strategy="no", report_to="none", bf16=cuda, use_cpu=not cuda, seed=seed, data_seed=seed,
-        dataloader_num_workers=cfg.dataloader_workers, disable_tqdm=True,
-        gradient_checkpointing=cfg.gradient_checkpointing, remove_unused_columns=False)
+        output_dir=work,
+        per_device_train_batch_size=cfg.per_device_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio,
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps or -1,
+        weight_decay=cfg.weight_decay,
+        logging_steps=cfg.logging_steps,
+        save_strategy="no",
+        report_to="none",
+        bf16=cuda,
+        use_cpu=not cuda,
+        seed=seed,
+        data_seed=seed,
+        dataloader_num_workers=cfg.dataloader_workers,
+        disable_tqdm=True,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        remove_unused_columns=False,
+    )
     contests = len({row["group"] for row in rows})
     config.log(f"{tag} {len(rows)} train pairs from {contests} contests; backbone {backbone}")
     started = time.time()
-    trainer = rm_lib.train_reward_model(model, rows, args, callbacks=[TimeCapCallback(cfg.max_seconds)],
-                                        center_rewards_coefficient=cfg.center_rewards_coefficient)
+    trainer = rm_lib.train_reward_model(
+        model,
+        rows,
+        args,
+        callbacks=[TimeCapCallback(cfg.max_seconds)],
+        center_rewards_coefficient=cfg.center_rewards_coefficient,
+    )
     seconds = time.time() - started
     losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
     model.save(out, extra_meta={"train_seconds": seconds, "steps": trainer.state.global_step})
     del trainer
     config.log(f"{tag} {model.meta['steps']} steps; saved {out}")
-    report = {"out": out, "blind": blind, "seed": seed, "train_pairs": len(rows), "steps": int(model.meta["steps"]),
-              "train_seconds": seconds, "loss_first": losses[0][1] if losses else None,
-              "loss_last": losses[-1][1] if losses else None, "loss_curve": losses[:: max(1, len(losses) // 50)],
-              "held_out": score_held_out(recipe, model, blind, tag)}
+    report = {
+        "out": out,
+        "blind": blind,
+        "seed": seed,
+        "train_pairs": len(rows),
+        "steps": int(model.meta["steps"]),
+        "train_seconds": seconds,
+        "loss_first": losses[0][1] if losses else None,
+        "loss_last": losses[-1][1] if losses else None,
+        "loss_curve": losses[:: max(1, len(losses) // 50)],
+        "held_out": score_held_out(recipe, model, blind, tag),
+    }
     write_json(os.path.join(out, "rm_report.json"), report)
     return report
 
@@ -248,19 +317,24 @@ def score_held_out(recipe, model, blind: bool, tag: str = "[rm]", splits: list[s
         t0 = time.time()
         held = held_out_pairs(recipe, split, blind)
         config.log(f"{tag} {split}: scoring {len(held)} held-out pairs (built in {time.time() - t0:.1f} s)")
-        result = rm_lib.evaluate_pairs(model, held, batch_size=cfg.eval_batch_size,
-                                       seed=recipe.seed, progress=_progress(f"{tag} {split}"))
+        result = rm_lib.evaluate_pairs(
+            model, held, batch_size=cfg.eval_batch_size, seed=recipe.seed, progress=_progress(f"{tag} {split}")
+        )
         if held and "oracle_order" in held[0]:
             result["oracle_agreement_of_labels"] = sum(r["oracle_order"] for r in held) / len(held)
         swap = image_swap_accuracy(recipe, model, split, blind)
         if swap is not None:
             result["image_swap"] = swap
-            config.log(f"{tag} {split}: image swap (own cartoon over another) {swap['accuracy']:.3f} "
-                       f"[{swap['ci_low']:.3f}, {swap['ci_high']:.3f}] over {swap['n_pairs']} captions")
+            config.log(
+                f"{tag} {split}: image swap (own cartoon over another) {swap['accuracy']:.3f} "
+                f"[{swap['ci_low']:.3f}, {swap['ci_high']:.3f}] over {swap['n_pairs']} captions"
+            )
         results[split] = result
-        config.log(f"{tag} {split}: pairwise accuracy {result['accuracy']:.3f} "
-                   f"[{result['ci_low']:.3f}, {result['ci_high']:.3f}] over {result['n_pairs']} pairs of "
-                   f"{result['n_groups']} contests")
+        config.log(
+            f"{tag} {split}: pairwise accuracy {result['accuracy']:.3f} "
+            f"[{result['ci_low']:.3f}, {result['ci_high']:.3f}] over {result['n_pairs']} pairs of "
+            f"{result['n_groups']} contests"
+        )
     return results
 
 
@@ -273,19 +347,29 @@ def image_swap_accuracy(recipe, model, split: str, blind: bool) -> dict | None:
     if not n or len(set(dataset["contest"])) < 2:
         return None
     index = cdata.image_negative_indices(dataset, n, top_k=cfg.image_negative_top_k, seed=recipe.seed + 13)
-    result = rm_lib.evaluate_pairs(model, image_negative_rows(dataset, index, blind=blind),
-                                   batch_size=cfg.eval_batch_size, seed=recipe.seed)
+    result = rm_lib.evaluate_pairs(
+        model, image_negative_rows(dataset, index, blind=blind), batch_size=cfg.eval_batch_size, seed=recipe.seed
+    )
     return {k: result[k] for k in ("accuracy", "ci_low", "ci_high", "n_pairs", "n_groups")}
 
 
 def inputs(recipe) -> dict[str, config.Input]:
     split = recipe.section(NAME).train_split
-    train = config.split_input(recipe.paths, split) if split == "train" else config.Input(
-        recipe.paths.split(split), f"the {split} split", "set rm.train_split to an existing split",
-        config.DATASET_MARKER)
-    return {"backbone": config.Input(recipe.paths.rm_base, "the RM backbone", "set models.reward_backbone to a model "
-                                     "dir"), "train": train,
-            **{split: config.split_input(recipe.paths, split) for split in scored_splits(recipe)}}
+    train = (
+        config.split_input(recipe.paths, split)
+        if split == "train"
+        else config.Input(
+            recipe.paths.split(split),
+            f"the {split} split",
+            "set rm.train_split to an existing split",
+            config.DATASET_MARKER,
+        )
+    )
+    return {
+        "backbone": config.Input(recipe.paths.rm_base, "the RM backbone", "set models.reward_backbone to a model dir"),
+        "train": train,
+        **{split: config.split_input(recipe.paths, split) for split in scored_splits(recipe)},
+    }
 
 
 def outputs(recipe) -> list[str]:
@@ -329,17 +413,30 @@ def finish(recipe, report: dict) -> dict:
     with modeling.staged_dir(paths.rm) as staging:
         shutil.copytree(reports[chosen]["out"], staging, dirs_exist_ok=True)
     val = {seed: reports[seed]["held_out"]["val"]["accuracy"] for seed in seeds}
-    config.log(f"[rm] kept seed {chosen} as {paths.rm} (val accuracy by seed: "
-               + ", ".join(f"s{seed} {acc:.3f}" for seed, acc in val.items()) + ")")
-    return {**report, "rm": {**reports[chosen], "out": paths.rm,
-                             "selected": {"seed": chosen, "by": "val accuracy", "val_accuracy": val}}}
+    config.log(
+        f"[rm] kept seed {chosen} as {paths.rm} (val accuracy by seed: "
+        + ", ".join(f"s{seed} {acc:.3f}" for seed, acc in val.items())
+        + ")"
+    )
+    return {
+        **report,
+        "rm": {
+            **reports[chosen],
+            "out": paths.rm,
+            "selected": {"seed": chosen, "by": "val accuracy", "val_accuracy": val},
+        },
+    }
 
 
 def markdown(rm: dict) -> list[str]:
     """The results table: each RM's held-out accuracy with its CI, label/oracle agreement and the image swap."""
-    lines = ["", "## Reward model: held-out pairwise accuracy (95 % bootstrap CI over contests)", "",
-             "| RM | split | accuracy | CI | pairs | contests | label/oracle agreement | image swap (own cartoon "
-             "wins) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "## Reward model: held-out pairwise accuracy (95 % bootstrap CI over contests)",
+        "",
+        "| RM | split | accuracy | CI | pairs | contests | label/oracle agreement | image swap (own cartoon wins) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     kept = (rm.get("rm") or {}).get("selected")
     labels = {"rm": "with image" + (f" (kept: seed {kept['seed']}, best on val)" if kept else "")}
     labels.update({key: f"with image, seed {key[4:]}" for key in sorted(rm) if key.startswith("rm_s")})
@@ -348,6 +445,8 @@ def markdown(rm: dict) -> list[str]:
         for split, r in ((rm.get(key) or {}).get("held_out") or {}).items():
             swap = r.get("image_swap")
             swap = "–" if not swap else f"{swap['accuracy']:.3f} [{swap['ci_low']:.3f}, {swap['ci_high']:.3f}]"
-            lines.append(f"| {label} | {split} | {_fmt(r['accuracy'])} | [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | "
-                         f"{r['n_pairs']} | {r['n_groups']} | {_fmt(r.get('oracle_agreement_of_labels'))} | {swap} |")
+            lines.append(
+                f"| {label} | {split} | {_fmt(r['accuracy'])} | [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | "
+                f"{r['n_pairs']} | {r['n_groups']} | {_fmt(r.get('oracle_agreement_of_labels'))} | {swap} |"
+            )
     return lines

@@ -4,6 +4,7 @@
 (prompt: every stage's; completion: ``format_target(thinking, caption)``), trained by ``open_r1.sft.train_sft``
 (loss on the completion; the section's defaults: LoRA r = alpha = 32 on the language model, lr 2e-4, 2 epochs).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,6 +20,7 @@ NAME = "sft"
 @dataclasses.dataclass
 class Config(SFTSettings):
     """open_r1.sft.SFTSettings (its defaults: the seed's recipe; ``seed`` is the recipe's) plus the rows' top k."""
+
     top_k: int = config.help_field(3, "captions per training contest (also the traces the synthesize stage writes)")
     seed: int = dataclasses.field(default=0, init=False)  # the recipe's seed, not a key of the section
 
@@ -29,8 +31,10 @@ class Config(SFTSettings):
 
 def inputs(recipe) -> dict[str, config.Input]:
     paths = recipe.paths
-    return {"model": config.Input(paths.policy_base, "the base policy", "set models.policy to a model dir"),
-            "traces": config.Input(paths.traces, "the SFT traces", "run the synthesize stage", config.DATASET_MARKER)}
+    return {
+        "model": config.Input(paths.policy_base, "the base policy", "set models.policy to a model dir"),
+        "traces": config.Input(paths.traces, "the SFT traces", "run the synthesize stage", config.DATASET_MARKER),
+    }
 
 
 def outputs(recipe) -> list[str]:
@@ -39,6 +43,7 @@ def outputs(recipe) -> list[str]:
 
 def run(recipe) -> dict:
     import datasets  # deferred: heavy
+
     cfg = recipe.section(NAME)
     found = config.check_inputs(inputs(recipe))
     # text rows rendered by the base's own template: a Thinking template rewrites a conversational think block
@@ -47,6 +52,7 @@ def run(recipe) -> dict:
     settings = SFTSettings(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(SFTSettings)})
     settings.seed = recipe.seed
     config.log(f"[sft] {len(rows)} rows from {found['traces']}; base {found['model']}")
-    report = sft.train_sft(rows, recipe.paths.policy_sft, settings, model_path=found["model"], processor=processor,
-                           log=config.log)
+    report = sft.train_sft(
+        rows, recipe.paths.policy_sft, settings, model_path=found["model"], processor=processor, log=config.log
+    )
     return {**report, "out": recipe.paths.policy_sft}

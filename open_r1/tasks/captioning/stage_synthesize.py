@@ -5,6 +5,7 @@ For the top-k captions of every training contest (``sft.top_k``) the base policy
 trace is dropped, and counted by reason, when truncated, empty, or leaking the caption; the kept ones become the
 ``thinking`` column SFT trains on under the plain prompt (the policy never sees the caption).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,10 +37,14 @@ class Config:
     decoder: str | None = help_field(None, "open_r1.generation decoder (null: its default; hf for small models)")
 
     def __post_init__(self):
-        config.require(self.decoder in (None, *DECODER_CHOICES), f"synthesize.decoder must be one of "
-                       f"{', '.join(DECODER_CHOICES)} or null, got {self.decoder!r}")
-        config.require(0 < self.top_p <= 1 and 0 < self.vllm_gpu_memory_utilization <= 1, "synthesize.top_p and "
-                       "synthesize.vllm_gpu_memory_utilization must be in (0, 1]")
+        config.require(
+            self.decoder in (None, *DECODER_CHOICES),
+            f"synthesize.decoder must be one of {', '.join(DECODER_CHOICES)} or null, got {self.decoder!r}",
+        )
+        config.require(
+            0 < self.top_p <= 1 and 0 < self.vllm_gpu_memory_utilization <= 1,
+            "synthesize.top_p and synthesize.vllm_gpu_memory_utilization must be in (0, 1]",
+        )
         config.at_least(NAME, self, 0, "temperature", "limit")
         config.at_least(NAME, self, 1, "max_new_tokens", "batch_size", "vllm_max_model_len")
 
@@ -59,8 +64,14 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
     records = [rows[i] for i in range(len(rows))]
     messages = [protocol.synthesis_messages(protocol.description_from_row(r), r["caption"]) for r in records]
     texts = (_generate_vllm if use_vllm else _generate_hf)(model_path, records, messages, cfg)
-    counts = {"rows": len(records), "kept": 0, "truncated": 0, "empty": 0, "leaks_caption": 0,
-              "engine": "vllm" if use_vllm else "hf"}
+    counts = {
+        "rows": len(records),
+        "kept": 0,
+        "truncated": 0,
+        "empty": 0,
+        "leaks_caption": 0,
+        "engine": "vllm" if use_vllm else "hf",
+    }
     traces: list[str | None] = []
     for record, text in zip(records, texts):
         thinking, reason = split_trace(text)  # no closing tag: truncated
@@ -69,8 +80,10 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
         counts["kept" if thinking is not None else reason] += 1
         traces.append(thinking)
     counts["examples"] = [t[:160] for t in texts[:3]]
-    log(f"[synthesize] {counts['rows']} rows: kept {counts['kept']}, dropped truncated {counts['truncated']}, "
-        f"empty {counts['empty']}, caption-leaking {counts['leaks_caption']} ({counts['engine']})")
+    log(
+        f"[synthesize] {counts['rows']} rows: kept {counts['kept']}, dropped truncated {counts['truncated']}, "
+        f"empty {counts['empty']}, caption-leaking {counts['leaks_caption']} ({counts['engine']})"
+    )
     return traces, counts
 
 
@@ -80,32 +93,60 @@ def _generate_hf(model_path, records, messages, cfg: Config):
     processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
     texts = []
     for start in range(0, len(records), cfg.batch_size):
-        chunk = records[start:start + cfg.batch_size]
-        prompts = [processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
-                   for m in messages[start:start + cfg.batch_size]]
+        chunk = records[start : start + cfg.batch_size]
+        prompts = [
+            processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
+            for m in messages[start : start + cfg.batch_size]
+        ]
         texts += generation.generate_texts(
-            model, processor, prompts, [r["image"] for r in chunk], cfg.max_new_tokens, do_sample=True,
-            temperature=cfg.temperature, top_p=cfg.top_p, stop_strings=[protocol.THINK_CLOSE],
-            tokenizer=processor.tokenizer, decoder=cfg.decoder)[0]
+            model,
+            processor,
+            prompts,
+            [r["image"] for r in chunk],
+            cfg.max_new_tokens,
+            do_sample=True,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            stop_strings=[protocol.THINK_CLOSE],
+            tokenizer=processor.tokenizer,
+            decoder=cfg.decoder,
+        )[0]
     return texts
 
 
 def _generate_vllm(model_path, records, messages, cfg: Config):  # pragma: no cover - needs vLLM and a GPU
     from vllm import LLM, SamplingParams  # deferred: optional, heavy
+
     processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
-    llm = LLM(model=model_path, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-              max_model_len=cfg.vllm_max_model_len, limit_mm_per_prompt={"image": 1})
-    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens,
-                            stop=[protocol.THINK_CLOSE], include_stop_str_in_output=True)
-    inputs = [{"prompt": processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True),
-               "multi_modal_data": {"image": r["image"]}} for r, m in zip(records, messages)]
+    llm = LLM(
+        model=model_path,
+        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        max_model_len=cfg.vllm_max_model_len,
+        limit_mm_per_prompt={"image": 1},
+    )
+    params = SamplingParams(
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_tokens=cfg.max_new_tokens,
+        stop=[protocol.THINK_CLOSE],
+        include_stop_str_in_output=True,
+    )
+    inputs = [
+        {
+            "prompt": processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True),
+            "multi_modal_data": {"image": r["image"]},
+        }
+        for r, m in zip(records, messages)
+    ]
     outputs = llm.generate(inputs, params)
     return [o.outputs[0].text for o in outputs]
 
 
 def inputs(recipe) -> dict[str, config.Input]:
-    return {"model": config.Input(recipe.paths.policy_base, "the base policy", "set models.policy to a model dir"),
-            "train": config.split_input(recipe.paths, "train")}
+    return {
+        "model": config.Input(recipe.paths.policy_base, "the base policy", "set models.policy to a model dir"),
+        "train": config.split_input(recipe.paths, "train"),
+    }
 
 
 def outputs(recipe) -> list[str]:
@@ -127,6 +168,9 @@ def run(recipe) -> dict:
 
 
 def markdown(result: dict) -> list[str]:
-    return ["", f"Trace synthesis ({result.get('engine')}): {result.get('rows')} rows, kept {result.get('kept')}, "
-            f"dropped truncated {result.get('truncated')}, empty {result.get('empty')}, caption-leaking "
-            f"{result.get('leaks_caption')}."]
+    return [
+        "",
+        f"Trace synthesis ({result.get('engine')}): {result.get('rows')} rows, kept {result.get('kept')}, "
+        f"dropped truncated {result.get('truncated')}, empty {result.get('empty')}, caption-leaking "
+        f"{result.get('leaks_caption')}.",
+    ]

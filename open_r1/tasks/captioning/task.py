@@ -7,6 +7,7 @@ In-training evaluation (``eval_sets``, named by basename): ``caption_eval_sample
 greedy unless ``caption_eval_temperature``, scored by ``caption_eval_reward_model`` (default: caption_rm's); keep-best
 ranks by the fail-as-zero sigma(RM) mean (``eval/<set>_fail0_sigma_rm``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -56,15 +57,18 @@ class CaptioningTask(Task):
 
     def train_dataset(self, script_args, training_args):
         if not script_args.dataset_name:
-            raise DataError("task captioning needs dataset_name: a caption dataset dir (see "
-                            "open_r1/tasks/captioning/data.py)")
+            raise DataError(
+                "task captioning needs dataset_name: a caption dataset dir (see open_r1/tasks/captioning/data.py)"
+            )
         # a split is picked only from a DatasetDict; a plain dataset dir is the split itself
         split = getattr(script_args, "dataset_train_split", None)
         dataset = data_lib.load_captions(script_args.dataset_name, split=split)
         return _first(data_lib.prompt_rows(dataset), getattr(script_args, "max_train_samples", None) or None)
 
-    generate_hint = ("open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out "
-                     "data/humor --contests 40")
+    generate_hint = (
+        "open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out "
+        "data/humor --contests 40"
+    )
 
     def load_split(self, path_or_name, split="train"):
         if os.path.isdir(path_or_name):  # a caption dataset: its columns checked as training will read them
@@ -74,8 +78,9 @@ class CaptioningTask(Task):
     def probe(self, model, processor):
         from open_r1.generation import generate_texts  # deferred: torch
 
-        prompt = processor.apply_chat_template(protocol.build_messages(None), tokenize=False,
-                                               add_generation_prompt=True)
+        prompt = processor.apply_chat_template(
+            protocol.build_messages(None), tokenize=False, add_generation_prompt=True
+        )
         texts, _, _ = generate_texts(model, processor, [prompt], [self.probe_image()], protocol.MAX_NEW_TOKENS)
         parsed = protocol.parse_details(texts[0])
         if not parsed.ok:
@@ -84,9 +89,14 @@ class CaptioningTask(Task):
 
     def training_meta(self, script_args) -> dict:
         sha = hashlib.sha1(protocol.SYSTEM_PROMPT.encode()).hexdigest()[:12]
-        return {"caption_protocol": {"max_words": protocol.MAX_WORDS, "max_new_tokens": protocol.MAX_NEW_TOKENS,
-                                     "system_prompt_sha": sha},
-                "eval_reward_model": self._rm_settings()[0]}
+        return {
+            "caption_protocol": {
+                "max_words": protocol.MAX_WORDS,
+                "max_new_tokens": protocol.MAX_NEW_TOKENS,
+                "system_prompt_sha": sha,
+            },
+            "eval_reward_model": self._rm_settings()[0],
+        }
 
     def _rm_settings(self) -> tuple[str | None, str | None]:
         args = self.script_args
@@ -99,18 +109,28 @@ class CaptioningTask(Task):
     def evaluate(self, model, processor, dataset, name, batch_size, limit=None, progress=False):
         path, device = self._rm_settings()
         if not path:
-            raise RecipeError("the captioning evaluation scores with the reward model: set "
-                              "reward_kwargs.caption_rm.reward_model (or caption_eval_reward_model) in the recipe")
+            raise RecipeError(
+                "the captioning evaluation scores with the reward model: set "
+                "reward_kwargs.caption_rm.reward_model (or caption_eval_reward_model) in the recipe"
+            )
         args = self.script_args
         n = int(getattr(args, "caption_eval_samples", 1) or 1)
         temperature = getattr(args, "caption_eval_temperature", None)
         max_new_tokens = int(getattr(args, "caption_eval_max_new_tokens", None) or protocol.MAX_NEW_TOKENS)
         dataset = _first(dataset, limit)
         start = time.perf_counter()
-        records = evaluate_lib.evaluate_policy(model, processor, dataset, get_reward_model(path, device), n=n,
-                                               max_new_tokens=max_new_tokens, do_sample=temperature is not None,
-                                               temperature=temperature if temperature is not None else 1.0,
-                                               batch_size=batch_size, seed=0)
+        records = evaluate_lib.evaluate_policy(
+            model,
+            processor,
+            dataset,
+            get_reward_model(path, device),
+            n=n,
+            max_new_tokens=max_new_tokens,
+            do_sample=temperature is not None,
+            temperature=temperature if temperature is not None else 1.0,
+            batch_size=batch_size,
+            seed=0,
+        )
         return self.report_from_records(name, records, time.perf_counter() - start)
 
     def report_from_records(self, name, records, seconds):

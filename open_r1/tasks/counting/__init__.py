@@ -1,4 +1,5 @@
 """Counting that generalizes: the grader protocol, rewards, data validation, evaluation and the scene renderer."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,9 +7,12 @@ from dataclasses import dataclass, field
 
 @dataclass
 class CountingSettings:
-    """The counting task's own recipe keys, parsed by `open_r1.grpo` beside the engine's (`open_r1.tasks.TASK_SETTINGS`)."""
+    """The counting task's own recipe keys, parsed by `open_r1.grpo` beside the engine's
+    (`open_r1.tasks.TASK_SETTINGS`)."""
 
     prompt_templates: list[str] = field(
         default_factory=lambda: ["train:0.5", "eval:0.5"],
-        metadata={"help": "Template mixing: 'name:weight' entries, names from open_r1.tasks.counting.protocol.TEMPLATES."},
+        metadata={
+            "help": "Template mixing: 'name:weight' entries, names from open_r1.tasks.counting.protocol.TEMPLATES."
+        },
     )

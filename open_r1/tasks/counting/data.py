@@ -3,6 +3,7 @@ and turn rows (columns `image`, `problem`, `solution` = `<answer> N </answer>`) 
 `prompt_templates: ["train:0.5", "eval:0.5"]` draws one template per row from a seeded generator, so the policy
 also sees the grader's wording, not only the inherited R1-V one.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,19 +34,25 @@ def validate_counting_dataset(dataset, name: str = "dataset", image_check_rows: 
         raise DataError(f"{name} is empty")
     missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
     if missing:
-        raise DataError(f"{name} lacks column(s) {missing}; it has {dataset.column_names}. Counting data needs "
-                        f"{list(REQUIRED_COLUMNS)}: image (PIL), problem (the question), "
-                        "solution ('<answer> N </answer>')")
+        raise DataError(
+            f"{name} lacks column(s) {missing}; it has {dataset.column_names}. Counting data needs "
+            f"{list(REQUIRED_COLUMNS)}: image (PIL), problem (the question), "
+            "solution ('<answer> N </answer>')"
+        )
     if not isinstance(dataset.features["image"], datasets.Image):
-        raise DataError(f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image. "
-                        "Cast it: dataset.cast_column('image', datasets.Image())")
+        raise DataError(
+            f"{name}: column 'image' has type {dataset.features['image']}, expected datasets.Image. "
+            "Cast it: dataset.cast_column('image', datasets.Image())"
+        )
     golds = []
     for row, solution in enumerate(dataset["solution"]):
         try:
             golds.append(protocol.parse_gold(solution))
         except ValueError:
-            raise DataError(f"{name} row {row}: cannot parse a gold count from solution {solution!r}; "
-                            "expected '<answer> N </answer>' with a non-negative integer N") from None
+            raise DataError(
+                f"{name} row {row}: cannot parse a gold count from solution {solution!r}; "
+                "expected '<answer> N </answer>' with a non-negative integer N"
+            ) from None
     for row, problem in enumerate(dataset["problem"]):
         if not isinstance(problem, str) or not problem.strip():
             raise DataError(f"{name} row {row}: problem is {problem!r}; every row needs a question")
@@ -55,8 +62,9 @@ def validate_counting_dataset(dataset, name: str = "dataset", image_check_rows: 
             image = dataset[row]["image"]
             image.load()
         except Exception as exc:  # noqa: BLE001 - PIL raises many types
-            raise DataError(f"{name} row {row}: unreadable image ({type(exc).__name__}: {exc}); "
-                            "fix or drop that row") from None
+            raise DataError(
+                f"{name} row {row}: unreadable image ({type(exc).__name__}: {exc}); fix or drop that row"
+            ) from None
         if min(image.size) < 1:
             raise DataError(f"{name} row {row}: empty image")
     return golds
@@ -76,8 +84,10 @@ class TemplateMix:
         for entry in entries:
             name, _, weight = str(entry).partition(":")
             if name not in protocol.TEMPLATES:
-                raise DataError(f"unknown prompt template {name!r} in prompt_templates; valid: "
-                                f"{sorted(protocol.TEMPLATES)} (entries look like 'eval:0.5')")
+                raise DataError(
+                    f"unknown prompt template {name!r} in prompt_templates; valid: "
+                    f"{sorted(protocol.TEMPLATES)} (entries look like 'eval:0.5')"
+                )
             try:
                 value = float(weight) if weight else 1.0
             except ValueError:
@@ -112,6 +122,8 @@ def to_grpo_dataset(dataset, templates: TemplateMix, seed: int = 0):
     """Add the TRL conversational `prompt` and its `template`; images stay in `image`. The user turn is plain text:
     TRL puts the image placeholder before it, the grader's layout (image first, then the text)."""
     names = templates.assign(len(dataset), seed)
-    prompts = [[{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
-               for problem, name in zip(dataset["problem"], names)]
+    prompts = [
+        [{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
+        for problem, name in zip(dataset["problem"], names)
+    ]
     return replace_columns(dataset, prompt=prompts, template=names)

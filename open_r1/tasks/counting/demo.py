@@ -11,6 +11,7 @@ Steps, each on the code the real pipeline runs (docs/DEMO.md explains them and h
   4. the selfcheck protocol on val, compositional and ood_val for the start and the trained model: a side-by-side
      table, `<out>/demo.json`, `<out>/acc_by_count.png` and `<out>/curves.png`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,19 @@ SHIPPED_START = Path(__file__).resolve().parent / "demo_start"
 START_REPORT = "start_report.json"
 
 # The demo model: Qwen2-VL classes at a size that trains in minutes on 2 CPU cores.
-DEMO_MODEL = dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=384, vision_depth=2, vision_embed_dim=64, vision_num_heads=4, vision_mlp_ratio=2,
-                  max_position_embeddings=4096, dtype="float32")
+DEMO_MODEL = dict(
+    hidden_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=384,
+    vision_depth=2,
+    vision_embed_dim=64,
+    vision_num_heads=4,
+    vision_mlp_ratio=2,
+    max_position_embeddings=4096,
+    dtype="float32",
+)
 DEMO_IMAGE_SIZE = "168x112"  # multiples of 28 px: 6 x 4 = 24 merged vision tokens, never resampled
 DEMO_MAX_PIXELS = 168 * 112
 DEMO_MIN_OBJECTS, DEMO_MAX_OBJECTS = 1, 5
@@ -60,11 +71,13 @@ def build_demo_model(seed: int = 0):
     from transformers import GenerationConfig
 
     tokenizer, ids, vocab_size = tiny_models.small_vocab_tokenizer(
-        tiny_models.QWEN2VL_SPECIAL_TOKENS, tiny_models.QWEN2VL_CHAT_TEMPLATE, model_max_length=4096)
+        tiny_models.QWEN2VL_SPECIAL_TOKENS, tiny_models.QWEN2VL_CHAT_TEMPLATE, model_max_length=4096
+    )
     bos = pad = ids["<|endoftext|>"]
     eos = ids["<|im_end|>"]
-    config = tiny_models.build_config(vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad,
-                                      **DEMO_MODEL)
+    config = tiny_models.build_config(
+        vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad, **DEMO_MODEL
+    )
     for target in (config, config.text_config):
         target.bos_token_id, target.eos_token_id, target.pad_token_id = bos, eos, pad
     config.image_token_id = ids["<|image_pad|>"]
@@ -73,9 +86,11 @@ def build_demo_model(seed: int = 0):
     config.vision_end_token_id = ids["<|vision_end|>"]
     model = tiny_models.build_model(config, seed=seed)
     model.generation_config = GenerationConfig(
-        **{**tiny_models.REAL_GENERATION_CONFIG, "bos_token_id": bos, "pad_token_id": pad, "eos_token_id": [eos, bos]})
-    processor = tiny_models.build_processor(tokenizer, min_pixels=tiny_models.REAL_MIN_PIXELS,
-                                            max_pixels=DEMO_MAX_PIXELS)
+        **{**tiny_models.REAL_GENERATION_CONFIG, "bos_token_id": bos, "pad_token_id": pad, "eos_token_id": [eos, bos]}
+    )
+    processor = tiny_models.build_processor(
+        tokenizer, min_pixels=tiny_models.REAL_MIN_PIXELS, max_pixels=DEMO_MAX_PIXELS
+    )
     processor.tokenizer.padding_side = "left"
     return model, processor
 
@@ -96,11 +111,22 @@ def render_data(data_dir: Path, args) -> None:
         log(f"[demo] data: reusing {data_dir} {present}")
         return
     started = time.time()
-    write_splits(str(data_dir), missing, seed=args.seed, overwrite=True, workers=args.workers,
-                 image_size=DEMO_IMAGE_SIZE, ood_image_size=DEMO_IMAGE_SIZE, min_objects=DEMO_MIN_OBJECTS,
-                 max_objects=DEMO_MAX_OBJECTS, progress=False)
-    log(f"[demo] data: rendered {missing} into {data_dir} in {time.time() - started:.0f} s "
-        f"({DEMO_IMAGE_SIZE}, {DEMO_MIN_OBJECTS}-{DEMO_MAX_OBJECTS} objects)")
+    write_splits(
+        str(data_dir),
+        missing,
+        seed=args.seed,
+        overwrite=True,
+        workers=args.workers,
+        image_size=DEMO_IMAGE_SIZE,
+        ood_image_size=DEMO_IMAGE_SIZE,
+        min_objects=DEMO_MIN_OBJECTS,
+        max_objects=DEMO_MAX_OBJECTS,
+        progress=False,
+    )
+    log(
+        f"[demo] data: rendered {missing} into {data_dir} in {time.time() - started:.0f} s "
+        f"({DEMO_IMAGE_SIZE}, {DEMO_MIN_OBJECTS}-{DEMO_MAX_OBJECTS} objects)"
+    )
 
 
 def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
@@ -112,32 +138,55 @@ def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
     train = load_counting_dataset(str(data_dir / "train"))
     plain = sft.to_exposure_sft_dataset(train)  # question alone -> bare number
     n_format = min(args.format_rows, len(train))
-    fmt = sft.to_arithmetic_sft_dataset(train.select(range(n_format)), ["eval:0.5", "train:0.5"], seed=args.seed,
-                                        style="mixed", think_share=0.5)
+    fmt = sft.to_arithmetic_sft_dataset(
+        train.select(range(n_format)), ["eval:0.5", "train:0.5"], seed=args.seed, style="mixed", think_share=0.5
+    )
     rows = datasets.concatenate_datasets([fmt, plain.cast(fmt.features)]).shuffle(seed=args.seed)
     model, processor = build_demo_model(seed=args.seed)
     parameters = sum(p.numel() for p in model.parameters())
-    log(f"[demo] warm start: {parameters / 1e6:.2f}M-parameter Qwen2-VL (vocab {model.config.text_config.vocab_size}),"
+    log(
+        f"[demo] warm start: {parameters / 1e6:.2f}M-parameter Qwen2-VL (vocab {model.config.text_config.vocab_size}),"
         f" SFT on {len(plain)} plain counting rows + {n_format} arithmetic rows in the protocol format, "
-        f"{args.sft_steps} steps")
+        f"{args.sft_steps} steps"
+    )
     use_cuda = torch.cuda.is_available() and args.device != "cpu"
     torch.set_num_threads(max(1, args.threads))
     # cosine with a 5 % warm-up down to 0, AdamW beta2 0.98: the shipped start's settings (it was built by the older
     # hand-made loop, whose first step had lr 0 where train_sft's warm-up starts at 1e-3 x lr)
     warmup_steps = max(1, args.sft_steps // 20)
-    settings = SFTSettings(learning_rate=args.sft_lr, schedule="cosine", warmup=warmup_steps / args.sft_steps,
-                           min_lr_ratio=0.0, epochs=None, max_steps=args.sft_steps,
-                           per_device_batch_size=args.sft_batch_size, gradient_accumulation_steps=1, weight_decay=0.01,
-                           lora_r=0, bf16=False, seed=args.seed, dataloader_workers=args.workers if use_cuda else 0,
-                           extra={"adam_beta2": 0.98, "use_cpu": not use_cuda})
+    settings = SFTSettings(
+        learning_rate=args.sft_lr,
+        schedule="cosine",
+        warmup=warmup_steps / args.sft_steps,
+        min_lr_ratio=0.0,
+        epochs=None,
+        max_steps=args.sft_steps,
+        per_device_batch_size=args.sft_batch_size,
+        gradient_accumulation_steps=1,
+        weight_decay=0.01,
+        lora_r=0,
+        bf16=False,
+        seed=args.seed,
+        dataloader_workers=args.workers if use_cuda else 0,
+        extra={"adam_beta2": 0.98, "use_cpu": not use_cuda},
+    )
     report = train_sft(rows, str(out_dir), settings, model=model, processor=processor, log=log)
     seconds = time.time() - started
     log(f"[demo] warm start saved to {out_dir} in {seconds:.0f} s")
-    info = {"command": "python -m open_r1.tasks.counting.demo " + " ".join(args.argv), "device":
-            torch.cuda.get_device_name(0) if use_cuda else "cpu", "parameters": parameters, "sft_rows": len(rows),
-            "plain_rows": len(plain), "format_rows": n_format, "steps": args.sft_steps,
-            "batch_size": args.sft_batch_size,
-            "lr": args.sft_lr, "seconds": seconds, "loss_first": report["loss_first"], "loss_last": report["loss_last"]}
+    info = {
+        "command": "python -m open_r1.tasks.counting.demo " + " ".join(args.argv),
+        "device": torch.cuda.get_device_name(0) if use_cuda else "cpu",
+        "parameters": parameters,
+        "sft_rows": len(rows),
+        "plain_rows": len(plain),
+        "format_rows": n_format,
+        "steps": args.sft_steps,
+        "batch_size": args.sft_batch_size,
+        "lr": args.sft_lr,
+        "seconds": seconds,
+        "loss_first": report["loss_first"],
+        "loss_last": report["loss_last"],
+    }
     write_json(out_dir / START_REPORT, info)
     return info
 
@@ -153,14 +202,33 @@ def evaluate_model(model_dir: Path, data_dir: Path, args, label: str) -> dict:
     started = time.time()
     for split in EVAL_SPLITS:
         dataset = load_counting_dataset(str(data_dir / split))
-        reports[split] = evaluate_dataset(model, processor, dataset, name=split, batch_size=args.eval_batch_size,
-                                          limit=args.eval_limit, progress=False)
-    log(f"[demo] {label}: " + ", ".join(f"{s} {r.accuracy_pct:.1f}%" for s, r in reports.items())
-        + f" ({time.time() - started:.0f} s)")
+        reports[split] = evaluate_dataset(
+            model,
+            processor,
+            dataset,
+            name=split,
+            batch_size=args.eval_batch_size,
+            limit=args.eval_limit,
+            progress=False,
+        )
+    log(
+        f"[demo] {label}: "
+        + ", ".join(f"{s} {r.accuracy_pct:.1f}%" for s, r in reports.items())
+        + f" ({time.time() - started:.0f} s)"
+    )
     # diagnostic, not the protocol: the question alone, first integer of the answer
-    probe = evaluate_dataset(model, processor, load_counting_dataset(str(data_dir / "val")), name="val (asked plainly)",
-                             batch_size=args.eval_batch_size, limit=args.eval_limit, max_new_tokens=8, progress=False,
-                             template=sft.PLAIN_PROMPT, extract=sft.plain_count)
+    probe = evaluate_dataset(
+        model,
+        processor,
+        load_counting_dataset(str(data_dir / "val")),
+        name="val (asked plainly)",
+        batch_size=args.eval_batch_size,
+        limit=args.eval_limit,
+        max_new_tokens=8,
+        progress=False,
+        template=sft.PLAIN_PROMPT,
+        extract=sft.plain_count,
+    )
     reports["val_plain"] = probe
     log(f"[demo] {label}, val asked plainly (diagnostic): {probe.accuracy_pct:.1f}%")
     return reports
@@ -171,9 +239,22 @@ def train_grpo(start_dir: Path, data_dir: Path, run_dir: Path, submission: Path,
 
     started = time.time()
     recipe = args.recipe if os.path.isfile(args.recipe) else str(REPO_ROOT / args.recipe)
-    argv = ["--config", recipe, "--model_name_or_path", str(start_dir), "--dataset_name",
-            str(data_dir / "train"), "--output_dir", str(run_dir), "--use_cpu", "true",
-            "--eval_sets", str(data_dir / "val"), str(data_dir / "compositional"), *args.grpo_args]
+    argv = [
+        "--config",
+        recipe,
+        "--model_name_or_path",
+        str(start_dir),
+        "--dataset_name",
+        str(data_dir / "train"),
+        "--output_dir",
+        str(run_dir),
+        "--use_cpu",
+        "true",
+        "--eval_sets",
+        str(data_dir / "val"),
+        str(data_dir / "compositional"),
+        *args.grpo_args,
+    ]
     if args.grpo_steps is not None:
         argv += ["--max_steps", str(args.grpo_steps)]
     log(f"[demo] GRPO: python -m open_r1.grpo {' '.join(argv)}")
@@ -198,17 +279,21 @@ def wilson_halfwidth(pct: float, n: int) -> float:
 
 
 def side_by_side(before: dict, after: dict) -> str:
-    header = ("| split | n | start acc % | trained acc % | gain (points) | 95% noise ± | one constant answer % | "
-              "start format % | trained format % | start tokens | trained tokens |\n"
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    header = (
+        "| split | n | start acc % | trained acc % | gain (points) | 95% noise ± | one constant answer % | "
+        "start format % | trained format % | start tokens | trained tokens |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )
     rows = []
     for split in EVAL_SPLITS:
         b, a = before[split], after[split]
         noise = math.hypot(wilson_halfwidth(b.accuracy_pct, b.n), wilson_halfwidth(a.accuracy_pct, a.n))
-        rows.append(f"| {split} | {a.n} | {b.accuracy_pct:.1f} | {a.accuracy_pct:.1f} | "
-                    f"{a.accuracy_pct - b.accuracy_pct:+.1f} | {noise:.1f} | {constant_answer_pct(a.records):.1f} | "
-                    f"{b.format_pct:.1f} | {a.format_pct:.1f} | "
-                    f"{b.mean_completion_tokens:.1f} | {a.mean_completion_tokens:.1f} |")
+        rows.append(
+            f"| {split} | {a.n} | {b.accuracy_pct:.1f} | {a.accuracy_pct:.1f} | "
+            f"{a.accuracy_pct - b.accuracy_pct:+.1f} | {noise:.1f} | {constant_answer_pct(a.records):.1f} | "
+            f"{b.format_pct:.1f} | {a.format_pct:.1f} | "
+            f"{b.mean_completion_tokens:.1f} | {a.mean_completion_tokens:.1f} |"
+        )
     return "\n".join([header, *rows])
 
 
@@ -236,8 +321,12 @@ def write_plots(before: dict, after: dict, log_history: list[dict], eval_history
     for ax, split in zip(axes, EVAL_SPLITS):
         for label, reports, offset in (("start", before, -0.2), ("trained", after, 0.2)):
             table = by_count(reports[split].records)
-            ax.bar([g + offset for g in table], [100.0 * c / max(n, 1) for c, n in table.values()], width=0.4,
-                   label=f"{label} ({reports[split].accuracy_pct:.0f}%)")
+            ax.bar(
+                [g + offset for g in table],
+                [100.0 * c / max(n, 1) for c, n in table.values()],
+                width=0.4,
+                label=f"{label} ({reports[split].accuracy_pct:.0f}%)",
+            )
         ax.set(title=split, xlabel="gold count", ylim=(0, 100))
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=8)
@@ -247,9 +336,11 @@ def write_plots(before: dict, after: dict, log_history: list[dict], eval_history
     plt.close(fig)
 
     fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(10, 3.4))
-    for key, color, alpha, label in (("reward", "tab:green", 1.0, "total reward"),
-                                     ("rewards/exact_count/mean", "tab:blue", 0.7, "exact_count"),
-                                     ("rewards/format/mean", "tab:orange", 0.7, "format")):
+    for key, color, alpha, label in (
+        ("reward", "tab:green", 1.0, "total reward"),
+        ("rewards/exact_count/mean", "tab:blue", 0.7, "exact_count"),
+        ("rewards/format/mean", "tab:orange", 0.7, "format"),
+    ):
         points = [(e["step"], e[key]) for e in log_history if e.get(key) is not None]
         if points:
             ax_reward.plot(*zip(*points), color=color, alpha=alpha, label=label)
@@ -271,21 +362,36 @@ def write_plots(before: dict, after: dict, log_history: list[dict], eval_history
 
 # ---- Command line ----------------------------------------------------------------------------------------------------
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--out", default="runs/demo", help="everything goes here: data, models, run, report, plots")
-    parser.add_argument("--start", default=None,
-                        help=f"start model dir (default: the shipped warm start {SHIPPED_START.relative_to(REPO_ROOT)}"
-                             ", or one trained first when it is missing or with --from-scratch)")
-    parser.add_argument("--from-scratch", action="store_true",
-                        help="train the warm start first (SFT from random init, into <out>/start)")
-    parser.add_argument("--build-start", default=None, metavar="DIR",
-                        help="only build a warm start into DIR (data, SFT, start_report.json), then stop")
+    parser.add_argument(
+        "--start",
+        default=None,
+        help=f"start model dir (default: the shipped warm start {SHIPPED_START.relative_to(REPO_ROOT)}"
+        ", or one trained first when it is missing or with --from-scratch)",
+    )
+    parser.add_argument(
+        "--from-scratch",
+        action="store_true",
+        help="train the warm start first (SFT from random init, into <out>/start)",
+    )
+    parser.add_argument(
+        "--build-start",
+        default=None,
+        metavar="DIR",
+        help="only build a warm start into DIR (data, SFT, start_report.json), then stop",
+    )
     parser.add_argument("--recipe", default=DEFAULT_RECIPE, help="GRPO recipe")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--train-size", type=int, default=None,
-                        help="train rows rendered (GRPO prompts; also the SFT rows when a start is trained). "
-                             "Default 400, or 4000 when a start is trained")
+    parser.add_argument(
+        "--train-size",
+        type=int,
+        default=None,
+        help="train rows rendered (GRPO prompts; also the SFT rows when a start is trained). "
+        "Default 400, or 4000 when a start is trained",
+    )
     parser.add_argument("--eval-size", type=int, default=200, help="rows rendered per eval split")
     parser.add_argument("--eval-limit", type=int, default=200, help="rows scored per split (selfcheck --limit)")
     parser.add_argument("--eval-batch-size", type=int, default=100)
@@ -293,19 +399,27 @@ def parse_args(argv=None):
     parser.add_argument("--sft-steps", type=int, default=1500)
     parser.add_argument("--sft-batch-size", type=int, default=64)
     parser.add_argument("--sft-lr", type=float, default=2e-3)
-    parser.add_argument("--device", default=None, help="SFT device: cuda / cpu (default: cuda when available); "
-                        "GRPO and the evaluation run on CPU")
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="SFT device: cuda / cpu (default: cuda when available); GRPO and the evaluation run on CPU",
+    )
     parser.add_argument("--grpo-steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (1: on a loaded 2-core machine more threads ran slower; docs/DEMO.md)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (1: on a loaded 2-core machine more threads ran slower; docs/DEMO.md)",
+    )
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="scene rendering processes")
     parser.add_argument("grpo_args", nargs="*", help="extra recipe overrides after --, e.g. -- --learning_rate 1e-3")
     args = parser.parse_args(argv)
     if args.sft_steps < 1:
         parser.error(f"--sft-steps must be >= 1, got {args.sft_steps}")
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    args.trains_start = bool(args.build_start or args.from_scratch
-                             or (args.start is None and not (SHIPPED_START / "config.json").is_file()))
+    args.trains_start = bool(
+        args.build_start or args.from_scratch or (args.start is None and not (SHIPPED_START / "config.json").is_file())
+    )
     if args.train_size is None:
         args.train_size = 4000 if args.trains_start else 400
     return args
@@ -334,8 +448,10 @@ def main(argv=None) -> int:
         sft_info = warm_start(data_dir, start_dir, args)
     else:
         start_dir = Path(args.start).resolve() if args.start else SHIPPED_START
-        log(f"[demo] start model: {start_dir} (warm start; rebuild it with `make demo-start`, or train one "
-            "first with --from-scratch)")
+        log(
+            f"[demo] start model: {start_dir} (warm start; rebuild it with `make demo-start`, or train one "
+            "first with --from-scratch)"
+        )
     timings["warm_start_s"] = time.time() - started - timings["data_s"]
     before = evaluate_model(start_dir, data_dir, args, "start model (selfcheck protocol)")
     timings["eval_start_s"] = time.time() - started - sum(timings.values())
@@ -354,29 +470,47 @@ def main(argv=None) -> int:
         "total_seconds": total,
         "timings_s": timings,
         "load_average": os.getloadavg(),
-        "protocol": {"template": protocol.EVAL_TEMPLATE, "max_new_tokens": protocol.EVAL_MAX_NEW_TOKENS,
-                     "decoding": "greedy", "limit": args.eval_limit},
-        "start_model": str(start_dir), "trained_model": str(submission),
+        "protocol": {
+            "template": protocol.EVAL_TEMPLATE,
+            "max_new_tokens": protocol.EVAL_MAX_NEW_TOKENS,
+            "decoding": "greedy",
+            "limit": args.eval_limit,
+        },
+        "start_model": str(start_dir),
+        "trained_model": str(submission),
         "start_report": read_json(start_dir / START_REPORT, None),
         "warm_start": sft_info,
         "grpo": {"steps": grpo_info["steps"], "seconds": grpo_info["seconds"], "recipe": args.recipe},
-        "splits": {split: {"constant_answer_pct": constant_answer_pct(after[split].records),
-                           "start": {**before[split].summary(), "by_count": by_count(before[split].records)},
-                           "trained": {**after[split].summary(), "by_count": by_count(after[split].records)}}
-                   for split in EVAL_SPLITS},
-        "samples": {split: {"start": before[split].records[0]["completion"][:120],
-                            "trained": after[split].records[0]["completion"][:120]} for split in EVAL_SPLITS},
+        "splits": {
+            split: {
+                "constant_answer_pct": constant_answer_pct(after[split].records),
+                "start": {**before[split].summary(), "by_count": by_count(before[split].records)},
+                "trained": {**after[split].summary(), "by_count": by_count(after[split].records)},
+            }
+            for split in EVAL_SPLITS
+        },
+        "samples": {
+            split: {
+                "start": before[split].records[0]["completion"][:120],
+                "trained": after[split].records[0]["completion"][:120],
+            }
+            for split in EVAL_SPLITS
+        },
     }
     write_json(out / "demo.json", report)
     log("")
     log(f"Start model (SFT warm start) vs trained model (+{grpo_info['steps']} GRPO steps), selfcheck protocol:")
     log(table)
     for split in EVAL_SPLITS:
-        log(f"  {split} sample (gold {before[split].records[0]['gold']}): start "
+        log(
+            f"  {split} sample (gold {before[split].records[0]['gold']}): start "
             f"{' '.join(report['samples'][split]['start'].split())[:70]!r} -> trained "
-            f"{' '.join(report['samples'][split]['trained'].split())[:70]!r}")
-    log(f"[demo] {total / 60:.1f} min in all ({', '.join(f'{k[:-2]} {v:.0f} s' for k, v in timings.items())}); "
-        f"load average {os.getloadavg()[0]:.1f}")
+            f"{' '.join(report['samples'][split]['trained'].split())[:70]!r}"
+        )
+    log(
+        f"[demo] {total / 60:.1f} min in all ({', '.join(f'{k[:-2]} {v:.0f} s' for k, v in timings.items())}); "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     log(f"[demo] report {out / 'demo.json'}; plots {out / 'acc_by_count.png'}, {out / 'curves.png'}")
     return 0
 

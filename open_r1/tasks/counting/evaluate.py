@@ -3,6 +3,7 @@ greedy, `max_new_tokens=256`, the model's own processor and generation config, f
 equality. Batches are left-padded (right padding shifts Qwen2-VL's M-RoPE positions), sorted by question length, and
 the next batch's CPU work runs in a thread while the current one generates; results come back in dataset order.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,10 +45,14 @@ def report_from_records(name: str, records: list[dict], seconds: float) -> SetRe
         return 100.0 * sum(bool(flag(r)) for r in records) / max(n, 1)
 
     return SetReport(
-        name=name, n=n, accuracy_pct=pct(lambda r: r["correct"]),
+        name=name,
+        n=n,
+        accuracy_pct=pct(lambda r: r["correct"]),
         format_pct=pct(lambda r: r["prediction"] is not None),
         mean_completion_tokens=sum(r["completion_tokens"] for r in records) / max(n, 1),
-        truncated_pct=pct(lambda r: r["truncated"]), seconds=seconds, records=records,
+        truncated_pct=pct(lambda r: r["truncated"]),
+        seconds=seconds,
+        records=records,
     )
 
 
@@ -56,16 +61,30 @@ def _prompt_texts(processor, questions: list[str], template: str) -> list[str]:
     return [processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
 
 
-def generate_batch(model, processor, images, questions, template=protocol.EVAL_TEMPLATE,
-                   max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS):
+def generate_batch(
+    model, processor, images, questions, template=protocol.EVAL_TEMPLATE, max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS
+):
     """Greedy protocol completions for one batch. Returns (texts, completion token counts, truncated flags)."""
     return generate_texts(model, processor, _prompt_texts(processor, questions, template), images, max_new_tokens)
 
 
-def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limit=None,
-                     template=protocol.EVAL_TEMPLATE, max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS,
-                     progress=True, compile_generation=False, extract=protocol.extract_answer, prefetch=True,
-                     image_device=None, timings: list | None = None, cpu_positions: bool = True) -> SetReport:
+def evaluate_dataset(
+    model,
+    processor,
+    dataset,
+    name="eval",
+    batch_size=32,
+    limit=None,
+    template=protocol.EVAL_TEMPLATE,
+    max_new_tokens=protocol.EVAL_MAX_NEW_TOKENS,
+    progress=True,
+    compile_generation=False,
+    extract=protocol.extract_answer,
+    prefetch=True,
+    image_device=None,
+    timings: list | None = None,
+    cpu_positions: bool = True,
+) -> SetReport:
     """Run the protocol over a counting dataset (columns image, problem, solution).
 
     `template` / `extract`: the grader's unless a diagnostic swaps them (the plain-question probe). `prefetch`: build
@@ -85,22 +104,31 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
     records: list[dict | None] = [None] * n
     start = time.perf_counter()
     bar = tqdm(total=n, desc=f"selfcheck {name}", disable=not progress, unit="ex")
-    pending = [order[begin:begin + batch_size] for begin in range(0, n, batch_size)]
+    pending = [order[begin : begin + batch_size] for begin in range(0, n, batch_size)]
     on_cuda = getattr(model, "device", torch.device("cpu")).type == "cuda"
 
     dataset = lazy_image_column(dataset)  # decoded batch by batch, in threads (a metadata change)
 
     # only the graph decoder takes precomputed positions (HF generate computes its own)
-    precompute_positions = (cpu_positions and image_device is None and not compile_generation
-                            and resolve_decoder(None, getattr(model, "device", "cpu")) != "hf")
+    precompute_positions = (
+        cpu_positions
+        and image_device is None
+        and not compile_generation
+        and resolve_decoder(None, getattr(model, "device", "cpu")) != "hf"
+    )
 
     def build(index):  # the processor's batch for the rows `index` (CPU work; images decoded here in threads)
         rows = decode_images([{"image": image} for image in dataset.select(index)["image"]])
         texts = _prompt_texts(processor, [questions[i] for i in index], template)
         images = [row["image"].convert("RGB") for row in rows]
-        return prepare_inputs(processor, texts, images, image_device=image_device,
-                              pin_memory=on_cuda and image_device is None,
-                              rope_model=model if precompute_positions else None)
+        return prepare_inputs(
+            processor,
+            texts,
+            images,
+            image_device=image_device,
+            pin_memory=on_cuda and image_device is None,
+            rope_model=model if precompute_positions else None,
+        )
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="selfcheck-prefetch") if prefetch else None
     ahead = None  # (index list, future of its inputs): the next batch, being built
@@ -116,31 +144,49 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
             ahead = (pending[0], pool.submit(build, pending[0])) if pool is not None and pending else None
             generating = time.perf_counter()
             try:
-                texts, lengths, truncated = generate_texts(model, processor, None, None, max_new_tokens,
-                                                           compile_generation=compile_generation, inputs=inputs)
+                texts, lengths, truncated = generate_texts(
+                    model, processor, None, None, max_new_tokens, compile_generation=compile_generation, inputs=inputs
+                )
             except torch.OutOfMemoryError:
                 if len(index) == 1:
                     raise
                 batch_size = (len(index) + 1) // 2
                 rest = [i for chunk in [index, *pending] for i in chunk]
-                pending = [rest[begin:begin + batch_size] for begin in range(0, len(rest), batch_size)]
+                pending = [rest[begin : begin + batch_size] for begin in range(0, len(rest), batch_size)]
                 ahead = None  # built for the old batch size: dropped
                 del inputs
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
-                print(f"[selfcheck] warning: out of GPU memory at batch {len(index)}; continuing at batch "
-                      f"{batch_size} (pass --batch-size {batch_size} to start there)", flush=True)
+                print(
+                    f"[selfcheck] warning: out of GPU memory at batch {len(index)}; continuing at batch "
+                    f"{batch_size} (pass --batch-size {batch_size} to start there)",
+                    flush=True,
+                )
                 continue
             del inputs
             posting = time.perf_counter()
             for i, text, length, cut in zip(index, texts, lengths, truncated):
                 prediction = extract(text)
-                records[i] = {"index": i, "question": questions[i], "gold": golds[i], "prediction": prediction,
-                              "correct": prediction is not None and prediction == golds[i],
-                              "completion_tokens": length, "truncated": bool(cut), "completion": text}
+                records[i] = {
+                    "index": i,
+                    "question": questions[i],
+                    "gold": golds[i],
+                    "prediction": prediction,
+                    "correct": prediction is not None and prediction == golds[i],
+                    "completion_tokens": length,
+                    "truncated": bool(cut),
+                    "completion": text,
+                }
             if timings is not None:
-                timings.append({"rows": len(index), "built": built, "wait_s": waited,
-                                "generate_s": posting - generating, "post_s": time.perf_counter() - posting})
+                timings.append(
+                    {
+                        "rows": len(index),
+                        "built": built,
+                        "wait_s": waited,
+                        "generate_s": posting - generating,
+                        "post_s": time.perf_counter() - posting,
+                    }
+                )
             bar.update(len(index))
     finally:
         if pool is not None:
@@ -152,8 +198,9 @@ def evaluate_dataset(model, processor, dataset, name="eval", batch_size=32, limi
 
 def format_table(reports: list[SetReport]) -> str:
     """Markdown table, one row per set, and the mean accuracy over sets (the score the grader reports)."""
-    header = ("| set | n | accuracy % | format % | mean tokens | truncated % | seconds |\n"
-              "|---|---:|---:|---:|---:|---:|---:|")
+    header = (
+        "| set | n | accuracy % | format % | mean tokens | truncated % | seconds |\n|---|---:|---:|---:|---:|---:|---:|"
+    )
     rows = [
         f"| {r.name} | {r.n} | {r.accuracy_pct:.2f} | {r.format_pct:.2f} | {r.mean_completion_tokens:.1f} | "
         f"{r.truncated_pct:.2f} | {r.seconds:.1f} |"
@@ -171,8 +218,12 @@ def mean_accuracy(reports: list[SetReport]) -> float:
 def write_report(path: str, reports: list[SetReport], model_dir: str, extra: dict | None = None) -> None:
     payload = {
         "model": model_dir,
-        "protocol": {"template": protocol.EVAL_TEMPLATE, "regex": protocol.ANSWER_RE.pattern,
-                     "max_new_tokens": protocol.EVAL_MAX_NEW_TOKENS, "decoding": "greedy"},
+        "protocol": {
+            "template": protocol.EVAL_TEMPLATE,
+            "regex": protocol.ANSWER_RE.pattern,
+            "max_new_tokens": protocol.EVAL_MAX_NEW_TOKENS,
+            "decoding": "greedy",
+        },
         "mean_accuracy_pct": mean_accuracy(reports),
         "sets": {r.name: {**r.summary(), "records": r.records} for r in reports},
         **(extra or {}),

@@ -6,6 +6,7 @@ The grader (fixed, not ours to change):
   * greedy decoding, max_new_tokens = 256;
   * prediction = first match of ``<answer>\\s*(\\d+)\\s*</answer>``, correct only on integer equality with gold.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,7 @@ EVAL_TEMPLATE = (
 )
 # The inherited (R1-V) training wording: no "First", and two spaces after the question, exactly as R1-V has it.
 TRAIN_TEMPLATE = (
-    "{question}  Output the thinking process in <think> </think> and final answer (number) in "
-    "<answer> </answer> tags."
+    "{question}  Output the thinking process in <think> </think> and final answer (number) in <answer> </answer> tags."
 )
 # Named templates a recipe can mix (see open_r1/tasks/counting/data.py: `prompt_templates`).
 TEMPLATES: dict[str, str] = {"eval": EVAL_TEMPLATE, "train": TRAIN_TEMPLATE}

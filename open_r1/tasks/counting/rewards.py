@@ -4,6 +4,7 @@ exact_count {0, 1}, format {0, 1}, soft_count [0, 1], length_penalty [-1, 0], an
 inherited reward kept only for `configs/weak_baseline.yaml`. A bad recipe param raises RewardConfigError; an
 unparseable gold `solution` raises ValueError (a data bug that a 0 score would hide).
 """
+
 from __future__ import annotations
 
 import functools
@@ -51,12 +52,16 @@ def format_checks(text: str) -> dict[str, bool]:
     close_at = text.find(ANSWER_CLOSE)
     answer_at = text.find(ANSWER_OPEN)
     think_open_at, think_close_at = text.find(THINK_OPEN), text.find(THINK_CLOSE)
-    think_ok = (text.count(THINK_OPEN) == 1 and text.count(THINK_CLOSE) == 1 and think_open_at < think_close_at
-                and (answer_at == -1 or think_close_at < answer_at))
+    think_ok = (
+        text.count(THINK_OPEN) == 1
+        and text.count(THINK_CLOSE) == 1
+        and think_open_at < think_close_at
+        and (answer_at == -1 or think_close_at < answer_at)
+    )
     return {
         "parseable": match is not None,
         "single_answer": text.count(ANSWER_OPEN) == 1 and text.count(ANSWER_CLOSE) == 1,
-        "clean_end": close_at != -1 and not text[close_at + len(ANSWER_CLOSE):].strip(),
+        "clean_end": close_at != -1 and not text[close_at + len(ANSWER_CLOSE) :].strip(),
         "think_ok": think_ok,
     }
 
@@ -105,8 +110,9 @@ def format_reward(require_think: bool = True) -> RewardFunc:
     return functools.partial(score_format, require_think=require_think)
 
 
-def score_soft_count(completions, solution=None, *, tolerance: float = 3.0, log_metric: LogMetric = None,
-                     **kwargs) -> list[float]:
+def score_soft_count(
+    completions, solution=None, *, tolerance: float = 3.0, log_metric: LogMetric = None, **kwargs
+) -> list[float]:
     texts = _texts(completions)
     golds = _golds(solution, len(texts))
     preds = [extract_answer(text) for text in texts]
@@ -127,9 +133,16 @@ def soft_count_reward(tolerance: float = 3.0) -> RewardFunc:
     return functools.partial(score_soft_count, tolerance=tolerance)
 
 
-def score_length_penalty(completions, completion_ids=None, *, budget_tokens: int = EVAL_MAX_NEW_TOKENS,
-                         think_budget: int = 128, max_think_penalty: float = 0.5, log_metric: LogMetric = None,
-                         **kwargs) -> list[float]:
+def score_length_penalty(
+    completions,
+    completion_ids=None,
+    *,
+    budget_tokens: int = EVAL_MAX_NEW_TOKENS,
+    think_budget: int = 128,
+    max_think_penalty: float = 0.5,
+    log_metric: LogMetric = None,
+    **kwargs,
+) -> list[float]:
     texts = _texts(completions)
     if completion_ids is not None and len(completion_ids) != len(texts):
         raise ValueError(f"got {len(completion_ids)} completion_ids for {len(texts)} completions")
@@ -162,8 +175,9 @@ def score_length_penalty(completions, completion_ids=None, *, budget_tokens: int
 
 
 @register_reward("length_penalty")
-def length_penalty_reward(budget_tokens: int = EVAL_MAX_NEW_TOKENS, think_budget: int = 128,
-                          max_think_penalty: float = 0.5) -> RewardFunc:
+def length_penalty_reward(
+    budget_tokens: int = EVAL_MAX_NEW_TOKENS, think_budget: int = 128, max_think_penalty: float = 0.5
+) -> RewardFunc:
     """[-1, 0]: -1.0 when the completion reaches `budget_tokens` with no parseable answer ending inside it (greedy
     eval at 256 tokens would cut it; set `budget_tokens` to a shorter training `max_completion_length`); otherwise
     ``-max_think_penalty * min(1, max(0, think_tokens - think_budget) / (budget_tokens - think_budget))``. Token counts
@@ -173,12 +187,17 @@ def length_penalty_reward(budget_tokens: int = EVAL_MAX_NEW_TOKENS, think_budget
         _require_number("length_penalty", param, value, integer=True)
     _require_number("length_penalty", "max_think_penalty", max_think_penalty)
     if not 0 <= think_budget < budget_tokens:
-        raise RewardConfigError(f"length_penalty: need 0 <= think_budget < budget_tokens, got {think_budget} and "
-                                f"{budget_tokens}")
+        raise RewardConfigError(
+            f"length_penalty: need 0 <= think_budget < budget_tokens, got {think_budget} and {budget_tokens}"
+        )
     if not 0 <= max_think_penalty <= 1:
         raise RewardConfigError(f"length_penalty: max_think_penalty must be in [0, 1], got {max_think_penalty!r}")
-    return functools.partial(score_length_penalty, budget_tokens=budget_tokens, think_budget=think_budget,
-                             max_think_penalty=max_think_penalty)
+    return functools.partial(
+        score_length_penalty,
+        budget_tokens=budget_tokens,
+        think_budget=think_budget,
+        max_think_penalty=max_think_penalty,
+    )
 
 
 def score_answer_tag(completions, log_metric: LogMetric = None, **kwargs) -> list[float]:

@@ -11,6 +11,7 @@ saved processor and generation config, first <answer>N</answer> match, integer e
 (accuracy, format rate, mean completion tokens, truncated %) and the mean over sets; writes JSON with per-example
 predictions.
 """
+
 import argparse
 import os
 import sys
@@ -32,17 +33,21 @@ DEFAULT_SETS = ["/app/data/val", "/app/data/ood_val"]
 def run_verify(model_dir: str, strict: bool, any_family: bool = False) -> int:
     """The counting submission's load check (the grader loads Qwen2VLForConditionalGeneration), or with
     `any_family` the check of a model of any supported family as its own class."""
-    report = verify_submission(model_dir, strict_answer=strict,
-                               expected_class=None if any_family else COUNTING_GRADER_CLASS)
+    report = verify_submission(
+        model_dir, strict_answer=strict, expected_class=None if any_family else COUNTING_GRADER_CLASS
+    )
     for warning in report.warnings:
         print(f"warning: {warning}")
     if not report.ok:
         for problem in report.problems:
             print(f"problem: {problem}", file=sys.stderr)
         if report.sample_completion is not None:  # only --strict's answer check failed: it loads and runs
-            print(f"FAIL (--strict): {model_dir} loads as {report.loaded_class} and generates, but its sample answer "
-                  f"has no parseable <answer>N</answer>: {one_line(report.sample_completion)}. Train longer or check "
-                  "the chat template; without --strict this is a warning", file=sys.stderr)
+            print(
+                f"FAIL (--strict): {model_dir} loads as {report.loaded_class} and generates, but its sample answer "
+                f"has no parseable <answer>N</answer>: {one_line(report.sample_completion)}. Train longer or check "
+                "the chat template; without --strict this is a warning",
+                file=sys.stderr,
+            )
         else:
             print(f"FAIL: {model_dir} would not load or run as the grader loads it", file=sys.stderr)
         return 1
@@ -65,8 +70,10 @@ def check_arguments(args) -> None:
         if kind not in ("cuda", "cpu"):
             problems.append(f"--device {args.device!r}: use cuda, cuda:N or cpu")
         elif kind == "cuda" and not torch.cuda.is_available():
-            problems.append(f"--device {args.device}: no GPU is visible (torch.cuda.is_available() is False); "
-                            "use --device cpu or leave --device out")
+            problems.append(
+                f"--device {args.device}: no GPU is visible (torch.cuda.is_available() is False); "
+                "use --device cpu or leave --device out"
+            )
     raise_all(problems, header="bad arguments")
 
 
@@ -90,8 +97,11 @@ def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int |
     option = "--sets" if explicit_sets else "--sets (or --val / --ood-val)"
     problems = model_dir_problems(model_dir, "--model / SUBMISSION")
     real = [os.path.realpath(p) for p in sets]
-    problems += [f"{path} is listed twice ({option}): each set is scored once"
-                 for i, path in enumerate(sets) if real[i] in real[:i]]
+    problems += [
+        f"{path} is listed twice ({option}): each set is scored once"
+        for i, path in enumerate(sets)
+        if real[i] in real[:i]
+    ]
     loaded = []
     for path in sets:
         found, dataset = dataset_problems(path, option)
@@ -117,33 +127,52 @@ def main(argv=None) -> int:
 
 def _run(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=CliHelp)
-    parser.add_argument("--model", default=os.environ.get("SUBMISSION", DEFAULT_MODEL),
-                        help="model dir to score ($SUBMISSION when set)")
+    parser.add_argument(
+        "--model", default=os.environ.get("SUBMISSION", DEFAULT_MODEL), help="model dir to score ($SUBMISSION when set)"
+    )
     parser.add_argument("--sets", nargs="+", default=None, help="save_to_disk dirs (without it: --val and --ood-val)")
     parser.add_argument("--val", default=DEFAULT_SETS[0], help="in-distribution val dir")
     parser.add_argument("--ood-val", default=DEFAULT_SETS[1], help="OOD val dir")
     parser.add_argument("--limit", type=int, default=None, help="first N examples of each set (without it: every row)")
-    parser.add_argument("--batch-size", type=int, default=512,
-                        help="fastest measured on one H200 (docs/PERFORMANCE.md); halved automatically on "
-                        "out-of-memory")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=512,
+        help="fastest measured on one H200 (docs/PERFORMANCE.md); halved automatically on out-of-memory",
+    )
     parser.add_argument("--out", default=None, help="JSON report path (without it: <model>/selfcheck.json)")
     parser.add_argument("--verify", action="store_true", help="only check that the dir loads and generates")
     parser.add_argument("--strict", action="store_true", help="with --verify: an unparseable sample answer fails")
-    parser.add_argument("--any-family", action="store_true",
-                        help="with --verify: check a Qwen2.5-VL / Qwen3-VL dir as its own class, not as the counting "
-                        "submission (the counting grader loads Qwen2VLForConditionalGeneration)")
+    parser.add_argument(
+        "--any-family",
+        action="store_true",
+        help="with --verify: check a Qwen2.5-VL / Qwen3-VL dir as its own class, not as the counting "
+        "submission (the counting grader loads Qwen2VLForConditionalGeneration)",
+    )
     parser.add_argument("--device", default=None, help="cuda / cpu (without it: cuda when available)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("--decoder", choices=["auto", "graph", "eager", "hf"], default="auto",
-                        help="graph: static cache + CUDA-graph decode step (open_r1/decoding.py, same greedy answers, "
-                        "faster on GPUs: docs/PERFORMANCE.md); hf: transformers generate; auto: graph on CUDA, hf on "
-                        "CPU")
-    parser.add_argument("--image-device", choices=["cpu", "cuda"], default="cpu",
-                        help="where images are preprocessed: cpu (in a thread beside the GPU's work) or cuda "
-                        "(faster; pixel values may differ from the CPU's in the last bits)")
-    parser.add_argument("--vision-attention", choices=["grouped", "per_image"], default="grouped",
-                        help="grouped: the vision tower's SDPA attention once per image size (the same result, "
-                        "faster: docs/PERFORMANCE.md); per_image: transformers' loop over the images")
+    parser.add_argument(
+        "--decoder",
+        choices=["auto", "graph", "eager", "hf"],
+        default="auto",
+        help="graph: static cache + CUDA-graph decode step (open_r1/decoding.py, same greedy answers, "
+        "faster on GPUs: docs/PERFORMANCE.md); hf: transformers generate; auto: graph on CUDA, hf on "
+        "CPU",
+    )
+    parser.add_argument(
+        "--image-device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where images are preprocessed: cpu (in a thread beside the GPU's work) or cuda "
+        "(faster; pixel values may differ from the CPU's in the last bits)",
+    )
+    parser.add_argument(
+        "--vision-attention",
+        choices=["grouped", "per_image"],
+        default="grouped",
+        help="grouped: the vision tower's SDPA attention once per image size (the same result, "
+        "faster: docs/PERFORMANCE.md); per_image: transformers' loop over the images",
+    )
     args = parser.parse_args(argv)
     check_arguments(args)
     recover_interrupted_swap(args.model)  # a swap cut by a power loss is completed or undone first
@@ -159,15 +188,25 @@ def _run(argv=None) -> int:
     processor = load_processor(args.model)
     open_r1.generation.DEFAULT_DECODER = args.decoder  # what evaluate_dataset's generate_texts calls use
     reports = [
-        evaluate_dataset(model, processor, dataset, name=name, batch_size=args.batch_size, limit=args.limit,
-                         progress=not args.quiet,
-                         image_device="cuda" if args.image_device == "cuda" and device.startswith("cuda") else None)
+        evaluate_dataset(
+            model,
+            processor,
+            dataset,
+            name=name,
+            batch_size=args.batch_size,
+            limit=args.limit,
+            progress=not args.quiet,
+            image_device="cuda" if args.image_device == "cuda" and device.startswith("cuda") else None,
+        )
         for name, dataset in datasets_
     ]
     print(format_table(reports))
     out = args.out or os.path.join(args.model, "selfcheck.json")
-    extra = {"sets_paths": {name: os.path.abspath(path) for (name, _), path in zip(datasets_, sets)},
-             "sets_rows": {name: len(dataset) for name, dataset in datasets_}, "limit": args.limit}
+    extra = {
+        "sets_paths": {name: os.path.abspath(path) for (name, _), path in zip(datasets_, sets)},
+        "sets_rows": {name: len(dataset) for name, dataset in datasets_},
+        "limit": args.limit,
+    }
     try:
         write_report(out, reports, args.model, extra)
     except OSError:

@@ -2,6 +2,7 @@
 plain rows (question alone -> bare number), and the protocol format taught on arithmetic. Used by the CPU demo and
 the proxy experiment's warm start (`experiments/proxy/sft_warmstart.py`).
 """
+
 from __future__ import annotations
 
 import re
@@ -29,8 +30,15 @@ def sft_target(count: int, style: str, thought: str | None = None) -> str:
 THINK_NOISE_OFFSETS = (-2, -1, 1, 2)
 
 
-def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: str = "think",
-                   think_share: float = 0.5, think_noise: float = 0.0, thoughts: list[str] | None = None):
+def to_sft_dataset(
+    dataset,
+    template_entries: list[str],
+    seed: int = 0,
+    style: str = "think",
+    think_share: float = 0.5,
+    think_noise: float = 0.0,
+    thoughts: list[str] | None = None,
+):
     """Add `prompt` / `completion` columns (TRL prompt-completion); the image stays in `image`, and TRL's collator
     puts its placeholder before the text, the grader's layout. Each row gets a seeded template from
     `template_entries` ("eval:0.5"...); style "mixed" draws think (probability `think_share`) or answer per row.
@@ -59,24 +67,30 @@ def to_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: s
             if row_style == "think" and wrong[i]:
                 offset = int(offsets[i])
                 targets[i] = gold + offset if gold + offset >= 1 else gold + abs(offset)
-    prompts = [[{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
-               for problem, name in zip(dataset["problem"], names)]
+    prompts = [
+        [{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
+        for problem, name in zip(dataset["problem"], names)
+    ]
     thoughts = thoughts or [None] * len(dataset)
-    completions = [[{"role": "assistant", "content": sft_target(t, s, thought)}]
-                   for t, s, thought in zip(targets, styles, thoughts)]
+    completions = [
+        [{"role": "assistant", "content": sft_target(t, s, thought)}]
+        for t, s, thought in zip(targets, styles, thoughts)
+    ]
     return replace_columns(dataset, target_count=targets, prompt=prompts, completion=completions, template=names)
 
 
-def to_arithmetic_sft_dataset(dataset, template_entries: list[str], seed: int = 0, style: str = "think",
-                              think_share: float = 0.5):
+def to_arithmetic_sft_dataset(
+    dataset, template_entries: list[str], seed: int = 0, style: str = "think", think_share: float = 0.5
+):
     """The protocol format taught on another task: "What is A plus B?" (A, B in 1..9, seeded) on each row's image,
     answered `<think>A plus B is C.</think> <answer>C</answer>` (or the answer alone, as in to_sft_dataset), so that
     whether counting shows up inside the format is left to the model and the recipes (docs/RECIPE.md)."""
     rng = np.random.default_rng(seed + 4)
     left, right = rng.integers(1, 10, size=len(dataset)), rng.integers(1, 10, size=len(dataset))
     questions = [f"What is {int(a)} plus {int(b)}?" for a, b in zip(left, right)]
-    rows = replace_columns(dataset, problem=questions,
-                           solution=[f"<answer> {int(a + b)} </answer>" for a, b in zip(left, right)])
+    rows = replace_columns(
+        dataset, problem=questions, solution=[f"<answer> {int(a + b)} </answer>" for a, b in zip(left, right)]
+    )
     thoughts = [f"{int(a)} plus {int(b)} is {int(a + b)}." for a, b in zip(left, right)]
     return to_sft_dataset(rows, template_entries, seed=seed, style=style, think_share=think_share, thoughts=thoughts)
 
@@ -106,8 +120,11 @@ def to_exposure_sft_dataset(dataset):
     `--plain-share` rows). Like the real Qwen2-VL-2B, which counts Super-CLEVR well when asked directly but not
     under the think template (docs/RECIPE.md), the start then counts when asked plainly, never in the format."""
     golds = [protocol.parse_gold(s) for s in dataset["solution"]]
-    prompts = [[{"role": "user", "content": protocol.format_prompt(str(problem), PLAIN_PROMPT)}]
-               for problem in dataset["problem"]]
+    prompts = [
+        [{"role": "user", "content": protocol.format_prompt(str(problem), PLAIN_PROMPT)}]
+        for problem in dataset["problem"]
+    ]
     completions = [[{"role": "assistant", "content": str(int(g))}] for g in golds]
-    return replace_columns(dataset, target_count=golds, prompt=prompts, completion=completions,
-                           template=[EXPOSURE_TEMPLATE] * len(dataset))
+    return replace_columns(
+        dataset, target_count=golds, prompt=prompts, completion=completions, template=[EXPOSURE_TEMPLATE] * len(dataset)
+    )

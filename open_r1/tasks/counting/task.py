@@ -1,5 +1,6 @@
 """The counting task as the engine sees it: training prompts with template mixing, held-out sets scored with the
 grader's protocol (accuracy %, keep-best by the OOD set)."""
+
 from __future__ import annotations
 
 from open_r1.tasks import Task, one_line
@@ -33,8 +34,9 @@ class CountingTask(Task):
         return dataset
 
     def evaluate(self, model, processor, dataset, name, batch_size, limit=None, progress=False):
-        return evaluate_lib.evaluate_dataset(model, processor, dataset, name=name, batch_size=batch_size,
-                                             limit=limit, progress=progress)
+        return evaluate_lib.evaluate_dataset(
+            model, processor, dataset, name=name, batch_size=batch_size, limit=limit, progress=progress
+        )
 
     def report_from_records(self, name, records, seconds):
         return evaluate_lib.report_from_records(name, records, seconds)

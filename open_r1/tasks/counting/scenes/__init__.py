@@ -4,6 +4,7 @@ Renderers: "clevr" (clevr.py: CLEVR look-alikes, CoGenT conditions A and B, 480x
 vehicles on textured ground under a sky, 640x480). Public names are imported lazily so that importing the package
 loads no numpy before the command line (``main``, cli.py) has set its BLAS thread limits.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -3,6 +3,7 @@ generator where it matters for counting: cubes, spheres, cylinders in its 8 colo
 (cubes shrunk by 1/sqrt(2)), spaced on [-3, 3]^2; CoGenT palettes (B swaps A's cube and cylinder colours); its
 camera (49 degrees) and key/fill/back lights, jittered per scene; a light-gray floor with a soft gradient.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -3,6 +3,7 @@
 Writes the splits (one ``save_to_disk`` folder per split under ``--out``) and prints a throughput table;
 ``--preview N`` instead renders N PNG files of one ``--renderer``. Bad arguments: one ``error:`` line, status 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,20 +41,35 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="output directory; gets one save_to_disk folder per split")
     for split, flag in SPLIT_FLAGS.items():
         parser.add_argument(flag, type=int, default=DEFAULT_SIZES[split], metavar="N", help=f"examples in {split}")
-    parser.add_argument("--splits", default=",".join(DEFAULT_SPLITS),
-                        help="comma-separated splits to write (ood_train, OOD-renderer scenes for non-evaluation use, "
-                             "only when named)")
+    parser.add_argument(
+        "--splits",
+        default=",".join(DEFAULT_SPLITS),
+        help="comma-separated splits to write (ood_train, OOD-renderer scenes for non-evaluation use, only when named)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="the scenes are a pure function of the seed")
     parser.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
-    parser.add_argument("--questions", default="default", help="default | mixed | a comma-separated list of total,different,filtered")
+    parser.add_argument(
+        "--questions", default="default", help="default | mixed | a comma-separated list of total,different,filtered"
+    )
     parser.add_argument("--image-size", default=None, metavar="WxH", help="clevr splits (default 480x320)")
     parser.add_argument("--ood-image-size", default=None, metavar="WxH", help="ood_val and ood_train (default 640x480)")
     parser.add_argument("--min-objects", type=int, default=3, help="fewest objects in a scene")
     parser.add_argument("--max-objects", type=int, default=10, help="most objects in a scene")
     parser.add_argument("--overwrite", action="store_true", help="replace the named splits if --out exists")
-    parser.add_argument("--samples", default=None, metavar="DIR", help=f"also save the first {SAMPLES_PER_SPLIT} images of each split as DIR/<split>_<i>.png")
+    parser.add_argument(
+        "--samples",
+        default=None,
+        metavar="DIR",
+        help=f"also save the first {SAMPLES_PER_SPLIT} images of each split as DIR/<split>_<i>.png",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("--preview", type=int, default=None, metavar="N", help="instead of splits: render N PNGs of --renderer into --out")
+    parser.add_argument(
+        "--preview",
+        type=int,
+        default=None,
+        metavar="N",
+        help="instead of splits: render N PNGs of --renderer into --out",
+    )
     parser.add_argument("--renderer", default="clevr", help="for --preview: clevr | ood")
     parser.add_argument("--condition", default="A", help="for --preview with clevr: CoGenT condition A | B")
     return parser
@@ -73,16 +89,27 @@ def _run_splits(args) -> int:
     sizes = {name: getattr(args, name) for name in names}
     for name, n in sizes.items():
         if n < 1:
-            raise SceneArgumentError(f"{SPLIT_FLAGS[name]} must be at least 1 (got {n}); to skip the split, leave it "
-                                     "out of --splits")
+            raise SceneArgumentError(
+                f"{SPLIT_FLAGS[name]} must be at least 1 (got {n}); to skip the split, leave it out of --splits"
+            )
     problem = writable_problem(args.out)
     if problem:  # before minutes of rendering
         raise SceneArgumentError(f"cannot write --out: {problem}; choose another --out")
     stats: dict = {}
-    paths = write_splits(args.out, sizes, seed=args.seed, overwrite=args.overwrite, workers=args.workers,
-                         questions=_questions_arg(args.questions), image_size=args.image_size,
-                         ood_image_size=args.ood_image_size, min_objects=args.min_objects,
-                         max_objects=args.max_objects, progress=not args.no_progress, stats=stats)
+    paths = write_splits(
+        args.out,
+        sizes,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        workers=args.workers,
+        questions=_questions_arg(args.questions),
+        image_size=args.image_size,
+        ood_image_size=args.ood_image_size,
+        min_objects=args.min_objects,
+        max_objects=args.max_objects,
+        progress=not args.no_progress,
+        stats=stats,
+    )
     rows = []
     for split, path in paths.items():
         per_core = stats[split]["images_per_cpu_s"]

@@ -6,6 +6,7 @@ camera, lights and the question). Example ``i`` renders from ``SeedSequence(seed
 and draws its question from ``(split_stream, i, 1)``: images depend on neither the number of workers, ``n`` nor
 the question mode, and no two splits share a stream. ``write_splits`` also refuses two examples of one scene.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -73,8 +74,15 @@ class SplitJob:
     max_objects: int
 
 
-def make_job(split: str, n: int, seed: int = 0, questions: str | Sequence[str] = "default", image_size: Any = None,
-             min_objects: int = 3, max_objects: int = 10) -> SplitJob:
+def make_job(
+    split: str,
+    n: int,
+    seed: int = 0,
+    questions: str | Sequence[str] = "default",
+    image_size: Any = None,
+    min_objects: int = 3,
+    max_objects: int = 10,
+) -> SplitJob:
     """Validate a split request; raises SceneArgumentError with the fix in the message."""
     if split not in SPLITS:
         raise SceneArgumentError(f"unknown split {split!r}; choose from: {', '.join(SPLITS)}")
@@ -188,8 +196,12 @@ def _generate(job: SplitJob, workers: int, progress: bool, cache_dir: str | os.P
     cpu_start, start = _cpu_seconds(), time.perf_counter()
     with _datasets_bars_off():
         dataset = datasets.Dataset.from_generator(
-            iter_examples, features=features(), gen_kwargs={"job": job, "workers": workers, "progress": progress},
-            cache_dir=None if cache_dir is None else str(cache_dir), fingerprint=_job_fingerprint(job))
+            iter_examples,
+            features=features(),
+            gen_kwargs={"job": job, "workers": workers, "progress": progress},
+            cache_dir=None if cache_dir is None else str(cache_dir),
+            fingerprint=_job_fingerprint(job),
+        )
     seconds, cpu_seconds = time.perf_counter() - start, _cpu_seconds() - cpu_start
     per_cpu_s = job.n / cpu_seconds if cpu_seconds else None
     timing = {"n": job.n, "seconds": seconds, "images_per_s": job.n / seconds, "images_per_cpu_s": per_cpu_s}
@@ -213,9 +225,19 @@ def _resolve_workers(workers: int | None) -> int:
     return int(workers)
 
 
-def build_split(split: str, n: int, seed: int = 0, questions: str | Sequence[str] = "default", image_size: Any = None,
-                workers: int = 1, progress: bool = True, *, min_objects: int = 3, max_objects: int = 10,
-                cache_dir: str | os.PathLike | None = None):
+def build_split(
+    split: str,
+    n: int,
+    seed: int = 0,
+    questions: str | Sequence[str] = "default",
+    image_size: Any = None,
+    workers: int = 1,
+    progress: bool = True,
+    *,
+    min_objects: int = 3,
+    max_objects: int = 10,
+    cache_dir: str | os.PathLike | None = None,
+):
     """Render a split as a ``datasets.Dataset``, its Arrow files in ``cache_dir`` (default: the datasets cache),
     where an identical request with unchanged code reuses them."""
     job = make_job(split, n, seed, questions, image_size, min_objects, max_objects)
@@ -238,10 +260,21 @@ def assert_disjoint(fingerprints: dict[str, Iterable[str]]) -> None:
         raise AssertionError(f"splits share scenes ({detail}); every example must be a distinct scene")
 
 
-def write_splits(out_dir: str | os.PathLike, sizes: dict[str, int], seed: int = 0, overwrite: bool = False,
-                 workers: int | None = None, questions: str | Sequence[str] = "default", image_size: Any = None,
-                 ood_image_size: Any = None, *, min_objects: int = 3, max_objects: int = 10, progress: bool = True,
-                 stats: dict | None = None) -> dict[str, Path]:
+def write_splits(
+    out_dir: str | os.PathLike,
+    sizes: dict[str, int],
+    seed: int = 0,
+    overwrite: bool = False,
+    workers: int | None = None,
+    questions: str | Sequence[str] = "default",
+    image_size: Any = None,
+    ood_image_size: Any = None,
+    *,
+    min_objects: int = 3,
+    max_objects: int = 10,
+    progress: bool = True,
+    stats: dict | None = None,
+) -> dict[str, Path]:
     """Write ``out_dir/<split>/`` (``save_to_disk``) for each split in ``sizes`` ({split: n}); ``image_size`` for
     the clevr splits, ``ood_image_size`` for the ood ones (None: the renderer's default).
 
@@ -259,8 +292,10 @@ def write_splits(out_dir: str | os.PathLike, sizes: dict[str, int], seed: int = 
     workers = _resolve_workers(workers)
     out = Path(out_dir)
     if out.exists() and not overwrite:
-        raise SceneArgumentError(f"output directory {out} already exists; pass --overwrite (overwrite=True) to replace "
-                                 "its splits, or choose a new --out")
+        raise SceneArgumentError(
+            f"output directory {out} already exists; pass --overwrite (overwrite=True) to replace "
+            "its splits, or choose a new --out"
+        )
     if out.exists() and not out.is_dir():
         raise SceneArgumentError(f"output path {out} exists and is not a directory; choose another --out")
 

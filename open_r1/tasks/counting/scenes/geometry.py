@@ -6,6 +6,7 @@ For a whole array of rays a part gives the interval ``[t_in, t_out]`` inside it 
 shadow test asks whether it reaches past the ray's origin, so a ground point *under* an object is shadowed too
 (no light leak at the contact line). Normals come from the hit point alone.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

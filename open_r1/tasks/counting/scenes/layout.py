@@ -1,4 +1,5 @@
 """Random non-overlapping placement of objects on the ground, vectorised over candidate positions."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -6,8 +7,14 @@ from typing import Callable
 import numpy as np
 
 
-def place_discs(rng: np.random.Generator, radii: list[float], sample_xy: Callable, min_gap: float, candidates: int = 24,
-                rounds: int = 3) -> np.ndarray | None:
+def place_discs(
+    rng: np.random.Generator,
+    radii: list[float],
+    sample_xy: Callable,
+    min_gap: float,
+    candidates: int = 24,
+    rounds: int = 3,
+) -> np.ndarray | None:
     """Centres (n, 2) for discs of the given radii, each at least ``min_gap`` from the others: each disc keeps the
     first fitting one of ``candidates`` positions ``sample_xy(rng, k)`` draws. None: stuck, redraw the objects."""
     centres = np.empty((0, 2))

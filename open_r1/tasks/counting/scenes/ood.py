@@ -5,6 +5,7 @@ checkered, in another palette. Background: tiles, planks, grass or sand receding
 or overcast sky, with haze. Camera: low (1.4-2.6 units) and wide (60-72 degrees) from any azimuth. Lighting: a
 coloured sun with crisp shadows. Image size: 640x480 (CLEVR: 480x320).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -177,7 +178,9 @@ def object_parts(obj: dict, object_id: int) -> list[Part]:
     parts = []
     for kind, center, rot, half, role in _layout(obj["shape"]):
         world_center = origin + yaw @ (np.asarray(center, dtype=np.float64) * scale)
-        parts.append(Part(kind, world_center, yaw @ rot, np.asarray(half, dtype=np.float64) * scale, object_id, materials[role]))
+        parts.append(
+            Part(kind, world_center, yaw @ rot, np.asarray(half, dtype=np.float64) * scale, object_id, materials[role])
+        )
     return parts
 
 
@@ -262,7 +265,9 @@ def build_spec(rng: np.random.Generator, n_objects: int, condition: str | None, 
     horizon, zenith, sun_color, ambient, (el_lo, el_hi) = _SKY[sky]
     elevation = np.radians(rng.uniform(el_lo, el_hi))
     sun_azimuth = rng.uniform(0.0, 2.0 * np.pi)
-    sun_dir = np.array([np.cos(sun_azimuth) * np.cos(elevation), np.sin(sun_azimuth) * np.cos(elevation), np.sin(elevation)])
+    sun_dir = np.array(
+        [np.cos(sun_azimuth) * np.cos(elevation), np.sin(sun_azimuth) * np.cos(elevation), np.sin(elevation)]
+    )
     sun = np.asarray(sun_color) * rng.uniform(0.9, 1.1)
     ambient = np.asarray(ambient)
     lighting = Lighting(
@@ -287,7 +292,9 @@ def build_spec(rng: np.random.Generator, n_objects: int, condition: str | None, 
     ground_params = {
         "angle": float(rng.uniform(0.0, np.pi)),
         "scale": float(rng.uniform(0.8, 1.5)),
-        "waves": [(float(rng.uniform(1.5, 7.0)), float(rng.uniform(0, np.pi)), float(rng.uniform(0, 6.3))) for _ in range(4)],
+        "waves": [
+            (float(rng.uniform(1.5, 7.0)), float(rng.uniform(0, np.pi)), float(rng.uniform(0, 6.3))) for _ in range(4)
+        ],
     }
     background = lambda cam: make_background(cam, ground_kind, ground_params, sky, sun_dir, sun)  # noqa: E731
     spec = SceneSpec(camera, parts, n_objects, lighting, background, [footprint(obj) for obj in objects])

@@ -1,6 +1,7 @@
 """A minimal PNG encoder for 8-bit RGB: one fixed "Up" row filter (a numpy subtraction) compresses these smooth
 renders as well as Pillow's per-row filter search, the generator's slowest step, in under half the time.
 """
+
 from __future__ import annotations
 
 import struct
@@ -28,4 +29,9 @@ def encode_png(rgb: np.ndarray, level: int = 3) -> bytes:
     scanlines[0, 1:] = rows[0]
     np.subtract(rows[1:], rows[:-1], out=scanlines[1:, 1:])  # uint8 arithmetic wraps modulo 256, as PNG wants
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit truecolour, no interlace
-    return _SIGNATURE + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(scanlines.tobytes(), level)) + _chunk(b"IEND", b"")
+    return (
+        _SIGNATURE
+        + _chunk(b"IHDR", header)
+        + _chunk(b"IDAT", zlib.compress(scanlines.tobytes(), level))
+        + _chunk(b"IEND", b"")
+    )

@@ -5,6 +5,7 @@ attribute filter in CLEVR's word order, e.g. "How many small striped buses are t
 85% of the time, else drawn at random, so the answer may be 0). A ``questions`` argument: "default" (the split's
 total-count wording), "mixed" (half total, half filtered), one kind, or a list of kinds drawn uniformly.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -22,10 +23,18 @@ QUESTION_KINDS = ("total", "different", "filtered")
 # Attribute vocabularies per renderer, in the order words appear in a question ("shape" is the noun; an OOD
 # object's "plain" texture is no filter word).
 VOCABULARY = {
-    "clevr": {"size": tuple(clevr.SIZES), "color": tuple(clevr.COLORS), "material": clevr.MATERIALS,
-              "shape": clevr.SHAPES},
-    "ood": {"size": tuple(ood.SIZES), "color": tuple(ood.COLORS), "texture": ("striped", "checkered"),
-            "shape": ood.CATEGORIES},
+    "clevr": {
+        "size": tuple(clevr.SIZES),
+        "color": tuple(clevr.COLORS),
+        "material": clevr.MATERIALS,
+        "shape": clevr.SHAPES,
+    },
+    "ood": {
+        "size": tuple(ood.SIZES),
+        "color": tuple(ood.COLORS),
+        "texture": ("striped", "checkered"),
+        "shape": ood.CATEGORIES,
+    },
 }
 PLURALS = {"cube": "cubes", "sphere": "spheres", "cylinder": "cylinders", **ood.PLURALS}
 _FROM_OBJECT_PROBABILITY = 0.85
@@ -43,11 +52,14 @@ def resolve_question_kinds(questions: str | Sequence[str], renderer: str) -> tup
     else:
         names = list(questions)
         if not names:
-            raise SceneArgumentError("questions list is empty; pass 'default', 'mixed' or kinds from: total, different, filtered")
+            raise SceneArgumentError(
+                "questions list is empty; pass 'default', 'mixed' or kinds from: total, different, filtered"
+            )
     for name in names:
         if name not in QUESTION_KINDS:
-            raise SceneArgumentError(f"unknown questions {name!r}; use 'default', 'mixed', or kinds from: "
-                                     f"{', '.join(QUESTION_KINDS)}")
+            raise SceneArgumentError(
+                f"unknown questions {name!r}; use 'default', 'mixed', or kinds from: {', '.join(QUESTION_KINDS)}"
+            )
     return tuple(names)
 
 
@@ -83,7 +95,11 @@ def make_question(rng: np.random.Generator, scene: dict, kinds: Sequence[str]) -
     if kind == "different":
         return DIFFERENT_QUESTION, len(objects), {"kind": kind}
     filters = _draw_filters(rng, objects, scene["renderer"])
-    return filtered_text(filters, scene["renderer"]), count_matching(objects, filters), {"kind": kind, "filter": filters}
+    return (
+        filtered_text(filters, scene["renderer"]),
+        count_matching(objects, filters),
+        {"kind": kind, "filter": filters},
+    )
 
 
 def format_solution(count: int) -> str:

@@ -9,6 +9,7 @@ lights, a sky/ground hemisphere, Blinn-Phong highlights and an environment refle
 like metal). Pixels where the part or face changes are re-traced with 4 sub-samples. Colours are linear while
 lit and go to display space with gamma 2 (a square root).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -109,7 +110,9 @@ class RayCaster:
             self.shadow_rects.append(self.cam.screen_rect(np.concatenate([corners, on_ground]), pad=3))
         # Material tables, gathered per pixel by part index: albedo (3, P) and coefficients (8, P).
         self.albedo = np.array([p.material.albedo for p in self.parts], dtype=np.float64).reshape(-1, 3).T.copy()
-        self.coeffs = np.array([_MATERIALS[p.material.kind] for p in self.parts], dtype=np.float64).reshape(-1, 8).T.copy()
+        self.coeffs = (
+            np.array([_MATERIALS[p.material.kind] for p in self.parts], dtype=np.float64).reshape(-1, 8).T.copy()
+        )
         self.textured = [p.material.texture != "plain" and p.material.texture_color is not None for p in self.parts]
         # Shading order of parts: matte materials first, then those with an environment reflection.
         mirror = (self.coeffs[1] + self.coeffs[2]) > 0
@@ -361,7 +364,9 @@ class RayCaster:
             changed_v = code[1:, :] != code[:-1, :]
             edge = _both_sides(changed_h, changed_v)
             # Face boundaries inside one part (a cube's edges): sub-samples there must be shaded, not reused.
-            face_edge = _both_sides(changed_h & (part[:, 1:] == part[:, :-1]), changed_v & (part[1:, :] == part[:-1, :]))
+            face_edge = _both_sides(
+                changed_h & (part[:, 1:] == part[:, :-1]), changed_v & (part[1:, :] == part[:-1, :])
+            )
             edge_pix = np.flatnonzero(edge)
             ground_at_edges = np.broadcast_to(ground[:, edge_pix], (3, len(edge_pix)))
             center = np.array(ground_at_edges, dtype=np.float64)
@@ -369,7 +374,9 @@ class RayCaster:
             on_object = obj_pix[slot] == edge_pix
             center[:, on_object] = colors[:, slot[on_object]]
             smooth = _to_uint8(
-                self._supersample(edge_pix, ground_at_edges, center, flat_part[edge_pix], face_edge.reshape(-1)[edge_pix])
+                self._supersample(
+                    edge_pix, ground_at_edges, center, flat_part[edge_pix], face_edge.reshape(-1)[edge_pix]
+                )
             )
             out[edge_pix] = smooth.T
         return out.reshape(h, w, 3)

@@ -1,6 +1,7 @@
 """``render_scene``: sample a scene from a renderer, redraw its layout until every object is visible enough to
 count (as CLEVR's generator does), then shade it. The gold count is the number of ids in the object-id buffer.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,8 +43,9 @@ def parse_image_size(image_size: Any, renderer: str = "clevr") -> tuple[int, int
         except (TypeError, ValueError):
             raise SceneArgumentError(f"image size {image_size!r} is not (width, height); use e.g. (480, 320)") from None
     if not (_MIN_SIDE <= width <= _MAX_SIDE and _MIN_SIDE <= height <= _MAX_SIDE):
-        raise SceneArgumentError(f"image size {width}x{height} is out of range; each side must be between "
-                                 f"{_MIN_SIDE} and {_MAX_SIDE}")
+        raise SceneArgumentError(
+            f"image size {width}x{height} is out of range; each side must be between {_MIN_SIDE} and {_MAX_SIDE}"
+        )
     return width, height
 
 
@@ -59,8 +61,10 @@ def validate_scene_args(renderer: str, condition: str | None, min_objects: int, 
     if min_objects < 1:
         raise SceneArgumentError(f"min_objects must be at least 1, got {min_objects}")
     if min_objects > max_objects:
-        raise SceneArgumentError(f"min_objects ({min_objects}) is greater than max_objects ({max_objects}); "
-                                 "lower min_objects or raise max_objects")
+        raise SceneArgumentError(
+            f"min_objects ({min_objects}) is greater than max_objects ({max_objects}); "
+            "lower min_objects or raise max_objects"
+        )
     if max_objects > MAX_OBJECTS:
         raise SceneArgumentError(f"max_objects must be at most {MAX_OBJECTS}, got {max_objects}")
 
@@ -71,7 +75,9 @@ def as_generator(rng_or_seed: Any) -> np.random.Generator:
         raise SceneArgumentError(f"seed must be a non-negative integer, got {rng_or_seed}")
     if is_int(rng_or_seed) or isinstance(rng_or_seed, (np.random.Generator, np.random.SeedSequence)):
         return np.random.default_rng(rng_or_seed)
-    raise SceneArgumentError(f"expected an int seed, a SeedSequence or a numpy Generator, got {type(rng_or_seed).__name__}")
+    raise SceneArgumentError(
+        f"expected an int seed, a SeedSequence or a numpy Generator, got {type(rng_or_seed).__name__}"
+    )
 
 
 def scene_fingerprint(scene: dict | str) -> str:
@@ -98,7 +104,12 @@ def _describe(renderer, condition, camera, key_dir, environment, objects, object
         entry["position"] = [round(float(v), 4) for v in obj["position"]]
         entry["rotation"] = round(float(obj["rotation"]), 2)
         # Visible extent in pixels: [x0, y0, x1, y1], x1/y1 exclusive.
-        entry["bbox"] = [int(cols[mine].min()), int(rows[mine].min()), int(cols[mine].max()) + 1, int(rows[mine].max()) + 1]
+        entry["bbox"] = [
+            int(cols[mine].min()),
+            int(rows[mine].min()),
+            int(cols[mine].max()) + 1,
+            int(rows[mine].max()) + 1,
+        ]
         entry["visible_pixels"] = int(counts[i])
         described.append(entry)
     return {
@@ -114,9 +125,16 @@ def _describe(renderer, condition, camera, key_dir, environment, objects, object
     }
 
 
-def render_scene(rng_or_seed: Any = 0, renderer: str = "clevr", condition: str | None = "A", image_size: Any = None,
-                 min_objects: int = 3, max_objects: int = 10, min_visible_pixels: int | None = None,
-                 anti_alias: bool = True) -> tuple[Image.Image, dict, np.ndarray]:
+def render_scene(
+    rng_or_seed: Any = 0,
+    renderer: str = "clevr",
+    condition: str | None = "A",
+    image_size: Any = None,
+    min_objects: int = 3,
+    max_objects: int = 10,
+    min_visible_pixels: int | None = None,
+    anti_alias: bool = True,
+) -> tuple[Image.Image, dict, np.ndarray]:
     """Render one scene: (RGB PIL image, scene dict, object-id buffer (H, W) int32 with -1 for background).
 
     The number of objects is uniform in [min_objects, max_objects]; layouts are redrawn (same count) until every
@@ -146,5 +164,7 @@ def render_scene(rng_or_seed: Any = 0, renderer: str = "clevr", condition: str |
             f"larger image"
         )
     pixels = caster.render(anti_alias=anti_alias)
-    scene = _describe(renderer, condition, spec.camera, spec.lighting.key_dir, environment, objects, trace.object_ids, attempt)
+    scene = _describe(
+        renderer, condition, spec.camera, spec.lighting.key_dir, environment, objects, trace.object_ids, attempt
+    )
     return Image.fromarray(pixels), scene, trace.object_ids
