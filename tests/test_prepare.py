@@ -9,6 +9,8 @@ import math
 import os
 import random
 import shutil
+import subprocess
+import sys
 import unicodedata
 
 import pytest
@@ -560,6 +562,7 @@ def test_the_prepared_dir_passes_the_real_recipes_preflight(prepared, tiny_model
 
     out = prepared[0]
     models = [f"models.policy={tiny_model_dirs['qwen3_vl']}", f"models.reward_backbone={tiny_model_dirs['qwen2_5_vl']}"]
+    models.append("grpo.reward_kwargs.caption_rm.device=cpu")  # the recipe's cuda:1 is checked before anything runs
     stages = [stage.NAME for stage in pipeline.STAGES]
     recipe = parse_recipe(
         "configs/captioning/real_qwen3vl2b.yaml", [f"work_dir={tmp_path}", f"data_dir={out}", *models], pipeline.STAGES
@@ -572,3 +575,24 @@ def test_the_prepared_dir_passes_the_real_recipes_preflight(prepared, tiny_model
     )
     with pytest.raises(RecipeError, match="open-r1-caption-prepare"):
         pipeline.preflight(missing, pipeline.STAGES, stages)
+
+
+@pytest.mark.slow
+def test_the_real_chain_runs_on_cpu_from_the_public_layout(tmp_path):
+    """The documented CPU check (``make humor-real-cpu``): a few contests in the public ratings layout through
+    prepare, synthesis (the tiny policy's traces closed at the budget), SFT + merge, RM + blind RM, GRPO and best-of-N
+    with the real recipe's settings on tiny models; its first run stopped at SFT (every trace dropped)."""
+    contests, _ = fixture_contests()
+    src = write_ratings(str(tmp_path / "ratings"), {c: contests[c] for c in (500, 510, 511, 700, 702)}, no_cartoon=())
+    work = tmp_path / "run"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    command = ["make", "-s", "humor-real-cpu", f"PY={sys.executable}", f"SOURCE=--ratings {src}"]
+    command += [f"HUMOR_REAL_CPU_DIR={work}", "PREPARE=--val-frac 0.2 --test-frac 0.2"]
+    env = {**os.environ, "PYTHONPATH": root, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with open(work / "results" / "pipeline.json") as handle:
+        stages = json.load(handle)["stages"]
+    assert list(stages) == ["synthesize", "sft", "rm", "grpo", "eval"]
+    assert stages["synthesize"]["result"]["kept"] == stages["synthesize"]["result"]["closed"] > 0
+    assert os.path.isfile(work / "models" / "policy-grpo-seed42" / "config.json") and "| grpo_s42 |" in done.stdout
