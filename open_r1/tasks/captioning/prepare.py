@@ -72,7 +72,10 @@ HEADER_OLD = ("rank", "caption", "mean", "precision", "votes", "not_funny", "som
 HEADER_NEW = HEADER_OLD[1:]
 CATEGORIES = ("not_funny", "somewhat_funny", "funny")
 QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201c": '"', "\u201d": '"', "\u201e": '"'})
-ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
+ZERO_WIDTH = re.compile("[\u200b\u200c\u200d\u2060\ufeff]")
+CONTROL = re.compile(
+    "[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]"
+)  # Unicode's Cc but the whitespace ones (split joins those)
 # ftfy for mojibake alone: each other rule is its own, counted step
 MOJIBAKE_ONLY = ftfy.TextFixerConfig(
     unescape_html=False,
@@ -366,7 +369,7 @@ def repair_mojibake(text: str) -> str:
 
 
 def strip_controls(text: str) -> str:
-    return "".join(c for c in text if c.isspace() or unicodedata.category(c) != "Cc")
+    return CONTROL.sub("", text)
 
 
 def strip_signature(text: str) -> str:
@@ -381,7 +384,7 @@ def strip_signature(text: str) -> str:
 
 TEXT_RULES = (
     ("mojibake_repaired", repair_mojibake),
-    ("zero_width_removed", lambda text: text.translate(ZERO_WIDTH)),
+    ("zero_width_removed", lambda text: text if text.isascii() else ZERO_WIDTH.sub("", text)),
     ("control_chars_removed", strip_controls),
     ("signatures_removed", strip_signature),
 )
@@ -404,7 +407,7 @@ def clean_caption(raw: str, report: Counter, keep_raw: bool = False) -> str:
         return text
     nfc = unicodedata.normalize("NFC", text)
     report["nfc_changed"] += nfc != text
-    straight = nfc.translate(QUOTES)
+    straight = nfc if nfc.isascii() else nfc.translate(QUOTES)  # the ASCII fast path: most captions
     report["curly_quotes"] += straight != nfc
     return straight
 
