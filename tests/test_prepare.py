@@ -472,9 +472,9 @@ def test_hub_hints_name_the_real_configs_and_files(tmp_path, capsys):
     assert "load_dataset('yguooo/newyorker_caption_ranking', '1_rating')" in capsys.readouterr().err
 
 
-def test_unwritable_out_and_interrupt_give_one_line(prepared, tmp_path, capsys, monkeypatch):
+def test_unwritable_out_and_interrupt_give_one_line(tmp_path, capsys, monkeypatch):
     """Issue 54: an --out under a file (no folder can be made there) and Ctrl-C were tracebacks."""
-    _, contests, _, _ = prepared
+    contests, _ = fixture_contests()
     src = write_ratings(str(tmp_path / "ratings"), {c: contests[c] for c in (500, 510, 700)})
     (tmp_path / "file").write_text("x")
     assert prepare.main(["--ratings", src, "--out", str(tmp_path / "file" / "out")]) == 2
@@ -491,8 +491,8 @@ def test_unwritable_out_and_interrupt_give_one_line(prepared, tmp_path, capsys, 
     assert err.count("\n") == 1 and "interrupted" in err and sorted(os.listdir(tmp_path)) == before
 
 
-def test_too_few_contests_names_the_ones_without_cartoon_and_writes_the_report(prepared, tmp_path, capsys):
-    _, contests, _, _ = prepared
+def test_too_few_contests_names_the_ones_without_cartoon_and_writes_the_report(tmp_path, capsys):
+    contests, _ = fixture_contests()
     src = write_ratings(str(tmp_path / "ratings"), {c: contests[c] for c in (500, 510, 700)}, no_cartoon=(500, 510))
     out = str(tmp_path / "out")
     assert prepare.main(["--ratings", src, "--out", out]) == 2
