@@ -371,6 +371,20 @@ def test_existing_out_is_refused_and_overwrite_swaps_it_whole(prepared, tmp_path
     assert os.path.isfile(os.path.join(target, "prepare_report.json"))
 
 
+def test_keep_raw_leaves_the_text_as_published(tmp_path):
+    contests, _ = fixture_contests()
+    src = write_ratings(str(tmp_path / "ratings"), {c: contests[c] for c in (500, 510, 700)})
+    out = str(tmp_path / "out")
+    assert (
+        prepare.main(["--ratings", src, "--out", out, "--keep-raw", "--val-frac", "0.34", "--test-frac", "0.34"]) == 0
+    )
+    captions = {r["caption"] for s in ("train", "val", "test") for r in data.load_captions(os.path.join(out, s))}
+    assert {" ".join(raw.split()) for raw in CLEANED} <= captions and "\u201cWho\u2019s there?\u201d" in captions
+    with open(os.path.join(out, "prepare_report.json")) as handle:
+        report = json.load(handle)
+    assert report["mojibake_repaired"] == report["signatures_removed"] == report["curly_quotes"] == 0
+
+
 def _bad(tmp_path, case):
     root = tmp_path / "ratings"
     if case == "missing":
