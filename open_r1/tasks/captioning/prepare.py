@@ -259,7 +259,7 @@ def _load_part(root: str, part: str, needed: bool) -> dict:
     for split, paths in files.items():
         try:
             tables = [pq.read_table(f) if f.endswith(".parquet") else pj.read_json(f) for f in paths]
-            table = datasets.Dataset(pa.concat_tables(tables, promote_options="default"))
+            table = datasets.Dataset(pa.concat_tables(tables, promote_options="permissive"))
         except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
             raise DataError(f"{path}: unreadable {', '.join(paths)} ({exc}); download the part again") from None
         out[split] = (table, paths[0] if len(paths) == 1 else path)
@@ -292,7 +292,10 @@ def hub_source(root: str, report: Counter):
         _need(table, ["contest", "caption", "mean", "precision", "votes"], source or os.path.join(root, "1_rating"))
         tables.append(table.data.table.select([c for c in table.column_names if c != "image"]))
         where.append(f"{source or os.path.join(root, '1_rating')}" + (f" [{split}]" if split and not source else ""))
-    ratings = pa.concat_tables(tables, promote_options="default")
+    try:  # permissive: one split's votes may be read as int, another's as double
+        ratings = pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise DataError(f"the 1_rating splits {', '.join(where)} do not share column types ({exc})") from None
     has_cats = all(c in ratings.column_names for c in CATEGORIES)
     split_of_row = np.repeat(np.arange(len(tables)), [t.num_rows for t in tables])
     row_in_split = np.concatenate([np.arange(t.num_rows) for t in tables])
