@@ -417,17 +417,22 @@ def test_bad_input_gives_one_line_and_leaves_nothing(tmp_path, capsys, case):
 
 
 def write_hub(root, contests, splits, positional=()):
-    """The Hub dataset as `hf download` leaves it: ranking/<split>.jsonl (config 1_rating), gpt4o_description/
-    <split>.jsonl, cartoons/<split>-00000-of-00001.parquet; the cartoons in `positional` carry no id or numeric name
-    (humor-r1 then takes the description row at the same index of the same split)."""
+    """The Hub dataset as `hf download` leaves it (ranking/<split>.jsonl: config 1_rating; cartoons/<split>-00000-
+    of-00001.parquet), the descriptions as `save_to_disk` of config 2_gpt4o_description; the cartoons in `positional`
+    carry no id or numeric name (humor-r1 then takes the description row at the same index of the same split)."""
     import io
 
+    import datasets
     import pyarrow as pa
     import pyarrow.parquet as pq
     from PIL import Image
 
-    for part in ("ranking", "gpt4o_description", "cartoons"):
+    for part in ("ranking", "cartoons"):
         os.makedirs(os.path.join(root, part))
+    described = {s: [dict(DESCRIPTIONS[500], contest_number=c) for c in ids] for s, ids in splits.items()}
+    datasets.DatasetDict({s: datasets.Dataset.from_list(rows) for s, rows in described.items()}).save_to_disk(
+        os.path.join(root, "2_gpt4o_description")  # as humor-r1's config, saved with save_to_disk
+    )
     for split, ids in splits.items():
         with open(os.path.join(root, "ranking", f"{split}.jsonl"), "w") as handle:
             for contest in ids:
@@ -438,9 +443,6 @@ def write_hub(root, contests, splits, positional=()):
                         handle.write(
                             json.dumps({"contest_number": contest, "caption": row["caption"], **numbers}) + "\n"
                         )
-        with open(os.path.join(root, "gpt4o_description", f"{split}.jsonl"), "w") as handle:
-            for contest in ids:
-                handle.write(json.dumps(dict(DESCRIPTIONS[500], contest_number=contest)) + "\n")
         blobs = []
         for contest in ids:
             buffer = io.BytesIO()

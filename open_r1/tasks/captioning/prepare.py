@@ -330,11 +330,12 @@ def hub_source(root: str, report: Counter):
                 descriptions[int(row["contest"])] = row
     cartoons = {}
     for split, (table, source) in _load_part(root, "cartoons", True).items():
-        _need(table, ["image"], source or os.path.join(root, "cartoons"))
-        if isinstance(table.features["image"], datasets.Image):
-            table = table.cast_column("image", datasets.Image(decode=False))
+        column = next((c for c in ("image", "cartoon", "img", "picture") if c in table.column_names), "image")
+        _need(table, [column], source or os.path.join(root, "cartoons"))  # humor-r1's candidate names
+        if isinstance(table.features[column], datasets.Image):
+            table = table.cast_column(column, datasets.Image(decode=False))
         for index, row in enumerate(table):  # humor-r1's order: the id, a numeric file name, the split's position
-            cell, contest = row["image"] or {}, row.get("contest_number", row.get("contest"))
+            cell, contest = row[column] or {}, row.get("contest_number", row.get("contest"))
             stem = os.path.splitext(os.path.basename(cell.get("path") or ""))[0]
             if contest is None and stem.isdigit():
                 contest = int(stem)
@@ -611,7 +612,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--ratings", help="checkout of the public ratings repository (summaries/, cartoons/)")
-    source.add_argument("--hub", help="folder with the Hub dataset's parts saved locally: " + ", ".join(HUB_PARTS))
+    source.add_argument(
+        "--hub", help="folder with yguooo/newyorker_caption_ranking's parts: 1_rating, 2_gpt4o_description, cartoons"
+    )
     parser.add_argument("--descriptions", help="csv/jsonl of cartoon descriptions joined by contest")
     parser.add_argument("--out", required=True, help="output folder (train/ val/ test/, images/, prepare_report.json)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
