@@ -15,7 +15,7 @@ at the same index of the same split. The Hub's train/validation/test are kept (`
 
 Rules, each counted in ``prepare_report.json`` [under this name]:
 
-0. A row whose numbers cannot be a rating (votes or a category count not a finite number >= 0, a mean outside
+0. A row whose numbers cannot be a rating (votes or a category count not a finite number >= 0, a voted mean outside
    1..3, an infinite or negative precision, a number that does not parse) is dropped [bad_rows; bad_rows_where: file,
    line (a Hub split's row + 1) and problem, the first 1000].
 1. Text, unless ``--keep-raw`` (each change counted, with examples in text_fix_examples): mojibake repaired with ftfy
@@ -176,7 +176,7 @@ def rating_numbers(mean, precision, votes, cats=None) -> tuple:
     counts = [float(v) for v in (votes, *(cats or ()))]
     if not all(math.isfinite(c) and c >= 0 for c in counts):
         raise ValueError(f"votes and category counts must be finite numbers >= 0, got {', '.join(map(str, counts))}")
-    if not (math.isnan(mean) or 1 <= mean <= 3):
+    if math.isinf(mean) or (counts[0] > 0 and not (math.isnan(mean) or 1 <= mean <= 3)):  # 0 votes: no mean
         raise ValueError(f"mean {mean} is outside 1..3")
     if math.isinf(precision) or precision < 0:
         raise ValueError(f"precision {precision} is not a finite number >= 0")
