@@ -73,9 +73,7 @@ HEADER_NEW = HEADER_OLD[1:]
 CATEGORIES = ("not_funny", "somewhat_funny", "funny")
 QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201c": '"', "\u201d": '"', "\u201e": '"'})
 ZERO_WIDTH = re.compile("[\u200b\u200c\u200d\u2060\ufeff]")
-CONTROL = re.compile(
-    "[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]"
-)  # Unicode's Cc but the whitespace ones (split joins those)
+CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")  # Cc but whitespace (which split joins)
 # ftfy for mojibake alone: each other rule is its own, counted step
 MOJIBAKE_ONLY = ftfy.TextFixerConfig(
     unescape_html=False,
