@@ -497,6 +497,14 @@ def test_unwritable_out_and_interrupt_give_one_line(tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a writable directory" in err
 
+    def denied(*args):  # as a non-root user writing into a folder made read-only mid-run meets it
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(prepare, "place_cartoon", denied)
+    assert prepare.main(["--ratings", src, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Permission denied" in err and not os.path.exists(tmp_path / "out")
+
     def interrupt(*args):
         raise KeyboardInterrupt
 
