@@ -16,6 +16,7 @@ from open_r1.tasks.captioning import config, pipeline
 H200 = "configs/captioning/standin_h200.yaml"
 REAL = "configs/captioning/real_qwen3vl2b.yaml"
 RECIPES = sorted(glob.glob("configs/captioning/*.yaml"))
+RM_ON_CPU = "grpo.reward_kwargs.caption_rm.device=cpu"
 
 
 def load(path=H200, overrides=()):
@@ -49,7 +50,12 @@ def test_every_shipped_recipe_parses_and_passes_the_preflight(tmp_path, path):
             f"models.policy={build_tiny('qwen3_vl', tmp_path / 'policy')}",
             f"models.reward_backbone={build_tiny('qwen2_5_vl', tmp_path / 'rm')}",
         ]
-        recipe = config.parse_recipe(path, [f"work_dir={tmp_path / 'w'}", f"data_dir={data}", *models], pipeline.STAGES)
+        settings = [f"work_dir={tmp_path / 'w'}", f"data_dir={data}", *models]
+        recipe = config.parse_recipe(path, settings, pipeline.STAGES)
+        if not config.cuda_devices():  # its reward model scores on cuda:1: named before any model loads
+            with pytest.raises(RecipeError, match=r"caption_rm.device 'cuda:1' is not on this machine"):
+                pipeline.preflight(recipe, pipeline.STAGES, [s.NAME for s in pipeline.STAGES])
+            recipe = config.parse_recipe(path, [*settings, RM_ON_CPU], pipeline.STAGES)
         pipeline.preflight(recipe, pipeline.STAGES, [s.NAME for s in pipeline.STAGES])
         assert recipe.paths.policy_base == str(tmp_path / "policy")
         return

@@ -33,6 +33,7 @@ def test_split_trace_drops_and_counts():
 
     assert split_trace("The blue cube is odd.</think>\n\n<caption>x</caption>") == ("The blue cube is odd.", "ok")
     assert split_trace("never closed because the budget ran out") == (None, "truncated")
+    assert split_trace("<think>never closed", close=True) == ("never closed", "closed")  # synthesize.close_unterminated
     assert split_trace("  </think> anything") == (None, "empty")
 
 

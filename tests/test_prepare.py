@@ -8,6 +8,9 @@ import json
 import math
 import os
 import random
+import shutil
+import subprocess
+import sys
 import unicodedata
 
 import pytest
@@ -18,6 +21,16 @@ OLD = ["rank", "caption", "mean", "precision", "votes", "not_funny", "somewhat_f
 NEW = OLD[1:]
 MIN_CAPTIONS = 20
 CURLY = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'}
+# the text rules' planted cases: raw -> prepared (mojibake, zero width, control characters, signatures, a joke kept)
+CLEANED = {
+    "It isn\u00e2\u20ac\u2122t mine \u00e2\u20ac\u201d Pok\u00c3\u00a9mon.": "It isn't mine \u2014 Pok\u00e9mon.",
+    "Zero\u200b width": "Zero width",
+    "Bell\x10 joke\x7f\x9d": "Bell joke",
+    "Best joke ever.\nJohn Smith, Springfield, IL": "Best joke ever.",
+    "Another one.\njane.doe@example.com": "Another one.",
+    "Third.\n\u2014 Mary Ann Evans": "Third.",
+    "Mom and Dad.\nAlaska, July 2042.": "Mom and Dad. Alaska, July 2042.",
+}
 
 
 def _row(caption, mean, se, votes, mismatch=False):
@@ -48,23 +61,28 @@ def fixture_contests(seed=0):
     ]  # below the planted tops, never equal to a planted mean
     rng.shuffle(means)  # distinct means: the only ties are the planted ones
     planted = {
-        "multi_line_captions": 1,
+        "multi_line_captions": 5,
+        "mojibake_repaired": 1,
+        "zero_width_removed": 1,
+        "control_chars_removed": 1,
+        "signatures_removed": 3,
+        "bad_rows": 5,
         "nfc_changed": 1,
-        "curly_quotes": 2,
+        "curly_quotes": 3,
         "empty_captions": 1,
         "duplicate_groups": 2,
         "duplicate_rows_merged": 3,
         "max_copies": 3,
         "vote_count_mismatches": 2,
-        "contests_with_several_files": 1,
-        "algorithm_files_dropped": 1,
+        "contests_with_several_files": 2,
+        "captions_in_several_files": 12 + 22,
         "tied_captions": 3,
         "top_k_cut_in_tie": 1,
         "contests_without_cartoon": 1,
-        "captions_below_min_votes": 2,
+        "captions_below_min_votes": 2 + 12 + 40,
         "non_finite_rows": 1,
         "contests_below_min_captions": 1,
-        "contests_without_description": 2,
+        "contests_without_description": 3,
     }
     odd = [
         _row("Line one\nline two", 1.25, 0.05, 40),
@@ -76,6 +94,7 @@ def fixture_contests(seed=0):
         _row("Quote \u2018me\u2019.", 1.2, 0.06, 30),
         _row("Quote 'me'.", 1.3, 0.04, 70, mismatch=True),
         _row("   ", 1.1, 0.1, 20),
+        *(_row(raw, 1.5 + i / 1000, 0.05, 40) for i, raw in enumerate(CLEANED)),
     ]
     ties = [
         _row("Tie X", 1.7, 0.03, 50),
@@ -85,6 +104,14 @@ def fixture_contests(seed=0):
         _row("Top two", 1.8, 0.02, 200),
     ]
     low_votes = [_row("Few votes a", 1.95, 0.2, 4), _row("Few votes b", 1.05, 0.2, 3), _row("No stats", 1.5, "nan", 1)]
+    bad = [  # rule 0: dropped, listed with file and line (issue 54: the first two were tracebacks)
+        dict(_row("Infinite votes", 1.5, 0.05, 20), votes="inf"),
+        dict(_row("702 joke 0", 1.5, 0.05, 20), votes=-30),  # a negative-vote duplicate of a caption
+        _row("Mean too high", 4.5, 0.05, 20),
+        dict(_row("Not a number", 1.5, 0.05, 20), mean="abc"),
+        dict(_row("Negative category", 1.5, 0.05, 20), funny=-1),
+    ]
+    shared = _random_rows(rng, "511", 22, means)
     contests = {
         500: [
             ("LilUCB", OLD, _random_rows(rng, "500L", 24, means)),
@@ -93,20 +120,29 @@ def fixture_contests(seed=0):
                 OLD,
                 [
                     dict(r, votes=5, not_funny=5, somewhat_funny=0, funny=0)
-                    for r in _random_rows(rng, "500R", 24, means)
+                    for r in _random_rows(rng, "500L", 12, means) + _random_rows(rng, "500R", 12, means)
                 ],
             ),
+        ],
+        # contest 511 as on the public data: RoundRobin holds more votes, spread below the 10-vote minimum
+        511: [
+            ("LilUCB", OLD, shared),
+            ("RoundRobin", OLD, [_row(r["caption"], means.pop(), 0.2, 6) for r in shared] + _rr(rng, means)),
         ],
         510: [("LilUCB", OLD, _random_rows(rng, "510", 22, means) + odd)],
         700: [("", NEW, _random_rows(rng, "700", 20, means) + ties)],
         701: [("", NEW, _random_rows(rng, "701", 25, means))],  # no cartoon
-        702: [("", NEW, _random_rows(rng, "702", 21, means) + low_votes)],
+        702: [("", NEW, _random_rows(rng, "702", 21, means) + low_votes + bad)],
         703: [("", NEW, _random_rows(rng, "703", 8, means))],  # too few captions
     }
     for rows in contests[500][0][2]:
         rows["votes"] += 20  # the LilUCB file has more votes: it is kept
         rows["not_funny"] += 20
     return contests, planted
+
+
+def _rr(rng, means):
+    return [_row(f"511R joke {i}", means.pop(), 0.2, 6) for i in range(40)]
 
 
 def write_ratings(root, contests, no_cartoon=(701,)):
@@ -133,12 +169,15 @@ def expected(contests, no_cartoon=(701,), min_votes=10, min_captions=MIN_CAPTION
     """Plain Python over the fixture: {contest: [(caption, mean, se, votes)]} in source order."""
     out = {}
     for contest, files in contests.items():
-        rows = max(files, key=lambda f: sum(r["votes"] for r in f[2]))[2]
+        rows = [row for _, _, rows in files for row in rows]  # several files: merged by caption
         groups = {}
         for row in rows:
+            numbers = [row[k] for k in ("mean", "votes", "not_funny", "somewhat_funny", "funny")]
+            if not all(isinstance(n, (int, float)) and 0 <= n < math.inf for n in numbers) or row["mean"] > 3:
+                continue
             if not math.isfinite(float(row["precision"])):
                 continue
-            text = unicodedata.normalize("NFC", " ".join(row["caption"].split()))
+            text = unicodedata.normalize("NFC", " ".join(CLEANED.get(row["caption"], row["caption"]).split()))
             for curly, straight in CURLY.items():
                 text = text.replace(curly, straight)
             if text:
@@ -217,7 +256,7 @@ def test_prepared_splits_hold_the_expected_captions_by_contest(prepared):
     for split in splits.values():
         for row in split.remove_columns("image"):
             seen.setdefault(row["contest"], []).append((row["caption"], row["mean"], row["precision"], row["votes"]))
-    assert sorted(seen) == sorted(want) == [500, 510, 700, 702]
+    assert sorted(seen) == sorted(want) == [500, 510, 511, 700, 702]
     for contest, rows in want.items():
         assert [r[0] for r in seen[contest]] == [r[0] for r in rows]  # source order kept
         for got, ref in zip(seen[contest], rows):
@@ -227,6 +266,29 @@ def test_prepared_splits_hold_the_expected_captions_by_contest(prepared):
     captions = [r[0] for r in seen[510]]
     assert {"Caf\u00e9 au lait", "Line one line two", '"Who\'s there?"', "Quote 'me'."} <= set(captions)
     assert captions.count("Same joke.") == 1
+    assert set(CLEANED.values()) <= set(captions)
+    every = [c for rows in seen.values() for c, *_ in rows]
+    assert not [
+        c for c in every if "\u200b" in c or "\u00e2\u20ac" in c or any(ord(x) < 32 or 127 <= ord(x) < 160 for x in c)
+    ]
+    assert not [c for c in every if "@" in c or "Springfield" in c or "Mary Ann" in c]
+
+
+def test_several_summary_files_are_merged_so_no_contest_is_lost(prepared):
+    """Contest 511 as on the public data: the RoundRobin file has more votes, all below the minimum; the old rule
+    kept it and dropped the contest. Merged, every LilUCB caption is kept with both files' votes."""
+    out, contests, _, splits = prepared
+    rows = {r["caption"]: r for s in splits.values() for r in s.remove_columns("image") if r["contest"] == 511}
+    lil, rr = contests[511][0][2], contests[511][1][2]
+    assert sorted(rows) == sorted(r["caption"] for r in lil)
+    for a, b in zip(lil, rr):
+        assert rows[a["caption"]]["votes"] == a["votes"] + b["votes"]
+        want = (a["mean"] * a["votes"] + b["mean"] * b["votes"]) / (a["votes"] + b["votes"])
+        assert rows[a["caption"]]["mean"] == pytest.approx(want)
+    with open(os.path.join(out, "prepare_report.json")) as handle:
+        files = json.load(handle)["contest_files"]
+    assert files["511"] == {"files": ["511_LilUCB.csv", "511_RoundRobin.csv"], "how": "merged"}
+    assert files["700"] == {"files": ["700.csv"], "how": "single"}
 
 
 def test_top_k_rows_and_three_sigma_pairs_equal_a_plain_computation(prepared):
@@ -274,9 +336,23 @@ def test_report_counts_every_planted_case(prepared):
         report = json.load(handle)
     assert {k: report[k] for k in planted} == planted
     assert report["unreadable_cartoons"] == 0 and set(prepare.COUNTS) < set(report)
-    assert report["contests_without_cartoon_ids"] == [701] and report["contests_read"] == 6
+    assert report["contests_without_cartoon_ids"] == [701] and report["contests_read"] == 7
+    where = [(os.path.basename(b["file"]), b["line"]) for b in report["bad_rows_where"]]
+    assert where == [("702.csv", 2 + 21 + 3 + i) for i in range(5)]
+    assert "outside 1..3" in report["bad_rows_where"][2]["problem"]
+    assert report["text_fix_examples"]["signatures_removed"][0] == [
+        "Best joke ever.\nJohn Smith, Springfield, IL",
+        "Best joke ever.",
+    ]
     assert report["splits"] == {n: {"contests": len(set(s["contest"])), "captions": len(s)} for n, s in splits.items()}
-    assert sorted(os.listdir(os.path.join(out, "images"))) == ["500.jpg", "510.jpg", "700.jpg", "702.png", "703.jpg"]
+    assert sorted(os.listdir(os.path.join(out, "images"))) == [
+        "500.jpg",
+        "510.jpg",
+        "511.jpg",
+        "700.jpg",
+        "702.png",
+        "703.jpg",
+    ]
 
 
 def test_existing_out_is_refused_and_overwrite_swaps_it_whole(prepared, tmp_path, capsys):
@@ -295,6 +371,20 @@ def test_existing_out_is_refused_and_overwrite_swaps_it_whole(prepared, tmp_path
     assert os.path.isfile(os.path.join(target, "prepare_report.json"))
 
 
+def test_keep_raw_leaves_the_text_as_published(tmp_path):
+    contests, _ = fixture_contests()
+    src = write_ratings(str(tmp_path / "ratings"), {c: contests[c] for c in (500, 510, 700)})
+    out = str(tmp_path / "out")
+    assert (
+        prepare.main(["--ratings", src, "--out", out, "--keep-raw", "--val-frac", "0.34", "--test-frac", "0.34"]) == 0
+    )
+    captions = {r["caption"] for s in ("train", "val", "test") for r in data.load_captions(os.path.join(out, s))}
+    assert {" ".join(raw.split()) for raw in CLEANED} <= captions and "\u201cWho\u2019s there?\u201d" in captions
+    with open(os.path.join(out, "prepare_report.json")) as handle:
+        report = json.load(handle)
+    assert report["mojibake_repaired"] == report["signatures_removed"] == report["curly_quotes"] == 0
+
+
 def _bad(tmp_path, case):
     root = tmp_path / "ratings"
     if case == "missing":
@@ -307,8 +397,6 @@ def _bad(tmp_path, case):
     if case == "encoding":
         path.write_bytes(b"\xff\xfe\x00bad\x81\x82")
         return str(root), "600_LilUCB.csv is not a readable UTF-8 csv"
-    path.write_text(",".join(NEW) + "\nfine,1.5,0.1,20,5,5,10\nbroken,abc,0.1,20,5,5,10\n")
-    return str(root), "600_LilUCB.csv line 3"
 
 
 def test_bad_settings_are_refused_before_reading(tmp_path, capsys):
@@ -318,7 +406,7 @@ def test_bad_settings_are_refused_before_reading(tmp_path, capsys):
         assert err.count("\n") == 1 and f"{flag} ({value})" in err and "summaries" not in err
 
 
-@pytest.mark.parametrize("case", ["missing", "header", "encoding", "row"])
+@pytest.mark.parametrize("case", ["missing", "header", "encoding"])
 def test_bad_input_gives_one_line_and_leaves_nothing(tmp_path, capsys, case):
     source, message = _bad(tmp_path, case)
     before = sorted(os.listdir(tmp_path))
@@ -328,7 +416,10 @@ def test_bad_input_gives_one_line_and_leaves_nothing(tmp_path, capsys, case):
     assert sorted(os.listdir(tmp_path)) == before  # no out dir, no temp dir
 
 
-def test_hub_layout_saved_locally(tmp_path):
+def write_hub(root, contests, splits, positional=()):
+    """The Hub dataset as `hf download` leaves it (ranking/<split>.jsonl: config 1_rating; cartoons/<split>-00000-
+    of-00001.parquet), the descriptions as `save_to_disk` of config 2_gpt4o_description; the cartoons in `positional`
+    carry no id or numeric name (humor-r1 then takes the description row at the same index of the same split)."""
     import io
 
     import datasets
@@ -336,34 +427,104 @@ def test_hub_layout_saved_locally(tmp_path):
     import pyarrow.parquet as pq
     from PIL import Image
 
-    contests, _ = fixture_contests(seed=1)
-    rows = {"contest_number": [], "caption": [], "mean": [], "precision": [], "votes": []}
-    for contest in (700, 702):
-        for row in contests[contest][0][2]:
-            rows["contest_number"].append(contest)
-            for key in ("caption", "mean", "precision", "votes"):
-                rows[key].append(float(row[key]) if key == "precision" else row[key])
-    table = datasets.Dataset.from_dict(rows)
-    datasets.DatasetDict(
-        {"train": table.select(range(20)), "validation": table.select(range(20, len(table)))}
-    ).save_to_disk(str(tmp_path / "hub" / "1_rating"))
-    datasets.Dataset.from_list([DESCRIPTIONS[500] | {"contest_number": 700}]).save_to_disk(
-        str(tmp_path / "hub" / "2_gpt4o_description")
+    for part in ("ranking", "cartoons"):
+        os.makedirs(os.path.join(root, part))
+    described = {s: [dict(DESCRIPTIONS[500], contest_number=c) for c in ids] for s, ids in splits.items()}
+    datasets.DatasetDict({s: datasets.Dataset.from_list(rows) for s, rows in described.items()}).save_to_disk(
+        os.path.join(root, "2_gpt4o_description")  # as humor-r1's config, saved with save_to_disk
     )
-    blobs = []
-    for contest in (700, 702):
-        buffer = io.BytesIO()
-        Image.new("RGB", (10, 10)).save(buffer, format="PNG")
-        blobs.append({"bytes": buffer.getvalue(), "path": f"{contest}.png"})
-    os.makedirs(tmp_path / "hub" / "cartoons")
-    pq.write_table(pa.table({"image": blobs}), tmp_path / "hub" / "cartoons" / "train-00000-of-00001.parquet")
+    for split, ids in splits.items():
+        with open(os.path.join(root, "ranking", f"{split}.jsonl"), "w") as handle:
+            for contest in ids:
+                for row in contests[contest][0][2]:
+                    good = isinstance(row["mean"], float) and isinstance(row["votes"], int) and row["funny"] >= 0
+                    if good and row["mean"] <= 3:  # the jsonl holds numbers
+                        numbers = {k: float(row[k]) if k == "precision" else row[k] for k in NEW[1:]}
+                        handle.write(
+                            json.dumps({"contest_number": contest, "caption": row["caption"], **numbers}) + "\n"
+                        )
+        blobs = []
+        for contest in ids:
+            buffer = io.BytesIO()
+            Image.new("RGB", (10, 10), (contest % 255, 0, 0)).save(buffer, format="PNG")
+            blobs.append(
+                {"bytes": buffer.getvalue(), "path": "image.png" if contest in positional else f"{contest}.png"}
+            )
+        pq.write_table(pa.table({"image": blobs}), os.path.join(root, "cartoons", f"{split}-00000-of-00001.parquet"))
+    return root
+
+
+def test_hub_layout_keeps_the_hubs_splits_and_finds_cartoons_as_humor_r1(tmp_path):
+    contests, _ = fixture_contests(seed=1)
+    hub = write_hub(str(tmp_path / "hub"), contests, {"train": [700, 500], "validation": [702], "test": [510]}, [702])
     out = str(tmp_path / "out")
-    assert prepare.main(["--hub", str(tmp_path / "hub"), "--out", out, "--val-frac", "0.4", "--test-frac", "0"]) == 0
-    loaded = [data.load_captions(os.path.join(out, s)) for s in ("train", "val")]
-    want = expected({c: contests[c] for c in (700, 702)}, no_cartoon=())
-    got = {r["contest"]: r for s in loaded for r in s.remove_columns("image")}
-    assert sorted(got) == [700, 702] and sum(len(s) for s in loaded) == sum(len(v) for v in want.values())
-    assert got[700]["scene"] == "A dog at a desk." and got[700]["twist"] == "The dog is the boss."
+    assert prepare.main(["--hub", hub, "--out", out]) == 0
+    got = {s: data.load_captions(os.path.join(out, s)) for s in ("train", "val", "test")}
+    assert {s: sorted(set(d["contest"])) for s, d in got.items()} == {"train": [500, 700], "val": [702], "test": [510]}
+    want = expected({c: contests[c][:1] for c in (500, 510, 700, 702)}, no_cartoon=())
+    rows = {r["contest"]: r for d in got.values() for r in d.remove_columns("image")}
+    assert sum(len(d) for d in got.values()) == sum(len(v) for v in want.values())
+    assert rows[700]["scene"] == "A dog at a desk." and rows[700]["twist"] == "The dog is the boss."
+    with open(os.path.join(out, "prepare_report.json")) as handle:
+        report = json.load(handle)
+    assert report["cartoons_matched_by_position"] == 1 and report["split_rule"] == "the Hub's train/validation/test"
+    again = str(tmp_path / "again")
+    assert (
+        prepare.main(["--hub", hub, "--out", again, "--resplit", "2", "--val-frac", "0.25", "--test-frac", "0.25"]) == 0
+    )
+    with open(os.path.join(again, "prepare_report.json")) as handle:
+        assert json.load(handle)["split_rule"] == "by contest, seed 2"
+
+
+def test_hub_hints_name_the_real_configs_and_files(tmp_path, capsys):
+    contests, _ = fixture_contests(seed=1)
+    hub = write_hub(str(tmp_path / "hub"), contests, {"train": [700]})
+    shutil.rmtree(os.path.join(hub, "cartoons"))
+    assert prepare.main(["--hub", hub, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "cartoons/{train,validation,test}-00000-of-00001.parquet" in err and "'cartoons')" not in err
+    shutil.rmtree(os.path.join(hub, "ranking"))
+    assert prepare.main(["--hub", hub, "--out", str(tmp_path / "out")]) == 2
+    assert "load_dataset('yguooo/newyorker_caption_ranking', '1_rating')" in capsys.readouterr().err
+
+
+def test_unwritable_out_and_interrupt_give_one_line(tmp_path, capsys, monkeypatch):
+    """Issue 54: an --out under a file (no folder can be made there) and Ctrl-C were tracebacks."""
+    contests, _ = fixture_contests()
+    src = write_ratings(str(tmp_path / "ratings"), {c: contests[c] for c in (500, 510, 700)})
+    (tmp_path / "file").write_text("x")
+    assert prepare.main(["--ratings", src, "--out", str(tmp_path / "file" / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a writable directory" in err
+
+    def denied(*args):  # as a non-root user writing into a folder made read-only mid-run meets it
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(prepare, "place_cartoon", denied)
+    assert prepare.main(["--ratings", src, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Permission denied" in err and not os.path.exists(tmp_path / "out")
+
+    def interrupt(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare, "place_cartoon", interrupt)
+    before = sorted(os.listdir(tmp_path))
+    assert prepare.main(["--ratings", src, "--out", str(tmp_path / "out")]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted" in err and sorted(os.listdir(tmp_path)) == before
+
+
+def test_too_few_contests_names_the_ones_without_cartoon_and_writes_the_report(tmp_path, capsys):
+    contests, _ = fixture_contests()
+    src = write_ratings(str(tmp_path / "ratings"), {c: contests[c] for c in (500, 510, 700)}, no_cartoon=(500, 510))
+    out = str(tmp_path / "out")
+    assert prepare.main(["--ratings", src, "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "cannot fill val" in err and "2 contests were dropped for a missing or unreadable cartoon" in err
+    with open(out + ".prepare_report.json") as handle:
+        assert json.load(handle)["contests_without_cartoon_ids"] == [500, 510]
+    assert not os.path.exists(out)
 
 
 def test_a_missing_data_dir_points_to_prepare(tmp_path):
@@ -425,6 +586,7 @@ def test_the_prepared_dir_passes_the_real_recipes_preflight(prepared, tiny_model
 
     out = prepared[0]
     models = [f"models.policy={tiny_model_dirs['qwen3_vl']}", f"models.reward_backbone={tiny_model_dirs['qwen2_5_vl']}"]
+    models.append("grpo.reward_kwargs.caption_rm.device=cpu")  # the recipe's cuda:1 is checked before anything runs
     stages = [stage.NAME for stage in pipeline.STAGES]
     recipe = parse_recipe(
         "configs/captioning/real_qwen3vl2b.yaml", [f"work_dir={tmp_path}", f"data_dir={out}", *models], pipeline.STAGES
@@ -437,3 +599,24 @@ def test_the_prepared_dir_passes_the_real_recipes_preflight(prepared, tiny_model
     )
     with pytest.raises(RecipeError, match="open-r1-caption-prepare"):
         pipeline.preflight(missing, pipeline.STAGES, stages)
+
+
+@pytest.mark.slow
+def test_the_real_chain_runs_on_cpu_from_the_public_layout(tmp_path):
+    """The documented CPU check (``make humor-real-cpu``): a few contests in the public ratings layout through
+    prepare, synthesis (the tiny policy's traces closed at the budget), SFT + merge, RM + blind RM, GRPO and best-of-N
+    with the real recipe's settings on tiny models; its first run stopped at SFT (every trace dropped)."""
+    contests, _ = fixture_contests()
+    src = write_ratings(str(tmp_path / "ratings"), {c: contests[c] for c in (500, 510, 511, 700, 702)}, no_cartoon=())
+    work = tmp_path / "run"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    command = ["make", "-s", "humor-real-cpu", f"PY={sys.executable}", f"SOURCE=--ratings {src}"]
+    command += [f"HUMOR_REAL_CPU_DIR={work}", "PREPARE=--val-frac 0.2 --test-frac 0.2"]
+    env = {**os.environ, "PYTHONPATH": root, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with open(work / "results" / "pipeline.json") as handle:
+        stages = json.load(handle)["stages"]
+    assert list(stages) == ["synthesize", "sft", "rm", "grpo", "eval"]
+    assert stages["synthesize"]["result"]["kept"] == stages["synthesize"]["result"]["closed"] > 0
+    assert os.path.isfile(work / "models" / "policy-grpo-seed42" / "config.json") and "| grpo_s42 |" in done.stdout

@@ -5,30 +5,47 @@
 
 Sources: ``--ratings DIR``, the public ratings repository: ``summaries/<contest>[_<algorithm>].csv`` (header
 ``[rank,]caption,mean,precision,votes,not_funny,somewhat_funny,funny``), ``cartoons/<contest>.jpg``; or ``--hub DIR``:
-humor-r1's ``yguooo/newyorker_caption_ranking`` saved locally, a folder per part (``save_to_disk`` or parquet, splits
-pooled): ``1_rating``, ``2_gpt4o_description`` (optional; canny/uncanny are our scene/twist), ``cartoons``.
+humor-r1's ``yguooo/newyorker_caption_ranking`` saved locally, a folder per part, each a ``save_to_disk`` dataset or
+the repository's own files (``hf download``: ``<split>.jsonl`` / ``<split>-00000-of-00001.parquet``): the configs
+``1_rating`` (folder ``1_rating`` or ``ranking``) and ``2_gpt4o_description`` (optional; ``gpt4o_description``;
+canny/uncanny are our scene/twist), and the files ``cartoons/{train,validation,test}-00000-of-00001.parquet``. A
+cartoon is matched as humor-r1 matches it: its ``contest_number``, else a numeric file name, else the description row
+at the same index of the same split. The Hub's train/validation/test are kept (``--resplit SEED``: split by seed).
 ``--descriptions FILE`` (csv/jsonl) joins descriptions by contest, over the Hub's.
 
 Rules, each counted in ``prepare_report.json`` [under this name]:
 
-1. Whitespace runs (newlines too) become one space [multi_line_captions]; then-empty captions are dropped
-   [empty_captions], and so are rows whose mean or precision is not finite [non_finite_rows].
+0. A row whose numbers cannot be a rating (votes or a category count not a finite number >= 0, a voted mean outside
+   1..3, an infinite or negative precision, a number that does not parse) is dropped [bad_rows; bad_rows_where: file,
+   line (a Hub split's row + 1) and problem, the first 1000].
+1. Text, unless ``--keep-raw`` (each change counted, with examples in text_fix_examples): mojibake repaired with ftfy
+   first (later rules would break its byte patterns) [mojibake_repaired]; zero-width characters (U+200B-U+200D,
+   U+2060, U+FEFF) [zero_width_removed] and control characters [control_chars_removed] removed; trailing signature
+   lines removed while another line remains [signatures_removed]: a line "First Last, Town, ST" (two to four
+   capitalised names, a town, a two-letter state), a line holding an e-mail address, or a dash and two to four
+   capitalised names ("— Jane Doe[, ...]"); a joke that merely spans lines stays whole. Then whitespace runs (newlines
+   too: captions are one line, also with --keep-raw) become one space [multi_line_captions: captions with a newline];
+   then-empty captions are dropped [empty_captions], and so are rows whose mean or precision is missing (NaN)
+   [non_finite_rows].
 2. NFC [nfc_changed]; curly quotes become straight, so copies differing in quote style merge [curly_quotes].
 3. Exact duplicates in a contest are merged: votes summed, vote-weighted mean, the pooled mean's SE from each copy's
    sum of squares (precision^2 * v * (v-1)) plus the spread between copies, floored at 1/sqrt(V(V-1)) as the
-   publisher floors it [duplicate_groups, duplicate_rows_merged, max_copies].
-4. Several algorithm files for a contest: the one with most votes is kept (ties: name order); pooling adaptive and
-   uniform samplers would mix differently biased means [contests_with_several_files, algorithm_files_dropped].
+   publisher floors it [duplicate_groups, duplicate_rows_merged, max_copies: copies within one file].
+4. Several summary files for a contest (``<n>_LilUCB.csv`` beside ``<n>_RoundRobin.csv``: the same captions voted on
+   by two samplers) are merged by caption as in rule 3, so every vote counts and no contest is lost to a file whose
+   votes are spread thin [contests_with_several_files, captions_in_several_files; contest_files: per contest the
+   files used and how, ``single`` or ``merged``].
 5. ``votes`` that disagree with the category counts are kept as published [vote_count_mismatches].
 6. Ties in mean keep source-file order (``data.top_k_rows``: mean, then votes, then row) [tied_captions;
    top_k_cut_in_tie: contests whose ``--top-k`` cut falls inside a tie].
-7. Contests without a readable cartoon are dropped [contests_without_cartoon (+ _ids), unreadable_cartoons];
-   contests without a description keep empty fields [contests_without_description].
+7. Contests without a readable cartoon are dropped [contests_without_cartoon (+ _ids), unreadable_cartoons,
+   cartoons_matched_by_position]; contests without a description keep empty fields [contests_without_description].
 8. ``data.filter_captions`` (``--min-votes``, ``--min-captions``) [captions_below_min_votes,
-   contests_below_min_captions]; then ``data.split_by_contest``.
+   contests_below_min_captions]; then the Hub's splits [split_rule] or ``data.split_by_contest``.
 
 Each cartoon is copied once to ``OUT/images/`` (a row's ``image``: ``../images/<contest>.<ext>``). Rows stream to disk
-contest by contest; the folder is written beside ``OUT`` and renamed into place only when complete.
+contest by contest; the folder is written beside ``OUT`` and renamed into place only when complete. When the rows
+cannot fill the splits, the report so far is written to ``OUT.prepare_report.json`` and named in the error.
 """
 
 from __future__ import annotations
@@ -41,8 +58,11 @@ import math
 import os
 import re
 import shutil
+import sys
 import unicodedata
 from collections import Counter, defaultdict
+
+import ftfy
 
 from open_r1.errors import DataError, OpenR1Error, error_exit
 from open_r1.jsonio import write_json
@@ -52,11 +72,39 @@ HEADER_OLD = ("rank", "caption", "mean", "precision", "votes", "not_funny", "som
 HEADER_NEW = HEADER_OLD[1:]
 CATEGORIES = ("not_funny", "somewhat_funny", "funny")
 QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201c": '"', "\u201d": '"', "\u201e": '"'})
-HUB_PARTS = ("1_rating", "2_gpt4o_description", "cartoons")
+ZERO_WIDTH = re.compile("[\u200b\u200c\u200d\u2060\ufeff]")
+CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")  # Cc but whitespace (which split joins)
+# ftfy for mojibake alone: each other rule is its own, counted step
+MOJIBAKE_ONLY = ftfy.TextFixerConfig(
+    unescape_html=False,
+    remove_terminal_escapes=False,
+    fix_c1_controls=False,
+    fix_latin_ligatures=False,
+    fix_character_width=False,
+    uncurl_quotes=False,
+    fix_line_breaks=False,
+    remove_control_chars=False,
+    normalization=None,
+    explain=False,
+)
+_NAMES = r"(?:[A-Z][\w'’-]+|[A-Z]\.)(?: (?:[A-Z][\w'’-]+|[A-Z]\.)){1,3}"  # two to four capitalised names
+SIGNATURE = re.compile(
+    rf"{_NAMES}, [A-Z][\w.'’-]*(?: [A-Z][\w.'’-]*){{0,2}}, (?:[A-Z]{{2}}|[A-Z]\.[A-Z]\.)"  # Name, Town, ST
+    r"|.*\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b.*"  # an e-mail
+    rf"|[—–-]{{1,2}} ?{_NAMES}(?:, .*)?"  # — Name
+)
+# the Hub's parts: humor-r1's config name (a save_to_disk folder), then the repository's folder
+HUB_PARTS = {"1_rating": ("1_rating", "ranking"), "2_gpt4o_description": ("2_gpt4o_description", "gpt4o_description")}
+HUB_SPLITS = {"train": "train", "validation": "val", "val": "val", "test": "test"}
 REPORT = "prepare_report.json"
 COUNTS = (
     "contests_read",
     "caption_rows_read",
+    "bad_rows",
+    "mojibake_repaired",
+    "zero_width_removed",
+    "control_chars_removed",
+    "signatures_removed",
     "multi_line_captions",
     "empty_captions",
     "non_finite_rows",
@@ -66,17 +114,20 @@ COUNTS = (
     "duplicate_rows_merged",
     "max_copies",
     "contests_with_several_files",
-    "algorithm_files_dropped",
+    "captions_in_several_files",
     "vote_count_mismatches",
     "tied_captions",
     "top_k_cut_in_tie",
     "unreadable_cartoons",
+    "cartoons_matched_by_position",
     "contests_without_description",
 )  # every one, 0 included
+BAD_ROWS_LISTED = 1000
 
 
-# --- Sources: (contest, [(algorithm, rows)]), rows (caption, mean, precision, votes, category sum or None) ---
-def ratings_source(root: str):
+# --- Sources: (contest, [(file name, rows)]), rows (caption, mean, precision, votes, category sum or None) ---
+def ratings_source(root: str, report: Counter):
+    """(contests, cartoons, descriptions, Hub splits: none) of the ratings repository; bad rows go to `report`."""
     summaries = os.path.join(root, "summaries")
     if not os.path.isdir(summaries):
         raise DataError(
@@ -87,10 +138,10 @@ def ratings_source(root: str):
     for name in sorted(os.listdir(summaries)):
         match = re.fullmatch(r"(\d+)(?:_(.+))?\.csv", name)
         if match:
-            files[int(match[1])].append((match[2] or "", os.path.join(summaries, name)))
+            files[int(match[1])].append(os.path.join(summaries, name))
     if not files:
         raise DataError(f"{summaries} holds no <contest>[_<algorithm>].csv file; point --ratings to the repository")
-    for path in (path for group in files.values() for _, path in group):
+    for path in (path for group in files.values() for path in group):
         read_header(path)  # every header checked before anything is written
     cartoons = {}
     folder = os.path.join(root, "cartoons")
@@ -98,8 +149,8 @@ def ratings_source(root: str):
         stem, ext = os.path.splitext(name)
         if stem.isdigit() and ext.lower() in (".jpg", ".jpeg", ".png"):
             cartoons[int(stem)] = os.path.join(folder, name)
-    contests = ((c, [(algo, read_summary(path)) for algo, path in sorted(files[c])]) for c in sorted(files))
-    return contests, cartoons, {}
+    contests = ((c, [(os.path.basename(p), read_summary(p, report)) for p in files[c]]) for c in sorted(files))
+    return contests, cartoons, {}, {}
 
 
 def read_header(path: str) -> tuple:
@@ -116,7 +167,28 @@ def read_header(path: str) -> tuple:
     return header
 
 
-def read_summary(path: str) -> list[tuple]:
+def rating_numbers(mean, precision, votes, cats=None) -> tuple:
+    """(mean, precision, votes, category sum or None) of one row's values (rule 0: ValueError saying what is
+    impossible). A missing mean or precision is NaN: rule 1 drops it."""
+    mean, precision = (math.nan if v is None or v == "" else float(v) for v in (mean, precision))
+    counts = [float(v) for v in (votes, *(cats or ()))]
+    if not all(math.isfinite(c) and c >= 0 for c in counts):
+        raise ValueError(f"votes and category counts must be finite numbers >= 0, got {', '.join(map(str, counts))}")
+    if math.isinf(mean) or (counts[0] > 0 and not (math.isnan(mean) or 1 <= mean <= 3)):  # 0 votes: no mean
+        raise ValueError(f"mean {mean} is outside 1..3")
+    if math.isinf(precision) or precision < 0:
+        raise ValueError(f"precision {precision} is not a finite number >= 0")
+    return mean, precision, int(counts[0]), None if cats is None else int(sum(counts[1:]))
+
+
+def bad_row(report: Counter, file: str, line: int, problem) -> None:
+    """Rule 0: count a dropped row, and list where it is (the first `BAD_ROWS_LISTED`)."""
+    report["bad_rows"] += 1
+    if len(report["bad_rows_where"]) < BAD_ROWS_LISTED:
+        report["bad_rows_where"].append({"file": file, "line": line, "problem": str(problem)})
+
+
+def read_summary(path: str, report: Counter) -> list[tuple]:
     col = {name: i for i, name in enumerate(read_header(path))}
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
@@ -125,48 +197,71 @@ def read_summary(path: str) -> list[tuple]:
             rows = []
             for fields in filter(any, reader):  # blank lines skipped
                 try:
-                    cats = sum(int(float(fields[col[c]])) for c in CATEGORIES)
-                    rows.append(
-                        (
-                            fields[col["caption"]],
-                            float(fields[col["mean"]]),
-                            float(fields[col["precision"]]),
-                            int(float(fields[col["votes"]])),
-                            cats,
-                        )
-                    )
+                    cats = [fields[col[c]] for c in CATEGORIES]
+                    number = (fields[col[c]] for c in ("mean", "precision", "votes"))
+                    rows.append((fields[col["caption"]], *rating_numbers(*number, cats)))
                 except (ValueError, IndexError) as exc:
-                    raise DataError(f"{path} line {reader.line_num}: {exc}; fix or remove that row") from None
+                    bad_row(report, path, reader.line_num, exc if isinstance(exc, ValueError) else "too few fields")
             return rows
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise DataError(f"{path} is not a readable UTF-8 csv ({exc}); re-download or remove the file") from None
 
 
-def _load_part(path: str, needed: bool):
-    """A Hub part saved with save_to_disk (Dataset or DatasetDict: splits pooled) or as parquet files."""
-    import datasets  # deferred: heavy
+def _hub_split(path: str) -> str:
+    """The split a Hub file holds: ``train.jsonl``, ``validation-00000-of-00001.parquet``, or a split folder."""
+    for name in (os.path.basename(path), os.path.basename(os.path.dirname(path))):
+        match = re.match(r"(train|validation|val|test)(?![a-z])", name)
+        if match:
+            return match[1]
+    return ""
 
-    if not os.path.isdir(path):
-        if needed:
-            raise DataError(
-                f"{path} does not exist; save it with datasets.load_dataset('yguooo/newyorker_caption_"
-                f"ranking', '{os.path.basename(path)}').save_to_disk('{path}') (or copy its parquet files)"
-            )
-        return None
-    if os.path.isfile(os.path.join(path, "dataset_dict.json")) or os.path.isfile(os.path.join(path, "state.json")):
-        loaded = datasets.load_from_disk(path)
-        parts = list(loaded.values()) if isinstance(loaded, datasets.DatasetDict) else [loaded]
-        return datasets.concatenate_datasets(parts)
-    import pyarrow as pa  # deferred: heavy
+
+def _load_part(root: str, part: str, needed: bool) -> dict:
+    """{split: (dataset, its file or None)} of a Hub part: a save_to_disk Dataset ('' split) or DatasetDict, or the
+    repository's files (jsonl or parquet, the split in the file name); {} if absent and not `needed`."""
+    import datasets  # deferred: heavy
+    import pyarrow as pa
+    import pyarrow.json as pj
     import pyarrow.parquet as pq
 
-    files = sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names if f.endswith(".parquet"))
+    names = HUB_PARTS.get(part, (part,))
+    path = next((os.path.join(root, n) for n in names if os.path.isdir(os.path.join(root, n))), None)
+    repo = "yguooo/newyorker_caption_ranking"
+    if path is None:
+        if not needed:
+            return {}
+        where = " or ".join(os.path.join(root, n) for n in names)
+        if part == "cartoons":
+            raise DataError(
+                f"{where} does not exist: the cartoons are the files cartoons/{{train,validation,test}}-00000-of-"
+                f"00001.parquet of {repo} (not a config): hf download {repo} --repo-type dataset --include "
+                f"'cartoons/*' --local-dir {root}"
+            )
+        raise DataError(
+            f"{where} does not exist: hf download {repo} --repo-type dataset --local-dir {root}, or "
+            f"datasets.load_dataset('{repo}', '{part}').save_to_disk('{os.path.join(root, part)}')"
+        )
+    if os.path.isfile(os.path.join(path, "dataset_dict.json")) or os.path.isfile(os.path.join(path, "state.json")):
+        loaded = datasets.load_from_disk(path)
+        if isinstance(loaded, datasets.DatasetDict):
+            return {split: (table, None) for split, table in loaded.items()}
+        return {"": (loaded, None)}
+    files = defaultdict(list)
+    for folder, _, found in sorted(os.walk(path)):
+        for name in sorted(found):
+            if name.endswith((".parquet", ".jsonl")):
+                files[_hub_split(os.path.join(folder, name))].append(os.path.join(folder, name))
     if not files:
-        raise DataError(f"{path} holds neither a save_to_disk dataset nor parquet files; save the Hub part there")
-    try:
-        return datasets.Dataset(pa.concat_tables([pq.read_table(f) for f in files], promote_options="default"))
-    except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
-        raise DataError(f"{path}: unreadable parquet ({exc}); download the part again") from None
+        raise DataError(f"{path} holds no save_to_disk dataset, jsonl or parquet files; download the part again")
+    out = {}
+    for split, paths in files.items():
+        try:
+            tables = [pq.read_table(f) if f.endswith(".parquet") else pj.read_json(f) for f in paths]
+            table = datasets.Dataset(pa.concat_tables(tables, promote_options="permissive"))
+        except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
+            raise DataError(f"{path}: unreadable {', '.join(paths)} ({exc}); download the part again") from None
+        out[split] = (table, paths[0] if len(paths) == 1 else path)
+    return out
 
 
 def _need(table, columns, path):
@@ -175,49 +270,79 @@ def _need(table, columns, path):
         raise DataError(f"{path} lacks column(s) {missing} (has {table.column_names}); expected humor-r1's names")
 
 
-def hub_source(root: str):
+def _split_order(parts: dict) -> list[str]:
+    return sorted(parts, key=lambda s: (list(HUB_SPLITS).index(s) if s in HUB_SPLITS else 9, s))
+
+
+def hub_source(root: str, report: Counter):
+    """(contests, cartoons, descriptions, {contest: our split name} when every ratings split is named)."""
     import datasets  # deferred: heavy
     import numpy as np
+    import pyarrow as pa
 
-    path = os.path.join(root, HUB_PARTS[0])
-    ratings = _load_part(path, True)
-    if "contest_number" in ratings.column_names:
-        ratings = ratings.rename_column("contest_number", "contest")
-    _need(ratings, ["contest", "caption", "mean", "precision", "votes"], path)
+    parts = _load_part(root, "1_rating", True)
+    order_of_splits = _split_order(parts)
+    tables, where = [], []
+    for split in order_of_splits:
+        table, source = parts[split]
+        if "contest_number" in table.column_names:
+            table = table.rename_column("contest_number", "contest")
+        _need(table, ["contest", "caption", "mean", "precision", "votes"], source or os.path.join(root, "1_rating"))
+        tables.append(table.data.table.select([c for c in table.column_names if c != "image"]))
+        where.append(f"{source or os.path.join(root, '1_rating')}" + (f" [{split}]" if split and not source else ""))
+    try:  # permissive: one split's votes may be read as int, another's as double
+        ratings = pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise DataError(f"the 1_rating splits {', '.join(where)} do not share column types ({exc})") from None
     has_cats = all(c in ratings.column_names for c in CATEGORIES)
-    ids = np.asarray(ratings.data.column("contest"), dtype=np.int64)
+    split_of_row = np.repeat(np.arange(len(tables)), [t.num_rows for t in tables])
+    row_in_split = np.concatenate([np.arange(t.num_rows) for t in tables])
+    ids = np.asarray(ratings.column("contest").to_numpy(zero_copy_only=False), dtype=np.int64)
     order = np.argsort(ids, kind="stable")
     bounds = np.flatnonzero(np.diff(ids[order])) + 1
+    named = all(s in HUB_SPLITS for s in order_of_splits)
+    hub_splits = {int(ids[r[0]]): HUB_SPLITS[order_of_splits[split_of_row[r[0]]]] for r in np.split(order, bounds)}
 
     def contests():
         for rows in np.split(order, bounds):
-            part = ratings.data.table.take(rows).to_pydict()
-            cats = [sum(t) for t in zip(*(part[c] for c in CATEGORIES))] if has_cats else [None] * len(rows)
-            stats = [
-                (m if m is not None else math.nan, p if p is not None else math.nan, v or 0)  # nan: rule 1
-                for m, p, v in zip(part["mean"], part["precision"], part["votes"])
-            ]
-            yield int(ids[rows[0]]), [("", [(c or "", *st, k) for c, st, k in zip(part["caption"], stats, cats)])]
+            part = ratings.take(rows).to_pydict()
+            cats = zip(*(part[c] for c in CATEGORIES)) if has_cats else [None] * len(rows)
+            kept = []
+            for i, (caption, m, p, v, k) in enumerate(
+                zip(part["caption"], part["mean"], part["precision"], part["votes"], cats)
+            ):
+                try:
+                    kept.append((caption or "", *rating_numbers(m, p, v or 0, k)))
+                except (ValueError, TypeError) as exc:
+                    bad_row(report, where[split_of_row[rows[i]]], int(row_in_split[rows[i]]) + 1, exc)
+            yield int(ids[rows[0]]), [("1_rating", kept)]
 
-    descriptions = {}
-    desc = _load_part(os.path.join(root, HUB_PARTS[1]), False)
-    for row in desc.remove_columns([c for c in desc.column_names if c == "image"]) if desc is not None else []:
-        row = {data.HUMOR_R1_RENAME.get(k, k): v for k, v in row.items()}
-        if row.get("contest") is not None:
-            descriptions[int(row["contest"])] = row
-    path = os.path.join(root, HUB_PARTS[2])
-    table = _load_part(path, True)
-    _need(table, ["image"], path)
-    if isinstance(table.features["image"], datasets.Image):
-        table = table.cast_column("image", datasets.Image(decode=False))
+    descriptions, by_position = {}, {}
+    for split, (desc, _) in _load_part(root, "2_gpt4o_description", False).items():
+        desc = desc.remove_columns([c for c in desc.column_names if c == "image"])
+        by_position[split] = []
+        for row in desc:
+            row = {data.HUMOR_R1_RENAME.get(k, k): v for k, v in row.items()}
+            by_position[split].append(row.get("contest"))
+            if row.get("contest") is not None:
+                descriptions[int(row["contest"])] = row
     cartoons = {}
-    for row in table:
-        cell, contest = row["image"] or {}, row.get("contest_number", row.get("contest"))
-        stem = os.path.splitext(os.path.basename(cell.get("path") or ""))[0]
-        contest = contest if contest is not None else (int(stem) if stem.isdigit() else None)
-        if contest is not None and cell.get("bytes"):
-            cartoons[int(contest)] = cell["bytes"]
-    return contests(), cartoons, descriptions
+    for split, (table, source) in _load_part(root, "cartoons", True).items():
+        column = next((c for c in ("image", "cartoon", "img", "picture") if c in table.column_names), "image")
+        _need(table, [column], source or os.path.join(root, "cartoons"))  # humor-r1's candidate names
+        if isinstance(table.features[column], datasets.Image):
+            table = table.cast_column(column, datasets.Image(decode=False))
+        for index, row in enumerate(table):  # humor-r1's order: the id, a numeric file name, the split's position
+            cell, contest = row[column] or {}, row.get("contest_number", row.get("contest"))
+            stem = os.path.splitext(os.path.basename(cell.get("path") or ""))[0]
+            if contest is None and stem.isdigit():
+                contest = int(stem)
+            if contest is None and index < len(by_position.get(split, ())):
+                contest = by_position[split][index]
+                report["cartoons_matched_by_position"] += contest is not None
+            if contest is not None and cell.get("bytes"):
+                cartoons[int(contest)] = cell["bytes"]
+    return contests(), cartoons, descriptions, (hub_splits if named else {})
 
 
 def read_descriptions(path: str) -> dict[int, dict]:
@@ -241,12 +366,50 @@ def read_descriptions(path: str) -> dict[int, dict]:
 
 
 # --- Rules (module docstring) ---
-def clean_caption(raw: str, report: Counter) -> str:
-    text = " ".join(raw.split())
+def repair_mojibake(text: str) -> str:
+    return text if text.isascii() else ftfy.fix_text(text, MOJIBAKE_ONLY)
+
+
+def strip_controls(text: str) -> str:
+    return CONTROL.sub("", text)
+
+
+def strip_signature(text: str) -> str:
+    """Rule 1: trailing signature lines removed while another line remains."""
+    lines = text.strip().splitlines()
+    while len(lines) > 1 and SIGNATURE.fullmatch(lines[-1].strip()):
+        lines.pop()
+        while len(lines) > 1 and not lines[-1].strip():
+            lines.pop()
+    return "\n".join(lines) if len(lines) < len(text.strip().splitlines()) else text
+
+
+TEXT_RULES = (
+    ("mojibake_repaired", repair_mojibake),
+    ("zero_width_removed", lambda text: text if text.isascii() else ZERO_WIDTH.sub("", text)),
+    ("control_chars_removed", strip_controls),
+    ("signatures_removed", strip_signature),
+)
+
+
+def clean_caption(raw: str, report: Counter, keep_raw: bool = False) -> str:
+    """Rules 1-2 on one caption: the text fixes (repair first), counted with a few examples, then one line."""
+    text = raw
+    for kind, rule in () if keep_raw else TEXT_RULES:
+        fixed = rule(text)
+        if fixed != text:
+            report[kind] += 1
+            examples = report["text_fix_examples"].setdefault(kind, [])
+            if len(examples) < 3:
+                examples.append([text, fixed])
+            text = fixed
     report["multi_line_captions"] += "\n" in raw or "\r" in raw
+    text = " ".join(text.split())
+    if keep_raw:
+        return text
     nfc = unicodedata.normalize("NFC", text)
     report["nfc_changed"] += nfc != text
-    straight = nfc.translate(QUOTES)
+    straight = nfc if nfc.isascii() else nfc.translate(QUOTES)  # the ASCII fast path: most captions
     report["curly_quotes"] += straight != nfc
     return straight
 
@@ -263,30 +426,31 @@ def merge_copies(copies: list[tuple]) -> tuple[float, float, int]:
     return mean, max(math.sqrt(squares / (total * (total - 1))), 1 / math.sqrt(total * (total - 1))), total
 
 
-def contest_rows(files: list[tuple], report: Counter, top_k: int) -> list[tuple]:
+def contest_rows(files: list[tuple], report: Counter, top_k: int, keep_raw: bool = False) -> list[tuple]:
     """(caption, mean, precision, votes) of one contest after rules 1-6, in source-file order."""
-    if len(files) > 1:
-        report["contests_with_several_files"] += 1
-        report["algorithm_files_dropped"] += len(files) - 1
-    rows = max(files, key=lambda f: sum(r[3] for r in f[1]))[1]  # max keeps the first of equals: name order
+    report["contests_with_several_files"] += len(files) > 1
     copies: dict[str, list] = {}
-    for raw, mean, precision, votes, cats in rows:
-        report["vote_count_mismatches"] += cats is not None and cats != votes
-        if not (math.isfinite(mean) and math.isfinite(precision)):
-            report["non_finite_rows"] += 1
-            continue
-        caption = clean_caption(raw, report)
-        if not caption:
-            report["empty_captions"] += 1
-            continue
-        copies.setdefault(caption, []).append((mean, precision, votes))
+    for index, (_, rows) in enumerate(files):
+        for raw, mean, precision, votes, cats in rows:
+            report["vote_count_mismatches"] += cats is not None and cats != votes
+            if not (math.isfinite(mean) and math.isfinite(precision)):
+                report["non_finite_rows"] += 1
+                continue
+            caption = clean_caption(raw, report, keep_raw)
+            if not caption:
+                report["empty_captions"] += 1
+                continue
+            copies.setdefault(caption, []).append((mean, precision, votes, index))
     out = []
     for caption, group in copies.items():
-        if len(group) > 1:
+        per_file = Counter(copy[3] for copy in group)
+        report["captions_in_several_files"] += len(per_file) > 1
+        for n in (n for n in per_file.values() if n > 1):
             report["duplicate_groups"] += 1
-            report["duplicate_rows_merged"] += len(group) - 1
-            report["max_copies"] = max(report["max_copies"], len(group))
-        out.append((caption, *(merge_copies(group) if len(group) > 1 else group[0])))
+            report["duplicate_rows_merged"] += n - 1
+            report["max_copies"] = max(report["max_copies"], n)
+        stats = [copy[:3] for copy in group]
+        out.append((caption, *(merge_copies(stats) if len(stats) > 1 else stats[0])))
     means = Counter(r[1] for r in out)
     report["tied_captions"] += sum(n for n in means.values() if n > 1)
     ranked = sorted(r[1] for r in out)[::-1]
@@ -315,6 +479,25 @@ def place_cartoon(contest: int, source, folder: str, report: Counter) -> str | N
 
 
 # --- Build ---
+def split_rows(contest, votes, args, hub_splits: dict, seed: int) -> dict:
+    """{split: row indices} after ``data.filter_captions``: the Hub's split of each contest (`hub_splits`), else
+    ``data.split_by_contest`` with `seed`. Decided on the (contest, votes) columns alone, the rows then taken in
+    Arrow batches: select() + save_to_disk would flatten the indices through Python dicts (~10^4 rows/s)."""
+    import datasets  # deferred: heavy
+    import numpy as np
+
+    if not len(contest):
+        raise DataError("no contest has both captions and a readable cartoon; check the source's cartoons/")
+    light = datasets.Dataset.from_dict({"contest": contest, "votes": votes, "row": np.arange(len(votes))})
+    kept = data.filter_captions(light, args.min_votes, args.min_captions)
+    if hub_splits:
+        ids, rows = (np.asarray(data._column(kept, c), dtype=np.int64) for c in ("contest", "row"))
+        named = np.asarray([hub_splits[c] for c in ids.tolist()])
+        return {name: rows[named == name] for name in ("train", "val", "test")}
+    parts = data.split_by_contest(kept, args.val_frac, args.test_frac, seed)
+    return {name: np.asarray(data._column(split, "row"), dtype=np.int64) for name, split in parts.items()}
+
+
 def prepare(args: argparse.Namespace) -> dict:
     import datasets  # deferred: heavy
     import numpy as np
@@ -325,7 +508,11 @@ def prepare(args: argparse.Namespace) -> dict:
     out = os.path.abspath(args.out)
     if os.path.exists(out) and not args.overwrite:
         raise DataError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
-    contests, cartoons, descriptions = hub_source(args.hub) if args.hub else ratings_source(args.ratings)
+    report = Counter({**dict.fromkeys(COUNTS, 0), "bad_rows_where": [], "text_fix_examples": {}, "contest_files": {}})
+    source = hub_source(args.hub, report) if args.hub else ratings_source(args.ratings, report)
+    contests, cartoons, descriptions, hub_splits = source
+    keep_hub = bool(hub_splits) and args.resplit is None
+    seed = args.seed if args.resplit is None else args.resplit
     if args.descriptions:
         descriptions = {**descriptions, **read_descriptions(args.descriptions)}
     desc_cols = list(data.DESCRIPTION_FIELDS) if descriptions else []
@@ -340,7 +527,21 @@ def prepare(args: argparse.Namespace) -> dict:
             **{c: datasets.Value("string") for c in desc_cols},
         }
     )
-    report, no_cartoon = Counter(dict.fromkeys(COUNTS, 0)), []
+    no_cartoon = []
+
+    def summary(sizes) -> dict:
+        return {
+            "source": "hub" if args.hub else "ratings",
+            "input": os.path.abspath(args.hub or args.ratings),
+            "out": out,
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")},
+            "split_rule": "the Hub's train/validation/test" if keep_hub else f"by contest, seed {seed}",
+            **report,
+            "contests_without_cartoon": len(no_cartoon),
+            "contests_without_cartoon_ids": no_cartoon,
+            "splits": sizes,
+        }
+
     with modeling.staged_dir(out) as tmp:  # an old --out (--overwrite) is replaced only once the new one is complete
         os.makedirs(os.path.join(tmp, "images"))
         staging = os.path.join(tmp, ".staging", "rows.arrow")
@@ -349,7 +550,11 @@ def prepare(args: argparse.Namespace) -> dict:
             for contest, files in contests:
                 report["contests_read"] += 1
                 report["caption_rows_read"] += sum(len(rows) for _, rows in files)
-                rows = contest_rows(files, report, args.top_k)
+                report["contest_files"][contest] = {
+                    "files": [name for name, _ in files],
+                    "how": "merged" if len(files) > 1 else "single",
+                }
+                rows = contest_rows(files, report, args.top_k, args.keep_raw)
                 cartoon = cartoons.get(contest)
                 placed = cartoon is not None and place_cartoon(contest, cartoon, os.path.join(tmp, "images"), report)
                 if not placed:
@@ -369,19 +574,19 @@ def prepare(args: argparse.Namespace) -> dict:
                 writer.write_batch(pa.RecordBatch.from_pydict(batch, schema=features.arrow_schema))
         with pa.memory_map(staging) as source:
             table = pa.ipc.open_stream(source).read_all()  # memory-mapped, not read into memory
-        if not table.num_rows:
-            raise DataError("no contest has both captions and a readable cartoon; check the source's cartoons/")
-        # filter and split decided on the (contest, votes) columns alone, then the rows taken in Arrow batches:
-        # select() + save_to_disk would flatten the indices through Python dicts (~10^4 rows/s)
         contest, votes = np.asarray(table.column("contest")), np.asarray(table.column("votes"))
-        light = datasets.Dataset.from_dict({"contest": contest, "votes": votes, "row": np.arange(len(votes))})
-        kept = data.filter_captions(light, args.min_votes, args.min_captions)
         report["captions_below_min_votes"] = int((votes < args.min_votes).sum())
+        try:
+            parts = split_rows(contest, votes, args, keep_hub and hub_splits, seed)
+        except DataError as exc:
+            path = f"{out}.{REPORT}"
+            write_json(path, summary({}))
+            dropped = f"{len(no_cartoon)} contests were dropped for a missing or unreadable cartoon"
+            raise DataError(f"{exc} ({dropped}: see contests_without_cartoon_ids in {path})") from None
         splits, sizes = {}, {}
-        for name, split in data.split_by_contest(kept, args.val_frac, args.test_frac, args.seed).items():
-            rows = np.asarray(data._column(split, "row"), dtype=np.int64)
+        for name, rows in parts.items():
             if not len(rows):
-                continue  # a fraction of 0
+                continue  # a fraction of 0, or a Hub split without a kept contest
             path = os.path.join(tmp, ".staging", f"{name}.arrow")
             with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
                 for start in range(0, len(rows), 65_536):
@@ -392,18 +597,9 @@ def prepare(args: argparse.Namespace) -> dict:
         datasets.DatasetDict(splits).save_to_disk(tmp)
         del table, splits
         shutil.rmtree(os.path.dirname(staging))
-        summary = {
-            "source": "hub" if args.hub else "ratings",
-            "input": os.path.abspath(args.hub or args.ratings),
-            "out": out,
-            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")},
-            **report,
-            "contests_without_cartoon": len(no_cartoon),
-            "contests_without_cartoon_ids": no_cartoon,
-            "splits": sizes,
-        }
-        write_json(os.path.join(tmp, REPORT), summary)
-    return summary
+        result = summary(sizes)
+        write_json(os.path.join(tmp, REPORT), result)
+    return result
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -414,7 +610,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--ratings", help="checkout of the public ratings repository (summaries/, cartoons/)")
-    source.add_argument("--hub", help="folder with the Hub dataset's parts saved locally: " + ", ".join(HUB_PARTS))
+    source.add_argument(
+        "--hub", help="folder with yguooo/newyorker_caption_ranking's parts: 1_rating, 2_gpt4o_description, cartoons"
+    )
     parser.add_argument("--descriptions", help="csv/jsonl of cartoon descriptions joined by contest")
     parser.add_argument("--out", required=True, help="output folder (train/ val/ test/, images/, prepare_report.json)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
@@ -422,7 +620,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-captions", type=int, default=20, help="drop contests with fewer kept captions")
     parser.add_argument("--val-frac", type=float, default=0.1, help="share of contests in val")
     parser.add_argument("--test-frac", type=float, default=0.1, help="share of contests in test")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the split by contest")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the split by contest (--ratings)")
+    parser.add_argument(
+        "--resplit", type=int, default=None, metavar="SEED", help="--hub: split by contest with SEED, not the Hub's"
+    )
+    parser.add_argument(
+        "--keep-raw", action="store_true", help="leave caption text as published (lines joined; rule 1 of the doc)"
+    )
     parser.add_argument("--top-k", type=int, default=3, help="the SFT top-k, for the report's tie count only")
     return parser
 
@@ -437,9 +641,28 @@ def main(argv: list[str] | None = None) -> int:
                 f"--top-k ({args.top_k}) >= 1, --val-frac ({args.val_frac}) and --test-frac "
                 f"({args.test_frac}) in [0, 1)"
             )  # checked before minutes of reading
+        parent = os.path.dirname(os.path.abspath(args.out))
+        while not os.path.lexists(parent):  # staged_dir makes the missing folders
+            parent = os.path.dirname(parent)
+        if not (os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)):
+            raise DataError(
+                f"cannot write --out {args.out}: {parent} is not a writable directory; choose another --out"
+            )
         summary = prepare(args)
     except OpenR1Error as exc:
         return error_exit(exc)
+    except OSError as exc:  # a disk that fills or a folder made read-only mid-run
+        return error_exit(DataError(f"writing {args.out} failed ({exc}); nothing was replaced: free space and retry"))
+    except KeyboardInterrupt:
+        print(f"error: prepare interrupted; {args.out} was not written or replaced", file=sys.stderr)
+        return 130
+    if summary["bad_rows"]:
+        first = summary["bad_rows_where"][0]
+        print(
+            f"note: {summary['bad_rows']} rows with impossible numbers dropped (first: {first['file']} line "
+            f"{first['line']}: {first['problem']}); all in {REPORT}'s bad_rows_where",
+            file=sys.stderr,
+        )
     print(json.dumps({k: summary[k] for k in ("out", "contests_read", "caption_rows_read", "splits")}))
     return 0
 

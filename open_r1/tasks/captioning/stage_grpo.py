@@ -141,6 +141,13 @@ def seed_args(recipe, seed: int) -> tuple:
     return script_args, training_args, model_args
 
 
+def check(recipe) -> None:
+    """The reward model's device is on this machine (the pipeline's preflight: before any stage loads a model)."""
+    device = (recipe.section(NAME).args[0].reward_kwargs.get("caption_rm") or {}).get("device")
+    if device is not None:
+        config.check_device("grpo.reward_kwargs.caption_rm.device", device)
+
+
 def inputs(recipe) -> dict[str, config.Input]:
     script_args = recipe.section(NAME).args[0]
     out = {

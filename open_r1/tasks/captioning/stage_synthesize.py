@@ -2,8 +2,9 @@
 
 For the top-k captions of every training contest (``sft.top_k``) the base policy is prompted with
 ``protocol.synthesis_messages`` and generates its thinking up to ``</think>`` (HF, or vLLM with ``use_vllm``). A
-trace is dropped, and counted by reason, when truncated, empty, or leaking the caption; the kept ones become the
-``thinking`` column SFT trains on under the plain prompt (the policy never sees the caption).
+trace is dropped, and counted by reason, when truncated (unless ``close_unterminated``: closed at the budget and
+counted, for a CPU check whose tiny policy never writes ``</think>``), empty, or leaking the caption; the kept ones
+become the ``thinking`` column SFT trains on under the plain prompt (the policy never sees the caption).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class Config:
     min_pixels: int | None = help_field(None, "image budget (null: the saved processor's)")
     max_pixels: int | None = help_field(None, "image budget (null: the saved processor's)")
     decoder: str | None = help_field(None, "open_r1.generation decoder (null: its default; hf for small models)")
+    close_unterminated: bool = help_field(
+        False, "keep a trace cut at max_new_tokens, closed there (counted: closed); a CPU check's tiny policy"
+    )
 
     def __post_init__(self):
         config.require(
@@ -49,13 +53,15 @@ class Config:
         config.at_least(NAME, self, 1, "max_new_tokens", "batch_size", "vllm_max_model_len")
 
 
-def split_trace(text: str) -> tuple[str | None, str]:
-    """(thinking, reason): the text before the first ``</think>``, or None (truncated, or empty)."""
-    if protocol.THINK_CLOSE not in text:
+def split_trace(text: str, close: bool = False) -> tuple[str | None, str]:
+    """(thinking, reason): the text before the first ``</think>``, or None (truncated, or empty); with `close`, a
+    trace without ``</think>`` is closed where it ends (reason ``closed``)."""
+    if protocol.THINK_CLOSE not in text and not close:
         return None, "truncated"
+    reason = "ok" if protocol.THINK_CLOSE in text else "closed"
     thinking = text.split(protocol.THINK_CLOSE, 1)[0]
     thinking = thinking.strip().removeprefix(protocol.THINK_OPEN).strip()
-    return (thinking, "ok") if thinking else (None, "empty")
+    return (thinking, reason) if thinking else (None, "empty")
 
 
 def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list[str | None], dict]:
@@ -67,6 +73,7 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
     counts = {
         "rows": len(records),
         "kept": 0,
+        "closed": 0,
         "truncated": 0,
         "empty": 0,
         "leaks_caption": 0,
@@ -74,14 +81,16 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
     }
     traces: list[str | None] = []
     for record, text in zip(records, texts):
-        thinking, reason = split_trace(text)  # no closing tag: truncated
+        thinking, reason = split_trace(text, cfg.close_unterminated)  # no closing tag: truncated (or closed)
         if thinking is not None and protocol.trace_leaks_caption(thinking, record["caption"]):
             thinking, reason = None, "leaks_caption"
         counts["kept" if thinking is not None else reason] += 1
+        counts["closed"] += thinking is not None and reason == "closed"
         traces.append(thinking)
     counts["examples"] = [t[:160] for t in texts[:3]]
     log(
-        f"[synthesize] {counts['rows']} rows: kept {counts['kept']}, dropped truncated {counts['truncated']}, "
+        f"[synthesize] {counts['rows']} rows: kept {counts['kept']} ({counts['closed']} closed at the budget), "
+        f"dropped truncated {counts['truncated']}, "
         f"empty {counts['empty']}, caption-leaking {counts['leaks_caption']} ({counts['engine']})"
     )
     return traces, counts
@@ -170,7 +179,8 @@ def run(recipe) -> dict:
 def markdown(result: dict) -> list[str]:
     return [
         "",
-        f"Trace synthesis ({result.get('engine')}): {result.get('rows')} rows, kept {result.get('kept')}, "
+        f"Trace synthesis ({result.get('engine')}): {result.get('rows')} rows, kept {result.get('kept')} "
+        f"({result.get('closed', 0)} closed at the token budget), "
         f"dropped truncated {result.get('truncated')}, empty {result.get('empty')}, caption-leaking "
         f"{result.get('leaks_caption')}.",
     ]
