@@ -394,8 +394,11 @@ def _load(load, path: str, hint: str = ""):
     try:
         return load()
     except Exception as exc:  # noqa: BLE001 - datasets raises many types; re-raised as one clear error
+        if "Unknown split" in str(exc):
+            raise DataError(f"{path}: {exc} Name one with --dataset_train_split") from None
         kind = "data file" if os.path.isfile(path) else "folder of data files (a hub snapshot: data/<split>-*.parquet)"
+        cause = exc.__cause__ or exc  # datasets' DatasetGenerationError says why only in its cause
         raise DataError(
-            f"{path} could not be read as a {kind} ({type(exc).__name__}: {exc}); point to a save_to_disk dir, "
-            f"a hub snapshot folder or a .parquet/.jsonl/.json file{hint}"
+            f"{path} could not be read as a {kind} ({type(cause).__name__}: {str(cause)[:300]}); point to a "
+            f"save_to_disk dir, a hub snapshot folder or a .parquet/.jsonl/.json file{hint}"
         ) from None
