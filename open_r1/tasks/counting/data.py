@@ -29,9 +29,9 @@ COLUMNS_FIX = "--columns image=COLUMN,question=COLUMN,answer=COLUMN (recipe key 
 GENERATE_HINT = "python -m open_r1.tasks.counting.scenes --out data"
 
 
-def load_counting_dataset(path_or_name: str, split: str = "train", columns: str | None = None):
+def load_counting_dataset(path_or_name: str, split: str = "train"):
     """Load a split in any form `checks.load_split` reads, with the counting columns (`counting_columns`)."""
-    return counting_columns(load_split(path_or_name, split, GENERATE_HINT), path_or_name, columns)
+    return counting_columns(load_split(path_or_name, split, GENERATE_HINT), path_or_name)
 
 
 def parse_columns(text: str | None) -> dict[str, str]:
