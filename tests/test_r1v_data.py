@@ -115,8 +115,13 @@ def test_other_column_names_are_mapped_with_columns_or_refused_naming_the_fix(sc
     rows.to_parquet(str(tmp_path / "mine.parquet"))
     with pytest.raises(DataError, match=r"mine.parquet has no image \(image / image_path\), no question .*--columns"):
         get_task("counting").load_split(str(tmp_path / "mine.parquet"))
-    mapped = get_task("counting", SimpleNamespace(columns="image=img,question=q,answer=count"))
-    assert mapped.load_split(str(tmp_path / "mine.parquet")).column_names[:3] == ["image", "problem", "solution"]
+    from open_r1 import grpo
+
+    script_args = grpo.parse_args(
+        ["--config", os.path.join(ROOT, "configs", "demo.yaml"), "--columns", "image=img,question=q,answer=count"]
+    )[0]
+    mapped = get_task("counting", script_args).load_split(str(tmp_path / "mine.parquet"))  # the recipe key's way
+    assert mapped.column_names[:3] == ["image", "problem", "solution"] and mapped["solution"][0] == rows["count"][0]
     with pytest.raises(DataError, match="--columns entry 'picture=img'"):
         get_task("counting", SimpleNamespace(columns="picture=img")).load_split(str(tmp_path / "mine.parquet"))
 
