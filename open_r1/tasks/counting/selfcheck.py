@@ -4,7 +4,8 @@
     python selfcheck.py                                    # /app/submission on /app/data/val and /app/data/ood_val
     python selfcheck.py --model submission --sets data/val data/ood_val data/compositional --limit 200
     python selfcheck.py --verify --model /app/submission   # load check only, says exactly what is wrong
-    python selfcheck.py --sets superclevr_test200_counting_problems.jsonl --image-root R1-V/src/eval  # R1-V's eval
+    python selfcheck.py --image-root R1-V/src/eval \\
+        --sets R1-V/src/eval/prompts/superclevr_test200_counting_problems.jsonl  # R1-V's SuperCLEVR-200 (docs/R1V.md)
 
 A set is a save_to_disk dir, a hub snapshot folder (hf download --repo-type dataset ID --local-dir DIR), a .parquet,
 .jsonl or .json file (R1-V's eval jsonl: image_path, question, integer ground_truth) or a hub id; rows whose gold is
