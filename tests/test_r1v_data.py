@@ -3,6 +3,7 @@ R1-V's eval jsonl with its image paths, a hub id offline, other column names map
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -88,7 +89,8 @@ def py(*argv, env=None, cwd=ROOT, timeout=600):
     return result.returncode, result.stdout, result.stderr
 
 
-def test_a_snapshot_and_single_files_load_every_shard_in_file_order(scene_data_dir, tmp_path, capsys):
+def test_a_snapshot_and_single_files_load_every_shard_in_file_order(scene_data_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))  # a fresh read, no cached one
     rows = r1v_rows(scene_data_dir, "train")
     snapshot = hub_snapshot(rows, tmp_path / "clevr_cogen_a_train")
     task = get_task("counting")
@@ -97,12 +99,10 @@ def test_a_snapshot_and_single_files_load_every_shard_in_file_order(scene_data_d
     assert isinstance(loaded.features["image"], datasets.Image) and loaded[5]["image"].size == rows[5]["image"].size
     shard = os.path.join(snapshot, "data", "train-00001-of-00002.parquet")
     assert list(task.load_split(shard)["solution"]) == list(rows["solution"])[4:]
-    readme = os.path.join(snapshot, "README.md")  # the published card's row count over a partial download
-    with open(readme) as handle:
-        card = handle.read().replace(f"num_examples: {len(rows)}", "num_examples: 70000")
-    with open(readme, "w") as handle:
-        handle.write(card)
-    assert len(get_task("counting").load_split(snapshot)) == len(rows)
+    partial = shutil.copytree(snapshot, tmp_path / "partial")  # the published card's row count over fewer rows
+    card = (partial / "README.md").read_text().replace(f"num_examples: {len(rows)}", "num_examples: 70000")
+    (partial / "README.md").write_text(card)
+    assert len(get_task("counting").load_split(str(partial))) == len(rows)
     assert "README.md counts other rows than its shards hold" in capsys.readouterr().out
     path, lines = superclevr_jsonl(rows, tmp_path / "eval")
     r1v_eval = get_task("counting", SimpleNamespace(image_root=str(tmp_path / "eval"))).load_split(path)
