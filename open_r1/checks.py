@@ -329,8 +329,10 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 def is_hub_id(path_or_name: str) -> bool:
     """A name that is no local path and reads as a hub dataset id (`leonardPKU/clevr_cogen_a_train`); `data/train`
-    where `data/` exists is a missing local split."""
+    where `data/` exists, or `val.jsonl`, is a missing local one."""
     if os.path.exists(path_or_name) or HUB_ID.fullmatch(path_or_name) is None:
+        return False
+    if os.path.splitext(path_or_name)[1].lower() in FILE_BUILDERS:
         return False
     return not os.path.isdir(path_or_name.split("/")[0])
 

@@ -167,6 +167,9 @@ def test_a_hub_id_offline_says_to_download_it(tiny_model_dir):
     assert rc == 2 and "Traceback" not in err, err[-3000:]
     assert "the Hugging Face hub is unreachable" in err
     assert "hf download --repo-type dataset leonardPKU/clevr_cogen_a_train --local-dir DIR" in err
+    from open_r1.validate import dataset_problems
+
+    assert dataset_problems("superclevr.jsonl", "--sets")[0] == ["data set superclevr.jsonl does not exist (--sets)"]
 
 
 def test_a_missing_image_of_r1v_jsonl_is_one_clear_error(tiny_model_dir, scene_data_dir, tmp_path):
