@@ -9,6 +9,7 @@ import io
 import math
 import numbers
 import os
+import re
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
@@ -320,33 +321,92 @@ def check_images(
             offset += len(cells)
 
 
+# one data file, read by `datasets`' builder of its format
+FILE_BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
+# what a hub dataset id looks like ("owner/name", or a canonical "name"); anything else is a local path
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+def is_hub_id(path_or_name: str) -> bool:
+    """A name that is no local path and reads as a hub dataset id (`leonardPKU/clevr_cogen_a_train`); `data/train`
+    where `data/` exists, or `val.jsonl`, is a missing local one."""
+    if os.path.exists(path_or_name) or HUB_ID.fullmatch(path_or_name) is None:
+        return False
+    if os.path.splitext(path_or_name)[1].lower() in FILE_BUILDERS:
+        return False
+    return not os.path.isdir(path_or_name.split("/")[0])
+
+
 def load_split(path_or_name: str, split: str = "train", generate_hint: str | None = None):
-    """A split from a `save_to_disk` dir (a Dataset, or a DatasetDict holding `split`) or a hub name.
-    `generate_hint`: the command that makes the task's default data, named in the errors."""
+    """A split of a data set in the forms researchers have it, read by `datasets`' own loaders: a `save_to_disk` dir
+    (a Dataset, or a DatasetDict holding `split`); a folder of data files, as `hf download --repo-type dataset ID
+    --local-dir DIR` leaves one (its README's `configs`, else `data/<split>-*.parquet`: every shard, rows in file
+    order); one `.parquet`, `.jsonl` or `.json` file (its rows, whatever `split`); a hub id where the hub is
+    reachable. `generate_hint`: the command that makes the task's default data, named in the errors."""
     import datasets
 
-    if os.path.isdir(path_or_name):
-        try:
-            loaded = datasets.load_from_disk(path_or_name)
-        except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
-            hint = f", or generate one: {generate_hint}" if generate_hint else ""
+    path = path_or_name
+    hint = f", or generate one: {generate_hint}" if generate_hint else ""
+    if os.path.isfile(path):
+        builder = FILE_BUILDERS.get(os.path.splitext(path)[1].lower())
+        if builder is None:
             raise DataError(
-                f"{path_or_name} is a directory but not a dataset saved with Dataset.save_to_disk ({exc}). "
+                f"{path} is a file but not a data file: give a .parquet, .jsonl or .json file, a save_to_disk dir "
+                "or a folder of data files (DATA / --dataset_name)"
+            )
+        return _load(lambda: datasets.load_dataset(builder, data_files=path, split="train"), path)
+    if os.path.isdir(path) and not any(
+        os.path.isfile(os.path.join(path, name)) for name in ("state.json", "dataset_dict.json")
+    ):  # no save_to_disk dir: a folder of data files (a hub snapshot)
+        try:
+            return _load(lambda: datasets.load_dataset(path, split=split), path, hint)
+        except DataError as exc:  # the README's row counts are not the shards': read what is there, and say so
+            if "NonMatchingSplitsSizesError" not in str(exc):
+                raise
+            print(f"warning: {path}: its README.md counts other rows than its shards hold (a partial download?)")
+            return _load(lambda: datasets.load_dataset(path, split=split, verification_mode="no_checks"), path, hint)
+    if os.path.isdir(path):
+        try:
+            loaded = datasets.load_from_disk(path)
+        except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
+            raise DataError(
+                f"{path} is a directory but not a dataset saved with Dataset.save_to_disk ({exc}). "
                 f"Point to the split's directory (e.g. data/train){hint}"
             ) from None
         if isinstance(loaded, datasets.DatasetDict):
             if split not in loaded:
-                example = os.path.join(path_or_name, sorted(loaded)[0])
+                example = os.path.join(path, sorted(loaded)[0])
                 raise DataError(
-                    f"{path_or_name} holds the splits {sorted(loaded)}, not {split!r}: name one split's "
+                    f"{path} holds the splits {sorted(loaded)}, not {split!r}: name one split's "
                     f"directory, DATA / --dataset_name {example}"
                 )
             loaded = loaded[split]
         return loaded
-    if os.path.sep in path_or_name or path_or_name.startswith("."):
+    if not is_hub_id(path):
         start = f"Generate the embedded default with `{generate_hint}` or point" if generate_hint else "Point"
-        raise DataError(f"dataset directory {path_or_name} does not exist. {start} DATA / --dataset_name to your split")
-    try:  # a hub name: only works where a hub is reachable
-        return datasets.load_dataset(path_or_name, split=split)
-    except Exception as exc:  # noqa: BLE001
-        raise DataError(f"could not load dataset {path_or_name!r} (split {split!r}): {exc}") from None
+        raise DataError(f"dataset directory {path} does not exist. {start} DATA / --dataset_name to your split")
+    try:  # a hub id: only where a hub is reachable
+        return datasets.load_dataset(path, split=split)
+    except ConnectionError as exc:  # datasets' own, offline or with no route to the hub
+        raise DataError(
+            f"{path} is no local path, and as a hub dataset id it cannot be fetched: the Hugging Face hub is "
+            f"unreachable ({exc}). Download it where the hub is reachable, `hf download --repo-type dataset {path} "
+            "--local-dir DIR`, and pass DIR"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
+        raise DataError(f"could not load dataset {path!r} (split {split!r}): {exc}") from None
+
+
+def _load(load, path: str, hint: str = ""):
+    """`load()`'s data set, its failure one DataError naming `path`."""
+    try:
+        return load()
+    except Exception as exc:  # noqa: BLE001 - datasets raises many types; re-raised as one clear error
+        if "Unknown split" in str(exc):
+            raise DataError(f"{path}: {exc} Name one with --dataset_train_split") from None
+        kind = "data file" if os.path.isfile(path) else "folder of data files (a hub snapshot: data/<split>-*.parquet)"
+        cause = exc.__cause__ or exc  # datasets' DatasetGenerationError says why only in its cause
+        raise DataError(
+            f"{path} could not be read as a {kind} ({type(cause).__name__}: {str(cause)[:300]}); point to a "
+            f"save_to_disk dir, a hub snapshot folder or a .parquet/.jsonl/.json file{hint}"
+        ) from None

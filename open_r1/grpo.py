@@ -48,7 +48,13 @@ class GRPOScriptArguments(ScriptArguments):
             "(open_r1/tasks/)."
         },
     )
-    dataset_name: str | None = field(default=None, metadata={"help": "Train split: save_to_disk dir or hub name."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train split: a save_to_disk dir, a hub snapshot folder, a .parquet/.jsonl/.json file or a hub id "
+            "(docs/R1V.md)."
+        },
+    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["exact_count", "format"],
         metadata={"help": "Reward names from open_r1.rewards.REWARD_REGISTRY; weights go in reward_weights."},
@@ -91,8 +97,8 @@ class GRPOScriptArguments(ScriptArguments):
     eval_sets: list[str] = field(
         default_factory=list,
         metadata={
-            "help": "Held-out save_to_disk dirs scored with the selfcheck protocol during training "
-            "(names = dir basenames, e.g. /app/data/ood_val /app/data/val)."
+            "help": "Held-out sets (any form dataset_name takes) scored with the selfcheck protocol during training "
+            "(names = basenames, e.g. /app/data/ood_val /app/data/val)."
         },
     )
     eval_steps_protocol: int = field(default=50, metadata={"help": "Evaluate eval_sets every N optimizer steps."})

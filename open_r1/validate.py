@@ -18,6 +18,7 @@ from open_r1.checks import (
     check_reward_weights,
     check_sizes,
     granularity_problems,
+    is_hub_id,
     lost_updates_warning,
     raise_all,
     writable_problem,
@@ -90,11 +91,10 @@ def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> l
 
 
 def dataset_problems(path: str, option: str, split: str = "train", task="counting") -> tuple[list[str], object]:
-    """(problems, dataset or None) for a save_to_disk dir / hub name, loaded the way the recipe's `task` (a name or
-    the run's task object) loads its data (`Task.load_split`, which keeps it for the run)."""
-    if os.path.sep in str(path) or str(path).startswith(".") or os.path.isabs(str(path)):
-        if not os.path.exists(path):
-            return [f"data set {path} does not exist ({option})"], None
+    """(problems, dataset or None) for a data set in any form `checks.load_split` reads, loaded the way the recipe's
+    `task` (a name or the run's task object) loads its data (`Task.load_split`, which keeps it for the run)."""
+    if not os.path.exists(path) and not is_hub_id(str(path)):
+        return [f"data set {path} does not exist ({option})"], None
     if os.path.isdir(path):
         state = read_json(os.path.join(path, "state.json"), None)
         if isinstance(state, dict) and not state.get("_data_files"):

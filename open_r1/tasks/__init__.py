@@ -87,8 +87,8 @@ class Task:
     generate_hint: str | None = None
 
     def load_split(self, path_or_name: str, split: str = "train"):
-        """A split of the task's data (a save_to_disk dir or a hub name), as the pre-load validation loads it; kept,
-        so the validation and the training of one run load each set once."""
+        """A split of the task's data (any form `checks.load_split` reads), as the pre-load validation loads it;
+        kept, so the validation and the training of one run load each set once."""
         loaded = self.__dict__.setdefault("_loaded", {})
         key = (os.path.abspath(path_or_name) if os.path.exists(path_or_name) else path_or_name, split)
         if key not in loaded:

@@ -16,3 +16,10 @@ class CountingSettings:
             "help": "Template mixing: 'name:weight' entries, names from open_r1.tasks.counting.protocol.TEMPLATES."
         },
     )
+    columns: str | None = field(
+        default=None,
+        metadata={
+            "help": "Column names of a data set in another layout, e.g. 'image=img,question=q,answer=count' "
+            "(recognised without it: image/problem/solution, and R1-V's eval jsonl image_path/question/ground_truth)."
+        },
+    )

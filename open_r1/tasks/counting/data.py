@@ -1,11 +1,14 @@
 """Counting-VQA data: load, validate up front (every gold count parsed, so a bad row fails in seconds with its index),
 and turn rows (columns `image`, `problem`, `solution` = `<answer> N </answer>`) into TRL conversational prompts.
+Sets in other layouts are mapped to those columns by name (`counting_columns`): R1-V's train and CoGenT sets have
+them already; R1-V's eval jsonl has `image_path`, `question` and an integer `ground_truth`; `--columns` maps others.
 `prompt_templates: ["train:0.5", "eval:0.5"]` draws one template per row from a seeded generator, so the policy
 also sees the grader's wording, not only the inherited R1-V one.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,14 +18,89 @@ from open_r1.errors import DataError  # noqa: F401  (re-exported)
 from open_r1.tasks.counting import protocol
 
 REQUIRED_COLUMNS = ("image", "problem", "solution")
-
+# role -> (this layout's column, then the other names recognised: R1-V's eval jsonl's)
+COLUMN_NAMES = {
+    "image": ("image", "image_path"),
+    "question": ("problem", "question"),
+    "answer": ("solution", "ground_truth"),
+}
+COLUMNS_FIX = "--columns image=COLUMN,question=COLUMN,answer=COLUMN (recipe key columns)"
 
 GENERATE_HINT = "python -m open_r1.tasks.counting.scenes --out data"
 
 
 def load_counting_dataset(path_or_name: str, split: str = "train"):
-    """Load a split: a `save_to_disk` directory (a Dataset, or a DatasetDict holding `split`) or a hub name."""
-    return load_split(path_or_name, split, GENERATE_HINT)
+    """Load a split in any form `checks.load_split` reads, with the counting columns (`counting_columns`)."""
+    return counting_columns(load_split(path_or_name, split, GENERATE_HINT), path_or_name)
+
+
+def parse_columns(text: str | None) -> dict[str, str]:
+    """`image=img,question=q,answer=a` -> {role: column}."""
+    mapping = {}
+    for entry in filter(None, (part.strip() for part in (text or "").split(","))):
+        role, _, column = entry.partition("=")
+        if role.strip() not in COLUMN_NAMES or not column.strip():
+            raise DataError(f"--columns entry {entry!r}: use {COLUMNS_FIX}, roles {sorted(COLUMN_NAMES)}")
+        mapping[role.strip()] = column.strip()
+    return mapping
+
+
+def counting_columns(dataset, name: str, columns: str | None = None, image_root: str | None = None):
+    """`dataset` with its image, question and answer columns named `image` (a datasets.Image), `problem` and
+    `solution`, found by name (COLUMN_NAMES) or `columns` (`parse_columns`). Image paths (R1-V's `./images/x.png`)
+    are joined to `image_root` (default: the current directory, where R1-V's eval runs) unless absolute; a missing
+    image is a DataError naming it."""
+    import datasets
+
+    mapping = parse_columns(columns)
+    chosen = {
+        role: mapping.get(role) or next((c for c in names if c in dataset.column_names), None)
+        for role, names in COLUMN_NAMES.items()
+    }
+    unknown = [
+        f"{role} ({chosen[role] or ' / '.join(COLUMN_NAMES[role])})"
+        for role in chosen
+        if chosen[role] not in dataset.column_names
+    ]
+    if unknown:
+        raise DataError(
+            f"{name} has no {', no '.join(unknown)} column; it has {dataset.column_names}. Map its columns with "
+            f"{COLUMNS_FIX}"
+        )
+    renames = {chosen[role]: names[0] for role, names in COLUMN_NAMES.items() if chosen[role] != names[0]}
+    dataset = dataset.remove_columns([c for c in renames.values() if c in dataset.column_names and c not in renames])
+    dataset = dataset.rename_columns(renames)
+    if dataset.features["image"] == datasets.Value("string"):
+        root = image_root or os.getcwd()
+        paths = [os.path.normpath(os.path.join(root, p)) for p in dataset["image"]]
+        missing = next((row for row, p in enumerate(paths) if not os.path.isfile(p)), None)
+        if missing is not None:
+            raise DataError(
+                f"{name} row {missing}: image {paths[missing]} does not exist ({dataset['image'][missing]!r} "
+                f"joined to {root}); pass --image-root DIR, the folder its relative image paths start from"
+            )
+        dataset = replace_columns(dataset, image=paths).cast_column("image", datasets.Image())
+    return dataset
+
+
+def drop_non_counts(dataset, name: str, log=print):
+    """An evaluation set without its rows whose gold is not a count (CoGenT-B's yes/no questions), left out with a
+    one-line notice; returns (dataset, number left out). A training set refuses them instead (validate)."""
+    keep, first = [], None
+    for row, solution in enumerate(dataset["solution"]):
+        try:
+            protocol.parse_gold(solution)
+            keep.append(row)
+        except ValueError:
+            first = first or (row, solution)
+    skipped = len(dataset) - len(keep)
+    if skipped:
+        log(
+            f"[data] {name}: {skipped} of {len(dataset)} rows left out, their gold is not a count (row {first[0]}: "
+            f"{first[1]!r})"
+        )
+        dataset = dataset.select(keep)
+    return dataset, skipped
 
 
 def validate_counting_dataset(dataset, name: str = "dataset", image_check_rows: int = 8) -> list[int]:
@@ -51,7 +129,8 @@ def validate_counting_dataset(dataset, name: str = "dataset", image_check_rows: 
         except ValueError:
             raise DataError(
                 f"{name} row {row}: cannot parse a gold count from solution {solution!r}; "
-                "expected '<answer> N </answer>' with a non-negative integer N"
+                "expected '<answer> N </answer>' or an integer N >= 0: fix or drop that row, or map the answer "
+                f"column with {COLUMNS_FIX}"
             ) from None
     for row, problem in enumerate(dataset["problem"]):
         if not isinstance(problem, str) or not problem.strip():

@@ -215,7 +215,10 @@ def mean_accuracy(reports: list[SetReport]) -> float:
     return sum(r.accuracy_pct for r in reports) / len(reports) if reports else math.nan
 
 
-def write_report(path: str, reports: list[SetReport], model_dir: str, extra: dict | None = None) -> None:
+def write_report(
+    path: str, reports: list[SetReport], model_dir: str, extra: dict | None = None, per_set: dict | None = None
+) -> None:
+    """The JSON report: the protocol, the mean, per set its numbers (and `per_set[name]`'s) and records."""
     payload = {
         "model": model_dir,
         "protocol": {
@@ -225,7 +228,7 @@ def write_report(path: str, reports: list[SetReport], model_dir: str, extra: dic
             "decoding": "greedy",
         },
         "mean_accuracy_pct": mean_accuracy(reports),
-        "sets": {r.name: {**r.summary(), "records": r.records} for r in reports},
+        "sets": {r.name: {**r.summary(), **(per_set or {}).get(r.name, {}), "records": r.records} for r in reports},
         **(extra or {}),
     }
     write_json(path, payload)

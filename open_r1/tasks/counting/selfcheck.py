@@ -4,6 +4,12 @@
     python selfcheck.py                                    # /app/submission on /app/data/val and /app/data/ood_val
     python selfcheck.py --model submission --sets data/val data/ood_val data/compositional --limit 200
     python selfcheck.py --verify --model /app/submission   # load check only, says exactly what is wrong
+    python selfcheck.py --image-root R1-V/src/eval \\
+        --sets R1-V/src/eval/prompts/superclevr_test200_counting_problems.jsonl  # R1-V's SuperCLEVR-200 (docs/R1V.md)
+
+A set is a save_to_disk dir, a hub snapshot folder (hf download --repo-type dataset ID --local-dir DIR), a .parquet,
+.jsonl or .json file (R1-V's eval jsonl: image_path, question, integer ground_truth) or a hub id; rows whose gold is
+not a count (CoGenT-B's yes/no questions) are left out, their number in the report.
 
 Protocol (open_r1/tasks/counting/protocol.py): "{question} First output the thinking process in <think> </think>
 and final answer (number) in <answer> </answer> tags." after the image, greedy, max_new_tokens=256, the model's own
@@ -21,8 +27,8 @@ from open_r1.errors import CliHelp, OpenR1Error, error_exit
 from open_r1.export import COUNTING_GRADER_CLASS, recover_interrupted_swap, verify_submission
 from open_r1.modeling import load_model, load_processor
 from open_r1.noise import quiet_library_noise
-from open_r1.tasks import one_line
-from open_r1.tasks.counting.data import validate_counting_dataset
+from open_r1.tasks import get_task, one_line
+from open_r1.tasks.counting.data import drop_non_counts, validate_counting_dataset
 from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report
 from open_r1.validate import check_images, dataset_problems, model_dir_problems, raise_all
 
@@ -91,9 +97,11 @@ def unique_set_names(paths: list[str]) -> list[str]:
             depth[i] += 1
 
 
-def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int | None) -> list:
+def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int | None, settings=None) -> list:
     """Check the model dir and every set at once (one error listing each problem with its option), then every
-    image the run will read; returns [(name, dataset)]."""
+    image the run will read; returns [(name, dataset, rows left out as no count)]. `settings`: `columns` and
+    `image_root` (the command's arguments)."""
+    task = get_task("counting", settings)
     option = "--sets" if explicit_sets else "--sets (or --val / --ood-val)"
     problems = model_dir_problems(model_dir, "--model / SUBMISSION")
     real = [os.path.realpath(p) for p in sets]
@@ -104,16 +112,18 @@ def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int |
     ]
     loaded = []
     for path in sets:
-        found, dataset = dataset_problems(path, option)
+        found, dataset = dataset_problems(path, option, task=task)
         problems += found
         if dataset is not None:
             loaded.append((path, dataset))
     raise_all(problems)
+    names, kept = unique_set_names(sets), []
     for path, dataset in loaded:
+        dataset, skipped = drop_non_counts(dataset, path)
         validate_counting_dataset(dataset, path, image_check_rows=0)
         check_images(dataset, path, rows=limit)
-    names = unique_set_names(sets)
-    return [(names[sets.index(path)], dataset) for path, dataset in loaded]
+        kept.append((names[sets.index(path)], dataset, skipped))
+    return kept
 
 
 def main(argv=None) -> int:
@@ -130,7 +140,25 @@ def _run(argv=None) -> int:
     parser.add_argument(
         "--model", default=os.environ.get("SUBMISSION", DEFAULT_MODEL), help="model dir to score ($SUBMISSION when set)"
     )
-    parser.add_argument("--sets", nargs="+", default=None, help="save_to_disk dirs (without it: --val and --ood-val)")
+    parser.add_argument(
+        "--sets",
+        nargs="+",
+        default=None,
+        help="data sets: save_to_disk dirs, hub snapshot folders, .parquet/.jsonl/.json files, hub ids "
+        "(without it: --val and --ood-val)",
+    )
+    parser.add_argument(
+        "--columns",
+        default=None,
+        help="column names of sets in another layout: image=COL,question=COL,answer=COL (recognised without "
+        "it: image/problem/solution and R1-V's image_path/question/ground_truth)",
+    )
+    parser.add_argument(
+        "--image-root",
+        default=None,
+        help="folder that relative image paths (R1-V's ./images/x.png) start from (without it: the current "
+        "directory, where R1-V's eval runs)",
+    )
     parser.add_argument("--val", default=DEFAULT_SETS[0], help="in-distribution val dir")
     parser.add_argument("--ood-val", default=DEFAULT_SETS[1], help="OOD val dir")
     parser.add_argument("--limit", type=int, default=None, help="first N examples of each set (without it: every row)")
@@ -183,7 +211,9 @@ def _run(argv=None) -> int:
     import torch  # deferred: --help and the argument checks run without it
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    datasets_ = load_sets(args.model, sets, bool(args.sets), args.limit)  # a DataError / ModelError: main prints it
+    datasets_ = load_sets(
+        args.model, sets, bool(args.sets), args.limit, args
+    )  # a DataError / ModelError: main prints it
     model = load_model(args.model, dtype="auto", vision_attention=args.vision_attention).to(device).eval()
     processor = load_processor(args.model)
     open_r1.generation.DEFAULT_DECODER = args.decoder  # what evaluate_dataset's generate_texts calls use
@@ -198,20 +228,21 @@ def _run(argv=None) -> int:
             progress=not args.quiet,
             image_device="cuda" if args.image_device == "cuda" and device.startswith("cuda") else None,
         )
-        for name, dataset in datasets_
+        for name, dataset, _ in datasets_
     ]
     print(format_table(reports))
     out = args.out or os.path.join(args.model, "selfcheck.json")
     extra = {
-        "sets_paths": {name: os.path.abspath(path) for (name, _), path in zip(datasets_, sets)},
-        "sets_rows": {name: len(dataset) for name, dataset in datasets_},
+        "sets_paths": {name: os.path.abspath(path) for (name, _, _), path in zip(datasets_, sets)},
+        "sets_rows": {name: len(dataset) for name, dataset, _ in datasets_},
         "limit": args.limit,
     }
+    skipped = {name: {"skipped_non_count": count} for name, _, count in datasets_}
     try:
-        write_report(out, reports, args.model, extra)
+        write_report(out, reports, args.model, extra, skipped)
     except OSError:
         out = os.path.abspath("selfcheck.json")
-        write_report(out, reports, args.model, extra)
+        write_report(out, reports, args.model, extra, skipped)
     print(f"report: {out}")
     return 0
 

@@ -26,8 +26,15 @@ class CountingTask(Task):
         templates = data_lib.TemplateMix.parse(script_args.prompt_templates)
         return data_lib.to_grpo_dataset(dataset, templates, seed=training_args.seed)
 
+    def load_split(self, path_or_name, split="train"):  # any layout, with the counting columns
+        dataset = super().load_split(path_or_name, split)
+        settings = self.script_args
+        return data_lib.counting_columns(
+            dataset, path_or_name, getattr(settings, "columns", None), getattr(settings, "image_root", None)
+        )
+
     def load_eval_set(self, path, limit=None):
-        dataset = self.load_split(path)
+        dataset, _ = data_lib.drop_non_counts(self.load_split(path), path)
         if limit is not None:
             dataset = dataset.select(range(min(limit, len(dataset))))
         data_lib.validate_counting_dataset(dataset, path)
