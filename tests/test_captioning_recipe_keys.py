@@ -148,6 +148,8 @@ BAD_GRPO_VALUES = [
     ("grpo.learning_rate=fast", "argument --learning_rate/--learning-rate: invalid float value: 'fast'"),
     ("grpo.temperature=hot", "argument --temperature: invalid float value: 'hot'"),
     ("grpo.per_device_train_batch_size=12", "generation_batch_size (12) must be divisible by num_generations (8)"),
+    ("grpo.num_generations=0", "num_generations must be >= 2, got 0"),  # was a ZeroDivisionError
+    ("grpo.max_steps=-5", "max_steps must be >= 1, or -1 to train num_train_epochs, got -5"),
     ("grpo.loss_type=dapp", "grpo section: loss_type 'dapp' is not one of TRL's grpo, dr_grpo, dapo"),
     ("grpo.reward_kwargs={caption_rm: {fail_value: abc}}", "caption_rm: fail_value must be a number, got 'abc'"),
     ("grpo.reward_kwargs={caption_rm: {format_bonus: 1.5}}", "caption_rm: format_bonus must be in [0, 1), got 1.5"),
@@ -234,6 +236,7 @@ BAD_VALUES = [
     ("rm.lr_scheduler=cosin", "rm.lr_scheduler must be one of linear, cosine"),
     ("rm.lora=16", "rm.lora must be a mapping or null, got 16"),
     ("rm.max_seconds=0", "rm.max_seconds must be > 0 or null, got 0"),
+    ("rm.max_steps=0", "rm.max_steps must be >= 1, got 0"),  # trained by epochs
     ("rm.image_negative_top_k=0", "rm.image_negative_top_k must be >= 1, got 0"),
     ("rm.eval_image_swaps=2.5", "rm.eval_image_swaps must be a whole number, got 2.5"),
     ("eval.n=sixteen", "eval.n must be a whole number, got 'sixteen'"),

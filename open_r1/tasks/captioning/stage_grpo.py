@@ -18,7 +18,7 @@ import time
 from typing import NamedTuple
 
 from open_r1 import grpo, modeling
-from open_r1.checks import check_loss_type
+from open_r1.checks import check_counts, check_loss_type
 from open_r1.errors import RecipeError, RewardConfigError
 from open_r1.export import load_for_export
 from open_r1.grpo import recipe_keys
@@ -81,6 +81,8 @@ def parse_grpo(values: dict) -> tuple:
     parser.set_defaults_with_config(**values)
     stderr = io.StringIO()
     try:
+        if problems := check_counts(values):  # before GRPOConfig divides by the group sizes
+            raise ValueError("; ".join(problems))
         with contextlib.redirect_stderr(stderr):
             parsed = list(parser.parse_args_into_dataclasses(args=[]))
     except SystemExit:  # argparse: a value its type refuses; the reason is the last line it printed
