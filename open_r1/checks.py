@@ -297,6 +297,21 @@ def check_checkpoint(path: str) -> str | None:
     return "; ".join(problems) if problems else None
 
 
+def nonfinite_weights(path: str) -> str | None:
+    """The first weight holding nan or inf in a checkpoint dir's safetensors files (a run that diverged before the
+    save), or None; one tensor in memory at a time."""
+    import torch
+    from safetensors import safe_open
+
+    for name in sorted(n for n in os.listdir(path) if n.endswith(".safetensors")):
+        with safe_open(os.path.join(path, name), framework="pt") as handle:
+            for key in handle.keys():
+                tensor = handle.get_tensor(key)
+                if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                    return f"{name}: {key} holds nan or inf"
+    return None
+
+
 def _verify_image(cell) -> str | None:
     from PIL import Image
 
