@@ -300,7 +300,7 @@ def check_checkpoint(path: str) -> str | None:
 def nonfinite_weights(path: str) -> str | None:
     """The first weight holding nan or inf in a checkpoint dir's safetensors files (a run that diverged before the
     save), or None; one tensor in memory at a time."""
-    import torch
+    import torch  # deferred: heavy
     from safetensors import safe_open
 
     for name in sorted(n for n in os.listdir(path) if n.endswith(".safetensors")):

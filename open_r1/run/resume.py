@@ -1,6 +1,7 @@
 """Resume (`resolve_resume`): with `auto_resume` (default) a run dir resumes from its newest complete
 `checkpoint-N` (one whose files load; newer broken ones are skipped with a log line), and the log says what was
-restored and what started fresh."""
+restored and what started fresh. It never goes back silently: checkpoints none of which loads, nan/inf weights, or a
+fresh start over a finished run's final model are one error."""
 
 from __future__ import annotations
 
