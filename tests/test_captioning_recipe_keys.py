@@ -210,6 +210,34 @@ def test_grpo_env_reaches_the_seed_run_not_the_preflight(tmp_path, monkeypatch):
     assert os.environ.get("OPEN_R1_TEST_ENV") == "7"
 
 
+def test_a_rerun_grpo_stage_keeps_the_earlier_run_aside(tmp_path, monkeypatch, tiny_model_dir):
+    """The pipeline starts each seed's run fresh (auto_resume false); open_r1.grpo refuses to start over a finished
+    run's final model, so the stage first keeps an earlier invocation's run dir at <run>.prev-<time>, whole."""
+    import shutil
+
+    import open_r1.grpo
+    from open_r1.tasks.captioning import stage_grpo
+
+    recipe = load(H200, [f"work_dir={tmp_path}"])
+    run = recipe.paths.grpo_run(0)
+    os.makedirs(run)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(tiny_model_dir, name), run)
+    monkeypatch.setattr(stage_grpo.config, "check_inputs", lambda inputs: None)
+    seen = []
+
+    def stop(script_args, training_args, *args, **kwargs):
+        seen.append(os.path.exists(training_args.output_dir))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(open_r1.grpo, "main", stop)
+    with pytest.raises(KeyboardInterrupt):
+        stage_grpo.run_seed(recipe, 0)
+    kept = [p for p in os.listdir(os.path.dirname(run)) if p.startswith("seed0.prev-")]
+    assert seen == [False] and len(kept) == 1
+    assert sorted(os.listdir(os.path.join(os.path.dirname(run), kept[0]))) == ["config.json", "model.safetensors"]
+
+
 # (override, the error): a value its stage could not use, in every section, refused before any stage runs (the eval
 # one used to fail at the chain's last stage, int('sixteen'), after every model had trained)
 BAD_VALUES = [
