@@ -182,9 +182,11 @@ def check_counts(values: dict) -> list[str]:
         for key, least in COUNTS.items()
         if is_number(values.get(key)) and values[key] < least
     ]
-    steps = values.get("max_steps")
+    steps, epochs = values.get("max_steps"), values.get("num_train_epochs")
     if is_number(steps) and steps < 1 and steps != -1:
         problems.append(f"max_steps must be >= 1, or -1 to train num_train_epochs, got {steps} (--max_steps)")
+    elif steps == -1 and is_number(epochs) and not epochs > 0:  # 0 epochs: no step, the base model saved as trained
+        problems.append(f"num_train_epochs must be > 0 when max_steps is -1, got {epochs} (--num_train_epochs)")
     return problems
 
 

@@ -138,6 +138,7 @@ def test_recipe_counts_reject_bool():
         ("max_steps", "-5", "max_steps must be >= 1, or -1 to train num_train_epochs, got -5"),
         ("per_device_train_batch_size", "0", "per_device_train_batch_size must be >= 1, got 0"),
         ("steps_per_generation", "0", "steps_per_generation must be >= 1, got 0"),
+        ("num_train_epochs", "0", "num_train_epochs must be > 0 when max_steps is -1, got 0.0"),  # no step trained
     ],
 )
 def test_group_sizes_and_step_counts_are_one_error_as_the_recipe_is_parsed(tmp_path, capsys, flag, value, message):
@@ -145,7 +146,8 @@ def test_group_sizes_and_step_counts_are_one_error_as_the_recipe_is_parsed(tmp_p
     from open_r1 import grpo
 
     argv = ["--config", "configs/demo.yaml", "--model_name_or_path", str(tmp_path / "none")]
-    assert grpo.cli([*argv, f"--{flag}", value, "--output_dir", str(tmp_path / "run")]) == 2
+    by_epochs = ["--max_steps", "-1"] if flag == "num_train_epochs" else []
+    assert grpo.cli([*argv, *by_epochs, f"--{flag}", value, "--output_dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert err == f"error: {message} (--{flag})\n" and not (tmp_path / "run").exists()
     assert grpo.parse_args([*argv, "--max_steps", "-1"])[1].max_steps == -1  # HF's "by epochs" stays
