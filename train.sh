@@ -72,7 +72,8 @@ if [ "$ZERO3" != 0 ] && [ "$ZERO3" != 1 ]; then  # any other value used to launc
   echo "error: ZERO3=$ZERO3 is not 0 or 1: set ZERO3=1 (DeepSpeed ZeRO-3, the default) or ZERO3=0 (plain DDP)" >&2
   exit 2
 fi
-if [ -n "${GPU_MEMORY_CAP_GIB:-}" ] && ! [[ "$GPU_MEMORY_CAP_GIB" =~ ^[0-9]*\.?[0-9]+$ && "$GPU_MEMORY_CAP_GIB" =~ [1-9] ]]; then
+if [ -n "${GPU_MEMORY_CAP_GIB:-}" ] \
+   && ! [[ "$GPU_MEMORY_CAP_GIB" =~ ^[0-9]*\.?[0-9]+$ && "$GPU_MEMORY_CAP_GIB" =~ [1-9] ]]; then
   echo "error: GPU_MEMORY_CAP_GIB=$GPU_MEMORY_CAP_GIB is not a positive number of GiB: set e.g. 48, or unset it" \
        "(no cap)" >&2
   exit 2
