@@ -55,8 +55,9 @@ fi
 export SUBMISSION  # open_r1.grpo checks up front that it can be written
 VISIBLE_GPUS=$($PYTHON -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 NUM_GPUS=${NUM_GPUS:-$VISIBLE_GPUS}
-if ! [[ "$NUM_GPUS" =~ ^[0-9]+$ ]]; then
-  echo "error: NUM_GPUS=$NUM_GPUS is not a number of GPUs (0 = CPU mode)" >&2
+if ! [[ "$NUM_GPUS" =~ ^[0-9]{1,4}$ ]]; then
+  echo "error: NUM_GPUS=$NUM_GPUS is not a number of GPUs: set a whole number such as 1 or 8 (0 = CPU mode)," \
+       "or unset it to use every visible GPU" >&2
   exit 2
 fi
 if [ "$NUM_GPUS" -gt "$VISIBLE_GPUS" ]; then
@@ -67,6 +68,16 @@ fi
 
 # ZeRO-3 shards gradients and optimizer state across processes and, even in one, keeps fp32 master weights
 ZERO3=${ZERO3:-1}
+if [ "$ZERO3" != 0 ] && [ "$ZERO3" != 1 ]; then  # any other value used to launch without DeepSpeed
+  echo "error: ZERO3=$ZERO3 is not 0 or 1: set ZERO3=1 (DeepSpeed ZeRO-3, the default) or ZERO3=0 (plain DDP)" >&2
+  exit 2
+fi
+if [ -n "${GPU_MEMORY_CAP_GIB:-}" ] \
+   && ! [[ "$GPU_MEMORY_CAP_GIB" =~ ^[0-9]*\.?[0-9]+$ && "$GPU_MEMORY_CAP_GIB" =~ [1-9] ]]; then
+  echo "error: GPU_MEMORY_CAP_GIB=$GPU_MEMORY_CAP_GIB is not a positive number of GiB: set e.g. 48, or unset it" \
+       "(no cap)" >&2
+  exit 2
+fi
 
 # A clean clone has no data for the demo recipe: render the demo's train split (open_r1.tasks.counting.demo's scenes).
 if [ "$DATA" = runs/demo/data/train ] && [ ! -e "$DATA" ]; then

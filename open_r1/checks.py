@@ -163,6 +163,34 @@ def check_sizes(script_args) -> list[str]:
     return problems
 
 
+# Counts of TRL's GRPOConfig / transformers' TrainingArguments and their least value (null = derived): GRPOConfig
+# divides by the group sizes as it is built (num_generations 0: ZeroDivisionError), and a batch of 0 trains nothing.
+COUNTS = {
+    "num_generations": 2,  # GRPO's advantages compare completions within a group
+    "num_generations_eval": 1,
+    "per_device_train_batch_size": 1,
+    "gradient_accumulation_steps": 1,
+    "generation_batch_size": 1,
+    "steps_per_generation": 1,
+}
+
+
+def check_counts(values: dict) -> list[str]:
+    """Group sizes, batch sizes and max_steps (-1 = by num_train_epochs, HF's; 0 or below also trained by epochs),
+    from the parsed recipe before the dataclasses that use them are built."""
+    problems = [
+        f"{key} must be >= {least}, got {values[key]} (--{key})"
+        for key, least in COUNTS.items()
+        if is_number(values.get(key)) and values[key] < least
+    ]
+    steps, epochs = values.get("max_steps"), values.get("num_train_epochs")
+    if is_number(steps) and steps < 1 and steps != -1:
+        problems.append(f"max_steps must be >= 1, or -1 to train num_train_epochs, got {steps} (--max_steps)")
+    elif steps == -1 and is_number(epochs) and not epochs > 0:  # 0 epochs: no step, the base model saved as trained
+        problems.append(f"num_train_epochs must be > 0 when max_steps is -1, got {epochs} (--num_train_epochs)")
+    return problems
+
+
 def check_devices(training_args, model_args=None, num_processes: int | None = None) -> list[str]:
     """A recipe that needs GPUs (DeepSpeed, or a generation batch a CPU cannot carry) on a machine without one."""
     import torch
@@ -270,6 +298,21 @@ def check_checkpoint(path: str) -> str | None:
         return "config.json is missing"
     problems = weights_problems(path)
     return "; ".join(problems) if problems else None
+
+
+def nonfinite_weights(path: str) -> str | None:
+    """The first weight holding nan or inf in a checkpoint dir's safetensors files (a run that diverged before the
+    save), or None; one tensor in memory at a time."""
+    import torch  # deferred: heavy
+    from safetensors import safe_open
+
+    for name in sorted(n for n in os.listdir(path) if n.endswith(".safetensors")):
+        with safe_open(os.path.join(path, name), framework="pt") as handle:
+            for key in handle.keys():
+                tensor = handle.get_tensor(key)
+                if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                    return f"{name}: {key} holds nan or inf"
+    return None
 
 
 def _verify_image(cell) -> str | None:

@@ -22,7 +22,7 @@ from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 from open_r1 import modeling, validate
 from open_r1 import rewards as rewards_lib
 from open_r1 import run as run_lib
-from open_r1.checks import closest_key
+from open_r1.checks import check_counts, closest_key, raise_all
 from open_r1.errors import RecipeError, error_exit, user_error
 from open_r1.export import TRAINING_META_FILE
 from open_r1.families import FAMILIES, vision_tower
@@ -274,7 +274,7 @@ def apply_memory_cap(environ=os.environ) -> float | None:
         cap = float(value)
     except ValueError:
         cap = 0.0
-    if not cap > 0:
+    if not 0 < cap < float("inf"):
         raise RecipeError(f"{MEMORY_CAP_ENV}={value!r} is not a positive number of GiB (e.g. 48)")
     import torch  # deferred: only a capped run needs it here
 
@@ -347,6 +347,11 @@ class _RecipeParser(TrlParser):
 
     def __init__(self, dataclass_types):
         super().__init__(dataclass_types, allow_abbrev=False)
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, rest = super().parse_known_args(args, namespace)
+        raise_all(check_counts(vars(parsed)), header="invalid recipe")  # before GRPOConfig divides by them
+        return parsed, rest
 
     def error(self, message):
         raise RecipeError(f"invalid recipe: {message}")

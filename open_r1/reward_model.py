@@ -172,11 +172,19 @@ class RewardModel(nn.Module):
         backbone = self.backbone
         return backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
 
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
+        """The Trainer's call (transformers >= 5.23 also passes `every_n_layers` / `offload`), passed on as the
+        backbone's version names it."""
         base = self._base_backbone()
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
+        if hasattr(base, "activation_checkpointing_enable"):
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs, **kwargs)
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=activation_checkpointing_kwargs, **kwargs)
         if hasattr(base, "enable_input_require_grads"):  # LoRA: the frozen embedding must still pass a gradient
             base.enable_input_require_grads()
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, **kwargs):  # transformers < 5.23
+        self.activation_checkpointing_enable(gradient_checkpointing_kwargs, **kwargs)
 
     def gradient_checkpointing_disable(self):
         self._base_backbone().gradient_checkpointing_disable()

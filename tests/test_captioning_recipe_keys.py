@@ -154,6 +154,8 @@ BAD_GRPO_VALUES = [
     ("grpo.learning_rate=fast", "argument --learning_rate/--learning-rate: invalid float value: 'fast'"),
     ("grpo.temperature=hot", "argument --temperature: invalid float value: 'hot'"),
     ("grpo.per_device_train_batch_size=12", "generation_batch_size (12) must be divisible by num_generations (8)"),
+    ("grpo.num_generations=0", "num_generations must be >= 2, got 0"),  # was a ZeroDivisionError
+    ("grpo.max_steps=-5", "max_steps must be >= 1, or -1 to train num_train_epochs, got -5"),
     ("grpo.loss_type=dapp", "grpo section: loss_type 'dapp' is not one of TRL's grpo, dr_grpo, dapo"),
     ("grpo.reward_kwargs={caption_rm: {fail_value: abc}}", "caption_rm: fail_value must be a number, got 'abc'"),
     ("grpo.reward_kwargs={caption_rm: {format_bonus: 1.5}}", "caption_rm: format_bonus must be in [0, 1), got 1.5"),
@@ -214,6 +216,34 @@ def test_grpo_env_reaches_the_seed_run_not_the_preflight(tmp_path, monkeypatch):
     assert os.environ.get("OPEN_R1_TEST_ENV") == "7"
 
 
+def test_a_rerun_grpo_stage_keeps_the_earlier_run_aside(tmp_path, monkeypatch, tiny_model_dir):
+    """The pipeline starts each seed's run fresh (auto_resume false); open_r1.grpo refuses to start over a finished
+    run's final model, so the stage first keeps an earlier invocation's run dir at <run>.prev-<time>, whole."""
+    import shutil
+
+    import open_r1.grpo
+    from open_r1.tasks.captioning import stage_grpo
+
+    recipe = load(H200, [f"work_dir={tmp_path}"])
+    run = recipe.paths.grpo_run(0)
+    os.makedirs(run)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(tiny_model_dir, name), run)
+    monkeypatch.setattr(stage_grpo.config, "check_inputs", lambda inputs: None)
+    seen = []
+
+    def stop(script_args, training_args, *args, **kwargs):
+        seen.append(os.path.exists(training_args.output_dir))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(open_r1.grpo, "main", stop)
+    with pytest.raises(KeyboardInterrupt):
+        stage_grpo.run_seed(recipe, 0)
+    kept = [p for p in os.listdir(os.path.dirname(run)) if p.startswith("seed0.prev-")]
+    assert seen == [False] and len(kept) == 1
+    assert sorted(os.listdir(os.path.join(os.path.dirname(run), kept[0]))) == ["config.json", "model.safetensors"]
+
+
 # (override, the error): a value its stage could not use, in every section, refused before any stage runs (the eval
 # one used to fail at the chain's last stage, int('sixteen'), after every model had trained)
 BAD_VALUES = [
@@ -240,6 +270,7 @@ BAD_VALUES = [
     ("rm.lr_scheduler=cosin", "rm.lr_scheduler must be one of linear, cosine"),
     ("rm.lora=16", "rm.lora must be a mapping or null, got 16"),
     ("rm.max_seconds=0", "rm.max_seconds must be > 0 or null, got 0"),
+    ("rm.max_steps=0", "rm.max_steps must be >= 1, got 0"),  # trained by epochs
     ("rm.image_negative_top_k=0", "rm.image_negative_top_k must be >= 1, got 0"),
     ("rm.eval_image_swaps=2.5", "rm.eval_image_swaps must be a whole number, got 2.5"),
     ("eval.n=sixteen", "eval.n must be a whole number, got 'sixteen'"),

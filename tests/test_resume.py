@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from transformers import TrainerCallback
 from open_r1 import grpo
 from open_r1.run import keep_best
 from open_r1.tasks.counting.evaluate import SetReport, write_report
+from tests.test_bad_input import assert_clean_error, fake_checkpoint, grpo_args, py, tree_digest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -221,6 +223,65 @@ def test_hard_kill_mid_training_then_rerun_finishes_the_same_total_steps(
     assert_resumed_weights(weights, resume_from, tiny_model_dir)  # not the base weights (transformers#43701)
     assert trainer.state.global_step == 3
     assert counter.steps == list(range(done + 1, 4))
+
+
+# ---- resume never goes back silently ------------------------------------------------------------------------
+
+
+def finished_run_dir(tiny_model_dir, run):
+    """A run dir as a finished run leaves it: its final model at the top (what export takes)."""
+    os.makedirs(run)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(tiny_model_dir, name), run)
+    return run
+
+
+def nan_checkpoint(tiny_model_dir, path, step):
+    from safetensors.torch import save_file
+
+    fake_checkpoint(tiny_model_dir, path, step)
+    weights = load_file(os.path.join(path, "model.safetensors"))
+    first = sorted(weights)[0]
+    weights[first] = torch.full_like(weights[first], float("nan"))
+    save_file(weights, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+    return first
+
+
+@pytest.mark.parametrize("case", ["every checkpoint unreadable", "start over on a final model", "nan weights"])
+def test_a_run_that_would_go_back_is_one_error_and_leaves_the_run_dir(tiny_model_dir, scene_data_dir, tmp_path, case):
+    """Unreadable checkpoints used to restart from the base model without a word and overwrite the final model at
+    the end; a checkpoint of nan weights was resumed. Each is one error before the model loads, the run dir intact."""
+    run = finished_run_dir(tiny_model_dir, tmp_path / "run")
+    extra, needles = [], []
+    if case == "nan weights":
+        key = nan_checkpoint(tiny_model_dir, run / "checkpoint-2", 2)
+        needles = [f"checkpoint {run / 'checkpoint-2'} cannot be resumed: model.safetensors: {key} holds nan or inf"]
+    else:
+        (fake_checkpoint(tiny_model_dir, run / "checkpoint-2", 2) / "trainer_state.json").write_text("{trunc")
+        weights = fake_checkpoint(tiny_model_dir, run / "checkpoint-4", 4) / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])
+        needles = [f"no checkpoint in {run} loads", "checkpoint-4: weights file model.safetensors is truncated"]
+        needles += ["checkpoint-2: trainer_state.json is unreadable", "--resume_from_checkpoint none"]
+    if case == "start over on a final model":
+        extra = ["--resume_from_checkpoint", "none"]
+        needles = [f"{run} holds the final model of a finished run", "Use another --output_dir"]
+    before = tree_digest(run)
+    fast = ["--max_steps", "1", "--max_completion_length", "8", "--max_pixels", "12544", "--num_generations", "2"]
+    rc, out, err = py(*grpo_args(tiny_model_dir, os.path.join(scene_data_dir, "train"), run, *fast, *extra))
+    assert_clean_error(rc, err, *needles)
+    assert "[grpo] rank" not in out and tree_digest(run) == before  # stopped before the model loaded
+
+
+def test_starting_over_on_purpose_past_unreadable_checkpoints(tiny_model_dir, tmp_path):
+    from open_r1.errors import RecipeError
+    from open_r1.run.resume import resolve_resume
+
+    (fake_checkpoint(tiny_model_dir, tmp_path / "checkpoint-2", 2) / "trainer_state.json").write_text("{trunc")
+    args = types.SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint="none", process_index=0)
+    assert resolve_resume(args, True, log=print) is None  # no final model to overwrite: the user's call
+    args.resume_from_checkpoint = str(tmp_path / "checkpoint-2")
+    with pytest.raises(RecipeError, match="checkpoint-2 cannot be resumed: trainer_state.json is unreadable"):
+        resolve_resume(args, True, log=print)
 
 
 # ---- time budget -----------------------------------------------------------------------------------------------

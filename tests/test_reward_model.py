@@ -282,3 +282,31 @@ def test_rm_loss_falls_on_toy_set(backbones, tmp_path):
     result = rm_lib.evaluate_pairs(model, pairs, batch_size=3, n_boot=200, progress=lambda *a: seen.append(a))
     assert result["accuracy"] == 1.0
     assert seen == [(3, 16), (6, 16), (8, 16), (11, 16), (14, 16), (16, 16)]  # both sides, batch by batch
+
+
+def test_the_rm_stage_runs_with_the_shipped_real_recipes_rm_settings(backbones, tmp_path):
+    """configs/captioning/real_qwen3vl2b.yaml's rm section as shipped (activation checkpointing, its LoRA, its dtype)
+    through the real pipeline's RM stage on a tiny backbone; only the sizes are cut. transformers >= 5.23's Trainer
+    passes `every_n_layers` to the checkpointing call, which crashed the stage with a TypeError."""
+    from open_r1.tasks.captioning import config, pipeline, stage_rm
+    from standin.captioning import cartoons
+
+    cartoons.write_standin(
+        tmp_path / "data", 4, 0, 0.25, 0.25, config=cartoons.StandinConfig(captions=12, image_size=(96, 64))
+    )
+    sizes = ["max_steps=1", "blind=false", "eval_image_swaps=0", "per_device_batch_size=2", "eval_cap_per_contest=4"]
+    recipe = config.parse_recipe(
+        "configs/captioning/real_qwen3vl2b.yaml",
+        [
+            f"work_dir={tmp_path / 'work'}",
+            f"data_dir={tmp_path / 'data'}",
+            f"models.reward_backbone={backbones['qwen2_5_vl']}",
+            *(f"rm.{size}" for size in sizes),
+        ],
+        pipeline.STAGES,
+    )
+    cfg = recipe.section("rm")
+    assert cfg.gradient_checkpointing and cfg.lora == {"r": 16, "alpha": 32, "dropout": 0.05} and cfg.dtype is None
+    report = stage_rm.run(recipe)["rm"]
+    assert report["steps"] == 1 and set(report["held_out"]) == {"val", "test"}
+    assert rm_lib.load_reward_model(recipe.paths.rm, device="cpu").meta["lora"] == cfg.lora

@@ -136,12 +136,9 @@ def test_the_help_hint_runs_on_a_clean_clone_with_no_variables_set(tmp_path):
     assert meta["base_model"] == os.path.join(clone, "open_r1", "tasks", "counting", "demo_start")
 
 
-@pytest.mark.parametrize(
-    "gpus, zero3, deepspeed", [("1", None, True), ("2", None, True), ("1", "0", False), ("2", "0", False)]
-)
-def test_zero3_by_default_on_any_gpu_count(tmp_path, gpus, zero3, deepspeed):
-    """ZeRO-3 by default, one GPU included (its fp32 master weights keep updates that bf16 weights round away);
-    ZERO3=0 gives plain DDP. A stand-in PYTHON reports `gpus` GPUs and records the launch instead of training."""
+def launch_with_a_stand_in_python(tmp_path, gpus, **env_values):
+    """train.sh with a stand-in PYTHON that reports `gpus` GPUs and records the launch instead of training:
+    (the finished process, the launch command line or None)."""
     calls = tmp_path / "calls"
     fake = tmp_path / "python"
     fake.write_text(f"""#!/usr/bin/env bash
@@ -152,17 +149,44 @@ case "$*" in
 esac
 """)
     fake.chmod(0o755)
-    env = {key: value for key, value in os.environ.items() if key not in ("NUM_GPUS", "ZERO3")}
+    env = {key: value for key, value in os.environ.items() if key not in ("NUM_GPUS", "ZERO3", "GPU_MEMORY_CAP_GIB")}
     env.update(
         PYTHON=str(fake),
         MODEL_PATH=str(tmp_path),
         DATA=str(tmp_path),
         SUBMISSION=str(tmp_path / "sub"),
         OUTPUT_DIR=str(tmp_path / "run"),
-        **({"ZERO3": zero3} if zero3 else {}),
+        **env_values,
     )
     result = subprocess.run(["bash", "train.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
-    launch = calls.read_text().splitlines()[0]
+    return result, calls.read_text().splitlines()[0] if calls.exists() else None
+
+
+@pytest.mark.parametrize(
+    "gpus, zero3, deepspeed", [("1", None, True), ("2", None, True), ("1", "0", False), ("2", "0", False)]
+)
+def test_zero3_by_default_on_any_gpu_count(tmp_path, gpus, zero3, deepspeed):
+    """ZeRO-3 by default, one GPU included (its fp32 master weights keep updates that bf16 weights round away);
+    ZERO3=0 gives plain DDP."""
+    result, launch = launch_with_a_stand_in_python(tmp_path, gpus, **({"ZERO3": zero3} if zero3 else {}))
     assert result.returncode == 0 and "accelerate.commands.launch" in launch, result.stderr
     assert f"--num_processes {gpus}" in launch and "launch --quiet" in launch  # no launcher traceback on a failure
     assert ("--deepspeed zero3.json" in launch) == deepspeed
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("ZERO3", "yes"),  # used to launch without DeepSpeed
+        ("ZERO3", "2"),
+        ("GPU_MEMORY_CAP_GIB", "lots"),  # used to fail in every rank after the data checks
+        ("GPU_MEMORY_CAP_GIB", "0"),
+        ("GPU_MEMORY_CAP_GIB", "inf"),
+        ("NUM_GPUS", "-1"),
+        ("NUM_GPUS", "1.5"),
+    ],
+)
+def test_a_bad_environment_value_is_one_error_before_the_launch(tmp_path, name, value):
+    result, launch = launch_with_a_stand_in_python(tmp_path, "2", **{name: value})
+    assert result.returncode == 2 and launch is None, result.stdout + result.stderr
+    assert result.stderr.startswith(f"error: {name}={value} is not") and len(result.stderr.splitlines()) == 1

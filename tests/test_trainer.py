@@ -608,6 +608,8 @@ def test_gpu_memory_cap_env_is_checked_and_capped(monkeypatch):
         grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "lots"})
     with pytest.raises(grpo.RecipeError, match="GPU_MEMORY_CAP_GIB='-4' is not a positive number"):
         grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "-4"})
+    with pytest.raises(grpo.RecipeError, match="GPU_MEMORY_CAP_GIB='inf' is not a positive number"):
+        grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "inf"})
     assert grpo.apply_memory_cap({"GPU_MEMORY_CAP_GIB": "48", "LOCAL_RANK": "1"}) == 48
     assert calls == [(0.6, 1)]
 

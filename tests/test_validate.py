@@ -130,6 +130,29 @@ def test_recipe_counts_reject_bool():
         demo.load_recipe(H200, ["rm.seeds=[0, true]"])
 
 
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("num_generations", "0", "num_generations must be >= 2, got 0"),  # was a ZeroDivisionError in GRPOConfig
+        ("max_steps", "0", "max_steps must be >= 1, or -1 to train num_train_epochs, got 0"),  # trained by epochs
+        ("max_steps", "-5", "max_steps must be >= 1, or -1 to train num_train_epochs, got -5"),
+        ("per_device_train_batch_size", "0", "per_device_train_batch_size must be >= 1, got 0"),
+        ("steps_per_generation", "0", "steps_per_generation must be >= 1, got 0"),
+        ("num_train_epochs", "0", "num_train_epochs must be > 0 when max_steps is -1, got 0.0"),  # no step trained
+    ],
+)
+def test_group_sizes_and_step_counts_are_one_error_as_the_recipe_is_parsed(tmp_path, capsys, flag, value, message):
+    """Before GRPOConfig is built (it divides by the group size) and before any path or model is looked at."""
+    from open_r1 import grpo
+
+    argv = ["--config", "configs/demo.yaml", "--model_name_or_path", str(tmp_path / "none")]
+    by_epochs = ["--max_steps", "-1"] if flag == "num_train_epochs" else []
+    assert grpo.cli([*argv, *by_epochs, f"--{flag}", value, "--output_dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {message} (--{flag})\n" and not (tmp_path / "run").exists()
+    assert grpo.parse_args([*argv, "--max_steps", "-1"])[1].max_steps == -1  # HF's "by epochs" stays
+
+
 def test_the_loss_types_are_trls():
     """`LOSS_TYPES` is the list TRL's GRPOConfig.loss_type help names (a TRL upgrade that adds or drops one fails
     here, not in a user's run)."""

@@ -1,6 +1,7 @@
 """Resume (`resolve_resume`): with `auto_resume` (default) a run dir resumes from its newest complete
 `checkpoint-N` (one whose files load; newer broken ones are skipped with a log line), and the log says what was
-restored and what started fresh."""
+restored and what started fresh. It never goes back silently: checkpoints none of which loads, nan/inf weights, or a
+fresh start over a finished run's final model are one error."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from transformers import TrainerCallback
 
 import open_r1.run.keep_best as keep_best_lib
 from open_r1 import compat
-from open_r1.checks import check_checkpoint
+from open_r1.checks import check_checkpoint, nonfinite_weights
+from open_r1.errors import RecipeError
 from open_r1.jsonio import read_json
 from open_r1.run.common import _is_rank0, _log
 
@@ -55,23 +57,30 @@ def checkpoint_problem(path: str) -> str | None:
     return next(filter(None, map(_zip_problem, present)), None)
 
 
-def find_resume_checkpoint(output_dir: str, log=None) -> str | None:
-    """Newest checkpoint-N in output_dir whose files load (see `checkpoint_problem`), or None. Newer ones that do
-    not load are skipped, with a log line each."""
+def checkpoint_dirs(output_dir: str) -> list[str]:
+    """The checkpoint-N dirs of output_dir, newest first, loadable or not."""
     if not os.path.isdir(output_dir):
-        return None
+        return []
     steps = sorted(
         (step, name)
         for name in os.listdir(output_dir)
         if (step := keep_best_lib.checkpoint_step(name)) is not None and os.path.isdir(os.path.join(output_dir, name))
     )
-    for _, name in reversed(steps):
-        path = os.path.join(output_dir, name)
+    return [os.path.join(output_dir, name) for _, name in reversed(steps)]
+
+
+def find_resume_checkpoint(output_dir: str, log=None) -> str | None:
+    """Newest checkpoint-N in output_dir whose files load (see `checkpoint_problem`), or None. Newer ones that do
+    not load are skipped, with a log line each."""
+    for path in checkpoint_dirs(output_dir):
         problem = checkpoint_problem(path)
         if problem is None:
             return path
         if log:
-            log(f"[resume] skipping {name}: incomplete ({problem}); falling back to the previous checkpoint")
+            log(
+                f"[resume] skipping {os.path.basename(path)}: incomplete ({problem}); falling back to the previous "
+                "checkpoint"
+            )
     return None
 
 
@@ -94,23 +103,48 @@ def restored_parts(checkpoint: str) -> tuple[list[str], list[str]]:
 
 def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | None:
     """The checkpoint for trainer.train(resume_from_checkpoint=...): an explicit path wins ('true'/'latest' = newest
-    complete checkpoint, 'false'/'none' = start fresh); otherwise, with auto_resume, the newest complete one."""
+    complete checkpoint, 'false'/'none' = start fresh); otherwise, with auto_resume, the newest complete one.
+    Never goes back silently (one RecipeError, before the model loads): checkpoints of which none loads, a checkpoint
+    whose weights hold nan/inf, or a fresh start in a dir holding a finished run's final model."""
     main_process = getattr(training_args, "process_index", 0) == 0
     say = log if main_process else None
     explicit = training_args.resume_from_checkpoint
+    output_dir = training_args.output_dir
+    checkpoint = None
     if isinstance(explicit, str) and explicit.strip().lower() in ("false", "none", "no", ""):
+        pass
+    elif explicit and not (isinstance(explicit, str) and explicit.strip().lower() in ("true", "latest", "last")):
+        checkpoint = explicit
+        problem = checkpoint_problem(explicit) if os.path.isdir(explicit) else "not a directory"
+        if problem:
+            raise RecipeError(
+                f"resume_from_checkpoint {explicit} cannot be resumed: {problem} (--resume_from_checkpoint)"
+            )
+    elif auto_resume or explicit:
+        checkpoint = find_resume_checkpoint(output_dir, log=say)
+        if checkpoint is None and (broken := checkpoint_dirs(output_dir)):
+            raise RecipeError(
+                f"no checkpoint in {output_dir} loads, so this run would start over from the base model:\n  - "
+                + "\n  - ".join(f"{os.path.basename(p)}: {checkpoint_problem(p)}" for p in broken)
+                + "\nRepair or move them away, or start over on purpose with --resume_from_checkpoint none"
+            )
+    if checkpoint is None:
+        if keep_best_lib.has_weights(output_dir):
+            raise RecipeError(
+                f"{output_dir} holds the final model of a finished run, which this run would overwrite after "
+                "starting over from the base model. Use another --output_dir (OUTPUT_DIR), or move that model away"
+            )
         return None
-    if explicit and not (isinstance(explicit, str) and explicit.strip().lower() in ("true", "latest", "last")):
+    problem = nonfinite_weights(checkpoint)
+    if problem:
+        raise RecipeError(
+            f"checkpoint {checkpoint} cannot be resumed: {problem} (the run diverged before this save). Resume an "
+            "earlier one with --resume_from_checkpoint <run dir>/checkpoint-N, or start over with another --output_dir"
+        )
+    if checkpoint == explicit:
         if say:
             say(f"[resume] resuming from {explicit} (resume_from_checkpoint)")
         return explicit
-    if not (auto_resume or explicit):
-        return None
-    checkpoint = find_resume_checkpoint(training_args.output_dir, log=say)
-    if checkpoint is None:
-        if explicit and say:
-            say(f"[resume] no complete checkpoint in {training_args.output_dir}: starting from scratch")
-        return None
     if say:
         state = read_json(os.path.join(checkpoint, "trainer_state.json"), {})
         restored, fresh = restored_parts(checkpoint)
@@ -120,7 +154,7 @@ def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | N
             f"[resume] resuming from {checkpoint} (step {state.get('global_step', '?')} of "
             f"{state.get('max_steps', '?')}{longer}): restored {', '.join(restored)}"
             + (f"; started fresh: {'; '.join(fresh)}" if fresh else "")
-            + ". Start fresh with --auto_resume false or another --output_dir"
+            + ". Start over with another --output_dir"
         )
     return checkpoint
 

@@ -18,13 +18,13 @@ import time
 from typing import NamedTuple
 
 from open_r1 import grpo, modeling
-from open_r1.checks import check_loss_type
+from open_r1.checks import check_counts, check_loss_type
 from open_r1.errors import RecipeError, RewardConfigError
-from open_r1.export import load_for_export
+from open_r1.export import kept_path, load_for_export
 from open_r1.grpo import recipe_keys
 from open_r1.rewards import parse_reward_kwargs
 from open_r1.run.budget import TimeCapCallback
-from open_r1.run.keep_best import resolve_export_checkpoint
+from open_r1.run.keep_best import has_weights, resolve_export_checkpoint
 from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning.config import help_field
 from open_r1.tasks.captioning.rewards import check_caption_rm_settings
@@ -81,6 +81,8 @@ def parse_grpo(values: dict) -> tuple:
     parser.set_defaults_with_config(**values)
     stderr = io.StringIO()
     try:
+        if problems := check_counts(values):  # before GRPOConfig divides by the group sizes
+            raise ValueError("; ".join(problems))
         with contextlib.redirect_stderr(stderr):
             parsed = list(parser.parse_args_into_dataclasses(args=[]))
     except SystemExit:  # argparse: a value its type refuses; the reason is the last line it printed
@@ -175,6 +177,10 @@ def run_seed(recipe, seed: int) -> dict:
     config.check_inputs(inputs(recipe))
     script_args, training_args, model_args = seed_args(recipe, seed)
     os.environ.update({str(k): str(v) for k, v in section.env.items()})
+    if has_weights(training_args.output_dir):  # an earlier invocation's finished run: kept, never trained over
+        aside = kept_path(training_args.output_dir, "prev")
+        os.rename(training_args.output_dir, aside)
+        config.log(f"[grpo] seed {seed}: the earlier run in {training_args.output_dir} kept at {aside}")
     config.log(f"[grpo] seed {seed}: open_r1.grpo into {training_args.output_dir}")
     started = time.time()
     trainer = grpo.main(

@@ -92,6 +92,7 @@ class Config:
             "image_negative_top_k",
             "logging_steps",
             "cap_per_contest",
+            "max_steps",
         )
         require(
             self.max_seconds is None or self.max_seconds > 0,

@@ -24,7 +24,7 @@ import sys
 
 import open_r1.generation
 from open_r1.errors import CliHelp, OpenR1Error, error_exit
-from open_r1.export import COUNTING_GRADER_CLASS, recover_interrupted_swap, verify_submission
+from open_r1.export import COUNTING_GRADER_CLASS, exit_cli, recover_interrupted_swap, verify_submission
 from open_r1.modeling import load_model, load_processor
 from open_r1.noise import quiet_library_noise
 from open_r1.tasks import get_task, one_line
@@ -247,5 +247,9 @@ def _run(argv=None) -> int:
     return 0
 
 
+def cli(argv=None) -> None:  # open-r1-selfcheck, selfcheck.py: a signal in the interpreter's exit keeps the status
+    exit_cli(main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()
