@@ -58,7 +58,7 @@ humor-demo:
 # The REAL chain on CPU before renting GPUs: the public data (SOURCE: --ratings DIR or --hub DIR; a few contests do)
 # -> prepare -> synthesis (the tiny policy never writes </think>: its traces are closed and counted) -> SFT + merge
 # -> RM + blind RM -> GRPO -> best-of-N, with configs/captioning/real_qwen3vl2b.yaml's settings but tiny models and
-# sizes (and, until the RM's checkpointing fix for transformers' every_n_layers lands, rm.gradient_checkpointing off).
+# sizes.
 # It shows that the data and the recipe go through; its numbers mean nothing (tests/test_prepare.py runs it).
 HUMOR_REAL_CPU_DIR ?= runs/humor-real-cpu
 SOURCE ?= --ratings caption-contest-data
@@ -67,7 +67,6 @@ REAL_CPU_SETS = work_dir=$(HUMOR_REAL_CPU_DIR) data_dir=$(HUMOR_REAL_CPU_DIR)/da
 	synthesize.limit=4 synthesize.max_new_tokens=16 synthesize.batch_size=4 synthesize.close_unterminated=true \
 	sft.max_steps=1 sft.gradient_accumulation_steps=1 rm.max_pairs=8 rm.max_steps=1 rm.per_device_batch_size=2 \
 	rm.gradient_accumulation_steps=1 rm.eval_cap_per_contest=4 rm.eval_image_swaps=4 rm.eval_batch_size=8 \
-	rm.gradient_checkpointing=false \
 	grpo.max_steps=1 grpo.num_generations=2 grpo.per_device_train_batch_size=2 grpo.gradient_accumulation_steps=1 \
 	grpo.max_completion_length=16 grpo.caption_eval_max_new_tokens=16 grpo.eval_limit=2 \
 	grpo.reward_kwargs.caption_rm.device=cpu \
