@@ -46,6 +46,7 @@ from collections import Counter, defaultdict
 
 from open_r1.errors import DataError, OpenR1Error, error_exit
 from open_r1.jsonio import write_json
+from open_r1.submission.install import check_target, installing
 from open_r1.tasks.captioning import data, protocol
 
 HEADER_OLD = ("rank", "caption", "mean", "precision", "votes", "not_funny", "somewhat_funny", "funny")
@@ -320,11 +321,12 @@ def prepare(args: argparse.Namespace) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from open_r1 import modeling  # deferred: it loads torch
-
     out = os.path.abspath(args.out)
     if os.path.exists(out) and not args.overwrite:
         raise DataError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
+    inputs = [args.hub or args.ratings, args.descriptions]
+    own = lambda path: os.path.isfile(os.path.join(path, REPORT))  # noqa: E731 - a prepared set has its report
+    check_target(out, "--out", "a prepared data set", inputs, own=own, force=args.force)
     contests, cartoons, descriptions = hub_source(args.hub) if args.hub else ratings_source(args.ratings)
     if args.descriptions:
         descriptions = {**descriptions, **read_descriptions(args.descriptions)}
@@ -341,7 +343,7 @@ def prepare(args: argparse.Namespace) -> dict:
         }
     )
     report, no_cartoon = Counter(dict.fromkeys(COUNTS, 0)), []
-    with modeling.staged_dir(out) as tmp:  # an old --out (--overwrite) is replaced only once the new one is complete
+    with installing(out) as tmp:  # an old --out (--overwrite) is replaced only once the new one is complete
         os.makedirs(os.path.join(tmp, "images"))
         staging = os.path.join(tmp, ".staging", "rows.arrow")
         os.makedirs(os.path.dirname(staging))
@@ -396,7 +398,7 @@ def prepare(args: argparse.Namespace) -> dict:
             "source": "hub" if args.hub else "ratings",
             "input": os.path.abspath(args.hub or args.ratings),
             "out": out,
-            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")},
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "force")},
             **report,
             "contests_without_cartoon": len(no_cartoon),
             "contests_without_cartoon_ids": no_cartoon,
@@ -417,7 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--hub", help="folder with the Hub dataset's parts saved locally: " + ", ".join(HUB_PARTS))
     parser.add_argument("--descriptions", help="csv/jsonl of cartoon descriptions joined by contest")
     parser.add_argument("--out", required=True, help="output folder (train/ val/ test/, images/, prepare_report.json)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out (a prepared data set)")
+    parser.add_argument("--force", action="store_true", help="with --overwrite: replace an --out of any other kind")
     parser.add_argument("--min-votes", type=int, default=10, help="drop captions with fewer votes")
     parser.add_argument("--min-captions", type=int, default=20, help="drop contests with fewer kept captions")
     parser.add_argument("--val-frac", type=float, default=0.1, help="share of contests in val")
