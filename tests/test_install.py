@@ -329,6 +329,23 @@ def test_promote_on_a_full_disk_is_one_line(tiny_model_dir, tmp_path, monkeypatc
     argv = ["--candidate", str(candidate), "--report", report, "--submission", str(submission), "--force"]
     assert promote.main([*argv, "--no-verify-generate"]) == 2
     line = one_error_line(capsys.readouterr().err)
-    assert "copying the candidate failed: [Errno 28] No space left on device" in line and "more files)" in line
+    assert "copying the candidate failed: [Errno 28] No space left on device" in line
     assert "[(" not in line and f"{submission} is unchanged" in line
     assert tree_digest(submission) == before
+
+
+def test_ctrl_c_in_prepare_is_one_line_and_keeps_the_old_set(ratings, tmp_path, monkeypatch, capsys):
+    from open_r1.tasks.captioning import prepare
+
+    out = str(tmp_path / "prepared")
+    args = ["--ratings", ratings, "--out", out, "--val-frac", "0.34", "--test-frac", "0.34"]
+    assert prepare.main(args) == 0
+    before = tree_digest(out)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare, "place_cartoon", interrupted)
+    assert prepare.main([*args, "--overwrite"]) == 130
+    assert f"{out} is unchanged" in one_error_line(capsys.readouterr().err)
+    assert tree_digest(out) == before and sorted(os.listdir(tmp_path)) == ["data", "prepared"]

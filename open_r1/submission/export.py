@@ -112,7 +112,9 @@ def export_submission(
             meta.get("max_pixels") if max_pixels is None else max_pixels,
         )
         dest = out if scored is None else kept_path(out, "candidate")
-        with installing(dest, kept_path(out, "prev"), True, None, ExportError, "writing the new model", log) as staging:
+        with installing(
+            dest, kept_path(out, "prev"), keep_new=True, error=ExportError, what="writing the new model", log=log
+        ) as staging:
             log(f"[export] writing merged model from {checkpoint} into {staging}")
             model.save_pretrained(staging, safe_serialization=True)
             processor.save_pretrained(staging)

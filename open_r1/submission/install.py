@@ -114,7 +114,10 @@ def locked(target: str, log=print):
         raise OpenR1Error(f"cannot write {target}: {reason(exc)}") from None
     _HELD[target] = fd
     try:
-        recover(target, log=log)
+        try:
+            recover(target, log=log)
+        except OSError as exc:
+            raise OpenR1Error(f"cannot finish the install a killed command left at {target}: {reason(exc)}") from None
         _record(target)
         yield
     finally:
@@ -223,56 +226,45 @@ def fix_modes(root: str) -> None:
 
 
 def reason(exc: BaseException) -> str:
-    """An OSError (a full disk, a read-only place) in a few words; shutil.copytree's collected errors by the first."""
+    """An OSError (a full disk, a read-only place) in a few words; shutil.copytree's list of errors by its first."""
     if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
-        return str(exc.args[0][0][-1]) + (f" (and {len(exc.args[0]) - 1} more files)" if len(exc.args[0]) > 1 else "")
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
-    return str(exc)
+        return str(exc.args[0][0][-1])  # (source, destination, why)
+    return f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
 @contextlib.contextmanager
 def installing(
     target, keep_old: str | None = None, keep_new=False, source=None, error=OpenR1Error, what=None, log=print
 ):
-    """Yield a staging dir `.<name>.tmp-*` beside `target`; when the block ends, give it modes 0755/0644 and swap it
-    in, under the target's lock, with SIGINT/SIGTERM held. The old dir goes to `keep_old` (None: deleted). A failure
-    leaves `target` as it was: the staging dir is removed (a complete one kept as a candidate with `keep_new`); a
-    disk error raises `error("<what> failed: <reason>; <where the dirs are>")`, an interrupt gets `exc.where`."""
+    """Yield a staging dir `.<name>.tmp-*` beside `target`; when the block ends, journal the swap in the lock file,
+    give the dir modes 0755/0644 and swap it in with SIGINT/SIGTERM held. The old dir goes to `keep_old` (None:
+    deleted). A failure leaves `target` as it was (`recover`): the staging dir removed, a complete one kept as a
+    candidate with `keep_new`; a disk error raises `error("<what> failed: <reason>; <where the dirs are>")`, an
+    interrupt gets `exc.where`."""
     target = os.path.abspath(os.fspath(target))
     parent, name = os.path.split(target)
     with locked(target, log=log):
         staging = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
-        aside, new_inode, complete = keep_old or os.path.join(parent, f".{name}.old-{os.getpid()}"), None, False
+        aside = keep_old or os.path.join(parent, f".{name}.old-{os.getpid()}")
         try:
             yield staging
+            journal = dict(staging=staging, aside=aside, new_inode=inode_of(staging), keep_old=bool(keep_old))
+            _record(target, **journal, keep_new=keep_new)
             fix_modes(staging)
-            complete, new_inode = True, inode_of(staging)
-            _record(
-                target, staging=staging, aside=aside, new_inode=new_inode, keep_old=bool(keep_old), keep_new=keep_new
-            )
             with _signals_held():
                 replaced = _swap(staging, target, aside)
-                _record(target)
                 COMMITTED.append(target)
                 if replaced and keep_old:
                     log(f"[install] previous model kept at {aside}")  # before a held signal is delivered
+            _record(target)
             if replaced and not keep_old:
-                shutil.rmtree(aside)
+                shutil.rmtree(aside, ignore_errors=True)
         except BaseException as exc:
-            if (read_json(_lock_path(target), None) or {}).get("staging"):  # the swap failed: undo it
+            if (read_json(_lock_path(target), None) or {}).get("staging"):  # complete: finish or undo the swap
                 try:
                     where = recover(target, log=log)
                 except OSError as again:
                     where = f"the install stopped half-way ({reason(again)}); the next run on {target} finishes it"
-            elif new_inode is not None and inode_of(target) == new_inode:  # a held signal, delivered after the swap
-                where = f"the new one is in place at {target}" + (
-                    f", the previous one is kept at {aside}" if keep_old and os.path.isdir(aside) else ""
-                )
-            elif complete and keep_new and os.path.isdir(staging):
-                kept = kept_path(target, "candidate")
-                os.rename(staging, kept)
-                where = f"{target} is unchanged, the verified new model is kept at {kept}"
             else:
                 where = f"{target} is unchanged" + (
                     f", the candidate is still at {source}" if source else " (the partial new one was removed)"

@@ -88,7 +88,9 @@ def promote(
         if not static.ok:
             raise PromoteError(f"the candidate {candidate} fails verification: " + "; ".join(static.problems))
         replaced = kept_path(submission, "replaced") if os.path.exists(submission) else None
-        with installing(submission, replaced, False, candidate, PromoteError, "copying the candidate", log) as staging:
+        with installing(
+            submission, replaced, source=candidate, error=PromoteError, what="copying the candidate", log=log
+        ) as staging:
             shutil.copytree(candidate, staging, dirs_exist_ok=True)
             shutil.copyfile(report_path, os.path.join(staging, REPORT_FILE))
             verdict = verify_submission(staging, generate=verify_generate)

@@ -41,6 +41,7 @@ import math
 import os
 import re
 import shutil
+import sys
 import unicodedata
 from collections import Counter, defaultdict
 
@@ -443,6 +444,11 @@ def main(argv: list[str] | None = None) -> int:
         summary = prepare(args)
     except OpenR1Error as exc:
         return error_exit(exc)
+    except KeyboardInterrupt as exc:  # Ctrl-C: the installer removed the partial new set
+        print(
+            f"error: interrupted; {getattr(exc, 'where', f'{os.path.abspath(args.out)} is unchanged')}", file=sys.stderr
+        )
+        return 130
     print(json.dumps({k: summary[k] for k in ("out", "contests_read", "caption_rows_read", "splits")}))
     return 0
 
