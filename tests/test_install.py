@@ -94,6 +94,20 @@ def test_export_and_promote_refuse_their_inputs_the_run_dir_the_repo_and_home(
     assert tree_digest(tmp_path) == before
 
 
+def test_tiny_model_and_scenes_refuse_home_and_the_repo(tmp_path, monkeypatch, capsys):
+    from open_r1.tasks.counting.scenes import cli as scenes
+    from open_r1.tiny_models import main as tiny
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "notes").write_text("mine")
+    before = tree_digest(tmp_path)
+    assert tiny(["--out", str(tmp_path), "--overwrite"]) == 2
+    assert f"--out {tmp_path}: it is the protected dir {tmp_path}" in one_error_line(capsys.readouterr().err)
+    assert scenes.main(["--out", ROOT, "--overwrite", "--splits", "train", "--train", "2", "--no-progress"]) == 2
+    assert f"--out {ROOT}: it is the protected dir {ROOT}" in one_error_line(capsys.readouterr().err)
+    assert tree_digest(tmp_path) == before and not os.path.exists(os.path.join(ROOT, "train"))
+
+
 def test_export_replaces_a_dir_that_holds_no_model_only_with_force(tiny_model_dir, tmp_path, capsys):
     from open_r1.submission import export
 
