@@ -53,6 +53,12 @@ if [ -z "${SUBMISSION:-}" ]; then  # the grader's path on the users' machine (/a
   if [ -d /app ]; then SUBMISSION=/app/submission; else SUBMISSION=$OUTPUT_DIR/submission; fi
 fi
 export SUBMISSION  # open_r1.grpo checks up front that it can be written
+# the export would move the run dir aside with the old submission: SUBMISSION inside OUTPUT_DIR is fine, not the reverse
+case "$(realpath -m "$OUTPUT_DIR")/" in "$(realpath -m "$SUBMISSION")"/*)
+  echo "error: SUBMISSION=$SUBMISSION is or contains OUTPUT_DIR=$OUTPUT_DIR; the export would replace the run dir." \
+       "Point SUBMISSION elsewhere (default: OUTPUT_DIR/submission)" >&2
+  exit 2 ;;
+esac
 VISIBLE_GPUS=$($PYTHON -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 NUM_GPUS=${NUM_GPUS:-$VISIBLE_GPUS}
 if ! [[ "$NUM_GPUS" =~ ^[0-9]{1,4}$ ]]; then
@@ -129,7 +135,7 @@ else
 fi
 if [ -n "$SIGNALLED" ] || [ "$RC" -ge 128 ]; then
   echo "[train.sh] training stopped by ${SIGNALLED:-a signal} (exit $RC): no export. The last checkpoint is in" \
-       "$OUTPUT_DIR; re-run the same command to resume, or export it: $PYTHON -m open_r1.export --checkpoint" \
+       "$OUTPUT_DIR; re-run the same command to resume, or export it: $PYTHON -m open_r1.submission.export --checkpoint" \
        "$OUTPUT_DIR --out $SUBMISSION" >&2
   case "$SIGNALLED" in SIGINT) exit 130 ;; SIGTERM) exit 143 ;; esac
   exit "$RC"
@@ -141,7 +147,7 @@ fi
 EXPORT_ARGS=(--checkpoint "$OUTPUT_DIR" --out "$SUBMISSION")
 [ "${REPLACE_SUBMISSION:-0}" = "1" ] && EXPORT_ARGS+=(--replace)
 RC=0
-run_child $PYTHON -m open_r1.export "${EXPORT_ARGS[@]}" || RC=$?
+run_child $PYTHON -m open_r1.submission.export "${EXPORT_ARGS[@]}" || RC=$?
 if [ "$RC" -ne 0 ]; then
   exit "$RC"
 fi

@@ -5,15 +5,13 @@ left-padded (right padding shifts M-RoPE positions in batched generation) with t
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
-import shutil
-import tempfile
 
 from open_r1.errors import ModelError  # noqa: F401  (re-exported)
 from open_r1.families import FAMILIES, ModelFamily, get_family
 from open_r1.jsonio import read_json, write_json
+from open_r1.submission.install import installing
 from open_r1.vision_attention import use_grouped_vision_attention
 
 # Default vision-token budget of training per image, in merged tokens (Qwen2-VL: 3136 to 401408 pixels)
@@ -50,7 +48,7 @@ def check_model_dir(path: str) -> dict:
         if os.path.isfile(os.path.join(path, "adapter_config.json")):
             raise ModelError(
                 f"{path} holds a LoRA adapter, not a full model. Merge it first: "
-                f"python scripts/export_submission.py --checkpoint {path} --out <dir>"
+                f"python -m open_r1.submission.export --checkpoint {path} --out <dir>"
             )
         raise ModelError(f"{path} has no config.json; it is not a saved transformers model")
     config = read_json(config_path)
@@ -163,46 +161,10 @@ def pixel_budget(processor) -> tuple[int, int]:
     return int(size["shortest_edge"]), int(size["longest_edge"])
 
 
-def fix_modes(root: str) -> None:
-    """Dirs 0755, files 0644, whatever the umask of mkdtemp (0700): a grader running as another user reads it."""
-    for dirpath, _, filenames in os.walk(root):  # symlinks are neither followed nor changed
-        os.chmod(dirpath, 0o755)
-        for path in (os.path.join(dirpath, name) for name in filenames):
-            if not os.path.islink(path):
-                os.chmod(path, 0o644)
-
-
-@contextlib.contextmanager
-def staged_dir(out_dir):
-    """Build a dir in a staging dir beside `out_dir` (yielded), then give it modes 0755/0644 (readable by other
-    users) and rename it into place. An old `out_dir` is moved aside first and deleted after the rename (put back
-    if the rename fails): an interruption leaves the old dir or the new one, never half of either."""
-    out_dir = os.path.abspath(os.fspath(out_dir))
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
-    aside = None
-    try:
-        yield staging
-        fix_modes(staging)
-        if os.path.exists(out_dir):
-            aside = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=parent)
-            os.rename(out_dir, os.path.join(aside, "previous"))
-        os.rename(staging, out_dir)
-    except BaseException:
-        if aside and not os.path.exists(out_dir):
-            os.rename(os.path.join(aside, "previous"), out_dir)
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    finally:
-        if aside:
-            shutil.rmtree(aside, ignore_errors=True)
-
-
 def save_model_dir(model, processor, out_dir) -> str:
-    """Write a full model dir atomically (`staged_dir`): weights, the processor left-padded in both processor-file
+    """Write a full model dir atomically (`installing`): weights, the processor left-padded in both processor-file
     layouts, the generation config."""
-    with staged_dir(out_dir) as staging:
+    with installing(out_dir) as staging:
         processor.tokenizer.padding_side = "left"
         model.save_pretrained(staging)
         processor.save_pretrained(staging)

@@ -30,6 +30,7 @@ from open_r1.errors import ModelError, RecipeError
 from open_r1.families import family_of
 from open_r1.image_dedupe import enable_image_dedupe
 from open_r1.jsonio import read_json, write_json
+from open_r1.submission.install import installing
 from open_r1.vision_attention import use_grouped_vision_attention
 from open_r1.vision_dedupe import enable_vision_dedupe
 
@@ -246,7 +247,7 @@ class RewardModel(nn.Module):
         if hasattr(self.backbone, "merge_and_unload"):
             self.backbone = self.backbone.merge_and_unload()  # folds LoRA in; the model scores the same
         out_dir = os.path.abspath(out_dir)
-        with modeling.staged_dir(out_dir) as staging:
+        with installing(out_dir) as staging:
             self.backbone.save_pretrained(staging, safe_serialization=True)
             head = {"weight": self.head.weight.detach().float().cpu().contiguous()}
             save_file(head, os.path.join(staging, HEAD_FILE))

@@ -2,9 +2,10 @@
 
 Task-neutral: rows are TRL's conversational prompt-completion VLM format (`prompt`, `completion`, `images`); TRL's
 collator renders, pads and puts the loss on the completion only. LoRA (`lora_r` > 0): the adapter is saved with
-`training_meta.json` and merged into a full model dir by `open_r1.export`'s loader; full fine-tuning (`lora_r` = 0,
-the stand-in's base models) writes the model dir directly. Stops at `max_steps` / `epochs` or the wall-clock cap
-`max_seconds`; with `schedule="cosine"` the LR follows max(step fraction, time fraction), so a capped run anneals.
+`training_meta.json` and merged into a full model dir by `open_r1.submission.export`'s loader; full fine-tuning
+(`lora_r` = 0, the stand-in's base models) writes the model dir directly. Stops at `max_steps` / `epochs` or the
+wall-clock cap `max_seconds`; with `schedule="cosine"` the LR follows max(step fraction, time fraction), so a capped
+run anneals.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from dataclasses import asdict, dataclass, field
 
 from open_r1 import modeling
 from open_r1.errors import RecipeError
-from open_r1.export import TRAINING_META_FILE, load_for_export, verify_submission
 from open_r1.families import family_of
 from open_r1.jsonio import write_json
 from open_r1.run.budget import TimeCapCallback
+from open_r1.submission.export import TRAINING_META_FILE, load_for_export
+from open_r1.submission.verify import verify_submission
 
 SFT_REPORT_FILE = "sft_report.json"
 SCHEDULES = ("constant", "cosine")  # SFTSettings.schedule (see the module docstring)

@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from open_r1 import modeling
 from open_r1.errors import CliHelp, ModelError, OpenR1Error, error_exit
 from open_r1.families import SUPPORTED, get_family
 from open_r1.jsonio import read_json, write_json
+from open_r1.submission.install import check_target, installing
 
 ASSETS = Path(__file__).with_name("tiny_assets")  # the BPE corpus and the chat templates
 
@@ -549,6 +549,7 @@ def build_tiny(
     """
     _family(family)
     out_dir = Path(out_dir).resolve()
+    check_target(out_dir, "--out", "a tiny model")  # not /, $HOME or the repo, and writable
     check_replaceable(out_dir, overwrite)
     pixels = {key: overrides.pop(key) for key in ("min_pixels", "max_pixels") if key in overrides}
     bpe_vocab_size = int(overrides.pop("bpe_vocab_size", DEFAULT_BPE_VOCAB_SIZE))
@@ -562,7 +563,7 @@ def build_tiny(
     if suppress_unused:  # HF generate and the graph decoder read it here, GRPO's rollouts too (open_r1.trainer)
         model.generation_config.suppress_tokens = unused_token_ids(tokenizer, config.get_text_config().vocab_size)
 
-    with modeling.staged_dir(out_dir) as staging:  # no reader sees it half-written; shared modes 0755/0644
+    with installing(out_dir) as staging:  # no reader sees it half-written; shared modes 0755/0644
         model.save_pretrained(staging)
         processor.save_pretrained(staging)
         marker = {

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 
-from open_r1 import export as export_lib
 from open_r1 import modeling
 from open_r1.checks import (
     check_devices,
@@ -27,9 +26,11 @@ from open_r1.errors import BudgetError, OpenR1Error, RecipeError
 from open_r1.jsonio import read_json
 from open_r1.run.budget import parse_time_budget
 from open_r1.run.resume import find_resume_checkpoint
+from open_r1.submission.export import TRAINING_META_FILE
+from open_r1.submission.verify import verify_submission
 from open_r1.tasks import get_task
 
-MERGE_HINT = "python -m open_r1.export --checkpoint {path} --out <merged dir>"
+MERGE_HINT = "python -m open_r1.submission.export --checkpoint {path} --out <merged dir>"
 
 
 def normalise_time_budget(script_args) -> list[str]:
@@ -76,7 +77,7 @@ def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> l
     except (OSError, ValueError) as exc:
         return [f"{path}/config.json is not valid JSON ({exc}); re-save the model ({option})"]
     # any supported family as its own class: it need not be the counting submission (export and --verify check)
-    report = export_lib.verify_submission(path, generate=False, expected_class=None)
+    report = verify_submission(path, generate=False, expected_class=None)
     has_processor = os.path.isfile(os.path.join(path, "processor_config.json"))  # transformers 5 layout
     wrong = [p for p in report.problems if p.startswith("wrong architecture")]
     if wrong:  # the other files of a model we cannot train are beside the point
@@ -220,7 +221,7 @@ def check_resume_compat(
     and the task's own training_meta fields, e.g. counting's prompt_templates), unless `allow`."""
     if checkpoint is None:
         return
-    meta = read_json(os.path.join(output_dir, export_lib.TRAINING_META_FILE), None)
+    meta = read_json(os.path.join(output_dir, TRAINING_META_FILE), None)
     if not isinstance(meta, dict):
         return
     differences = []

@@ -120,7 +120,7 @@ def fake_report(path, model_dir, accuracies: dict, n=4, sets_paths=None, protoco
 @pytest.fixture(scope="module")
 def exported(tiny_model_dir, tmp_path_factory):
     """The tiny model exported once as a submission (static verification only)."""
-    from open_r1.export import export_submission
+    from open_r1.submission.export import export_submission
 
     out = tmp_path_factory.mktemp("bad_input_export") / "model"
     export_submission(str(tiny_model_dir), str(out), verify=False, log=lambda *_: None)
@@ -174,7 +174,7 @@ def broken_models(exported, tmp_path_factory):
         json.dumps({"base_model_name_or_path": str(exported), "peft_type": "LORA"})
     )
     (path / "adapter_model.safetensors").write_bytes(b"\0" * 16)
-    cases["adapter"] = (path, "merge it with python -m open_r1.export")
+    cases["adapter"] = (path, "merge it with python -m open_r1.submission.export")
     return cases
 
 
@@ -476,7 +476,7 @@ def test_verify_names_an_unmerged_adapter(broken_models):
     path, _ = broken_models["adapter"]
     rc, out, err = py("selfcheck.py", "--verify", "--model", str(path))
     assert rc == 1 and "Traceback" not in err
-    assert "is a LoRA adapter" in err and f"python -m open_r1.export --checkpoint {path}" in err
+    assert "is a LoRA adapter" in err and f"python -m open_r1.submission.export --checkpoint {path}" in err
 
 
 # ---- selfcheck arguments ---------------------------------------------------------------------------------------
@@ -514,7 +514,7 @@ def test_selfcheck_report_keeps_sets_that_share_a_basename():
 
 
 def test_export_is_readable_by_others_whatever_the_umask(tiny_model_dir, tmp_path):
-    from open_r1.export import export_submission
+    from open_r1.submission.export import export_submission
 
     old = os.umask(0o077)
     try:
@@ -537,7 +537,13 @@ def test_export_never_replaces_a_scored_submission_unless_told(tiny_model_dir, e
     )
     before = tree_digest(submission)
     rc, out, err = py(
-        "-m", "open_r1.export", "--checkpoint", str(tiny_model_dir), "--out", str(submission), "--no-verify-generate"
+        "-m",
+        "open_r1.submission.export",
+        "--checkpoint",
+        str(tiny_model_dir),
+        "--out",
+        str(submission),
+        "--no-verify-generate",
     )
     assert rc == 0, err[-3000:]
     assert tree_digest(submission) == before
@@ -545,11 +551,11 @@ def test_export_never_replaces_a_scored_submission_unless_told(tiny_model_dir, e
     assert len(beside) == 1 and (beside[0] / "model.safetensors").is_file()
     assert "holds a scored submission (55.0% mean accuracy" in out
     assert f"python selfcheck.py --model {beside[0]} --sets /data/val /data/ood_val" in out
-    assert f"python -m open_r1.promote --candidate {beside[0]} --submission {submission}" in out
+    assert f"python -m open_r1.submission.promote --candidate {beside[0]} --submission {submission}" in out
 
     rc, out, err = py(
         "-m",
-        "open_r1.export",
+        "open_r1.submission.export",
         "--checkpoint",
         str(tiny_model_dir),
         "--out",
@@ -570,9 +576,11 @@ def test_export_errors_before_loading_leave_the_submission(
     shutil.copytree(exported, submission)
     before = tree_digest(submission)
     broken, _ = broken_models["truncated"]
-    rc, _, err = py("-m", "open_r1.export", "--checkpoint", str(broken), "--out", str(submission))
+    rc, _, err = py("-m", "open_r1.submission.export", "--checkpoint", str(broken), "--out", str(submission))
     assert_clean_error(rc, err, f"checkpoint {broken} does not load", "truncated")
-    rc, _, err = py("-m", "open_r1.export", "--checkpoint", str(tiny_model_dir), "--out", str(file_in_the_way / "sub"))
+    rc, _, err = py(
+        "-m", "open_r1.submission.export", "--checkpoint", str(tiny_model_dir), "--out", str(file_in_the_way / "sub")
+    )
     assert_clean_error(rc, err, "cannot write the submission", "(--out / SUBMISSION)")
     assert tree_digest(submission) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "submission"]
@@ -598,7 +606,7 @@ def test_export_of_a_broken_keep_best_choice_names_a_checkpoint_that_loads(tiny_
             }
         )
     )
-    rc, _, err = py("-m", "open_r1.export", "--checkpoint", str(run_dir), "--out", str(tmp_path / "sub"))
+    rc, _, err = py("-m", "open_r1.submission.export", "--checkpoint", str(run_dir), "--out", str(tmp_path / "sub"))
     assert_clean_error(rc, err, f"checkpoint {best} does not load", f"--checkpoint {good}")
     assert not (tmp_path / "sub").exists() and os.path.getsize(weights) == 100
 
@@ -608,7 +616,15 @@ def test_sigterm_during_export_restores_never_deletes(tiny_model_dir, exported, 
     shutil.copytree(exported, submission)
     before = tree_digest(submission)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "open_r1.export", "--checkpoint", str(tiny_model_dir), "--out", str(submission)],
+        [
+            sys.executable,
+            "-m",
+            "open_r1.submission.export",
+            "--checkpoint",
+            str(tiny_model_dir),
+            "--out",
+            str(submission),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -635,35 +651,35 @@ def test_sigterm_during_export_restores_never_deletes(tiny_model_dir, exported, 
 def test_a_signal_stops_the_command_only_until_the_new_model_is_in_place(tmp_path, monkeypatch, capsys, when):
     """Under run_cli a SIGTERM unwinds the command (143, 'unchanged') until install() has put the model in place;
     after that (held during the swap, or in the messages that follow) there is nothing left to stop: status 0."""
-    from open_r1 import export
+    from open_r1.submission import install
 
-    target, staging = tmp_path / "sub", tmp_path / ".sub.tmp-1"
-    for path, text in ((target, "old"), (staging, "new")):
-        path.mkdir()
-        (path / "weights").write_text(text)
-    exchange = export._exchange
+    target = tmp_path / "sub"
+    target.mkdir()
+    (target / "weights").write_text("old")
+    exchange = install._exchange
 
     def exchange_with_signal(a, b):
         signal.raise_signal(signal.SIGTERM)  # recorded: the swap is never cut in the middle
         return exchange(a, b)
 
     def work():
-        if when == "before the swap":
-            signal.raise_signal(signal.SIGTERM)
         if when == "during the swap":
-            monkeypatch.setattr(export, "_exchange", exchange_with_signal)
-        export.install(str(staging), str(target), str(tmp_path / "sub.prev"), log=lambda *_: None)
+            monkeypatch.setattr(install, "_exchange", exchange_with_signal)
+        with install.installing(target, str(tmp_path / "sub.prev"), log=lambda *_: None) as staging:
+            (tmp_path / staging / "weights").write_text("new")
+            if when == "before the swap":
+                signal.raise_signal(signal.SIGTERM)
         if when == "after the swap":
             signal.raise_signal(signal.SIGTERM)
         return 0
 
     before = signal.getsignal(signal.SIGTERM)
-    rc = export.run_cli("export", str(target), work)
+    rc = install.run_cli("export", str(target), work)
     err = capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) == before
     if when == "before the swap":
         assert rc == 143 and "export interrupted (SIGTERM)" in err and "unchanged" in err
-        assert (target / "weights").read_text() == "old"
+        assert (target / "weights").read_text() == "old" and os.listdir(tmp_path) == ["sub"]
     else:
         assert rc == 0 and "interrupted" not in err
         assert (target / "weights").read_text() == "new" and (tmp_path / "sub.prev" / "weights").read_text() == "old"
@@ -672,7 +688,7 @@ def test_a_signal_stops_the_command_only_until_the_new_model_is_in_place(tmp_pat
 def test_a_signal_as_the_swap_puts_the_handlers_back_is_delivered_after_both(monkeypatch):
     """A Ctrl-C that reaches the restored SIGINT handler while SIGTERM's is being put back: both handlers are back,
     then the KeyboardInterrupt is raised (before, SIGTERM's recorder stayed and the held signals were dropped)."""
-    from open_r1 import export
+    from open_r1.submission import install
 
     real = signal.signal
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -685,7 +701,7 @@ def test_a_signal_as_the_swap_puts_the_handlers_back_is_delivered_after_both(mon
 
     fired: list = []
     monkeypatch.setattr(signal, "signal", signal_with_pending_sigint)
-    with pytest.raises(KeyboardInterrupt), export._signals_held():
+    with pytest.raises(KeyboardInterrupt), install._signals_held():
         pass
     assert fired and {s: signal.getsignal(s) for s in before} == before
 
@@ -693,26 +709,26 @@ def test_a_signal_as_the_swap_puts_the_handlers_back_is_delivered_after_both(mon
 def test_a_sigterm_after_the_work_is_dropped_not_raised(monkeypatch):
     """CPython runs a pending handler inside signal.signal before swapping it: a SIGTERM arriving as run_cli restores
     the old handler raised KeyboardInterrupt out of its `finally` (a traceback and exit -2 after 'submission ready')."""
-    from open_r1 import export
+    from open_r1.submission import install
 
     real, before = signal.signal, signal.getsignal(signal.SIGTERM)
 
     def signal_with_pending_sigterm(signum, handler):
-        if signum == signal.SIGTERM and handler is not export._raise_interrupt and not restores:
+        if signum == signal.SIGTERM and handler is not install._raise_interrupt and not restores:
             restores.append(handler)
             signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # the pending SIGTERM's handler runs first
         return real(signum, handler)
 
     restores: list = []
     monkeypatch.setattr(signal, "signal", signal_with_pending_sigterm)
-    assert export.run_cli("export", "submission", lambda: 0) == 0
+    assert install.run_cli("export", "submission", lambda: 0) == 0
     assert restores == [before] and signal.getsignal(signal.SIGTERM) == before
 
 
 def test_a_sigterm_as_the_swap_holds_signals_leaves_no_recorder_behind(monkeypatch):
     """The same pending check while _signals_held installs its recorders: SIGINT's was installed, SIGTERM's raised;
     SIGINT must get its handler back (else every later Ctrl-C of the process is swallowed)."""
-    from open_r1 import export
+    from open_r1.submission import install
 
     real = signal.signal
     sigint_before, sigterm_before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
@@ -722,13 +738,13 @@ def test_a_sigterm_as_the_swap_holds_signals_leaves_no_recorder_behind(monkeypat
             signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
         return real(signum, handler)
 
-    real(signal.SIGTERM, export._raise_interrupt)
+    real(signal.SIGTERM, install._raise_interrupt)
     try:
         monkeypatch.setattr(signal, "signal", signal_with_pending_sigterm)
-        with pytest.raises(KeyboardInterrupt), export._signals_held():
+        with pytest.raises(KeyboardInterrupt), install._signals_held():
             pytest.fail("the block must not run")
         assert signal.getsignal(signal.SIGINT) == sigint_before
-        assert signal.getsignal(signal.SIGTERM) is export._raise_interrupt
+        assert signal.getsignal(signal.SIGTERM) is install._raise_interrupt
     finally:
         real(signal.SIGTERM, sigterm_before)
 
@@ -738,73 +754,11 @@ def test_a_signal_during_the_interpreters_exit_keeps_the_status():
     export (-15). atexit handlers run inside that exit, so this one sends the signal at the right moment."""
     code = (
         "import atexit, os, signal, time\n"
-        "from open_r1.export import exit_cli\n"
+        "from open_r1.submission.install import exit_cli\n"
         "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.5)))\n"
         "exit_cli(lambda argv: 0)\n"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 0
-
-
-def test_an_interrupted_swap_is_recovered_on_the_next_run(tmp_path):
-    """The journal states a SIGKILL or power loss can leave (signals are held during the swap itself)."""
-    from open_r1.export import _journal_path, recover_interrupted_swap
-    from open_r1.jsonio import write_json
-
-    def model(path, text):
-        path.mkdir()
-        (path / "weights").write_text(text)
-        return path
-
-    target, staging, aside = tmp_path / "sub", tmp_path / ".sub.tmp-1-x", tmp_path / "sub.prev-1"
-
-    def journal():
-        write_json(
-            _journal_path(str(target)),
-            {"target": str(target), "staging": str(staging), "aside": str(aside), "new_inode": os.stat(staging).st_ino},
-        )
-
-    # 1. killed after moving the old one aside (two-rename fallback): the new one is put in place
-    model(aside, "old"), model(staging, "new"), journal()
-    assert "completed an interrupted swap" in recover_interrupted_swap(str(target), log=lambda *_: None)
-    assert (target / "weights").read_text() == "new" and (aside / "weights").read_text() == "old"
-    assert not os.path.exists(_journal_path(str(target)))
-    shutil.rmtree(target), shutil.rmtree(aside)
-
-    # 2. killed right after the atomic exchange: the old one (now at the staging path) is moved aside, kept
-    model(staging, "new"), journal()
-    os.rename(staging, target)
-    model(staging, "old")
-    recover_interrupted_swap(str(target), log=lambda *_: None)
-    assert (target / "weights").read_text() == "new" and (aside / "weights").read_text() == "old"
-    shutil.rmtree(target), shutil.rmtree(aside)
-
-    # 3. killed before anything moved: the old submission stays, the verified new one is kept beside it
-    model(target, "old"), model(staging, "new"), journal()
-    recover_interrupted_swap(str(target), log=lambda *_: None)
-    assert (target / "weights").read_text() == "old" and not staging.exists()
-    kept = [p for p in tmp_path.iterdir() if p.name.startswith("sub.candidate-")]
-    assert len(kept) == 1 and (kept[0] / "weights").read_text() == "new"
-
-
-def test_stale_staging_dirs_are_cleaned_or_reported(exported, tmp_path):
-    from open_r1.export import clean_stale_staging
-
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    stale = tmp_path / f".sub.tmp-{dead.pid}-abc"
-    live = tmp_path / f".sub.tmp-{os.getpid()}-def"
-    legacy = tmp_path / ".sub.tmp-xyz"
-    for path in (stale, live, legacy):
-        path.mkdir()
-    (stale / "config.json").write_text("{}")  # half-written
-    finished = tmp_path / f".sub.tmp-{dead.pid}-ghi"  # killed after verification, before the swap
-    shutil.copytree(exported, finished)
-    lines = []
-    assert clean_stale_staging(str(tmp_path / "sub"), log=lines.append) == [str(stale)]
-    assert not stale.exists() and live.exists() and legacy.exists() and not finished.exists()
-    assert any("stale staging dir" in line and str(legacy) in line for line in lines)
-    kept = [p for p in tmp_path.iterdir() if p.name.startswith("sub.candidate-")]
-    assert len(kept) == 1 and tree_digest(kept[0]) == tree_digest(exported)
 
 
 # ---- promote compares like with like ---------------------------------------------------------------------------
@@ -825,7 +779,7 @@ def current_and_candidate(exported, tmp_path):
 
 
 def promote_cli(*argv):
-    from open_r1 import promote
+    from open_r1.submission import promote
 
     return promote.main([*argv, "--no-verify-generate"])
 
@@ -870,7 +824,7 @@ def test_a_corrupt_current_report_refuses_but_never_blocks_force(current_and_can
     better = fake_report(tmp_path / "new.json", candidate, {"val": 90.0, "ood_val": 90.0})
     rc, _, err = py(
         "-m",
-        "open_r1.promote",
+        "open_r1.submission.promote",
         "--candidate",
         str(candidate),
         "--report",
@@ -1126,7 +1080,7 @@ def test_scene_generator_and_run_plot_errors_are_clean(tmp_path, file_in_the_way
     rc, _, err = py("-m", "open_r1.run.keep_best", str(tmp_path / "no_run"))
     assert_clean_error(rc, err, f"run dir {tmp_path / 'no_run'} does not exist")
     rc, _, err = py(
-        "-m", "open_r1.promote", "--candidate", str(tmp_path / "none"), "--submission", str(tmp_path / "sub")
+        "-m", "open_r1.submission.promote", "--candidate", str(tmp_path / "none"), "--submission", str(tmp_path / "sub")
     )
     assert_clean_error(rc, err, f"candidate {tmp_path / 'none'} does not exist")
 

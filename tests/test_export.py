@@ -7,8 +7,8 @@ import shutil
 import pytest
 import torch
 
-from open_r1 import export as export_lib
 from open_r1.modeling import load_model, load_processor
+from open_r1.submission import export as export_lib
 from open_r1.tasks import Task
 from open_r1.tasks.counting.evaluate import evaluate_dataset
 from open_r1.tasks.counting.protocol import EVAL_TEMPLATE

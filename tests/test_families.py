@@ -14,10 +14,10 @@ import pytest
 import torch
 from PIL import Image
 
-from open_r1 import export as export_lib
 from open_r1 import families, grpo, modeling, vision_dedupe
 from open_r1 import trainer as trainer_lib
 from open_r1.errors import ModelError
+from open_r1.submission import export as export_lib
 from tests.test_grpo import FAST_RECIPE, use_varied_reward
 
 EXPECTED = {  # family -> (class, pixels per merged token, vision tokens of an MLP-side Linear the regex must take)

@@ -5,7 +5,6 @@ model is lost."""
 from __future__ import annotations
 
 import builtins
-import contextlib
 import errno
 import json
 import os
@@ -56,7 +55,7 @@ def read_only(monkeypatch):
 @pytest.fixture()
 def submission(tiny_model_dir, tmp_path):
     """A current submission at tmp/app/submission (the tiny model, exported without the generation check)."""
-    from open_r1.export import export_submission
+    from open_r1.submission.export import export_submission
 
     path = tmp_path / "app" / "submission"
     export_submission(str(tiny_model_dir), str(path), verify=False, log=lambda *_: None)
@@ -106,7 +105,7 @@ def test_read_only_submission_fails_before_the_model_loads(
 def test_export_promote_and_scenes_into_a_read_only_place_are_one_line(
     tiny_model_dir, submission, tmp_path, read_only, capsys
 ):
-    from open_r1 import export, promote
+    from open_r1.submission import export, promote
     from open_r1.tasks.counting.scenes import cli as scenes
 
     (tmp_path / "ro").mkdir()
@@ -135,7 +134,7 @@ def test_full_disk_during_export_keeps_the_old_submission(tiny_model_dir, submis
     from safetensors import SafetensorError
     from transformers import PreTrainedModel
 
-    from open_r1 import export
+    from open_r1.submission import export
 
     def full_disk(self, directory, *args, **kwargs):
         with open(os.path.join(directory, "model.safetensors"), "wb") as handle:
@@ -165,15 +164,15 @@ def test_full_disk_during_export_keeps_the_old_submission(tiny_model_dir, submis
 @pytest.fixture()
 def ctrl_c_during_swap(monkeypatch):
     """SIGINT sent to this process in the middle of the swap (signals are held there, so it arrives as it ends)."""
-    from open_r1 import export
+    from open_r1.submission import install
 
-    real = export._exchange
+    real = install._exchange
 
     def exchange(a, b):
         os.kill(os.getpid(), signal.SIGINT)
         return real(a, b)
 
-    monkeypatch.setattr(export, "_exchange", exchange)
+    monkeypatch.setattr(install, "_exchange", exchange)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt
     yield
     signal.signal(signal.SIGINT, previous)
@@ -183,7 +182,7 @@ def test_ctrl_c_during_export_swap_says_the_new_model_is_in_place(
     tiny_model_dir, submission, ctrl_c_during_swap, capsys
 ):
     """The swap finishes (signals are held there); the Ctrl-C then has nothing left to stop: one note, status 0."""
-    from open_r1 import export
+    from open_r1.submission import export
 
     before = tree_digest(submission)
     rc = export.main(
@@ -198,7 +197,7 @@ def test_ctrl_c_during_export_swap_says_the_new_model_is_in_place(
 
 
 def test_ctrl_c_during_promote_swap_finishes_and_says_so(submission, tmp_path, ctrl_c_during_swap, capsys):
-    from open_r1 import promote
+    from open_r1.submission import promote
 
     fake_report(submission / "selfcheck.json", submission, {"val": 40.0})
     before = tree_digest(submission)
@@ -219,7 +218,7 @@ def test_ctrl_c_during_promote_swap_finishes_and_says_so(submission, tmp_path, c
 
 
 def test_promote_of_an_unmerged_adapter_names_the_users_dir(submission, tmp_path, capsys):
-    from open_r1 import promote
+    from open_r1.submission import promote
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()
@@ -240,7 +239,10 @@ def test_promote_of_an_unmerged_adapter_names_the_users_dir(submission, tmp_path
         == 2
     )
     line = one_error_line(capsys.readouterr().err)
-    assert f"merge it with python -m open_r1.export --checkpoint {adapter} --out" in line and ".tmp-" not in line
+    assert (
+        f"merge it with python -m open_r1.submission.export --checkpoint {adapter} --out" in line
+        and ".tmp-" not in line
+    )
 
 
 # ---- an error raised in a worker process ---------------------------------------------------------------------------
@@ -333,7 +335,7 @@ def test_a_full_disk_while_training_ends_in_one_line_naming_the_fix(monkeypatch,
 
 
 def test_full_disk_during_promote_keeps_the_submission_and_the_candidate(submission, tmp_path, monkeypatch, capsys):
-    from open_r1 import promote
+    from open_r1.submission import promote
 
     fake_report(submission / "selfcheck.json", submission, {"val": 40.0})
     before = tree_digest(submission)
@@ -356,31 +358,3 @@ def test_full_disk_during_promote_keeps_the_submission_and_the_candidate(submiss
     line = one_error_line(capsys.readouterr().err)
     assert "No space left on device" in line and f"{submission} is unchanged" in line and str(candidate) in line
     assert tree_digest(submission) == before and sorted(os.listdir(submission.parent)) == ["submission"]
-
-
-@pytest.mark.parametrize("fault", ["none", "in_the_build", "in_the_rename"])
-def test_a_staged_dir_replaces_the_old_one_whole_or_leaves_it(tmp_path, monkeypatch, fault):
-    """modeling.staged_dir (model dirs, the RM, tiny checkpoints, the prepared captions): a fault while building or
-    during the final rename (Ctrl-C) leaves the old dir as it was; no staging or aside dir is left behind."""
-    from open_r1 import modeling
-
-    out = tmp_path / "model"
-    out.mkdir()
-    (out / "weights").write_text("old")
-    rename = os.rename
-
-    def interrupted_rename(src, dst):
-        if os.path.basename(src).startswith(".model.tmp-"):
-            raise KeyboardInterrupt
-        rename(src, dst)
-
-    if fault == "in_the_rename":
-        monkeypatch.setattr(os, "rename", interrupted_rename)
-    with pytest.raises(KeyboardInterrupt) if fault != "none" else contextlib.nullcontext():
-        with modeling.staged_dir(out) as staging:
-            with open(os.path.join(staging, "weights"), "w") as f:
-                f.write("new")
-            if fault == "in_the_build":
-                raise KeyboardInterrupt
-    assert (out / "weights").read_text() == ("new" if fault == "none" else "old")
-    assert sorted(os.listdir(tmp_path)) == ["model"]

@@ -47,7 +47,7 @@ def test_verify_strict_on_an_unparseable_answer_says_it_loads_and_runs(tiny_mode
     """The random tiny model loads and generates, but never a parseable answer: --strict fails, and says so, not
     'would not load or run'."""
     import selfcheck
-    from open_r1 import export
+    from open_r1.submission import export
 
     out = tmp_path / "submission"
     export.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)

@@ -495,7 +495,7 @@ def test_unwritable_out_and_interrupt_give_one_line(tmp_path, capsys, monkeypatc
     (tmp_path / "file").write_text("x")
     assert prepare.main(["--ratings", src, "--out", str(tmp_path / "file" / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not a writable directory" in err
+    assert err.count("\n") == 1 and "is not a directory (--out)" in err
 
     def denied(*args):  # as a non-root user writing into a folder made read-only mid-run meets it
         raise PermissionError(13, "Permission denied")

@@ -290,9 +290,9 @@ def test_starting_over_on_purpose_past_unreadable_checkpoints(tiny_model_dir, tm
 def test_too_short_budget_still_leaves_a_loadable_verified_submission(
     tiny_model_dir, scene_data_dir, tmp_path, capfd, monkeypatch
 ):
-    from open_r1 import export as export_submission
-    from open_r1.export import verify_submission
     from open_r1.modeling import load_model
+    from open_r1.submission import export as export_submission
+    from open_r1.submission.verify import verify_submission
 
     run, submission = tmp_path / "run", tmp_path / "submission"
     monkeypatch.setenv("TRAIN_START_TIME", str(time.time()))
@@ -331,7 +331,7 @@ def use_varied_reward(monkeypatch):
 def test_keep_best_exports_the_better_of_two_checkpoints(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch):
     """Real protocol engine (short generations) with the accuracies replaced by scores we control:
     OOD 50 % at step 1, 25 % at step 2 -> checkpoint-1 is exported although checkpoint-2 is the last."""
-    from open_r1 import export as export_submission
+    from open_r1.submission import export as export_submission
     from open_r1.tasks.counting import evaluate as evaluate_lib
 
     use_varied_reward(monkeypatch)
@@ -415,7 +415,7 @@ def fake_report(path, model_dir, accuracies: dict, n=4):
 
 @pytest.fixture(scope="module")
 def exported_model(tiny_model_dir, tmp_path_factory):
-    from open_r1.export import export_submission
+    from open_r1.submission.export import export_submission
 
     out = tmp_path_factory.mktemp("promote") / "model"
     export_submission(str(tiny_model_dir), str(out), verify=False, log=lambda *_: None)
@@ -432,7 +432,7 @@ def current_and_candidate(exported_model, tmp_path):
 
 
 def promote_cli(*argv):
-    from open_r1 import promote
+    from open_r1.submission import promote
 
     return promote.main([*argv, "--no-verify-generate"])
 
@@ -455,7 +455,7 @@ def test_promote_refuses_a_worse_or_equal_report_and_force_overrides(current_and
 
 
 def test_promote_replaces_on_a_higher_score_after_verifying(current_and_candidate, tmp_path):
-    from open_r1 import promote
+    from open_r1.submission import promote
 
     submission, candidate = current_and_candidate
     better = fake_report(tmp_path / "new.json", candidate, {"val": 70.0, "ood_val": 50.0})

@@ -28,6 +28,7 @@ from transformers import GenerationConfig
 from open_r1 import modeling
 from open_r1 import tiny_models as tm
 from open_r1.jsonio import write_json
+from open_r1.submission.install import installing
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import evaluate, pipeline, stage_eval
 from standin.captioning import demo, stage_data, stage_pretrain
@@ -125,7 +126,7 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
         "pretrain": {k: report["pretrain"].get(k) for k in ("rows", "steps", "loss_first", "loss_last")},
         "format": report["format"],
     }
-    with modeling.staged_dir(out) as staging:
+    with installing(out) as staging:
         shutil.copytree(paths.policy_base, staging, dirs_exist_ok=True)
         for name in ("sft_report.json", "training_meta.json"):  # run records with this machine's paths
             Path(staging, name).unlink(missing_ok=True)

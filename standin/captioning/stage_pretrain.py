@@ -15,6 +15,7 @@ import shutil
 
 from open_r1 import generation, modeling, sft, tiny_models
 from open_r1.families import SUPPORTED
+from open_r1.submission.install import installing
 from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field, require
@@ -125,7 +126,7 @@ def pretrain_one(recipe, which: str, init: str | None = None) -> dict:
     cfg, paths = getattr(recipe.section(NAME), which), recipe.paths
     out = paths.policy_base if which == "policy" else paths.rm_base
     if cfg.start:  # a shipped start model instead of pre-training from random init
-        with modeling.staged_dir(out) as staging:
+        with installing(out) as staging:
             shutil.copytree(cfg.start, staging, dirs_exist_ok=True)
         config.log(f"[pretrain] {which}: copied the start model {cfg.start} to {out}")
         report = {"start": os.path.abspath(cfg.start), "out": out}

@@ -17,6 +17,7 @@ import numpy as np
 
 from open_r1 import modeling
 from open_r1.errors import RecipeError
+from open_r1.submission.install import installing
 from open_r1.tasks.captioning import config, stage_eval, stage_rm
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import evaluate as ev
@@ -93,7 +94,7 @@ def run(recipe) -> dict:
     config.log(f"[ratings] {len(parsed)} of {len(records)} samples parsed, {counts['rated']} new captions rated")
     out = paths.split(cfg.split)
     merged = datasets.concatenate_datasets([train, rated])  # the rated rows last
-    with modeling.staged_dir(out) as staging:  # a cut run leaves the old split (or none), never half of one
+    with installing(out) as staging:  # a cut run leaves the old split (or none), never half of one
         merged.save_to_disk(staging)
     rm_split = recipe.section("rm").train_split
     # the pairs the RM will train on, as row indices: building the pair dataset would copy an image per pair (an

@@ -66,6 +66,7 @@ import ftfy
 
 from open_r1.errors import DataError, OpenR1Error, error_exit
 from open_r1.jsonio import write_json
+from open_r1.submission.install import check_target, installing
 from open_r1.tasks.captioning import data, protocol
 
 HEADER_OLD = ("rank", "caption", "mean", "precision", "votes", "not_funny", "somewhat_funny", "funny")
@@ -503,11 +504,12 @@ def prepare(args: argparse.Namespace) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from open_r1 import modeling  # deferred: it loads torch
-
     out = os.path.abspath(args.out)
     if os.path.exists(out) and not args.overwrite:
         raise DataError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
+    inputs = [args.hub or args.ratings, args.descriptions]
+    own = lambda path: os.path.isfile(os.path.join(path, REPORT))  # noqa: E731 - a prepared set has its report
+    check_target(out, "--out", "a prepared data set", inputs, own=own, force=args.force)
     report = Counter({**dict.fromkeys(COUNTS, 0), "bad_rows_where": [], "text_fix_examples": {}, "contest_files": {}})
     source = hub_source(args.hub, report) if args.hub else ratings_source(args.ratings, report)
     contests, cartoons, descriptions, hub_splits = source
@@ -534,7 +536,7 @@ def prepare(args: argparse.Namespace) -> dict:
             "source": "hub" if args.hub else "ratings",
             "input": os.path.abspath(args.hub or args.ratings),
             "out": out,
-            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")},
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "force")},
             "split_rule": "the Hub's train/validation/test" if keep_hub else f"by contest, seed {seed}",
             **report,
             "contests_without_cartoon": len(no_cartoon),
@@ -542,7 +544,7 @@ def prepare(args: argparse.Namespace) -> dict:
             "splits": sizes,
         }
 
-    with modeling.staged_dir(out) as tmp:  # an old --out (--overwrite) is replaced only once the new one is complete
+    with installing(out) as tmp:  # an old --out (--overwrite) is replaced only once the new one is complete
         os.makedirs(os.path.join(tmp, "images"))
         staging = os.path.join(tmp, ".staging", "rows.arrow")
         os.makedirs(os.path.dirname(staging))
@@ -615,7 +617,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--descriptions", help="csv/jsonl of cartoon descriptions joined by contest")
     parser.add_argument("--out", required=True, help="output folder (train/ val/ test/, images/, prepare_report.json)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out (a prepared data set)")
+    parser.add_argument("--force", action="store_true", help="with --overwrite: replace an --out of any other kind")
     parser.add_argument("--min-votes", type=int, default=10, help="drop captions with fewer votes")
     parser.add_argument("--min-captions", type=int, default=20, help="drop contests with fewer kept captions")
     parser.add_argument("--val-frac", type=float, default=0.1, help="share of contests in val")
@@ -641,20 +644,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"--top-k ({args.top_k}) >= 1, --val-frac ({args.val_frac}) and --test-frac "
                 f"({args.test_frac}) in [0, 1)"
             )  # checked before minutes of reading
-        parent = os.path.dirname(os.path.abspath(args.out))
-        while not os.path.lexists(parent):  # staged_dir makes the missing folders
-            parent = os.path.dirname(parent)
-        if not (os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)):
-            raise DataError(
-                f"cannot write --out {args.out}: {parent} is not a writable directory; choose another --out"
-            )
         summary = prepare(args)
     except OpenR1Error as exc:
         return error_exit(exc)
     except OSError as exc:  # a disk that fills or a folder made read-only mid-run
         return error_exit(DataError(f"writing {args.out} failed ({exc}); nothing was replaced: free space and retry"))
-    except KeyboardInterrupt:
-        print(f"error: prepare interrupted; {args.out} was not written or replaced", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # Ctrl-C: the installer removed the partial new set
+        print(
+            f"error: interrupted; {getattr(exc, 'where', f'{os.path.abspath(args.out)} is unchanged')}", file=sys.stderr
+        )
         return 130
     if summary["bad_rows"]:
         first = summary["bad_rows_where"][0]

@@ -20,11 +20,12 @@ from typing import NamedTuple
 from open_r1 import grpo, modeling
 from open_r1.checks import check_counts, check_loss_type
 from open_r1.errors import RecipeError, RewardConfigError
-from open_r1.export import kept_path, load_for_export
 from open_r1.grpo import recipe_keys
 from open_r1.rewards import parse_reward_kwargs
 from open_r1.run.budget import TimeCapCallback
 from open_r1.run.keep_best import has_weights, resolve_export_checkpoint
+from open_r1.submission.export import load_for_export
+from open_r1.submission.install import kept_path
 from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning.config import help_field
 from open_r1.tasks.captioning.rewards import check_caption_rm_settings

@@ -13,12 +13,12 @@ import os
 import shutil
 import time
 
-from open_r1 import modeling
 from open_r1 import reward_model as rm_lib
 from open_r1.errors import OpenR1Error
 from open_r1.jsonio import write_json
 from open_r1.reward_model import LORA_KEYS
 from open_r1.run.budget import TimeCapCallback
+from open_r1.submission.install import installing
 from open_r1.tasks.captioning import config, protocol
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field, require
@@ -411,7 +411,7 @@ def finish(recipe, report: dict) -> dict:
     reports = {seed: report[seed_key(seeds, seed)] for seed in seeds}
     chosen = choose_seed(reports)
     paths = recipe.paths
-    with modeling.staged_dir(paths.rm) as staging:
+    with installing(paths.rm) as staging:
         shutil.copytree(reports[chosen]["out"], staging, dirs_exist_ok=True)
     val = {seed: reports[seed]["held_out"]["val"]["accuracy"] for seed in seeds}
     config.log(

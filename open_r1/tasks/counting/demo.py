@@ -7,7 +7,7 @@ Steps, each on the code the real pipeline runs (docs/DEMO.md explains them and h
   2. start model: the shipped warm start, or one trained here (`--from-scratch`, `--build-start`): a small-vocabulary
      Qwen2-VL from random init, SFT (`open_r1.sft.train_sft`) on plain counting rows + the protocol format taught on
      arithmetic rows (`open_r1.tasks.counting.sft`);
-  3. GRPO with `configs/demo.yaml` through `open_r1.grpo` and `open_r1.export`, as `train.sh` runs them;
+  3. GRPO with `configs/demo.yaml` through `open_r1.grpo` and `open_r1.submission.export`, as `train.sh` runs them;
   4. the selfcheck protocol on val, compositional and ood_val for the start and the trained model: a side-by-side
      table, `<out>/demo.json`, `<out>/acc_by_count.png` and `<out>/curves.png`.
 """
@@ -25,12 +25,12 @@ from collections import Counter
 from pathlib import Path
 
 from open_r1 import grpo, tiny_models
-from open_r1.export import export_submission
 from open_r1.jsonio import read_json, write_json
 from open_r1.modeling import load_model, load_processor
 from open_r1.noise import quiet_library_noise
 from open_r1.run.keep_best import load_history
 from open_r1.sft import SFTSettings, train_sft
+from open_r1.submission.export import export_submission
 from open_r1.tasks.counting import protocol, sft
 from open_r1.tasks.counting.data import load_counting_dataset
 from open_r1.tasks.counting.evaluate import evaluate_dataset
@@ -235,7 +235,7 @@ def evaluate_model(model_dir: Path, data_dir: Path, args, label: str) -> dict:
 
 
 def train_grpo(start_dir: Path, data_dir: Path, run_dir: Path, submission: Path, args) -> dict:
-    """GRPO with configs/demo.yaml through open_r1.grpo (as train.sh runs it), then open_r1.export."""
+    """GRPO with configs/demo.yaml through open_r1.grpo (as train.sh runs it), then open_r1.submission.export."""
 
     started = time.time()
     recipe = args.recipe if os.path.isfile(args.recipe) else str(REPO_ROOT / args.recipe)

@@ -24,9 +24,10 @@ import sys
 
 import open_r1.generation
 from open_r1.errors import CliHelp, OpenR1Error, error_exit
-from open_r1.export import COUNTING_GRADER_CLASS, exit_cli, recover_interrupted_swap, verify_submission
 from open_r1.modeling import load_model, load_processor
 from open_r1.noise import quiet_library_noise
+from open_r1.submission.install import exit_cli, settle
+from open_r1.submission.verify import COUNTING_GRADER_CLASS, verify_submission
 from open_r1.tasks import get_task, one_line
 from open_r1.tasks.counting.data import drop_non_counts, validate_counting_dataset
 from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report
@@ -203,7 +204,7 @@ def _run(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     check_arguments(args)
-    recover_interrupted_swap(args.model)  # a swap cut by a power loss is completed or undone first
+    settle(args.model)  # a swap cut by a power loss is completed or undone first
 
     if args.verify:
         return run_verify(args.model, args.strict, args.any_family)

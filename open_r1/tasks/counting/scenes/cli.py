@@ -14,9 +14,10 @@ import os
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
-from open_r1.checks import writable_problem  # noqa: E402  (after the BLAS setting above, like numpy's users below)
+# after the BLAS setting above, like numpy's users below
 from open_r1.errors import CliHelp, SceneArgumentError, error_exit, user_error  # noqa: E402
 from open_r1.jsonio import write_json  # noqa: E402
+from open_r1.submission.install import check_target  # noqa: E402
 
 from .dataset import SPLITS, write_splits  # noqa: E402
 from .render import parse_image_size, render_scene, validate_scene_args  # noqa: E402
@@ -92,9 +93,7 @@ def _run_splits(args) -> int:
             raise SceneArgumentError(
                 f"{SPLIT_FLAGS[name]} must be at least 1 (got {n}); to skip the split, leave it out of --splits"
             )
-    problem = writable_problem(args.out)
-    if problem:  # before minutes of rendering
-        raise SceneArgumentError(f"cannot write --out: {problem}; choose another --out")
+    check_target(args.out, "--out", "--out")  # before minutes of rendering: writable, not /, $HOME or the repo
     stats: dict = {}
     paths = write_splits(
         args.out,

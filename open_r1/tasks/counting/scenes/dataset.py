@@ -28,6 +28,7 @@ import numpy as np
 
 from open_r1.checks import is_int
 from open_r1.errors import SceneArgumentError
+from open_r1.submission.install import installing
 
 from .png import encode_png
 from .questions import format_solution, make_question, resolve_question_kinds
@@ -316,9 +317,8 @@ def write_splits(
         out.mkdir(exist_ok=True)
         for split in jobs:
             target = out / split
-            if target.exists():
-                os.replace(target, staging / f"{split}.replaced")
-            os.replace(staging / split, target)
+            with installing(target, log=lambda *_: None) as empty:  # atomic, locked, recovered after a kill
+                os.replace(staging / split, empty)
             written[split] = target
             if stats is not None:
                 stats[split] = {**timings[split], "path": str(target)}
