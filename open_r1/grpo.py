@@ -256,38 +256,12 @@ def announce_rank(trainer) -> None:
     )
 
 
-MEMORY_CAP_ENV = "GPU_MEMORY_CAP_GIB"
-
-
-def apply_memory_cap(environ=os.environ) -> float | None:
-    """GPU_MEMORY_CAP_GIB=48: cap this process's GPU memory, to emulate a 48 GB card on a larger one (issue 44)."""
-    value = environ.get(MEMORY_CAP_ENV, "").strip()
-    if not value:
-        return None
-    try:
-        cap = float(value)
-    except ValueError:
-        cap = 0.0
-    if not cap > 0:
-        raise RecipeError(f"{MEMORY_CAP_ENV}={value!r} is not a positive number of GiB (e.g. 48)")
-    import torch  # deferred: only a capped run needs it here
-
-    if not torch.cuda.is_available():
-        return None
-    device = int(environ.get("LOCAL_RANK", 0))
-    total = torch.cuda.get_device_properties(device).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total), device)
-    print(f"[grpo] GPU memory capped at {cap:g} GiB of {total / 2**30:.1f} ({MEMORY_CAP_ENV})", flush=True)
-    return cap
-
-
 def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
     task = get_task(script_args.task, script_args)  # built once; it keeps the sets it loaded for the run
     # every recipe value, path, device, model file and image, before the model loads
     validate.validate_training(
         script_args, training_args, model_args, submission=os.environ.get("SUBMISSION"), task=task
     )
-    apply_memory_cap()
     # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
     run = run_lib.build_run_callbacks(script_args, training_args, task)
     trainer = build_trainer(

@@ -486,7 +486,7 @@ def test_the_demo_starts_from_the_shipped_policy_which_writes_the_format(tmp_pat
     model = AutoModelForImageTextToText.from_pretrained(paths.policy_base, dtype=torch.float32).eval()
     processor = AutoProcessor.from_pretrained(paths.policy_base)
     assert model.config.model_type == "qwen3_vl"
-    test = cdata.load_captions(paths.split("test"), check_images="none", keep_oracle=True)
+    test = cdata.load_captions(paths.split("test"), check_images="none")
     sampling = {**stage_eval.sampling_kwargs(recipe), "n": 4, "max_cartoons": 2, "decoder": "hf"}
     with torch.no_grad():
         records = evaluate.evaluate_policy(model, processor, test, None, **sampling)
@@ -551,7 +551,7 @@ def test_open_r1_never_imports_the_standin():
 @pytest.mark.slow  # ~5 minutes on 2 CPU cores
 def test_humor_demo_end_to_end(tmp_path):
     from open_r1.tasks.captioning import pipeline
-    from standin.captioning import cartoons, oracle_eval
+    from standin.captioning import cartoons
 
     overrides = [
         f"work_dir={tmp_path / 'run'}",
@@ -577,7 +577,6 @@ def test_humor_demo_end_to_end(tmp_path):
         "eval.max_new_tokens=16",
     ]
     recipe = load(DEMO, overrides)
-    recipe.oracle = oracle_eval
     out = tmp_path / "out"
     summary = pipeline.run_pipeline(recipe, stages(), out=str(out))
 
@@ -622,6 +621,8 @@ def test_humor_demo_end_to_end(tmp_path):
             # own cartoon vs another: the blind control sees one blank image on both sides, a tie every time
             swap = accuracy["image_swap"]
             assert swap["accuracy"] == 0.5 if key == "rm_blind" else 0.0 <= swap["accuracy"] <= 1.0
+            # the stand-in's rm stage adds how far the hidden rule agrees with the held-out labels
+            assert 0.0 <= accuracy["oracle_agreement_of_labels"] <= 1.0
     # the kept RM is a copy of the seed that did best on val, and says so
     kept = rm_result["rm"]["selected"]["seed"]
     val = {seed: rm_result[f"rm_s{seed}"]["held_out"]["val"]["accuracy"] for seed in (0, 1)}
@@ -652,6 +653,7 @@ def test_humor_demo_end_to_end(tmp_path):
     assert "grpo_s0" in evaluation["must_show_grpo"]
     table = (root / "results" / "results.md").read_text()
     assert "Best-of-N, split test" in table and "image-blind" in table and "image swap" in table
+    assert "label/oracle agreement" in table and "hidden oracle" in table  # the stand-in's own analysis
     copied = sorted(os.listdir(out))
     assert "results.md" in copied and "pipeline.json" in copied and len(copied) <= 8
 

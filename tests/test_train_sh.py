@@ -137,11 +137,13 @@ def test_the_help_hint_runs_on_a_clean_clone_with_no_variables_set(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "gpus, zero3, deepspeed", [("1", None, True), ("2", None, True), ("1", "0", False), ("2", "0", False)]
+    "gpus, zero3, deepspeed, cap",
+    [("1", None, True, None), ("2", None, True, "48"), ("1", "0", False, None), ("2", "0", False, None)],
 )
-def test_zero3_by_default_on_any_gpu_count(tmp_path, gpus, zero3, deepspeed):
+def test_zero3_by_default_on_any_gpu_count(tmp_path, gpus, zero3, deepspeed, cap):
     """ZeRO-3 by default, one GPU included (its fp32 master weights keep updates that bf16 weights round away);
-    ZERO3=0 gives plain DDP. A stand-in PYTHON reports `gpus` GPUs and records the launch instead of training."""
+    ZERO3=0 gives plain DDP. A stand-in PYTHON reports `gpus` GPUs and records the launch instead of training.
+    GPU_MEMORY_CAP_GIB launches the same entry under the bench's cap (experiments.bench.capped_grpo)."""
     calls = tmp_path / "calls"
     fake = tmp_path / "python"
     fake.write_text(f"""#!/usr/bin/env bash
@@ -152,7 +154,7 @@ case "$*" in
 esac
 """)
     fake.chmod(0o755)
-    env = {key: value for key, value in os.environ.items() if key not in ("NUM_GPUS", "ZERO3")}
+    env = {key: value for key, value in os.environ.items() if key not in ("NUM_GPUS", "ZERO3", "GPU_MEMORY_CAP_GIB")}
     env.update(
         PYTHON=str(fake),
         MODEL_PATH=str(tmp_path),
@@ -160,9 +162,11 @@ esac
         SUBMISSION=str(tmp_path / "sub"),
         OUTPUT_DIR=str(tmp_path / "run"),
         **({"ZERO3": zero3} if zero3 else {}),
+        **({"GPU_MEMORY_CAP_GIB": cap} if cap else {}),
     )
     result = subprocess.run(["bash", "train.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
     launch = calls.read_text().splitlines()[0]
     assert result.returncode == 0 and "accelerate.commands.launch" in launch, result.stderr
     assert f"--num_processes {gpus}" in launch and "launch --quiet" in launch  # no launcher traceback on a failure
     assert ("--deepspeed zero3.json" in launch) == deepspeed
+    assert f"-m {'experiments.bench.capped_grpo' if cap else 'open_r1.grpo'} " in launch

@@ -599,6 +599,8 @@ def test_zero3_auto_falls_back_to_hf_generate_when_the_rollout_copy_cannot_be_bu
 
 
 def test_gpu_memory_cap_env_is_checked_and_capped(monkeypatch):
+    from experiments.bench import capped_grpo as grpo  # the cap is a bench hook: train.sh runs this entry with it
+
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"total_memory": 80 * 2**30}))

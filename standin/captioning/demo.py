@@ -1,7 +1,8 @@
 """The captioning chain on the stand-in: the real stages (``open_r1.tasks.captioning.pipeline``) with the stand-in's
 own around them: generated data -> from-scratch bases (or the shipped start policy, ``pretrain.policy.start``) ->
 trace synthesis -> templated traces -> SFT -> (a round of simulated ratings, where the recipe has a ``ratings``
-section) -> RM -> GRPO -> best-of-N eval, the hidden rule (``oracle_eval``) scoring the eval's captions.
+section) -> RM -> GRPO -> best-of-N eval, the hidden rule scoring the RM's held-out labels (``stage_rm``) and the
+eval's captions (``stage_eval``).
 
     python -m standin.captioning.demo --config configs/captioning/standin_demo.yaml     # make humor-demo
 """
@@ -13,8 +14,16 @@ import sys
 
 from open_r1.errors import RecipeError
 from open_r1.jsonio import read_recipe
-from open_r1.tasks.captioning import config, pipeline, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
-from standin.captioning import oracle_eval, parallel, stage_data, stage_pretrain, stage_ratings, stage_traces
+from open_r1.tasks.captioning import config, pipeline, stage_grpo, stage_sft, stage_synthesize
+from standin.captioning import (
+    parallel,
+    stage_data,
+    stage_eval,
+    stage_pretrain,
+    stage_ratings,
+    stage_rm,
+    stage_traces,
+)
 
 STAGES = (
     stage_data,
@@ -56,7 +65,6 @@ def main(argv=None) -> int:
         argv,
         stages_of(argv),
         prog="standin.captioning.demo",
-        oracle=oracle_eval,
         run=functools.partial(parallel.run_pipeline, job_result=job_result),
     )
 

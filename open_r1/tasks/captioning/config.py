@@ -180,7 +180,7 @@ class Recipe:
 
     def __init__(self, path: str, overrides: list[str], run: RunConfig):
         self.path, self.overrides, self.run = os.path.abspath(path), list(overrides), run
-        self.seed, self.sections, self.oracle = run.seed, {}, None
+        self.seed, self.sections = run.seed, {}
         self.paths = Paths(self)
 
     def section(self, name: str):

@@ -137,10 +137,8 @@ def recipe_help(stages) -> str:
     return "\n".join(lines) + "\ngrpo.*: any open_r1.grpo recipe key (python -m open_r1.grpo --help-all)"
 
 
-def main(
-    argv=None, stages=STAGES, prog: str = "open_r1.tasks.captioning.pipeline", oracle=None, run=run_pipeline
-) -> int:
-    """The CLI over `stages`; `oracle` (the eval's hidden rule) and `run` (a runner): the stand-in's."""
+def main(argv=None, stages=STAGES, prog: str = "open_r1.tasks.captioning.pipeline", run=run_pipeline) -> int:
+    """The CLI over `stages`; `run` (a runner): the stand-in's."""
     names = [stage.NAME for stage in stages]
     parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__, formatter_class=CliHelp)
     parser.add_argument("--config", help="the recipe (configs/captioning/*.yaml); required but for --help-recipe")
@@ -162,7 +160,6 @@ def main(
         parser.error("the following arguments are required: --config")
     try:
         recipe = config.parse_recipe(args.config, args.set, stages)
-        recipe.oracle = oracle
         run(recipe, stages, args.stages, args.out)
     except OpenR1Error as exc:
         return error_exit(exc)

@@ -118,9 +118,9 @@ def contest_images(dataset, first_row: dict, blind: bool) -> dict:
     }
 
 
-def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
+def index_pair_rows(dataset, index, blind: bool = False) -> list[dict]:
     """RM rows {image, chosen, rejected, group} of ``data.pair_indices``' pairs, without building the pair dataset
-    (that copies a contest's image into each of its pairs); `keep_oracle`: also the stand-in's ``oracle_order``."""
+    (that copies a contest's image into each of its pairs)."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
     contests, captions = columns["contest"], columns["caption"]
     first: dict = {}
@@ -136,15 +136,14 @@ def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = Fal
                 protocol.description_from_row({k: v[chosen] for k, v in columns.items()})
             )
         prompt = prompts[chosen]
-        row = {
-            "image": images[contest],
-            "chosen": [*prompt, protocol.rm_turn(captions[chosen])],
-            "rejected": [*prompt, protocol.rm_turn(captions[rejected])],
-            "group": contest,
-        }
-        if keep_oracle:
-            row["oracle_order"] = columns["oracle"][chosen] > columns["oracle"][rejected]
-        rows.append(row)
+        rows.append(
+            {
+                "image": images[contest],
+                "chosen": [*prompt, protocol.rm_turn(captions[chosen])],
+                "rejected": [*prompt, protocol.rm_turn(captions[rejected])],
+                "group": contest,
+            }
+        )
     return rows
 
 
@@ -175,14 +174,19 @@ def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
     return rows
 
 
-def held_out_pairs(recipe, split: str, blind: bool):
+def held_out_index(recipe, split: str):
+    """(the split's dataset, the row indices of its held-out pairs)."""
     cfg = recipe.section(NAME)
-    dataset = cdata.load_captions(recipe.paths.split(split), check_images="none", keep_oracle=True)
+    dataset = cdata.load_captions(recipe.paths.split(split), check_images="none")
     index = cdata.pair_indices(
         dataset, k=cfg.k, se_from=cfg.se_from, cap_per_contest=cfg.eval_cap_per_contest, seed=recipe.seed + 7
     )
-    # real data has no oracle (the stand-in's analysis column): its rows carry no oracle order
-    return index_pair_rows(dataset, index, blind=blind, keep_oracle="oracle" in dataset.column_names)
+    return dataset, index
+
+
+def held_out_pairs(recipe, split: str, blind: bool):
+    dataset, index = held_out_index(recipe, split)
+    return index_pair_rows(dataset, index, blind=blind)
 
 
 def _progress(label: str, every_s: float = 15.0):
@@ -320,8 +324,6 @@ def score_held_out(recipe, model, blind: bool, tag: str = "[rm]", splits: list[s
         result = rm_lib.evaluate_pairs(
             model, held, batch_size=cfg.eval_batch_size, seed=recipe.seed, progress=_progress(f"{tag} {split}")
         )
-        if held and "oracle_order" in held[0]:
-            result["oracle_agreement_of_labels"] = sum(r["oracle_order"] for r in held) / len(held)
         swap = image_swap_accuracy(recipe, model, split, blind)
         if swap is not None:
             result["image_swap"] = swap
@@ -429,13 +431,13 @@ def finish(recipe, report: dict) -> dict:
 
 
 def markdown(rm: dict) -> list[str]:
-    """The results table: each RM's held-out accuracy with its CI, label/oracle agreement and the image swap."""
+    """The results table: each RM's held-out accuracy with its CI and the image swap."""
     lines = [
         "",
         "## Reward model: held-out pairwise accuracy (95 % bootstrap CI over contests)",
         "",
-        "| RM | split | accuracy | CI | pairs | contests | label/oracle agreement | image swap (own cartoon wins) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| RM | split | accuracy | CI | pairs | contests | image swap (own cartoon wins) |",
+        "|---|---|---|---|---|---|---|",
     ]
     kept = (rm.get("rm") or {}).get("selected")
     labels = {"rm": "with image" + (f" (kept: seed {kept['seed']}, best on val)" if kept else "")}
@@ -447,6 +449,6 @@ def markdown(rm: dict) -> list[str]:
             swap = "–" if not swap else f"{swap['accuracy']:.3f} [{swap['ci_low']:.3f}, {swap['ci_high']:.3f}]"
             lines.append(
                 f"| {label} | {split} | {_fmt(r['accuracy'])} | [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | "
-                f"{r['n_pairs']} | {r['n_groups']} | {_fmt(r.get('oracle_agreement_of_labels'))} | {swap} |"
+                f"{r['n_pairs']} | {r['n_groups']} | {swap} |"
             )
     return lines
