@@ -554,14 +554,16 @@ def test_two_ranks_share_the_eval_and_agree_on_scores_and_stops(tmp_path):
 
 
 def test_time_cap_starts_after_the_first_step_and_drives_the_sft_schedule():
-    """One plain wall-clock cap (run.budget.TimeCapCallback): the SFT stop and its cosine schedule read its clock."""
-    from open_r1.run.budget import TimeCapCallback
+    """One time cap (run.budget.TimeBudgetCallback with max_seconds): the SFT stop and its cosine schedule read its
+    clock; nothing is reserved or written (no output_dir needed)."""
+    from open_r1.run.budget import TimeBudgetCallback
     from open_r1.sft import SFTSettings, lr_multiplier
 
     now = [100.0]
-    cap = TimeCapCallback(10, clock=lambda: now[0])
+    cap = TimeBudgetCallback(max_seconds=10, clock=lambda: now[0])
     multiplier = lr_multiplier(cap, None, SFTSettings(schedule="cosine", min_lr_ratio=0.0))
     state = TrainerState()
+    cap.on_train_begin(None, state, TrainerControl())  # args None: a plain cap reads and writes no file
     assert cap.on_step_end(None, state, TrainerControl()).should_training_stop is False  # step 1 starts the clock
     now[0] += 5
     assert not cap.on_step_end(None, state, TrainerControl()).should_training_stop
@@ -570,10 +572,20 @@ def test_time_cap_starts_after_the_first_step_and_drives_the_sft_schedule():
     assert cap.on_step_end(None, state, TrainerControl()).should_training_stop and cap.stopped
     done = TrainerControl()
     done.should_training_stop = True  # max_steps ended the run at the same step: not the cap's doing
-    late = TimeCapCallback(1, clock=lambda: now[0])
-    late.t0 = 0.0
+    late = TimeBudgetCallback(max_seconds=1, clock=lambda: now[0])
+    late.on_step_end(None, state, TrainerControl())  # step 1 starts the clock
+    now[0] += 5
     late.on_step_end(None, state, done)
     assert not late.stopped
+    cap.on_train_end(None, state, TrainerControl())
+    # with measured steps it stops when another step would end after the cap: 4 s steps, 10 s cap -> after 8 s
+    timed = TimeBudgetCallback(max_seconds=10, clock=lambda: now[0])
+    stops = []
+    for _ in range(4):
+        timed.on_step_begin(None, state, TrainerControl())
+        now[0] += 4
+        stops.append(timed.on_step_end(None, state, TrainerControl()).should_training_stop)
+    assert stops == [False, False, True, True] and timed.elapsed() == 12
 
 
 def test_keep_best_ranks_by_the_run_tasks_sets_by_default():

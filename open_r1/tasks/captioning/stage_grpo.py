@@ -23,7 +23,7 @@ from open_r1.errors import RecipeError, RewardConfigError
 from open_r1.export import load_for_export
 from open_r1.grpo import recipe_keys
 from open_r1.rewards import parse_reward_kwargs
-from open_r1.run.budget import TimeCapCallback
+from open_r1.run.budget import TimeBudgetCallback
 from open_r1.run.keep_best import resolve_export_checkpoint
 from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning.config import help_field
@@ -55,7 +55,7 @@ class Settings:
     """The pipeline's keys of the grpo section (the rest is the open_r1.grpo recipe)."""
 
     seeds: list[int] = help_field([0], "one GRPO run per seed")
-    max_seconds: float | None = help_field(None, "wall-clock cap of each run (open_r1.run.budget.TimeCapCallback)")
+    max_seconds: float | None = help_field(None, "wall-clock cap of each run (open_r1.run.budget.TimeBudgetCallback)")
     parallel: bool = help_field(False, "run the seeds as parallel processes")
 
     def __post_init__(self):
@@ -171,7 +171,7 @@ def run_seed(recipe, seed: int) -> dict:
     config.log(f"[grpo] seed {seed}: open_r1.grpo into {training_args.output_dir}")
     started = time.time()
     trainer = grpo.main(
-        script_args, training_args, model_args, callbacks=[TimeCapCallback(section.settings.max_seconds)]
+        script_args, training_args, model_args, callbacks=[TimeBudgetCallback(max_seconds=section.settings.max_seconds)]
     )
     if trainer.run_safety.exit_code:
         raise RecipeError(f"GRPO seed {seed} stopped with exit code {trainer.run_safety.exit_code}")

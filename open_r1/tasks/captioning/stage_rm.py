@@ -18,7 +18,7 @@ from open_r1 import reward_model as rm_lib
 from open_r1.errors import OpenR1Error
 from open_r1.jsonio import write_json
 from open_r1.reward_model import LORA_KEYS
-from open_r1.run.budget import TimeCapCallback
+from open_r1.run.budget import TimeBudgetCallback
 from open_r1.tasks.captioning import config, protocol
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field, require
@@ -47,7 +47,7 @@ class Config:
     warmup_ratio: float = help_field(0.03, "warm-up as a fraction of the steps")
     epochs: float = help_field(1.0, "passes over the pairs")
     max_steps: int | None = help_field(None, "stop after N steps (null: the epochs)")
-    max_seconds: float | None = help_field(None, "wall-clock cap of training (open_r1.run.budget.TimeCapCallback)")
+    max_seconds: float | None = help_field(None, "wall-clock cap of training (open_r1.run.budget.TimeBudgetCallback)")
     weight_decay: float = help_field(0.0, "AdamW weight decay")
     per_device_batch_size: int = help_field(8, "pairs per step")
     gradient_accumulation_steps: int = help_field(1, "steps per optimizer step")
@@ -286,7 +286,7 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
         model,
         rows,
         args,
-        callbacks=[TimeCapCallback(cfg.max_seconds)],
+        callbacks=[TimeBudgetCallback(max_seconds=cfg.max_seconds)],
         center_rewards_coefficient=cfg.center_rewards_coefficient,
     )
     seconds = time.time() - started
