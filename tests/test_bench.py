@@ -185,9 +185,9 @@ def test_selfcheck_bench_forces_the_completion_length(tmp_path):
 def test_vllm_recipe_wiring(tmp_path):
     from open_r1 import grpo
 
-    script_args, training_args, model_args = grpo.parse_args(
+    script_args, training_args, model_args, task = grpo.parse_args(
         ["--config", str(VLLM_RECIPE), "--use_cpu", "true", "--output_dir", str(tmp_path / "run")]
-    )[:3]
+    )
     assert training_args.use_vllm is True
     assert training_args.vllm_mode == "colocate"
     assert 0.0 < training_args.vllm_gpu_memory_utilization < 1.0

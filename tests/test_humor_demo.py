@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -177,11 +178,13 @@ def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch)
         parallel.early_starts(load(H200, ["start_early={grpo: eval}"]), stages(H200), names(H200))
     with pytest.raises(RecipeError, match="needs sft.parallel"):
         parallel.early_starts(load(H200, ["start_early={sft: synthesize}"]), stages(H200), names(H200))
-    # the real chain runs stages one by one: sub-job keys are refused there, before anything runs
-    from open_r1.tasks.captioning import pipeline
+    # the real chain runs stages one by one: the sub-job keys are the stand-in's, unknown to the real recipe
+    from open_r1.tasks.captioning import config, pipeline
 
-    with pytest.raises(RecipeError, match="rm.parallel, grpo.parallel: sub-job processes run only in the stand-in"):
-        pipeline.run_pipeline(recipe, stages(H200), ["rm", "grpo"])
+    real = "configs/captioning/real_qwen3vl2b.yaml"
+    for key in ("rm.parallel=true", "rm.only=rm", "grpo.parallel=true", "start_early={rm: synthesize}"):
+        with pytest.raises(RecipeError, match=re.escape(f"unknown key(s) {key.split('=')[0]}")):
+            config.parse_recipe(real, [key], pipeline.STAGES)
 
 
 def _acc(value):

@@ -244,8 +244,8 @@ class TimeBudgetCallback(TrainerCallback):
         return 0.0 if self.t0 is None else self.clock() - self.t0
 
     def _saves_at(self, args, state, step: int) -> bool:
-        strategy = str(getattr(args, "save_strategy", "no")).split(".")[-1].lower()
-        save_steps = getattr(state, "save_steps", 0) or getattr(args, "save_steps", 0) or 0  # state: ratio resolved
+        strategy = str(args.save_strategy).split(".")[-1].lower()
+        save_steps = state.save_steps or args.save_steps or 0  # state: a ratio resolved to steps
         every = int(save_steps) if save_steps >= 1 else 0
         return bool(strategy == "steps" and every and step % every == 0) or (self.eval_saves and self._evals_at(step))
 

@@ -95,6 +95,7 @@ def restored_parts(checkpoint: str) -> tuple[list[str], list[str]]:
 def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | None:
     """The checkpoint for trainer.train(resume_from_checkpoint=...): an explicit path wins ('true'/'latest' = newest
     complete checkpoint, 'false'/'none' = start fresh); otherwise, with auto_resume, the newest complete one."""
+    # settings reads with a default: resolve_resume also takes the plain argument objects the callback tests build
     main_process = getattr(training_args, "process_index", 0) == 0
     say = log if main_process else None
     explicit = training_args.resume_from_checkpoint
@@ -114,7 +115,7 @@ def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | N
     if say:
         state = read_json(os.path.join(checkpoint, "trainer_state.json"), {})
         restored, fresh = restored_parts(checkpoint)
-        now = getattr(training_args, "max_steps", None)
+        now = getattr(training_args, "max_steps", None)  # (see main_process above)
         longer = f"; this run's max_steps is {now}" if now not in (None, state.get("max_steps")) else ""
         say(
             f"[resume] resuming from {checkpoint} (step {state.get('global_step', '?')} of "
@@ -163,6 +164,7 @@ class ResumeWeightsCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.align_schedule(state, kwargs.get("optimizer"), kwargs.get("lr_scheduler"))
+        # settings reads with a default, as in resolve_resume
         if model is None or getattr(args, "deepspeed", None) or getattr(args, "fsdp", None):
             return control
         if os.path.isfile(os.path.join(self.checkpoint, "adapter_config.json")) or hasattr(model, "peft_config"):

@@ -14,11 +14,12 @@ import sys
 
 from open_r1.errors import RecipeError
 from open_r1.jsonio import read_recipe
-from open_r1.tasks.captioning import config, pipeline, stage_grpo, stage_sft, stage_synthesize
+from open_r1.tasks.captioning import config, pipeline, stage_sft, stage_synthesize
 from standin.captioning import (
     parallel,
     stage_data,
     stage_eval,
+    stage_grpo,
     stage_pretrain,
     stage_ratings,
     stage_rm,
@@ -52,7 +53,7 @@ def stages_of(argv: list[str]) -> tuple:
 def load_recipe(path: str, overrides: list[str] | None = None):
     """The parsed recipe of the demo's stages (for the experiments/captioning harnesses)."""
     sets = [item for o in overrides or [] for item in ("--set", o)]
-    return config.parse_recipe(path, overrides, stages_of(["--config", path, *sets]))
+    return config.parse_recipe(path, overrides, stages_of(["--config", path, *sets]), parallel.RunConfig)
 
 
 def main(argv=None) -> int:
@@ -66,6 +67,7 @@ def main(argv=None) -> int:
         stages_of(argv),
         prog="standin.captioning.demo",
         run=functools.partial(parallel.run_pipeline, job_result=job_result),
+        run_config=parallel.RunConfig,
     )
 
 

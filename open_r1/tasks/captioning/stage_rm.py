@@ -61,9 +61,6 @@ class Config:
     eval_image_swaps: int = help_field(480, "captions per held-out split for the image-swap diagnostic (0: none)")
     blind: bool = help_field(True, "also train and score the image-blind control")
     seeds: list[int] | None = help_field(None, "one RM per seed, the best on val kept (null: [the recipe's seed])")
-    parallel: bool = help_field(False, "run the seeds and the blind control as parallel processes")
-    only: str | None = help_field(None, "a parallel job: rm | rm_blind")
-    seed: int | None = help_field(None, "a parallel job: one of seeds")
 
     def __post_init__(self):
         from transformers import SchedulerType  # deferred: heavy
@@ -75,7 +72,6 @@ class Config:
         )
         require(self.se_from in SE_FROM, f"rm.se_from must be one of {', '.join(SE_FROM)}, got {self.se_from!r}")
         require(self.dtype in (None, "float32", "bfloat16", "float16", "auto"), f"rm.dtype: {self.dtype!r}?")
-        require(self.only in (None, "rm", "rm_blind"), f"rm.only must be rm, rm_blind or null, got {self.only!r}")
         require(
             self.learning_rate > 0 and self.epochs > 0 and 0 <= self.warmup_ratio <= 1,
             "rm.learning_rate and rm.epochs must be > 0, rm.warmup_ratio in [0, 1]",
@@ -101,10 +97,6 @@ class Config:
             config.check_keys("rm.lora", self.lora, LORA_KEYS)
         if self.seeds is not None:
             config.seed_list("rm.seeds", self.seeds)
-        require(
-            self.seed is None or self.seed in (self.seeds or [self.seed]),
-            f"rm.seed={self.seed!r} is not one of rm.seeds {self.seeds}",
-        )
 
 
 def contest_images(dataset, first_row: dict, blind: bool) -> dict:
@@ -378,18 +370,18 @@ def outputs(recipe) -> list[str]:
     return [recipe.paths.rm, recipe.paths.rm_blind]
 
 
-def run(recipe) -> dict:
-    """Train the RM(s) and the blind control (``rm.only`` / ``rm.seed``: one parallel sub-job's share)."""
-    cfg = recipe.section(NAME)
-    seeds = rm_seeds(recipe)
+def train(recipe, seeds: list[int], blind: bool) -> dict:
+    """The RMs of `seeds` and, with `blind`, the blind control (on the first of ``rm.seeds``), by report key."""
     config.check_inputs(inputs(recipe))
-    report = {}
-    if cfg.only in (None, "rm"):
-        for seed in [cfg.seed] if cfg.seed is not None else seeds:
-            report[seed_key(seeds, seed)] = train_one(recipe, blind=False, seed=seed)
-    if cfg.blind and cfg.only in (None, "rm_blind"):
-        report["rm_blind"] = train_one(recipe, blind=True, seed=seeds[0])
-    return finish(recipe, report) if cfg.only in (None, "rm") and cfg.seed is None else report
+    report = {seed_key(rm_seeds(recipe), seed): train_one(recipe, blind=False, seed=seed) for seed in seeds}
+    if blind:
+        report["rm_blind"] = train_one(recipe, blind=True, seed=rm_seeds(recipe)[0])
+    return report
+
+
+def run(recipe) -> dict:
+    """Train the RM(s) and the blind control; with several seeds keep the best on val (`finish`)."""
+    return finish(recipe, train(recipe, rm_seeds(recipe), recipe.section(NAME).blind))
 
 
 def seed_key(seeds: list[int], seed: int) -> str:
