@@ -842,18 +842,19 @@ def test_task_train_prompts_and_eval_report(standin_dir, tiny_model_dirs, fake_r
     from types import SimpleNamespace
 
     from open_r1 import modeling
+    from open_r1.grpo import GRPOScriptArguments
     from open_r1.tasks import get_task
+    from open_r1.tasks.captioning import CaptioningSettings
 
     _, paths = standin_dir
-    args = SimpleNamespace(
+    args = GRPOScriptArguments(
         task="captioning",
         dataset_name=paths["train"],
         dataset_train_split="train",
         max_train_samples=3,
-        reward_kwargs=json.dumps({"caption_rm": {"reward_model": "fake/rm", "device": "cpu"}}),
-        caption_eval_max_new_tokens=8,
+        reward_kwargs=json.dumps({"caption_rm": {"reward_model": "fake/rm", "device": "cpu"}}),  # as on a command line
     )
-    task = get_task("captioning", args)
+    task = get_task("captioning", args, CaptioningSettings(caption_eval_max_new_tokens=8))
     train = task.train_dataset(args, SimpleNamespace(seed=0))
     assert len(train) == 3 and len(set(train["contest"])) == 3
     assert train[0]["prompt"][1]["content"][1]["text"] == P.user_text(P.description_from_row(train[0]))
@@ -1092,8 +1093,8 @@ def test_rate_captions_simulates_readers_for_new_captions_only(standin_dir):
     expected = S.simulate_votes(np.random.default_rng(3), S.oracle_score(new, meta))
     assert {k: row[k] for k in ("mean", "precision", "votes")} == pytest.approx(expected)
     assert row["image"].size == train[0]["image"].size
-    # without the oracle column (as training loads it) the rows carry no oracle either
-    plain = cdata.load_captions(paths["train"])
+    # without the oracle column (real data has none) the rows carry no oracle either
+    plain = cdata.load_captions(paths["train"]).remove_columns(["oracle"])
     assert "oracle" not in S.rate_captions(plain, samples)[0].column_names
     with pytest.raises(DataError, match="real raters"):
         S.rate_captions(plain.remove_columns(["scene_meta"]), samples)

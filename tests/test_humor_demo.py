@@ -44,9 +44,10 @@ def test_the_grpo_section_is_an_open_r1_grpo_recipe_with_caption_rm_wired(tmp_pa
     from open_r1.tasks.captioning import stage_grpo
 
     recipe = load(H200, [f"work_dir={tmp_path}", "grpo.temperature=0.3", "grpo.top_p=0.9"])
-    script_args, training_args, model_args = stage_grpo.seed_args(recipe, 2)
+    script_args, training_args, model_args, task = stage_grpo.seed_args(recipe, 2)
     paths = recipe.paths
     assert script_args.task == "captioning" and script_args.reward_funcs == ["caption_rm"]
+    assert task is recipe.section("grpo").args[3] and task.name == "captioning"  # built once, shared by the seeds
     assert script_args.reward_kwargs["caption_rm"] == {"fail_value": 0.0, "reward_model": paths.rm, "device": "cpu"}
     assert training_args.temperature == 0.3 and training_args.top_p == 0.9 and training_args.loss_type == "dapo"
     assert training_args.seed == 2 and training_args.output_dir == paths.grpo_run(2)
@@ -663,8 +664,10 @@ def test_humor_demo_end_to_end(tmp_path):
 
 def test_rm_stage_keeps_a_seed_whenever_one_process_trains_them_all(tmp_path, monkeypatch):
     """rm.only=rm without rm.seed trains every seed in this process: the choice of models/rm is made here too (it
-    used to be skipped, leaving GRPO without an RM); one seed's job (rm.seed) leaves the choice to the pipeline."""
+    used to be skipped, leaving GRPO without an RM); one seed's job (rm.seed) leaves the choice to the pipeline.
+    (The stand-in's rm stage: rm.only / rm.seed are its sub-job keys, over the real stage's train and finish.)"""
     from open_r1.tasks.captioning import stage_rm
+    from standin.captioning import stage_rm as standin_rm
 
     trained, finished = [], []
     monkeypatch.setattr(
@@ -683,5 +686,5 @@ def test_rm_stage_keeps_a_seed_whenever_one_process_trains_them_all(tmp_path, mo
     ):
         trained.clear()
         finished.clear()
-        stage_rm.run(load(H200, base + extra))
+        standin_rm.run(load(H200, base + extra))
         assert trained == jobs and finished == choice, extra
