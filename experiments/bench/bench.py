@@ -53,7 +53,6 @@ NUM_GENERATIONS = 8
 # so that a CPU run exercises the same code paths in seconds: completions per batch / 32, generations per prompt / 4.
 TINY_BATCH_DIVISOR = 32
 TINY_GENERATIONS_DIVISOR = 4
-IMAGE_WIDTH, IMAGE_HEIGHT = 480, 320
 # Vision special tokens (<|vision_start|> .. <|video_pad|>): a random policy would sample them and a sampled
 # <|vision_start|><|video_pad|> pair makes the training forward look for a video. TRL itself suppresses only the
 # image pad; the bench suppresses all five, identically for every variant.
@@ -285,64 +284,13 @@ def missing_requirements(variant: Variant) -> list[str]:
 
 # --- Data and model ---------------------------------------------------------------------------------------------------
 
-_SHAPES = ["cube", "sphere", "cylinder"]
-_COLORS = ["red", "blue", "green", "yellow", "purple", "cyan", "brown", "gray"]
 
+def counting_dataset(n: int, seed: int = 0, cache_dir: str | None = None, workers: int = 1, split: str = "train"):
+    """(dataset, description): `n` rows of the scene renderer's `split`, the images training reads."""
+    from open_r1.tasks.counting.scenes import build_split
 
-def random_counting_dataset(n: int, seed: int = 0, width: int = IMAGE_WIDTH, height: int = IMAGE_HEIGHT):
-    """`n` rows of coloured rectangles on grey, with a counting question and its gold answer (fast to make)."""
-    import datasets
-    import numpy as np
-    from PIL import Image, ImageDraw
-
-    rng = np.random.default_rng(seed)
-    images, problems, solutions = [], [], []
-    for _ in range(n):
-        image = Image.new("RGB", (width, height), (128, 128, 128))
-        draw = ImageDraw.Draw(image)
-        count = int(rng.integers(1, 11))
-        for _ in range(count):
-            x, y = int(rng.integers(0, width - 40)), int(rng.integers(0, height - 40))
-            size = int(rng.integers(12, 40))
-            draw.rectangle([x, y, x + size, y + size], fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
-        images.append(image)
-        shape, color = _SHAPES[int(rng.integers(len(_SHAPES)))], _COLORS[int(rng.integers(len(_COLORS)))]
-        question = rng.choice(
-            [
-                "How many items are there in the image?",
-                f"How many {color} {shape}s are there?",
-                f"Subtract all {color} {shape}s. How many objects are left?",
-            ]
-        )
-        problems.append(str(question))
-        solutions.append(f"<answer> {count} </answer>")
-    features = datasets.Features(
-        {"image": datasets.Image(), "problem": datasets.Value("string"), "solution": datasets.Value("string")}
-    )
-    return datasets.Dataset.from_dict({"image": images, "problem": problems, "solution": solutions}, features=features)
-
-
-def counting_dataset(
-    n: int, seed: int = 0, source: str = "auto", cache_dir: str | None = None, workers: int = 1, split: str = "train"
-):
-    """(dataset, description): rendered scenes from `open_r1.tasks.counting.scenes.build_split` when asked or
-    available, else random."""
-    if source in ("auto", "scenes"):
-        try:
-            from open_r1.tasks.counting.scenes import build_split
-
-            dataset = build_split(split, n, seed=seed, workers=workers, progress=False, cache_dir=cache_dir)
-            return dataset, f"open_r1.tasks.counting.scenes.build_split({split!r})"
-        except Exception as exc:  # noqa: BLE001 - reported, and 'auto' falls back
-            if source == "scenes":
-                raise
-            reason = error_line(exc)
-            return random_counting_dataset(
-                n, seed
-            ), f"random {IMAGE_WIDTH}x{IMAGE_HEIGHT} rectangles (scenes: {reason})"
-    if source == "random":
-        return random_counting_dataset(n, seed), f"random {IMAGE_WIDTH}x{IMAGE_HEIGHT} rectangles"
-    raise BenchError(f"--data {source!r}: use auto, scenes or random")
+    dataset = build_split(split, n, seed=seed, workers=workers, progress=False, cache_dir=cache_dir)
+    return dataset, f"open_r1.tasks.counting.scenes.build_split({split!r})"
 
 
 def grpo_dataset(dataset, templates: list[str], seed: int):
@@ -1002,12 +950,6 @@ def add_common_arguments(parser: argparse.ArgumentParser, out: str) -> None:
         help=f"forced completion tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})",
     )
     parser.add_argument("--memory-cap-gib", type=float, default=None, help="GPU memory cap (over it: out of memory)")
-    parser.add_argument(
-        "--data",
-        default="auto",
-        choices=["auto", "scenes", "random"],
-        help="images: open_r1.tasks.counting.scenes.build_split (auto: when it works) or random rectangles",
-    )
     parser.add_argument("--deadline-s", type=float, default=None, help="skip runs not started by then (seconds)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (--tiny default: 1)")
     parser.add_argument("--seed", type=int, default=0)
@@ -1078,7 +1020,6 @@ def main(argv=None) -> int:
         dataset, data_source = counting_dataset(
             n,
             args.seed,
-            args.data,
             cache_dir=os.path.join(work_dir, "data"),
             workers=1 if args.tiny else min(8, os.cpu_count() or 1),
         )
@@ -1392,7 +1333,6 @@ def selfcheck_main(argv=None) -> int:
         base, data_source = counting_dataset(
             min(rows_needed, args.unique_examples),
             args.seed,
-            args.data,
             cache_dir=os.path.join(work_dir, "data"),
             workers=1 if args.tiny else min(8, os.cpu_count() or 1),
             split=args.split,
