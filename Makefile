@@ -1,7 +1,7 @@
 # Common tasks (docs/DEMO.md for the demo, README.md for the rest).
 PY ?= python
 
-.PHONY: install style quality demo demo-start demo-gpu test test-fast humor-demo humor-demo-start humor-real-cpu
+.PHONY: install style quality demo demo-start test test-fast humor-demo humor-demo-start humor-real-cpu
 
 install:
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
@@ -26,15 +26,6 @@ demo:
 # Rebuild the shipped warm start (open_r1/tasks/counting/demo_start) by SFT from random init; on a GPU in minutes.
 demo-start:
 	$(PY) -m open_r1.tasks.counting.demo --build-start open_r1/tasks/counting/demo_start --out runs/demo-start
-
-# One GPU, ~10 minutes: the proxy pipeline (SFT warm start of a 48M Qwen2-VL, then GRPO weak baseline vs ours,
-# scored with the selfcheck protocol). docs/DEMO.md.
-demo-gpu:
-	$(PY) -m experiments.proxy.sft_warmstart --out runs/demo-gpu/warm --data runs/demo-gpu/data --max-minutes 2.75 \
-		--target-style mixed --eval-size 400 --ood-exposure 3000 --plain-share 1 --format-rows 500 \
-		--format-ood-rows 500 --eval-limit 300
-	$(PY) -m experiments.proxy.proxy_experiment --warmstart runs/demo-gpu/warm --data runs/demo-gpu/data \
-		--out runs/demo-gpu/results --arms weak_baseline ours --seeds 0 --eval-limit 400 --gpus 0 --budget-minutes 4
 
 # The whole suite (CI: .ci/run), slow end-to-end tests included, in TEST_WORKERS processes (pytest-xdist; one
 # test file per worker at a time, so module fixtures are built once). Measured time in README.md.

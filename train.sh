@@ -12,7 +12,7 @@
 #   NUM_GPUS    processes to launch           (all visible GPUs; 0 = CPU mode)
 #   ZERO3       1 = DeepSpeed ZeRO-3 with zero3.json (default, also on one GPU: its fp32 master weights keep the
 #               small updates that bf16 weights round away), 0 = plain DDP (faster, bf16 weights: docs/PERFORMANCE.md)
-#   GPU_MEMORY_CAP_GIB  cap each process's GPU memory, e.g. 48 to emulate 48 GB cards on larger ones (unset: none)
+#   GPU_MEMORY_CAP_GIB  cap each process's GPU memory, e.g. 48 to emulate 48 GB cards (experiments/bench/capped_grpo.py)
 #   REPLACE_SUBMISSION  1 = replace a scored submission (one holding its selfcheck.json) without comparing;
 #               by default the new model is written beside it (<SUBMISSION>.candidate-<time>) with the commands
 #               to score and promote it (docs/GUARANTEES.md)
@@ -123,15 +123,17 @@ run_child() {
 }
 
 RC=0
+GRPO_MODULE=open_r1.grpo
+if [ -n "${GPU_MEMORY_CAP_GIB:-}" ]; then GRPO_MODULE=experiments.bench.capped_grpo; fi  # the same entry, capped
 if [ "$NUM_GPUS" -eq 0 ]; then
-  run_child $PYTHON -m open_r1.grpo "${ARGS[@]}" --use_cpu true || RC=$?
+  run_child $PYTHON -m $GRPO_MODULE "${ARGS[@]}" --use_cpu true || RC=$?
 else
   # --quiet: a failed run ends with its own error line, not the launcher's traceback (several GPUs: torch's summary)
   LAUNCH=($PYTHON -m accelerate.commands.launch --quiet --num_processes "$NUM_GPUS" --num_machines 1 --machine_rank 0 --main_process_port "${MAIN_PORT:-29500}")
   if [ "$ZERO3" = "1" ]; then
     ARGS+=(--deepspeed zero3.json)
   fi
-  run_child "${LAUNCH[@]}" -m open_r1.grpo "${ARGS[@]}" || RC=$?
+  run_child "${LAUNCH[@]}" -m $GRPO_MODULE "${ARGS[@]}" || RC=$?
 fi
 if [ -n "$SIGNALLED" ] || [ "$RC" -ge 128 ]; then
   echo "[train.sh] training stopped by ${SIGNALLED:-a signal} (exit $RC): no export. The last checkpoint is in" \

@@ -85,7 +85,7 @@ LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vesp
 
 
 def check_loss_type(training_args) -> list[str]:
-    loss_type = getattr(training_args, "loss_type", None)
+    loss_type = training_args.loss_type
     if loss_type is None or loss_type in LOSS_TYPES:
         return []
     return [f"loss_type {loss_type!r} is not one of TRL's {', '.join(LOSS_TYPES)} (--loss_type)"]
@@ -117,9 +117,8 @@ def check_reward_weights(weights, reward_funcs) -> list[str]:
 
 def check_eval_settings(script_args) -> list[str]:
     problems = []
-    eval_sets = list(getattr(script_args, "eval_sets", None) or [])
-    every = getattr(script_args, "eval_steps_protocol", None)
-    limit = getattr(script_args, "eval_limit", None)
+    eval_sets = list(script_args.eval_sets or [])
+    every, limit = script_args.eval_steps_protocol, script_args.eval_limit
     if eval_sets:
         if every is None or every < 1:
             problems.append(
@@ -130,14 +129,14 @@ def check_eval_settings(script_args) -> list[str]:
             problems.append(
                 f"eval_limit must be >= 1 (rows per eval set) or null for every row, got {limit} (--eval_limit)"
             )
-        batch = getattr(script_args, "eval_batch_size", 1)
+        batch = script_args.eval_batch_size
         if batch is not None and batch < 1:
             problems.append(f"eval_batch_size must be >= 1, got {batch} (--eval_batch_size)")
         names = [os.path.basename(os.path.normpath(p)) for p in eval_sets]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             problems.append(f"eval sets {duplicates} appear twice by name (names are dir basenames; --eval_sets)")
-    elif getattr(script_args, "keep_best", None):
+    elif script_args.keep_best:
         problems.append(
             "keep_best needs eval_sets (held-out sets to score checkpoints on): set --eval_sets, or --keep_best false"
         )
@@ -148,10 +147,10 @@ def check_sizes(script_args) -> list[str]:
     """Counts and pixel budgets that would silently mean something else (0 rows = all rows) or fail after the
     model loaded (min_pixels > max_pixels)."""
     problems = []
-    rows = getattr(script_args, "max_train_samples", None)
+    rows = script_args.max_train_samples
     if rows is not None and rows < 1:
         problems.append(f"max_train_samples must be >= 1 or null (every row), got {rows} (--max_train_samples)")
-    low, high = getattr(script_args, "min_pixels", None), getattr(script_args, "max_pixels", None)
+    low, high = script_args.min_pixels, script_args.max_pixels
     for name, value in (("min_pixels", low), ("max_pixels", high)):
         if value is not None and value < 1:
             problems.append(f"{name} must be >= 1, got {value} (--{name})")
@@ -197,13 +196,13 @@ def check_devices(training_args, model_args=None, num_processes: int | None = No
 
     if os.environ.get(ALLOW_CPU_ENV) == "1":
         return []
-    if torch.cuda.is_available() and not getattr(training_args, "use_cpu", False):
+    if torch.cuda.is_available() and not training_args.use_cpu:
         return []
     reasons = []
-    if getattr(training_args, "deepspeed", None):
+    if training_args.deepspeed:
         reasons.append("DeepSpeed")
-    completions = getattr(training_args, "generation_batch_size", None) or training_args.per_device_train_batch_size * (
-        getattr(training_args, "steps_per_generation", None) or 1
+    completions = training_args.generation_batch_size or training_args.per_device_train_batch_size * (
+        training_args.steps_per_generation or 1
     )
     if completions > 64:
         reasons.append(f"{completions} completions per generation round")
@@ -235,7 +234,7 @@ def lost_updates_warning(training_args, dtype, use_peft: bool = False) -> str | 
     copy: AdamW adds each step to the weight, where one under half its spacing (>= |w| / 2**bits) rounds away."""
     dtype = str(dtype).removeprefix("torch.")
     bits = {"bfloat16": 9, "float16": 12}.get(dtype)
-    if not bits or getattr(training_args, "deepspeed", None) or use_peft:
+    if not bits or training_args.deepspeed or use_peft:
         return None
     lr = training_args.learning_rate
     return (

@@ -570,8 +570,9 @@ class GraphDecoder:
                 prefill_kwargs["position_ids"] = text_pos.unsqueeze(0).expand(3, -1, -1)
             elif given_positions is not None:  # precomputed (rope_positions): the model skips get_rope_index
                 prefill_kwargs["position_ids"] = given_positions
-            try:
-                out = self.model(
+
+            def prefill():
+                return self.model(
                     input_ids=ids,
                     attention_mask=mask,
                     cache=self.cache,
@@ -580,6 +581,9 @@ class GraphDecoder:
                     **prefill_kwargs,
                     **extra,
                 )
+
+            try:
+                out = prefill()
             except RuntimeError as error:
                 if "dtype" not in str(error):
                     raise
@@ -587,15 +591,7 @@ class GraphDecoder:
                 self._ensure_cache(n, prompt_len + max_new, fresh=True)
                 self._steps[key] = self._make_step(settings)
                 _, self._step_fn, self._suppress, self._eos_mask = self._steps[key]
-                out = self.model(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    cache=self.cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                    **prefill_kwargs,
-                    **extra,
-                )
+                out = prefill()
             if not has_vision:
                 deltas = None
             elif given_positions is not None:

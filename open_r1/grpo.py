@@ -23,12 +23,12 @@ from open_r1 import modeling, validate
 from open_r1 import rewards as rewards_lib
 from open_r1 import run as run_lib
 from open_r1.checks import check_counts, closest_key, raise_all
-from open_r1.errors import RecipeError, error_exit, user_error
+from open_r1.errors import OpenR1Error, RecipeError, error_exit, user_error
 from open_r1.families import FAMILIES, vision_tower
 from open_r1.jsonio import write_json
 from open_r1.noise import quiet_library_noise
 from open_r1.submission.export import TRAINING_META_FILE
-from open_r1.tasks import get_task, task_settings
+from open_r1.tasks import TASK_SETTINGS, get_task, settings_class, task_settings
 from open_r1.trainer import VLMGRPOTrainer, check_noisy_rollouts
 
 BATCH_HINT = (
@@ -59,9 +59,12 @@ class GRPOScriptArguments(ScriptArguments):
         default_factory=lambda: ["exact_count", "format"],
         metadata={"help": "Reward names from open_r1.rewards.REWARD_REGISTRY; weights go in reward_weights."},
     )
-    reward_kwargs: str | None = field(
+    reward_kwargs: dict | str | None = field(
         default=None,
-        metadata={"help": 'JSON (or a YAML mapping) of per-reward parameters, e.g. {"soft_count": {"tolerance": 2}}.'},
+        metadata={
+            "help": "Per-reward parameters, a YAML mapping (JSON text on the command line), e.g. "
+            '{"soft_count": {"tolerance": 2}}; each checked against its reward\'s parameters before the model loads.'
+        },
     )
     min_pixels: int | None = field(
         default=None,
@@ -167,6 +170,9 @@ class GRPOScriptArguments(ScriptArguments):
         metadata={"help": "Train the language model and merger only; the vision tower's blocks stay as loaded."},
     )
 
+    def __post_init__(self):
+        self.reward_kwargs = rewards_lib.parse_reward_kwargs(self.reward_kwargs)  # {reward: {param: value}}
+
 
 def lora_config(model_args: ModelConfig, lora_vision: bool, family=FAMILIES["qwen2_vl"]):
     """peft LoraConfig from the recipe; targets the family's language model only unless lora_vision."""
@@ -192,17 +198,14 @@ def freeze_vision_tower(model) -> int:
 
 
 def build_trainer(
-    script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None, task=None
+    script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, task, callbacks=None
 ):
     """Everything up to `trainer.train()` for a validated recipe (`validate.validate_training`): data, rewards, model,
-    processor, LoRA, the trainer. `task`: the run's (built from the recipe when not given)."""
+    processor, LoRA, the trainer. `task`: the run's (`parse_args` builds it)."""
     training_args.remove_unused_columns = False  # the data's columns must reach the reward functions
-    reward_funcs = rewards_lib.get_reward_funcs(
-        script_args.reward_funcs, rewards_lib.parse_reward_kwargs(script_args.reward_kwargs)
-    )
+    reward_funcs = rewards_lib.get_reward_funcs(script_args.reward_funcs, script_args.reward_kwargs)
     check_noisy_rollouts(script_args.noisy_rollouts, script_args.noise_std)  # before the slow loads
     family = modeling.family_of_dir(model_args.model_name_or_path)
-    task = task or get_task(script_args.task, script_args)
     train_dataset = task.train_dataset(script_args, training_args)
 
     model = modeling.load_model(
@@ -237,7 +240,7 @@ def build_trainer(
     )
 
 
-def write_training_meta(output_dir: str, script_args, model_args, processor, task=None) -> None:
+def write_training_meta(output_dir: str, script_args, model_args, processor, task) -> None:
     min_pixels, max_pixels = modeling.pixel_budget(processor)
     meta = {
         "base_model": os.path.abspath(model_args.model_name_or_path),
@@ -246,7 +249,7 @@ def write_training_meta(output_dir: str, script_args, model_args, processor, tas
         "max_pixels": max_pixels,
         "task": script_args.task,
         "reward_funcs": list(script_args.reward_funcs),
-        **(task or get_task(script_args.task, script_args)).training_meta(script_args),
+        **task.training_meta(),
     }
     write_json(os.path.join(output_dir, TRAINING_META_FILE), meta)
 
@@ -262,42 +265,14 @@ def announce_rank(trainer) -> None:
     )
 
 
-MEMORY_CAP_ENV = "GPU_MEMORY_CAP_GIB"
-
-
-def apply_memory_cap(environ=os.environ) -> float | None:
-    """GPU_MEMORY_CAP_GIB=48: cap this process's GPU memory, to emulate a 48 GB card on a larger one (issue 44)."""
-    value = environ.get(MEMORY_CAP_ENV, "").strip()
-    if not value:
-        return None
-    try:
-        cap = float(value)
-    except ValueError:
-        cap = 0.0
-    if not 0 < cap < float("inf"):
-        raise RecipeError(f"{MEMORY_CAP_ENV}={value!r} is not a positive number of GiB (e.g. 48)")
-    import torch  # deferred: only a capped run needs it here
-
-    if not torch.cuda.is_available():
-        return None
-    device = int(environ.get("LOCAL_RANK", 0))
-    total = torch.cuda.get_device_properties(device).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total), device)
-    print(f"[grpo] GPU memory capped at {cap:g} GiB of {total / 2**30:.1f} ({MEMORY_CAP_ENV})", flush=True)
-    return cap
-
-
-def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, callbacks=None):
-    task = get_task(script_args.task, script_args)  # built once; it keeps the sets it loaded for the run
+def main(script_args: GRPOScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, task, callbacks=None):
+    """Train one recipe (`parse_args`' four values: `task` is built once there and keeps the sets it loads)."""
     # every recipe value, path, device, model file and image, before the model loads
-    validate.validate_training(
-        script_args, training_args, model_args, submission=os.environ.get("SUBMISSION"), task=task
-    )
-    apply_memory_cap()
+    validate.validate_training(script_args, training_args, model_args, task, submission=os.environ.get("SUBMISSION"))
     # time budget, SIGTERM/SIGINT stop, in-training eval, keep-best, resume
     run = run_lib.build_run_callbacks(script_args, training_args, task)
     trainer = build_trainer(
-        script_args, training_args, model_args, callbacks=[*run.callbacks, *(callbacks or [])], task=task
+        script_args, training_args, model_args, task, callbacks=[*run.callbacks, *(callbacks or [])]
     )
     announce_rank(trainer)
     run.bind(trainer)
@@ -371,32 +346,61 @@ def unknown_keys_error(config_rest: list[str], cli_rest: list[str]) -> RecipeErr
     return RecipeError("unknown " + "; ".join(found) + " (python -m open_r1.grpo --help lists the keys)")
 
 
-def parse_args(argv=None):
-    """(script_args, training_args, model_args): the tasks' own keys become attributes of script_args. Unknown
-    keys (YAML or flags) and abbreviations are one RecipeError naming the closest key."""
+def parse_args(argv=None, values: dict | None = None) -> tuple:
+    """(script_args, training_args, model_args, task): the recipe (`--config` YAML and flags, or `values`: a recipe
+    mapping, the captioning pipeline's grpo section) parsed by one parser into the engine's, TRL's and the tasks'
+    dataclasses, and the recipe's task built once from its settings. Every problem is one RecipeError naming the key
+    and the fix (unknown keys and abbreviations with the closest key)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[-1:] == ["--config"]:  # TrlParser would fail on an IndexError
         raise RecipeError("--config needs a recipe file, e.g. --config configs/demo.yaml")
     classes = _argument_classes()
-    *parsed, config_rest, cli_rest = _RecipeParser(tuple(classes)).parse_args_and_config(
-        args=argv, return_remaining_strings=True, separate_remaining_strings=True
-    )
-    if config_rest or cli_rest:
-        raise unknown_keys_error(config_rest, cli_rest)
+    parser = _RecipeParser(tuple(classes))
+    try:
+        given_rest = parser.set_defaults_with_config(**values) if values else []
+        *parsed, config_rest, cli_rest = parser.parse_args_and_config(
+            args=argv, return_remaining_strings=True, separate_remaining_strings=True
+        )
+    except OpenR1Error:  # already one clear line (unknown key, bad value)
+        raise
+    except FileNotFoundError as exc:  # --config pointing nowhere
+        raise RecipeError(f"recipe file {exc.filename} does not exist (--config); see configs/*.yaml") from None
+    except OSError as exc:
+        raise RecipeError(f"cannot read the recipe ({exc}) (--config)") from None
+    except ImportError as exc:  # transformers checks for DeepSpeed while parsing --deepspeed
+        if "deepspeed" not in str(exc):
+            raise
+        raise RecipeError(
+            "--deepspeed needs DeepSpeed, which is not installed: pip install -e '.[gpu]' "
+            "(train.sh passes --deepspeed zero3.json unless ZERO3=0)"
+        ) from None
+    except (ValueError, TypeError) as exc:  # GRPOConfig validates its fields when it is built
+        hint = BATCH_HINT if "num_generations" in str(exc) else "check the recipe and its overrides"
+        if "bf16/gpu" in str(exc):
+            hint = (
+                "no GPU is visible: pass --use_cpu true (train.sh does when NUM_GPUS=0) with a CPU recipe "
+                "such as configs/demo.yaml, or run on a GPU machine"
+            )
+        raise RecipeError(f"invalid recipe: {' '.join(str(exc).split()).rstrip('.')} ({hint})") from None
+    except Exception as exc:  # a YAML syntax error (yaml.YAMLError); anything else is a bug: re-raised
+        if type(exc).__module__.split(".")[0] != "yaml":
+            raise
+        raise RecipeError(f"the recipe is not valid YAML: {exc} (--config)") from None
+    if given_rest or config_rest or cli_rest:
+        raise unknown_keys_error(given_rest + config_rest, cli_rest)
     return combine_parsed(parsed[: len(classes)])
 
 
 def combine_parsed(parsed) -> tuple:
-    """(script_args, training_args, model_args) from the parsed `_argument_classes`: the tasks' settings become
-    attributes of script_args, the alias sets gradient_checkpointing."""
+    """(script_args, training_args, model_args, task) from the parsed `_argument_classes`: the alias sets
+    gradient_checkpointing; the recipe's task is built with its own settings (the other tasks' are unused)."""
     script_args, training_args, model_args, *extra = parsed
-    for settings in extra:
-        if isinstance(settings, _ActivationCheckpointingAlias):
-            if settings.activation_checkpointing is not None:
-                training_args.gradient_checkpointing = settings.activation_checkpointing
-        else:
-            vars(script_args).update(vars(settings))
-    return script_args, training_args, model_args
+    by_class = {type(settings): settings for settings in extra}
+    alias = by_class.get(_ActivationCheckpointingAlias)
+    if alias is not None and alias.activation_checkpointing is not None:
+        training_args.gradient_checkpointing = alias.activation_checkpointing
+    settings = by_class.get(settings_class(script_args.task)) if script_args.task in TASK_SETTINGS else None
+    return script_args, training_args, model_args, get_task(script_args.task, script_args, settings)
 
 
 # The TRL keys a recipe of ours usually sets, shown by the short --help (the rest: --help-all).
@@ -477,34 +481,8 @@ def cli(argv=None) -> int:
         print(short_help())
         return 0
     try:
-        try:
-            script_args, training_args, model_args = parse_args(argv)[:3]
-        except FileNotFoundError as exc:  # --config pointing nowhere
-            raise RecipeError(f"recipe file {exc.filename} does not exist (--config); see configs/*.yaml") from None
-        except OSError as exc:
-            raise RecipeError(f"cannot read the recipe ({exc}) (--config)") from None
-        except RecipeError:  # already one clear line (unknown key, bad value)
-            raise
-        except ImportError as exc:  # transformers checks for DeepSpeed while parsing --deepspeed
-            if "deepspeed" not in str(exc):
-                raise
-            raise RecipeError(
-                "--deepspeed needs DeepSpeed, which is not installed: pip install -e '.[gpu]' "
-                "(train.sh passes --deepspeed zero3.json unless ZERO3=0)"
-            ) from None
-        except ValueError as exc:  # GRPOConfig validates its fields when it is built
-            hint = BATCH_HINT if "num_generations" in str(exc) else "check the recipe and its overrides"
-            if "bf16/gpu" in str(exc):
-                hint = (
-                    "no GPU is visible: pass --use_cpu true (train.sh does when NUM_GPUS=0) with a CPU recipe "
-                    "such as configs/demo.yaml, or run on a GPU machine"
-                )
-            raise RecipeError(f"invalid recipe: {exc} ({hint})") from None
-        except Exception as exc:  # a YAML syntax error (yaml.YAMLError); anything else is a bug: re-raised
-            if type(exc).__module__.split(".")[0] != "yaml":
-                raise
-            raise RecipeError(f"the recipe is not valid YAML: {exc} (--config)") from None
-        trainer = main(script_args, training_args, model_args)
+        script_args, training_args, model_args, task = parse_args(argv)
+        trainer = main(script_args, training_args, model_args, task)
     except Exception as exc:  # ours, also from a worker process (data map, DataLoader), wrapped by the library
         found = user_error(exc)
         if found is None:

@@ -18,13 +18,14 @@ The built callables carry the registry name as ``__name__``, TRL's log key.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import inspect
 import json
 from typing import Any, Callable, Iterable
 
-from open_r1.checks import is_int, is_number
+from open_r1.checks import closest_key, is_int, is_number
 from open_r1.errors import RecipeError, RewardConfigError, UnknownRewardError
 
 RewardFunc = Callable[..., list[float]]
@@ -66,13 +67,62 @@ def register_reward(name: str, *, overwrite: bool = False) -> Callable[[Callable
     return decorator
 
 
-def _valid_params(factory: RewardFactory) -> list[str] | None:
-    """Keyword params a factory accepts, or None when it takes **kwargs (anything goes)."""
-    params = inspect.signature(factory).parameters.values()
+def reward_settings(name: str) -> type | None:
+    """The dataclass of reward `name`'s parameters, made from its factory's keyword parameters and their defaults
+    (one definition of each: the factory), or None when the factory takes **kwargs (anything goes)."""
+    params = inspect.signature(REWARD_REGISTRY[name]).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
-    keyword_kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return sorted(p.name for p in params if p.kind in keyword_kinds)
+    fields = [
+        (p.name, Any, dataclasses.field() if p.default is p.empty else dataclasses.field(default=p.default))
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    return dataclasses.make_dataclass(f"{name}_params", fields)
+
+
+def check_reward_kwargs(names: list[str], reward_kwargs: dict) -> None:
+    """`reward_kwargs` ({reward: {param: value}}) against each listed reward's `reward_settings`: one
+    RewardConfigError for a reward not in `names`, a param the reward does not take (with the closest one) or a
+    required param left out. The values themselves are checked by the factories when the rewards are built."""
+    for name, params in reward_kwargs.items():
+        if name not in names:
+            close = closest_key(name, names)
+            raise RewardConfigError(
+                f"reward_kwargs given for {name!r}, which is not in the reward list {names}"
+                + (f" (did you mean {close}?)" if close else "")
+            )
+        if params is not None and not isinstance(params, dict):
+            raise RewardConfigError(f"reward_kwargs[{name!r}] must be a mapping of param to value, got {params!r}")
+    for name in names:
+        settings, params = reward_settings(name), reward_kwargs.get(name) or {}
+        if settings is None:
+            continue
+        valid = [f.name for f in dataclasses.fields(settings)]
+        for key in params:
+            if key not in valid:
+                close = closest_key(key, valid)
+                raise RewardConfigError(
+                    f"reward {name!r} has no param {key!r}" + (f" (did you mean {close}?)" if close else "") + f"; "
+                    f"valid params: {valid or 'none'} (reward_kwargs.{name})"
+                )
+        missing = [
+            f.name for f in dataclasses.fields(settings) if f.default is dataclasses.MISSING and f.name not in params
+        ]
+        if missing:
+            raise RewardConfigError(f"reward {name!r} needs {', '.join(missing)} (reward_kwargs.{name})")
+
+
+def reward_kwargs_problems(names: list[str], reward_kwargs: dict) -> list[str]:
+    """`check_reward_kwargs`' problem as a list (empty when the rewards are known and their params valid)."""
+    try:
+        load_task_rewards()
+        unknown = [name for name in names if name not in REWARD_REGISTRY]
+        if not unknown:
+            check_reward_kwargs(list(names), reward_kwargs)
+    except RewardConfigError as exc:
+        return [str(exc)]
+    return []
 
 
 class NamedReward:
@@ -121,22 +171,11 @@ def get_reward_funcs(names: Iterable[str], reward_kwargs: dict[str, dict] | None
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise RewardConfigError(f"reward(s) {duplicates} listed more than once; TRL would log them under one name")
-    stray = sorted(set(reward_kwargs) - set(names))
-    if stray:
-        raise RewardConfigError(f"reward_kwargs given for {stray}, which are not in the reward list {names}")
-    funcs = []
-    for name in names:
-        factory = REWARD_REGISTRY[name]
-        params = reward_kwargs.get(name) or {}
-        if not isinstance(params, dict):
-            raise RewardConfigError(f"reward_kwargs[{name!r}] must be a mapping of param to value, got {params!r}")
-        valid = _valid_params(factory)
-        if valid is not None:
-            bad = sorted(set(params) - set(valid))
-            if bad:
-                raise RewardConfigError(f"reward {name!r} got unknown param(s) {bad}; valid params: {valid or 'none'}")
-        funcs.append(_named(factory(**params), name, factory.__doc__))
-    return funcs
+    check_reward_kwargs(names, reward_kwargs)
+    return [
+        _named(REWARD_REGISTRY[name](**(reward_kwargs.get(name) or {})), name, REWARD_REGISTRY[name].__doc__)
+        for name in names
+    ]
 
 
 def _log(log_metric: LogMetric, name: str, value: float) -> None:
@@ -155,7 +194,7 @@ def _require_number(reward: str, param: str, value: Any, integer: bool = False) 
 
 
 def parse_reward_kwargs(value) -> dict:
-    """A recipe's `reward_kwargs` (JSON text, or a mapping from YAML) as {reward name: params}."""
+    """A recipe's `reward_kwargs` (a YAML mapping, or JSON text from the command line) as {reward name: params}."""
     if value in (None, ""):
         return {}
     if isinstance(value, dict):

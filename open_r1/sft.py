@@ -21,7 +21,7 @@ from open_r1 import modeling
 from open_r1.errors import RecipeError
 from open_r1.families import family_of
 from open_r1.jsonio import write_json
-from open_r1.run.budget import TimeCapCallback
+from open_r1.run.budget import TimeBudgetCallback
 from open_r1.submission.export import TRAINING_META_FILE, load_for_export
 from open_r1.submission.verify import verify_submission
 
@@ -66,7 +66,7 @@ class SFTSettings:
             )
 
 
-def lr_multiplier(cap: TimeCapCallback, max_steps: int | None, settings: SFTSettings):
+def lr_multiplier(cap: TimeBudgetCallback, max_steps: int | None, settings: SFTSettings):
     """The schedule's LR factor at `step`: progress = max(step / max_steps, the cap's elapsed / max_seconds)."""
 
     def multiplier(step: int) -> float:
@@ -90,7 +90,7 @@ def capped_trainer_class():
     from trl import SFTTrainer
 
     class CappedSFTTrainer(SFTTrainer):
-        """TRL's SFTTrainer with a step/time-aware LR multiplier (the wall-clock stop is `TimeCapCallback`)."""
+        """TRL's SFTTrainer with a step/time-aware LR multiplier (the wall-clock stop is `TimeBudgetCallback`)."""
 
         multiplier = None
 
@@ -157,7 +157,9 @@ def train_sft(
     if settings.epochs:
         by_epochs = max(1, math.ceil(settings.epochs * steps_per_epoch))
         max_steps = by_epochs if max_steps is None else min(max_steps, by_epochs)
-    stop = TimeCapCallback(settings.max_seconds)  # the first step (compilation, first batch) is not charged
+    stop = TimeBudgetCallback(
+        max_seconds=settings.max_seconds
+    )  # the first step (compilation, first batch) is not charged
     trainer_class = capped_trainer_class()
     trainer_class.multiplier = staticmethod(lr_multiplier(stop, max_steps, settings))
     run_dir = work_dir or (out_dir.rstrip("/") + ".adapter" if use_lora else tempfile.mkdtemp(prefix="sft-"))

@@ -458,15 +458,6 @@ def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides:
     )
 
 
-def count_parameters(config) -> int:
-    """Parameter count of a config without allocating weights (built on the meta device); tied weights count once."""
-    import torch
-
-    with torch.device("meta"):
-        model = get_family(config.model_type).model_class()(config)
-    return sum(parameter.numel() for parameter in model.parameters())
-
-
 def initialize_weights(model, seed: int, std: float = INITIALIZER_RANGE) -> None:
     """Overwrite every parameter: norms 1, biases 0, the rest N(0, std) from a generator seeded by (seed, name), so a
     seed pins the weights whatever the construction order, dtype or transformers' init code."""

@@ -162,7 +162,7 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
             args.steps_per_generation == args.gradient_accumulation_steps
             and self.num_iterations == 1
             and self.loss_type in ORDER_FREE_LOSSES
-            and (getattr(args, "top_entropy_quantile", 1.0) or 1.0) >= 1.0
+            and (args.top_entropy_quantile or 1.0) >= 1.0
         )
 
     def rollout_generator(self):

@@ -24,6 +24,7 @@ from open_r1.checks import (
 )
 from open_r1.errors import BudgetError, OpenR1Error, RecipeError
 from open_r1.jsonio import read_json
+from open_r1.rewards import reward_kwargs_problems
 from open_r1.run.budget import parse_time_budget
 from open_r1.run.resume import find_resume_checkpoint
 from open_r1.submission.export import TRAINING_META_FILE
@@ -35,7 +36,7 @@ MERGE_HINT = "python -m open_r1.submission.export --checkpoint {path} --out <mer
 
 def normalise_time_budget(script_args) -> list[str]:
     """Parse time_budget once; '0', 'off', 'none' become None (no budget) so no budget callback is built."""
-    value = getattr(script_args, "time_budget", None)
+    value = script_args.time_budget
     if value is None:
         return []
     try:
@@ -120,27 +121,24 @@ def validate_training(
     script_args,
     training_args,
     model_args,
+    task,
     submission: str | None = None,
     check_images_of_data: bool = True,
     log=print,
-    task=None,
 ) -> None:
     """Everything `open_r1.grpo` needs, checked before the model loads. Raises one RecipeError/DataError/ModelError
-    listing every problem found. `task`: the run's task object (built from the recipe when not given), whose
-    `load_split` keeps each loaded set for the run."""
+    listing every problem found. `task`: the run's task object, whose `load_split` keeps each loaded set for the
+    run."""
     problems: list[str] = []
-    problems += check_reward_weights(
-        getattr(training_args, "reward_weights", None), getattr(script_args, "reward_funcs", None)
-    )
+    problems += check_reward_weights(training_args.reward_weights, script_args.reward_funcs)
+    problems += reward_kwargs_problems(script_args.reward_funcs, script_args.reward_kwargs)
     problems += check_loss_type(training_args)
     problems += normalise_time_budget(script_args)
     problems += check_eval_settings(script_args)
     problems += check_sizes(script_args)
-    problems += check_devices(training_args, model_args) + granularity_problems(
-        getattr(training_args, "deepspeed", None)
-    )
+    problems += check_devices(training_args, model_args) + granularity_problems(training_args.deepspeed)
     # paths: model first (the most common mistake), then data, eval sets, outputs
-    model_path = getattr(model_args, "model_name_or_path", None)
+    model_path = model_args.model_name_or_path
     if not model_path:
         problems.append(
             "no model: set model_name_or_path in the recipe, or MODEL_PATH (train.sh) / --model_name_or_path"
@@ -148,25 +146,24 @@ def validate_training(
     else:
         problems += model_dir_problems(model_path, "MODEL_PATH (train.sh) / --model_name_or_path")
     train = None
-    task = task or get_task(getattr(script_args, "task", None) or "counting", script_args)
-    data_path = getattr(script_args, "dataset_name", None)
+    data_path = script_args.dataset_name
     if not data_path:
         problems.append("no training data: set dataset_name in the recipe, or DATA (train.sh) / --dataset_name")
     else:
         found, train = dataset_problems(
             data_path,
             "DATA (train.sh) / --dataset_name",
-            getattr(script_args, "dataset_train_split", "train"),
+            script_args.dataset_train_split,
             task=task,
         )
         problems += found
     eval_sets = []
-    for path in list(getattr(script_args, "eval_sets", None) or []):
+    for path in script_args.eval_sets or []:
         found, dataset = dataset_problems(path, "--eval_sets (recipe key eval_sets)", task=task)
         problems += found
         if dataset is not None:
             eval_sets.append((path, dataset))
-    output_dir = getattr(training_args, "output_dir", None)
+    output_dir = training_args.output_dir
     if output_dir:
         problem = writable_problem(output_dir)
         if problem:
@@ -176,49 +173,32 @@ def validate_training(
         if problem:
             problems.append(f"submission dir: {problem} (SUBMISSION (train.sh) / export --out)")
     raise_all(problems)
-    dtype = modeling.resolve_dtype(getattr(model_args, "dtype", None))  # what load_model will load
-    if warning := lost_updates_warning(training_args, dtype, getattr(model_args, "use_peft", False)):
+    dtype = modeling.resolve_dtype(model_args.dtype)  # what load_model will load
+    if warning := lost_updates_warning(training_args, dtype, model_args.use_peft):
         log(warning)
-    if (
-        output_dir
-        and getattr(script_args, "auto_resume", True)
-        and str(getattr(training_args, "resume_from_checkpoint", None) or "").lower() not in ("false", "none", "no")
-    ):
-        explicit = getattr(training_args, "resume_from_checkpoint", None)
+    explicit = training_args.resume_from_checkpoint
+    if output_dir and script_args.auto_resume and str(explicit or "").lower() not in ("false", "none", "no"):
         checkpoint = (
             explicit
             if explicit and str(explicit).lower() not in ("true", "latest", "last")
             else find_resume_checkpoint(output_dir)
         )
-        check_resume_compat(
-            output_dir,
-            checkpoint,
-            model_path,
-            script_args,
-            allow=bool(getattr(script_args, "resume_mismatch_ok", False)),
-            log=log,
-            keys=("task", "reward_funcs", *task.training_meta(script_args)),
-        )
+        recipe = {"task": script_args.task, "reward_funcs": script_args.reward_funcs}
+        recipe.update({k: v for k, v in vars(task.settings).items() if k in task.training_meta()})
+        check_resume_compat(output_dir, checkpoint, model_path, recipe, allow=script_args.resume_mismatch_ok, log=log)
     if not check_images_of_data:
         return
     if train is not None:
-        check_images(train, data_path, rows=getattr(script_args, "max_train_samples", None) or None)
-    limit = getattr(script_args, "eval_limit", None)
+        check_images(train, data_path, rows=script_args.max_train_samples)
     for path, dataset in eval_sets:
-        check_images(dataset, path, rows=limit)
+        check_images(dataset, path, rows=script_args.eval_limit)
 
 
 def check_resume_compat(
-    output_dir: str,
-    checkpoint: str | None,
-    base_model: str,
-    script_args,
-    allow: bool = False,
-    log=print,
-    keys=("task", "reward_funcs"),
+    output_dir: str, checkpoint: str | None, base_model: str, recipe: dict, allow: bool = False, log=print
 ) -> None:
-    """Refuse to resume a run dir trained from another base model or another value of `keys` (the task, its rewards
-    and the task's own training_meta fields, e.g. counting's prompt_templates), unless `allow`."""
+    """Refuse to resume a run dir trained from another base model or another value of a `recipe` key (the task, its
+    rewards and the task's own settings it records, e.g. counting's prompt_templates), unless `allow`."""
     if checkpoint is None:
         return
     meta = read_json(os.path.join(output_dir, TRAINING_META_FILE), None)
@@ -228,13 +208,10 @@ def check_resume_compat(
     recorded = meta.get("base_model")
     if recorded and base_model and os.path.abspath(base_model) != os.path.abspath(recorded):
         differences.append(f"base model {recorded} (now {os.path.abspath(base_model)})")
-    for key in keys:
-        if (
-            key in meta
-            and getattr(script_args, key, None) is not None
-            and list(meta[key]) != list(getattr(script_args, key))
-        ):
-            differences.append(f"{key} {meta[key]} (now {list(getattr(script_args, key))})")
+    for key, value in recipe.items():
+        now = list(value) if isinstance(value, (list, tuple)) else value
+        if key in meta and value is not None and meta[key] != now:
+            differences.append(f"{key} {meta[key]} (now {now})")
     if not differences:
         return
     message = (

@@ -300,7 +300,7 @@ def test_time_budget_zero_or_off_means_no_budget():
             if validated:
                 assert validate.normalise_time_budget(script_args) == []
                 assert script_args.time_budget is None
-            run_safety = build_run_callbacks(script_args, training_args)
+            run_safety = build_run_callbacks(script_args, training_args, None)  # no eval sets: no task needed
             assert not any(isinstance(c, TimeBudgetCallback) for c in run_safety.callbacks)
 
 
@@ -969,8 +969,8 @@ def test_resumed_run_with_a_longer_max_steps_trains_at_the_new_schedule(
             "--max_steps",
             str(max_steps),
         ]
-        script_args, training_args, model_args = grpo.parse_args(argv)[:3]
-        return grpo.main(script_args, training_args, model_args, callbacks=[probe] if probe else None)
+        script_args, training_args, model_args, task = grpo.parse_args(argv)
+        return grpo.main(script_args, training_args, model_args, task, callbacks=[probe] if probe else None)
 
     train(2)
     probe = LearningRateAtStepBegin()

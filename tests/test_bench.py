@@ -133,8 +133,6 @@ def test_selfcheck_bench_forces_the_completion_length(tmp_path):
             "12",
             "--batch-sizes",
             "4,4nv,4upk",
-            "--data",
-            "random",
             "--decoder",
             "eager",
             "--out",
@@ -185,9 +183,9 @@ def test_selfcheck_bench_forces_the_completion_length(tmp_path):
 def test_vllm_recipe_wiring(tmp_path):
     from open_r1 import grpo
 
-    script_args, training_args, model_args = grpo.parse_args(
+    script_args, training_args, model_args, task = grpo.parse_args(
         ["--config", str(VLLM_RECIPE), "--use_cpu", "true", "--output_dir", str(tmp_path / "run")]
-    )[:3]
+    )
     assert training_args.use_vllm is True
     assert training_args.vllm_mode == "colocate"
     assert 0.0 < training_args.vllm_gpu_memory_utilization < 1.0
@@ -344,7 +342,7 @@ def test_in_memory_model_builder_on_cpu():
     assert 2.1e9 < sum(p.numel() for p in full.parameters()) < 2.3e9
 
 
-def test_forced_length_overrides_an_eager_end_of_turn(tiny_model_dir):
+def test_forced_length_overrides_an_eager_end_of_turn(tiny_model_dir, scene_data_dir):
     """selfcheck's worst case: even a model whose favourite token is <|im_end|> generates the full forced length."""
     from open_r1 import modeling
     from open_r1 import tiny_models as tiny_model
@@ -358,7 +356,9 @@ def test_forced_length_overrides_an_eager_end_of_turn(tiny_model_dir):
         return output
 
     model.lm_head.register_forward_hook(end_of_turn_first)
-    images = bench.random_counting_dataset(2)["image"]
+    from open_r1.tasks.counting.data import load_counting_dataset
+
+    images = load_counting_dataset(os.path.join(scene_data_dir, "val"))["image"][:2]
     questions = ["How many items are there in the image?"] * 2
     _, lengths, _ = generate_batch(model, processor, images, questions, max_new_tokens=8)
     assert lengths == [1, 1]  # the hook works: without forcing, generation stops at once

@@ -554,26 +554,39 @@ def test_two_ranks_share_the_eval_and_agree_on_scores_and_stops(tmp_path):
 
 
 def test_time_cap_starts_after_the_first_step_and_drives_the_sft_schedule():
-    """One plain wall-clock cap (run.budget.TimeCapCallback): the SFT stop and its cosine schedule read its clock."""
-    from open_r1.run.budget import TimeCapCallback
+    """One time cap (run.budget.TimeBudgetCallback with max_seconds): the SFT stop and its cosine schedule read its
+    clock; nothing is reserved or written (no output_dir needed)."""
+    from open_r1.run.budget import TimeBudgetCallback
     from open_r1.sft import SFTSettings, lr_multiplier
 
     now = [100.0]
-    cap = TimeCapCallback(10, clock=lambda: now[0])
+    cap = TimeBudgetCallback(max_seconds=10, clock=lambda: now[0])
     multiplier = lr_multiplier(cap, None, SFTSettings(schedule="cosine", min_lr_ratio=0.0))
     state = TrainerState()
-    assert cap.on_step_end(None, state, TrainerControl()).should_training_stop is False  # step 1 starts the clock
+    args = types.SimpleNamespace(output_dir=None, save_strategy="no", save_steps=0)  # no dir: nothing read or written
+    cap.on_train_begin(args, state, TrainerControl())
+    assert cap.on_step_end(args, state, TrainerControl()).should_training_stop is False  # step 1 starts the clock
     now[0] += 5
-    assert not cap.on_step_end(None, state, TrainerControl()).should_training_stop
+    assert not cap.on_step_end(args, state, TrainerControl()).should_training_stop
     assert multiplier(2) == pytest.approx(0.5)  # half the time gone: half-way down the cosine
     now[0] += 6
-    assert cap.on_step_end(None, state, TrainerControl()).should_training_stop and cap.stopped
+    assert cap.on_step_end(args, state, TrainerControl()).should_training_stop and cap.stopped
     done = TrainerControl()
     done.should_training_stop = True  # max_steps ended the run at the same step: not the cap's doing
-    late = TimeCapCallback(1, clock=lambda: now[0])
-    late.t0 = 0.0
-    late.on_step_end(None, state, done)
+    late = TimeBudgetCallback(max_seconds=1, clock=lambda: now[0])
+    late.on_step_end(args, state, TrainerControl())  # step 1 starts the clock
+    now[0] += 5
+    late.on_step_end(args, state, done)
     assert not late.stopped
+    cap.on_train_end(args, state, TrainerControl())
+    # with measured steps it stops when another step would end after the cap: 4 s steps, 10 s cap -> after 8 s
+    timed = TimeBudgetCallback(max_seconds=10, clock=lambda: now[0])
+    stops = []
+    for _ in range(4):
+        timed.on_step_begin(args, state, TrainerControl())
+        now[0] += 4
+        stops.append(timed.on_step_end(args, state, TrainerControl()).should_training_stop)
+    assert stops == [False, False, True, True] and timed.elapsed() == 12
 
 
 def test_keep_best_ranks_by_the_run_tasks_sets_by_default():
@@ -584,10 +597,11 @@ def test_keep_best_ranks_by_the_run_tasks_sets_by_default():
         metric="score",
         load_eval_sets=lambda paths, limit=None: {os.path.basename(p): [0] for p in paths},
     )
-    script_args = types.SimpleNamespace(eval_sets=["/d/ood", "/d/dev", "/d/ood_val"], eval_steps_protocol=2)
-    run_safety = cb.build_run_callbacks(
-        script_args, types.SimpleNamespace(resume_from_checkpoint=None, output_dir="/nonexistent"), task
-    )
+    from open_r1.grpo import GRPOScriptArguments
+
+    script_args = GRPOScriptArguments(eval_sets=["/d/ood", "/d/dev", "/d/ood_val"], eval_steps_protocol=2)
+    training_args = types.SimpleNamespace(resume_from_checkpoint=None, output_dir="/nonexistent", process_index=0)
+    run_safety = cb.build_run_callbacks(script_args, training_args, task)
     assert (run_safety.evaluator.primary, run_safety.evaluator.secondary) == ("dev", "ood")
     with pytest.raises(ValueError, match="task"):
         cb.InTrainingEvalCallback({"val": [0]}, every_n_steps=1)
@@ -605,7 +619,9 @@ def test_eval_sets_are_named_by_their_dirs_and_two_of_one_name_are_refused():
         "val": ("data/val", 3),
         "ood_val": ("data/ood_val/", 3),
     }
-    args = types.SimpleNamespace(eval_sets=["a/val", "b/val/", "c/ood"], eval_steps_protocol=1)
+    from open_r1.grpo import GRPOScriptArguments
+
+    args = GRPOScriptArguments(eval_sets=["a/val", "b/val/", "c/ood"], eval_steps_protocol=1)
     assert check_eval_settings(args) == [
         "eval sets ['val'] appear twice by name (names are dir basenames; --eval_sets)"
     ]

@@ -670,9 +670,8 @@ def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir):
     for a, b in itertools.combinations(contests, 2):
         assert contests[a].isdisjoint(contests[b])
     train = cdata.load_captions(paths["train"])
-    assert "oracle" not in train.column_names  # dropped by the loader
     assert set(cdata.REQUIRED_COLUMNS) <= set(train.column_names)
-    with_oracle = cdata.load_captions(paths["train"], keep_oracle=True)
+    with_oracle = train  # the stand-in's analysis column rides along: no engine row builder names it
     assert "oracle" in with_oracle.column_names
     ood = cdata.load_captions(paths["ood"])
     assert set(ood["renderer"]) == {"ood"} and set(train["renderer"]) == {"clevr"}
@@ -682,7 +681,6 @@ def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir):
         cdata.preference_pairs(with_oracle, cap_per_contest=20),
         cdata.prompt_rows(with_oracle),
         S.pretrain_rows(with_oracle),
-        cdata.top_k_rows(with_oracle, 2),
     ):
         assert not any("oracle" in c for c in rows.column_names)
         assert "oracle" not in json.dumps(rows[0], default=str)
@@ -691,9 +689,9 @@ def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir):
     text = P.user_text(P.description_from_row(train[0]))
     assert meta["odd_value"] not in text.lower()
     # stand-in votes agree with the oracle on the pairs the k-sigma rule keeps
-    pairs = cdata.preference_pairs(with_oracle, keep_oracle=True, cap_per_contest=50)
-    agree = np.mean(np.array(pairs["chosen_oracle"]) > np.array(pairs["rejected_oracle"]))
-    assert agree > 0.9
+    index = cdata.pair_indices(with_oracle, k=3.0, se_from="precision", cap_per_contest=50, seed=0)
+    oracle = np.array(with_oracle["oracle"])
+    assert np.mean(oracle[index[:, 0]] > oracle[index[:, 1]]) > 0.9
 
 
 def test_standin_contests_do_not_depend_on_the_processs_hash_seed():
@@ -790,7 +788,7 @@ def test_perception_probe_reads_the_odd_value_strictly(standin_dir):
     assert S.perceives_odd("The red ball.", shape) and not S.perceives_odd("The red cube.", shape)
     # one probe row per held-out contest, in the pre-training question format, the answer from the scene itself
     _, paths = standin_dir
-    val = cdata.load_captions(paths["val"], keep_oracle=True)
+    val = cdata.load_captions(paths["val"])
     rows = S.perception_probe_rows(val)
     assert len(rows) == len(set(val["contest"])) and len(S.perception_probe_rows(val, limit=1)) == 1
     assert rows[0]["messages"][0]["content"][1]["text"] == S.PROBE_QUESTION
@@ -844,18 +842,19 @@ def test_task_train_prompts_and_eval_report(standin_dir, tiny_model_dirs, fake_r
     from types import SimpleNamespace
 
     from open_r1 import modeling
+    from open_r1.grpo import GRPOScriptArguments
     from open_r1.tasks import get_task
+    from open_r1.tasks.captioning import CaptioningSettings
 
     _, paths = standin_dir
-    args = SimpleNamespace(
+    args = GRPOScriptArguments(
         task="captioning",
         dataset_name=paths["train"],
         dataset_train_split="train",
         max_train_samples=3,
-        reward_kwargs=json.dumps({"caption_rm": {"reward_model": "fake/rm", "device": "cpu"}}),
-        caption_eval_max_new_tokens=8,
+        reward_kwargs=json.dumps({"caption_rm": {"reward_model": "fake/rm", "device": "cpu"}}),  # as on a command line
     )
-    task = get_task("captioning", args)
+    task = get_task("captioning", args, CaptioningSettings(caption_eval_max_new_tokens=8))
     train = task.train_dataset(args, SimpleNamespace(seed=0))
     assert len(train) == 3 and len(set(train["contest"])) == 3
     assert train[0]["prompt"][1]["content"][1]["text"] == P.user_text(P.description_from_row(train[0]))
@@ -1075,7 +1074,7 @@ def test_rate_captions_simulates_readers_for_new_captions_only(standin_dir):
     """A ratings round on a policy's captions: new rows in the dataset's columns, rated as the candidates were
     (simulate_votes on the oracle), known / repeated captions and unknown contests skipped and counted."""
     _, paths = standin_dir
-    train = cdata.load_captions(paths["train"], keep_oracle=True)
+    train = cdata.load_captions(paths["train"])
     contest, known = train[0]["contest"], train[0]["caption"]
     meta = json.loads(train[0]["scene_meta"])
     new = f"Nobody tell {S.odd_object_phrase(meta)} it was adopted."
@@ -1094,8 +1093,8 @@ def test_rate_captions_simulates_readers_for_new_captions_only(standin_dir):
     expected = S.simulate_votes(np.random.default_rng(3), S.oracle_score(new, meta))
     assert {k: row[k] for k in ("mean", "precision", "votes")} == pytest.approx(expected)
     assert row["image"].size == train[0]["image"].size
-    # without the oracle column (as training loads it) the rows carry no oracle either
-    plain = cdata.load_captions(paths["train"])
+    # without the oracle column (real data has none) the rows carry no oracle either
+    plain = cdata.load_captions(paths["train"]).remove_columns(["oracle"])
     assert "oracle" not in S.rate_captions(plain, samples)[0].column_names
     with pytest.raises(DataError, match="real raters"):
         S.rate_captions(plain.remove_columns(["scene_meta"]), samples)
@@ -1120,7 +1119,7 @@ def test_ratings_stage_writes_a_split_the_rm_trains_on(standin_dir, tiny_model_d
     where = recipe.paths
     shutil.copytree(paths["train"], where.split("train"))
     shutil.copytree(tiny_model_dirs["qwen3_vl"], where.policy_sft)
-    train = cdata.load_captions(where.split("train"), keep_oracle=True)
+    train = cdata.load_captions(where.split("train"))
     metas = {r["contest"]: json.loads(r["scene_meta"]) for r in train.select_columns(["contest", "scene_meta"])}
     captions = {
         c: f"Nobody tell {S.odd_object_phrase(m)} it was adopted, talk about a twist." for c, m in metas.items()
@@ -1186,7 +1185,7 @@ def load(path, overrides=()):
     return demo.load_recipe(str(path), list(overrides))
 
 
-def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
+def pair_rows(pairs, blind: bool = False) -> list[dict]:
     """RM pair rows ({image, chosen, rejected, group}) from ``data.preference_pairs`` output: the reference
     `stage_rm.training_pair_rows` (rows from the pairs' indices) is tested against."""
     rows = []
@@ -1199,15 +1198,14 @@ def pair_rows(pairs, blind: bool = False, keep_oracle: bool = False) -> list[dic
     for record in records:
         desc = P.description_from_row(record)
         image = images[record["contest"]]
-        row = {
-            "image": image,
-            "chosen": P.rm_messages(desc, record["chosen"]),
-            "rejected": P.rm_messages(desc, record["rejected"]),
-            "group": record["contest"],
-        }
-        if keep_oracle:
-            row["oracle_order"] = record["chosen_oracle"] > record["rejected_oracle"]
-        rows.append(row)
+        rows.append(
+            {
+                "image": image,
+                "chosen": P.rm_messages(desc, record["chosen"]),
+                "rejected": P.rm_messages(desc, record["rejected"]),
+                "group": record["contest"],
+            }
+        )
     return rows
 
 
@@ -1226,7 +1224,7 @@ def training_pairs(recipe):
 
 def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp_path):
     """The RM stage builds its rows from the pairs' row indices (no pair dataset with an image per pair); they
-    must be `pair_rows(preference_pairs(...))`'s: the same pairs, order, messages, groups, images, oracle order."""
+    must be `pair_rows(preference_pairs(...))`'s: the same pairs, order, messages, groups, images."""
     from open_r1.tasks.captioning import stage_rm
 
     _, paths = standin_dir
@@ -1239,7 +1237,7 @@ def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp
     )
 
     def comparable(rows):
-        return [(r["group"], r["chosen"], r["rejected"], r.get("oracle_order"), r["image"].tobytes()) for r in rows]
+        return [(r["group"], r["chosen"], r["rejected"], r["image"].tobytes()) for r in rows]
 
     for blind in (False, True):
         fast = stage_rm.training_pair_rows(recipe, blind=blind)
@@ -1247,17 +1245,15 @@ def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp
         assert len(fast) == 150 and len({r["group"] for r in fast}) > 1
         assert comparable(fast) == comparable(plain)
     held = stage_rm.held_out_pairs(recipe, "val", blind=False)
-    dataset = cdata.load_captions(paths["val"], check_images="none", keep_oracle=True)
-    expected = pair_rows(
-        cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7, keep_oracle=True), keep_oracle=True
-    )
-    assert comparable(held) == comparable(expected) and any(r["oracle_order"] for r in held)
+    dataset = cdata.load_captions(paths["val"], check_images="none")
+    expected = pair_rows(cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7))
+    assert held and comparable(held) == comparable(expected)
 
 
 def test_image_negative_indices(standin_dir):
     """A top-k caption of one contest paired with the first row of another contest; seeded; clear errors."""
     _, paths = standin_dir
-    dataset = cdata.load_captions(paths["train"], keep_oracle=True)
+    dataset = cdata.load_captions(paths["train"])
     contests, means = dataset["contest"], dataset["mean"]
     index = cdata.image_negative_indices(dataset, 200, top_k=2, seed=5)
     assert index.shape == (200, 2)
@@ -1323,8 +1319,8 @@ def test_rm_image_swap_diagnostic(standin_dir, tmp_path):
 
 
 def test_rm_held_out_pairs_on_data_without_the_oracle_column(standin_dir, tmp_path):
-    """Real data has no oracle column: the held-out pairs are built all the same, without an oracle order (the
-    pair dataset path raised there, since held-out scoring always asked for the oracle)."""
+    """Real data has no oracle column: the held-out pairs are built all the same (the pair dataset path raised there,
+    since held-out scoring always asked for the oracle)."""
     from open_r1.tasks.captioning import stage_rm
 
     _, paths = standin_dir
@@ -1333,14 +1329,12 @@ def test_rm_held_out_pairs_on_data_without_the_oracle_column(standin_dir, tmp_pa
         f"name: t\nwork_dir: {tmp_path / 'work'}\nseed: 0\nrm: {{k: 1.0, eval_cap_per_contest: 30}}\n"
     )
     recipe = load(recipe_path)
-    real_like = cdata.load_captions(paths["val"], keep_oracle=True).remove_columns(["oracle"])
+    real_like = cdata.load_captions(paths["val"]).remove_columns(["oracle"])
     real_like.save_to_disk(recipe.paths.split("val"))
     held = stage_rm.held_out_pairs(recipe, "val", blind=False)
-    assert held and all("oracle_order" not in r for r in held)
+    assert held
     with_oracle = stage_rm.index_pair_rows(
-        cdata.load_captions(paths["val"], keep_oracle=True),
-        cdata.pair_indices(real_like, k=1.0, cap_per_contest=30, seed=7),
-        keep_oracle=True,
+        cdata.load_captions(paths["val"]), cdata.pair_indices(real_like, k=1.0, cap_per_contest=30, seed=7)
     )
     assert [(r["chosen"], r["rejected"]) for r in held] == [(r["chosen"], r["rejected"]) for r in with_oracle]
 

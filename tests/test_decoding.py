@@ -316,10 +316,10 @@ def test_training_rollouts_go_through_the_decoder_at_trls_generate_call(
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(GraphDecoder, "generate", spy)
-    script_args, training_args, model_args = grpo.parse_args(
+    script_args, training_args, model_args, task = grpo.parse_args(
         recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--fast_decode", "eager", "--max_steps", "2")
-    )[:3]
-    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    )
+    trainer = grpo.build_trainer(script_args, training_args, model_args, task)
     trainer.train()
     assert len(calls) == 2 and calls[0].do_sample and calls[0].max_new_tokens == training_args.max_completion_length
     decoder = trainer._graph_decoder
@@ -335,8 +335,10 @@ def test_fast_decode_is_taken_under_zero3_and_auto_falls_back_on_cpu(
     from open_r1 import trainer as trainer_lib
     from tests.test_grpo import recipe_args
 
-    script_args, training_args, model_args = grpo.parse_args(recipe_args(tiny_model_dir, scene_data_dir, tmp_path))[:3]
-    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    script_args, training_args, model_args, task = grpo.parse_args(
+        recipe_args(tiny_model_dir, scene_data_dir, tmp_path)
+    )
+    trainer = grpo.build_trainer(script_args, training_args, model_args, task)
     assert trainer.fast_decode is None and trainer.rollout_generator() is None  # auto on CPU: HF generate
 
     class Plugin:

@@ -2,10 +2,11 @@
 end to end. The demo's numbers are measured in docs/DEMO.md, not asserted here."""
 
 import json
+import os
 
 import pytest
 
-from open_r1.tasks.counting import demo
+from open_r1.tasks.counting import demo, protocol, sft
 
 
 def test_small_vocab_model_keeps_the_special_tokens_consistent(tmp_path):
@@ -96,3 +97,98 @@ def test_a_warm_start_of_no_steps_is_one_clear_error(capsys):
     with pytest.raises(SystemExit) as stop:
         demo.parse_args(["--out", "x", "--sft-steps", "0"])
     assert stop.value.code == 2 and "--sft-steps must be >= 1, got 0" in capsys.readouterr().err
+
+
+# The warm start's SFT rows (open_r1.tasks.counting.sft; these tests came from the retired tests/test_proxy.py).
+
+
+def test_sft_targets_score_as_correct_and_well_formed():
+    from open_r1.tasks.counting.rewards import format_checks
+
+    think, answer = sft.sft_target(7, "think"), sft.sft_target(10, "answer")
+    assert think == "<think>There are 7 objects.</think> <answer>7</answer>"
+    assert protocol.is_correct(think, 7) and protocol.is_correct(answer, 10)
+    assert all(format_checks(think).values())
+    checks = format_checks(answer)
+    assert checks["parseable"] and checks["single_answer"] and checks["clean_end"] and not checks["think_ok"]
+
+
+def test_sft_rows_mix_templates_and_styles(scene_data_dir, tiny_model_dir):
+    import datasets
+    from transformers import AutoProcessor
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    train = datasets.load_from_disk(os.path.join(scene_data_dir, "train"))
+    rows = sft.to_sft_dataset(train, ["eval:0.5", "train:0.5"], seed=0, style="mixed")
+    assert set(rows["template"]) == {"eval", "train"}
+    styles = {"<think>" in r[0]["content"] for r in rows["completion"]}
+    assert styles == {True, False}
+    for row in rows:
+        gold = protocol.parse_gold(row["solution"])
+        expected = protocol.format_prompt(row["problem"], protocol.TEMPLATES[row["template"]])
+        assert row["prompt"][0]["content"] == expected
+        assert protocol.is_correct(row["completion"][0]["content"], gold)
+    # TRL's VLM collator trains on the completion only, and it ends with the eos of generation.
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    collator = DataCollatorForVisionLanguageModeling(processor=processor, completion_only_loss=True)
+    batch = collator([{k: rows[i][k] for k in ("prompt", "completion", "image")} for i in range(2)])
+    for i in range(2):
+        trained = batch["input_ids"][i][batch["labels"][i] != -100]
+        text = processor.tokenizer.decode(trained)
+        assert text.startswith(rows[i]["completion"][0]["content"])
+        assert "<|im_end|>" in text and "<|im_start|>" not in text and "How many" not in text
+
+
+def test_exposure_rows_are_plain_questions_answered_with_the_bare_number(scene_data_dir, tiny_model_dir):
+    """The warm start's OOD exposure: OOD-renderer images, the question without any protocol template, the bare
+    number as the trained completion (so the protocol format is never taught on that renderer)."""
+    import datasets
+    from transformers import AutoProcessor
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    ood = datasets.load_from_disk(os.path.join(scene_data_dir, "ood_train"))
+    rows = sft.to_exposure_sft_dataset(ood)
+    assert set(rows["template"]) == {sft.EXPOSURE_TEMPLATE}
+    for row in rows:
+        assert row["prompt"][0]["content"] == row["problem"].strip()
+        assert row["completion"][0]["content"] == str(protocol.parse_gold(row["solution"]))
+        assert "<answer>" not in row["completion"][0]["content"] and "<think>" not in row["prompt"][0]["content"]
+    # the exposure and protocol rows train together in one SFT dataset
+    train = sft.to_sft_dataset(datasets.load_from_disk(os.path.join(scene_data_dir, "train")), ["eval:1.0"])
+    mixed = datasets.concatenate_datasets([train, rows.cast(train.features)])
+    assert len(mixed) == len(train) + len(rows)
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    collator = DataCollatorForVisionLanguageModeling(processor=processor, completion_only_loss=True)
+    batch = collator([{k: rows[0][k] for k in ("prompt", "completion", "image")}])
+    trained = processor.tokenizer.decode(batch["input_ids"][0][batch["labels"][0] != -100])
+    assert trained.startswith(rows[0]["completion"][0]["content"] + "<|im_end|>")
+
+
+def test_arithmetic_rows_teach_the_format_on_another_task(scene_data_dir):
+    """--format-rows: train images asked "What is A plus B?" under a protocol template, answered in the format with
+    the sum (thought and answer agree); the counting question and its gold are gone from those rows."""
+    import datasets
+
+    train = datasets.load_from_disk(os.path.join(scene_data_dir, "train"))
+    rows = sft.to_arithmetic_sft_dataset(train, ["eval:0.5", "train:0.5"], seed=0, style="mixed")
+    assert len(rows) == len(train) and set(rows["template"]) <= {"eval", "train"}
+    styles = set()
+    for row in rows:
+        a, b = (int(x) for x in row["problem"].removeprefix("What is ").removesuffix("?").split(" plus "))
+        assert 1 <= a <= 9 and 1 <= b <= 9 and row["target_count"] == a + b
+        assert protocol.parse_gold(row["solution"]) == a + b
+        prompt, target = row["prompt"][0]["content"], row["completion"][0]["content"]
+        assert prompt == protocol.format_prompt(row["problem"], protocol.TEMPLATES[row["template"]])
+        assert protocol.is_correct(target, a + b)
+        styles.add("<think>" in target)
+        if "<think>" in target:
+            assert f"<think>{a} plus {b} is {a + b}.</think>" in target
+    assert styles == {True, False}
+    assert rows["problem"] == sft.to_arithmetic_sft_dataset(train, ["eval:1.0"], seed=0)["problem"]
+
+
+def test_plain_count_reads_the_first_integer_and_is_not_the_protocol():
+    assert sft.plain_count("7") == 7 and sft.plain_count(" 10 objects, maybe 11") == 10
+    assert sft.plain_count("seven") is None and sft.plain_count("") is None
+    # the protocol would not score a bare number: the probe is a diagnostic only
+    assert protocol.extract_answer("7") is None

@@ -209,14 +209,14 @@ def test_selfcheck_batched_equals_one_by_one(tiny_model_dir, scene_data_dir):
     assert [r["completion"] for r in batched.records] == [r["completion"] for r in single.records]
     assert [r["index"] for r in batched.records] == list(range(6))
 
-    # a diagnostic swaps template and parser (the proxy's plain-question probe); the grader's stay the default
-    from experiments.proxy import proxy
+    # a diagnostic swaps template and parser (the demo's plain-question probe); the grader's stay the default
+    from open_r1.tasks.counting import sft
 
     calls = []
 
     def spy(text):
         calls.append(text)
-        return proxy.plain_count(text)
+        return sft.plain_count(text)
 
     plain = evaluate_dataset(
         model,
@@ -226,11 +226,11 @@ def test_selfcheck_batched_equals_one_by_one(tiny_model_dir, scene_data_dir):
         limit=6,
         max_new_tokens=16,
         progress=False,
-        template=proxy.PLAIN_PROMPT,
+        template=sft.PLAIN_PROMPT,
         extract=spy,
     )
     assert sorted(calls) == sorted(r["completion"] for r in plain.records)
-    assert [r["prediction"] for r in plain.records] == [proxy.plain_count(r["completion"]) for r in plain.records]
+    assert [r["prediction"] for r in plain.records] == [sft.plain_count(r["completion"]) for r in plain.records]
 
 
 def test_selfcheck_cli_prints_table_and_json(exported, scene_data_dir, tmp_path, capsys):

@@ -111,8 +111,8 @@ def test_one_grpo_step_changes_every_trainable_parameter(
         *FAST_RECIPE,
         *extra,
     ]
-    script_args, training_args, model_args = grpo.parse_args(args)[:3]
-    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    script_args, training_args, model_args, task = grpo.parse_args(args)
+    trainer = grpo.build_trainer(script_args, training_args, model_args, task)
     assert trainer.dedupe_vision  # the recipe default: the de-duplicating tower trains too
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     if mode == "full":

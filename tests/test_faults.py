@@ -324,7 +324,7 @@ def test_a_full_disk_while_training_ends_in_one_line_naming_the_fix(monkeypatch,
             except Exception as exc:
                 raise RuntimeError("saving failed") from exc
 
-        monkeypatch.setattr(grpo, "parse_args", lambda argv: (None, None, None))
+        monkeypatch.setattr(grpo, "parse_args", lambda argv: (None, None, None, None))
         monkeypatch.setattr(grpo, "main", full)
         assert grpo.cli(["--config", "x.yaml"]) == 2
         err = capsys.readouterr().err.strip().splitlines()

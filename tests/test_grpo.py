@@ -72,10 +72,10 @@ def test_one_step_changes_every_trainable_parameter(tiny_model_dir, scene_data_d
     use_varied_reward(monkeypatch)
     # LoRA's B starts at zero, so A gets no gradient on the first step: LoRA needs two steps to move both.
     extra = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--max_steps", "2"] if use_peft else []
-    script_args, training_args, model_args = grpo.parse_args(
+    script_args, training_args, model_args, task = grpo.parse_args(
         recipe_args(tiny_model_dir, scene_data_dir, tmp_path, *extra)
-    )[:3]
-    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    )
+    trainer = grpo.build_trainer(script_args, training_args, model_args, task)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     assert before, "nothing is trainable"
     if use_peft:
@@ -88,10 +88,10 @@ def test_one_step_changes_every_trainable_parameter(tiny_model_dir, scene_data_d
 
 
 def test_lora_vision_option_targets_the_vision_tower(tiny_model_dir, scene_data_dir, tmp_path):
-    script_args, training_args, model_args = grpo.parse_args(
+    script_args, training_args, model_args, task = grpo.parse_args(
         recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--use_peft", "true", "--lora_vision", "true")
-    )[:3]
-    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    )
+    trainer = grpo.build_trainer(script_args, training_args, model_args, task)
     names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert any("visual" in n for n in names) and any("language_model" in n for n in names)
 
@@ -101,8 +101,10 @@ def test_batched_logprobs_equal_single_sample_for_mixed_image_sizes(tiny_model_d
     import numpy as np
     from PIL import Image
 
-    script_args, training_args, model_args = grpo.parse_args(recipe_args(tiny_model_dir, scene_data_dir, tmp_path))[:3]
-    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    script_args, training_args, model_args, task = grpo.parse_args(
+        recipe_args(tiny_model_dir, scene_data_dir, tmp_path)
+    )
+    trainer = grpo.build_trainer(script_args, training_args, model_args, task)
     processor = trainer.processing_class
     rng = np.random.default_rng(0)
     sizes = [(64, 96), (112, 56), (84, 140)]
@@ -195,12 +197,13 @@ def test_processor_is_left_padded_with_recipe_pixel_budget(tiny_model_dir):
 
 
 def test_one_run_builds_its_task_once_and_loads_each_set_once(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch):
-    """Parse and check once: grpo.main builds the task once and hands it down (validation, the run's callbacks, the
-    trainer, training_meta.json); every set (training and held-out) is read from disk once."""
+    """Parse and check once: the recipe's parse builds the task once (one get_task call) and grpo.main hands it down
+    (validation, the run's callbacks, the trainer, training_meta.json); every set is read from disk once."""
     import collections
 
     import datasets
 
+    from open_r1.tasks import get_task
     from open_r1.tasks.counting.task import CountingTask
     from open_r1.trainer import VLMGRPOTrainer
 
@@ -213,17 +216,20 @@ def test_one_run_builds_its_task_once_and_loads_each_set_once(tiny_model_dir, sc
         lambda path, *a, **k: loads.update([os.path.basename(path)]) or real_load(path, *a, **k),
     )
     monkeypatch.setattr(VLMGRPOTrainer, "train", lambda self, **kwargs: None)  # the counts, not the step
+    looked_up = []
+    monkeypatch.setattr(grpo, "get_task", lambda *a, **k: looked_up.append(a[0]) or get_task(*a, **k))
     eval_sets = [os.path.join(scene_data_dir, name) for name in ("ood_val", "val")]
     args = recipe_args(
         tiny_model_dir, scene_data_dir, tmp_path, "--eval_sets", *eval_sets, "--eval_steps_protocol", "1"
     )
     grpo.main(*grpo.parse_args(args))
-    assert len(built) == 1
+    assert len(built) == 1 and looked_up == ["counting"]
     assert loads == {"train": 1, "ood_val": 1, "val": 1}
 
 
 def test_counting_keys_are_the_counting_tasks_settings(tmp_path):
-    """The engine's own keys are task-neutral: prompt_templates is parsed from the counting task's settings."""
+    """The engine's own keys are task-neutral: prompt_templates is parsed into the counting task's typed settings,
+    which the task built once from the recipe holds (no copy onto the engine's arguments)."""
     import dataclasses
 
     from open_r1.tasks.counting import CountingSettings
@@ -231,16 +237,17 @@ def test_counting_keys_are_the_counting_tasks_settings(tmp_path):
     assert "prompt_templates" not in {f.name for f in dataclasses.fields(grpo.GRPOScriptArguments)}
     assert "prompt_templates" in {f.name for f in dataclasses.fields(CountingSettings)}
     assert "prompt_templates" in grpo.recipe_keys() and "--prompt_templates" in grpo.short_help()
-    script_args, training_args, _ = grpo.parse_args(
+    script_args, training_args, _, task = grpo.parse_args(
         ["--output_dir", str(tmp_path), "--use_cpu", "true", "--prompt_templates", "eval:1", "--learning_rate", "0.5"]
     )
-    assert script_args.prompt_templates == ["eval:1"] and training_args.learning_rate == 0.5
+    assert isinstance(task.settings, CountingSettings) and not hasattr(script_args, "prompt_templates")
+    assert task.settings.prompt_templates == ["eval:1"] and training_args.learning_rate == 0.5
     assert script_args.eval_primary is None and script_args.eval_secondary is None  # the task's, at build time
 
 
 def test_the_captioning_eval_keys_its_task_reads_are_recipe_keys(tmp_path):
-    """The captioning task's evaluation reads caption_eval_* from the run's arguments: a recipe can set them."""
-    script_args, _, _ = grpo.parse_args(
+    """The captioning task's evaluation reads caption_eval_* from its settings: a recipe can set them."""
+    _, _, _, task = grpo.parse_args(
         [
             "--output_dir",
             str(tmp_path),
@@ -256,5 +263,6 @@ def test_the_captioning_eval_keys_its_task_reads_are_recipe_keys(tmp_path):
             "rm_dir",
         ]
     )
-    assert (script_args.caption_eval_samples, script_args.caption_eval_temperature) == (4, 0.7)
-    assert script_args.caption_eval_reward_model == "rm_dir" and script_args.caption_eval_max_new_tokens is None
+    settings = task.settings
+    assert (settings.caption_eval_samples, settings.caption_eval_temperature) == (4, 0.7)
+    assert settings.caption_eval_reward_model == "rm_dir" and settings.caption_eval_max_new_tokens is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -44,9 +45,10 @@ def test_the_grpo_section_is_an_open_r1_grpo_recipe_with_caption_rm_wired(tmp_pa
     from open_r1.tasks.captioning import stage_grpo
 
     recipe = load(H200, [f"work_dir={tmp_path}", "grpo.temperature=0.3", "grpo.top_p=0.9"])
-    script_args, training_args, model_args = stage_grpo.seed_args(recipe, 2)
+    script_args, training_args, model_args, task = stage_grpo.seed_args(recipe, 2)
     paths = recipe.paths
     assert script_args.task == "captioning" and script_args.reward_funcs == ["caption_rm"]
+    assert task is recipe.section("grpo").args[3] and task.name == "captioning"  # built once, shared by the seeds
     assert script_args.reward_kwargs["caption_rm"] == {"fail_value": 0.0, "reward_model": paths.rm, "device": "cpu"}
     assert training_args.temperature == 0.3 and training_args.top_p == 0.9 and training_args.loss_type == "dapo"
     assert training_args.seed == 2 and training_args.output_dir == paths.grpo_run(2)
@@ -178,11 +180,13 @@ def test_start_early_runs_the_rm_beside_synthesis_and_sft(tmp_path, monkeypatch)
         parallel.early_starts(load(H200, ["start_early={grpo: eval}"]), stages(H200), names(H200))
     with pytest.raises(RecipeError, match="needs sft.parallel"):
         parallel.early_starts(load(H200, ["start_early={sft: synthesize}"]), stages(H200), names(H200))
-    # the real chain runs stages one by one: sub-job keys are refused there, before anything runs
-    from open_r1.tasks.captioning import pipeline
+    # the real chain runs stages one by one: the sub-job keys are the stand-in's, unknown to the real recipe
+    from open_r1.tasks.captioning import config, pipeline
 
-    with pytest.raises(RecipeError, match="rm.parallel, grpo.parallel: sub-job processes run only in the stand-in"):
-        pipeline.run_pipeline(recipe, stages(H200), ["rm", "grpo"])
+    real = "configs/captioning/real_qwen3vl2b.yaml"
+    for key in ("rm.parallel=true", "rm.only=rm", "grpo.parallel=true", "start_early={rm: synthesize}"):
+        with pytest.raises(RecipeError, match=re.escape(f"unknown key(s) {key.split('=')[0]}")):
+            config.parse_recipe(real, [key], pipeline.STAGES)
 
 
 def _acc(value):
@@ -487,7 +491,7 @@ def test_the_demo_starts_from_the_shipped_policy_which_writes_the_format(tmp_pat
     model = AutoModelForImageTextToText.from_pretrained(paths.policy_base, dtype=torch.float32).eval()
     processor = AutoProcessor.from_pretrained(paths.policy_base)
     assert model.config.model_type == "qwen3_vl"
-    test = cdata.load_captions(paths.split("test"), check_images="none", keep_oracle=True)
+    test = cdata.load_captions(paths.split("test"), check_images="none")
     sampling = {**stage_eval.sampling_kwargs(recipe), "n": 4, "max_cartoons": 2, "decoder": "hf"}
     with torch.no_grad():
         records = evaluate.evaluate_policy(model, processor, test, None, **sampling)
@@ -552,7 +556,7 @@ def test_open_r1_never_imports_the_standin():
 @pytest.mark.slow  # ~5 minutes on 2 CPU cores
 def test_humor_demo_end_to_end(tmp_path):
     from open_r1.tasks.captioning import pipeline
-    from standin.captioning import cartoons, oracle_eval
+    from standin.captioning import cartoons
 
     overrides = [
         f"work_dir={tmp_path / 'run'}",
@@ -578,7 +582,6 @@ def test_humor_demo_end_to_end(tmp_path):
         "eval.max_new_tokens=16",
     ]
     recipe = load(DEMO, overrides)
-    recipe.oracle = oracle_eval
     out = tmp_path / "out"
     summary = pipeline.run_pipeline(recipe, stages(), out=str(out))
 
@@ -623,6 +626,8 @@ def test_humor_demo_end_to_end(tmp_path):
             # own cartoon vs another: the blind control sees one blank image on both sides, a tie every time
             swap = accuracy["image_swap"]
             assert swap["accuracy"] == 0.5 if key == "rm_blind" else 0.0 <= swap["accuracy"] <= 1.0
+            # the stand-in's rm stage adds how far the hidden rule agrees with the held-out labels
+            assert 0.0 <= accuracy["oracle_agreement_of_labels"] <= 1.0
     # the kept RM is a copy of the seed that did best on val, and says so
     kept = rm_result["rm"]["selected"]["seed"]
     val = {seed: rm_result[f"rm_s{seed}"]["held_out"]["val"]["accuracy"] for seed in (0, 1)}
@@ -653,14 +658,17 @@ def test_humor_demo_end_to_end(tmp_path):
     assert "grpo_s0" in evaluation["must_show_grpo"]
     table = (root / "results" / "results.md").read_text()
     assert "Best-of-N, split test" in table and "image-blind" in table and "image swap" in table
+    assert "label/oracle agreement" in table and "hidden oracle" in table  # the stand-in's own analysis
     copied = sorted(os.listdir(out))
     assert "results.md" in copied and "pipeline.json" in copied and len(copied) <= 8
 
 
 def test_rm_stage_keeps_a_seed_whenever_one_process_trains_them_all(tmp_path, monkeypatch):
     """rm.only=rm without rm.seed trains every seed in this process: the choice of models/rm is made here too (it
-    used to be skipped, leaving GRPO without an RM); one seed's job (rm.seed) leaves the choice to the pipeline."""
+    used to be skipped, leaving GRPO without an RM); one seed's job (rm.seed) leaves the choice to the pipeline.
+    (The stand-in's rm stage: rm.only / rm.seed are its sub-job keys, over the real stage's train and finish.)"""
     from open_r1.tasks.captioning import stage_rm
+    from standin.captioning import stage_rm as standin_rm
 
     trained, finished = [], []
     monkeypatch.setattr(
@@ -679,5 +687,5 @@ def test_rm_stage_keeps_a_seed_whenever_one_process_trains_them_all(tmp_path, mo
     ):
         trained.clear()
         finished.clear()
-        stage_rm.run(load(H200, base + extra))
+        standin_rm.run(load(H200, base + extra))
         assert trained == jobs and finished == choice, extra

@@ -209,6 +209,20 @@ def test_the_engine_knows_no_task(tmp_path):
     assert task_imports_of_the_engine() == {}
 
 
+def test_the_package_holds_no_standin_or_bench_hook():
+    """The stand-in's hidden rule and the benches' hooks live in standin/ and experiments/, wrapping public points."""
+    import re
+
+    hooks = re.compile(r"oracle|keep_oracle|apply_memory_cap")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / PACKAGE).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if hooks.search(line)
+    ]
+    assert not found, f"stand-in or bench hooks inside {PACKAGE}/: {found}"
+
+
 def test_no_sys_path_edits_in_the_repo():
     offenders = []
     for path in sorted(ROOT.rglob("*.py")):

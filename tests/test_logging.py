@@ -13,8 +13,8 @@ def test_report_to_tensorboard_writes_the_reward_curve(tiny_model_dir, scene_dat
 
     monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
     argv = recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--max_steps", "2", "--report_to", "tensorboard")
-    script_args, training_args, model_args = grpo.parse_args(argv)[:3]
-    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    script_args, training_args, model_args, task = grpo.parse_args(argv)
+    trainer = grpo.build_trainer(script_args, training_args, model_args, task)
     trainer.train()
 
     run_dir = tmp_path / "run"

@@ -73,8 +73,8 @@ class StepCounter(TrainerCallback):
 
 
 def train_in_process(argv, *callbacks):
-    script_args, training_args, model_args = grpo.parse_args(argv)[:3]
-    return grpo.main(script_args, training_args, model_args, callbacks=list(callbacks))
+    script_args, training_args, model_args, task = grpo.parse_args(argv)
+    return grpo.main(script_args, training_args, model_args, task, callbacks=list(callbacks))
 
 
 class WeightsAtStart(TrainerCallback):

@@ -442,6 +442,36 @@ def test_unknown_param_names_valid_params():
         get_reward_funcs(["exact_count"], {"exact_count": {"strict": True}})
 
 
+def test_reward_kwargs_are_a_yaml_mapping_checked_against_each_rewards_params(tmp_path):
+    """reward_kwargs is a YAML mapping (JSON text on the command line); each reward's params are the dataclass made
+    from its factory, and a misspelt reward or param is one error naming the closest, before any model loads."""
+    import dataclasses
+
+    from open_r1 import grpo, validate
+    from open_r1.errors import OpenR1Error
+    from open_r1.rewards import reward_kwargs_problems, reward_settings
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "reward_funcs: [soft_count, format]\nreward_kwargs:\n  soft_count: {tolerence: 2}\n"
+        "  format: {require_think: false}\nmodel_name_or_path: /nowhere/model\n"
+    )
+    parsed = grpo.parse_args(["--config", str(recipe), "--output_dir", str(tmp_path), "--use_cpu", "true"])
+    script_args = parsed[0]
+    assert script_args.reward_kwargs == {"soft_count": {"tolerence": 2}, "format": {"require_think": False}}
+    [problem] = reward_kwargs_problems(script_args.reward_funcs, script_args.reward_kwargs)
+    assert "reward 'soft_count' has no param 'tolerence' (did you mean tolerance?)" in problem
+    with pytest.raises(OpenR1Error, match=r"did you mean tolerance\?") as info:
+        validate.validate_training(*parsed)  # with the missing model, in one error, before anything loads
+    assert "/nowhere/model" in str(info.value)
+    fields = [f.name for f in dataclasses.fields(reward_settings("length_penalty"))]
+    assert fields == ["budget_tokens", "think_budget", "max_think_penalty"]
+    assert "needs reward_model" in reward_kwargs_problems(["caption_rm"], {})[0]
+    assert "(did you mean soft_count?)" in reward_kwargs_problems(["soft_count"], {"soft_cont": {}})[0]
+    flag = grpo.parse_args(["--output_dir", str(tmp_path), "--use_cpu", "true", "--reward_kwargs", '{"format": {}}'])
+    assert flag[0].reward_kwargs == {"format": {}}
+
+
 def test_reward_params_must_be_a_mapping():
     with pytest.raises(RewardConfigError, match="mapping"):
         get_reward_funcs(["soft_count"], {"soft_count": [2]})

@@ -163,15 +163,19 @@ esac
 
 
 @pytest.mark.parametrize(
-    "gpus, zero3, deepspeed", [("1", None, True), ("2", None, True), ("1", "0", False), ("2", "0", False)]
+    "gpus, zero3, deepspeed, cap",
+    [("1", None, True, None), ("2", None, True, "48"), ("1", "0", False, None), ("2", "0", False, None)],
 )
-def test_zero3_by_default_on_any_gpu_count(tmp_path, gpus, zero3, deepspeed):
+def test_zero3_by_default_on_any_gpu_count(tmp_path, gpus, zero3, deepspeed, cap):
     """ZeRO-3 by default, one GPU included (its fp32 master weights keep updates that bf16 weights round away);
-    ZERO3=0 gives plain DDP."""
-    result, launch = launch_with_a_stand_in_python(tmp_path, gpus, **({"ZERO3": zero3} if zero3 else {}))
+    ZERO3=0 gives plain DDP. GPU_MEMORY_CAP_GIB launches the same entry under the bench's cap
+    (experiments.bench.capped_grpo)."""
+    env = {**({"ZERO3": zero3} if zero3 else {}), **({"GPU_MEMORY_CAP_GIB": cap} if cap else {})}
+    result, launch = launch_with_a_stand_in_python(tmp_path, gpus, **env)
     assert result.returncode == 0 and "accelerate.commands.launch" in launch, result.stderr
     assert f"--num_processes {gpus}" in launch and "launch --quiet" in launch  # no launcher traceback on a failure
     assert ("--deepspeed zero3.json" in launch) == deepspeed
+    assert f"-m {'experiments.bench.capped_grpo' if cap else 'open_r1.grpo'} " in launch
 
 
 @pytest.mark.parametrize(

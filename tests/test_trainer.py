@@ -17,10 +17,10 @@ def _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, *extra):
     """open_r1.grpo's trainer on the tiny model with rewards that vary within a group (every parameter gets a
     gradient)."""
     use_varied_reward(monkeypatch)
-    script_args, training_args, model_args = grpo.parse_args(
+    script_args, training_args, model_args, task = grpo.parse_args(
         recipe_args(tiny_model_dir, scene_data_dir, tmp_path, *extra)
-    )[:3]
-    return grpo.build_trainer(script_args, training_args, model_args)
+    )
+    return grpo.build_trainer(script_args, training_args, model_args, task)
 
 
 def _png_dataset(n=3):
@@ -488,10 +488,10 @@ def test_rollouts_never_sample_what_the_model_suppresses(scene_data_dir, tmp_pat
 
     record.__name__ = "record"
     monkeypatch.setattr(rewards, "get_reward_funcs", lambda names, kwargs=None: [record])
-    script_args, training_args, model_args = grpo.parse_args(
+    script_args, training_args, model_args, task = grpo.parse_args(
         recipe_args(tiny_model_dir, scene_data_dir, tmp_path, "--fast_decode", "hf")
-    )[:3]
-    trainer = grpo.build_trainer(script_args, training_args, model_args)
+    )
+    trainer = grpo.build_trainer(script_args, training_args, model_args, task)
     image_token = AutoConfig.from_pretrained(tiny_model_dir).image_token_id
     assert set(trainer.generation_config.suppress_tokens) == suppressed | {image_token}  # TRL's and the model's
     trainer.train()
@@ -599,6 +599,8 @@ def test_zero3_auto_falls_back_to_hf_generate_when_the_rollout_copy_cannot_be_bu
 
 
 def test_gpu_memory_cap_env_is_checked_and_capped(monkeypatch):
+    from experiments.bench import capped_grpo as grpo  # the cap is a bench hook: train.sh runs this entry with it
+
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"total_memory": 80 * 2**30}))

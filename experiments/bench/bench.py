@@ -53,7 +53,6 @@ NUM_GENERATIONS = 8
 # so that a CPU run exercises the same code paths in seconds: completions per batch / 32, generations per prompt / 4.
 TINY_BATCH_DIVISOR = 32
 TINY_GENERATIONS_DIVISOR = 4
-IMAGE_WIDTH, IMAGE_HEIGHT = 480, 320
 # Vision special tokens (<|vision_start|> .. <|video_pad|>): a random policy would sample them and a sampled
 # <|vision_start|><|video_pad|> pair makes the training forward look for a video. TRL itself suppresses only the
 # image pad; the bench suppresses all five, identically for every variant.
@@ -285,64 +284,13 @@ def missing_requirements(variant: Variant) -> list[str]:
 
 # --- Data and model ---------------------------------------------------------------------------------------------------
 
-_SHAPES = ["cube", "sphere", "cylinder"]
-_COLORS = ["red", "blue", "green", "yellow", "purple", "cyan", "brown", "gray"]
 
+def counting_dataset(n: int, seed: int = 0, cache_dir: str | None = None, workers: int = 1, split: str = "train"):
+    """(dataset, description): `n` rows of the scene renderer's `split`, the images training reads."""
+    from open_r1.tasks.counting.scenes import build_split
 
-def random_counting_dataset(n: int, seed: int = 0, width: int = IMAGE_WIDTH, height: int = IMAGE_HEIGHT):
-    """`n` rows of coloured rectangles on grey, with a counting question and its gold answer (fast to make)."""
-    import datasets
-    import numpy as np
-    from PIL import Image, ImageDraw
-
-    rng = np.random.default_rng(seed)
-    images, problems, solutions = [], [], []
-    for _ in range(n):
-        image = Image.new("RGB", (width, height), (128, 128, 128))
-        draw = ImageDraw.Draw(image)
-        count = int(rng.integers(1, 11))
-        for _ in range(count):
-            x, y = int(rng.integers(0, width - 40)), int(rng.integers(0, height - 40))
-            size = int(rng.integers(12, 40))
-            draw.rectangle([x, y, x + size, y + size], fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
-        images.append(image)
-        shape, color = _SHAPES[int(rng.integers(len(_SHAPES)))], _COLORS[int(rng.integers(len(_COLORS)))]
-        question = rng.choice(
-            [
-                "How many items are there in the image?",
-                f"How many {color} {shape}s are there?",
-                f"Subtract all {color} {shape}s. How many objects are left?",
-            ]
-        )
-        problems.append(str(question))
-        solutions.append(f"<answer> {count} </answer>")
-    features = datasets.Features(
-        {"image": datasets.Image(), "problem": datasets.Value("string"), "solution": datasets.Value("string")}
-    )
-    return datasets.Dataset.from_dict({"image": images, "problem": problems, "solution": solutions}, features=features)
-
-
-def counting_dataset(
-    n: int, seed: int = 0, source: str = "auto", cache_dir: str | None = None, workers: int = 1, split: str = "train"
-):
-    """(dataset, description): rendered scenes from `open_r1.tasks.counting.scenes.build_split` when asked or
-    available, else random."""
-    if source in ("auto", "scenes"):
-        try:
-            from open_r1.tasks.counting.scenes import build_split
-
-            dataset = build_split(split, n, seed=seed, workers=workers, progress=False, cache_dir=cache_dir)
-            return dataset, f"open_r1.tasks.counting.scenes.build_split({split!r})"
-        except Exception as exc:  # noqa: BLE001 - reported, and 'auto' falls back
-            if source == "scenes":
-                raise
-            reason = error_line(exc)
-            return random_counting_dataset(
-                n, seed
-            ), f"random {IMAGE_WIDTH}x{IMAGE_HEIGHT} rectangles (scenes: {reason})"
-    if source == "random":
-        return random_counting_dataset(n, seed), f"random {IMAGE_WIDTH}x{IMAGE_HEIGHT} rectangles"
-    raise BenchError(f"--data {source!r}: use auto, scenes or random")
+    dataset = build_split(split, n, seed=seed, workers=workers, progress=False, cache_dir=cache_dir)
+    return dataset, f"open_r1.tasks.counting.scenes.build_split({split!r})"
 
 
 def grpo_dataset(dataset, templates: list[str], seed: int):
@@ -992,12 +940,29 @@ def scratch_checkpoint(work_dir: str | None, prefix: str):
         yield work_dir, str(build_qwen2vl(Path(work_dir) / "tiny-qwen2vl", full_size=False, seed=0))
 
 
+def add_common_arguments(parser: argparse.ArgumentParser, out: str) -> None:
+    """The options of both benches (GRPO and selfcheck)."""
+    parser.add_argument("--tiny", action="store_true", help="CPU mode: the tiny model, short completions")
+    parser.add_argument(
+        "--completion-length",
+        type=int,
+        default=None,
+        help=f"forced completion tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})",
+    )
+    parser.add_argument("--memory-cap-gib", type=float, default=None, help="GPU memory cap (over it: out of memory)")
+    parser.add_argument("--deadline-s", type=float, default=None, help="skip runs not started by then (seconds)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (--tiny default: 1)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=out, help="JSON report (rewritten after every run)")
+    parser.add_argument("--work-dir", default=None, help="scratch dir (default: a temp dir, removed at the end)")
+
+
 def parse_cli(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="GRPO throughput bench: plain TRL defaults vs our recipe's levers, one process.",
         epilog="Presets: " + "; ".join(f"{k}: {v.get('description', '')}" for k, v in PRESETS.items()),
     )
-    parser.add_argument("--tiny", action="store_true", help="CPU mode: the tiny model, short completions")
+    add_common_arguments(parser, "bench.json")
     parser.add_argument(
         "--variants",
         default=None,
@@ -1007,33 +972,15 @@ def parse_cli(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=3, help="measured rounds (a generation batch and its steps)")
     parser.add_argument("--min-rollouts", type=int, default=0, help="measure at least this many completions")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1)")
-    parser.add_argument(
-        "--completion-length",
-        type=int,
-        default=None,
-        help=f"forced completion tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})",
-    )
-    parser.add_argument("--memory-cap-gib", type=float, default=None, help="GPU memory cap (over it: out of memory)")
     parser.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="recipe whose algorithm keys ours* variants use")
-    parser.add_argument(
-        "--data",
-        default="auto",
-        choices=["auto", "scenes", "random"],
-        help="images: open_r1.tasks.counting.scenes.build_split (auto: when it works) or random rectangles",
-    )
     parser.add_argument("--num-examples", type=int, default=None, help="dataset rows (default: enough for 2 rounds)")
-    parser.add_argument("--deadline-s", type=float, default=None, help="skip variants not started by then (seconds)")
     parser.add_argument("--variant-timeout-s", type=float, default=None, help="stop a longer variant (reported failed)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (--tiny default: 1)")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--layers-once",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="graph decoder: one compile region per decoder layer (default: decoding.LAYERS_ONCE)",
     )
-    parser.add_argument("--out", default="bench.json", help="JSON report (rewritten after every variant)")
-    parser.add_argument("--work-dir", default=None, help="scratch dir (default: a temp dir, removed at the end)")
     parser.add_argument("--list", action="store_true", help="print the presets and exit")
     parser.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="no run: one table from runs' JSONs")
     return parser.parse_args(argv)
@@ -1073,7 +1020,6 @@ def main(argv=None) -> int:
         dataset, data_source = counting_dataset(
             n,
             args.seed,
-            args.data,
             cache_dir=os.path.join(work_dir, "data"),
             workers=1 if args.tiny else min(8, os.cpu_count() or 1),
         )
@@ -1254,7 +1200,7 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
         "on the "
         "full-size random Qwen2-VL-2B, every completion forced to 256 tokens (the worst case).",
     )
-    parser.add_argument("--tiny", action="store_true", help="CPU mode: the tiny model")
+    add_common_arguments(parser, "selfcheck_bench.json")
     parser.add_argument(
         "--n",
         type=int,
@@ -1273,21 +1219,13 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
         help=f"comma-separated (default {DEFAULT_SELFCHECK_BATCH_SIZES}; --tiny "
         f"{DEFAULT_TINY_SELFCHECK_BATCH_SIZES}); a 'c' suffix (512c) runs selfcheck --compile",
     )
-    parser.add_argument(
-        "--completion-length",
-        type=int,
-        default=None,
-        help=f"forced new tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})",
-    )
     parser.add_argument("--budget-s", type=float, default=SELFCHECK_BUDGET_S, help="target seconds for --n examples")
     parser.add_argument("--max-pixels", type=int, default=None, help="processor budget (default: the checkpoint's)")
     parser.add_argument("--attn-implementation", default="sdpa")
-    parser.add_argument("--data", default="auto", choices=["auto", "scenes", "random"])
     parser.add_argument(
         "--split", default="val", help="scenes split: val (480x320) or ood_val (640x480, more vision tokens)"
     )
     parser.add_argument("--unique-examples", type=int, default=256, help="distinct rows made, then cycled to --n")
-    parser.add_argument("--memory-cap-gib", type=float, default=None)
     parser.add_argument(
         "--decoder",
         default="hf",
@@ -1301,11 +1239,6 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
         help="after timing: this many examples greedy with --decoder and with HF generate, "
         "answers and tokens compared (the JSON's 'compare_hf')",
     )
-    parser.add_argument("--deadline-s", type=float, default=None, help="skip batch sizes not started by then")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="selfcheck_bench.json")
-    parser.add_argument("--work-dir", default=None)
     return parser.parse_args(argv)
 
 
@@ -1400,7 +1333,6 @@ def selfcheck_main(argv=None) -> int:
         base, data_source = counting_dataset(
             min(rows_needed, args.unique_examples),
             args.seed,
-            args.data,
             cache_dir=os.path.join(work_dir, "data"),
             workers=1 if args.tiny else min(8, os.cpu_count() or 1),
             split=args.split,

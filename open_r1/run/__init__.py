@@ -13,7 +13,6 @@ from open_r1.run.disk import DiskSpaceCallback
 from open_r1.run.evaluation import InTrainingEvalCallback
 from open_r1.run.resume import ResumeWeightsCallback, resolve_resume
 from open_r1.run.signals import GracefulStopCallback
-from open_r1.tasks import get_task
 
 
 @dataclass
@@ -50,20 +49,20 @@ class RunSafety:
         )
 
 
-def build_run_callbacks(script_args, training_args, task=None) -> RunSafety:
-    """Callbacks from the recipe keys, checked by `open_r1.validate`. Order matters: resume weights first, then
-    budget, then signal, then eval, so that the evaluation at a stop step knows why training stops."""
+def build_run_callbacks(script_args, training_args, task) -> RunSafety:
+    """Callbacks from the recipe keys, checked by `open_r1.validate`; `task` scores the eval sets. Order matters:
+    resume weights first, then budget, then signal, then eval, so that the evaluation at a stop step knows why
+    training stops."""
     estimator = ReserveEstimator()
     callbacks: list = []
-    resume_from = resolve_resume(training_args, getattr(script_args, "auto_resume", True))
+    resume_from = resolve_resume(training_args, script_args.auto_resume)
     if resume_from is not None:
         callbacks.append(ResumeWeightsCallback(resume_from))  # first: the weights are right before anything else
     budget = None
-    time_budget = getattr(script_args, "time_budget", None)
-    eval_paths = list(getattr(script_args, "eval_sets", None) or [])
-    every = getattr(script_args, "eval_steps_protocol", None)
-    keep_best = getattr(script_args, "keep_best", None)
-    keep_best = bool(eval_paths) if keep_best is None else bool(keep_best)
+    time_budget = script_args.time_budget
+    eval_paths = list(script_args.eval_sets or [])
+    every = script_args.eval_steps_protocol
+    keep_best = bool(eval_paths) if script_args.keep_best is None else bool(script_args.keep_best)
     deadline = parse_time_budget(time_budget) if time_budget else None  # '0' / 'off' / 'none': no budget
     if deadline is not None:
         budget = TimeBudgetCallback(
@@ -74,24 +73,23 @@ def build_run_callbacks(script_args, training_args, task=None) -> RunSafety:
     callbacks += [graceful, DiskSpaceCallback()]
     evaluator = None
     if eval_paths:
-        task = task or get_task(getattr(script_args, "task", "counting"), script_args)
-        eval_sets = task.load_eval_sets(eval_paths, getattr(script_args, "eval_limit", None))
-        wanted = getattr(script_args, "eval_primary", None) or task.default_primary
+        eval_sets = task.load_eval_sets(eval_paths, script_args.eval_limit)
+        wanted = script_args.eval_primary or task.default_primary
         evaluator = InTrainingEvalCallback(
             eval_sets,
             every,
-            limit=getattr(script_args, "eval_limit", None),
-            batch_size=getattr(script_args, "eval_batch_size", 32),
+            limit=script_args.eval_limit,
+            batch_size=script_args.eval_batch_size,
             primary=wanted,
-            secondary=getattr(script_args, "eval_secondary", None) or task.default_secondary,
+            secondary=script_args.eval_secondary or task.default_secondary,
             keep_best=keep_best,
-            eval_first_step=getattr(script_args, "eval_first_step", True),
+            eval_first_step=script_args.eval_first_step,
             estimator=estimator,
             skip=lambda: graceful.stop_requested,
             task=task,
         )
         callbacks.append(evaluator)
-        if wanted != evaluator.primary and getattr(training_args, "process_index", 0) == 0:
+        if wanted != evaluator.primary and training_args.process_index == 0:
             _log(
                 f"[eval] eval_primary {wanted!r} is not one of the eval sets {sorted(eval_sets)}: keep-best ranks "
                 f"by {evaluator.primary!r} (ties -> {evaluator.secondary!r}); set eval_primary to the OOD set's name"

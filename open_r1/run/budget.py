@@ -202,34 +202,50 @@ def record_export_seconds(run_dir: str, seconds: float) -> None:
 
 
 class TimeBudgetCallback(TrainerCallback):
-    """Stop early enough that save + export + verify finish before `deadline_ts` (see the module docstring)."""
+    """Stop early enough that save + export + verify finish before `deadline_ts` (see the module docstring).
+
+    With `max_seconds` instead, the one plain wall-clock cap of any Trainer (SFT, the reward model, the captioning
+    GRPO runs): the deadline is `max_seconds` after the first step ends (its compile/warm-up not counted), nothing is
+    reserved or persisted, and training stops when another step would end after it."""
 
     def __init__(
         self,
-        deadline_ts: float,
+        deadline_ts: float | None = None,
         reserve_estimator: ReserveEstimator | None = None,
         eval_every_n_steps: int | None = None,
         clock=time.time,
         probe_save: bool = True,
         log=_log,
         eval_saves: bool = True,
+        max_seconds: float | None = None,
     ):  # eval_saves: each evaluation saves a checkpoint (keep-best's)
-        self.deadline, self.eval_saves = float(deadline_ts), eval_saves
-        self.estimator = reserve_estimator or ReserveEstimator()
+        self.max_seconds = float(max_seconds) if max_seconds else None
+        self.capped = deadline_ts is None  # a plain cap: no reserve, nothing written
+        self.deadline, self.eval_saves = math.inf if self.capped else float(deadline_ts), eval_saves
+        self.estimator = reserve_estimator or ReserveEstimator(safety=0.0 if self.capped else 1.25)
         self.eval_every = eval_every_n_steps if eval_every_n_steps and eval_every_n_steps > 0 else None
         self.clock = clock
         self.estimator.clock = clock
-        self.probe_save = probe_save
+        self.probe_save = probe_save and not self.capped
         self.log = log
         self.stopped_at_step: int | None = None
         self.stop_reason: str | None = None
+        self.t0: float | None = None  # the end of the first step (the cap's origin)
         self._step_start: float | None = None
         self._mark: float = clock()
         self._decide_after_save = False
 
+    @property
+    def stopped(self) -> bool:
+        return self.stopped_at_step is not None
+
+    def elapsed(self) -> float:
+        """Seconds since the first step ended (what the cap counts)."""
+        return 0.0 if self.t0 is None else self.clock() - self.t0
+
     def _saves_at(self, args, state, step: int) -> bool:
-        strategy = str(getattr(args, "save_strategy", "no")).split(".")[-1].lower()
-        save_steps = getattr(state, "save_steps", 0) or getattr(args, "save_steps", 0) or 0  # state: ratio resolved
+        strategy = str(args.save_strategy).split(".")[-1].lower()
+        save_steps = state.save_steps or args.save_steps or 0  # state: a ratio resolved to steps
         every = int(save_steps) if save_steps >= 1 else 0
         return bool(strategy == "steps" and every and step % every == 0) or (self.eval_saves and self._evals_at(step))
 
@@ -260,16 +276,20 @@ class TimeBudgetCallback(TrainerCallback):
             if pending:
                 control.should_save = True
             self.stopped_at_step = state.global_step
+            step = f"another step (~{_fmt(self.estimator.step_estimate())})"
             self.stop_reason = (
-                f"another step (~{_fmt(self.estimator.step_estimate())}) plus the reserve "
-                f"(~{_fmt(self.estimator.reserve())}: {self.estimator.describe()}) would end after the deadline, "
-                f"{_fmt(self.deadline - now)} from now"
+                f"{step} would end after the {self.max_seconds:g} s cap"
+                if self.capped
+                else f"{step} plus the reserve (~{_fmt(self.estimator.reserve())}: {self.estimator.describe()}) "
+                f"would end after the deadline, {_fmt(self.deadline - now)} from now"
             )
             if _is_rank0(state):
                 self.log(f"[budget] stopping after step {state.global_step}/{state.max_steps}: {self.stop_reason}")
 
     def on_train_begin(self, args, state, control, **kwargs):
         now = self.clock()
+        if self.capped:
+            return control
         path = os.path.join(args.output_dir, TIMINGS_FILE)
         loaded = self.estimator.load(path)
         if self.clock is time.time:  # imports + model/data loading + trainer set-up, which the export repeats
@@ -296,6 +316,13 @@ class TimeBudgetCallback(TrainerCallback):
         if self._step_start is not None:
             self.estimator.observe_step(now - self._step_start)
         self._mark = now
+        if self.t0 is None:
+            self.t0 = now
+            if self.capped and self.max_seconds:
+                self.deadline = now + self.max_seconds
+                return control
+        if self.capped and not self.max_seconds:
+            return control
         if self.estimator.save_estimate() is None and self.probe_save:
             # No save measured yet: save now (a first safety checkpoint) and decide right after it, in on_save.
             control.should_save = True
@@ -309,7 +336,7 @@ class TimeBudgetCallback(TrainerCallback):
         now = self.clock()
         started = max(self._mark, self.estimator.last_eval_end)
         self.estimator.observe_save(max(now - started, 0.0))
-        if _is_rank0(state):
+        if _is_rank0(state) and not self.capped:
             self.estimator.dump(os.path.join(args.output_dir, TIMINGS_FILE))
         if self._decide_after_save or not control.should_training_stop:
             self._decide_after_save = False
@@ -317,28 +344,7 @@ class TimeBudgetCallback(TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
-        if _is_rank0(state):
+        if _is_rank0(state) and not self.capped:
             with contextlib.suppress(OSError):
                 self.estimator.dump(os.path.join(args.output_dir, TIMINGS_FILE))
-        return control
-
-
-class TimeCapCallback(TrainerCallback):
-    """A plain wall-clock cap for any Trainer (GRPO, SFT, the reward model): stop after `max_seconds` of steps,
-    counted from the end of the first step (its compile/warm-up not counted)."""
-
-    def __init__(self, max_seconds: float | None, clock=time.time):
-        self.max_seconds = float(max_seconds) if max_seconds else None
-        self.clock = clock
-        self.t0: float | None = None
-        self.stopped = False  # True once the cap ended the run
-
-    def elapsed(self) -> float:
-        return 0.0 if self.t0 is None else self.clock() - self.t0
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.t0 is None:
-            self.t0 = self.clock()
-        elif self.max_seconds and self.elapsed() > self.max_seconds and not control.should_training_stop:
-            self.stopped = control.should_training_stop = True
         return control

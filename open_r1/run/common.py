@@ -26,6 +26,7 @@ def _reduce_max(values: list[float], args=None) -> list[float]:
     import torch
     import torch.distributed as dist
 
+    # a settings read with a default: callers outside a Trainer (the budget's tests) pass no TrainingArguments
     device = getattr(args, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
     tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)

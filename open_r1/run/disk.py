@@ -36,7 +36,7 @@ class DiskSpaceCallback(TrainerCallback):
         self.checked = True  # once: the first checkpoint measures them all
         size = dir_bytes(checkpoint)
         present = sum(name.startswith("checkpoint-") for name in os.listdir(args.output_dir))
-        limit, every = args.save_total_limit, max(int(getattr(state, "save_steps", 0) or args.save_steps), 1)
+        limit, every = args.save_total_limit, max(int(state.save_steps or args.save_steps), 1)
         saves_left = state.max_steps // every - state.global_step // every + (state.max_steps % every != 0)
         most, after = (limit + 1, limit) if limit else (present + saves_left,) * 2  # at a save; after training
         target = os.path.dirname(os.path.abspath(self.submission)) if self.submission else ""

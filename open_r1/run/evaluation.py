@@ -104,8 +104,8 @@ class InTrainingEvalCallback(TrainerCallback):
         return unwrap_model_for_generation(
             getattr(trainer, "model_wrapped", None) or trainer.model,
             trainer.accelerator,
-            gather_deepspeed3_params=getattr(args, "ds3_gather_for_generation", True),
-            gradient_checkpointing_kwargs=getattr(args, "gradient_checkpointing_kwargs", None),
+            gather_deepspeed3_params=args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
         )
 
     def _evaluate_set(self, model, processor, name, dataset):

@@ -106,6 +106,7 @@ def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | N
     complete checkpoint, 'false'/'none' = start fresh); otherwise, with auto_resume, the newest complete one.
     Never goes back silently (one RecipeError, before the model loads): checkpoints of which none loads, a checkpoint
     whose weights hold nan/inf, or a fresh start in a dir holding a finished run's final model."""
+    # settings reads with a default: resolve_resume also takes the plain argument objects the callback tests build
     main_process = getattr(training_args, "process_index", 0) == 0
     say = log if main_process else None
     explicit = training_args.resume_from_checkpoint
@@ -148,7 +149,7 @@ def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | N
     if say:
         state = read_json(os.path.join(checkpoint, "trainer_state.json"), {})
         restored, fresh = restored_parts(checkpoint)
-        now = getattr(training_args, "max_steps", None)
+        now = getattr(training_args, "max_steps", None)  # (see main_process above)
         longer = f"; this run's max_steps is {now}" if now not in (None, state.get("max_steps")) else ""
         say(
             f"[resume] resuming from {checkpoint} (step {state.get('global_step', '?')} of "
@@ -197,6 +198,7 @@ class ResumeWeightsCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.align_schedule(state, kwargs.get("optimizer"), kwargs.get("lr_scheduler"))
+        # settings reads with a default, as in resolve_resume
         if model is None or getattr(args, "deepspeed", None) or getattr(args, "fsdp", None):
             return control
         if os.path.isfile(os.path.join(self.checkpoint, "adapter_config.json")) or hasattr(model, "peft_config"):

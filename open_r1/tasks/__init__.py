@@ -55,8 +55,12 @@ class Task:
     default_primary = "val"
     default_secondary: str | None = None
 
-    def __init__(self, script_args=None):
+    def __init__(self, script_args=None, settings=None):
+        """`script_args`: the engine's recipe keys; `settings`: the task's own (its `TASK_SETTINGS` dataclass, as
+        the recipe parser filled it; its defaults when not given)."""
         self.script_args = script_args
+        default = settings_class(self.name)() if settings is None and self.name in TASK_SETTINGS else None
+        self.settings = settings if settings is not None else default
 
     def train_dataset(self, script_args, training_args):
         """The validated GRPO training set: a `prompt` column (chat messages) plus the columns rewards read."""
@@ -79,8 +83,9 @@ class Task:
     def report_from_records(self, name: str, records: list[dict], seconds: float):
         raise NotImplementedError
 
-    def training_meta(self, script_args) -> dict:
-        """Task fields recorded in training_meta.json beside the weights."""
+    def training_meta(self) -> dict:
+        """Task fields recorded in training_meta.json beside the weights (a resumed run must match the recipe's
+        own settings among them)."""
         return {}
 
     # the command that writes the task's embedded default data, named in data errors (None: none)
@@ -109,18 +114,20 @@ class Task:
         return Image.fromarray((np.stack([grid * 8, grid * 4, 255 - grid * 8], axis=-1)).astype("uint8"))
 
 
-def get_task(name: str, script_args=None) -> Task:
-    """The task object for a recipe's `task` key."""
+def get_task(name: str, script_args=None, settings=None) -> Task:
+    """The task object for a recipe's `task` key (built once per run: `open_r1.grpo.parse_args`)."""
     if name not in TASK_MODULES:
         raise RecipeError(f"unknown task {name!r}; set task to one of {sorted(TASK_MODULES)}")
     module = importlib.import_module(TASK_MODULES[name])
-    return module.TASK(script_args)
+    return module.TASK(script_args, settings)
+
+
+def settings_class(name: str) -> type:
+    """The dataclass of task `name`'s own recipe keys (`TASK_SETTINGS`)."""
+    module, _, attribute = TASK_SETTINGS[name].partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 def task_settings() -> list[type]:
-    """The dataclasses of every task's own recipe keys (`TASK_SETTINGS`)."""
-    found = []
-    for spec in TASK_SETTINGS.values():
-        module, _, name = spec.partition(":")
-        found.append(getattr(importlib.import_module(module), name))
-    return found
+    """The dataclasses of every task's own recipe keys, in `TASK_SETTINGS` order."""
+    return [settings_class(name) for name in TASK_SETTINGS]

@@ -90,7 +90,7 @@ def format_check(recipe, model_dir: str, n: int) -> dict:
     processor = modeling.load_processor(model_dir)
     out = {}
     for split in recipe.section("eval").splits:
-        rows = cdata.load_captions(recipe.paths.split(split), check_images="none", keep_oracle=True)
+        rows = cdata.load_captions(recipe.paths.split(split), check_images="none")
         with torch.no_grad():
             records = evaluate.evaluate_policy(model, processor, rows, None, **kwargs)
         failures = dict(Counter(r["parse_reason"] for r in records if r["caption"] is None))

@@ -32,7 +32,7 @@ vague one), an optional pun and an optional long tail. Votes are simulated: each
 Poisson(mean_votes))`` raters gives 1, 2 or 3 (unfunny / somewhat / funny: thresholds on ``oracle + N(0,
 vote_noise)``); ``mean`` is their mean, ``precision`` the **standard error** of that mean (std / sqrt(votes)), so
 ``data.preference_pairs(..., se_from="precision")`` is right for this data. ``oracle`` is written for analysis only
-(``data.load_captions`` drops it unless ``keep_oracle=True``); ``scene_meta`` (JSON) says what was rendered.
+(no engine row builder reads it); ``scene_meta`` (JSON) says what was rendered.
 
 The descriptions (``describe``) never say which object is odd. ``pretrain_rows`` and ``templated_thinking`` give the
 stand-in's tiny base models their pre-training rows and templated thinking traces (tiny models cannot write real

@@ -1,7 +1,8 @@
 """The captioning chain on the stand-in: the real stages (``open_r1.tasks.captioning.pipeline``) with the stand-in's
 own around them: generated data -> from-scratch bases (or the shipped start policy, ``pretrain.policy.start``) ->
 trace synthesis -> templated traces -> SFT -> (a round of simulated ratings, where the recipe has a ``ratings``
-section) -> RM -> GRPO -> best-of-N eval, the hidden rule (``oracle_eval``) scoring the eval's captions.
+section) -> RM -> GRPO -> best-of-N eval, the hidden rule scoring the RM's held-out labels (``stage_rm``) and the
+eval's captions (``stage_eval``).
 
     python -m standin.captioning.demo --config configs/captioning/standin_demo.yaml     # make humor-demo
 """
@@ -13,8 +14,17 @@ import sys
 
 from open_r1.errors import RecipeError
 from open_r1.jsonio import read_recipe
-from open_r1.tasks.captioning import config, pipeline, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
-from standin.captioning import oracle_eval, parallel, stage_data, stage_pretrain, stage_ratings, stage_traces
+from open_r1.tasks.captioning import config, pipeline, stage_sft, stage_synthesize
+from standin.captioning import (
+    parallel,
+    stage_data,
+    stage_eval,
+    stage_grpo,
+    stage_pretrain,
+    stage_ratings,
+    stage_rm,
+    stage_traces,
+)
 
 STAGES = (
     stage_data,
@@ -43,7 +53,7 @@ def stages_of(argv: list[str]) -> tuple:
 def load_recipe(path: str, overrides: list[str] | None = None):
     """The parsed recipe of the demo's stages (for the experiments/captioning harnesses)."""
     sets = [item for o in overrides or [] for item in ("--set", o)]
-    return config.parse_recipe(path, overrides, stages_of(["--config", path, *sets]))
+    return config.parse_recipe(path, overrides, stages_of(["--config", path, *sets]), parallel.RunConfig)
 
 
 def main(argv=None) -> int:
@@ -56,8 +66,8 @@ def main(argv=None) -> int:
         argv,
         stages_of(argv),
         prog="standin.captioning.demo",
-        oracle=oracle_eval,
         run=functools.partial(parallel.run_pipeline, job_result=job_result),
+        run_config=parallel.RunConfig,
     )
 
 

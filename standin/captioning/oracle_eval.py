@@ -7,7 +7,7 @@ and ``oracle_floor`` (the cartoon's worst candidate). Per policy, every mean tak
 apart), ``oracle_parts_*`` and ``oracle_fail_as_worst`` (a failure counting as the cartoon's worst candidate: the
 oracle's fail-as-zero, averaging the same samples whatever the format rates); ``reward_hacking``: sigma(RM) up while
 the oracle of the picks goes down; `grpo_checks`: did sigma(RM) and the oracle both rise over the SFT start. The
-pipeline hands this module to the eval stage as ``recipe.oracle`` (``standin.captioning.demo``).
+stand-in's eval stage (``stage_eval``) hands this module to the real one as its ``measure``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ for ``open_r1.tasks.captioning.pipeline.run_pipeline`` (the real chain runs its 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -12,9 +13,19 @@ import time
 from open_r1.errors import OpenR1Error, RecipeError
 from open_r1.jsonio import read_json, write_json
 from open_r1.tasks.captioning import config, pipeline, stage_rm
+from open_r1.tasks.captioning.config import help_field
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 ENTRY = "standin.captioning.demo"
+
+
+@dataclasses.dataclass
+class RunConfig(config.RunConfig):
+    """The real recipe's top-level keys and the stand-in's ``start_early``."""
+
+    start_early: dict | None = help_field(
+        None, "{stage: earlier stage}: start a parallel stage's jobs when the earlier one begins, e.g. {rm: synthesize}"
+    )
 
 
 def rm_jobs(recipe) -> list[list[str]] | None:

@@ -91,7 +91,7 @@ def pretrain_dataset(recipe, which: str):
     cfg, paths = getattr(recipe.section(NAME), which), recipe.paths
     think_prefix = which == "policy" if cfg.think_prefix is None else cfg.think_prefix
     kinds = tuple(cfg.kinds)
-    train = cdata.load_captions(paths.split("train"), check_images="none", keep_oracle=False)
+    train = cdata.load_captions(paths.split("train"), check_images="none")
     parts = [
         cartoons.pretrain_rows(
             train, kinds=kinds, per_contest=cfg.per_contest, think_prefix=think_prefix, seed=recipe.seed
@@ -190,7 +190,7 @@ def perception(recipe, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
         if not os.path.isdir(recipe.paths.split(split)):
             continue
         rows = cartoons.perception_probe_rows(
-            cdata.load_captions(recipe.paths.split(split), check_images="none", keep_oracle=True), limit
+            cdata.load_captions(recipe.paths.split(split), check_images="none"), limit
         )
         prompts = [
             processor.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True) for r in rows

@@ -61,7 +61,7 @@ def run(recipe) -> dict:
 
     cfg, paths = recipe.section(NAME), recipe.paths
     policy = config.check_inputs(inputs(recipe))["policy"]
-    train = cdata.load_captions(paths.split("train"), check_images="none", keep_oracle=True)
+    train = cdata.load_captions(paths.split("train"), check_images="none")
     if "scene_meta" not in train.column_names:
         raise RecipeError(
             "ratings: the simulated readers need the stand-in's scene_meta; on real data collect human "

@@ -150,9 +150,6 @@ class RunConfig:
         None, "train/ val/ test/ caption splits (open-r1-caption-prepare writes them); default <work_dir>/data"
     )
     models: dict | None = help_field(None, "{policy: DIR, reward_backbone: DIR}: the base models")
-    start_early: dict | None = help_field(
-        None, "{stage: earlier stage}: start a parallel stage's jobs when the earlier one begins, e.g. {rm: synthesize}"
-    )
 
     def __post_init__(self):
         self.models = parse_section("models", Models, self.models)
@@ -180,21 +177,22 @@ class Recipe:
 
     def __init__(self, path: str, overrides: list[str], run: RunConfig):
         self.path, self.overrides, self.run = os.path.abspath(path), list(overrides), run
-        self.seed, self.sections, self.oracle = run.seed, {}, None
+        self.seed, self.sections = run.seed, {}
         self.paths = Paths(self)
 
     def section(self, name: str):
         return self.sections[name]
 
 
-def parse_recipe(path: str, overrides: list[str] | None, stages) -> Recipe:
+def parse_recipe(path: str, overrides: list[str] | None, stages, run_config: type = RunConfig) -> Recipe:
     """Parse the recipe at `path` for the ordered `stages` (modules with ``NAME`` and ``Config``, or ``parse(mapping,
-    recipe)`` where a section needs more): top-level keys, then every stage's section in order, each once."""
+    recipe)`` where a section needs more): top-level keys (`run_config`: the stand-in adds its own), then every
+    stage's section in order, each once."""
     raw = load_yaml(path, overrides)
     names = [stage.NAME for stage in stages]
-    top = [f.name for f in dataclasses.fields(RunConfig)]
+    top = [f.name for f in dataclasses.fields(run_config)]
     check_keys("", raw, [*top, *names])
-    recipe = Recipe(path, overrides or [], parse_section("recipe", RunConfig, {k: raw[k] for k in top if k in raw}))
+    recipe = Recipe(path, overrides or [], parse_section("recipe", run_config, {k: raw[k] for k in top if k in raw}))
     for stage in stages:
         mapping = raw.get(stage.NAME)
         parse = getattr(stage, "parse", None)

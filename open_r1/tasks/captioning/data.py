@@ -5,8 +5,8 @@ str: the cartoon id), ``image`` (``datasets.Image``, or a path relative to the d
 ``../images/<contest>.jpg``, each cartoon stored once), ``caption`` (str, one line), ``mean`` (finite float),
 ``precision`` (float >= 0: by default the standard error of the mean, see ``standard_errors``), ``votes`` (int >= 0);
 optional description columns ``scene``, ``twist``, ``location``, ``entities`` (str; entities may be a list of str),
-left out of the prompt when missing. The stand-in adds ``oracle`` (its hidden score: ``load_captions`` drops it
-unless ``keep_oracle=True``; no training path may read it) and ``scene_meta``.
+left out of the prompt when missing. Other columns ride along unread: every row builder here selects the columns it
+names (the stand-in's analysis columns stay its own).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ def load_captions(
     path: str | os.PathLike,
     split: str | None = None,
     *,
-    keep_oracle: bool = False,
     check_images: str = "first_per_contest",
     rename: dict[str, str] | None = None,
 ):
@@ -68,8 +67,6 @@ def load_captions(
         if clash:
             raise DataError(f"{path}: cannot rename to {clash}: the dataset already has those columns")
         loaded = loaded.rename_columns(present)
-    if not keep_oracle:
-        loaded = drop_oracle(loaded)
     if loaded.features.get("image") == datasets.Value("string"):
         loaded = _resolve_image_paths(loaded, path)
     validate_captions(loaded, name=path, check_images=check_images)
@@ -102,11 +99,6 @@ def filter_captions(dataset, min_votes: int = 10, min_captions: int = 20):
     if not keep:
         raise DataError(f"no contest keeps {min_captions} captions with >= {min_votes} votes; lower the thresholds")
     return dataset.select(np.asarray(keep, dtype=np.int64))  # an array: datasets hashes a list item by item
-
-
-def drop_oracle(dataset):
-    """The dataset without the stand-in's hidden ``oracle`` score."""
-    return dataset.remove_columns("oracle") if "oracle" in dataset.column_names else dataset
 
 
 def _column(dataset, name: str) -> list:
@@ -202,7 +194,7 @@ def _top_k_by_contest(dataset, top_k: int, groups: list[list[int]] | None = None
 def top_k_rows(dataset, top_k: int = 3):
     """The ``top_k`` captions of every contest (`_top_k_by_contest`) in row order: what trace synthesis explains."""
     keep = [row for top in _top_k_by_contest(dataset, top_k) for row in sorted(top)]
-    return drop_oracle(dataset.select(keep))
+    return dataset.select(keep)
 
 
 def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, processor=None):
@@ -392,19 +384,15 @@ def preference_pairs(
     seed: int = 0,
     *,
     se: Any = None,
-    keep_oracle: bool = False,
 ):
     """Bradley-Terry pairs: two captions of one contest whose mean gap exceeds ``k * sqrt(se_1^2 + se_2^2)``.
 
     ``se_from`` (alias ``se``): see ``standard_errors``. At most ``cap_per_contest`` pairs a contest, drawn at random,
     then all shuffled with ``seed`` (any prefix spans the contests). Columns: ``contest``, ``image``, description,
-    ``chosen`` (higher mean), ``rejected``, ``gap``, ``z`` (gap / combined SE); with ``keep_oracle`` (stand-in
-    analysis) ``chosen_oracle`` / ``rejected_oracle``.
+    ``chosen`` (higher mean), ``rejected``, ``gap``, ``z`` (gap / combined SE).
     """
     if se is not None:
         se_from = se
-    if keep_oracle and "oracle" not in dataset.column_names:
-        raise DataError("keep_oracle=True needs the 'oracle' column: load with load_captions(..., keep_oracle=True)")
     index = pair_indices(dataset, k, se_from, cap_per_contest, seed)
     chosen, rejected = index[:, 0], index[:, 1]
     mean = np.asarray(_column(dataset, "mean"), dtype=np.float64)
@@ -419,9 +407,6 @@ def preference_pairs(
         "gap": gap.tolist(),
         "z": z.tolist(),
     }
-    if keep_oracle:
-        oracle = np.asarray(_column(dataset, "oracle"), dtype=np.float64)
-        columns.update(chosen_oracle=oracle[chosen].tolist(), rejected_oracle=oracle[rejected].tolist())
     for name, values in columns.items():
         base = base.add_column(name, values)
     return base

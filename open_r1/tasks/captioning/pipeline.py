@@ -18,7 +18,7 @@ import os
 import shutil
 import time
 
-from open_r1.errors import CliHelp, OpenR1Error, RecipeError, error_exit
+from open_r1.errors import CliHelp, OpenR1Error, error_exit
 from open_r1.jsonio import read_json, write_json, write_text
 from open_r1.tasks.captioning import config, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
 
@@ -46,14 +46,7 @@ def run_pipeline(recipe, stages=STAGES, run: list[str] | None = None, out: str |
     """Run the `run` stages (default: all) of `stages` in order; `runner(stage) -> (start time, result)` (default:
     the stage's `run`; the stand-in's runs sub-jobs as processes)."""
     run = [stage.NAME for stage in stages] if run is None else list(run)
-    if runner is None:
-        parallel = [n for n in run if getattr(getattr(recipe.section(n), "settings", recipe.section(n)), "parallel", 0)]
-        if parallel or recipe.run.start_early:
-            raise RecipeError(
-                f"{', '.join(f'{n}.parallel' for n in parallel) or 'start_early'}: sub-job processes "
-                "run only in the stand-in (python -m standin.captioning.demo); drop the key"
-            )
-        runner = lambda stage: (time.time(), stage.run(recipe))  # noqa: E731
+    runner = runner or (lambda stage: (time.time(), stage.run(recipe)))
     preflight(recipe, stages, run)  # before anything is written into the work_dir
     paths = recipe.paths
     summary_path = os.path.join(paths.results, "pipeline.json")
@@ -122,11 +115,11 @@ def write_results(summary: dict, stages, paths: config.Paths, out: str | None) -
     return markdown
 
 
-def recipe_help(stages) -> str:
+def recipe_help(stages, run_config: type = config.RunConfig) -> str:
     """Every recipe key: the top level's, then each section's, with its default and help (the dataclass fields)."""
     lines = []
     for where, cls in (
-        ("", config.RunConfig),
+        ("", run_config),
         ("models.", config.Models),
         *((f"{s.NAME}.", getattr(s, "Config", getattr(s, "Settings", None))) for s in stages),
     ):
@@ -138,9 +131,10 @@ def recipe_help(stages) -> str:
 
 
 def main(
-    argv=None, stages=STAGES, prog: str = "open_r1.tasks.captioning.pipeline", oracle=None, run=run_pipeline
+    argv=None, stages=STAGES, prog: str = "open_r1.tasks.captioning.pipeline", run=run_pipeline, run_config=None
 ) -> int:
-    """The CLI over `stages`; `oracle` (the eval's hidden rule) and `run` (a runner): the stand-in's."""
+    """The CLI over `stages`; `run` (a runner) and `run_config` (the top-level keys): the stand-in's."""
+    run_config = run_config or config.RunConfig
     names = [stage.NAME for stage in stages]
     parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__, formatter_class=CliHelp)
     parser.add_argument("--config", help="the recipe (configs/captioning/*.yaml); required but for --help-recipe")
@@ -156,13 +150,12 @@ def main(
     parser.add_argument("--out", default=None, help="copy the small result files here")
     args = parser.parse_args(argv)
     if args.help_recipe:
-        print(recipe_help(stages))
+        print(recipe_help(stages, run_config))
         return 0
     if not args.config:
         parser.error("the following arguments are required: --config")
     try:
-        recipe = config.parse_recipe(args.config, args.set, stages)
-        recipe.oracle = oracle
+        recipe = config.parse_recipe(args.config, args.set, stages, run_config)
         run(recipe, stages, args.stages, args.out)
     except OpenR1Error as exc:
         return error_exit(exc)

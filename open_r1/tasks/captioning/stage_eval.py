@@ -2,7 +2,7 @@
 
 For every policy and split, ``evaluate.evaluate_policy`` samples N completions per cartoon, parses them strictly and
 scores the captions with the reward model; ``evaluate.evaluate_records`` gives the metrics and paired bootstrap CIs
-over cartoons against ``baseline`` (``recipe.oracle``: the stand-in's hidden-rule analysis, where it gives one).
+over cartoons against ``baseline`` (`run`'s ``measure``: the stand-in adds its own analysis).
 """
 
 from __future__ import annotations
@@ -100,7 +100,10 @@ def inputs(recipe) -> dict[str, config.Input]:
     return out
 
 
-def run(recipe) -> dict:
+def run(recipe, measure=ev) -> dict:
+    """Best-of-N on every split; `measure`: ``evaluate_records`` and ``markdown_table`` (default `evaluate`'s), and
+    where it has them ``score(records, dataset)`` of each policy's records and ``extend_summary(summary)`` (the
+    stand-in's hidden-rule analysis: standin/captioning/stage_eval.py)."""
     import torch  # deferred: heavy
 
     cfg, paths = recipe.section(NAME), recipe.paths
@@ -108,8 +111,7 @@ def run(recipe) -> dict:
     check(recipe)
     found = config.check_inputs(inputs(recipe))
     rm = load_reward_model(found["rm"], device=device)
-    named, oracle = policies(recipe), getattr(recipe, "oracle", None)
-    measure = oracle or ev  # evaluate_records and markdown_table: the stand-in's add its oracle's
+    named, score = policies(recipe), getattr(measure, "score", None)
     data = {s: cdata.load_captions(paths.split(s), check_images="none") for s in cfg.splits}
     records: dict[str, dict[str, list]] = {s: {} for s in cfg.splits}
     timings = {}
@@ -120,8 +122,8 @@ def run(recipe) -> dict:
         for split in cfg.splits:
             with torch.no_grad():
                 records[split][name] = ev.evaluate_policy(model, processor, data[split], rm, **sampling_kwargs(recipe))
-            if oracle is not None:
-                oracle.score(records[split][name], data[split])
+            if score is not None:
+                score(records[split][name], data[split])
         timings[name] = time.time() - started
         config.log(f"[eval] {name}: {sum(len(records[s][name]) for s in cfg.splits)} samples in {timings[name]:.1f} s")
         del model
@@ -138,8 +140,8 @@ def run(recipe) -> dict:
             "metrics": {n: {k: v for k, v in m.items() if k != "per_cartoon"} for n, m in report["policies"].items()},
             "vs_baseline": report["comparisons"],
         }
-    if oracle is not None:
-        oracle.extend_summary(summary)
+    if hasattr(measure, "extend_summary"):
+        measure.extend_summary(summary)
     write_json(os.path.join(paths.results, "eval_summary.json"), summary)
     return summary
 

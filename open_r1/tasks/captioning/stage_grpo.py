@@ -1,28 +1,26 @@
 """Stage 4: GRPO of the SFT policy against the reward model, through the engine's GRPO entry (TRL GRPOTrainer).
 
 The ``grpo`` section is an ``open_r1.grpo`` recipe (``python -m open_r1.grpo --help-all``) plus `Settings`, parsed
-once before any stage runs by TrlParser over `DEFAULTS` (task captioning, the ``caption_rm`` reward). The pipeline
-sets the model (the SFT policy), the dataset (the train split), each seed's output dir and seed, and caption_rm's
-``reward_model`` and ``device`` where left out; the LoRA is merged into ``models/policy-grpo-seed<S>``. ``cispo`` is
-refused: TRL 1.16's clamps the ratio at epsilon_high (REINFORCE x 0.28).
+once before any stage runs by ``open_r1.grpo.parse_args`` over `DEFAULTS` (task captioning, the ``caption_rm``
+reward). The pipeline sets the model (the SFT policy), the dataset (the train split), each seed's output dir and
+seed, and caption_rm's ``reward_model`` and ``device`` where left out; the LoRA is merged into
+``models/policy-grpo-seed<S>``. ``cispo`` is refused: TRL 1.16's clamps the ratio at epsilon_high (REINFORCE x 0.28).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import io
 import os
 import time
 from typing import NamedTuple
 
 from open_r1 import grpo, modeling
-from open_r1.checks import check_counts, check_loss_type
+from open_r1.checks import check_loss_type
 from open_r1.errors import RecipeError, RewardConfigError
 from open_r1.grpo import recipe_keys
 from open_r1.rewards import parse_reward_kwargs
-from open_r1.run.budget import TimeCapCallback
+from open_r1.run.budget import TimeBudgetCallback
 from open_r1.run.keep_best import has_weights, resolve_export_checkpoint
 from open_r1.submission.export import load_for_export
 from open_r1.submission.install import kept_path
@@ -56,8 +54,7 @@ class Settings:
     """The pipeline's keys of the grpo section (the rest is the open_r1.grpo recipe)."""
 
     seeds: list[int] = help_field([0], "one GRPO run per seed")
-    max_seconds: float | None = help_field(None, "wall-clock cap of each run (open_r1.run.budget.TimeCapCallback)")
-    parallel: bool = help_field(False, "run the seeds as parallel processes")
+    max_seconds: float | None = help_field(None, "wall-clock cap of each run (open_r1.run.budget.TimeBudgetCallback)")
 
     def __post_init__(self):
         config.seed_list("grpo.seeds", self.seeds)
@@ -69,39 +66,26 @@ class Settings:
 
 class Section(NamedTuple):
     settings: Settings
-    args: tuple  # (script_args, training_args, model_args), parsed once
+    args: tuple  # (script_args, training_args, model_args, task), parsed once
     env: dict
 
 
 def parse_grpo(values: dict) -> tuple:
-    """(script_args, training_args, model_args) of an open_r1.grpo recipe mapping, typed as ``--config`` types
-    them; a value it refuses is one RecipeError."""
-    from trl import TrlParser  # deferred: heavy
-
-    parser = TrlParser(grpo._argument_classes())
-    parser.set_defaults_with_config(**values)
-    stderr = io.StringIO()
+    """(script_args, training_args, model_args, task) of an open_r1.grpo recipe mapping, by open_r1.grpo's own
+    parser; a value it refuses is one RecipeError."""
     try:
-        if problems := check_counts(values):  # before GRPOConfig divides by the group sizes
-            raise ValueError("; ".join(problems))
-        with contextlib.redirect_stderr(stderr):
-            parsed = list(parser.parse_args_into_dataclasses(args=[]))
-    except SystemExit:  # argparse: a value its type refuses; the reason is the last line it printed
-        lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
-        reason = lines[-1].split("error: ", 1)[-1] if lines else "the recipe did not parse"
-    except (ValueError, TypeError) as exc:  # GRPOConfig's own checks when it is built
-        reason = " ".join(str(exc).split()).rstrip(".")
-    else:
-        return grpo.combine_parsed(parsed)  # the tasks' settings and the alias, as open_r1.grpo's parse_args
-    raise RecipeError(
-        f"the grpo section does not parse as an open_r1.grpo recipe: {reason}; see python -m open_r1.grpo --help"
-    )
+        return grpo.parse_args([], values)
+    except RecipeError as exc:
+        raise RecipeError(
+            f"the grpo section does not parse as an open_r1.grpo recipe: {exc}; see python -m open_r1.grpo --help"
+        ) from None
 
 
-def parse(mapping, recipe) -> Section:
+def parse(mapping, recipe, settings_class: type = Settings) -> Section:
+    """The section: `settings_class` (the pipeline's keys; the stand-in adds its own) and the open_r1.grpo recipe."""
     mapping = dict(mapping or {})
-    own = [f.name for f in dataclasses.fields(Settings)]
-    settings = config.parse_section(NAME, Settings, {k: mapping.pop(k) for k in own if k in mapping})
+    own = [f.name for f in dataclasses.fields(settings_class)]
+    settings = config.parse_section(NAME, settings_class, {k: mapping.pop(k) for k in own if k in mapping})
     config.check_keys(NAME, mapping, {*own, *recipe_keys()})
     for key, instead in OWNED.items():
         config.require(key not in mapping, f"grpo.{key}: the pipeline sets {key} for each seed's run; set {instead}")
@@ -114,7 +98,7 @@ def parse(mapping, recipe) -> Section:
     paths, seed = recipe.paths, settings.seeds[0]
     env = values.pop("env", None) or {}
     config.require(isinstance(env, dict), f"grpo.env must map variable names to values, got {env!r}")
-    kwargs = copy.deepcopy(parse_reward_kwargs(values.get("reward_kwargs")))
+    kwargs = copy.deepcopy(parse_reward_kwargs(values.get("reward_kwargs")))  # a mapping, or JSON text
     if "caption_rm" in values["reward_funcs"]:
         rm = kwargs.setdefault("caption_rm", {})
         rm.setdefault("reward_model", paths.rm)
@@ -138,10 +122,11 @@ def parse(mapping, recipe) -> Section:
 
 
 def seed_args(recipe, seed: int) -> tuple:
-    """Copies of the section's parsed arguments, with this seed and its output dir."""
-    script_args, training_args, model_args = (copy.deepcopy(a) for a in recipe.section(NAME).args)
+    """Copies of the section's parsed arguments, with this seed and its output dir, and the task (built once)."""
+    *args, task = recipe.section(NAME).args
+    script_args, training_args, model_args = (copy.deepcopy(a) for a in args)
     training_args.seed, training_args.output_dir = seed, recipe.paths.grpo_run(seed)
-    return script_args, training_args, model_args
+    return script_args, training_args, model_args, task
 
 
 def check(recipe) -> None:
@@ -176,7 +161,7 @@ def outputs(recipe) -> list[str]:
 def run_seed(recipe, seed: int) -> dict:
     section = recipe.section(NAME)
     config.check_inputs(inputs(recipe))
-    script_args, training_args, model_args = seed_args(recipe, seed)
+    script_args, training_args, model_args, task = seed_args(recipe, seed)
     os.environ.update({str(k): str(v) for k, v in section.env.items()})
     if has_weights(training_args.output_dir):  # an earlier invocation's finished run: kept, never trained over
         aside = kept_path(training_args.output_dir, "prev")
@@ -184,9 +169,8 @@ def run_seed(recipe, seed: int) -> dict:
         config.log(f"[grpo] seed {seed}: the earlier run in {training_args.output_dir} kept at {aside}")
     config.log(f"[grpo] seed {seed}: open_r1.grpo into {training_args.output_dir}")
     started = time.time()
-    trainer = grpo.main(
-        script_args, training_args, model_args, callbacks=[TimeCapCallback(section.settings.max_seconds)]
-    )
+    cap = TimeBudgetCallback(max_seconds=section.settings.max_seconds)
+    trainer = grpo.main(script_args, training_args, model_args, task, callbacks=[cap])
     if trainer.run_safety.exit_code:
         raise RecipeError(f"GRPO seed {seed} stopped with exit code {trainer.run_safety.exit_code}")
     history = [dict(e) for e in trainer.state.log_history]

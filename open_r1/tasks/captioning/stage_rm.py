@@ -17,7 +17,7 @@ from open_r1 import reward_model as rm_lib
 from open_r1.errors import OpenR1Error
 from open_r1.jsonio import write_json
 from open_r1.reward_model import LORA_KEYS
-from open_r1.run.budget import TimeCapCallback
+from open_r1.run.budget import TimeBudgetCallback
 from open_r1.submission.install import installing
 from open_r1.tasks.captioning import config, protocol
 from open_r1.tasks.captioning import data as cdata
@@ -47,7 +47,7 @@ class Config:
     warmup_ratio: float = help_field(0.03, "warm-up as a fraction of the steps")
     epochs: float = help_field(1.0, "passes over the pairs")
     max_steps: int | None = help_field(None, "stop after N steps (null: the epochs)")
-    max_seconds: float | None = help_field(None, "wall-clock cap of training (open_r1.run.budget.TimeCapCallback)")
+    max_seconds: float | None = help_field(None, "wall-clock cap of training (open_r1.run.budget.TimeBudgetCallback)")
     weight_decay: float = help_field(0.0, "AdamW weight decay")
     per_device_batch_size: int = help_field(8, "pairs per step")
     gradient_accumulation_steps: int = help_field(1, "steps per optimizer step")
@@ -61,9 +61,6 @@ class Config:
     eval_image_swaps: int = help_field(480, "captions per held-out split for the image-swap diagnostic (0: none)")
     blind: bool = help_field(True, "also train and score the image-blind control")
     seeds: list[int] | None = help_field(None, "one RM per seed, the best on val kept (null: [the recipe's seed])")
-    parallel: bool = help_field(False, "run the seeds and the blind control as parallel processes")
-    only: str | None = help_field(None, "a parallel job: rm | rm_blind")
-    seed: int | None = help_field(None, "a parallel job: one of seeds")
 
     def __post_init__(self):
         from transformers import SchedulerType  # deferred: heavy
@@ -75,7 +72,6 @@ class Config:
         )
         require(self.se_from in SE_FROM, f"rm.se_from must be one of {', '.join(SE_FROM)}, got {self.se_from!r}")
         require(self.dtype in (None, "float32", "bfloat16", "float16", "auto"), f"rm.dtype: {self.dtype!r}?")
-        require(self.only in (None, "rm", "rm_blind"), f"rm.only must be rm, rm_blind or null, got {self.only!r}")
         require(
             self.learning_rate > 0 and self.epochs > 0 and 0 <= self.warmup_ratio <= 1,
             "rm.learning_rate and rm.epochs must be > 0, rm.warmup_ratio in [0, 1]",
@@ -102,10 +98,6 @@ class Config:
             config.check_keys("rm.lora", self.lora, LORA_KEYS)
         if self.seeds is not None:
             config.seed_list("rm.seeds", self.seeds)
-        require(
-            self.seed is None or self.seed in (self.seeds or [self.seed]),
-            f"rm.seed={self.seed!r} is not one of rm.seeds {self.seeds}",
-        )
 
 
 def contest_images(dataset, first_row: dict, blind: bool) -> dict:
@@ -119,9 +111,9 @@ def contest_images(dataset, first_row: dict, blind: bool) -> dict:
     }
 
 
-def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = False) -> list[dict]:
+def index_pair_rows(dataset, index, blind: bool = False) -> list[dict]:
     """RM rows {image, chosen, rejected, group} of ``data.pair_indices``' pairs, without building the pair dataset
-    (that copies a contest's image into each of its pairs); `keep_oracle`: also the stand-in's ``oracle_order``."""
+    (that copies a contest's image into each of its pairs)."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
     contests, captions = columns["contest"], columns["caption"]
     first: dict = {}
@@ -137,15 +129,14 @@ def index_pair_rows(dataset, index, blind: bool = False, keep_oracle: bool = Fal
                 protocol.description_from_row({k: v[chosen] for k, v in columns.items()})
             )
         prompt = prompts[chosen]
-        row = {
-            "image": images[contest],
-            "chosen": [*prompt, protocol.rm_turn(captions[chosen])],
-            "rejected": [*prompt, protocol.rm_turn(captions[rejected])],
-            "group": contest,
-        }
-        if keep_oracle:
-            row["oracle_order"] = columns["oracle"][chosen] > columns["oracle"][rejected]
-        rows.append(row)
+        rows.append(
+            {
+                "image": images[contest],
+                "chosen": [*prompt, protocol.rm_turn(captions[chosen])],
+                "rejected": [*prompt, protocol.rm_turn(captions[rejected])],
+                "group": contest,
+            }
+        )
     return rows
 
 
@@ -176,14 +167,19 @@ def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
     return rows
 
 
-def held_out_pairs(recipe, split: str, blind: bool):
+def held_out_index(recipe, split: str):
+    """(the split's dataset, the row indices of its held-out pairs)."""
     cfg = recipe.section(NAME)
-    dataset = cdata.load_captions(recipe.paths.split(split), check_images="none", keep_oracle=True)
+    dataset = cdata.load_captions(recipe.paths.split(split), check_images="none")
     index = cdata.pair_indices(
         dataset, k=cfg.k, se_from=cfg.se_from, cap_per_contest=cfg.eval_cap_per_contest, seed=recipe.seed + 7
     )
-    # real data has no oracle (the stand-in's analysis column): its rows carry no oracle order
-    return index_pair_rows(dataset, index, blind=blind, keep_oracle="oracle" in dataset.column_names)
+    return dataset, index
+
+
+def held_out_pairs(recipe, split: str, blind: bool):
+    dataset, index = held_out_index(recipe, split)
+    return index_pair_rows(dataset, index, blind=blind)
 
 
 def _progress(label: str, every_s: float = 15.0):
@@ -283,7 +279,7 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
         model,
         rows,
         args,
-        callbacks=[TimeCapCallback(cfg.max_seconds)],
+        callbacks=[TimeBudgetCallback(max_seconds=cfg.max_seconds)],
         center_rewards_coefficient=cfg.center_rewards_coefficient,
     )
     seconds = time.time() - started
@@ -321,8 +317,6 @@ def score_held_out(recipe, model, blind: bool, tag: str = "[rm]", splits: list[s
         result = rm_lib.evaluate_pairs(
             model, held, batch_size=cfg.eval_batch_size, seed=recipe.seed, progress=_progress(f"{tag} {split}")
         )
-        if held and "oracle_order" in held[0]:
-            result["oracle_agreement_of_labels"] = sum(r["oracle_order"] for r in held) / len(held)
         swap = image_swap_accuracy(recipe, model, split, blind)
         if swap is not None:
             result["image_swap"] = swap
@@ -377,18 +371,18 @@ def outputs(recipe) -> list[str]:
     return [recipe.paths.rm, recipe.paths.rm_blind]
 
 
-def run(recipe) -> dict:
-    """Train the RM(s) and the blind control (``rm.only`` / ``rm.seed``: one parallel sub-job's share)."""
-    cfg = recipe.section(NAME)
-    seeds = rm_seeds(recipe)
+def train(recipe, seeds: list[int], blind: bool) -> dict:
+    """The RMs of `seeds` and, with `blind`, the blind control (on the first of ``rm.seeds``), by report key."""
     config.check_inputs(inputs(recipe))
-    report = {}
-    if cfg.only in (None, "rm"):
-        for seed in [cfg.seed] if cfg.seed is not None else seeds:
-            report[seed_key(seeds, seed)] = train_one(recipe, blind=False, seed=seed)
-    if cfg.blind and cfg.only in (None, "rm_blind"):
-        report["rm_blind"] = train_one(recipe, blind=True, seed=seeds[0])
-    return finish(recipe, report) if cfg.only in (None, "rm") and cfg.seed is None else report
+    report = {seed_key(rm_seeds(recipe), seed): train_one(recipe, blind=False, seed=seed) for seed in seeds}
+    if blind:
+        report["rm_blind"] = train_one(recipe, blind=True, seed=rm_seeds(recipe)[0])
+    return report
+
+
+def run(recipe) -> dict:
+    """Train the RM(s) and the blind control; with several seeds keep the best on val (`finish`)."""
+    return finish(recipe, train(recipe, rm_seeds(recipe), recipe.section(NAME).blind))
 
 
 def seed_key(seeds: list[int], seed: int) -> str:
@@ -430,13 +424,13 @@ def finish(recipe, report: dict) -> dict:
 
 
 def markdown(rm: dict) -> list[str]:
-    """The results table: each RM's held-out accuracy with its CI, label/oracle agreement and the image swap."""
+    """The results table: each RM's held-out accuracy with its CI and the image swap."""
     lines = [
         "",
         "## Reward model: held-out pairwise accuracy (95 % bootstrap CI over contests)",
         "",
-        "| RM | split | accuracy | CI | pairs | contests | label/oracle agreement | image swap (own cartoon wins) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| RM | split | accuracy | CI | pairs | contests | image swap (own cartoon wins) |",
+        "|---|---|---|---|---|---|---|",
     ]
     kept = (rm.get("rm") or {}).get("selected")
     labels = {"rm": "with image" + (f" (kept: seed {kept['seed']}, best on val)" if kept else "")}
@@ -448,6 +442,6 @@ def markdown(rm: dict) -> list[str]:
             swap = "–" if not swap else f"{swap['accuracy']:.3f} [{swap['ci_low']:.3f}, {swap['ci_high']:.3f}]"
             lines.append(
                 f"| {label} | {split} | {_fmt(r['accuracy'])} | [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | "
-                f"{r['n_pairs']} | {r['n_groups']} | {_fmt(r.get('oracle_agreement_of_labels'))} | {swap} |"
+                f"{r['n_pairs']} | {r['n_groups']} | {swap} |"
             )
     return lines

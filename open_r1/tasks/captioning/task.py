@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass, field
 
 from open_r1.errors import DataError, RecipeError
-from open_r1.rewards import parse_reward_kwargs
 from open_r1.tasks import Task, one_line
 from open_r1.tasks.captioning import data as data_lib
 from open_r1.tasks.captioning import evaluate as evaluate_lib
@@ -61,9 +60,8 @@ class CaptioningTask(Task):
                 "task captioning needs dataset_name: a caption dataset dir (see open_r1/tasks/captioning/data.py)"
             )
         # a split is picked only from a DatasetDict; a plain dataset dir is the split itself
-        split = getattr(script_args, "dataset_train_split", None)
-        dataset = data_lib.load_captions(script_args.dataset_name, split=split)
-        return _first(data_lib.prompt_rows(dataset), getattr(script_args, "max_train_samples", None) or None)
+        dataset = data_lib.load_captions(script_args.dataset_name, split=script_args.dataset_train_split)
+        return _first(data_lib.prompt_rows(dataset), script_args.max_train_samples)
 
     generate_hint = (
         "open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out "
@@ -87,7 +85,7 @@ class CaptioningTask(Task):
             return texts[0], f"the sample completion has no parseable caption ({parsed.reason}): {one_line(texts[0])}"
         return texts[0], None
 
-    def training_meta(self, script_args) -> dict:
+    def training_meta(self) -> dict:
         sha = hashlib.sha1(protocol.SYSTEM_PROMPT.encode()).hexdigest()[:12]
         return {
             "caption_protocol": {
@@ -99,9 +97,9 @@ class CaptioningTask(Task):
         }
 
     def _rm_settings(self) -> tuple[str | None, str | None]:
-        args = self.script_args
-        kwargs = parse_reward_kwargs(getattr(args, "reward_kwargs", None)).get("caption_rm", {}) if args else {}
-        return getattr(args, "caption_eval_reward_model", None) or kwargs.get("reward_model"), kwargs.get("device")
+        """(the eval's reward model dir, its device): caption_eval_reward_model, else the caption_rm reward's."""
+        kwargs = self.script_args.reward_kwargs.get("caption_rm") or {} if self.script_args else {}
+        return self.settings.caption_eval_reward_model or kwargs.get("reward_model"), kwargs.get("device")
 
     def load_eval_set(self, path, limit=None):
         return _first(data_lib.prompt_rows(data_lib.load_captions(path)), limit)
@@ -113,10 +111,9 @@ class CaptioningTask(Task):
                 "the captioning evaluation scores with the reward model: set "
                 "reward_kwargs.caption_rm.reward_model (or caption_eval_reward_model) in the recipe"
             )
-        args = self.script_args
-        n = int(getattr(args, "caption_eval_samples", 1) or 1)
-        temperature = getattr(args, "caption_eval_temperature", None)
-        max_new_tokens = int(getattr(args, "caption_eval_max_new_tokens", None) or protocol.MAX_NEW_TOKENS)
+        settings = self.settings
+        n, temperature = settings.caption_eval_samples, settings.caption_eval_temperature
+        max_new_tokens = settings.caption_eval_max_new_tokens or protocol.MAX_NEW_TOKENS
         dataset = _first(dataset, limit)
         start = time.perf_counter()
         records = evaluate_lib.evaluate_policy(

@@ -258,8 +258,8 @@ def train_grpo(start_dir: Path, data_dir: Path, run_dir: Path, submission: Path,
     if args.grpo_steps is not None:
         argv += ["--max_steps", str(args.grpo_steps)]
     log(f"[demo] GRPO: python -m open_r1.grpo {' '.join(argv)}")
-    script_args, training_args, model_args = grpo.parse_args(argv)[:3]
-    trainer = grpo.main(script_args, training_args, model_args)
+    script_args, training_args, model_args, task = grpo.parse_args(argv)
+    trainer = grpo.main(script_args, training_args, model_args, task)
     steps = int(trainer.state.global_step)
     log_history = list(trainer.state.log_history)
     del trainer

@@ -1,6 +1,6 @@
 """SFT rows for a counting warm start (TRL prompt-completion format, for `trl.SFTTrainer`): protocol-format targets,
-plain rows (question alone -> bare number), and the protocol format taught on arithmetic. Used by the CPU demo and
-the proxy experiment's warm start (`experiments/proxy/sft_warmstart.py`).
+plain rows (question alone -> bare number), and the protocol format taught on arithmetic. Used by the CPU demo's
+warm start (the retired proxy experiment's `--think-noise` and `--plain-share` rows: experiments/LOG.md).
 """
 
 from __future__ import annotations
@@ -27,30 +27,22 @@ def sft_target(count: int, style: str, thought: str | None = None) -> str:
     raise ValueError(f"unknown target style {style!r}; choose think or answer (or mixed for a per-row draw)")
 
 
-THINK_NOISE_OFFSETS = (-2, -1, 1, 2)
-
-
 def to_sft_dataset(
     dataset,
     template_entries: list[str],
     seed: int = 0,
     style: str = "think",
     think_share: float = 0.5,
-    think_noise: float = 0.0,
     thoughts: list[str] | None = None,
 ):
     """Add `prompt` / `completion` columns (TRL prompt-completion); the image stays in `image`, and TRL's collator
     puts its placeholder before the text, the grader's layout. Each row gets a seeded template from
     `template_entries` ("eval:0.5"...); style "mixed" draws think (probability `think_share`) or answer per row.
-
-    `think_noise`: that fraction of think-style rows state a wrong count (gold + one of THINK_NOISE_OFFSETS, kept
-    >= 1) in the thought and the answer, the real start model's unreliable thinking (docs/RECIPE.md), so a recipe can
-    gain by changing how the model answers. `target_count` records what each row teaches."""
+    `target_count` records what each row teaches."""
     if style not in TARGET_STYLES:
         raise ValueError(f"unknown target style {style!r}; choose one of {TARGET_STYLES}")
-    for name, value in (("think_share", think_share), ("think_noise", think_noise)):
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    if not 0.0 <= think_share <= 1.0:
+        raise ValueError(f"think_share must be in [0, 1], got {think_share!r}")
     templates = TemplateMix.parse(template_entries)
     names = templates.assign(len(dataset), seed)
     golds = [protocol.parse_gold(s) for s in dataset["solution"]]
@@ -58,15 +50,7 @@ def to_sft_dataset(
     if style == "mixed":
         draw = np.random.default_rng(seed + 1).random(len(dataset))
         styles = ["think" if d < think_share else "answer" for d in draw]
-    targets = list(golds)
-    if think_noise:
-        rng = np.random.default_rng(seed + 2)
-        wrong = rng.random(len(dataset)) < think_noise
-        offsets = rng.choice(THINK_NOISE_OFFSETS, size=len(dataset))
-        for i, (gold, row_style) in enumerate(zip(golds, styles)):
-            if row_style == "think" and wrong[i]:
-                offset = int(offsets[i])
-                targets[i] = gold + offset if gold + offset >= 1 else gold + abs(offset)
+    targets = golds
     prompts = [
         [{"role": "user", "content": protocol.format_prompt(problem, protocol.TEMPLATES[name])}]
         for problem, name in zip(dataset["problem"], names)
@@ -95,7 +79,7 @@ def to_arithmetic_sft_dataset(
     return to_sft_dataset(rows, template_entries, seed=seed, style=style, think_share=think_share, thoughts=thoughts)
 
 
-EXPOSURE_TEMPLATE = "plain"  # the `template` column of plain rows (exposure and --plain-share): the question alone
+EXPOSURE_TEMPLATE = "plain"  # the `template` column of plain rows : the question alone
 PLAIN_PROMPT = "{question}"  # the user text of plain rows, as a protocol.format_prompt template
 PLAIN_NUMBER_RE = re.compile(r"\d+")
 
@@ -106,19 +90,10 @@ def plain_count(completion: str) -> int | None:
     return int(match.group(0)) if match else None
 
 
-def split_plain_rows(n: int, plain_share: float, seed: int = 0) -> tuple[list[int], list[int]]:
-    """(plain, protocol) row indices, sorted: a seeded draw of round(plain_share * n) plain rows."""
-    if not 0.0 <= plain_share <= 1.0:
-        raise ValueError(f"plain_share must be in [0, 1], got {plain_share!r}")
-    order = np.random.default_rng(seed + 3).permutation(n)
-    k = int(round(plain_share * n))
-    return sorted(int(i) for i in order[:k]), sorted(int(i) for i in order[k:])
-
-
 def to_exposure_sft_dataset(dataset):
-    """Pretraining-style rows: the question alone answered with the bare number (the warm start's OOD exposure and
-    `--plain-share` rows). Like the real Qwen2-VL-2B, which counts Super-CLEVR well when asked directly but not
-    under the think template (docs/RECIPE.md), the start then counts when asked plainly, never in the format."""
+    """Pretraining-style rows: the question alone answered with the bare number (the demo start's counting rows).
+    Like the real Qwen2-VL-2B, which counts Super-CLEVR well when asked directly but not under the think template
+    (docs/RECIPE.md), the start then counts when asked plainly, never in the format."""
     golds = [protocol.parse_gold(s) for s in dataset["solution"]]
     prompts = [
         [{"role": "user", "content": protocol.format_prompt(str(problem), PLAIN_PROMPT)}]

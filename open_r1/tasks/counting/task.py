@@ -23,7 +23,7 @@ class CountingTask(Task):
         if script_args.max_train_samples:
             dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
         data_lib.validate_counting_dataset(dataset, script_args.dataset_name, script_args.image_check_rows)
-        templates = data_lib.TemplateMix.parse(script_args.prompt_templates)
+        templates = data_lib.TemplateMix.parse(self.settings.prompt_templates)
         return data_lib.to_grpo_dataset(dataset, templates, seed=training_args.seed)
 
     def load_split(self, path_or_name, split="train"):  # any layout, with the counting columns
@@ -48,9 +48,8 @@ class CountingTask(Task):
     def report_from_records(self, name, records, seconds):
         return evaluate_lib.report_from_records(name, records, seconds)
 
-    def training_meta(self, script_args):
-        templates = getattr(script_args, "prompt_templates", None)  # the counting task's setting
-        return {} if templates is None else {"prompt_templates": list(templates)}
+    def training_meta(self):
+        return {"prompt_templates": list(self.settings.prompt_templates)}
 
     def probe_image(self):  # a scene like the training data: a trained model answers it in the format
         return render_scene(0)[0]

@@ -39,8 +39,8 @@ SPLITS: dict[str, tuple[str, str | None]] = {
     "val": ("clevr", "A"),
     "compositional": ("clevr", "B"),
     "ood_val": ("ood", None),
-    # OOD-renderer scenes for *other* training than counting supervision (the proxy warm start's exposure rows,
-    # experiments/proxy/sft_warmstart.py --ood-exposure); never part of an evaluation.
+    # OOD-renderer scenes for *other* training than counting supervision (the retired proxy warm start's exposure rows,
+    # experiments/LOG.md); never part of an evaluation.
     "ood_train": ("ood", None),
 }
 # Independent seed streams per split (never reuse or renumber: it would change every published split).

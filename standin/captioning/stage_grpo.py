@@ -1,0 +1,19 @@
+"""The grpo stage as the stand-in runs it: the real one (``open_r1.tasks.captioning.stage_grpo``), its seeds as
+parallel sub-jobs where ``grpo.parallel`` (``standin/captioning/parallel.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from open_r1.tasks.captioning import stage_grpo
+from open_r1.tasks.captioning.config import help_field
+from open_r1.tasks.captioning.stage_grpo import NAME, inputs, outputs, run  # noqa: F401
+
+
+@dataclasses.dataclass
+class Settings(stage_grpo.Settings):
+    parallel: bool = help_field(False, "run the seeds as parallel processes")
+
+
+def parse(mapping, recipe) -> stage_grpo.Section:
+    return stage_grpo.parse(mapping, recipe, Settings)
