@@ -21,13 +21,13 @@ from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from open_r1 import modeling, validate
 from open_r1 import rewards as rewards_lib
-from open_r1 import run as run_lib
 from open_r1.checks import closest_key
 from open_r1.errors import RecipeError, error_exit, user_error
 from open_r1.export import TRAINING_META_FILE
 from open_r1.families import FAMILIES, vision_tower
 from open_r1.jsonio import write_json
 from open_r1.noise import quiet_library_noise
+from open_r1.run import safety as run_lib
 from open_r1.tasks import get_task, task_settings
 from open_r1.trainer import VLMGRPOTrainer, check_noisy_rollouts
 

@@ -6,12 +6,11 @@ and `qwen3_vl` are laid out like Qwen2-VL-2B-Instruct, Qwen2.5-VL-3B-Instruct an
 The tiny model keeps the real 151936-row embedding, and its BPE (trained here) is padded with placeholders up to the
 real added-token ids, so ids mean what they mean in the real model. Weights are seeded per parameter name.
 
-    python -m open_r1.tiny_models --family qwen3_vl --out models/tiny-qwen3vl      # or scripts/make_tiny_model.py
+    open-r1-tiny-model --family qwen3_vl --out models/tiny-qwen3vl      # = python -m open_r1.tiny_models
 """
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import math
@@ -22,8 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from open_r1 import modeling
-from open_r1.errors import CliHelp, ModelError, OpenR1Error, error_exit
+from open_r1.errors import ModelError, OpenR1Error, cli_parser, error_exit
 from open_r1.families import SUPPORTED, get_family
 from open_r1.jsonio import read_json, write_json
 
@@ -562,6 +560,8 @@ def build_tiny(
     if suppress_unused:  # HF generate and the graph decoder read it here, GRPO's rollouts too (open_r1.trainer)
         model.generation_config.suppress_tokens = unused_token_ids(tokenizer, config.get_text_config().vocab_size)
 
+    from open_r1 import modeling  # deferred (torch): --help answers without it
+
     with modeling.staged_dir(out_dir) as staging:  # no reader sees it half-written; shared modes 0755/0644
         model.save_pretrained(staging)
         processor.save_pretrained(staging)
@@ -604,7 +604,7 @@ def check_replaceable(out_dir: Path, overwrite: bool = False) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: build one checkpoint; prints its path. Exit 0, or 2 with `error: ...` for a bad request."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=CliHelp)
+    parser = cli_parser("open-r1-tiny-model", __doc__.split("\n\n")[0])
     parser.add_argument("--family", default="qwen2_vl", choices=SUPPORTED, help="model family")
     parser.add_argument("--out", required=True, help="checkpoint directory to write (atomically)")
     parser.add_argument("--full-size", action="store_true", help="the real model's dimensions, random bf16 weights")

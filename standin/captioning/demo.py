@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     return pipeline.main(
         argv,
         stages_of(argv),
-        prog="standin.captioning.demo",
+        prog="python -m standin.captioning.demo",
         oracle=oracle_eval,
         run=functools.partial(parallel.run_pipeline, job_result=job_result),
     )

@@ -12,13 +12,12 @@ Results: ``<work_dir>/results/pipeline.json`` and ``results.md``; ``--out DIR`` 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import shutil
 import time
 
-from open_r1.errors import CliHelp, OpenR1Error, RecipeError, error_exit
+from open_r1.errors import OpenR1Error, RecipeError, cli_parser, error_exit
 from open_r1.jsonio import read_json, write_json, write_text
 from open_r1.tasks.captioning import config, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
 
@@ -137,12 +136,10 @@ def recipe_help(stages) -> str:
     return "\n".join(lines) + "\ngrpo.*: any open_r1.grpo recipe key (python -m open_r1.grpo --help-all)"
 
 
-def main(
-    argv=None, stages=STAGES, prog: str = "open_r1.tasks.captioning.pipeline", oracle=None, run=run_pipeline
-) -> int:
+def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", oracle=None, run=run_pipeline) -> int:
     """The CLI over `stages`; `oracle` (the eval's hidden rule) and `run` (a runner): the stand-in's."""
     names = [stage.NAME for stage in stages]
-    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__, formatter_class=CliHelp)
+    parser = cli_parser(prog, __doc__)
     parser.add_argument("--config", help="the recipe (configs/captioning/*.yaml); required but for --help-recipe")
     parser.add_argument(
         "--set",

@@ -44,7 +44,7 @@ import shutil
 import unicodedata
 from collections import Counter, defaultdict
 
-from open_r1.errors import DataError, OpenR1Error, error_exit
+from open_r1.errors import DataError, OpenR1Error, cli_parser, error_exit
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data, protocol
 
@@ -407,11 +407,7 @@ def prepare(args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="open-r1-caption-prepare",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = cli_parser("open-r1-caption-prepare", __doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--ratings", help="checkout of the public ratings repository (summaries/, cartoons/)")
     source.add_argument("--hub", help="folder with the Hub dataset's parts saved locally: " + ", ".join(HUB_PARTS))

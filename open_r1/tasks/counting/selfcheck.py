@@ -12,19 +12,15 @@ saved processor and generation config, first <answer>N</answer> match, integer e
 predictions.
 """
 
-import argparse
 import os
 import sys
 
-import open_r1.generation
-from open_r1.errors import CliHelp, OpenR1Error, error_exit
-from open_r1.export import COUNTING_GRADER_CLASS, recover_interrupted_swap, verify_submission
-from open_r1.modeling import load_model, load_processor
+# Only light modules here: --help and the argument checks answer before torch/transformers load (the rest is
+# imported inside the functions that need it).
+from open_r1.checks import raise_all
+from open_r1.errors import OpenR1Error, cli_parser, error_exit
 from open_r1.noise import quiet_library_noise
 from open_r1.tasks import one_line
-from open_r1.tasks.counting.data import validate_counting_dataset
-from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report
-from open_r1.validate import check_images, dataset_problems, model_dir_problems, raise_all
 
 DEFAULT_MODEL = "/app/submission"
 DEFAULT_SETS = ["/app/data/val", "/app/data/ood_val"]
@@ -33,6 +29,8 @@ DEFAULT_SETS = ["/app/data/val", "/app/data/ood_val"]
 def run_verify(model_dir: str, strict: bool, any_family: bool = False) -> int:
     """The counting submission's load check (the grader loads Qwen2VLForConditionalGeneration), or with
     `any_family` the check of a model of any supported family as its own class."""
+    from open_r1.export import COUNTING_GRADER_CLASS, verify_submission  # deferred: torch
+
     report = verify_submission(
         model_dir, strict_answer=strict, expected_class=None if any_family else COUNTING_GRADER_CLASS
     )
@@ -94,6 +92,10 @@ def unique_set_names(paths: list[str]) -> list[str]:
 def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int | None) -> list:
     """Check the model dir and every set at once (one error listing each problem with its option), then every
     image the run will read; returns [(name, dataset)]."""
+    from open_r1.checks import check_images
+    from open_r1.tasks.counting.data import validate_counting_dataset
+    from open_r1.validate import dataset_problems, model_dir_problems  # deferred: torch, transformers
+
     option = "--sets" if explicit_sets else "--sets (or --val / --ood-val)"
     problems = model_dir_problems(model_dir, "--model / SUBMISSION")
     real = [os.path.realpath(p) for p in sets]
@@ -126,7 +128,7 @@ def main(argv=None) -> int:
 
 
 def _run(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=CliHelp)
+    parser = cli_parser("open-r1-selfcheck", __doc__)
     parser.add_argument(
         "--model", default=os.environ.get("SUBMISSION", DEFAULT_MODEL), help="model dir to score ($SUBMISSION when set)"
     )
@@ -175,6 +177,11 @@ def _run(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     check_arguments(args)
+    import open_r1.generation  # deferred (torch, transformers): --help and bad arguments answer without them
+    from open_r1.export import recover_interrupted_swap
+    from open_r1.modeling import load_model, load_processor
+    from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report
+
     recover_interrupted_swap(args.model)  # a swap cut by a power loss is completed or undone first
 
     if args.verify:
