@@ -1051,6 +1051,7 @@ def test_a_run_dir_of_another_base_model_is_refused(tiny_model_dir, scene_data_d
 def test_train_sh_help_and_gpu_count():
     rc, out, err = run("bash", "train.sh", "--help")
     assert rc == 0 and "bash train.sh [RECIPE.yaml]" in out and "SUBMISSION" in out
+    assert "MAIN_ADDR" in out and out.endswith("(re-run the same command to resume, then export).\n")  # whole
     if not HAS_GPU:
         rc, out, err = run("bash", "train.sh", "configs/demo.yaml", env={"NUM_GPUS": "2"})
         assert_clean_error(rc, err, "NUM_GPUS=2 but this machine shows 0 GPU(s)", "set NUM_GPUS=0")
