@@ -357,7 +357,7 @@ def unknown_keys_error(config_rest: list[str], cli_rest: list[str]) -> RecipeErr
             key = item[2:].split("=", 1)[0].replace("-", "_") if item.startswith("--") else item
             close = closest_key(key, keys)
             found.append(f"{where} {key!r}" + (f" (did you mean {close}?)" if close else ""))
-    return RecipeError("unknown " + "; ".join(found) + " (python -m open_r1.grpo --help lists the keys)")
+    return RecipeError("unknown " + "; ".join(found) + " (open-r1-grpo --help lists the keys)")
 
 
 def parse_args(argv=None):
@@ -440,7 +440,7 @@ def short_help() -> str:
     total = len(trl_fields) + len(dataclasses.fields(ScriptArguments))
     return "\n".join(
         [
-            "usage: python -m open_r1.grpo --config RECIPE.yaml [--KEY VALUE ...]",
+            "usage: open-r1-grpo --config RECIPE.yaml [--KEY VALUE ...]   (= python -m open_r1.grpo)",
             "       (bash train.sh RECIPE.yaml [--KEY VALUE ...]: model, data and output dir from MODEL_PATH, DATA and "
             "OUTPUT_DIR, else the recipe's)",
             "",
@@ -452,7 +452,7 @@ def short_help() -> str:
             "Common keys of TRL's GRPOConfig / ModelConfig:",
             *map(describe, common),
             "",
-            f"All {total} keys, TRL's included: python -m open_r1.grpo --help-all",
+            f"All {total} keys, TRL's included: open-r1-grpo --help-all",
         ]
     )
 

@@ -133,7 +133,7 @@ def recipe_help(stages) -> str:
             if field.init:
                 default = field.default_factory() if callable(field.default_factory) else field.default
                 lines.append(f"{where}{field.name} (default: {default!r}): {field.metadata.get('help', '')}")
-    return "\n".join(lines) + "\ngrpo.*: any open_r1.grpo recipe key (python -m open_r1.grpo --help-all)"
+    return "\n".join(lines) + "\ngrpo.*: any open_r1.grpo recipe key (open-r1-grpo --help-all)"
 
 
 def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", oracle=None, run=run_pipeline) -> int:

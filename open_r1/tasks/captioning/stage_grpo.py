@@ -90,9 +90,7 @@ def parse_grpo(values: dict) -> tuple:
         reason = " ".join(str(exc).split()).rstrip(".")
     else:
         return grpo.combine_parsed(parsed)  # the tasks' settings and the alias, as open_r1.grpo's parse_args
-    raise RecipeError(
-        f"the grpo section does not parse as an open_r1.grpo recipe: {reason}; see python -m open_r1.grpo --help"
-    )
+    raise RecipeError(f"the grpo section does not parse as an open_r1.grpo recipe: {reason}; see open-r1-grpo --help")
 
 
 def parse(mapping, recipe) -> Section:
