@@ -6,23 +6,29 @@
 #
 # Environment (defaults: the recipe's model_name_or_path / dataset_name, else the users' machine layout):
 #   MODEL_PATH  base model                    (recipe, else /app/models/Qwen2-VL-2B-Instruct)
-#   DATA        train split, save_to_disk dir (recipe, else /app/data/train; the demo's is rendered on first use)
+#   DATA        train split, save_to_disk dir (recipe, else /app/data/train; the demo's is rendered on first use);
+#               the recipe's eval_sets (ood_val, val) are taken from DATA's folder where it holds them all
 #   SUBMISSION  where the merged model goes   (/app/submission where /app exists, else OUTPUT_DIR/submission)
 #   OUTPUT_DIR  run dir with checkpoints      (recipe, else runs/<recipe name>)
-#   NUM_GPUS    processes to launch           (all visible GPUs; 0 = CPU mode)
+#   NUM_GPUS    processes to launch per machine (all visible GPUs; 0 = CPU mode)
 #   ZERO3       1 = DeepSpeed ZeRO-3 with zero3.json (default, also on one GPU: its fp32 master weights keep the
 #               small updates that bf16 weights round away), 0 = plain DDP (faster, bf16 weights: docs/PERFORMANCE.md)
 #   GPU_MEMORY_CAP_GIB  cap each process's GPU memory, e.g. 48 to emulate 48 GB cards (experiments/bench/capped_grpo.py)
 #   REPLACE_SUBMISSION  1 = replace a scored submission (one holding its selfcheck.json) without comparing;
 #               by default the new model is written beside it (<SUBMISSION>.candidate-<time>) with the commands
 #               to score and promote it (docs/GUARANTEES.md)
+# Several machines: run the same command on each, with (SLURM example: docs/USAGE.md)
+#   NUM_MACHINES  machines in the run (1); each launches NUM_GPUS processes
+#   MACHINE_RANK  this machine's rank, 0 .. NUM_MACHINES-1 (0); rank 0 exports once training ends
+#   MAIN_ADDR     address of rank 0 (required with NUM_MACHINES > 1); MAIN_PORT its port (29500)
+#   OUTPUT_DIR and SUBMISSION must then be on a filesystem every machine shares.
 # On a machine without a GPU it runs one CPU process (the demo: bash train.sh configs/demo.yaml).
 # Every input is checked before the model loads (open_r1/validate.py). SIGTERM/SIGINT reach the trainer, which
 # saves a checkpoint and stops; no export follows a stop (re-run the same command to resume, then export).
 set -euo pipefail
 cd "$(dirname "$0")"
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; }  # the whole comment block above
 case "${1:-}" in
   -h|--help) usage; exit 0 ;;
 esac
@@ -72,6 +78,20 @@ if [ "$NUM_GPUS" -gt "$VISIBLE_GPUS" ]; then
   exit 2
 fi
 
+NUM_MACHINES=${NUM_MACHINES:-1}
+MACHINE_RANK=${MACHINE_RANK:-0}
+MAIN_PORT=${MAIN_PORT:-29500}
+if ! [[ "$NUM_MACHINES$MACHINE_RANK" =~ ^[0-9]+$ ]] || [ "$NUM_MACHINES" -lt 1 ] || [ "$MACHINE_RANK" -ge "$NUM_MACHINES" ]; then
+  echo "error: NUM_MACHINES=$NUM_MACHINES MACHINE_RANK=$MACHINE_RANK: set NUM_MACHINES >= 1 and MACHINE_RANK to" \
+       "this machine's rank, 0 .. NUM_MACHINES-1 (bash train.sh --help)" >&2
+  exit 2
+fi
+if [ "$NUM_MACHINES" -gt 1 ] && { [ -z "${MAIN_ADDR:-}" ] || [ "$NUM_GPUS" -eq 0 ]; }; then
+  echo "error: NUM_MACHINES=$NUM_MACHINES needs GPUs (NUM_GPUS=$NUM_GPUS) and MAIN_ADDR, the address of the" \
+       "MACHINE_RANK=0 machine (SLURM: docs/USAGE.md)" >&2
+  exit 2
+fi
+
 # ZeRO-3 shards gradients and optimizer state across processes and, even in one, keeps fp32 master weights
 ZERO3=${ZERO3:-1}
 if [ "$ZERO3" != 0 ] && [ "$ZERO3" != 1 ]; then  # any other value used to launch without DeepSpeed
@@ -92,8 +112,26 @@ if [ "$DATA" = runs/demo/data/train ] && [ ! -e "$DATA" ]; then
     --min-objects 1 --max-objects 5 --no-progress --overwrite  # only the missing train split
 fi
 
-ARGS=(--config "$RECIPE" --model_name_or_path "$MODEL_PATH" --dataset_name "$DATA" --output_dir "$OUTPUT_DIR" "$@")
-echo "[train.sh] recipe=$RECIPE model=$MODEL_PATH data=$DATA output=$OUTPUT_DIR gpus=$NUM_GPUS submission=$SUBMISSION"
+# The recipe's eval sets are named by their split (ood_val, val): where DATA's folder holds all of them, they are
+# taken from there, so DATA=<dir>/train brings its own held-out splits (docs/USAGE.md). --eval_sets overrides.
+EVAL_ARGS=()
+if [[ " $* " != *" --eval_sets "* ]]; then
+  mapfile -t EVAL_SETS < <($PYTHON -c '
+import os, sys, yaml
+sets = (yaml.safe_load(open(sys.argv[1])) or {}).get("eval_sets") or []
+sets = [sets] if isinstance(sets, str) else sets
+moved = [os.path.join(os.path.dirname(sys.argv[2]), os.path.basename(os.path.normpath(s))) for s in sets]
+if moved != sets and all(os.path.isdir(m) for m in moved):
+    print("\n".join(moved))' "$RECIPE" "$DATA" 2>/dev/null || true)
+  if [ ${#EVAL_SETS[@]} -gt 0 ]; then
+    EVAL_ARGS=(--eval_sets "${EVAL_SETS[@]}")
+    echo "[train.sh] eval_sets from DATA's folder: ${EVAL_SETS[*]}"
+  fi
+fi
+ARGS=(--config "$RECIPE" --model_name_or_path "$MODEL_PATH" --dataset_name "$DATA" --output_dir "$OUTPUT_DIR"
+      "${EVAL_ARGS[@]}" "$@")
+echo "[train.sh] recipe=$RECIPE model=$MODEL_PATH data=$DATA output=$OUTPUT_DIR gpus=$NUM_GPUS" \
+     "machine=$MACHINE_RANK/$NUM_MACHINES submission=$SUBMISSION"
 
 # Run a child in the background and wait for it, forwarding SIGTERM/SIGINT: the trainer's graceful stop saves a
 # checkpoint at the end of the step (a shell killed alone would leave it orphaned, never saving).
@@ -129,7 +167,9 @@ if [ "$NUM_GPUS" -eq 0 ]; then
   run_child $PYTHON -m $GRPO_MODULE "${ARGS[@]}" --use_cpu true || RC=$?
 else
   # --quiet: a failed run ends with its own error line, not the launcher's traceback (several GPUs: torch's summary)
-  LAUNCH=($PYTHON -m accelerate.commands.launch --quiet --num_processes "$NUM_GPUS" --num_machines 1 --machine_rank 0 --main_process_port "${MAIN_PORT:-29500}")
+  LAUNCH=($PYTHON -m accelerate.commands.launch --quiet --num_processes $((NUM_GPUS * NUM_MACHINES))
+          --num_machines "$NUM_MACHINES" --machine_rank "$MACHINE_RANK" --main_process_port "$MAIN_PORT")
+  [ -n "${MAIN_ADDR:-}" ] && LAUNCH+=(--main_process_ip "$MAIN_ADDR")
   if [ "$ZERO3" = "1" ]; then
     ARGS+=(--deepspeed zero3.json)
   fi
@@ -146,6 +186,10 @@ if [ "$RC" -ne 0 ]; then
   exit "$RC"
 fi
 
+if [ "$MACHINE_RANK" -ne 0 ]; then
+  echo "[train.sh] done on machine $MACHINE_RANK; machine 0 exports the model to $SUBMISSION"
+  exit 0
+fi
 EXPORT_ARGS=(--checkpoint "$OUTPUT_DIR" --out "$SUBMISSION")
 [ "${REPLACE_SUBMISSION:-0}" = "1" ] && EXPORT_ARGS+=(--replace)
 RC=0

@@ -103,3 +103,9 @@ class CliHelp(argparse.RawDescriptionHelpFormatter):
         if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text or not text:
             return action.help
         return f"{text} (default: %(default)s)"
+
+
+def cli_parser(prog: str, description: str | None, parser_class=argparse.ArgumentParser, **kwargs):
+    """The parser of every console script: named as the script (also under python -m), CliHelp's help, and no
+    prefix abbreviations (`--min-vote` is an error, not a silent `--min-votes`)."""
+    return parser_class(prog=prog, description=description, formatter_class=CliHelp, allow_abbrev=False, **kwargs)

@@ -21,12 +21,12 @@ from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from open_r1 import modeling, validate
 from open_r1 import rewards as rewards_lib
-from open_r1 import run as run_lib
 from open_r1.checks import check_counts, closest_key, raise_all
 from open_r1.errors import OpenR1Error, RecipeError, error_exit, user_error
 from open_r1.families import FAMILIES, vision_tower
 from open_r1.jsonio import write_json
 from open_r1.noise import quiet_library_noise
+from open_r1.run import safety as run_lib
 from open_r1.submission.export import TRAINING_META_FILE
 from open_r1.tasks import TASK_SETTINGS, get_task, settings_class, task_settings
 from open_r1.trainer import VLMGRPOTrainer, check_noisy_rollouts
@@ -343,7 +343,7 @@ def unknown_keys_error(config_rest: list[str], cli_rest: list[str]) -> RecipeErr
             key = item[2:].split("=", 1)[0].replace("-", "_") if item.startswith("--") else item
             close = closest_key(key, keys)
             found.append(f"{where} {key!r}" + (f" (did you mean {close}?)" if close else ""))
-    return RecipeError("unknown " + "; ".join(found) + " (python -m open_r1.grpo --help lists the keys)")
+    return RecipeError("unknown " + "; ".join(found) + " (open-r1-grpo --help lists the keys)")
 
 
 def parse_args(argv=None, values: dict | None = None) -> tuple:
@@ -455,7 +455,7 @@ def short_help() -> str:
     total = len(trl_fields) + len(dataclasses.fields(ScriptArguments))
     return "\n".join(
         [
-            "usage: python -m open_r1.grpo --config RECIPE.yaml [--KEY VALUE ...]",
+            "usage: open-r1-grpo --config RECIPE.yaml [--KEY VALUE ...]   (= python -m open_r1.grpo)",
             "       (bash train.sh RECIPE.yaml [--KEY VALUE ...]: model, data and output dir from MODEL_PATH, DATA and "
             "OUTPUT_DIR, else the recipe's)",
             "",
@@ -467,7 +467,7 @@ def short_help() -> str:
             "Common keys of TRL's GRPOConfig / ModelConfig:",
             *map(describe, common),
             "",
-            f"All {total} keys, TRL's included: python -m open_r1.grpo --help-all",
+            f"All {total} keys, TRL's included: open-r1-grpo --help-all",
         ]
     )
 

@@ -41,14 +41,14 @@ def check_model_dir(path: str) -> dict:
         raise ModelError(
             f"model directory {path} does not exist. Set MODEL_PATH / --model_name_or_path to a Qwen2-VL, Qwen2.5-VL "
             "or Qwen3-VL checkpoint (e.g. /app/models/Qwen2-VL-2B-Instruct), or build a tiny test model: "
-            "python scripts/make_tiny_model.py --family qwen2_vl --out models/tiny-qwen2vl"
+            "open-r1-tiny-model --family qwen2_vl --out models/tiny-qwen2vl"
         )
     config_path = os.path.join(path, "config.json")
     if not os.path.isfile(config_path):
         if os.path.isfile(os.path.join(path, "adapter_config.json")):
             raise ModelError(
                 f"{path} holds a LoRA adapter, not a full model. Merge it first: "
-                f"python -m open_r1.submission.export --checkpoint {path} --out <dir>"
+                f"open-r1-export --checkpoint {path} --out <dir>"
             )
         raise ModelError(f"{path} has no config.json; it is not a saved transformers model")
     config = read_json(config_path)

@@ -6,12 +6,11 @@ and `qwen3_vl` are laid out like Qwen2-VL-2B-Instruct, Qwen2.5-VL-3B-Instruct an
 The tiny model keeps the real 151936-row embedding, and its BPE (trained here) is padded with placeholders up to the
 real added-token ids, so ids mean what they mean in the real model. Weights are seeded per parameter name.
 
-    python -m open_r1.tiny_models --family qwen3_vl --out models/tiny-qwen3vl      # or scripts/make_tiny_model.py
+    open-r1-tiny-model --family qwen3_vl --out models/tiny-qwen3vl      # = python -m open_r1.tiny_models
 """
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import math
@@ -22,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from open_r1.errors import CliHelp, ModelError, OpenR1Error, error_exit
+from open_r1.errors import ModelError, OpenR1Error, cli_parser, error_exit
 from open_r1.families import SUPPORTED, get_family
 from open_r1.jsonio import read_json, write_json
 from open_r1.submission.install import check_target, installing
@@ -596,7 +595,7 @@ def check_replaceable(out_dir: Path, overwrite: bool = False) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: build one checkpoint; prints its path. Exit 0, or 2 with `error: ...` for a bad request."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=CliHelp)
+    parser = cli_parser("open-r1-tiny-model", __doc__.split("\n\n")[0])
     parser.add_argument("--family", default="qwen2_vl", choices=SUPPORTED, help="model family")
     parser.add_argument("--out", required=True, help="checkpoint directory to write (atomically)")
     parser.add_argument("--full-size", action="store_true", help="the real model's dimensions, random bf16 weights")

@@ -289,7 +289,7 @@ def test_grpo_negative_budget_and_keep_best_without_eval_sets(tiny_model_dir, sc
 
 def test_time_budget_zero_or_off_means_no_budget():
     from open_r1 import validate
-    from open_r1.run import TimeBudgetCallback, build_run_callbacks
+    from open_r1.run.safety import TimeBudgetCallback, build_run_callbacks
 
     for value in ("0", "off", "none"):
         training_args = types.SimpleNamespace(output_dir="/nonexistent", resume_from_checkpoint=None, process_index=0)
@@ -1005,6 +1005,7 @@ def test_a_run_dir_of_another_base_model_is_refused(tiny_model_dir, scene_data_d
 def test_train_sh_help_and_gpu_count():
     rc, out, err = run("bash", "train.sh", "--help")
     assert rc == 0 and "bash train.sh [RECIPE.yaml]" in out and "SUBMISSION" in out
+    assert "MAIN_ADDR" in out and out.endswith("(re-run the same command to resume, then export).\n")  # whole
     if not HAS_GPU:
         rc, out, err = run("bash", "train.sh", "configs/demo.yaml", env={"NUM_GPUS": "2"})
         assert_clean_error(rc, err, "NUM_GPUS=2 but this machine shows 0 GPU(s)", "set NUM_GPUS=0")
@@ -1110,3 +1111,35 @@ def test_every_console_script_resolves_and_its_help_shows_the_defaults(monkeypat
             raise SystemExit(getattr(importlib.import_module(module), function)(["--help"]))
         out = capsys.readouterr().out
         assert done.value.code in (0, None) and needle in " ".join(out.split()), (name, out[-2000:])
+
+
+@pytest.mark.parametrize(
+    "script, entry, abbreviated",
+    [
+        ("open-r1-selfcheck", "open_r1.tasks.counting.selfcheck:main", ["--lim", "3"]),
+        ("open-r1-scenes", "open_r1.tasks.counting.scenes.cli:main", ["--out", "x", "--see", "3"]),
+        ("open-r1-plot-run", "open_r1.run.keep_best:main", ["x", "--ou", "3"]),
+        ("open-r1-tiny-model", "open_r1.tiny_models:main", ["--out", "x", "--fam", "3"]),
+        (
+            "open-r1-caption-prepare",
+            "open_r1.tasks.captioning.prepare:main",
+            ["--hub", "x", "--out", "x", "--min-vote", "3"],
+        ),
+    ],
+)
+def test_console_script_help_answers_before_torch_loads_and_refuses_abbreviated_flags(script, entry, abbreviated):
+    """--help is argparse's alone (torch takes seconds to import), names the console script, and a prefix of a flag
+    is an error, never silently the longer flag (`--min-vote 3` would have meant --min-votes 3)."""
+    module, function = entry.split(":")
+    probe = (
+        f"import sys\nfrom {module} import {function} as main\n"
+        "try:\n    code = main(sys.argv[1:])\nexcept SystemExit as done:\n    code = done.code\n"
+        "print('torch loaded' if 'torch' in sys.modules else 'no torch', code)"
+    )
+    rc, out, err = py("-c", probe, "--help")
+    assert rc == 0 and out.startswith(f"usage: {script} ") and "scripts/" not in out, out[-2000:] + err[-2000:]
+    assert out.rstrip().endswith("no torch 0"), out[-300:]
+    rc, out, err = py("-c", probe, *abbreviated)
+    assert f"unrecognized arguments: {' '.join(abbreviated[-2:])}" in err and out.rstrip().endswith(" 2"), (
+        out[-300:] + err[-2000:]
+    )

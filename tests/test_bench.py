@@ -278,8 +278,8 @@ def test_every_preset_builds_a_valid_config(tmp_path, tiny):
     ctx.tiny = tiny
     for name in bench.PRESETS:
         variant = bench.resolve_variant(name, bench.PRESETS, ctx.recipe)
-        if variant.deepspeed and bench.missing_requirements(variant):
-            continue  # GRPOConfig(deepspeed=...) needs DeepSpeed (not on this CPU machine): test_zero3_variants
+        if variant.deepspeed:  # GRPOConfig(deepspeed=...) needs DeepSpeed and, where it is installed, starts
+            continue  # torch.distributed for the whole process (the bench runs it alone): test_zero3_variants
         if not tiny:
             variant.overrides.update({"use_cpu": True, "bf16": False})
         args, geometry = bench.build_grpo_config(variant, ctx, str(tmp_path / name))

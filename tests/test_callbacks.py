@@ -12,11 +12,11 @@ from safetensors.torch import save_file
 from transformers import TrainerControl, TrainerState
 from transformers.trainer_utils import rotate_checkpoints
 
-from open_r1 import run as cb
 from open_r1.errors import BudgetError
 from open_r1.jsonio import write_json
 from open_r1.run import budget as budget_lib
 from open_r1.run import keep_best
+from open_r1.run import safety as cb
 from open_r1.tasks import get_task
 from open_r1.tasks.counting.evaluate import SetReport
 
@@ -484,7 +484,7 @@ RANK_SCRIPT = r"""
 import json, os, sys
 import torch.distributed as dist
 from datasets import Dataset
-from open_r1 import run as cb
+from open_r1.run import safety as cb
 from open_r1.run.common import _reduce_max
 from open_r1.tasks import get_task
 from open_r1.tasks.counting.evaluate import SetReport

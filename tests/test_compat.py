@@ -358,7 +358,7 @@ def test_the_static_check_finds_private_uses(tmp_path):
 def test_no_private_library_name_outside_compat():
     files = [
         p
-        for folder in ("open_r1", "experiments", "scripts")
+        for folder in ("open_r1", "experiments")
         for p in sorted((ROOT / folder).rglob("*.py"))
         if p.name != "compat.py"
     ] + [ROOT / "selfcheck.py"]

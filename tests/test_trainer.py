@@ -628,10 +628,19 @@ def test_under_zero3_the_trainer_hooks_each_block_not_the_vision_tower(
     from open_r1 import families
 
     marked = []
-    fake = types.ModuleType("deepspeed")
-    fake.__spec__ = importlib.machinery.ModuleSpec("deepspeed", None)
-    fake.utils = types.SimpleNamespace(set_z3_leaf_modules=lambda model, classes: marked.append((model, classes)))
-    monkeypatch.setitem(sys.modules, "deepspeed", fake)
+
+    def mark(model, classes):
+        marked.append((model, classes))
+
+    try:  # where DeepSpeed is installed (.[gpu]), accelerate imports more of it than a stand-in would hold
+        import deepspeed.utils
+
+        monkeypatch.setattr(deepspeed.utils, "set_z3_leaf_modules", mark)
+    except ImportError:
+        fake = types.ModuleType("deepspeed")
+        fake.__spec__ = importlib.machinery.ModuleSpec("deepspeed", None)
+        fake.utils = types.SimpleNamespace(set_z3_leaf_modules=mark)
+        monkeypatch.setitem(sys.modules, "deepspeed", fake)
     monkeypatch.setattr(trainer_lib, "uses_zero3", lambda trainer: True)
     trainer = _trainer(tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, "--fast_decode", "hf")
     ((model, classes),) = marked

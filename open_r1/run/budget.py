@@ -193,7 +193,8 @@ class ReserveEstimator:
 
 
 def record_export_seconds(run_dir: str, seconds: float) -> None:
-    """Called by open_r1.submission.export: the measured export (+verify) time, for the next round's budget."""
+    """Called by open_r1.submission.export (open-r1-export): the measured export (+verify) time, for the next round's
+    budget."""
     path = os.path.join(run_dir, TIMINGS_FILE)
     data = read_json(path, None) or {}
     previous = data.get("export_seconds")

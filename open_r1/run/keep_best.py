@@ -9,14 +9,13 @@ killed mid-way is still exported from its best evaluated checkpoint.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
 import sys
 import time
 
-from open_r1.errors import CliHelp, OpenR1Error, error_exit
+from open_r1.errors import OpenR1Error, cli_parser, error_exit
 from open_r1.jsonio import read_json, write_json
 
 HISTORY_FILE = "eval_history.json"
@@ -241,8 +240,8 @@ def latest_log_history(run_dir: str) -> list[dict]:
 
 CLI_DOC = """Scores of every evaluated checkpoint of a run: a table, and the plot redrawn (accuracy and reward vs step).
 
-    python scripts/plot_run.py runs/qwen2vl_2b_counting                 # writes runs/.../eval_history.png
-    python scripts/plot_run.py runs/qwen2vl_2b_counting --out plot.png
+    open-r1-plot-run runs/qwen2vl_2b_counting                 # writes runs/.../eval_history.png
+    open-r1-plot-run runs/qwen2vl_2b_counting --out plot.png
 
 Reads <run>/eval_history.json (written during training by the in-training evaluation) and the reward log of the
 newest checkpoint's trainer_state.json. The best checkpoint (keep-best rule: highest primary/OOD accuracy, ties ->
@@ -258,7 +257,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=CLI_DOC, formatter_class=CliHelp)
+    parser = cli_parser("open-r1-plot-run", CLI_DOC)
     parser.add_argument("run_dir")
     parser.add_argument("--out", default=None, help=f"PNG path (default <run_dir>/{HISTORY_PLOT})")
     args = parser.parse_args(argv)

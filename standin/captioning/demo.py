@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     return pipeline.main(
         argv,
         stages_of(argv),
-        prog="standin.captioning.demo",
+        prog="python -m standin.captioning.demo",
         run=functools.partial(parallel.run_pipeline, job_result=job_result),
         run_config=parallel.RunConfig,
     )

@@ -31,7 +31,7 @@ def check_keys(where: str, mapping: dict, valid) -> None:
         for key in unknown:
             match = closest_key(key, valid)
             named.append(prefix + key + (f" (did you mean {prefix}{match}?)" if match else ""))
-        listed = ", ".join(valid) if len(valid) <= 40 else "python -m open_r1.grpo --help-all lists them"
+        listed = ", ".join(valid) if len(valid) <= 40 else "open-r1-grpo --help-all lists them"
         raise RecipeError(
             f"unknown key(s) {', '.join(named)} in {f'section {where}' if where else 'the recipe'}; valid: {listed}"
         )

@@ -12,13 +12,12 @@ Results: ``<work_dir>/results/pipeline.json`` and ``results.md``; ``--out DIR`` 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import shutil
 import time
 
-from open_r1.errors import CliHelp, OpenR1Error, error_exit
+from open_r1.errors import OpenR1Error, cli_parser, error_exit
 from open_r1.jsonio import read_json, write_json, write_text
 from open_r1.tasks.captioning import config, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
 
@@ -127,16 +126,14 @@ def recipe_help(stages, run_config: type = config.RunConfig) -> str:
             if field.init:
                 default = field.default_factory() if callable(field.default_factory) else field.default
                 lines.append(f"{where}{field.name} (default: {default!r}): {field.metadata.get('help', '')}")
-    return "\n".join(lines) + "\ngrpo.*: any open_r1.grpo recipe key (python -m open_r1.grpo --help-all)"
+    return "\n".join(lines) + "\ngrpo.*: any open_r1.grpo recipe key (open-r1-grpo --help-all)"
 
 
-def main(
-    argv=None, stages=STAGES, prog: str = "open_r1.tasks.captioning.pipeline", run=run_pipeline, run_config=None
-) -> int:
+def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", run=run_pipeline, run_config=None) -> int:
     """The CLI over `stages`; `run` (a runner) and `run_config` (the top-level keys): the stand-in's."""
     run_config = run_config or config.RunConfig
     names = [stage.NAME for stage in stages]
-    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=__doc__, formatter_class=CliHelp)
+    parser = cli_parser(prog, __doc__)
     parser.add_argument("--config", help="the recipe (configs/captioning/*.yaml); required but for --help-recipe")
     parser.add_argument(
         "--set",

@@ -64,7 +64,7 @@ from collections import Counter, defaultdict
 
 import ftfy
 
-from open_r1.errors import DataError, OpenR1Error, error_exit
+from open_r1.errors import DataError, OpenR1Error, cli_parser, error_exit
 from open_r1.jsonio import write_json
 from open_r1.submission.install import check_target, installing
 from open_r1.tasks.captioning import data, protocol
@@ -605,11 +605,7 @@ def prepare(args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="open-r1-caption-prepare",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = cli_parser("open-r1-caption-prepare", __doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--ratings", help="checkout of the public ratings repository (summaries/, cartoons/)")
     source.add_argument(

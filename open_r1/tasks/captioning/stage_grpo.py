@@ -77,7 +77,7 @@ def parse_grpo(values: dict) -> tuple:
         return grpo.parse_args([], values)
     except RecipeError as exc:
         raise RecipeError(
-            f"the grpo section does not parse as an open_r1.grpo recipe: {exc}; see python -m open_r1.grpo --help"
+            f"the grpo section does not parse as an open_r1.grpo recipe: {exc}; see open-r1-grpo --help"
         ) from None
 
 

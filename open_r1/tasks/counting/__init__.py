@@ -23,3 +23,10 @@ class CountingSettings:
             "(recognised without it: image/problem/solution, and R1-V's eval jsonl image_path/question/ground_truth)."
         },
     )
+    image_root: str | None = field(
+        default=None,
+        metadata={
+            "help": "Folder that relative image paths of a .jsonl/.json set start from (R1-V's ./images/x.png); "
+            "without it: the current directory."
+        },
+    )

@@ -18,21 +18,17 @@ saved processor and generation config, first <answer>N</answer> match, integer e
 predictions.
 """
 
-import argparse
 import os
 import sys
 
-import open_r1.generation
-from open_r1.errors import CliHelp, OpenR1Error, error_exit
-from open_r1.modeling import load_model, load_processor
+# Only light modules here: --help and the argument checks answer before torch/transformers load (the rest is
+# imported inside the functions that need it).
+from open_r1.checks import raise_all
+from open_r1.errors import OpenR1Error, cli_parser, error_exit
 from open_r1.noise import quiet_library_noise
 from open_r1.submission.install import exit_cli, settle
-from open_r1.submission.verify import COUNTING_GRADER_CLASS, verify_submission
 from open_r1.tasks import get_task, one_line
-from open_r1.tasks.counting.data import drop_non_counts, validate_counting_dataset
-from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report
-from open_r1.tasks.counting.task import CountingTask
-from open_r1.validate import check_images, dataset_problems, model_dir_problems, raise_all
+from open_r1.tasks.counting import CountingSettings
 
 DEFAULT_MODEL = "/app/submission"
 DEFAULT_SETS = ["/app/data/val", "/app/data/ood_val"]
@@ -41,6 +37,8 @@ DEFAULT_SETS = ["/app/data/val", "/app/data/ood_val"]
 def run_verify(model_dir: str, strict: bool, any_family: bool = False) -> int:
     """The counting submission's load check (the grader loads Qwen2VLForConditionalGeneration), or with
     `any_family` the check of a model of any supported family as its own class."""
+    from open_r1.submission.verify import COUNTING_GRADER_CLASS, verify_submission  # deferred: torch
+
     report = verify_submission(
         model_dir, strict_answer=strict, expected_class=None if any_family else COUNTING_GRADER_CLASS
     )
@@ -103,7 +101,11 @@ def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int |
     """Check the model dir and every set at once (one error listing each problem with its option), then every
     image the run will read; returns [(name, dataset, rows left out as no count)]. `settings`: `columns` and
     `image_root` (the command's arguments)."""
-    task = get_task("counting", settings)
+    from open_r1.checks import check_images
+    from open_r1.tasks.counting.data import drop_non_counts, validate_counting_dataset
+    from open_r1.validate import dataset_problems, model_dir_problems  # deferred: torch, transformers
+
+    task = get_task("counting", settings=settings)  # one task for every set: it keeps the sets it loads
     option = "--sets" if explicit_sets else "--sets (or --val / --ood-val)"
     problems = model_dir_problems(model_dir, "--model / SUBMISSION")
     real = [os.path.realpath(p) for p in sets]
@@ -112,7 +114,7 @@ def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int |
         for i, path in enumerate(sets)
         if real[i] in real[:i]
     ]
-    loaded, task = [], CountingTask()  # one task for every set: it keeps the sets it loads
+    loaded = []
     for path in sets:
         found, dataset = dataset_problems(path, option, task=task)
         problems += found
@@ -138,7 +140,7 @@ def main(argv=None) -> int:
 
 
 def _run(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=CliHelp)
+    parser = cli_parser("open-r1-selfcheck", __doc__)
     parser.add_argument(
         "--model", default=os.environ.get("SUBMISSION", DEFAULT_MODEL), help="model dir to score ($SUBMISSION when set)"
     )
@@ -205,6 +207,10 @@ def _run(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     check_arguments(args)
+    import open_r1.generation  # deferred (torch, transformers): --help and bad arguments answer without them
+    from open_r1.modeling import load_model, load_processor
+    from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report
+
     settle(args.model)  # a swap cut by a power loss is completed or undone first
 
     if args.verify:
@@ -213,9 +219,8 @@ def _run(argv=None) -> int:
     import torch  # deferred: --help and the argument checks run without it
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    datasets_ = load_sets(
-        args.model, sets, bool(args.sets), args.limit, args
-    )  # a DataError / ModelError: main prints it
+    settings = CountingSettings(columns=args.columns, image_root=args.image_root)
+    datasets_ = load_sets(args.model, sets, bool(args.sets), args.limit, settings)  # a DataError: main prints it
     model = load_model(args.model, dtype="auto", vision_attention=args.vision_attention).to(device).eval()
     processor = load_processor(args.model)
     open_r1.generation.DEFAULT_DECODER = args.decoder  # what evaluate_dataset's generate_texts calls use

@@ -1,4 +1,4 @@
-"""Command line of the scene generator (``python -m open_r1.tasks.counting.scenes``, scripts/generate_data.py).
+"""Command line of the scene generator (``open-r1-scenes`` = ``python -m open_r1.tasks.counting.scenes``).
 
 Writes the splits (one ``save_to_disk`` folder per split under ``--out``) and prints a throughput table;
 ``--preview N`` instead renders N PNG files of one ``--renderer``. Bad arguments: one ``error:`` line, status 2.
@@ -15,7 +15,7 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 # after the BLAS setting above, like numpy's users below
-from open_r1.errors import CliHelp, SceneArgumentError, error_exit, user_error  # noqa: E402
+from open_r1.errors import SceneArgumentError, cli_parser, error_exit, user_error  # noqa: E402
 from open_r1.jsonio import write_json  # noqa: E402
 from open_r1.submission.install import check_target  # noqa: E402
 
@@ -34,10 +34,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m open_r1.tasks.counting.scenes",
-        description="Render CLEVR-style counting splits (train/val: CoGenT A, compositional: B, ood_val: vehicles).",
-        formatter_class=CliHelp,
+    parser = cli_parser(
+        "open-r1-scenes",
+        "Render CLEVR-style counting splits (train/val: CoGenT A, compositional: B, ood_val: vehicles).",
+        parser_class=_Parser,
     )
     parser.add_argument("--out", required=True, help="output directory; gets one save_to_disk folder per split")
     for split, flag in SPLIT_FLAGS.items():
