@@ -28,20 +28,19 @@ class RunConfig(config.RunConfig):
     )
 
 
-def rm_jobs(recipe) -> list[list[str]] | None:
+def rm_jobs(cfg, paths, seed: int) -> list[list[str]] | None:
     """With ``rm.parallel``: the ``--set`` overrides of the sub-jobs (each seed's RM, the blind control); the
     runner then calls ``stage_rm.finish`` on their merged results."""
-    cfg = recipe.section("rm")
     if not cfg.parallel:
         return None
-    seeds = stage_rm.rm_seeds(recipe)
+    seeds = stage_rm.rm_seeds(cfg, seed)
     return [["rm.only=rm"] + ([f"rm.seed={seed}"] if len(seeds) > 1 else []) for seed in seeds] + (
         [["rm.only=rm_blind"]] if cfg.blind else []
     )
 
 
-def grpo_jobs(recipe) -> list[list[str]] | None:
-    settings = recipe.section("grpo").settings
+def grpo_jobs(section, paths) -> list[list[str]] | None:
+    settings = section.settings
     return [[f"grpo.seeds=[{seed}]"] for seed in settings.seeds] if settings.parallel else None
 
 
@@ -56,7 +55,7 @@ JOBS, MERGE = {"rm": rm_jobs, "grpo": grpo_jobs}, {"grpo": grpo_merge}  # the st
 def jobs(stage, recipe) -> list[list[str]] | None:
     """A stage's sub-jobs (each a list of ``--set`` overrides), None when it runs in this process."""
     find = JOBS.get(stage.NAME) or getattr(stage, "jobs", None)
-    return find(recipe) if find else None
+    return find(*recipe.args(stage)) if find else None
 
 
 def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
@@ -73,7 +72,7 @@ def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
         between = {
             p: s for s in order[order.index(at) : order.index(name)] for p in pipeline.outputs(recipe, by_name[s])
         }
-        for item in by_name[name].inputs(recipe).values():
+        for item in by_name[name].inputs(*recipe.args(by_name[name])).values():
             if item.path in between:
                 raise RecipeError(
                     f"start_early: {name} reads {item.path}, which the {between[item.path]} stage writes "
@@ -132,7 +131,7 @@ def collect_parallel(stage, recipe, procs: list[tuple]) -> dict:
     if failed:
         raise OpenR1Error(f"stage {stage.NAME}: sub-job(s) failed: {'; '.join(failed)}")
     merged = MERGE[stage.NAME](parts) if stage.NAME in MERGE else {k: v for part in parts for k, v in part.items()}
-    return stage.finish(recipe, merged) if hasattr(stage, "finish") else merged
+    return stage.finish(*recipe.args(stage), merged) if hasattr(stage, "finish") else merged
 
 
 _THREADS_AT_START: list[int] = []
@@ -178,7 +177,7 @@ class Runner:
         elif own:
             result = collect_parallel(stage, recipe, launch_parallel(recipe, self.entry, stage.NAME, own))
         else:
-            result = stage.run(recipe)
+            result = stage.run(*recipe.args(stage))
         return t0, result
 
     def __enter__(self):
@@ -208,7 +207,7 @@ def run_pipeline(
     if job_result:
         (stage,) = [s for s in stages if s.NAME == run[0]]
         pipeline.preflight(recipe, stages, [stage.NAME])
-        result = stage.run(recipe)
+        result = stage.run(*recipe.args(stage))
         write_json(job_result, result)
         return result
     with Runner(recipe, stages, [s.NAME for s in stages] if run is None else list(run), entry) as runner:

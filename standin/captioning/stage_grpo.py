@@ -15,5 +15,5 @@ class Settings(stage_grpo.Settings):
     parallel: bool = help_field(False, "run the seeds as parallel processes")
 
 
-def parse(mapping, recipe) -> stage_grpo.Section:
-    return stage_grpo.parse(mapping, recipe, Settings)
+def parse(mapping, paths) -> stage_grpo.Section:
+    return stage_grpo.parse(mapping, paths, Settings)

@@ -11,7 +11,7 @@ import numpy as np
 
 from open_r1.tasks.captioning import stage_rm
 from open_r1.tasks.captioning.config import help_field, require
-from open_r1.tasks.captioning.stage_rm import NAME, inputs, outputs  # noqa: F401
+from open_r1.tasks.captioning.stage_rm import NAME, TAKES, inputs, outputs  # noqa: F401
 
 
 @dataclasses.dataclass
@@ -29,24 +29,24 @@ class Config(stage_rm.Config):
         )
 
 
-def label_agreement(recipe, split: str) -> float | None:
+def label_agreement(cfg: Config, paths, seed: int, split: str) -> float | None:
     """The share of `split`'s held-out pairs whose chosen caption also has the higher hidden score."""
-    dataset, index = stage_rm.held_out_index(recipe, split)
+    dataset, index = stage_rm.held_out_index(cfg, paths, seed, split)
     if not len(index):
         return None
     hidden = np.asarray(dataset["oracle"], dtype=np.float64)
     return float(np.mean(hidden[index[:, 0]] > hidden[index[:, 1]]))
 
 
-def run(recipe) -> dict:
+def run(cfg: Config, paths, seed: int) -> dict:
     """The real stage's RMs, or one parallel sub-job's share of them, with the labels' agreement added."""
-    cfg = recipe.section(NAME)
-    seeds = [cfg.seed] if cfg.seed is not None else stage_rm.rm_seeds(recipe)
-    report = stage_rm.train(recipe, seeds if cfg.only != "rm_blind" else [], cfg.blind and cfg.only != "rm")
+    seeds = [cfg.seed] if cfg.seed is not None else stage_rm.rm_seeds(cfg, seed)
+    only_blind, blind = cfg.only == "rm_blind", cfg.blind and cfg.only != "rm"
+    report = stage_rm.train(cfg, paths, seed, [] if only_blind else seeds, blind)
     if cfg.only in (None, "rm") and cfg.seed is None:  # every seed trained here: keep the best (a job: the runner)
-        report = stage_rm.finish(recipe, report)
+        report = stage_rm.finish(cfg, paths, seed, report)
     splits = {split for entry in report.values() for split in entry.get("held_out") or {}}
-    agreement = {split: label_agreement(recipe, split) for split in sorted(splits)}
+    agreement = {split: label_agreement(cfg, paths, seed, split) for split in sorted(splits)}
     for entry in report.values():
         for split, result in (entry.get("held_out") or {}).items():
             result["oracle_agreement_of_labels"] = agreement[split]

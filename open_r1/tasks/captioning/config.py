@@ -8,6 +8,7 @@ another, and ``__post_init__`` checks the rest. ``--set section.key=value`` over
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 import types
@@ -183,10 +184,20 @@ class Recipe:
     def section(self, name: str):
         return self.sections[name]
 
+    def args(self, stage) -> tuple:
+        """A stage's arguments: its own section, the paths, then what it takes from elsewhere (``stage.TAKES``:
+        ``seed``, a section, or ``section.key``), read here so that a stage reads no other section."""
+        taken = [key.split(".") for key in getattr(stage, "TAKES", ())]
+        return (
+            self.sections[stage.NAME],
+            self.paths,
+            *(self.seed if k == ["seed"] else functools.reduce(getattr, k[1:], self.sections[k[0]]) for k in taken),
+        )
+
 
 def parse_recipe(path: str, overrides: list[str] | None, stages, run_config: type = RunConfig) -> Recipe:
     """Parse the recipe at `path` for the ordered `stages` (modules with ``NAME`` and ``Config``, or ``parse(mapping,
-    recipe)`` where a section needs more): top-level keys (`run_config`: the stand-in adds its own), then every
+    paths)`` where a section needs more): top-level keys (`run_config`: the stand-in adds its own), then every
     stage's section in order, each once."""
     raw = load_yaml(path, overrides)
     names = [stage.NAME for stage in stages]
@@ -197,7 +208,7 @@ def parse_recipe(path: str, overrides: list[str] | None, stages, run_config: typ
         mapping = raw.get(stage.NAME)
         parse = getattr(stage, "parse", None)
         recipe.sections[stage.NAME] = (
-            parse(mapping, recipe) if parse else parse_section(stage.NAME, stage.Config, mapping)
+            parse(mapping, recipe.paths) if parse else parse_section(stage.NAME, stage.Config, mapping)
         )
     return recipe
 
