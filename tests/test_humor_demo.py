@@ -79,8 +79,8 @@ def test_the_grpo_section_is_parsed_once_per_preflight_and_not_again_per_seed(tm
 
 
 def test_parallel_jobs_split_independent_work():
-    from open_r1.tasks.captioning import stage_grpo, stage_rm, stage_sft
-    from standin.captioning import stage_pretrain
+    from open_r1.tasks.captioning import stage_sft
+    from standin.captioning import stage_grpo, stage_pretrain, stage_rm
     from standin.captioning.parallel import jobs
 
     recipe = load(H200)
@@ -100,6 +100,33 @@ def test_parallel_jobs_split_independent_work():
     for job in (jobs(stage_grpo, recipe), jobs(stage_rm, recipe), jobs(stage_pretrain, recipe)):
         for sets in job:
             load(H200, sets)
+
+
+def test_the_standin_wrappers_keep_the_real_stages_finish_and_check(tmp_path):
+    """The stand-in's rm stage run as one job per seed: once the jobs end, the runner keeps the best seed on val as
+    models/rm (GRPO's RM); its grpo stage: the real preflight check of the RM's device, before any input."""
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import pipeline
+    from standin.captioning import parallel, stage_rm
+
+    recipe = load(H200, [f"work_dir={tmp_path}", "rm.seeds=[0, 1]"])
+    paths, procs = recipe.paths, []
+
+    class Done:
+        def wait(self):
+            return 0
+
+    for seed, val in ((0, 0.61), (1, 0.74)):
+        os.makedirs(paths.rm_seed(seed))
+        result, log = tmp_path / f"rm_{seed}.json", tmp_path / f"rm_{seed}.log"
+        result.write_text(json.dumps({f"rm_s{seed}": {"out": paths.rm_seed(seed), "held_out": {"val": _acc(val)}}}))
+        log.write_text("")
+        procs.append((Done(), open(log), str(result), str(log), [f"rm.seed={seed}"]))
+    report = parallel.collect_parallel(stage_rm, recipe, procs)
+    assert report["rm"]["selected"]["seed"] == 1 and os.path.isdir(paths.rm)
+    bad = load(H200, [f"work_dir={tmp_path}", "grpo.reward_kwargs={caption_rm: {device: 'cuda:7'}}"])
+    with pytest.raises(RecipeError, match="caption_rm.device 'cuda:7' is not"):
+        pipeline.preflight(bad, stages(H200), ["grpo"])
 
 
 def _fake_stages(monkeypatch, events, fail=None):

@@ -85,12 +85,12 @@ def build_model(out_dir: str, seed: int, min_pixels: int, max_pixels: int) -> st
 
 def format_check(recipe, model_dir: str, n: int) -> dict:
     """The eval stage's sampling (the recipe's eval section, n samples) on every test and OOD cartoon, no RM."""
-    cfg = recipe.section("eval")
-    kwargs = {**stage_eval.sampling_kwargs(cfg, recipe.seed), "n": n, "max_cartoons": None, "decoder": "hf"}
+    kwargs = {**stage_eval.sampling_kwargs(recipe.section("eval"), recipe.seed), "n": n, "max_cartoons": None}
+    kwargs["decoder"] = "hf"
     model = modeling.load_model(model_dir, dtype="float32").eval()
     processor = modeling.load_processor(model_dir)
     out = {}
-    for split in cfg.splits:
+    for split in recipe.section("eval").splits:
         rows = cdata.load_captions(recipe.paths.split(split), check_images="none")
         with torch.no_grad():
             records = evaluate.evaluate_policy(model, processor, rows, None, **kwargs)
@@ -110,12 +110,10 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
     overrides = [f"work_dir={work}", f"seed={seed}", "data.overwrite=true", *BUILD_OVERRIDES, *sets]
     recipe = demo.load_recipe(RECIPE, overrides)  # every section parsed and checked, as the demo does
     pipeline.preflight(recipe, demo.stages_of(["--config", RECIPE]), [stage_data.NAME, stage_pretrain.NAME])
-    section, paths = recipe.section(stage_pretrain.NAME), recipe.paths
+    paths, policy = recipe.paths, recipe.section(stage_pretrain.NAME).policy
     stage_data.run(*recipe.args(stage_data))
-    init = build_model(
-        os.path.join(paths.models, "policy-init"), seed, section.policy.min_pixels, section.policy.max_pixels
-    )
-    report = {"pretrain": stage_pretrain.pretrain_one(section, paths, recipe.seed, "policy", init=init)}
+    init = build_model(os.path.join(paths.models, "policy-init"), seed, policy.min_pixels, policy.max_pixels)
+    report = {"pretrain": stage_pretrain.pretrain_one(*recipe.args(stage_pretrain), "policy", init=init)}
     report["format"] = format_check(recipe, paths.policy_base, eval_n)
     info = {
         "command": "python -m standin.captioning.build_start " + " ".join(argv),

@@ -12,7 +12,7 @@ import time
 
 from open_r1.errors import OpenR1Error, RecipeError
 from open_r1.jsonio import read_json, write_json
-from open_r1.tasks.captioning import config, pipeline, stage_rm
+from open_r1.tasks.captioning import config, pipeline
 from open_r1.tasks.captioning.config import help_field
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -28,34 +28,9 @@ class RunConfig(config.RunConfig):
     )
 
 
-def rm_jobs(cfg, paths, seed: int) -> list[list[str]] | None:
-    """With ``rm.parallel``: the ``--set`` overrides of the sub-jobs (each seed's RM, the blind control); the
-    runner then calls ``stage_rm.finish`` on their merged results."""
-    if not cfg.parallel:
-        return None
-    seeds = stage_rm.rm_seeds(cfg, seed)
-    return [["rm.only=rm"] + ([f"rm.seed={seed}"] if len(seeds) > 1 else []) for seed in seeds] + (
-        [["rm.only=rm_blind"]] if cfg.blind else []
-    )
-
-
-def grpo_jobs(section, paths) -> list[list[str]] | None:
-    settings = section.settings
-    return [[f"grpo.seeds=[{seed}]"] for seed in settings.seeds] if settings.parallel else None
-
-
-def grpo_merge(results: list[dict]) -> dict:
-    """The parallel seeds' results as one."""
-    return {"runs": [run for part in results for run in part.get("runs", [])]}
-
-
-JOBS, MERGE = {"rm": rm_jobs, "grpo": grpo_jobs}, {"grpo": grpo_merge}  # the stand-in's own stages: `jobs` there
-
-
 def jobs(stage, recipe) -> list[list[str]] | None:
-    """A stage's sub-jobs (each a list of ``--set`` overrides), None when it runs in this process."""
-    find = JOBS.get(stage.NAME) or getattr(stage, "jobs", None)
-    return find(*recipe.args(stage)) if find else None
+    """A stage's sub-jobs (its ``jobs``: each a list of ``--set`` overrides), None when it runs in this process."""
+    return stage.jobs(*recipe.args(stage)) if hasattr(stage, "jobs") else None
 
 
 def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
@@ -130,7 +105,7 @@ def collect_parallel(stage, recipe, procs: list[tuple]) -> dict:
             parts.append(read_json(result))
     if failed:
         raise OpenR1Error(f"stage {stage.NAME}: sub-job(s) failed: {'; '.join(failed)}")
-    merged = MERGE[stage.NAME](parts) if stage.NAME in MERGE else {k: v for part in parts for k, v in part.items()}
+    merged = stage.merge(parts) if hasattr(stage, "merge") else {k: v for part in parts for k, v in part.items()}
     return stage.finish(*recipe.args(stage), merged) if hasattr(stage, "finish") else merged
 
 

@@ -75,7 +75,7 @@ def split_names(cfg: Config) -> list[str]:
     ]
 
 
-def standin_config(cfg: Config, seed: int):
+def standin_config(cfg, seed):
     """The ``cartoons.StandinConfig`` of the ``data`` section (what ``make_contest`` needs to render a contest
     again)."""
     return cartoons.StandinConfig(
@@ -98,7 +98,7 @@ def outputs(cfg, paths, *_) -> list[str]:
     return [paths.split(name) for name in split_names(cfg)]
 
 
-def run(cfg: Config, paths: config.Paths, seed: int) -> dict:
+def run(cfg: Config, paths, seed) -> dict:
     marker = os.path.join(paths.data, "standin.json")
     if os.path.isfile(marker) and not cfg.overwrite:
         config.log(f"[data] {paths.data} already holds the stand-in; reusing it")

@@ -86,7 +86,7 @@ class Config:
         self.rm_backbone = config.parse_section("pretrain.rm_backbone", ModelConfig, self.rm_backbone)
 
 
-def pretrain_dataset(section: Config, paths, seed: int, which: str):
+def pretrain_dataset(section, paths, seed, which: str):
     import datasets  # deferred: heavy
 
     cfg = getattr(section, which)
@@ -114,12 +114,12 @@ def pretrain_dataset(section: Config, paths, seed: int, which: str):
     return rows.shuffle(seed=seed)
 
 
-def suppress_unused(section: Config, which: str) -> bool:
+def suppress_unused(section, which: str) -> bool:
     value = getattr(section, which).suppress_unused_tokens
     return which == "policy" if value is None else value
 
 
-def pretrain_one(section: Config, paths, seed: int, which: str, init: str | None = None) -> dict:
+def pretrain_one(section, paths, seed, which: str, init: str | None = None) -> dict:
     """One base: ``start`` copied, else pre-trained from random init (``init``: from that model dir instead, as
     ``build_start`` does); then the perception probe."""
     cfg = getattr(section, which)
@@ -140,7 +140,7 @@ def pretrain_one(section: Config, paths, seed: int, which: str, init: str | None
     return report
 
 
-def train_one(section: Config, paths, seed: int, which: str, out: str, init: str | None) -> dict:
+def train_one(section, paths, seed, which: str, out: str, init: str | None) -> dict:
     cfg = getattr(section, which)
     family = cfg.family or ("qwen3_vl" if which == "policy" else "qwen2_5_vl")
     overrides, built = {}, init is None
@@ -197,7 +197,7 @@ def perception(paths, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
     return out
 
 
-def inputs(cfg: Config, paths, *_) -> dict[str, config.Input]:
+def inputs(cfg, paths, *_) -> dict[str, config.Input]:
     found = {"train": config.split_input(paths, "train")}
     for which in MODELS:  # a shipped start, made by no stage: a missing one fails in the preflight
         start = getattr(cfg, which).start
@@ -214,10 +214,10 @@ def outputs(cfg, paths, *_) -> list[str]:
     return [paths.policy_base, paths.rm_base]
 
 
-def jobs(cfg: Config, *_) -> list[list[str]] | None:
+def jobs(cfg, *_) -> list[list[str]] | None:
     return [[f"pretrain.only={which}"] for which in MODELS] if cfg.parallel else None
 
 
-def run(cfg: Config, paths: config.Paths, seed: int) -> dict:
+def run(cfg: Config, paths, seed) -> dict:
     config.check_inputs(inputs(cfg, paths))
     return {name: pretrain_one(cfg, paths, seed, name) for name in MODELS if cfg.only in (None, name)}

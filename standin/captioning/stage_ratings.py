@@ -56,7 +56,7 @@ def outputs(cfg, paths, *_) -> list[str]:
     return [paths.split(cfg.split)]
 
 
-def run(cfg: Config, paths: config.Paths, seed: int, eval_cfg: stage_eval.Config, rm_cfg: stage_rm.Config) -> dict:
+def run(cfg: Config, paths, seed, eval_cfg, rm_cfg) -> dict:
     import datasets  # deferred: heavy
     import torch  # deferred: heavy
 

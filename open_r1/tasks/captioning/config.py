@@ -8,11 +8,11 @@ another, and ``__post_init__`` checks the rest. ``--set section.key=value`` over
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import time
 import types
 import typing
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import yaml
@@ -185,14 +185,9 @@ class Recipe:
         return self.sections[name]
 
     def args(self, stage) -> tuple:
-        """A stage's arguments: its own section, the paths, then what it takes from elsewhere (``stage.TAKES``:
-        ``seed``, a section, or ``section.key``), read here so that a stage reads no other section."""
-        taken = [key.split(".") for key in getattr(stage, "TAKES", ())]
-        return (
-            self.sections[stage.NAME],
-            self.paths,
-            *(self.seed if k == ["seed"] else functools.reduce(getattr, k[1:], self.sections[k[0]]) for k in taken),
-        )
+        """A stage's arguments: its section, the paths, then what ``stage.TAKES`` names (seed, section[.key])."""
+        named = types.SimpleNamespace(seed=self.seed, **self.sections)
+        return self.sections[stage.NAME], self.paths, *(attrgetter(k)(named) for k in getattr(stage, "TAKES", ()))
 
 
 def parse_recipe(path: str, overrides: list[str] | None, stages, run_config: type = RunConfig) -> Recipe:

@@ -57,15 +57,18 @@ class Config:
         )
 
 
-def policies(cfg: Config, paths: config.Paths, grpo_seeds: list[int]) -> dict[str, str]:
+def policies(cfg, paths, grpo_seeds) -> dict[str, str]:
     """{name: model dir}: ``eval.policies``, else the chain's base, SFT and GRPO policies."""
     if cfg.policies:
         return dict(cfg.policies)
-    grpo = {f"grpo_s{s}": paths.grpo_model(s) for s in grpo_seeds}
-    return {"base": paths.policy_base, "sft": paths.policy_sft, **grpo}
+    return {
+        "base": paths.policy_base,
+        "sft": paths.policy_sft,
+        **{f"grpo_s{s}": paths.grpo_model(s) for s in grpo_seeds},
+    }
 
 
-def sampling_kwargs(cfg: Config, seed: int) -> dict:
+def sampling_kwargs(cfg, seed) -> dict:
     """`evaluate.evaluate_policy`'s sampling settings from the ``eval`` section (the ratings round's too)."""
     return dict(
         n=cfg.n,
@@ -81,7 +84,7 @@ def sampling_kwargs(cfg: Config, seed: int) -> dict:
     )
 
 
-def check(cfg: Config, paths: config.Paths, seed: int, grpo_seeds: list[int]) -> None:
+def check(cfg, paths, seed, grpo_seeds) -> None:
     """The baseline is one of the evaluated policies (where an sft policy is)."""
     names = list(policies(cfg, paths, grpo_seeds))
     require(
@@ -90,7 +93,7 @@ def check(cfg: Config, paths: config.Paths, seed: int, grpo_seeds: list[int]) ->
     )
 
 
-def inputs(cfg: Config, paths: config.Paths, seed: int, grpo_seeds: list[int]) -> dict[str, config.Input]:
+def inputs(cfg, paths, seed, grpo_seeds) -> dict[str, config.Input]:
     out = {"rm": config.Input(paths.rm, "the reward model", "run the rm stage", config.RM_MARKER)}
     for name, path in policies(cfg, paths, grpo_seeds).items():
         out[f"policy {name}"] = config.Input(path, f"the policy {name!r}", "set eval.policies to existing model dirs")
@@ -99,7 +102,7 @@ def inputs(cfg: Config, paths: config.Paths, seed: int, grpo_seeds: list[int]) -
     return out
 
 
-def run(cfg: Config, paths: config.Paths, seed: int, grpo_seeds: list[int], measure=ev) -> dict:
+def run(cfg: Config, paths, seed, grpo_seeds, measure=ev) -> dict:
     """Best-of-N on every split; `measure`: ``evaluate_records`` and ``markdown_table`` (default `evaluate`'s), and
     where it has them ``score(records, dataset)`` of each policy's records and ``extend_summary(summary)`` (the
     stand-in's hidden-rule analysis: standin/captioning/stage_eval.py)."""

@@ -81,7 +81,7 @@ def parse_grpo(values: dict) -> tuple:
         ) from None
 
 
-def parse(mapping, paths: config.Paths, settings_class: type = Settings) -> Section:
+def parse(mapping, paths, settings_class: type = Settings) -> Section:
     """The section: `settings_class` (the pipeline's keys; the stand-in adds its own) and the open_r1.grpo recipe."""
     mapping = dict(mapping or {})
     own = [f.name for f in dataclasses.fields(settings_class)]
@@ -121,7 +121,7 @@ def parse(mapping, paths: config.Paths, settings_class: type = Settings) -> Sect
     return Section(settings, args, env)
 
 
-def seed_args(section: Section, paths: config.Paths, seed: int) -> tuple:
+def seed_args(section, paths, seed) -> tuple:
     """Copies of the section's parsed arguments, with this seed and its output dir, and the task (built once)."""
     *args, task = section.args
     script_args, training_args, model_args = (copy.deepcopy(a) for a in args)
@@ -129,14 +129,14 @@ def seed_args(section: Section, paths: config.Paths, seed: int) -> tuple:
     return script_args, training_args, model_args, task
 
 
-def check(section: Section, *_) -> None:
+def check(section, *_) -> None:
     """The reward model's device is on this machine (the pipeline's preflight: before any stage loads a model)."""
     device = (section.args[0].reward_kwargs.get("caption_rm") or {}).get("device")
     if device is not None:
         config.check_device("grpo.reward_kwargs.caption_rm.device", device)
 
 
-def inputs(section: Section, paths: config.Paths) -> dict[str, config.Input]:
+def inputs(section, paths) -> dict[str, config.Input]:
     script_args = section.args[0]
     out = {
         "policy": config.Input(paths.policy_sft, "the SFT policy", "run the sft stage"),
@@ -154,11 +154,11 @@ def inputs(section: Section, paths: config.Paths) -> dict[str, config.Input]:
     return out
 
 
-def outputs(section: Section, paths: config.Paths) -> list[str]:
+def outputs(section, paths) -> list[str]:
     return [paths.grpo_model(seed) for seed in section.settings.seeds]
 
 
-def run_seed(section: Section, paths: config.Paths, seed: int) -> dict:
+def run_seed(section, paths, seed) -> dict:
     config.check_inputs(inputs(section, paths))
     script_args, training_args, model_args, task = seed_args(section, paths, seed)
     os.environ.update({str(k): str(v) for k, v in section.env.items()})
@@ -196,5 +196,5 @@ def run_seed(section: Section, paths: config.Paths, seed: int) -> dict:
     }
 
 
-def run(section: Section, paths: config.Paths) -> dict:
+def run(section, paths) -> dict:
     return {"runs": [run_seed(section, paths, seed) for seed in section.settings.seeds]}

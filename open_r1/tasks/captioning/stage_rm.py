@@ -168,7 +168,7 @@ def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
     return rows
 
 
-def held_out_index(cfg: Config, paths, seed: int, split: str):
+def held_out_index(cfg, paths, seed, split: str):
     """(the split's dataset, the row indices of its held-out pairs)."""
     dataset = cdata.load_captions(paths.split(split), check_images="none")
     index = cdata.pair_indices(
@@ -177,7 +177,7 @@ def held_out_index(cfg: Config, paths, seed: int, split: str):
     return dataset, index
 
 
-def held_out_pairs(cfg: Config, paths, seed: int, split: str, blind: bool):
+def held_out_pairs(cfg, paths, seed, split: str, blind: bool):
     dataset, index = held_out_index(cfg, paths, seed, split)
     return index_pair_rows(dataset, index, blind=blind)
 
@@ -194,11 +194,11 @@ def _progress(label: str, every_s: float = 15.0):
     return progress
 
 
-def rm_seeds(cfg: Config, seed: int) -> list[int]:
+def rm_seeds(cfg, seed) -> list[int]:
     return cfg.seeds or [seed]
 
 
-def scored_splits(cfg: Config, seed: int) -> list[str]:
+def scored_splits(cfg, seed) -> list[str]:
     """``eval_splits``, with val first when several seeds compete (the choice reads val)."""
     splits = list(cfg.eval_splits)
     if len(rm_seeds(cfg, seed)) > 1 and "val" not in splits:
@@ -206,25 +206,25 @@ def scored_splits(cfg: Config, seed: int) -> list[str]:
     return splits
 
 
-def pair_rule(cfg: Config, seed: int) -> dict:
+def pair_rule(cfg, seed) -> dict:
     """The training pairs' ``data.pair_indices`` keyword arguments."""
     return {"k": cfg.k, "se_from": cfg.se_from, "cap_per_contest": cfg.cap_per_contest, "seed": seed}
 
 
-def training_index(cfg: Config, seed: int, dataset):
+def training_index(cfg, seed, dataset):
     """The row indices of the pairs the RM trains on: `pair_rule`, then the ``rm.max_pairs`` prefix."""
     index = cdata.pair_indices(dataset, **pair_rule(cfg, seed))
     return index[: cfg.max_pairs] if cfg.max_pairs else index
 
 
-def training_pair_rows(cfg: Config, paths, seed: int, blind: bool = False) -> list[dict]:
+def training_pair_rows(cfg, paths, seed, blind: bool = False) -> list[dict]:
     """The RM rows of the training pairs."""
     path = config.check_inputs({"train": inputs(cfg, paths, seed)["train"]})["train"]
     train = cdata.load_captions(path, check_images="none")
     return index_pair_rows(train, training_index(cfg, seed, train), blind=blind)
 
 
-def train_one(cfg: Config, paths, seed: int, blind: bool, rm_seed: int | None = None) -> dict:
+def train_one(cfg, paths, seed, blind: bool, rm_seed: int | None = None) -> dict:
     """One RM (`rm_seed`: one of ``rm.seeds``, default the first) or, `blind`, the blind control."""
     import torch  # deferred: heavy
     from transformers import TrainingArguments  # deferred: heavy
@@ -300,7 +300,7 @@ def train_one(cfg: Config, paths, seed: int, blind: bool, rm_seed: int | None = 
     return report
 
 
-def score_held_out(cfg: Config, paths, seed: int, model, blind: bool, tag="[rm]", splits=None) -> dict:
+def score_held_out(cfg, paths, seed, model, blind: bool, tag: str = "[rm]", splits: list[str] | None = None) -> dict:
     """Pairwise accuracy (with the by-contest CI) of `model` on each existing held-out split (default:
     `scored_splits`); blind: every image the blank one."""
     results = {}
@@ -329,7 +329,7 @@ def score_held_out(cfg: Config, paths, seed: int, model, blind: bool, tag="[rm]"
     return results
 
 
-def image_swap_accuracy(cfg: Config, paths, seed: int, model, split: str, blind: bool) -> dict | None:
+def image_swap_accuracy(cfg, paths, seed, model, split: str, blind: bool) -> dict | None:
     """Does the RM read the image? The share of ``rm.eval_image_swaps`` top captions it scores higher under their
     own cartoon than another's, with the by-contest CI (0.5 when blind); None for 0 swaps or under two contests."""
     n = cfg.eval_image_swaps
@@ -343,7 +343,7 @@ def image_swap_accuracy(cfg: Config, paths, seed: int, model, split: str, blind:
     return {k: result[k] for k in ("accuracy", "ci_low", "ci_high", "n_pairs", "n_groups")}
 
 
-def inputs(cfg: Config, paths, seed: int) -> dict[str, config.Input]:
+def inputs(cfg, paths, seed) -> dict[str, config.Input]:
     split = cfg.train_split
     train = (
         config.split_input(paths, split)
@@ -366,7 +366,7 @@ def outputs(cfg, paths, *_) -> list[str]:
     return [paths.rm, paths.rm_blind]
 
 
-def train(cfg: Config, paths, seed: int, seeds: list[int], blind: bool) -> dict:
+def train(cfg, paths, seed, seeds: list[int], blind: bool) -> dict:
     """The RMs of `seeds` and, with `blind`, the blind control (on the first of ``rm.seeds``), by report key."""
     config.check_inputs(inputs(cfg, paths, seed))
     every = rm_seeds(cfg, seed)
@@ -376,7 +376,7 @@ def train(cfg: Config, paths, seed: int, seeds: list[int], blind: bool) -> dict:
     return report
 
 
-def run(cfg: Config, paths: config.Paths, seed: int) -> dict:
+def run(cfg: Config, paths, seed) -> dict:
     """Train the RM(s) and the blind control; with several seeds keep the best on val (`finish`)."""
     return finish(cfg, paths, seed, train(cfg, paths, seed, rm_seeds(cfg, seed), cfg.blind))
 
@@ -393,7 +393,7 @@ def choose_seed(reports: dict[int, dict], split: str = "val") -> int:
     return max(sorted(reports), key=lambda seed: reports[seed]["held_out"][split]["accuracy"])
 
 
-def finish(cfg: Config, paths, seed: int, report: dict) -> dict:
+def finish(cfg, paths, seed, report: dict) -> dict:
     """With several seeds: the best on val copied to ``models/rm`` and reported under ``rm`` with ``selected``."""
     seeds = rm_seeds(cfg, seed)
     if len(seeds) == 1:

@@ -41,7 +41,7 @@ def outputs(cfg, paths, *_) -> list[str]:
     return [paths.policy_sft]
 
 
-def run(cfg: Config, paths: config.Paths, seed: int) -> dict:
+def run(cfg: Config, paths, seed) -> dict:
     import datasets  # deferred: heavy
 
     found = config.check_inputs(inputs(cfg, paths))
