@@ -1245,7 +1245,7 @@ def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp
         plain = pair_rows(training_pairs(recipe), blind=blind)
         assert len(fast) == 150 and len({r["group"] for r in fast}) > 1
         assert comparable(fast) == comparable(plain)
-    held = stage_rm.held_out_pairs(*recipe.args(stage_rm), "val", blind=False)
+    held = stage_rm.index_pair_rows(*stage_rm.held_out_index(*recipe.args(stage_rm), "val"))
     dataset = cdata.load_captions(paths["val"], check_images="none")
     expected = pair_rows(cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7))
     assert held and comparable(held) == comparable(expected)
@@ -1334,7 +1334,7 @@ def test_rm_held_out_pairs_on_data_without_the_oracle_column(standin_dir, tmp_pa
     recipe = load(recipe_path)
     real_like = cdata.load_captions(paths["val"]).remove_columns(["oracle"])
     real_like.save_to_disk(recipe.paths.split("val"))
-    held = stage_rm.held_out_pairs(*recipe.args(stage_rm), "val", blind=False)
+    held = stage_rm.index_pair_rows(*stage_rm.held_out_index(*recipe.args(stage_rm), "val"))
     assert held
     with_oracle = stage_rm.index_pair_rows(
         cdata.load_captions(paths["val"]), cdata.pair_indices(real_like, k=1.0, cap_per_contest=30, seed=7)

@@ -45,7 +45,7 @@ def test_the_grpo_section_is_an_open_r1_grpo_recipe_with_caption_rm_wired(tmp_pa
     from open_r1.tasks.captioning import stage_grpo
 
     recipe = load(H200, [f"work_dir={tmp_path}", "grpo.temperature=0.3", "grpo.top_p=0.9"])
-    script_args, training_args, model_args, task = stage_grpo.seed_args(*recipe.args(stage_grpo), 2)
+    script_args, training_args, model_args, task = stage_grpo.seed_args(recipe.section("grpo"), recipe.paths, 2)
     paths = recipe.paths
     assert script_args.task == "captioning" and script_args.reward_funcs == ["caption_rm"]
     assert task is recipe.section("grpo").args[3] and task.name == "captioning"  # built once, shared by the seeds
@@ -74,7 +74,7 @@ def test_the_grpo_section_is_parsed_once_per_preflight_and_not_again_per_seed(tm
     recipe = load(H200, [f"work_dir={tmp_path}"])
     assert len(calls) == 1 and calls[0]["task"] == "captioning"
     for seed in recipe.section("grpo").settings.seeds:
-        stage_grpo.seed_args(*recipe.args(stage_grpo), seed)
+        stage_grpo.seed_args(recipe.section("grpo"), recipe.paths, seed)
     assert len(calls) == 1
 
 
@@ -336,7 +336,7 @@ def test_eval_policies_from_the_recipe_are_checked():
     from open_r1.errors import RecipeError
     from open_r1.tasks.captioning import stage_eval
 
-    assert stage_eval.policies(*load(DEMO, ["eval.policies={sft: /m/policy-sft}"]).args(stage_eval)[:2], []) == {
+    assert stage_eval.policies(load(DEMO, ["eval.policies={sft: /m/policy-sft}"]).section("eval"), None, []) == {
         "sft": "/m/policy-sft"
     }
     # without the space YAML reads one key with no value: one clear error, not a TypeError deep in model loading

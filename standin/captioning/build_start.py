@@ -85,8 +85,12 @@ def build_model(out_dir: str, seed: int, min_pixels: int, max_pixels: int) -> st
 
 def format_check(recipe, model_dir: str, n: int) -> dict:
     """The eval stage's sampling (the recipe's eval section, n samples) on every test and OOD cartoon, no RM."""
-    kwargs = {**stage_eval.sampling_kwargs(recipe.section("eval"), recipe.seed), "n": n, "max_cartoons": None}
-    kwargs["decoder"] = "hf"
+    kwargs = {
+        **stage_eval.sampling_kwargs(recipe.section("eval"), recipe.seed),
+        "n": n,
+        "max_cartoons": None,
+        "decoder": "hf",
+    }
     model = modeling.load_model(model_dir, dtype="float32").eval()
     processor = modeling.load_processor(model_dir)
     out = {}

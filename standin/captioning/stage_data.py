@@ -21,7 +21,6 @@ from open_r1.tasks.counting.scenes.render import parse_image_size
 from standin.captioning import cartoons
 
 NAME = "data"
-TAKES = ("seed",)
 PRETRAIN_OFFSET = 50_000  # scene indices of the exposure splits start here (the contests use 0..n-1)
 
 

@@ -19,7 +19,7 @@ def parse(mapping, paths) -> stage_grpo.Section:
     return stage_grpo.parse(mapping, paths, Settings)
 
 
-def jobs(section, paths) -> list[list[str]] | None:
+def jobs(section, *_) -> list[list[str]] | None:
     return [[f"grpo.seeds=[{s}]"] for s in section.settings.seeds] if section.settings.parallel else None
 
 

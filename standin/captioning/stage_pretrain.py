@@ -23,7 +23,6 @@ from standin.captioning import cartoons
 from standin.captioning.cartoons import PRETRAIN_KINDS
 
 NAME = "pretrain"
-TAKES = ("seed",)
 MODELS = ("policy", "rm_backbone")
 
 

@@ -25,7 +25,7 @@ from open_r1.tasks.captioning.config import help_field, require
 from standin.captioning import cartoons
 
 NAME = "ratings"
-TAKES = ("seed", "eval", "rm")  # the eval section's sampling; the RM's split and pair rule
+TAKES = ("eval", "rm")  # the eval section's sampling; the RM's split and pair rule
 
 
 @dataclasses.dataclass

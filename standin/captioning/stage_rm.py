@@ -11,7 +11,7 @@ import numpy as np
 
 from open_r1.tasks.captioning import stage_rm
 from open_r1.tasks.captioning.config import help_field, require
-from open_r1.tasks.captioning.stage_rm import NAME, TAKES, finish, inputs, outputs  # noqa: F401
+from open_r1.tasks.captioning.stage_rm import NAME, finish, inputs, outputs  # noqa: F401
 
 
 @dataclasses.dataclass

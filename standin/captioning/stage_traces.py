@@ -41,7 +41,7 @@ def outputs(cfg, paths, *_) -> list[str]:
     return [paths.traces]
 
 
-def run(cfg: Config, paths, top_k) -> dict:
+def run(cfg: Config, paths, seed, top_k) -> dict:
     train = cdata.load_captions(paths.split("train"), check_images="none")
     top = cartoons.add_templated_thinking(cdata.top_k_rows(train, top_k), cfg.wording, cfg.template)
     shutil.rmtree(paths.traces, ignore_errors=True)

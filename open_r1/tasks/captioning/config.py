@@ -185,9 +185,14 @@ class Recipe:
         return self.sections[name]
 
     def args(self, stage) -> tuple:
-        """A stage's arguments: its section, the paths, then what ``stage.TAKES`` names (seed, section[.key])."""
-        named = types.SimpleNamespace(seed=self.seed, **self.sections)
-        return self.sections[stage.NAME], self.paths, *(attrgetter(k)(named) for k in getattr(stage, "TAKES", ()))
+        """A stage's arguments: its section, the paths, the seed, then what ``stage.TAKES`` names (section[.key])."""
+        named = types.SimpleNamespace(**self.sections)
+        return (
+            self.sections[stage.NAME],
+            self.paths,
+            self.seed,
+            *(attrgetter(k)(named) for k in getattr(stage, "TAKES", ())),
+        )
 
 
 def parse_recipe(path: str, overrides: list[str] | None, stages, run_config: type = RunConfig) -> Recipe:

@@ -6,8 +6,8 @@ evaluation, on prepared data (``open-r1-caption-prepare``), with one results fol
 
 A stage is a module (``stage_<name>.py``: its section's ``Config`` or ``parse``, ``inputs``, ``outputs``, ``run``,
 optionally ``check``, ``markdown``, ``TAKES``) whose functions take ``recipe.args(stage)``: its own section, the
-paths, and what ``TAKES`` names (synthesize: ``sft.top_k``); `main` takes the ordered stages, so the stand-in runs its
-own around these.
+paths, the seed and what ``TAKES`` names of other sections (synthesize: ``sft.top_k``); `main` takes the ordered
+stages, so the stand-in runs its own around these.
 Every section is parsed and every run stage's inputs checked before any stage runs; ``--stages`` runs a subset.
 Results: ``<work_dir>/results/pipeline.json`` and ``results.md``; ``--out DIR`` copies the small result files there.
 """

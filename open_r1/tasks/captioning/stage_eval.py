@@ -21,7 +21,7 @@ from open_r1.tasks.captioning import evaluate as ev
 from open_r1.tasks.captioning.config import help_field, require
 
 NAME = "eval"
-TAKES = ("seed", "grpo.settings.seeds")  # the default policies: one GRPO model per seed
+TAKES = ("grpo.settings.seeds",)  # the default policies: one GRPO model per seed
 
 
 @dataclasses.dataclass
@@ -86,7 +86,7 @@ def sampling_kwargs(cfg, seed) -> dict:
 
 def check(cfg, paths, seed, grpo_seeds) -> None:
     """The baseline is one of the evaluated policies (where an sft policy is)."""
-    names = list(policies(cfg, paths, grpo_seeds))
+    names = policies(cfg, paths, grpo_seeds)
     require(
         "sft" not in names or cfg.baseline in names,
         f"eval.baseline {cfg.baseline!r} is not one of the evaluated policies {', '.join(names)}",

@@ -136,7 +136,7 @@ def check(section, *_) -> None:
         config.check_device("grpo.reward_kwargs.caption_rm.device", device)
 
 
-def inputs(section, paths) -> dict[str, config.Input]:
+def inputs(section, paths, *_) -> dict[str, config.Input]:
     script_args = section.args[0]
     out = {
         "policy": config.Input(paths.policy_sft, "the SFT policy", "run the sft stage"),
@@ -154,7 +154,7 @@ def inputs(section, paths) -> dict[str, config.Input]:
     return out
 
 
-def outputs(section, paths) -> list[str]:
+def outputs(section, paths, *_) -> list[str]:
     return [paths.grpo_model(seed) for seed in section.settings.seeds]
 
 
@@ -196,5 +196,5 @@ def run_seed(section, paths, seed) -> dict:
     }
 
 
-def run(section, paths) -> dict:
+def run(section, paths, *_) -> dict:
     return {"runs": [run_seed(section, paths, seed) for seed in section.settings.seeds]}

@@ -26,7 +26,6 @@ from open_r1.tasks.captioning.data import SE_FROM
 from open_r1.tasks.captioning.evaluate import _fmt
 
 NAME = "rm"
-TAKES = ("seed",)
 
 
 @dataclasses.dataclass
@@ -177,11 +176,6 @@ def held_out_index(cfg, paths, seed, split: str):
     return dataset, index
 
 
-def held_out_pairs(cfg, paths, seed, split: str, blind: bool):
-    dataset, index = held_out_index(cfg, paths, seed, split)
-    return index_pair_rows(dataset, index, blind=blind)
-
-
 def _progress(label: str, every_s: float = 15.0):
     """A `progress(done, total)` that logs at most every `every_s` seconds and at the end."""
     last = [time.time()]
@@ -224,14 +218,13 @@ def training_pair_rows(cfg, paths, seed, blind: bool = False) -> list[dict]:
     return index_pair_rows(train, training_index(cfg, seed, train), blind=blind)
 
 
-def train_one(cfg, paths, seed, blind: bool, rm_seed: int | None = None) -> dict:
-    """One RM (`rm_seed`: one of ``rm.seeds``, default the first) or, `blind`, the blind control."""
+def train_one(cfg, paths, seed, blind: bool, rm_seed: int) -> dict:
+    """The RM of `rm_seed` (one of ``rm.seeds``) or, `blind`, the blind control (trained with that seed)."""
     import torch  # deferred: heavy
     from transformers import TrainingArguments  # deferred: heavy
 
     backbone = paths.rm_base
     seeds = rm_seeds(cfg, seed)
-    rm_seed = seeds[0] if rm_seed is None else int(rm_seed)
     out = paths.rm_blind if blind else (paths.rm if len(seeds) == 1 else paths.rm_seed(rm_seed))
     tag = f"[rm{' blind' if blind else ''}{'' if len(seeds) == 1 else f' s{rm_seed}'}]"
     rows = training_pair_rows(cfg, paths, seed, blind=blind)
@@ -308,7 +301,7 @@ def score_held_out(cfg, paths, seed, model, blind: bool, tag: str = "[rm]", spli
         if not os.path.isdir(paths.split(split)):
             continue
         t0 = time.time()
-        held = held_out_pairs(cfg, paths, seed, split, blind)
+        held = index_pair_rows(*held_out_index(cfg, paths, seed, split), blind=blind)
         config.log(f"{tag} {split}: scoring {len(held)} held-out pairs (built in {time.time() - t0:.1f} s)")
         result = rm_lib.evaluate_pairs(
             model, held, batch_size=cfg.eval_batch_size, seed=seed, progress=_progress(f"{tag} {split}")

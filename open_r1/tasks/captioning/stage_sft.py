@@ -15,7 +15,6 @@ from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning import data as cdata
 
 NAME = "sft"
-TAKES = ("seed",)
 
 
 @dataclasses.dataclass

@@ -163,7 +163,7 @@ def outputs(cfg, paths, *_) -> list[str]:
     return [paths.traces]
 
 
-def run(cfg: Config, paths, top_k) -> dict:
+def run(cfg: Config, paths, seed, top_k) -> dict:
     model_path = config.check_inputs(inputs(cfg, paths))["model"]
     train = cdata.load_captions(paths.split("train"), check_images="none")
     top = cdata.top_k_rows(train, top_k)
