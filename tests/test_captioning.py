@@ -978,7 +978,8 @@ def test_the_sft_stage_trains_on_text_rows_rendered_by_the_bases_template(
     standin_dir, tiny_model_dirs, tmp_path, monkeypatch
 ):
     """The stage renders its rows with the base policy's processor (as the test above checks the loss): a Thinking
-    template rewrites a conversational think block, so conversational rows would not train on what is generated."""
+    template rewrites a conversational think block, so conversational rows would not train on what is generated.
+    The stage is a function of its own section and its inputs (the paths, the seed), no recipe."""
     from types import SimpleNamespace
 
     from open_r1 import sft
@@ -988,16 +989,15 @@ def test_the_sft_stage_trains_on_text_rows_rendered_by_the_bases_template(
     traces = tmp_path / "traces"
     S.add_templated_thinking(cdata.top_k_rows(cdata.load_captions(paths["train"]), 2)).save_to_disk(str(traces))
     seen = {}
-    monkeypatch.setattr(sft, "train_sft", lambda rows, out, settings, **kw: seen.setdefault("rows", rows) and {})
-    recipe = SimpleNamespace(
-        seed=0,
-        section=lambda name: stage_sft.Config(),
-        paths=SimpleNamespace(
-            policy_base=str(tiny_model_dirs["qwen3_vl"]), traces=str(traces), policy_sft=str(tmp_path / "sft")
-        ),
+    monkeypatch.setattr(
+        sft, "train_sft", lambda rows, out, settings, **kw: seen.update(rows=rows, settings=settings) or {}
     )
-    stage_sft.run(recipe)
-    rows = seen["rows"]
+    chain = SimpleNamespace(
+        policy_base=str(tiny_model_dirs["qwen3_vl"]), traces=str(traces), policy_sft=str(tmp_path / "sft")
+    )
+    stage_sft.run(stage_sft.Config(learning_rate=3e-4), chain, 5)
+    rows, settings = seen["rows"], seen["settings"]
+    assert settings.seed == 5 and settings.learning_rate == 3e-4  # the seed given, the section's own settings
     assert len(rows) > 0 and all(p.endswith("<|im_start|>assistant\n<think>\n") for p in rows["prompt"])
     assert all(c.endswith("<|im_end|>\n") for c in rows["completion"])
 
@@ -1214,9 +1214,10 @@ def training_pairs(recipe):
     ``train_rated``: the training contests with a round of ratings on a policy's samples added,
     ``stage_ratings``), capped per contest and shuffled with the recipe's seed (a pair dataset; the RM itself
     trains on `training_pair_rows`, the same pairs)."""
-    max_pairs = recipe.section("rm").max_pairs
-    path = cconfig.check_inputs({"train": stage_rm.inputs(recipe)["train"]})["train"]
-    pairs = cdata.preference_pairs(cdata.load_captions(path, check_images="none"), **stage_rm.pair_rule(recipe))
+    cfg, paths, seed = recipe.args(stage_rm)
+    max_pairs = cfg.max_pairs
+    path = cconfig.check_inputs({"train": stage_rm.inputs(cfg, paths, seed)["train"]})["train"]
+    pairs = cdata.preference_pairs(cdata.load_captions(path, check_images="none"), **stage_rm.pair_rule(cfg, seed))
     if max_pairs:
         pairs = pairs.select(range(min(max_pairs, len(pairs))))
     return pairs
@@ -1240,11 +1241,11 @@ def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp
         return [(r["group"], r["chosen"], r["rejected"], r["image"].tobytes()) for r in rows]
 
     for blind in (False, True):
-        fast = stage_rm.training_pair_rows(recipe, blind=blind)
+        fast = stage_rm.training_pair_rows(*recipe.args(stage_rm), blind=blind)
         plain = pair_rows(training_pairs(recipe), blind=blind)
         assert len(fast) == 150 and len({r["group"] for r in fast}) > 1
         assert comparable(fast) == comparable(plain)
-    held = stage_rm.held_out_pairs(recipe, "val", blind=False)
+    held = stage_rm.index_pair_rows(*stage_rm.held_out_index(*recipe.args(stage_rm), "val"))
     dataset = cdata.load_captions(paths["val"], check_images="none")
     expected = pair_rows(cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7))
     assert held and comparable(held) == comparable(expected)
@@ -1310,12 +1311,14 @@ def test_rm_image_swap_diagnostic(standin_dir, tmp_path):
     )
     with torch.no_grad():
         model.head.weight.normal_(0, 1.0)  # scores that differ with the input
-    blind = stage_rm.score_held_out(recipe, model, blind=True, splits=["val"])["val"]["image_swap"]
-    seeing = stage_rm.score_held_out(recipe, model, blind=False, splits=["val"])["val"]["image_swap"]
+    blind = stage_rm.score_held_out(*recipe.args(stage_rm), model, blind=True, splits=["val"])["val"]["image_swap"]
+    seeing = stage_rm.score_held_out(*recipe.args(stage_rm), model, blind=False, splits=["val"])["val"]["image_swap"]
     assert blind["accuracy"] == 0.5 and blind["n_pairs"] == seeing["n_pairs"] == 12
     assert seeing["accuracy"] != 0.5 and 0.0 <= seeing["ci_low"] <= seeing["accuracy"] <= seeing["ci_high"] <= 1.0
     recipe.section("rm").eval_image_swaps = 0
-    assert "image_swap" not in stage_rm.score_held_out(recipe, model, blind=False, splits=["val"])["val"]
+    assert (
+        "image_swap" not in stage_rm.score_held_out(*recipe.args(stage_rm), model, blind=False, splits=["val"])["val"]
+    )
 
 
 def test_rm_held_out_pairs_on_data_without_the_oracle_column(standin_dir, tmp_path):
@@ -1331,7 +1334,7 @@ def test_rm_held_out_pairs_on_data_without_the_oracle_column(standin_dir, tmp_pa
     recipe = load(recipe_path)
     real_like = cdata.load_captions(paths["val"]).remove_columns(["oracle"])
     real_like.save_to_disk(recipe.paths.split("val"))
-    held = stage_rm.held_out_pairs(recipe, "val", blind=False)
+    held = stage_rm.index_pair_rows(*stage_rm.held_out_index(*recipe.args(stage_rm), "val"))
     assert held
     with_oracle = stage_rm.index_pair_rows(
         cdata.load_captions(paths["val"]), cdata.pair_indices(real_like, k=1.0, cap_per_contest=30, seed=7)
@@ -1359,7 +1362,7 @@ def test_eval_sampling_cuts_come_from_the_recipe_or_the_policy(standin_dir, tiny
     processor = modeling.load_processor(str(tiny_model_dirs["qwen3_vl"]))
     for extra, expected in (([], {}), (["eval.top_p=1.0", "eval.top_k=0"], {"top_p": 1.0, "top_k": 0})):
         recipe = load("configs/captioning/standin_demo.yaml", extra)
-        sampling = {**stage_eval.sampling_kwargs(recipe), "n": 1, "max_cartoons": 1}
+        sampling = {**stage_eval.sampling_kwargs(recipe.section("eval"), recipe.seed), "n": 1, "max_cartoons": 1}
         ev.evaluate_policy(None, processor, data, fake_rm, **sampling)
         assert {k: seen[-1][k] for k in ("top_p", "top_k") if k in seen[-1]} == expected
     for bad in ("eval.top_p=0", "eval.top_p=1.5", "eval.top_k=-1", "eval.top_k=2.5", "eval.top_k=true"):

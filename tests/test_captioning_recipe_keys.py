@@ -212,7 +212,7 @@ def test_grpo_env_reaches_the_seed_run_not_the_preflight(tmp_path, monkeypatch):
 
     monkeypatch.setattr(open_r1.grpo, "main", stop)
     with pytest.raises(Stop):
-        stage_grpo.run_seed(recipe, 0)
+        stage_grpo.run_seed(recipe.section("grpo"), recipe.paths, 0)
     assert os.environ.get("OPEN_R1_TEST_ENV") == "7"
 
 
@@ -238,7 +238,7 @@ def test_a_rerun_grpo_stage_keeps_the_earlier_run_aside(tmp_path, monkeypatch, t
 
     monkeypatch.setattr(open_r1.grpo, "main", stop)
     with pytest.raises(KeyboardInterrupt):
-        stage_grpo.run_seed(recipe, 0)
+        stage_grpo.run_seed(recipe.section("grpo"), recipe.paths, 0)
     kept = [p for p in os.listdir(os.path.dirname(run)) if p.startswith("seed0.prev-")]
     assert seen == [False] and len(kept) == 1
     assert sorted(os.listdir(os.path.join(os.path.dirname(run), kept[0]))) == ["config.json", "model.safetensors"]

@@ -45,7 +45,7 @@ def test_the_grpo_section_is_an_open_r1_grpo_recipe_with_caption_rm_wired(tmp_pa
     from open_r1.tasks.captioning import stage_grpo
 
     recipe = load(H200, [f"work_dir={tmp_path}", "grpo.temperature=0.3", "grpo.top_p=0.9"])
-    script_args, training_args, model_args, task = stage_grpo.seed_args(recipe, 2)
+    script_args, training_args, model_args, task = stage_grpo.seed_args(recipe.section("grpo"), recipe.paths, 2)
     paths = recipe.paths
     assert script_args.task == "captioning" and script_args.reward_funcs == ["caption_rm"]
     assert task is recipe.section("grpo").args[3] and task.name == "captioning"  # built once, shared by the seeds
@@ -74,13 +74,13 @@ def test_the_grpo_section_is_parsed_once_per_preflight_and_not_again_per_seed(tm
     recipe = load(H200, [f"work_dir={tmp_path}"])
     assert len(calls) == 1 and calls[0]["task"] == "captioning"
     for seed in recipe.section("grpo").settings.seeds:
-        stage_grpo.seed_args(recipe, seed)
+        stage_grpo.seed_args(recipe.section("grpo"), recipe.paths, seed)
     assert len(calls) == 1
 
 
 def test_parallel_jobs_split_independent_work():
-    from open_r1.tasks.captioning import stage_grpo, stage_rm, stage_sft
-    from standin.captioning import stage_pretrain
+    from open_r1.tasks.captioning import stage_sft
+    from standin.captioning import stage_grpo, stage_pretrain, stage_rm
     from standin.captioning.parallel import jobs
 
     recipe = load(H200)
@@ -102,6 +102,33 @@ def test_parallel_jobs_split_independent_work():
             load(H200, sets)
 
 
+def test_the_standin_wrappers_keep_the_real_stages_finish_and_check(tmp_path):
+    """The stand-in's rm stage run as one job per seed: once the jobs end, the runner keeps the best seed on val as
+    models/rm (GRPO's RM); its grpo stage: the real preflight check of the RM's device, before any input."""
+    from open_r1.errors import RecipeError
+    from open_r1.tasks.captioning import pipeline
+    from standin.captioning import parallel, stage_rm
+
+    recipe = load(H200, [f"work_dir={tmp_path}", "rm.seeds=[0, 1]"])
+    paths, procs = recipe.paths, []
+
+    class Done:
+        def wait(self):
+            return 0
+
+    for seed, val in ((0, 0.61), (1, 0.74)):
+        os.makedirs(paths.rm_seed(seed))
+        result, log = tmp_path / f"rm_{seed}.json", tmp_path / f"rm_{seed}.log"
+        result.write_text(json.dumps({f"rm_s{seed}": {"out": paths.rm_seed(seed), "held_out": {"val": _acc(val)}}}))
+        log.write_text("")
+        procs.append((Done(), open(log), str(result), str(log), [f"rm.seed={seed}"]))
+    report = parallel.collect_parallel(stage_rm, recipe, procs)
+    assert report["rm"]["selected"]["seed"] == 1 and os.path.isdir(paths.rm)
+    bad = load(H200, [f"work_dir={tmp_path}", "grpo.reward_kwargs={caption_rm: {device: 'cuda:7'}}"])
+    with pytest.raises(RecipeError, match="caption_rm.device 'cuda:7' is not"):
+        pipeline.preflight(bad, stages(H200), ["grpo"])
+
+
 def _fake_stages(monkeypatch, events, fail=None):
     """Stages and sub-job processes replaced by recorders: what the pipeline starts, runs and waits for."""
     from open_r1.tasks.captioning import pipeline
@@ -109,7 +136,7 @@ def _fake_stages(monkeypatch, events, fail=None):
 
     for stage in stages(H200):
 
-        def run(recipe, name=stage.NAME):
+        def run(*args, name=stage.NAME):
             events.append(("run", name))
             if name == fail:
                 raise RuntimeError(f"{name} failed")
@@ -212,7 +239,7 @@ def test_the_ratings_stage_is_optional_and_checked(tmp_path):
         with pytest.raises(RecipeError, match=match):
             load(H200, [f"ratings.{bad}"])
     with pytest.raises(RecipeError, match="SFT policy .* does not exist: run the sft stage"):  # before any loading
-        stage_ratings.run(recipe)
+        stage_ratings.run(*recipe.args(stage_ratings))
     table = pipeline.results_markdown(
         {
             "stages": {
@@ -309,7 +336,9 @@ def test_eval_policies_from_the_recipe_are_checked():
     from open_r1.errors import RecipeError
     from open_r1.tasks.captioning import stage_eval
 
-    assert stage_eval.policies(load(DEMO, ["eval.policies={sft: /m/policy-sft}"])) == {"sft": "/m/policy-sft"}
+    assert stage_eval.policies(load(DEMO, ["eval.policies={sft: /m/policy-sft}"]).section("eval"), None, []) == {
+        "sft": "/m/policy-sft"
+    }
     # without the space YAML reads one key with no value: one clear error, not a TypeError deep in model loading
     with pytest.raises(RecipeError, match="eval.policies must map names to model dirs"):
         load(DEMO, ["eval.policies={sft:/m/policy-sft}"])
@@ -321,8 +350,9 @@ def test_rm_seeds_keep_the_best_on_val_as_the_rm(tmp_path):
 
     recipe = load(H200, [f"work_dir={tmp_path}", "rm.seeds=[0, 1, 2]"])
     paths = recipe.paths
-    assert stage_rm.rm_seeds(recipe) == [0, 1, 2]
-    assert stage_rm.scored_splits(recipe) == ["val", "test", "ood"]  # val joins: the choice reads it
+    cfg = recipe.section("rm")
+    assert stage_rm.rm_seeds(cfg, 0) == [0, 1, 2]
+    assert stage_rm.scored_splits(cfg, 0) == ["val", "test", "ood"]  # val joins: the choice reads it
     report = {}
     for seed, (val, test) in {0: (0.61, 0.90), 1: (0.74, 0.70), 2: (0.74, 0.55)}.items():
         out = paths.rm_seed(seed)
@@ -334,7 +364,7 @@ def test_rm_seeds_keep_the_best_on_val_as_the_rm(tmp_path):
     os.makedirs(paths.rm)
     with open(os.path.join(paths.rm, "stale"), "w") as handle:
         handle.write("an older RM")
-    result = stage_rm.finish(recipe, report)
+    result = stage_rm.finish(*recipe.args(stage_rm), report)
     # val decides (test never does; the blind control never competes); a tie goes to the lower seed
     assert result["rm"]["selected"] == {"seed": 1, "by": "val accuracy", "val_accuracy": {0: 0.61, 1: 0.74, 2: 0.74}}
     assert result["rm"]["out"] == paths.rm and result["rm"]["held_out"]["test"]["accuracy"] == 0.70
@@ -346,12 +376,12 @@ def test_rm_seeds_keep_the_best_on_val_as_the_rm(tmp_path):
     assert "| with image, seed 2 | val | 0.740 |" in table and "| image-blind | test | 0.500 |" in table
     # one seed: no choice, no copy
     single = load(DEMO, [f"work_dir={tmp_path / 'one'}"])
-    assert stage_rm.finish(single, {"rm": {"x": 1}}) == {"rm": {"x": 1}}
-    assert stage_rm.scored_splits(single) == ["test", "ood"]
+    assert stage_rm.finish(*single.args(stage_rm), {"rm": {"x": 1}}) == {"rm": {"x": 1}}
+    assert stage_rm.scored_splits(single.section("rm"), single.seed) == ["test", "ood"]
     # a seed without val, bad seed lists, a job seed outside the list: one clear error each
     del report["rm_s2"]["held_out"]["val"]
     with pytest.raises(OpenR1Error, match=r"seed\(s\) \[2\] have no val accuracy"):
-        stage_rm.finish(recipe, report)
+        stage_rm.finish(*recipe.args(stage_rm), report)
     for bad in ("[]", "[1, 1]", "[0.5]", "3"):
         with pytest.raises(RecipeError, match="rm.seeds must be"):
             load(H200, [f"rm.seeds={bad}"])
@@ -425,7 +455,7 @@ def test_pretraining_rows_of_the_exposure_scenes(tmp_path):
         "data.max_objects=4",
     ]
     recipe = load(DEMO, sets)
-    info = stage_data.run(recipe)
+    info = stage_data.run(*recipe.args(stage_data))
     assert info["splits"]["main_pretrain"]["contests"] == 2 and info["splits"]["ood_pretrain"]["contests"] == 2
 
     def kinds_by_source(rows):
@@ -434,10 +464,13 @@ def test_pretraining_rows_of_the_exposure_scenes(tmp_path):
             out.setdefault("exposure" if contest >= stage_data.PRETRAIN_OFFSET else "train", set()).add(kind)
         return out
 
-    default = kinds_by_source(stage_pretrain.pretrain_dataset(recipe, "policy"))
+    default = kinds_by_source(stage_pretrain.pretrain_dataset(*recipe.args(stage_pretrain), "policy"))
     assert default == {"train": {"describe", "question", "fluency"}, "exposure": {"describe", "question"}}
     other = load(DEMO, [*sets, "pretrain.policy.exposure_kinds=[describe, fluency]"])
-    assert kinds_by_source(stage_pretrain.pretrain_dataset(other, "policy"))["exposure"] == {"describe", "fluency"}
+    assert kinds_by_source(stage_pretrain.pretrain_dataset(*other.args(stage_pretrain), "policy"))["exposure"] == {
+        "describe",
+        "fluency",
+    }
 
 
 def test_the_start_policy_is_copied_instead_of_pre_training(tmp_path):
@@ -456,7 +489,7 @@ def test_the_start_policy_is_copied_instead_of_pre_training(tmp_path):
             "pretrain.policy.probe_limit=0",
         ],
     )
-    report = stage_pretrain.pretrain_one(recipe, "policy")
+    report = stage_pretrain.pretrain_one(*recipe.args(stage_pretrain), "policy")
     assert report == {"start": str(start), "out": recipe.paths.policy_base}
     assert sorted(os.listdir(recipe.paths.policy_base)) == sorted(os.listdir(start))
 
@@ -482,8 +515,8 @@ def test_the_demo_starts_from_the_shipped_policy_which_writes_the_format(tmp_pat
     ]
     recipe = load(DEMO, sets)
     pipeline.preflight(recipe, stages(), ["data", "pretrain"])
-    stage_data.run(recipe)
-    report = stage_pretrain.run(recipe)["policy"]
+    stage_data.run(*recipe.args(stage_data))
+    report = stage_pretrain.run(*recipe.args(stage_pretrain))["policy"]
     paths = recipe.paths
     assert report["start"] == os.path.abspath("standin/captioning/start_policy") and report["out"] == paths.policy_base
     shipped = open("standin/captioning/start_policy/model.safetensors", "rb").read()
@@ -492,7 +525,12 @@ def test_the_demo_starts_from_the_shipped_policy_which_writes_the_format(tmp_pat
     processor = AutoProcessor.from_pretrained(paths.policy_base)
     assert model.config.model_type == "qwen3_vl"
     test = cdata.load_captions(paths.split("test"), check_images="none")
-    sampling = {**stage_eval.sampling_kwargs(recipe), "n": 4, "max_cartoons": 2, "decoder": "hf"}
+    sampling = {
+        **stage_eval.sampling_kwargs(recipe.section("eval"), recipe.seed),
+        "n": 4,
+        "max_cartoons": 2,
+        "decoder": "hf",
+    }
     with torch.no_grad():
         records = evaluate.evaluate_policy(model, processor, test, None, **sampling)
     assert len(records) == 8 and sampling["temperature"] == 1.0 and sampling["max_new_tokens"] == 64
@@ -509,11 +547,12 @@ def test_only_the_policy_suppresses_unused_ids_unless_the_recipe_says_otherwise(
     from open_r1.errors import RecipeError
     from standin.captioning import stage_pretrain
 
-    recipe = load(DEMO)
-    assert stage_pretrain.suppress_unused(recipe, "policy") and not stage_pretrain.suppress_unused(
-        recipe, "rm_backbone"
+    section = load(DEMO).section("pretrain")
+    assert stage_pretrain.suppress_unused(section, "policy") and not stage_pretrain.suppress_unused(
+        section, "rm_backbone"
     )
-    assert not stage_pretrain.suppress_unused(load(DEMO, ["pretrain.policy.suppress_unused_tokens=false"]), "policy")
+    off = load(DEMO, ["pretrain.policy.suppress_unused_tokens=false"]).section("pretrain")
+    assert not stage_pretrain.suppress_unused(off, "policy")
     with pytest.raises(RecipeError, match="pretrain.rm_backbone.suppress_unused_tokens must be true or false"):
         load(DEMO, ["pretrain.rm_backbone.suppress_unused_tokens=yes please"])
 
@@ -674,10 +713,10 @@ def test_rm_stage_keeps_a_seed_whenever_one_process_trains_them_all(tmp_path, mo
     monkeypatch.setattr(
         stage_rm,
         "train_one",
-        lambda recipe, blind, seed=None: trained.append((blind, seed)) or {"seed": seed, "blind": blind},
+        lambda cfg, paths, seed, blind, rm_seed: trained.append((blind, rm_seed)) or {"seed": rm_seed, "blind": blind},
     )
-    monkeypatch.setattr(stage_rm, "finish", lambda recipe, report: finished.append(sorted(report)) or report)
-    monkeypatch.setattr(stage_rm, "inputs", lambda recipe: {})  # no backbone or data on disk here
+    monkeypatch.setattr(stage_rm, "finish", lambda *args: finished.append(sorted(args[-1])) or args[-1])
+    monkeypatch.setattr(stage_rm, "inputs", lambda *args: {})  # no backbone or data on disk here
     base = [f"work_dir={tmp_path}", "rm.seeds=[0, 1]"]
     for extra, jobs, choice in (
         (["rm.only=rm"], [(False, 0), (False, 1)], [["rm_s0", "rm_s1"]]),
@@ -687,5 +726,5 @@ def test_rm_stage_keeps_a_seed_whenever_one_process_trains_them_all(tmp_path, mo
     ):
         trained.clear()
         finished.clear()
-        standin_rm.run(load(H200, base + extra))
+        standin_rm.run(*load(H200, base + extra).args(standin_rm))
         assert trained == jobs and finished == choice, extra

@@ -307,6 +307,6 @@ def test_the_rm_stage_runs_with_the_shipped_real_recipes_rm_settings(backbones, 
     )
     cfg = recipe.section("rm")
     assert cfg.gradient_checkpointing and cfg.lora == {"r": 16, "alpha": 32, "dropout": 0.05} and cfg.dtype is None
-    report = stage_rm.run(recipe)["rm"]
+    report = stage_rm.run(*recipe.args(stage_rm))["rm"]
     assert report["steps"] == 1 and set(report["held_out"]) == {"val", "test"}
     assert rm_lib.load_reward_model(recipe.paths.rm, device="cpu").meta["lora"] == cfg.lora

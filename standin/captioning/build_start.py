@@ -85,7 +85,12 @@ def build_model(out_dir: str, seed: int, min_pixels: int, max_pixels: int) -> st
 
 def format_check(recipe, model_dir: str, n: int) -> dict:
     """The eval stage's sampling (the recipe's eval section, n samples) on every test and OOD cartoon, no RM."""
-    kwargs = {**stage_eval.sampling_kwargs(recipe), "n": n, "max_cartoons": None, "decoder": "hf"}
+    kwargs = {
+        **stage_eval.sampling_kwargs(recipe.section("eval"), recipe.seed),
+        "n": n,
+        "max_cartoons": None,
+        "decoder": "hf",
+    }
     model = modeling.load_model(model_dir, dtype="float32").eval()
     processor = modeling.load_processor(model_dir)
     out = {}
@@ -110,9 +115,9 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
     recipe = demo.load_recipe(RECIPE, overrides)  # every section parsed and checked, as the demo does
     pipeline.preflight(recipe, demo.stages_of(["--config", RECIPE]), [stage_data.NAME, stage_pretrain.NAME])
     paths, policy = recipe.paths, recipe.section(stage_pretrain.NAME).policy
-    stage_data.run(recipe)
+    stage_data.run(*recipe.args(stage_data))
     init = build_model(os.path.join(paths.models, "policy-init"), seed, policy.min_pixels, policy.max_pixels)
-    report = {"pretrain": stage_pretrain.pretrain_one(recipe, "policy", init=init)}
+    report = {"pretrain": stage_pretrain.pretrain_one(*recipe.args(stage_pretrain), "policy", init=init)}
     report["format"] = format_check(recipe, paths.policy_base, eval_n)
     info = {
         "command": "python -m standin.captioning.build_start " + " ".join(argv),

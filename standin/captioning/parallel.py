@@ -12,7 +12,7 @@ import time
 
 from open_r1.errors import OpenR1Error, RecipeError
 from open_r1.jsonio import read_json, write_json
-from open_r1.tasks.captioning import config, pipeline, stage_rm
+from open_r1.tasks.captioning import config, pipeline
 from open_r1.tasks.captioning.config import help_field
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -28,35 +28,9 @@ class RunConfig(config.RunConfig):
     )
 
 
-def rm_jobs(recipe) -> list[list[str]] | None:
-    """With ``rm.parallel``: the ``--set`` overrides of the sub-jobs (each seed's RM, the blind control); the
-    runner then calls ``stage_rm.finish`` on their merged results."""
-    cfg = recipe.section("rm")
-    if not cfg.parallel:
-        return None
-    seeds = stage_rm.rm_seeds(recipe)
-    return [["rm.only=rm"] + ([f"rm.seed={seed}"] if len(seeds) > 1 else []) for seed in seeds] + (
-        [["rm.only=rm_blind"]] if cfg.blind else []
-    )
-
-
-def grpo_jobs(recipe) -> list[list[str]] | None:
-    settings = recipe.section("grpo").settings
-    return [[f"grpo.seeds=[{seed}]"] for seed in settings.seeds] if settings.parallel else None
-
-
-def grpo_merge(results: list[dict]) -> dict:
-    """The parallel seeds' results as one."""
-    return {"runs": [run for part in results for run in part.get("runs", [])]}
-
-
-JOBS, MERGE = {"rm": rm_jobs, "grpo": grpo_jobs}, {"grpo": grpo_merge}  # the stand-in's own stages: `jobs` there
-
-
 def jobs(stage, recipe) -> list[list[str]] | None:
-    """A stage's sub-jobs (each a list of ``--set`` overrides), None when it runs in this process."""
-    find = JOBS.get(stage.NAME) or getattr(stage, "jobs", None)
-    return find(recipe) if find else None
+    """A stage's sub-jobs (its ``jobs``: each a list of ``--set`` overrides), None when it runs in this process."""
+    return stage.jobs(*recipe.args(stage)) if hasattr(stage, "jobs") else None
 
 
 def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
@@ -73,7 +47,7 @@ def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
         between = {
             p: s for s in order[order.index(at) : order.index(name)] for p in pipeline.outputs(recipe, by_name[s])
         }
-        for item in by_name[name].inputs(recipe).values():
+        for item in by_name[name].inputs(*recipe.args(by_name[name])).values():
             if item.path in between:
                 raise RecipeError(
                     f"start_early: {name} reads {item.path}, which the {between[item.path]} stage writes "
@@ -131,8 +105,8 @@ def collect_parallel(stage, recipe, procs: list[tuple]) -> dict:
             parts.append(read_json(result))
     if failed:
         raise OpenR1Error(f"stage {stage.NAME}: sub-job(s) failed: {'; '.join(failed)}")
-    merged = MERGE[stage.NAME](parts) if stage.NAME in MERGE else {k: v for part in parts for k, v in part.items()}
-    return stage.finish(recipe, merged) if hasattr(stage, "finish") else merged
+    merged = stage.merge(parts) if hasattr(stage, "merge") else {k: v for part in parts for k, v in part.items()}
+    return stage.finish(*recipe.args(stage), merged) if hasattr(stage, "finish") else merged
 
 
 _THREADS_AT_START: list[int] = []
@@ -178,7 +152,7 @@ class Runner:
         elif own:
             result = collect_parallel(stage, recipe, launch_parallel(recipe, self.entry, stage.NAME, own))
         else:
-            result = stage.run(recipe)
+            result = stage.run(*recipe.args(stage))
         return t0, result
 
     def __enter__(self):
@@ -208,7 +182,7 @@ def run_pipeline(
     if job_result:
         (stage,) = [s for s in stages if s.NAME == run[0]]
         pipeline.preflight(recipe, stages, [stage.NAME])
-        result = stage.run(recipe)
+        result = stage.run(*recipe.args(stage))
         write_json(job_result, result)
         return result
     with Runner(recipe, stages, [s.NAME for s in stages] if run is None else list(run), entry) as runner:

@@ -74,10 +74,9 @@ def split_names(cfg: Config) -> list[str]:
     ]
 
 
-def standin_config(recipe):
+def standin_config(cfg, seed):
     """The ``cartoons.StandinConfig`` of the ``data`` section (what ``make_contest`` needs to render a contest
     again)."""
-    cfg = recipe.section(NAME)
     return cartoons.StandinConfig(
         captions=cfg.captions,
         image_size=parse_image_size(cfg.image_size),
@@ -86,25 +85,24 @@ def standin_config(recipe):
         mean_votes=cfg.mean_votes,
         min_votes=cfg.min_votes,
         vote_noise=cfg.vote_noise,
-        seed=recipe.seed if cfg.seed is None else cfg.seed,
+        seed=seed if cfg.seed is None else cfg.seed,
     )
 
 
-def inputs(recipe) -> dict:
+def inputs(*_) -> dict:
     return {}
 
 
-def outputs(recipe) -> list[str]:
-    return [recipe.paths.split(name) for name in split_names(recipe.section(NAME))]
+def outputs(cfg, paths, *_) -> list[str]:
+    return [paths.split(name) for name in split_names(cfg)]
 
 
-def run(recipe) -> dict:
-    cfg, paths = recipe.section(NAME), recipe.paths
+def run(cfg: Config, paths, seed) -> dict:
     marker = os.path.join(paths.data, "standin.json")
     if os.path.isfile(marker) and not cfg.overwrite:
         config.log(f"[data] {paths.data} already holds the stand-in; reusing it")
         return read_json(marker)
-    settings = standin_config(recipe)
+    settings = standin_config(cfg, seed)
     workers = cfg.workers or max(1, min(16, (os.cpu_count() or 2) - 1))
     cartoons.write_standin(
         paths.data,

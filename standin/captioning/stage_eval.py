@@ -4,9 +4,9 @@ rule (``oracle_eval``) scoring the captions of every policy, and its tables in t
 from __future__ import annotations
 
 from open_r1.tasks.captioning import stage_eval
-from open_r1.tasks.captioning.stage_eval import NAME, Config, check, inputs, markdown  # noqa: F401
+from open_r1.tasks.captioning.stage_eval import NAME, TAKES, Config, check, inputs, markdown  # noqa: F401
 from standin.captioning import oracle_eval
 
 
-def run(recipe) -> dict:
-    return stage_eval.run(recipe, measure=oracle_eval)
+def run(*args) -> dict:
+    return stage_eval.run(*args, measure=oracle_eval)

@@ -7,7 +7,7 @@ import dataclasses
 
 from open_r1.tasks.captioning import stage_grpo
 from open_r1.tasks.captioning.config import help_field
-from open_r1.tasks.captioning.stage_grpo import NAME, inputs, outputs, run  # noqa: F401
+from open_r1.tasks.captioning.stage_grpo import NAME, check, inputs, outputs, run  # noqa: F401
 
 
 @dataclasses.dataclass
@@ -15,5 +15,14 @@ class Settings(stage_grpo.Settings):
     parallel: bool = help_field(False, "run the seeds as parallel processes")
 
 
-def parse(mapping, recipe) -> stage_grpo.Section:
-    return stage_grpo.parse(mapping, recipe, Settings)
+def parse(mapping, paths) -> stage_grpo.Section:
+    return stage_grpo.parse(mapping, paths, Settings)
+
+
+def jobs(section, *_) -> list[list[str]] | None:
+    return [[f"grpo.seeds=[{s}]"] for s in section.settings.seeds] if section.settings.parallel else None
+
+
+def merge(results: list[dict]) -> dict:
+    """The parallel seeds' results as one."""
+    return {"runs": [r for part in results for r in part.get("runs", [])]}

@@ -85,17 +85,15 @@ class Config:
         self.rm_backbone = config.parse_section("pretrain.rm_backbone", ModelConfig, self.rm_backbone)
 
 
-def pretrain_dataset(recipe, which: str):
+def pretrain_dataset(section, paths, seed, which: str):
     import datasets  # deferred: heavy
 
-    cfg, paths = getattr(recipe.section(NAME), which), recipe.paths
+    cfg = getattr(section, which)
     think_prefix = which == "policy" if cfg.think_prefix is None else cfg.think_prefix
     kinds = tuple(cfg.kinds)
     train = cdata.load_captions(paths.split("train"), check_images="none")
     parts = [
-        cartoons.pretrain_rows(
-            train, kinds=kinds, per_contest=cfg.per_contest, think_prefix=think_prefix, seed=recipe.seed
-        )
+        cartoons.pretrain_rows(train, kinds=kinds, per_contest=cfg.per_contest, think_prefix=think_prefix, seed=seed)
     ]
     for offset, split in enumerate(("ood_pretrain", "main_pretrain"), start=1):
         if os.path.isdir(paths.split(split)) and cfg.exposure:
@@ -108,22 +106,22 @@ def pretrain_dataset(recipe, which: str):
                     kinds=exposure_kinds,
                     per_contest=cfg.exposure_per_contest or cfg.per_contest,
                     think_prefix=think_prefix,
-                    seed=recipe.seed + offset,
+                    seed=seed + offset,
                 )
             )
     rows = datasets.concatenate_datasets([parts[0], *(p.cast(parts[0].features) for p in parts[1:])])
-    return rows.shuffle(seed=recipe.seed)
+    return rows.shuffle(seed=seed)
 
 
-def suppress_unused(recipe, which: str) -> bool:
-    value = getattr(recipe.section(NAME), which).suppress_unused_tokens
+def suppress_unused(section, which: str) -> bool:
+    value = getattr(section, which).suppress_unused_tokens
     return which == "policy" if value is None else value
 
 
-def pretrain_one(recipe, which: str, init: str | None = None) -> dict:
+def pretrain_one(section, paths, seed, which: str, init: str | None = None) -> dict:
     """One base: ``start`` copied, else pre-trained from random init (``init``: from that model dir instead, as
     ``build_start`` does); then the perception probe."""
-    cfg, paths = getattr(recipe.section(NAME), which), recipe.paths
+    cfg = getattr(section, which)
     out = paths.policy_base if which == "policy" else paths.rm_base
     if cfg.start:  # a shipped start model instead of pre-training from random init
         with installing(out) as staging:
@@ -131,9 +129,9 @@ def pretrain_one(recipe, which: str, init: str | None = None) -> dict:
         config.log(f"[pretrain] {which}: copied the start model {cfg.start} to {out}")
         report = {"start": os.path.abspath(cfg.start), "out": out}
     else:
-        report = train_one(recipe, which, cfg, out, init)
+        report = train_one(section, paths, seed, which, out, init)
     if cfg.probe_limit:  # a shipped start is probed as a pre-trained base is
-        report["perception"] = perception(recipe, out, cfg.probe_limit, cfg)
+        report["perception"] = perception(paths, out, cfg.probe_limit, cfg)
         config.log(
             f"[pretrain] {which}: names the odd object's odd value on held-out scenes: "
             + ", ".join(f"{k} {v['accuracy']:.2f} ({v['n']})" for k, v in report["perception"].items())
@@ -141,17 +139,16 @@ def pretrain_one(recipe, which: str, init: str | None = None) -> dict:
     return report
 
 
-def train_one(recipe, which: str, cfg: ModelConfig, out: str, init: str | None) -> dict:
+def train_one(section, paths, seed, which: str, out: str, init: str | None) -> dict:
+    cfg = getattr(section, which)
     family = cfg.family or ("qwen3_vl" if which == "policy" else "qwen2_5_vl")
     overrides, built = {}, init is None
     if built:
         init = out + ".init"
         overrides = dict(cfg.overrides or {})
-        overrides.setdefault("suppress_unused", suppress_unused(recipe, which))
-        tiny_models.build_tiny(
-            family, init, seed=recipe.seed if cfg.seed is None else cfg.seed, overwrite=True, **overrides
-        )
-    rows = pretrain_dataset(recipe, which)
+        overrides.setdefault("suppress_unused", suppress_unused(section, which))
+        tiny_models.build_tiny(family, init, seed=seed if cfg.seed is None else cfg.seed, overwrite=True, **overrides)
+    rows = pretrain_dataset(section, paths, seed, which)
     settings = sft.SFTSettings(
         learning_rate=cfg.learning_rate,
         schedule="cosine",
@@ -165,7 +162,7 @@ def train_one(recipe, which: str, cfg: ModelConfig, out: str, init: str | None) 
         lora_r=0,
         min_pixels=cfg.min_pixels,
         max_pixels=cfg.max_pixels,
-        seed=recipe.seed,
+        seed=seed,
         logging_steps=cfg.logging_steps,
         dataloader_workers=cfg.dataloader_workers,
         extra={"adam_beta2": 0.98},
@@ -178,7 +175,7 @@ def train_one(recipe, which: str, cfg: ModelConfig, out: str, init: str | None) 
     return report
 
 
-def perception(recipe, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
+def perception(paths, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
     """Greedy answers of a pre-trained base to ``cartoons.PROBE_QUESTION`` on held-out contests (val and the OOD
     renderer): the share that names the odd object's odd value (``cartoons.perceives_odd``), what an RM on this
     backbone, and a policy, must see to read the hidden rule."""
@@ -187,11 +184,9 @@ def perception(recipe, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
     processor = modeling.load_processor(model_dir, cfg.min_pixels, cfg.max_pixels)
     out = {}
     for split in ("val", "ood"):
-        if not os.path.isdir(recipe.paths.split(split)):
+        if not os.path.isdir(paths.split(split)):
             continue
-        rows = cartoons.perception_probe_rows(
-            cdata.load_captions(recipe.paths.split(split), check_images="none"), limit
-        )
+        rows = cartoons.perception_probe_rows(cdata.load_captions(paths.split(split), check_images="none"), limit)
         prompts = [
             processor.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True) for r in rows
         ]
@@ -201,10 +196,10 @@ def perception(recipe, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
     return out
 
 
-def inputs(recipe) -> dict[str, config.Input]:
-    found = {"train": config.split_input(recipe.paths, "train")}
+def inputs(cfg, paths, *_) -> dict[str, config.Input]:
+    found = {"train": config.split_input(paths, "train")}
     for which in MODELS:  # a shipped start, made by no stage: a missing one fails in the preflight
-        start = getattr(recipe.section(NAME), which).start
+        start = getattr(cfg, which).start
         if start:
             found[f"{which}_start"] = config.Input(
                 start,
@@ -214,15 +209,14 @@ def inputs(recipe) -> dict[str, config.Input]:
     return found
 
 
-def outputs(recipe) -> list[str]:
-    return [recipe.paths.policy_base, recipe.paths.rm_base]
+def outputs(cfg, paths, *_) -> list[str]:
+    return [paths.policy_base, paths.rm_base]
 
 
-def jobs(recipe) -> list[list[str]] | None:
-    return [[f"pretrain.only={which}"] for which in MODELS] if recipe.section(NAME).parallel else None
+def jobs(cfg, *_) -> list[list[str]] | None:
+    return [[f"pretrain.only={which}"] for which in MODELS] if cfg.parallel else None
 
 
-def run(recipe) -> dict:
-    config.check_inputs(inputs(recipe))
-    only = recipe.section(NAME).only
-    return {name: pretrain_one(recipe, name) for name in MODELS if only in (None, name)}
+def run(cfg: Config, paths, seed) -> dict:
+    config.check_inputs(inputs(cfg, paths))
+    return {name: pretrain_one(cfg, paths, seed, name) for name in MODELS if cfg.only in (None, name)}

@@ -25,6 +25,7 @@ from open_r1.tasks.captioning.config import help_field, require
 from standin.captioning import cartoons
 
 NAME = "ratings"
+TAKES = ("eval", "rm")  # the eval section's sampling; the RM's split and pair rule
 
 
 @dataclasses.dataclass
@@ -44,23 +45,22 @@ class Config:
         )
 
 
-def inputs(recipe) -> dict[str, config.Input]:
+def inputs(cfg, paths, *_) -> dict[str, config.Input]:
     return {
-        "policy": config.Input(recipe.paths.policy_sft, "the SFT policy", "run the sft stage"),
-        "train": config.split_input(recipe.paths, "train"),
+        "policy": config.Input(paths.policy_sft, "the SFT policy", "run the sft stage"),
+        "train": config.split_input(paths, "train"),
     }
 
 
-def outputs(recipe) -> list[str]:
-    return [recipe.paths.split(recipe.section(NAME).split)]
+def outputs(cfg, paths, *_) -> list[str]:
+    return [paths.split(cfg.split)]
 
 
-def run(recipe) -> dict:
+def run(cfg: Config, paths, seed, eval_cfg, rm_cfg) -> dict:
     import datasets  # deferred: heavy
     import torch  # deferred: heavy
 
-    cfg, paths = recipe.section(NAME), recipe.paths
-    policy = config.check_inputs(inputs(recipe))["policy"]
+    policy = config.check_inputs(inputs(cfg, paths))["policy"]
     train = cdata.load_captions(paths.split("train"), check_images="none")
     if "scene_meta" not in train.column_names:
         raise RecipeError(
@@ -71,7 +71,7 @@ def run(recipe) -> dict:
     device = config.device()
     model = modeling.load_model(policy).to(device).eval()
     processor = modeling.load_processor(policy)
-    sampling = {**stage_eval.sampling_kwargs(recipe), "n": cfg.n, "max_cartoons": cfg.contests}
+    sampling = {**stage_eval.sampling_kwargs(eval_cfg, seed), "n": cfg.n, "max_cartoons": cfg.contests}
     n_contests = len(set(train["contest"]))
     config.log(
         f"[ratings] sampling {cfg.n} per contest on {min(n_contests, cfg.contests or n_contests)} "
@@ -90,16 +90,16 @@ def run(recipe) -> dict:
     del model
     sampled = time.time() - started
     parsed = [r for r in records if r["caption"] is not None]
-    rated, counts = cartoons.rate_captions(train, parsed, seed=recipe.seed)
+    rated, counts = cartoons.rate_captions(train, parsed, seed=seed)
     config.log(f"[ratings] {len(parsed)} of {len(records)} samples parsed, {counts['rated']} new captions rated")
     out = paths.split(cfg.split)
     merged = datasets.concatenate_datasets([train, rated])  # the rated rows last
     with installing(out) as staging:  # a cut run leaves the old split (or none), never half of one
         merged.save_to_disk(staging)
-    rm_split = recipe.section("rm").train_split
+    rm_split = rm_cfg.train_split
     # the pairs the RM will train on, as row indices: building the pair dataset would copy an image per pair (an
     # uncapped count did that once and outlasted its GPU call)
-    index = stage_rm.training_index(recipe, merged)
+    index = stage_rm.training_index(rm_cfg, seed, merged)
     is_new = np.arange(len(merged)) >= len(train)
     summary = {
         "policy": policy,

@@ -11,7 +11,7 @@ import numpy as np
 
 from open_r1.tasks.captioning import stage_rm
 from open_r1.tasks.captioning.config import help_field, require
-from open_r1.tasks.captioning.stage_rm import NAME, inputs, outputs  # noqa: F401
+from open_r1.tasks.captioning.stage_rm import NAME, finish, inputs, outputs  # noqa: F401
 
 
 @dataclasses.dataclass
@@ -29,24 +29,34 @@ class Config(stage_rm.Config):
         )
 
 
-def label_agreement(recipe, split: str) -> float | None:
+def jobs(cfg, paths, seed) -> list[list[str]] | None:
+    """With ``rm.parallel``: the ``--set`` overrides of the sub-jobs (each seed's RM, the blind control); the
+    runner then calls `finish` on their merged results."""
+    if not cfg.parallel:
+        return None
+    seeds = stage_rm.rm_seeds(cfg, seed)
+    return [["rm.only=rm"] + ([f"rm.seed={seed}"] if len(seeds) > 1 else []) for seed in seeds] + (
+        [["rm.only=rm_blind"]] if cfg.blind else []
+    )
+
+
+def label_agreement(cfg, paths, seed, split: str) -> float | None:
     """The share of `split`'s held-out pairs whose chosen caption also has the higher hidden score."""
-    dataset, index = stage_rm.held_out_index(recipe, split)
+    dataset, index = stage_rm.held_out_index(cfg, paths, seed, split)
     if not len(index):
         return None
     hidden = np.asarray(dataset["oracle"], dtype=np.float64)
     return float(np.mean(hidden[index[:, 0]] > hidden[index[:, 1]]))
 
 
-def run(recipe) -> dict:
+def run(cfg: Config, paths, seed) -> dict:
     """The real stage's RMs, or one parallel sub-job's share of them, with the labels' agreement added."""
-    cfg = recipe.section(NAME)
-    seeds = [cfg.seed] if cfg.seed is not None else stage_rm.rm_seeds(recipe)
-    report = stage_rm.train(recipe, seeds if cfg.only != "rm_blind" else [], cfg.blind and cfg.only != "rm")
+    seeds = [cfg.seed] if cfg.seed is not None else stage_rm.rm_seeds(cfg, seed)
+    report = stage_rm.train(cfg, paths, seed, seeds if cfg.only != "rm_blind" else [], cfg.blind and cfg.only != "rm")
     if cfg.only in (None, "rm") and cfg.seed is None:  # every seed trained here: keep the best (a job: the runner)
-        report = stage_rm.finish(recipe, report)
+        report = stage_rm.finish(cfg, paths, seed, report)
     splits = {split for entry in report.values() for split in entry.get("held_out") or {}}
-    agreement = {split: label_agreement(recipe, split) for split in sorted(splits)}
+    agreement = {split: label_agreement(cfg, paths, seed, split) for split in sorted(splits)}
     for entry in report.values():
         for split, result in (entry.get("held_out") or {}).items():
             result["oracle_agreement_of_labels"] = agreement[split]

@@ -14,6 +14,7 @@ from standin.captioning import cartoons
 from standin.captioning.cartoons import TRACE_TEMPLATES, TRACE_WORDINGS
 
 NAME = "traces"
+TAKES = ("sft.top_k",)  # the top-k captions SFT trains on
 
 
 @dataclasses.dataclass
@@ -32,23 +33,20 @@ class Config:
         )
 
 
-def inputs(recipe) -> dict[str, config.Input]:
-    return {"train": config.split_input(recipe.paths, "train")}
+def inputs(cfg, paths, *_) -> dict[str, config.Input]:
+    return {"train": config.split_input(paths, "train")}
 
 
-def outputs(recipe) -> list[str]:
-    return [recipe.paths.traces]
+def outputs(cfg, paths, *_) -> list[str]:
+    return [paths.traces]
 
 
-def run(recipe) -> dict:
-    cfg = recipe.section(NAME)
-    train = cdata.load_captions(recipe.paths.split("train"), check_images="none")
-    top = cartoons.add_templated_thinking(
-        cdata.top_k_rows(train, recipe.section("sft").top_k), cfg.wording, cfg.template
-    )
-    shutil.rmtree(recipe.paths.traces, ignore_errors=True)
-    top.save_to_disk(recipe.paths.traces)
-    return {"rows": len(top), "out": recipe.paths.traces, "wording": cfg.wording, "template": cfg.template}
+def run(cfg: Config, paths, seed, top_k) -> dict:
+    train = cdata.load_captions(paths.split("train"), check_images="none")
+    top = cartoons.add_templated_thinking(cdata.top_k_rows(train, top_k), cfg.wording, cfg.template)
+    shutil.rmtree(paths.traces, ignore_errors=True)
+    top.save_to_disk(paths.traces)
+    return {"rows": len(top), "out": paths.traces, "wording": cfg.wording, "template": cfg.template}
 
 
 def markdown(result: dict) -> list[str]:

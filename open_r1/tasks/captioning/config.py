@@ -12,6 +12,7 @@ import os
 import time
 import types
 import typing
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import yaml
@@ -183,10 +184,20 @@ class Recipe:
     def section(self, name: str):
         return self.sections[name]
 
+    def args(self, stage) -> tuple:
+        """A stage's arguments: its section, the paths, the seed, then what ``stage.TAKES`` names (section[.key])."""
+        named = types.SimpleNamespace(**self.sections)
+        return (
+            self.sections[stage.NAME],
+            self.paths,
+            self.seed,
+            *(attrgetter(k)(named) for k in getattr(stage, "TAKES", ())),
+        )
+
 
 def parse_recipe(path: str, overrides: list[str] | None, stages, run_config: type = RunConfig) -> Recipe:
     """Parse the recipe at `path` for the ordered `stages` (modules with ``NAME`` and ``Config``, or ``parse(mapping,
-    recipe)`` where a section needs more): top-level keys (`run_config`: the stand-in adds its own), then every
+    paths)`` where a section needs more): top-level keys (`run_config`: the stand-in adds its own), then every
     stage's section in order, each once."""
     raw = load_yaml(path, overrides)
     names = [stage.NAME for stage in stages]
@@ -197,7 +208,7 @@ def parse_recipe(path: str, overrides: list[str] | None, stages, run_config: typ
         mapping = raw.get(stage.NAME)
         parse = getattr(stage, "parse", None)
         recipe.sections[stage.NAME] = (
-            parse(mapping, recipe) if parse else parse_section(stage.NAME, stage.Config, mapping)
+            parse(mapping, recipe.paths) if parse else parse_section(stage.NAME, stage.Config, mapping)
         )
     return recipe
 

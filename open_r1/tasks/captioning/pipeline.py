@@ -5,7 +5,9 @@ evaluation, on prepared data (``open-r1-caption-prepare``), with one results fol
     python -m standin.captioning.demo --config configs/captioning/standin_demo.yaml     # make humor-demo
 
 A stage is a module (``stage_<name>.py``: its section's ``Config`` or ``parse``, ``inputs``, ``outputs``, ``run``,
-optionally ``check``, ``markdown``); `main` takes the ordered stages, so the stand-in runs its own around these.
+optionally ``check``, ``markdown``, ``TAKES``) whose functions take ``recipe.args(stage)``: its own section, the
+paths, the seed and what ``TAKES`` names of other sections (synthesize: ``sft.top_k``); `main` takes the ordered
+stages, so the stand-in runs its own around these.
 Every section is parsed and every run stage's inputs checked before any stage runs; ``--stages`` runs a subset.
 Results: ``<work_dir>/results/pipeline.json`` and ``results.md``; ``--out DIR`` copies the small result files there.
 """
@@ -25,7 +27,7 @@ STAGES = (stage_synthesize, stage_sft, stage_rm, stage_grpo, stage_eval)
 
 
 def outputs(recipe, stage) -> list[str]:
-    return stage.outputs(recipe) if hasattr(stage, "outputs") else []
+    return stage.outputs(*recipe.args(stage)) if hasattr(stage, "outputs") else []
 
 
 def preflight(recipe, stages, run: list[str]) -> None:
@@ -35,9 +37,10 @@ def preflight(recipe, stages, run: list[str]) -> None:
     produced: list[str] = []
     for stage in stages:
         if stage.NAME in run:
+            args = recipe.args(stage)
             if hasattr(stage, "check"):
-                stage.check(recipe)
-            config.check_inputs(stage.inputs(recipe), produced, makers)
+                stage.check(*args)
+            config.check_inputs(stage.inputs(*args), produced, makers)
             produced += outputs(recipe, stage)
 
 
@@ -45,7 +48,7 @@ def run_pipeline(recipe, stages=STAGES, run: list[str] | None = None, out: str |
     """Run the `run` stages (default: all) of `stages` in order; `runner(stage) -> (start time, result)` (default:
     the stage's `run`; the stand-in's runs sub-jobs as processes)."""
     run = [stage.NAME for stage in stages] if run is None else list(run)
-    runner = runner or (lambda stage: (time.time(), stage.run(recipe)))
+    runner = runner or (lambda stage: (time.time(), stage.run(*recipe.args(stage))))
     preflight(recipe, stages, run)  # before anything is written into the work_dir
     paths = recipe.paths
     summary_path = os.path.join(paths.results, "pipeline.json")

@@ -21,6 +21,7 @@ from open_r1.tasks.captioning import evaluate as ev
 from open_r1.tasks.captioning.config import help_field, require
 
 NAME = "eval"
+TAKES = ("grpo.settings.seeds",)  # the default policies: one GRPO model per seed
 
 
 @dataclasses.dataclass
@@ -56,24 +57,25 @@ class Config:
         )
 
 
-def policies(recipe) -> dict[str, str]:
+def policies(cfg, paths, grpo_seeds) -> dict[str, str]:
     """{name: model dir}: ``eval.policies``, else the chain's base, SFT and GRPO policies."""
-    cfg, paths = recipe.section(NAME), recipe.paths
     if cfg.policies:
         return dict(cfg.policies)
-    seeds = recipe.section("grpo").settings.seeds
-    return {"base": paths.policy_base, "sft": paths.policy_sft, **{f"grpo_s{s}": paths.grpo_model(s) for s in seeds}}
+    return {
+        "base": paths.policy_base,
+        "sft": paths.policy_sft,
+        **{f"grpo_s{s}": paths.grpo_model(s) for s in grpo_seeds},
+    }
 
 
-def sampling_kwargs(recipe) -> dict:
+def sampling_kwargs(cfg, seed) -> dict:
     """`evaluate.evaluate_policy`'s sampling settings from the ``eval`` section (the ratings round's too)."""
-    cfg = recipe.section(NAME)
     return dict(
         n=cfg.n,
         max_new_tokens=cfg.max_new_tokens,
         temperature=cfg.temperature,
         batch_size=cfg.batch_size,
-        seed=recipe.seed,
+        seed=seed,
         max_cartoons=cfg.limit,
         use_stop=cfg.use_stop,
         decoder=cfg.decoder,
@@ -82,36 +84,35 @@ def sampling_kwargs(recipe) -> dict:
     )
 
 
-def check(recipe) -> None:
+def check(cfg, paths, seed, grpo_seeds) -> None:
     """The baseline is one of the evaluated policies (where an sft policy is)."""
-    names, baseline = list(policies(recipe)), recipe.section(NAME).baseline
+    names = policies(cfg, paths, grpo_seeds)
     require(
-        "sft" not in names or baseline in names,
-        f"eval.baseline {baseline!r} is not one of the evaluated policies {', '.join(names)}",
+        "sft" not in names or cfg.baseline in names,
+        f"eval.baseline {cfg.baseline!r} is not one of the evaluated policies {', '.join(names)}",
     )
 
 
-def inputs(recipe) -> dict[str, config.Input]:
-    out = {"rm": config.Input(recipe.paths.rm, "the reward model", "run the rm stage", config.RM_MARKER)}
-    for name, path in policies(recipe).items():
+def inputs(cfg, paths, seed, grpo_seeds) -> dict[str, config.Input]:
+    out = {"rm": config.Input(paths.rm, "the reward model", "run the rm stage", config.RM_MARKER)}
+    for name, path in policies(cfg, paths, grpo_seeds).items():
         out[f"policy {name}"] = config.Input(path, f"the policy {name!r}", "set eval.policies to existing model dirs")
-    for split in recipe.section(NAME).splits:
-        out[split] = config.split_input(recipe.paths, split)
+    for split in cfg.splits:
+        out[split] = config.split_input(paths, split)
     return out
 
 
-def run(recipe, measure=ev) -> dict:
+def run(cfg: Config, paths, seed, grpo_seeds, measure=ev) -> dict:
     """Best-of-N on every split; `measure`: ``evaluate_records`` and ``markdown_table`` (default `evaluate`'s), and
     where it has them ``score(records, dataset)`` of each policy's records and ``extend_summary(summary)`` (the
     stand-in's hidden-rule analysis: standin/captioning/stage_eval.py)."""
     import torch  # deferred: heavy
 
-    cfg, paths = recipe.section(NAME), recipe.paths
     device = config.device()
-    check(recipe)
-    found = config.check_inputs(inputs(recipe))
+    check(cfg, paths, seed, grpo_seeds)
+    found = config.check_inputs(inputs(cfg, paths, seed, grpo_seeds))
     rm = load_reward_model(found["rm"], device=device)
-    named, score = policies(recipe), getattr(measure, "score", None)
+    named, score = policies(cfg, paths, grpo_seeds), getattr(measure, "score", None)
     data = {s: cdata.load_captions(paths.split(s), check_images="none") for s in cfg.splits}
     records: dict[str, dict[str, list]] = {s: {} for s in cfg.splits}
     timings = {}
@@ -121,7 +122,9 @@ def run(recipe, measure=ev) -> dict:
         processor = modeling.load_processor(path)
         for split in cfg.splits:
             with torch.no_grad():
-                records[split][name] = ev.evaluate_policy(model, processor, data[split], rm, **sampling_kwargs(recipe))
+                records[split][name] = ev.evaluate_policy(
+                    model, processor, data[split], rm, **sampling_kwargs(cfg, seed)
+                )
             if score is not None:
                 score(records[split][name], data[split])
         timings[name] = time.time() - started
@@ -130,7 +133,7 @@ def run(recipe, measure=ev) -> dict:
     baseline = cfg.baseline if "sft" in named else None
     summary = {"policies": named, "splits": {}, "timings": timings}
     for split in cfg.splits:
-        report = measure.evaluate_records(records[split], baseline=baseline, n_boot=cfg.n_boot, seed=recipe.seed)
+        report = measure.evaluate_records(records[split], baseline=baseline, n_boot=cfg.n_boot, seed=seed)
         table = measure.markdown_table(report)
         out = ev.write_report(report, os.path.join(paths.results, f"eval_{split}"), records[split], table)
         config.log(f"[eval] {split}:\n{table}")

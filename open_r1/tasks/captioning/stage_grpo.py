@@ -81,7 +81,7 @@ def parse_grpo(values: dict) -> tuple:
         ) from None
 
 
-def parse(mapping, recipe, settings_class: type = Settings) -> Section:
+def parse(mapping, paths, settings_class: type = Settings) -> Section:
     """The section: `settings_class` (the pipeline's keys; the stand-in adds its own) and the open_r1.grpo recipe."""
     mapping = dict(mapping or {})
     own = [f.name for f in dataclasses.fields(settings_class)]
@@ -95,7 +95,7 @@ def parse(mapping, recipe, settings_class: type = Settings) -> Section:
     )
     cuda = config.device() == "cuda"
     values = {**DEFAULTS, "bf16": cuda, "use_cpu": not cuda, **mapping}
-    paths, seed = recipe.paths, settings.seeds[0]
+    seed = settings.seeds[0]
     env = values.pop("env", None) or {}
     config.require(isinstance(env, dict), f"grpo.env must map variable names to values, got {env!r}")
     kwargs = copy.deepcopy(parse_reward_kwargs(values.get("reward_kwargs")))  # a mapping, or JSON text
@@ -121,26 +121,26 @@ def parse(mapping, recipe, settings_class: type = Settings) -> Section:
     return Section(settings, args, env)
 
 
-def seed_args(recipe, seed: int) -> tuple:
+def seed_args(section, paths, seed) -> tuple:
     """Copies of the section's parsed arguments, with this seed and its output dir, and the task (built once)."""
-    *args, task = recipe.section(NAME).args
+    *args, task = section.args
     script_args, training_args, model_args = (copy.deepcopy(a) for a in args)
-    training_args.seed, training_args.output_dir = seed, recipe.paths.grpo_run(seed)
+    training_args.seed, training_args.output_dir = seed, paths.grpo_run(seed)
     return script_args, training_args, model_args, task
 
 
-def check(recipe) -> None:
+def check(section, *_) -> None:
     """The reward model's device is on this machine (the pipeline's preflight: before any stage loads a model)."""
-    device = (recipe.section(NAME).args[0].reward_kwargs.get("caption_rm") or {}).get("device")
+    device = (section.args[0].reward_kwargs.get("caption_rm") or {}).get("device")
     if device is not None:
         config.check_device("grpo.reward_kwargs.caption_rm.device", device)
 
 
-def inputs(recipe) -> dict[str, config.Input]:
-    script_args = recipe.section(NAME).args[0]
+def inputs(section, paths, *_) -> dict[str, config.Input]:
+    script_args = section.args[0]
     out = {
-        "policy": config.Input(recipe.paths.policy_sft, "the SFT policy", "run the sft stage"),
-        "train": config.split_input(recipe.paths, "train"),
+        "policy": config.Input(paths.policy_sft, "the SFT policy", "run the sft stage"),
+        "train": config.split_input(paths, "train"),
     }
     rm = (script_args.reward_kwargs.get("caption_rm") or {}).get("reward_model")
     if rm:
@@ -154,14 +154,13 @@ def inputs(recipe) -> dict[str, config.Input]:
     return out
 
 
-def outputs(recipe) -> list[str]:
-    return [recipe.paths.grpo_model(seed) for seed in recipe.section(NAME).settings.seeds]
+def outputs(section, paths, *_) -> list[str]:
+    return [paths.grpo_model(seed) for seed in section.settings.seeds]
 
 
-def run_seed(recipe, seed: int) -> dict:
-    section = recipe.section(NAME)
-    config.check_inputs(inputs(recipe))
-    script_args, training_args, model_args, task = seed_args(recipe, seed)
+def run_seed(section, paths, seed) -> dict:
+    config.check_inputs(inputs(section, paths))
+    script_args, training_args, model_args, task = seed_args(section, paths, seed)
     os.environ.update({str(k): str(v) for k, v in section.env.items()})
     if has_weights(training_args.output_dir):  # an earlier invocation's finished run: kept, never trained over
         aside = kept_path(training_args.output_dir, "prev")
@@ -180,7 +179,7 @@ def run_seed(recipe, seed: int) -> dict:
     # the keep-best checkpoint when the run evaluated (eval_sets), else the final adapter
     merged, _ = load_for_export(resolve_export_checkpoint(training_args.output_dir))
     processor = modeling.load_processor(training_args.output_dir)
-    modeling.save_model_dir(merged, processor, recipe.paths.grpo_model(seed))
+    modeling.save_model_dir(merged, processor, paths.grpo_model(seed))
     keys = ("reward", "caption_rm/format_ok", "caption_rm/sigmoid_mean", "kl", "completions/mean_length")
     curve = [{k: e[k] for k in ("step", *keys) if k in e} for e in history if "reward" in e]
     config.log(
@@ -192,10 +191,10 @@ def run_seed(recipe, seed: int) -> dict:
         "output_dir": training_args.output_dir,
         "seconds": seconds,
         "steps": steps,
-        "model": recipe.paths.grpo_model(seed),
+        "model": paths.grpo_model(seed),
         "curve": curve,
     }
 
 
-def run(recipe) -> dict:
-    return {"runs": [run_seed(recipe, seed) for seed in recipe.section(NAME).settings.seeds]}
+def run(section, paths, *_) -> dict:
+    return {"runs": [run_seed(section, paths, seed) for seed in section.settings.seeds]}

@@ -167,19 +167,13 @@ def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
     return rows
 
 
-def held_out_index(recipe, split: str):
+def held_out_index(cfg, paths, seed, split: str):
     """(the split's dataset, the row indices of its held-out pairs)."""
-    cfg = recipe.section(NAME)
-    dataset = cdata.load_captions(recipe.paths.split(split), check_images="none")
+    dataset = cdata.load_captions(paths.split(split), check_images="none")
     index = cdata.pair_indices(
-        dataset, k=cfg.k, se_from=cfg.se_from, cap_per_contest=cfg.eval_cap_per_contest, seed=recipe.seed + 7
+        dataset, k=cfg.k, se_from=cfg.se_from, cap_per_contest=cfg.eval_cap_per_contest, seed=seed + 7
     )
     return dataset, index
-
-
-def held_out_pairs(recipe, split: str, blind: bool):
-    dataset, index = held_out_index(recipe, split)
-    return index_pair_rows(dataset, index, blind=blind)
 
 
 def _progress(label: str, every_s: float = 15.0):
@@ -194,50 +188,46 @@ def _progress(label: str, every_s: float = 15.0):
     return progress
 
 
-def rm_seeds(recipe) -> list[int]:
-    return recipe.section(NAME).seeds or [recipe.seed]
+def rm_seeds(cfg, seed) -> list[int]:
+    return cfg.seeds or [seed]
 
 
-def scored_splits(recipe) -> list[str]:
+def scored_splits(cfg, seed) -> list[str]:
     """``eval_splits``, with val first when several seeds compete (the choice reads val)."""
-    splits = list(recipe.section(NAME).eval_splits)
-    if len(rm_seeds(recipe)) > 1 and "val" not in splits:
+    splits = list(cfg.eval_splits)
+    if len(rm_seeds(cfg, seed)) > 1 and "val" not in splits:
         splits.insert(0, "val")
     return splits
 
 
-def pair_rule(recipe) -> dict:
+def pair_rule(cfg, seed) -> dict:
     """The training pairs' ``data.pair_indices`` keyword arguments."""
-    cfg = recipe.section(NAME)
-    return {"k": cfg.k, "se_from": cfg.se_from, "cap_per_contest": cfg.cap_per_contest, "seed": recipe.seed}
+    return {"k": cfg.k, "se_from": cfg.se_from, "cap_per_contest": cfg.cap_per_contest, "seed": seed}
 
 
-def training_index(recipe, dataset):
+def training_index(cfg, seed, dataset):
     """The row indices of the pairs the RM trains on: `pair_rule`, then the ``rm.max_pairs`` prefix."""
-    index = cdata.pair_indices(dataset, **pair_rule(recipe))
-    max_pairs = recipe.section(NAME).max_pairs
-    return index[:max_pairs] if max_pairs else index
+    index = cdata.pair_indices(dataset, **pair_rule(cfg, seed))
+    return index[: cfg.max_pairs] if cfg.max_pairs else index
 
 
-def training_pair_rows(recipe, blind: bool = False) -> list[dict]:
+def training_pair_rows(cfg, paths, seed, blind: bool = False) -> list[dict]:
     """The RM rows of the training pairs."""
-    path = config.check_inputs({"train": inputs(recipe)["train"]})["train"]
+    path = config.check_inputs({"train": inputs(cfg, paths, seed)["train"]})["train"]
     train = cdata.load_captions(path, check_images="none")
-    return index_pair_rows(train, training_index(recipe, train), blind=blind)
+    return index_pair_rows(train, training_index(cfg, seed, train), blind=blind)
 
 
-def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
+def train_one(cfg, paths, seed, blind: bool, rm_seed: int) -> dict:
+    """The RM of `rm_seed` (one of ``rm.seeds``) or, `blind`, the blind control (trained with that seed)."""
     import torch  # deferred: heavy
     from transformers import TrainingArguments  # deferred: heavy
 
-    cfg = recipe.section(NAME)
-    paths = recipe.paths
     backbone = paths.rm_base
-    seeds = rm_seeds(recipe)
-    seed = seeds[0] if seed is None else int(seed)
-    out = paths.rm_blind if blind else (paths.rm if len(seeds) == 1 else paths.rm_seed(seed))
-    tag = f"[rm{' blind' if blind else ''}{'' if len(seeds) == 1 else f' s{seed}'}]"
-    rows = training_pair_rows(recipe, blind=blind)
+    seeds = rm_seeds(cfg, seed)
+    out = paths.rm_blind if blind else (paths.rm if len(seeds) == 1 else paths.rm_seed(rm_seed))
+    tag = f"[rm{' blind' if blind else ''}{'' if len(seeds) == 1 else f' s{rm_seed}'}]"
+    rows = training_pair_rows(cfg, paths, seed, blind=blind)
     cuda = torch.cuda.is_available()
     model = rm_lib.build_reward_model(
         backbone,
@@ -245,11 +235,11 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
         max_pixels=cfg.max_pixels,
         dtype=cfg.dtype or ("float32" if not cfg.lora or not cuda else None),
         lora=cfg.lora,
-        meta={"blind": blind, "train_pairs": len(rows), "k": cfg.k, "seed": seed},
+        meta={"blind": blind, "train_pairs": len(rows), "k": cfg.k, "seed": rm_seed},
     )
     if not cuda:
         model = model.float()
-    work = os.path.join(paths.root, "rm-trainer-blind" if blind else f"rm-trainer-s{seed}")
+    work = os.path.join(paths.root, "rm-trainer-blind" if blind else f"rm-trainer-s{rm_seed}")
     args = TrainingArguments(
         output_dir=work,
         per_device_train_batch_size=cfg.per_device_batch_size,
@@ -265,8 +255,8 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
         report_to="none",
         bf16=cuda,
         use_cpu=not cuda,
-        seed=seed,
-        data_seed=seed,
+        seed=rm_seed,
+        data_seed=rm_seed,
         dataloader_num_workers=cfg.dataloader_workers,
         disable_tqdm=True,
         gradient_checkpointing=cfg.gradient_checkpointing,
@@ -290,34 +280,33 @@ def train_one(recipe, blind: bool, seed: int | None = None) -> dict:
     report = {
         "out": out,
         "blind": blind,
-        "seed": seed,
+        "seed": rm_seed,
         "train_pairs": len(rows),
         "steps": int(model.meta["steps"]),
         "train_seconds": seconds,
         "loss_first": losses[0][1] if losses else None,
         "loss_last": losses[-1][1] if losses else None,
         "loss_curve": losses[:: max(1, len(losses) // 50)],
-        "held_out": score_held_out(recipe, model, blind, tag),
+        "held_out": score_held_out(cfg, paths, seed, model, blind, tag),
     }
     write_json(os.path.join(out, "rm_report.json"), report)
     return report
 
 
-def score_held_out(recipe, model, blind: bool, tag: str = "[rm]", splits: list[str] | None = None) -> dict:
+def score_held_out(cfg, paths, seed, model, blind: bool, tag: str = "[rm]", splits: list[str] | None = None) -> dict:
     """Pairwise accuracy (with the by-contest CI) of `model` on each existing held-out split (default:
     `scored_splits`); blind: every image the blank one."""
-    cfg, paths = recipe.section(NAME), recipe.paths
     results = {}
-    for split in splits or scored_splits(recipe):
+    for split in splits or scored_splits(cfg, seed):
         if not os.path.isdir(paths.split(split)):
             continue
         t0 = time.time()
-        held = held_out_pairs(recipe, split, blind)
+        held = index_pair_rows(*held_out_index(cfg, paths, seed, split), blind=blind)
         config.log(f"{tag} {split}: scoring {len(held)} held-out pairs (built in {time.time() - t0:.1f} s)")
         result = rm_lib.evaluate_pairs(
-            model, held, batch_size=cfg.eval_batch_size, seed=recipe.seed, progress=_progress(f"{tag} {split}")
+            model, held, batch_size=cfg.eval_batch_size, seed=seed, progress=_progress(f"{tag} {split}")
         )
-        swap = image_swap_accuracy(recipe, model, split, blind)
+        swap = image_swap_accuracy(cfg, paths, seed, model, split, blind)
         if swap is not None:
             result["image_swap"] = swap
             config.log(
@@ -333,56 +322,56 @@ def score_held_out(recipe, model, blind: bool, tag: str = "[rm]", splits: list[s
     return results
 
 
-def image_swap_accuracy(recipe, model, split: str, blind: bool) -> dict | None:
+def image_swap_accuracy(cfg, paths, seed, model, split: str, blind: bool) -> dict | None:
     """Does the RM read the image? The share of ``rm.eval_image_swaps`` top captions it scores higher under their
     own cartoon than another's, with the by-contest CI (0.5 when blind); None for 0 swaps or under two contests."""
-    cfg = recipe.section(NAME)
     n = cfg.eval_image_swaps
-    dataset = cdata.load_captions(recipe.paths.split(split), check_images="none")
+    dataset = cdata.load_captions(paths.split(split), check_images="none")
     if not n or len(set(dataset["contest"])) < 2:
         return None
-    index = cdata.image_negative_indices(dataset, n, top_k=cfg.image_negative_top_k, seed=recipe.seed + 13)
+    index = cdata.image_negative_indices(dataset, n, top_k=cfg.image_negative_top_k, seed=seed + 13)
     result = rm_lib.evaluate_pairs(
-        model, image_negative_rows(dataset, index, blind=blind), batch_size=cfg.eval_batch_size, seed=recipe.seed
+        model, image_negative_rows(dataset, index, blind=blind), batch_size=cfg.eval_batch_size, seed=seed
     )
     return {k: result[k] for k in ("accuracy", "ci_low", "ci_high", "n_pairs", "n_groups")}
 
 
-def inputs(recipe) -> dict[str, config.Input]:
-    split = recipe.section(NAME).train_split
+def inputs(cfg, paths, seed) -> dict[str, config.Input]:
+    split = cfg.train_split
     train = (
-        config.split_input(recipe.paths, split)
+        config.split_input(paths, split)
         if split == "train"
         else config.Input(
-            recipe.paths.split(split),
+            paths.split(split),
             f"the {split} split",
             "set rm.train_split to an existing split",
             config.DATASET_MARKER,
         )
     )
     return {
-        "backbone": config.Input(recipe.paths.rm_base, "the RM backbone", "set models.reward_backbone to a model dir"),
+        "backbone": config.Input(paths.rm_base, "the RM backbone", "set models.reward_backbone to a model dir"),
         "train": train,
-        **{split: config.split_input(recipe.paths, split) for split in scored_splits(recipe)},
+        **{split: config.split_input(paths, split) for split in scored_splits(cfg, seed)},
     }
 
 
-def outputs(recipe) -> list[str]:
-    return [recipe.paths.rm, recipe.paths.rm_blind]
+def outputs(cfg, paths, *_) -> list[str]:
+    return [paths.rm, paths.rm_blind]
 
 
-def train(recipe, seeds: list[int], blind: bool) -> dict:
+def train(cfg, paths, seed, seeds: list[int], blind: bool) -> dict:
     """The RMs of `seeds` and, with `blind`, the blind control (on the first of ``rm.seeds``), by report key."""
-    config.check_inputs(inputs(recipe))
-    report = {seed_key(rm_seeds(recipe), seed): train_one(recipe, blind=False, seed=seed) for seed in seeds}
+    config.check_inputs(inputs(cfg, paths, seed))
+    every = rm_seeds(cfg, seed)
+    report = {seed_key(every, s): train_one(cfg, paths, seed, False, s) for s in seeds}
     if blind:
-        report["rm_blind"] = train_one(recipe, blind=True, seed=rm_seeds(recipe)[0])
+        report["rm_blind"] = train_one(cfg, paths, seed, True, every[0])
     return report
 
 
-def run(recipe) -> dict:
+def run(cfg: Config, paths, seed) -> dict:
     """Train the RM(s) and the blind control; with several seeds keep the best on val (`finish`)."""
-    return finish(recipe, train(recipe, rm_seeds(recipe), recipe.section(NAME).blind))
+    return finish(cfg, paths, seed, train(cfg, paths, seed, rm_seeds(cfg, seed), cfg.blind))
 
 
 def seed_key(seeds: list[int], seed: int) -> str:
@@ -397,14 +386,13 @@ def choose_seed(reports: dict[int, dict], split: str = "val") -> int:
     return max(sorted(reports), key=lambda seed: reports[seed]["held_out"][split]["accuracy"])
 
 
-def finish(recipe, report: dict) -> dict:
+def finish(cfg, paths, seed, report: dict) -> dict:
     """With several seeds: the best on val copied to ``models/rm`` and reported under ``rm`` with ``selected``."""
-    seeds = rm_seeds(recipe)
+    seeds = rm_seeds(cfg, seed)
     if len(seeds) == 1:
         return report
     reports = {seed: report[seed_key(seeds, seed)] for seed in seeds}
     chosen = choose_seed(reports)
-    paths = recipe.paths
     with installing(paths.rm) as staging:
         shutil.copytree(reports[chosen]["out"], staging, dirs_exist_ok=True)
     val = {seed: reports[seed]["held_out"]["val"]["accuracy"] for seed in seeds}

@@ -29,30 +29,28 @@ class Config(SFTSettings):
         config.require(self.top_k >= 1, f"sft.top_k must be >= 1, got {self.top_k}")
 
 
-def inputs(recipe) -> dict[str, config.Input]:
-    paths = recipe.paths
+def inputs(cfg, paths, *_) -> dict[str, config.Input]:
     return {
         "model": config.Input(paths.policy_base, "the base policy", "set models.policy to a model dir"),
         "traces": config.Input(paths.traces, "the SFT traces", "run the synthesize stage", config.DATASET_MARKER),
     }
 
 
-def outputs(recipe) -> list[str]:
-    return [recipe.paths.policy_sft]
+def outputs(cfg, paths, *_) -> list[str]:
+    return [paths.policy_sft]
 
 
-def run(recipe) -> dict:
+def run(cfg: Config, paths, seed) -> dict:
     import datasets  # deferred: heavy
 
-    cfg = recipe.section(NAME)
-    found = config.check_inputs(inputs(recipe))
+    found = config.check_inputs(inputs(cfg, paths))
     # text rows rendered by the base's own template: a Thinking template rewrites a conversational think block
     processor = modeling.load_processor(found["model"])
     rows = cdata.sft_rows(datasets.load_from_disk(found["traces"]), cfg.top_k, processor=processor)
     settings = SFTSettings(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(SFTSettings)})
-    settings.seed = recipe.seed
+    settings.seed = seed
     config.log(f"[sft] {len(rows)} rows from {found['traces']}; base {found['model']}")
     report = sft.train_sft(
-        rows, recipe.paths.policy_sft, settings, model_path=found["model"], processor=processor, log=config.log
+        rows, paths.policy_sft, settings, model_path=found["model"], processor=processor, log=config.log
     )
-    return {**report, "out": recipe.paths.policy_sft}
+    return {**report, "out": paths.policy_sft}

@@ -21,6 +21,7 @@ from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field
 
 NAME = "synthesize"
+TAKES = ("sft.top_k",)  # the top-k captions SFT trains on
 
 
 @dataclasses.dataclass
@@ -151,28 +152,27 @@ def _generate_vllm(model_path, records, messages, cfg: Config):  # pragma: no co
     return [o.outputs[0].text for o in outputs]
 
 
-def inputs(recipe) -> dict[str, config.Input]:
+def inputs(cfg, paths, *_) -> dict[str, config.Input]:
     return {
-        "model": config.Input(recipe.paths.policy_base, "the base policy", "set models.policy to a model dir"),
-        "train": config.split_input(recipe.paths, "train"),
+        "model": config.Input(paths.policy_base, "the base policy", "set models.policy to a model dir"),
+        "train": config.split_input(paths, "train"),
     }
 
 
-def outputs(recipe) -> list[str]:
-    return [recipe.paths.traces]
+def outputs(cfg, paths, *_) -> list[str]:
+    return [paths.traces]
 
 
-def run(recipe) -> dict:
-    cfg = recipe.section(NAME)
-    model_path = config.check_inputs(inputs(recipe))["model"]
-    train = cdata.load_captions(recipe.paths.split("train"), check_images="none")
-    top = cdata.top_k_rows(train, recipe.section("sft").top_k)
+def run(cfg: Config, paths, seed, top_k) -> dict:
+    model_path = config.check_inputs(inputs(cfg, paths))["model"]
+    train = cdata.load_captions(paths.split("train"), check_images="none")
+    top = cdata.top_k_rows(train, top_k)
     if cfg.limit:
         top = top.select(range(min(cfg.limit, len(top))))
     traces, counts = synthesize(model_path, top, cfg)
-    top.add_column(cdata.THINKING_COLUMN, traces).save_to_disk(recipe.paths.traces)
-    counts["out"] = recipe.paths.traces
-    write_json(os.path.join(os.path.dirname(recipe.paths.traces), "synthesis.json"), counts)
+    top.add_column(cdata.THINKING_COLUMN, traces).save_to_disk(paths.traces)
+    counts["out"] = paths.traces
+    write_json(os.path.join(os.path.dirname(paths.traces), "synthesis.json"), counts)
     return counts
 
 
