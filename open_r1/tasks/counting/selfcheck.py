@@ -101,8 +101,8 @@ def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int |
     """Check the model dir and every set at once (one error listing each problem with its option), then every
     image the run will read; returns [(name, dataset, rows left out as no count)]. `settings`: `columns` and
     `image_root` (the command's arguments)."""
-    from open_r1.checks import check_images
-    from open_r1.tasks.counting.data import drop_non_counts, validate_counting_dataset
+    from open_r1.checks import check_images  # deferred (datasets, PIL): --help answers without them
+    from open_r1.tasks.counting.data import drop_non_counts, validate_counting_dataset  # deferred: datasets
     from open_r1.validate import dataset_problems, model_dir_problems  # deferred: torch, transformers
 
     task = get_task("counting", settings=settings)  # one task for every set: it keeps the sets it loads
@@ -208,8 +208,8 @@ def _run(argv=None) -> int:
     args = parser.parse_args(argv)
     check_arguments(args)
     import open_r1.generation  # deferred (torch, transformers): --help and bad arguments answer without them
-    from open_r1.modeling import load_model, load_processor
-    from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report
+    from open_r1.modeling import load_model, load_processor  # deferred: torch, transformers
+    from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report  # deferred: torch
 
     settle(args.model)  # a swap cut by a power loss is completed or undone first
 
