@@ -19,7 +19,6 @@ NOT_RUN = {
     "pip": "third party",
     "venv": "third party",
     "pytest": "third party",
-    "accelerate.commands.launch": "third party",
     "experiments.proxy.sft_warmstart": "retired harness: the pages say which commit restores it",
     "experiments.proxy.proxy_experiment": "retired harness: the pages say which commit restores it",
     "experiments.proxy.pool_results": "retired harness: the pages say which commit restores it",
