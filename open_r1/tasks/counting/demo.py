@@ -28,7 +28,7 @@ from open_r1 import grpo, tiny_models
 from open_r1.jsonio import read_json, write_json
 from open_r1.modeling import load_model, load_processor
 from open_r1.noise import quiet_library_noise
-from open_r1.run.keep_best import load_history
+from open_r1.run.keep_best import load_history, plot_history
 from open_r1.sft import SFTSettings, train_sft
 from open_r1.submission.export import export_submission
 from open_r1.tasks.counting import protocol, sft
@@ -311,7 +311,8 @@ def by_count(records: list[dict]) -> dict[int, tuple[int, int]]:
 
 
 def write_plots(before: dict, after: dict, log_history: list[dict], eval_history: dict, out: Path) -> None:
-    """`acc_by_count.png` (accuracy by gold count, start vs trained) and `curves.png` (reward, in-training eval)."""
+    """`acc_by_count.png` (accuracy by gold count, start vs trained) and `curves.png` (in-training eval, reward:
+    `keep_best.plot_history`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -335,29 +336,7 @@ def write_plots(before: dict, after: dict, log_history: list[dict], eval_history
     fig.savefig(out / "acc_by_count.png", dpi=100)
     plt.close(fig)
 
-    fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(10, 3.4))
-    for key, color, alpha, label in (
-        ("reward", "tab:green", 1.0, "total reward"),
-        ("rewards/exact_count/mean", "tab:blue", 0.7, "exact_count"),
-        ("rewards/format/mean", "tab:orange", 0.7, "format"),
-    ):
-        points = [(e["step"], e[key]) for e in log_history if e.get(key) is not None]
-        if points:
-            ax_reward.plot(*zip(*points), color=color, alpha=alpha, label=label)
-    ax_reward.set(xlabel="GRPO step", title="reward (training rollouts)")
-    ax_reward.grid(alpha=0.3)
-    ax_reward.legend(fontsize=8)
-    entries = sorted(eval_history.get("entries", []), key=lambda e: e["step"])
-    for name in sorted({n for e in entries for n in (e.get("scores") or {})}):
-        points = [(e["step"], e["scores"][name]) for e in entries if name in (e.get("scores") or {})]
-        ax_eval.plot(*zip(*points), marker="o", label=name)
-    ax_eval.set(xlabel="GRPO step", ylabel="accuracy %", title="in-training eval (selfcheck protocol, subset)")
-    ax_eval.grid(alpha=0.3)
-    if entries:
-        ax_eval.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=100)
-    plt.close(fig)
+    plot_history(eval_history, log_history, str(out / "curves.png"))  # the training run's own plot, kept here
 
 
 # ---- Command line ----------------------------------------------------------------------------------------------------
