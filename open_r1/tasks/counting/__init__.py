@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from open_r1.errors import help_field
 
 
 @dataclass
@@ -10,16 +12,12 @@ class CountingSettings:
     """The counting task's own recipe keys, parsed by `open_r1.grpo` beside the engine's
     (`open_r1.tasks.TASK_SETTINGS`)."""
 
-    prompt_templates: list[str] = field(
-        default_factory=lambda: ["train:0.5", "eval:0.5"],
-        metadata={
-            "help": "Template mixing: 'name:weight' entries, names from open_r1.tasks.counting.protocol.TEMPLATES."
-        },
+    prompt_templates: list[str] = help_field(
+        ["train:0.5", "eval:0.5"],
+        "Template mixing: 'name:weight' entries, names from open_r1.tasks.counting.protocol.TEMPLATES.",
     )
-    columns: str | None = field(
-        default=None,
-        metadata={
-            "help": "Column names of a data set in another layout, e.g. 'image=img,question=q,answer=count' "
-            "(recognised without it: image/problem/solution, and R1-V's eval jsonl image_path/question/ground_truth)."
-        },
+    columns: str | None = help_field(
+        None,
+        "Column names of a data set in another layout, e.g. 'image=img,question=q,answer=count' "
+        "(recognised without it: image/problem/solution, and R1-V's eval jsonl image_path/question/ground_truth).",
     )
