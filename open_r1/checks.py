@@ -2,8 +2,6 @@
 a run will write, recipe values, weight files, data sets and their images. Each returns problems (one line each,
 naming the option that fixes it) or raises one `OpenR1Error`; `open_r1.validate` runs them for a whole run."""
 
-from __future__ import annotations
-
 import difflib
 import io
 import math

@@ -3,8 +3,6 @@ catches `OpenR1Error` and prints `error: <message>` with exit status 2, never a 
 `ValueError`/`RuntimeError`s so callers that catch the builtin kinds keep working.
 """
 
-from __future__ import annotations
-
 import argparse
 import dataclasses
 import sys

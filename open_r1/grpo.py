@@ -9,8 +9,6 @@ parse -> build the task once -> validate before the model loads -> the run's cal
 trainer (`open_r1.trainer`) -> train -> save, with `training_meta.json` (what export needs) beside the weights.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import sys

@@ -3,8 +3,6 @@ left-padded (right padding shifts M-RoPE positions in batched generation) with t
 (counted in the family's merged-token area), and a wrong model dir as one clear error.
 """
 
-from __future__ import annotations
-
 import importlib.util
 import os
 

@@ -12,8 +12,6 @@ have no fixed zero. Held-out metric: pairwise accuracy with a bootstrap CI over 
 image, so pairs are not independent).
 """
 
-from __future__ import annotations
-
 import inspect
 import math
 import os

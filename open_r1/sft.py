@@ -8,8 +8,6 @@ wall-clock cap `max_seconds`; with `schedule="cosine"` the LR follows max(step f
 run anneals.
 """
 
-from __future__ import annotations
-
 import math
 import os
 import shutil

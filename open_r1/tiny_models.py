@@ -9,8 +9,6 @@ real added-token ids, so ids mean what they mean in the real model. Weights are 
     python -m open_r1.tiny_models --family qwen3_vl --out models/tiny-qwen3vl      # or scripts/make_tiny_model.py
 """
 
-from __future__ import annotations
-
 import argparse
 import inspect
 import json

@@ -17,8 +17,6 @@ Recipe lever (changes what is learned, default off): noisy rollouts (`noisy_frac
 generated from, which keeps TRL's importance ratios exact. Training rounds only.
 """
 
-from __future__ import annotations
-
 import zlib
 from typing import Any
 

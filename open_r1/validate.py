@@ -4,8 +4,6 @@ tokenizer, an unmerged LoRA adapter) and every image of every set the run reads.
 one `OpenR1Error` (open_r1/errors.py), which the entry points print as one line; the checks live in `open_r1.checks`.
 """
 
-from __future__ import annotations
-
 import os
 
 from open_r1 import modeling

@@ -11,8 +11,6 @@ benches"). A failing variant is reported with its first error line and the run g
 after every variant.
 """
 
-from __future__ import annotations
-
 import argparse
 import contextlib
 import copy

@@ -2,8 +2,6 @@
 (`evaluation`) with keep-best (`keep_best`), auto-resume (`resume`) and a disk-space check (`disk`), all as
 `TrainerCallback`s; this module wires them from the recipe keys (`build_run_callbacks`)."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from open_r1.run import keep_best as keep_best_lib

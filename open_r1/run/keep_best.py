@@ -7,8 +7,6 @@ later step; only checkpoints still on disk compete. `resolve_export_checkpoint` 
 killed mid-way is still exported from its best evaluated checkpoint.
 """
 
-from __future__ import annotations
-
 import argparse
 import math
 import os

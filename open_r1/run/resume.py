@@ -3,8 +3,6 @@
 restored and what started fresh. It never goes back silently: checkpoints none of which loads, nan/inf weights, or a
 fresh start over a finished run's final model are one error."""
 
-from __future__ import annotations
-
 import os
 
 from transformers import TrainerCallback

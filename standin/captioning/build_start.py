@@ -11,8 +11,6 @@ steps on the templated ``first_sentence`` traces dropped its format rate at the 
     python -m standin.captioning.build_start --out standin/captioning/start_policy      # make humor-demo-start
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import os

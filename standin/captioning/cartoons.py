@@ -47,8 +47,6 @@ writes ``train/ val/ test/ ood/`` (``save_to_disk``, contests split with ``data.
 ``standin.json`` (the arguments and row counts).
 """
 
-from __future__ import annotations
-
 import argparse
 import dataclasses
 import functools

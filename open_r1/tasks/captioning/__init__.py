@@ -2,8 +2,6 @@
 best-of-N evaluation, and the chain (``pipeline``: synthesize -> sft -> rm -> grpo -> eval, one ``stage_*`` module
 each). The offline stand-in (generated data, from-scratch bases) lives outside the package, in ``standin/``."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from open_r1.errors import help_field

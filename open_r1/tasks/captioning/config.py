@@ -5,8 +5,6 @@ Top-level keys (`RunConfig`) and one section per stage, each a dataclass (the st
 another, and ``__post_init__`` checks the rest. ``--set section.key=value`` overrides any key (value read as YAML).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import time

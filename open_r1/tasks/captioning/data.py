@@ -9,8 +9,6 @@ left out of the prompt when missing. Other columns ride along unread: every row 
 names (the stand-in's analysis columns stay its own).
 """
 
-from __future__ import annotations
-
 import io
 import logging
 import math

@@ -9,8 +9,6 @@ per-cartoon difference to a baseline with a CI resampling cartoons. From saved r
     python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl --baseline sft --out DIR
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import math

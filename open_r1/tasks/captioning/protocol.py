@@ -9,8 +9,6 @@ counts; the caption non-empty, one line, tag-free, at most ``max_words`` words. 
 keep the stop string (the parser needs the closing tag).
 """
 
-from __future__ import annotations
-
 import re
 from typing import Any, NamedTuple
 

@@ -8,8 +8,6 @@ DIR, fail_value, format_bonus, device}}``; it reads the ``image`` (or ``images``
 any object with ``score(images, messages, batch_size)``. Logged under ``caption_rm/``.
 """
 
-from __future__ import annotations
-
 import functools
 import math
 import os

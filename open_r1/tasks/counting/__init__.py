@@ -1,7 +1,5 @@
 """Counting that generalizes: the grader protocol, rewards, data validation, evaluation and the scene renderer."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from open_r1.errors import help_field

@@ -12,8 +12,6 @@ Steps, each on the code the real pipeline runs (docs/DEMO.md explains them and h
      table, `<out>/demo.json`, `<out>/acc_by_count.png` and `<out>/curves.png`.
 """
 
-from __future__ import annotations
-
 import argparse
 import functools
 import math
