@@ -79,15 +79,15 @@ GOOD = "The odd one is blue.</think>\n\n<caption>Nobody tell the blue cube.</cap
 )
 def test_parser_rejects_adversarial_completions(text, reason):
     parsed = P.parse_details(text)
-    assert parsed.caption is None and P.parse_caption(text) is None
+    assert parsed.caption is None and P.parse_details(text).caption is None
     assert parsed.reason == reason
 
 
 def test_parser_accepts_the_format_with_or_without_opening_think_and_eos():
-    assert P.parse_caption(GOOD) == "Nobody tell the blue cube."
-    assert P.parse_caption("<think>\n" + GOOD) == "Nobody tell the blue cube."
-    assert P.parse_caption("  <think>" + GOOD + "<|im_end|>\n") == "Nobody tell the blue cube."
-    assert P.parse_caption("x</think><caption>  padded  </caption>\n\n") == "padded"
+    assert P.parse_details(GOOD).caption == "Nobody tell the blue cube."
+    assert P.parse_details("<think>\n" + GOOD).caption == "Nobody tell the blue cube."
+    assert P.parse_details("  <think>" + GOOD + "<|im_end|>\n").caption == "Nobody tell the blue cube."
+    assert P.parse_details("x</think><caption>  padded  </caption>\n\n").caption == "padded"
 
 
 def test_caption_inside_think_never_counts():
@@ -99,14 +99,14 @@ def test_caption_inside_think_never_counts():
 
 def test_word_limit_is_a_parameter():
     text = "x</think>\n\n<caption>" + " ".join(["w"] * 10) + "</caption>"
-    assert P.parse_caption(text, max_words=10) is not None
+    assert P.parse_details(text, max_words=10).caption is not None
     assert P.parse_details(text, max_words=9).reason == "too_long"
 
 
 def test_format_target_round_trips_and_rejects_bad_pieces():
     target = P.format_target("It is odd.", "Hello there")
     assert target == "It is odd.</think>\n\n<caption>Hello there</caption>"
-    assert P.parse_caption(target) == "Hello there"
+    assert P.parse_details(target).caption == "Hello there"
     with pytest.raises(DataError):
         P.format_target("sneaky </think>", "x")
     with pytest.raises(DataError):
@@ -343,9 +343,9 @@ class FakeRM:
 @pytest.fixture()
 def fake_rm():
     rm = FakeRM()
-    cr.register_reward_model("fake/rm", rm, device="cpu")
+    cr._RM_CACHE[cr._cache_key("fake/rm", "cpu")] = rm  # as if get_reward_model had loaded it
     yield rm
-    cr.clear_reward_model_cache()
+    cr._RM_CACHE.clear()
 
 
 def _caption_score(caption: str) -> float:
@@ -755,7 +755,7 @@ def test_standin_is_deterministic_and_pretrain_rows_format(standin_dir):
     assert set(rows["kind"]) == {"describe", "question", "fluency"}
     fluency = rows.filter(lambda r: r["kind"] == "fluency")[0]
     assert fluency["prompt"][0]["content"][0]["text"] == P.SYSTEM_PROMPT
-    assert P.parse_caption(fluency["completion"][0]["content"][0]["text"]) is not None
+    assert P.parse_details(fluency["completion"][0]["content"][0]["text"]).caption is not None
     thinking = S.templated_thinking(train[0])
     assert not P.trace_leaks_caption(thinking, train[0]["caption"]) or "talk about" in train[0]["caption"]
     # the "joke" wording: the same facts without the word that shares the <caption> tag's sub-words
@@ -937,7 +937,7 @@ def test_caption_rm_with_the_real_reward_model_dir(standin_dir, tiny_model_dirs,
     rows = cdata.prompt_rows(cdata.load_captions(paths["val"]))
     images = rows["image"][:2]
     descs = [P.description_from_row(rows[i]) for i in range(2)]
-    cr.clear_reward_model_cache()
+    cr._RM_CACHE.clear()
     try:
         func = cr.caption_rm_reward(reward_model=rm_dir, device="cpu", batch_size=2)
         completion = "x</think>\n\n<caption>Nobody tell the blue cube.</caption>"
@@ -957,7 +957,7 @@ def test_caption_rm_with_the_real_reward_model_dir(standin_dir, tiny_model_dirs,
         assert out[0] != pytest.approx(out[1])  # the image (and its description) changes the score
         assert out[2] == 0.0
     finally:
-        cr.clear_reward_model_cache()
+        cr._RM_CACHE.clear()
 
 
 def test_sft_rows_train_exactly_the_completion_under_trls_collator(standin_dir, tiny_model_dirs):
@@ -980,14 +980,14 @@ def test_sft_rows_train_exactly_the_completion_under_trls_collator(standin_dir, 
         text = processor.tokenizer.decode(trained)
         expected = P.format_target(top[i]["thinking"], top[i]["caption"])
         assert text == expected + "<|im_end|>\n"
-        assert P.parse_caption(text) == top[i]["caption"]
+        assert P.parse_details(text).caption == top[i]["caption"]
     assert "pixel_values" in batch
     # the pre-training corpus takes the same path; a backbone template without <think> gets no think prefix
     pre = S.pretrain_rows(cdata.load_captions(paths["train"]), per_contest=1, processor=processor)
     assert all(c.endswith("<|im_end|>\n") for c in pre["completion"])
     for kind, completion in zip(pre["kind"], pre["completion"]):
         if kind == "fluency":
-            assert P.parse_caption(completion) is not None
+            assert P.parse_details(completion).caption is not None
         else:
             assert completion.startswith("</think>\n\n")
     plain = modeling.load_processor(str(tiny_model_dirs["qwen2_5_vl"]))

@@ -178,11 +178,6 @@ def parse_details(text: Any, max_words: int = MAX_WORDS) -> CaptionParse:
     return CaptionParse(caption, "ok", in_think)
 
 
-def parse_caption(text: Any, max_words: int = MAX_WORDS) -> str | None:
-    """The caption of a completion, or None when it does not follow the format (``parse_details`` says why)."""
-    return parse_details(text, max_words).caption
-
-
 # --- Trace synthesis (stage 1): the same system prompt and user turn, plus the known-good caption to explain ---
 SYNTHESIS_MAX_NEW_TOKENS = 512
 SYNTHESIS_INSTRUCTION = (

@@ -34,15 +34,6 @@ def get_reward_model(path: str, device: Any = None):
     return _RM_CACHE[key]
 
 
-def register_reward_model(path: str, model: Any, device: Any = None) -> None:
-    """Cache an already-built reward model (anything with ``.score``) under (path, device)."""
-    _RM_CACHE[_cache_key(path, device)] = model
-
-
-def clear_reward_model_cache() -> None:
-    _RM_CACHE.clear()
-
-
 def sigmoid(x: float) -> float:
     if x >= 0:  # two forms: no overflow for any x
         return 1.0 / (1.0 + math.exp(-x))
