@@ -66,29 +66,8 @@ log = functools.partial(print, flush=True)
 # ---- Demo model ------------------------------------------------------------------------------------------------------
 def build_demo_model(seed: int = 0):
     """(model, processor): random-init Qwen2-VL with the small vocabulary; every config id points at the new ids."""
-    from transformers import GenerationConfig
-
-    tokenizer, ids, vocab_size = tiny_models.small_vocab_tokenizer(
-        tiny_models.QWEN2VL_SPECIAL_TOKENS, tiny_models.QWEN2VL_CHAT_TEMPLATE, model_max_length=4096
-    )
-    bos = pad = ids["<|endoftext|>"]
-    eos = ids["<|im_end|>"]
-    config = tiny_models.build_config(
-        vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad, **DEMO_MODEL
-    )
-    for target in (config, config.text_config):
-        target.bos_token_id, target.eos_token_id, target.pad_token_id = bos, eos, pad
-    config.image_token_id = ids["<|image_pad|>"]
-    config.video_token_id = ids["<|video_pad|>"]
-    config.vision_start_token_id = ids["<|vision_start|>"]
-    config.vision_end_token_id = ids["<|vision_end|>"]
-    model = tiny_models.build_model(config, seed=seed)
-    model.generation_config = GenerationConfig(
-        **{**tiny_models.REAL_GENERATION_CONFIG, "bos_token_id": bos, "pad_token_id": pad, "eos_token_id": [eos, bos]}
-    )
-    processor = tiny_models.build_processor(
-        tokenizer, min_pixels=tiny_models.REAL_MIN_PIXELS, max_pixels=DEMO_MAX_PIXELS
-    )
+    pixels = (tiny_models.REAL_MIN_PIXELS, DEMO_MAX_PIXELS)
+    model, processor = tiny_models.small_vocab_model("qwen2_vl", seed, pixels, model_max_length=4096, **DEMO_MODEL)
     processor.tokenizer.padding_side = "left"
     return model, processor
 
