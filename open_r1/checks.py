@@ -69,12 +69,12 @@ def writable_problem(path: str) -> str | None:
     return None
 
 
-def raise_all(problems: list[str], error=RecipeError, header: str = "cannot start") -> None:
+def raise_all(problems: list[str], header: str = "cannot start") -> None:
     if not problems:
         return
     if len(problems) == 1:
-        raise error(problems[0])
-    raise error(f"{header}, {len(problems)} problems:\n  - " + "\n  - ".join(problems))
+        raise RecipeError(problems[0])
+    raise RecipeError(f"{header}, {len(problems)} problems:\n  - " + "\n  - ".join(problems))
 
 
 # TRL 1.16's GRPOConfig.loss_type values (tests/test_validate.py checks its help lists the same): TRL itself refuses
@@ -188,7 +188,7 @@ def check_counts(values: dict) -> list[str]:
     return problems
 
 
-def check_devices(training_args, model_args=None, num_processes: int | None = None) -> list[str]:
+def check_devices(training_args) -> list[str]:
     """A recipe that needs GPUs (DeepSpeed, or a generation batch a CPU cannot carry) on a machine without one."""
     import torch
 

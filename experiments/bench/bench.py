@@ -298,11 +298,9 @@ def grpo_dataset(dataset, templates: list[str], seed: int):
     return data_lib.to_grpo_dataset(dataset, data_lib.TemplateMix.parse(templates), seed=seed)
 
 
-def build_full_size_model(
-    attn_implementation: str = "sdpa", device: str = "cuda", seed: int = 0, config=None, dtype: str = "bfloat16"
-):
+def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda", seed: int = 0, config=None):
     """Full Qwen2-VL-2B dimensions (or `config`), random weights (transformers' own init, seeded), built directly
-    on `device` in `dtype`: no 4.4 GB checkpoint is written or read. The real generation config (eos ids) is set."""
+    on `device` in bf16: no 4.4 GB checkpoint is written or read. The real generation config (eos ids) is set."""
     import torch
     from transformers import AutoModelForImageTextToText
 
@@ -312,7 +310,7 @@ def build_full_size_model(
     config = config if config is not None else tiny_model.build_config(full_size=True)
     with torch.device(device):
         model = AutoModelForImageTextToText.from_config(
-            config, dtype=getattr(torch, dtype), attn_implementation=attn_implementation
+            config, dtype=torch.bfloat16, attn_implementation=attn_implementation
         )
     model.generation_config = tiny_model.build_generation_config()
     return model.eval()
@@ -814,8 +812,8 @@ def release_memory(reset_compiler: bool = False) -> None:
 # --- Report -----------------------------------------------------------------------------------------------------------
 
 
-def add_ratios(results: list[dict], baseline: str = BASELINE) -> None:
-    base = next((r for r in results if r["name"] == baseline and r.get("status") == "ok"), None)
+def add_ratios(results: list[dict]) -> None:
+    base = next((r for r in results if r["name"] == BASELINE and r.get("status") == "ok"), None)
     for r in results:
         ok = base and r.get("status") == "ok" and base.get("rollouts_per_s")
         r["ratio_vs_plain_trl"] = r["rollouts_per_s"] / base["rollouts_per_s"] if ok else None
