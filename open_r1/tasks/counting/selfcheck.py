@@ -31,7 +31,6 @@ from open_r1.submission.verify import COUNTING_GRADER_CLASS, verify_submission
 from open_r1.tasks import get_task, one_line
 from open_r1.tasks.counting.data import drop_non_counts, validate_counting_dataset
 from open_r1.tasks.counting.evaluate import evaluate_dataset, format_table, write_report
-from open_r1.tasks.counting.task import CountingTask
 from open_r1.validate import check_images, dataset_problems, model_dir_problems, raise_all
 
 DEFAULT_MODEL = "/app/submission"
@@ -112,7 +111,7 @@ def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int |
         for i, path in enumerate(sets)
         if real[i] in real[:i]
     ]
-    loaded, task = [], CountingTask()  # one task for every set: it keeps the sets it loads
+    loaded = []  # one task for every set: it keeps the sets it loads
     for path in sets:
         found, dataset = dataset_problems(path, option, task=task)
         problems += found
