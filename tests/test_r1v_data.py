@@ -105,7 +105,9 @@ def test_a_snapshot_and_single_files_load_every_shard_in_file_order(scene_data_d
     assert len(get_task("counting").load_split(str(partial))) == len(rows)
     assert "README.md counts other rows than its shards hold" in capsys.readouterr().out
     path, lines = superclevr_jsonl(rows, tmp_path / "eval")
-    r1v_eval = get_task("counting", SimpleNamespace(image_root=str(tmp_path / "eval"))).load_split(path)
+    r1v_eval = get_task("counting", None, SimpleNamespace(columns=None, image_root=str(tmp_path / "eval"))).load_split(
+        path
+    )
     assert list(r1v_eval["solution"]) == [line["ground_truth"] for line in lines]
     assert r1v_eval[0]["image"].size == rows[0]["image"].size
 
@@ -117,13 +119,13 @@ def test_other_column_names_are_mapped_with_columns_or_refused_naming_the_fix(sc
         get_task("counting").load_split(str(tmp_path / "mine.parquet"))
     from open_r1 import grpo
 
-    script_args = grpo.parse_args(
+    task = grpo.parse_args(
         ["--config", os.path.join(ROOT, "configs", "demo.yaml"), "--columns", "image=img,question=q,answer=count"]
-    )[0]
-    mapped = get_task("counting", script_args).load_split(str(tmp_path / "mine.parquet"))  # the recipe key's way
+    )[3]  # the run's task, built from the recipe's typed settings
+    mapped = task.load_split(str(tmp_path / "mine.parquet"))  # the recipe key's way
     assert mapped.column_names[:3] == ["image", "problem", "solution"] and mapped["solution"][0] == rows["count"][0]
     with pytest.raises(DataError, match="--columns entry 'picture=img'"):
-        get_task("counting", SimpleNamespace(columns="picture=img")).load_split(str(tmp_path / "mine.parquet"))
+        get_task("counting", None, SimpleNamespace(columns="picture=img")).load_split(str(tmp_path / "mine.parquet"))
 
 
 def test_eval_sets_leave_out_yes_no_rows_with_a_notice(scene_data_dir, tmp_path, capsys):

@@ -102,7 +102,7 @@ def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int |
     """Check the model dir and every set at once (one error listing each problem with its option), then every
     image the run will read; returns [(name, dataset, rows left out as no count)]. `settings`: `columns` and
     `image_root` (the command's arguments)."""
-    task = get_task("counting", settings)
+    task = get_task("counting", None, settings)
     option = "--sets" if explicit_sets else "--sets (or --val / --ood-val)"
     problems = model_dir_problems(model_dir, "--model / SUBMISSION")
     real = [os.path.realpath(p) for p in sets]

@@ -26,10 +26,9 @@ class CountingTask(Task):
 
     def load_split(self, path_or_name, split="train"):  # any layout, with the counting columns
         dataset = super().load_split(path_or_name, split)
-        settings = self.script_args
-        return data_lib.counting_columns(
-            dataset, path_or_name, getattr(settings, "columns", None), getattr(settings, "image_root", None)
-        )
+        # a settings read with a default: image_root is selfcheck's option (its arguments are the settings there)
+        image_root = getattr(self.settings, "image_root", None)
+        return data_lib.counting_columns(dataset, path_or_name, self.settings.columns, image_root)
 
     def load_eval_set(self, path, limit=None):
         dataset, _ = data_lib.drop_non_counts(self.load_split(path), path)
