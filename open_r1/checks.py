@@ -334,9 +334,7 @@ def _verify_image(cell) -> str | None:
     return None
 
 
-def check_images(
-    dataset, name: str, rows: int | None = None, workers: int | None = None, batch_size: int = 512
-) -> None:
+def check_images(dataset, name: str, rows: int | None = None, batch_size: int = 512) -> None:
     """Every image of `dataset` (the first `rows` rows), checked in parallel as the rows stream from Arrow.
     Raises DataError naming the set and the first bad row."""
     import datasets
@@ -350,9 +348,8 @@ def check_images(
     if isinstance(raw.features["image"], datasets.Image):
         raw = raw.cast_column("image", datasets.Image(decode=False))
     raw = raw.select_columns(["image"])
-    workers = workers or min(8, (os.cpu_count() or 1) + 1)
     offset = 0
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) + 1)) as pool:
         for batch in raw.iter(batch_size=batch_size):
             cells = batch["image"]
             for i, problem in enumerate(pool.map(_verify_image, cells)):

@@ -117,9 +117,9 @@ def chat_text(processor, messages: list[dict]) -> str:
     return text.removesuffix("\n")
 
 
-def load_backbone(path: str, dtype=None, attn_implementation: str | None = None, vision_attention: str = "grouped"):
-    """The VLM without its LM head (`AutoModel`), from a saved VLM dir. `vision_attention` as in
-    `modeling.load_model` ('grouped': one SDPA call per segment length, `open_r1.vision_attention`)."""
+def load_backbone(path: str, dtype=None, attn_implementation: str | None = None):
+    """The VLM without its LM head (`AutoModel`), from a saved VLM dir; its vision tower's attention grouped as
+    `modeling.load_model`'s default (one SDPA call per segment length, `open_r1.vision_attention`)."""
     from transformers import AutoConfig, AutoModel
 
     if not os.path.isfile(os.path.join(path, "config.json")):
@@ -137,7 +137,7 @@ def load_backbone(path: str, dtype=None, attn_implementation: str | None = None,
     backbone = AutoModel.from_pretrained(
         path, dtype=modeling.resolve_dtype(dtype), attn_implementation=attn_implementation
     )
-    use_grouped_vision_attention(backbone, vision_attention)
+    use_grouped_vision_attention(backbone, "grouped")
     return backbone
 
 
