@@ -2,8 +2,6 @@
 a run will write, recipe values, weight files, data sets and their images. Each returns problems (one line each,
 naming the option that fixes it) or raises one `OpenR1Error`; `open_r1.validate` runs them for a whole run."""
 
-from __future__ import annotations
-
 import difflib
 import io
 import math
@@ -71,12 +69,12 @@ def writable_problem(path: str) -> str | None:
     return None
 
 
-def raise_all(problems: list[str], error=RecipeError, header: str = "cannot start") -> None:
+def raise_all(problems: list[str], header: str = "cannot start") -> None:
     if not problems:
         return
     if len(problems) == 1:
-        raise error(problems[0])
-    raise error(f"{header}, {len(problems)} problems:\n  - " + "\n  - ".join(problems))
+        raise RecipeError(problems[0])
+    raise RecipeError(f"{header}, {len(problems)} problems:\n  - " + "\n  - ".join(problems))
 
 
 # TRL 1.16's GRPOConfig.loss_type values (tests/test_validate.py checks its help lists the same): TRL itself refuses
@@ -190,7 +188,7 @@ def check_counts(values: dict) -> list[str]:
     return problems
 
 
-def check_devices(training_args, model_args=None, num_processes: int | None = None) -> list[str]:
+def check_devices(training_args) -> list[str]:
     """A recipe that needs GPUs (DeepSpeed, or a generation batch a CPU cannot carry) on a machine without one."""
     import torch
 
@@ -336,9 +334,7 @@ def _verify_image(cell) -> str | None:
     return None
 
 
-def check_images(
-    dataset, name: str, rows: int | None = None, workers: int | None = None, batch_size: int = 512
-) -> None:
+def check_images(dataset, name: str, rows: int | None = None, batch_size: int = 512) -> None:
     """Every image of `dataset` (the first `rows` rows), checked in parallel as the rows stream from Arrow.
     Raises DataError naming the set and the first bad row."""
     import datasets
@@ -352,9 +348,8 @@ def check_images(
     if isinstance(raw.features["image"], datasets.Image):
         raw = raw.cast_column("image", datasets.Image(decode=False))
     raw = raw.select_columns(["image"])
-    workers = workers or min(8, (os.cpu_count() or 1) + 1)
     offset = 0
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) + 1)) as pool:
         for batch in raw.iter(batch_size=batch_size):
             cells = batch["image"]
             for i, problem in enumerate(pool.map(_verify_image, cells)):

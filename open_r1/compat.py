@@ -6,8 +6,6 @@ fails with the item's name when an upgrade moves it. Where the libraries have a 
 (TRL's `log_metric`, Trainer's `best_model_checkpoint`, `all_gather_object`, `safetensors.safe_open`).
 """
 
-from __future__ import annotations
-
 import contextlib
 from typing import Any
 

@@ -14,8 +14,6 @@ Settings it does not implement (beams, repetition penalty, ...) raise `Unsupport
 HF `generate`. Top-p avoids sort and cumsum (`top_p_filter`), which inductor failed to compile.
 """
 
-from __future__ import annotations
-
 import logging
 import math
 import threading

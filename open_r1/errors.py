@@ -3,9 +3,8 @@ catches `OpenR1Error` and prints `error: <message>` with exit status 2, never a 
 `ValueError`/`RuntimeError`s so callers that catch the builtin kinds keep working.
 """
 
-from __future__ import annotations
-
 import argparse
+import dataclasses
 import sys
 
 
@@ -59,6 +58,14 @@ class SceneGenerationError(OpenR1Error, RuntimeError):
 
 class DiskFullError(OpenR1Error, OSError):
     """A write that found its disk full (a run resumes from its newest complete checkpoint)."""
+
+
+def help_field(default, text: str, **kwargs):
+    """A settings dataclass field with its help (the recipe parsers' --help and ``--help-recipe`` list it); a list or
+    dict default is copied for each instance."""
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata={"help": text}, **kwargs)
+    return dataclasses.field(default=default, metadata={"help": text}, **kwargs)
 
 
 def error_exit(exc: BaseException) -> int:

@@ -4,8 +4,6 @@ builders instead of branching on model names. Module names as in transformers 5.
 model of all three is `model.language_model`, the vision tower `model.visual`.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from open_r1.errors import ModelError

@@ -1,8 +1,6 @@
 """Batched generation for the tasks' evaluations: left-padded prompts + images in (right padding shifts M-RoPE
 positions), completion texts out, each ending at its first EOS; one that used all `max_new_tokens` is truncated."""
 
-from __future__ import annotations
-
 import warnings
 import weakref
 

@@ -9,20 +9,18 @@ parse -> build the task once -> validate before the model loads -> the run's cal
 trainer (`open_r1.trainer`) -> train -> save, with `training_meta.json` (what export needs) beside the weights.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import sys
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from open_r1 import modeling, validate
 from open_r1 import rewards as rewards_lib
 from open_r1.checks import check_counts, closest_key, raise_all
-from open_r1.errors import OpenR1Error, RecipeError, error_exit, user_error
+from open_r1.errors import OpenR1Error, RecipeError, error_exit, help_field, user_error
 from open_r1.families import FAMILIES, vision_tower
 from open_r1.jsonio import write_json
 from open_r1.noise import quiet_library_noise
@@ -41,133 +39,94 @@ BATCH_HINT = (
 class GRPOScriptArguments(ScriptArguments):
     """Recipe keys of our own (the rest are TRL's `GRPOConfig` and `ModelConfig`)."""
 
-    task: str = field(
-        default="counting",
-        metadata={
-            "help": "Which task folder builds the prompts and scores held-out sets: counting | captioning "
-            "(open_r1/tasks/)."
-        },
+    task: str = help_field(
+        "counting",
+        "Which task folder builds the prompts and scores held-out sets: counting | captioning (open_r1/tasks/).",
     )
-    dataset_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "Train split: a save_to_disk dir, a hub snapshot folder, a .parquet/.jsonl/.json file or a hub id "
-            "(docs/R1V.md)."
-        },
+    dataset_name: str | None = help_field(
+        None,
+        "Train split: a save_to_disk dir, a hub snapshot folder, a .parquet/.jsonl/.json file or a hub id "
+        "(docs/R1V.md).",
     )
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["exact_count", "format"],
-        metadata={"help": "Reward names from open_r1.rewards.REWARD_REGISTRY; weights go in reward_weights."},
+    reward_funcs: list[str] = help_field(
+        ["exact_count", "format"], "Reward names from open_r1.rewards.REWARD_REGISTRY; weights go in reward_weights."
     )
-    reward_kwargs: dict | str | None = field(
-        default=None,
-        metadata={
-            "help": "Per-reward parameters, a YAML mapping (JSON text on the command line), e.g. "
-            '{"soft_count": {"tolerance": 2}}; each checked against its reward\'s parameters before the model loads.'
-        },
+    reward_kwargs: dict | str | None = help_field(
+        None,
+        "Per-reward parameters, a YAML mapping (JSON text on the command line), e.g. "
+        '{"soft_count": {"tolerance": 2}}; each checked against its reward\'s parameters before the model loads.',
     )
-    min_pixels: int | None = field(
-        default=None,
-        metadata={
-            "help": "Smallest image area (pixels) after resizing (default: 4 merged tokens of the "
-            "model family: 3136 for Qwen2/2.5-VL's 28x28, 4096 for Qwen3-VL's 32x32)."
-        },
+    min_pixels: int | None = help_field(
+        None,
+        "Smallest image area (pixels) after resizing (default: 4 merged tokens of the "
+        "model family: 3136 for Qwen2/2.5-VL's 28x28, 4096 for Qwen3-VL's 32x32).",
     )
-    max_pixels: int | None = field(
-        default=None,
-        metadata={
-            "help": "Vision-token budget: largest image area (default: 512 merged tokens of the "
-            "model family: 401408 for Qwen2/2.5-VL, 524288 for Qwen3-VL)."
-        },
+    max_pixels: int | None = help_field(
+        None,
+        "Vision-token budget: largest image area (default: 512 merged tokens of the "
+        "model family: 401408 for Qwen2/2.5-VL, 524288 for Qwen3-VL).",
     )
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N rows (smoke runs)."})
-    lora_vision: bool = field(default=False, metadata={"help": "Also put LoRA adapters on the vision tower."})
-    image_check_rows: int = field(
-        default=8,
-        metadata={
-            "help": "Images fully decoded by the data module; -1 decodes every row. Independently, every image "
-            "of every set the run reads is verified up front (header + checksums, open_r1/validate.py)."
-        },
+    max_train_samples: int | None = help_field(None, "Use only the first N rows (smoke runs).")
+    lora_vision: bool = help_field(False, "Also put LoRA adapters on the vision tower.")
+    image_check_rows: int = help_field(
+        8,
+        "Images fully decoded by the data module; -1 decodes every row. Independently, every image "
+        "of every set the run reads is verified up front (header + checksums, open_r1/validate.py).",
     )
     # Run safety (open_r1/run/): time budget, in-training protocol evaluation with keep-best, resume.
-    time_budget: str | None = field(
-        default=None,
-        metadata={
-            "help": "Deadline for the submission: '55m', '1h30m', '3600' (seconds from $TRAIN_START_TIME or "
-            "process start) or an ISO datetime. Training stops early enough to save, export and verify."
-        },
+    time_budget: str | None = help_field(
+        None,
+        "Deadline for the submission: '55m', '1h30m', '3600' (seconds from $TRAIN_START_TIME or "
+        "process start) or an ISO datetime. Training stops early enough to save, export and verify.",
     )
-    eval_sets: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": "Held-out sets (any form dataset_name takes) scored with the selfcheck protocol during training "
-            "(names = basenames, e.g. /app/data/ood_val /app/data/val)."
-        },
+    eval_sets: list[str] = help_field(
+        [],
+        "Held-out sets (any form dataset_name takes) scored with the selfcheck protocol during training "
+        "(names = basenames, e.g. /app/data/ood_val /app/data/val).",
     )
-    eval_steps_protocol: int = field(default=50, metadata={"help": "Evaluate eval_sets every N optimizer steps."})
-    eval_limit: int | None = field(default=200, metadata={"help": "Fixed subset: the first N rows of each eval set."})
-    eval_batch_size: int = field(default=32, metadata={"help": "Generation batch size of the in-training evaluation."})
-    eval_primary: str | None = field(
-        default=None, metadata={"help": "Keep-best set (highest score wins; default: the task's, counting: ood_val)."}
+    eval_steps_protocol: int = help_field(50, "Evaluate eval_sets every N optimizer steps.")
+    eval_limit: int | None = help_field(200, "Fixed subset: the first N rows of each eval set.")
+    eval_batch_size: int = help_field(32, "Generation batch size of the in-training evaluation.")
+    eval_primary: str | None = help_field(
+        None, "Keep-best set (highest score wins; default: the task's, counting: ood_val)."
     )
-    eval_secondary: str | None = field(
-        default=None, metadata={"help": "Keep-best tie-break set (default: the task's, counting: val)."}
+    eval_secondary: str | None = help_field(None, "Keep-best tie-break set (default: the task's, counting: val).")
+    eval_first_step: bool = help_field(True, "Also evaluate after step 1 (baseline score, measures the eval time).")
+    keep_best: bool | None = help_field(
+        None, "Export the best evaluated checkpoint instead of the last (default: true with eval_sets)."
     )
-    eval_first_step: bool = field(
-        default=True, metadata={"help": "Also evaluate after step 1 (baseline score, measures the eval time)."}
-    )
-    keep_best: bool | None = field(
-        default=None,
-        metadata={"help": "Export the best evaluated checkpoint instead of the last (default: true with eval_sets)."},
-    )
-    auto_resume: bool = field(
-        default=True, metadata={"help": "Resume from the newest complete checkpoint-N in output_dir, if any."}
-    )
-    resume_mismatch_ok: bool = field(
-        default=False,
-        metadata={
-            "help": "Resume a run dir trained from another base model / reward or prompt recipe (refused by "
-            "default: open_r1/validate.py)."
-        },
+    auto_resume: bool = help_field(True, "Resume from the newest complete checkpoint-N in output_dir, if any.")
+    resume_mismatch_ok: bool = help_field(
+        False,
+        "Resume a run dir trained from another base model / reward or prompt recipe (refused by "
+        "default: open_r1/validate.py).",
     )
     # Speed levers (open_r1/trainer.py; measured in docs/PERFORMANCE.md).
-    fast_decode: str = field(
-        default="auto",
-        metadata={
-            "help": "Rollouts with the CUDA-graph decoder (open_r1/decoding.py) instead of HF generate: auto "
-            "(on a CUDA device without vLLM; under ZeRO-3 from a whole-weight copy of the policy, "
-            "open_r1/rollout_weights.py), true (required), false (HF generate)."
-        },
+    fast_decode: str = help_field(
+        "auto",
+        "Rollouts with the CUDA-graph decoder (open_r1/decoding.py) instead of HF generate: auto "
+        "(on a CUDA device without vLLM; under ZeRO-3 from a whole-weight copy of the policy, "
+        "open_r1/rollout_weights.py), true (required), false (HF generate).",
     )
-    lazy_images: bool = field(
-        default=True,
-        metadata={"help": "Decode each round's images once, in threads, instead of at every micro-step."},
+    lazy_images: bool = help_field(True, "Decode each round's images once, in threads, instead of at every micro-step.")
+    dedupe_vision: bool = help_field(
+        True,
+        "Encode each distinct image of a batch once in the ViT and keep a prompt's completions in "
+        "one micro-batch (same update, less ViT compute; measured in docs/PERFORMANCE.md).",
     )
-    dedupe_vision: bool = field(
-        default=True,
-        metadata={
-            "help": "Encode each distinct image of a batch once in the ViT and keep a prompt's completions in "
-            "one micro-batch (same update, less ViT compute; measured in docs/PERFORMANCE.md)."
-        },
+    dedupe_images: bool = help_field(
+        True,
+        "Preprocess each distinct image of a round once (TRL preprocesses every completion's copy, "
+        "twice per round); the processor's outputs are unchanged (open_r1/image_dedupe.py).",
     )
-    dedupe_images: bool = field(
-        default=True,
-        metadata={
-            "help": "Preprocess each distinct image of a round once (TRL preprocesses every completion's copy, "
-            "twice per round); the processor's outputs are unchanged (open_r1/image_dedupe.py)."
-        },
+    noisy_rollouts: float = help_field(
+        0.0,
+        "Fraction of each group generated and trained on a Gaussian-noised image (NoisyRollout-"
+        "style; 0 = off). See open_r1/trainer.py.",
     )
-    noisy_rollouts: float = field(
-        default=0.0,
-        metadata={
-            "help": "Fraction of each group generated and trained on a Gaussian-noised image (NoisyRollout-"
-            "style; 0 = off). See open_r1/trainer.py."
-        },
-    )
-    noise_std: float = field(default=0.1, metadata={"help": "Pixel noise std for noisy_rollouts, pixel range [0, 1]."})
-    freeze_vision: bool = field(
-        default=False,
-        metadata={"help": "Train the language model and merger only; the vision tower's blocks stay as loaded."},
+    noise_std: float = help_field(0.1, "Pixel noise std for noisy_rollouts, pixel range [0, 1].")
+    freeze_vision: bool = help_field(
+        False, "Train the language model and merger only; the vision tower's blocks stay as loaded."
     )
 
     def __post_init__(self):
@@ -295,9 +254,8 @@ class _ActivationCheckpointingAlias:
     """transformers < 5.23 knows only `gradient_checkpointing`; our recipes write the new name
     `activation_checkpointing` (5.23+ warns on the old one), so on those versions the new key is accepted here."""
 
-    activation_checkpointing: bool | None = field(
-        default=None,
-        metadata={"help": "Activation (gradient) checkpointing; transformers < 5.23 calls it gradient_checkpointing."},
+    activation_checkpointing: bool | None = help_field(
+        None, "Activation (gradient) checkpointing; transformers < 5.23 calls it gradient_checkpointing."
     )
 
 

@@ -10,8 +10,6 @@ call's distinct images (strong references, so an `id` is not reused while held).
 name, so a saved `preprocessor_config.json` still names the library's class.
 """
 
-from __future__ import annotations
-
 import weakref
 from dataclasses import dataclass, field
 from typing import Any

@@ -3,8 +3,6 @@ threads (PIL releases the GIL while decoding), identical bytes once. Used by the
 `open_r1/trainer.py`) and by the evaluation (the next batch, in the prefetch thread, `tasks/counting/evaluate.py`).
 """
 
-from __future__ import annotations
-
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any

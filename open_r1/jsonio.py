@@ -2,8 +2,6 @@
 file + rename, so a kill mid-write never leaves a truncated record; `read_json` returns `default` for a missing or
 unreadable file when one is given (and raises otherwise). `read_recipe` reads a YAML recipe."""
 
-from __future__ import annotations
-
 import json
 import os
 from typing import Any

@@ -3,8 +3,6 @@ left-padded (right padding shifts M-RoPE positions in batched generation) with t
 (counted in the family's merged-token area), and a wrong model dir as one clear error.
 """
 
-from __future__ import annotations
-
 import importlib.util
 import os
 
@@ -75,9 +73,7 @@ def resolve_dtype(dtype):
     return getattr(torch, dtype) if isinstance(dtype, str) else dtype
 
 
-def load_model(
-    path: str, dtype=None, attn_implementation: str | None = None, device_map=None, vision_attention: str = "grouped"
-):
+def load_model(path: str, dtype=None, attn_implementation: str | None = None, vision_attention: str = "grouped"):
     """AutoModelForImageTextToText.from_pretrained after checking the dir holds a supported family (it must resolve
     to the family's class). `vision_attention`: 'grouped' (`open_r1.vision_attention`) or 'per_image'."""
     from transformers import AutoModelForImageTextToText
@@ -87,7 +83,6 @@ def load_model(
         path,
         dtype=resolve_dtype(dtype),
         attn_implementation=attn_implementation or default_attn_implementation(),
-        device_map=device_map,
     )
     if type(model).__name__ != family.class_name:
         raise ModelError(

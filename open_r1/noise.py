@@ -2,8 +2,6 @@
 user cannot act on (ours are fixed where they arise). pyproject.toml's pytest `filterwarnings` lists the same ones.
 """
 
-from __future__ import annotations
-
 import warnings
 
 LIBRARY_WARNINGS = (

@@ -12,8 +12,6 @@ have no fixed zero. Held-out metric: pairwise accuracy with a bootstrap CI over 
 image, so pairs are not independent).
 """
 
-from __future__ import annotations
-
 import inspect
 import math
 import os
@@ -119,9 +117,9 @@ def chat_text(processor, messages: list[dict]) -> str:
     return text.removesuffix("\n")
 
 
-def load_backbone(path: str, dtype=None, attn_implementation: str | None = None, vision_attention: str = "grouped"):
-    """The VLM without its LM head (`AutoModel`), from a saved VLM dir. `vision_attention` as in
-    `modeling.load_model` ('grouped': one SDPA call per segment length, `open_r1.vision_attention`)."""
+def load_backbone(path: str, dtype=None, attn_implementation: str | None = None):
+    """The VLM without its LM head (`AutoModel`), from a saved VLM dir; its vision tower's attention grouped as
+    `modeling.load_model`'s default (one SDPA call per segment length, `open_r1.vision_attention`)."""
     from transformers import AutoConfig, AutoModel
 
     if not os.path.isfile(os.path.join(path, "config.json")):
@@ -139,7 +137,7 @@ def load_backbone(path: str, dtype=None, attn_implementation: str | None = None,
     backbone = AutoModel.from_pretrained(
         path, dtype=modeling.resolve_dtype(dtype), attn_implementation=attn_implementation
     )
-    use_grouped_vision_attention(backbone, vision_attention)
+    use_grouped_vision_attention(backbone, "grouped")
     return backbone
 
 
@@ -305,9 +303,7 @@ def build_reward_model(
     return RewardModel(backbone, processor, meta={**base_meta, **(meta or {})}, dedupe_vision=dedupe_vision)
 
 
-def load_reward_model(
-    path: str, device=None, dtype=None, attn_implementation: str | None = None, dedupe_vision: bool = True
-) -> RewardModel:
+def load_reward_model(path: str, device=None, dtype=None, attn_implementation: str | None = None) -> RewardModel:
     """The RM saved by `RewardModel.save`, on `device` (default cuda when available), in eval mode."""
     from safetensors.torch import load_file
 
@@ -326,7 +322,7 @@ def load_reward_model(
     backbone = load_backbone(path, dtype=dtype, attn_implementation=attn_implementation)
     # the saved budget, applied explicitly: scoring resizes images exactly as training did
     processor = modeling.load_processor(path, meta["min_pixels"], meta["max_pixels"])
-    model = RewardModel(backbone, processor, meta=meta, dedupe_vision=dedupe_vision)
+    model = RewardModel(backbone, processor, meta=meta)
     weight = load_file(os.path.join(path, HEAD_FILE))["weight"]
     if tuple(weight.shape) != tuple(model.head.weight.shape):
         raise ModelError(
@@ -354,8 +350,6 @@ class PairCollator:
         batch = dict(
             self.processor(text=texts, images=images, padding=True, padding_side=self.padding_side, return_tensors="pt")
         )
-        if any(row.get("margin") is not None for row in rows):
-            batch["margin"] = torch.tensor([float(row.get("margin") or 0.0) for row in rows])
         return batch
 
 
@@ -366,22 +360,17 @@ def _trainer_class():
         """`transformers.Trainer` with the Bradley-Terry pair loss (module docstring); logs batch accuracy and
         score statistics beside the loss."""
 
-        def __init__(self, *args, center_rewards_coefficient: float | None = None, use_margin: bool = False, **kwargs):
+        def __init__(self, *args, center_rewards_coefficient: float | None = None, **kwargs):
             super().__init__(*args, **kwargs)
             self.center_rewards_coefficient = center_rewards_coefficient
-            self.use_margin = use_margin
             self._sums: dict[str, float] = {}
             self._count = 0
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            inputs = dict(inputs)
-            margin = inputs.pop("margin", None)
             scores = model(**inputs)
             pairs = scores.shape[0] // 2
             chosen, rejected = scores[:pairs], scores[pairs:]
-            loss = bradley_terry_loss(
-                chosen, rejected, margin if self.use_margin else None, self.center_rewards_coefficient
-            )
+            loss = bradley_terry_loss(chosen, rejected, None, self.center_rewards_coefficient)
             with torch.no_grad():
                 for name, value in (
                     ("accuracy", (chosen > rejected).float()),
@@ -414,10 +403,9 @@ def train_reward_model(
     pairs: Sequence[dict],
     training_args,
     center_rewards_coefficient=None,
-    use_margin: bool = False,
     callbacks=None,
 ):
-    """Fit `model` on pair rows {"image", "chosen", "rejected": messages, optional "rejected_image", "margin",
+    """Fit `model` on pair rows {"image", "chosen", "rejected": messages, optional "rejected_image",
     "group"} with `transformers.Trainer`; returns the trainer (its `state.log_history` has the loss curve)."""
     pairs = list(pairs)
     for key in ("image", "chosen", "rejected"):
@@ -431,7 +419,6 @@ def train_reward_model(
         data_collator=PairCollator(model.processor),
         callbacks=callbacks,
         center_rewards_coefficient=center_rewards_coefficient,
-        use_margin=use_margin,
     )
     trainer.train()
     return trainer
@@ -443,7 +430,6 @@ def evaluate_pairs(
     batch_size: int = 16,
     n_boot: int = 2000,
     seed: int = 0,
-    group_key: str = "group",
     progress=None,
 ) -> dict:
     """Held-out pairwise accuracy of `model` on pair rows, with the by-group bootstrap CI (`pairwise_accuracy`).
@@ -462,7 +448,7 @@ def evaluate_pairs(
         batch_size=batch_size,
         progress=None if progress is None else (lambda done, _: progress(n + done, 2 * n)),
     )
-    groups = [p.get(group_key) for p in pairs]
+    groups = [p.get("group") for p in pairs]
     return pairwise_accuracy(
         chosen, rejected, groups if all(g is not None for g in groups) else None, n_boot=n_boot, seed=seed
     )

@@ -16,8 +16,6 @@ reward's params as keyword arguments, in ``open_r1/tasks/<task>/rewards.py``::
 The built callables carry the registry name as ``__name__``, TRL's log key.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import functools
 import importlib

@@ -10,8 +10,6 @@ addresses never change, so the decoder's captured graph stays valid. The copy is
 (on the device, weights uninitialised until the first refresh), never loaded from disk.
 """
 
-from __future__ import annotations
-
 import contextlib
 import copy
 import time

@@ -8,8 +8,6 @@ wall-clock cap `max_seconds`; with `schedule="cosine"` the LR follows max(step f
 run anneals.
 """
 
-from __future__ import annotations
-
 import math
 import os
 import shutil
@@ -23,7 +21,6 @@ from open_r1.families import family_of
 from open_r1.jsonio import write_json
 from open_r1.run.budget import TimeBudgetCallback
 from open_r1.submission.export import TRAINING_META_FILE, load_for_export
-from open_r1.submission.verify import verify_submission
 
 SFT_REPORT_FILE = "sft_report.json"
 SCHEDULES = ("constant", "cosine")  # SFTSettings.schedule (see the module docstring)
@@ -124,13 +121,11 @@ def train_sft(
     model_path: str | None = None,
     model=None,
     processor=None,
-    work_dir: str | None = None,
-    verify_export: bool = False,
     log=print,
 ) -> dict:
     """SFT on prompt-completion rows; writes a full model dir at `out_dir` and returns a report (also saved there).
     Give `model_path` or an in-memory `model` + `processor` (full fine-tuning of a fresh model). With LoRA the adapter
-    run dir is `work_dir` (default `<out_dir>.adapter`)."""
+    run dir is `<out_dir>.adapter`."""
     import torch
     from transformers import set_seed
     from trl import SFTConfig
@@ -162,7 +157,7 @@ def train_sft(
     )  # the first step (compilation, first batch) is not charged
     trainer_class = capped_trainer_class()
     trainer_class.multiplier = staticmethod(lr_multiplier(stop, max_steps, settings))
-    run_dir = work_dir or (out_dir.rstrip("/") + ".adapter" if use_lora else tempfile.mkdtemp(prefix="sft-"))
+    run_dir = out_dir.rstrip("/") + ".adapter" if use_lora else tempfile.mkdtemp(prefix="sft-")
     os.makedirs(run_dir, exist_ok=True)
     config = SFTConfig(
         output_dir=run_dir,
@@ -241,12 +236,9 @@ def train_sft(
         merged, _ = load_for_export(run_dir)
         modeling.save_model_dir(merged, processor, out_dir)
         report["merged_from"] = run_dir
-        if verify_export:
-            report["verify_problems"] = verify_submission(out_dir, generate=False).problems
     else:
         model = trainer.accelerator.unwrap_model(trainer.model).eval()
         modeling.save_model_dir(model, processor, out_dir)
-        if work_dir is None:
-            shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
     write_json(os.path.join(out_dir, SFT_REPORT_FILE), report)
     return report

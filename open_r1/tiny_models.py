@@ -9,8 +9,6 @@ real added-token ids, so ids mean what they mean in the real model. Weights are 
     open-r1-tiny-model --family qwen3_vl --out models/tiny-qwen3vl      # = python -m open_r1.tiny_models
 """
 
-from __future__ import annotations
-
 import inspect
 import json
 import math
@@ -510,6 +508,28 @@ def build_generation_config(family: str = "qwen2_vl", thinking: bool = True):
 
     thinking_model = family == "qwen3_vl" and thinking
     return GenerationConfig(**(QWEN3_VL_GENERATION_CONFIG if thinking_model else REAL_GENERATION_CONFIG))
+
+
+def small_vocab_model(family: str, seed: int, pixels: tuple[int, int], model_max_length: int, **overrides):
+    """(model, processor): a random-init `family` model (`overrides`: `build_config`'s) over the small trained
+    vocabulary (`small_vocab_tokenizer`), every config and generation id pointing at the new ids; a model that
+    samples (Qwen3-VL Thinking) never generates the embedding rows past the tokenizer."""
+    tokenizer, ids, vocab_size = small_vocab_tokenizer(ADDED_TOKENS[family], chat_template(family), model_max_length)
+    bos = pad = ids["<|endoftext|>"]
+    token_ids = {"bos_token_id": bos, "eos_token_id": ids["<|im_end|>"], "pad_token_id": pad}
+    if family != "qwen2_vl":  # the ids the real configs hold: Qwen2-VL's in both configs, the others' pad alone
+        token_ids = {"pad_token_id": pad}
+    config = build_config(family=family, vocab_size=vocab_size, **token_ids, **overrides)
+    if family == "qwen2_vl":
+        config.update(token_ids)
+    config.image_token_id, config.video_token_id = ids["<|image_pad|>"], ids["<|video_pad|>"]
+    config.vision_start_token_id, config.vision_end_token_id = ids["<|vision_start|>"], ids["<|vision_end|>"]
+    model = build_model(config, seed=seed)
+    model.generation_config = build_generation_config(family)
+    model.generation_config.update(bos_token_id=bos, pad_token_id=pad, eos_token_id=[ids["<|im_end|>"], bos])
+    if family == "qwen3_vl":
+        model.generation_config.suppress_tokens = list(range(len(tokenizer), vocab_size))
+    return model, build_processor(tokenizer, min_pixels=pixels[0], max_pixels=pixels[1], family=family)
 
 
 def unused_token_ids(tokenizer, vocab_size: int = REAL_VOCAB_SIZE) -> list[int]:

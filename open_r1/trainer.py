@@ -17,8 +17,6 @@ Recipe lever (changes what is learned, default off): noisy rollouts (`noisy_frac
 generated from, which keeps TRL's importance ratios exact. Training rounds only.
 """
 
-from __future__ import annotations
-
 import zlib
 from typing import Any
 
@@ -190,14 +188,14 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
             self._graph_decoder = decoder if self.copy_for_rollouts else decoder_for(model, decoder=decoder)
         return self._graph_decoder.hf_generate
 
-    def refresh_rollout_weights(self, gather=None) -> None:
+    def refresh_rollout_weights(self) -> None:
         """Under ZeRO-3: build the rollouts' whole-weight copy on first use, and refresh it from the sharded policy
         once per optimizer step (every rank calls this at the same rollouts: the gathers are collective)."""
         if self.rollout_weights is None:
             self.rollout_weights = rollout_lib.RolloutWeights(
                 self.accelerator.unwrap_model(self.model_wrapped),
                 device=self.accelerator.device,
-                gather=gather or rollout_lib.deepspeed_gather,
+                gather=rollout_lib.deepspeed_gather,
             )
             if self.dedupe_vision:  # the rollouts' prefill, too, encodes each distinct image once
                 enable_vision_dedupe(self.rollout_weights.model)

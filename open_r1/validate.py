@@ -4,8 +4,6 @@ tokenizer, an unmerged LoRA adapter) and every image of every set the run reads.
 one `OpenR1Error` (open_r1/errors.py), which the entry points print as one line; the checks live in `open_r1.checks`.
 """
 
-from __future__ import annotations
-
 import os
 
 from open_r1 import modeling
@@ -48,7 +46,7 @@ def normalise_time_budget(script_args) -> list[str]:
     return []
 
 
-def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> list[str]:
+def model_dir_problems(path: str, option: str) -> list[str]:
     """Static checks of a model dir, no weights loaded: each problem names the dir and the fix."""
     if not os.path.isdir(path):
         return [
@@ -83,12 +81,7 @@ def model_dir_problems(path: str, option: str, need_tokenizer: bool = True) -> l
     wrong = [p for p in report.problems if p.startswith("wrong architecture")]
     if wrong:  # the other files of a model we cannot train are beside the point
         return [f"model {path}: {wrong[0]} ({option})"]
-    problems = [
-        p
-        for p in report.problems
-        if (need_tokenizer or not any(k in p for k in ("tokenizer", "chat template", "processor")))
-        and not (has_processor and "preprocessor_config.json" in p)
-    ]
+    problems = [p for p in report.problems if not (has_processor and "preprocessor_config.json" in p)]
     return [f"model {path}: {p} ({option})" for p in problems]
 
 
@@ -136,7 +129,7 @@ def validate_training(
     problems += normalise_time_budget(script_args)
     problems += check_eval_settings(script_args)
     problems += check_sizes(script_args)
-    problems += check_devices(training_args, model_args) + granularity_problems(training_args.deepspeed)
+    problems += check_devices(training_args) + granularity_problems(training_args.deepspeed)
     # paths: model first (the most common mistake), then data, eval sets, outputs
     model_path = model_args.model_name_or_path
     if not model_path:

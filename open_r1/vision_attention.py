@@ -8,8 +8,6 @@ on CPU), registered through `AttentionInterface` and set on the vision sub-confi
 The setting is not saved with the model, so a checkpoint loads with plain transformers.
 """
 
-from __future__ import annotations
-
 import torch
 
 from open_r1.compat import attn_implementation, set_vision_attn_implementation

@@ -4,8 +4,6 @@ copies (`duplicate_map`), encodes the distinct images and expands every output b
 the copies' gradients, so outputs and gradients are the plain forward's (tested per family).
 """
 
-from __future__ import annotations
-
 import torch
 
 from open_r1 import compat

@@ -25,6 +25,28 @@ from standin.captioning import cartoons as S
 from standin.captioning import oracle_eval as oe
 
 
+def preference_pairs(dataset, k=3.0, se_from="precision", cap_per_contest=1000, seed=0):
+    """The pair dataset of ``data.pair_indices``' pairs (the reference the tests read pairs through): ``contest``,
+    ``image``, description, ``chosen`` (higher mean), ``rejected``, ``gap``, ``z`` (gap / combined SE)."""
+    index = cdata.pair_indices(dataset, k, se_from, cap_per_contest, seed)
+    chosen, rejected = index[:, 0], index[:, 1]
+    mean = np.asarray(cdata._column(dataset, "mean"), dtype=np.float64)
+    ses = cdata.standard_errors(dataset, se_from)
+    captions = cdata._column(dataset, "caption")
+    gap = mean[chosen] - mean[rejected]
+    z = gap / np.maximum(np.sqrt(ses[chosen] ** 2 + ses[rejected] ** 2), 1e-12)
+    base = dataset.select_columns(["contest", "image", *cdata._description_columns(dataset)]).select(chosen.tolist())
+    columns = {
+        "chosen": [captions[i] for i in chosen],
+        "rejected": [captions[i] for i in rejected],
+        "gap": gap.tolist(),
+        "z": z.tolist(),
+    }
+    for name, values in columns.items():
+        base = base.add_column(name, values)
+    return base
+
+
 def logit(p: float) -> float:
     return math.log(p / (1 - p))
 
@@ -57,15 +79,15 @@ GOOD = "The odd one is blue.</think>\n\n<caption>Nobody tell the blue cube.</cap
 )
 def test_parser_rejects_adversarial_completions(text, reason):
     parsed = P.parse_details(text)
-    assert parsed.caption is None and P.parse_caption(text) is None
+    assert parsed.caption is None and P.parse_details(text).caption is None
     assert parsed.reason == reason
 
 
 def test_parser_accepts_the_format_with_or_without_opening_think_and_eos():
-    assert P.parse_caption(GOOD) == "Nobody tell the blue cube."
-    assert P.parse_caption("<think>\n" + GOOD) == "Nobody tell the blue cube."
-    assert P.parse_caption("  <think>" + GOOD + "<|im_end|>\n") == "Nobody tell the blue cube."
-    assert P.parse_caption("x</think><caption>  padded  </caption>\n\n") == "padded"
+    assert P.parse_details(GOOD).caption == "Nobody tell the blue cube."
+    assert P.parse_details("<think>\n" + GOOD).caption == "Nobody tell the blue cube."
+    assert P.parse_details("  <think>" + GOOD + "<|im_end|>\n").caption == "Nobody tell the blue cube."
+    assert P.parse_details("x</think><caption>  padded  </caption>\n\n").caption == "padded"
 
 
 def test_caption_inside_think_never_counts():
@@ -77,14 +99,14 @@ def test_caption_inside_think_never_counts():
 
 def test_word_limit_is_a_parameter():
     text = "x</think>\n\n<caption>" + " ".join(["w"] * 10) + "</caption>"
-    assert P.parse_caption(text, max_words=10) is not None
+    assert P.parse_details(text, max_words=10).caption is not None
     assert P.parse_details(text, max_words=9).reason == "too_long"
 
 
 def test_format_target_round_trips_and_rejects_bad_pieces():
     target = P.format_target("It is odd.", "Hello there")
     assert target == "It is odd.</think>\n\n<caption>Hello there</caption>"
-    assert P.parse_caption(target) == "Hello there"
+    assert P.parse_details(target).caption == "Hello there"
     with pytest.raises(DataError):
         P.format_target("sneaky </think>", "x")
     with pytest.raises(DataError):
@@ -162,15 +184,15 @@ def test_sigma_gap_rule_with_explicit_standard_error():
     )
     # precision as the SE: threshold 3 * sqrt(0.16 + 0.16) = 1.70 > every gap -> no pair
     with pytest.raises(DataError, match="no caption pair"):
-        cdata.preference_pairs(rows, k=3.0, se_from="precision")
+        preference_pairs(rows, k=3.0, se_from="precision")
     # precision as a per-vote std, 16 votes: SE 0.1, threshold 0.424: (a,b) gap 1.0 and (a,c) 1.1 pass, (b,c) 0.1 not
-    pairs = cdata.preference_pairs(rows, k=3.0, se_from="std_over_sqrt_votes")
+    pairs = preference_pairs(rows, k=3.0, se_from="std_over_sqrt_votes")
     got = sorted(zip(pairs["chosen"], pairs["rejected"]))
     assert got == [("a", "b"), ("a", "c")]
     assert sorted(round(g, 6) for g in pairs["gap"]) == [1.0, 1.1]
     assert all(g > 0 for g in pairs["gap"])
-    # a callable SE, and the `se` alias
-    same = cdata.preference_pairs(rows, k=3.0, se=lambda r: r["precision"] / math.sqrt(r["votes"]))
+    # a callable SE
+    same = preference_pairs(rows, k=3.0, se_from=lambda r: r["precision"] / math.sqrt(r["votes"]))
     assert sorted(zip(same["chosen"], same["rejected"])) == got
     assert set(pairs.column_names) >= {"contest", "image", "scene", "chosen", "rejected", "gap"}
     assert "oracle" not in pairs.column_names
@@ -183,7 +205,7 @@ def test_gap_must_exceed_the_threshold_strictly():
             {"contest": 1, "caption": "b", "mean": 0.5, "precision": 0.0},
         ]
     )
-    assert len(cdata.preference_pairs(rows, k=3.0)) == 1
+    assert len(preference_pairs(rows, k=3.0)) == 1
     rows = make_rows(
         [
             {"contest": 1, "caption": "a", "mean": 1.0, "precision": 0.3},
@@ -192,20 +214,20 @@ def test_gap_must_exceed_the_threshold_strictly():
         ]
     )
     with pytest.raises(DataError):
-        cdata.preference_pairs(rows, k=3.0)
+        preference_pairs(rows, k=3.0)
 
 
 def test_cap_per_contest_is_a_seeded_random_subset_and_pairs_are_shuffled_across_contests():
     big = [{"contest": 7, "caption": f"c{i}", "mean": float(i), "precision": 0.0} for i in range(6)]  # 15 pairs
     small = [{"contest": 3, "caption": f"s{i}", "mean": float(i), "precision": 0.0} for i in range(3)]  # 3 pairs
     rows = make_rows(small + big)
-    all_pairs = cdata.preference_pairs(rows, cap_per_contest=None)
+    all_pairs = preference_pairs(rows, cap_per_contest=None)
     assert len(all_pairs) == 3 + 15
-    capped = [cdata.preference_pairs(rows, cap_per_contest=4, seed=s) for s in range(5)]
+    capped = [preference_pairs(rows, cap_per_contest=4, seed=s) for s in range(5)]
     for pairs in capped:
         contests = list(pairs["contest"])
         assert contests.count(7) == 4 and contests.count(3) == 3
-    assert capped[0]["chosen"] == cdata.preference_pairs(rows, cap_per_contest=4, seed=0)["chosen"]  # seeded
+    assert capped[0]["chosen"] == preference_pairs(rows, cap_per_contest=4, seed=0)["chosen"]  # seeded
     big_subsets = {
         tuple(sorted((c, r) for c, r, k in zip(p["chosen"], p["rejected"], p["contest"]) if k == 7)) for p in capped
     }
@@ -215,10 +237,10 @@ def test_cap_per_contest_is_a_seeded_random_subset_and_pairs_are_shuffled_across
     orders = {tuple(p["contest"]) for p in capped}
     assert any(order != tuple(sorted(order)) for order in orders)  # contests interleaved, not contest order
     with pytest.raises(DataError):
-        cdata.preference_pairs(rows, cap_per_contest=0)
+        preference_pairs(rows, cap_per_contest=0)
 
 
-def test_pair_indices_are_the_rows_of_preference_pairs():
+def test_pair_indices_are_the_rows_of_the_pair_dataset():
     rows = make_rows(
         [
             {"contest": c, "caption": f"{c}-{i}", "mean": float(i * (c + 1)), "precision": 0.1}
@@ -228,7 +250,7 @@ def test_pair_indices_are_the_rows_of_preference_pairs():
     )
     for cap in (None, 3):
         index = cdata.pair_indices(rows, k=3.0, cap_per_contest=cap, seed=2)
-        pairs = cdata.preference_pairs(rows, k=3.0, cap_per_contest=cap, seed=2)
+        pairs = preference_pairs(rows, k=3.0, cap_per_contest=cap, seed=2)
         captions = rows["caption"]
         assert [captions[i] for i in index[:, 0]] == pairs["chosen"]
         assert [captions[i] for i in index[:, 1]] == pairs["rejected"]
@@ -321,9 +343,9 @@ class FakeRM:
 @pytest.fixture()
 def fake_rm():
     rm = FakeRM()
-    cr.register_reward_model("fake/rm", rm, device="cpu")
+    cr._RM_CACHE[cr._cache_key("fake/rm", "cpu")] = rm  # as if get_reward_model had loaded it
     yield rm
-    cr.clear_reward_model_cache()
+    cr._RM_CACHE.clear()
 
 
 def _caption_score(caption: str) -> float:
@@ -678,7 +700,7 @@ def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir):
     # what training reads never has the oracle, even when loaded with it
     for rows in (
         cdata.sft_rows(S.add_templated_thinking(cdata.top_k_rows(with_oracle, 3))),
-        cdata.preference_pairs(with_oracle, cap_per_contest=20),
+        preference_pairs(with_oracle, cap_per_contest=20),
         cdata.prompt_rows(with_oracle),
         S.pretrain_rows(with_oracle),
     ):
@@ -733,7 +755,7 @@ def test_standin_is_deterministic_and_pretrain_rows_format(standin_dir):
     assert set(rows["kind"]) == {"describe", "question", "fluency"}
     fluency = rows.filter(lambda r: r["kind"] == "fluency")[0]
     assert fluency["prompt"][0]["content"][0]["text"] == P.SYSTEM_PROMPT
-    assert P.parse_caption(fluency["completion"][0]["content"][0]["text"]) is not None
+    assert P.parse_details(fluency["completion"][0]["content"][0]["text"]).caption is not None
     thinking = S.templated_thinking(train[0])
     assert not P.trace_leaks_caption(thinking, train[0]["caption"]) or "talk about" in train[0]["caption"]
     # the "joke" wording: the same facts without the word that shares the <caption> tag's sub-words
@@ -915,7 +937,7 @@ def test_caption_rm_with_the_real_reward_model_dir(standin_dir, tiny_model_dirs,
     rows = cdata.prompt_rows(cdata.load_captions(paths["val"]))
     images = rows["image"][:2]
     descs = [P.description_from_row(rows[i]) for i in range(2)]
-    cr.clear_reward_model_cache()
+    cr._RM_CACHE.clear()
     try:
         func = cr.caption_rm_reward(reward_model=rm_dir, device="cpu", batch_size=2)
         completion = "x</think>\n\n<caption>Nobody tell the blue cube.</caption>"
@@ -935,7 +957,7 @@ def test_caption_rm_with_the_real_reward_model_dir(standin_dir, tiny_model_dirs,
         assert out[0] != pytest.approx(out[1])  # the image (and its description) changes the score
         assert out[2] == 0.0
     finally:
-        cr.clear_reward_model_cache()
+        cr._RM_CACHE.clear()
 
 
 def test_sft_rows_train_exactly_the_completion_under_trls_collator(standin_dir, tiny_model_dirs):
@@ -958,14 +980,14 @@ def test_sft_rows_train_exactly_the_completion_under_trls_collator(standin_dir, 
         text = processor.tokenizer.decode(trained)
         expected = P.format_target(top[i]["thinking"], top[i]["caption"])
         assert text == expected + "<|im_end|>\n"
-        assert P.parse_caption(text) == top[i]["caption"]
+        assert P.parse_details(text).caption == top[i]["caption"]
     assert "pixel_values" in batch
     # the pre-training corpus takes the same path; a backbone template without <think> gets no think prefix
     pre = S.pretrain_rows(cdata.load_captions(paths["train"]), per_contest=1, processor=processor)
     assert all(c.endswith("<|im_end|>\n") for c in pre["completion"])
     for kind, completion in zip(pre["kind"], pre["completion"]):
         if kind == "fluency":
-            assert P.parse_caption(completion) is not None
+            assert P.parse_details(completion).caption is not None
         else:
             assert completion.startswith("</think>\n\n")
     plain = modeling.load_processor(str(tiny_model_dirs["qwen2_5_vl"]))
@@ -1186,7 +1208,7 @@ def load(path, overrides=()):
 
 
 def pair_rows(pairs, blind: bool = False) -> list[dict]:
-    """RM pair rows ({image, chosen, rejected, group}) from ``data.preference_pairs`` output: the reference
+    """RM pair rows ({image, chosen, rejected, group}) from ``preference_pairs`` output: the reference
     `stage_rm.training_pair_rows` (rows from the pairs' indices) is tested against."""
     rows = []
     # one Arrow -> Python conversion; row-by-row access cost ~40 % of this function
@@ -1217,7 +1239,7 @@ def training_pairs(recipe):
     cfg, paths, seed = recipe.args(stage_rm)
     max_pairs = cfg.max_pairs
     path = cconfig.check_inputs({"train": stage_rm.inputs(cfg, paths, seed)["train"]})["train"]
-    pairs = cdata.preference_pairs(cdata.load_captions(path, check_images="none"), **stage_rm.pair_rule(cfg, seed))
+    pairs = preference_pairs(cdata.load_captions(path, check_images="none"), **stage_rm.pair_rule(cfg, seed))
     if max_pairs:
         pairs = pairs.select(range(min(max_pairs, len(pairs))))
     return pairs
@@ -1247,7 +1269,7 @@ def test_rm_pair_rows_from_indices_equal_the_pair_datasets_rows(standin_dir, tmp
         assert comparable(fast) == comparable(plain)
     held = stage_rm.index_pair_rows(*stage_rm.held_out_index(*recipe.args(stage_rm), "val"))
     dataset = cdata.load_captions(paths["val"], check_images="none")
-    expected = pair_rows(cdata.preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7))
+    expected = pair_rows(preference_pairs(dataset, k=1.0, cap_per_contest=30, seed=3 + 7))
     assert held and comparable(held) == comparable(expected)
 
 

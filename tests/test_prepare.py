@@ -309,8 +309,9 @@ def test_top_k_rows_and_three_sigma_pairs_equal_a_plain_computation(prepared):
     for split in splits.values():
         for row in data.top_k_rows(split, 3).remove_columns("image"):
             got_top.setdefault(row["contest"], set()).add(row["caption"])
-        pairs = data.preference_pairs(split, k=3.0, cap_per_contest=None).remove_columns("image")
-        got_pairs |= {(r["contest"], r["chosen"], r["rejected"]) for r in pairs}
+        contests, captions = split["contest"], split["caption"]
+        pairs = data.pair_indices(split, k=3.0, cap_per_contest=None).tolist()
+        got_pairs |= {(contests[a], captions[a], captions[b]) for a, b in pairs}
     assert got_top == want_top
     assert want_top[700] == {"Top one", "Top two", "Tie Y"}  # tie at the cut: more votes, then file order
     assert got_pairs == want_pairs and len(want_pairs) > 100

@@ -11,8 +11,6 @@ benches"). A failing variant is reported with its first error line and the run g
 after every variant.
 """
 
-from __future__ import annotations
-
 import argparse
 import contextlib
 import copy
@@ -285,11 +283,13 @@ def missing_requirements(variant: Variant) -> list[str]:
 # --- Data and model ---------------------------------------------------------------------------------------------------
 
 
-def counting_dataset(n: int, seed: int = 0, cache_dir: str | None = None, workers: int = 1, split: str = "train"):
-    """(dataset, description): `n` rows of the scene renderer's `split`, the images training reads."""
+def counting_dataset(n: int, args, work_dir: str, split: str = "train"):
+    """(dataset, description): `n` rows of the scene renderer's `split` (the images training reads), cached in
+    `work_dir`, rendered by up to 8 processes (one with --tiny)."""
     from open_r1.tasks.counting.scenes import build_split
 
-    dataset = build_split(split, n, seed=seed, workers=workers, progress=False, cache_dir=cache_dir)
+    workers = 1 if args.tiny else min(8, os.cpu_count() or 1)
+    dataset = build_split(split, n, seed=args.seed, workers=workers, progress=False, cache_dir=f"{work_dir}/data")
     return dataset, f"open_r1.tasks.counting.scenes.build_split({split!r})"
 
 
@@ -300,11 +300,9 @@ def grpo_dataset(dataset, templates: list[str], seed: int):
     return data_lib.to_grpo_dataset(dataset, data_lib.TemplateMix.parse(templates), seed=seed)
 
 
-def build_full_size_model(
-    attn_implementation: str = "sdpa", device: str = "cuda", seed: int = 0, config=None, dtype: str = "bfloat16"
-):
+def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda", seed: int = 0, config=None):
     """Full Qwen2-VL-2B dimensions (or `config`), random weights (transformers' own init, seeded), built directly
-    on `device` in `dtype`: no 4.4 GB checkpoint is written or read. The real generation config (eos ids) is set."""
+    on `device` in bf16: no 4.4 GB checkpoint is written or read. The real generation config (eos ids) is set."""
     import torch
     from transformers import AutoModelForImageTextToText
 
@@ -314,7 +312,7 @@ def build_full_size_model(
     config = config if config is not None else tiny_model.build_config(full_size=True)
     with torch.device(device):
         model = AutoModelForImageTextToText.from_config(
-            config, dtype=getattr(torch, dtype), attn_implementation=attn_implementation
+            config, dtype=torch.bfloat16, attn_implementation=attn_implementation
         )
     model.generation_config = tiny_model.build_generation_config()
     return model.eval()
@@ -816,8 +814,8 @@ def release_memory(reset_compiler: bool = False) -> None:
 # --- Report -----------------------------------------------------------------------------------------------------------
 
 
-def add_ratios(results: list[dict], baseline: str = BASELINE) -> None:
-    base = next((r for r in results if r["name"] == baseline and r.get("status") == "ok"), None)
+def add_ratios(results: list[dict]) -> None:
+    base = next((r for r in results if r["name"] == BASELINE and r.get("status") == "ok"), None)
     for r in results:
         ok = base and r.get("status") == "ok" and base.get("rollouts_per_s")
         r["ratio_vs_plain_trl"] = r["rollouts_per_s"] / base["rollouts_per_s"] if ok else None
@@ -1017,12 +1015,7 @@ def main(argv=None) -> int:
         largest = max(prompts_per_generation(v, args.tiny) for v in variants)
         n = args.num_examples or max(16 if args.tiny else 64, 2 * largest)
         data_start = time.perf_counter()
-        dataset, data_source = counting_dataset(
-            n,
-            args.seed,
-            cache_dir=os.path.join(work_dir, "data"),
-            workers=1 if args.tiny else min(8, os.cpu_count() or 1),
-        )
+        dataset, data_source = counting_dataset(n, args, work_dir)
         setup_device(device, args.memory_cap_gib)
         ctx = BenchContext(
             tiny=args.tiny,
@@ -1189,11 +1182,6 @@ def force_completion_length(model, length: int) -> None:
     model.generation_config.min_new_tokens = length
 
 
-def repeat_rows(dataset, n: int):
-    """`dataset` cycled to exactly `n` rows (speed depends on the image size and question, not on novelty)."""
-    return dataset.select([i % len(dataset) for i in range(n)])
-
-
 def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="selfcheck speed: open_r1.tasks.counting.evaluate.evaluate_dataset (the grader's protocol, greedy) "
@@ -1330,15 +1318,10 @@ def selfcheck_main(argv=None) -> int:
     with scratch_checkpoint(args.work_dir, "bench-selfcheck-") as (work_dir, model_dir):
         to_time = {bs: min(args.n, bs * args.measure_batches) if args.measure_batches else args.n for bs in batch_sizes}
         rows_needed = max(max(to_time.values()), max(batch_sizes))
-        base, data_source = counting_dataset(
-            min(rows_needed, args.unique_examples),
-            args.seed,
-            cache_dir=os.path.join(work_dir, "data"),
-            workers=1 if args.tiny else min(8, os.cpu_count() or 1),
-            split=args.split,
-        )
+        base, data_source = counting_dataset(min(rows_needed, args.unique_examples), args, work_dir, args.split)
         setup_device(device, args.memory_cap_gib)
-        dataset = repeat_rows(base, rows_needed)
+        # cycled to `rows_needed` rows: speed depends on the image size and question, not on novelty
+        dataset = base.select([i % len(base) for i in range(rows_needed)])
         processor = modeling.load_processor(model_dir, None, args.max_pixels)
         model = load_bench_model(args.tiny, model_dir, args.attn_implementation, device, args.seed).eval()
         force_completion_length(model, completion_length)

@@ -14,8 +14,6 @@ de-duplication, lazy images, activation checkpointing) and `rm` (the RM's captio
 and table are bench.py's.
 """
 
-from __future__ import annotations
-
 import argparse
 import os
 import sys

@@ -13,8 +13,6 @@ compile, cold). A compiled variant records its first call's wall seconds and a s
 Rows go to <out>/results.jsonl as they finish; the end prints a table and writes <out>/summary.json.
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import os

@@ -2,8 +2,6 @@
 48 GB card on a larger one (issue 44). train.sh runs this module instead of ``open_r1.grpo`` when the variable is
 set; the benches cap their own process with ``--memory-cap-gib``."""
 
-from __future__ import annotations
-
 import logging
 import os
 import sys

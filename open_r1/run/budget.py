@@ -14,8 +14,6 @@ after it. Measurements persist in `<output_dir>/budget_timings.json` for a resum
 runs; when the final evaluation no longer fits, it is skipped (keep-best chooses among evaluated checkpoints).
 """
 
-from __future__ import annotations
-
 import contextlib
 import datetime as _dt
 import math

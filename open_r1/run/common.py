@@ -1,7 +1,5 @@
 """What the run-safety callbacks share: one log line format, rank checks, cross-rank agreement."""
 
-from __future__ import annotations
-
 import sys
 
 

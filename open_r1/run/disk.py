@@ -5,8 +5,6 @@ weights join `save_total_limit` where `$SUBMISSION` shares the disk (LoRA: the a
 Short of space it warns once, with the fixes, and the run goes on. A first checkpoint that does not fit is not
 caught."""
 
-from __future__ import annotations
-
 import os
 import shutil
 

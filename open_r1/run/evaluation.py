@@ -7,8 +7,6 @@ scores. Scores go to `eval/<set>_<metric>` in the step's log row, with keep_best
 state (`best_model_checkpoint`), which the `save_total_limit` rotation keeps.
 """
 
-from __future__ import annotations
-
 import os
 import time
 from contextlib import nullcontext

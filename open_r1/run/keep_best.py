@@ -7,8 +7,6 @@ later step; only checkpoints still on disk compete. `resolve_export_checkpoint` 
 killed mid-way is still exported from its best evaluated checkpoint.
 """
 
-from __future__ import annotations
-
 import math
 import os
 import re
@@ -41,17 +39,22 @@ def checkpoint_step(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def complete_checkpoints(run_dir: str) -> list[str]:
-    """`checkpoint-N` dirs whose save finished (the trainer writes trainer_state.json last), oldest first."""
+def checkpoint_dirs(run_dir: str) -> list[str]:
+    """The `checkpoint-N` dirs of a run, newest first, complete or not."""
     if not os.path.isdir(run_dir):
         return []
-    found = []
-    for name in os.listdir(run_dir):
-        step = checkpoint_step(name)
-        path = os.path.join(run_dir, name)
-        if step is not None and os.path.isfile(os.path.join(path, "trainer_state.json")) and has_weights(path):
-            found.append((step, path))
-    return [path for _, path in sorted(found)]
+    steps = sorted(
+        (step, name)
+        for name in os.listdir(run_dir)
+        if (step := checkpoint_step(name)) is not None and os.path.isdir(os.path.join(run_dir, name))
+    )
+    return [os.path.join(run_dir, name) for _, name in reversed(steps)]
+
+
+def complete_checkpoints(run_dir: str) -> list[str]:
+    """`checkpoint-N` dirs whose save finished (the trainer writes trainer_state.json last), oldest first."""
+    paths = checkpoint_dirs(run_dir)[::-1]
+    return [p for p in paths if os.path.isfile(os.path.join(p, "trainer_state.json")) and has_weights(p)]
 
 
 def load_history(run_dir: str) -> dict:
@@ -82,13 +85,13 @@ def select_best(entries: list[dict], primary: str, secondary: str | None = None,
     return max(candidates, key=lambda e: score_key(e, primary, secondary), default=None)
 
 
-def history_best(run_dir: str, require_on_disk: bool = True):
+def history_best(run_dir: str):
+    """The best entry of the run's history still on disk (or None) and the history."""
     history = load_history(run_dir)
     primary, secondary = history.get("primary"), history.get("secondary")
     if not primary:
         return None, history
-    best = select_best(history["entries"], primary, secondary, run_dir if require_on_disk else None)
-    return best, history
+    return select_best(history["entries"], primary, secondary, run_dir), history
 
 
 def write_best_checkpoint(

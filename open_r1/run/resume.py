@@ -3,8 +3,6 @@
 restored and what started fresh. It never goes back silently: checkpoints none of which loads, nan/inf weights, or a
 fresh start over a finished run's final model are one error."""
 
-from __future__ import annotations
-
 import os
 
 from transformers import TrainerCallback
@@ -57,22 +55,10 @@ def checkpoint_problem(path: str) -> str | None:
     return next(filter(None, map(_zip_problem, present)), None)
 
 
-def checkpoint_dirs(output_dir: str) -> list[str]:
-    """The checkpoint-N dirs of output_dir, newest first, loadable or not."""
-    if not os.path.isdir(output_dir):
-        return []
-    steps = sorted(
-        (step, name)
-        for name in os.listdir(output_dir)
-        if (step := keep_best_lib.checkpoint_step(name)) is not None and os.path.isdir(os.path.join(output_dir, name))
-    )
-    return [os.path.join(output_dir, name) for _, name in reversed(steps)]
-
-
 def find_resume_checkpoint(output_dir: str, log=None) -> str | None:
     """Newest checkpoint-N in output_dir whose files load (see `checkpoint_problem`), or None. Newer ones that do
     not load are skipped, with a log line each."""
-    for path in checkpoint_dirs(output_dir):
+    for path in keep_best_lib.checkpoint_dirs(output_dir):
         problem = checkpoint_problem(path)
         if problem is None:
             return path
@@ -123,7 +109,7 @@ def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | N
             )
     elif auto_resume or explicit:
         checkpoint = find_resume_checkpoint(output_dir, log=say)
-        if checkpoint is None and (broken := checkpoint_dirs(output_dir)):
+        if checkpoint is None and (broken := keep_best_lib.checkpoint_dirs(output_dir)):
             raise RecipeError(
                 f"no checkpoint in {output_dir} loads, so this run would start over from the base model:\n  - "
                 + "\n  - ".join(f"{os.path.basename(p)}: {checkpoint_problem(p)}" for p in broken)

@@ -1,7 +1,5 @@
 """Wires the run callbacks from the recipe keys (`build_run_callbacks`); order and roles below."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from open_r1.run import keep_best as keep_best_lib

@@ -2,8 +2,6 @@
 minutes) the trainer saves a full checkpoint and stops, and `open_r1.grpo` exits with 128+signal so that train.sh
 stops before exporting. A second signal exits at once."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 import signal

@@ -14,8 +14,6 @@ modes 0755/0644, then installed atomically (`open_r1.submission`); a replaced su
 An --out that holds something other than a model is replaced only with --force.
 """
 
-from __future__ import annotations
-
 import argparse
 import os
 import sys

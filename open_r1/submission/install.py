@@ -3,8 +3,6 @@
 finishes or undoes a swap a killed installer left; and `run_cli` / `exit_cli`, the signal handling of the commands
 that install. Imports nothing heavy: data preparation and model saving use it too."""
 
-from __future__ import annotations
-
 import contextlib
 import ctypes
 import errno

@@ -13,8 +13,6 @@ one is kept as <submission>.replaced-<timestamp>. A failure leaves the submissio
 Exit status: 0 promoted, 1 refused (not better / not comparable), 2 error.
 """
 
-from __future__ import annotations
-
 import argparse
 import os
 import shutil

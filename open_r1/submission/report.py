@@ -1,8 +1,6 @@
 """Reading selfcheck reports (selfcheck.py writes them): each is checked where it is read, its scores finite
 percentages, and two are compared only when they measured the same sets under the same protocol."""
 
-from __future__ import annotations
-
 import math
 import os
 

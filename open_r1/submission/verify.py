@@ -1,8 +1,6 @@
 """Verify a model dir the way the grader loads it: files, architecture, weights, and one greedy completion under the
 task's protocol (`verify_submission`). Never raises for a bad dir: it reports."""
 
-from __future__ import annotations
-
 import os
 from dataclasses import dataclass, field
 

@@ -7,8 +7,6 @@ The engine (`open_r1/*.py`, `open_r1/run/`) knows no task; a task imports the en
 through the registries (rewards by name, `open_r1.rewards.TASK_REWARD_MODULES`).
 """
 
-from __future__ import annotations
-
 import importlib
 import os
 import re

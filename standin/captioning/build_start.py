@@ -11,8 +11,6 @@ steps on the templated ``first_sentence`` traces dropped its format rate at the 
     python -m standin.captioning.build_start --out standin/captioning/start_policy      # make humor-demo-start
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import os
@@ -23,7 +21,6 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig
 
 from open_r1 import modeling
 from open_r1 import tiny_models as tm
@@ -61,25 +58,7 @@ MODEL = {
 
 def build_model(out_dir: str, seed: int, min_pixels: int, max_pixels: int) -> str:
     """A random-init Qwen3-VL-Thinking stand-in with the small vocabulary, saved at ``out_dir``."""
-    tokenizer, ids, vocab_size = tm.small_vocab_tokenizer(
-        tm.QWEN3_VL_ADDED_TOKENS, tm.chat_template("qwen3_vl", True), model_max_length=262144
-    )
-    config = tm.build_config(family="qwen3_vl", vocab_size=vocab_size, pad_token_id=ids["<|endoftext|>"], **MODEL)
-    config.image_token_id, config.video_token_id = ids["<|image_pad|>"], ids["<|video_pad|>"]
-    config.vision_start_token_id, config.vision_end_token_id = ids["<|vision_start|>"], ids["<|vision_end|>"]
-    model = tm.build_model(config, seed=seed)
-    bos = pad = ids["<|endoftext|>"]
-    # the padding rows past the tokenizer are suppressed, as the real-id stand-in suppresses its unused ids
-    model.generation_config = GenerationConfig(
-        **{
-            **tm.QWEN3_VL_GENERATION_CONFIG,
-            "bos_token_id": bos,
-            "pad_token_id": pad,
-            "eos_token_id": [ids["<|im_end|>"], bos],
-            "suppress_tokens": list(range(len(tokenizer), vocab_size)),
-        }
-    )
-    processor = tm.build_processor(tokenizer, min_pixels=min_pixels, max_pixels=max_pixels, family="qwen3_vl")
+    model, processor = tm.small_vocab_model("qwen3_vl", seed, (min_pixels, max_pixels), 262144, **MODEL)
     return modeling.save_model_dir(model, processor, out_dir)
 
 

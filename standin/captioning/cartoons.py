@@ -31,7 +31,7 @@ Candidates are built from joke frames with a referent (the odd object, a majorit
 vague one), an optional pun and an optional long tail. Votes are simulated: each of ``votes ~ max(min_votes,
 Poisson(mean_votes))`` raters gives 1, 2 or 3 (unfunny / somewhat / funny: thresholds on ``oracle + N(0,
 vote_noise)``); ``mean`` is their mean, ``precision`` the **standard error** of that mean (std / sqrt(votes)), so
-``data.preference_pairs(..., se_from="precision")`` is right for this data. ``oracle`` is written for analysis only
+``data.pair_indices(..., se_from="precision")`` is right for this data. ``oracle`` is written for analysis only
 (no engine row builder reads it); ``scene_meta`` (JSON) says what was rendered.
 
 The descriptions (``describe``) never say which object is odd. ``pretrain_rows`` and ``templated_thinking`` give the
@@ -46,8 +46,6 @@ CLI::
 writes ``train/ val/ test/ ood/`` (``save_to_disk``, contests split with ``data.split_by_contest``) and
 ``standin.json`` (the arguments and row counts).
 """
-
-from __future__ import annotations
 
 import argparse
 import dataclasses

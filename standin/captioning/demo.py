@@ -7,8 +7,6 @@ eval's captions (``stage_eval``).
     python -m standin.captioning.demo --config configs/captioning/standin_demo.yaml     # make humor-demo
 """
 
-from __future__ import annotations
-
 import functools
 import sys
 

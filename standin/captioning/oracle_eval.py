@@ -10,8 +10,6 @@ the oracle of the picks goes down; `grpo_checks`: did sigma(RM) and the oracle b
 stand-in's eval stage (``stage_eval``) hands this module to the real one as its ``measure``.
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Sequence
 

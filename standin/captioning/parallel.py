@@ -2,8 +2,6 @@
 models leave a GPU mostly idle); ``start_early: {rm: synthesize}`` starts them when an earlier stage begins. A runner
 for ``open_r1.tasks.captioning.pipeline.run_pipeline`` (the real chain runs its stages one by one)."""
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import subprocess

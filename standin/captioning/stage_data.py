@@ -8,8 +8,6 @@ bases' pre-training sees those images in describe/question rows only, as real ba
 On the real data this stage does not exist: ``open-r1-caption-prepare`` writes the data dir.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 

@@ -1,8 +1,6 @@
 """The grpo stage as the stand-in runs it: the real one (``open_r1.tasks.captioning.stage_grpo``), its seeds as
 parallel sub-jobs where ``grpo.parallel`` (``standin/captioning/parallel.py``)."""
 
-from __future__ import annotations
-
 import dataclasses
 
 from open_r1.tasks.captioning import stage_grpo

@@ -7,8 +7,6 @@ names the odd object's odd value. ``pretrain.policy.start`` copies a shipped sta
 (``standin/captioning/build_start.py``). On real data this stage does not exist: the recipe names the checkpoints.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import shutil

@@ -7,8 +7,6 @@ contests as the split ``split`` (``rm.train_split: train_rated``). On real data:
 columns.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import time

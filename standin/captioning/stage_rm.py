@@ -3,8 +3,6 @@ control as parallel sub-jobs where ``rm.parallel`` (``standin/captioning/paralle
 one sub-job's share), then on each held-out split the share of its pairs whose label (the higher mean) the hidden
 rule agrees with: how much of the held-out accuracy the simulated readers' noise leaves to learn."""
 
-from __future__ import annotations
-
 import dataclasses
 
 import numpy as np

@@ -2,8 +2,6 @@
 synthesize stage's output: the tiny base cannot write explanations, so the synthesis code path runs on a few rows
 (``synthesize.limit``, counts reported) and SFT trains on templated traces of every top-k row (said in the results)."""
 
-from __future__ import annotations
-
 import dataclasses
 import shutil
 

@@ -2,9 +2,9 @@
 best-of-N evaluation, and the chain (``pipeline``: synthesize -> sft -> rm -> grpo -> eval, one ``stage_*`` module
 each). The offline stand-in (generated data, from-scratch bases) lives outside the package, in ``standin/``."""
 
-from __future__ import annotations
+from dataclasses import dataclass
 
-from dataclasses import dataclass, field
+from open_r1.errors import help_field
 
 
 @dataclass
@@ -12,13 +12,13 @@ class CaptioningSettings:
     """The captioning task's own recipe keys (its in-training evaluation), parsed by `open_r1.grpo` beside the
     engine's (`open_r1.tasks.TASK_SETTINGS`)."""
 
-    caption_eval_samples: int = field(default=1, metadata={"help": "Completions per cartoon in eval_sets."})
-    caption_eval_temperature: float | None = field(
-        default=None, metadata={"help": "Sample the eval completions at this temperature (unset: greedy)."}
+    caption_eval_samples: int = help_field(1, "Completions per cartoon in eval_sets.")
+    caption_eval_temperature: float | None = help_field(
+        None, "Sample the eval completions at this temperature (unset: greedy)."
     )
-    caption_eval_max_new_tokens: int | None = field(
-        default=None, metadata={"help": "Token cap of an eval completion (unset: the protocol's MAX_NEW_TOKENS)."}
+    caption_eval_max_new_tokens: int | None = help_field(
+        None, "Token cap of an eval completion (unset: the protocol's MAX_NEW_TOKENS)."
     )
-    caption_eval_reward_model: str | None = field(
-        default=None, metadata={"help": "Reward model dir that scores eval_sets (unset: reward_kwargs.caption_rm's)."}
+    caption_eval_reward_model: str | None = help_field(
+        None, "Reward model dir that scores eval_sets (unset: reward_kwargs.caption_rm's)."
     )

@@ -5,8 +5,6 @@ Top-level keys (`RunConfig`) and one section per stage, each a dataclass (the st
 another, and ``__post_init__`` checks the rest. ``--set section.key=value`` overrides any key (value read as YAML).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import time
@@ -18,7 +16,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from open_r1.checks import closest_key
-from open_r1.errors import RecipeError
+from open_r1.errors import RecipeError, help_field
 from open_r1.jsonio import read_recipe
 
 
@@ -116,13 +114,6 @@ def seed_list(key: str, seeds: list[int]) -> None:
         bool(seeds) and len(set(seeds)) == len(seeds),
         f"{key} must be a list of distinct integers, e.g. [0, 1, 2]; got {seeds!r}",
     )
-
-
-def help_field(default, text: str, **kwargs):
-    """A dataclass field with its help (``open-r1-caption --config X --help-recipe`` lists them)."""
-    if isinstance(default, (list, dict)):
-        return dataclasses.field(default_factory=lambda: type(default)(default), metadata={"help": text}, **kwargs)
-    return dataclasses.field(default=default, metadata={"help": text}, **kwargs)
 
 
 @dataclasses.dataclass

@@ -9,8 +9,6 @@ left out of the prompt when missing. Other columns ride along unread: every row 
 names (the stand-in's analysis columns stay its own).
 """
 
-from __future__ import annotations
-
 import io
 import logging
 import math
@@ -329,13 +327,11 @@ def pair_indices(
     se_from: str | Callable[[dict], float] = "precision",
     cap_per_contest: int | None = 1000,
     seed: int = 0,
-    *,
-    se: Any = None,
 ) -> np.ndarray:
-    """``preference_pairs``' (chosen, rejected) row indices, an int array ``(n, 2)`` in its order, without building
-    the pair dataset (which copies each pair's image)."""
-    if se is not None:
-        se_from = se
+    """Bradley-Terry pairs as (chosen, rejected) row indices, an int array ``(n, 2)``: two captions of one contest
+    whose mean gap exceeds ``k * sqrt(se_1^2 + se_2^2)`` (``se_from``: see ``standard_errors``), the higher mean
+    first. At most ``cap_per_contest`` pairs a contest, drawn at random, then all shuffled with ``seed`` (any prefix
+    spans the contests). Indices, not a pair dataset: that would copy each pair's image."""
     if not is_number(k) or not k >= 0:
         raise DataError(f"k must be a number >= 0, got {k!r}")
     if cap_per_contest is not None and (not is_int(cap_per_contest) or cap_per_contest < 1):
@@ -374,42 +370,6 @@ def image_negative_indices(dataset, n: int, top_k: int = 3, seed: int = 0) -> np
     chosen = [tops[c][int(u * len(tops[c]))] for c, u in zip(own.tolist(), pick.tolist())]
     firsts = [groups[c][0] for c in other.tolist()]
     return np.asarray([chosen, firsts], dtype=np.int64).T.reshape(n, 2)
-
-
-def preference_pairs(
-    dataset,
-    k: float = 3.0,
-    se_from: str | Callable[[dict], float] = "precision",
-    cap_per_contest: int | None = 1000,
-    seed: int = 0,
-    *,
-    se: Any = None,
-):
-    """Bradley-Terry pairs: two captions of one contest whose mean gap exceeds ``k * sqrt(se_1^2 + se_2^2)``.
-
-    ``se_from`` (alias ``se``): see ``standard_errors``. At most ``cap_per_contest`` pairs a contest, drawn at random,
-    then all shuffled with ``seed`` (any prefix spans the contests). Columns: ``contest``, ``image``, description,
-    ``chosen`` (higher mean), ``rejected``, ``gap``, ``z`` (gap / combined SE).
-    """
-    if se is not None:
-        se_from = se
-    index = pair_indices(dataset, k, se_from, cap_per_contest, seed)
-    chosen, rejected = index[:, 0], index[:, 1]
-    mean = np.asarray(_column(dataset, "mean"), dtype=np.float64)
-    ses = standard_errors(dataset, se_from)
-    captions = _column(dataset, "caption")
-    gap = mean[chosen] - mean[rejected]
-    z = gap / np.maximum(np.sqrt(ses[chosen] ** 2 + ses[rejected] ** 2), 1e-12)
-    base = dataset.select_columns(["contest", "image", *_description_columns(dataset)]).select(chosen.tolist())
-    columns = {
-        "chosen": [captions[i] for i in chosen],
-        "rejected": [captions[i] for i in rejected],
-        "gap": gap.tolist(),
-        "z": z.tolist(),
-    }
-    for name, values in columns.items():
-        base = base.add_column(name, values)
-    return base
 
 
 def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, seed: int = 0):

@@ -9,8 +9,6 @@ per-cartoon difference to a baseline with a CI resampling cartoons. From saved r
     python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl --baseline sft --out DIR
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import math
@@ -294,9 +292,7 @@ def write_report(
     return paths
 
 
-def score_records(
-    records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model, batch_size: int = 16
-) -> list[dict]:
+def score_records(records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model) -> list[dict]:
     """Fill ``rm_raw`` of records with a caption, in place (``reward_model=None``: every ``rm_raw`` None)."""
     model = get_reward_model(reward_model) if isinstance(reward_model, (str, os.PathLike)) else reward_model
     todo = [r for r in records if r.get("caption") is not None] if model is not None else []
@@ -304,7 +300,6 @@ def score_records(
         scores = model.score(
             [images_by_contest[r["contest"]] for r in todo],
             [protocol.rm_messages(descs_by_contest[r["contest"]], r["caption"]) for r in todo],
-            batch_size=batch_size,
         )
         for r, s in zip(todo, scores):
             r["rm_raw"] = float(s)

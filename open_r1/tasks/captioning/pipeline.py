@@ -12,8 +12,6 @@ Every section is parsed and every run stage's inputs checked before any stage ru
 Results: ``<work_dir>/results/pipeline.json`` and ``results.md``; ``--out DIR`` copies the small result files there.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import shutil

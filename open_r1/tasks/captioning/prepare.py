@@ -48,8 +48,6 @@ contest by contest; the folder is written beside ``OUT`` and renamed into place 
 cannot fill the splits, the report so far is written to ``OUT.prepare_report.json`` and named in the error.
 """
 
-from __future__ import annotations
-
 import argparse
 import csv
 import io

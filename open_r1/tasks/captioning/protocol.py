@@ -9,8 +9,6 @@ counts; the caption non-empty, one line, tag-free, at most ``max_words`` words. 
 keep the stop string (the parser needs the closing tag).
 """
 
-from __future__ import annotations
-
 import re
 from typing import Any, NamedTuple
 
@@ -178,11 +176,6 @@ def parse_details(text: Any, max_words: int = MAX_WORDS) -> CaptionParse:
     if count_words(caption) > max_words:
         return CaptionParse(None, "too_long", in_think)
     return CaptionParse(caption, "ok", in_think)
-
-
-def parse_caption(text: Any, max_words: int = MAX_WORDS) -> str | None:
-    """The caption of a completion, or None when it does not follow the format (``parse_details`` says why)."""
-    return parse_details(text, max_words).caption
 
 
 # --- Trace synthesis (stage 1): the same system prompt and user turn, plus the known-good caption to explain ---

@@ -8,8 +8,6 @@ DIR, fail_value, format_bonus, device}}``; it reads the ``image`` (or ``images``
 any object with ``score(images, messages, batch_size)``. Logged under ``caption_rm/``.
 """
 
-from __future__ import annotations
-
 import functools
 import math
 import os
@@ -34,15 +32,6 @@ def get_reward_model(path: str, device: Any = None):
 
         _RM_CACHE[key] = load_reward_model(path, device=device)
     return _RM_CACHE[key]
-
-
-def register_reward_model(path: str, model: Any, device: Any = None) -> None:
-    """Cache an already-built reward model (anything with ``.score``) under (path, device)."""
-    _RM_CACHE[_cache_key(path, device)] = model
-
-
-def clear_reward_model_cache() -> None:
-    _RM_CACHE.clear()
 
 
 def sigmoid(x: float) -> float:

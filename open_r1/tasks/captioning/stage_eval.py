@@ -5,8 +5,6 @@ scores the captions with the reward model; ``evaluate.evaluate_records`` gives t
 over cartoons against ``baseline`` (`run`'s ``measure``: the stand-in adds its own analysis).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import time

@@ -7,8 +7,6 @@ seed, and caption_rm's ``reward_model`` and ``device`` where left out; the LoRA 
 ``models/policy-grpo-seed<S>``. ``cispo`` is refused: TRL 1.16's clamps the ratio at epsilon_high (REINFORCE x 0.28).
 """
 
-from __future__ import annotations
-
 import copy
 import dataclasses
 import os

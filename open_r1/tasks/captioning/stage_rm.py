@@ -6,8 +6,6 @@ by ``open_r1.reward_model`` (loss -log sigmoid(s_chosen - s_rejected)). Held out
 control: the same recipe on one blank grey image. ``seeds``: one RM each, the best on val kept as ``models/rm``.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import shutil

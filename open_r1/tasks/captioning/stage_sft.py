@@ -5,8 +5,6 @@
 (loss on the completion; the section's defaults: LoRA r = alpha = 32 on the language model, lr 2e-4, 2 epochs).
 """
 
-from __future__ import annotations
-
 import dataclasses
 
 from open_r1 import modeling, sft

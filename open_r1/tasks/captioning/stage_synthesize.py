@@ -7,8 +7,6 @@ counted, for a CPU check whose tiny policy never writes ``</think>``), empty, or
 become the ``thinking`` column SFT trains on under the plain prompt (the policy never sees the caption).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import importlib.util
 import os

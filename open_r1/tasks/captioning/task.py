@@ -8,8 +8,6 @@ greedy unless ``caption_eval_temperature``, scored by ``caption_eval_reward_mode
 ranks by the fail-as-zero sigma(RM) mean (``eval/<set>_fail0_sigma_rm``).
 """
 
-from __future__ import annotations
-
 import hashlib
 import os
 import time

@@ -6,8 +6,6 @@ them already; R1-V's eval jsonl has `image_path`, `question` and an integer `gro
 also sees the grader's wording, not only the inherited R1-V one.
 """
 
-from __future__ import annotations
-
 import os
 from dataclasses import dataclass
 

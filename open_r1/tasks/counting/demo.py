@@ -12,8 +12,6 @@ Steps, each on the code the real pipeline runs (docs/DEMO.md explains them and h
      table, `<out>/demo.json`, `<out>/acc_by_count.png` and `<out>/curves.png`.
 """
 
-from __future__ import annotations
-
 import argparse
 import functools
 import math
@@ -28,7 +26,7 @@ from open_r1 import grpo, tiny_models
 from open_r1.jsonio import read_json, write_json
 from open_r1.modeling import load_model, load_processor
 from open_r1.noise import quiet_library_noise
-from open_r1.run.keep_best import load_history
+from open_r1.run.keep_best import load_history, plot_history
 from open_r1.sft import SFTSettings, train_sft
 from open_r1.submission.export import export_submission
 from open_r1.tasks.counting import protocol, sft
@@ -68,29 +66,8 @@ log = functools.partial(print, flush=True)
 # ---- Demo model ------------------------------------------------------------------------------------------------------
 def build_demo_model(seed: int = 0):
     """(model, processor): random-init Qwen2-VL with the small vocabulary; every config id points at the new ids."""
-    from transformers import GenerationConfig
-
-    tokenizer, ids, vocab_size = tiny_models.small_vocab_tokenizer(
-        tiny_models.QWEN2VL_SPECIAL_TOKENS, tiny_models.QWEN2VL_CHAT_TEMPLATE, model_max_length=4096
-    )
-    bos = pad = ids["<|endoftext|>"]
-    eos = ids["<|im_end|>"]
-    config = tiny_models.build_config(
-        vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad, **DEMO_MODEL
-    )
-    for target in (config, config.text_config):
-        target.bos_token_id, target.eos_token_id, target.pad_token_id = bos, eos, pad
-    config.image_token_id = ids["<|image_pad|>"]
-    config.video_token_id = ids["<|video_pad|>"]
-    config.vision_start_token_id = ids["<|vision_start|>"]
-    config.vision_end_token_id = ids["<|vision_end|>"]
-    model = tiny_models.build_model(config, seed=seed)
-    model.generation_config = GenerationConfig(
-        **{**tiny_models.REAL_GENERATION_CONFIG, "bos_token_id": bos, "pad_token_id": pad, "eos_token_id": [eos, bos]}
-    )
-    processor = tiny_models.build_processor(
-        tokenizer, min_pixels=tiny_models.REAL_MIN_PIXELS, max_pixels=DEMO_MAX_PIXELS
-    )
+    pixels = (tiny_models.REAL_MIN_PIXELS, DEMO_MAX_PIXELS)
+    model, processor = tiny_models.small_vocab_model("qwen2_vl", seed, pixels, model_max_length=4096, **DEMO_MODEL)
     processor.tokenizer.padding_side = "left"
     return model, processor
 
@@ -311,7 +288,8 @@ def by_count(records: list[dict]) -> dict[int, tuple[int, int]]:
 
 
 def write_plots(before: dict, after: dict, log_history: list[dict], eval_history: dict, out: Path) -> None:
-    """`acc_by_count.png` (accuracy by gold count, start vs trained) and `curves.png` (reward, in-training eval)."""
+    """`acc_by_count.png` (accuracy by gold count, start vs trained) and `curves.png` (in-training eval, reward:
+    `keep_best.plot_history`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -335,29 +313,7 @@ def write_plots(before: dict, after: dict, log_history: list[dict], eval_history
     fig.savefig(out / "acc_by_count.png", dpi=100)
     plt.close(fig)
 
-    fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(10, 3.4))
-    for key, color, alpha, label in (
-        ("reward", "tab:green", 1.0, "total reward"),
-        ("rewards/exact_count/mean", "tab:blue", 0.7, "exact_count"),
-        ("rewards/format/mean", "tab:orange", 0.7, "format"),
-    ):
-        points = [(e["step"], e[key]) for e in log_history if e.get(key) is not None]
-        if points:
-            ax_reward.plot(*zip(*points), color=color, alpha=alpha, label=label)
-    ax_reward.set(xlabel="GRPO step", title="reward (training rollouts)")
-    ax_reward.grid(alpha=0.3)
-    ax_reward.legend(fontsize=8)
-    entries = sorted(eval_history.get("entries", []), key=lambda e: e["step"])
-    for name in sorted({n for e in entries for n in (e.get("scores") or {})}):
-        points = [(e["step"], e["scores"][name]) for e in entries if name in (e.get("scores") or {})]
-        ax_eval.plot(*zip(*points), marker="o", label=name)
-    ax_eval.set(xlabel="GRPO step", ylabel="accuracy %", title="in-training eval (selfcheck protocol, subset)")
-    ax_eval.grid(alpha=0.3)
-    if entries:
-        ax_eval.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=100)
-    plt.close(fig)
+    plot_history(eval_history, log_history, str(out / "curves.png"))  # the training run's own plot, kept here
 
 
 # ---- Command line ----------------------------------------------------------------------------------------------------

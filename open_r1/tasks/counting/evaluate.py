@@ -4,8 +4,6 @@ equality. Batches are left-padded (right padding shifts Qwen2-VL's M-RoPE positi
 the next batch's CPU work runs in a thread while the current one generates; results come back in dataset order.
 """
 
-from __future__ import annotations
-
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor

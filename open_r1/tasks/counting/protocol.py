@@ -7,8 +7,6 @@ The grader (fixed, not ours to change):
   * prediction = first match of ``<answer>\\s*(\\d+)\\s*</answer>``, correct only on integer equality with gold.
 """
 
-from __future__ import annotations
-
 import re
 from typing import Any
 

@@ -5,8 +5,6 @@ inherited reward kept only for `configs/weak_baseline.yaml`. A bad recipe param 
 unparseable gold `solution` raises ValueError (a data bug that a 0 score would hide).
 """
 
-from __future__ import annotations
-
 import functools
 import math
 from typing import Any

@@ -3,8 +3,6 @@ plain rows (question alone -> bare number), and the protocol format taught on ar
 warm start (the retired proxy experiment's `--think-noise` and `--plain-share` rows: experiments/LOG.md).
 """
 
-from __future__ import annotations
-
 import re
 
 import numpy as np

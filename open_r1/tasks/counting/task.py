@@ -1,8 +1,6 @@
 """The counting task as the engine sees it: training prompts with template mixing, held-out sets scored with the
 grader's protocol (accuracy %, keep-best by the OOD set)."""
 
-from __future__ import annotations
-
 from open_r1.tasks import Task, one_line
 from open_r1.tasks.counting import data as data_lib
 from open_r1.tasks.counting import evaluate as evaluate_lib

@@ -5,8 +5,6 @@ vehicles on textured ground under a sky, 640x480). Public names are imported laz
 loads no numpy before the command line (``main``, cli.py) has set its BLAS thread limits.
 """
 
-from __future__ import annotations
-
 import importlib
 from typing import Any
 

@@ -4,8 +4,6 @@ generator where it matters for counting: cubes, spheres, cylinders in its 8 colo
 camera (49 degrees) and key/fill/back lights, jittered per scene; a light-gray floor with a soft gradient.
 """
 
-from __future__ import annotations
-
 import numpy as np
 
 from .geometry import BOX, CYLINDER, ELLIPSOID, Camera, Material, Part, normalize, rotation_z, srgb_to_linear

@@ -4,8 +4,6 @@ Writes the splits (one ``save_to_disk`` folder per split under ``--out``) and pr
 ``--preview N`` instead renders N PNG files of one ``--renderer``. Bad arguments: one ``error:`` line, status 2.
 """
 
-from __future__ import annotations
-
 import argparse
 import os
 

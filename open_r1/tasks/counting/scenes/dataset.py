@@ -7,8 +7,6 @@ and draws its question from ``(split_stream, i, 1)``: images depend on neither t
 the question mode, and no two splits share a stream. ``write_splits`` also refuses two examples of one scene.
 """
 
-from __future__ import annotations
-
 import contextlib
 import functools
 import hashlib

@@ -7,8 +7,6 @@ shadow test asks whether it reaches past the ray's origin, so a ground point *un
 (no light leak at the contact line). Normals come from the hit point alone.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 
 import numpy as np

@@ -1,7 +1,5 @@
 """Random non-overlapping placement of objects on the ground, vectorised over candidate positions."""
 
-from __future__ import annotations
-
 from typing import Callable
 
 import numpy as np

@@ -6,8 +6,6 @@ or overcast sky, with haze. Camera: low (1.4-2.6 units) and wide (60-72 degrees)
 coloured sun with crisp shadows. Image size: 640x480 (CLEVR: 480x320).
 """
 
-from __future__ import annotations
-
 import numpy as np
 
 from .geometry import (

@@ -2,8 +2,6 @@
 renders as well as Pillow's per-row filter search, the generator's slowest step, in under half the time.
 """
 
-from __future__ import annotations
-
 import struct
 import zlib
 

@@ -6,8 +6,6 @@ attribute filter in CLEVR's word order, e.g. "How many small striped buses are t
 total-count wording), "mixed" (half total, half filtered), one kind, or a list of kinds drawn uniformly.
 """
 
-from __future__ import annotations
-
 from typing import Any, Sequence
 
 import numpy as np

@@ -10,8 +10,6 @@ like metal). Pixels where the part or face changes are re-traced with 4 sub-samp
 lit and go to display space with gamma 2 (a square root).
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 from typing import Callable
 

@@ -2,8 +2,6 @@
 count (as CLEVR's generator does), then shade it. The gold count is the number of ids in the object-id buffer.
 """
 
-from __future__ import annotations
-
 import hashlib
 import json
 import re
