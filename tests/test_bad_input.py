@@ -929,15 +929,7 @@ FAST = [
     "true",
     "--seed",
     "0",
-    "--lr_scheduler_type",
-    "linear",
-    "--warmup_steps",
-    "0",
-    "--save_strategy",
-    "steps",
-    "--save_steps",
-    "2",
-]
+]  # the tiny CPU run's settings; tests/test_resume.py's runs use them too
 
 
 def test_resumed_run_with_a_longer_max_steps_trains_at_the_new_schedule(
@@ -966,6 +958,7 @@ def test_resumed_run_with_a_longer_max_steps_trains_at_the_new_schedule(
             "--output_dir",
             str(tmp_path / "run"),
             *FAST,
+            *["--lr_scheduler_type", "linear", "--warmup_steps", "0", "--save_strategy", "steps", "--save_steps", "2"],
             "--max_steps",
             str(max_steps),
         ]

@@ -19,36 +19,9 @@ from transformers import TrainerCallback
 from open_r1 import grpo
 from open_r1.run import keep_best
 from open_r1.tasks.counting.evaluate import SetReport, write_report
-from tests.test_bad_input import assert_clean_error, fake_checkpoint, grpo_args, py, tree_digest
+from tests.test_bad_input import FAST, assert_clean_error, fake_checkpoint, grpo_args, py, tree_digest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-FAST = [
-    "--num_generations",
-    "2",
-    "--per_device_train_batch_size",
-    "4",
-    "--max_completion_length",
-    "8",
-    "--max_pixels",
-    "12544",
-    "--max_train_samples",
-    "8",
-    "--learning_rate",
-    "0.1",
-    "--beta",
-    "0.0",
-    "--logging_steps",
-    "1",
-    "--report_to",
-    "none",
-    "--dtype",
-    "float32",
-    "--use_cpu",
-    "true",
-    "--seed",
-    "0",
-]
 
 
 def recipe(tiny_model_dir, scene_data_dir, run_dir, *extra):
