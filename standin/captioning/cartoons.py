@@ -66,13 +66,26 @@ from open_r1.tasks.captioning import protocol
 from open_r1.tasks.counting.scenes import clevr, ood
 from open_r1.tasks.counting.scenes.png import encode_png
 from open_r1.tasks.counting.scenes.raytrace import RayCaster
-from open_r1.tasks.counting.scenes.render import RENDERERS, as_generator, default_min_visible_pixels, parse_image_size
+from open_r1.tasks.counting.scenes.render import (
+    RENDERERS,
+    as_generator,
+    default_min_visible_pixels,
+    parse_image_size,
+    validate_scene_args,
+)
 
 # Attribute dimensions that can make the odd object odd, per renderer.
 # OOD: colour only (sizes read ambiguously under its perspective camera, textures blur at small image sizes).
 # Size is not an odd dimension: the layout only allows shrinking, so the odd one would always be "large" and the
 # word alone would mark the funny caption (a text-only leak: measured, runs 1-3 in experiments/captioning/LOG.md).
 ODD_DIMENSIONS = {"clevr": ("color", "shape"), "ood": ("color",)}
+# What every object of a scene shares before one is made odd (drawn in this order), with the palettes the odd value
+# comes from; and each renderer's nouns ("shape": CLEVR's shapes, the vehicle kinds).
+SHARED = {
+    "clevr": {"shape": clevr.SHAPES, "color": list(clevr.COLORS), "material": clevr.MATERIALS},
+    "ood": {"color": list(ood.COLORS), "texture": ood.TEXTURES},
+}
+SHAPES = {"clevr": clevr.SHAPES, "ood": ood.CATEGORIES}
 MAX_LAYOUT_ATTEMPTS = 300
 _SPLIT_STREAM = {"main": 0, "ood": 1}
 
@@ -151,23 +164,12 @@ P_LONG = 0.1
 def _make_odd(rng: np.random.Generator, renderer: str, objects: list[dict]) -> dict:
     """Rewrite sampled objects so all share a value of one dimension and one object differs."""
     dim = str(rng.choice(ODD_DIMENSIONS[renderer]))
-    n = len(objects)
-    odd = int(rng.integers(n))
-    if renderer == "clevr":
-        shape = str(rng.choice(clevr.SHAPES))
-        color = str(rng.choice(list(clevr.COLORS)))
-        material = str(rng.choice(clevr.MATERIALS))
-        for o in objects:
-            o["shape"], o["color"], o["material"] = shape, color, material
-        palette = {"color": list(clevr.COLORS), "shape": list(clevr.SHAPES)}
-    else:
-        color = str(rng.choice(list(ood.COLORS)))
-        texture = str(rng.choice(ood.TEXTURES))
-        for o in objects:
-            o["color"], o["texture"] = color, texture
-        palette = {"color": list(ood.COLORS), "texture": list(ood.TEXTURES)}
-    majority = objects[(odd + 1) % n][dim]
-    odd_value = str(rng.choice([value for value in palette[dim] if value != majority]))
+    odd = int(rng.integers(len(objects)))
+    shared = {key: str(rng.choice(values)) for key, values in SHARED[renderer].items()}
+    for o in objects:
+        o.update(shared)
+    majority = shared[dim]
+    odd_value = str(rng.choice([value for value in SHARED[renderer][dim] if value != majority]))
     objects[odd][dim] = odd_value
     if renderer == "clevr":  # resting height depends on shape and size (as clevr.sample_objects sets it)
         for o in objects:
@@ -188,10 +190,9 @@ def render_odd_scene(
     """
     from PIL import Image
 
-    if renderer not in RENDERERS:
-        raise SceneArgumentError(f"unknown renderer {renderer!r}; choose one of {sorted(RENDERERS)}")
-    if not (isinstance(min_objects, int) and isinstance(max_objects, int) and 2 <= min_objects <= max_objects <= 15):
-        raise SceneArgumentError(f"need 2 <= min_objects <= max_objects <= 15, got {min_objects}, {max_objects}")
+    validate_scene_args(renderer, "A", min_objects, max_objects)
+    if min_objects < 2:  # one odd object and at least one of the majority
+        raise SceneArgumentError(f"a scene with an odd object needs min_objects >= 2, got {min_objects}")
     width, height = parse_image_size(image_size, renderer)
     min_pixels = default_min_visible_pixels(width, height)
     rng = as_generator(rng_or_seed)
@@ -228,6 +229,11 @@ def render_odd_scene(
 _TOKEN = re.compile(r"[a-z]+")
 
 
+def _scene(meta: dict | str) -> dict:
+    """A scene's ``scene_meta``, parsed where it is the JSON text."""
+    return json.loads(meta) if isinstance(meta, str) else meta
+
+
 def _present(meta: dict) -> dict[str, set]:
     return {dim: {obj[dim] for obj in meta["objects"] if dim in obj} for dim in VOCAB}
 
@@ -256,8 +262,7 @@ def _reading(text: str) -> tuple[list[str], dict[str, set]]:
 def oracle_details(caption: str, meta: dict | str) -> dict:
     """The hidden score's parts for one caption on one scene (a dict or the ``scene_meta`` JSON; see the module
     docstring), and their sum as ``score``."""
-    if isinstance(meta, str):
-        meta = json.loads(meta)
+    meta = _scene(meta)
     text = " ".join(caption.lower().split())
     puns, mentioned = _reading(text)
     present = _present(meta)
@@ -297,34 +302,36 @@ def oracle_score(caption: str, meta: dict | str) -> float:
 def _absent(meta: dict) -> tuple[list[str], list[str]]:
     """The renderer's colours and shapes (vehicle kinds) that the scene lacks."""
     present, renderer = _present(meta), meta["renderer"]
-    shapes = clevr.SHAPES if renderer == "clevr" else ood.CATEGORIES
     return (
         [c for c in RENDERERS[renderer].COLORS if c not in present["color"]],
-        [s for s in shapes if s not in present["shape"]],
+        [s for s in SHAPES[renderer] if s not in present["shape"]],
     )
+
+
+def _object_name(meta: dict, index: int) -> str:
+    """ "blue cube": an object by its value of the odd dimension (its colour where that is the shape) and its noun;
+    ``index``: the odd one's, or the next one's (a majority object)."""
+    obj = meta["objects"][index % len(meta["objects"])]
+    return f"{obj['color' if meta['dimension'] == 'shape' else meta['dimension']]} {obj['shape']}"
 
 
 def _referents(rng: np.random.Generator, meta: dict) -> dict[str, str]:
-    dim, odd_value, majority = meta["dimension"], meta["odd_value"], meta["majority_value"]
-    odd_obj = meta["objects"][meta["odd_index"]]
-    other = meta["objects"][(meta["odd_index"] + 1) % len(meta["objects"])]
     absent_colors, absent_shapes = _absent(meta)
-    if dim == "shape":
-        odd_ref, majority_ref = f"{odd_obj['color']} {odd_value}", f"{other['color']} {majority}"
-    else:
-        odd_ref, majority_ref = f"{odd_value} {odd_obj['shape']}", f"{majority} {other['shape']}"
     absent_ref = (
         f"{rng.choice(absent_colors)} {rng.choice(absent_shapes)}" if absent_colors and absent_shapes else "unicorn"
     )
-    return {"odd": odd_ref, "majority": majority_ref, "absent": absent_ref, "vague": str(rng.choice(VAGUE_REFS))}
+    return {
+        "odd": _object_name(meta, meta["odd_index"]),
+        "majority": _object_name(meta, meta["odd_index"] + 1),
+        "absent": absent_ref,
+        "vague": str(rng.choice(VAGUE_REFS)),
+    }
 
 
 def renderer_values(renderer: str) -> list[str]:
     """The attribute values a renderer can draw (colours, shapes or vehicle kinds, sizes, textures)."""
     module = RENDERERS[renderer]
-    if renderer == "clevr":
-        return [*module.COLORS, *module.SHAPES, *clevr.SIZES]
-    return [*module.COLORS, *module.CATEGORIES, *getattr(module, "SIZES", {}), *getattr(module, "TEXTURES", ())]
+    return [*module.COLORS, *SHAPES[renderer], *module.SIZES, *getattr(module, "TEXTURES", ())]
 
 
 def candidate_captions(rng: np.random.Generator, meta: dict, n: int) -> list[dict]:
@@ -409,8 +416,8 @@ class StandinConfig:
 OOD_CONTEST_OFFSET = 100_000  # contest id of the OOD stream's scene i: i + this (the main stream's: i)
 
 
-def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
-    """All caption rows of one contest (deterministic in (seed, stream, index))."""
+def make_contest(config: StandinConfig, stream: str, index: int, keep: int | None = None) -> list[dict]:
+    """The caption rows of one contest (deterministic in (seed, stream, index)), the first ``keep`` of them."""
     renderer = "ood" if stream == "ood" else "clevr"
     scene_seed = np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index, 0))
     text_rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index, 1)))
@@ -436,7 +443,7 @@ def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
                 "renderer": renderer,
             }
         )
-    return rows
+    return rows[:keep]
 
 
 def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = StandinConfig()):
@@ -476,11 +483,6 @@ def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = Stand
         if rows
         else dataset.select([])
     ), counts
-
-
-def _make_rows(config: StandinConfig, stream: str, keep: int | None, index: int) -> list[dict]:
-    rows = make_contest(config, stream, index)
-    return rows if keep is None else rows[:keep]
 
 
 def features():
@@ -523,7 +525,7 @@ def build_contests(
         raise SceneArgumentError(f"stream must be one of {sorted(_SPLIT_STREAM)}, got {stream!r}")
     if n < 1:
         raise SceneArgumentError(f"need at least one contest, got {n}")
-    make = functools.partial(_make_rows, config, stream, rows_per_contest)
+    make = functools.partial(make_contest, config, stream, keep=rows_per_contest)
     indices = range(int(start), int(start) + n)
     if workers > 1 and n > 1:
         from open_r1.tasks.counting.scenes.dataset import _limit_blas_threads, _pool_context
@@ -581,8 +583,7 @@ def write_standin(
 def _meta(row: dict) -> dict:
     if "scene_meta" not in row:
         raise DataError("the stand-in helpers need the 'scene_meta' column; it is in every stand-in split")
-    meta = row["scene_meta"]
-    return json.loads(meta) if isinstance(meta, str) else meta
+    return _scene(row["scene_meta"])
 
 
 def _majority_phrase(meta: dict) -> str:
@@ -594,10 +595,7 @@ def _majority_phrase(meta: dict) -> str:
 
 def odd_object_phrase(meta: dict) -> str:
     """ "the blue cube": the odd object by its odd value and noun."""
-    odd = meta["objects"][meta["odd_index"]]
-    if meta["dimension"] == "shape":
-        return f"the {odd['color']} {odd['shape']}"
-    return f"the {meta['odd_value']} {odd['shape']}"
+    return "the " + _object_name(meta, meta["odd_index"])
 
 
 TRACE_WORDINGS = ("caption", "joke")
@@ -663,7 +661,7 @@ def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str
 def perceives_odd(answer: str, meta: dict | str) -> bool:
     """Whether an answer to ``PROBE_QUESTION`` names the odd object's odd value and no other value of that dimension
     ("The blue cube." when one cube of five is blue; "blue or red" is wrong)."""
-    meta = json.loads(meta) if isinstance(meta, str) else meta
+    meta = _scene(meta)
     return _reading(answer)[1][meta["dimension"]] == {meta["odd_value"]}  # the oracle's reading, puns removed
 
 
