@@ -633,8 +633,10 @@ def test_paired_bootstrap_pairs_by_cartoon():
 @pytest.fixture(scope="module")
 def standin_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("standin")
-    config = S.StandinConfig(captions=12, image_size=(96, 64), max_objects=5)
-    paths = S.write_standin(out, contests=8, ood_contests=2, val_frac=0.25, test_frac=0.125, config=config)
+    config = S.StandinConfig(
+        contests=8, ood_contests=2, val_frac=0.25, test_frac=0.125, captions=12, image_size=(96, 64), max_objects=5
+    )
+    paths = S.write_standin(out, config)
     return out, paths
 
 

@@ -47,7 +47,6 @@ writes ``train/ val/ test/ ood/`` (``save_to_disk``, contests split with ``data.
 ``standin.json`` (the arguments and row counts).
 """
 
-import argparse
 import dataclasses
 import functools
 import hashlib
@@ -59,10 +58,20 @@ from typing import Any
 
 import numpy as np
 
-from open_r1.errors import DataError, OpenR1Error, SceneArgumentError, SceneGenerationError, error_exit
+from open_r1.errors import (
+    DataError,
+    OpenR1Error,
+    RecipeError,
+    SceneArgumentError,
+    SceneGenerationError,
+    cli_parser,
+    error_exit,
+    help_field,
+)
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
+from open_r1.tasks.captioning.config import require
 from open_r1.tasks.counting.scenes import clevr, ood
 from open_r1.tasks.counting.scenes.png import encode_png
 from open_r1.tasks.counting.scenes.raytrace import RayCaster
@@ -401,19 +410,53 @@ def describe(meta: dict) -> dict:
 
 
 # --- Contests and splits ----------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class StandinConfig:
-    captions: int = 24
-    image_size: tuple[int, int] = (128, 96)
-    min_objects: int = 3
-    max_objects: int = 7
-    mean_votes: float = 30.0
-    min_votes: int = 10
-    vote_noise: float = 1.5
-    seed: int = 0
+    """What the stand-in generates: the flags of this module's command line and the ``data`` section of the stand-in
+    recipes (``stage_data``, where ``seed`` defaults to the recipe's)."""
+
+    contests: int = help_field(40, "CLEVR-like contests, split train/val/test by contest")
+    ood_contests: int | None = help_field(None, "OOD-renderer contests (split ood; null: contests // 4, 0: none)")
+    val_frac: float = help_field(0.15, "share of the contests in val")
+    test_frac: float = help_field(0.15, "share of the contests in test")
+    pretrain_ood_contests: int = help_field(0, "OOD-renderer exposure scenes for pre-training only")
+    pretrain_main_contests: int = help_field(0, "CLEVR-like exposure scenes for pre-training only")
+    captions: int = help_field(24, "candidate captions per contest")
+    image_size: str = help_field("128x96", "WIDTHxHEIGHT")
+    min_objects: int = help_field(3, "objects per scene, at least")
+    max_objects: int = help_field(7, "objects per scene, at most")
+    mean_votes: float = help_field(30.0, "simulated raters per caption, on average")
+    min_votes: int = help_field(10, "simulated raters per caption, at least")
+    vote_noise: float = help_field(1.5, "the raters' noise around the hidden rule")
+    seed: int = help_field(0, "the generator's seed")
+    workers: int | None = help_field(None, "render processes (null: the cores - 1, at most 16)")
+    overwrite: bool = help_field(False, "render again over an existing stand-in")
+
+    def __post_init__(self):
+        try:  # "WxH" or (width, height), held as "WxH"
+            self.image_size = "{}x{}".format(*parse_image_size(self.image_size))
+        except SceneArgumentError as exc:
+            raise RecipeError(f"data.image_size: {exc}") from None
+        require(
+            self.min_objects <= self.max_objects,
+            f"data.min_objects ({self.min_objects}) is above data.max_objects ({self.max_objects})",
+        )
+        require(
+            0 <= self.val_frac < 1 and 0 <= self.test_frac < 1, "data.val_frac and data.test_frac must be in [0, 1)"
+        )
+        require(
+            self.contests >= 1
+            and min(self.captions, self.min_objects) >= 2
+            and self.min_votes >= 1
+            and min(self.ood_contests or 0, self.pretrain_ood_contests, self.pretrain_main_contests) >= 0,
+            "data.contests and min_votes must be >= 1, captions and min_objects >= 2, the other counts >= 0",
+        )
+        if self.ood_contests is None:
+            self.ood_contests = max(1, self.contests // 4)
 
 
 OOD_CONTEST_OFFSET = 100_000  # contest id of the OOD stream's scene i: i + this (the main stream's: i)
+PRETRAIN_OFFSET = 50_000  # scene indices of the exposure splits start here (the contests use 0..n-1)
 
 
 def make_contest(config: StandinConfig, stream: str, index: int, keep: int | None = None) -> list[dict]:
@@ -538,44 +581,32 @@ def build_contests(
     return datasets.Dataset.from_list(rows, features=features())
 
 
-def write_standin(
-    out_dir: str | os.PathLike,
-    contests: int,
-    ood_contests: int | None = None,
-    val_frac: float = 0.15,
-    test_frac: float = 0.15,
-    config: StandinConfig = StandinConfig(),
-    workers: int = 1,
-    overwrite: bool = False,
-) -> dict[str, str]:
-    """Write ``train/ val/ test/`` (CLEVR-like contests split by contest) and ``ood/`` (OOD renderer) under out_dir."""
+def write_standin(out_dir: str | os.PathLike, config: StandinConfig = StandinConfig()) -> dict[str, str]:
+    """Write ``train/ val/ test/`` (CLEVR-like contests split by contest), ``ood/`` (OOD renderer) and the exposure
+    scenes' ``ood_pretrain/ main_pretrain/`` (images only: one caption row a scene, indices disjoint from every
+    contest) under out_dir, with ``standin.json`` (the config and the splits' sizes)."""
     out_dir = os.fspath(out_dir)
-    if os.path.exists(os.path.join(out_dir, "standin.json")) and not overwrite:
+    if os.path.exists(os.path.join(out_dir, "standin.json")) and not config.overwrite:
         raise SceneArgumentError(
             f"{out_dir} already holds a stand-in; pass --overwrite (or overwrite=True) to replace it"
         )
-    ood_contests = max(1, contests // 4) if ood_contests is None else ood_contests
-    main = build_contests(contests, config, "main", workers)
-    splits = dict(cdata.split_by_contest(main, val_frac, test_frac, seed=config.seed))
-    if ood_contests:
-        splits["ood"] = build_contests(ood_contests, config, "ood", workers)
+    workers = config.workers or max(1, min(16, (os.cpu_count() or 2) - 1))
+    main = build_contests(config.contests, config, "main", workers)
+    splits = dict(cdata.split_by_contest(main, config.val_frac, config.test_frac, seed=config.seed))
+    for count, stream, split, start, keep in (
+        (config.ood_contests, "ood", "ood", 0, None),
+        (config.pretrain_ood_contests, "ood", "ood_pretrain", PRETRAIN_OFFSET, 1),
+        (config.pretrain_main_contests, "main", "main_pretrain", PRETRAIN_OFFSET, 1),
+    ):
+        if count:
+            splits[split] = build_contests(count, config, stream, workers, start, keep)
     paths, counts = {}, {}
     for name, ds in splits.items():
         path = os.path.join(out_dir, name)
         ds.save_to_disk(path)
         paths[name] = path
         counts[name] = {"rows": len(ds), "contests": len(set(ds["contest"]))}
-    write_json(
-        os.path.join(out_dir, "standin.json"),
-        {
-            "contests": contests,
-            "ood_contests": ood_contests,
-            "val_frac": val_frac,
-            "test_frac": test_frac,
-            "config": dataclasses.asdict(config),
-            "splits": counts,
-        },
-    )
+    write_json(os.path.join(out_dir, "standin.json"), {"config": dataclasses.asdict(config), "splits": counts})
     return paths
 
 
@@ -754,54 +785,20 @@ def pretrain_rows(
     return cdata.with_images(out, dataset, image_rows)
 
 
-# --- Command line -----------------------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m standin.captioning.cartoons",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        description=__doc__.split("\n\n")[0],
-    )
-    parser.add_argument("--out", required=True, help="output directory (train/ val/ test/ ood/ and standin.json)")
-    parser.add_argument("--contests", type=int, required=True, help="CLEVR-like contests, split by contest")
-    parser.add_argument("--ood-contests", type=int, default=None, help="OOD-renderer contests (default contests // 4)")
-    parser.add_argument("--captions", type=int, default=24, help="candidate captions per contest")
-    parser.add_argument("--image-size", default="128x96", help="WIDTHxHEIGHT (e.g. 128x96 for tiny runs)")
-    parser.add_argument("--min-objects", type=int, default=3)
-    parser.add_argument("--max-objects", type=int, default=7)
-    parser.add_argument("--mean-votes", type=float, default=30.0)
-    parser.add_argument("--min-votes", type=int, default=10)
-    parser.add_argument("--vote-noise", type=float, default=1.5)
-    parser.add_argument("--val-frac", type=float, default=0.15)
-    parser.add_argument("--test-frac", type=float, default=0.15)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--overwrite", action="store_true")
-    return parser
-
-
+# --- Command line ---------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from transformers import HfArgumentParser  # deferred: heavy
+
+    parser = cli_parser(
+        "python -m standin.captioning.cartoons",
+        __doc__.split("\n\n")[0],
+        HfArgumentParser,
+        dataclass_types=StandinConfig,
+    )
+    parser.add_argument("--out", required=True, help="output directory (the splits and standin.json)")
     try:
-        config = StandinConfig(
-            captions=args.captions,
-            image_size=parse_image_size(args.image_size),
-            min_objects=args.min_objects,
-            max_objects=args.max_objects,
-            mean_votes=args.mean_votes,
-            min_votes=args.min_votes,
-            vote_noise=args.vote_noise,
-            seed=args.seed,
-        )
-        paths = write_standin(
-            args.out,
-            args.contests,
-            args.ood_contests,
-            args.val_frac,
-            args.test_frac,
-            config,
-            args.workers,
-            args.overwrite,
-        )
+        config, args = parser.parse_args_into_dataclasses(argv)
+        paths = write_standin(args.out, config)
     except OpenR1Error as exc:
         return error_exit(exc)
     for name, path in paths.items():
