@@ -46,13 +46,10 @@ def score(records: list[dict], dataset, oracle=cartoons.oracle_details) -> list[
 
 
 def rm_oracle_agreement(rows: Sequence[dict], margin: float = ORACLE_PAIR_MARGIN) -> tuple[float | None, int]:
-    """Share of pairs of emitted, oracle-scored records whose oracle scores differ by >= ``margin`` that the RM
-    orders the same way (an RM tie counts 0.5), and the number of such pairs; (None, 0) without any."""
-    scored = [
-        (float(r["rm_raw"]), float(r["oracle"]))
-        for r in rows
-        if r.get("caption") is not None and r.get("rm_raw") is not None and r.get("oracle") is not None
-    ]
+    """Share of the pairs of ``rows`` (emitted, RM- and oracle-scored records) whose oracle scores differ by >=
+    ``margin`` that the RM orders the same way (an RM tie counts 0.5), and the number of such pairs; (None, 0)
+    without any."""
+    scored = [(float(r["rm_raw"]), float(r["oracle"])) for r in rows]
     agree, pairs = 0.0, 0
     for i, (rm_a, oracle_a) in enumerate(scored):
         for rm_b, oracle_b in scored[i + 1 :]:
@@ -111,7 +108,7 @@ def policy_metrics(records, bon_ns: Sequence[int] = ev.BON_NS) -> dict:
     for key in KEYS:
         metrics[key] = ev._mean_of(cartoons_, key)
     metrics["pick_vs_emitted"] = ev.paired_bootstrap(
-        {k: v["oracle_pick"] for k, v in cartoons_.items()}, {k: v["oracle_emitted"] for k, v in cartoons_.items()}
+        ev._column(metrics, "oracle_pick"), ev._column(metrics, "oracle_emitted")
     )
     metrics["rm_oracle_agreement"] = ev._mean_of(cartoons_, "rm_oracle_agreement")
     metrics["rm_oracle_pairs"] = int(sum(c["rm_oracle_pairs"] for c in cartoons_.values()))
@@ -156,11 +153,10 @@ def markdown_table(report: dict) -> str:
     ]
     for name, m in policies.items():
         agreement = m.get("rm_oracle_agreement")
+        agreement = "–" if agreement is None else f"{agreement:.3f} ({m.get('rm_oracle_pairs', 0)})"
         lines.append(
             f"| {name} | {fmt(m.get('oracle_emitted'))} | {fmt(m.get('oracle_fail_as_worst'))} | "
-            f"{fmt(m.get('oracle_pick'))} | {fmt_ci(m.get('pick_vs_emitted'))} | "
-            + ("–" if agreement is None else f"{agreement:.3f} ({m.get('rm_oracle_pairs', 0)})")
-            + " |"
+            f"{fmt(m.get('oracle_pick'))} | {fmt_ci(m.get('pick_vs_emitted'))} | {agreement} |"
         )
     parts = [name for name, m in policies.items() if m.get("oracle_parts_emitted") and m.get("oracle_parts_pick")]
     if parts:
@@ -185,19 +181,17 @@ def markdown_table(report: dict) -> str:
         ]
         for name, c in report["comparisons"].items():
             flag = c.get("reward_hacking")
+            if flag is not None:
+                flag = (
+                    "**YES** (significant)"
+                    if c["reward_hacking_significant"]
+                    else "yes (point estimates)"
+                    if flag
+                    else "no"
+                )
             lines.append(
                 f"| {name} | {fmt_ci(c.get('oracle_emitted'))} | {fmt_ci(c.get('oracle_fail_as_worst'))} | "
-                f"{fmt_ci(c.get('oracle_pick'))} | "
-                + (
-                    "–"
-                    if flag is None
-                    else (
-                        "**YES** (significant)"
-                        if c["reward_hacking_significant"]
-                        else ("yes (point estimates)" if flag else "no")
-                    )
-                )
-                + " |"
+                f"{fmt_ci(c.get('oracle_pick'))} | {flag or '–'} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -208,11 +202,8 @@ def grpo_checks(summary: dict) -> dict:
     cartoon's worst candidate (``both_up_worst`` / ``both_up_worst_ci``); ``_ci``: both paired CIs above 0, else the
     point estimates. The oracle of the RM's picks is reported beside them."""
 
-    def diff(comp, key):
-        return (comp.get(key) or {}).get("diff")
-
-    def lo(comp, key):
-        return (comp.get(key) or {}).get("lo")
+    def diff(comp, key, part="diff"):
+        return (comp.get(key) or {}).get(part)
 
     out = {}
     for split, block in summary["splits"].items():
@@ -226,10 +217,10 @@ def grpo_checks(summary: dict) -> dict:
                 "reward_hacking": comp.get("reward_hacking"),
             }
             for suffix, oracle in (("", "oracle_emitted"), ("_worst", "oracle_fail_as_worst")):
-                entry[f"both_up{suffix}"] = bool(
-                    (diff(comp, "fail_as_zero") or 0) > 0 and (diff(comp, oracle) or 0) > 0
-                )
-                entry[f"both_up{suffix}_ci"] = bool((lo(comp, "fail_as_zero") or 0) > 0 and (lo(comp, oracle) or 0) > 0)
+                for ci, part in (("", "diff"), ("_ci", "lo")):  # the point estimates, the CIs' lower ends
+                    entry[f"both_up{suffix}{ci}"] = bool(
+                        (diff(comp, "fail_as_zero", part) or 0) > 0 and (diff(comp, oracle, part) or 0) > 0
+                    )
             out.setdefault(name, {})[split] = entry
     return out
 
