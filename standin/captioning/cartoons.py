@@ -71,7 +71,7 @@ from open_r1.errors import (
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
-from open_r1.tasks.captioning.config import require
+from open_r1.tasks.captioning.config import at_least, require
 from open_r1.tasks.counting.scenes import clevr, ood
 from open_r1.tasks.counting.scenes.png import encode_png
 from open_r1.tasks.counting.scenes.raytrace import RayCaster
@@ -394,7 +394,6 @@ def simulate_votes(
 
 def describe(meta: dict) -> dict:
     """The text description fields; they never say which object is odd (that is only in the image)."""
-    n = len(meta["objects"])
     env = meta["environment"]
     # Entities name the kind of thing only: listing shapes or colours would let a text-only model see what is absent.
     if meta["renderer"] == "clevr":
@@ -402,7 +401,7 @@ def describe(meta: dict) -> dict:
     else:
         kind, location = "toy vehicles", f"{env.get('ground', 'the ground')} under a {env.get('sky', 'plain')} sky"
     return {
-        "scene": f"{n} {kind} stand around together.",
+        "scene": f"{len(meta['objects'])} {kind} stand around together.",
         "twist": "One of them does not quite fit in.",
         "location": location,
         "entities": [kind],
@@ -444,26 +443,34 @@ class StandinConfig:
         require(
             0 <= self.val_frac < 1 and 0 <= self.test_frac < 1, "data.val_frac and data.test_frac must be in [0, 1)"
         )
-        require(
-            self.contests >= 1
-            and min(self.captions, self.min_objects) >= 2
-            and self.min_votes >= 1
-            and min(self.ood_contests or 0, self.pretrain_ood_contests, self.pretrain_main_contests) >= 0,
-            "data.contests and min_votes must be >= 1, captions and min_objects >= 2, the other counts >= 0",
-        )
+        at_least("data", self, 1, "contests", "min_votes")
+        at_least("data", self, 2, "captions", "min_objects")  # min_objects: the odd one and one of the majority
+        at_least("data", self, 0, "ood_contests", "pretrain_ood_contests", "pretrain_main_contests")
         if self.ood_contests is None:
             self.ood_contests = max(1, self.contests // 4)
+
+    def splits(self) -> list[str]:
+        """The splits `write_standin` writes."""
+        return ["train", "val", "test", *(split for split, _, count, *_ in MORE_SPLITS if getattr(self, count))]
 
 
 OOD_CONTEST_OFFSET = 100_000  # contest id of the OOD stream's scene i: i + this (the main stream's: i)
 PRETRAIN_OFFSET = 50_000  # scene indices of the exposure splits start here (the contests use 0..n-1)
+# The splits beside train/val/test: (split, renderer stream, its StandinConfig count, first scene index, caption rows
+# kept: none of the exposure scenes', whose images pre-training sees)
+MORE_SPLITS = (
+    ("ood", "ood", "ood_contests", 0, None),
+    ("ood_pretrain", "ood", "pretrain_ood_contests", PRETRAIN_OFFSET, 1),
+    ("main_pretrain", "main", "pretrain_main_contests", PRETRAIN_OFFSET, 1),
+)
 
 
 def make_contest(config: StandinConfig, stream: str, index: int, keep: int | None = None) -> list[dict]:
     """The caption rows of one contest (deterministic in (seed, stream, index)), the first ``keep`` of them."""
     renderer = "ood" if stream == "ood" else "clevr"
-    scene_seed = np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index, 0))
-    text_rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index, 1)))
+    # spawn keys (stream, index, 0) for the scene and (stream, index, 1) for the text
+    scene_seed, text_seed = np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index)).spawn(2)
+    text_rng = np.random.default_rng(text_seed)
     # the OOD stream keeps the pixel budget: its shift is the renderer, not the resolution
     image, meta = render_odd_scene(scene_seed, renderer, config.image_size, config.min_objects, config.max_objects)
     png = {"bytes": encode_png(np.asarray(image), 3), "path": None}
@@ -528,29 +535,6 @@ def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = Stand
     ), counts
 
 
-def features():
-    import datasets
-
-    text, real, count = datasets.Value("string"), datasets.Value("float64"), datasets.Value("int64")
-    return datasets.Features(
-        {
-            "contest": count,
-            "image": datasets.Image(),
-            "scene": text,
-            "twist": text,
-            "location": text,
-            "entities": datasets.Sequence(text),
-            "caption": text,
-            "mean": real,
-            "precision": real,
-            "votes": count,
-            "oracle": real,
-            "scene_meta": text,
-            "renderer": text,
-        }
-    )
-
-
 def build_contests(
     n: int,
     config: StandinConfig = StandinConfig(),
@@ -578,7 +562,8 @@ def build_contests(
     else:
         contests = [make(i) for i in indices]
     rows = [row for contest in contests for row in contest]
-    return datasets.Dataset.from_list(rows, features=features())
+    # the PNG bytes as an image column; every other type as inferred (int64, float64, string, a list of strings)
+    return datasets.Dataset.from_list(rows).cast_column("image", datasets.Image())
 
 
 def write_standin(out_dir: str | os.PathLike, config: StandinConfig = StandinConfig()) -> dict[str, str]:
@@ -593,13 +578,9 @@ def write_standin(out_dir: str | os.PathLike, config: StandinConfig = StandinCon
     workers = config.workers or max(1, min(16, (os.cpu_count() or 2) - 1))
     main = build_contests(config.contests, config, "main", workers)
     splits = dict(cdata.split_by_contest(main, config.val_frac, config.test_frac, seed=config.seed))
-    for count, stream, split, start, keep in (
-        (config.ood_contests, "ood", "ood", 0, None),
-        (config.pretrain_ood_contests, "ood", "ood_pretrain", PRETRAIN_OFFSET, 1),
-        (config.pretrain_main_contests, "main", "main_pretrain", PRETRAIN_OFFSET, 1),
-    ):
-        if count:
-            splits[split] = build_contests(count, config, stream, workers, start, keep)
+    for split, stream, count, start, keep in MORE_SPLITS:
+        if getattr(config, count):
+            splits[split] = build_contests(getattr(config, count), config, stream, workers, start, keep)
     paths, counts = {}, {}
     for name, ds in splits.items():
         path = os.path.join(out_dir, name)
@@ -643,7 +624,7 @@ def templated_thinking(row: dict, wording: str = "caption", template: str = "ful
     if template not in TRACE_TEMPLATES:
         raise DataError(f"templated_thinking template must be one of {TRACE_TEMPLATES}, got {template!r}")
     meta = _meta(row)
-    dim_word = {"color": "colour", "shape": "shape", "size": "size", "texture": "pattern"}[meta["dimension"]]
+    dim_word = {"color": "colour", "texture": "pattern"}.get(meta["dimension"], meta["dimension"])
     odd = odd_object_phrase(meta)
     first = f"Most of the objects are {meta['majority_value']} ones, but {odd} differs in {dim_word}."
     if template == "first_sentence":
@@ -710,10 +691,9 @@ def perception_probe_rows(dataset, limit: int | None = None) -> list[dict]:
 
 def scene_description(meta: dict) -> str:
     """A one-sentence literal description: what is there, and which one is odd."""
-    n = len(meta["objects"])
     return (
-        f"There are {n} objects. Most are {_majority_phrase(meta)}; {odd_object_phrase(meta)} is the odd one "
-        f"out, being {meta['odd_value']}."
+        f"There are {len(meta['objects'])} objects. Most are {_majority_phrase(meta)}; {odd_object_phrase(meta)} is "
+        f"the odd one out, being {meta['odd_value']}."
     )
 
 

@@ -26,21 +26,12 @@ class Config(cartoons.StandinConfig):
     seed: int | None = help_field(None, "the generator's seed (null: the recipe's)")
 
 
-def split_names(cfg: Config) -> list[str]:
-    names = ["train", "val", "test"] + (["ood"] if cfg.ood_contests != 0 else [])
-    return names + [
-        split
-        for count, split in ((cfg.pretrain_ood_contests, "ood_pretrain"), (cfg.pretrain_main_contests, "main_pretrain"))
-        if count
-    ]
-
-
 def inputs(*_) -> dict:
     return {}
 
 
 def outputs(cfg, paths, *_) -> list[str]:
-    return [paths.split(name) for name in split_names(cfg)]
+    return [paths.split(name) for name in cfg.splits()]
 
 
 def run(cfg: Config, paths, seed) -> dict:
