@@ -1114,7 +1114,7 @@ def test_rate_captions_simulates_readers_for_new_captions_only(standin_dir):
     row = rated[0]
     assert row["caption"] == new and row["contest"] == contest and row["scene_meta"] == train[0]["scene_meta"]
     assert row["oracle"] == pytest.approx(S.oracle_score(new, meta))
-    expected = S.simulate_votes(np.random.default_rng(3), S.oracle_score(new, meta))
+    expected = S.simulate_votes(np.random.default_rng(3), S.oracle_score(new, meta), S.StandinConfig())
     assert {k: row[k] for k in ("mean", "precision", "votes")} == pytest.approx(expected)
     assert row["image"].size == train[0]["image"].size
     # without the oracle column (real data has none) the rows carry no oracle either

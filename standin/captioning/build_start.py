@@ -11,19 +11,18 @@ steps on the templated ``first_sentence`` traces dropped its format rate at the 
     python -m standin.captioning.build_start --out standin/captioning/start_policy      # make humor-demo-start
 """
 
-import argparse
 import json
 import os
 import shutil
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import torch
 
 from open_r1 import modeling
 from open_r1 import tiny_models as tm
+from open_r1.errors import cli_parser
 from open_r1.jsonio import write_json
 from open_r1.submission.install import installing
 from open_r1.tasks.captioning import data as cdata
@@ -77,12 +76,12 @@ def format_check(recipe, model_dir: str, n: int) -> dict:
         rows = cdata.load_captions(recipe.paths.split(split), check_images="none")
         with torch.no_grad():
             records = evaluate.evaluate_policy(model, processor, rows, None, **kwargs)
-        failures = dict(Counter(r["parse_reason"] for r in records if r["caption"] is None))
+        metrics = evaluate.policy_metrics(records)
         out[split] = {
             "samples": len(records),
-            "format_rate": sum(r["caption"] is not None for r in records) / len(records),
-            "truncated_rate": sum(r["truncated"] for r in records) / len(records),
-            "failures": failures,
+            "format_rate": metrics["format_rate"],
+            "truncated_rate": metrics["truncated_rate"],
+            "failures": metrics["format_failures"],
             "examples": [r["completion"] for r in records[:2]],
         }
     return {"sampling": {k: v for k, v in kwargs.items() if k != "decoder"}, "splits": out}
@@ -120,11 +119,7 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(
-        prog="python -m standin.captioning.build_start",
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = cli_parser("python -m standin.captioning.build_start", __doc__.split("\n")[0])
     parser.add_argument("--out", default="standin/captioning/start_policy", help="the start policy dir (replaced)")
     parser.add_argument("--work", default="runs/humor-demo-start", help="the build's work_dir (data, models)")
     parser.add_argument("--seed", type=int, default=0, help="the recipe's seed: data, init and training")

@@ -381,12 +381,11 @@ def candidate_captions(rng: np.random.Generator, meta: dict, n: int) -> list[dic
     return out
 
 
-def simulate_votes(
-    rng: np.random.Generator, oracle: float, mean_votes: float = 30.0, min_votes: int = 10, vote_noise: float = 1.5
-) -> dict:
-    """Simulated ratings 1/2/3 (thresholds 0.5 and 2.0 on ``oracle + N(0, vote_noise)``): mean, SE, votes."""
-    votes = max(int(min_votes), int(rng.poisson(mean_votes)))
-    latent = oracle + rng.normal(0.0, vote_noise, size=votes)
+def simulate_votes(rng: np.random.Generator, oracle: float, config: "StandinConfig") -> dict:
+    """Simulated ratings 1/2/3 (thresholds 0.5 and 2.0 on ``oracle + N(0, vote_noise)``) of ``max(min_votes,
+    Poisson(mean_votes))`` readers (the config's): mean, SE, votes."""
+    votes = max(config.min_votes, int(rng.poisson(config.mean_votes)))
+    latent = oracle + rng.normal(0.0, config.vote_noise, size=votes)
     ratings = 1.0 + (latent > 0.5) + (latent > 2.0)
     std = float(ratings.std(ddof=1)) if votes > 1 else 0.0
     return {"mean": float(ratings.mean()), "precision": std / math.sqrt(votes), "votes": votes}
@@ -480,7 +479,7 @@ def make_contest(config: StandinConfig, stream: str, index: int, keep: int | Non
     rows = []
     for cand in candidate_captions(text_rng, meta, config.captions):
         oracle = oracle_score(cand["caption"], meta)
-        votes = simulate_votes(text_rng, oracle, config.mean_votes, config.min_votes, config.vote_noise)
+        votes = simulate_votes(text_rng, oracle, config)
         rows.append(
             {
                 "contest": contest,
@@ -525,7 +524,7 @@ def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = Stand
         oracle = oracle_score(caption, row["scene_meta"])
         if "oracle" in row:  # kept only where the dataset keeps it (analysis); the votes are what training reads
             row["oracle"] = oracle
-        row.update(simulate_votes(rng, oracle, config.mean_votes, config.min_votes, config.vote_noise))
+        row.update(simulate_votes(rng, oracle, config))
         rows.append(row)
         counts["rated"] += 1
     return (
@@ -652,10 +651,9 @@ PROBE_QUESTION = "Which object is different from the others?"
 def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str]]:
     """Plain questions about a scene with their answers (no captions, no funniness)."""
     present, (absent_colors, absent_shapes) = _present(meta), _absent(meta)
-    n = len(meta["objects"])
     odd = odd_object_phrase(meta)
     qa = [
-        ("How many objects are there?", str(n)),
+        ("How many objects are there?", str(len(meta["objects"]))),
         (PROBE_QUESTION, odd[0].upper() + odd[1:] + "."),
         (
             f"In what way is {odd} different?",

@@ -10,6 +10,7 @@ the oracle of the picks goes down; `grpo_checks`: did sigma(RM) and the oracle b
 stand-in's eval stage (``stage_eval``) hands this module to the real one as its ``measure``.
 """
 
+import functools
 import json
 from collections.abc import Sequence
 
@@ -133,10 +134,7 @@ def compare(policy: dict, baseline: dict, n_boot: int = 2000, seed: int = 0) -> 
     return out
 
 
-def evaluate_records(
-    records_by_policy: dict[str, list[dict]], baseline: str | None = None, n_boot: int = 2000, seed: int = 0
-) -> dict:
-    return ev.evaluate_records(records_by_policy, baseline, n_boot, seed, metrics=policy_metrics, comparison=compare)
+evaluate_records = functools.partial(ev.evaluate_records, metrics=policy_metrics, comparison=compare)
 
 
 def markdown_table(report: dict) -> str:

@@ -34,8 +34,8 @@ def jobs(stage, recipe) -> list[list[str]] | None:
 def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
     """``start_early: {rm: synthesize}``: {the run stage at whose start: the parallel stage that starts then}. The
     early stage must read nothing that a stage between them writes."""
-    order = [stage.NAME for stage in stages]
     by_name = {stage.NAME: stage for stage in stages}
+    order = list(by_name)
     out = {}
     for name, at in (recipe.run.start_early or {}).items():
         if name not in order or at not in order or order.index(at) >= order.index(name):
