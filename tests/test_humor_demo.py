@@ -158,7 +158,7 @@ def _fake_stages(monkeypatch, events, fail=None):
         def close(self):
             pass
 
-    def launch(recipe, entry, name, jobs, sharing=None):
+    def launch(recipe, name, jobs, sharing=None):
         events.append(("launch", name, sharing))
         return [(Proc(), Handle(), None, None, sets) for sets in jobs]
 

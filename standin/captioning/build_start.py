@@ -78,11 +78,8 @@ def format_check(recipe, model_dir: str, n: int) -> dict:
             records = evaluate.evaluate_policy(model, processor, rows, None, **kwargs)
         metrics = evaluate.policy_metrics(records)
         out[split] = {
-            "samples": len(records),
-            "format_rate": metrics["format_rate"],
-            "truncated_rate": metrics["truncated_rate"],
-            "failures": metrics["format_failures"],
-            "examples": [r["completion"] for r in records[:2]],
+            k: metrics[k]
+            for k in ("samples", "format_rate", "truncated_rate", "format_failures", "example_completions")
         }
     return {"sampling": {k: v for k, v in kwargs.items() if k != "decoder"}, "splits": out}
 
@@ -137,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     for split, entry in info["format"]["splits"].items():
         print(
             f"{split}: format {entry['format_rate']:.2f}, truncated {entry['truncated_rate']:.2f} "
-            f"({entry['samples']} samples) {entry['failures']}"
+            f"({entry['samples']} samples) {entry['format_failures']}"
         )
     return 0
 

@@ -96,7 +96,8 @@ SHARED = {
 }
 SHAPES = {"clevr": clevr.SHAPES, "ood": ood.CATEGORIES}
 MAX_LAYOUT_ATTEMPTS = 300
-_SPLIT_STREAM = {"main": 0, "ood": 1}
+# The scene streams: (spawn key, renderer, contest id of scene i minus i)
+STREAMS = {"main": (0, "clevr", 0), "ood": (1, "ood", 100_000)}
 
 # --- Vocabulary: words a caption may use for an attribute value (the oracle reads these), and the pun table. ----------
 COLOR_WORDS = {c: (c,) for c in sorted(set(clevr.COLORS) | set(ood.COLORS))}
@@ -453,7 +454,6 @@ class StandinConfig:
         return ["train", "val", "test", *(split for split, _, count, *_ in MORE_SPLITS if getattr(self, count))]
 
 
-OOD_CONTEST_OFFSET = 100_000  # contest id of the OOD stream's scene i: i + this (the main stream's: i)
 PRETRAIN_OFFSET = 50_000  # scene indices of the exposure splits start here (the contests use 0..n-1)
 # The splits beside train/val/test: (split, renderer stream, its StandinConfig count, first scene index, caption rows
 # kept: none of the exposure scenes', whose images pre-training sees)
@@ -466,14 +466,14 @@ MORE_SPLITS = (
 
 def make_contest(config: StandinConfig, stream: str, index: int, keep: int | None = None) -> list[dict]:
     """The caption rows of one contest (deterministic in (seed, stream, index)), the first ``keep`` of them."""
-    renderer = "ood" if stream == "ood" else "clevr"
+    key, renderer, offset = STREAMS[stream]
     # spawn keys (stream, index, 0) for the scene and (stream, index, 1) for the text
-    scene_seed, text_seed = np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index)).spawn(2)
+    scene_seed, text_seed = np.random.SeedSequence(config.seed, spawn_key=(key, index)).spawn(2)
     text_rng = np.random.default_rng(text_seed)
     # the OOD stream keeps the pixel budget: its shift is the renderer, not the resolution
     image, meta = render_odd_scene(scene_seed, renderer, config.image_size, config.min_objects, config.max_objects)
     png = {"bytes": encode_png(np.asarray(image), 3), "path": None}
-    contest = index + (OOD_CONTEST_OFFSET if stream == "ood" else 0)
+    contest = index + offset
     desc = describe(meta)
     meta_json = json.dumps(meta, separators=(",", ":"))
     rows = []
@@ -547,8 +547,8 @@ def build_contests(
     caption rows of each (pre-training exposure scenes need the image, not the captions)."""
     import datasets
 
-    if stream not in _SPLIT_STREAM:
-        raise SceneArgumentError(f"stream must be one of {sorted(_SPLIT_STREAM)}, got {stream!r}")
+    if stream not in STREAMS:
+        raise SceneArgumentError(f"stream must be one of {sorted(STREAMS)}, got {stream!r}")
     if n < 1:
         raise SceneArgumentError(f"need at least one contest, got {n}")
     make = functools.partial(make_contest, config, stream, keep=rows_per_contest)

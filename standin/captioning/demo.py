@@ -50,8 +50,7 @@ def stages_of(argv: list[str]) -> tuple:
 
 def load_recipe(path: str, overrides: list[str] | None = None):
     """The parsed recipe of the demo's stages (for the experiments/captioning harnesses)."""
-    sets = [item for o in overrides or [] for item in ("--set", o)]
-    return config.parse_recipe(path, overrides, stages_of(["--config", path, *sets]), parallel.RunConfig)
+    return config.parse_recipe(path, overrides, stages_of(["--config", path, *(overrides or [])]), parallel.RunConfig)
 
 
 def main(argv=None) -> int:

@@ -69,15 +69,15 @@ def child_env(base: dict, sharing: int, cpus: int | None = None) -> dict:
     return env
 
 
-def launch_parallel(recipe, entry: str, name: str, jobs: list[list[str]], sharing: int | None = None) -> list[tuple]:
-    """Start a stage's sub-jobs (``python -m <entry> --stages <name> --job-result F --set ...``; logs under
-    ``<work_dir>/logs``); `collect_parallel` waits for them."""
+def launch_parallel(recipe, name: str, jobs: list[list[str]], sharing: int | None = None) -> list[tuple]:
+    """Start a stage's sub-jobs (``python -m standin.captioning.demo --stages <name> --job-result F --set ...``;
+    logs under ``<work_dir>/logs``); `collect_parallel` waits for them."""
     logs = os.path.join(recipe.paths.root, "logs")
     os.makedirs(logs, exist_ok=True)
     procs = []
     for i, sets in enumerate(jobs):
         result, log_path = os.path.join(logs, f"{name}_{i}.json"), os.path.join(logs, f"{name}_{i}.log")
-        command = [sys.executable, "-m", entry, "--config", recipe.path, "--stages", name, "--job-result", result]
+        command = [sys.executable, "-m", ENTRY, "--config", recipe.path, "--stages", name, "--job-result", result]
         for item in [*recipe.overrides, *sets]:
             command += ["--set", item]
         handle = open(log_path, "w")  # noqa: SIM115 - closed after the process ends, in collect_parallel
@@ -124,7 +124,6 @@ def run_pipeline(
     stages,
     run: list[str] | None = None,
     out: str | None = None,
-    entry: str = ENTRY,
     job_result: str | None = None,
 ) -> dict:
     """`pipeline.run_pipeline` with a runner that runs a stage with ``jobs`` as processes (started early where
@@ -146,7 +145,7 @@ def run_pipeline(
             config.log(f"[pipeline] stage {early} starts early, beside {stage.NAME}")
             early_jobs = jobs(by_name[early], recipe)
             # this process keeps running stages meanwhile: it takes one share of the cores too
-            running[early] = (time.time(), launch_parallel(recipe, entry, early, early_jobs, len(early_jobs) + 1))
+            running[early] = (time.time(), launch_parallel(recipe, early, early_jobs, len(early_jobs) + 1))
             _share_threads(len(early_jobs) + 1)
         t0 = time.time()
         own = jobs(stage, recipe)
@@ -156,7 +155,7 @@ def run_pipeline(
             if not running:
                 _share_threads(1)
         elif own:
-            result = collect_parallel(stage, recipe, launch_parallel(recipe, entry, stage.NAME, own))
+            result = collect_parallel(stage, recipe, launch_parallel(recipe, stage.NAME, own))
         else:
             result = stage.run(*recipe.args(stage))
         return t0, result
