@@ -143,7 +143,7 @@ PUNS = {
     "checkered": "a checkered past",
     "plain": "plain and simple",
 }
-FRAMES = (
+FRAMES = (  # whole sentences, capitalised
     "Nobody tell the {ref} it was adopted.",
     "I told you the {ref} would make a scene.",
     "Honestly, the {ref} is only here for the snacks.",
@@ -372,7 +372,6 @@ def candidate_captions(rng: np.random.Generator, meta: dict, n: int) -> list[dic
             text = text[:-1] + f", talk about {PUNS[str(rng.choice(pun_values[pun_kind]))]}" + text[-1]
         if long:
             text = text[:-1] + LONG_TAIL + text[-1]
-        text = text[0].upper() + text[1:]
         if text in seen:
             continue
         seen.add(text)
@@ -504,9 +503,9 @@ def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = Stand
     if "scene_meta" not in dataset.column_names:
         raise DataError("rate_captions simulates readers from the stand-in's scene_meta; real data needs real raters")
     groups = cdata._contest_groups(dataset)
-    table = dataset.select_columns([c for c in dataset.column_names if c != "image"])
-    images = dataset.cast_column("image", datasets.Image(decode=False)).select_columns(["image"])
-    seen = {contest: {table[i]["caption"] for i in idx} for contest, idx in groups.items()}
+    table = dataset.cast_column("image", datasets.Image(decode=False))  # a new row keeps its contest's stored image
+    captions = list(table["caption"])
+    seen = {contest: {captions[i] for i in idx} for contest, idx in groups.items()}
     rng = np.random.default_rng(seed)
     rows, counts = [], {"samples": 0, "rated": 0, "known_caption": 0, "unknown_contest": 0}
     for sample in samples:
@@ -519,8 +518,7 @@ def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = Stand
             counts["known_caption"] += 1
             continue
         seen[contest].add(caption)
-        first = groups[contest][0]
-        row = {**table[first], "image": images[first]["image"], "caption": caption}
+        row = {**table[groups[contest][0]], "caption": caption}
         oracle = oracle_score(caption, row["scene_meta"])
         if "oracle" in row:  # kept only where the dataset keeps it (analysis); the votes are what training reads
             row["oracle"] = oracle

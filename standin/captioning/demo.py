@@ -7,8 +7,8 @@ eval's captions (``stage_eval``).
     python -m standin.captioning.demo --config configs/captioning/standin_demo.yaml     # make humor-demo
 """
 
+import argparse
 import functools
-import sys
 
 from open_r1.errors import RecipeError
 from open_r1.jsonio import read_recipe
@@ -54,16 +54,15 @@ def load_recipe(path: str, overrides: list[str] | None = None):
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    job_result = None
-    if "--job-result" in argv[:-1]:  # one sub-job of a parallel stage (parallel.launch_parallel starts it)
-        at = argv.index("--job-result")
-        job_result, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
+    # --job-result FILE: this process is one sub-job of a parallel stage (parallel.launch_parallel starts it)
+    job = argparse.ArgumentParser("python -m standin.captioning.demo", add_help=False, allow_abbrev=False)
+    job.add_argument("--job-result")
+    job, argv = job.parse_known_args(argv)
     return pipeline.main(
         argv,
         stages_of(argv),
         prog="python -m standin.captioning.demo",
-        run=functools.partial(parallel.run_pipeline, job_result=job_result),
+        run=functools.partial(parallel.run_pipeline, job_result=job.job_result),
         run_config=parallel.RunConfig,
     )
 

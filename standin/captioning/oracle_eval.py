@@ -11,6 +11,7 @@ stand-in's eval stage (``stage_eval``) hands this module to the real one as its 
 """
 
 import functools
+import itertools
 import json
 from collections.abc import Sequence
 
@@ -25,7 +26,7 @@ ORACLE_PAIR_MARGIN = 0.5
 KEYS = ("oracle_pick", "oracle_emitted", "oracle_fail_as_worst")
 
 
-def score(records: list[dict], dataset, oracle=cartoons.oracle_details) -> list[dict]:
+def score(records: list[dict], dataset) -> list[dict]:
     """Fill ``oracle``, ``oracle_parts`` and ``oracle_floor`` of `evaluate.evaluate_policy`'s records (in place; also
     returned) from the caption rows' ``scene_meta``; records of data without it are left as they are."""
     if "scene_meta" not in dataset.column_names:
@@ -37,9 +38,9 @@ def score(records: list[dict], dataset, oracle=cartoons.oracle_details) -> list[
     floors = {}
     if "caption" in dataset.column_names:  # the cartoon's worst candidate: a failed sample's oracle_fail_as_worst
         captions = list(dataset.select_columns(["caption"])["caption"])
-        floors = {c: min(oracle(captions[i], metas[c])["score"] for i in groups[c]) for c in metas}
+        floors = {c: min(cartoons.oracle_score(captions[i], metas[c]) for i in groups[c]) for c in metas}
     for r in records:
-        details = oracle(r["caption"], metas[r["contest"]]) if r["caption"] is not None else None
+        details = cartoons.oracle_details(r["caption"], metas[r["contest"]]) if r["caption"] is not None else None
         r["oracle"] = details["score"] if details is not None else None
         r["oracle_parts"] = details
         r["oracle_floor"] = floors.get(r["contest"])
@@ -52,10 +53,8 @@ def rm_oracle_agreement(rows: Sequence[dict], margin: float = ORACLE_PAIR_MARGIN
     without any."""
     scored = [(float(r["rm_raw"]), float(r["oracle"])) for r in rows]
     agree, pairs = 0.0, 0
-    for i, (rm_a, oracle_a) in enumerate(scored):
-        for rm_b, oracle_b in scored[i + 1 :]:
-            if abs(oracle_a - oracle_b) < margin:
-                continue
+    for (rm_a, oracle_a), (rm_b, oracle_b) in itertools.combinations(scored, 2):
+        if abs(oracle_a - oracle_b) >= margin:
             pairs += 1
             agree += 0.5 if rm_a == rm_b else float((rm_a - rm_b) * (oracle_a - oracle_b) > 0)
     return (agree / pairs if pairs else None), pairs
