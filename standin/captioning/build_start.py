@@ -92,8 +92,8 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
     paths, policy = recipe.paths, recipe.section(stage_pretrain.NAME).policy
     stage_data.run(*recipe.args(stage_data))
     init = build_model(os.path.join(paths.models, "policy-init"), seed, policy.min_pixels, policy.max_pixels)
-    report = {"pretrain": stage_pretrain.pretrain_one(*recipe.args(stage_pretrain), "policy", init=init)}
-    report["format"] = format_check(recipe, paths.policy_base, eval_n)
+    pretrain = stage_pretrain.pretrain_one(*recipe.args(stage_pretrain), "policy", init=init)
+    formats = format_check(recipe, paths.policy_base, eval_n)  # before the clock stops
     info = {
         "command": "python -m standin.captioning.build_start " + " ".join(argv),
         "recipe": RECIPE,
@@ -103,8 +103,8 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
         "torch_threads": torch.get_num_threads(),
         "wall_seconds": round(time.time() - started),
         "cpu_seconds": round(time.process_time() - cpu_started),
-        "pretrain": {k: report["pretrain"].get(k) for k in ("rows", "steps", "loss_first", "loss_last")},
-        "format": report["format"],
+        "pretrain": {k: pretrain.get(k) for k in ("rows", "steps", "loss_first", "loss_last")},
+        "format": formats,
     }
     with installing(out) as staging:
         shutil.copytree(paths.policy_base, staging, dirs_exist_ok=True)

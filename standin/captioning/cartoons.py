@@ -472,7 +472,6 @@ def make_contest(config: StandinConfig, stream: str, index: int, keep: int | Non
     # the OOD stream keeps the pixel budget: its shift is the renderer, not the resolution
     image, meta = render_odd_scene(scene_seed, renderer, config.image_size, config.min_objects, config.max_objects)
     png = {"bytes": encode_png(np.asarray(image), 3), "path": None}
-    contest = index + offset
     desc = describe(meta)
     meta_json = json.dumps(meta, separators=(",", ":"))
     rows = []
@@ -481,7 +480,7 @@ def make_contest(config: StandinConfig, stream: str, index: int, keep: int | Non
         votes = simulate_votes(text_rng, oracle, config)
         rows.append(
             {
-                "contest": contest,
+                "contest": index + offset,
                 "image": png,
                 **desc,
                 "caption": cand["caption"],

@@ -47,14 +47,14 @@ def score(records: list[dict], dataset) -> list[dict]:
     return records
 
 
-def rm_oracle_agreement(rows: Sequence[dict], margin: float = ORACLE_PAIR_MARGIN) -> tuple[float | None, int]:
+def rm_oracle_agreement(rows: Sequence[dict]) -> tuple[float | None, int]:
     """Share of the pairs of ``rows`` (emitted, RM- and oracle-scored records) whose oracle scores differ by >=
-    ``margin`` that the RM orders the same way (an RM tie counts 0.5), and the number of such pairs; (None, 0)
-    without any."""
+    ``ORACLE_PAIR_MARGIN`` that the RM orders the same way (an RM tie counts 0.5), and the number of such pairs;
+    (None, 0) without any."""
     scored = [(float(r["rm_raw"]), float(r["oracle"])) for r in rows]
     agree, pairs = 0.0, 0
     for (rm_a, oracle_a), (rm_b, oracle_b) in itertools.combinations(scored, 2):
-        if abs(oracle_a - oracle_b) >= margin:
+        if abs(oracle_a - oracle_b) >= ORACLE_PAIR_MARGIN:
             pairs += 1
             agree += 0.5 if rm_a == rm_b else float((rm_a - rm_b) * (oracle_a - oracle_b) > 0)
     return (agree / pairs if pairs else None), pairs

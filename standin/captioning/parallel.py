@@ -61,12 +61,8 @@ def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
 def child_env(base: dict, sharing: int, cpus: int | None = None) -> dict:
     """A sub-job's environment: an equal share of the CPU threads among `sharing` processes (each would otherwise
     start one OpenMP thread per core), unless the user set them; ``PYTHONFAULTHANDLER=1`` (stacks on a fatal signal)."""
-    env = dict(base)
     threads = str(max(1, (cpus or os.cpu_count() or 1) // max(1, sharing)))
-    for key in THREAD_VARIABLES:
-        env.setdefault(key, threads)
-    env.setdefault("PYTHONFAULTHANDLER", "1")
-    return env
+    return {**dict.fromkeys(THREAD_VARIABLES, threads), "PYTHONFAULTHANDLER": "1", **base}
 
 
 def launch_parallel(recipe, name: str, jobs: list[list[str]], sharing: int | None = None) -> list[tuple]:

@@ -91,8 +91,8 @@ class Config:
 
     def __post_init__(self):
         require(self.only in (None, *MODELS), f"pretrain.only must be one of {', '.join(MODELS)} or null")
-        self.policy = config.parse_section("pretrain.policy", ModelConfig, self.policy)
-        self.rm_backbone = config.parse_section("pretrain.rm_backbone", ModelConfig, self.rm_backbone)
+        for which in MODELS:
+            setattr(self, which, config.parse_section(f"pretrain.{which}", ModelConfig, getattr(self, which)))
 
 
 def pretrain_dataset(section, paths, seed, which: str):
@@ -141,7 +141,7 @@ def pretrain_one(section, paths, seed, which: str, init: str | None = None) -> d
     else:
         report = train_one(section, paths, seed, which, out, init)
     if cfg.probe_limit:  # a shipped start is probed as a pre-trained base is
-        report["perception"] = perception(paths, out, cfg.probe_limit, cfg)
+        report["perception"] = perception(paths, out, cfg)
         config.log(
             f"[pretrain] {which}: names the odd object's odd value on held-out scenes: "
             + ", ".join(f"{k} {v['accuracy']:.2f} ({v['n']})" for k, v in report["perception"].items())
@@ -176,7 +176,7 @@ def train_one(section, paths, seed, which: str, out: str, init: str | None) -> d
     return report
 
 
-def perception(paths, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
+def perception(paths, model_dir: str, cfg: ModelConfig) -> dict:
     """Greedy answers of a pre-trained base to ``cartoons.PROBE_QUESTION`` on held-out contests (val and the OOD
     renderer): the share that names the odd object's odd value (``cartoons.perceives_odd``), what an RM on this
     backbone, and a policy, must see to read the hidden rule."""
@@ -186,7 +186,9 @@ def perception(paths, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
     for split in ("val", "ood"):
         if not os.path.isdir(paths.split(split)):
             continue
-        rows = cartoons.perception_probe_rows(cdata.load_captions(paths.split(split), check_images="none"), limit)
+        rows = cartoons.perception_probe_rows(
+            cdata.load_captions(paths.split(split), check_images="none"), cfg.probe_limit
+        )
         prompts = [
             processor.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True) for r in rows
         ]
