@@ -28,7 +28,7 @@ def load(path=H200, overrides=()):
 def stages(path=H200):
     from standin.captioning import demo
 
-    return demo.stages_of(["--config", path])
+    return demo.stages_of(path)
 
 
 def test_recipes_are_shipped():

@@ -22,7 +22,7 @@ def load(path, overrides=()):
 def stages(recipe_path=DEMO):
     from standin.captioning import demo
 
-    return demo.stages_of(["--config", recipe_path])
+    return demo.stages_of(recipe_path)
 
 
 def names(recipe_path=DEMO):

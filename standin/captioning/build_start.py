@@ -88,7 +88,7 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
     started, cpu_started = time.time(), time.process_time()
     overrides = [f"work_dir={work}", f"seed={seed}", "data.overwrite=true", *BUILD_OVERRIDES, *sets]
     recipe = demo.load_recipe(RECIPE, overrides)  # every section parsed and checked, as the demo does
-    pipeline.preflight(recipe, demo.stages_of(["--config", RECIPE]), [stage_data.NAME, stage_pretrain.NAME])
+    pipeline.preflight(recipe, demo.stages_of(RECIPE), [stage_data.NAME, stage_pretrain.NAME])
     paths, policy = recipe.paths, recipe.section(stage_pretrain.NAME).policy
     stage_data.run(*recipe.args(stage_data))
     init = build_model(os.path.join(paths.models, "policy-init"), seed, policy.min_pixels, policy.max_pixels)

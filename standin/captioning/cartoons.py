@@ -57,6 +57,7 @@ import re
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from open_r1.errors import (
     DataError,
@@ -73,6 +74,7 @@ from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
 from open_r1.tasks.captioning.config import at_least, require
 from open_r1.tasks.counting.scenes import clevr, ood
+from open_r1.tasks.counting.scenes.dataset import _limit_blas_threads, _pool_context
 from open_r1.tasks.counting.scenes.png import encode_png
 from open_r1.tasks.counting.scenes.raytrace import RayCaster
 from open_r1.tasks.counting.scenes.render import (
@@ -198,8 +200,6 @@ def render_odd_scene(
     rewritten (``_make_odd``) and the parts rebuilt with the renderer's own ``object_parts``. Layouts are redrawn
     until every object has enough visible pixels, as ``render_scene`` does.
     """
-    from PIL import Image
-
     validate_scene_args(renderer, "A", min_objects, max_objects)
     if min_objects < 2:  # one odd object and at least one of the majority
         raise SceneArgumentError(f"a scene with an odd object needs min_objects >= 2, got {min_objects}")
@@ -236,9 +236,6 @@ def render_odd_scene(
 
 
 # --- The hidden rule --------------------------------------------------------------------------------------------------
-_TOKEN = re.compile(r"[a-z]+")
-
-
 def _scene(meta: dict | str) -> dict:
     """A scene's ``scene_meta``, parsed where it is the JSON text."""
     return json.loads(meta) if isinstance(meta, str) else meta
@@ -262,7 +259,7 @@ def _reading(text: str) -> tuple[list[str], dict[str, set]]:
     """The pun values of a text and the attribute values its other words name, per dimension (one pass)."""
     puns, rest = _caption_puns(" ".join(text.lower().split()))
     mentioned: dict[str, set] = {dim: set() for dim in VOCAB}
-    for token in _TOKEN.findall(rest):
+    for token in re.findall(r"[a-z]+", rest):
         if token in WORD_TO_VALUE:
             dim, value = WORD_TO_VALUE[token]
             mentioned[dim].add(value)
@@ -277,9 +274,8 @@ def oracle_details(caption: str, meta: dict | str) -> dict:
     puns, mentioned = _reading(text)
     present = _present(meta)
     dim, odd_value = meta["dimension"], meta["odd_value"]
-    odd_obj = meta["objects"][meta["odd_index"]]
     names_odd = odd_value in mentioned[dim]
-    names_noun = names_odd and dim != "shape" and odd_obj["shape"] in mentioned["shape"]
+    names_noun = names_odd and dim != "shape" and meta["objects"][meta["odd_index"]]["shape"] in mentioned["shape"]
     absent = sum(len(mentioned[d] - present[d]) for d in ("color", "shape"))
     pun_score = 0.0
     for value in puns:
@@ -549,14 +545,12 @@ def build_contests(
     if n < 1:
         raise SceneArgumentError(f"need at least one contest, got {n}")
     make = functools.partial(make_contest, config, stream, keep=rows_per_contest)
-    indices = range(int(start), int(start) + n)
+    indices = range(start, start + n)
     if workers > 1 and n > 1:
-        from open_r1.tasks.counting.scenes.dataset import _limit_blas_threads, _pool_context
-
         with _pool_context().Pool(min(workers, n), initializer=_limit_blas_threads) as pool:
             contests = pool.map(make, indices, chunksize=max(1, n // (workers * 4)))
     else:
-        contests = [make(i) for i in indices]
+        contests = list(map(make, indices))
     rows = [row for contest in contests for row in contest]
     # the PNG bytes as an image column; every other type as inferred (int64, float64, string, a list of strings)
     return datasets.Dataset.from_list(rows).cast_column("image", datasets.Image())
@@ -636,10 +630,6 @@ def add_templated_thinking(dataset, wording: str = "caption", template: str = "f
 
 def _qa_messages(question: str) -> list[dict]:
     return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
-
-
-def _completion(text: str) -> list[dict]:
-    return [{"role": "assistant", "content": [{"type": "text", "text": text}]}]
 
 
 PROBE_QUESTION = "Which object is different from the others?"
@@ -725,7 +715,7 @@ def pretrain_rows(
     def add(prompt, text, kind, contest, row):
         if processor is None:
             out["prompt"].append(prompt)
-            out["completion"].append(_completion(text))
+            out["completion"].append([{"role": "assistant", "content": [{"type": "text", "text": text}]}])
         else:
             out["prompt"].append(processor.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True))
             out["completion"].append(text + end_of_turn)
