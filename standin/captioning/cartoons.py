@@ -43,8 +43,10 @@ CLI::
     python -m standin.captioning.cartoons --out data/humor --contests 40 --ood-contests 10 \\
         --captions 24 --image-size 128x96 --workers 2
 
-writes ``train/ val/ test/ ood/`` (``save_to_disk``, contests split with ``data.split_by_contest``) and
-``standin.json`` (the arguments and row counts).
+writes ``train/ val/ test/ ood/`` (``save_to_disk``, contests split with ``data.split_by_contest``), with
+``--pretrain-ood-contests`` / ``--pretrain-main-contests`` the exposure scenes' ``ood_pretrain/ main_pretrain/``, and
+``standin.json`` (the settings, `StandinConfig`, and the splits' sizes). The flags are `StandinConfig`'s fields, which
+are also the ``data`` section of the stand-in recipes.
 """
 
 import dataclasses
