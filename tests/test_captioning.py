@@ -633,8 +633,10 @@ def test_paired_bootstrap_pairs_by_cartoon():
 @pytest.fixture(scope="module")
 def standin_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("standin")
-    config = S.StandinConfig(captions=12, image_size=(96, 64), max_objects=5)
-    paths = S.write_standin(out, contests=8, ood_contests=2, val_frac=0.25, test_frac=0.125, config=config)
+    config = S.StandinConfig(
+        contests=8, ood_contests=2, val_frac=0.25, test_frac=0.125, captions=12, image_size=(96, 64), max_objects=5
+    )
+    paths = S.write_standin(out, config)
     return out, paths
 
 
@@ -1112,7 +1114,7 @@ def test_rate_captions_simulates_readers_for_new_captions_only(standin_dir):
     row = rated[0]
     assert row["caption"] == new and row["contest"] == contest and row["scene_meta"] == train[0]["scene_meta"]
     assert row["oracle"] == pytest.approx(S.oracle_score(new, meta))
-    expected = S.simulate_votes(np.random.default_rng(3), S.oracle_score(new, meta))
+    expected = S.simulate_votes(np.random.default_rng(3), S.oracle_score(new, meta), S.StandinConfig())
     assert {k: row[k] for k in ("mean", "precision", "votes")} == pytest.approx(expected)
     assert row["image"].size == train[0]["image"].size
     # without the oracle column (real data has none) the rows carry no oracle either

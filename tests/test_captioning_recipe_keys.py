@@ -28,7 +28,7 @@ def load(path=H200, overrides=()):
 def stages(path=H200):
     from standin.captioning import demo
 
-    return demo.stages_of(["--config", path])
+    return demo.stages_of(path)
 
 
 def test_recipes_are_shipped():
@@ -252,6 +252,7 @@ BAD_VALUES = [
     ("data.val_frac=1.5", "data.val_frac and data.test_frac must be in [0, 1)"),
     ("data.image_size=big", "data.image_size: image size 'big' is not WIDTHxHEIGHT"),
     ("data.min_objects=9", "data.min_objects (9) is above data.max_objects"),
+    ("data.min_objects=1", "data.min_objects must be >= 2, got 1"),  # no odd one out of one object
     ("pretrain.parallel=1", "pretrain.parallel must be true or false, got 1"),
     ("pretrain.policy.learning_rate=fast", "pretrain.policy.learning_rate must be a number, got 'fast'"),
     (

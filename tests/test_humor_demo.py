@@ -22,7 +22,7 @@ def load(path, overrides=()):
 def stages(recipe_path=DEMO):
     from standin.captioning import demo
 
-    return demo.stages_of(["--config", recipe_path])
+    return demo.stages_of(recipe_path)
 
 
 def names(recipe_path=DEMO):
@@ -158,7 +158,7 @@ def _fake_stages(monkeypatch, events, fail=None):
         def close(self):
             pass
 
-    def launch(recipe, entry, name, jobs, sharing=None):
+    def launch(recipe, name, jobs, sharing=None):
         events.append(("launch", name, sharing))
         return [(Proc(), Handle(), None, None, sets) for sets in jobs]
 
@@ -441,7 +441,7 @@ def test_grpo_checks_separate_point_estimates_from_cis():
 
 
 def test_pretraining_rows_of_the_exposure_scenes(tmp_path):
-    from standin.captioning import stage_data, stage_pretrain
+    from standin.captioning import cartoons, stage_data, stage_pretrain
 
     sets = [
         f"work_dir={tmp_path}",
@@ -461,7 +461,7 @@ def test_pretraining_rows_of_the_exposure_scenes(tmp_path):
     def kinds_by_source(rows):
         out = {}
         for kind, contest in zip(rows["kind"], rows["contest"]):
-            out.setdefault("exposure" if contest >= stage_data.PRETRAIN_OFFSET else "train", set()).add(kind)
+            out.setdefault("exposure" if contest >= cartoons.PRETRAIN_OFFSET else "train", set()).add(kind)
         return out
 
     default = kinds_by_source(stage_pretrain.pretrain_dataset(*recipe.args(stage_pretrain), "policy"))

@@ -292,7 +292,10 @@ def test_the_rm_stage_runs_with_the_shipped_real_recipes_rm_settings(backbones, 
     from standin.captioning import cartoons
 
     cartoons.write_standin(
-        tmp_path / "data", 4, 0, 0.25, 0.25, config=cartoons.StandinConfig(captions=12, image_size=(96, 64))
+        tmp_path / "data",
+        cartoons.StandinConfig(
+            contests=4, ood_contests=0, val_frac=0.25, test_frac=0.25, captions=12, image_size=(96, 64)
+        ),
     )
     sizes = ["max_steps=1", "blind=false", "eval_image_swaps=0", "per_device_batch_size=2", "eval_cap_per_contest=4"]
     recipe = config.parse_recipe(

@@ -11,19 +11,18 @@ steps on the templated ``first_sentence`` traces dropped its format rate at the 
     python -m standin.captioning.build_start --out standin/captioning/start_policy      # make humor-demo-start
 """
 
-import argparse
 import json
 import os
 import shutil
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import torch
 
 from open_r1 import modeling
 from open_r1 import tiny_models as tm
+from open_r1.errors import cli_parser
 from open_r1.jsonio import write_json
 from open_r1.submission.install import installing
 from open_r1.tasks.captioning import data as cdata
@@ -77,13 +76,10 @@ def format_check(recipe, model_dir: str, n: int) -> dict:
         rows = cdata.load_captions(recipe.paths.split(split), check_images="none")
         with torch.no_grad():
             records = evaluate.evaluate_policy(model, processor, rows, None, **kwargs)
-        failures = dict(Counter(r["parse_reason"] for r in records if r["caption"] is None))
+        metrics = evaluate.policy_metrics(records)
         out[split] = {
-            "samples": len(records),
-            "format_rate": sum(r["caption"] is not None for r in records) / len(records),
-            "truncated_rate": sum(r["truncated"] for r in records) / len(records),
-            "failures": failures,
-            "examples": [r["completion"] for r in records[:2]],
+            k: metrics[k]
+            for k in ("samples", "format_rate", "truncated_rate", "format_failures", "example_completions")
         }
     return {"sampling": {k: v for k, v in kwargs.items() if k != "decoder"}, "splits": out}
 
@@ -92,12 +88,12 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
     started, cpu_started = time.time(), time.process_time()
     overrides = [f"work_dir={work}", f"seed={seed}", "data.overwrite=true", *BUILD_OVERRIDES, *sets]
     recipe = demo.load_recipe(RECIPE, overrides)  # every section parsed and checked, as the demo does
-    pipeline.preflight(recipe, demo.stages_of(["--config", RECIPE]), [stage_data.NAME, stage_pretrain.NAME])
+    pipeline.preflight(recipe, demo.stages_of(RECIPE), [stage_data.NAME, stage_pretrain.NAME])
     paths, policy = recipe.paths, recipe.section(stage_pretrain.NAME).policy
     stage_data.run(*recipe.args(stage_data))
     init = build_model(os.path.join(paths.models, "policy-init"), seed, policy.min_pixels, policy.max_pixels)
-    report = {"pretrain": stage_pretrain.pretrain_one(*recipe.args(stage_pretrain), "policy", init=init)}
-    report["format"] = format_check(recipe, paths.policy_base, eval_n)
+    pretrain = stage_pretrain.pretrain_one(*recipe.args(stage_pretrain), "policy", init=init)
+    formats = format_check(recipe, paths.policy_base, eval_n)  # before the clock stops
     info = {
         "command": "python -m standin.captioning.build_start " + " ".join(argv),
         "recipe": RECIPE,
@@ -107,8 +103,8 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
         "torch_threads": torch.get_num_threads(),
         "wall_seconds": round(time.time() - started),
         "cpu_seconds": round(time.process_time() - cpu_started),
-        "pretrain": {k: report["pretrain"].get(k) for k in ("rows", "steps", "loss_first", "loss_last")},
-        "format": report["format"],
+        "pretrain": {k: pretrain.get(k) for k in ("rows", "steps", "loss_first", "loss_last")},
+        "format": formats,
     }
     with installing(out) as staging:
         shutil.copytree(paths.policy_base, staging, dirs_exist_ok=True)
@@ -120,11 +116,7 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(
-        prog="python -m standin.captioning.build_start",
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = cli_parser("python -m standin.captioning.build_start", __doc__.split("\n")[0])
     parser.add_argument("--out", default="standin/captioning/start_policy", help="the start policy dir (replaced)")
     parser.add_argument("--work", default="runs/humor-demo-start", help="the build's work_dir (data, models)")
     parser.add_argument("--seed", type=int, default=0, help="the recipe's seed: data, init and training")
@@ -142,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     for split, entry in info["format"]["splits"].items():
         print(
             f"{split}: format {entry['format_rate']:.2f}, truncated {entry['truncated_rate']:.2f} "
-            f"({entry['samples']} samples) {entry['failures']}"
+            f"({entry['samples']} samples) {entry['format_failures']}"
         )
     return 0
 

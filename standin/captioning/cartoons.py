@@ -43,11 +43,12 @@ CLI::
     python -m standin.captioning.cartoons --out data/humor --contests 40 --ood-contests 10 \\
         --captions 24 --image-size 128x96 --workers 2
 
-writes ``train/ val/ test/ ood/`` (``save_to_disk``, contests split with ``data.split_by_contest``) and
-``standin.json`` (the arguments and row counts).
+writes ``train/ val/ test/ ood/`` (``save_to_disk``, contests split with ``data.split_by_contest``), with
+``--pretrain-ood-contests`` / ``--pretrain-main-contests`` the exposure scenes' ``ood_pretrain/ main_pretrain/``, and
+``standin.json`` (the settings, `StandinConfig`, and the splits' sizes). The flags are `StandinConfig`'s fields, which
+are also the ``data`` section of the stand-in recipes.
 """
 
-import argparse
 import dataclasses
 import functools
 import hashlib
@@ -58,23 +59,49 @@ import re
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
-from open_r1.errors import DataError, OpenR1Error, SceneArgumentError, SceneGenerationError, error_exit
+from open_r1.errors import (
+    DataError,
+    OpenR1Error,
+    RecipeError,
+    SceneArgumentError,
+    SceneGenerationError,
+    cli_parser,
+    error_exit,
+    help_field,
+)
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
+from open_r1.tasks.captioning.config import at_least, require
 from open_r1.tasks.counting.scenes import clevr, ood
+from open_r1.tasks.counting.scenes.dataset import _limit_blas_threads, _pool_context
 from open_r1.tasks.counting.scenes.png import encode_png
 from open_r1.tasks.counting.scenes.raytrace import RayCaster
-from open_r1.tasks.counting.scenes.render import RENDERERS, as_generator, default_min_visible_pixels, parse_image_size
+from open_r1.tasks.counting.scenes.render import (
+    RENDERERS,
+    as_generator,
+    default_min_visible_pixels,
+    parse_image_size,
+    validate_scene_args,
+)
 
 # Attribute dimensions that can make the odd object odd, per renderer.
 # OOD: colour only (sizes read ambiguously under its perspective camera, textures blur at small image sizes).
 # Size is not an odd dimension: the layout only allows shrinking, so the odd one would always be "large" and the
 # word alone would mark the funny caption (a text-only leak: measured, runs 1-3 in experiments/captioning/LOG.md).
 ODD_DIMENSIONS = {"clevr": ("color", "shape"), "ood": ("color",)}
+# What every object of a scene shares before one is made odd (drawn in this order), with the palettes the odd value
+# comes from; and each renderer's nouns ("shape": CLEVR's shapes, the vehicle kinds).
+SHARED = {
+    "clevr": {"shape": clevr.SHAPES, "color": list(clevr.COLORS), "material": clevr.MATERIALS},
+    "ood": {"color": list(ood.COLORS), "texture": ood.TEXTURES},
+}
+SHAPES = {"clevr": clevr.SHAPES, "ood": ood.CATEGORIES}
 MAX_LAYOUT_ATTEMPTS = 300
-_SPLIT_STREAM = {"main": 0, "ood": 1}
+# The scene streams: (spawn key, renderer, contest id of scene i minus i)
+STREAMS = {"main": (0, "clevr", 0), "ood": (1, "ood", 100_000)}
 
 # --- Vocabulary: words a caption may use for an attribute value (the oracle reads these), and the pun table. ----------
 COLOR_WORDS = {c: (c,) for c in sorted(set(clevr.COLORS) | set(ood.COLORS))}
@@ -120,7 +147,7 @@ PUNS = {
     "checkered": "a checkered past",
     "plain": "plain and simple",
 }
-FRAMES = (
+FRAMES = (  # whole sentences, capitalised
     "Nobody tell the {ref} it was adopted.",
     "I told you the {ref} would make a scene.",
     "Honestly, the {ref} is only here for the snacks.",
@@ -151,23 +178,12 @@ P_LONG = 0.1
 def _make_odd(rng: np.random.Generator, renderer: str, objects: list[dict]) -> dict:
     """Rewrite sampled objects so all share a value of one dimension and one object differs."""
     dim = str(rng.choice(ODD_DIMENSIONS[renderer]))
-    n = len(objects)
-    odd = int(rng.integers(n))
-    if renderer == "clevr":
-        shape = str(rng.choice(clevr.SHAPES))
-        color = str(rng.choice(list(clevr.COLORS)))
-        material = str(rng.choice(clevr.MATERIALS))
-        for o in objects:
-            o["shape"], o["color"], o["material"] = shape, color, material
-        palette = {"color": list(clevr.COLORS), "shape": list(clevr.SHAPES)}
-    else:
-        color = str(rng.choice(list(ood.COLORS)))
-        texture = str(rng.choice(ood.TEXTURES))
-        for o in objects:
-            o["color"], o["texture"] = color, texture
-        palette = {"color": list(ood.COLORS), "texture": list(ood.TEXTURES)}
-    majority = objects[(odd + 1) % n][dim]
-    odd_value = str(rng.choice([value for value in palette[dim] if value != majority]))
+    odd = int(rng.integers(len(objects)))
+    shared = {key: str(rng.choice(values)) for key, values in SHARED[renderer].items()}
+    for o in objects:
+        o.update(shared)
+    majority = shared[dim]
+    odd_value = str(rng.choice([value for value in SHARED[renderer][dim] if value != majority]))
     objects[odd][dim] = odd_value
     if renderer == "clevr":  # resting height depends on shape and size (as clevr.sample_objects sets it)
         for o in objects:
@@ -186,12 +202,9 @@ def render_odd_scene(
     rewritten (``_make_odd``) and the parts rebuilt with the renderer's own ``object_parts``. Layouts are redrawn
     until every object has enough visible pixels, as ``render_scene`` does.
     """
-    from PIL import Image
-
-    if renderer not in RENDERERS:
-        raise SceneArgumentError(f"unknown renderer {renderer!r}; choose one of {sorted(RENDERERS)}")
-    if not (isinstance(min_objects, int) and isinstance(max_objects, int) and 2 <= min_objects <= max_objects <= 15):
-        raise SceneArgumentError(f"need 2 <= min_objects <= max_objects <= 15, got {min_objects}, {max_objects}")
+    validate_scene_args(renderer, "A", min_objects, max_objects)
+    if min_objects < 2:  # one odd object and at least one of the majority
+        raise SceneArgumentError(f"a scene with an odd object needs min_objects >= 2, got {min_objects}")
     width, height = parse_image_size(image_size, renderer)
     min_pixels = default_min_visible_pixels(width, height)
     rng = as_generator(rng_or_seed)
@@ -225,7 +238,9 @@ def render_odd_scene(
 
 
 # --- The hidden rule --------------------------------------------------------------------------------------------------
-_TOKEN = re.compile(r"[a-z]+")
+def _scene(meta: dict | str) -> dict:
+    """A scene's ``scene_meta``, parsed where it is the JSON text."""
+    return json.loads(meta) if isinstance(meta, str) else meta
 
 
 def _present(meta: dict) -> dict[str, set]:
@@ -246,7 +261,7 @@ def _reading(text: str) -> tuple[list[str], dict[str, set]]:
     """The pun values of a text and the attribute values its other words name, per dimension (one pass)."""
     puns, rest = _caption_puns(" ".join(text.lower().split()))
     mentioned: dict[str, set] = {dim: set() for dim in VOCAB}
-    for token in _TOKEN.findall(rest):
+    for token in re.findall(r"[a-z]+", rest):
         if token in WORD_TO_VALUE:
             dim, value = WORD_TO_VALUE[token]
             mentioned[dim].add(value)
@@ -256,15 +271,13 @@ def _reading(text: str) -> tuple[list[str], dict[str, set]]:
 def oracle_details(caption: str, meta: dict | str) -> dict:
     """The hidden score's parts for one caption on one scene (a dict or the ``scene_meta`` JSON; see the module
     docstring), and their sum as ``score``."""
-    if isinstance(meta, str):
-        meta = json.loads(meta)
+    meta = _scene(meta)
     text = " ".join(caption.lower().split())
     puns, mentioned = _reading(text)
     present = _present(meta)
     dim, odd_value = meta["dimension"], meta["odd_value"]
-    odd_obj = meta["objects"][meta["odd_index"]]
     names_odd = odd_value in mentioned[dim]
-    names_noun = names_odd and dim != "shape" and odd_obj["shape"] in mentioned["shape"]
+    names_noun = names_odd and dim != "shape" and meta["objects"][meta["odd_index"]]["shape"] in mentioned["shape"]
     absent = sum(len(mentioned[d] - present[d]) for d in ("color", "shape"))
     pun_score = 0.0
     for value in puns:
@@ -297,34 +310,36 @@ def oracle_score(caption: str, meta: dict | str) -> float:
 def _absent(meta: dict) -> tuple[list[str], list[str]]:
     """The renderer's colours and shapes (vehicle kinds) that the scene lacks."""
     present, renderer = _present(meta), meta["renderer"]
-    shapes = clevr.SHAPES if renderer == "clevr" else ood.CATEGORIES
     return (
         [c for c in RENDERERS[renderer].COLORS if c not in present["color"]],
-        [s for s in shapes if s not in present["shape"]],
+        [s for s in SHAPES[renderer] if s not in present["shape"]],
     )
+
+
+def _object_name(meta: dict, index: int) -> str:
+    """ "blue cube": an object by its value of the odd dimension (its colour where that is the shape) and its noun;
+    ``index``: the odd one's, or the next one's (a majority object)."""
+    obj = meta["objects"][index % len(meta["objects"])]
+    return f"{obj['color' if meta['dimension'] == 'shape' else meta['dimension']]} {obj['shape']}"
 
 
 def _referents(rng: np.random.Generator, meta: dict) -> dict[str, str]:
-    dim, odd_value, majority = meta["dimension"], meta["odd_value"], meta["majority_value"]
-    odd_obj = meta["objects"][meta["odd_index"]]
-    other = meta["objects"][(meta["odd_index"] + 1) % len(meta["objects"])]
     absent_colors, absent_shapes = _absent(meta)
-    if dim == "shape":
-        odd_ref, majority_ref = f"{odd_obj['color']} {odd_value}", f"{other['color']} {majority}"
-    else:
-        odd_ref, majority_ref = f"{odd_value} {odd_obj['shape']}", f"{majority} {other['shape']}"
     absent_ref = (
         f"{rng.choice(absent_colors)} {rng.choice(absent_shapes)}" if absent_colors and absent_shapes else "unicorn"
     )
-    return {"odd": odd_ref, "majority": majority_ref, "absent": absent_ref, "vague": str(rng.choice(VAGUE_REFS))}
+    return {
+        "odd": _object_name(meta, meta["odd_index"]),
+        "majority": _object_name(meta, meta["odd_index"] + 1),
+        "absent": absent_ref,
+        "vague": str(rng.choice(VAGUE_REFS)),
+    }
 
 
 def renderer_values(renderer: str) -> list[str]:
     """The attribute values a renderer can draw (colours, shapes or vehicle kinds, sizes, textures)."""
     module = RENDERERS[renderer]
-    if renderer == "clevr":
-        return [*module.COLORS, *module.SHAPES, *clevr.SIZES]
-    return [*module.COLORS, *module.CATEGORIES, *getattr(module, "SIZES", {}), *getattr(module, "TEXTURES", ())]
+    return [*module.COLORS, *SHAPES[renderer], *module.SIZES, *getattr(module, "TEXTURES", ())]
 
 
 def candidate_captions(rng: np.random.Generator, meta: dict, n: int) -> list[dict]:
@@ -355,7 +370,6 @@ def candidate_captions(rng: np.random.Generator, meta: dict, n: int) -> list[dic
             text = text[:-1] + f", talk about {PUNS[str(rng.choice(pun_values[pun_kind]))]}" + text[-1]
         if long:
             text = text[:-1] + LONG_TAIL + text[-1]
-        text = text[0].upper() + text[1:]
         if text in seen:
             continue
         seen.add(text)
@@ -365,12 +379,11 @@ def candidate_captions(rng: np.random.Generator, meta: dict, n: int) -> list[dic
     return out
 
 
-def simulate_votes(
-    rng: np.random.Generator, oracle: float, mean_votes: float = 30.0, min_votes: int = 10, vote_noise: float = 1.5
-) -> dict:
-    """Simulated ratings 1/2/3 (thresholds 0.5 and 2.0 on ``oracle + N(0, vote_noise)``): mean, SE, votes."""
-    votes = max(int(min_votes), int(rng.poisson(mean_votes)))
-    latent = oracle + rng.normal(0.0, vote_noise, size=votes)
+def simulate_votes(rng: np.random.Generator, oracle: float, config: "StandinConfig") -> dict:
+    """Simulated ratings 1/2/3 (thresholds 0.5 and 2.0 on ``oracle + N(0, vote_noise)``) of ``max(min_votes,
+    Poisson(mean_votes))`` readers (the config's): mean, SE, votes."""
+    votes = max(config.min_votes, int(rng.poisson(config.mean_votes)))
+    latent = oracle + rng.normal(0.0, config.vote_noise, size=votes)
     ratings = 1.0 + (latent > 0.5) + (latent > 2.0)
     std = float(ratings.std(ddof=1)) if votes > 1 else 0.0
     return {"mean": float(ratings.mean()), "precision": std / math.sqrt(votes), "votes": votes}
@@ -378,7 +391,6 @@ def simulate_votes(
 
 def describe(meta: dict) -> dict:
     """The text description fields; they never say which object is odd (that is only in the image)."""
-    n = len(meta["objects"])
     env = meta["environment"]
     # Entities name the kind of thing only: listing shapes or colours would let a text-only model see what is absent.
     if meta["renderer"] == "clevr":
@@ -386,7 +398,7 @@ def describe(meta: dict) -> dict:
     else:
         kind, location = "toy vehicles", f"{env.get('ground', 'the ground')} under a {env.get('sky', 'plain')} sky"
     return {
-        "scene": f"{n} {kind} stand around together.",
+        "scene": f"{len(meta['objects'])} {kind} stand around together.",
         "twist": "One of them does not quite fit in.",
         "location": location,
         "entities": [kind],
@@ -394,39 +406,79 @@ def describe(meta: dict) -> dict:
 
 
 # --- Contests and splits ----------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class StandinConfig:
-    captions: int = 24
-    image_size: tuple[int, int] = (128, 96)
-    min_objects: int = 3
-    max_objects: int = 7
-    mean_votes: float = 30.0
-    min_votes: int = 10
-    vote_noise: float = 1.5
-    seed: int = 0
+    """What the stand-in generates: the flags of this module's command line and the ``data`` section of the stand-in
+    recipes (``stage_data``, where ``seed`` defaults to the recipe's)."""
+
+    contests: int = help_field(40, "CLEVR-like contests, split train/val/test by contest")
+    ood_contests: int | None = help_field(None, "OOD-renderer contests (split ood; null: contests // 4, 0: none)")
+    val_frac: float = help_field(0.15, "share of the contests in val")
+    test_frac: float = help_field(0.15, "share of the contests in test")
+    pretrain_ood_contests: int = help_field(0, "OOD-renderer exposure scenes for pre-training only")
+    pretrain_main_contests: int = help_field(0, "CLEVR-like exposure scenes for pre-training only")
+    captions: int = help_field(24, "candidate captions per contest")
+    image_size: str = help_field("128x96", "WIDTHxHEIGHT")
+    min_objects: int = help_field(3, "objects per scene, at least")
+    max_objects: int = help_field(7, "objects per scene, at most")
+    mean_votes: float = help_field(30.0, "simulated raters per caption, on average")
+    min_votes: int = help_field(10, "simulated raters per caption, at least")
+    vote_noise: float = help_field(1.5, "the raters' noise around the hidden rule")
+    seed: int = help_field(0, "the generator's seed")
+    workers: int | None = help_field(None, "render processes (null: the cores - 1, at most 16)")
+    overwrite: bool = help_field(False, "render again over an existing stand-in")
+
+    def __post_init__(self):
+        try:  # "WxH" or (width, height), held as "WxH"
+            self.image_size = "{}x{}".format(*parse_image_size(self.image_size))
+        except SceneArgumentError as exc:
+            raise RecipeError(f"data.image_size: {exc}") from None
+        require(
+            self.min_objects <= self.max_objects,
+            f"data.min_objects ({self.min_objects}) is above data.max_objects ({self.max_objects})",
+        )
+        require(
+            0 <= self.val_frac < 1 and 0 <= self.test_frac < 1, "data.val_frac and data.test_frac must be in [0, 1)"
+        )
+        at_least("data", self, 1, "contests", "min_votes")
+        at_least("data", self, 2, "captions", "min_objects")  # min_objects: the odd one and one of the majority
+        at_least("data", self, 0, "ood_contests", "pretrain_ood_contests", "pretrain_main_contests")
+        if self.ood_contests is None:
+            self.ood_contests = max(1, self.contests // 4)
+
+    def splits(self) -> list[str]:
+        """The splits `write_standin` writes."""
+        return ["train", "val", "test", *(split for split, _, count, *_ in MORE_SPLITS if getattr(self, count))]
 
 
-OOD_CONTEST_OFFSET = 100_000  # contest id of the OOD stream's scene i: i + this (the main stream's: i)
+PRETRAIN_OFFSET = 50_000  # scene indices of the exposure splits start here (the contests use 0..n-1)
+# The splits beside train/val/test: (split, renderer stream, its StandinConfig count, first scene index, caption rows
+# kept: none of the exposure scenes', whose images pre-training sees)
+MORE_SPLITS = (
+    ("ood", "ood", "ood_contests", 0, None),
+    ("ood_pretrain", "ood", "pretrain_ood_contests", PRETRAIN_OFFSET, 1),
+    ("main_pretrain", "main", "pretrain_main_contests", PRETRAIN_OFFSET, 1),
+)
 
 
-def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
-    """All caption rows of one contest (deterministic in (seed, stream, index))."""
-    renderer = "ood" if stream == "ood" else "clevr"
-    scene_seed = np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index, 0))
-    text_rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(_SPLIT_STREAM[stream], index, 1)))
+def make_contest(config: StandinConfig, stream: str, index: int, keep: int | None = None) -> list[dict]:
+    """The caption rows of one contest (deterministic in (seed, stream, index)), the first ``keep`` of them."""
+    key, renderer, offset = STREAMS[stream]
+    # spawn keys (stream, index, 0) for the scene and (stream, index, 1) for the text
+    scene_seed, text_seed = np.random.SeedSequence(config.seed, spawn_key=(key, index)).spawn(2)
+    text_rng = np.random.default_rng(text_seed)
     # the OOD stream keeps the pixel budget: its shift is the renderer, not the resolution
     image, meta = render_odd_scene(scene_seed, renderer, config.image_size, config.min_objects, config.max_objects)
     png = {"bytes": encode_png(np.asarray(image), 3), "path": None}
-    contest = index + (OOD_CONTEST_OFFSET if stream == "ood" else 0)
     desc = describe(meta)
     meta_json = json.dumps(meta, separators=(",", ":"))
     rows = []
     for cand in candidate_captions(text_rng, meta, config.captions):
         oracle = oracle_score(cand["caption"], meta)
-        votes = simulate_votes(text_rng, oracle, config.mean_votes, config.min_votes, config.vote_noise)
+        votes = simulate_votes(text_rng, oracle, config)
         rows.append(
             {
-                "contest": contest,
+                "contest": index + offset,
                 "image": png,
                 **desc,
                 "caption": cand["caption"],
@@ -436,7 +488,7 @@ def make_contest(config: StandinConfig, stream: str, index: int) -> list[dict]:
                 "renderer": renderer,
             }
         )
-    return rows
+    return rows[:keep]
 
 
 def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = StandinConfig()):
@@ -448,9 +500,9 @@ def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = Stand
     if "scene_meta" not in dataset.column_names:
         raise DataError("rate_captions simulates readers from the stand-in's scene_meta; real data needs real raters")
     groups = cdata._contest_groups(dataset)
-    table = dataset.select_columns([c for c in dataset.column_names if c != "image"])
-    images = dataset.cast_column("image", datasets.Image(decode=False)).select_columns(["image"])
-    seen = {contest: {table[i]["caption"] for i in idx} for contest, idx in groups.items()}
+    table = dataset.cast_column("image", datasets.Image(decode=False))  # a new row keeps its contest's stored image
+    captions = list(table["caption"])
+    seen = {contest: {captions[i] for i in idx} for contest, idx in groups.items()}
     rng = np.random.default_rng(seed)
     rows, counts = [], {"samples": 0, "rated": 0, "known_caption": 0, "unknown_contest": 0}
     for sample in samples:
@@ -463,12 +515,11 @@ def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = Stand
             counts["known_caption"] += 1
             continue
         seen[contest].add(caption)
-        first = groups[contest][0]
-        row = {**table[first], "image": images[first]["image"], "caption": caption}
+        row = {**table[groups[contest][0]], "caption": caption}
         oracle = oracle_score(caption, row["scene_meta"])
         if "oracle" in row:  # kept only where the dataset keeps it (analysis); the votes are what training reads
             row["oracle"] = oracle
-        row.update(simulate_votes(rng, oracle, config.mean_votes, config.min_votes, config.vote_noise))
+        row.update(simulate_votes(rng, oracle, config))
         rows.append(row)
         counts["rated"] += 1
     return (
@@ -476,34 +527,6 @@ def rate_captions(dataset, samples, seed: int = 0, config: StandinConfig = Stand
         if rows
         else dataset.select([])
     ), counts
-
-
-def _make_rows(config: StandinConfig, stream: str, keep: int | None, index: int) -> list[dict]:
-    rows = make_contest(config, stream, index)
-    return rows if keep is None else rows[:keep]
-
-
-def features():
-    import datasets
-
-    text, real, count = datasets.Value("string"), datasets.Value("float64"), datasets.Value("int64")
-    return datasets.Features(
-        {
-            "contest": count,
-            "image": datasets.Image(),
-            "scene": text,
-            "twist": text,
-            "location": text,
-            "entities": datasets.Sequence(text),
-            "caption": text,
-            "mean": real,
-            "precision": real,
-            "votes": count,
-            "oracle": real,
-            "scene_meta": text,
-            "renderer": text,
-        }
-    )
 
 
 def build_contests(
@@ -519,61 +542,44 @@ def build_contests(
     caption rows of each (pre-training exposure scenes need the image, not the captions)."""
     import datasets
 
-    if stream not in _SPLIT_STREAM:
-        raise SceneArgumentError(f"stream must be one of {sorted(_SPLIT_STREAM)}, got {stream!r}")
+    if stream not in STREAMS:
+        raise SceneArgumentError(f"stream must be one of {sorted(STREAMS)}, got {stream!r}")
     if n < 1:
         raise SceneArgumentError(f"need at least one contest, got {n}")
-    make = functools.partial(_make_rows, config, stream, rows_per_contest)
-    indices = range(int(start), int(start) + n)
+    make = functools.partial(make_contest, config, stream, keep=rows_per_contest)
+    indices = range(start, start + n)
     if workers > 1 and n > 1:
-        from open_r1.tasks.counting.scenes.dataset import _limit_blas_threads, _pool_context
-
         with _pool_context().Pool(min(workers, n), initializer=_limit_blas_threads) as pool:
             contests = pool.map(make, indices, chunksize=max(1, n // (workers * 4)))
     else:
-        contests = [make(i) for i in indices]
+        contests = list(map(make, indices))
     rows = [row for contest in contests for row in contest]
-    return datasets.Dataset.from_list(rows, features=features())
+    # the PNG bytes as an image column; every other type as inferred (int64, float64, string, a list of strings)
+    return datasets.Dataset.from_list(rows).cast_column("image", datasets.Image())
 
 
-def write_standin(
-    out_dir: str | os.PathLike,
-    contests: int,
-    ood_contests: int | None = None,
-    val_frac: float = 0.15,
-    test_frac: float = 0.15,
-    config: StandinConfig = StandinConfig(),
-    workers: int = 1,
-    overwrite: bool = False,
-) -> dict[str, str]:
-    """Write ``train/ val/ test/`` (CLEVR-like contests split by contest) and ``ood/`` (OOD renderer) under out_dir."""
+def write_standin(out_dir: str | os.PathLike, config: StandinConfig = StandinConfig()) -> dict[str, str]:
+    """Write ``train/ val/ test/`` (CLEVR-like contests split by contest), ``ood/`` (OOD renderer) and the exposure
+    scenes' ``ood_pretrain/ main_pretrain/`` (images only: one caption row a scene, indices disjoint from every
+    contest) under out_dir, with ``standin.json`` (the config and the splits' sizes)."""
     out_dir = os.fspath(out_dir)
-    if os.path.exists(os.path.join(out_dir, "standin.json")) and not overwrite:
+    if os.path.exists(os.path.join(out_dir, "standin.json")) and not config.overwrite:
         raise SceneArgumentError(
             f"{out_dir} already holds a stand-in; pass --overwrite (or overwrite=True) to replace it"
         )
-    ood_contests = max(1, contests // 4) if ood_contests is None else ood_contests
-    main = build_contests(contests, config, "main", workers)
-    splits = dict(cdata.split_by_contest(main, val_frac, test_frac, seed=config.seed))
-    if ood_contests:
-        splits["ood"] = build_contests(ood_contests, config, "ood", workers)
+    workers = config.workers or max(1, min(16, (os.cpu_count() or 2) - 1))
+    main = build_contests(config.contests, config, "main", workers)
+    splits = dict(cdata.split_by_contest(main, config.val_frac, config.test_frac, seed=config.seed))
+    for split, stream, count, start, keep in MORE_SPLITS:
+        if getattr(config, count):
+            splits[split] = build_contests(getattr(config, count), config, stream, workers, start, keep)
     paths, counts = {}, {}
     for name, ds in splits.items():
         path = os.path.join(out_dir, name)
         ds.save_to_disk(path)
         paths[name] = path
         counts[name] = {"rows": len(ds), "contests": len(set(ds["contest"]))}
-    write_json(
-        os.path.join(out_dir, "standin.json"),
-        {
-            "contests": contests,
-            "ood_contests": ood_contests,
-            "val_frac": val_frac,
-            "test_frac": test_frac,
-            "config": dataclasses.asdict(config),
-            "splits": counts,
-        },
-    )
+    write_json(os.path.join(out_dir, "standin.json"), {"config": dataclasses.asdict(config), "splits": counts})
     return paths
 
 
@@ -581,8 +587,7 @@ def write_standin(
 def _meta(row: dict) -> dict:
     if "scene_meta" not in row:
         raise DataError("the stand-in helpers need the 'scene_meta' column; it is in every stand-in split")
-    meta = row["scene_meta"]
-    return json.loads(meta) if isinstance(meta, str) else meta
+    return _scene(row["scene_meta"])
 
 
 def _majority_phrase(meta: dict) -> str:
@@ -594,10 +599,7 @@ def _majority_phrase(meta: dict) -> str:
 
 def odd_object_phrase(meta: dict) -> str:
     """ "the blue cube": the odd object by its odd value and noun."""
-    odd = meta["objects"][meta["odd_index"]]
-    if meta["dimension"] == "shape":
-        return f"the {odd['color']} {odd['shape']}"
-    return f"the {meta['odd_value']} {odd['shape']}"
+    return "the " + _object_name(meta, meta["odd_index"])
 
 
 TRACE_WORDINGS = ("caption", "joke")
@@ -614,7 +616,7 @@ def templated_thinking(row: dict, wording: str = "caption", template: str = "ful
     if template not in TRACE_TEMPLATES:
         raise DataError(f"templated_thinking template must be one of {TRACE_TEMPLATES}, got {template!r}")
     meta = _meta(row)
-    dim_word = {"color": "colour", "shape": "shape", "size": "size", "texture": "pattern"}[meta["dimension"]]
+    dim_word = {"color": "colour", "texture": "pattern"}.get(meta["dimension"], meta["dimension"])
     odd = odd_object_phrase(meta)
     first = f"Most of the objects are {meta['majority_value']} ones, but {odd} differs in {dim_word}."
     if template == "first_sentence":
@@ -632,20 +634,15 @@ def _qa_messages(question: str) -> list[dict]:
     return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
 
 
-def _completion(text: str) -> list[dict]:
-    return [{"role": "assistant", "content": [{"type": "text", "text": text}]}]
-
-
 PROBE_QUESTION = "Which object is different from the others?"
 
 
 def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str]]:
     """Plain questions about a scene with their answers (no captions, no funniness)."""
     present, (absent_colors, absent_shapes) = _present(meta), _absent(meta)
-    n = len(meta["objects"])
     odd = odd_object_phrase(meta)
     qa = [
-        ("How many objects are there?", str(n)),
+        ("How many objects are there?", str(len(meta["objects"]))),
         (PROBE_QUESTION, odd[0].upper() + odd[1:] + "."),
         (
             f"In what way is {odd} different?",
@@ -663,7 +660,7 @@ def scene_questions(rng: np.random.Generator, meta: dict) -> list[tuple[str, str
 def perceives_odd(answer: str, meta: dict | str) -> bool:
     """Whether an answer to ``PROBE_QUESTION`` names the odd object's odd value and no other value of that dimension
     ("The blue cube." when one cube of five is blue; "blue or red" is wrong)."""
-    meta = json.loads(meta) if isinstance(meta, str) else meta
+    meta = _scene(meta)
     return _reading(answer)[1][meta["dimension"]] == {meta["odd_value"]}  # the oracle's reading, puns removed
 
 
@@ -681,10 +678,9 @@ def perception_probe_rows(dataset, limit: int | None = None) -> list[dict]:
 
 def scene_description(meta: dict) -> str:
     """A one-sentence literal description: what is there, and which one is odd."""
-    n = len(meta["objects"])
     return (
-        f"There are {n} objects. Most are {_majority_phrase(meta)}; {odd_object_phrase(meta)} is the odd one "
-        f"out, being {meta['odd_value']}."
+        f"There are {len(meta['objects'])} objects. Most are {_majority_phrase(meta)}; {odd_object_phrase(meta)} is "
+        f"the odd one out, being {meta['odd_value']}."
     )
 
 
@@ -721,7 +717,7 @@ def pretrain_rows(
     def add(prompt, text, kind, contest, row):
         if processor is None:
             out["prompt"].append(prompt)
-            out["completion"].append(_completion(text))
+            out["completion"].append([{"role": "assistant", "content": [{"type": "text", "text": text}]}])
         else:
             out["prompt"].append(processor.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True))
             out["completion"].append(text + end_of_turn)
@@ -756,54 +752,20 @@ def pretrain_rows(
     return cdata.with_images(out, dataset, image_rows)
 
 
-# --- Command line -----------------------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m standin.captioning.cartoons",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        description=__doc__.split("\n\n")[0],
-    )
-    parser.add_argument("--out", required=True, help="output directory (train/ val/ test/ ood/ and standin.json)")
-    parser.add_argument("--contests", type=int, required=True, help="CLEVR-like contests, split by contest")
-    parser.add_argument("--ood-contests", type=int, default=None, help="OOD-renderer contests (default contests // 4)")
-    parser.add_argument("--captions", type=int, default=24, help="candidate captions per contest")
-    parser.add_argument("--image-size", default="128x96", help="WIDTHxHEIGHT (e.g. 128x96 for tiny runs)")
-    parser.add_argument("--min-objects", type=int, default=3)
-    parser.add_argument("--max-objects", type=int, default=7)
-    parser.add_argument("--mean-votes", type=float, default=30.0)
-    parser.add_argument("--min-votes", type=int, default=10)
-    parser.add_argument("--vote-noise", type=float, default=1.5)
-    parser.add_argument("--val-frac", type=float, default=0.15)
-    parser.add_argument("--test-frac", type=float, default=0.15)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--overwrite", action="store_true")
-    return parser
-
-
+# --- Command line ---------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from transformers import HfArgumentParser  # deferred: heavy
+
+    parser = cli_parser(
+        "python -m standin.captioning.cartoons",
+        __doc__.split("\n\n")[0],
+        HfArgumentParser,
+        dataclass_types=StandinConfig,
+    )
+    parser.add_argument("--out", required=True, help="output directory (the splits and standin.json)")
     try:
-        config = StandinConfig(
-            captions=args.captions,
-            image_size=parse_image_size(args.image_size),
-            min_objects=args.min_objects,
-            max_objects=args.max_objects,
-            mean_votes=args.mean_votes,
-            min_votes=args.min_votes,
-            vote_noise=args.vote_noise,
-            seed=args.seed,
-        )
-        paths = write_standin(
-            args.out,
-            args.contests,
-            args.ood_contests,
-            args.val_frac,
-            args.test_frac,
-            config,
-            args.workers,
-            args.overwrite,
-        )
+        config, args = parser.parse_args_into_dataclasses(argv)
+        paths = write_standin(args.out, config)
     except OpenR1Error as exc:
         return error_exit(exc)
     for name, path in paths.items():

@@ -7,8 +7,8 @@ eval's captions (``stage_eval``).
     python -m standin.captioning.demo --config configs/captioning/standin_demo.yaml     # make humor-demo
 """
 
+import argparse
 import functools
-import sys
 
 from open_r1.errors import RecipeError
 from open_r1.jsonio import read_recipe
@@ -37,34 +37,33 @@ STAGES = (
 )
 
 
-def stages_of(argv: list[str]) -> tuple:
-    """`STAGES`, without the ratings round when the recipe has no ``ratings`` section (it is optional)."""
-    path = argv[argv.index("--config") + 1] if "--config" in argv[:-1] else ""
+def stages_of(path: str, overrides: list[str] = ()) -> tuple:
+    """`STAGES`, without the ratings round (it is optional) when the recipe at `path` has no ``ratings`` section and no
+    override names one."""
     try:
         has_ratings = "ratings" in read_recipe(path)
     except RecipeError:
         has_ratings = True  # the pipeline's own parse reports the problem
-    wanted = has_ratings or any(item.startswith("ratings.") for item in argv)
+    wanted = has_ratings or any(item.startswith("ratings.") for item in overrides)
     return tuple(s for s in STAGES if s is not stage_ratings or wanted)
 
 
 def load_recipe(path: str, overrides: list[str] | None = None):
     """The parsed recipe of the demo's stages (for the experiments/captioning harnesses)."""
-    sets = [item for o in overrides or [] for item in ("--set", o)]
-    return config.parse_recipe(path, overrides, stages_of(["--config", path, *sets]), parallel.RunConfig)
+    return config.parse_recipe(path, overrides, stages_of(path, overrides or []), parallel.RunConfig)
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    job_result = None
-    if "--job-result" in argv[:-1]:  # one sub-job of a parallel stage (parallel.launch_parallel starts it)
-        at = argv.index("--job-result")
-        job_result, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
+    # --job-result FILE: this process is one sub-job of a parallel stage (parallel.launch_parallel starts it)
+    job = argparse.ArgumentParser("python -m standin.captioning.demo", add_help=False, allow_abbrev=False)
+    job.add_argument("--job-result")
+    job, argv = job.parse_known_args(argv)
+    path = argv[argv.index("--config") + 1] if "--config" in argv[:-1] else ""
     return pipeline.main(
         argv,
-        stages_of(argv),
+        stages_of(path, argv),  # argv: its --set items are the overrides
         prog="python -m standin.captioning.demo",
-        run=functools.partial(parallel.run_pipeline, job_result=job_result),
+        run=functools.partial(parallel.run_pipeline, job_result=job.job_result),
         run_config=parallel.RunConfig,
     )
 

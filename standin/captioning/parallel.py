@@ -34,8 +34,8 @@ def jobs(stage, recipe) -> list[list[str]] | None:
 def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
     """``start_early: {rm: synthesize}``: {the run stage at whose start: the parallel stage that starts then}. The
     early stage must read nothing that a stage between them writes."""
-    order = [stage.NAME for stage in stages]
     by_name = {stage.NAME: stage for stage in stages}
+    order = list(by_name)
     out = {}
     for name, at in (recipe.run.start_early or {}).items():
         if name not in order or at not in order or order.index(at) >= order.index(name):
@@ -61,23 +61,19 @@ def early_starts(recipe, stages, run: list[str]) -> dict[str, str]:
 def child_env(base: dict, sharing: int, cpus: int | None = None) -> dict:
     """A sub-job's environment: an equal share of the CPU threads among `sharing` processes (each would otherwise
     start one OpenMP thread per core), unless the user set them; ``PYTHONFAULTHANDLER=1`` (stacks on a fatal signal)."""
-    env = dict(base)
     threads = str(max(1, (cpus or os.cpu_count() or 1) // max(1, sharing)))
-    for key in THREAD_VARIABLES:
-        env.setdefault(key, threads)
-    env.setdefault("PYTHONFAULTHANDLER", "1")
-    return env
+    return {**dict.fromkeys(THREAD_VARIABLES, threads), "PYTHONFAULTHANDLER": "1", **base}
 
 
-def launch_parallel(recipe, entry: str, name: str, jobs: list[list[str]], sharing: int | None = None) -> list[tuple]:
-    """Start a stage's sub-jobs (``python -m <entry> --stages <name> --job-result F --set ...``; logs under
-    ``<work_dir>/logs``); `collect_parallel` waits for them."""
+def launch_parallel(recipe, name: str, jobs: list[list[str]], sharing: int | None = None) -> list[tuple]:
+    """Start a stage's sub-jobs (``python -m standin.captioning.demo --stages <name> --job-result F --set ...``;
+    logs under ``<work_dir>/logs``); `collect_parallel` waits for them."""
     logs = os.path.join(recipe.paths.root, "logs")
     os.makedirs(logs, exist_ok=True)
     procs = []
     for i, sets in enumerate(jobs):
         result, log_path = os.path.join(logs, f"{name}_{i}.json"), os.path.join(logs, f"{name}_{i}.log")
-        command = [sys.executable, "-m", entry, "--config", recipe.path, "--stages", name, "--job-result", result]
+        command = [sys.executable, "-m", ENTRY, "--config", recipe.path, "--stages", name, "--job-result", result]
         for item in [*recipe.overrides, *sets]:
             command += ["--set", item]
         handle = open(log_path, "w")  # noqa: SIM115 - closed after the process ends, in collect_parallel
@@ -119,69 +115,55 @@ def _share_threads(sharing: int) -> None:
     torch.set_num_threads(max(1, _THREADS_AT_START[0] // max(1, sharing)))
 
 
-class Runner:
-    """`run_pipeline`'s runner: a stage with ``jobs`` runs them as processes (started early where ``start_early``
-    says); leaving the ``with`` block ends early jobs still running (a failed stage leaves none behind)."""
-
-    def __init__(self, recipe, stages, run: list[str], entry: str = ENTRY):
-        self.recipe, self.entry, self.by_name = recipe, entry, {stage.NAME: stage for stage in stages}
-        self.starts_at = early_starts(recipe, stages, run)
-        self.running: dict[str, tuple[float, list]] = {}  # stage -> (start time, its processes), started early
-
-    def __call__(self, stage) -> tuple[float, dict]:
-        recipe = self.recipe
-        if stage.NAME in self.starts_at:
-            early = self.starts_at[stage.NAME]
-            config.log(f"[pipeline] stage {early} starts early, beside {stage.NAME}")
-            early_jobs = jobs(self.by_name[early], recipe)
-            # this process keeps running stages meanwhile: it takes one share of the cores too
-            self.running[early] = (
-                time.time(),
-                launch_parallel(recipe, self.entry, early, early_jobs, len(early_jobs) + 1),
-            )
-            _share_threads(len(early_jobs) + 1)
-        t0 = time.time()
-        own = jobs(stage, recipe)
-        if stage.NAME in self.running:
-            t0, procs = self.running.pop(stage.NAME)
-            result = collect_parallel(stage, recipe, procs)
-            if not self.running:
-                _share_threads(1)
-        elif own:
-            result = collect_parallel(stage, recipe, launch_parallel(recipe, self.entry, stage.NAME, own))
-        else:
-            result = stage.run(*recipe.args(stage))
-        return t0, result
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.running:
-            _share_threads(1)
-        for _, procs in self.running.values():
-            for proc, handle, *_ in procs:
-                if proc.poll() is None:
-                    proc.terminate()
-                    proc.wait()
-                handle.close()
-
-
 def run_pipeline(
     recipe,
     stages,
     run: list[str] | None = None,
     out: str | None = None,
-    entry: str = ENTRY,
     job_result: str | None = None,
 ) -> dict:
-    """`pipeline.run_pipeline` with the parallel runner; `job_result`: this process is one sub-job of a parallel
-    stage (``--job-result``), whose result it writes there."""
+    """`pipeline.run_pipeline` with a runner that runs a stage with ``jobs`` as processes (started early where
+    ``start_early`` says; early jobs still running when it ends, a failed stage included, are ended); `job_result`:
+    this process is one sub-job of a parallel stage (``--job-result``), whose result it writes there."""
     if job_result:
         (stage,) = [s for s in stages if s.NAME == run[0]]
         pipeline.preflight(recipe, stages, [stage.NAME])
         result = stage.run(*recipe.args(stage))
         write_json(job_result, result)
         return result
-    with Runner(recipe, stages, [s.NAME for s in stages] if run is None else list(run), entry) as runner:
+    by_name = {stage.NAME: stage for stage in stages}
+    starts_at = early_starts(recipe, stages, list(by_name) if run is None else list(run))
+    running: dict[str, tuple[float, list]] = {}  # stage -> (start time, its processes), started early
+
+    def runner(stage) -> tuple[float, dict]:
+        if stage.NAME in starts_at:
+            early = starts_at[stage.NAME]
+            config.log(f"[pipeline] stage {early} starts early, beside {stage.NAME}")
+            early_jobs = jobs(by_name[early], recipe)
+            # this process keeps running stages meanwhile: it takes one share of the cores too
+            running[early] = (time.time(), launch_parallel(recipe, early, early_jobs, len(early_jobs) + 1))
+            _share_threads(len(early_jobs) + 1)
+        t0 = time.time()
+        own = jobs(stage, recipe)
+        if stage.NAME in running:
+            t0, procs = running.pop(stage.NAME)
+            result = collect_parallel(stage, recipe, procs)
+            if not running:
+                _share_threads(1)
+        elif own:
+            result = collect_parallel(stage, recipe, launch_parallel(recipe, stage.NAME, own))
+        else:
+            result = stage.run(*recipe.args(stage))
+        return t0, result
+
+    try:
         return pipeline.run_pipeline(recipe, stages, run, out, runner=runner)
+    finally:
+        if running:
+            _share_threads(1)
+        for _, procs in running.values():
+            for proc, handle, *_ in procs:
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait()
+                handle.close()

@@ -11,80 +11,19 @@ On the real data this stage does not exist: ``open-r1-caption-prepare`` writes t
 import dataclasses
 import os
 
-from open_r1.errors import SceneArgumentError
-from open_r1.jsonio import read_json, write_json
+from open_r1.jsonio import read_json
 from open_r1.tasks.captioning import config
-from open_r1.tasks.captioning.config import help_field, require
-from open_r1.tasks.counting.scenes.render import parse_image_size
+from open_r1.tasks.captioning.config import help_field
 from standin.captioning import cartoons
 
 NAME = "data"
-PRETRAIN_OFFSET = 50_000  # scene indices of the exposure splits start here (the contests use 0..n-1)
 
 
 @dataclasses.dataclass
-class Config:
-    contests: int = help_field(40, "CLEVR-like contests, split train/val/test by contest")
-    ood_contests: int | None = help_field(None, "OOD-renderer contests (split ood; null: contests // 4, 0: none)")
-    val_frac: float = help_field(0.15, "share of the contests in val")
-    test_frac: float = help_field(0.15, "share of the contests in test")
-    pretrain_ood_contests: int = help_field(0, "OOD-renderer exposure scenes for pre-training only")
-    pretrain_main_contests: int = help_field(0, "CLEVR-like exposure scenes for pre-training only")
-    captions: int = help_field(24, "candidate captions per contest")
-    image_size: str = help_field("128x96", "WIDTHxHEIGHT")
-    min_objects: int = help_field(3, "objects per scene, at least")
-    max_objects: int = help_field(7, "objects per scene, at most")
-    mean_votes: float = help_field(30.0, "simulated raters per caption, on average")
-    min_votes: int = help_field(10, "simulated raters per caption, at least")
-    vote_noise: float = help_field(1.5, "the raters' noise around the hidden rule")
+class Config(cartoons.StandinConfig):
+    """`cartoons.StandinConfig`, its seed the recipe's unless set."""
+
     seed: int | None = help_field(None, "the generator's seed (null: the recipe's)")
-    workers: int | None = help_field(None, "render processes (null: the cores - 1, at most 16)")
-    overwrite: bool = help_field(False, "render again over an existing stand-in")
-
-    def __post_init__(self):
-        try:
-            parse_image_size(self.image_size)
-        except SceneArgumentError as exc:
-            raise config.RecipeError(f"data.image_size: {exc}") from None
-        require(
-            self.min_objects <= self.max_objects,
-            f"data.min_objects ({self.min_objects}) is above data.max_objects ({self.max_objects})",
-        )
-        require(
-            0 <= self.val_frac < 1 and 0 <= self.test_frac < 1, "data.val_frac and data.test_frac must be in [0, 1)"
-        )
-        require(
-            self.contests >= 1
-            and self.captions >= 2
-            and self.min_objects >= 1
-            and self.min_votes >= 1
-            and min(self.ood_contests or 0, self.pretrain_ood_contests, self.pretrain_main_contests) >= 0,
-            "data.contests, captions, min_objects, min_votes must be >= 1 (captions >= 2), the other counts >= 0",
-        )
-
-
-def split_names(cfg: Config) -> list[str]:
-    names = ["train", "val", "test"] + (["ood"] if cfg.ood_contests != 0 else [])
-    return names + [
-        split
-        for count, split in ((cfg.pretrain_ood_contests, "ood_pretrain"), (cfg.pretrain_main_contests, "main_pretrain"))
-        if count
-    ]
-
-
-def standin_config(cfg, seed):
-    """The ``cartoons.StandinConfig`` of the ``data`` section (what ``make_contest`` needs to render a contest
-    again)."""
-    return cartoons.StandinConfig(
-        captions=cfg.captions,
-        image_size=parse_image_size(cfg.image_size),
-        min_objects=cfg.min_objects,
-        max_objects=cfg.max_objects,
-        mean_votes=cfg.mean_votes,
-        min_votes=cfg.min_votes,
-        vote_noise=cfg.vote_noise,
-        seed=seed if cfg.seed is None else cfg.seed,
-    )
 
 
 def inputs(*_) -> dict:
@@ -92,7 +31,7 @@ def inputs(*_) -> dict:
 
 
 def outputs(cfg, paths, *_) -> list[str]:
-    return [paths.split(name) for name in split_names(cfg)]
+    return [paths.split(name) for name in cfg.splits()]
 
 
 def run(cfg: Config, paths, seed) -> dict:
@@ -100,29 +39,9 @@ def run(cfg: Config, paths, seed) -> dict:
     if os.path.isfile(marker) and not cfg.overwrite:
         config.log(f"[data] {paths.data} already holds the stand-in; reusing it")
         return read_json(marker)
-    settings = standin_config(cfg, seed)
-    workers = cfg.workers or max(1, min(16, (os.cpu_count() or 2) - 1))
     cartoons.write_standin(
-        paths.data,
-        cfg.contests,
-        cfg.ood_contests,
-        cfg.val_frac,
-        cfg.test_frac,
-        settings,
-        workers=workers,
-        overwrite=True,
+        paths.data, dataclasses.replace(cfg, seed=seed if cfg.seed is None else cfg.seed, overwrite=True)
     )
     info = read_json(marker)
-    for exposure, stream, split in (
-        (cfg.pretrain_ood_contests, "ood", "ood_pretrain"),
-        (cfg.pretrain_main_contests, "main", "main_pretrain"),
-    ):
-        if exposure:  # images only: one caption row per scene
-            scenes = cartoons.build_contests(
-                exposure, settings, stream, workers=workers, start=PRETRAIN_OFFSET, rows_per_contest=1
-            )
-            scenes.save_to_disk(paths.split(split))
-            info["splits"][split] = {"rows": len(scenes), "contests": exposure}
-    write_json(marker, info)
     config.log(f"[data] wrote {paths.data}: {info['splits']}")
     return info

@@ -2,6 +2,7 @@
 parallel sub-jobs where ``grpo.parallel`` (``standin/captioning/parallel.py``)."""
 
 import dataclasses
+import functools
 
 from open_r1.tasks.captioning import stage_grpo
 from open_r1.tasks.captioning.config import help_field
@@ -13,8 +14,7 @@ class Settings(stage_grpo.Settings):
     parallel: bool = help_field(False, "run the seeds as parallel processes")
 
 
-def parse(mapping, paths) -> stage_grpo.Section:
-    return stage_grpo.parse(mapping, paths, Settings)
+parse = functools.partial(stage_grpo.parse, settings_class=Settings)
 
 
 def jobs(section, *_) -> list[list[str]] | None:

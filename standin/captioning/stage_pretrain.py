@@ -18,10 +18,22 @@ from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field, require
 from standin.captioning import cartoons
-from standin.captioning.cartoons import PRETRAIN_KINDS
 
 NAME = "pretrain"
 MODELS = ("policy", "rm_backbone")
+# ModelConfig's keys that are open_r1.sft.SFTSettings fields of the same name and meaning
+SFT_KEYS = (
+    "learning_rate",
+    "warmup",
+    "weight_decay",
+    "epochs",
+    "max_steps",
+    "max_seconds",
+    "min_pixels",
+    "max_pixels",
+    "logging_steps",
+    "dataloader_workers",
+)
 
 
 @dataclasses.dataclass
@@ -46,7 +58,7 @@ class ModelConfig:
     probe_limit: int | None = help_field(48, "held-out scenes of the perception probe (0 or null: no probe)")
     per_contest: int = help_field(4, "pre-training rows per train contest")
     exposure_per_contest: int | None = help_field(None, "rows per exposure scene (null: per_contest)")
-    kinds: list[str] = help_field(["describe", "question", "fluency"], "row kinds on the train contests")
+    kinds: list[str] = help_field(list(cartoons.PRETRAIN_KINDS), "row kinds on the train contests")
     exposure_kinds: list[str] | None = help_field(None, "row kinds on the exposure scenes (null: kinds but fluency)")
     exposure: bool = help_field(True, "add the exposure scenes' rows where the data stage made them")
     think_prefix: bool | None = help_field(None, "open completions with <think> (null: for the policy)")
@@ -61,8 +73,8 @@ class ModelConfig:
         )
         for kinds in (self.kinds, self.exposure_kinds or []):
             require(
-                all(k in PRETRAIN_KINDS for k in kinds),
-                f"pretrain kinds must be a list of {', '.join(PRETRAIN_KINDS)}, got {kinds!r}",
+                all(k in cartoons.PRETRAIN_KINDS for k in kinds),
+                f"pretrain kinds must be a list of {', '.join(cartoons.PRETRAIN_KINDS)}, got {kinds!r}",
             )
         require(
             self.learning_rate > 0 and min(self.batch_size, self.per_contest) >= 1,
@@ -79,8 +91,8 @@ class Config:
 
     def __post_init__(self):
         require(self.only in (None, *MODELS), f"pretrain.only must be one of {', '.join(MODELS)} or null")
-        self.policy = config.parse_section("pretrain.policy", ModelConfig, self.policy)
-        self.rm_backbone = config.parse_section("pretrain.rm_backbone", ModelConfig, self.rm_backbone)
+        for which in MODELS:
+            setattr(self, which, config.parse_section(f"pretrain.{which}", ModelConfig, getattr(self, which)))
 
 
 def pretrain_dataset(section, paths, seed, which: str):
@@ -129,7 +141,7 @@ def pretrain_one(section, paths, seed, which: str, init: str | None = None) -> d
     else:
         report = train_one(section, paths, seed, which, out, init)
     if cfg.probe_limit:  # a shipped start is probed as a pre-trained base is
-        report["perception"] = perception(paths, out, cfg.probe_limit, cfg)
+        report["perception"] = perception(paths, out, cfg)
         config.log(
             f"[pretrain] {which}: names the odd object's odd value on held-out scenes: "
             + ", ".join(f"{k} {v['accuracy']:.2f} ({v['n']})" for k, v in report["perception"].items())
@@ -148,21 +160,12 @@ def train_one(section, paths, seed, which: str, out: str, init: str | None) -> d
         tiny_models.build_tiny(family, init, seed=seed if cfg.seed is None else cfg.seed, overwrite=True, **overrides)
     rows = pretrain_dataset(section, paths, seed, which)
     settings = sft.SFTSettings(
-        learning_rate=cfg.learning_rate,
+        **{key: getattr(cfg, key) for key in SFT_KEYS},
         schedule="cosine",
-        warmup=cfg.warmup,
-        epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        max_seconds=cfg.max_seconds,
         per_device_batch_size=cfg.batch_size,
         gradient_accumulation_steps=1,
-        weight_decay=cfg.weight_decay,
         lora_r=0,
-        min_pixels=cfg.min_pixels,
-        max_pixels=cfg.max_pixels,
         seed=seed,
-        logging_steps=cfg.logging_steps,
-        dataloader_workers=cfg.dataloader_workers,
         extra={"adam_beta2": 0.98},
     )
     config.log(f"[pretrain] {which}: family {family} {overrides}, {len(rows)} rows")
@@ -173,18 +176,19 @@ def train_one(section, paths, seed, which: str, out: str, init: str | None) -> d
     return report
 
 
-def perception(paths, model_dir: str, limit: int, cfg: ModelConfig) -> dict:
+def perception(paths, model_dir: str, cfg: ModelConfig) -> dict:
     """Greedy answers of a pre-trained base to ``cartoons.PROBE_QUESTION`` on held-out contests (val and the OOD
     renderer): the share that names the odd object's odd value (``cartoons.perceives_odd``), what an RM on this
     backbone, and a policy, must see to read the hidden rule."""
-    model = modeling.load_model(model_dir)
-    model = model.to(config.device()).eval()
+    model = modeling.load_model(model_dir).to(config.device()).eval()
     processor = modeling.load_processor(model_dir, cfg.min_pixels, cfg.max_pixels)
     out = {}
     for split in ("val", "ood"):
         if not os.path.isdir(paths.split(split)):
             continue
-        rows = cartoons.perception_probe_rows(cdata.load_captions(paths.split(split), check_images="none"), limit)
+        rows = cartoons.perception_probe_rows(
+            cdata.load_captions(paths.split(split), check_images="none"), cfg.probe_limit
+        )
         prompts = [
             processor.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True) for r in rows
         ]

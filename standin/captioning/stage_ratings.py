@@ -19,7 +19,7 @@ from open_r1.submission.install import installing
 from open_r1.tasks.captioning import config, stage_eval, stage_rm
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import evaluate as ev
-from open_r1.tasks.captioning.config import help_field, require
+from open_r1.tasks.captioning.config import at_least, help_field, require
 from standin.captioning import cartoons
 
 NAME = "ratings"
@@ -33,9 +33,7 @@ class Config:
     split: str = help_field("train_rated", "the new split: the training contests plus the rated rows")
 
     def __post_init__(self):
-        require(
-            self.n >= 1 and (self.contests is None or self.contests >= 1), "ratings.n and ratings.contests must be >= 1"
-        )
+        at_least("ratings", self, 1, "n", "contests")
         require(
             self.split not in ("train", "val", "test", "ood") and os.sep not in self.split,
             f"ratings.split="
@@ -66,8 +64,7 @@ def run(cfg: Config, paths, seed, eval_cfg, rm_cfg) -> dict:
             "ratings of the policy's captions into a split and set rm.train_split to it"
         )
     started = time.time()
-    device = config.device()
-    model = modeling.load_model(policy).to(device).eval()
+    model = modeling.load_model(policy).to(config.device()).eval()
     processor = modeling.load_processor(policy)
     sampling = {**stage_eval.sampling_kwargs(eval_cfg, seed), "n": cfg.n, "max_cartoons": cfg.contests}
     n_contests = len(set(train["contest"]))

@@ -53,10 +53,11 @@ def run(cfg: Config, paths, seed) -> dict:
     report = stage_rm.train(cfg, paths, seed, seeds if cfg.only != "rm_blind" else [], cfg.blind and cfg.only != "rm")
     if cfg.only in (None, "rm") and cfg.seed is None:  # every seed trained here: keep the best (a job: the runner)
         report = stage_rm.finish(cfg, paths, seed, report)
-    splits = {split for entry in report.values() for split in entry.get("held_out") or {}}
-    agreement = {split: label_agreement(cfg, paths, seed, split) for split in sorted(splits)}
+    agreement = {}  # by split, each computed once
     for entry in report.values():
         for split, result in (entry.get("held_out") or {}).items():
+            if split not in agreement:
+                agreement[split] = label_agreement(cfg, paths, seed, split)
             result["oracle_agreement_of_labels"] = agreement[split]
     return report
 

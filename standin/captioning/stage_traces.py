@@ -44,7 +44,7 @@ def run(cfg: Config, paths, seed, top_k) -> dict:
     top = cartoons.add_templated_thinking(cdata.top_k_rows(train, top_k), cfg.wording, cfg.template)
     shutil.rmtree(paths.traces, ignore_errors=True)
     top.save_to_disk(paths.traces)
-    return {"rows": len(top), "out": paths.traces, "wording": cfg.wording, "template": cfg.template}
+    return {"rows": len(top), "out": paths.traces, **dataclasses.asdict(cfg)}
 
 
 def markdown(result: dict) -> list[str]:
