@@ -671,7 +671,8 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
     from transformers import set_seed
     from trl import GRPOTrainer
 
-    from open_r1 import compat, decoding, modeling
+    from experiments.bench import compat
+    from open_r1 import decoding, modeling
     from open_r1 import grpo as grpo_lib
     from open_r1.families import vision_tower
     from open_r1.rewards import get_reward_funcs, parse_reward_kwargs

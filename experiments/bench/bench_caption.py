@@ -152,7 +152,7 @@ def run_grpo(name, args, ctx, result, sync) -> None:
     from peft import LoraConfig
     from trl import GRPOTrainer
 
-    from open_r1 import compat
+    from experiments.bench import compat
     from open_r1.families import family_of
     from open_r1.trainer import VLMGRPOTrainer
 

@@ -138,7 +138,7 @@ def worker(args) -> None:
                 row["ms_per_step"] = round(1000 * timing["decode_s"] / max(timing["steps"] - 1, 1), 2)
                 row["steps"] = timing["steps"]
                 if compiled:
-                    from open_r1 import compat
+                    from experiments.bench import compat
 
                     row["compile_times"] = compat.compile_time_report()[-2000:]
             except Exception as error:  # one measurement's failure is a result; the next one still runs
