@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from experiments.bench import compat
 from open_r1.checks import granularity_problems
 from open_r1.errors import RecipeError, error_exit
 from open_r1.jsonio import read_recipe, write_json
@@ -188,8 +189,8 @@ class BenchError(ValueError):
 @dataclass
 class Variant:
     name: str
-    description: str
     overrides: dict[str, Any]  # GRPOConfig fields
+    description: str = ""
     recipe: bool = False
     min_pixels: int | None = None
     max_pixels: int | None = None
@@ -214,6 +215,7 @@ class Variant:
 
 # Keys of a variant that are bench options, not GRPOConfig fields ('base' is gone once a preset is flattened).
 BENCH_OPTION_KEYS = {f.name for f in fields(Variant)} - {"name", "overrides"}
+RECIPE_OPTION_KEYS = ("min_pixels", "max_pixels", "attn_implementation", "freeze_vision")  # what ours* variants take
 
 
 def parse_defines(defines: list[str] | None) -> dict[str, dict]:
@@ -254,16 +256,13 @@ def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any])
     overrides: dict[str, Any] = {}
     options: dict[str, Any] = {}
     if spec.get("recipe", False):
-        overrides.update({key: recipe[key] for key in RECIPE_ALGORITHM_KEYS if key in recipe})
+        overrides = {key: recipe[key] for key in RECIPE_ALGORITHM_KEYS if key in recipe}
         # lazy image decoding is on for every recipe variant (it changes no result), freeze_vision the recipe's;
         # the speed levers only where a variant names them
-        options = {key: recipe.get(key) for key in ("min_pixels", "max_pixels", "attn_implementation")}
-        options.update(lazy_images=recipe.get("lazy_images", True), freeze_vision=recipe.get("freeze_vision", False))
-    overrides.update({key: value for key, value in spec.items() if key not in BENCH_OPTION_KEYS})
-    options.update({key: value for key, value in spec.items() if key in BENCH_OPTION_KEYS})
-    if options.get("attn_implementation") is None:
-        options["attn_implementation"] = "sdpa"
-    options.setdefault("description", "")
+        options = {key: recipe[key] for key in RECIPE_OPTION_KEYS if recipe.get(key) is not None}
+        options["lazy_images"] = recipe.get("lazy_images", True)
+    for key, value in spec.items():
+        (options if key in BENCH_OPTION_KEYS else overrides)[key] = value
     return Variant(name=name, overrides=overrides, **options)
 
 
@@ -291,13 +290,6 @@ def counting_dataset(n: int, args, work_dir: str, split: str = "train"):
     workers = 1 if args.tiny else min(8, os.cpu_count() or 1)
     dataset = build_split(split, n, seed=args.seed, workers=workers, progress=False, cache_dir=f"{work_dir}/data")
     return dataset, f"open_r1.tasks.counting.scenes.build_split({split!r})"
-
-
-def grpo_dataset(dataset, templates: list[str], seed: int):
-    from open_r1.tasks.counting import data as data_lib
-
-    data_lib.validate_counting_dataset(dataset, "bench data", image_check_rows=2)
-    return data_lib.to_grpo_dataset(dataset, data_lib.TemplateMix.parse(templates), seed=seed)
 
 
 def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda", seed: int = 0, config=None):
@@ -671,11 +663,11 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
     from transformers import set_seed
     from trl import GRPOTrainer
 
-    from experiments.bench import compat
     from open_r1 import decoding, modeling
     from open_r1 import grpo as grpo_lib
     from open_r1.families import vision_tower
     from open_r1.rewards import get_reward_funcs, parse_reward_kwargs
+    from open_r1.tasks.counting import data as data_lib
     from open_r1.trainer import VLMGRPOTrainer
 
     if ctx.layers_once is not None:
@@ -708,8 +700,9 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         )
         if args.reward_weights is not None and len(args.reward_weights) != len(reward_funcs):
             args.reward_weights = None  # plain TRL with the recipe's rewards: equal weights
-        templates = ctx.recipe.get("prompt_templates") or DEFAULT_PROMPT_TEMPLATES
-        train_dataset = grpo_dataset(ctx.dataset, templates, ctx.seed)
+        templates = data_lib.TemplateMix.parse(ctx.recipe.get("prompt_templates") or DEFAULT_PROMPT_TEMPLATES)
+        data_lib.validate_counting_dataset(ctx.dataset, "bench data", image_check_rows=2)
+        train_dataset = data_lib.to_grpo_dataset(ctx.dataset, templates, seed=ctx.seed)
         processor = modeling.load_processor(ctx.model_dir, variant.min_pixels, variant.max_pixels)
         model = load_bench_model(
             ctx.tiny, ctx.model_dir, variant.attn_implementation, ctx.device, ctx.seed, variant.vision_attention
@@ -718,27 +711,22 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
             grpo_lib.freeze_vision_tower(model)
         ref_context = reference_model_from_policy(model) if args.beta != 0.0 else contextlib.nullcontext()
         # plain TRL where no lever of ours is on, else our subclass (the same trainer train.sh runs)
-        ours = variant.lazy_images or variant.dedupe_vision or variant.fast_decode != "hf" or variant.dedupe_images
-        kwargs = dict(
-            model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, processing_class=processor
-        )
-        if ours:
-            kwargs.update(
-                lazy_images=variant.lazy_images,
-                dedupe_vision=variant.dedupe_vision,
-                fast_decode=variant.fast_decode,
-                dedupe_images=variant.dedupe_images,
-            )
+        levers = {
+            key: getattr(variant, key) for key in ("lazy_images", "dedupe_vision", "fast_decode", "dedupe_images")
+        }
+        ours = levers != {**dict.fromkeys(levers, False), "fast_decode": "hf"}
         with ref_context:
-            trainer = (VLMGRPOTrainer if ours else GRPOTrainer)(**kwargs)
-        probe = Probe(trainer, ctx.warmup * geometry["optimizer_steps_per_round"], args.max_steps, sync)
-        trainer.add_callback(probe.callback)
+            trainer = (VLMGRPOTrainer if ours else GRPOTrainer)(
+                model=model,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=train_dataset,
+                processing_class=processor,
+                **(levers if ours else {}),
+            )
         result["setup_s"] = time.perf_counter() - start
-        # --tiny: TRL scores every position where Triton is missing (CPU), ~15x slower with the real vocabulary
-        with compat.completion_only_scoring(ctx.tiny):
-            trainer.train()
-        sync()
-        result.update(probe.summary())
+        warmup_steps = ctx.warmup * geometry["optimizer_steps_per_round"]
+        result.update(train_measured(trainer, warmup_steps, sync, ctx.tiny, ctx.completion_length))
         copy_weights = getattr(trainer, "rollout_weights", None)
         if copy_weights is not None:  # ZeRO-3: the rollouts' whole-weight copy, its memory and refresh cost
             result.update(
@@ -747,10 +735,6 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
                 rollout_copy_gathers=copy_weights.gathers,
                 rollout_copy_last_refresh_s=copy_weights.last_refresh_s,
             )
-        result.update(decoder_summary(trainer, result["gen_calls"]))
-        result["forced_length_ok"] = (
-            result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
-        )
         if variant.dedupe_images:  # proof that the lever acted: images preprocessed vs images given
             from open_r1.image_dedupe import dedupe_state
 
@@ -767,6 +751,21 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         if trainer is not None:
             with contextlib.suppress(Exception):
                 trainer.accelerator.free_memory()
+
+
+def train_measured(trainer, warmup_steps: int, sync, tiny: bool, completion_length: int) -> dict[str, Any]:
+    """Train `trainer` under a `Probe` that leaves its first `warmup_steps` optimizer steps unmeasured: the probe's
+    numbers, the graph decoder's split, and whether every completion had the forced `completion_length`."""
+    probe = Probe(trainer, warmup_steps, trainer.args.max_steps, sync)
+    trainer.add_callback(probe.callback)
+    # --tiny: TRL scores every position where Triton is missing (CPU), ~15x slower with the real vocabulary
+    with compat.completion_only_scoring(tiny):
+        trainer.train()
+    sync()
+    result = probe.summary()
+    result.update(decoder_summary(trainer, result["gen_calls"]))
+    result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == completion_length
+    return result
 
 
 def decoder_split(timings: list[dict], calls: int) -> dict[str, Any]:

@@ -152,7 +152,6 @@ def run_grpo(name, args, ctx, result, sync) -> None:
     from peft import LoraConfig
     from trl import GRPOTrainer
 
-    from experiments.bench import compat
     from open_r1.families import family_of
     from open_r1.trainer import VLMGRPOTrainer
 
@@ -180,17 +179,9 @@ def run_grpo(name, args, ctx, result, sync) -> None:
         )
     else:
         trainer = GRPOTrainer(**kwargs)
-    probe = bench.Probe(trainer, args.warmup, train_args.max_steps, sync)
-    trainer.add_callback(probe.callback)
-    with compat.completion_only_scoring(args.tiny):
-        trainer.train()
-    sync()
-    result.update(probe.summary(), rows_per_round=rows, lora=LORA)
-    result.update(bench.decoder_summary(trainer, result["gen_calls"]))
     # the models die with this frame; bench.measured frees their memory after it
-    result["forced_length_ok"] = (
-        result["completion_len_min"] == result["completion_len_max"] == ctx["completion_length"]
-    )
+    result.update(bench.train_measured(trainer, args.warmup, sync, args.tiny, ctx["completion_length"]))
+    result.update(rows_per_round=rows, lora=LORA)
 
 
 def run_rm(args, ctx, result, sync) -> None:
