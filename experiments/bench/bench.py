@@ -14,10 +14,12 @@ after every variant.
 import argparse
 import contextlib
 import copy
+import functools
 import gc
 import importlib.util
 import json
 import math
+import operator
 import os
 import platform
 import signal
@@ -253,8 +255,8 @@ def flatten_preset(name: str, presets: dict[str, dict], seen: tuple[str, ...] = 
 def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any]) -> Variant:
     """The variant's final GRPOConfig overrides: recipe keys (when it asks for them), then its own keys."""
     spec = flatten_preset(name, presets)
-    overrides: dict[str, Any] = {}
-    options: dict[str, Any] = {}
+    overrides = {}
+    options = {}
     if spec.get("recipe", False):
         overrides = {key: recipe[key] for key in RECIPE_ALGORITHM_KEYS if key in recipe}
         # lazy image decoding is on for every recipe variant (it changes no result), freeze_vision the recipe's;
@@ -292,9 +294,12 @@ def counting_dataset(n: int, args, work_dir: str, split: str = "train"):
     return dataset, f"open_r1.tasks.counting.scenes.build_split({split!r})"
 
 
-def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda", seed: int = 0, config=None):
+def build_full_size_model(
+    attn_implementation: str = "sdpa", device: str = "cuda", seed: int = 0, config=None, auto_class=None
+):
     """Full Qwen2-VL-2B dimensions (or `config`), random weights (transformers' own init, seeded), built directly
-    on `device` in bf16: no 4.4 GB checkpoint is written or read. The real generation config (eos ids) is set."""
+    on `device` in bf16 (as `auto_class`, default the VLM with its LM head): no 4.4 GB checkpoint is written or
+    read. The real generation config (eos ids) is set."""
     import torch
     from transformers import AutoModelForImageTextToText
 
@@ -303,7 +308,7 @@ def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda
     torch.manual_seed(seed)
     config = config if config is not None else tiny_model.build_config(full_size=True)
     with torch.device(device):
-        model = AutoModelForImageTextToText.from_config(
+        model = (auto_class or AutoModelForImageTextToText).from_config(
             config, dtype=torch.bfloat16, attn_implementation=attn_implementation
         )
     model.generation_config = tiny_model.build_generation_config()
@@ -373,16 +378,14 @@ class Probe:
 
         self.sync = sync
         self.measuring = False
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.counts: dict[str, int] = defaultdict(int)
-        self.completion_lengths: list[int] = []
+        self.seconds = defaultdict(float)
+        self.counts = defaultdict(int)
+        self.completion_lengths = []
         self.train_tokens = self.train_padded_tokens = self.train_sequences = 0
-        self.window_start: float | None = None
-        self.window_end: float | None = None
-        self.warmup_end: float | None = None
+        self.window_start = self.window_end = None
         self.train_start = time.perf_counter()
-        self.step_ends: list[float] = []
-        self.step_reserved_gib: list[float] = []  # after each measured optimizer step: a leak shows as growth
+        self.step_ends = []
+        self.step_reserved_gib = []  # after each measured optimizer step: a leak shows as growth
 
         probe = self
         for method, key in (
@@ -395,21 +398,15 @@ class Probe:
         ):
             setattr(trainer, method, self._wrap(getattr(trainer, method), key))
 
-        def open_window():
-            probe.sync()
-            probe.warmup_end = probe.window_start = time.perf_counter()
-            probe.measuring = True
-
         class _Window(TrainerCallback):
             def on_train_begin(self, args, state, control, **kwargs):
-                if warmup_optimizer_steps == 0:
-                    open_window()
+                self.on_step_end(args, state, control)  # no warm-up: the window opens here
 
             def on_step_end(self, args, state, control, **kwargs):
                 probe.sync()
                 now = time.perf_counter()
-                if warmup_optimizer_steps and state.global_step == warmup_optimizer_steps:
-                    probe.warmup_end = probe.window_start = now
+                if state.global_step == warmup_optimizer_steps:
+                    probe.window_start = now
                     probe.measuring = True
                 elif probe.measuring:
                     probe.step_ends.append(now)
@@ -496,7 +493,7 @@ class Probe:
             "trained_sequences_per_s": self.train_sequences / wall if wall > 0 else None,
             "completion_len_min": min(lengths) if lengths else None,
             "completion_len_max": max(lengths) if lengths else None,
-            "warmup_s": (self.warmup_end - self.train_start) if self.warmup_end else None,
+            "warmup_s": self.window_start - self.train_start,
             "step_reserved_gib": self.step_reserved_gib,
             "optimizer_step_s": [
                 end - begin
@@ -539,7 +536,7 @@ def tiny_batch_sizes(kwargs: dict[str, Any]) -> dict[str, Any]:
     """--tiny batch sizes for GRPOConfig kwargs: / TINY_BATCH_DIVISOR, generations / TINY_GENERATIONS_DIVISOR, and
     still whole prompt groups in every generation batch."""
     generations = max(2, int(kwargs.get("num_generations", NUM_GENERATIONS)) // TINY_GENERATIONS_DIVISOR)
-    scaled: dict[str, Any] = {"num_generations": generations}
+    scaled = {"num_generations": generations}
     per_device = max(1, int(kwargs.get("per_device_train_batch_size", 8)) // TINY_BATCH_DIVISOR)
     if kwargs.get("generation_batch_size"):
         batch = max(1, int(kwargs["generation_batch_size"]) // TINY_BATCH_DIVISOR)
@@ -553,30 +550,34 @@ def tiny_batch_sizes(kwargs: dict[str, Any]) -> dict[str, Any]:
     return scaled
 
 
-def build_grpo_config(variant: Variant, ctx: BenchContext, output_dir: str):
+def bench_grpo_config(output_dir: str, seed: int, completion_length: int, tiny: bool, **kwargs):
+    """A bench's GRPOConfig: `kwargs` over no reports and no saves; every completion exactly `completion_length`
+    tokens, vision special tokens suppressed (the bench shape wins over any recipe value); --tiny: CPU, fp32."""
     from trl import GRPOConfig
 
-    kwargs: dict[str, Any] = {
-        "output_dir": output_dir,
-        "max_completion_length": ctx.completion_length,
-        "num_generations": NUM_GENERATIONS,
-        "report_to": "none",
-        "save_strategy": "no",
-        "seed": ctx.seed,
-        "max_steps": 1,  # replaced once the round geometry is known
+    generation_kwargs = {
+        **(kwargs.pop("generation_kwargs", None) or {}),
+        "min_new_tokens": completion_length,
+        "suppress_tokens": VISION_SPECIAL_TOKEN_IDS,
     }
-    kwargs.update(variant.overrides)
-    kwargs["max_completion_length"] = ctx.completion_length  # the bench shape wins over any recipe value
-    generation_kwargs = dict(variant.overrides.get("generation_kwargs") or {})
-    generation_kwargs.update({"min_new_tokens": ctx.completion_length, "suppress_tokens": VISION_SPECIAL_TOKEN_IDS})
-    kwargs["generation_kwargs"] = generation_kwargs
+    if tiny:
+        kwargs.update(use_cpu=True, bf16=False)
+    return GRPOConfig(
+        **{"output_dir": output_dir, "report_to": "none", "save_strategy": "no", "seed": seed, **kwargs},
+        max_completion_length=completion_length,
+        generation_kwargs=generation_kwargs,
+    )
+
+
+def build_grpo_config(variant: Variant, ctx: BenchContext, output_dir: str):
+    # max_steps: replaced once the round geometry is known
+    kwargs = {"num_generations": NUM_GENERATIONS, "max_steps": 1, **variant.overrides}
     if ctx.tiny:
         kwargs.update(tiny_batch_sizes(kwargs))
-        kwargs.update({"use_cpu": True, "bf16": False})
     if variant.deepspeed:
         single_process_distributed_env()
         kwargs["deepspeed"] = deepspeed_config(variant)
-    args = GRPOConfig(**kwargs)
+    args = bench_grpo_config(output_dir, ctx.seed, ctx.completion_length, ctx.tiny, **kwargs)
     geometry = rounds_geometry(args)
     rollouts_per_round = args.generation_batch_size * geometry["generations_per_round"]
     geometry["rounds_measured"] = max(ctx.steps, math.ceil(ctx.min_rollouts / rollouts_per_round))
@@ -651,7 +652,7 @@ def run_variant(variant: Variant, ctx: BenchContext) -> dict[str, Any]:
 
     on_cuda = ctx.device == "cuda"
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
-    result: dict[str, Any] = {"name": variant.name, **variant.to_dict()}
+    result = {"name": variant.name, **variant.to_dict()}
     with measured(result, on_cuda, ctx.variant_timeout_s, reset_compiler=variant.fast_decode != "hf") as start:
         _train_variant(variant, ctx, result, sync, start)
     return result
@@ -926,26 +927,37 @@ def setup_device(device: str, memory_cap_gib: float | None) -> None:
         torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_gib * GIB / total), 0)
 
 
+def scratch_dir(work_dir: str | None, prefix: str):
+    """A context holding `work_dir` (made if missing), or a temp dir removed at the end."""
+    if not work_dir:
+        return tempfile.TemporaryDirectory(prefix=prefix)
+    os.makedirs(work_dir, exist_ok=True)
+    return contextlib.nullcontext(work_dir)
+
+
 @contextlib.contextmanager
 def scratch_checkpoint(work_dir: str | None, prefix: str):
-    """(work_dir, model_dir): `work_dir` (or a temp dir removed at the end) holding the tiny checkpoint, whose
-    real-id processor every run uses (and, in --tiny mode, its weights)."""
+    """(work_dir, model_dir): `scratch_dir` holding the tiny checkpoint, whose real-id processor every run uses
+    (and, in --tiny mode, its weights)."""
     from open_r1.tiny_models import build_qwen2vl
 
-    with contextlib.ExitStack() as stack:
-        work_dir = work_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
-        os.makedirs(work_dir, exist_ok=True)
+    with scratch_dir(work_dir, prefix) as work_dir:
         yield work_dir, str(build_qwen2vl(Path(work_dir) / "tiny-qwen2vl", full_size=False, seed=0))
 
 
-def add_common_arguments(parser: argparse.ArgumentParser, out: str) -> None:
-    """The options of both benches (GRPO and selfcheck)."""
+def add_common_arguments(
+    parser: argparse.ArgumentParser,
+    out: str,
+    lengths: tuple[int, int] = (BENCH_COMPLETION_LENGTH, TINY_COMPLETION_LENGTH),
+) -> None:
+    """The options of every bench but the decode one (`lengths`: the default forced completion tokens, full size
+    and --tiny)."""
     parser.add_argument("--tiny", action="store_true", help="CPU mode: the tiny model, short completions")
     parser.add_argument(
         "--completion-length",
         type=int,
         default=None,
-        help=f"forced completion tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})",
+        help=f"forced completion tokens (default {lengths[0]}; --tiny {lengths[1]})",
     )
     parser.add_argument("--memory-cap-gib", type=float, default=None, help="GPU memory cap (over it: out of memory)")
     parser.add_argument("--deadline-s", type=float, default=None, help="skip runs not started by then (seconds)")
@@ -953,6 +965,19 @@ def add_common_arguments(parser: argparse.ArgumentParser, out: str) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=out, help="JSON report (rewritten after every run)")
     parser.add_argument("--work-dir", default=None, help="scratch dir (default: a temp dir, removed at the end)")
+
+
+def add_round_arguments(parser: argparse.ArgumentParser, steps: int) -> None:
+    """The options of both GRPO benches (counting and captioning)."""
+    parser.add_argument("--steps", type=int, default=steps, help="measured rounds (a generation batch and its steps)")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1)")
+    parser.add_argument("--variant-timeout-s", type=float, default=None, help="stop a longer variant (reported failed)")
+    parser.add_argument(
+        "--layers-once",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="graph decoder: one compile region per decoder layer (default: decoding.LAYERS_ONCE)",
+    )
 
 
 def parse_cli(argv=None) -> argparse.Namespace:
@@ -967,18 +992,10 @@ def parse_cli(argv=None) -> argparse.Namespace:
         help=f"comma-separated presets (default {DEFAULT_VARIANTS}; --tiny: {DEFAULT_TINY_VARIANTS})",
     )
     parser.add_argument("--define", action="append", default=[], metavar="NAME=JSON", help="an ad-hoc variant")
-    parser.add_argument("--steps", type=int, default=3, help="measured rounds (a generation batch and its steps)")
+    add_round_arguments(parser, steps=3)
     parser.add_argument("--min-rollouts", type=int, default=0, help="measure at least this many completions")
-    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1)")
     parser.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="recipe whose algorithm keys ours* variants use")
     parser.add_argument("--num-examples", type=int, default=None, help="dataset rows (default: enough for 2 rounds)")
-    parser.add_argument("--variant-timeout-s", type=float, default=None, help="stop a longer variant (reported failed)")
-    parser.add_argument(
-        "--layers-once",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="graph decoder: one compile region per decoder layer (default: decoding.LAYERS_ONCE)",
-    )
     parser.add_argument("--list", action="store_true", help="print the presets and exit")
     parser.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="no run: one table from runs' JSONs")
     return parser.parse_args(argv)
@@ -1044,7 +1061,7 @@ def main(argv=None) -> int:
             "min_rollouts": args.min_rollouts,
             "warmup": args.warmup,
         }
-        payload: dict[str, Any] = {
+        payload = {
             "bench": "grpo",
             "mode": "tiny" if args.tiny else "full_size",
             "environment": environment_info(device, args.memory_cap_gib),
@@ -1317,7 +1334,7 @@ def selfcheck_main(argv=None) -> int:
     device = check_device(args.tiny, args.threads)
     with scratch_checkpoint(args.work_dir, "bench-selfcheck-") as (work_dir, model_dir):
         to_time = {bs: min(args.n, bs * args.measure_batches) if args.measure_batches else args.n for bs in batch_sizes}
-        rows_needed = max(max(to_time.values()), max(batch_sizes))
+        rows_needed = max(*to_time.values(), *batch_sizes)
         base, data_source = counting_dataset(min(rows_needed, args.unique_examples), args, work_dir, args.split)
         setup_device(device, args.memory_cap_gib)
         # cycled to `rows_needed` rows: speed depends on the image size and question, not on novelty
@@ -1333,7 +1350,7 @@ def selfcheck_main(argv=None) -> int:
             "image": "x".join(str(side) for side in dataset[0]["image"].size),
             "budget_s": args.budget_s,
         }
-        payload: dict[str, Any] = {
+        payload = {
             "bench": "selfcheck",
             "decoder": args.decoder,
             "mode": "tiny" if args.tiny else "full_size",
@@ -1341,7 +1358,7 @@ def selfcheck_main(argv=None) -> int:
             "shape": shape,
             "batch_sizes": [],
         }
-        outputs: dict[int, dict] = {}  # id(entry) -> its answers and completion texts (not written to the JSON)
+        outputs = {}  # id(entry) -> its answers and completion texts (not written to the JSON)
         env = payload["environment"]
         print(
             f"[selfcheck-bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} | "
@@ -1350,7 +1367,14 @@ def selfcheck_main(argv=None) -> int:
         )
         for batch_size, flags in runs:
             compiled = flags.get("compile", False)
-            options = dict(
+            evaluate = functools.partial(
+                evaluate_dataset,
+                model,
+                processor,
+                dataset,
+                batch_size=batch_size,
+                max_new_tokens=completion_length,
+                progress=False,
                 compile_generation=compiled,
                 prefetch=not flags.get("no_prefetch", False),
                 image_device="cuda" if flags.get("gpu_images") and device == "cuda" else None,
@@ -1360,7 +1384,7 @@ def selfcheck_main(argv=None) -> int:
                 model, "per_image" if flags.get("per_image_vision_attention") else "grouped"
             )
             vision_attention.MAX_TOKENS_PER_CALL = CHUNK_TOKENS if flags.get("chunked_vision_attention") else None
-            entry: dict[str, Any] = {
+            entry = {
                 "batch_size": batch_size,
                 "examples": to_time[batch_size],
                 **{name: flags.get(name, False) for name in SELFCHECK_SUFFIXES.values()},
@@ -1374,33 +1398,11 @@ def selfcheck_main(argv=None) -> int:
                 continue
             # reset_compiler: a row's peak memory never includes the previous row's CUDA-graph pools
             with measured(entry, device == "cuda", reset_compiler=args.decoder != "hf" or compiled):
-                # Warm-up batch, not timed (kernel selection, allocator growth).
-                evaluate_dataset(
-                    model,
-                    processor,
-                    dataset,
-                    name="warmup",
-                    batch_size=batch_size,
-                    limit=batch_size,
-                    max_new_tokens=completion_length,
-                    progress=False,
-                    **options,
-                )
-                batch_timings: list[dict] = []
+                evaluate(name="warmup", limit=batch_size)  # not timed (kernel selection, allocator growth)
+                batch_timings = []
                 timer = ModuleTimer(vision_tower(model), device == "cuda") if flags.get("vision_timing") else None
                 with timer or contextlib.nullcontext():
-                    report = evaluate_dataset(
-                        model,
-                        processor,
-                        dataset,
-                        name=f"bs{batch_size}",
-                        batch_size=batch_size,
-                        limit=to_time[batch_size],
-                        max_new_tokens=completion_length,
-                        progress=False,
-                        timings=batch_timings,
-                        **options,
-                    )
+                    report = evaluate(name=f"bs{batch_size}", limit=to_time[batch_size], timings=batch_timings)
                 if timer is not None:
                     entry.update(vision_s=timer.seconds, vision_calls=timer.calls)
                 outputs[id(entry)] = {
@@ -1464,12 +1466,9 @@ def compare_with_first(entries: list[dict], outputs: list[dict | None]) -> None:
         return
     _, first = pairs[0]
     for entry, out in pairs[1:]:
-        common = min(len(out["answers"]), len(first["answers"]))
-        entry["answers_compared"] = common
-        entry["same_answers_as_first"] = sum(a == b for a, b in zip(out["answers"][:common], first["answers"]))
-        entry["same_completions_as_first"] = sum(
-            a == b for a, b in zip(out["completions"][:common], first["completions"])
-        )
+        entry["answers_compared"] = min(len(out["answers"]), len(first["answers"]))
+        entry["same_answers_as_first"] = sum(map(operator.eq, out["answers"], first["answers"]))
+        entry["same_completions_as_first"] = sum(map(operator.eq, out["completions"], first["completions"]))
 
 
 def selfcheck_batch_split(batch_timings: list[dict], decoder_timings: list[dict]) -> dict[str, Any]:
@@ -1481,13 +1480,8 @@ def selfcheck_batch_split(batch_timings: list[dict], decoder_timings: list[dict]
             batch.update(prefill_s=timed["prefill_s"], decode_s=timed["decode_s"])
     if not batches:
         return {}
-    return {
-        "batches": batches,
-        "first_batch_wait_s": batches[0]["wait_s"],
-        "wait_s": sum(b["wait_s"] for b in batches),
-        "generate_s": sum(b["generate_s"] for b in batches),
-        "post_s": sum(b["post_s"] for b in batches),
-    }
+    totals = {key: sum(b[key] for b in batches) for key in ("wait_s", "generate_s", "post_s")}
+    return {"batches": batches, "first_batch_wait_s": batches[0]["wait_s"], **totals}
 
 
 def compare_with_hf(model, processor, dataset, n, batch_size, completion_length, decoder) -> dict[str, Any]:
@@ -1499,19 +1493,10 @@ def compare_with_hf(model, processor, dataset, n, batch_size, completion_length,
     for name in (decoder, "hf"):
         generation_lib.DEFAULT_DECODER = name
         reports[name] = evaluate_dataset(
-            model,
-            processor,
-            dataset,
-            name=name,
-            batch_size=batch_size,
-            limit=n,
-            max_new_tokens=completion_length,
-            progress=False,
+            model, processor, dataset, name, batch_size, n, max_new_tokens=completion_length, progress=False
         ).records
     generation_lib.DEFAULT_DECODER = decoder
     ours, hf = reports[decoder], reports["hf"]
-    same_prediction = sum(a["prediction"] == b["prediction"] for a, b in zip(ours, hf))
-    same_text = sum(a["completion"] == b["completion"] for a, b in zip(ours, hf))
     tokenizer = processor.tokenizer
 
     def common_prefix(a, b):
@@ -1522,8 +1507,8 @@ def compare_with_hf(model, processor, dataset, n, batch_size, completion_length,
     prefix = [common_prefix(a["completion"], b["completion"]) for a, b in zip(ours, hf)]
     return {
         "examples": len(ours),
-        "same_prediction": same_prediction,
-        "same_completion_text": same_text,
+        "same_prediction": sum(a["prediction"] == b["prediction"] for a, b in zip(ours, hf)),
+        "same_completion_text": sum(a["completion"] == b["completion"] for a, b in zip(ours, hf)),
         "mean_common_prefix_fraction": sum(prefix) / max(len(prefix), 1),
         "predictions_parsed": sum(r["prediction"] is not None for r in hf),
     }
@@ -1542,8 +1527,7 @@ def format_selfcheck_table(payload: dict) -> str:
         label = selfcheck_label(e)
         if e["status"] != "ok":
             rows.append(
-                f"| {label} | {e['status']}: {e['error']} | - | - | - | - | - | - | - | "
-                f"{_fmt(e.get('peak_reserved_gib'), 1)} |"
+                f"| {label} | {e['status']}: {e['error']} |{' - |' * 7} {_fmt(e.get('peak_reserved_gib'), 1)} |"
             )
             continue
         same = (
@@ -1562,10 +1546,6 @@ def cli(argv=None, entry=None) -> int:
         return (entry or main)(argv)
     except BenchError as exc:
         return error_exit(exc)
-
-
-def selfcheck_cli(argv=None) -> int:
-    return cli(argv, selfcheck_main)
 
 
 if __name__ == "__main__":
