@@ -19,7 +19,6 @@ import gc
 import importlib.util
 import json
 import math
-import operator
 import os
 import platform
 import signal
@@ -519,7 +518,6 @@ class BenchContext:
     work_dir: str
     variant_timeout_s: float | None = None
     min_rollouts: int = 0
-    layers_once: bool | None = None  # the graph decoder's per-layer compile region (None: decoding.LAYERS_ONCE)
 
 
 def rounds_geometry(args) -> dict[str, int]:
@@ -664,15 +662,13 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
     from transformers import set_seed
     from trl import GRPOTrainer
 
-    from open_r1 import decoding, modeling
     from open_r1 import grpo as grpo_lib
+    from open_r1 import modeling
     from open_r1.families import vision_tower
     from open_r1.rewards import get_reward_funcs, parse_reward_kwargs
     from open_r1.tasks.counting import data as data_lib
     from open_r1.trainer import VLMGRPOTrainer
 
-    if ctx.layers_once is not None:
-        decoding.LAYERS_ONCE = ctx.layers_once  # read when the trainer builds its graph decoder
     trainer = None
     try:
         set_seed(ctx.seed)
@@ -894,6 +890,11 @@ def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any
 # --- CLI --------------------------------------------------------------------------------------------------------------
 
 
+def comma_list(text: str) -> list[str]:
+    """'a, b,,c' -> ['a', 'b', 'c']: the benches' --variants and --batch-sizes."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def deadline_passed(started: float, deadline_s: float | None) -> str | None:
     """Why the next variant is skipped under --deadline-s, or None."""
     elapsed = time.perf_counter() - started
@@ -980,6 +981,14 @@ def add_round_arguments(parser: argparse.ArgumentParser, steps: int) -> None:
     )
 
 
+def set_layers_once(value: bool | None) -> None:
+    """--layers-once / --no-layers-once: the module default the trainer reads when it builds its graph decoder."""
+    from open_r1 import decoding
+
+    if value is not None:
+        decoding.LAYERS_ONCE = value
+
+
 def parse_cli(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="GRPO throughput bench: plain TRL defaults vs our recipe's levers, one process.",
@@ -1011,10 +1020,7 @@ def main(argv=None) -> int:
     if args.merge:
         return merge_main(args.merge, args.out)
     recipe = load_recipe(args.recipe)
-    names = [
-        n.strip() for n in (args.variants or (DEFAULT_TINY_VARIANTS if args.tiny else DEFAULT_VARIANTS)).split(",")
-    ]
-    names = [n for n in names if n]
+    names = comma_list(args.variants or (DEFAULT_TINY_VARIANTS if args.tiny else DEFAULT_VARIANTS))
     variants = [resolve_variant(name, presets, recipe) for name in names]  # unknown names fail before any work
     if any(v.deepspeed for v in variants) and len(variants) > 1:
         raise BenchError(
@@ -1047,8 +1053,8 @@ def main(argv=None) -> int:
             work_dir=work_dir,
             variant_timeout_s=args.variant_timeout_s,
             min_rollouts=args.min_rollouts,
-            layers_once=args.layers_once,
         )
+        set_layers_once(args.layers_once)
         shape = {
             "completion_length": completion_length,
             "num_generations": NUM_GENERATIONS,
@@ -1294,9 +1300,7 @@ class ModuleTimer:
 def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, dict[str, bool]]]:
     """'256,512n' -> [(256, {}), (512, {'no_prefetch': True})]: a batch size and its SELFCHECK_SUFFIXES letters."""
     runs = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
+    for item in comma_list(text):
         number = item.rstrip("".join(SELFCHECK_SUFFIXES))
         flags = {SELFCHECK_SUFFIXES[letter]: True for letter in item[len(number) :]}
         if not number.isdigit() or int(number) < 1:
@@ -1358,7 +1362,7 @@ def selfcheck_main(argv=None) -> int:
             "shape": shape,
             "batch_sizes": [],
         }
-        outputs = {}  # id(entry) -> its answers and completion texts (not written to the JSON)
+        outputs = {}  # id(entry) -> its evaluation records (not written to the JSON)
         env = payload["environment"]
         print(
             f"[selfcheck-bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} | "
@@ -1405,10 +1409,7 @@ def selfcheck_main(argv=None) -> int:
                     report = evaluate(name=f"bs{batch_size}", limit=to_time[batch_size], timings=batch_timings)
                 if timer is not None:
                     entry.update(vision_s=timer.seconds, vision_calls=timer.calls)
-                outputs[id(entry)] = {
-                    "answers": [r["prediction"] for r in report.records],  # compared below
-                    "completions": [r["completion"] for r in report.records],
-                }
+                outputs[id(entry)] = report.records  # compared below
                 per_s = report.n / report.seconds
                 decoder = (generation_lib._DECODERS or {}).get(model)
                 batches = math.ceil(report.n / batch_size)  # the measured batches are the decoder's last calls
@@ -1457,18 +1458,21 @@ def selfcheck_main(argv=None) -> int:
     return 0
 
 
-def compare_with_first(entries: list[dict], outputs: list[dict | None]) -> None:
+def agreement(records: list[dict], others: list[dict]) -> tuple[int, int, int]:
+    """(rows compared, equal predictions, equal completion texts) of two evaluations' records, row by row."""
+    pairs = list(zip(records, others))
+    same = [sum(a[key] == b[key] for a, b in pairs) for key in ("prediction", "completion")]
+    return len(pairs), *same
+
+
+def compare_with_first(entries: list[dict], outputs: list[list[dict] | None]) -> None:
     """Every ok entry after the first ok one counts its answers and completion texts equal to the first's
-    (`outputs`: per entry, None or its {'answers', 'completions'}). Greedy decoding of the same inputs must give the
-    same texts; with random weights the answers agree trivially (nothing parses), so the texts are the real check."""
+    (`outputs`: per entry, None or its evaluation records). Greedy decoding of the same inputs must give the same
+    texts; with random weights the answers agree trivially (nothing parses), so the texts are the real check."""
     pairs = [(e, out) for e, out in zip(entries, outputs) if e.get("status") == "ok" and out is not None]
-    if not pairs:
-        return
-    _, first = pairs[0]
     for entry, out in pairs[1:]:
-        entry["answers_compared"] = min(len(out["answers"]), len(first["answers"]))
-        entry["same_answers_as_first"] = sum(map(operator.eq, out["answers"], first["answers"]))
-        entry["same_completions_as_first"] = sum(map(operator.eq, out["completions"], first["completions"]))
+        keys = ("answers_compared", "same_answers_as_first", "same_completions_as_first")
+        entry.update(zip(keys, agreement(out, pairs[0][1])))
 
 
 def selfcheck_batch_split(batch_timings: list[dict], decoder_timings: list[dict]) -> dict[str, Any]:
@@ -1497,6 +1501,7 @@ def compare_with_hf(model, processor, dataset, n, batch_size, completion_length,
         ).records
     generation_lib.DEFAULT_DECODER = decoder
     ours, hf = reports[decoder], reports["hf"]
+    examples, same_prediction, same_text = agreement(ours, hf)
     tokenizer = processor.tokenizer
 
     def common_prefix(a, b):
@@ -1506,9 +1511,9 @@ def compare_with_hf(model, processor, dataset, n, batch_size, completion_length,
 
     prefix = [common_prefix(a["completion"], b["completion"]) for a, b in zip(ours, hf)]
     return {
-        "examples": len(ours),
-        "same_prediction": sum(a["prediction"] == b["prediction"] for a, b in zip(ours, hf)),
-        "same_completion_text": sum(a["completion"] == b["completion"] for a, b in zip(ours, hf)),
+        "examples": examples,
+        "same_prediction": same_prediction,
+        "same_completion_text": same_text,
         "mean_common_prefix_fraction": sum(prefix) / max(len(prefix), 1),
         "predictions_parsed": sum(r["prediction"] is not None for r in hf),
     }

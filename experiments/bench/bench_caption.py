@@ -179,7 +179,7 @@ def main(argv=None) -> int:
     from open_r1 import decoding
 
     args = parse_cli(argv)
-    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    names = bench.comma_list(args.variants)
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
         raise bench.BenchError(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)}")
@@ -188,8 +188,7 @@ def main(argv=None) -> int:
     # every round needs `prompts` distinct contests: enough for warm-up + measured rounds
     args.dataset = cartoon_prompts(args.prompts * (args.warmup + args.steps + 1), args.image_size, args.seed)
     bench.setup_device(args.device, args.memory_cap_gib)
-    if args.layers_once is not None:
-        decoding.LAYERS_ONCE = args.layers_once  # read when the trainer builds its graph decoder
+    bench.set_layers_once(args.layers_once)
     on_cuda = args.device == "cuda"
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
 
