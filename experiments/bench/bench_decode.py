@@ -105,10 +105,11 @@ def worker(args) -> None:
     # samplers, each a cold compile of its own
     names = list(SAMPLING) if variant == "graph_once_warm" else ["top-p 0.95"]
     options = {"backend": "eager", "dynamic": False} if args.tiny else None
-    layers_once = variant.startswith("graph_once")
-    decoder = GraphDecoder(model, compile=compiled, layers_once=layers_once, compile_options=options)
+    decoder = GraphDecoder(
+        model, compile=compiled, layers_once=variant.startswith("graph_once"), compile_options=options
+    )
     for name in names:
-        for attempt in (0, 1):
+        for _ in range(2):
             row = dict(base, sampling=name, layers_once=decoder.layers_once)
             try:
                 settings = resolve_settings(
@@ -126,8 +127,9 @@ def worker(args) -> None:
                 row["first_call_s"] = round(time.perf_counter() - t, 1)
                 decoder.generate(**inputs, settings=settings)
                 timing = decoder.timings[-1]
-                row["ms_per_step"] = round(1000 * timing["decode_s"] / max(timing["steps"] - 1, 1), 2)
-                row["steps"] = timing["steps"]
+                row.update(
+                    ms_per_step=round(1000 * timing["decode_s"] / max(timing["steps"] - 1, 1), 2), steps=timing["steps"]
+                )
                 if compiled:
                     from experiments.bench import compat
 
