@@ -387,6 +387,28 @@ class Probe:
         self.step_reserved_gib = []  # after each measured optimizer step: a leak shows as growth
 
         probe = self
+
+        def wrap(method, key):
+            def timed(*args, **kwargs):
+                if not probe.measuring:
+                    return method(*args, **kwargs)
+                bucket = key or ("logp" if not torch.is_grad_enabled() else "train_logp")
+                probe.sync()
+                start = time.perf_counter()
+                try:
+                    result = method(*args, **kwargs)
+                finally:
+                    probe.sync()
+                    probe.seconds[bucket] += time.perf_counter() - start
+                    probe.counts[bucket] += 1
+                if bucket == "gen":  # TRL 1.16: (prompt_ids, completion_ids, tool_mask, completions, ...)
+                    probe.completion_lengths.extend(len(ids) for ids in result[1])
+                elif bucket == "compute_loss":
+                    probe._count_train_tokens(args[1] if len(args) > 1 else kwargs.get("inputs"))
+                return result
+
+            return timed
+
         for method, key in (
             ("_generate", "gen"),
             ("_get_per_token_logps_and_entropies", None),
@@ -395,7 +417,7 @@ class Probe:
             ("training_step", "training_step"),
             ("compute_loss", "compute_loss"),
         ):
-            setattr(trainer, method, self._wrap(getattr(trainer, method), key))
+            setattr(trainer, method, wrap(getattr(trainer, method), key))
 
         class _Window(TrainerCallback):
             def on_train_begin(self, args, state, control, **kwargs):
@@ -417,36 +439,6 @@ class Probe:
 
         self.callback = _Window()
 
-    def _wrap(self, method, key):
-        import torch
-
-        probe = self
-
-        def timed(*args, **kwargs):
-            if not probe.measuring:
-                return method(*args, **kwargs)
-            bucket = key or ("logp" if not torch.is_grad_enabled() else "train_logp")
-            probe.sync()
-            start = time.perf_counter()
-            try:
-                result = method(*args, **kwargs)
-            finally:
-                probe.sync()
-                probe.seconds[bucket] += time.perf_counter() - start
-                probe.counts[bucket] += 1
-            if bucket == "gen":
-                probe._count_completions(result)
-            elif bucket == "compute_loss":
-                probe._count_train_tokens(args[1] if len(args) > 1 else kwargs.get("inputs"))
-            return result
-
-        return timed
-
-    def _count_completions(self, result):
-        # TRL 1.16: (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images)
-        completion_ids = result[1]
-        self.completion_lengths.extend(len(ids) for ids in completion_ids)
-
     def _count_train_tokens(self, inputs):
         if not isinstance(inputs, dict) or "completion_mask" not in inputs:
             return
@@ -465,9 +457,8 @@ class Probe:
         gen, logp = self.seconds["gen"], self.seconds["logp"]
         prepare, training_step = self.seconds["prepare"], self.seconds["training_step"]
         train = training_step - prepare
-        rollouts = len(self.completion_lengths)
-        gen_tokens = sum(self.completion_lengths)
         lengths = self.completion_lengths
+        rollouts, gen_tokens = len(lengths), sum(lengths)
         return {
             "wall_s": wall,
             "rollouts": rollouts,
@@ -540,10 +531,8 @@ def tiny_batch_sizes(kwargs: dict[str, Any]) -> dict[str, Any]:
         batch = max(1, int(kwargs["generation_batch_size"]) // TINY_BATCH_DIVISOR)
         scaled["generation_batch_size"] = max(generations, batch // generations * generations)
         per_device = min(per_device, scaled["generation_batch_size"])
-    else:
-        steps = int(kwargs.get("steps_per_generation") or kwargs.get("gradient_accumulation_steps", 1))
-        if (per_device * steps) % generations:
-            per_device = generations
+    elif generation_batch({**kwargs, "per_device_train_batch_size": per_device}) % generations:
+        per_device = generations
     scaled["per_device_train_batch_size"] = per_device
     return scaled
 
@@ -1165,12 +1154,14 @@ def prompts_per_generation(variant: Variant, tiny: bool) -> int:
     kwargs = {"num_generations": NUM_GENERATIONS, **variant.overrides}
     if tiny:
         kwargs.update(tiny_batch_sizes(kwargs))
-    if kwargs.get("generation_batch_size"):
-        batch = int(kwargs["generation_batch_size"])
-    else:
-        steps = kwargs.get("steps_per_generation") or kwargs.get("gradient_accumulation_steps", 1)
-        batch = int(kwargs.get("per_device_train_batch_size", 8)) * int(steps)
-    return max(1, batch // int(kwargs["num_generations"]))
+    return max(1, generation_batch(kwargs) // int(kwargs["num_generations"]))
+
+
+def generation_batch(kwargs: dict[str, Any]) -> int:
+    """The generation batch GRPOConfig makes of these kwargs in one process: generation_batch_size, else the
+    per-device batch x steps_per_generation (default: the accumulation steps)."""
+    steps = kwargs.get("steps_per_generation") or kwargs.get("gradient_accumulation_steps", 1)
+    return int(kwargs.get("generation_batch_size") or int(kwargs.get("per_device_train_batch_size", 8)) * int(steps))
 
 
 def summarize(results: list[dict], memory_cap_gib: float | None) -> dict[str, Any]:
