@@ -268,12 +268,7 @@ def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any])
 
 
 def load_recipe(path: str | os.PathLike | None) -> dict[str, Any]:
-    if not path:
-        return {}
-    try:
-        return read_recipe(path)
-    except RecipeError as exc:
-        raise BenchError(str(exc)) from None
+    return read_recipe(path) if path else {}  # a bad one: RecipeError, which `cli` reports as one line
 
 
 def missing_requirements(variant: Variant) -> list[str]:
@@ -1540,7 +1535,7 @@ def format_selfcheck_table(payload: dict) -> str:
 def cli(argv=None, entry=None) -> int:
     try:
         return (entry or main)(argv)
-    except BenchError as exc:
+    except (BenchError, RecipeError) as exc:
         return error_exit(exc)
 
 
