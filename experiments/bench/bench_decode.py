@@ -23,6 +23,8 @@ import time
 import traceback
 from pathlib import Path
 
+from open_r1.jsonio import write_json
+
 VARIANTS = ("hf", "eager", "graph_once", "graph_once_warm", "graph")
 CACHE_DIRS = {"graph_once": "inductor-once", "graph_once_warm": "inductor-once", "graph": "inductor-plain"}
 SAMPLING = {
@@ -216,7 +218,7 @@ def main(argv=None) -> int:
         except subprocess.TimeoutExpired:
             _record(out, variant=variant, event="timeout", error=f"killed at the budget ({left:.0f} s left)")
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
-    (out / "summary.json").write_text(json.dumps(rows, indent=1))
+    write_json(out / "summary.json", rows)
     print(table(rows), flush=True)
     return 0
 
