@@ -858,13 +858,10 @@ def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any
         "trl": trl.__version__,
         "device": device,
         "memory_cap_gib": memory_cap_gib,
+        **{
+            f"has_{name}": importlib.util.find_spec(name) is not None for name in ("liger_kernel", "flash_attn", "vllm")
+        },
     }
-    info.update(
-        {
-            f"has_{module}": importlib.util.find_spec(module) is not None
-            for module in ("liger_kernel", "flash_attn", "vllm")
-        }
-    )
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         info.update({"gpu": props.name, "gpu_total_gib": props.total_memory / GIB, "cuda": torch.version.cuda})
@@ -1161,11 +1158,9 @@ def generation_batch(kwargs: dict[str, Any]) -> int:
 
 def summarize(results: list[dict], memory_cap_gib: float | None) -> dict[str, Any]:
     ok = [r for r in results if r.get("status") == "ok" and r["name"] != BASELINE and r.get("ratio_vs_plain_trl")]
-    if memory_cap_gib is None:
-        fitting = [r for r in ok if r.get("peak_reserved_gib") is None or r["peak_reserved_gib"] <= 40.0]
-    else:
-        fitting = ok  # a variant over the cap has failed with an OOM
-    best = max(fitting, key=lambda r: r["ratio_vs_plain_trl"], default=None)
+    if memory_cap_gib is None:  # under a cap, a variant over it has failed with an OOM
+        ok = [r for r in ok if (r.get("peak_reserved_gib") or 0) <= 40.0]
+    best = max(ok, key=lambda r: r["ratio_vs_plain_trl"], default=None)
     if best is None:
         return {"best": None, "line": "[bench] no variant to compare with plain_trl"}
     return {
@@ -1255,31 +1250,30 @@ SELFCHECK_SUFFIXES = {
 }
 
 
-class ModuleTimer:
-    """Seconds spent inside one module's forward calls, through forward hooks that synchronise the GPU at entry and
-    exit: a profiling row's tool (the syncs cost a little), for the vision tower, which runs only in the prefill."""
+@contextlib.contextmanager
+def vision_timer(module, cuda: bool):
+    """{'vision_s', 'vision_calls'}: the seconds and calls inside `module`'s forward (the vision tower, which runs
+    only in the prefill), through forward hooks that synchronise the GPU at entry and exit: a profiling row's tool
+    (the syncs cost a little)."""
+    import torch
 
-    def __init__(self, module, cuda: bool):
-        import torch
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    timing, starts = {"vision_s": 0.0, "vision_calls": 0}, []
 
-        self.seconds, self.calls, self._t0 = 0.0, 0, None
-        self._sync = torch.cuda.synchronize if cuda else (lambda: None)
-        self._handles = [module.register_forward_pre_hook(self._start), module.register_forward_hook(self._stop)]
+    def start(module, args):
+        sync()
+        starts.append(time.perf_counter())
 
-    def _start(self, module, args):
-        self._sync()
-        self._t0 = time.perf_counter()
+    def stop(module, args, output):
+        sync()
+        timing["vision_s"] += time.perf_counter() - starts.pop()
+        timing["vision_calls"] += 1
 
-    def _stop(self, module, args, output):
-        self._sync()
-        self.seconds += time.perf_counter() - self._t0
-        self.calls += 1
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for handle in self._handles:
+    handles = [module.register_forward_pre_hook(start), module.register_forward_hook(stop)]
+    try:
+        yield timing
+    finally:
+        for handle in handles:
             handle.remove()
 
 
@@ -1390,11 +1384,10 @@ def selfcheck_main(argv=None) -> int:
             with measured(entry, device == "cuda", reset_compiler=args.decoder != "hf" or compiled):
                 evaluate(name="warmup", limit=batch_size)  # not timed (kernel selection, allocator growth)
                 batch_timings = []
-                timer = ModuleTimer(vision_tower(model), device == "cuda") if flags.get("vision_timing") else None
-                with timer or contextlib.nullcontext():
+                timer = vision_timer(vision_tower(model), device == "cuda") if flags.get("vision_timing") else None
+                with timer or contextlib.nullcontext({}) as vision:
                     report = evaluate(name=f"bs{batch_size}", limit=to_time[batch_size], timings=batch_timings)
-                if timer is not None:
-                    entry.update(vision_s=timer.seconds, vision_calls=timer.calls)
+                entry.update(vision)
                 outputs[id(entry)] = report.records  # compared below
                 per_s = report.n / report.seconds
                 decoder = (generation_lib._DECODERS or {}).get(model)

@@ -98,13 +98,9 @@ def rm_reward(reward_model, batch_size: int):
     from open_r1.tasks.captioning import protocol
     from open_r1.tasks.captioning.rewards import _descriptions, sigmoid
 
-    def caption_rm_shape(
-        completions, completion_ids, image=None, scene=None, twist=None, location=None, entities=None, **kwargs
-    ):
+    def caption_rm_shape(completions, completion_ids, image=None, **columns):
         captions = [caption_of(ids) for ids in completion_ids]
-        descs = _descriptions(
-            {"scene": scene, "twist": twist, "location": location, "entities": entities}, len(captions)
-        )
+        descs = _descriptions(columns, len(captions))  # the description columns (scene, twist, ...) TRL passes
         messages = [protocol.rm_messages(d, c) for d, c in zip(descs, captions)]
         return [sigmoid(s) for s in reward_model.score(list(image), messages, batch_size=batch_size)]
 
