@@ -938,26 +938,24 @@ def add_common_arguments(
     parser.add_argument(
         "--completion-length",
         type=int,
-        default=None,
         help=f"forced completion tokens (default {lengths[0]}; --tiny {lengths[1]})",
     )
-    parser.add_argument("--memory-cap-gib", type=float, default=None, help="GPU memory cap (over it: out of memory)")
-    parser.add_argument("--deadline-s", type=float, default=None, help="skip runs not started by then (seconds)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (--tiny default: 1)")
+    parser.add_argument("--memory-cap-gib", type=float, help="GPU memory cap (over it: out of memory)")
+    parser.add_argument("--deadline-s", type=float, help="skip runs not started by then (seconds)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (--tiny default: 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=out, help="JSON report (rewritten after every run)")
-    parser.add_argument("--work-dir", default=None, help="scratch dir (default: a temp dir, removed at the end)")
+    parser.add_argument("--work-dir", help="scratch dir (default: a temp dir, removed at the end)")
 
 
 def add_round_arguments(parser: argparse.ArgumentParser, steps: int) -> None:
     """The options of both GRPO benches (counting and captioning)."""
     parser.add_argument("--steps", type=int, default=steps, help="measured rounds (a generation batch and its steps)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1)")
-    parser.add_argument("--variant-timeout-s", type=float, default=None, help="stop a longer variant (reported failed)")
+    parser.add_argument("--variant-timeout-s", type=float, help="stop a longer variant (reported failed)")
     parser.add_argument(
         "--layers-once",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="graph decoder: one compile region per decoder layer (default: decoding.LAYERS_ONCE)",
     )
 
@@ -978,16 +976,15 @@ def parse_cli(argv=None) -> argparse.Namespace:
     add_common_arguments(parser, "bench.json")
     parser.add_argument(
         "--variants",
-        default=None,
         help=f"comma-separated presets (default {DEFAULT_VARIANTS}; --tiny: {DEFAULT_TINY_VARIANTS})",
     )
     parser.add_argument("--define", action="append", default=[], metavar="NAME=JSON", help="an ad-hoc variant")
     add_round_arguments(parser, steps=3)
     parser.add_argument("--min-rollouts", type=int, default=0, help="measure at least this many completions")
     parser.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="recipe whose algorithm keys ours* variants use")
-    parser.add_argument("--num-examples", type=int, default=None, help="dataset rows (default: enough for 2 rounds)")
+    parser.add_argument("--num-examples", type=int, help="dataset rows (default: enough for 2 rounds)")
     parser.add_argument("--list", action="store_true", help="print the presets and exit")
-    parser.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="no run: one table from runs' JSONs")
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="no run: one table from runs' JSONs")
     return parser.parse_args(argv)
 
 
@@ -1202,17 +1199,15 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--measure-batches",
         type=int,
-        default=None,
         help="time only this many batches per batch size and project to --n (saves GPU time)",
     )
     parser.add_argument(
         "--batch-sizes",
-        default=None,
         help=f"comma-separated (default {DEFAULT_SELFCHECK_BATCH_SIZES}; --tiny "
         f"{DEFAULT_TINY_SELFCHECK_BATCH_SIZES}); a 'c' suffix (512c) runs selfcheck --compile",
     )
     parser.add_argument("--budget-s", type=float, default=SELFCHECK_BUDGET_S, help="target seconds for --n examples")
-    parser.add_argument("--max-pixels", type=int, default=None, help="processor budget (default: the checkpoint's)")
+    parser.add_argument("--max-pixels", type=int, help="processor budget (default: the checkpoint's)")
     parser.add_argument("--attn-implementation", default="sdpa")
     parser.add_argument(
         "--split", default="val", help="scenes split: val (480x320) or ood_val (640x480, more vision tokens)"

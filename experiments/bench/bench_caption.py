@@ -32,9 +32,9 @@ def parse_cli(argv=None) -> argparse.Namespace:
     bench.add_common_arguments(parser, "bench_caption.json", lengths=(1536, 12))
     bench.add_round_arguments(parser, steps=2)
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
-    parser.add_argument("--prompts", type=int, default=None, help="prompts per round (default 8; --tiny 2)")
-    parser.add_argument("--image-size", type=int, default=None, help="cartoon side in px (448; --tiny 64)")
-    parser.add_argument("--rm-captions", type=int, default=None, help="captions the rm variant scores (256; --tiny 8)")
+    parser.add_argument("--prompts", type=int, help="prompts per round (default 8; --tiny 2)")
+    parser.add_argument("--image-size", type=int, help="cartoon side in px (448; --tiny 64)")
+    parser.add_argument("--rm-captions", type=int, help="captions the rm variant scores (256; --tiny 8)")
     parser.add_argument("--rm-batch-size", type=int, default=32)
     args = parser.parse_args(argv)
     tiny = args.tiny

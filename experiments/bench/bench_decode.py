@@ -171,7 +171,7 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--budget-s", type=float, default=560, help="the whole run's wall-clock budget")
     parser.add_argument("--tiny", action="store_true", help="CPU dry run: tiny model, dynamo's eager backend")
-    parser.add_argument("--scratch", default=None, help="models and inductor caches (default: a new temp dir)")
+    parser.add_argument("--scratch", help="models and inductor caches (default: a new temp dir)")
     parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
