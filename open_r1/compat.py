@@ -1,12 +1,15 @@
-"""Every use of a private TRL / transformers / torch name, in one place, each behind a small named function.
+"""Every use of a private TRL / transformers / torch name in the package, in one place, each behind a small named
+function.
 
 TRL is pinned at 1.16.0; transformers is tested on 5.24 and 5.25. These names are not public API and may move in any
 release: each section below says what it relies on, and `tests/test_compat.py` holds one contract test per item that
 fails with the item's name when an upgrade moves it. Where the libraries have a public way, the code uses it instead
 (TRL's `log_metric`, Trainer's `best_model_checkpoint`, `all_gather_object`, `safetensors.safe_open`).
+
+Only what the product uses lives here; the benches' own items (TRL's completion-only scoring for `--tiny`,
+torch.compile's phase times) are in `experiments/bench/compat.py`, under the same contract.
 """
 
-import contextlib
 from typing import Any
 
 
@@ -138,32 +141,14 @@ def raise_cudagraph_rerecord_limit(limit: int = CUDAGRAPH_RERECORD_LIMIT) -> Non
     inductor_config.triton.cudagraph_unexpected_rerecord_limit = int(limit)
 
 
-# 8. TRL's fused LM-head choice (bench --tiny only)
-@contextlib.contextmanager
-def completion_only_scoring(enabled: bool = True):
-    """Within the block, TRL scores only the completion positions (its Triton/GPU path) on any device: a CPU
-    bench step then has the GPU's cost profile. Relies on `trl.trainer.utils._use_triton(device) -> bool`."""
-    if not enabled:
-        yield
-        return
-    import trl.trainer.utils as trl_utils
-
-    original = trl_utils._use_triton
-    trl_utils._use_triton = lambda device: True
-    try:
-        yield
-    finally:
-        trl_utils._use_triton = original
-
-
-# 9. a config's attention implementation
+# 8. a config's attention implementation
 def attn_implementation(config) -> str | None:
     """The attention implementation `config`'s modules use, or None. Relies on `PretrainedConfig._attn_implementation`
     (what the attention layers read; `set_attn_implementation` is the public setter, there is no public getter)."""
     return getattr(config, "_attn_implementation", None) if config is not None else None
 
 
-# 10. setting the vision tower's attention implementation
+# 9. setting the vision tower's attention implementation
 def set_vision_attn_implementation(model, name: str) -> None:
     """Make `model`'s vision tower use the attention function registered as `name`, the language model keeping its
     own: the public `set_attn_implementation({"vision_config": name})` where it accepts the name; from 5.25 it tries
@@ -179,7 +164,7 @@ def set_vision_attn_implementation(model, name: str) -> None:
         raise RuntimeError(f"the vision tower's attention implementation could not be set to {name!r}")
 
 
-# 11. the suppressed tokens of GRPO's rollouts
+# 10. the suppressed tokens of GRPO's rollouts
 def suppress_in_rollouts(trainer, token_ids) -> bool:
     """Add `token_ids` to the tokens GRPO's HF-generate rollouts never sample; False where there is no such config
     (vLLM). Relies on TRL 1.16's `__init__` building `self.generation_kwargs` (with `suppress_tokens =
@@ -196,15 +181,7 @@ def suppress_in_rollouts(trainer, token_ids) -> bool:
     return True
 
 
-# 12. torch.compile's per-phase times
-def compile_time_report() -> str:
-    """torch.compile's seconds per phase in this process, as a text table (`torch._dynamo.utils.compile_times`)."""
-    from torch._dynamo.utils import compile_times
-
-    return compile_times(repr="str")
-
-
-# 13. a model built whole while ZeRO-3 is configured
+# 11. a model built whole while ZeRO-3 is configured
 def built_whole():
     """A context in which `type(model)(config)` builds whole tensors although DeepSpeed ZeRO-3 is configured: a
     composite model (Qwen2-VL: vision tower + language model) builds its sub-models through `_from_config`, which
@@ -214,6 +191,6 @@ def built_whole():
     return set_zero3_state()
 
 
-# 14. a model's blocks: relies on transformers' `_no_split_modules` naming its decoder layer and vision block classes
+# 12. a model's blocks: relies on transformers' `_no_split_modules` naming its decoder layer and vision block classes
 def block_class_names(model) -> set[str]:
     return set(getattr(model, "_no_split_modules", None) or ())

@@ -388,12 +388,16 @@ def test_selfcheck_bench_batch_size_suffixes_pick_the_options():
 def test_selfcheck_bench_counts_answers_and_completion_texts_equal_to_the_first_entry():
     """Random weights: every answer is None, so answers agree trivially; the completion texts are the real check."""
     entries = [{"status": "failed"}, {"status": "ok"}, {"status": "ok"}, {"status": "skipped"}, {"status": "ok"}]
+
+    def records(answers, completions):
+        return [{"prediction": a, "completion": c} for a, c in zip(answers, completions, strict=True)]
+
     outputs = [
         None,
-        {"answers": [None, None, 3], "completions": ["a b", "c d", "<answer>3</answer>"]},
-        {"answers": [None, None, 3], "completions": ["a b", "c e", "<answer>3</answer>"]},
+        records([None, None, 3], ["a b", "c d", "<answer>3</answer>"]),
+        records([None, None, 3], ["a b", "c e", "<answer>3</answer>"]),
         None,
-        {"answers": [None, 2], "completions": ["x", "c d"]},
+        records([None, 2], ["x", "c d"]),
     ]  # a shorter run: compared over 2
     bench.compare_with_first(entries, outputs)
     failed, first, second, skipped, third = entries

@@ -1,7 +1,8 @@
 """Contracts of the private TRL / transformers / torch names that open_r1.compat relies on (one test per item).
 
-Each test fails with the item's name when an upgrade moves what compat.py uses; a last test fails when a private
-library name is used anywhere in the package outside compat.py.
+Each test fails with the item's name when an upgrade moves what compat.py uses (the benches' own items:
+experiments/bench/compat.py, `test_bench_item*`); a last test fails when a private library name is used in the package
+or in experiments/ outside those two compat modules.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 import trl
 from trl import GRPOTrainer
 
+from experiments.bench import compat as bench_compat
 from open_r1 import compat
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,21 +210,7 @@ def test_item7_cudagraph_rerecord_limit_knob_exists():
         inductor_config.triton.cudagraph_unexpected_rerecord_limit = previous
 
 
-# ---- 8. TRL's Triton choice ---------------------------------------------------------------------------------------
-def test_item8_use_triton_decides_completion_only_scoring():
-    from trl.trainer import utils
-
-    assert _params(utils._use_triton) == ["device"]
-    cpu = torch.device("cpu")
-    before = utils._use_triton(cpu)
-    with compat.completion_only_scoring():
-        assert utils._use_triton(cpu) is True
-    assert utils._use_triton(cpu) == before
-    with compat.completion_only_scoring(enabled=False):
-        assert utils._use_triton(cpu) == before
-
-
-def test_item9_attn_implementation_is_what_set_attn_implementation_sets_per_sub_config(tiny_model_dir):
+def test_item8_attn_implementation_is_what_set_attn_implementation_sets_per_sub_config(tiny_model_dir):
     import transformers.models.qwen2_vl.modeling_qwen2_vl as qwen2_vl
     from transformers import AutoModelForImageTextToText
 
@@ -236,7 +224,7 @@ def test_item9_attn_implementation_is_what_set_attn_implementation_sets_per_sub_
     assert "self.config._attn_implementation" in _source(qwen2_vl.VisionAttention.forward)
 
 
-def test_item10_set_vision_attn_implementation_sets_a_registered_flash_named_function_on_the_vision_tower_only(
+def test_item9_set_vision_attn_implementation_sets_a_registered_flash_named_function_on_the_vision_tower_only(
     tiny_model_dir,
 ):
     from transformers import AttentionInterface, AutoModelForImageTextToText
@@ -255,17 +243,8 @@ def test_item10_set_vision_attn_implementation_sets_a_registered_flash_named_fun
     assert all(m.config is vision for m in visual.modules() if hasattr(m, "config"))
 
 
-# ---- 12. torch.compile's per-phase times ----------------------------------------------------------------------------
-def test_item12_compile_time_report_names_dynamos_phases():
-    import torch
-
-    torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.ones(3))
-    report = compat.compile_time_report()
-    assert isinstance(report, str) and "_compile.compile_inner" in report
-
-
-# ---- 13. a model built whole while ZeRO-3 is configured ------------------------------------------------------------
-def test_item13_built_whole_keeps_from_config_from_opening_zero_init(monkeypatch):
+# ---- 11. a model built whole while ZeRO-3 is configured ------------------------------------------------------------
+def test_item11_built_whole_keeps_from_config_from_opening_zero_init(monkeypatch):
     """With ZeRO-3 configured, building Qwen2-VL by its constructor opens DeepSpeed's zero.Init through the
     sub-models' `_from_config` (the rollout copy came out partitioned on an H100); inside `built_whole` it does not,
     and the rollout copy of such a policy holds whole tensors."""
@@ -295,7 +274,30 @@ def test_item13_built_whole_keeps_from_config_from_opening_zero_init(monkeypatch
     assert all(p.shape == q.shape for p, q in zip(copy.parameters(), policy.parameters(), strict=True))
 
 
-# ---- nothing private outside compat.py ----------------------------------------------------------------------------
+# ---- bench item 1. TRL's Triton choice -------------------------------------------------------------------------------
+def test_bench_item1_use_triton_decides_completion_only_scoring():
+    from trl.trainer import utils
+
+    assert _params(utils._use_triton) == ["device"]
+    cpu = torch.device("cpu")
+    before = utils._use_triton(cpu)
+    with bench_compat.completion_only_scoring():
+        assert utils._use_triton(cpu) is True
+    assert utils._use_triton(cpu) == before
+    with bench_compat.completion_only_scoring(enabled=False):
+        assert utils._use_triton(cpu) == before
+
+
+# ---- bench item 2. torch.compile's per-phase times -------------------------------------------------------------------
+def test_bench_item2_compile_time_report_names_dynamos_phases():
+    import torch
+
+    torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.ones(3))
+    report = bench_compat.compile_time_report()
+    assert isinstance(report, str) and "_compile.compile_inner" in report
+
+
+# ---- nothing private outside the compat modules ---------------------------------------------------------------------
 LIBRARIES = ("torch", "trl", "transformers", "accelerate", "peft", "datasets", "safetensors", "deepspeed")
 
 
@@ -332,7 +334,7 @@ def private_library_uses(path: Path) -> list[str]:
     return found
 
 
-def test_item14_block_class_names_are_the_decoder_layer_and_vision_block(family):
+def test_item12_block_class_names_are_the_decoder_layer_and_vision_block(family):
     from transformers import AutoModelForImageTextToText
 
     from open_r1.tiny_models import build_config
@@ -342,7 +344,7 @@ def test_item14_block_class_names_are_the_decoder_layer_and_vision_block(family)
     names = compat.block_class_names(model)
     present = {type(module).__name__ for module in model.modules()}
     assert len(names) == 2 and names <= present
-    assert sorted(n.endswith("DecoderLayer") + 2 * n.endswith("VisionBlock") for n in names) == [1, 2], "item 14"
+    assert sorted(n.endswith("DecoderLayer") + 2 * n.endswith("VisionBlock") for n in names) == [1, 2], "item 12"
 
 
 def test_the_static_check_finds_private_uses(tmp_path):
@@ -356,18 +358,20 @@ def test_the_static_check_finds_private_uses(tmp_path):
 
 
 def test_no_private_library_name_outside_compat():
+    compat_modules = {ROOT / "open_r1" / "compat.py", ROOT / "experiments" / "bench" / "compat.py"}
     files = [
         p
         for folder in ("open_r1", "experiments")
         for p in sorted((ROOT / folder).rglob("*.py"))
-        if p.name != "compat.py"
+        if p not in compat_modules
     ] + [ROOT / "selfcheck.py"]
+    assert ROOT / "experiments" / "bench" / "bench.py" in files
     uses = [use for path in files for use in private_library_uses(path)]
-    assert not uses, f"private TRL/transformers/torch names outside open_r1/compat.py: {uses}"
+    assert not uses, f"private TRL/transformers/torch names outside the two compat modules: {uses}"
 
 
-# ---- 11. GRPO's rollout settings ------------------------------------------------------------------------------------
-def test_item11_trl_keeps_its_rollout_settings_where_suppress_in_rollouts_writes_them():
+# ---- 10. GRPO's rollout settings ------------------------------------------------------------------------------------
+def test_item10_trl_keeps_its_rollout_settings_where_suppress_in_rollouts_writes_them():
     source = _source(GRPOTrainer.__init__)
     assert 'generation_kwargs["suppress_tokens"] = [model.config.image_token_id]' in source
     assert "self.generation_config = GenerationConfig(**generation_kwargs" in source

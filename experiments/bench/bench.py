@@ -14,6 +14,7 @@ after every variant.
 import argparse
 import contextlib
 import copy
+import functools
 import gc
 import importlib.util
 import json
@@ -31,6 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from experiments.bench import compat
 from open_r1.checks import granularity_problems
 from open_r1.errors import RecipeError, error_exit
 from open_r1.jsonio import read_recipe, write_json
@@ -188,8 +190,8 @@ class BenchError(ValueError):
 @dataclass
 class Variant:
     name: str
-    description: str
     overrides: dict[str, Any]  # GRPOConfig fields
+    description: str = ""
     recipe: bool = False
     min_pixels: int | None = None
     max_pixels: int | None = None
@@ -214,6 +216,7 @@ class Variant:
 
 # Keys of a variant that are bench options, not GRPOConfig fields ('base' is gone once a preset is flattened).
 BENCH_OPTION_KEYS = {f.name for f in fields(Variant)} - {"name", "overrides"}
+RECIPE_OPTION_KEYS = ("min_pixels", "max_pixels", "attn_implementation", "freeze_vision")  # what ours* variants take
 
 
 def parse_defines(defines: list[str] | None) -> dict[str, dict]:
@@ -251,29 +254,21 @@ def flatten_preset(name: str, presets: dict[str, dict], seen: tuple[str, ...] = 
 def resolve_variant(name: str, presets: dict[str, dict], recipe: dict[str, Any]) -> Variant:
     """The variant's final GRPOConfig overrides: recipe keys (when it asks for them), then its own keys."""
     spec = flatten_preset(name, presets)
-    overrides: dict[str, Any] = {}
-    options: dict[str, Any] = {}
+    overrides = {}
+    options = {}
     if spec.get("recipe", False):
-        overrides.update({key: recipe[key] for key in RECIPE_ALGORITHM_KEYS if key in recipe})
+        overrides = {key: recipe[key] for key in RECIPE_ALGORITHM_KEYS if key in recipe}
         # lazy image decoding is on for every recipe variant (it changes no result), freeze_vision the recipe's;
         # the speed levers only where a variant names them
-        options = {key: recipe.get(key) for key in ("min_pixels", "max_pixels", "attn_implementation")}
-        options.update(lazy_images=recipe.get("lazy_images", True), freeze_vision=recipe.get("freeze_vision", False))
-    overrides.update({key: value for key, value in spec.items() if key not in BENCH_OPTION_KEYS})
-    options.update({key: value for key, value in spec.items() if key in BENCH_OPTION_KEYS})
-    if options.get("attn_implementation") is None:
-        options["attn_implementation"] = "sdpa"
-    options.setdefault("description", "")
+        options = {key: recipe[key] for key in RECIPE_OPTION_KEYS if recipe.get(key) is not None}
+        options["lazy_images"] = recipe.get("lazy_images", True)
+    for key, value in spec.items():
+        (options if key in BENCH_OPTION_KEYS else overrides)[key] = value
     return Variant(name=name, overrides=overrides, **options)
 
 
 def load_recipe(path: str | os.PathLike | None) -> dict[str, Any]:
-    if not path:
-        return {}
-    try:
-        return read_recipe(path)
-    except RecipeError as exc:
-        raise BenchError(str(exc)) from None
+    return read_recipe(path) if path else {}  # a bad one: RecipeError, which `cli` reports as one line
 
 
 def missing_requirements(variant: Variant) -> list[str]:
@@ -293,16 +288,12 @@ def counting_dataset(n: int, args, work_dir: str, split: str = "train"):
     return dataset, f"open_r1.tasks.counting.scenes.build_split({split!r})"
 
 
-def grpo_dataset(dataset, templates: list[str], seed: int):
-    from open_r1.tasks.counting import data as data_lib
-
-    data_lib.validate_counting_dataset(dataset, "bench data", image_check_rows=2)
-    return data_lib.to_grpo_dataset(dataset, data_lib.TemplateMix.parse(templates), seed=seed)
-
-
-def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda", seed: int = 0, config=None):
+def build_full_size_model(
+    attn_implementation: str = "sdpa", device: str = "cuda", seed: int = 0, config=None, auto_class=None
+):
     """Full Qwen2-VL-2B dimensions (or `config`), random weights (transformers' own init, seeded), built directly
-    on `device` in bf16: no 4.4 GB checkpoint is written or read. The real generation config (eos ids) is set."""
+    on `device` in bf16 (as `auto_class`, default the VLM with its LM head): no 4.4 GB checkpoint is written or
+    read. The real generation config (eos ids) is set."""
     import torch
     from transformers import AutoModelForImageTextToText
 
@@ -311,7 +302,7 @@ def build_full_size_model(attn_implementation: str = "sdpa", device: str = "cuda
     torch.manual_seed(seed)
     config = config if config is not None else tiny_model.build_config(full_size=True)
     with torch.device(device):
-        model = AutoModelForImageTextToText.from_config(
+        model = (auto_class or AutoModelForImageTextToText).from_config(
             config, dtype=torch.bfloat16, attn_implementation=attn_implementation
         )
     model.generation_config = tiny_model.build_generation_config()
@@ -381,18 +372,38 @@ class Probe:
 
         self.sync = sync
         self.measuring = False
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.counts: dict[str, int] = defaultdict(int)
-        self.completion_lengths: list[int] = []
+        self.seconds = defaultdict(float)
+        self.counts = defaultdict(int)
+        self.completion_lengths = []
         self.train_tokens = self.train_padded_tokens = self.train_sequences = 0
-        self.window_start: float | None = None
-        self.window_end: float | None = None
-        self.warmup_end: float | None = None
+        self.window_start = self.window_end = None
         self.train_start = time.perf_counter()
-        self.step_ends: list[float] = []
-        self.step_reserved_gib: list[float] = []  # after each measured optimizer step: a leak shows as growth
+        self.step_ends = []
+        self.step_reserved_gib = []  # after each measured optimizer step: a leak shows as growth
 
         probe = self
+
+        def wrap(method, key):
+            def timed(*args, **kwargs):
+                if not probe.measuring:
+                    return method(*args, **kwargs)
+                bucket = key or ("logp" if not torch.is_grad_enabled() else "train_logp")
+                probe.sync()
+                start = time.perf_counter()
+                try:
+                    result = method(*args, **kwargs)
+                finally:
+                    probe.sync()
+                    probe.seconds[bucket] += time.perf_counter() - start
+                    probe.counts[bucket] += 1
+                if bucket == "gen":  # TRL 1.16: (prompt_ids, completion_ids, tool_mask, completions, ...)
+                    probe.completion_lengths.extend(len(ids) for ids in result[1])
+                elif bucket == "compute_loss":
+                    probe._count_train_tokens(args[1] if len(args) > 1 else kwargs.get("inputs"))
+                return result
+
+            return timed
+
         for method, key in (
             ("_generate", "gen"),
             ("_get_per_token_logps_and_entropies", None),
@@ -401,23 +412,17 @@ class Probe:
             ("training_step", "training_step"),
             ("compute_loss", "compute_loss"),
         ):
-            setattr(trainer, method, self._wrap(getattr(trainer, method), key))
-
-        def open_window():
-            probe.sync()
-            probe.warmup_end = probe.window_start = time.perf_counter()
-            probe.measuring = True
+            setattr(trainer, method, wrap(getattr(trainer, method), key))
 
         class _Window(TrainerCallback):
             def on_train_begin(self, args, state, control, **kwargs):
-                if warmup_optimizer_steps == 0:
-                    open_window()
+                self.on_step_end(args, state, control)  # no warm-up: the window opens here
 
             def on_step_end(self, args, state, control, **kwargs):
                 probe.sync()
                 now = time.perf_counter()
-                if warmup_optimizer_steps and state.global_step == warmup_optimizer_steps:
-                    probe.warmup_end = probe.window_start = now
+                if state.global_step == warmup_optimizer_steps:
+                    probe.window_start = now
                     probe.measuring = True
                 elif probe.measuring:
                     probe.step_ends.append(now)
@@ -428,36 +433,6 @@ class Probe:
                     probe.measuring = False
 
         self.callback = _Window()
-
-    def _wrap(self, method, key):
-        import torch
-
-        probe = self
-
-        def timed(*args, **kwargs):
-            if not probe.measuring:
-                return method(*args, **kwargs)
-            bucket = key or ("logp" if not torch.is_grad_enabled() else "train_logp")
-            probe.sync()
-            start = time.perf_counter()
-            try:
-                result = method(*args, **kwargs)
-            finally:
-                probe.sync()
-                probe.seconds[bucket] += time.perf_counter() - start
-                probe.counts[bucket] += 1
-            if bucket == "gen":
-                probe._count_completions(result)
-            elif bucket == "compute_loss":
-                probe._count_train_tokens(args[1] if len(args) > 1 else kwargs.get("inputs"))
-            return result
-
-        return timed
-
-    def _count_completions(self, result):
-        # TRL 1.16: (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images)
-        completion_ids = result[1]
-        self.completion_lengths.extend(len(ids) for ids in completion_ids)
 
     def _count_train_tokens(self, inputs):
         if not isinstance(inputs, dict) or "completion_mask" not in inputs:
@@ -477,9 +452,8 @@ class Probe:
         gen, logp = self.seconds["gen"], self.seconds["logp"]
         prepare, training_step = self.seconds["prepare"], self.seconds["training_step"]
         train = training_step - prepare
-        rollouts = len(self.completion_lengths)
-        gen_tokens = sum(self.completion_lengths)
         lengths = self.completion_lengths
+        rollouts, gen_tokens = len(lengths), sum(lengths)
         return {
             "wall_s": wall,
             "rollouts": rollouts,
@@ -504,7 +478,7 @@ class Probe:
             "trained_sequences_per_s": self.train_sequences / wall if wall > 0 else None,
             "completion_len_min": min(lengths) if lengths else None,
             "completion_len_max": max(lengths) if lengths else None,
-            "warmup_s": (self.warmup_end - self.train_start) if self.warmup_end else None,
+            "warmup_s": self.window_start - self.train_start,
             "step_reserved_gib": self.step_reserved_gib,
             "optimizer_step_s": [
                 end - begin
@@ -530,7 +504,6 @@ class BenchContext:
     work_dir: str
     variant_timeout_s: float | None = None
     min_rollouts: int = 0
-    layers_once: bool | None = None  # the graph decoder's per-layer compile region (None: decoding.LAYERS_ONCE)
 
 
 def rounds_geometry(args) -> dict[str, int]:
@@ -547,44 +520,46 @@ def tiny_batch_sizes(kwargs: dict[str, Any]) -> dict[str, Any]:
     """--tiny batch sizes for GRPOConfig kwargs: / TINY_BATCH_DIVISOR, generations / TINY_GENERATIONS_DIVISOR, and
     still whole prompt groups in every generation batch."""
     generations = max(2, int(kwargs.get("num_generations", NUM_GENERATIONS)) // TINY_GENERATIONS_DIVISOR)
-    scaled: dict[str, Any] = {"num_generations": generations}
+    scaled = {"num_generations": generations}
     per_device = max(1, int(kwargs.get("per_device_train_batch_size", 8)) // TINY_BATCH_DIVISOR)
     if kwargs.get("generation_batch_size"):
         batch = max(1, int(kwargs["generation_batch_size"]) // TINY_BATCH_DIVISOR)
         scaled["generation_batch_size"] = max(generations, batch // generations * generations)
         per_device = min(per_device, scaled["generation_batch_size"])
-    else:
-        steps = int(kwargs.get("steps_per_generation") or kwargs.get("gradient_accumulation_steps", 1))
-        if (per_device * steps) % generations:
-            per_device = generations
+    elif generation_batch({**kwargs, "per_device_train_batch_size": per_device}) % generations:
+        per_device = generations
     scaled["per_device_train_batch_size"] = per_device
     return scaled
 
 
-def build_grpo_config(variant: Variant, ctx: BenchContext, output_dir: str):
+def bench_grpo_config(output_dir: str, seed: int, completion_length: int, tiny: bool, **kwargs):
+    """A bench's GRPOConfig: `kwargs` over no reports and no saves; every completion exactly `completion_length`
+    tokens, vision special tokens suppressed (the bench shape wins over any recipe value); --tiny: CPU, fp32."""
     from trl import GRPOConfig
 
-    kwargs: dict[str, Any] = {
-        "output_dir": output_dir,
-        "max_completion_length": ctx.completion_length,
-        "num_generations": NUM_GENERATIONS,
-        "report_to": "none",
-        "save_strategy": "no",
-        "seed": ctx.seed,
-        "max_steps": 1,  # replaced once the round geometry is known
+    generation_kwargs = {
+        **(kwargs.pop("generation_kwargs", None) or {}),
+        "min_new_tokens": completion_length,
+        "suppress_tokens": VISION_SPECIAL_TOKEN_IDS,
     }
-    kwargs.update(variant.overrides)
-    kwargs["max_completion_length"] = ctx.completion_length  # the bench shape wins over any recipe value
-    generation_kwargs = dict(variant.overrides.get("generation_kwargs") or {})
-    generation_kwargs.update({"min_new_tokens": ctx.completion_length, "suppress_tokens": VISION_SPECIAL_TOKEN_IDS})
-    kwargs["generation_kwargs"] = generation_kwargs
+    if tiny:
+        kwargs.update(use_cpu=True, bf16=False)
+    return GRPOConfig(
+        **{"output_dir": output_dir, "report_to": "none", "save_strategy": "no", "seed": seed, **kwargs},
+        max_completion_length=completion_length,
+        generation_kwargs=generation_kwargs,
+    )
+
+
+def build_grpo_config(variant: Variant, ctx: BenchContext, output_dir: str):
+    # max_steps: replaced once the round geometry is known
+    kwargs = {"num_generations": NUM_GENERATIONS, "max_steps": 1, **variant.overrides}
     if ctx.tiny:
         kwargs.update(tiny_batch_sizes(kwargs))
-        kwargs.update({"use_cpu": True, "bf16": False})
     if variant.deepspeed:
         single_process_distributed_env()
         kwargs["deepspeed"] = deepspeed_config(variant)
-    args = GRPOConfig(**kwargs)
+    args = bench_grpo_config(output_dir, ctx.seed, ctx.completion_length, ctx.tiny, **kwargs)
     geometry = rounds_geometry(args)
     rollouts_per_round = args.generation_batch_size * geometry["generations_per_round"]
     geometry["rounds_measured"] = max(ctx.steps, math.ceil(ctx.min_rollouts / rollouts_per_round))
@@ -659,7 +634,7 @@ def run_variant(variant: Variant, ctx: BenchContext) -> dict[str, Any]:
 
     on_cuda = ctx.device == "cuda"
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
-    result: dict[str, Any] = {"name": variant.name, **variant.to_dict()}
+    result = {"name": variant.name, **variant.to_dict()}
     with measured(result, on_cuda, ctx.variant_timeout_s, reset_compiler=variant.fast_decode != "hf") as start:
         _train_variant(variant, ctx, result, sync, start)
     return result
@@ -671,14 +646,13 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
     from transformers import set_seed
     from trl import GRPOTrainer
 
-    from open_r1 import compat, decoding, modeling
     from open_r1 import grpo as grpo_lib
+    from open_r1 import modeling
     from open_r1.families import vision_tower
     from open_r1.rewards import get_reward_funcs, parse_reward_kwargs
+    from open_r1.tasks.counting import data as data_lib
     from open_r1.trainer import VLMGRPOTrainer
 
-    if ctx.layers_once is not None:
-        decoding.LAYERS_ONCE = ctx.layers_once  # read when the trainer builds its graph decoder
     trainer = None
     try:
         set_seed(ctx.seed)
@@ -707,8 +681,9 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         )
         if args.reward_weights is not None and len(args.reward_weights) != len(reward_funcs):
             args.reward_weights = None  # plain TRL with the recipe's rewards: equal weights
-        templates = ctx.recipe.get("prompt_templates") or DEFAULT_PROMPT_TEMPLATES
-        train_dataset = grpo_dataset(ctx.dataset, templates, ctx.seed)
+        templates = data_lib.TemplateMix.parse(ctx.recipe.get("prompt_templates") or DEFAULT_PROMPT_TEMPLATES)
+        data_lib.validate_counting_dataset(ctx.dataset, "bench data", image_check_rows=2)
+        train_dataset = data_lib.to_grpo_dataset(ctx.dataset, templates, seed=ctx.seed)
         processor = modeling.load_processor(ctx.model_dir, variant.min_pixels, variant.max_pixels)
         model = load_bench_model(
             ctx.tiny, ctx.model_dir, variant.attn_implementation, ctx.device, ctx.seed, variant.vision_attention
@@ -717,27 +692,22 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
             grpo_lib.freeze_vision_tower(model)
         ref_context = reference_model_from_policy(model) if args.beta != 0.0 else contextlib.nullcontext()
         # plain TRL where no lever of ours is on, else our subclass (the same trainer train.sh runs)
-        ours = variant.lazy_images or variant.dedupe_vision or variant.fast_decode != "hf" or variant.dedupe_images
-        kwargs = dict(
-            model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, processing_class=processor
-        )
-        if ours:
-            kwargs.update(
-                lazy_images=variant.lazy_images,
-                dedupe_vision=variant.dedupe_vision,
-                fast_decode=variant.fast_decode,
-                dedupe_images=variant.dedupe_images,
-            )
+        levers = {
+            key: getattr(variant, key) for key in ("lazy_images", "dedupe_vision", "fast_decode", "dedupe_images")
+        }
+        ours = levers != {**dict.fromkeys(levers, False), "fast_decode": "hf"}
         with ref_context:
-            trainer = (VLMGRPOTrainer if ours else GRPOTrainer)(**kwargs)
-        probe = Probe(trainer, ctx.warmup * geometry["optimizer_steps_per_round"], args.max_steps, sync)
-        trainer.add_callback(probe.callback)
+            trainer = (VLMGRPOTrainer if ours else GRPOTrainer)(
+                model=model,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=train_dataset,
+                processing_class=processor,
+                **(levers if ours else {}),
+            )
         result["setup_s"] = time.perf_counter() - start
-        # --tiny: TRL scores every position where Triton is missing (CPU), ~15x slower with the real vocabulary
-        with compat.completion_only_scoring(ctx.tiny):
-            trainer.train()
-        sync()
-        result.update(probe.summary())
+        warmup_steps = ctx.warmup * geometry["optimizer_steps_per_round"]
+        result.update(train_measured(trainer, warmup_steps, sync, ctx.tiny, ctx.completion_length))
         copy_weights = getattr(trainer, "rollout_weights", None)
         if copy_weights is not None:  # ZeRO-3: the rollouts' whole-weight copy, its memory and refresh cost
             result.update(
@@ -746,10 +716,6 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
                 rollout_copy_gathers=copy_weights.gathers,
                 rollout_copy_last_refresh_s=copy_weights.last_refresh_s,
             )
-        result.update(decoder_summary(trainer, result["gen_calls"]))
-        result["forced_length_ok"] = (
-            result["completion_len_min"] == result["completion_len_max"] == ctx.completion_length
-        )
         if variant.dedupe_images:  # proof that the lever acted: images preprocessed vs images given
             from open_r1.image_dedupe import dedupe_state
 
@@ -766,6 +732,21 @@ def _train_variant(variant: Variant, ctx: BenchContext, result: dict[str, Any], 
         if trainer is not None:
             with contextlib.suppress(Exception):
                 trainer.accelerator.free_memory()
+
+
+def train_measured(trainer, warmup_steps: int, sync, tiny: bool, completion_length: int) -> dict[str, Any]:
+    """Train `trainer` under a `Probe` that leaves its first `warmup_steps` optimizer steps unmeasured: the probe's
+    numbers, the graph decoder's split, and whether every completion had the forced `completion_length`."""
+    probe = Probe(trainer, warmup_steps, trainer.args.max_steps, sync)
+    trainer.add_callback(probe.callback)
+    # --tiny: TRL scores every position where Triton is missing (CPU), ~15x slower with the real vocabulary
+    with compat.completion_only_scoring(tiny):
+        trainer.train()
+    sync()
+    result = probe.summary()
+    result.update(decoder_summary(trainer, result["gen_calls"]))
+    result["forced_length_ok"] = result["completion_len_min"] == result["completion_len_max"] == completion_length
+    return result
 
 
 def decoder_split(timings: list[dict], calls: int) -> dict[str, Any]:
@@ -877,13 +858,10 @@ def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any
         "trl": trl.__version__,
         "device": device,
         "memory_cap_gib": memory_cap_gib,
+        **{
+            f"has_{name}": importlib.util.find_spec(name) is not None for name in ("liger_kernel", "flash_attn", "vllm")
+        },
     }
-    info.update(
-        {
-            f"has_{module}": importlib.util.find_spec(module) is not None
-            for module in ("liger_kernel", "flash_attn", "vllm")
-        }
-    )
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         info.update({"gpu": props.name, "gpu_total_gib": props.total_memory / GIB, "cuda": torch.version.cuda})
@@ -891,6 +869,11 @@ def environment_info(device: str, memory_cap_gib: float | None) -> dict[str, Any
 
 
 # --- CLI --------------------------------------------------------------------------------------------------------------
+
+
+def comma_list(text: str) -> list[str]:
+    """'a, b,,c' -> ['a', 'b', 'c']: the benches' --variants and --batch-sizes."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def deadline_passed(started: float, deadline_s: float | None) -> str | None:
@@ -926,33 +909,63 @@ def setup_device(device: str, memory_cap_gib: float | None) -> None:
         torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_gib * GIB / total), 0)
 
 
+def scratch_dir(work_dir: str | None, prefix: str):
+    """A context holding `work_dir` (made if missing), or a temp dir removed at the end."""
+    if not work_dir:
+        return tempfile.TemporaryDirectory(prefix=prefix)
+    os.makedirs(work_dir, exist_ok=True)
+    return contextlib.nullcontext(work_dir)
+
+
 @contextlib.contextmanager
 def scratch_checkpoint(work_dir: str | None, prefix: str):
-    """(work_dir, model_dir): `work_dir` (or a temp dir removed at the end) holding the tiny checkpoint, whose
-    real-id processor every run uses (and, in --tiny mode, its weights)."""
+    """(work_dir, model_dir): `scratch_dir` holding the tiny checkpoint, whose real-id processor every run uses
+    (and, in --tiny mode, its weights)."""
     from open_r1.tiny_models import build_qwen2vl
 
-    with contextlib.ExitStack() as stack:
-        work_dir = work_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
-        os.makedirs(work_dir, exist_ok=True)
+    with scratch_dir(work_dir, prefix) as work_dir:
         yield work_dir, str(build_qwen2vl(Path(work_dir) / "tiny-qwen2vl", full_size=False, seed=0))
 
 
-def add_common_arguments(parser: argparse.ArgumentParser, out: str) -> None:
-    """The options of both benches (GRPO and selfcheck)."""
+def add_common_arguments(
+    parser: argparse.ArgumentParser,
+    out: str,
+    lengths: tuple[int, int] = (BENCH_COMPLETION_LENGTH, TINY_COMPLETION_LENGTH),
+) -> None:
+    """The options of every bench but the decode one (`lengths`: the default forced completion tokens, full size
+    and --tiny)."""
     parser.add_argument("--tiny", action="store_true", help="CPU mode: the tiny model, short completions")
     parser.add_argument(
         "--completion-length",
         type=int,
-        default=None,
-        help=f"forced completion tokens (default {BENCH_COMPLETION_LENGTH}; --tiny {TINY_COMPLETION_LENGTH})",
+        help=f"forced completion tokens (default {lengths[0]}; --tiny {lengths[1]})",
     )
-    parser.add_argument("--memory-cap-gib", type=float, default=None, help="GPU memory cap (over it: out of memory)")
-    parser.add_argument("--deadline-s", type=float, default=None, help="skip runs not started by then (seconds)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (--tiny default: 1)")
+    parser.add_argument("--memory-cap-gib", type=float, help="GPU memory cap (over it: out of memory)")
+    parser.add_argument("--deadline-s", type=float, help="skip runs not started by then (seconds)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (--tiny default: 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=out, help="JSON report (rewritten after every run)")
-    parser.add_argument("--work-dir", default=None, help="scratch dir (default: a temp dir, removed at the end)")
+    parser.add_argument("--work-dir", help="scratch dir (default: a temp dir, removed at the end)")
+
+
+def add_round_arguments(parser: argparse.ArgumentParser, steps: int) -> None:
+    """The options of both GRPO benches (counting and captioning)."""
+    parser.add_argument("--steps", type=int, default=steps, help="measured rounds (a generation batch and its steps)")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1)")
+    parser.add_argument("--variant-timeout-s", type=float, help="stop a longer variant (reported failed)")
+    parser.add_argument(
+        "--layers-once",
+        action=argparse.BooleanOptionalAction,
+        help="graph decoder: one compile region per decoder layer (default: decoding.LAYERS_ONCE)",
+    )
+
+
+def set_layers_once(value: bool | None) -> None:
+    """--layers-once / --no-layers-once: the module default the trainer reads when it builds its graph decoder."""
+    from open_r1 import decoding
+
+    if value is not None:
+        decoding.LAYERS_ONCE = value
 
 
 def parse_cli(argv=None) -> argparse.Namespace:
@@ -963,24 +976,15 @@ def parse_cli(argv=None) -> argparse.Namespace:
     add_common_arguments(parser, "bench.json")
     parser.add_argument(
         "--variants",
-        default=None,
         help=f"comma-separated presets (default {DEFAULT_VARIANTS}; --tiny: {DEFAULT_TINY_VARIANTS})",
     )
     parser.add_argument("--define", action="append", default=[], metavar="NAME=JSON", help="an ad-hoc variant")
-    parser.add_argument("--steps", type=int, default=3, help="measured rounds (a generation batch and its steps)")
+    add_round_arguments(parser, steps=3)
     parser.add_argument("--min-rollouts", type=int, default=0, help="measure at least this many completions")
-    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1)")
     parser.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="recipe whose algorithm keys ours* variants use")
-    parser.add_argument("--num-examples", type=int, default=None, help="dataset rows (default: enough for 2 rounds)")
-    parser.add_argument("--variant-timeout-s", type=float, default=None, help="stop a longer variant (reported failed)")
-    parser.add_argument(
-        "--layers-once",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="graph decoder: one compile region per decoder layer (default: decoding.LAYERS_ONCE)",
-    )
+    parser.add_argument("--num-examples", type=int, help="dataset rows (default: enough for 2 rounds)")
     parser.add_argument("--list", action="store_true", help="print the presets and exit")
-    parser.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="no run: one table from runs' JSONs")
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="no run: one table from runs' JSONs")
     return parser.parse_args(argv)
 
 
@@ -994,10 +998,7 @@ def main(argv=None) -> int:
     if args.merge:
         return merge_main(args.merge, args.out)
     recipe = load_recipe(args.recipe)
-    names = [
-        n.strip() for n in (args.variants or (DEFAULT_TINY_VARIANTS if args.tiny else DEFAULT_VARIANTS)).split(",")
-    ]
-    names = [n for n in names if n]
+    names = comma_list(args.variants or (DEFAULT_TINY_VARIANTS if args.tiny else DEFAULT_VARIANTS))
     variants = [resolve_variant(name, presets, recipe) for name in names]  # unknown names fail before any work
     if any(v.deepspeed for v in variants) and len(variants) > 1:
         raise BenchError(
@@ -1030,8 +1031,8 @@ def main(argv=None) -> int:
             work_dir=work_dir,
             variant_timeout_s=args.variant_timeout_s,
             min_rollouts=args.min_rollouts,
-            layers_once=args.layers_once,
         )
+        set_layers_once(args.layers_once)
         shape = {
             "completion_length": completion_length,
             "num_generations": NUM_GENERATIONS,
@@ -1044,7 +1045,7 @@ def main(argv=None) -> int:
             "min_rollouts": args.min_rollouts,
             "warmup": args.warmup,
         }
-        payload: dict[str, Any] = {
+        payload = {
             "bench": "grpo",
             "mode": "tiny" if args.tiny else "full_size",
             "environment": environment_info(device, args.memory_cap_gib),
@@ -1142,21 +1143,21 @@ def prompts_per_generation(variant: Variant, tiny: bool) -> int:
     kwargs = {"num_generations": NUM_GENERATIONS, **variant.overrides}
     if tiny:
         kwargs.update(tiny_batch_sizes(kwargs))
-    if kwargs.get("generation_batch_size"):
-        batch = int(kwargs["generation_batch_size"])
-    else:
-        steps = kwargs.get("steps_per_generation") or kwargs.get("gradient_accumulation_steps", 1)
-        batch = int(kwargs.get("per_device_train_batch_size", 8)) * int(steps)
-    return max(1, batch // int(kwargs["num_generations"]))
+    return max(1, generation_batch(kwargs) // int(kwargs["num_generations"]))
+
+
+def generation_batch(kwargs: dict[str, Any]) -> int:
+    """The generation batch GRPOConfig makes of these kwargs in one process: generation_batch_size, else the
+    per-device batch x steps_per_generation (default: the accumulation steps)."""
+    steps = kwargs.get("steps_per_generation") or kwargs.get("gradient_accumulation_steps", 1)
+    return int(kwargs.get("generation_batch_size") or int(kwargs.get("per_device_train_batch_size", 8)) * int(steps))
 
 
 def summarize(results: list[dict], memory_cap_gib: float | None) -> dict[str, Any]:
     ok = [r for r in results if r.get("status") == "ok" and r["name"] != BASELINE and r.get("ratio_vs_plain_trl")]
-    if memory_cap_gib is None:
-        fitting = [r for r in ok if r.get("peak_reserved_gib") is None or r["peak_reserved_gib"] <= 40.0]
-    else:
-        fitting = ok  # a variant over the cap has failed with an OOM
-    best = max(fitting, key=lambda r: r["ratio_vs_plain_trl"], default=None)
+    if memory_cap_gib is None:  # under a cap, a variant over it has failed with an OOM
+        ok = [r for r in ok if (r.get("peak_reserved_gib") or 0) <= 40.0]
+    best = max(ok, key=lambda r: r["ratio_vs_plain_trl"], default=None)
     if best is None:
         return {"best": None, "line": "[bench] no variant to compare with plain_trl"}
     return {
@@ -1198,17 +1199,15 @@ def parse_selfcheck_cli(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--measure-batches",
         type=int,
-        default=None,
         help="time only this many batches per batch size and project to --n (saves GPU time)",
     )
     parser.add_argument(
         "--batch-sizes",
-        default=None,
         help=f"comma-separated (default {DEFAULT_SELFCHECK_BATCH_SIZES}; --tiny "
         f"{DEFAULT_TINY_SELFCHECK_BATCH_SIZES}); a 'c' suffix (512c) runs selfcheck --compile",
     )
     parser.add_argument("--budget-s", type=float, default=SELFCHECK_BUDGET_S, help="target seconds for --n examples")
-    parser.add_argument("--max-pixels", type=int, default=None, help="processor budget (default: the checkpoint's)")
+    parser.add_argument("--max-pixels", type=int, help="processor budget (default: the checkpoint's)")
     parser.add_argument("--attn-implementation", default="sdpa")
     parser.add_argument(
         "--split", default="val", help="scenes split: val (480x320) or ood_val (640x480, more vision tokens)"
@@ -1246,40 +1245,37 @@ SELFCHECK_SUFFIXES = {
 }
 
 
-class ModuleTimer:
-    """Seconds spent inside one module's forward calls, through forward hooks that synchronise the GPU at entry and
-    exit: a profiling row's tool (the syncs cost a little), for the vision tower, which runs only in the prefill."""
+@contextlib.contextmanager
+def vision_timer(module, cuda: bool):
+    """{'vision_s', 'vision_calls'}: the seconds and calls inside `module`'s forward (the vision tower, which runs
+    only in the prefill), through forward hooks that synchronise the GPU at entry and exit: a profiling row's tool
+    (the syncs cost a little)."""
+    import torch
 
-    def __init__(self, module, cuda: bool):
-        import torch
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    timing, starts = {"vision_s": 0.0, "vision_calls": 0}, []
 
-        self.seconds, self.calls, self._t0 = 0.0, 0, None
-        self._sync = torch.cuda.synchronize if cuda else (lambda: None)
-        self._handles = [module.register_forward_pre_hook(self._start), module.register_forward_hook(self._stop)]
+    def start(module, args):
+        sync()
+        starts.append(time.perf_counter())
 
-    def _start(self, module, args):
-        self._sync()
-        self._t0 = time.perf_counter()
+    def stop(module, args, output):
+        sync()
+        timing["vision_s"] += time.perf_counter() - starts.pop()
+        timing["vision_calls"] += 1
 
-    def _stop(self, module, args, output):
-        self._sync()
-        self.seconds += time.perf_counter() - self._t0
-        self.calls += 1
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for handle in self._handles:
+    handles = [module.register_forward_pre_hook(start), module.register_forward_hook(stop)]
+    try:
+        yield timing
+    finally:
+        for handle in handles:
             handle.remove()
 
 
 def parse_selfcheck_batch_sizes(text: str) -> list[tuple[int, dict[str, bool]]]:
     """'256,512n' -> [(256, {}), (512, {'no_prefetch': True})]: a batch size and its SELFCHECK_SUFFIXES letters."""
     runs = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
+    for item in comma_list(text):
         number = item.rstrip("".join(SELFCHECK_SUFFIXES))
         flags = {SELFCHECK_SUFFIXES[letter]: True for letter in item[len(number) :]}
         if not number.isdigit() or int(number) < 1:
@@ -1317,7 +1313,7 @@ def selfcheck_main(argv=None) -> int:
     device = check_device(args.tiny, args.threads)
     with scratch_checkpoint(args.work_dir, "bench-selfcheck-") as (work_dir, model_dir):
         to_time = {bs: min(args.n, bs * args.measure_batches) if args.measure_batches else args.n for bs in batch_sizes}
-        rows_needed = max(max(to_time.values()), max(batch_sizes))
+        rows_needed = max(*to_time.values(), *batch_sizes)
         base, data_source = counting_dataset(min(rows_needed, args.unique_examples), args, work_dir, args.split)
         setup_device(device, args.memory_cap_gib)
         # cycled to `rows_needed` rows: speed depends on the image size and question, not on novelty
@@ -1333,7 +1329,7 @@ def selfcheck_main(argv=None) -> int:
             "image": "x".join(str(side) for side in dataset[0]["image"].size),
             "budget_s": args.budget_s,
         }
-        payload: dict[str, Any] = {
+        payload = {
             "bench": "selfcheck",
             "decoder": args.decoder,
             "mode": "tiny" if args.tiny else "full_size",
@@ -1341,7 +1337,7 @@ def selfcheck_main(argv=None) -> int:
             "shape": shape,
             "batch_sizes": [],
         }
-        outputs: dict[int, dict] = {}  # id(entry) -> its answers and completion texts (not written to the JSON)
+        outputs = {}  # id(entry) -> its evaluation records (not written to the JSON)
         env = payload["environment"]
         print(
             f"[selfcheck-bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} | "
@@ -1350,7 +1346,14 @@ def selfcheck_main(argv=None) -> int:
         )
         for batch_size, flags in runs:
             compiled = flags.get("compile", False)
-            options = dict(
+            evaluate = functools.partial(
+                evaluate_dataset,
+                model,
+                processor,
+                dataset,
+                batch_size=batch_size,
+                max_new_tokens=completion_length,
+                progress=False,
                 compile_generation=compiled,
                 prefetch=not flags.get("no_prefetch", False),
                 image_device="cuda" if flags.get("gpu_images") and device == "cuda" else None,
@@ -1360,7 +1363,7 @@ def selfcheck_main(argv=None) -> int:
                 model, "per_image" if flags.get("per_image_vision_attention") else "grouped"
             )
             vision_attention.MAX_TOKENS_PER_CALL = CHUNK_TOKENS if flags.get("chunked_vision_attention") else None
-            entry: dict[str, Any] = {
+            entry = {
                 "batch_size": batch_size,
                 "examples": to_time[batch_size],
                 **{name: flags.get(name, False) for name in SELFCHECK_SUFFIXES.values()},
@@ -1374,39 +1377,13 @@ def selfcheck_main(argv=None) -> int:
                 continue
             # reset_compiler: a row's peak memory never includes the previous row's CUDA-graph pools
             with measured(entry, device == "cuda", reset_compiler=args.decoder != "hf" or compiled):
-                # Warm-up batch, not timed (kernel selection, allocator growth).
-                evaluate_dataset(
-                    model,
-                    processor,
-                    dataset,
-                    name="warmup",
-                    batch_size=batch_size,
-                    limit=batch_size,
-                    max_new_tokens=completion_length,
-                    progress=False,
-                    **options,
-                )
-                batch_timings: list[dict] = []
-                timer = ModuleTimer(vision_tower(model), device == "cuda") if flags.get("vision_timing") else None
-                with timer or contextlib.nullcontext():
-                    report = evaluate_dataset(
-                        model,
-                        processor,
-                        dataset,
-                        name=f"bs{batch_size}",
-                        batch_size=batch_size,
-                        limit=to_time[batch_size],
-                        max_new_tokens=completion_length,
-                        progress=False,
-                        timings=batch_timings,
-                        **options,
-                    )
-                if timer is not None:
-                    entry.update(vision_s=timer.seconds, vision_calls=timer.calls)
-                outputs[id(entry)] = {
-                    "answers": [r["prediction"] for r in report.records],  # compared below
-                    "completions": [r["completion"] for r in report.records],
-                }
+                evaluate(name="warmup", limit=batch_size)  # not timed (kernel selection, allocator growth)
+                batch_timings = []
+                timer = vision_timer(vision_tower(model), device == "cuda") if flags.get("vision_timing") else None
+                with timer or contextlib.nullcontext({}) as vision:
+                    report = evaluate(name=f"bs{batch_size}", limit=to_time[batch_size], timings=batch_timings)
+                entry.update(vision)
+                outputs[id(entry)] = report.records  # compared below
                 per_s = report.n / report.seconds
                 decoder = (generation_lib._DECODERS or {}).get(model)
                 batches = math.ceil(report.n / batch_size)  # the measured batches are the decoder's last calls
@@ -1455,21 +1432,21 @@ def selfcheck_main(argv=None) -> int:
     return 0
 
 
-def compare_with_first(entries: list[dict], outputs: list[dict | None]) -> None:
+def agreement(records: list[dict], others: list[dict]) -> tuple[int, int, int]:
+    """(rows compared, equal predictions, equal completion texts) of two evaluations' records, row by row."""
+    pairs = list(zip(records, others))
+    same = [sum(a[key] == b[key] for a, b in pairs) for key in ("prediction", "completion")]
+    return len(pairs), *same
+
+
+def compare_with_first(entries: list[dict], outputs: list[list[dict] | None]) -> None:
     """Every ok entry after the first ok one counts its answers and completion texts equal to the first's
-    (`outputs`: per entry, None or its {'answers', 'completions'}). Greedy decoding of the same inputs must give the
-    same texts; with random weights the answers agree trivially (nothing parses), so the texts are the real check."""
+    (`outputs`: per entry, None or its evaluation records). Greedy decoding of the same inputs must give the same
+    texts; with random weights the answers agree trivially (nothing parses), so the texts are the real check."""
     pairs = [(e, out) for e, out in zip(entries, outputs) if e.get("status") == "ok" and out is not None]
-    if not pairs:
-        return
-    _, first = pairs[0]
     for entry, out in pairs[1:]:
-        common = min(len(out["answers"]), len(first["answers"]))
-        entry["answers_compared"] = common
-        entry["same_answers_as_first"] = sum(a == b for a, b in zip(out["answers"][:common], first["answers"]))
-        entry["same_completions_as_first"] = sum(
-            a == b for a, b in zip(out["completions"][:common], first["completions"])
-        )
+        keys = ("answers_compared", "same_answers_as_first", "same_completions_as_first")
+        entry.update(zip(keys, agreement(out, pairs[0][1])))
 
 
 def selfcheck_batch_split(batch_timings: list[dict], decoder_timings: list[dict]) -> dict[str, Any]:
@@ -1481,13 +1458,8 @@ def selfcheck_batch_split(batch_timings: list[dict], decoder_timings: list[dict]
             batch.update(prefill_s=timed["prefill_s"], decode_s=timed["decode_s"])
     if not batches:
         return {}
-    return {
-        "batches": batches,
-        "first_batch_wait_s": batches[0]["wait_s"],
-        "wait_s": sum(b["wait_s"] for b in batches),
-        "generate_s": sum(b["generate_s"] for b in batches),
-        "post_s": sum(b["post_s"] for b in batches),
-    }
+    totals = {key: sum(b[key] for b in batches) for key in ("wait_s", "generate_s", "post_s")}
+    return {"batches": batches, "first_batch_wait_s": batches[0]["wait_s"], **totals}
 
 
 def compare_with_hf(model, processor, dataset, n, batch_size, completion_length, decoder) -> dict[str, Any]:
@@ -1499,19 +1471,11 @@ def compare_with_hf(model, processor, dataset, n, batch_size, completion_length,
     for name in (decoder, "hf"):
         generation_lib.DEFAULT_DECODER = name
         reports[name] = evaluate_dataset(
-            model,
-            processor,
-            dataset,
-            name=name,
-            batch_size=batch_size,
-            limit=n,
-            max_new_tokens=completion_length,
-            progress=False,
+            model, processor, dataset, name, batch_size, n, max_new_tokens=completion_length, progress=False
         ).records
     generation_lib.DEFAULT_DECODER = decoder
     ours, hf = reports[decoder], reports["hf"]
-    same_prediction = sum(a["prediction"] == b["prediction"] for a, b in zip(ours, hf))
-    same_text = sum(a["completion"] == b["completion"] for a, b in zip(ours, hf))
+    examples, same_prediction, same_text = agreement(ours, hf)
     tokenizer = processor.tokenizer
 
     def common_prefix(a, b):
@@ -1521,7 +1485,7 @@ def compare_with_hf(model, processor, dataset, n, batch_size, completion_length,
 
     prefix = [common_prefix(a["completion"], b["completion"]) for a, b in zip(ours, hf)]
     return {
-        "examples": len(ours),
+        "examples": examples,
         "same_prediction": same_prediction,
         "same_completion_text": same_text,
         "mean_common_prefix_fraction": sum(prefix) / max(len(prefix), 1),
@@ -1542,8 +1506,7 @@ def format_selfcheck_table(payload: dict) -> str:
         label = selfcheck_label(e)
         if e["status"] != "ok":
             rows.append(
-                f"| {label} | {e['status']}: {e['error']} | - | - | - | - | - | - | - | "
-                f"{_fmt(e.get('peak_reserved_gib'), 1)} |"
+                f"| {label} | {e['status']}: {e['error']} |{' - |' * 7} {_fmt(e.get('peak_reserved_gib'), 1)} |"
             )
             continue
         same = (
@@ -1560,12 +1523,8 @@ def format_selfcheck_table(payload: dict) -> str:
 def cli(argv=None, entry=None) -> int:
     try:
         return (entry or main)(argv)
-    except BenchError as exc:
+    except (BenchError, RecipeError) as exc:
         return error_exit(exc)
-
-
-def selfcheck_cli(argv=None) -> int:
-    return cli(argv, selfcheck_main)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,11 @@ sigma(RM) of a full-size random Qwen2.5-VL-3B reward model on the same GPU. A ra
 caption (`caption_rm` would skip the RM) and its text is no caption in length either (1536 random ids decode to
 ~15k RM tokens), so the RM scores `caption_of` the completion: MAX_WORDS words picked by its last ids.
 Variants: `plain_trl` (TRL's GRPOTrainer, HF generate), `ours` (`VLMGRPOTrainer`: graph decoder, image and ViT
-de-duplication, lazy images, activation checkpointing) and `rm` (the RM's captions/s at `--rm-batch-size`); timing
-and table are bench.py's.
+de-duplication, lazy images, activation checkpointing) and `rm` (the RM's captions/s at `--rm-batch-size`); options,
+timing and table are bench.py's.
 """
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -28,41 +27,34 @@ VARIANTS = ("plain_trl", "ours", "rm")
 
 
 def parse_cli(argv=None) -> argparse.Namespace:
+    """bench.py's options, resolved here (`--tiny`: 2 prompts of 64 px, 12 tokens, 8 RM captions)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tiny", action="store_true", help="CPU: tiny models, short completions, small images")
+    bench.add_common_arguments(parser, "bench_caption.json", lengths=(1536, 12))
+    bench.add_round_arguments(parser, steps=2)
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
-    parser.add_argument("--prompts", type=int, default=None, help="prompts per round (default 8; --tiny 2)")
-    parser.add_argument("--steps", type=int, default=2, help="measured rounds per variant")
-    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (compilation, allocation)")
-    parser.add_argument("--completion-length", type=int, default=None, help="forced tokens (1536; --tiny 12)")
-    parser.add_argument("--image-size", type=int, default=None, help="cartoon side in px (448; --tiny 64)")
-    parser.add_argument("--rm-captions", type=int, default=None, help="captions the rm variant scores (256; --tiny 8)")
+    parser.add_argument("--prompts", type=int, help="prompts per round (default 8; --tiny 2)")
+    parser.add_argument("--image-size", type=int, help="cartoon side in px (448; --tiny 64)")
+    parser.add_argument("--rm-captions", type=int, help="captions the rm variant scores (256; --tiny 8)")
     parser.add_argument("--rm-batch-size", type=int, default=32)
-    parser.add_argument("--memory-cap-gib", type=float, default=None)
-    parser.add_argument("--variant-timeout-s", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--layers-once",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="ours: one compile region per decoder layer (default: decoding.LAYERS_ONCE, on)",
-    )
-    parser.add_argument("--out", default="bench_caption.json")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    tiny = args.tiny
+    args.prompts = args.prompts or (2 if tiny else 8)
+    args.image_size = args.image_size or (64 if tiny else 448)
+    args.completion_length = args.completion_length or (12 if tiny else 1536)
+    args.rm_captions = args.rm_captions or (8 if tiny else 256)
+    return args
 
 
-def build_models(tiny: bool, work_dir: str, device: str, seed: int):
+def build_models(args):
     """(policy, processor, reward model): Qwen3-VL-2B Thinking and a Qwen2.5-VL-3B RM, full size or tiny."""
-    import torch
-
     from open_r1 import modeling, tiny_models
     from open_r1 import reward_model as rm_lib
 
     dirs = {
-        family: tiny_models.build_tiny(family, os.path.join(work_dir, family), seed=seed)
+        family: tiny_models.build_tiny(family, f"{args.work_dir}/{family}", seed=args.seed)
         for family in ("qwen3_vl", "qwen2_5_vl")
     }
-    if tiny:
+    if args.tiny:
         policy = modeling.load_model(str(dirs["qwen3_vl"]), dtype="float32", attn_implementation="sdpa")
         backbone = rm_lib.load_backbone(str(dirs["qwen2_5_vl"]), dtype="float32", attn_implementation="sdpa")
     else:
@@ -70,18 +62,16 @@ def build_models(tiny: bool, work_dir: str, device: str, seed: int):
 
         from open_r1.vision_attention import use_grouped_vision_attention
 
-        config = tiny_models.build_config(full_size=True, family="qwen3_vl")
-        policy = bench.build_full_size_model("sdpa", device, seed, config=config)
-        with torch.device(device):  # the RM's backbone: the VLM without its LM head, as load_backbone loads it
-            backbone = AutoModel.from_config(
-                tiny_models.build_config(full_size=True, family="qwen2_5_vl"),
-                dtype=torch.bfloat16,
-                attn_implementation="sdpa",
-            )
+        def full_size(family, auto_class=None):
+            config = tiny_models.build_config(full_size=True, family=family)
+            return bench.build_full_size_model("sdpa", args.device, args.seed, config, auto_class)
+
+        policy = full_size("qwen3_vl")
+        backbone = full_size("qwen2_5_vl", AutoModel)  # the RM's backbone: the VLM without its LM head
         use_grouped_vision_attention(backbone, "grouped")
     policy.generation_config = tiny_models.build_generation_config("qwen3_vl", thinking=True)
     rm_processor = modeling.load_processor(str(dirs["qwen2_5_vl"]))
-    reward_model = rm_lib.RewardModel(backbone.requires_grad_(False), rm_processor).to(device).eval()
+    reward_model = rm_lib.RewardModel(backbone.requires_grad_(False), rm_processor).to(args.device).eval()
     return policy, modeling.load_processor(str(dirs["qwen3_vl"])), reward_model
 
 
@@ -108,108 +98,75 @@ def rm_reward(reward_model, batch_size: int):
     from open_r1.tasks.captioning import protocol
     from open_r1.tasks.captioning.rewards import _descriptions, sigmoid
 
-    def caption_rm_shape(
-        completions, completion_ids, image=None, scene=None, twist=None, location=None, entities=None, **kwargs
-    ):
+    def caption_rm_shape(completions, completion_ids, image=None, **columns):
         captions = [caption_of(ids) for ids in completion_ids]
-        descs = _descriptions(
-            {"scene": scene, "twist": twist, "location": location, "entities": entities}, len(captions)
-        )
+        descs = _descriptions(columns, len(captions))  # the description columns (scene, twist, ...) TRL passes
         messages = [protocol.rm_messages(d, c) for d, c in zip(descs, captions)]
         return [sigmoid(s) for s in reward_model.score(list(image), messages, batch_size=batch_size)]
 
     return caption_rm_shape
 
 
-def grpo_args(name: str, out_dir: str, rows: int, args, completion_length: int, max_steps: int):
-    """Both generate the round's `rows` at once and take one optimizer step on them (on-policy). plain_trl: TRL's
+def run_grpo(name, args, result, sync) -> None:
+    """Both generate the round's rows at once and take one optimizer step on them (on-policy). plain_trl: TRL's
     default micro-batch (8), no activation checkpointing (at 1536 tokens a micro-batch of 64 would not fit 80 GiB).
-    ours: micro-batches of rows / 4 with activation checkpointing, beta 0 and dr_grpo as the captioning recipe."""
-    from trl import GRPOConfig
-
-    ours = name == "ours"
-    levers = {"gradient_checkpointing": True, "beta": 0.0, "loss_type": "dr_grpo"} if ours else {}
-    micro = rows // 4 if ours else min(8, rows)
-    return GRPOConfig(
-        output_dir=out_dir,
-        report_to="none",
-        save_strategy="no",
-        seed=args.seed,
-        num_generations=GENERATIONS,
-        max_completion_length=completion_length,
-        per_device_train_batch_size=micro,
-        gradient_accumulation_steps=rows // micro,
-        max_steps=max_steps,
-        remove_unused_columns=False,
-        generation_kwargs={"min_new_tokens": completion_length, "suppress_tokens": bench.VISION_SPECIAL_TOKEN_IDS},
-        use_cpu=args.tiny,
-        bf16=not args.tiny,
-        **levers,
-    )
-
-
-def run_grpo(name, args, ctx, result, sync) -> None:
+    ours: micro-batches of rows / 4 with activation checkpointing, beta 0 and dr_grpo as the captioning recipe, and
+    our trainer's levers."""
     from peft import LoraConfig
     from trl import GRPOTrainer
 
-    from open_r1 import compat
     from open_r1.families import family_of
     from open_r1.trainer import VLMGRPOTrainer
 
-    policy, processor, reward_model = build_models(args.tiny, ctx["work_dir"], ctx["device"], args.seed)
-    rows = ctx["prompts"] * GENERATIONS
-    train_args = grpo_args(
-        name, tempfile.mkdtemp(dir=ctx["work_dir"]), rows, args, ctx["completion_length"], args.warmup + args.steps
+    policy, processor, reward_model = build_models(args)
+    rows = args.prompts * GENERATIONS
+    ours = name == "ours"
+    micro = rows // 4 if ours else min(8, rows)
+    train_args = bench.bench_grpo_config(
+        tempfile.mkdtemp(dir=args.work_dir),
+        args.seed,
+        args.completion_length,
+        args.tiny,
+        num_generations=GENERATIONS,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=rows // micro,
+        max_steps=args.warmup + args.steps,
+        remove_unused_columns=False,
+        **({"gradient_checkpointing": True, "beta": 0.0, "loss_type": "dr_grpo"} if ours else {}),
     )
-    lora = LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], target_modules=family_of(policy).lora_targets(False))
-    kwargs = dict(
+    levers = dict(fast_decode="graph" if args.device == "cuda" else "eager", dedupe_vision=True, dedupe_images=True)
+    trainer = (VLMGRPOTrainer if ours else GRPOTrainer)(
         model=policy,
         reward_funcs=[rm_reward(reward_model, args.rm_batch_size)],
         args=train_args,
-        train_dataset=ctx["dataset"],
+        train_dataset=args.dataset,
         processing_class=processor,
-        peft_config=lora,
+        peft_config=LoraConfig(
+            r=LORA["r"], lora_alpha=LORA["alpha"], target_modules=family_of(policy).lora_targets(False)
+        ),
+        **(dict(levers, lazy_images=True) if ours else {}),
     )
-    if name == "ours":
-        trainer = VLMGRPOTrainer(
-            **kwargs,
-            fast_decode="graph" if ctx["device"] == "cuda" else "eager",
-            dedupe_vision=True,
-            dedupe_images=True,
-            lazy_images=True,
-        )
-    else:
-        trainer = GRPOTrainer(**kwargs)
-    probe = bench.Probe(trainer, args.warmup, train_args.max_steps, sync)
-    trainer.add_callback(probe.callback)
-    with compat.completion_only_scoring(args.tiny):
-        trainer.train()
-    sync()
-    result.update(probe.summary(), rows_per_round=rows, lora=LORA)
-    result.update(bench.decoder_summary(trainer, result["gen_calls"]))
     # the models die with this frame; bench.measured frees their memory after it
-    result["forced_length_ok"] = (
-        result["completion_len_min"] == result["completion_len_max"] == ctx["completion_length"]
-    )
+    result.update(bench.train_measured(trainer, args.warmup, sync, args.tiny, args.completion_length))
+    result.update(rows_per_round=rows, lora=LORA)
 
 
-def run_rm(args, ctx, result, sync) -> None:
+def run_rm(args, result, sync) -> None:
     """captions/s of the RM alone: n (image, caption) conversations in batches of --rm-batch-size, after one batch
     of warm-up."""
     from open_r1.tasks.captioning import protocol
 
-    _, _, reward_model = build_models(args.tiny, ctx["work_dir"], ctx["device"], args.seed)
-    dataset = ctx["dataset"]
-    n = ctx["rm_captions"]
-    images = [dataset[i % len(dataset)]["image"] for i in range(n)]
+    _, _, reward_model = build_models(args)
+    n, batch = args.rm_captions, args.rm_batch_size
+    images = [args.dataset[i % len(args.dataset)]["image"] for i in range(n)]
     messages = [protocol.rm_messages(None, caption_of(range(protocol.MAX_WORDS)))] * n
-    reward_model.score(images[: args.rm_batch_size], messages[: args.rm_batch_size], batch_size=args.rm_batch_size)
+    reward_model.score(images[:batch], messages[:batch], batch_size=batch)
     sync()
     start = time.perf_counter()
-    scores = reward_model.score(images, messages, batch_size=args.rm_batch_size)
+    scores = reward_model.score(images, messages, batch_size=batch)
     sync()
     wall = time.perf_counter() - start
-    result.update(captions=len(scores), wall_s=wall, captions_per_s=len(scores) / wall, batch_size=args.rm_batch_size)
+    result.update(captions=len(scores), wall_s=wall, captions_per_s=len(scores) / wall, batch_size=batch)
 
 
 def main(argv=None) -> int:
@@ -218,55 +175,51 @@ def main(argv=None) -> int:
     from open_r1 import decoding
 
     args = parse_cli(argv)
-    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    names = bench.comma_list(args.variants)
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
         raise bench.BenchError(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)}")
-    device = bench.check_device(args.tiny)
-    prompts = args.prompts or (2 if args.tiny else 8)
-    size = args.image_size or (64 if args.tiny else 448)
-    ctx = {
-        "device": device,
-        "prompts": prompts,
-        "work_dir": tempfile.mkdtemp(prefix="bench-caption-"),
-        "completion_length": args.completion_length or (12 if args.tiny else 1536),
-        "rm_captions": args.rm_captions or (8 if args.tiny else 256),
-    }
+    started = time.perf_counter()
+    args.device = bench.check_device(args.tiny, args.threads)
     # every round needs `prompts` distinct contests: enough for warm-up + measured rounds
-    ctx["dataset"] = cartoon_prompts(prompts * (args.warmup + args.steps + 1), size, args.seed)
-    bench.setup_device(device, args.memory_cap_gib)
-    if args.layers_once is not None:
-        decoding.LAYERS_ONCE = args.layers_once  # read when the trainer builds its graph decoder
-    on_cuda = device == "cuda"
+    args.dataset = cartoon_prompts(args.prompts * (args.warmup + args.steps + 1), args.image_size, args.seed)
+    bench.setup_device(args.device, args.memory_cap_gib)
+    bench.set_layers_once(args.layers_once)
+    on_cuda = args.device == "cuda"
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
 
     payload = {
         "bench": "grpo_caption",
         "mode": "tiny" if args.tiny else "full_size",
-        "environment": bench.environment_info(device, args.memory_cap_gib),
+        "environment": bench.environment_info(args.device, args.memory_cap_gib),
         "shape": {
             "policy": "Qwen3-VL-2B Thinking (random) + LoRA",
             "reward_model": "Qwen2.5-VL-3B (random)",
-            "image": f"{size}x{size}",
+            "image": f"{args.image_size}x{args.image_size}",
             "num_generations": GENERATIONS,
-            "prompts_per_round": prompts,
-            "completion_length": ctx["completion_length"],
+            "prompts_per_round": args.prompts,
+            "completion_length": args.completion_length,
             "steps": args.steps,
             "warmup": args.warmup,
             "layers_once": decoding.LAYERS_ONCE,
         },
         "variants": [],
     }
-    for name in names:
-        result = {"name": name}
-        with bench.measured(result, on_cuda, args.variant_timeout_s):
-            run_rm(args, ctx, result, sync) if name == "rm" else run_grpo(name, args, ctx, result, sync)
-        payload["variants"].append(result)
-        bench.write_json(args.out, payload)
-        print(
-            f"[bench_caption] {name}: {result['status']} {result.get('error', '')} ({result['total_s']:.0f} s)",
-            flush=True,
-        )
+    with bench.scratch_dir(args.work_dir, "bench-caption-") as args.work_dir:
+        for name in names:
+            result = {"name": name}
+            skip = bench.deadline_passed(started, args.deadline_s)
+            if skip:
+                result.update(status="skipped", error=skip, total_s=0.0)
+            else:
+                with bench.measured(result, on_cuda, args.variant_timeout_s):
+                    run_rm(args, result, sync) if name == "rm" else run_grpo(name, args, result, sync)
+            payload["variants"].append(result)
+            bench.write_json(args.out, payload)
+            print(
+                f"[bench_caption] {name}: {result['status']} {result.get('error', '')} ({result['total_s']:.0f} s)",
+                flush=True,
+            )
     grpo = [r for r in payload["variants"] if r["name"] != "rm"]
     bench.add_ratios(grpo)
     bench.write_json(args.out, payload)
@@ -280,4 +233,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench.cli(entry=main))

@@ -23,6 +23,8 @@ import time
 import traceback
 from pathlib import Path
 
+from open_r1.jsonio import write_json
+
 VARIANTS = ("hf", "eager", "graph_once", "graph_once_warm", "graph")
 CACHE_DIRS = {"graph_once": "inductor-once", "graph_once_warm": "inductor-once", "graph": "inductor-plain"}
 SAMPLING = {
@@ -41,16 +43,14 @@ def _record(out: Path, **row) -> None:
 def _build(args, work: Path):
     """(model, processor inputs on the device) for the bench shape; --tiny: the tiny Qwen3-VL on CPU, fp32."""
     import numpy as np
-    import torch
     from PIL import Image
-    from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from open_r1 import tiny_models
+    from open_r1 import modeling, tiny_models
 
-    path = tiny_models.build_tiny("qwen3_vl", work / "tiny-qwen3vl", overwrite=True)
-    processor = AutoProcessor.from_pretrained(path, padding_side="left")
+    path = str(tiny_models.build_tiny("qwen3_vl", work / "tiny-qwen3vl", overwrite=True))
+    processor = modeling.load_processor(path)
     if args.tiny:
-        model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).eval()
+        model = modeling.load_model(path, dtype="float32", vision_attention="per_image").eval()
         device = "cpu"
     else:
         from experiments.bench import bench
@@ -68,20 +68,6 @@ def _build(args, work: Path):
         text=[text] * args.rows, images=images, padding=True, padding_side="left", return_tensors="pt"
     ).to(device)
     return model, inputs
-
-
-def _settings(model, args, top_p, top_k):
-    from open_r1.decoding import resolve_settings
-
-    return resolve_settings(
-        model.generation_config,
-        max_new_tokens=args.tokens,
-        min_new_tokens=args.tokens,
-        do_sample=True,
-        temperature=0.7,
-        top_p=top_p,
-        top_k=top_k,
-    )
 
 
 def worker(args) -> None:
@@ -114,20 +100,28 @@ def worker(args) -> None:
         step_ms = 1000 * (times[args.tokens] - times[1]) / max(args.tokens - 1, 1)
         _record(out, **base, sampling="top-p 0.95", ms_per_step=round(step_ms, 2), total_s=round(times[args.tokens], 1))
         return
-    from open_r1.decoding import GraphDecoder
+    from open_r1.decoding import GraphDecoder, resolve_settings
 
     compiled = variant != "eager"
     # the must-show numbers first (a run that meets its budget keeps them); the warm process adds the other
     # samplers, each a cold compile of its own
     names = list(SAMPLING) if variant == "graph_once_warm" else ["top-p 0.95"]
     options = {"backend": "eager", "dynamic": False} if args.tiny else None
-    layers_once = variant.startswith("graph_once")
-    decoder = GraphDecoder(model, compile=compiled, layers_once=layers_once, compile_options=options)
+    decoder = GraphDecoder(
+        model, compile=compiled, layers_once=variant.startswith("graph_once"), compile_options=options
+    )
     for name in names:
-        for attempt in (0, 1):
+        for _ in range(2):
             row = dict(base, sampling=name, layers_once=decoder.layers_once)
             try:
-                settings = _settings(model, args, **SAMPLING[name])
+                settings = resolve_settings(
+                    model.generation_config,
+                    max_new_tokens=args.tokens,
+                    min_new_tokens=args.tokens,
+                    do_sample=True,
+                    temperature=0.7,
+                    **SAMPLING[name],
+                )
                 sync()
                 t = time.perf_counter()
                 decoder.generate(**inputs, settings=settings)
@@ -135,10 +129,11 @@ def worker(args) -> None:
                 row["first_call_s"] = round(time.perf_counter() - t, 1)
                 decoder.generate(**inputs, settings=settings)
                 timing = decoder.timings[-1]
-                row["ms_per_step"] = round(1000 * timing["decode_s"] / max(timing["steps"] - 1, 1), 2)
-                row["steps"] = timing["steps"]
+                row.update(
+                    ms_per_step=round(1000 * timing["decode_s"] / max(timing["steps"] - 1, 1), 2), steps=timing["steps"]
+                )
                 if compiled:
-                    from open_r1 import compat
+                    from experiments.bench import compat
 
                     row["compile_times"] = compat.compile_time_report()[-2000:]
             except Exception as error:  # one measurement's failure is a result; the next one still runs
@@ -176,8 +171,9 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--budget-s", type=float, default=560, help="the whole run's wall-clock budget")
     parser.add_argument("--tiny", action="store_true", help="CPU dry run: tiny model, dynamo's eager backend")
-    parser.add_argument("--scratch", default=None, help="models and inductor caches (default: a new temp dir)")
+    parser.add_argument("--scratch", help="models and inductor caches (default: a new temp dir)")
     parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     if args.tiny and args.rows == 256:
         args.rows, args.tokens, args.image_px = 2, 4, 56
@@ -191,19 +187,7 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
     deadline = time.monotonic() + args.budget_s
-    scratch = Path(args.scratch or tempfile.mkdtemp(prefix="bench-decode-"))  # not under --out: caches are large
-    forwarded = [
-        "--out",
-        str(out),
-        "--scratch",
-        str(scratch),
-        "--rows",
-        str(args.rows),
-        "--tokens",
-        str(args.tokens),
-        "--image-px",
-        str(args.image_px),
-    ] + (["--tiny"] if args.tiny else [])
+    scratch = args.scratch or tempfile.mkdtemp(prefix="bench-decode-")  # not under --out: caches are large
     for variant in variants:
         left = deadline - time.monotonic()
         if left < 20:
@@ -211,11 +195,21 @@ def main(argv=None) -> int:
             continue
         env = dict(os.environ)
         if variant in CACHE_DIRS:
-            env["TORCHINDUCTOR_CACHE_DIR"] = str(scratch / CACHE_DIRS[variant])
+            env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, CACHE_DIRS[variant])
         print(f"== {variant} (at most {left:.0f} s)", flush=True)
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "experiments.bench.bench_decode", "--worker", variant, *forwarded],
+                # this run's own options (the last --scratch wins), one variant
+                [
+                    sys.executable,
+                    "-m",
+                    "experiments.bench.bench_decode",
+                    *argv,
+                    "--scratch",
+                    scratch,
+                    "--worker",
+                    variant,
+                ],
                 env=env,
                 timeout=left,
             )
@@ -224,7 +218,7 @@ def main(argv=None) -> int:
         except subprocess.TimeoutExpired:
             _record(out, variant=variant, event="timeout", error=f"killed at the budget ({left:.0f} s left)")
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
-    (out / "summary.json").write_text(json.dumps(rows, indent=1))
+    write_json(out / "summary.json", rows)
     print(table(rows), flush=True)
     return 0
 

@@ -12,7 +12,7 @@ Reports examples/s and the projected time for --n examples (default 3000) agains
 
 import sys
 
-from experiments.bench.bench import selfcheck_cli  # sets the offline environment before any HF import
+from experiments.bench.bench import cli, selfcheck_main  # sets the offline environment before any HF import
 
 if __name__ == "__main__":
-    sys.exit(selfcheck_cli())
+    sys.exit(cli(entry=selfcheck_main))
