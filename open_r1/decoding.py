@@ -67,26 +67,29 @@ def _ids(value) -> tuple[int, ...]:
 
 
 # generation-config fields whose non-default values the decoder does not implement: name -> "inactive" test
+_NONE_OR_ONE = lambda v: v is None or v == 1  # noqa: E731
+_FALSY = lambda v: not v  # noqa: E731
+_NONE = lambda v: v is None  # noqa: E731
 _UNSUPPORTED = {
-    "repetition_penalty": lambda v: v is None or v == 1.0,
-    "no_repeat_ngram_size": lambda v: not v,
-    "bad_words_ids": lambda v: v is None,
-    "begin_suppress_tokens": lambda v: not v,
-    "forced_bos_token_id": lambda v: v is None,
-    "forced_eos_token_id": lambda v: v is None,
-    "num_beams": lambda v: v is None or v == 1,
-    "num_return_sequences": lambda v: v is None or v == 1,
+    "repetition_penalty": _NONE_OR_ONE,
+    "no_repeat_ngram_size": _FALSY,
+    "bad_words_ids": _NONE,
+    "begin_suppress_tokens": _FALSY,
+    "forced_bos_token_id": _NONE,
+    "forced_eos_token_id": _NONE,
+    "num_beams": _NONE_OR_ONE,
+    "num_return_sequences": _NONE_OR_ONE,
     "typical_p": lambda v: v is None or v >= 1.0,
-    "epsilon_cutoff": lambda v: not v,
-    "eta_cutoff": lambda v: not v,
-    "guidance_scale": lambda v: v is None or v == 1,
-    "sequence_bias": lambda v: v is None,
-    "top_h": lambda v: v is None,
-    "min_length": lambda v: not v,
-    "stop_strings": lambda v: not v,
-    "exponential_decay_length_penalty": lambda v: v is None,
-    "encoder_repetition_penalty": lambda v: v is None or v == 1.0,
-    "watermarking_config": lambda v: v is None,
+    "epsilon_cutoff": _FALSY,
+    "eta_cutoff": _FALSY,
+    "guidance_scale": _NONE_OR_ONE,
+    "sequence_bias": _NONE,
+    "top_h": _NONE,
+    "min_length": _FALSY,
+    "stop_strings": _FALSY,
+    "exponential_decay_length_penalty": _NONE,
+    "encoder_repetition_penalty": _NONE_OR_ONE,
+    "watermarking_config": _NONE,
 }
 
 
@@ -221,9 +224,7 @@ def choose_tokens(logits: torch.Tensor, settings: SamplingSettings, generator: t
 _ORIGINAL_SDPA = None
 
 
-def gqa_decode_sdpa(
-    module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, position_bias=None, **kwargs
-):
+def gqa_decode_sdpa(module, query, key, value, attention_mask, **kwargs):
     """transformers' "sdpa" attention, except that a single-token query of a grouped-query layer attends on the KV
     heads directly (query heads packed per KV head) also under `torch.compile`, where transformers expands the KV
     cache to every query head (6x the cache reads of a decode step for Qwen2-VL-2B). Other calls go unchanged."""
@@ -231,8 +232,8 @@ def gqa_decode_sdpa(
     if (
         groups > 1
         and query.shape[2] == 1
-        and position_bias is None
-        and not dropout
+        and kwargs.get("position_bias") is None
+        and not kwargs.get("dropout")
         and (attention_mask is None or (attention_mask.ndim == 4 and attention_mask.shape[1] == 1))
         and kwargs.get("softcap") is None
         and not kwargs.get("output_attentions")
@@ -240,21 +241,10 @@ def gqa_decode_sdpa(
         batch, heads, _, dim = query.shape
         packed = query.reshape(batch, heads // groups, groups, dim)  # head h -> KV head h // groups, as repeat_kv
         out = torch.nn.functional.scaled_dot_product_attention(
-            packed, key, value, attn_mask=attention_mask, scale=scaling
+            packed, key, value, attn_mask=attention_mask, scale=kwargs.get("scaling")
         )
         return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
-    return _ORIGINAL_SDPA(
-        module,
-        query,
-        key,
-        value,
-        attention_mask,
-        dropout=dropout,
-        scaling=scaling,
-        is_causal=is_causal,
-        position_bias=position_bias,
-        **kwargs,
-    )
+    return _ORIGINAL_SDPA(module, query, key, value, attention_mask, **kwargs)
 
 
 def install_gqa_decode_attention() -> None:
@@ -298,11 +288,6 @@ def rope_positions(model, inputs) -> dict | None:
             attention_mask=inputs.get("attention_mask"),
         )
     return {"position_ids": position_ids, "rope_deltas": deltas}
-
-
-def _text_config(model):
-    config = model.config
-    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
 
 def _inner_model(model):
@@ -432,7 +417,7 @@ class GraphDecoder:
 
     def _make_step(self, settings: SamplingSettings):
         model, cache = self.model, self.cache
-        vocab = _text_config(model).vocab_size
+        vocab = model.config.get_text_config(decoder=True).vocab_size
         suppress, eos_mask = (
             torch.isin(torch.arange(vocab, device=self.device), torch.tensor(ids, dtype=torch.long, device=self.device))
             for ids in (settings.suppress_tokens, settings.eos_token_ids)
@@ -451,14 +436,24 @@ class GraphDecoder:
             logits = process_logits(logits, settings, suppress, eos_mask, index)
             return choose_tokens(logits, settings)
 
-        compiled = step
         if self.compile:
             install_gqa_decode_attention()
             compat.raise_cudagraph_rerecord_limit()  # torch's private inductor knob, via open_r1.compat
             if self.layers_once:
                 compile_layers_once(model)
-            compiled = torch.compile(step, **self.compile_options)
-        return step, compiled, suppress, eos_mask
+            step = torch.compile(step, **self.compile_options)
+        return step, suppress, eos_mask
+
+    def _use_step(self, settings: SamplingSettings) -> None:
+        key = (settings, self.compile)
+        if key not in self._steps:  # one step per settings (training's sampling, evaluation's greedy), kept
+            self._steps[key] = self._make_step(settings)
+        self._step_fn, self._suppress, self._eos_mask = self._steps[key]
+
+    def _settings(self, generation_config, model_inputs: dict) -> SamplingSettings:
+        """`resolve_settings` of the generation settings among `model_inputs` (popped), as `generate` reads them."""
+        gen_keys = {k: model_inputs.pop(k) for k in list(model_inputs) if k not in _MODEL_INPUT_KEYS}
+        return resolve_settings(generation_config or self.model.generation_config, **gen_keys)
 
     def _pad_rows(self, input_ids, attention_mask, extra: dict, pad_token_id: int):
         """Pad a batch of n rows to the cache's batch with one-token text rows (no images; outputs dropped)."""
@@ -507,10 +502,7 @@ class GraphDecoder:
         """Drop-in for `model.generate(**inputs, generation_config=...)` as TRL calls it: prompt + completion ids.
         Settings this decoder lacks go to the model class's own `generate`."""
         try:
-            settings = resolve_settings(
-                generation_config or self.model.generation_config,
-                **{k: model_inputs.pop(k) for k in list(model_inputs) if k not in _MODEL_INPUT_KEYS},
-            )
+            settings = self._settings(generation_config, model_inputs)
         except UnsupportedGeneration as error:
             if not getattr(self, "_warned", False):
                 logger.warning("graph decoder not used (%s); HF generate instead", error)
@@ -528,9 +520,7 @@ class GraphDecoder:
         return torch.cat([input_ids.to(completion.device), completion], dim=1)
 
     def _generate(self, input_ids, attention_mask, settings, generation_config, model_inputs):
-        if settings is None:
-            gen_keys = {k: model_inputs.pop(k) for k in list(model_inputs) if k not in _MODEL_INPUT_KEYS}
-            settings = resolve_settings(generation_config or self.model.generation_config, **gen_keys)
+        settings = settings or self._settings(generation_config, model_inputs)
         device = self.device
         input_ids = input_ids.to(device)
         attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)
@@ -540,10 +530,7 @@ class GraphDecoder:
         max_new = settings.max_new_tokens
         self._ensure_cache(n, prompt_len + max_new)
         self.calls += 1
-        key = (settings, self.compile)
-        if key not in self._steps:  # one step per settings (training's sampling, evaluation's greedy), kept
-            self._steps[key] = self._make_step(settings)
-        _, self._step_fn, self._suppress, self._eos_mask = self._steps[key]
+        self._use_step(settings)
         given = {k: model_inputs.pop(k) for k in ROPE_INPUT_KEYS if k in model_inputs}
         extra = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in model_inputs.items()}
         ids, mask, extra = self._pad_rows(input_ids, attention_mask, extra, settings.pad_token_id)
@@ -587,8 +574,7 @@ class GraphDecoder:
                     raise
                 # the cache was allocated by a forward in another dtype (e.g. evaluation without autocast)
                 self._ensure_cache(n, prompt_len + max_new, fresh=True)
-                self._steps[key] = self._make_step(settings)
-                _, self._step_fn, self._suppress, self._eos_mask = self._steps[key]
+                self._use_step(settings)
                 out = prefill()
             if not has_vision:
                 deltas = None

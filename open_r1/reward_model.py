@@ -117,6 +117,14 @@ def chat_text(processor, messages: list[dict]) -> str:
     return text.removesuffix("\n")
 
 
+def encode(processor, images: Sequence, messages_list: Sequence[list[dict]], padding_side: str = "left"):
+    """Processor inputs for rows of (image, messages): the chat text of each row and its image."""
+    if len(images) != len(messages_list):
+        raise ValueError(f"{len(images)} images for {len(messages_list)} conversations")
+    texts = [chat_text(processor, messages) for messages in messages_list]
+    return processor(text=texts, images=list(images), padding=True, padding_side=padding_side, return_tensors="pt")
+
+
 def load_backbone(path: str, dtype=None, attn_implementation: str | None = None):
     """The VLM without its LM head (`AutoModel`), from a saved VLM dir; its vision tower's attention grouped as
     `modeling.load_model`'s default (one SDPA call per segment length, `open_r1.vision_attention`)."""
@@ -152,8 +160,7 @@ class RewardModel(nn.Module):
             enable_image_dedupe(processor)  # a pair's two conversations (and a contest's pairs) share one image
         if dedupe_vision:  # ... and the vision tower encodes that image once (the same scores and gradients)
             enable_vision_dedupe(self._base_backbone())
-        config = self._base_backbone().config
-        hidden = int(config.get_text_config().hidden_size)
+        hidden = int(self.config.get_text_config().hidden_size)
         self.head = nn.Linear(hidden, 1, bias=False, dtype=torch.float32)
         nn.init.zeros_(self.head.weight)
         self.meta = dict(meta or {})
@@ -198,15 +205,6 @@ class RewardModel(nn.Module):
         pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
         return self.head(pooled.to(self.head.weight.dtype)).squeeze(-1)
 
-    def encode(self, images: Sequence, messages_list: Sequence[list[dict]], padding_side: str = "left") -> dict:
-        """Processor inputs for rows of (image, messages): the chat text of each row and its image."""
-        if len(images) != len(messages_list):
-            raise ValueError(f"{len(images)} images for {len(messages_list)} conversations")
-        texts = [chat_text(self.processor, messages) for messages in messages_list]
-        return self.processor(
-            text=texts, images=list(images), padding=True, padding_side=padding_side, return_tensors="pt"
-        )
-
     @torch.no_grad()
     def score(
         self,
@@ -224,7 +222,8 @@ class RewardModel(nn.Module):
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda")
         try:
             for start in range(0, len(images), batch_size):
-                batch = self.encode(
+                batch = encode(
+                    self.processor,
                     images[start : start + batch_size],
                     messages_list[start : start + batch_size],
                     padding_side=padding_side,
@@ -344,13 +343,9 @@ class PairCollator:
     padding_side: str = "right"  # training: right (the pooling reads the mask, so either side gives the same score)
 
     def __call__(self, rows: list[dict]) -> dict:
-        texts = [chat_text(self.processor, row["chosen"]) for row in rows]
-        texts += [chat_text(self.processor, row["rejected"]) for row in rows]
+        messages = [row["chosen"] for row in rows] + [row["rejected"] for row in rows]
         images = [row["image"] for row in rows] + [row.get("rejected_image") or row["image"] for row in rows]
-        batch = dict(
-            self.processor(text=texts, images=images, padding=True, padding_side=self.padding_side, return_tensors="pt")
-        )
-        return batch
+        return dict(encode(self.processor, images, messages, self.padding_side))
 
 
 def _trainer_class():

@@ -76,10 +76,9 @@ def chat_template(family: str, thinking: bool = True) -> str:
 
 # The real generation_config.json files: Qwen2/2.5-VL effectively greedy (top_k 1), Qwen3-VL Thinking sampling (its
 # model card's top_p 0.95, top_k 20). GRPO and the evaluation protocol set their own decoding.
-_GENERATION_IDS = {"bos_token_id": BOS_TOKEN_ID, "pad_token_id": PAD_TOKEN_ID}
+_GENERATION_IDS = {"bos_token_id": BOS_TOKEN_ID, "pad_token_id": PAD_TOKEN_ID, "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID]}
 REAL_GENERATION_CONFIG: dict[str, Any] = {
     **_GENERATION_IDS,
-    "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID],
     "do_sample": True,
     "repetition_penalty": 1.0,
     "temperature": 0.01,
@@ -88,7 +87,6 @@ REAL_GENERATION_CONFIG: dict[str, Any] = {
 }
 QWEN3_VL_GENERATION_CONFIG: dict[str, Any] = {
     **_GENERATION_IDS,
-    "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID],
     "do_sample": True,
     "temperature": 1.0,
     "top_p": 0.95,
@@ -286,14 +284,6 @@ def build_tokenizer(bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE, family: str = 
         chat_template(family, thinking),
         model_max_length=_SPECS[family].model_max_length,
     )
-
-
-def small_vocab_tokenizer(added, chat_template: str, model_max_length: int):
-    """(tokenizer, {token: id}, vocab size to a multiple of 64): the trained BPE, `added` right after it (~2.6k ids)."""
-    vocab, merges = train_byte_level_bpe(DEFAULT_BPE_VOCAB_SIZE)
-    ids = {token: len(vocab) + i for i, token in enumerate(added)}
-    tokenizer = qwen2_tokenizer(vocab, merges, ids, chat_template, model_max_length=model_max_length)
-    return tokenizer, ids, 64 * math.ceil(len(tokenizer) / 64)
 
 
 def qwen2_tokenizer(
@@ -512,9 +502,13 @@ def build_generation_config(family: str = "qwen2_vl", thinking: bool = True):
 
 def small_vocab_model(family: str, seed: int, pixels: tuple[int, int], model_max_length: int, **overrides):
     """(model, processor): a random-init `family` model (`overrides`: `build_config`'s) over the small trained
-    vocabulary (`small_vocab_tokenizer`), every config and generation id pointing at the new ids; a model that
-    samples (Qwen3-VL Thinking) never generates the embedding rows past the tokenizer."""
-    tokenizer, ids, vocab_size = small_vocab_tokenizer(ADDED_TOKENS[family], chat_template(family), model_max_length)
+    vocabulary (the trained BPE, the added tokens right after it: ~2.6k ids, the vocab size rounded up to a multiple
+    of 64), every config and generation id pointing at the new ids; a model that samples (Qwen3-VL Thinking) never
+    generates the embedding rows past the tokenizer."""
+    vocab, merges = train_byte_level_bpe(DEFAULT_BPE_VOCAB_SIZE)
+    ids = {token: len(vocab) + i for i, token in enumerate(ADDED_TOKENS[family])}
+    tokenizer = qwen2_tokenizer(vocab, merges, ids, chat_template(family), model_max_length)
+    vocab_size = 64 * math.ceil(len(tokenizer) / 64)
     bos = pad = ids["<|endoftext|>"]
     token_ids = {"bos_token_id": bos, "eos_token_id": ids["<|im_end|>"], "pad_token_id": pad}
     if family != "qwen2_vl":  # the ids the real configs hold: Qwen2-VL's in both configs, the others' pad alone

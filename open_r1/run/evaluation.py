@@ -80,7 +80,7 @@ class InTrainingEvalCallback(TrainerCallback):
             "primary": self.primary,
             "secondary": self.secondary,
             "limit": self.limit,
-            "selection": keep_best_lib.SELECTION_RULE.format(primary=self.primary, secondary=self.secondary or "-"),
+            "selection": keep_best_lib.selection_rule(self.primary, self.secondary),
             "best": self._best(),
             "entries": self.history["entries"],
         }

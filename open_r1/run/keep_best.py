@@ -19,7 +19,10 @@ from open_r1.jsonio import read_json, write_json
 HISTORY_FILE = "eval_history.json"
 HISTORY_PLOT = "eval_history.png"
 BEST_FILE = "best_checkpoint.json"
-SELECTION_RULE = "highest {primary} accuracy, ties -> {secondary} accuracy, then the later step"
+
+
+def selection_rule(primary, secondary) -> str:
+    return f"highest {primary} accuracy, ties -> {secondary or '-'} accuracy, then the later step"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -106,8 +109,7 @@ def write_best_checkpoint(
             checkpoint=best["checkpoint"],
             step=best["step"],
             scores=best.get("scores"),
-            reason="best evaluated checkpoint: "
-            + SELECTION_RULE.format(primary=history.get("primary"), secondary=history.get("secondary") or "-"),
+            reason="best evaluated checkpoint: " + selection_rule(history.get("primary"), history.get("secondary")),
         )
     elif final_model_saved and has_weights(run_dir):
         record.update(
@@ -148,7 +150,7 @@ def resolve_export_checkpoint(run_dir: str, log=print) -> str:
             path = os.path.join(run_dir, best["checkpoint"])
             log(
                 f"[keep-best] exporting {best['checkpoint']} (step {best['step']}, scores {best.get('scores')}): "
-                + SELECTION_RULE.format(primary=history.get("primary"), secondary=history.get("secondary") or "-")
+                + selection_rule(history.get("primary"), history.get("secondary"))
             )
             return path
     named = record.get("checkpoint")
