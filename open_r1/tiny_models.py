@@ -76,7 +76,11 @@ def chat_template(family: str, thinking: bool = True) -> str:
 
 # The real generation_config.json files: Qwen2/2.5-VL effectively greedy (top_k 1), Qwen3-VL Thinking sampling (its
 # model card's top_p 0.95, top_k 20). GRPO and the evaluation protocol set their own decoding.
-_GENERATION_IDS = {"bos_token_id": BOS_TOKEN_ID, "pad_token_id": PAD_TOKEN_ID, "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID]}
+_GENERATION_IDS = {
+    "bos_token_id": BOS_TOKEN_ID,
+    "pad_token_id": PAD_TOKEN_ID,
+    "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID],
+}
 REAL_GENERATION_CONFIG: dict[str, Any] = {
     **_GENERATION_IDS,
     "do_sample": True,

@@ -23,6 +23,8 @@ BEST_FILE = "best_checkpoint.json"
 
 def selection_rule(primary, secondary) -> str:
     return f"highest {primary} accuracy, ties -> {secondary or '-'} accuracy, then the later step"
+
+
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
