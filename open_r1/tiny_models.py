@@ -106,7 +106,8 @@ TRAINED_MARKERS = ("trainer_state.json", "training_meta.json", "adapter_config.j
 
 # build_config's defaults: text-config fields, `vision_<field>` for the vision config, rope_theta,
 # tie_word_embeddings, dtype. The vision merger's output width follows the text hidden_size; mrope_section, when
-# left out, is derived from head_dim in the real ratio. Full sizes: the public config.json of each real checkpoint.
+# left out, is derived from head_dim in the real ratio. Full sizes: the public config.json of each real checkpoint,
+# less the fields where transformers' default already is the real value.
 _TINY = {
     "hidden_size": 64,
     "num_hidden_layers": 2,
@@ -120,7 +121,7 @@ _TINY = {
     "dtype": "float32",
 }  # fp32: bf16 CPU kernels are slow or missing
 _TINY_VISION = {"vision_depth": 2, "vision_hidden_size": 32, "vision_intermediate_size": 64, "vision_num_heads": 4}
-_FULL = {"rms_norm_eps": 1e-6, "tie_word_embeddings": True, "dtype": "bfloat16"}
+_FULL = {"rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": True, "dtype": "bfloat16"}
 _CLIP_MEAN_STD = ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711])
 
 # Per family: build_config's tiny and full-size defaults, the real image processor's (min_pixels, max_pixels) and
@@ -136,12 +137,7 @@ _SPECS = {
             "num_attention_heads": 12,
             "num_key_value_heads": 2,
             "intermediate_size": 8960,
-            "max_position_embeddings": 32768,
-            "rope_theta": 1e6,
             "vision_depth": 32,
-            "vision_embed_dim": 1280,
-            "vision_num_heads": 16,
-            "vision_mlp_ratio": 4,
         },
         pixels=(REAL_MIN_PIXELS, REAL_MAX_PIXELS),
         mean_std=_CLIP_MEAN_STD,
@@ -164,12 +160,8 @@ _SPECS = {
             "num_key_value_heads": 2,
             "intermediate_size": 11008,
             "max_position_embeddings": 128000,
-            "rope_theta": 1e6,
             "vision_depth": 32,
             "vision_hidden_size": 1280,
-            "vision_intermediate_size": 3420,
-            "vision_num_heads": 16,
-            "vision_window_size": 112,
             "vision_fullatt_block_indexes": [7, 15, 23, 31],
             "vision_tokens_per_second": 2,
         },
@@ -195,7 +187,6 @@ _SPECS = {
             "num_hidden_layers": 28,
             "num_attention_heads": 16,
             "num_key_value_heads": 8,
-            "head_dim": 128,
             "intermediate_size": 6144,
             "max_position_embeddings": 262144,
             "rope_theta": 5e6,
@@ -203,8 +194,6 @@ _SPECS = {
             "vision_depth": 24,
             "vision_hidden_size": 1024,
             "vision_intermediate_size": 4096,
-            "vision_num_heads": 16,
-            "vision_num_position_embeddings": 2304,
             "vision_deepstack_visual_indexes": [5, 11, 17],
         },
         pixels=(65536, 16777216),
