@@ -96,7 +96,7 @@ def parse_time_budget(value, start: float | None = None) -> float | None:
 
 
 def _fmt(seconds: float | None) -> str:
-    if seconds is None or math.isinf(seconds) or math.isnan(seconds):
+    if seconds is None or not math.isfinite(seconds):
         return "?"
     seconds = int(round(seconds))
     sign = "-" if seconds < 0 else ""
@@ -166,11 +166,6 @@ class ReserveEstimator:
             f", step {_fmt(self.step_estimate())}, x{self.safety} safety"
         )
 
-    _PERSISTED = ("step_seconds", "save_seconds", "eval_seconds", "export_seconds", "startup_seconds")
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self._PERSISTED}
-
     def load(self, path: str) -> bool:
         data = read_json(path, None)
         if data is None:
@@ -184,7 +179,8 @@ class ReserveEstimator:
 
     def dump(self, path: str) -> None:
         data = read_json(path, None) or {}
-        data.update(self.to_dict())
+        persisted = ("step_seconds", "save_seconds", "eval_seconds", "export_seconds", "startup_seconds")
+        data.update({key: getattr(self, key) for key in persisted})
         if self.export_seconds is None:
             data.pop("export_seconds", None)
         write_json(path, data)

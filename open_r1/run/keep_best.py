@@ -257,23 +257,20 @@ secondary/ID, then later step) among those still on disk is marked with '*' and 
 
 
 def main(argv=None) -> int:
-    try:
-        return _main(argv)
-    except OpenR1Error as exc:
-        return error_exit(exc)
-
-
-def _main(argv=None) -> int:
     parser = cli_parser("open-r1-plot-run", CLI_DOC)
     parser.add_argument("run_dir")
     parser.add_argument("--out", default=None, help=f"PNG path (default <run_dir>/{HISTORY_PLOT})")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.run_dir):
-        raise OpenR1Error(f"run dir {args.run_dir} does not exist; pass a training output_dir (runs/<recipe>)")
+        return error_exit(
+            OpenR1Error(f"run dir {args.run_dir} does not exist; pass a training output_dir (runs/<recipe>)")
+        )
     history = load_history(args.run_dir)
     if not history["entries"]:
-        raise OpenR1Error(
-            f"no evaluated checkpoints in {args.run_dir} ({HISTORY_FILE} missing or empty); train with eval_sets set"
+        return error_exit(
+            OpenR1Error(
+                f"no evaluated checkpoints in {args.run_dir} ({HISTORY_FILE} missing or empty); train with eval_sets set"
+            )
         )
     best, _ = history_best(args.run_dir)
     history["best"] = best
