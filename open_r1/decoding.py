@@ -24,6 +24,7 @@ import torch
 
 from open_r1 import compat
 from open_r1.errors import OpenR1Error, RecipeError
+from open_r1.families import base_model
 
 logger = logging.getLogger(__name__)
 
@@ -292,9 +293,7 @@ def rope_positions(model, inputs) -> dict | None:
 
 def _inner_model(model):
     """The module that holds `rope_deltas` (Qwen*VLModel), under peft / DDP wrappers."""
-    if hasattr(model, "get_base_model"):
-        model = model.get_base_model()
-    model = getattr(model, "module", model)
+    model = base_model(model)
     inner = getattr(model, "model", None)
     return inner if inner is not None and hasattr(inner, "rope_deltas") else model
 
@@ -547,14 +546,14 @@ class GraphDecoder:
             inner = _inner_model(self.model)
             has_vision = extra.get("image_grid_thw") is not None or extra.get("video_grid_thw") is not None
             valid = mask.sum(dim=1)
-            prefill_kwargs = {}
+            prefill_kwargs, deltas = {}, None
             if hasattr(inner, "rope_deltas"):
                 inner.rope_deltas = None
             if not has_vision:
                 text_pos = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
                 prefill_kwargs["position_ids"] = text_pos.unsqueeze(0).expand(3, -1, -1)
             elif given_positions is not None:  # precomputed (rope_positions): the model skips get_rope_index
-                prefill_kwargs["position_ids"] = given_positions
+                prefill_kwargs["position_ids"], deltas = given_positions, given_deltas
 
             def prefill():
                 return self.model(
@@ -576,11 +575,7 @@ class GraphDecoder:
                 self._ensure_cache(n, prompt_len + max_new, fresh=True)
                 self._use_step(settings)
                 out = prefill()
-            if not has_vision:
-                deltas = None
-            elif given_positions is not None:
-                deltas = given_deltas
-            else:  # what the prefill's own get_rope_index left on the model
+            if has_vision and deltas is None:  # what the prefill's own get_rope_index left on the model
                 deltas = getattr(inner, "rope_deltas", None)
             next_pos = valid + (deltas.view(-1).to(device) if deltas is not None else 0)
 

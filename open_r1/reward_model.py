@@ -25,7 +25,7 @@ from torch import nn
 
 from open_r1 import modeling
 from open_r1.errors import ModelError, RecipeError
-from open_r1.families import family_of
+from open_r1.families import base_model, family_of
 from open_r1.image_dedupe import enable_image_dedupe
 from open_r1.jsonio import read_json, write_json
 from open_r1.submission.install import installing
@@ -175,8 +175,7 @@ class RewardModel(nn.Module):
         return self.head.weight.device
 
     def _base_backbone(self):
-        backbone = self.backbone
-        return backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
+        return base_model(self.backbone)
 
     def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
         """The Trainer's call (transformers >= 5.23 also passes `every_n_layers` / `offload`), passed on as the

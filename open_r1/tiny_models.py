@@ -511,8 +511,7 @@ def small_vocab_model(family: str, seed: int, pixels: tuple[int, int], model_max
         config.update(token_ids)
     config.image_token_id, config.video_token_id = ids["<|image_pad|>"], ids["<|video_pad|>"]
     config.vision_start_token_id, config.vision_end_token_id = ids["<|vision_start|>"], ids["<|vision_end|>"]
-    model = build_model(config, seed=seed)
-    model.generation_config = build_generation_config(family)
+    model = build_model(config, seed=seed)  # the family's generation config (Thinking for Qwen3-VL), ids below
     model.generation_config.update(bos_token_id=bos, pad_token_id=pad, eos_token_id=[ids["<|im_end|>"], bos])
     if family == "qwen3_vl":
         model.generation_config.suppress_tokens = list(range(len(tokenizer), vocab_size))

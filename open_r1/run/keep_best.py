@@ -269,7 +269,8 @@ def main(argv=None) -> int:
     if not history["entries"]:
         return error_exit(
             OpenR1Error(
-                f"no evaluated checkpoints in {args.run_dir} ({HISTORY_FILE} missing or empty); train with eval_sets set"
+                f"no evaluated checkpoints in {args.run_dir} ({HISTORY_FILE} missing or empty); "
+                "train with eval_sets set"
             )
         )
     best, _ = history_best(args.run_dir)
