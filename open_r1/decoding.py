@@ -18,7 +18,7 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -54,7 +54,7 @@ class SamplingSettings:
     min_new_tokens: int = 0
     eos_token_ids: tuple[int, ...] = ()
     pad_token_id: int = 0
-    suppress_tokens: tuple[int, ...] = field(default_factory=tuple)
+    suppress_tokens: tuple[int, ...] = ()
 
 
 def _ids(value) -> tuple[int, ...]:
@@ -365,8 +365,6 @@ class GraphDecoder:
         self.compile_options = dict(COMPILE_OPTIONS if compile_options is None else compile_options)
         self.device = next(model.parameters()).device
         self.compile = (self.device.type == "cuda") if compile is None else bool(compile)
-        if self.compile:
-            install_gqa_decode_attention()
         self.check_every = max(1, int(check_every))
         self.cache_margin = cache_margin
         self.cache_bucket = cache_bucket

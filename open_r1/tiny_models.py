@@ -238,7 +238,7 @@ def train_byte_level_bpe(vocab_size: int) -> tuple[dict[str, int], list[tuple[st
     bpe.normalizer = normalizers.NFC()
     bpe.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -246,7 +246,6 @@ def train_byte_level_bpe(vocab_size: int) -> tuple[dict[str, int], list[tuple[st
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=1,
-        special_tokens=[],
         show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
