@@ -605,8 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="checkpoint directory to write (atomically)")
     parser.add_argument("--full-size", action="store_true", help="the real model's dimensions, random bf16 weights")
     parser.add_argument("--seed", type=int, default=0, help="weights are a pure function of the seed")
-    parser.add_argument("--min-pixels", type=int, default=None, help="image processor min_pixels (the real one's)")
-    parser.add_argument("--max-pixels", type=int, default=None, help="image processor max_pixels (the real one's)")
+    parser.add_argument("--min-pixels", type=int, help="image processor min_pixels (the real one's)")
+    parser.add_argument("--max-pixels", type=int, help="image processor max_pixels (the real one's)")
     parser.add_argument(
         "--instruct",
         action="store_true",

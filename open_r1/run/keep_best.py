@@ -259,7 +259,7 @@ secondary/ID, then later step) among those still on disk is marked with '*' and 
 def main(argv=None) -> int:
     parser = cli_parser("open-r1-plot-run", CLI_DOC)
     parser.add_argument("run_dir")
-    parser.add_argument("--out", default=None, help=f"PNG path (default <run_dir>/{HISTORY_PLOT})")
+    parser.add_argument("--out", help=f"PNG path (default <run_dir>/{HISTORY_PLOT})")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.run_dir):
         return error_exit(

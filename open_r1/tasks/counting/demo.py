@@ -317,7 +317,6 @@ def parse_args(argv=None):
     parser.add_argument("--out", default="runs/demo", help="everything goes here: data, models, run, report, plots")
     parser.add_argument(
         "--start",
-        default=None,
         help=f"start model dir (default: the shipped warm start {SHIPPED_START.relative_to(REPO_ROOT)}"
         ", or one trained first when it is missing or with --from-scratch)",
     )
@@ -328,7 +327,6 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--build-start",
-        default=None,
         metavar="DIR",
         help="only build a warm start into DIR (data, SFT, start_report.json), then stop",
     )
@@ -337,7 +335,6 @@ def parse_args(argv=None):
     parser.add_argument(
         "--train-size",
         type=int,
-        default=None,
         help="train rows rendered (GRPO prompts; also the SFT rows when a start is trained). "
         "Default 400, or 4000 when a start is trained",
     )
@@ -350,10 +347,9 @@ def parse_args(argv=None):
     parser.add_argument("--sft-lr", type=float, default=2e-3)
     parser.add_argument(
         "--device",
-        default=None,
         help="SFT device: cuda / cpu (default: cuda when available); GRPO and the evaluation run on CPU",
     )
-    parser.add_argument("--grpo-steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps)")
+    parser.add_argument("--grpo-steps", type=int, help="GRPO steps (default: the recipe's max_steps)")
     parser.add_argument(
         "--threads",
         type=int,
