@@ -342,10 +342,6 @@ def default_decoder(device) -> str:
     return "graph" if torch.device(device).type == "cuda" else "hf"
 
 
-def _bucket(tokens: int, bucket: int = CACHE_BUCKET_TOKENS) -> int:
-    return -(-tokens // bucket) * bucket
-
-
 class GraphDecoder:
     """Batched decoding over a static cache that lives as long as the decoder (module docstring). `compile`: None =
     on CUDA only; `check_every`: steps between host checks of "all finished?"."""
@@ -385,7 +381,8 @@ class GraphDecoder:
         from transformers import StaticCache
 
         batch = max(rows, self.batch_size)
-        length = max(_bucket(needed_len + self.cache_margin, self.cache_bucket), self.max_cache_len)
+        bucketed = -(-(needed_len + self.cache_margin) // self.cache_bucket) * self.cache_bucket  # rounded up
+        length = max(bucketed, self.max_cache_len)
         if self.cache is not None:
             logger.warning(
                 "graph decoder: cache %dx%d cannot take %d rows x %d tokens%s; reallocating to %dx%d "

@@ -244,7 +244,7 @@ class RewardModel(nn.Module):
             self.backbone = self.backbone.merge_and_unload()  # folds LoRA in; the model scores the same
         out_dir = os.path.abspath(out_dir)
         with installing(out_dir) as staging:
-            self.backbone.save_pretrained(staging, safe_serialization=True)
+            self.backbone.save_pretrained(staging)  # safetensors
             head = {"weight": self.head.weight.detach().float().cpu().contiguous()}
             save_file(head, os.path.join(staging, HEAD_FILE))
             self.processor.save_pretrained(staging)
