@@ -376,10 +376,13 @@ def _check_vision(vision: dict[str, Any]) -> None:
         )
 
 
-def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides: Any):
-    """The family's config, tiny or at the real sizes, with the real vocab and token ids. Overrides: any text-config
-    field, `vision_<field>` for the vision config, `rope_theta`, `mrope_section`, `tie_word_embeddings`, `dtype`;
-    fields not set here keep transformers' defaults, which are the real checkpoints' values."""
+def build_config(
+    full_size: bool = False, family: str = "qwen2_vl", added: dict[str, int] = QWEN2VL_SPECIAL_TOKENS, **overrides: Any
+):
+    """The family's config, tiny or at the real sizes, with the real vocab and the token ids of `added` (default: the
+    real ones). Overrides: any text-config field, `vision_<field>` for the vision config, `rope_theta`,
+    `mrope_section`, `tie_word_embeddings`, `dtype`; fields not set here keep transformers' defaults, which are the
+    real checkpoints' values."""
     import transformers
 
     record, spec = _family(family), _SPECS[family]
@@ -402,10 +405,11 @@ def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides:
         raise TypeError(f"unknown overrides {sorted(unknown)}")
 
     rope_parameters = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": mrope_section}
-    token_ids = {"bos_token_id": BOS_TOKEN_ID, "eos_token_id": EOS_TOKEN_ID, "pad_token_id": PAD_TOKEN_ID}
+    pad = added["<|endoftext|>"]  # also the bos
+    token_ids = {"bos_token_id": pad, "eos_token_id": added["<|im_end|>"], "pad_token_id": pad}
     if family == "qwen3_vl":
         rope_parameters["mrope_interleaved"] = True
-        text_ids = {"pad_token_id": PAD_TOKEN_ID}
+        text_ids = {"pad_token_id": pad}
     else:  # no sliding window in any layer, as in the real config
         text_ids = {**token_ids, "max_window_layers": settings["num_hidden_layers"]}
     text_config = {
@@ -427,10 +431,10 @@ def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides:
         text_config=text_config,
         vision_config=vision_config,
         tie_word_embeddings=tie_word_embeddings,
-        image_token_id=QWEN2VL_SPECIAL_TOKENS["<|image_pad|>"],
-        video_token_id=QWEN2VL_SPECIAL_TOKENS["<|video_pad|>"],
-        vision_start_token_id=QWEN2VL_SPECIAL_TOKENS["<|vision_start|>"],
-        vision_end_token_id=QWEN2VL_SPECIAL_TOKENS["<|vision_end|>"],
+        image_token_id=added["<|image_pad|>"],
+        video_token_id=added["<|video_pad|>"],
+        vision_start_token_id=added["<|vision_start|>"],
+        vision_end_token_id=added["<|vision_end|>"],
         architectures=[record.class_name],
         dtype=dtype,
         **(token_ids if family == "qwen2_vl" else {}),
@@ -501,16 +505,9 @@ def small_vocab_model(family: str, seed: int, pixels: tuple[int, int], model_max
     ids = {token: len(vocab) + i for i, token in enumerate(ADDED_TOKENS[family])}
     tokenizer = qwen2_tokenizer(vocab, merges, ids, chat_template(family), model_max_length)
     vocab_size = 64 * math.ceil(len(tokenizer) / 64)
-    bos = pad = ids["<|endoftext|>"]
-    token_ids = {"bos_token_id": bos, "eos_token_id": ids["<|im_end|>"], "pad_token_id": pad}
-    if family != "qwen2_vl":  # the ids the real configs hold: Qwen2-VL's in both configs, the others' pad alone
-        token_ids = {"pad_token_id": pad}
-    config = build_config(family=family, vocab_size=vocab_size, **token_ids, **overrides)
-    if family == "qwen2_vl":
-        config.update(token_ids)
-    config.image_token_id, config.video_token_id = ids["<|image_pad|>"], ids["<|video_pad|>"]
-    config.vision_start_token_id, config.vision_end_token_id = ids["<|vision_start|>"], ids["<|vision_end|>"]
+    config = build_config(family=family, added=ids, vocab_size=vocab_size, **overrides)
     model = build_model(config, seed=seed)  # the family's generation config (Thinking for Qwen3-VL), ids below
+    bos = pad = ids["<|endoftext|>"]
     model.generation_config.update(bos_token_id=bos, pad_token_id=pad, eos_token_id=[ids["<|im_end|>"], bos])
     if family == "qwen3_vl":
         model.generation_config.suppress_tokens = list(range(len(tokenizer), vocab_size))
