@@ -269,26 +269,17 @@ def rope_positions(model, inputs) -> dict | None:
     """{'position_ids': (3, rows, length), 'rope_deltas': (rows, 1)} from the model's own `get_rope_index` on a
     processor batch's CPU tensors (cheap there, e.g. in a prefetch thread), or None (no images, not on the CPU, no
     M-RoPE)."""
-    inner = _inner_model(model)
-    get_rope_index = getattr(inner, "get_rope_index", None)
-    ids, grid = inputs.get("input_ids"), inputs.get("image_grid_thw")
+    get_rope_index = getattr(_inner_model(model), "get_rope_index", None)
+    ids, grid, mask = inputs.get("input_ids"), inputs.get("image_grid_thw"), inputs.get("attention_mask")
     if get_rope_index is None or ids is None or grid is None or "mm_token_type_ids" not in inputs:
         return None
-    tensors = [
-        inputs[k]
-        for k in ("input_ids", "attention_mask", "mm_token_type_ids", "image_grid_thw")
-        if inputs.get(k) is not None
-    ]
-    if any(t.device.type != "cpu" for t in tensors) or inputs.get("video_grid_thw") is not None:
+    kinds = inputs["mm_token_type_ids"]
+    on_device = any(t is not None and t.device.type != "cpu" for t in (ids, mask, kinds, grid))
+    if on_device or inputs.get("video_grid_thw") is not None:
         return None
     with torch.no_grad():
-        position_ids, deltas = get_rope_index(
-            ids,
-            mm_token_type_ids=inputs["mm_token_type_ids"],
-            image_grid_thw=grid,
-            attention_mask=inputs.get("attention_mask"),
-        )
-    return {"position_ids": position_ids, "rope_deltas": deltas}
+        positions = get_rope_index(ids, mm_token_type_ids=kinds, image_grid_thw=grid, attention_mask=mask)
+    return dict(zip(ROPE_INPUT_KEYS, positions))
 
 
 def _inner_model(model):
@@ -365,10 +356,7 @@ class GraphDecoder:
         self.cache_margin = cache_margin
         self.cache_bucket = cache_bucket
         self.cache = None
-        self.batch_size = 0
-        self.max_cache_len = 0
-        self.allocations = 0
-        self.calls = 0
+        self.batch_size = self.max_cache_len = self.allocations = self.calls = 0
         self.timings: list[dict] = []  # per call: rows, prompt_len, steps, prefill_s, decode_s (last 256 calls)
         self._steps = {}
         self._step_fn = None

@@ -112,7 +112,7 @@ def _run_splits(args) -> int:
         rows.append((split, str(stats[split]["n"]), f"{stats[split]['images_per_s']:.1f}", per_core, str(path)))
     # images/s: wall clock with all workers; per CPU-s: what one core renders per second of its time.
     header = ("split", "n", "images/s", "images/CPU-s", "path")
-    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
+    widths = [max(map(len, column)) for column in zip(header, *rows)]
     for row in [header, tuple("-" * w for w in widths), *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     if args.samples:
