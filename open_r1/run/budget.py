@@ -209,7 +209,6 @@ class TimeBudgetCallback(TrainerCallback):
         reserve_estimator: ReserveEstimator | None = None,
         eval_every_n_steps: int | None = None,
         clock=time.time,
-        probe_save: bool = True,
         log=_log,
         eval_saves: bool = True,
         max_seconds: float | None = None,
@@ -221,7 +220,6 @@ class TimeBudgetCallback(TrainerCallback):
         self.eval_every = eval_every_n_steps if eval_every_n_steps and eval_every_n_steps > 0 else None
         self.clock = clock
         self.estimator.clock = clock
-        self.probe_save = probe_save and not self.capped
         self.log = log
         self.stopped_at_step: int | None = None
         self.stop_reason: str | None = None
@@ -318,7 +316,7 @@ class TimeBudgetCallback(TrainerCallback):
                 return control
         if self.capped and not self.max_seconds:
             return control
-        if self.estimator.save_estimate() is None and self.probe_save:
+        if self.estimator.save_estimate() is None and not self.capped:
             # No save measured yet: save now (a first safety checkpoint) and decide right after it, in on_save.
             control.should_save = True
             self._decide_after_save = True
