@@ -16,6 +16,7 @@ import inspect
 import math
 import os
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -357,7 +358,7 @@ def _trainer_class():
         def __init__(self, *args, center_rewards_coefficient: float | None = None, **kwargs):
             super().__init__(*args, **kwargs)
             self.center_rewards_coefficient = center_rewards_coefficient
-            self._sums: dict[str, float] = {}
+            self._sums: Counter = Counter()
             self._count = 0
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -371,14 +372,14 @@ def _trainer_class():
                     ("margin", chosen - rejected),
                     ("mean", scores),
                 ):
-                    self._sums[f"rewards/{name}"] = self._sums.get(f"rewards/{name}", 0.0) + float(value.mean())
+                    self._sums[f"rewards/{name}"] += float(value.mean())
                 self._count += 1
             return (loss, {"chosen": chosen, "rejected": rejected}) if return_outputs else loss
 
         def log(self, logs: dict, *args, **kwargs):
             if self._count:
                 logs = {**logs, **{k: v / self._count for k, v in self._sums.items()}}
-                self._sums, self._count = {}, 0
+                self._sums, self._count = Counter(), 0
             return super().log(logs, *args, **kwargs)
 
         def _save(self, output_dir=None, state_dict=None):  # checkpoints: the head + the (adapter) backbone state

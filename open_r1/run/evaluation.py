@@ -236,8 +236,8 @@ class InTrainingEvalCallback(TrainerCallback):
         name = f"checkpoint-{entry['step']}"
         entry["checkpoint"] = name if saved else None
         entry["reward"] = self._reward_since_previous_eval(state, entry["step"])
-        self.history["entries"] = [e for e in self.history["entries"] if e["step"] != entry["step"]] + [entry]
-        self.history["entries"].sort(key=lambda e: e["step"])
+        others = [e for e in self.history["entries"] if e["step"] != entry["step"]]
+        self.history["entries"] = sorted(others + [entry], key=lambda e: e["step"])
         self._gone.discard(entry["step"])
         if self.keep_best and entry["checkpoint"]:
             best = self._best()

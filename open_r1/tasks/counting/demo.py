@@ -387,10 +387,11 @@ def main(argv=None) -> int:
     lap("data_s")
     sft_info = None
     if args.build_start:
-        sft_info = warm_start(data_dir, Path(args.build_start), args)
-        before = evaluate_model(Path(args.build_start), data_dir, args, "warm start (selfcheck protocol)")
+        start_dir = Path(args.build_start)
+        sft_info = warm_start(data_dir, start_dir, args)
+        before = evaluate_model(start_dir, data_dir, args, "warm start (selfcheck protocol)")
         sft_info["eval"] = {split: report.summary() for split, report in before.items()}
-        write_json(Path(args.build_start) / START_REPORT, sft_info)
+        write_json(start_dir / START_REPORT, sft_info)
         return 0
     if args.trains_start:
         start_dir = out / "start"
