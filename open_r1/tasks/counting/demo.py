@@ -76,7 +76,7 @@ def build_demo_model(seed: int = 0):
 def render_data(data_dir: Path, args) -> None:
     import datasets
 
-    sizes = {"train": args.train_size, **{split: args.eval_size for split in EVAL_SPLITS}}
+    sizes = {"train": args.train_size, **dict.fromkeys(EVAL_SPLITS, args.eval_size)}
     present = {}
     for split in sizes:
         try:
