@@ -453,13 +453,14 @@ class GraphDecoder:
                 padded[key] = torch.cat([value, torch.zeros((missing, length), dtype=value.dtype, device=value.device)])
         return torch.cat([input_ids, dummy_ids]), torch.cat([attention_mask, dummy_mask]), padded
 
-    def _pad_positions(self, given: dict, missing: int):
-        """Precomputed (position_ids, rope_deltas) on the device, padded like `_pad_rows` (a dummy row: position 0,
-        delta 0); (None, None) when not given."""
-        if "position_ids" not in given or "rope_deltas" not in given:
+    def _pad_positions(self, model_inputs: dict, missing: int):
+        """The precomputed (position_ids, rope_deltas), popped from `model_inputs`, on the device and padded like
+        `_pad_rows` (a dummy row: position 0, delta 0); (None, None) when not given."""
+        positions, deltas = (model_inputs.pop(key, None) for key in ROPE_INPUT_KEYS)
+        if positions is None or deltas is None:
             return None, None
-        positions = given["position_ids"].to(self.device, non_blocking=True)
-        deltas = given["rope_deltas"].to(self.device, non_blocking=True)
+        positions = positions.to(self.device, non_blocking=True)
+        deltas = deltas.to(self.device, non_blocking=True)
         if missing:
             positions = torch.cat([positions, positions.new_zeros(3, missing, positions.shape[2])], dim=1)
             deltas = torch.cat([deltas, deltas.new_zeros(missing, deltas.shape[1])])
@@ -513,10 +514,9 @@ class GraphDecoder:
         self._ensure_cache(n, prompt_len + max_new)
         self.calls += 1
         self._use_step(settings)
-        given = {k: model_inputs.pop(k) for k in ROPE_INPUT_KEYS if k in model_inputs}
+        given_positions, given_deltas = self._pad_positions(model_inputs, self.batch_size - n)
         extra = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in model_inputs.items()}
         ids, mask, extra = self._pad_rows(input_ids, attention_mask, extra, settings.pad_token_id)
-        given_positions, given_deltas = self._pad_positions(given, ids.shape[0] - n)
         batch = ids.shape[0]
 
         was_training = self.model.training
@@ -574,8 +574,7 @@ class GraphDecoder:
             self._positions.copy_(next_pos.view(1, batch, 1).expand(3, -1, -1))
             eos = torch.tensor(settings.eos_token_ids or [-1], device=device)
             pad = settings.pad_token_id
-            unfinished = torch.ones(batch, dtype=torch.bool, device=device)
-            unfinished[n:] = False
+            unfinished = torch.arange(batch, device=device) < n  # the padding rows are done from the start
             result = torch.full((batch, max_new), pad, dtype=torch.long, device=device)
             steps_run = max_new
             sync()
