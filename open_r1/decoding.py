@@ -392,10 +392,11 @@ class GraphDecoder:
         self.batch_size, self.max_cache_len = batch, length
         self.allocations += 1
         # persistent step inputs (fixed addresses, so a CUDA graph can read them in place)
-        self._tokens = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
-        self._positions = torch.zeros(3, batch, 1, dtype=torch.long, device=self.device)
-        self._mask = torch.ones(batch, length, dtype=torch.long, device=self.device)
-        self._step = torch.zeros((), dtype=torch.long, device=self.device)
+        long = {"dtype": torch.long, "device": self.device}
+        self._tokens = torch.zeros(batch, 1, **long)
+        self._positions = torch.zeros(3, batch, 1, **long)
+        self._mask = torch.ones(batch, length, **long)
+        self._step = torch.zeros((), **long)
 
     def _make_step(self, settings: SamplingSettings):
         model, cache = self.model, self.cache
@@ -444,13 +445,13 @@ class GraphDecoder:
         if missing == 0:
             return input_ids, attention_mask, extra
         length = input_ids.shape[1]
-        dummy_ids = torch.full((missing, length), pad_token_id, dtype=input_ids.dtype, device=input_ids.device)
-        dummy_mask = torch.zeros((missing, length), dtype=attention_mask.dtype, device=attention_mask.device)
+        dummy_ids = input_ids.new_full((missing, length), pad_token_id)
+        dummy_mask = attention_mask.new_zeros((missing, length))
         dummy_mask[:, -1] = 1
         padded = dict(extra)
         for key, value in extra.items():
             if isinstance(value, torch.Tensor) and value.ndim == 2 and value.shape == input_ids.shape:
-                padded[key] = torch.cat([value, torch.zeros((missing, length), dtype=value.dtype, device=value.device)])
+                padded[key] = torch.cat([value, value.new_zeros((missing, length))])
         return torch.cat([input_ids, dummy_ids]), torch.cat([attention_mask, dummy_mask]), padded
 
     def _pad_positions(self, model_inputs: dict, missing: int):
