@@ -229,7 +229,7 @@ class RewardModel(nn.Module):
                     padding_side=padding_side,
                 ).to(self.device)
                 with autocast:
-                    scores.extend(float(s) for s in self(**batch).float().cpu())
+                    scores.extend(self(**batch).float().cpu().tolist())
                 if progress is not None:
                     progress(len(scores), len(images))
         finally:

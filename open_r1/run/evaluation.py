@@ -139,7 +139,6 @@ class InTrainingEvalCallback(TrainerCallback):
         if trainer is not None and getattr(trainer, "processing_class", None) is not None:
             processor = trainer.processing_class
         with self._generation_model(args, model) as generation_model:
-            generation_model = generation_model if generation_model is not None else model
             was_training = generation_model.training
             generation_model.eval()
             try:
