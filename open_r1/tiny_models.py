@@ -529,28 +529,30 @@ def build_tiny(
     full_size: bool = False,
     seed: int = 0,
     overwrite: bool = False,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE,
+    thinking: bool = True,
+    suppress_unused: bool = False,
     **overrides: Any,
 ) -> Path:
     """Write a checkpoint dir of `family` (model, tokenizer, processor, generation config) and return its path.
 
     Written beside `out_dir` and renamed into place, so no reader sees it half-written. An existing `out_dir` is
-    replaced only when this builder wrote it and nothing was trained into it, or with `overwrite=True`. Overrides:
-    `min_pixels` / `max_pixels`, `bpe_vocab_size`, `thinking` (Qwen3-VL template and generation config, default
-    True), `suppress_unused` (default False: the generation config suppresses `unused_token_ids`, for a tiny model
-    that samples in place of a real one) and any `build_config` override.
+    replaced only when this builder wrote it and nothing was trained into it, or with `overwrite=True`.
+    `min_pixels` / `max_pixels`: the image processor's (None: the real one's); `thinking`: Qwen3-VL's Thinking
+    template and generation config (else Instruct); `suppress_unused`: the generation config suppresses
+    `unused_token_ids`, for a tiny model that samples in place of a real one; `overrides`: `build_config`'s.
     """
     _family(family)
     out_dir = Path(out_dir).resolve()
     check_target(out_dir, "--out", "a tiny model")  # not /, $HOME or the repo, and writable
     check_replaceable(out_dir, overwrite)
-    pixels = {key: overrides.pop(key) for key in ("min_pixels", "max_pixels") if key in overrides}
-    bpe_vocab_size = int(overrides.pop("bpe_vocab_size", DEFAULT_BPE_VOCAB_SIZE))
-    thinking = bool(overrides.pop("thinking", True))
-    suppress_unused = bool(overrides.pop("suppress_unused", False))
+    thinking = bool(thinking)
     config = build_config(full_size=full_size, family=family, **overrides)
 
-    tokenizer = build_tokenizer(bpe_vocab_size, family=family, thinking=thinking)
-    processor = build_processor(tokenizer, family=family, thinking=thinking, **pixels)
+    tokenizer = build_tokenizer(int(bpe_vocab_size), family=family, thinking=thinking)
+    processor = build_processor(tokenizer, min_pixels, max_pixels, family=family, thinking=thinking)
     model = build_model(config, seed=seed, thinking=thinking)
     if suppress_unused:  # HF generate and the graph decoder read it here, GRPO's rollouts too (open_r1.trainer)
         model.generation_config.suppress_tokens = unused_token_ids(tokenizer, config.get_text_config().vocab_size)
@@ -620,7 +622,6 @@ def main(argv: list[str] | None = None) -> int:
         help="generation never samples the ids no text encodes to (a sampling stand-in policy)",
     )
     args = parser.parse_args(argv)
-    pixels = {key: value for key, value in (("min_pixels", args.min_pixels), ("max_pixels", args.max_pixels)) if value}
     try:
         out_dir = build_tiny(
             args.family,
@@ -630,7 +631,8 @@ def main(argv: list[str] | None = None) -> int:
             overwrite=args.overwrite,
             thinking=not args.instruct,
             suppress_unused=args.suppress_unused,
-            **pixels,
+            min_pixels=args.min_pixels or None,  # 0: the real one's, as leaving it out
+            max_pixels=args.max_pixels or None,
         )
     except (OpenR1Error, ValueError, TypeError) as exc:
         return error_exit(exc)
