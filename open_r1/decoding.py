@@ -286,12 +286,12 @@ def _inner_model(model):
     """The module that holds `rope_deltas` (Qwen*VLModel), under peft / DDP wrappers."""
     model = base_model(model)
     inner = getattr(model, "model", None)
-    return inner if inner is not None and hasattr(inner, "rope_deltas") else model
+    return inner if hasattr(inner, "rope_deltas") else model
 
 
 def check_zero3(deepspeed_plugin) -> None:
     """Refuse a ZeRO-3 (sharded) model: the graph decoder needs the full weights at fixed addresses."""
-    if deepspeed_plugin is not None and getattr(deepspeed_plugin, "zero_stage", 0) == 3:
+    if getattr(deepspeed_plugin, "zero_stage", 0) == 3:  # None: no DeepSpeed
         raise RecipeError(
             "the CUDA-graph decoder cannot read a DeepSpeed ZeRO-3 model: the parameters are sharded and gathered "
             "around every generation, so a captured step would read freed memory. Use decoder 'hf' here; GRPO's "
@@ -301,8 +301,7 @@ def check_zero3(deepspeed_plugin) -> None:
 
 def zero3_partitioned(model) -> bool:
     """Whether `model`'s parameters are DeepSpeed ZeRO-3 partitions (they carry DeepSpeed's `ds_id`)."""
-    first = next(model.parameters(), None)
-    return first is not None and hasattr(first, "ds_id")
+    return hasattr(next(model.parameters(), None), "ds_id")
 
 
 def compile_layers_once(model) -> int:

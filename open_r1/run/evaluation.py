@@ -95,7 +95,7 @@ class InTrainingEvalCallback(TrainerCallback):
 
     def _generation_model(self, args, model):
         trainer = self.trainer
-        if trainer is None or not hasattr(trainer, "accelerator"):
+        if not hasattr(trainer, "accelerator"):  # also no trainer
             return nullcontext(model)
         from trl.models import unwrap_model_for_generation
 
@@ -136,7 +136,7 @@ class InTrainingEvalCallback(TrainerCallback):
         import torch
 
         trainer = self.trainer
-        if trainer is not None and getattr(trainer, "processing_class", None) is not None:
+        if getattr(trainer, "processing_class", None) is not None:
             processor = trainer.processing_class
         with self._generation_model(args, model) as generation_model:
             was_training = generation_model.training
@@ -156,7 +156,7 @@ class InTrainingEvalCallback(TrainerCallback):
         trainer = self.trainer
         if compat.log_step_metrics(trainer, metrics):
             control.should_log = True
-        elif trainer is not None and hasattr(trainer, "log"):
+        elif hasattr(trainer, "log"):
             from transformers import Trainer
 
             Trainer.log(trainer, dict(metrics))
