@@ -9,6 +9,7 @@ real added-token ids, so ids mean what they mean in the real model. Weights are 
     open-r1-tiny-model --family qwen3_vl --out models/tiny-qwen3vl      # = python -m open_r1.tiny_models
 """
 
+import functools
 import inspect
 import json
 import math
@@ -571,9 +572,7 @@ def build_tiny(
     return out_dir
 
 
-def build_qwen2vl(out_dir: str | os.PathLike, full_size: bool = False, seed: int = 0, **overrides: Any) -> Path:
-    """`build_tiny("qwen2_vl", ...)`: a checkpoint laid out like `Qwen/Qwen2-VL-2B-Instruct`."""
-    return build_tiny("qwen2_vl", out_dir, full_size=full_size, seed=seed, **overrides)
+build_qwen2vl = functools.partial(build_tiny, "qwen2_vl")  # a checkpoint laid out like Qwen/Qwen2-VL-2B-Instruct
 
 
 def check_replaceable(out_dir: Path, overwrite: bool = False) -> None:
