@@ -30,13 +30,13 @@ _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 def has_weights(path: str) -> bool:
     """A loadable model dir: config + full weights, or a LoRA adapter."""
-    if not os.path.isdir(path):
-        return False
-    if os.path.isfile(os.path.join(path, "adapter_config.json")):
-        return any(os.path.isfile(os.path.join(path, n)) for n in ("adapter_model.safetensors", "adapter_model.bin"))
-    return os.path.isfile(os.path.join(path, "config.json")) and any(
-        os.path.isfile(os.path.join(path, n)) for n in ("model.safetensors", "model.safetensors.index.json")
-    )
+
+    def exists(*names):  # any of them
+        return any(os.path.isfile(os.path.join(path, name)) for name in names)
+
+    if exists("adapter_config.json"):  # (no dir: no file either)
+        return exists("adapter_model.safetensors", "adapter_model.bin")
+    return exists("config.json") and exists("model.safetensors", "model.safetensors.index.json")
 
 
 def checkpoint_step(name: str) -> int | None:
