@@ -18,12 +18,13 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from open_r1 import compat
 from open_r1.errors import OpenR1Error, RecipeError
+from open_r1.families import base_model
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class SamplingSettings:
     min_new_tokens: int = 0
     eos_token_ids: tuple[int, ...] = ()
     pad_token_id: int = 0
-    suppress_tokens: tuple[int, ...] = field(default_factory=tuple)
+    suppress_tokens: tuple[int, ...] = ()
 
 
 def _ids(value) -> tuple[int, ...]:
@@ -67,26 +68,29 @@ def _ids(value) -> tuple[int, ...]:
 
 
 # generation-config fields whose non-default values the decoder does not implement: name -> "inactive" test
+_NONE_OR_ONE = lambda v: v is None or v == 1  # noqa: E731
+_FALSY = lambda v: not v  # noqa: E731
+_NONE = lambda v: v is None  # noqa: E731
 _UNSUPPORTED = {
-    "repetition_penalty": lambda v: v is None or v == 1.0,
-    "no_repeat_ngram_size": lambda v: not v,
-    "bad_words_ids": lambda v: v is None,
-    "begin_suppress_tokens": lambda v: not v,
-    "forced_bos_token_id": lambda v: v is None,
-    "forced_eos_token_id": lambda v: v is None,
-    "num_beams": lambda v: v is None or v == 1,
-    "num_return_sequences": lambda v: v is None or v == 1,
+    "repetition_penalty": _NONE_OR_ONE,
+    "no_repeat_ngram_size": _FALSY,
+    "bad_words_ids": _NONE,
+    "begin_suppress_tokens": _FALSY,
+    "forced_bos_token_id": _NONE,
+    "forced_eos_token_id": _NONE,
+    "num_beams": _NONE_OR_ONE,
+    "num_return_sequences": _NONE_OR_ONE,
     "typical_p": lambda v: v is None or v >= 1.0,
-    "epsilon_cutoff": lambda v: not v,
-    "eta_cutoff": lambda v: not v,
-    "guidance_scale": lambda v: v is None or v == 1,
-    "sequence_bias": lambda v: v is None,
-    "top_h": lambda v: v is None,
-    "min_length": lambda v: not v,
-    "stop_strings": lambda v: not v,
-    "exponential_decay_length_penalty": lambda v: v is None,
-    "encoder_repetition_penalty": lambda v: v is None or v == 1.0,
-    "watermarking_config": lambda v: v is None,
+    "epsilon_cutoff": _FALSY,
+    "eta_cutoff": _FALSY,
+    "guidance_scale": _NONE_OR_ONE,
+    "sequence_bias": _NONE,
+    "top_h": _NONE,
+    "min_length": _FALSY,
+    "stop_strings": _FALSY,
+    "exponential_decay_length_penalty": _NONE,
+    "encoder_repetition_penalty": _NONE_OR_ONE,
+    "watermarking_config": _NONE,
 }
 
 
@@ -221,9 +225,7 @@ def choose_tokens(logits: torch.Tensor, settings: SamplingSettings, generator: t
 _ORIGINAL_SDPA = None
 
 
-def gqa_decode_sdpa(
-    module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, position_bias=None, **kwargs
-):
+def gqa_decode_sdpa(module, query, key, value, attention_mask, **kwargs):
     """transformers' "sdpa" attention, except that a single-token query of a grouped-query layer attends on the KV
     heads directly (query heads packed per KV head) also under `torch.compile`, where transformers expands the KV
     cache to every query head (6x the cache reads of a decode step for Qwen2-VL-2B). Other calls go unchanged."""
@@ -231,8 +233,8 @@ def gqa_decode_sdpa(
     if (
         groups > 1
         and query.shape[2] == 1
-        and position_bias is None
-        and not dropout
+        and kwargs.get("position_bias") is None
+        and not kwargs.get("dropout")
         and (attention_mask is None or (attention_mask.ndim == 4 and attention_mask.shape[1] == 1))
         and kwargs.get("softcap") is None
         and not kwargs.get("output_attentions")
@@ -240,21 +242,10 @@ def gqa_decode_sdpa(
         batch, heads, _, dim = query.shape
         packed = query.reshape(batch, heads // groups, groups, dim)  # head h -> KV head h // groups, as repeat_kv
         out = torch.nn.functional.scaled_dot_product_attention(
-            packed, key, value, attn_mask=attention_mask, scale=scaling
+            packed, key, value, attn_mask=attention_mask, scale=kwargs.get("scaling")
         )
         return out.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
-    return _ORIGINAL_SDPA(
-        module,
-        query,
-        key,
-        value,
-        attention_mask,
-        dropout=dropout,
-        scaling=scaling,
-        is_causal=is_causal,
-        position_bias=position_bias,
-        **kwargs,
-    )
+    return _ORIGINAL_SDPA(module, query, key, value, attention_mask, **kwargs)
 
 
 def install_gqa_decode_attention() -> None:
@@ -278,45 +269,29 @@ def rope_positions(model, inputs) -> dict | None:
     """{'position_ids': (3, rows, length), 'rope_deltas': (rows, 1)} from the model's own `get_rope_index` on a
     processor batch's CPU tensors (cheap there, e.g. in a prefetch thread), or None (no images, not on the CPU, no
     M-RoPE)."""
-    inner = _inner_model(model)
-    get_rope_index = getattr(inner, "get_rope_index", None)
-    ids, grid = inputs.get("input_ids"), inputs.get("image_grid_thw")
+    get_rope_index = getattr(_inner_model(model), "get_rope_index", None)
+    ids, grid, mask = inputs.get("input_ids"), inputs.get("image_grid_thw"), inputs.get("attention_mask")
     if get_rope_index is None or ids is None or grid is None or "mm_token_type_ids" not in inputs:
         return None
-    tensors = [
-        inputs[k]
-        for k in ("input_ids", "attention_mask", "mm_token_type_ids", "image_grid_thw")
-        if inputs.get(k) is not None
-    ]
-    if any(t.device.type != "cpu" for t in tensors) or inputs.get("video_grid_thw") is not None:
+    kinds = inputs["mm_token_type_ids"]
+    on_device = any(t is not None and t.device.type != "cpu" for t in (ids, mask, kinds, grid))
+    if on_device or inputs.get("video_grid_thw") is not None:
         return None
     with torch.no_grad():
-        position_ids, deltas = get_rope_index(
-            ids,
-            mm_token_type_ids=inputs["mm_token_type_ids"],
-            image_grid_thw=grid,
-            attention_mask=inputs.get("attention_mask"),
-        )
-    return {"position_ids": position_ids, "rope_deltas": deltas}
-
-
-def _text_config(model):
-    config = model.config
-    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        positions = get_rope_index(ids, mm_token_type_ids=kinds, image_grid_thw=grid, attention_mask=mask)
+    return dict(zip(ROPE_INPUT_KEYS, positions))
 
 
 def _inner_model(model):
     """The module that holds `rope_deltas` (Qwen*VLModel), under peft / DDP wrappers."""
-    if hasattr(model, "get_base_model"):
-        model = model.get_base_model()
-    model = getattr(model, "module", model)
+    model = base_model(model)
     inner = getattr(model, "model", None)
-    return inner if inner is not None and hasattr(inner, "rope_deltas") else model
+    return inner if hasattr(inner, "rope_deltas") else model
 
 
 def check_zero3(deepspeed_plugin) -> None:
     """Refuse a ZeRO-3 (sharded) model: the graph decoder needs the full weights at fixed addresses."""
-    if deepspeed_plugin is not None and getattr(deepspeed_plugin, "zero_stage", 0) == 3:
+    if getattr(deepspeed_plugin, "zero_stage", 0) == 3:  # None: no DeepSpeed
         raise RecipeError(
             "the CUDA-graph decoder cannot read a DeepSpeed ZeRO-3 model: the parameters are sharded and gathered "
             "around every generation, so a captured step would read freed memory. Use decoder 'hf' here; GRPO's "
@@ -326,8 +301,7 @@ def check_zero3(deepspeed_plugin) -> None:
 
 def zero3_partitioned(model) -> bool:
     """Whether `model`'s parameters are DeepSpeed ZeRO-3 partitions (they carry DeepSpeed's `ds_id`)."""
-    first = next(model.parameters(), None)
-    return first is not None and hasattr(first, "ds_id")
+    return hasattr(next(model.parameters(), None), "ds_id")
 
 
 def compile_layers_once(model) -> int:
@@ -358,10 +332,6 @@ def default_decoder(device) -> str:
     return "graph" if torch.device(device).type == "cuda" else "hf"
 
 
-def _bucket(tokens: int, bucket: int = CACHE_BUCKET_TOKENS) -> int:
-    return -(-tokens // bucket) * bucket
-
-
 class GraphDecoder:
     """Batched decoding over a static cache that lives as long as the decoder (module docstring). `compile`: None =
     on CUDA only; `check_every`: steps between host checks of "all finished?"."""
@@ -381,16 +351,11 @@ class GraphDecoder:
         self.compile_options = dict(COMPILE_OPTIONS if compile_options is None else compile_options)
         self.device = next(model.parameters()).device
         self.compile = (self.device.type == "cuda") if compile is None else bool(compile)
-        if self.compile:
-            install_gqa_decode_attention()
         self.check_every = max(1, int(check_every))
         self.cache_margin = cache_margin
         self.cache_bucket = cache_bucket
         self.cache = None
-        self.batch_size = 0
-        self.max_cache_len = 0
-        self.allocations = 0
-        self.calls = 0
+        self.batch_size = self.max_cache_len = self.allocations = self.calls = 0
         self.timings: list[dict] = []  # per call: rows, prompt_len, steps, prefill_s, decode_s (last 256 calls)
         self._steps = {}
         self._step_fn = None
@@ -403,7 +368,8 @@ class GraphDecoder:
         from transformers import StaticCache
 
         batch = max(rows, self.batch_size)
-        length = max(_bucket(needed_len + self.cache_margin, self.cache_bucket), self.max_cache_len)
+        bucketed = -(-(needed_len + self.cache_margin) // self.cache_bucket) * self.cache_bucket  # rounded up
+        length = max(bucketed, self.max_cache_len)
         if self.cache is not None:
             logger.warning(
                 "graph decoder: cache %dx%d cannot take %d rows x %d tokens%s; reallocating to %dx%d "
@@ -425,14 +391,15 @@ class GraphDecoder:
         self.batch_size, self.max_cache_len = batch, length
         self.allocations += 1
         # persistent step inputs (fixed addresses, so a CUDA graph can read them in place)
-        self._tokens = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
-        self._positions = torch.zeros(3, batch, 1, dtype=torch.long, device=self.device)
-        self._mask = torch.ones(batch, length, dtype=torch.long, device=self.device)
-        self._step = torch.zeros((), dtype=torch.long, device=self.device)
+        long = {"dtype": torch.long, "device": self.device}
+        self._tokens = torch.zeros(batch, 1, **long)
+        self._positions = torch.zeros(3, batch, 1, **long)
+        self._mask = torch.ones(batch, length, **long)
+        self._step = torch.zeros((), **long)
 
     def _make_step(self, settings: SamplingSettings):
         model, cache = self.model, self.cache
-        vocab = _text_config(model).vocab_size
+        vocab = model.config.get_text_config(decoder=True).vocab_size
         suppress, eos_mask = (
             torch.isin(torch.arange(vocab, device=self.device), torch.tensor(ids, dtype=torch.long, device=self.device))
             for ids in (settings.suppress_tokens, settings.eos_token_ids)
@@ -451,14 +418,24 @@ class GraphDecoder:
             logits = process_logits(logits, settings, suppress, eos_mask, index)
             return choose_tokens(logits, settings)
 
-        compiled = step
         if self.compile:
             install_gqa_decode_attention()
             compat.raise_cudagraph_rerecord_limit()  # torch's private inductor knob, via open_r1.compat
             if self.layers_once:
                 compile_layers_once(model)
-            compiled = torch.compile(step, **self.compile_options)
-        return step, compiled, suppress, eos_mask
+            step = torch.compile(step, **self.compile_options)
+        return step, suppress, eos_mask
+
+    def _use_step(self, settings: SamplingSettings) -> None:
+        key = (settings, self.compile)
+        if key not in self._steps:  # one step per settings (training's sampling, evaluation's greedy), kept
+            self._steps[key] = self._make_step(settings)
+        self._step_fn, self._suppress, self._eos_mask = self._steps[key]
+
+    def _settings(self, generation_config, model_inputs: dict) -> SamplingSettings:
+        """`resolve_settings` of the generation settings among `model_inputs` (popped), as `generate` reads them."""
+        gen_keys = {k: model_inputs.pop(k) for k in list(model_inputs) if k not in _MODEL_INPUT_KEYS}
+        return resolve_settings(generation_config or self.model.generation_config, **gen_keys)
 
     def _pad_rows(self, input_ids, attention_mask, extra: dict, pad_token_id: int):
         """Pad a batch of n rows to the cache's batch with one-token text rows (no images; outputs dropped)."""
@@ -467,22 +444,23 @@ class GraphDecoder:
         if missing == 0:
             return input_ids, attention_mask, extra
         length = input_ids.shape[1]
-        dummy_ids = torch.full((missing, length), pad_token_id, dtype=input_ids.dtype, device=input_ids.device)
-        dummy_mask = torch.zeros((missing, length), dtype=attention_mask.dtype, device=attention_mask.device)
+        dummy_ids = input_ids.new_full((missing, length), pad_token_id)
+        dummy_mask = attention_mask.new_zeros((missing, length))
         dummy_mask[:, -1] = 1
         padded = dict(extra)
         for key, value in extra.items():
             if isinstance(value, torch.Tensor) and value.ndim == 2 and value.shape == input_ids.shape:
-                padded[key] = torch.cat([value, torch.zeros((missing, length), dtype=value.dtype, device=value.device)])
+                padded[key] = torch.cat([value, value.new_zeros((missing, length))])
         return torch.cat([input_ids, dummy_ids]), torch.cat([attention_mask, dummy_mask]), padded
 
-    def _pad_positions(self, given: dict, missing: int):
-        """Precomputed (position_ids, rope_deltas) on the device, padded like `_pad_rows` (a dummy row: position 0,
-        delta 0); (None, None) when not given."""
-        if "position_ids" not in given or "rope_deltas" not in given:
+    def _pad_positions(self, model_inputs: dict, missing: int):
+        """The precomputed (position_ids, rope_deltas), popped from `model_inputs`, on the device and padded like
+        `_pad_rows` (a dummy row: position 0, delta 0); (None, None) when not given."""
+        positions, deltas = (model_inputs.pop(key, None) for key in ROPE_INPUT_KEYS)
+        if positions is None or deltas is None:
             return None, None
-        positions = given["position_ids"].to(self.device, non_blocking=True)
-        deltas = given["rope_deltas"].to(self.device, non_blocking=True)
+        positions = positions.to(self.device, non_blocking=True)
+        deltas = deltas.to(self.device, non_blocking=True)
         if missing:
             positions = torch.cat([positions, positions.new_zeros(3, missing, positions.shape[2])], dim=1)
             deltas = torch.cat([deltas, deltas.new_zeros(missing, deltas.shape[1])])
@@ -507,10 +485,7 @@ class GraphDecoder:
         """Drop-in for `model.generate(**inputs, generation_config=...)` as TRL calls it: prompt + completion ids.
         Settings this decoder lacks go to the model class's own `generate`."""
         try:
-            settings = resolve_settings(
-                generation_config or self.model.generation_config,
-                **{k: model_inputs.pop(k) for k in list(model_inputs) if k not in _MODEL_INPUT_KEYS},
-            )
+            settings = self._settings(generation_config, model_inputs)
         except UnsupportedGeneration as error:
             if not getattr(self, "_warned", False):
                 logger.warning("graph decoder not used (%s); HF generate instead", error)
@@ -528,9 +503,7 @@ class GraphDecoder:
         return torch.cat([input_ids.to(completion.device), completion], dim=1)
 
     def _generate(self, input_ids, attention_mask, settings, generation_config, model_inputs):
-        if settings is None:
-            gen_keys = {k: model_inputs.pop(k) for k in list(model_inputs) if k not in _MODEL_INPUT_KEYS}
-            settings = resolve_settings(generation_config or self.model.generation_config, **gen_keys)
+        settings = settings or self._settings(generation_config, model_inputs)
         device = self.device
         input_ids = input_ids.to(device)
         attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)
@@ -540,14 +513,10 @@ class GraphDecoder:
         max_new = settings.max_new_tokens
         self._ensure_cache(n, prompt_len + max_new)
         self.calls += 1
-        key = (settings, self.compile)
-        if key not in self._steps:  # one step per settings (training's sampling, evaluation's greedy), kept
-            self._steps[key] = self._make_step(settings)
-        _, self._step_fn, self._suppress, self._eos_mask = self._steps[key]
-        given = {k: model_inputs.pop(k) for k in ROPE_INPUT_KEYS if k in model_inputs}
+        self._use_step(settings)
+        given_positions, given_deltas = self._pad_positions(model_inputs, self.batch_size - n)
         extra = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in model_inputs.items()}
         ids, mask, extra = self._pad_rows(input_ids, attention_mask, extra, settings.pad_token_id)
-        given_positions, given_deltas = self._pad_positions(given, ids.shape[0] - n)
         batch = ids.shape[0]
 
         was_training = self.model.training
@@ -560,14 +529,14 @@ class GraphDecoder:
             inner = _inner_model(self.model)
             has_vision = extra.get("image_grid_thw") is not None or extra.get("video_grid_thw") is not None
             valid = mask.sum(dim=1)
-            prefill_kwargs = {}
+            prefill_kwargs, deltas = {}, None
             if hasattr(inner, "rope_deltas"):
                 inner.rope_deltas = None
             if not has_vision:
                 text_pos = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
                 prefill_kwargs["position_ids"] = text_pos.unsqueeze(0).expand(3, -1, -1)
             elif given_positions is not None:  # precomputed (rope_positions): the model skips get_rope_index
-                prefill_kwargs["position_ids"] = given_positions
+                prefill_kwargs["position_ids"], deltas = given_positions, given_deltas
 
             def prefill():
                 return self.model(
@@ -587,14 +556,9 @@ class GraphDecoder:
                     raise
                 # the cache was allocated by a forward in another dtype (e.g. evaluation without autocast)
                 self._ensure_cache(n, prompt_len + max_new, fresh=True)
-                self._steps[key] = self._make_step(settings)
-                _, self._step_fn, self._suppress, self._eos_mask = self._steps[key]
+                self._use_step(settings)
                 out = prefill()
-            if not has_vision:
-                deltas = None
-            elif given_positions is not None:
-                deltas = given_deltas
-            else:  # what the prefill's own get_rope_index left on the model
+            if has_vision and deltas is None:  # what the prefill's own get_rope_index left on the model
                 deltas = getattr(inner, "rope_deltas", None)
             next_pos = valid + (deltas.view(-1).to(device) if deltas is not None else 0)
 
@@ -610,8 +574,7 @@ class GraphDecoder:
             self._positions.copy_(next_pos.view(1, batch, 1).expand(3, -1, -1))
             eos = torch.tensor(settings.eos_token_ids or [-1], device=device)
             pad = settings.pad_token_id
-            unfinished = torch.ones(batch, dtype=torch.bool, device=device)
-            unfinished[n:] = False
+            unfinished = torch.arange(batch, device=device) < n  # the padding rows are done from the start
             result = torch.full((batch, max_new), pad, dtype=torch.long, device=device)
             steps_run = max_new
             sync()

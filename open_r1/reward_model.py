@@ -16,6 +16,7 @@ import inspect
 import math
 import os
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,7 @@ from torch import nn
 
 from open_r1 import modeling
 from open_r1.errors import ModelError, RecipeError
-from open_r1.families import family_of
+from open_r1.families import base_model, family_of
 from open_r1.image_dedupe import enable_image_dedupe
 from open_r1.jsonio import read_json, write_json
 from open_r1.submission.install import installing
@@ -117,6 +118,14 @@ def chat_text(processor, messages: list[dict]) -> str:
     return text.removesuffix("\n")
 
 
+def encode(processor, images: Sequence, messages_list: Sequence[list[dict]], padding_side: str = "left"):
+    """Processor inputs for rows of (image, messages): the chat text of each row and its image."""
+    if len(images) != len(messages_list):
+        raise ValueError(f"{len(images)} images for {len(messages_list)} conversations")
+    texts = [chat_text(processor, messages) for messages in messages_list]
+    return processor(text=texts, images=list(images), padding=True, padding_side=padding_side, return_tensors="pt")
+
+
 def load_backbone(path: str, dtype=None, attn_implementation: str | None = None):
     """The VLM without its LM head (`AutoModel`), from a saved VLM dir; its vision tower's attention grouped as
     `modeling.load_model`'s default (one SDPA call per segment length, `open_r1.vision_attention`)."""
@@ -152,8 +161,7 @@ class RewardModel(nn.Module):
             enable_image_dedupe(processor)  # a pair's two conversations (and a contest's pairs) share one image
         if dedupe_vision:  # ... and the vision tower encodes that image once (the same scores and gradients)
             enable_vision_dedupe(self._base_backbone())
-        config = self._base_backbone().config
-        hidden = int(config.get_text_config().hidden_size)
+        hidden = int(self.config.get_text_config().hidden_size)
         self.head = nn.Linear(hidden, 1, bias=False, dtype=torch.float32)
         nn.init.zeros_(self.head.weight)
         self.meta = dict(meta or {})
@@ -168,8 +176,7 @@ class RewardModel(nn.Module):
         return self.head.weight.device
 
     def _base_backbone(self):
-        backbone = self.backbone
-        return backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
+        return base_model(self.backbone)
 
     def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
         """The Trainer's call (transformers >= 5.23 also passes `every_n_layers` / `offload`), passed on as the
@@ -198,15 +205,6 @@ class RewardModel(nn.Module):
         pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
         return self.head(pooled.to(self.head.weight.dtype)).squeeze(-1)
 
-    def encode(self, images: Sequence, messages_list: Sequence[list[dict]], padding_side: str = "left") -> dict:
-        """Processor inputs for rows of (image, messages): the chat text of each row and its image."""
-        if len(images) != len(messages_list):
-            raise ValueError(f"{len(images)} images for {len(messages_list)} conversations")
-        texts = [chat_text(self.processor, messages) for messages in messages_list]
-        return self.processor(
-            text=texts, images=list(images), padding=True, padding_side=padding_side, return_tensors="pt"
-        )
-
     @torch.no_grad()
     def score(
         self,
@@ -224,13 +222,14 @@ class RewardModel(nn.Module):
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda")
         try:
             for start in range(0, len(images), batch_size):
-                batch = self.encode(
+                batch = encode(
+                    self.processor,
                     images[start : start + batch_size],
                     messages_list[start : start + batch_size],
                     padding_side=padding_side,
                 ).to(self.device)
                 with autocast:
-                    scores.extend(float(s) for s in self(**batch).float().cpu())
+                    scores.extend(self(**batch).float().cpu().tolist())
                 if progress is not None:
                     progress(len(scores), len(images))
         finally:
@@ -246,7 +245,7 @@ class RewardModel(nn.Module):
             self.backbone = self.backbone.merge_and_unload()  # folds LoRA in; the model scores the same
         out_dir = os.path.abspath(out_dir)
         with installing(out_dir) as staging:
-            self.backbone.save_pretrained(staging, safe_serialization=True)
+            self.backbone.save_pretrained(staging)  # safetensors
             head = {"weight": self.head.weight.detach().float().cpu().contiguous()}
             save_file(head, os.path.join(staging, HEAD_FILE))
             self.processor.save_pretrained(staging)
@@ -344,13 +343,9 @@ class PairCollator:
     padding_side: str = "right"  # training: right (the pooling reads the mask, so either side gives the same score)
 
     def __call__(self, rows: list[dict]) -> dict:
-        texts = [chat_text(self.processor, row["chosen"]) for row in rows]
-        texts += [chat_text(self.processor, row["rejected"]) for row in rows]
+        messages = [row["chosen"] for row in rows] + [row["rejected"] for row in rows]
         images = [row["image"] for row in rows] + [row.get("rejected_image") or row["image"] for row in rows]
-        batch = dict(
-            self.processor(text=texts, images=images, padding=True, padding_side=self.padding_side, return_tensors="pt")
-        )
-        return batch
+        return dict(encode(self.processor, images, messages, self.padding_side))
 
 
 def _trainer_class():
@@ -363,7 +358,7 @@ def _trainer_class():
         def __init__(self, *args, center_rewards_coefficient: float | None = None, **kwargs):
             super().__init__(*args, **kwargs)
             self.center_rewards_coefficient = center_rewards_coefficient
-            self._sums: dict[str, float] = {}
+            self._sums: Counter = Counter()
             self._count = 0
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -377,14 +372,14 @@ def _trainer_class():
                     ("margin", chosen - rejected),
                     ("mean", scores),
                 ):
-                    self._sums[f"rewards/{name}"] = self._sums.get(f"rewards/{name}", 0.0) + float(value.mean())
+                    self._sums[f"rewards/{name}"] += float(value.mean())
                 self._count += 1
             return (loss, {"chosen": chosen, "rejected": rejected}) if return_outputs else loss
 
         def log(self, logs: dict, *args, **kwargs):
             if self._count:
                 logs = {**logs, **{k: v / self._count for k, v in self._sums.items()}}
-                self._sums, self._count = {}, 0
+                self._sums, self._count = Counter(), 0
             return super().log(logs, *args, **kwargs)
 
         def _save(self, output_dir=None, state_dict=None):  # checkpoints: the head + the (adapter) backbone state

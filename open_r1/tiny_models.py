@@ -9,6 +9,7 @@ real added-token ids, so ids mean what they mean in the real model. Weights are 
     open-r1-tiny-model --family qwen3_vl --out models/tiny-qwen3vl      # = python -m open_r1.tiny_models
 """
 
+import functools
 import inspect
 import json
 import math
@@ -76,10 +77,13 @@ def chat_template(family: str, thinking: bool = True) -> str:
 
 # The real generation_config.json files: Qwen2/2.5-VL effectively greedy (top_k 1), Qwen3-VL Thinking sampling (its
 # model card's top_p 0.95, top_k 20). GRPO and the evaluation protocol set their own decoding.
-_GENERATION_IDS = {"bos_token_id": BOS_TOKEN_ID, "pad_token_id": PAD_TOKEN_ID}
+_GENERATION_IDS = {
+    "bos_token_id": BOS_TOKEN_ID,
+    "pad_token_id": PAD_TOKEN_ID,
+    "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID],
+}
 REAL_GENERATION_CONFIG: dict[str, Any] = {
     **_GENERATION_IDS,
-    "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID],
     "do_sample": True,
     "repetition_penalty": 1.0,
     "temperature": 0.01,
@@ -88,7 +92,6 @@ REAL_GENERATION_CONFIG: dict[str, Any] = {
 }
 QWEN3_VL_GENERATION_CONFIG: dict[str, Any] = {
     **_GENERATION_IDS,
-    "eos_token_id": [EOS_TOKEN_ID, BOS_TOKEN_ID],
     "do_sample": True,
     "temperature": 1.0,
     "top_p": 0.95,
@@ -104,7 +107,8 @@ TRAINED_MARKERS = ("trainer_state.json", "training_meta.json", "adapter_config.j
 
 # build_config's defaults: text-config fields, `vision_<field>` for the vision config, rope_theta,
 # tie_word_embeddings, dtype. The vision merger's output width follows the text hidden_size; mrope_section, when
-# left out, is derived from head_dim in the real ratio. Full sizes: the public config.json of each real checkpoint.
+# left out, is derived from head_dim in the real ratio. Full sizes: the public config.json of each real checkpoint,
+# less the fields where transformers' default already is the real value.
 _TINY = {
     "hidden_size": 64,
     "num_hidden_layers": 2,
@@ -118,7 +122,7 @@ _TINY = {
     "dtype": "float32",
 }  # fp32: bf16 CPU kernels are slow or missing
 _TINY_VISION = {"vision_depth": 2, "vision_hidden_size": 32, "vision_intermediate_size": 64, "vision_num_heads": 4}
-_FULL = {"rms_norm_eps": 1e-6, "tie_word_embeddings": True, "dtype": "bfloat16"}
+_FULL = {"rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": True, "dtype": "bfloat16"}
 _CLIP_MEAN_STD = ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711])
 
 # Per family: build_config's tiny and full-size defaults, the real image processor's (min_pixels, max_pixels) and
@@ -134,12 +138,7 @@ _SPECS = {
             "num_attention_heads": 12,
             "num_key_value_heads": 2,
             "intermediate_size": 8960,
-            "max_position_embeddings": 32768,
-            "rope_theta": 1e6,
             "vision_depth": 32,
-            "vision_embed_dim": 1280,
-            "vision_num_heads": 16,
-            "vision_mlp_ratio": 4,
         },
         pixels=(REAL_MIN_PIXELS, REAL_MAX_PIXELS),
         mean_std=_CLIP_MEAN_STD,
@@ -162,12 +161,8 @@ _SPECS = {
             "num_key_value_heads": 2,
             "intermediate_size": 11008,
             "max_position_embeddings": 128000,
-            "rope_theta": 1e6,
             "vision_depth": 32,
             "vision_hidden_size": 1280,
-            "vision_intermediate_size": 3420,
-            "vision_num_heads": 16,
-            "vision_window_size": 112,
             "vision_fullatt_block_indexes": [7, 15, 23, 31],
             "vision_tokens_per_second": 2,
         },
@@ -193,7 +188,6 @@ _SPECS = {
             "num_hidden_layers": 28,
             "num_attention_heads": 16,
             "num_key_value_heads": 8,
-            "head_dim": 128,
             "intermediate_size": 6144,
             "max_position_embeddings": 262144,
             "rope_theta": 5e6,
@@ -201,8 +195,6 @@ _SPECS = {
             "vision_depth": 24,
             "vision_hidden_size": 1024,
             "vision_intermediate_size": 4096,
-            "vision_num_heads": 16,
-            "vision_num_position_embeddings": 2304,
             "vision_deepstack_visual_indexes": [5, 11, 17],
         },
         pixels=(65536, 16777216),
@@ -247,7 +239,7 @@ def train_byte_level_bpe(vocab_size: int) -> tuple[dict[str, int], list[tuple[st
     bpe.normalizer = normalizers.NFC()
     bpe.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -255,7 +247,6 @@ def train_byte_level_bpe(vocab_size: int) -> tuple[dict[str, int], list[tuple[st
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=1,
-        special_tokens=[],
         show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
@@ -286,14 +277,6 @@ def build_tokenizer(bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE, family: str = 
         chat_template(family, thinking),
         model_max_length=_SPECS[family].model_max_length,
     )
-
-
-def small_vocab_tokenizer(added, chat_template: str, model_max_length: int):
-    """(tokenizer, {token: id}, vocab size to a multiple of 64): the trained BPE, `added` right after it (~2.6k ids)."""
-    vocab, merges = train_byte_level_bpe(DEFAULT_BPE_VOCAB_SIZE)
-    ids = {token: len(vocab) + i for i, token in enumerate(added)}
-    tokenizer = qwen2_tokenizer(vocab, merges, ids, chat_template, model_max_length=model_max_length)
-    return tokenizer, ids, 64 * math.ceil(len(tokenizer) / 64)
 
 
 def qwen2_tokenizer(
@@ -394,10 +377,13 @@ def _check_vision(vision: dict[str, Any]) -> None:
         )
 
 
-def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides: Any):
-    """The family's config, tiny or at the real sizes, with the real vocab and token ids. Overrides: any text-config
-    field, `vision_<field>` for the vision config, `rope_theta`, `mrope_section`, `tie_word_embeddings`, `dtype`;
-    fields not set here keep transformers' defaults, which are the real checkpoints' values."""
+def build_config(
+    full_size: bool = False, family: str = "qwen2_vl", added: dict[str, int] = QWEN2VL_SPECIAL_TOKENS, **overrides: Any
+):
+    """The family's config, tiny or at the real sizes, with the real vocab and the token ids of `added` (default: the
+    real ones). Overrides: any text-config field, `vision_<field>` for the vision config, `rope_theta`,
+    `mrope_section`, `tie_word_embeddings`, `dtype`; fields not set here keep transformers' defaults, which are the
+    real checkpoints' values."""
     import transformers
 
     record, spec = _family(family), _SPECS[family]
@@ -420,10 +406,11 @@ def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides:
         raise TypeError(f"unknown overrides {sorted(unknown)}")
 
     rope_parameters = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": mrope_section}
-    token_ids = {"bos_token_id": BOS_TOKEN_ID, "eos_token_id": EOS_TOKEN_ID, "pad_token_id": PAD_TOKEN_ID}
+    pad = added["<|endoftext|>"]  # also the bos
+    token_ids = {"bos_token_id": pad, "eos_token_id": added["<|im_end|>"], "pad_token_id": pad}
     if family == "qwen3_vl":
         rope_parameters["mrope_interleaved"] = True
-        text_ids = {"pad_token_id": PAD_TOKEN_ID}
+        text_ids = {"pad_token_id": pad}
     else:  # no sliding window in any layer, as in the real config
         text_ids = {**token_ids, "max_window_layers": settings["num_hidden_layers"]}
     text_config = {
@@ -445,10 +432,10 @@ def build_config(full_size: bool = False, family: str = "qwen2_vl", **overrides:
         text_config=text_config,
         vision_config=vision_config,
         tie_word_embeddings=tie_word_embeddings,
-        image_token_id=QWEN2VL_SPECIAL_TOKENS["<|image_pad|>"],
-        video_token_id=QWEN2VL_SPECIAL_TOKENS["<|video_pad|>"],
-        vision_start_token_id=QWEN2VL_SPECIAL_TOKENS["<|vision_start|>"],
-        vision_end_token_id=QWEN2VL_SPECIAL_TOKENS["<|vision_end|>"],
+        image_token_id=added["<|image_pad|>"],
+        video_token_id=added["<|video_pad|>"],
+        vision_start_token_id=added["<|vision_start|>"],
+        vision_end_token_id=added["<|vision_end|>"],
         architectures=[record.class_name],
         dtype=dtype,
         **(token_ids if family == "qwen2_vl" else {}),
@@ -512,20 +499,16 @@ def build_generation_config(family: str = "qwen2_vl", thinking: bool = True):
 
 def small_vocab_model(family: str, seed: int, pixels: tuple[int, int], model_max_length: int, **overrides):
     """(model, processor): a random-init `family` model (`overrides`: `build_config`'s) over the small trained
-    vocabulary (`small_vocab_tokenizer`), every config and generation id pointing at the new ids; a model that
-    samples (Qwen3-VL Thinking) never generates the embedding rows past the tokenizer."""
-    tokenizer, ids, vocab_size = small_vocab_tokenizer(ADDED_TOKENS[family], chat_template(family), model_max_length)
+    vocabulary (the trained BPE, the added tokens right after it: ~2.6k ids, the vocab size rounded up to a multiple
+    of 64), every config and generation id pointing at the new ids; a model that samples (Qwen3-VL Thinking) never
+    generates the embedding rows past the tokenizer."""
+    vocab, merges = train_byte_level_bpe(DEFAULT_BPE_VOCAB_SIZE)
+    ids = {token: len(vocab) + i for i, token in enumerate(ADDED_TOKENS[family])}
+    tokenizer = qwen2_tokenizer(vocab, merges, ids, chat_template(family), model_max_length)
+    vocab_size = 64 * math.ceil(len(tokenizer) / 64)
+    config = build_config(family=family, added=ids, vocab_size=vocab_size, **overrides)
+    model = build_model(config, seed=seed)  # the family's generation config (Thinking for Qwen3-VL), ids below
     bos = pad = ids["<|endoftext|>"]
-    token_ids = {"bos_token_id": bos, "eos_token_id": ids["<|im_end|>"], "pad_token_id": pad}
-    if family != "qwen2_vl":  # the ids the real configs hold: Qwen2-VL's in both configs, the others' pad alone
-        token_ids = {"pad_token_id": pad}
-    config = build_config(family=family, vocab_size=vocab_size, **token_ids, **overrides)
-    if family == "qwen2_vl":
-        config.update(token_ids)
-    config.image_token_id, config.video_token_id = ids["<|image_pad|>"], ids["<|video_pad|>"]
-    config.vision_start_token_id, config.vision_end_token_id = ids["<|vision_start|>"], ids["<|vision_end|>"]
-    model = build_model(config, seed=seed)
-    model.generation_config = build_generation_config(family)
     model.generation_config.update(bos_token_id=bos, pad_token_id=pad, eos_token_id=[ids["<|im_end|>"], bos])
     if family == "qwen3_vl":
         model.generation_config.suppress_tokens = list(range(len(tokenizer), vocab_size))
@@ -547,28 +530,30 @@ def build_tiny(
     full_size: bool = False,
     seed: int = 0,
     overwrite: bool = False,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    bpe_vocab_size: int = DEFAULT_BPE_VOCAB_SIZE,
+    thinking: bool = True,
+    suppress_unused: bool = False,
     **overrides: Any,
 ) -> Path:
     """Write a checkpoint dir of `family` (model, tokenizer, processor, generation config) and return its path.
 
     Written beside `out_dir` and renamed into place, so no reader sees it half-written. An existing `out_dir` is
-    replaced only when this builder wrote it and nothing was trained into it, or with `overwrite=True`. Overrides:
-    `min_pixels` / `max_pixels`, `bpe_vocab_size`, `thinking` (Qwen3-VL template and generation config, default
-    True), `suppress_unused` (default False: the generation config suppresses `unused_token_ids`, for a tiny model
-    that samples in place of a real one) and any `build_config` override.
+    replaced only when this builder wrote it and nothing was trained into it, or with `overwrite=True`.
+    `min_pixels` / `max_pixels`: the image processor's (None: the real one's); `thinking`: Qwen3-VL's Thinking
+    template and generation config (else Instruct); `suppress_unused`: the generation config suppresses
+    `unused_token_ids`, for a tiny model that samples in place of a real one; `overrides`: `build_config`'s.
     """
     _family(family)
     out_dir = Path(out_dir).resolve()
     check_target(out_dir, "--out", "a tiny model")  # not /, $HOME or the repo, and writable
     check_replaceable(out_dir, overwrite)
-    pixels = {key: overrides.pop(key) for key in ("min_pixels", "max_pixels") if key in overrides}
-    bpe_vocab_size = int(overrides.pop("bpe_vocab_size", DEFAULT_BPE_VOCAB_SIZE))
-    thinking = bool(overrides.pop("thinking", True))
-    suppress_unused = bool(overrides.pop("suppress_unused", False))
+    thinking = bool(thinking)
     config = build_config(full_size=full_size, family=family, **overrides)
 
-    tokenizer = build_tokenizer(bpe_vocab_size, family=family, thinking=thinking)
-    processor = build_processor(tokenizer, family=family, thinking=thinking, **pixels)
+    tokenizer = build_tokenizer(int(bpe_vocab_size), family=family, thinking=thinking)
+    processor = build_processor(tokenizer, min_pixels, max_pixels, family=family, thinking=thinking)
     model = build_model(config, seed=seed, thinking=thinking)
     if suppress_unused:  # HF generate and the graph decoder read it here, GRPO's rollouts too (open_r1.trainer)
         model.generation_config.suppress_tokens = unused_token_ids(tokenizer, config.get_text_config().vocab_size)
@@ -587,9 +572,7 @@ def build_tiny(
     return out_dir
 
 
-def build_qwen2vl(out_dir: str | os.PathLike, full_size: bool = False, seed: int = 0, **overrides: Any) -> Path:
-    """`build_tiny("qwen2_vl", ...)`: a checkpoint laid out like `Qwen/Qwen2-VL-2B-Instruct`."""
-    return build_tiny("qwen2_vl", out_dir, full_size=full_size, seed=seed, **overrides)
+build_qwen2vl = functools.partial(build_tiny, "qwen2_vl")  # a checkpoint laid out like Qwen/Qwen2-VL-2B-Instruct
 
 
 def check_replaceable(out_dir: Path, overwrite: bool = False) -> None:
@@ -620,8 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="checkpoint directory to write (atomically)")
     parser.add_argument("--full-size", action="store_true", help="the real model's dimensions, random bf16 weights")
     parser.add_argument("--seed", type=int, default=0, help="weights are a pure function of the seed")
-    parser.add_argument("--min-pixels", type=int, default=None, help="image processor min_pixels (the real one's)")
-    parser.add_argument("--max-pixels", type=int, default=None, help="image processor max_pixels (the real one's)")
+    parser.add_argument("--min-pixels", type=int, help="image processor min_pixels (the real one's)")
+    parser.add_argument("--max-pixels", type=int, help="image processor max_pixels (the real one's)")
     parser.add_argument(
         "--instruct",
         action="store_true",
@@ -638,7 +621,6 @@ def main(argv: list[str] | None = None) -> int:
         help="generation never samples the ids no text encodes to (a sampling stand-in policy)",
     )
     args = parser.parse_args(argv)
-    pixels = {key: value for key, value in (("min_pixels", args.min_pixels), ("max_pixels", args.max_pixels)) if value}
     try:
         out_dir = build_tiny(
             args.family,
@@ -648,7 +630,8 @@ def main(argv: list[str] | None = None) -> int:
             overwrite=args.overwrite,
             thinking=not args.instruct,
             suppress_unused=args.suppress_unused,
-            **pixels,
+            min_pixels=args.min_pixels or None,  # 0: the real one's, as leaving it out
+            max_pixels=args.max_pixels or None,
         )
     except (OpenR1Error, ValueError, TypeError) as exc:
         return error_exit(exc)

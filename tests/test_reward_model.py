@@ -85,7 +85,7 @@ def test_pooling_same_score_left_and_right_padding(backbones, family):
 
 
 def test_pooling_ignores_tokens_after_last_real_one(rm):
-    batch = rm.encode([_image(0)], [_messages("Hello there")], padding_side="right")
+    batch = rm_lib.encode(rm.processor, [_image(0)], [_messages("Hello there")], padding_side="right")
     score = rm(**batch)
     longer = {k: v for k, v in batch.items()}
     # two extra pad positions with mask 0 on the right: the score must not move

@@ -96,7 +96,7 @@ def parse_time_budget(value, start: float | None = None) -> float | None:
 
 
 def _fmt(seconds: float | None) -> str:
-    if seconds is None or math.isinf(seconds) or math.isnan(seconds):
+    if seconds is None or not math.isfinite(seconds):
         return "?"
     seconds = int(round(seconds))
     sign = "-" if seconds < 0 else ""
@@ -166,11 +166,6 @@ class ReserveEstimator:
             f", step {_fmt(self.step_estimate())}, x{self.safety} safety"
         )
 
-    _PERSISTED = ("step_seconds", "save_seconds", "eval_seconds", "export_seconds", "startup_seconds")
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self._PERSISTED}
-
     def load(self, path: str) -> bool:
         data = read_json(path, None)
         if data is None:
@@ -184,7 +179,8 @@ class ReserveEstimator:
 
     def dump(self, path: str) -> None:
         data = read_json(path, None) or {}
-        data.update(self.to_dict())
+        persisted = ("step_seconds", "save_seconds", "eval_seconds", "export_seconds", "startup_seconds")
+        data.update({key: getattr(self, key) for key in persisted})
         if self.export_seconds is None:
             data.pop("export_seconds", None)
         write_json(path, data)
@@ -213,7 +209,6 @@ class TimeBudgetCallback(TrainerCallback):
         reserve_estimator: ReserveEstimator | None = None,
         eval_every_n_steps: int | None = None,
         clock=time.time,
-        probe_save: bool = True,
         log=_log,
         eval_saves: bool = True,
         max_seconds: float | None = None,
@@ -225,7 +220,6 @@ class TimeBudgetCallback(TrainerCallback):
         self.eval_every = eval_every_n_steps if eval_every_n_steps and eval_every_n_steps > 0 else None
         self.clock = clock
         self.estimator.clock = clock
-        self.probe_save = probe_save and not self.capped
         self.log = log
         self.stopped_at_step: int | None = None
         self.stop_reason: str | None = None
@@ -322,7 +316,7 @@ class TimeBudgetCallback(TrainerCallback):
                 return control
         if self.capped and not self.max_seconds:
             return control
-        if self.estimator.save_estimate() is None and self.probe_save:
+        if self.estimator.save_estimate() is None and not self.capped:
             # No save measured yet: save now (a first safety checkpoint) and decide right after it, in on_save.
             control.should_save = True
             self._decide_after_save = True

@@ -80,7 +80,7 @@ class InTrainingEvalCallback(TrainerCallback):
             "primary": self.primary,
             "secondary": self.secondary,
             "limit": self.limit,
-            "selection": keep_best_lib.SELECTION_RULE.format(primary=self.primary, secondary=self.secondary or "-"),
+            "selection": keep_best_lib.selection_rule(self.primary, self.secondary),
             "best": self._best(),
             "entries": self.history["entries"],
         }
@@ -95,7 +95,7 @@ class InTrainingEvalCallback(TrainerCallback):
 
     def _generation_model(self, args, model):
         trainer = self.trainer
-        if trainer is None or not hasattr(trainer, "accelerator"):
+        if not hasattr(trainer, "accelerator"):  # also no trainer
             return nullcontext(model)
         from trl.models import unwrap_model_for_generation
 
@@ -136,10 +136,9 @@ class InTrainingEvalCallback(TrainerCallback):
         import torch
 
         trainer = self.trainer
-        if trainer is not None and getattr(trainer, "processing_class", None) is not None:
+        if getattr(trainer, "processing_class", None) is not None:
             processor = trainer.processing_class
         with self._generation_model(args, model) as generation_model:
-            generation_model = generation_model if generation_model is not None else model
             was_training = generation_model.training
             generation_model.eval()
             try:
@@ -157,7 +156,7 @@ class InTrainingEvalCallback(TrainerCallback):
         trainer = self.trainer
         if compat.log_step_metrics(trainer, metrics):
             control.should_log = True
-        elif trainer is not None and hasattr(trainer, "log"):
+        elif hasattr(trainer, "log"):
             from transformers import Trainer
 
             Trainer.log(trainer, dict(metrics))
@@ -236,8 +235,8 @@ class InTrainingEvalCallback(TrainerCallback):
         name = f"checkpoint-{entry['step']}"
         entry["checkpoint"] = name if saved else None
         entry["reward"] = self._reward_since_previous_eval(state, entry["step"])
-        self.history["entries"] = [e for e in self.history["entries"] if e["step"] != entry["step"]] + [entry]
-        self.history["entries"].sort(key=lambda e: e["step"])
+        others = [e for e in self.history["entries"] if e["step"] != entry["step"]]
+        self.history["entries"] = sorted(others + [entry], key=lambda e: e["step"])
         self._gone.discard(entry["step"])
         if self.keep_best and entry["checkpoint"]:
             best = self._best()

@@ -19,19 +19,24 @@ from open_r1.jsonio import read_json, write_json
 HISTORY_FILE = "eval_history.json"
 HISTORY_PLOT = "eval_history.png"
 BEST_FILE = "best_checkpoint.json"
-SELECTION_RULE = "highest {primary} accuracy, ties -> {secondary} accuracy, then the later step"
+
+
+def selection_rule(primary, secondary) -> str:
+    return f"highest {primary} accuracy, ties -> {secondary or '-'} accuracy, then the later step"
+
+
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
 def has_weights(path: str) -> bool:
     """A loadable model dir: config + full weights, or a LoRA adapter."""
-    if not os.path.isdir(path):
-        return False
-    if os.path.isfile(os.path.join(path, "adapter_config.json")):
-        return any(os.path.isfile(os.path.join(path, n)) for n in ("adapter_model.safetensors", "adapter_model.bin"))
-    return os.path.isfile(os.path.join(path, "config.json")) and any(
-        os.path.isfile(os.path.join(path, n)) for n in ("model.safetensors", "model.safetensors.index.json")
-    )
+
+    def exists(*names):  # any of them
+        return any(os.path.isfile(os.path.join(path, name)) for name in names)
+
+    if exists("adapter_config.json"):  # (no dir: no file either)
+        return exists("adapter_model.safetensors", "adapter_model.bin")
+    return exists("config.json") and exists("model.safetensors", "model.safetensors.index.json")
 
 
 def checkpoint_step(name: str) -> int | None:
@@ -106,8 +111,7 @@ def write_best_checkpoint(
             checkpoint=best["checkpoint"],
             step=best["step"],
             scores=best.get("scores"),
-            reason="best evaluated checkpoint: "
-            + SELECTION_RULE.format(primary=history.get("primary"), secondary=history.get("secondary") or "-"),
+            reason="best evaluated checkpoint: " + selection_rule(history.get("primary"), history.get("secondary")),
         )
     elif final_model_saved and has_weights(run_dir):
         record.update(
@@ -148,7 +152,7 @@ def resolve_export_checkpoint(run_dir: str, log=print) -> str:
             path = os.path.join(run_dir, best["checkpoint"])
             log(
                 f"[keep-best] exporting {best['checkpoint']} (step {best['step']}, scores {best.get('scores')}): "
-                + SELECTION_RULE.format(primary=history.get("primary"), secondary=history.get("secondary") or "-")
+                + selection_rule(history.get("primary"), history.get("secondary"))
             )
             return path
     named = record.get("checkpoint")
@@ -253,23 +257,21 @@ secondary/ID, then later step) among those still on disk is marked with '*' and 
 
 
 def main(argv=None) -> int:
-    try:
-        return _main(argv)
-    except OpenR1Error as exc:
-        return error_exit(exc)
-
-
-def _main(argv=None) -> int:
     parser = cli_parser("open-r1-plot-run", CLI_DOC)
     parser.add_argument("run_dir")
-    parser.add_argument("--out", default=None, help=f"PNG path (default <run_dir>/{HISTORY_PLOT})")
+    parser.add_argument("--out", help=f"PNG path (default <run_dir>/{HISTORY_PLOT})")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.run_dir):
-        raise OpenR1Error(f"run dir {args.run_dir} does not exist; pass a training output_dir (runs/<recipe>)")
+        return error_exit(
+            OpenR1Error(f"run dir {args.run_dir} does not exist; pass a training output_dir (runs/<recipe>)")
+        )
     history = load_history(args.run_dir)
     if not history["entries"]:
-        raise OpenR1Error(
-            f"no evaluated checkpoints in {args.run_dir} ({HISTORY_FILE} missing or empty); train with eval_sets set"
+        return error_exit(
+            OpenR1Error(
+                f"no evaluated checkpoints in {args.run_dir} ({HISTORY_FILE} missing or empty); "
+                "train with eval_sets set"
+            )
         )
     best, _ = history_best(args.run_dir)
     history["best"] = best

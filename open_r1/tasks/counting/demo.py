@@ -76,7 +76,7 @@ def build_demo_model(seed: int = 0):
 def render_data(data_dir: Path, args) -> None:
     import datasets
 
-    sizes = {"train": args.train_size, **{split: args.eval_size for split in EVAL_SPLITS}}
+    sizes = {"train": args.train_size, **dict.fromkeys(EVAL_SPLITS, args.eval_size)}
     present = {}
     for split in sizes:
         try:
@@ -151,7 +151,7 @@ def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
     seconds = time.time() - started
     log(f"[demo] warm start saved to {out_dir} in {seconds:.0f} s")
     info = {
-        "command": "python -m open_r1.tasks.counting.demo " + " ".join(args.argv),
+        "command": args.command,
         "device": torch.cuda.get_device_name(0) if use_cuda else "cpu",
         "parameters": parameters,
         "sft_rows": len(rows),
@@ -175,19 +175,14 @@ def evaluate_model(model_dir: Path, data_dir: Path, args, label: str) -> dict:
     torch.set_num_threads(max(1, args.threads))
     model = load_model(str(model_dir), dtype="float32").eval()
     processor = load_processor(str(model_dir))
-    reports = {}
+    protocol_kwargs = {"batch_size": args.eval_batch_size, "limit": args.eval_limit, "progress": False}
     started = time.time()
-    for split in EVAL_SPLITS:
-        dataset = load_counting_dataset(str(data_dir / split))
-        reports[split] = evaluate_dataset(
-            model,
-            processor,
-            dataset,
-            name=split,
-            batch_size=args.eval_batch_size,
-            limit=args.eval_limit,
-            progress=False,
+    reports = {
+        split: evaluate_dataset(
+            model, processor, load_counting_dataset(str(data_dir / split)), name=split, **protocol_kwargs
         )
+        for split in EVAL_SPLITS
+    }
     log(
         f"[demo] {label}: "
         + ", ".join(f"{s} {r.accuracy_pct:.1f}%" for s, r in reports.items())
@@ -199,10 +194,8 @@ def evaluate_model(model_dir: Path, data_dir: Path, args, label: str) -> dict:
         processor,
         load_counting_dataset(str(data_dir / "val")),
         name="val (asked plainly)",
-        batch_size=args.eval_batch_size,
-        limit=args.eval_limit,
         max_new_tokens=8,
-        progress=False,
+        **protocol_kwargs,
         template=sft.PLAIN_PROMPT,
         extract=sft.plain_count,
     )
@@ -324,7 +317,6 @@ def parse_args(argv=None):
     parser.add_argument("--out", default="runs/demo", help="everything goes here: data, models, run, report, plots")
     parser.add_argument(
         "--start",
-        default=None,
         help=f"start model dir (default: the shipped warm start {SHIPPED_START.relative_to(REPO_ROOT)}"
         ", or one trained first when it is missing or with --from-scratch)",
     )
@@ -335,7 +327,6 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--build-start",
-        default=None,
         metavar="DIR",
         help="only build a warm start into DIR (data, SFT, start_report.json), then stop",
     )
@@ -344,7 +335,6 @@ def parse_args(argv=None):
     parser.add_argument(
         "--train-size",
         type=int,
-        default=None,
         help="train rows rendered (GRPO prompts; also the SFT rows when a start is trained). "
         "Default 400, or 4000 when a start is trained",
     )
@@ -357,10 +347,9 @@ def parse_args(argv=None):
     parser.add_argument("--sft-lr", type=float, default=2e-3)
     parser.add_argument(
         "--device",
-        default=None,
         help="SFT device: cuda / cpu (default: cuda when available); GRPO and the evaluation run on CPU",
     )
-    parser.add_argument("--grpo-steps", type=int, default=None, help="GRPO steps (default: the recipe's max_steps)")
+    parser.add_argument("--grpo-steps", type=int, help="GRPO steps (default: the recipe's max_steps)")
     parser.add_argument(
         "--threads",
         type=int,
@@ -372,7 +361,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.sft_steps < 1:
         parser.error(f"--sft-steps must be >= 1, got {args.sft_steps}")
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.command = "python -m open_r1.tasks.counting.demo " + " ".join(sys.argv[1:] if argv is None else argv)
     args.trains_start = bool(
         args.build_start or args.from_scratch or (args.start is None and not (SHIPPED_START / "config.json").is_file())
     )
@@ -390,14 +379,19 @@ def main(argv=None) -> int:
     data_dir, run_dir, submission = out / "data", out / "grpo", out / "trained"
     out.mkdir(parents=True, exist_ok=True)
     timings = {}
+
+    def lap(name: str) -> None:  # seconds since the previous lap
+        timings[name] = time.time() - started - sum(timings.values())
+
     render_data(data_dir, args)
-    timings["data_s"] = time.time() - started
+    lap("data_s")
     sft_info = None
     if args.build_start:
-        sft_info = warm_start(data_dir, Path(args.build_start), args)
-        before = evaluate_model(Path(args.build_start), data_dir, args, "warm start (selfcheck protocol)")
+        start_dir = Path(args.build_start)
+        sft_info = warm_start(data_dir, start_dir, args)
+        before = evaluate_model(start_dir, data_dir, args, "warm start (selfcheck protocol)")
         sft_info["eval"] = {split: report.summary() for split, report in before.items()}
-        write_json(Path(args.build_start) / START_REPORT, sft_info)
+        write_json(start_dir / START_REPORT, sft_info)
         return 0
     if args.trains_start:
         start_dir = out / "start"
@@ -408,21 +402,21 @@ def main(argv=None) -> int:
             f"[demo] start model: {start_dir} (warm start; rebuild it with `make demo-start`, or train one "
             "first with --from-scratch)"
         )
-    timings["warm_start_s"] = time.time() - started - timings["data_s"]
+    lap("warm_start_s")
     before = evaluate_model(start_dir, data_dir, args, "start model (selfcheck protocol)")
-    timings["eval_start_s"] = time.time() - started - sum(timings.values())
+    lap("eval_start_s")
     if run_dir.exists():
         shutil.rmtree(run_dir)  # a fresh GRPO run (auto-resume would continue an old one)
     grpo_info = train_grpo(start_dir, data_dir, run_dir, submission, args)
-    timings["grpo_s"] = time.time() - started - sum(timings.values())
+    lap("grpo_s")
     after = evaluate_model(submission, data_dir, args, "trained model (selfcheck protocol)")
-    timings["eval_trained_s"] = time.time() - started - sum(timings.values())
+    lap("eval_trained_s")
     total = time.time() - started
 
     table = side_by_side(before, after)
     write_plots(before, after, grpo_info["log_history"], load_history(str(run_dir)), out)
     report = {
-        "command": "python -m open_r1.tasks.counting.demo " + " ".join(args.argv),
+        "command": args.command,
         "total_seconds": total,
         "timings_s": timings,
         "load_average": os.getloadavg(),

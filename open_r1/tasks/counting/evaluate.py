@@ -103,16 +103,13 @@ def evaluate_dataset(
     start = time.perf_counter()
     bar = tqdm(total=n, desc=f"selfcheck {name}", disable=not progress, unit="ex")
     pending = [order[begin : begin + batch_size] for begin in range(0, n, batch_size)]
-    on_cuda = getattr(model, "device", torch.device("cpu")).type == "cuda"
+    device = getattr(model, "device", torch.device("cpu"))
 
     dataset = lazy_image_column(dataset)  # decoded batch by batch, in threads (a metadata change)
 
     # only the graph decoder takes precomputed positions (HF generate computes its own)
     precompute_positions = (
-        cpu_positions
-        and image_device is None
-        and not compile_generation
-        and resolve_decoder(None, getattr(model, "device", "cpu")) != "hf"
+        cpu_positions and image_device is None and not compile_generation and resolve_decoder(None, device) != "hf"
     )
 
     def build(index):  # the processor's batch for the rows `index` (CPU work; images decoded here in threads)
@@ -124,7 +121,7 @@ def evaluate_dataset(
             texts,
             images,
             image_device=image_device,
-            pin_memory=on_cuda and image_device is None,
+            pin_memory=device.type == "cuda" and image_device is None,
             rope_model=model if precompute_positions else None,
         )
 

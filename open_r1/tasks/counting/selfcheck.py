@@ -147,32 +147,29 @@ def _run(argv=None) -> int:
     parser.add_argument(
         "--sets",
         nargs="+",
-        default=None,
         help="data sets: save_to_disk dirs, hub snapshot folders, .parquet/.jsonl/.json files, hub ids "
         "(without it: --val and --ood-val)",
     )
     parser.add_argument(
         "--columns",
-        default=None,
         help="column names of sets in another layout: image=COL,question=COL,answer=COL (recognised without "
         "it: image/problem/solution and R1-V's image_path/question/ground_truth)",
     )
     parser.add_argument(
         "--image-root",
-        default=None,
         help="folder that relative image paths (R1-V's ./images/x.png) start from (without it: the current "
         "directory, where R1-V's eval runs)",
     )
     parser.add_argument("--val", default=DEFAULT_SETS[0], help="in-distribution val dir")
     parser.add_argument("--ood-val", default=DEFAULT_SETS[1], help="OOD val dir")
-    parser.add_argument("--limit", type=int, default=None, help="first N examples of each set (without it: every row)")
+    parser.add_argument("--limit", type=int, help="first N examples of each set (without it: every row)")
     parser.add_argument(
         "--batch-size",
         type=int,
         default=512,
         help="fastest measured on one H200 (docs/PERFORMANCE.md); halved automatically on out-of-memory",
     )
-    parser.add_argument("--out", default=None, help="JSON report path (without it: <model>/selfcheck.json)")
+    parser.add_argument("--out", help="JSON report path (without it: <model>/selfcheck.json)")
     parser.add_argument("--verify", action="store_true", help="only check that the dir loads and generates")
     parser.add_argument("--strict", action="store_true", help="with --verify: an unparseable sample answer fails")
     parser.add_argument(
@@ -181,7 +178,7 @@ def _run(argv=None) -> int:
         help="with --verify: check a Qwen2.5-VL / Qwen3-VL dir as its own class, not as the counting "
         "submission (the counting grader loads Qwen2VLForConditionalGeneration)",
     )
-    parser.add_argument("--device", default=None, help="cuda / cpu (without it: cuda when available)")
+    parser.add_argument("--device", help="cuda / cpu (without it: cuda when available)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument(
         "--decoder",

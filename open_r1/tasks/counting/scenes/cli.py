@@ -46,18 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated splits to write (ood_train, OOD-renderer scenes for non-evaluation use, only when named)",
     )
     parser.add_argument("--seed", type=int, default=0, help="the scenes are a pure function of the seed")
-    parser.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    parser.add_argument("--workers", type=int, help="processes (default: all cores)")
     parser.add_argument(
         "--questions", default="default", help="default | mixed | a comma-separated list of total,different,filtered"
     )
-    parser.add_argument("--image-size", default=None, metavar="WxH", help="clevr splits (default 480x320)")
-    parser.add_argument("--ood-image-size", default=None, metavar="WxH", help="ood_val and ood_train (default 640x480)")
+    parser.add_argument("--image-size", metavar="WxH", help="clevr splits (default 480x320)")
+    parser.add_argument("--ood-image-size", metavar="WxH", help="ood_val and ood_train (default 640x480)")
     parser.add_argument("--min-objects", type=int, default=3, help="fewest objects in a scene")
     parser.add_argument("--max-objects", type=int, default=10, help="most objects in a scene")
     parser.add_argument("--overwrite", action="store_true", help="replace the named splits if --out exists")
     parser.add_argument(
         "--samples",
-        default=None,
         metavar="DIR",
         help=f"also save the first {SAMPLES_PER_SPLIT} images of each split as DIR/<split>_<i>.png",
     )
@@ -65,7 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--preview",
         type=int,
-        default=None,
         metavar="N",
         help="instead of splits: render N PNGs of --renderer into --out",
     )
@@ -114,7 +112,7 @@ def _run_splits(args) -> int:
         rows.append((split, str(stats[split]["n"]), f"{stats[split]['images_per_s']:.1f}", per_core, str(path)))
     # images/s: wall clock with all workers; per CPU-s: what one core renders per second of its time.
     header = ("split", "n", "images/s", "images/CPU-s", "path")
-    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
+    widths = [max(map(len, column)) for column in zip(header, *rows)]
     for row in [header, tuple("-" * w for w in widths), *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     if args.samples:

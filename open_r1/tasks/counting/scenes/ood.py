@@ -62,33 +62,32 @@ def _rod(p0, p1, thickness: float):
 
 def _wheel(x: float, y: float, radius: float, half_width: float):
     # A cylinder's axis is its local z; rotate it onto the vehicle's local y (the axle).
-    return CYLINDER, (x, y, radius), rotation_x(np.pi / 2.0), (radius, radius, half_width), "tire"
+    return CYLINDER, (x, y, radius), (radius, radius, half_width), "tire", rotation_x(np.pi / 2.0)
 
 
 def _layout(category: str) -> list[tuple]:
-    """Parts in vehicle-local coordinates (x forward, z up): (kind, center, rotation, half, role)."""
-    eye = np.eye(3)
+    """Parts in vehicle-local coordinates (x forward, z up): (kind, center, half, role[, rotation])."""
     if category == "car":
         parts = [
-            (BOX, (0.0, 0.0, 0.42), eye, (1.0, 0.45, 0.2), "body"),
-            (BOX, (-0.12, 0.0, 0.77), eye, (0.55, 0.4, 0.16), "glass"),
-            (BOX, (-0.12, 0.0, 0.955), eye, (0.5, 0.38, 0.03), "trim"),
-            (BOX, (1.0, 0.28, 0.45), eye, (0.02, 0.08, 0.05), "lamp"),
-            (BOX, (1.0, -0.28, 0.45), eye, (0.02, 0.08, 0.05), "lamp"),
+            (BOX, (0.0, 0.0, 0.42), (1.0, 0.45, 0.2), "body"),
+            (BOX, (-0.12, 0.0, 0.77), (0.55, 0.4, 0.16), "glass"),
+            (BOX, (-0.12, 0.0, 0.955), (0.5, 0.38, 0.03), "trim"),
+            (BOX, (1.0, 0.28, 0.45), (0.02, 0.08, 0.05), "lamp"),
+            (BOX, (1.0, -0.28, 0.45), (0.02, 0.08, 0.05), "lamp"),
         ]
         parts += [_wheel(x, y, 0.22, 0.08) for x in (0.6, -0.6) for y in (0.42, -0.42)]
     elif category == "bus":
         parts = [
-            (BOX, (0.0, 0.0, 0.95), eye, (1.6, 0.55, 0.62), "body"),
-            (BOX, (-0.05, 0.0, 1.2), eye, (1.45, 0.565, 0.2), "glass"),
-            (BOX, (1.6, 0.0, 1.1), eye, (0.02, 0.45, 0.28), "glass"),
+            (BOX, (0.0, 0.0, 0.95), (1.6, 0.55, 0.62), "body"),
+            (BOX, (-0.05, 0.0, 1.2), (1.45, 0.565, 0.2), "glass"),
+            (BOX, (1.6, 0.0, 1.1), (0.02, 0.45, 0.28), "glass"),
         ]
         parts += [_wheel(x, y, 0.3, 0.1) for x in (1.0, -1.0) for y in (0.5, -0.5)]
     elif category == "truck":
         parts = [
-            (BOX, (1.05, 0.0, 0.78), eye, (0.45, 0.55, 0.48), "body"),
-            (BOX, (1.5, 0.0, 1.0), eye, (0.02, 0.47, 0.18), "glass"),
-            (BOX, (-0.5, 0.0, 1.02), eye, (1.05, 0.6, 0.68), "cargo"),
+            (BOX, (1.05, 0.0, 0.78), (0.45, 0.55, 0.48), "body"),
+            (BOX, (1.5, 0.0, 1.0), (0.02, 0.47, 0.18), "glass"),
+            (BOX, (-0.5, 0.0, 1.02), (1.05, 0.6, 0.68), "cargo"),
         ]
         parts += [_wheel(x, y, 0.3, 0.1) for x in (1.05, -0.25, -1.05) for y in (0.52, -0.52)]
     elif category == "bike":
@@ -102,18 +101,18 @@ def _layout(category: str) -> list[tuple]:
             ((0.5, 0.0, 0.95), (0.6, 0.0, 0.36)),  # fork
         ):
             center, rot, half = _rod(p0, p1, 0.035)
-            parts.append((BOX, tuple(center), rot, tuple(half), "body"))
+            parts.append((BOX, tuple(center), tuple(half), "body", rot))
         parts += [
-            (BOX, (0.5, 0.0, 0.96), eye, (0.035, 0.26, 0.03), "trim"),  # handlebar
-            (BOX, (-0.2, 0.0, 0.9), eye, (0.13, 0.06, 0.035), "trim"),  # saddle
+            (BOX, (0.5, 0.0, 0.96), (0.035, 0.26, 0.03), "trim"),  # handlebar
+            (BOX, (-0.2, 0.0, 0.9), (0.13, 0.06, 0.035), "trim"),  # saddle
         ]
     else:  # plane
         parts = [
-            (ELLIPSOID, (0.0, 0.0, 0.0), eye, (1.3, 0.22, 0.22), "body"),
-            (BOX, (0.1, 0.0, -0.02), eye, (0.33, 1.3, 0.035), "body"),
-            (BOX, (-1.1, 0.0, 0.3), eye, (0.17, 0.025, 0.27), "trim"),
-            (BOX, (-1.1, 0.0, 0.04), eye, (0.15, 0.5, 0.025), "trim"),
-            (ELLIPSOID, (0.55, 0.0, 0.15), eye, (0.35, 0.13, 0.11), "glass"),
+            (ELLIPSOID, (0.0, 0.0, 0.0), (1.3, 0.22, 0.22), "body"),
+            (BOX, (0.1, 0.0, -0.02), (0.33, 1.3, 0.035), "body"),
+            (BOX, (-1.1, 0.0, 0.3), (0.17, 0.025, 0.27), "trim"),
+            (BOX, (-1.1, 0.0, 0.04), (0.15, 0.5, 0.025), "trim"),
+            (ELLIPSOID, (0.55, 0.0, 0.15), (0.35, 0.13, 0.11), "glass"),
         ]
     return parts
 
@@ -174,10 +173,11 @@ def object_parts(obj: dict, object_id: int) -> list[Part]:
         "lamp": Material(np.array((1.0, 0.9, 0.55)), "paint"),
     }
     parts = []
-    for kind, center, rot, half, role in _layout(obj["shape"]):
+    for kind, center, half, role, *rot in _layout(obj["shape"]):
         world_center = origin + yaw @ (np.asarray(center, dtype=np.float64) * scale)
+        rotation = yaw @ rot[0] if rot else yaw @ np.eye(3)
         parts.append(
-            Part(kind, world_center, yaw @ rot, np.asarray(half, dtype=np.float64) * scale, object_id, materials[role])
+            Part(kind, world_center, rotation, np.asarray(half, dtype=np.float64) * scale, object_id, materials[role])
         )
     return parts
 

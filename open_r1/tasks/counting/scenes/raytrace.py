@@ -115,8 +115,7 @@ class RayCaster:
         # Shading order of parts: matte materials first, then those with an environment reflection.
         mirror = (self.coeffs[1] + self.coeffs[2]) > 0
         self.shading_order = np.concatenate([np.flatnonzero(~mirror), np.flatnonzero(mirror)])
-        self.shading_rank = np.empty(len(self.parts), dtype=np.int64)
-        self.shading_rank[self.shading_order] = np.arange(len(self.parts))
+        self.shading_rank = np.argsort(self.shading_order)  # the inverse permutation
         self.n_matte_parts = int((~mirror).sum())
         light = spec.lighting
         # Irradiance = light colours (3, 5) @ per-pixel terms (5, N): key, fill, back, ambient base, ambient slope.

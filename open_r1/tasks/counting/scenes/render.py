@@ -97,19 +97,18 @@ def _describe(renderer, condition, camera, key_dir, environment, objects, object
     rows, cols = np.divmod(visible, camera.width)
     described = []
     for i, obj in enumerate(objects):
-        mine = owner == i
-        entry = {"id": i, **{k: v for k, v in obj.items() if not k.startswith("_")}}
-        entry["position"] = [round(float(v), 4) for v in obj["position"]]
-        entry["rotation"] = round(float(obj["rotation"]), 2)
-        # Visible extent in pixels: [x0, y0, x1, y1], x1/y1 exclusive.
-        entry["bbox"] = [
-            int(cols[mine].min()),
-            int(rows[mine].min()),
-            int(cols[mine].max()) + 1,
-            int(rows[mine].max()) + 1,
-        ]
-        entry["visible_pixels"] = int(counts[i])
-        described.append(entry)
+        x, y = cols[owner == i], rows[owner == i]
+        described.append(
+            {
+                "id": i,
+                **{k: v for k, v in obj.items() if not k.startswith("_")},
+                "position": [round(float(v), 4) for v in obj["position"]],
+                "rotation": round(float(obj["rotation"]), 2),
+                # Visible extent in pixels: [x0, y0, x1, y1], x1/y1 exclusive.
+                "bbox": [int(x.min()), int(y.min()), int(x.max()) + 1, int(y.max()) + 1],
+                "visible_pixels": int(counts[i]),
+            }
+        )
     return {
         "renderer": renderer,
         "condition": condition if renderer == "clevr" else None,
