@@ -50,7 +50,7 @@ def test_verify_strict_on_an_unparseable_answer_says_it_loads_and_runs(tiny_mode
     from open_r1.submission import export
 
     out = tmp_path / "submission"
-    export.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
+    export.export_submission(str(tiny_model_dir), str(out))
     assert selfcheck.main(["--verify", "--strict", "--model", str(out)]) == 1
     err = capsys.readouterr().err
     assert "FAIL (--strict)" in err and "loads as Qwen2VLForConditionalGeneration and generates" in err, err

@@ -15,6 +15,7 @@ Rows go to <out>/results.jsonl as they finish; the end prints a table and writes
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -22,6 +23,10 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+
+from open_r1.errors import setup_logging
+
+logger = logging.getLogger(__name__)
 
 VARIANTS = ("hf", "eager", "graph_once", "graph_once_warm", "graph")
 CACHE_DIRS = {"graph_once": "inductor-once", "graph_once_warm": "inductor-once", "graph": "inductor-plain"}
@@ -168,6 +173,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
+    setup_logging()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="a directory: results.jsonl, summary.json, inductor caches")
     parser.add_argument("--rows", type=int, default=256)
@@ -212,7 +218,7 @@ def main(argv=None) -> int:
         env = dict(os.environ)
         if variant in CACHE_DIRS:
             env["TORCHINDUCTOR_CACHE_DIR"] = str(scratch / CACHE_DIRS[variant])
-        print(f"== {variant} (at most {left:.0f} s)", flush=True)
+        logger.info(f"== {variant} (at most {left:.0f} s)")
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "experiments.bench.bench_decode", "--worker", variant, *forwarded],

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from open_r1.errors import DataError, OpenR1Error, SceneArgumentError, SceneGenerationError, error_exit
+from open_r1.errors import DataError, OpenR1Error, SceneArgumentError, SceneGenerationError, error_exit, setup_logging
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
@@ -782,6 +782,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     args = build_parser().parse_args(argv)
     try:
         config = StandinConfig(

@@ -9,6 +9,7 @@ On the real data this stage does not exist: ``open-r1-caption-prepare`` writes t
 """
 
 import dataclasses
+import logging
 import os
 
 from open_r1.errors import SceneArgumentError
@@ -17,6 +18,8 @@ from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning.config import help_field, require
 from open_r1.tasks.counting.scenes.render import parse_image_size
 from standin.captioning import cartoons
+
+logger = logging.getLogger(__name__)
 
 NAME = "data"
 PRETRAIN_OFFSET = 50_000  # scene indices of the exposure splits start here (the contests use 0..n-1)
@@ -98,7 +101,7 @@ def outputs(cfg, paths, *_) -> list[str]:
 def run(cfg: Config, paths, seed) -> dict:
     marker = os.path.join(paths.data, "standin.json")
     if os.path.isfile(marker) and not cfg.overwrite:
-        config.log(f"[data] {paths.data} already holds the stand-in; reusing it")
+        logger.info(f"[data] {paths.data} already holds the stand-in; reusing it")
         return read_json(marker)
     settings = standin_config(cfg, seed)
     workers = cfg.workers or max(1, min(16, (os.cpu_count() or 2) - 1))
@@ -124,5 +127,5 @@ def run(cfg: Config, paths, seed) -> dict:
             scenes.save_to_disk(paths.split(split))
             info["splits"][split] = {"rows": len(scenes), "contests": exposure}
     write_json(marker, info)
-    config.log(f"[data] wrote {paths.data}: {info['splits']}")
+    logger.info(f"[data] wrote {paths.data}: {info['splits']}")
     return info
