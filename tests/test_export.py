@@ -1,7 +1,6 @@
 """Export (merge + atomic write + verify) and selfcheck on the tiny Qwen2-VL."""
 
 import json
-import logging
 import os
 import shutil
 
@@ -87,7 +86,7 @@ def test_failed_verification_never_touches_the_submission(tiny_model_dir, tmp_pa
     assert [p.name for p in tmp_path.iterdir()] == ["submission"]
 
 
-def test_scored_submission_hint_passes_the_set_paths_selfcheck_records(tiny_model_dir, tmp_path, caplog):
+def test_scored_submission_hint_passes_the_set_paths_selfcheck_records(tiny_model_dir, tmp_path, capsys):
     """selfcheck records sets_paths as {name: path}: the printed command scores the candidate on those paths."""
     from tests.test_bad_input import fake_report
 
@@ -99,10 +98,10 @@ def test_scored_submission_hint_passes_the_set_paths_selfcheck_records(tiny_mode
         {"val": 50.0, "ood_val": 50.0},
         sets_paths={"val": "/data/val", "ood_val": "/data/ood_val"},
     )
-    caplog.set_level(logging.INFO, logger="open_r1")
+    capsys.readouterr()
     report = export_lib.export_submission(str(tiny_model_dir), str(out), verify=False)
     assert report.path != str(out)
-    assert f"python selfcheck.py --model {report.path} --sets /data/val /data/ood_val" in caplog.messages[-1]
+    assert f"python selfcheck.py --model {report.path} --sets /data/val /data/ood_val" in capsys.readouterr().out
 
 
 @pytest.fixture(scope="module")

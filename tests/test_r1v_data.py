@@ -203,7 +203,7 @@ def test_selfcheck_scores_a_snapshot_and_r1v_jsonl_row_by_row(tiny_model_dir, sc
         "16",
     )
     assert rc == 0, err[-3000:]
-    assert "1 of 6 rows left out, their gold is not a count" in out
+    assert "1 of 6 rows left out, their gold is not a count" in err  # a log record: stderr
     sets = json.loads(report.read_text())["sets"]
     kept = [i for i in range(len(cogent)) if i != 2]
     assert sets["Clevr_CoGenT_ValB"]["n"] == 5 and sets["Clevr_CoGenT_ValB"]["skipped_non_count"] == 1
@@ -243,7 +243,7 @@ def test_train_sh_trains_from_a_snapshot_evaluates_one_and_exports(tiny_model_di
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"data={train}" in result.stdout and "submission ready" in result.stdout
-    assert "1 of 6 rows left out, their gold is not a count" in result.stdout
+    assert "1 of 6 rows left out, their gold is not a count" in result.stderr
     assert os.path.isfile(tmp_path / "submission" / "model.safetensors")
     entries = json.loads((tmp_path / "run" / "eval_history.json").read_text())["entries"]
     assert entries[0]["step"] == 1 and "Clevr_CoGenT_ValB" in entries[0]["scores"]

@@ -131,12 +131,12 @@ def export_submission(
                 logger.warning(f"[export] warning: {warning}")
         report.path = dest
         if scored is None:
-            logger.info(f"[export] submission ready: {out}")
+            print(f"[export] submission ready: {out}")  # the product: where the model is
             return report
         sets = report_set_paths(scored).values()
         sets_arg = f" --sets {' '.join(sets)}" if sets else ""
         limit_arg = f" --limit {scored['limit']}" if scored.get("limit") else ""
-        logger.info(
+        print(
             f"[export] {out} holds a scored submission ({scored.get('mean_accuracy_pct')}% mean accuracy in its "
             f"{REPORT_FILE}): kept. The new model is at {report.path}; score it the same way and promote it if it is "
             f"better: python selfcheck.py --model {report.path}{sets_arg}{limit_arg} && "
