@@ -15,7 +15,6 @@ Rows go to <out>/results.jsonl as they finish; the end prints a table and writes
 
 import argparse
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -25,8 +24,6 @@ import traceback
 from pathlib import Path
 
 from open_r1.errors import setup_logging
-
-logger = logging.getLogger(__name__)
 
 VARIANTS = ("hf", "eager", "graph_once", "graph_once_warm", "graph")
 CACHE_DIRS = {"graph_once": "inductor-once", "graph_once_warm": "inductor-once", "graph": "inductor-plain"}
@@ -218,7 +215,7 @@ def main(argv=None) -> int:
         env = dict(os.environ)
         if variant in CACHE_DIRS:
             env["TORCHINDUCTOR_CACHE_DIR"] = str(scratch / CACHE_DIRS[variant])
-        logger.info(f"== {variant} (at most {left:.0f} s)")
+        print(f"== {variant} (at most {left:.0f} s)", flush=True)  # heads the worker's rows on stdout
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "experiments.bench.bench_decode", "--worker", variant, *forwarded],

@@ -13,7 +13,6 @@ from open_r1 import compat
 from open_r1.checks import check_checkpoint, nonfinite_weights
 from open_r1.errors import RecipeError
 from open_r1.jsonio import read_json
-from open_r1.run.common import _is_rank0
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +172,7 @@ class ResumeWeightsCallback(TrainerCallback):
         for group, value in zip(optimizer.param_groups, values):
             group["lr"] = value
         compat.set_scheduler_last_lr(scheduler, values)  # what get_last_lr() (the logged lr) reports
-        if _is_rank0(state) and (before != values or was != step):
+        if before != values or was != step:
             logger.info(
                 f"[resume] learning rate at step {step} set from this run's schedule (max_steps "
                 f"{state.max_steps}): {before[0]:.3g} -> {values[0]:.3g}"
@@ -200,10 +199,9 @@ class ResumeWeightsCallback(TrainerCallback):
                 f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]})"
             )
         self.loaded = True
-        if _is_rank0(state):
-            logger.info(
-                f"[resume] weights of {os.path.basename(self.checkpoint)} loaded through from_pretrained's key "
-                "mapping (the trainer's own resume warns about missing/unexpected keys for Qwen2-VL and loads "
-                "none of them: transformers#43701)"
-            )
+        logger.info(
+            f"[resume] weights of {os.path.basename(self.checkpoint)} loaded through from_pretrained's key "
+            "mapping (the trainer's own resume warns about missing/unexpected keys for Qwen2-VL and loads "
+            "none of them: transformers#43701)"
+        )
         return control

@@ -86,7 +86,7 @@ def build_run_callbacks(script_args, training_args, task) -> RunSafety:
             task=task,
         )
         callbacks.append(evaluator)
-        if wanted != evaluator.primary and training_args.process_index == 0:
+        if wanted != evaluator.primary and training_args.process_index == 0:  # a warning: every rank shows those
             logger.warning(
                 f"[eval] eval_primary {wanted!r} is not one of the eval sets {sorted(eval_sets)}: keep-best ranks "
                 f"by {evaluator.primary!r} (ties -> {evaluator.secondary!r}); set eval_primary to the OOD set's name"

@@ -9,7 +9,7 @@ import signal
 
 from transformers import TrainerCallback
 
-from open_r1.run.common import _is_rank0, _reduce_max
+from open_r1.run.common import _reduce_max
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +61,10 @@ class GracefulStopCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.install()
-        if _is_rank0(state):
-            logger.info(
-                f"[run] training in {args.output_dir} (pid {os.getpid()}): SIGTERM/SIGINT saves a checkpoint "
-                "and stops; re-running the same command resumes"
-            )
+        logger.info(
+            f"[run] training in {args.output_dir} (pid {os.getpid()}): SIGTERM/SIGINT saves a checkpoint "
+            "and stops; re-running the same command resumes"
+        )
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -74,11 +73,10 @@ class GracefulStopCallback(TrainerCallback):
             self.stop_signal = int(signum)
             if self.stopped_at_step is None:
                 self.stopped_at_step = state.global_step
-                if _is_rank0(state):
-                    logger.info(
-                        f"[stop] saving checkpoint-{state.global_step} and stopping "
-                        f"({signal.Signals(self.stop_signal).name})"
-                    )
+                logger.info(
+                    f"[stop] saving checkpoint-{state.global_step} and stopping "
+                    f"({signal.Signals(self.stop_signal).name})"
+                )
             control.should_save = True
             control.should_training_stop = True
         return control
