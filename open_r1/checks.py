@@ -4,6 +4,7 @@ naming the option that fixes it) or raises one `OpenR1Error`; `open_r1.validate`
 
 import difflib
 import io
+import logging
 import math
 import numbers
 import os
@@ -14,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from open_r1.errors import DataError, RecipeError
 from open_r1.jsonio import read_json
 
+logger = logging.getLogger(__name__)
 ALLOW_CPU_ENV = "OPEN_R1_ALLOW_CPU"
 
 
@@ -400,7 +402,9 @@ def load_split(path_or_name: str, split: str = "train", generate_hint: str | Non
         except DataError as exc:  # the README's row counts are not the shards': read what is there, and say so
             if "NonMatchingSplitsSizesError" not in str(exc):
                 raise
-            print(f"warning: {path}: its README.md counts other rows than its shards hold (a partial download?)")
+            logger.warning(
+                f"warning: {path}: its README.md counts other rows than its shards hold (a partial download?)"
+            )
             return _load(lambda: datasets.load_dataset(path, split=split, verification_mode="no_checks"), path, hint)
     if os.path.isdir(path):
         try:

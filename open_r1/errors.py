@@ -5,6 +5,8 @@ catches `OpenR1Error` and prints `error: <message>` with exit status 2, never a 
 
 import argparse
 import dataclasses
+import logging
+import os
 import sys
 
 
@@ -72,6 +74,23 @@ def error_exit(exc: BaseException) -> int:
     """What an entry point does with a user-facing error: one `error: <message>` line on stderr, exit status 2."""
     print(f"error: {exc}", file=sys.stderr)
     return 2
+
+
+class _Stderr(logging.Handler):
+    """Writes to sys.stderr as it is at each record (a redirect or a test's capture made after the setup)."""
+
+    def emit(self, record):
+        print(self.format(record), file=sys.stderr, flush=True)
+
+
+def setup_logging() -> None:
+    """Every entry point's first call (library code only calls `logging.getLogger(__name__)`): `[HH:MM:SS] message`
+    records on stderr, the project's own at INFO and third-party ones at WARNING; on a distributed rank other than 0
+    only warnings, so N processes do not print N copies."""
+    logging.basicConfig(handlers=[_Stderr()], format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S", force=True)
+    rank0 = all(os.environ.get(name, "0") == "0" for name in ("RANK", "LOCAL_RANK"))
+    for name in ("open_r1", "standin", "experiments", "__main__"):
+        logging.getLogger(name).setLevel(logging.INFO if rank0 else logging.WARNING)
 
 
 # a full disk as the writers word it: Python's OSError (ENOSPC, EDQUOT), safetensors' writer, torch.save's zip writer

@@ -20,7 +20,7 @@ from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 from open_r1 import modeling, validate
 from open_r1 import rewards as rewards_lib
 from open_r1.checks import check_counts, closest_key, raise_all
-from open_r1.errors import OpenR1Error, RecipeError, error_exit, help_field, user_error
+from open_r1.errors import OpenR1Error, RecipeError, error_exit, help_field, setup_logging, user_error
 from open_r1.families import FAMILIES, vision_tower
 from open_r1.jsonio import write_json
 from open_r1.noise import quiet_library_noise
@@ -214,7 +214,8 @@ def write_training_meta(output_dir: str, script_args, model_args, processor, tas
 
 
 def announce_rank(trainer) -> None:
-    """One line per process, so a multi-GPU log shows every rank joined (and under which distribution)."""
+    """One line per process, so a multi-GPU log shows every rank joined (and under which distribution): a print, as
+    the logger shows rank 0's lines only."""
     state = trainer.accelerator.state
     plugin = getattr(state, "deepspeed_plugin", None)
     zero = f", ZeRO stage {plugin.zero_stage}" if plugin is not None else ""
@@ -431,6 +432,7 @@ def short_help() -> str:
 
 
 def cli(argv=None) -> int:
+    setup_logging()
     quiet_library_noise()
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--help-all" in argv:  # TRL's own parser help: every GRPOConfig / ModelConfig / ScriptArguments key

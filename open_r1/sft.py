@@ -8,6 +8,7 @@ wall-clock cap `max_seconds`; with `schedule="cosine"` the LR follows max(step f
 run anneals.
 """
 
+import logging
 import math
 import os
 import shutil
@@ -22,6 +23,7 @@ from open_r1.jsonio import write_json
 from open_r1.run.budget import TimeBudgetCallback
 from open_r1.submission.export import TRAINING_META_FILE, load_for_export
 
+logger = logging.getLogger(__name__)
 SFT_REPORT_FILE = "sft_report.json"
 SCHEDULES = ("constant", "cosine")  # SFTSettings.schedule (see the module docstring)
 
@@ -121,7 +123,6 @@ def train_sft(
     model_path: str | None = None,
     model=None,
     processor=None,
-    log=print,
 ) -> dict:
     """SFT on prompt-completion rows; writes a full model dir at `out_dir` and returns a report (also saved there).
     Give `model_path` or an in-memory `model` + `processor` (full fine-tuning of a fresh model). With LoRA the adapter
@@ -197,7 +198,7 @@ def train_sft(
     if not losses:  # fewer steps than logging_steps: the run's mean loss is all there is
         losses = [(e["step"], e["train_loss"]) for e in trainer.state.log_history if "train_loss" in e]
     steps = int(trainer.state.global_step)
-    log(
+    logger.info(
         f"[sft] {steps} steps ({steps / steps_per_epoch:.2f} epochs of {len(dataset)} rows) in {seconds:.1f} s; "
         f"loss {losses[0][1] if losses else float('nan'):.3f} -> {losses[-1][1] if losses else float('nan'):.3f}"
         f"{' (time cap)' if stop.stopped else ''}"

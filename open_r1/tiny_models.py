@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from open_r1.errors import ModelError, OpenR1Error, cli_parser, error_exit
+from open_r1.errors import ModelError, OpenR1Error, cli_parser, error_exit, setup_logging
 from open_r1.families import SUPPORTED, get_family
 from open_r1.jsonio import read_json, write_json
 from open_r1.submission.install import check_target, installing
@@ -598,6 +598,7 @@ def check_replaceable(out_dir: Path, overwrite: bool = False) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: build one checkpoint; prints its path. Exit 0, or 2 with `error: ...` for a bad request."""
+    setup_logging()
     parser = cli_parser("open-r1-tiny-model", __doc__.split("\n\n")[0])
     parser.add_argument("--family", default="qwen2_vl", choices=SUPPORTED, help="model family")
     parser.add_argument("--out", required=True, help="checkpoint directory to write (atomically)")

@@ -17,6 +17,7 @@ Recipe lever (changes what is learned, default off): noisy rollouts (`noisy_frac
 generated from, which keeps TRL's importance ratios exact. Training rounds only.
 """
 
+import logging
 import zlib
 from typing import Any
 
@@ -88,6 +89,7 @@ def noisy_positions(num_rows: int, group_size: int, fraction: float) -> list[int
     return [i for i in range(num_rows) if i % group_size >= group_size - per_group]
 
 
+logger = logging.getLogger(__name__)
 ROW_ID = "open_r1_row_id"  # generation order of a round's rows; rides through TRL's shuffle, removed after regrouping
 ORDER_FREE_LOSSES = ("dapo", "dr_grpo", "grpo")
 
@@ -176,8 +178,7 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
                 # 'auto' means "where it can run": no rollout copy, so HF generate on TRL's gathered weights
                 self.fast_decode, self.copy_for_rollouts = None, False
                 self.args.ds3_gather_for_generation = True
-                if self.accelerator.is_main_process:
-                    print(f"[grpo] fast_decode auto: HF generate for the rollouts ({exc})", flush=True)
+                logger.info(f"[grpo] fast_decode auto: HF generate for the rollouts ({exc})")
                 return None
         if self._graph_decoder is None:
             model = self.accelerator.unwrap_model(self.model_wrapped)
@@ -199,20 +200,18 @@ class VLMGRPOTrainer(compat.GRPORoundHooks, compat.GRPOGenerateHook, GRPOTrainer
             )
             if self.dedupe_vision:  # the rollouts' prefill, too, encodes each distinct image once
                 enable_vision_dedupe(self.rollout_weights.model)
-            if self.accelerator.is_main_process:
-                print(
-                    f"[grpo] fast_decode under DeepSpeed ZeRO-3: rollouts decode from a whole-weight copy of the "
-                    f"policy ({self.rollout_weights.nbytes / 2**30:.2f} GiB a process, LoRA merged), refreshed "
-                    "once per optimizer step",
-                    flush=True,
-                )
+            logger.info(
+                f"[grpo] fast_decode under DeepSpeed ZeRO-3: rollouts decode from a whole-weight copy of the "
+                f"policy ({self.rollout_weights.nbytes / 2**30:.2f} GiB a process, LoRA merged), refreshed "
+                "once per optimizer step"
+            )
         if self.rollout_weights.refresh(self.state.global_step):
             weights = self.rollout_weights
             compat.log_step_metrics(
                 self, {"rollout_copy/refresh_s": weights.last_refresh_s, "rollout_copy/gib": weights.nbytes / 2**30}
             )
-            if weights.refreshes == 1 and self.accelerator.is_main_process:
-                print(f"[grpo] rollout copy: first refresh {weights.last_refresh_s:.2f} s", flush=True)
+            if weights.refreshes == 1:
+                logger.info(f"[grpo] rollout copy: first refresh {weights.last_refresh_s:.2f} s")
 
     def before_round(self, rows):
         # The one place TRL reads a round's rows (training and evaluation): decode their images here, once.

@@ -4,6 +4,7 @@ tokenizer, an unmerged LoRA adapter) and every image of every set the run reads.
 one `OpenR1Error` (open_r1/errors.py), which the entry points print as one line; the checks live in `open_r1.checks`.
 """
 
+import logging
 import os
 
 from open_r1 import modeling
@@ -28,6 +29,8 @@ from open_r1.run.resume import find_resume_checkpoint
 from open_r1.submission.export import TRAINING_META_FILE
 from open_r1.submission.verify import verify_submission
 from open_r1.tasks import get_task
+
+logger = logging.getLogger(__name__)
 
 MERGE_HINT = "python -m open_r1.submission.export --checkpoint {path} --out <merged dir>"
 
@@ -117,7 +120,6 @@ def validate_training(
     task,
     submission: str | None = None,
     check_images_of_data: bool = True,
-    log=print,
 ) -> None:
     """Everything `open_r1.grpo` needs, checked before the model loads. Raises one RecipeError/DataError/ModelError
     listing every problem found. `task`: the run's task object, whose `load_split` keeps each loaded set for the
@@ -168,7 +170,7 @@ def validate_training(
     raise_all(problems)
     dtype = modeling.resolve_dtype(model_args.dtype)  # what load_model will load
     if warning := lost_updates_warning(training_args, dtype, model_args.use_peft):
-        log(warning)
+        logger.warning(warning)
     explicit = training_args.resume_from_checkpoint
     if output_dir and script_args.auto_resume and str(explicit or "").lower() not in ("false", "none", "no"):
         checkpoint = (
@@ -178,7 +180,7 @@ def validate_training(
         )
         recipe = {"task": script_args.task, "reward_funcs": script_args.reward_funcs}
         recipe.update({k: v for k, v in vars(task.settings).items() if k in task.training_meta()})
-        check_resume_compat(output_dir, checkpoint, model_path, recipe, allow=script_args.resume_mismatch_ok, log=log)
+        check_resume_compat(output_dir, checkpoint, model_path, recipe, allow=script_args.resume_mismatch_ok)
     if not check_images_of_data:
         return
     if train is not None:
@@ -188,7 +190,7 @@ def validate_training(
 
 
 def check_resume_compat(
-    output_dir: str, checkpoint: str | None, base_model: str, recipe: dict, allow: bool = False, log=print
+    output_dir: str, checkpoint: str | None, base_model: str, recipe: dict, allow: bool = False
 ) -> None:
     """Refuse to resume a run dir trained from another base model or another value of a `recipe` key (the task, its
     rewards and the task's own settings it records, e.g. counting's prompt_templates), unless `allow`."""
@@ -213,7 +215,7 @@ def check_resume_compat(
         + f": resuming {os.path.basename(checkpoint)} would continue that run under the new name"
     )
     if allow:
-        log(f"[resume] warning: {message}; resuming anyway (resume_mismatch_ok)")
+        logger.warning(f"[resume] warning: {message}; resuming anyway (resume_mismatch_ok)")
         return
     raise RecipeError(
         message + ". Use another --output_dir (OUTPUT_DIR), start fresh with --auto_resume false, "

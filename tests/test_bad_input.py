@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import signal
@@ -123,7 +124,7 @@ def exported(tiny_model_dir, tmp_path_factory):
     from open_r1.submission.export import export_submission
 
     out = tmp_path_factory.mktemp("bad_input_export") / "model"
-    export_submission(str(tiny_model_dir), str(out), verify=False, log=lambda *_: None)
+    export_submission(str(tiny_model_dir), str(out), verify=False)
     return out
 
 
@@ -518,7 +519,7 @@ def test_export_is_readable_by_others_whatever_the_umask(tiny_model_dir, tmp_pat
 
     old = os.umask(0o077)
     try:
-        export_submission(str(tiny_model_dir), str(tmp_path / "sub"), verify=False, log=lambda *_: None)
+        export_submission(str(tiny_model_dir), str(tmp_path / "sub"), verify=False)
     finally:
         os.umask(old)
     assert os.stat(tmp_path / "sub").st_mode & 0o777 == 0o755
@@ -665,7 +666,7 @@ def test_a_signal_stops_the_command_only_until_the_new_model_is_in_place(tmp_pat
     def work():
         if when == "during the swap":
             monkeypatch.setattr(install, "_exchange", exchange_with_signal)
-        with install.installing(target, str(tmp_path / "sub.prev"), log=lambda *_: None) as staging:
+        with install.installing(target, str(tmp_path / "sub.prev")) as staging:
             (tmp_path / staging / "weights").write_text("new")
             if when == "before the swap":
                 signal.raise_signal(signal.SIGTERM)
@@ -847,7 +848,7 @@ def test_a_corrupt_current_report_refuses_but_never_blocks_force(current_and_can
 # ---- resume tells the truth --------------------------------------------------------------------------------------
 
 
-def test_resume_skips_a_truncated_newest_checkpoint(tiny_model_dir, tmp_path):
+def test_resume_skips_a_truncated_newest_checkpoint(tiny_model_dir, tmp_path, caplog):
     from open_r1.run.resume import find_resume_checkpoint
 
     good = fake_checkpoint(tiny_model_dir, tmp_path / "checkpoint-2", 2)
@@ -856,26 +857,26 @@ def test_resume_skips_a_truncated_newest_checkpoint(tiny_model_dir, tmp_path):
     data = open(weights, "rb").read()
     with open(weights, "wb") as handle:
         handle.write(data[: len(data) // 3])
-    lines = []
-    assert find_resume_checkpoint(str(tmp_path), log=lines.append) == str(good)
-    assert any("skipping checkpoint-4: incomplete" in line and "truncated" in line for line in lines)
+    caplog.set_level(logging.INFO, logger="open_r1")
+    assert find_resume_checkpoint(str(tmp_path), verbose=True) == str(good)
+    assert any("skipping checkpoint-4: incomplete" in line and "truncated" in line for line in caplog.messages)
     assert os.path.getsize(weights) == len(data) // 3  # nothing deleted: the user decides
 
 
-def test_resume_log_says_what_started_fresh(tiny_model_dir, tmp_path):
+def test_resume_log_says_what_started_fresh(tiny_model_dir, tmp_path, caplog):
     from open_r1.run.resume import resolve_resume
 
     fake_checkpoint(tiny_model_dir, tmp_path / "checkpoint-3", 3, optimizer=False)
-    lines = []
+    caplog.set_level(logging.INFO, logger="open_r1")
     args = types.SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=None, process_index=0, max_steps=8)
-    assert resolve_resume(args, True, log=lines.append) == str(tmp_path / "checkpoint-3")
-    line = lines[-1]
+    assert resolve_resume(args, True) == str(tmp_path / "checkpoint-3")
+    line = caplog.messages[-1]
     assert "started fresh: optimizer and scheduler (optimizer.pt missing" in line
     assert "restored weights, trainer state (step, logs), RNG" in line
     assert "restored weights, trainer state (step, logs), optimizer" not in line
 
 
-def test_lr_after_a_longer_max_steps_continues_the_new_schedule():
+def test_lr_after_a_longer_max_steps_continues_the_new_schedule(caplog):
     from transformers import get_linear_schedule_with_warmup
 
     from open_r1.run.resume import ResumeWeightsCallback
@@ -894,13 +895,13 @@ def test_lr_after_a_longer_max_steps_continues_the_new_schedule():
     new_opt.load_state_dict(old_opt.state_dict())
     new_sched.load_state_dict(old_sched.state_dict())
     state = types.SimpleNamespace(global_step=4, max_steps=8, is_world_process_zero=True)
-    lines = []
-    ResumeWeightsCallback("unused", log=lines.append).align_schedule(state, new_opt, new_sched)
+    caplog.set_level(logging.INFO, logger="open_r1")
+    ResumeWeightsCallback("unused").align_schedule(state, new_opt, new_sched)
     assert new_opt.param_groups[0]["lr"] == pytest.approx(0.5)  # step 4 of 8, linear decay from 1.0
-    assert any("learning rate at step 4" in line for line in lines)
+    assert any("learning rate at step 4" in line for line in caplog.messages)
 
     fresh_opt, fresh_sched = make(8)  # scheduler.pt missing: transformers starts it at step 0 (peak)
-    ResumeWeightsCallback("unused", log=lines.append).align_schedule(state, fresh_opt, fresh_sched)
+    ResumeWeightsCallback("unused").align_schedule(state, fresh_opt, fresh_sched)
     assert fresh_sched.last_epoch == 4 and fresh_opt.param_groups[0]["lr"] == pytest.approx(0.5)
 
 
@@ -940,6 +941,7 @@ def test_resumed_run_with_a_longer_max_steps_trains_at_the_new_schedule(
     from transformers import TrainerCallback
 
     from open_r1 import grpo
+    from open_r1.errors import setup_logging
 
     class LearningRateAtStepBegin(TrainerCallback):
         def __init__(self):
@@ -962,6 +964,7 @@ def test_resumed_run_with_a_longer_max_steps_trains_at_the_new_schedule(
             "--max_steps",
             str(max_steps),
         ]
+        setup_logging()  # as the CLI does: the log onto the captured stderr
         script_args, training_args, model_args, task = grpo.parse_args(argv)
         return grpo.main(script_args, training_args, model_args, task, callbacks=[probe] if probe else None)
 

@@ -446,7 +446,7 @@ def test_selfcheck_batch_split_joins_the_decoders_timings():
     assert bench.selfcheck_batch_split([], []) == {}
 
 
-def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch, capsys):
+def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch, caplog):
     """The ZeRO-3 variants (train.sh's path, one process): zero3.json on top of plain_trl / ours_fast, alone in their
     process (accelerate's state is process-wide); --merge joins the runs' JSONs with the issue's goal ratios."""
     recipe = bench.load_recipe(RECIPE)
@@ -523,7 +523,7 @@ def test_zero3_variants_run_alone_and_merge_into_one_table(tmp_path, monkeypatch
     }
     assert [r["ratio_vs_plain_trl"] for r in merged["variants"]] == [1.0, 6.0, 1.0, 5.0]
     assert bench.main(["--merge", *paths, "--out", str(tmp_path / "all.json")]) == 0
-    assert "skipping" in capsys.readouterr().out and json.loads((tmp_path / "all.json").read_text())["merged_from"] == 4
+    assert "skipping" in caplog.text and json.loads((tmp_path / "all.json").read_text())["merged_from"] == 4
 
 
 def test_caption_bench_scores_caption_sized_text_from_the_completion():

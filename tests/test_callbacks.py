@@ -2,6 +2,7 @@
 
 import datetime as dt
 import json
+import logging
 import os
 import signal
 import types
@@ -225,7 +226,7 @@ def test_measured_export_time_from_a_previous_round_is_used(tmp_path):
 
 def test_sigterm_requests_a_checkpoint_and_a_stop_at_step_end(tmp_path):
     before = signal.getsignal(signal.SIGTERM)
-    graceful = cb.GracefulStopCallback(log=lambda *_: None)
+    graceful = cb.GracefulStopCallback()
     args, state, control = fake_args(tmp_path), fresh_state(step=3), TrainerControl()
     graceful.on_train_begin(args, state, control)
     try:
@@ -319,7 +320,6 @@ def test_eval_callback_logs_saves_records_and_keeps_the_best(tmp_path):
         limit=4,
         eval_first_step=False,
         evaluate_fn=fake_evaluate,
-        log=lambda *_: None,
         task=get_task("counting"),
     )
     evaluator.bind(trainer)
@@ -363,7 +363,6 @@ def test_eval_callback_skips_on_signal_and_when_the_final_eval_does_not_fit(tmp_
         skip=lambda: stop["signal"],
         eval_first_step=True,
         evaluate_fn=lambda *a, **k: calls.append(1) or report("ood_val", 1.0),
-        log=lambda *_: None,
         task=get_task("counting"),
     )
     args, state = fake_args(tmp_path), fresh_state(max_steps=10)
@@ -391,7 +390,6 @@ def test_without_keep_best_an_evaluation_saves_no_checkpoint(tmp_path):
         {"ood_val": [0]},
         every_n_steps=1,
         keep_best=False,
-        log=lambda *_: None,
         evaluate_fn=lambda *a, **k: report("ood_val", 1.0),
         task=get_task("counting"),
     )
@@ -414,7 +412,7 @@ def test_eval_history_is_truncated_to_the_resumed_step(tmp_path):
         {"primary": "ood_val", "secondary": "val", "entries": [entry(2, 10.0, 0.0), entry(4, 99.0, 0.0)]},
     )
     evaluator = cb.InTrainingEvalCallback(
-        {"ood_val": [0], "val": [0]}, every_n_steps=2, evaluate_fn=None, task=get_task("counting"), log=lambda *_: None
+        {"ood_val": [0], "val": [0]}, every_n_steps=2, evaluate_fn=None, task=get_task("counting")
     )
     state = fresh_state(max_steps=10, step=2)
     evaluator.on_train_begin(fake_args(tmp_path), state, TrainerControl())
@@ -429,24 +427,24 @@ def write_history(run_dir, entries):
     write_json(str(run_dir / keep_best.HISTORY_FILE), {"primary": "ood_val", "secondary": "val", "entries": entries})
 
 
-def test_resolve_export_checkpoint(tmp_path):
+def test_resolve_export_checkpoint(tmp_path, caplog):
     run = tmp_path / "run"
     make_checkpoint(run, 2)
     make_checkpoint(run, 4)
     (run / "config.json").write_text("{}")
     (run / "model.safetensors").write_bytes(b"final")
-    quiet = lambda *_: None  # noqa: E731
-    assert keep_best.resolve_export_checkpoint(str(run), log=quiet) == str(run)  # no records: the final model
+    assert keep_best.resolve_export_checkpoint(str(run)) == str(run)  # no records: the final model
     write_history(run, [entry(2, 60.0, 0.0), entry(4, 40.0, 0.0), entry(6, 99.0, 0.0)])  # checkpoint-6 is gone
-    assert keep_best.resolve_export_checkpoint(str(run), log=quiet) == str(run / "checkpoint-2")
-    lines: list = []
-    record = keep_best.write_best_checkpoint(str(run), keep_best=False, final_step=4, log=lines.append)
-    assert record["checkpoint"] == "." and keep_best.resolve_export_checkpoint(str(run), log=quiet) == str(run)
-    assert lines[0].startswith(f"[keep-best] export target: {run} (step 4): final model")  # the dir, not "."
-    keep_best.write_best_checkpoint(str(run), keep_best=True, final_step=4, log=quiet)
+    assert keep_best.resolve_export_checkpoint(str(run)) == str(run / "checkpoint-2")
+    caplog.set_level(logging.INFO, logger="open_r1")
+    caplog.clear()
+    record = keep_best.write_best_checkpoint(str(run), keep_best=False, final_step=4)
+    assert record["checkpoint"] == "." and keep_best.resolve_export_checkpoint(str(run)) == str(run)
+    assert caplog.messages[0].startswith(f"[keep-best] export target: {run} (step 4): final model")  # the dir, not "."
+    keep_best.write_best_checkpoint(str(run), keep_best=True, final_step=4)
     assert json.loads((run / keep_best.BEST_FILE).read_text())["checkpoint"] == "checkpoint-2"
     ckpt = str(run / "checkpoint-4")
-    assert keep_best.resolve_export_checkpoint(ckpt, log=quiet) == ckpt  # a checkpoint dir is itself
+    assert keep_best.resolve_export_checkpoint(ckpt) == ckpt  # a checkpoint dir is itself
 
 
 def test_plot_run_script_tables_and_plots_a_run(tmp_path, capsys):
@@ -461,21 +459,22 @@ def test_plot_run_script_tables_and_plots_a_run(tmp_path, capsys):
     assert plot_run.main([str(tmp_path / "nothing")]) == 2
 
 
-def test_resume_picks_the_newest_complete_checkpoint(tmp_path):
+def test_resume_picks_the_newest_complete_checkpoint(tmp_path, caplog):
     make_checkpoint(tmp_path, 2)
     make_checkpoint(tmp_path, 10)
     (tmp_path / "checkpoint-12").mkdir()  # killed while saving: no trainer_state.json
     (tmp_path / "checkpoint-12" / "model.safetensors").write_bytes(b"partial")
-    said = []
+    caplog.set_level(logging.INFO, logger="open_r1")
     args = fake_args(tmp_path)
-    assert cb.resolve_resume(args, auto_resume=True, log=said.append) == str(tmp_path / "checkpoint-10")
+    assert cb.resolve_resume(args, auto_resume=True) == str(tmp_path / "checkpoint-10")
+    said = caplog.messages
     assert any("skipping checkpoint-12" in s for s in said) and any("resuming from" in s for s in said)
-    assert cb.resolve_resume(args, auto_resume=False, log=said.append) is None
+    assert cb.resolve_resume(args, auto_resume=False) is None
     args.resume_from_checkpoint = str(tmp_path / "checkpoint-2")
-    assert cb.resolve_resume(args, auto_resume=False, log=said.append) == str(tmp_path / "checkpoint-2")
+    assert cb.resolve_resume(args, auto_resume=False) == str(tmp_path / "checkpoint-2")
     args.resume_from_checkpoint = "false"
-    assert cb.resolve_resume(args, auto_resume=True, log=said.append) is None
-    assert cb.resolve_resume(fake_args(tmp_path / "empty"), auto_resume=True, log=said.append) is None
+    assert cb.resolve_resume(args, auto_resume=True) is None
+    assert cb.resolve_resume(fake_args(tmp_path / "empty"), auto_resume=True) is None
 
 
 # ---- multi-process: every rank takes part, all ranks agree ------------------------------------------------------
@@ -628,7 +627,7 @@ def test_eval_sets_are_named_by_their_dirs_and_two_of_one_name_are_refused():
 
 
 def test_disk_check_warns_once_after_the_first_checkpoint_when_later_saves_and_the_export_do_not_fit(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, caplog
 ):
     """A 1 MB checkpoint (0.5 MB of weights). save_total_limit 2: a later save holds 2 more (2 MB; the export, after
     rotation, 1 MB + 0.5 MB). Unlimited, save_steps 100 of 300: 3 more, then the export: 3.5 MB."""
@@ -648,8 +647,9 @@ def test_disk_check_warns_once_after_the_first_checkpoint_when_later_saves_and_t
         return state
 
     def warned(callback, args, step=1, **kw):
+        caplog.clear()
         callback.on_save(args, state_at(step, **kw), TrainerControl())
-        return "a later save would fail" in capsys.readouterr().err
+        return "a later save would fail" in caplog.text
 
     check = disk.DiskSpaceCallback(submission=str(tmp_path / "sub"))
     assert warned(check, args)

@@ -48,7 +48,7 @@ def test_lora_export_roundtrip_matches_in_memory_merge(tiny_model_dir, tmp_path)
     merged, processor = make_lora_checkpoint(tiny_model_dir, str(checkpoint))
     expected = greedy(merged.eval(), processor, probe_image())
     out = tmp_path / "submission"
-    report = export_lib.export_submission(str(checkpoint), str(out), log=lambda *_: None)
+    report = export_lib.export_submission(str(checkpoint), str(out))
     assert report.ok and report.path == str(out)
     assert not os.path.exists(out / "adapter_config.json")
     reloaded = load_model(str(out), dtype="float32").eval()
@@ -63,8 +63,8 @@ def test_lora_export_roundtrip_matches_in_memory_merge(tiny_model_dir, tmp_path)
 
 def test_export_keeps_previous_submission_and_leaves_no_temp(tiny_model_dir, tmp_path):
     out = tmp_path / "submission"
-    export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
-    export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
+    export_lib.export_submission(str(tiny_model_dir), str(out))
+    export_lib.export_submission(str(tiny_model_dir), str(out))
     siblings = sorted(p.name for p in tmp_path.iterdir())
     assert "submission" in siblings
     assert any(name.startswith("submission.prev-") for name in siblings)
@@ -73,7 +73,7 @@ def test_export_keeps_previous_submission_and_leaves_no_temp(tiny_model_dir, tmp
 
 def test_failed_verification_never_touches_the_submission(tiny_model_dir, tmp_path, monkeypatch):
     out = tmp_path / "submission"
-    export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
+    export_lib.export_submission(str(tiny_model_dir), str(out))
     before = sorted(os.listdir(out))
     monkeypatch.setattr(
         export_lib,
@@ -81,34 +81,34 @@ def test_failed_verification_never_touches_the_submission(tiny_model_dir, tmp_pa
         lambda path, generate=True, **kwargs: export_lib.VerifyReport(path, problems=["boom"]),
     )
     with pytest.raises(export_lib.ExportError, match="boom"):
-        export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
+        export_lib.export_submission(str(tiny_model_dir), str(out))
     assert sorted(os.listdir(out)) == before
     assert [p.name for p in tmp_path.iterdir()] == ["submission"]
 
 
-def test_scored_submission_hint_passes_the_set_paths_selfcheck_records(tiny_model_dir, tmp_path):
+def test_scored_submission_hint_passes_the_set_paths_selfcheck_records(tiny_model_dir, tmp_path, capsys):
     """selfcheck records sets_paths as {name: path}: the printed command scores the candidate on those paths."""
     from tests.test_bad_input import fake_report
 
     out = tmp_path / "submission"
-    export_lib.export_submission(str(tiny_model_dir), str(out), verify=False, log=lambda *_: None)
+    export_lib.export_submission(str(tiny_model_dir), str(out), verify=False)
     fake_report(
         out / "selfcheck.json",
         out,
         {"val": 50.0, "ood_val": 50.0},
         sets_paths={"val": "/data/val", "ood_val": "/data/ood_val"},
     )
-    lines = []
-    report = export_lib.export_submission(str(tiny_model_dir), str(out), verify=False, log=lines.append)
+    capsys.readouterr()
+    report = export_lib.export_submission(str(tiny_model_dir), str(out), verify=False)
     assert report.path != str(out)
-    assert f"python selfcheck.py --model {report.path} --sets /data/val /data/ood_val" in lines[-1]
+    assert f"python selfcheck.py --model {report.path} --sets /data/val /data/ood_val" in capsys.readouterr().out
 
 
 @pytest.fixture(scope="module")
 def exported_once(tiny_model_dir, tmp_path_factory):
     """One export (merge + save + verify with a generation) of the tiny model for the whole module."""
     out = tmp_path_factory.mktemp("exported") / "submission"
-    export_lib.export_submission(str(tiny_model_dir), str(out), log=lambda *_: None)
+    export_lib.export_submission(str(tiny_model_dir), str(out))
     return out
 
 

@@ -237,7 +237,6 @@ def exported_dirs(tiny_model_dirs, tmp_path_factory):
                 str(out),
                 min_pixels=modeling.pixels_for_tokens(family, 4),
                 max_pixels=SMALL_PIXELS,
-                log=lambda *_: None,
                 expected_class=None,
             )
             assert report.ok and report.loaded_class == EXPECTED[family][0], report.problems
@@ -294,5 +293,5 @@ def test_verify_passes_for_each_family_and_the_counting_check_names_the_grader_c
 def test_counting_export_of_another_family_is_refused_before_it_replaces_anything(tiny_model_dirs, other, tmp_path):
     out = tmp_path / "submission"
     with pytest.raises(export_lib.ExportError, match="Qwen2VLForConditionalGeneration"):
-        export_lib.export_submission(str(tiny_model_dirs[other]), str(out), verify=False, log=lambda *_: None)
+        export_lib.export_submission(str(tiny_model_dirs[other]), str(out), verify=False)
     assert not out.exists()

@@ -58,7 +58,7 @@ def submission(tiny_model_dir, tmp_path):
     from open_r1.submission.export import export_submission
 
     path = tmp_path / "app" / "submission"
-    export_submission(str(tiny_model_dir), str(path), verify=False, log=lambda *_: None)
+    export_submission(str(tiny_model_dir), str(path), verify=False)
     return path
 
 
@@ -193,7 +193,7 @@ def test_ctrl_c_during_export_swap_says_the_new_model_is_in_place(
     assert f"note: SIGINT after the new model was in place at {submission}" in captured.err
     kept = [p for p in submission.parent.iterdir() if p.name.startswith("submission.prev-")]
     assert len(kept) == 1 and tree_digest(kept[0]) == before
-    assert f"previous model kept at {kept[0]}" in captured.out and (submission / "model.safetensors").is_file()
+    assert f"previous model kept at {kept[0]}" in captured.err and (submission / "model.safetensors").is_file()
 
 
 def test_ctrl_c_during_promote_swap_finishes_and_says_so(submission, tmp_path, ctrl_c_during_swap, capsys):

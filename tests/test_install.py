@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -154,7 +155,7 @@ def test_a_second_installer_on_one_target_is_refused_never_racing(tiny_model_dir
     from open_r1.submission import export, promote
 
     submission = tmp_path / "submission"
-    export.export_submission(str(tiny_model_dir), str(submission), verify=False, log=lambda *_: None)
+    export.export_submission(str(tiny_model_dir), str(submission), verify=False)
     fake_report(submission / "selfcheck.json", submission, {"val": 20.0})
     better, worse = tmp_path / "better", tmp_path / "worse"
     for candidate in (better, worse):
@@ -191,7 +192,7 @@ def test_an_install_whose_second_rename_fails_puts_the_old_one_back(tiny_model_d
     from open_r1.submission import export, install, promote
 
     submission = tmp_path / "submission"
-    export.export_submission(str(tiny_model_dir), str(submission), verify=False, log=lambda *_: None)
+    export.export_submission(str(tiny_model_dir), str(submission), verify=False)
     fake_report(submission / "selfcheck.json", submission, {"val": 20.0})
     candidate = tmp_path / "candidate"
     shutil.copytree(submission, candidate)
@@ -229,7 +230,7 @@ with install.installing(sys.argv[1]) as staging:
 
 
 @pytest.mark.parametrize("keep_old", [False, True])
-def test_a_kill_between_the_renames_is_recovered_on_the_next_run(tmp_path, keep_old):
+def test_a_kill_between_the_renames_is_recovered_on_the_next_run(tmp_path, keep_old, caplog):
     """prepare's --out and every stage output (old dir deleted) and the submission (old dir kept): the next command
     on the path puts the complete new dir in place and says so."""
     from open_r1.submission import install
@@ -240,11 +241,11 @@ def test_a_kill_between_the_renames_is_recovered_on_the_next_run(tmp_path, keep_
     )
     killed = subprocess.run([sys.executable, "-c", code, str(target)], cwd=ROOT)
     assert killed.returncode == -9 and not target.exists()
-    lines = []
-    install.settle(str(target), log=lines.append)
-    assert (target / "weights").read_text() == "new" and "completed an interrupted install" in lines[0]
+    caplog.set_level(logging.INFO, logger="open_r1")
+    install.settle(str(target))
+    assert (target / "weights").read_text() == "new" and "completed an interrupted install" in caplog.messages[0]
     assert sorted(os.listdir(tmp_path)) == (["out", "out.prev"] if keep_old else ["out"])
-    with install.installing(target, log=lines.append) as staging:  # and the next install just works
+    with install.installing(target) as staging:  # and the next install just works
         (tmp_path / staging / "weights").write_text("newer")
     assert (target / "weights").read_text() == "newer"
 
@@ -259,7 +260,7 @@ def test_an_install_replaces_the_old_dir_whole_or_leaves_it(tmp_path, fault):
     if fault == "partial staging of a dead run":
         dir_with(tmp_path / ".model.tmp-dead", "half")
     with pytest.raises(KeyboardInterrupt) if fault == "in_the_build" else contextlib.nullcontext():
-        with install.installing(out, log=lambda *_: None) as staging:
+        with install.installing(out) as staging:
             (tmp_path / staging / "weights").write_text("new")
             if fault == "in_the_build":
                 raise KeyboardInterrupt
@@ -279,7 +280,7 @@ def test_a_swap_a_kill_left_is_finished_or_undone_by_its_journal(tmp_path):
 
     # 1. killed after moving the old one aside (two-rename fallback): the new one is put in place
     dir_with(aside, "old"), dir_with(staging, "new"), journal()
-    install.settle(str(target), log=lambda *_: None)
+    install.settle(str(target))
     assert (target / "weights").read_text() == "new" and (aside / "weights").read_text() == "old"
     assert sorted(os.listdir(tmp_path)) == ["sub", "sub.prev-1"]
     shutil.rmtree(target), shutil.rmtree(aside)
@@ -287,12 +288,12 @@ def test_a_swap_a_kill_left_is_finished_or_undone_by_its_journal(tmp_path):
     dir_with(staging, "new"), journal()
     os.rename(staging, target)
     dir_with(staging, "old")
-    install.settle(str(target), log=lambda *_: None)
+    install.settle(str(target))
     assert (target / "weights").read_text() == "new" and (aside / "weights").read_text() == "old"
     shutil.rmtree(target), shutil.rmtree(aside)
     # 3. killed before anything moved: the old one stays, the verified new one is kept beside it
     dir_with(target, "old"), dir_with(staging, "new"), journal()
-    install.settle(str(target), log=lambda *_: None)
+    install.settle(str(target))
     assert (target / "weights").read_text() == "old" and not staging.exists()
     kept = [p for p in tmp_path.iterdir() if p.name.startswith("sub.candidate-")]
     assert len(kept) == 1 and (kept[0] / "weights").read_text() == "new"
@@ -307,7 +308,7 @@ def test_promote_refuses_a_report_that_scores_no_percentage_even_with_force(tiny
     from open_r1.submission import export, promote
 
     submission, candidate = tmp_path / "submission", tmp_path / "candidate"
-    export.export_submission(str(tiny_model_dir), str(submission), verify=False, log=lambda *_: None)
+    export.export_submission(str(tiny_model_dir), str(submission), verify=False)
     shutil.copytree(submission, candidate)
     fake_report(submission / "selfcheck.json", submission, {"val": 20.0})
     report = fake_report(tmp_path / "bogus.json", candidate, {"val": score})
@@ -331,7 +332,7 @@ def test_promote_on_a_full_disk_is_one_line(tiny_model_dir, tmp_path, monkeypatc
     from open_r1.submission import export, promote
 
     submission, candidate = tmp_path / "submission", tmp_path / "candidate"
-    export.export_submission(str(tiny_model_dir), str(submission), verify=False, log=lambda *_: None)
+    export.export_submission(str(tiny_model_dir), str(submission), verify=False)
     shutil.copytree(submission, candidate)
     report = fake_report(tmp_path / "new.json", candidate, {"val": 90.0})
     before = tree_digest(submission)

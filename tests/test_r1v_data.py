@@ -2,6 +2,7 @@
 R1-V's eval jsonl with its image paths, a hub id offline, other column names mapped with --columns."""
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -88,7 +89,7 @@ def py(*argv, env=None, cwd=ROOT, timeout=600):
     return result.returncode, result.stdout, result.stderr
 
 
-def test_a_snapshot_and_single_files_load_every_shard_in_file_order(scene_data_dir, tmp_path, capsys, monkeypatch):
+def test_a_snapshot_and_single_files_load_every_shard_in_file_order(scene_data_dir, tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))  # a fresh read, no cached one
     rows = r1v_rows(scene_data_dir, "train")
     snapshot = hub_snapshot(rows, tmp_path / "clevr_cogen_a_train")
@@ -102,7 +103,7 @@ def test_a_snapshot_and_single_files_load_every_shard_in_file_order(scene_data_d
     card = (partial / "README.md").read_text().replace(f"num_examples: {len(rows)}", "num_examples: 70000")
     (partial / "README.md").write_text(card)
     assert len(get_task("counting").load_split(str(partial))) == len(rows)
-    assert "README.md counts other rows than its shards hold" in capsys.readouterr().out
+    assert "README.md counts other rows than its shards hold" in caplog.text
     path, lines = superclevr_jsonl(rows, tmp_path / "eval")
     r1v_eval = get_task("counting", settings=CountingSettings(image_root=str(tmp_path / "eval"))).load_split(path)
     assert list(r1v_eval["solution"]) == [line["ground_truth"] for line in lines]
@@ -127,11 +128,12 @@ def test_other_column_names_are_mapped_with_columns_or_refused_naming_the_fix(sc
         )
 
 
-def test_eval_sets_leave_out_yes_no_rows_with_a_notice(scene_data_dir, tmp_path, capsys):
+def test_eval_sets_leave_out_yes_no_rows_with_a_notice(scene_data_dir, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="open_r1")
     snapshot = hub_snapshot(r1v_rows(scene_data_dir, "val", yes_no_row=2), tmp_path / "Clevr_CoGenT_ValB")
     task = get_task("counting")
     assert len(task.load_eval_set(snapshot)) == 5
-    assert f"[data] {snapshot}: 1 of 6 rows left out, their gold is not a count (row 2:" in capsys.readouterr().out
+    assert f"[data] {snapshot}: 1 of 6 rows left out, their gold is not a count (row 2:" in caplog.text
 
 
 def test_a_training_row_without_an_integer_answer_is_one_error_before_the_model(
@@ -201,7 +203,7 @@ def test_selfcheck_scores_a_snapshot_and_r1v_jsonl_row_by_row(tiny_model_dir, sc
         "16",
     )
     assert rc == 0, err[-3000:]
-    assert "1 of 6 rows left out, their gold is not a count" in out
+    assert "1 of 6 rows left out, their gold is not a count" in err  # a log record: stderr
     sets = json.loads(report.read_text())["sets"]
     kept = [i for i in range(len(cogent)) if i != 2]
     assert sets["Clevr_CoGenT_ValB"]["n"] == 5 and sets["Clevr_CoGenT_ValB"]["skipped_non_count"] == 1
@@ -241,7 +243,7 @@ def test_train_sh_trains_from_a_snapshot_evaluates_one_and_exports(tiny_model_di
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"data={train}" in result.stdout and "submission ready" in result.stdout
-    assert "1 of 6 rows left out, their gold is not a count" in result.stdout
+    assert "1 of 6 rows left out, their gold is not a count" in result.stderr
     assert os.path.isfile(tmp_path / "submission" / "model.safetensors")
     entries = json.loads((tmp_path / "run" / "eval_history.json").read_text())["entries"]
     assert entries[0]["step"] == 1 and "Clevr_CoGenT_ValB" in entries[0]["scores"]

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from transformers import TrainerCallback
 
 from open_r1 import grpo
+from open_r1.errors import setup_logging
 from open_r1.run import keep_best
 from open_r1.tasks.counting.evaluate import SetReport, write_report
 from tests.test_bad_input import FAST, assert_clean_error, fake_checkpoint, grpo_args, py, tree_digest
@@ -46,6 +47,8 @@ class StepCounter(TrainerCallback):
 
 
 def train_in_process(argv, *callbacks):
+    """`python -m open_r1.grpo` in this process: its log set up as the CLI does, onto the captured stderr."""
+    setup_logging()
     script_args, training_args, model_args, task = grpo.parse_args(argv)
     return grpo.main(script_args, training_args, model_args, task, callbacks=list(callbacks))
 
@@ -72,6 +75,7 @@ def assert_resumed_weights(probe, checkpoint, base_model_dir):
 VARIED_REWARD_CLI = """
 import sys
 from open_r1 import grpo
+from open_r1.errors import setup_logging
 from open_r1 import rewards
 from open_r1.tasks.counting.protocol import completion_text
 def varied(completions, **kwargs):
@@ -251,10 +255,10 @@ def test_starting_over_on_purpose_past_unreadable_checkpoints(tiny_model_dir, tm
 
     (fake_checkpoint(tiny_model_dir, tmp_path / "checkpoint-2", 2) / "trainer_state.json").write_text("{trunc")
     args = types.SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint="none", process_index=0)
-    assert resolve_resume(args, True, log=print) is None  # no final model to overwrite: the user's call
+    assert resolve_resume(args, True) is None  # no final model to overwrite: the user's call
     args.resume_from_checkpoint = str(tmp_path / "checkpoint-2")
     with pytest.raises(RecipeError, match="checkpoint-2 cannot be resumed: trainer_state.json is unreadable"):
-        resolve_resume(args, True, log=print)
+        resolve_resume(args, True)
 
 
 # ---- time budget -----------------------------------------------------------------------------------------------
@@ -391,7 +395,7 @@ def exported_model(tiny_model_dir, tmp_path_factory):
     from open_r1.submission.export import export_submission
 
     out = tmp_path_factory.mktemp("promote") / "model"
-    export_submission(str(tiny_model_dir), str(out), verify=False, log=lambda *_: None)
+    export_submission(str(tiny_model_dir), str(out), verify=False)
     return out
 
 

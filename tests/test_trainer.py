@@ -1,5 +1,6 @@
 """The speed levers of open_r1.trainer: lazy image decoding, frozen vision tower, ViT de-duplication, noisy rollouts."""
 
+import logging
 import os
 
 import numpy as np
@@ -142,7 +143,7 @@ def test_selfcheck_static_cache_gives_the_same_answers(tiny_model_dir, scene_dat
     assert static.n == eager.n == len(dataset)
 
 
-def test_evaluation_halves_the_batch_on_out_of_memory(tiny_model_dir, scene_data_dir, monkeypatch, capsys):
+def test_evaluation_halves_the_batch_on_out_of_memory(tiny_model_dir, scene_data_dir, monkeypatch, caplog):
     """A batch size too large for the card costs a retry, not the evaluation: same records as a fitting batch size."""
     from open_r1.modeling import load_model, load_processor
     from open_r1.tasks.counting import evaluate as evaluate_lib
@@ -164,7 +165,7 @@ def test_evaluation_halves_the_batch_on_out_of_memory(tiny_model_dir, scene_data
     report = evaluate_lib.evaluate_dataset(model, processor, dataset, batch_size=6, max_new_tokens=6, progress=False)
     assert sizes == [6, 3, 2, 2, 2]  # 6 rows: 6 fails, 3 fails, then the set runs in batches of 2
     assert [r["completion"] for r in report.records] == [r["completion"] for r in reference.records]
-    assert "out of GPU memory at batch 6" in capsys.readouterr().out
+    assert "out of GPU memory at batch 6" in caplog.text
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
@@ -568,10 +569,11 @@ def test_zero3_rollouts_decode_from_a_copy_refreshed_once_per_optimizer_step(
 
 
 def test_zero3_auto_falls_back_to_hf_generate_when_the_rollout_copy_cannot_be_built(
-    tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, capsys
+    tiny_model_dir, scene_data_dir, tmp_path, monkeypatch, caplog
 ):
     """fast_decode 'auto' under ZeRO-3 takes HF generate (TRL's gathered weights) when the rollout copy fails to build,
     with one line saying why; an explicit fast_decode still fails."""
+    caplog.set_level(logging.INFO, logger="open_r1")
     from open_r1 import rollout_weights
     from open_r1.decoding import GraphDecoder
     from open_r1.errors import RecipeError
@@ -592,10 +594,7 @@ def test_zero3_auto_falls_back_to_hf_generate_when_the_rollout_copy_cannot_be_bu
     trainer.train()
     assert not decoded and not trainer.copy_for_rollouts and trainer.fast_decode is None
     assert trainer.args.ds3_gather_for_generation
-    assert (
-        "fast_decode auto: HF generate for the rollouts (the rollout copy came out partitioned"
-        in capsys.readouterr().out
-    )
+    assert "fast_decode auto: HF generate for the rollouts (the rollout copy came out partitioned" in caplog.text
 
 
 def test_gpu_memory_cap_env_is_checked_and_capped(monkeypatch):

@@ -18,6 +18,7 @@ import functools
 import gc
 import importlib.util
 import json
+import logging
 import math
 import os
 import platform
@@ -34,8 +35,10 @@ from typing import Any
 
 from experiments.bench import compat
 from open_r1.checks import granularity_problems
-from open_r1.errors import RecipeError, error_exit
+from open_r1.errors import RecipeError, error_exit, setup_logging
 from open_r1.jsonio import read_recipe, write_json
+
+logger = logging.getLogger(__name__)
 
 # Everything is built locally (model, processor, data): never reach for a hub, and keep tokenizers single-threaded.
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
@@ -1053,10 +1056,9 @@ def main(argv=None) -> int:
             "variants": [],
         }
         env = payload["environment"]
-        print(
+        logger.info(
             f"[bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} "
-            f"trl {env['trl']} | cap {args.memory_cap_gib} GiB | data: {data_source}",
-            flush=True,
+            f"trl {env['trl']} | cap {args.memory_cap_gib} GiB | data: {data_source}"
         )
         results = payload["variants"]
         for variant in variants:
@@ -1065,7 +1067,7 @@ def main(argv=None) -> int:
             if skip:
                 result = {"name": variant.name, **variant.to_dict(), "status": "skipped", "error": skip}
             else:
-                print(f"[bench] {variant.name}: {variant.description}", flush=True)
+                logger.info(f"[bench] {variant.name}: {variant.description}")
                 result = run_variant(variant, ctx)
             results.append(result)
             add_ratios(results)
@@ -1076,7 +1078,7 @@ def main(argv=None) -> int:
                 if result.get("status") == "ok"
                 else f"{result['status']}: {result.get('error')}"
             )
-            print(f"[bench] {variant.name}: {line} ({result.get('total_s', 0):.0f} s)", flush=True)
+            logger.info(f"[bench] {variant.name}: {line} ({result.get('total_s', 0):.0f} s)")
         payload["summary"] = summarize(results, args.memory_cap_gib)
         payload["elapsed_s"] = time.perf_counter() - started
         write_json(args.out, payload)
@@ -1125,7 +1127,7 @@ def merge_main(paths: list[str], out: str) -> int:
             with open(path) as handle:
                 payloads.append(json.load(handle))
         except (OSError, json.JSONDecodeError) as exc:
-            print(f"[bench] --merge: skipping {path} ({exc})", flush=True)
+            logger.warning(f"[bench] --merge: skipping {path} ({exc})")
     merged = merge_results(payloads)
     write_json(out, merged)
     print(format_table(merged["variants"]))
@@ -1339,10 +1341,9 @@ def selfcheck_main(argv=None) -> int:
         }
         outputs = {}  # id(entry) -> its evaluation records (not written to the JSON)
         env = payload["environment"]
-        print(
+        logger.info(
             f"[selfcheck-bench] {env.get('gpu', 'cpu')} torch {env['torch']} transformers {env['transformers']} | "
-            f"data: {data_source}",
-            flush=True,
+            f"data: {data_source}"
         )
         for batch_size, flags in runs:
             compiled = flags.get("compile", False)
@@ -1373,7 +1374,7 @@ def selfcheck_main(argv=None) -> int:
                 entry.update(status="skipped", error=skip)
                 payload["batch_sizes"].append(entry)
                 write_json(args.out, payload)
-                print(f"[selfcheck-bench] batch {batch_size}: skipped ({entry['error']})", flush=True)
+                logger.info(f"[selfcheck-bench] batch {batch_size}: skipped ({entry['error']})")
                 continue
             # reset_compiler: a row's peak memory never includes the previous row's CUDA-graph pools
             with measured(entry, device == "cuda", reset_compiler=args.decoder != "hf" or compiled):
@@ -1406,7 +1407,7 @@ def selfcheck_main(argv=None) -> int:
                 if entry["status"] == "ok"
                 else f"failed: {entry['error']}"
             )
-            print(f"[selfcheck-bench] batch {selfcheck_label(entry)}: {line}", flush=True)
+            logger.info(f"[selfcheck-bench] batch {selfcheck_label(entry)}: {line}")
         ok = [e for e in payload["batch_sizes"] if e["status"] == "ok"]
         compare_with_first(payload["batch_sizes"], [outputs.get(id(e)) for e in payload["batch_sizes"]])
         write_json(args.out, payload)
@@ -1521,6 +1522,7 @@ def format_selfcheck_table(payload: dict) -> str:
 
 
 def cli(argv=None, entry=None) -> int:
+    setup_logging()
     try:
         return (entry or main)(argv)
     except (BenchError, RecipeError) as exc:

@@ -15,11 +15,15 @@ timing and table are bench.py's.
 """
 
 import argparse
+import logging
 import sys
 import tempfile
 import time
 
 from experiments.bench import bench  # sets the offline environment before any HF import
+from open_r1.errors import setup_logging
+
+logger = logging.getLogger(__name__)
 
 GENERATIONS = 8
 LORA = {"r": 16, "alpha": 32}
@@ -170,6 +174,7 @@ def run_rm(args, result, sync) -> None:
 
 
 def main(argv=None) -> int:
+    setup_logging()
     import torch
 
     from open_r1 import decoding
@@ -216,9 +221,8 @@ def main(argv=None) -> int:
                     run_rm(args, result, sync) if name == "rm" else run_grpo(name, args, result, sync)
             payload["variants"].append(result)
             bench.write_json(args.out, payload)
-            print(
-                f"[bench_caption] {name}: {result['status']} {result.get('error', '')} ({result['total_s']:.0f} s)",
-                flush=True,
+            logger.info(
+                f"[bench_caption] {name}: {result['status']} {result.get('error', '')} ({result['total_s']:.0f} s)"
             )
     grpo = [r for r in payload["variants"] if r["name"] != "rm"]
     bench.add_ratios(grpo)

@@ -23,6 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
+from open_r1.errors import setup_logging
 from open_r1.jsonio import write_json
 
 VARIANTS = ("hf", "eager", "graph_once", "graph_once_warm", "graph")
@@ -163,6 +164,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
+    setup_logging()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="a directory: results.jsonl, summary.json, inductor caches")
     parser.add_argument("--rows", type=int, default=256)
@@ -196,7 +198,7 @@ def main(argv=None) -> int:
         env = dict(os.environ)
         if variant in CACHE_DIRS:
             env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, CACHE_DIRS[variant])
-        print(f"== {variant} (at most {left:.0f} s)", flush=True)
+        print(f"== {variant} (at most {left:.0f} s)", flush=True)  # heads the worker's rows on stdout
         try:
             proc = subprocess.run(
                 # this run's own options (the last --scratch wins), one variant

@@ -7,7 +7,7 @@ import os
 import sys
 
 from open_r1 import grpo
-from open_r1.errors import RecipeError, error_exit
+from open_r1.errors import RecipeError, error_exit, setup_logging
 
 logger = logging.getLogger(__name__)
 MEMORY_CAP_ENV = "GPU_MEMORY_CAP_GIB"
@@ -36,6 +36,7 @@ def apply_memory_cap(environ=os.environ) -> float | None:
 
 
 def main(argv=None) -> int:
+    setup_logging()
     try:
         apply_memory_cap()
     except RecipeError as exc:

@@ -16,6 +16,7 @@ runs; when the final evaluation no longer fits, it is skipped (keep-best chooses
 
 import contextlib
 import datetime as _dt
+import logging
 import math
 import os
 import re
@@ -27,8 +28,9 @@ from transformers import TrainerCallback
 from open_r1.checks import is_number
 from open_r1.errors import BudgetError
 from open_r1.jsonio import read_json, write_json
-from open_r1.run.common import _is_rank0, _log, _reduce_max
+from open_r1.run.common import _is_rank0, _reduce_max
 
+logger = logging.getLogger(__name__)
 TIMINGS_FILE = "budget_timings.json"
 
 
@@ -209,7 +211,6 @@ class TimeBudgetCallback(TrainerCallback):
         reserve_estimator: ReserveEstimator | None = None,
         eval_every_n_steps: int | None = None,
         clock=time.time,
-        log=_log,
         eval_saves: bool = True,
         max_seconds: float | None = None,
     ):  # eval_saves: each evaluation saves a checkpoint (keep-best's)
@@ -220,7 +221,6 @@ class TimeBudgetCallback(TrainerCallback):
         self.eval_every = eval_every_n_steps if eval_every_n_steps and eval_every_n_steps > 0 else None
         self.clock = clock
         self.estimator.clock = clock
-        self.log = log
         self.stopped_at_step: int | None = None
         self.stop_reason: str | None = None
         self.t0: float | None = None  # the end of the first step (the cap's origin)
@@ -277,7 +277,7 @@ class TimeBudgetCallback(TrainerCallback):
                 f"would end after the deadline, {_fmt(self.deadline - now)} from now"
             )
             if _is_rank0(state):
-                self.log(f"[budget] stopping after step {state.global_step}/{state.max_steps}: {self.stop_reason}")
+                logger.info(f"[budget] stopping after step {state.global_step}/{state.max_steps}: {self.stop_reason}")
 
     def on_train_begin(self, args, state, control, **kwargs):
         now = self.clock()
@@ -289,7 +289,7 @@ class TimeBudgetCallback(TrainerCallback):
             self.estimator.startup_seconds = max(now - process_start_time(), 0.0)
         self._mark = now
         if _is_rank0(state):
-            self.log(
+            logger.info(
                 f"[budget] deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.deadline))} "
                 f"({_fmt(self.deadline - now)} from now); "
                 + (

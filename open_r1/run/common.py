@@ -1,10 +1,4 @@
-"""What the run-safety callbacks share: one log line format, rank checks, cross-rank agreement."""
-
-import sys
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+"""What the run-safety callbacks share: rank checks, cross-rank agreement."""
 
 
 def _world_size() -> int:

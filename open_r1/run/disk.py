@@ -5,12 +5,15 @@ weights join `save_total_limit` where `$SUBMISSION` shares the disk (LoRA: the a
 Short of space it warns once, with the fixes, and the run goes on. A first checkpoint that does not fit is not
 caught."""
 
+import logging
 import os
 import shutil
 
 from transformers import TrainerCallback
 
-from open_r1.run.common import _is_rank0, _log
+from open_r1.run.common import _is_rank0
+
+logger = logging.getLogger(__name__)
 
 
 def dir_bytes(path: str, pattern: str = "") -> int:
@@ -42,7 +45,7 @@ class DiskSpaceCallback(TrainerCallback):
         export = dir_bytes(checkpoint, ".safetensors") if same_disk else 0  # the merged model's weights, about
         need = max((most - present) * size, (after - present) * size + export)
         if need > (free := shutil.disk_usage(args.output_dir).free):
-            _log(
+            logger.warning(
                 f"[disk] warning: a checkpoint here takes {size / 1e9:.1f} GB and the saves still due and the export "
                 f"need ~{need / 1e9:.1f} GB more, but {args.output_dir} has {free / 1e9:.1f} GB free: a later save "
                 "would fail. Free space, lower save_total_limit, or point OUTPUT_DIR / SUBMISSION at a larger disk."

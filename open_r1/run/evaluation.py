@@ -7,6 +7,7 @@ scores. Scores go to `eval/<set>_<metric>` in the step's log row, with keep_best
 state (`best_model_checkpoint`), which the `save_total_limit` rotation keeps.
 """
 
+import logging
 import os
 import time
 from contextlib import nullcontext
@@ -17,7 +18,9 @@ import open_r1.run.keep_best as keep_best_lib
 from open_r1 import compat
 from open_r1.jsonio import write_json
 from open_r1.run.budget import ReserveEstimator
-from open_r1.run.common import _is_rank0, _log, _world_size
+from open_r1.run.common import _is_rank0, _world_size
+
+logger = logging.getLogger(__name__)
 
 
 class InTrainingEvalCallback(TrainerCallback):
@@ -37,7 +40,6 @@ class InTrainingEvalCallback(TrainerCallback):
         skip=None,
         evaluate_fn=None,
         plot: bool = True,
-        log=_log,
         task=None,
     ):
         if not eval_sets:
@@ -62,7 +64,6 @@ class InTrainingEvalCallback(TrainerCallback):
         self.evaluate_fn = evaluate_fn
         self.task = task
         self.plot = plot
-        self.log = log
         self.trainer = None
         self.history: dict = {"entries": []}
         self._pending: dict | None = None
@@ -91,7 +92,7 @@ class InTrainingEvalCallback(TrainerCallback):
                     payload, state.log_history, os.path.join(args.output_dir, keep_best_lib.HISTORY_PLOT)
                 )
             except Exception as exc:  # noqa: BLE001 - a plot must never stop training
-                self.log(f"[eval] warning: plot failed: {type(exc).__name__}: {exc}")
+                logger.warning(f"[eval] warning: plot failed: {type(exc).__name__}: {exc}")
 
     def _generation_model(self, args, model):
         trainer = self.trainer
@@ -188,7 +189,7 @@ class InTrainingEvalCallback(TrainerCallback):
         final = control.should_training_stop or step >= state.max_steps
         if final and not self.estimator.final_eval_allowed:
             if _is_rank0(state):
-                self.log(f"[eval] skipping the evaluation at step {step}: it does not fit in the time budget")
+                logger.info(f"[eval] skipping the evaluation at step {step}: it does not fit in the time budget")
             return False
         return final or step % self.every_n_steps == 0 or (self.eval_first_step and step == 1)
 
@@ -213,7 +214,7 @@ class InTrainingEvalCallback(TrainerCallback):
         self._log_metrics(control, {f"eval/{name}_{self.task.metric}": value for name, value in scores.items()})
         control.should_save |= self.keep_best  # keep-best picks among evaluated checkpoints; without it, no 30 GB save
         if _is_rank0(state):
-            self.log(
+            logger.info(
                 f"[eval] step {step}: {self.task.metric} "
                 + ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
                 + f" ({seconds:.1f}s)"
@@ -242,7 +243,7 @@ class InTrainingEvalCallback(TrainerCallback):
             best = self._best()
             if best is not None:
                 if best["step"] == entry["step"] and _is_rank0(state):
-                    self.log(f"[keep-best] new best: {name} ({self.primary} {entry['scores'][self.primary]:.2f}%)")
+                    logger.info(f"[keep-best] new best: {name} ({self.primary} {entry['scores'][self.primary]:.2f}%)")
                 self._set_trainer_best(args, state, best)
         self._write_files(args, state)
 

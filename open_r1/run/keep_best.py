@@ -7,15 +7,16 @@ later step; only checkpoints still on disk compete. `resolve_export_checkpoint` 
 killed mid-way is still exported from its best evaluated checkpoint.
 """
 
+import logging
 import math
 import os
 import re
-import sys
 import time
 
-from open_r1.errors import OpenR1Error, cli_parser, error_exit
+from open_r1.errors import OpenR1Error, cli_parser, error_exit, setup_logging
 from open_r1.jsonio import read_json, write_json
 
+logger = logging.getLogger(__name__)
 HISTORY_FILE = "eval_history.json"
 HISTORY_PLOT = "eval_history.png"
 BEST_FILE = "best_checkpoint.json"
@@ -100,7 +101,7 @@ def history_best(run_dir: str):
 
 
 def write_best_checkpoint(
-    run_dir: str, keep_best: bool = True, final_step: int | None = None, final_model_saved: bool = True, log=print
+    run_dir: str, keep_best: bool = True, final_step: int | None = None, final_model_saved: bool = True
 ) -> dict:
     """Record which checkpoint to export. Keep-best: the best evaluated checkpoint on disk; otherwise (or when no
     evaluated checkpoint exists) the final model in the run dir, or failing that the latest complete checkpoint."""
@@ -131,14 +132,14 @@ def write_best_checkpoint(
             record.update(checkpoint=None, step=final_step, reason="nothing exportable in the run dir")
     write_json(os.path.join(run_dir, BEST_FILE), record)
     target = record["checkpoint"] and os.path.normpath(os.path.join(run_dir, record["checkpoint"]))  # "." = the run dir
-    log(
+    logger.info(
         f"[keep-best] export target: {target} (step {record.get('step')}): {record['reason']}"
         + (f" scores={record['scores']}" if record.get("scores") else "")
     )
     return record
 
 
-def resolve_export_checkpoint(run_dir: str, log=print) -> str:
+def resolve_export_checkpoint(run_dir: str) -> str:
     """The dir to export for `--checkpoint run_dir`: with keep-best (default) the best evaluated checkpoint on disk
     (correct even if training was killed before best_checkpoint.json), else what best_checkpoint.json names, else the
     run dir's final model, else its latest complete checkpoint."""
@@ -150,7 +151,7 @@ def resolve_export_checkpoint(run_dir: str, log=print) -> str:
         best, history = history_best(run_dir)
         if best is not None:
             path = os.path.join(run_dir, best["checkpoint"])
-            log(
+            logger.info(
                 f"[keep-best] exporting {best['checkpoint']} (step {best['step']}, scores {best.get('scores')}): "
                 + selection_rule(history.get("primary"), history.get("secondary"))
             )
@@ -160,14 +161,14 @@ def resolve_export_checkpoint(run_dir: str, log=print) -> str:
         path = os.path.normpath(os.path.join(run_dir, named))
         if has_weights(path):
             if named != ".":
-                log(f"[keep-best] exporting {named} as recorded in {BEST_FILE}: {record.get('reason')}")
+                logger.info(f"[keep-best] exporting {named} as recorded in {BEST_FILE}: {record.get('reason')}")
             return path
-        log(f"[keep-best] warning: {BEST_FILE} names {named}, which is not on disk; falling back")
+        logger.warning(f"[keep-best] warning: {BEST_FILE} names {named}, which is not on disk; falling back")
     if has_weights(run_dir):
         return run_dir
     latest = complete_checkpoints(run_dir)
     if latest:
-        log(f"[keep-best] no final model in {run_dir}: exporting the latest complete checkpoint {latest[-1]}")
+        logger.info(f"[keep-best] no final model in {run_dir}: exporting the latest complete checkpoint {latest[-1]}")
         return latest[-1]
     return run_dir
 
@@ -257,6 +258,7 @@ secondary/ID, then later step) among those still on disk is marked with '*' and 
 
 
 def main(argv=None) -> int:
+    setup_logging()
     parser = cli_parser("open-r1-plot-run", CLI_DOC)
     parser.add_argument("run_dir")
     parser.add_argument("--out", help=f"PNG path (default <run_dir>/{HISTORY_PLOT})")
@@ -287,7 +289,7 @@ def main(argv=None) -> int:
         print(f"| {entry['step']}{mark} | {scores} | {reward} | {where} |")
     out = args.out or os.path.join(args.run_dir, HISTORY_PLOT)
     if plot_history(history, latest_log_history(args.run_dir), out) is None:
-        print("warning: matplotlib is not installed: no plot", file=sys.stderr)
+        logger.warning("warning: matplotlib is not installed: no plot")
     else:
         print(f"plot: {out}")
     return 0

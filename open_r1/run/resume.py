@@ -3,6 +3,7 @@
 restored and what started fresh. It never goes back silently: checkpoints none of which loads, nan/inf weights, or a
 fresh start over a finished run's final model are one error."""
 
+import logging
 import os
 
 from transformers import TrainerCallback
@@ -12,7 +13,8 @@ from open_r1 import compat
 from open_r1.checks import check_checkpoint, nonfinite_weights
 from open_r1.errors import RecipeError
 from open_r1.jsonio import read_json
-from open_r1.run.common import _is_rank0, _log
+
+logger = logging.getLogger(__name__)
 
 RESTORABLE = {
     "optimizer": ("optimizer.pt",),
@@ -55,15 +57,15 @@ def checkpoint_problem(path: str) -> str | None:
     return next(filter(None, map(_zip_problem, present)), None)
 
 
-def find_resume_checkpoint(output_dir: str, log=None) -> str | None:
+def find_resume_checkpoint(output_dir: str, verbose: bool = False) -> str | None:
     """Newest checkpoint-N in output_dir whose files load (see `checkpoint_problem`), or None. Newer ones that do
     not load are skipped, with a log line each."""
     for path in keep_best_lib.checkpoint_dirs(output_dir):
         problem = checkpoint_problem(path)
         if problem is None:
             return path
-        if log:
-            log(
+        if verbose:
+            logger.info(
                 f"[resume] skipping {os.path.basename(path)}: incomplete ({problem}); falling back to the previous "
                 "checkpoint"
             )
@@ -87,14 +89,11 @@ def restored_parts(checkpoint: str) -> tuple[list[str], list[str]]:
     return restored, fresh
 
 
-def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | None:
+def resolve_resume(training_args, auto_resume: bool = True) -> str | None:
     """The checkpoint for trainer.train(resume_from_checkpoint=...): an explicit path wins ('true'/'latest' = newest
     complete checkpoint, 'false'/'none' = start fresh); otherwise, with auto_resume, the newest complete one.
     Never goes back silently (one RecipeError, before the model loads): checkpoints of which none loads, a checkpoint
     whose weights hold nan/inf, or a fresh start in a dir holding a finished run's final model."""
-    # settings reads with a default: resolve_resume also takes the plain argument objects the callback tests build
-    main_process = getattr(training_args, "process_index", 0) == 0
-    say = log if main_process else None
     explicit = training_args.resume_from_checkpoint
     output_dir = training_args.output_dir
     checkpoint = None
@@ -108,7 +107,7 @@ def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | N
                 f"resume_from_checkpoint {explicit} cannot be resumed: {problem} (--resume_from_checkpoint)"
             )
     elif auto_resume or explicit:
-        checkpoint = find_resume_checkpoint(output_dir, log=say)
+        checkpoint = find_resume_checkpoint(output_dir, verbose=True)
         if checkpoint is None and (broken := keep_best_lib.checkpoint_dirs(output_dir)):
             raise RecipeError(
                 f"no checkpoint in {output_dir} loads, so this run would start over from the base model:\n  - "
@@ -129,20 +128,19 @@ def resolve_resume(training_args, auto_resume: bool = True, log=_log) -> str | N
             "earlier one with --resume_from_checkpoint <run dir>/checkpoint-N, or start over with another --output_dir"
         )
     if checkpoint == explicit:
-        if say:
-            say(f"[resume] resuming from {explicit} (resume_from_checkpoint)")
+        logger.info(f"[resume] resuming from {explicit} (resume_from_checkpoint)")
         return explicit
-    if say:
-        state = read_json(os.path.join(checkpoint, "trainer_state.json"), {})
-        restored, fresh = restored_parts(checkpoint)
-        now = getattr(training_args, "max_steps", None)  # (see main_process above)
-        longer = f"; this run's max_steps is {now}" if now not in (None, state.get("max_steps")) else ""
-        say(
-            f"[resume] resuming from {checkpoint} (step {state.get('global_step', '?')} of "
-            f"{state.get('max_steps', '?')}{longer}): restored {', '.join(restored)}"
-            + (f"; started fresh: {'; '.join(fresh)}" if fresh else "")
-            + ". Start over with another --output_dir"
-        )
+    state = read_json(os.path.join(checkpoint, "trainer_state.json"), {})
+    restored, fresh = restored_parts(checkpoint)
+    # a settings read with a default: resolve_resume also takes the plain argument objects the callback tests build
+    now = getattr(training_args, "max_steps", None)
+    longer = f"; this run's max_steps is {now}" if now not in (None, state.get("max_steps")) else ""
+    logger.info(
+        f"[resume] resuming from {checkpoint} (step {state.get('global_step', '?')} of "
+        f"{state.get('max_steps', '?')}{longer}): restored {', '.join(restored)}"
+        + (f"; started fresh: {'; '.join(fresh)}" if fresh else "")
+        + ". Start over with another --output_dir"
+    )
     return checkpoint
 
 
@@ -157,9 +155,8 @@ class ResumeWeightsCallback(TrainerCallback):
       weights are copied in place through `from_pretrained`'s mapping. Skipped for DeepSpeed and LoRA adapters,
       which load by name."""
 
-    def __init__(self, checkpoint: str, log=_log):
+    def __init__(self, checkpoint: str):
         self.checkpoint = checkpoint
-        self.log = log
         self.loaded = False
 
     def align_schedule(self, state, optimizer, scheduler) -> None:
@@ -175,8 +172,8 @@ class ResumeWeightsCallback(TrainerCallback):
         for group, value in zip(optimizer.param_groups, values):
             group["lr"] = value
         compat.set_scheduler_last_lr(scheduler, values)  # what get_last_lr() (the logged lr) reports
-        if _is_rank0(state) and (before != values or was != step):
-            self.log(
+        if before != values or was != step:
+            logger.info(
                 f"[resume] learning rate at step {step} set from this run's schedule (max_steps "
                 f"{state.max_steps}): {before[0]:.3g} -> {values[0]:.3g}"
                 + (f" (scheduler fast-forwarded from step {was})" if was != step else "")
@@ -202,10 +199,9 @@ class ResumeWeightsCallback(TrainerCallback):
                 f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]})"
             )
         self.loaded = True
-        if _is_rank0(state):
-            self.log(
-                f"[resume] weights of {os.path.basename(self.checkpoint)} loaded through from_pretrained's key "
-                "mapping (the trainer's own resume warns about missing/unexpected keys for Qwen2-VL and loads "
-                "none of them: transformers#43701)"
-            )
+        logger.info(
+            f"[resume] weights of {os.path.basename(self.checkpoint)} loaded through from_pretrained's key "
+            "mapping (the trainer's own resume warns about missing/unexpected keys for Qwen2-VL and loads "
+            "none of them: transformers#43701)"
+        )
         return control

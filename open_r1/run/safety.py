@@ -1,14 +1,16 @@
 """Wires the run callbacks from the recipe keys (`build_run_callbacks`); order and roles below."""
 
+import logging
 from dataclasses import dataclass
 
 from open_r1.run import keep_best as keep_best_lib
 from open_r1.run.budget import ReserveEstimator, TimeBudgetCallback, parse_time_budget
-from open_r1.run.common import _log
 from open_r1.run.disk import DiskSpaceCallback
 from open_r1.run.evaluation import InTrainingEvalCallback
 from open_r1.run.resume import ResumeWeightsCallback, resolve_resume
 from open_r1.run.signals import GracefulStopCallback
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,7 +43,6 @@ class RunSafety:
             keep_best=self.keep_best,
             final_step=trainer.state.global_step,
             final_model_saved=final_model_saved,
-            log=_log,
         )
 
 
@@ -85,8 +86,8 @@ def build_run_callbacks(script_args, training_args, task) -> RunSafety:
             task=task,
         )
         callbacks.append(evaluator)
-        if wanted != evaluator.primary and training_args.process_index == 0:
-            _log(
+        if wanted != evaluator.primary and training_args.process_index == 0:  # a warning: every rank shows those
+            logger.warning(
                 f"[eval] eval_primary {wanted!r} is not one of the eval sets {sorted(eval_sets)}: keep-best ranks "
                 f"by {evaluator.primary!r} (ties -> {evaluator.secondary!r}); set eval_primary to the OOD set's name"
             )

@@ -3,20 +3,22 @@ minutes) the trainer saves a full checkpoint and stops, and `open_r1.grpo` exits
 stops before exporting. A second signal exits at once."""
 
 import contextlib
+import logging
 import os
 import signal
 
 from transformers import TrainerCallback
 
-from open_r1.run.common import _is_rank0, _log, _reduce_max
+from open_r1.run.common import _reduce_max
+
+logger = logging.getLogger(__name__)
 
 
 class GracefulStopCallback(TrainerCallback):
     """SIGTERM/SIGINT -> checkpoint at the end of the current step, then stop (see the module docstring)."""
 
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), log=_log):
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
         self.signals = tuple(signals)
-        self.log = log
         self.received: int | None = None
         self.stop_signal: int | None = None
         self.stopped_at_step: int | None = None
@@ -38,7 +40,7 @@ class GracefulStopCallback(TrainerCallback):
             os.kill(os.getpid(), signum)
             return
         self.received = signum
-        self.log(
+        logger.info(
             f"[stop] {signal.Signals(signum).name} received: saving a checkpoint at the end of this step, "
             "then exiting (send it again to exit immediately)"
         )
@@ -59,11 +61,10 @@ class GracefulStopCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.install()
-        if _is_rank0(state):
-            self.log(
-                f"[run] training in {args.output_dir} (pid {os.getpid()}): SIGTERM/SIGINT saves a checkpoint "
-                "and stops; re-running the same command resumes"
-            )
+        logger.info(
+            f"[run] training in {args.output_dir} (pid {os.getpid()}): SIGTERM/SIGINT saves a checkpoint "
+            "and stops; re-running the same command resumes"
+        )
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -72,11 +73,10 @@ class GracefulStopCallback(TrainerCallback):
             self.stop_signal = int(signum)
             if self.stopped_at_step is None:
                 self.stopped_at_step = state.global_step
-                if _is_rank0(state):
-                    self.log(
-                        f"[stop] saving checkpoint-{state.global_step} and stopping "
-                        f"({signal.Signals(self.stop_signal).name})"
-                    )
+                logger.info(
+                    f"[stop] saving checkpoint-{state.global_step} and stopping "
+                    f"({signal.Signals(self.stop_signal).name})"
+                )
             control.should_save = True
             control.should_training_stop = True
         return control

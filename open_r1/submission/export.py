@@ -15,15 +15,15 @@ An --out that holds something other than a model is replaced only with --force.
 """
 
 import argparse
+import logging
 import os
-import sys
 import time
 
 from peft import PeftModel
 
 from open_r1 import modeling
 from open_r1.checks import check_checkpoint
-from open_r1.errors import CliHelp, ExportError
+from open_r1.errors import CliHelp, ExportError, setup_logging
 from open_r1.jsonio import read_json
 from open_r1.noise import quiet_library_noise
 from open_r1.run.budget import record_export_seconds
@@ -33,6 +33,7 @@ from open_r1.submission.install import check_target, exit_cli, installing, kept_
 from open_r1.submission.report import REPORT_FILE, report_set_paths
 from open_r1.submission.verify import COUNTING_GRADER_CLASS, VerifyReport, verify_submission
 
+logger = logging.getLogger(__name__)
 TRAINING_META_FILE = "training_meta.json"
 _START = time.time()  # import time of this module: the budget reserve covers the whole export process
 
@@ -73,7 +74,6 @@ def export_submission(
     min_pixels: int | None = None,
     max_pixels: int | None = None,
     verify: bool = True,
-    log=print,
     replace_scored: bool = False,
     expected_class: str | None = COUNTING_GRADER_CLASS,
     force: bool = False,
@@ -99,7 +99,7 @@ def export_submission(
         raise ExportError(
             f"checkpoint {checkpoint} does not load: {problem}. {fix}; the submission at {out} is unchanged"
         )
-    with locked(out, log=log):  # from reading its report to the install: a promote on `out` meanwhile is refused
+    with locked(out):  # from reading its report to the install: a promote on `out` meanwhile is refused
         scored = None if replace_scored else read_json(os.path.join(out, REPORT_FILE), None)
         scored = scored if isinstance(scored, dict) else None
         meta = _read_meta(checkpoint)
@@ -111,9 +111,9 @@ def export_submission(
         )
         dest = out if scored is None else kept_path(out, "candidate")
         with installing(
-            dest, kept_path(out, "prev"), keep_new=True, error=ExportError, what="writing the new model", log=log
+            dest, kept_path(out, "prev"), keep_new=True, error=ExportError, what="writing the new model"
         ) as staging:
-            log(f"[export] writing merged model from {checkpoint} into {staging}")
+            logger.info(f"[export] writing merged model from {checkpoint} into {staging}")
             model.save_pretrained(staging, safe_serialization=True)
             processor.save_pretrained(staging)
             modeling.write_compat_processor_files(staging)
@@ -128,15 +128,15 @@ def export_submission(
                     + f". The submission at {out} is unchanged"
                 )
             for warning in report.warnings:
-                log(f"[export] warning: {warning}")
+                logger.warning(f"[export] warning: {warning}")
         report.path = dest
         if scored is None:
-            log(f"[export] submission ready: {out}")
+            print(f"[export] submission ready: {out}")  # the product: where the model is
             return report
         sets = report_set_paths(scored).values()
         sets_arg = f" --sets {' '.join(sets)}" if sets else ""
         limit_arg = f" --limit {scored['limit']}" if scored.get("limit") else ""
-        log(
+        print(
             f"[export] {out} holds a scored submission ({scored.get('mean_accuracy_pct')}% mean accuracy in its "
             f"{REPORT_FILE}): kept. The new model is at {report.path}; score it the same way and promote it if it is "
             f"better: python selfcheck.py --model {report.path}{sets_arg}{limit_arg} && "
@@ -147,6 +147,7 @@ def export_submission(
 
 
 def main(argv=None) -> int:
+    setup_logging()
     quiet_library_noise()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=CliHelp)
     parser.add_argument("--checkpoint", required=True, help="training output dir or a checkpoint-N dir")
@@ -199,7 +200,7 @@ def main(argv=None) -> int:
             try:
                 record_export_seconds(args.checkpoint, time.time() - started)
             except OSError as exc:
-                print(f"warning: could not record the export time in {args.checkpoint}: {exc}", file=sys.stderr)
+                logger.warning(f"warning: could not record the export time in {args.checkpoint}: {exc}")
         return 0
 
     return run_cli("export", args.out, work)

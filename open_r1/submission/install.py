@@ -8,6 +8,7 @@ import ctypes
 import errno
 import fcntl
 import json
+import logging
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ from open_r1.checks import writable_problem
 from open_r1.errors import OpenR1Error, error_exit
 from open_r1.jsonio import read_json
 
+logger = logging.getLogger(__name__)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMITTED: list[str] = []  # the dirs put in place since run_cli began (a signal after that has nothing to stop)
 _HELD: dict[str, int] = {}  # target -> the fd of its lock file, for the targets this process holds
@@ -85,7 +87,7 @@ def inode_of(path) -> int | None:
 
 
 @contextlib.contextmanager
-def locked(target: str, log=print):
+def locked(target: str):
     """Hold `target`'s lock `.<name>.lock` beside it (another process holding it: one error naming it) and first
     `recover` what a killed installer left. Re-entrant within a process."""
     target = os.path.abspath(target)
@@ -113,7 +115,7 @@ def locked(target: str, log=print):
     _HELD[target] = fd
     try:
         try:
-            recover(target, log=log)
+            recover(target)
         except OSError as exc:
             raise OpenR1Error(f"cannot finish the install a killed command left at {target}: {reason(exc)}") from None
         _record(target)
@@ -125,11 +127,11 @@ def locked(target: str, log=print):
         os.close(fd)
 
 
-def settle(target: str, log=print) -> None:
+def settle(target: str) -> None:
     """For a reader of `target` (selfcheck): finish or undo a swap a killed installer left there, if any (the lock is
     taken only then: a reader needs no write access to the parent)."""
     if os.path.exists(_lock_path(os.path.abspath(target))):
-        with locked(target, log=log):
+        with locked(target):
             pass
 
 
@@ -142,7 +144,7 @@ def kept_path(target: str, tag: str) -> str:
     return candidate
 
 
-def recover(target: str, log=print) -> str | None:
+def recover(target: str) -> str | None:
     """With the lock held: finish or undo the swap journaled in the lock file (a SIGKILL or power cut between the
     renames), then remove staging dirs of installers that died (only the lock's holder stages, so any other is
     stale). Returns a line saying what was done, or None."""
@@ -170,12 +172,12 @@ def recover(target: str, log=print) -> str | None:
         if record.get("keep_old") and os.path.isdir(aside):
             done += f", the previous one is kept at {aside}"
         _record(target)
-        log(f"[install] {done}")
+        logger.info(f"[install] {done}")
     parent, name = os.path.dirname(target), os.path.basename(target)
     for entry in sorted(os.listdir(parent)) if os.path.isdir(parent) else []:
         if entry.startswith((f".{name}.tmp-", f".{name}.old-")):
             shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-            log(f"[install] removed {os.path.join(parent, entry)}, left by an install that did not finish")
+            logger.info(f"[install] removed {os.path.join(parent, entry)}, left by an install that did not finish")
     return done
 
 
@@ -231,9 +233,7 @@ def reason(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def installing(
-    target, keep_old: str | None = None, keep_new=False, source=None, error=OpenR1Error, what=None, log=print
-):
+def installing(target, keep_old: str | None = None, keep_new=False, source=None, error=OpenR1Error, what=None):
     """Yield a staging dir `.<name>.tmp-*` beside `target`; when the block ends, journal the swap in the lock file,
     give the dir modes 0755/0644 and swap it in with SIGINT/SIGTERM held. The old dir goes to `keep_old` (None:
     deleted). A failure leaves `target` as it was (`recover`): the staging dir removed, a complete one kept as a
@@ -241,7 +241,7 @@ def installing(
     interrupt gets `exc.where`."""
     target = os.path.abspath(os.fspath(target))
     parent, name = os.path.split(target)
-    with locked(target, log=log):
+    with locked(target):
         staging = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
         aside = keep_old or os.path.join(parent, f".{name}.old-{os.getpid()}")
         try:
@@ -253,14 +253,14 @@ def installing(
                 replaced = _swap(staging, target, aside)
                 COMMITTED.append(target)
                 if replaced and keep_old:
-                    log(f"[install] previous model kept at {aside}")  # before a held signal is delivered
+                    logger.info(f"[install] previous model kept at {aside}")  # before a held signal is delivered
             _record(target)
             if replaced and not keep_old:
                 shutil.rmtree(aside, ignore_errors=True)
         except BaseException as exc:
             if (read_json(_lock_path(target), None) or {}).get("staging"):  # complete: finish or undo the swap
                 try:
-                    where = recover(target, log=log)
+                    where = recover(target)
                 except OSError as again:
                     where = f"the install stopped half-way ({reason(again)}); the next run on {target} finishes it"
             else:
@@ -314,7 +314,7 @@ def set_handler(signum: int, handler) -> KeyboardInterrupt | None:
 def _raise_interrupt(signum, frame):
     if not COMMITTED:  # once a model is in place the rest is messages: nothing left to stop
         raise KeyboardInterrupt(signal.Signals(signum).name)
-    print(f"note: {signal.Signals(signum).name} after the new model was in place at {COMMITTED[-1]}", file=sys.stderr)
+    logger.warning(f"note: {signal.Signals(signum).name} after the new model was in place at {COMMITTED[-1]}")
 
 
 def run_cli(what: str, submission: str, work) -> int:

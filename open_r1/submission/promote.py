@@ -14,19 +14,22 @@ Exit status: 0 promoted, 1 refused (not better / not comparable), 2 error.
 """
 
 import argparse
+import logging
 import os
 import shutil
 import sys
 
-from open_r1.errors import CliHelp, PromoteError
+from open_r1.errors import CliHelp, PromoteError, setup_logging
 from open_r1.submission.export import is_model_dir
 from open_r1.submission.install import check_target, exit_cli, installing, kept_path, locked, run_cli
 from open_r1.submission.report import REPORT_FILE, load_report, report_mismatch
 from open_r1.submission.verify import verify_submission
 
+logger = logging.getLogger(__name__)
+
 
 def promote(
-    candidate: str, report_path: str, submission: str, force: bool = False, verify_generate: bool = True, log=print
+    candidate: str, report_path: str, submission: str, force: bool = False, verify_generate: bool = True
 ) -> tuple[bool, str]:
     """Compare, verify, swap (see the module docstring): (promoted, what happened). A candidate that is not better
     is a refusal (promoted False); PromoteError when it cannot proceed."""
@@ -43,9 +46,9 @@ def promote(
         message = f"the report {report_path} was measured on {measured}, not on the candidate {candidate}"
         if not force:
             return False, f"refused: {message} (--force to promote anyway)"
-        log(f"[promote] warning: {message}; promoting anyway (--force)")
+        logger.warning(f"[promote] warning: {message}; promoting anyway (--force)")
 
-    with locked(submission, log=log):  # the current report is read and replaced by one promote at a time
+    with locked(submission):  # the current report is read and replaced by one promote at a time
         current, current_path = None, os.path.join(submission, REPORT_FILE)
         if os.path.isfile(current_path):
             try:
@@ -56,7 +59,7 @@ def promote(
                         f"{exc}. Re-score the current submission (python selfcheck.py --model "
                         f"{submission} --sets <the candidate's sets>), or pass --force"
                     ) from None
-                log(f"[promote] warning: {exc}; replacing it anyway (--force)")
+                logger.warning(f"[promote] warning: {exc}; replacing it anyway (--force)")
         elif os.path.exists(submission):
             if not force:
                 return False, (
@@ -64,7 +67,7 @@ def promote(
                     f"score it first: python selfcheck.py --model {submission} (with the same --sets and "
                     "--limit), or pass --force"
                 )
-            log(f"[promote] warning: {submission} has no recorded report; replacing it anyway (--force)")
+            logger.warning(f"[promote] warning: {submission} has no recorded report; replacing it anyway (--force)")
         current_score = None if current is None else float(current["mean_accuracy_pct"])
         if current is not None:
             mismatch = report_mismatch(new, current)
@@ -80,14 +83,14 @@ def promote(
                     f"{current_score:.2f}%; only a strictly higher score replaces it (--force to override)"
                 )
             for problem in mismatch:
-                log(f"[promote] warning: {problem} (--force)")
+                logger.warning(f"[promote] warning: {problem} (--force)")
 
         static = verify_submission(candidate, generate=False)  # named as the user's dir, not the temp copy's
         if not static.ok:
             raise PromoteError(f"the candidate {candidate} fails verification: " + "; ".join(static.problems))
         replaced = kept_path(submission, "replaced") if os.path.exists(submission) else None
         with installing(
-            submission, replaced, source=candidate, error=PromoteError, what="copying the candidate", log=log
+            submission, replaced, source=candidate, error=PromoteError, what="copying the candidate"
         ) as staging:
             shutil.copytree(candidate, staging, dirs_exist_ok=True)
             shutil.copyfile(report_path, os.path.join(staging, REPORT_FILE))
@@ -104,6 +107,7 @@ def promote(
 
 
 def main(argv=None) -> int:
+    setup_logging()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=CliHelp)
     parser.add_argument("--candidate", required=True, help="model dir to promote (an exported submission)")
     parser.add_argument("--report", default=None, help=f"its selfcheck JSON (without it: <candidate>/{REPORT_FILE})")

@@ -22,7 +22,7 @@ import torch
 
 from open_r1 import modeling
 from open_r1 import tiny_models as tm
-from open_r1.errors import cli_parser
+from open_r1.errors import cli_parser, setup_logging
 from open_r1.jsonio import write_json
 from open_r1.submission.install import installing
 from open_r1.tasks.captioning import data as cdata
@@ -115,6 +115,7 @@ def build(out: str, work: str, seed: int, eval_n: int, argv: list[str], sets: li
 
 
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     argv = sys.argv[1:] if argv is None else argv
     parser = cli_parser("python -m standin.captioning.build_start", __doc__.split("\n")[0])
     parser.add_argument("--out", default="standin/captioning/start_policy", help="the start policy dir (replaced)")

@@ -70,6 +70,7 @@ from open_r1.errors import (
     cli_parser,
     error_exit,
     help_field,
+    setup_logging,
 )
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import data as cdata
@@ -756,6 +757,7 @@ def pretrain_rows(
 def main(argv: list[str] | None = None) -> int:
     from transformers import HfArgumentParser  # deferred: heavy
 
+    setup_logging()
     parser = cli_parser(
         "python -m standin.captioning.cartoons",
         __doc__.split("\n\n")[0],

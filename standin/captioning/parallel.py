@@ -3,6 +3,7 @@ models leave a GPU mostly idle); ``start_early: {rm: synthesize}`` starts them w
 for ``open_r1.tasks.captioning.pipeline.run_pipeline`` (the real chain runs its stages one by one)."""
 
 import dataclasses
+import logging
 import os
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from open_r1.errors import OpenR1Error, RecipeError
 from open_r1.jsonio import read_json, write_json
 from open_r1.tasks.captioning import config, pipeline
 from open_r1.tasks.captioning.config import help_field
+
+logger = logging.getLogger(__name__)
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 ENTRY = "standin.captioning.demo"
@@ -81,7 +84,7 @@ def launch_parallel(recipe, name: str, jobs: list[list[str]], sharing: int | Non
             command, stdout=handle, stderr=subprocess.STDOUT, env=child_env(os.environ, sharing or len(jobs))
         )
         procs.append((proc, handle, result, log_path, sets))
-        config.log(f"[pipeline] {name} job {i} ({' '.join(sets)}): log {log_path}")
+        logger.info(f"[pipeline] {name} job {i} ({' '.join(sets)}): log {log_path}")
     return procs
 
 
@@ -92,7 +95,7 @@ def collect_parallel(stage, recipe, procs: list[tuple]) -> dict:
         handle.close()
         with open(log_path) as f:
             ours = [line.rstrip() for line in f if line.startswith("[") or "error" in line.lower()]
-        print("\n".join(ours[-25:]), flush=True)
+        logger.info("\n".join(ours[-25:]))
         if code != 0 or not os.path.isfile(result):
             failed.append(f"{' '.join(sets)} (exit {code}, log {log_path})")
         else:
@@ -138,7 +141,7 @@ def run_pipeline(
     def runner(stage) -> tuple[float, dict]:
         if stage.NAME in starts_at:
             early = starts_at[stage.NAME]
-            config.log(f"[pipeline] stage {early} starts early, beside {stage.NAME}")
+            logger.info(f"[pipeline] stage {early} starts early, beside {stage.NAME}")
             early_jobs = jobs(by_name[early], recipe)
             # this process keeps running stages meanwhile: it takes one share of the cores too
             running[early] = (time.time(), launch_parallel(recipe, early, early_jobs, len(early_jobs) + 1))

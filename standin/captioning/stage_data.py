@@ -9,12 +9,14 @@ On the real data this stage does not exist: ``open-r1-caption-prepare`` writes t
 """
 
 import dataclasses
+import logging
 import os
 
 from open_r1.jsonio import read_json
-from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning.config import help_field
 from standin.captioning import cartoons
+
+logger = logging.getLogger(__name__)
 
 NAME = "data"
 
@@ -37,11 +39,11 @@ def outputs(cfg, paths, *_) -> list[str]:
 def run(cfg: Config, paths, seed) -> dict:
     marker = os.path.join(paths.data, "standin.json")
     if os.path.isfile(marker) and not cfg.overwrite:
-        config.log(f"[data] {paths.data} already holds the stand-in; reusing it")
+        logger.info(f"[data] {paths.data} already holds the stand-in; reusing it")
         return read_json(marker)
     cartoons.write_standin(
         paths.data, dataclasses.replace(cfg, seed=seed if cfg.seed is None else cfg.seed, overwrite=True)
     )
     info = read_json(marker)
-    config.log(f"[data] wrote {paths.data}: {info['splits']}")
+    logger.info(f"[data] wrote {paths.data}: {info['splits']}")
     return info

@@ -8,6 +8,7 @@ names the odd object's odd value. ``pretrain.policy.start`` copies a shipped sta
 """
 
 import dataclasses
+import logging
 import os
 import shutil
 
@@ -18,6 +19,8 @@ from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field, require
 from standin.captioning import cartoons
+
+logger = logging.getLogger(__name__)
 
 NAME = "pretrain"
 MODELS = ("policy", "rm_backbone")
@@ -136,13 +139,13 @@ def pretrain_one(section, paths, seed, which: str, init: str | None = None) -> d
     if cfg.start:  # a shipped start model instead of pre-training from random init
         with installing(out) as staging:
             shutil.copytree(cfg.start, staging, dirs_exist_ok=True)
-        config.log(f"[pretrain] {which}: copied the start model {cfg.start} to {out}")
+        logger.info(f"[pretrain] {which}: copied the start model {cfg.start} to {out}")
         report = {"start": os.path.abspath(cfg.start), "out": out}
     else:
         report = train_one(section, paths, seed, which, out, init)
     if cfg.probe_limit:  # a shipped start is probed as a pre-trained base is
         report["perception"] = perception(paths, out, cfg)
-        config.log(
+        logger.info(
             f"[pretrain] {which}: names the odd object's odd value on held-out scenes: "
             + ", ".join(f"{k} {v['accuracy']:.2f} ({v['n']})" for k, v in report["perception"].items())
         )
@@ -168,8 +171,8 @@ def train_one(section, paths, seed, which: str, out: str, init: str | None) -> d
         seed=seed,
         extra={"adam_beta2": 0.98},
     )
-    config.log(f"[pretrain] {which}: family {family} {overrides}, {len(rows)} rows")
-    report = sft.train_sft(rows, out, settings, model_path=init, log=config.log)
+    logger.info(f"[pretrain] {which}: family {family} {overrides}, {len(rows)} rows")
+    report = sft.train_sft(rows, out, settings, model_path=init)
     if built:
         shutil.rmtree(init, ignore_errors=True)
     report.update({"family": family, "overrides": overrides, "out": out})

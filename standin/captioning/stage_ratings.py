@@ -8,6 +8,7 @@ columns.
 """
 
 import dataclasses
+import logging
 import os
 import time
 
@@ -21,6 +22,8 @@ from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import evaluate as ev
 from open_r1.tasks.captioning.config import at_least, help_field, require
 from standin.captioning import cartoons
+
+logger = logging.getLogger(__name__)
 
 NAME = "ratings"
 TAKES = ("eval", "rm")  # the eval section's sampling; the RM's split and pair rule
@@ -68,25 +71,19 @@ def run(cfg: Config, paths, seed, eval_cfg, rm_cfg) -> dict:
     processor = modeling.load_processor(policy)
     sampling = {**stage_eval.sampling_kwargs(eval_cfg, seed), "n": cfg.n, "max_cartoons": cfg.contests}
     n_contests = len(set(train["contest"]))
-    config.log(
+    logger.info(
         f"[ratings] sampling {cfg.n} per contest on {min(n_contests, cfg.contests or n_contests)} "
         f"training contests from {policy}"
     )
-    marks: set[int] = set()
-
-    def progress(done: int, total: int) -> None:  # about every tenth of the way, and at the end
-        mark = done * 10 // total
-        if mark not in marks:
-            marks.add(mark)
-            config.log(f"[ratings] {done}/{total} samples in {time.time() - started:.0f} s")
-
     with torch.no_grad():
-        records = ev.evaluate_policy(model, processor, train, None, progress=progress, **sampling)
+        records = ev.evaluate_policy(
+            model, processor, train, None, progress=config.progress_bar("[ratings] sampling", "sample"), **sampling
+        )
     del model
     sampled = time.time() - started
     parsed = [r for r in records if r["caption"] is not None]
     rated, counts = cartoons.rate_captions(train, parsed, seed=seed)
-    config.log(f"[ratings] {len(parsed)} of {len(records)} samples parsed, {counts['rated']} new captions rated")
+    logger.info(f"[ratings] {len(parsed)} of {len(records)} samples parsed, {counts['rated']} new captions rated")
     out = paths.split(cfg.split)
     merged = datasets.concatenate_datasets([train, rated])  # the rated rows last
     with installing(out) as staging:  # a cut run leaves the old split (or none), never half of one
@@ -111,7 +108,7 @@ def run(cfg: Config, paths, seed, eval_cfg, rm_cfg) -> dict:
         "pairs_of_two_rated_captions": int(is_new[index].all(axis=1).sum()),
     }
     if rm_split != cfg.split:
-        config.log(
+        logger.info(
             f"[ratings] note: rm.train_split is {rm_split!r}; the RM trains on this round only with "
             f"rm.train_split={cfg.split}"
         )

@@ -7,13 +7,13 @@ another, and ``__post_init__`` checks the rest. ``--set section.key=value`` over
 
 import dataclasses
 import os
-import time
 import types
 import typing
 from operator import attrgetter
 from typing import Any, NamedTuple
 
 import yaml
+from tqdm import tqdm
 
 from open_r1.checks import closest_key
 from open_r1.errors import RecipeError, help_field
@@ -275,8 +275,17 @@ def check_inputs(inputs: dict[str, Input], produced=(), makers: dict[str, str] |
     return {name: item.path for name, item in inputs.items()}
 
 
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+def progress_bar(label: str, unit: str):
+    """A `progress(done, total)` callback drawing a tqdm bar on stderr (when it is a terminal)."""
+    bar = tqdm(desc=label, unit=unit, disable=None)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return progress
 
 
 def device() -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from open_r1 import generation
-from open_r1.errors import DataError, OpenR1Error, error_exit
+from open_r1.errors import DataError, OpenR1Error, error_exit, setup_logging
 from open_r1.jsonio import write_json, write_text
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
@@ -403,6 +403,7 @@ def read_records(path: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     parser = argparse.ArgumentParser(
         prog="python -m open_r1.tasks.captioning.evaluate",
         description="Best-of-N report from per-sample records of several policies.",

@@ -13,13 +13,16 @@ Results: ``<work_dir>/results/pipeline.json`` and ``results.md``; ``--out DIR`` 
 """
 
 import dataclasses
+import logging
 import os
 import shutil
 import time
 
-from open_r1.errors import OpenR1Error, cli_parser, error_exit
+from open_r1.errors import OpenR1Error, cli_parser, error_exit, setup_logging
 from open_r1.jsonio import read_json, write_json, write_text
 from open_r1.tasks.captioning import config, stage_eval, stage_grpo, stage_rm, stage_sft, stage_synthesize
+
+logger = logging.getLogger(__name__)
 
 STAGES = (stage_synthesize, stage_sft, stage_rm, stage_grpo, stage_eval)
 
@@ -55,7 +58,7 @@ def run_pipeline(recipe, stages=STAGES, run: list[str] | None = None, out: str |
     started = time.time()
     by_name = {stage.NAME: stage for stage in stages}
     for name in run:
-        config.log(f"[pipeline] stage {name} (elapsed {time.time() - started:.0f} s)")
+        logger.info(f"[pipeline] stage {name} (elapsed {time.time() - started:.0f} s)")
         t0, result = runner(by_name[name])
         summary["stages"][name] = {"seconds": time.time() - t0, "result": result}
         write_json(summary_path, summary)
@@ -63,7 +66,8 @@ def run_pipeline(recipe, stages=STAGES, run: list[str] | None = None, out: str |
             write_results(summary, stages, paths, out)
     summary["total_seconds"] = time.time() - started
     write_json(summary_path, summary)
-    config.log(f"[pipeline] done in {summary['total_seconds']:.0f} s\n{write_results(summary, stages, paths, out)}")
+    logger.info(f"[pipeline] done in {summary['total_seconds']:.0f} s")
+    print(write_results(summary, stages, paths, out))
     return summary
 
 
@@ -132,6 +136,7 @@ def recipe_help(stages, run_config: type = config.RunConfig) -> str:
 
 def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", run=run_pipeline, run_config=None) -> int:
     """The CLI over `stages`; `run` (a runner) and `run_config` (the top-level keys): the stand-in's."""
+    setup_logging()
     run_config = run_config or config.RunConfig
     names = [stage.NAME for stage in stages]
     parser = cli_parser(prog, __doc__)

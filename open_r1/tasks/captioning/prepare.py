@@ -52,6 +52,7 @@ import argparse
 import csv
 import io
 import json
+import logging
 import math
 import os
 import re
@@ -62,10 +63,12 @@ from collections import Counter, defaultdict
 
 import ftfy
 
-from open_r1.errors import DataError, OpenR1Error, cli_parser, error_exit
+from open_r1.errors import DataError, OpenR1Error, cli_parser, error_exit, setup_logging
 from open_r1.jsonio import write_json
 from open_r1.submission.install import check_target, installing
 from open_r1.tasks.captioning import data, protocol
+
+logger = logging.getLogger(__name__)
 
 HEADER_OLD = ("rank", "caption", "mean", "precision", "votes", "not_funny", "somewhat_funny", "funny")
 HEADER_NEW = HEADER_OLD[1:]
@@ -629,6 +632,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     args = build_parser().parse_args(argv)
     try:
         fracs_ok = 0 <= args.val_frac < 1 and 0 <= args.test_frac < 1
@@ -650,10 +654,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     if summary["bad_rows"]:
         first = summary["bad_rows_where"][0]
-        print(
+        logger.warning(
             f"note: {summary['bad_rows']} rows with impossible numbers dropped (first: {first['file']} line "
-            f"{first['line']}: {first['problem']}); all in {REPORT}'s bad_rows_where",
-            file=sys.stderr,
+            f"{first['line']}: {first['problem']}); all in {REPORT}'s bad_rows_where"
         )
     print(json.dumps({k: summary[k] for k in ("out", "contests_read", "caption_rows_read", "splits")}))
     return 0

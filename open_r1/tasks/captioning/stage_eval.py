@@ -6,6 +6,7 @@ over cartoons against ``baseline`` (`run`'s ``measure``: the stand-in adds its o
 """
 
 import dataclasses
+import logging
 import os
 import time
 
@@ -17,6 +18,8 @@ from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import evaluate as ev
 from open_r1.tasks.captioning.config import help_field, require
+
+logger = logging.getLogger(__name__)
 
 NAME = "eval"
 TAKES = ("grpo.settings.seeds",)  # the default policies: one GRPO model per seed
@@ -126,7 +129,7 @@ def run(cfg: Config, paths, seed, grpo_seeds, measure=ev) -> dict:
             if score is not None:
                 score(records[split][name], data[split])
         timings[name] = time.time() - started
-        config.log(f"[eval] {name}: {sum(len(records[s][name]) for s in cfg.splits)} samples in {timings[name]:.1f} s")
+        logger.info(f"[eval] {name}: {sum(len(records[s][name]) for s in cfg.splits)} samples in {timings[name]:.1f} s")
         del model
     baseline = cfg.baseline if "sft" in named else None
     summary = {"policies": named, "splits": {}, "timings": timings}
@@ -134,7 +137,7 @@ def run(cfg: Config, paths, seed, grpo_seeds, measure=ev) -> dict:
         report = measure.evaluate_records(records[split], baseline=baseline, n_boot=cfg.n_boot, seed=seed)
         table = measure.markdown_table(report)
         out = ev.write_report(report, os.path.join(paths.results, f"eval_{split}"), records[split], table)
-        config.log(f"[eval] {split}:\n{table}")
+        logger.info(f"[eval] {split}:\n{table}")
         summary["splits"][split] = {
             "report_files": out,
             "table": table,

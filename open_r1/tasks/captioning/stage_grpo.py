@@ -9,6 +9,7 @@ seed, and caption_rm's ``reward_model`` and ``device`` where left out; the LoRA 
 
 import copy
 import dataclasses
+import logging
 import os
 import time
 from typing import NamedTuple
@@ -25,6 +26,8 @@ from open_r1.submission.install import kept_path
 from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning.config import help_field
 from open_r1.tasks.captioning.rewards import check_caption_rm_settings
+
+logger = logging.getLogger(__name__)
 
 NAME = "grpo"
 DEFAULTS = {
@@ -163,8 +166,8 @@ def run_seed(section, paths, seed) -> dict:
     if has_weights(training_args.output_dir):  # an earlier invocation's finished run: kept, never trained over
         aside = kept_path(training_args.output_dir, "prev")
         os.rename(training_args.output_dir, aside)
-        config.log(f"[grpo] seed {seed}: the earlier run in {training_args.output_dir} kept at {aside}")
-    config.log(f"[grpo] seed {seed}: open_r1.grpo into {training_args.output_dir}")
+        logger.info(f"[grpo] seed {seed}: the earlier run in {training_args.output_dir} kept at {aside}")
+    logger.info(f"[grpo] seed {seed}: open_r1.grpo into {training_args.output_dir}")
     started = time.time()
     cap = TimeBudgetCallback(max_seconds=section.settings.max_seconds)
     trainer = grpo.main(script_args, training_args, model_args, task, callbacks=[cap])
@@ -180,7 +183,7 @@ def run_seed(section, paths, seed) -> dict:
     modeling.save_model_dir(merged, processor, paths.grpo_model(seed))
     keys = ("reward", "caption_rm/format_ok", "caption_rm/sigmoid_mean", "kl", "completions/mean_length")
     curve = [{k: e[k] for k in ("step", *keys) if k in e} for e in history if "reward" in e]
-    config.log(
+    logger.info(
         f"[grpo] seed {seed}: {steps} steps in {seconds:.1f} s; reward "
         f"{curve[0].get('reward') if curve else None} -> {curve[-1].get('reward') if curve else None}"
     )

@@ -7,6 +7,7 @@ control: the same recipe on one blank grey image. ``seeds``: one RM each, the be
 """
 
 import dataclasses
+import logging
 import os
 import shutil
 import time
@@ -22,6 +23,8 @@ from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field, require
 from open_r1.tasks.captioning.data import SE_FROM
 from open_r1.tasks.captioning.evaluate import _fmt
+
+logger = logging.getLogger(__name__)
 
 NAME = "rm"
 
@@ -174,18 +177,6 @@ def held_out_index(cfg, paths, seed, split: str):
     return dataset, index
 
 
-def _progress(label: str, every_s: float = 15.0):
-    """A `progress(done, total)` that logs at most every `every_s` seconds and at the end."""
-    last = [time.time()]
-
-    def progress(done: int, total: int) -> None:
-        if done == total or time.time() - last[0] >= every_s:
-            last[0] = time.time()
-            config.log(f"{label}: scored {done}/{total} conversations")
-
-    return progress
-
-
 def rm_seeds(cfg, seed) -> list[int]:
     return cfg.seeds or [seed]
 
@@ -261,7 +252,7 @@ def train_one(cfg, paths, seed, blind: bool, rm_seed: int) -> dict:
         remove_unused_columns=False,
     )
     contests = len({row["group"] for row in rows})
-    config.log(f"{tag} {len(rows)} train pairs from {contests} contests; backbone {backbone}")
+    logger.info(f"{tag} {len(rows)} train pairs from {contests} contests; backbone {backbone}")
     started = time.time()
     trainer = rm_lib.train_reward_model(
         model,
@@ -274,7 +265,7 @@ def train_one(cfg, paths, seed, blind: bool, rm_seed: int) -> dict:
     losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
     model.save(out, extra_meta={"train_seconds": seconds, "steps": trainer.state.global_step})
     del trainer
-    config.log(f"{tag} {model.meta['steps']} steps; saved {out}")
+    logger.info(f"{tag} {model.meta['steps']} steps; saved {out}")
     report = {
         "out": out,
         "blind": blind,
@@ -300,19 +291,23 @@ def score_held_out(cfg, paths, seed, model, blind: bool, tag: str = "[rm]", spli
             continue
         t0 = time.time()
         held = index_pair_rows(*held_out_index(cfg, paths, seed, split), blind=blind)
-        config.log(f"{tag} {split}: scoring {len(held)} held-out pairs (built in {time.time() - t0:.1f} s)")
+        logger.info(f"{tag} {split}: scoring {len(held)} held-out pairs (built in {time.time() - t0:.1f} s)")
         result = rm_lib.evaluate_pairs(
-            model, held, batch_size=cfg.eval_batch_size, seed=seed, progress=_progress(f"{tag} {split}")
+            model,
+            held,
+            batch_size=cfg.eval_batch_size,
+            seed=seed,
+            progress=config.progress_bar(f"{tag} {split}", "conversation"),
         )
         swap = image_swap_accuracy(cfg, paths, seed, model, split, blind)
         if swap is not None:
             result["image_swap"] = swap
-            config.log(
+            logger.info(
                 f"{tag} {split}: image swap (own cartoon over another) {swap['accuracy']:.3f} "
                 f"[{swap['ci_low']:.3f}, {swap['ci_high']:.3f}] over {swap['n_pairs']} captions"
             )
         results[split] = result
-        config.log(
+        logger.info(
             f"{tag} {split}: pairwise accuracy {result['accuracy']:.3f} "
             f"[{result['ci_low']:.3f}, {result['ci_high']:.3f}] over {result['n_pairs']} pairs of "
             f"{result['n_groups']} contests"
@@ -394,7 +389,7 @@ def finish(cfg, paths, seed, report: dict) -> dict:
     with installing(paths.rm) as staging:
         shutil.copytree(reports[chosen]["out"], staging, dirs_exist_ok=True)
     val = {seed: reports[seed]["held_out"]["val"]["accuracy"] for seed in seeds}
-    config.log(
+    logger.info(
         f"[rm] kept seed {chosen} as {paths.rm} (val accuracy by seed: "
         + ", ".join(f"s{seed} {acc:.3f}" for seed, acc in val.items())
         + ")"

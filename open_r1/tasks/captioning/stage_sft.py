@@ -6,11 +6,14 @@
 """
 
 import dataclasses
+import logging
 
 from open_r1 import modeling, sft
 from open_r1.sft import SFTSettings
 from open_r1.tasks.captioning import config
 from open_r1.tasks.captioning import data as cdata
+
+logger = logging.getLogger(__name__)
 
 NAME = "sft"
 
@@ -47,8 +50,6 @@ def run(cfg: Config, paths, seed) -> dict:
     rows = cdata.sft_rows(datasets.load_from_disk(found["traces"]), cfg.top_k, processor=processor)
     settings = SFTSettings(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(SFTSettings)})
     settings.seed = seed
-    config.log(f"[sft] {len(rows)} rows from {found['traces']}; base {found['model']}")
-    report = sft.train_sft(
-        rows, paths.policy_sft, settings, model_path=found["model"], processor=processor, log=config.log
-    )
+    logger.info(f"[sft] {len(rows)} rows from {found['traces']}; base {found['model']}")
+    report = sft.train_sft(rows, paths.policy_sft, settings, model_path=found["model"], processor=processor)
     return {**report, "out": paths.policy_sft}

@@ -9,6 +9,7 @@ become the ``thinking`` column SFT trains on under the plain prompt (the policy 
 
 import dataclasses
 import importlib.util
+import logging
 import os
 
 from open_r1 import generation, modeling
@@ -17,6 +18,8 @@ from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import config, protocol
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field
+
+logger = logging.getLogger(__name__)
 
 NAME = "synthesize"
 TAKES = ("sft.top_k",)  # the top-k captions SFT trains on
@@ -63,7 +66,7 @@ def split_trace(text: str, close: bool = False) -> tuple[str | None, str]:
     return (thinking, reason) if thinking else (None, "empty")
 
 
-def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list[str | None], dict]:
+def synthesize(model_path: str, rows, cfg: Config) -> tuple[list[str | None], dict]:
     """Traces for caption rows (image, caption and description columns); None where dropped. (traces, counts)."""
     use_vllm = cfg.use_vllm and importlib.util.find_spec("vllm") is not None
     records = [rows[i] for i in range(len(rows))]
@@ -87,7 +90,7 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
         counts["closed"] += thinking is not None and reason == "closed"
         traces.append(thinking)
     counts["examples"] = [t[:160] for t in texts[:3]]
-    log(
+    logger.info(
         f"[synthesize] {counts['rows']} rows: kept {counts['kept']} ({counts['closed']} closed at the budget), "
         f"dropped truncated {counts['truncated']}, "
         f"empty {counts['empty']}, caption-leaking {counts['leaks_caption']} ({counts['engine']})"

@@ -6,6 +6,7 @@ them already; R1-V's eval jsonl has `image_path`, `question` and an integer `gro
 also sees the grader's wording, not only the inherited R1-V one.
 """
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from open_r1.checks import load_split
 from open_r1.errors import DataError  # noqa: F401  (re-exported)
 from open_r1.tasks.counting import protocol
 
+logger = logging.getLogger(__name__)
 REQUIRED_COLUMNS = ("image", "problem", "solution")
 # role -> (this layout's column, then the other names recognised: R1-V's eval jsonl's)
 COLUMN_NAMES = {
@@ -81,7 +83,7 @@ def counting_columns(dataset, name: str, columns: str | None = None, image_root:
     return dataset
 
 
-def drop_non_counts(dataset, name: str, log=print):
+def drop_non_counts(dataset, name: str):
     """An evaluation set without its rows whose gold is not a count (CoGenT-B's yes/no questions), left out with a
     one-line notice; returns (dataset, number left out). A training set refuses them instead (validate)."""
     keep, first = [], None
@@ -93,7 +95,7 @@ def drop_non_counts(dataset, name: str, log=print):
             first = first or (row, solution)
     skipped = len(dataset) - len(keep)
     if skipped:
-        log(
+        logger.info(
             f"[data] {name}: {skipped} of {len(dataset)} rows left out, their gold is not a count (row {first[0]}: "
             f"{first[1]!r})"
         )

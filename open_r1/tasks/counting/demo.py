@@ -13,7 +13,7 @@ Steps, each on the code the real pipeline runs (docs/DEMO.md explains them and h
 """
 
 import argparse
-import functools
+import logging
 import math
 import os
 import shutil
@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from open_r1 import grpo, tiny_models
+from open_r1.errors import setup_logging
 from open_r1.jsonio import read_json, write_json
 from open_r1.modeling import load_model, load_processor
 from open_r1.noise import quiet_library_noise
@@ -59,8 +60,7 @@ DEMO_IMAGE_SIZE = "168x112"  # multiples of 28 px: 6 x 4 = 24 merged vision toke
 DEMO_MAX_PIXELS = 168 * 112
 DEMO_MIN_OBJECTS, DEMO_MAX_OBJECTS = 1, 5
 
-
-log = functools.partial(print, flush=True)
+logger = logging.getLogger(__name__)
 
 
 # ---- Demo model ------------------------------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def render_data(data_dir: Path, args) -> None:
             present[split] = 0
     missing = {split: n for split, n in sizes.items() if present[split] < n}
     if not missing:
-        log(f"[demo] data: reusing {data_dir} {present}")
+        logger.info(f"[demo] data: reusing {data_dir} {present}")
         return
     started = time.time()
     write_splits(
@@ -100,7 +100,7 @@ def render_data(data_dir: Path, args) -> None:
         max_objects=DEMO_MAX_OBJECTS,
         progress=False,
     )
-    log(
+    logger.info(
         f"[demo] data: rendered {missing} into {data_dir} in {time.time() - started:.0f} s "
         f"({DEMO_IMAGE_SIZE}, {DEMO_MIN_OBJECTS}-{DEMO_MAX_OBJECTS} objects)"
     )
@@ -121,7 +121,7 @@ def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
     rows = datasets.concatenate_datasets([fmt, plain.cast(fmt.features)]).shuffle(seed=args.seed)
     model, processor = build_demo_model(seed=args.seed)
     parameters = sum(p.numel() for p in model.parameters())
-    log(
+    logger.info(
         f"[demo] warm start: {parameters / 1e6:.2f}M-parameter Qwen2-VL (vocab {model.config.text_config.vocab_size}),"
         f" SFT on {len(plain)} plain counting rows + {n_format} arithmetic rows in the protocol format, "
         f"{args.sft_steps} steps"
@@ -147,9 +147,9 @@ def warm_start(data_dir: Path, out_dir: Path, args) -> dict:
         dataloader_workers=args.workers if use_cuda else 0,
         extra={"adam_beta2": 0.98, "use_cpu": not use_cuda},
     )
-    report = train_sft(rows, str(out_dir), settings, model=model, processor=processor, log=log)
+    report = train_sft(rows, str(out_dir), settings, model=model, processor=processor)
     seconds = time.time() - started
-    log(f"[demo] warm start saved to {out_dir} in {seconds:.0f} s")
+    logger.info(f"[demo] warm start saved to {out_dir} in {seconds:.0f} s")
     info = {
         "command": args.command,
         "device": torch.cuda.get_device_name(0) if use_cuda else "cpu",
@@ -183,7 +183,7 @@ def evaluate_model(model_dir: Path, data_dir: Path, args, label: str) -> dict:
         )
         for split in EVAL_SPLITS
     }
-    log(
+    logger.info(
         f"[demo] {label}: "
         + ", ".join(f"{s} {r.accuracy_pct:.1f}%" for s, r in reports.items())
         + f" ({time.time() - started:.0f} s)"
@@ -200,7 +200,7 @@ def evaluate_model(model_dir: Path, data_dir: Path, args, label: str) -> dict:
         extract=sft.plain_count,
     )
     reports["val_plain"] = probe
-    log(f"[demo] {label}, val asked plainly (diagnostic): {probe.accuracy_pct:.1f}%")
+    logger.info(f"[demo] {label}, val asked plainly (diagnostic): {probe.accuracy_pct:.1f}%")
     return reports
 
 
@@ -227,15 +227,15 @@ def train_grpo(start_dir: Path, data_dir: Path, run_dir: Path, submission: Path,
     ]
     if args.grpo_steps is not None:
         argv += ["--max_steps", str(args.grpo_steps)]
-    log(f"[demo] GRPO: python -m open_r1.grpo {' '.join(argv)}")
+    logger.info(f"[demo] GRPO: python -m open_r1.grpo {' '.join(argv)}")
     script_args, training_args, model_args, task = grpo.parse_args(argv)
     trainer = grpo.main(script_args, training_args, model_args, task)
     steps = int(trainer.state.global_step)
     log_history = list(trainer.state.log_history)
     del trainer
-    export_submission(str(run_dir), str(submission), log=lambda m: None)
+    export_submission(str(run_dir), str(submission))
     seconds = time.time() - started
-    log(f"[demo] GRPO: {steps} steps in {seconds:.0f} s; exported to {submission}")
+    logger.info(f"[demo] GRPO: {steps} steps in {seconds:.0f} s; exported to {submission}")
     return {"steps": steps, "seconds": seconds, "log_history": log_history}
 
 
@@ -371,6 +371,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
+    setup_logging()
     quiet_library_noise(progress_bars=False)
     args = parse_args(argv)
 
@@ -398,7 +399,7 @@ def main(argv=None) -> int:
         sft_info = warm_start(data_dir, start_dir, args)
     else:
         start_dir = Path(args.start).resolve() if args.start else SHIPPED_START
-        log(
+        logger.info(
             f"[demo] start model: {start_dir} (warm start; rebuild it with `make demo-start`, or train one "
             "first with --from-scratch)"
         )
@@ -448,20 +449,20 @@ def main(argv=None) -> int:
         },
     }
     write_json(out / "demo.json", report)
-    log("")
-    log(f"Start model (SFT warm start) vs trained model (+{grpo_info['steps']} GRPO steps), selfcheck protocol:")
-    log(table)
+    print()
+    print(f"Start model (SFT warm start) vs trained model (+{grpo_info['steps']} GRPO steps), selfcheck protocol:")
+    print(table)
     for split in EVAL_SPLITS:
-        log(
+        print(
             f"  {split} sample (gold {before[split].records[0]['gold']}): start "
             f"{' '.join(report['samples'][split]['start'].split())[:70]!r} -> trained "
             f"{' '.join(report['samples'][split]['trained'].split())[:70]!r}"
         )
-    log(
+    print(
         f"[demo] {total / 60:.1f} min in all ({', '.join(f'{k[:-2]} {v:.0f} s' for k, v in timings.items())}); "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    log(f"[demo] report {out / 'demo.json'}; plots {out / 'acc_by_count.png'}, {out / 'curves.png'}")
+    print(f"[demo] report {out / 'demo.json'}; plots {out / 'acc_by_count.png'}, {out / 'curves.png'}")
     return 0
 
 

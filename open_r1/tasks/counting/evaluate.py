@@ -4,6 +4,7 @@ equality. Batches are left-padded (right padding shifts Qwen2-VL's M-RoPE positi
 the next batch's CPU work runs in a thread while the current one generates; results come back in dataset order.
 """
 
+import logging
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +14,8 @@ from open_r1.generation import generate_texts, prepare_inputs, resolve_decoder
 from open_r1.images import decode_images, lazy_image_column
 from open_r1.jsonio import write_json
 from open_r1.tasks.counting import protocol
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -152,10 +155,9 @@ def evaluate_dataset(
                 del inputs
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
-                print(
+                logger.warning(
                     f"[selfcheck] warning: out of GPU memory at batch {len(index)}; continuing at batch "
-                    f"{batch_size} (pass --batch-size {batch_size} to start there)",
-                    flush=True,
+                    f"{batch_size} (pass --batch-size {batch_size} to start there)"
                 )
                 continue
             del inputs

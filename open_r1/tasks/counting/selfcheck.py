@@ -24,7 +24,7 @@ import sys
 # Only light modules here: --help and the argument checks answer before torch/transformers load (the rest is
 # imported inside the functions that need it).
 from open_r1.checks import raise_all
-from open_r1.errors import OpenR1Error, cli_parser, error_exit
+from open_r1.errors import OpenR1Error, cli_parser, error_exit, setup_logging
 from open_r1.noise import quiet_library_noise
 from open_r1.submission.install import exit_cli, settle
 from open_r1.tasks import get_task, one_line
@@ -131,6 +131,7 @@ def load_sets(model_dir: str, sets: list[str], explicit_sets: bool, limit: int |
 
 
 def main(argv=None) -> int:
+    setup_logging()
     quiet_library_noise()
 
     try:

@@ -13,7 +13,7 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 # after the BLAS setting above, like numpy's users below
-from open_r1.errors import SceneArgumentError, cli_parser, error_exit, user_error  # noqa: E402
+from open_r1.errors import SceneArgumentError, cli_parser, error_exit, setup_logging, user_error  # noqa: E402
 from open_r1.jsonio import write_json  # noqa: E402
 from open_r1.submission.install import check_target  # noqa: E402
 
@@ -151,6 +151,7 @@ def _run_preview(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()
     try:
         args = build_parser().parse_args(argv)
         return _run_preview(args) if args.preview is not None else _run_splits(args)

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import logging
 import multiprocessing
 import os
 import shutil
@@ -31,6 +32,8 @@ from open_r1.submission.install import installing
 from .png import encode_png
 from .questions import format_solution, make_question, resolve_question_kinds
 from .render import parse_image_size, render_scene, scene_fingerprint, validate_scene_args
+
+logger = logging.getLogger(__name__)
 
 SPLITS: dict[str, tuple[str, str | None]] = {
     "train": ("clevr", "A"),
@@ -205,13 +208,12 @@ def _generate(job: SplitJob, workers: int, progress: bool, cache_dir: str | os.P
     per_cpu_s = job.n / cpu_seconds if cpu_seconds else None
     timing = {"n": job.n, "seconds": seconds, "images_per_s": job.n / seconds, "images_per_cpu_s": per_cpu_s}
     if progress and job not in _generated_jobs:
-        print(f"{job.split}: {job.n} images reused from the datasets cache (same request, same code)", file=sys.stderr)
+        logger.info(f"{job.split}: {job.n} images reused from the datasets cache (same request, same code)")
     elif progress:
         per_core = f", {per_cpu_s:.1f} images per CPU-second" if per_cpu_s else ""
-        print(
+        logger.info(
             f"{job.split}: {job.n} images in {seconds:.1f} s = {timing['images_per_s']:.1f} images/s{per_core} "
-            f"({workers} worker{'s' if workers != 1 else ''}, {job.image_size[0]}x{job.image_size[1]})",
-            file=sys.stderr,
+            f"({workers} worker{'s' if workers != 1 else ''}, {job.image_size[0]}x{job.image_size[1]})"
         )
     return dataset, timing
 
@@ -315,7 +317,7 @@ def write_splits(
         out.mkdir(exist_ok=True)
         for split in jobs:
             target = out / split
-            with installing(target, log=lambda *_: None) as empty:  # atomic, locked, recovered after a kill
+            with installing(target) as empty:  # atomic, locked, recovered after a kill
                 os.replace(staging / split, empty)
             written[split] = target
             if stats is not None:
