@@ -51,6 +51,7 @@ cannot fill the splits, the report so far is written to ``OUT.prepare_report.jso
 import argparse
 import csv
 import io
+import itertools
 import json
 import math
 import os
@@ -140,8 +141,8 @@ def ratings_source(root: str, report: Counter):
             files[int(match[1])].append(os.path.join(summaries, name))
     if not files:
         raise DataError(f"{summaries} holds no <contest>[_<algorithm>].csv file; point --ratings to the repository")
-    for path in (path for group in files.values() for path in group):
-        read_header(path)  # every header checked before anything is written
+    for path in itertools.chain(*files.values()):
+        read_summary(path)  # every header checked before anything is written
     cartoons = {}
     folder = os.path.join(root, "cartoons")
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
@@ -150,20 +151,6 @@ def ratings_source(root: str, report: Counter):
             cartoons[int(stem)] = os.path.join(folder, name)
     contests = ((c, [(os.path.basename(p), read_summary(p, report)) for p in files[c]]) for c in sorted(files))
     return contests, cartoons, {}, {}
-
-
-def read_header(path: str) -> tuple:
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            header = tuple(h.strip() for h in next(csv.reader(handle), ()))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise DataError(f"{path} is not a readable UTF-8 csv ({exc}); re-download or remove the file") from None
-    if header not in (HEADER_OLD, HEADER_NEW):
-        raise DataError(
-            f"{path}: header {','.join(header)!r} is neither {','.join(HEADER_OLD)!r} nor "
-            f"{','.join(HEADER_NEW)!r}; fix the header or remove the file"
-        )
-    return header
 
 
 def rating_numbers(mean, precision, votes, cats=None) -> tuple:
@@ -187,14 +174,20 @@ def bad_row(report: Counter, file: str, line: int, problem) -> None:
         report["bad_rows_where"].append({"file": file, "line": line, "problem": str(problem)})
 
 
-def read_summary(path: str, report: Counter) -> list[tuple]:
-    col = {name: i for i, name in enumerate(read_header(path))}
+def read_summary(path: str, report: Counter | None = None) -> list[tuple]:
+    """A summary file's rows, the bad ones counted in `report` (rule 0); without `report` its header alone is read."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.reader(handle)
-            next(reader)
+            header = tuple(h.strip() for h in next(reader, ()))
+            if header not in (HEADER_OLD, HEADER_NEW):
+                raise DataError(
+                    f"{path}: header {','.join(header)!r} is neither {','.join(HEADER_OLD)!r} nor "
+                    f"{','.join(HEADER_NEW)!r}; fix the header or remove the file"
+                )
+            col = {name: i for i, name in enumerate(header)}
             rows = []
-            for fields in filter(any, reader):  # blank lines skipped
+            for fields in filter(any, reader) if report is not None else ():  # blank lines skipped
                 try:
                     cats = [fields[col[c]] for c in CATEGORIES]
                     number = (fields[col[c]] for c in ("mean", "precision", "votes"))
@@ -269,10 +262,6 @@ def _need(table, columns, path):
         raise DataError(f"{path} lacks column(s) {missing} (has {table.column_names}); expected humor-r1's names")
 
 
-def _split_order(parts: dict) -> list[str]:
-    return sorted(parts, key=lambda s: (list(HUB_SPLITS).index(s) if s in HUB_SPLITS else 9, s))
-
-
 def hub_source(root: str, report: Counter):
     """(contests, cartoons, descriptions, {contest: our split name} when every ratings split is named)."""
     import datasets  # deferred: heavy
@@ -280,15 +269,16 @@ def hub_source(root: str, report: Counter):
     import pyarrow as pa
 
     parts = _load_part(root, "1_rating", True)
-    order_of_splits = _split_order(parts)
+    order_of_splits = sorted(parts, key=lambda s: (list(HUB_SPLITS).index(s) if s in HUB_SPLITS else 9, s))
     tables, where = [], []
     for split in order_of_splits:
         table, source = parts[split]
         if "contest_number" in table.column_names:
             table = table.rename_column("contest_number", "contest")
-        _need(table, ["contest", "caption", "mean", "precision", "votes"], source or os.path.join(root, "1_rating"))
+        name = source or os.path.join(root, "1_rating")
+        _need(table, ["contest", "caption", "mean", "precision", "votes"], name)
         tables.append(table.data.table.select([c for c in table.column_names if c != "image"]))
-        where.append(f"{source or os.path.join(root, '1_rating')}" + (f" [{split}]" if split and not source else ""))
+        where.append(name + (f" [{split}]" if split and not source else ""))
     try:  # permissive: one split's votes may be read as int, another's as double
         ratings = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -516,17 +506,16 @@ def prepare(args: argparse.Namespace) -> dict:
     if args.descriptions:
         descriptions = {**descriptions, **read_descriptions(args.descriptions)}
     desc_cols = list(data.DESCRIPTION_FIELDS) if descriptions else []
-    features = datasets.Features(
-        {
-            "contest": datasets.Value("int64"),
-            "image": datasets.Value("string"),
-            "caption": datasets.Value("string"),
-            "mean": datasets.Value("float64"),
-            "precision": datasets.Value("float64"),
-            "votes": datasets.Value("int64"),
-            **{c: datasets.Value("string") for c in desc_cols},
-        }
-    )
+    kinds = {
+        "contest": "int64",
+        "image": "string",
+        "caption": "string",
+        "mean": "float64",
+        "precision": "float64",
+        "votes": "int64",
+        **dict.fromkeys(desc_cols, "string"),
+    }
+    features = datasets.Features({name: datasets.Value(kind) for name, kind in kinds.items()})
     no_cartoon = []
 
     def summary(sizes) -> dict:
