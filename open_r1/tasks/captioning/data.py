@@ -149,10 +149,7 @@ def validate_captions(dataset, name: str = "caption dataset", check_images: str 
     if check_images == "all":
         rows = range(len(dataset))
     else:
-        first: dict[Any, int] = {}
-        for row, contest in enumerate(contests):
-            first.setdefault(contest, row)
-        rows = sorted(first.values())
+        rows = [group[0] for group in _contest_groups(dataset).values()]  # ascending: groups in order of first row
     raw = dataset.cast_column("image", datasets.Image(decode=False))
     for row in rows:
         _decode_image(raw[row]["image"], row, name)
@@ -178,6 +175,12 @@ def _contest_groups(dataset) -> dict[Any, list[int]]:
 
 def _description_columns(dataset) -> list[str]:
     return [c for c in DESCRIPTION_FIELDS if c in dataset.column_names]
+
+
+def descriptions(dataset) -> list[dict]:
+    """Each row's description (``protocol.description_from_row``), read in Arrow batches."""
+    columns = {c: _column(dataset, c) for c in _description_columns(dataset)}
+    return [protocol.description_from_row({c: v[row] for c, v in columns.items()}) for row in range(len(dataset))]
 
 
 def _top_k_by_contest(dataset, top_k: int, groups: list[list[int]] | None = None) -> list[list[int]]:
@@ -395,13 +398,6 @@ def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, see
 def prompt_rows(dataset):
     """One row per contest for GRPO and evaluation: ``prompt``, ``image``, ``contest`` and the description columns
     (the ``caption_rm`` reward reads them back)."""
-    groups = _contest_groups(dataset)
-    first = [rows[0] for rows in groups.values()]
-    desc_cols = _description_columns(dataset)
-    base = dataset.select_columns(["contest", "image", *desc_cols]).select(first)
-    table = base.select_columns(desc_cols) if desc_cols else None
-    prompts = [
-        protocol.build_messages(protocol.description_from_row(table[i]) if table is not None else None)
-        for i in range(len(base))
-    ]
-    return base.add_column("prompt", prompts)
+    first = [rows[0] for rows in _contest_groups(dataset).values()]
+    base = dataset.select_columns(["contest", "image", *_description_columns(dataset)]).select(first)
+    return base.add_column("prompt", [protocol.build_messages(d) for d in descriptions(base)])

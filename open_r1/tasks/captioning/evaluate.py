@@ -24,7 +24,7 @@ from open_r1.errors import DataError, OpenR1Error, error_exit
 from open_r1.jsonio import write_json, write_text
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
-from open_r1.tasks.captioning.rewards import get_reward_model, sigmoid
+from open_r1.tasks.captioning.rewards import sigmoid
 
 BON_NS = (1, 2, 4, 8)
 
@@ -38,13 +38,6 @@ def _group(records: Iterable[dict]) -> dict[Any, list[dict]]:
         if None not in indices and len(set(indices)) != len(indices):
             raise ValueError(f"contest {contest!r} has duplicate sample_index values {sorted(indices)}")
     return groups
-
-
-def sample_value(record: dict) -> float:
-    """sigma(RM) of an emitted caption, 0 for a failed sample."""
-    if record.get("caption") is None or record.get("rm_raw") is None:
-        return 0.0
-    return sigmoid(float(record["rm_raw"]))
 
 
 def expected_max_of_subset(values: Sequence[float], n: int) -> float:
@@ -61,15 +54,16 @@ def per_cartoon(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> dict
     """Per cartoon: n, format, truncated, fail_as_zero, emitted_sigmoid/raw (None if nothing emitted), bon@n."""
     out = {}
     for contest, rows in _group(records).items():
-        values = [sample_value(r) for r in rows]
-        emitted = [r for r in rows if r.get("caption") is not None and r.get("rm_raw") is not None]
+        raw = [None if r.get("caption") is None or r.get("rm_raw") is None else float(r["rm_raw"]) for r in rows]
+        values = [0.0 if x is None else sigmoid(x) for x in raw]  # sigma(RM), a failed sample 0
+        emitted = [x for x in raw if x is not None]
         entry = {
             "n": len(rows),
             "format": sum(r.get("caption") is not None for r in rows) / len(rows),
             "truncated": sum(bool(r.get("truncated")) for r in rows) / len(rows),
             "fail_as_zero": float(np.mean(values)),
-            "emitted_sigmoid": float(np.mean([sigmoid(float(r["rm_raw"])) for r in emitted])) if emitted else None,
-            "emitted_raw": float(np.mean([float(r["rm_raw"]) for r in emitted])) if emitted else None,
+            "emitted_sigmoid": float(np.mean([sigmoid(x) for x in emitted])) if emitted else None,
+            "emitted_raw": float(np.mean(emitted)) if emitted else None,
         }
         for n in bon_ns:
             entry[f"bon@{n}"] = expected_max_of_subset(values, n) if n <= len(rows) else None
@@ -271,11 +265,8 @@ def write_report(
 ) -> dict[str, str]:
     """``bon_eval.md`` (`table` or `markdown_table`), ``bon_eval.json``, ``bon_curve.png``, ``samples.jsonl``."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = {
-        "markdown": os.path.join(out_dir, "bon_eval.md"),
-        "json": os.path.join(out_dir, "bon_eval.json"),
-        "plot": os.path.join(out_dir, "bon_curve.png"),
-    }
+    names = {"markdown": "bon_eval.md", "json": "bon_eval.json", "plot": "bon_curve.png"}
+    paths = {kind: os.path.join(out_dir, name) for kind, name in names.items()}
     write_text(paths["markdown"], markdown_table(report) if table is None else table)
     write_json(paths["json"], report)
     plot_bon(report, paths["plot"])
@@ -294,10 +285,9 @@ def write_report(
 
 def score_records(records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model) -> list[dict]:
     """Fill ``rm_raw`` of records with a caption, in place (``reward_model=None``: every ``rm_raw`` None)."""
-    model = get_reward_model(reward_model) if isinstance(reward_model, (str, os.PathLike)) else reward_model
-    todo = [r for r in records if r.get("caption") is not None] if model is not None else []
+    todo = [r for r in records if r.get("caption") is not None] if reward_model is not None else []
     if todo:
-        scores = model.score(
+        scores = reward_model.score(
             [images_by_contest[r["contest"]] for r in todo],
             [protocol.rm_messages(descs_by_contest[r["contest"]], r["caption"]) for r in todo],
         )
@@ -336,10 +326,7 @@ def evaluate_policy(
     if max_cartoons is not None:
         rows = rows.select(range(min(max_cartoons, len(rows))))
     contests = list(rows["contest"])
-    images = {c: img for c, img in zip(contests, rows["image"])}
-    desc_cols = [f for f in protocol.DESCRIPTION_FIELDS if f in rows.column_names]
-    table = rows.select_columns(desc_cols) if desc_cols else None
-    descs = {c: protocol.description_from_row(table[i]) if table is not None else None for i, c in enumerate(contests)}
+    images, descs = dict(zip(contests, rows["image"])), dict(zip(contests, cdata.descriptions(rows)))
     prompt_text = {
         c: processor.apply_chat_template(protocol.build_messages(descs[c]), tokenize=False, add_generation_prompt=True)
         for c in contests

@@ -109,56 +109,34 @@ def contest_images(dataset, first_row: dict, blind: bool) -> dict:
     }
 
 
-def index_pair_rows(dataset, index, blind: bool = False) -> list[dict]:
-    """RM rows {image, chosen, rejected, group} of ``data.pair_indices``' pairs, without building the pair dataset
-    (that copies a contest's image into each of its pairs)."""
+def index_pair_rows(dataset, index, blind: bool = False, swap: bool = False) -> list[dict]:
+    """RM rows {image, chosen, rejected, group} of ``data.pair_indices``' (chosen, rejected) row pairs, without
+    building the pair dataset (that copies a contest's image into each of its pairs). `swap`: pairs of
+    ``data.image_negative_indices``, one conversation, chosen under its own cartoon, rejected under the other row's
+    (``rejected_image``)."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
     contests, captions = columns["contest"], columns["caption"]
     first: dict = {}
-    for chosen, _ in index:
-        first.setdefault(contests[chosen], int(chosen))
+    for row in range(len(contests)) if swap else index[:, 0].tolist():  # swap: each contest's first row
+        first.setdefault(contests[row], row)
     images = contest_images(dataset, first, blind)
     prompts: dict = {}  # chosen row -> its prompt, built once
     rows = []
     for chosen, rejected in index.tolist():
         contest = contests[chosen]
+        if swap and contests[rejected] == contest:
+            raise ValueError(f"an image-negative pair of rows {chosen}, {rejected} has one contest ({contest!r})")
         if chosen not in prompts:
             prompts[chosen] = protocol.build_messages(
                 protocol.description_from_row({k: v[chosen] for k, v in columns.items()})
             )
-        prompt = prompts[chosen]
-        rows.append(
-            {
-                "image": images[contest],
-                "chosen": [*prompt, protocol.rm_turn(captions[chosen])],
-                "rejected": [*prompt, protocol.rm_turn(captions[rejected])],
-                "group": contest,
-            }
-        )
-    return rows
-
-
-def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
-    """RM rows of ``data.image_negative_indices``' pairs: one conversation, chosen under its own cartoon, rejected
-    under the other contest's (``rejected_image``)."""
-    columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
-    first = {}  # each contest's first row: its cartoon
-    for row, contest in enumerate(columns["contest"]):
-        first.setdefault(contest, row)
-    images, rows = contest_images(dataset, first, blind), []
-    for own, other in index.tolist():
-        contest = columns["contest"][own]
-        if columns["contest"][other] == contest:
-            raise ValueError(f"an image-negative pair of rows {own}, {other} has one contest ({contest!r})")
-        messages = protocol.rm_messages(
-            protocol.description_from_row({k: v[own] for k, v in columns.items()}), columns["caption"][own]
-        )
+        messages = [*prompts[chosen], protocol.rm_turn(captions[chosen])]
         rows.append(
             {
                 "image": images[contest],
                 "chosen": messages,
-                "rejected": messages,
-                "rejected_image": images[columns["contest"][other]],
+                "rejected": messages if swap else [*prompts[chosen], protocol.rm_turn(captions[rejected])],
+                **({"rejected_image": images[contests[rejected]]} if swap else {}),
                 "group": contest,
             }
         )
@@ -329,23 +307,15 @@ def image_swap_accuracy(cfg, paths, seed, model, split: str, blind: bool) -> dic
         return None
     index = cdata.image_negative_indices(dataset, n, top_k=cfg.image_negative_top_k, seed=seed + 13)
     result = rm_lib.evaluate_pairs(
-        model, image_negative_rows(dataset, index, blind=blind), batch_size=cfg.eval_batch_size, seed=seed
+        model, index_pair_rows(dataset, index, blind=blind, swap=True), batch_size=cfg.eval_batch_size, seed=seed
     )
     return {k: result[k] for k in ("accuracy", "ci_low", "ci_high", "n_pairs", "n_groups")}
 
 
 def inputs(cfg, paths, seed) -> dict[str, config.Input]:
-    split = cfg.train_split
-    train = (
-        config.split_input(paths, split)
-        if split == "train"
-        else config.Input(
-            paths.split(split),
-            f"the {split} split",
-            "set rm.train_split to an existing split",
-            config.DATASET_MARKER,
-        )
-    )
+    train = config.split_input(paths, cfg.train_split)
+    if cfg.train_split != "train":
+        train = train._replace(fix="set rm.train_split to an existing split")
     return {
         "backbone": config.Input(paths.rm_base, "the RM backbone", "set models.reward_backbone to a model dir"),
         "train": train,
