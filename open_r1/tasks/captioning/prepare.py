@@ -50,6 +50,7 @@ cannot fill the splits, the report so far is written to ``OUT.prepare_report.jso
 
 import argparse
 import csv
+import functools
 import io
 import itertools
 import json
@@ -233,7 +234,7 @@ def _load_part(root: str, part: str, needed: bool) -> dict:
             f"{where} does not exist: hf download {repo} --repo-type dataset --local-dir {root}, or "
             f"datasets.load_dataset('{repo}', '{part}').save_to_disk('{os.path.join(root, part)}')"
         )
-    if os.path.isfile(os.path.join(path, "dataset_dict.json")) or os.path.isfile(os.path.join(path, "state.json")):
+    if any(os.path.isfile(os.path.join(path, name)) for name in ("dataset_dict.json", "state.json")):
         loaded = datasets.load_from_disk(path)
         if isinstance(loaded, datasets.DatasetDict):
             return {split: (table, None) for split, table in loaded.items()}
@@ -355,14 +356,6 @@ def read_descriptions(path: str) -> dict[int, dict]:
 
 
 # --- Rules (module docstring) ---
-def repair_mojibake(text: str) -> str:
-    return text if text.isascii() else ftfy.fix_text(text, MOJIBAKE_ONLY)
-
-
-def strip_controls(text: str) -> str:
-    return CONTROL.sub("", text)
-
-
 def strip_signature(text: str) -> str:
     """Rule 1: trailing signature lines removed while another line remains."""
     lines = text.strip().splitlines()
@@ -374,9 +367,9 @@ def strip_signature(text: str) -> str:
 
 
 TEXT_RULES = (
-    ("mojibake_repaired", repair_mojibake),
+    ("mojibake_repaired", lambda text: text if text.isascii() else ftfy.fix_text(text, MOJIBAKE_ONLY)),
     ("zero_width_removed", lambda text: text if text.isascii() else ZERO_WIDTH.sub("", text)),
-    ("control_chars_removed", strip_controls),
+    ("control_chars_removed", functools.partial(CONTROL.sub, "")),
     ("signatures_removed", strip_signature),
 )
 

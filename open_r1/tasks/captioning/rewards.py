@@ -75,10 +75,6 @@ def score_caption_rm(
     completions,
     image=None,
     images=None,
-    scene=None,
-    twist=None,
-    location=None,
-    entities=None,
     *,
     reward_model: str,
     fail_value: float = 0.0,
@@ -87,7 +83,7 @@ def score_caption_rm(
     device: str | None = None,
     batch_size: int = 16,
     log_metric: LogMetric = None,
-    **kwargs,
+    **columns,
 ) -> list[float]:
     n = len(completions)
     parses = [protocol.parse_details(c, max_words) for c in completions]
@@ -96,7 +92,7 @@ def score_caption_rm(
     raw: list[float] = []
     if ok:
         imgs = _images(image, images, n)
-        descs = _descriptions({"scene": scene, "twist": twist, "location": location, "entities": entities}, n)
+        descs = _descriptions(columns, n)  # the description columns TRL passes
         model = get_reward_model(reward_model, device)
         messages = [protocol.rm_messages(descs[i], parses[i].caption) for i in ok]
         raw = [float(s) for s in model.score([imgs[i] for i in ok], messages, batch_size=batch_size)]

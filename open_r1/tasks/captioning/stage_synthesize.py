@@ -67,8 +67,17 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
     """Traces for caption rows (image, caption and description columns); None where dropped. (traces, counts)."""
     use_vllm = cfg.use_vllm and importlib.util.find_spec("vllm") is not None
     records = [rows[i] for i in range(len(rows))]
-    messages = [protocol.synthesis_messages(protocol.description_from_row(r), r["caption"]) for r in records]
-    texts = (_generate_vllm if use_vllm else _generate_hf)(model_path, records, messages, cfg)
+    processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
+    prompts = [
+        processor.apply_chat_template(
+            protocol.synthesis_messages(protocol.description_from_row(r), r["caption"]),
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        for r in records
+    ]
+    images = [r["image"] for r in records]
+    texts = (_generate_vllm if use_vllm else _generate_hf)(model_path, processor, prompts, images, cfg)
     counts = {
         "rows": len(records),
         "kept": 0,
@@ -95,22 +104,15 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
     return traces, counts
 
 
-def _generate_hf(model_path, records, messages, cfg: Config):
-    device = config.device()
-    model = modeling.load_model(model_path).to(device).eval()
-    processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
+def _generate_hf(model_path, processor, prompts, images, cfg: Config):
+    model = modeling.load_model(model_path).to(config.device()).eval()
     texts = []
-    for start in range(0, len(records), cfg.batch_size):
-        chunk = records[start : start + cfg.batch_size]
-        prompts = [
-            processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
-            for m in messages[start : start + cfg.batch_size]
-        ]
+    for start in range(0, len(prompts), cfg.batch_size):
         texts += generation.generate_texts(
             model,
             processor,
-            prompts,
-            [r["image"] for r in chunk],
+            prompts[start : start + cfg.batch_size],
+            images[start : start + cfg.batch_size],
             cfg.max_new_tokens,
             do_sample=True,
             temperature=cfg.temperature,
@@ -122,10 +124,9 @@ def _generate_hf(model_path, records, messages, cfg: Config):
     return texts
 
 
-def _generate_vllm(model_path, records, messages, cfg: Config):  # pragma: no cover - needs vLLM and a GPU
+def _generate_vllm(model_path, processor, prompts, images, cfg: Config):  # pragma: no cover - needs vLLM and a GPU
     from vllm import LLM, SamplingParams  # deferred: optional, heavy
 
-    processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
     llm = LLM(
         model=model_path,
         gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
@@ -139,15 +140,8 @@ def _generate_vllm(model_path, records, messages, cfg: Config):  # pragma: no co
         stop=[protocol.THINK_CLOSE],
         include_stop_str_in_output=True,
     )
-    inputs = [
-        {
-            "prompt": processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True),
-            "multi_modal_data": {"image": r["image"]},
-        }
-        for r, m in zip(records, messages)
-    ]
-    outputs = llm.generate(inputs, params)
-    return [o.outputs[0].text for o in outputs]
+    inputs = [{"prompt": p, "multi_modal_data": {"image": i}} for p, i in zip(prompts, images)]
+    return [o.outputs[0].text for o in llm.generate(inputs, params)]
 
 
 def inputs(cfg, paths, *_) -> dict[str, config.Input]:
