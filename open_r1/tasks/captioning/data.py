@@ -14,7 +14,6 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,15 +30,9 @@ THINKING_COLUMN = "thinking"  # written by trace synthesis (or the stand-in's te
 SE_FROM = ("precision", "std_over_sqrt_votes")
 
 
-def load_captions(
-    path: str | os.PathLike,
-    split: str | None = None,
-    *,
-    check_images: str = "first_per_contest",
-    rename: dict[str, str] | None = None,
-):
+def load_captions(path: str | os.PathLike, split: str | None = None, *, check_images: str = "first_per_contest"):
     """The validated caption dataset at `path` (module docstring). ``check_images``: ``"first_per_contest"``,
-    ``"all"`` or ``"none"``; ``rename``: source column names -> this layout's (e.g. ``HUMOR_R1_RENAME``)."""
+    ``"all"`` or ``"none"``."""
     import datasets
 
     path = os.fspath(path)
@@ -59,12 +52,6 @@ def load_captions(
         if split is None or split not in loaded:
             raise DataError(f"{path} holds splits {sorted(loaded)}; pass split= one of those (got {split!r})")
         loaded = loaded[split]
-    if rename:
-        present = {k: v for k, v in rename.items() if k in loaded.column_names and k != v}
-        clash = sorted(v for v in present.values() if v in loaded.column_names)
-        if clash:
-            raise DataError(f"{path}: cannot rename to {clash}: the dataset already has those columns")
-        loaded = loaded.rename_columns(present)
     if loaded.features.get("image") == datasets.Value("string"):
         loaded = _resolve_image_paths(loaded, path)
     validate_captions(loaded, name=path, check_images=check_images)
@@ -192,6 +179,11 @@ def _top_k_by_contest(dataset, top_k: int, groups: list[list[int]] | None = None
     return [sorted(rows, key=lambda r: (-means[r], -votes[r], r))[:top_k] for rows in groups]
 
 
+def first_rows(dataset, limit: int | None):
+    """The first `limit` rows (None: all)."""
+    return dataset if limit is None else dataset.select(range(min(limit, len(dataset))))
+
+
 def top_k_rows(dataset, top_k: int = 3):
     """The ``top_k`` captions of every contest (`_top_k_by_contest`) in row order: what trace synthesis explains."""
     keep = [row for top in _top_k_by_contest(dataset, top_k) for row in sorted(top)]
@@ -271,13 +263,10 @@ def _end_of_turn(processor) -> str:
     return tail
 
 
-def standard_errors(dataset, se_from: str | Callable[[dict], float] = "precision") -> np.ndarray:
+def standard_errors(dataset, se_from: str = "precision") -> np.ndarray:
     """Each caption's standard error of the mean: ``"precision"`` (the column is the SE, the public data's
-    convention), ``"std_over_sqrt_votes"`` (it is the per-vote SD; 0 votes: infinite, never a pair) or ``row -> se``."""
-    if callable(se_from):
-        table = dataset.select_columns([c for c in dataset.column_names if c != "image"])
-        se = np.array([float(se_from(row)) for row in table], dtype=np.float64)
-    elif se_from == "precision":
+    convention) or ``"std_over_sqrt_votes"`` (it is the per-vote SD; 0 votes: infinite, never a pair)."""
+    if se_from == "precision":
         se = np.asarray(_column(dataset, "precision"), dtype=np.float64)
     elif se_from == "std_over_sqrt_votes":
         std = np.asarray(_column(dataset, "precision"), dtype=np.float64)
@@ -285,7 +274,7 @@ def standard_errors(dataset, se_from: str | Callable[[dict], float] = "precision
         with np.errstate(divide="ignore"):
             se = np.where(votes > 0, std / np.sqrt(np.maximum(votes, 1.0)), np.inf)
     else:
-        raise DataError(f"se_from must be one of {SE_FROM} or a callable row -> se, got {se_from!r}")
+        raise DataError(f"se_from must be one of {SE_FROM}, got {se_from!r}")
     bad = np.flatnonzero(np.isnan(se) | (se < 0))
     if len(bad):
         raise DataError(f"standard error of row {int(bad[0])} is {se[bad[0]]!r}; it must be a number >= 0")
@@ -327,7 +316,7 @@ def _contest_pairs(mean: np.ndarray, se: np.ndarray, k: float, cap: int | None, 
 def pair_indices(
     dataset,
     k: float = 3.0,
-    se_from: str | Callable[[dict], float] = "precision",
+    se_from: str = "precision",
     cap_per_contest: int | None = 1000,
     seed: int = 0,
 ) -> np.ndarray:

@@ -322,9 +322,7 @@ def evaluate_policy(
     ``decoder``: ``generation.generate_texts``'; ``top_p`` / ``top_k`` None: the policy's generation config's."""
     import torch  # deferred: heavy
 
-    rows = cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset
-    if max_cartoons is not None:
-        rows = rows.select(range(min(max_cartoons, len(rows))))
+    rows = cdata.first_rows(cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset, max_cartoons)
     contests = list(rows["contest"])
     images, descs = dict(zip(contests, rows["image"])), dict(zip(contests, cdata.descriptions(rows)))
     prompt_text = {

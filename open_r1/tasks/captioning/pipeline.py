@@ -101,17 +101,10 @@ def write_results(summary: dict, stages, paths: config.Paths, out: str | None) -
     if out:
         os.makedirs(out, exist_ok=True)
         splits = sorted(d for d in os.listdir(paths.results) if d.startswith("eval_"))
-        files = [os.path.join(paths.results, f) for f in ("pipeline.json", "results.md")]
-        files += [os.path.join(paths.results, s, "bon_eval.json") for s in splits]
-        files += [os.path.join(paths.results, s, "bon_curve.png") for s in splits[:2]]
-        for path in [f for f in files if os.path.isfile(f)][:7]:
-            parent = os.path.basename(os.path.dirname(path))
-            shutil.copy(
-                path,
-                os.path.join(
-                    out, os.path.basename(path) if parent == "results" else f"{parent}_{os.path.basename(path)}"
-                ),
-            )
+        files = ["pipeline.json", "results.md", *(f"{s}/bon_eval.json" for s in splits)]
+        files += [f"{s}/bon_curve.png" for s in splits[:2]]
+        for name in [f for f in files if os.path.isfile(os.path.join(paths.results, f))][:7]:
+            shutil.copy(os.path.join(paths.results, name), os.path.join(out, name.replace("/", "_")))  # eval_x_...
     return markdown
 
 

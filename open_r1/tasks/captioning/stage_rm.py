@@ -176,14 +176,9 @@ def scored_splits(cfg, seed) -> list[str]:
     return splits
 
 
-def pair_rule(cfg, seed) -> dict:
-    """The training pairs' ``data.pair_indices`` keyword arguments."""
-    return {"k": cfg.k, "se_from": cfg.se_from, "cap_per_contest": cfg.cap_per_contest, "seed": seed}
-
-
 def training_index(cfg, seed, dataset):
-    """The row indices of the pairs the RM trains on: `pair_rule`, then the ``rm.max_pairs`` prefix."""
-    index = cdata.pair_indices(dataset, **pair_rule(cfg, seed))
+    """The row indices of the pairs the RM trains on (the k-sigma rule), then the ``rm.max_pairs`` prefix."""
+    index = cdata.pair_indices(dataset, cfg.k, cfg.se_from, cfg.cap_per_contest, seed)
     return index[: cfg.max_pairs] if cfg.max_pairs else index
 
 

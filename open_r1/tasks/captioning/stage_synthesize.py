@@ -158,9 +158,7 @@ def outputs(cfg, paths, *_) -> list[str]:
 def run(cfg: Config, paths, seed, top_k) -> dict:
     model_path = config.check_inputs(inputs(cfg, paths))["model"]
     train = cdata.load_captions(paths.split("train"), check_images="none")
-    top = cdata.top_k_rows(train, top_k)
-    if cfg.limit:
-        top = top.select(range(min(cfg.limit, len(top))))
+    top = cdata.first_rows(cdata.top_k_rows(train, top_k), cfg.limit or None)  # limit 0: all
     traces, counts = synthesize(model_path, top, cfg)
     top.add_column(cdata.THINKING_COLUMN, traces).save_to_disk(paths.traces)
     counts["out"] = paths.traces

@@ -59,7 +59,7 @@ class CaptioningTask(Task):
             )
         # a split is picked only from a DatasetDict; a plain dataset dir is the split itself
         dataset = data_lib.load_captions(script_args.dataset_name, split=script_args.dataset_train_split)
-        return _first(data_lib.prompt_rows(dataset), script_args.max_train_samples)
+        return data_lib.first_rows(data_lib.prompt_rows(dataset), script_args.max_train_samples)
 
     generate_hint = (
         "open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out "
@@ -100,7 +100,7 @@ class CaptioningTask(Task):
         return self.settings.caption_eval_reward_model or kwargs.get("reward_model"), kwargs.get("device")
 
     def load_eval_set(self, path, limit=None):
-        return _first(data_lib.prompt_rows(data_lib.load_captions(path)), limit)
+        return data_lib.first_rows(data_lib.prompt_rows(data_lib.load_captions(path)), limit)
 
     def evaluate(self, model, processor, dataset, name, batch_size, limit=None, progress=False):
         path, device = self._rm_settings()
@@ -112,7 +112,7 @@ class CaptioningTask(Task):
         settings = self.settings
         n, temperature = settings.caption_eval_samples, settings.caption_eval_temperature
         max_new_tokens = settings.caption_eval_max_new_tokens or protocol.MAX_NEW_TOKENS
-        dataset = _first(dataset, limit)
+        dataset = data_lib.first_rows(dataset, limit)
         start = time.perf_counter()
         records = evaluate_lib.evaluate_policy(
             model,
@@ -132,11 +132,6 @@ class CaptioningTask(Task):
         metrics = evaluate_lib.policy_metrics(records, bon_ns=(1,))
         metrics.pop("per_cartoon", None)
         return CaptionSetReport(name=name, n=metrics["cartoons"], seconds=seconds, metrics=metrics, records=records)
-
-
-def _first(rows, limit: int | None):
-    """The first `limit` rows (None: all)."""
-    return rows if limit is None else rows.select(range(min(limit, len(rows))))
 
 
 TASK = CaptioningTask
