@@ -375,8 +375,7 @@ def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, see
     groups = list(_contest_groups(dataset).values())
     n = len(groups)
     order = np.random.default_rng(seed).permutation(n)
-    n_val = max(1, round(val_frac * n)) if val_frac > 0 else 0
-    n_test = max(1, round(test_frac * n)) if test_frac > 0 else 0
+    n_val, n_test = (max(1, round(frac * n)) if frac > 0 else 0 for frac in (val_frac, test_frac))
     if n - n_val - n_test < 1:
         raise DataError(f"{n} contests cannot fill val ({n_val}), test ({n_test}) and a train split; add contests")
     parts = {"train": order[n_val + n_test :], "val": order[:n_val], "test": order[n_val : n_val + n_test]}

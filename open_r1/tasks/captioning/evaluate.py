@@ -9,7 +9,6 @@ per-cartoon difference to a baseline with a CI resampling cartoons. From saved r
     python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl --baseline sft --out DIR
 """
 
-import argparse
 import json
 import math
 import os
@@ -20,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from open_r1 import generation
-from open_r1.errors import DataError, OpenR1Error, error_exit
+from open_r1.errors import DataError, OpenR1Error, cli_parser, error_exit
 from open_r1.jsonio import write_json, write_text
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
@@ -83,21 +82,17 @@ def policy_metrics(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> d
     records = list(records)
     cartoons = per_cartoon(records, bon_ns)
     n_samples = {c["n"] for c in cartoons.values()}
-    metrics = {
+    means = ["emitted_sigmoid", "emitted_raw", "fail_as_zero", *(f"bon@{n}" for n in bon_ns)]
+    return {
         "cartoons": len(cartoons),
         "samples": len(records),
         "samples_per_cartoon": min(n_samples) if len(n_samples) == 1 else sorted(n_samples),
         "format_rate": _mean_of(cartoons, "format"),
         "truncated_rate": _mean_of(cartoons, "truncated"),
-        "emitted_sigmoid": _mean_of(cartoons, "emitted_sigmoid"),
-        "emitted_raw": _mean_of(cartoons, "emitted_raw"),
-        "fail_as_zero": _mean_of(cartoons, "fail_as_zero"),
+        **{key: _mean_of(cartoons, key) for key in means},
+        **format_failures(records),
+        "per_cartoon": {str(k): v for k, v in cartoons.items()},
     }
-    for n in bon_ns:
-        metrics[f"bon@{n}"] = _mean_of(cartoons, f"bon@{n}")
-    metrics.update(format_failures(records))
-    metrics["per_cartoon"] = {str(k): v for k, v in cartoons.items()}
-    return metrics
 
 
 def format_failures(records: Sequence[dict], examples: int = 2, max_chars: int = 400) -> dict:
@@ -228,7 +223,7 @@ def markdown_table(report: dict) -> str:
             f"Paired differences to **{report['baseline']}** (policy − baseline, mean over shared cartoons, "
             f"{level} bootstrap CI resampling cartoons):"
         )
-        head = ["policy", "fail-as-0 σ(RM)", f"{bon[-1]}" if bon else "bon", "σ(RM) emitted"]
+        head = ["policy", "fail-as-0 σ(RM)", bon[-1] if bon else "bon", "σ(RM) emitted"]
         rows = [
             [name, _fmt_ci(c["fail_as_zero"]), _fmt_ci(c.get(bon[-1]) if bon else None), _fmt_ci(c["emitted_sigmoid"])]
             for name, c in report["comparisons"].items()
@@ -388,10 +383,8 @@ def read_records(path: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m open_r1.tasks.captioning.evaluate",
-        description="Best-of-N report from per-sample records of several policies.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = cli_parser(
+        "python -m open_r1.tasks.captioning.evaluate", "Best-of-N report from per-sample records of several policies."
     )
     parser.add_argument(
         "--records",
@@ -400,10 +393,10 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=PATH",
         help="a policy name and its records (JSONL), e.g. base=runs/base.jsonl grpo=runs/grpo.jsonl",
     )
-    parser.add_argument("--baseline", default=None, help="policy the others are compared to (paired by cartoon)")
+    parser.add_argument("--baseline", help="policy the others are compared to (paired by cartoon)")
     parser.add_argument("--out", required=True, help="directory for bon_eval.md, bon_eval.json, bon_curve.png")
-    parser.add_argument("--n-boot", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of the CIs")
+    parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
         by_policy = {}

@@ -136,9 +136,9 @@ def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", run=run_pipeli
         metavar="SECTION.KEY=VALUE",
         help="override a recipe key (repeatable), e.g. --set rm.max_seconds=60",
     )
-    parser.add_argument("--stages", nargs="+", default=None, choices=names, help="a subset, in order (none given: all)")
+    parser.add_argument("--stages", nargs="+", choices=names, help="a subset, in order (none given: all)")
     parser.add_argument("--help-recipe", action="store_true", help="list every recipe key with its default and help")
-    parser.add_argument("--out", default=None, help="copy the small result files here")
+    parser.add_argument("--out", help="copy the small result files here")
     args = parser.parse_args(argv)
     if args.help_recipe:
         print(recipe_help(stages, run_config))

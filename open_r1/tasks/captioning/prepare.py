@@ -600,9 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--val-frac", type=float, default=0.1, help="share of contests in val")
     parser.add_argument("--test-frac", type=float, default=0.1, help="share of contests in test")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split by contest (--ratings)")
-    parser.add_argument(
-        "--resplit", type=int, default=None, metavar="SEED", help="--hub: split by contest with SEED, not the Hub's"
-    )
+    parser.add_argument("--resplit", type=int, metavar="SEED", help="--hub: split by contest with SEED, not the Hub's")
     parser.add_argument(
         "--keep-raw", action="store_true", help="leave caption text as published (lines joined; rule 1 of the doc)"
     )

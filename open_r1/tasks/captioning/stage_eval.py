@@ -68,18 +68,8 @@ def policies(cfg, paths, grpo_seeds) -> dict[str, str]:
 
 def sampling_kwargs(cfg, seed) -> dict:
     """`evaluate.evaluate_policy`'s sampling settings from the ``eval`` section (the ratings round's too)."""
-    return dict(
-        n=cfg.n,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        batch_size=cfg.batch_size,
-        seed=seed,
-        max_cartoons=cfg.limit,
-        use_stop=cfg.use_stop,
-        decoder=cfg.decoder,
-        top_p=cfg.top_p,
-        top_k=cfg.top_k,
-    )
+    names = ("n", "max_new_tokens", "temperature", "batch_size", "use_stop", "decoder", "top_p", "top_k")
+    return {**{name: getattr(cfg, name) for name in names}, "seed": seed, "max_cartoons": cfg.limit}
 
 
 def check(cfg, paths, seed, grpo_seeds) -> None:
