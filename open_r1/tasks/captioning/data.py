@@ -154,7 +154,7 @@ def _decode_image(cell: Any, row: int, name: str) -> None:
 
 
 def _contest_groups(dataset) -> dict[Any, list[int]]:
-    groups: dict[Any, list[int]] = {}
+    groups = {}
     for row, contest in enumerate(_column(dataset, "contest")):
         groups.setdefault(contest, []).append(row)
     return groups
@@ -205,7 +205,7 @@ def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, pr
     top = top_k_rows(dataset, top_k)
     desc_cols = _description_columns(top)
     table = top.select_columns(["contest", "caption", thinking_column, *desc_cols])
-    out: dict[str, list] = {"prompt": [], "completion": [], "contest": []}
+    out = {"prompt": [], "completion": [], "contest": []}
     end_of_turn = _end_of_turn(processor) if processor is not None else None
     # a template whose generation prompt does not open the think block (an Instruct model): the completion opens it
     think_open = "" if processor is None or generation_prompt_opens_think(processor) else protocol.THINK_OPEN + "\n"

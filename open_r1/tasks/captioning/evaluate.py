@@ -29,7 +29,7 @@ BON_NS = (1, 2, 4, 8)
 
 
 def _group(records: Iterable[dict]) -> dict[Any, list[dict]]:
-    groups: dict[Any, list[dict]] = {}
+    groups = {}
     for record in records:
         groups.setdefault(record["contest"], []).append(record)
     for contest, rows in groups.items():
@@ -98,8 +98,8 @@ def policy_metrics(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> d
 def format_failures(records: Sequence[dict], examples: int = 2, max_chars: int = 400) -> dict:
     """``format_failures`` ({parser reason: count}), ``top_failure`` (the commonest or None) and a few
     ``example_completions`` ({"failed": [...], "parsed": [...]}, cut to ``max_chars``)."""
-    counts: Counter = Counter()
-    shown: dict[str, list[str]] = {"failed": [], "parsed": []}
+    counts = Counter()
+    shown = {"failed": [], "parsed": []}
     for r in records:
         text = r.get("completion")
         kind = "parsed" if r.get("caption") is not None else "failed"
@@ -327,11 +327,11 @@ def evaluate_policy(
     position = {c: i for i, c in enumerate(contests)}
     jobs = [(c, k) for c in contests for k in range(n)]
     sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k} if do_sample else {}
-    gen_kwargs: dict[str, Any] = {k: v for k, v in sampling.items() if v is not None}
+    gen_kwargs = {k: v for k, v in sampling.items() if v is not None}
     if use_stop:
         gen_kwargs.update(stop_strings=list(protocol.STOP), tokenizer=processor.tokenizer)
     torch.manual_seed(seed)
-    records: list[dict] = []
+    records = []
     for start in range(0, len(jobs), batch_size):
         batch = jobs[start : start + batch_size]
         texts, lengths, truncated = generation.generate_texts(

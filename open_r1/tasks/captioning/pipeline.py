@@ -32,7 +32,7 @@ def preflight(recipe, stages, run: list[str]) -> None:
     """Each run stage's own checks, and its inputs on disk or written by a stage that runs before it: a chain whose
     work_dir is gone fails at once naming the stage to run, not minutes in."""
     makers = {path: stage.NAME for stage in stages for path in outputs(recipe, stage)}
-    produced: list[str] = []
+    produced = []
     for stage in stages:
         if stage.NAME in run:
             args = recipe.args(stage)

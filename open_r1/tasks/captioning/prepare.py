@@ -411,7 +411,7 @@ def merge_copies(copies: list[tuple]) -> tuple[float, float, int]:
 def contest_rows(files: list[tuple], report: Counter, top_k: int, keep_raw: bool = False) -> list[tuple]:
     """(caption, mean, precision, votes) of one contest after rules 1-6, in source-file order."""
     report["contests_with_several_files"] += len(files) > 1
-    copies: dict[str, list] = {}
+    copies = {}
     for index, (_, rows) in enumerate(files):
         for raw, mean, precision, votes, cats in rows:
             report["vote_count_mismatches"] += cats is not None and cats != votes

@@ -58,7 +58,7 @@ def _images(image: Any, images: Any, n: int) -> list:
 
 
 def _descriptions(columns: dict[str, Any], n: int) -> list[dict]:
-    descs: list[dict] = [{} for _ in range(n)]
+    descs = [{} for _ in range(n)]
     for field in protocol.DESCRIPTION_FIELDS:
         values = columns.get(field)
         if values is None:
@@ -89,7 +89,7 @@ def score_caption_rm(
     parses = [protocol.parse_details(c, max_words) for c in completions]
     ok = [i for i, p in enumerate(parses) if p.ok]
     rewards = [float(fail_value)] * n
-    raw: list[float] = []
+    raw = []
     if ok:
         imgs = _images(image, images, n)
         descs = _descriptions(columns, n)  # the description columns TRL passes

@@ -102,7 +102,7 @@ def run(cfg: Config, paths, seed, grpo_seeds, measure=ev) -> dict:
     rm = load_reward_model(found["rm"], device=device)
     named, score = policies(cfg, paths, grpo_seeds), getattr(measure, "score", None)
     data = {s: cdata.load_captions(paths.split(s), check_images="none") for s in cfg.splits}
-    records: dict[str, dict[str, list]] = {s: {} for s in cfg.splits}
+    records = {s: {} for s in cfg.splits}
     timings = {}
     for name, path in named.items():
         started = time.time()

@@ -116,11 +116,11 @@ def index_pair_rows(dataset, index, blind: bool = False, swap: bool = False) -> 
     (``rejected_image``)."""
     columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
     contests, captions = columns["contest"], columns["caption"]
-    first: dict = {}
+    first = {}
     for row in range(len(contests)) if swap else index[:, 0].tolist():  # swap: each contest's first row
         first.setdefault(contests[row], row)
     images = contest_images(dataset, first, blind)
-    prompts: dict = {}  # chosen row -> its prompt, built once
+    prompts = {}  # chosen row -> its prompt, built once
     rows = []
     for chosen, rejected in index.tolist():
         contest = contests[chosen]

@@ -87,7 +87,7 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
         "leaks_caption": 0,
         "engine": "vllm" if use_vllm else "hf",
     }
-    traces: list[str | None] = []
+    traces = []
     for record, text in zip(records, texts):
         thinking, reason = split_trace(text, cfg.close_unterminated)  # no closing tag: truncated (or closed)
         if thinking is not None and protocol.trace_leaks_caption(thinking, record["caption"]):
