@@ -285,12 +285,6 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def cuda_devices() -> int:
-    import torch  # deferred: heavy
-
-    return torch.cuda.device_count()
-
-
 def check_device(key: str, value) -> None:
     """A RecipeError, before any model loads, unless `value` ('cpu', 'cuda', 'cuda:N') is a device of this machine."""
     import torch  # deferred: heavy
@@ -299,7 +293,7 @@ def check_device(key: str, value) -> None:
         found = torch.device(value)
     except (RuntimeError, TypeError):
         raise RecipeError(f"{key} {value!r} is not a device; use cpu, cuda or cuda:N (--set {key}=...)") from None
-    count = cuda_devices()
+    count = torch.cuda.device_count()
     if found.type == "cuda" and (found.index or 0) >= count:
         have = f"cuda:0 .. cuda:{count - 1}" if count else "no CUDA device: use cpu"
         raise RecipeError(f"{key} {value!r} is not on this machine ({have}); --set {key}=... to one that is")

@@ -169,10 +169,10 @@ def evaluate_records(
     return {"baseline": baseline, "policies": policies, "comparisons": comparisons}
 
 
-def _fmt(value: Any, pct: bool = False, digits: int = 3) -> str:
+def _fmt(value: Any, pct: bool = False) -> str:
     if value is None:
         return "–"
-    return f"{100 * value:.1f}" if pct else f"{value:.{digits}f}"
+    return f"{100 * value:.1f}" if pct else f"{value:.3f}"
 
 
 def _fmt_ci(entry: dict | None) -> str:

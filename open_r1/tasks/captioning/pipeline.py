@@ -45,13 +45,16 @@ def preflight(recipe, stages, run: list[str]) -> None:
 def run_pipeline(recipe, stages=STAGES, run: list[str] | None = None, out: str | None = None, runner=None) -> dict:
     """Run the `run` stages (default: all) of `stages` in order; `runner(stage) -> (start time, result)` (default:
     the stage's `run`; the stand-in's runs sub-jobs as processes)."""
+    import torch  # deferred: heavy
+
     run = [stage.NAME for stage in stages] if run is None else list(run)
     runner = runner or (lambda stage: (time.time(), stage.run(*recipe.args(stage))))
     preflight(recipe, stages, run)  # before anything is written into the work_dir
     paths = recipe.paths
     summary_path = os.path.join(paths.results, "pipeline.json")
     summary = read_json(summary_path, default=None) or {"stages": {}}
-    summary.update(recipe=recipe.path, device=_device_name())
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    summary.update(recipe=recipe.path, device=device)
     started = time.time()
     by_name = {stage.NAME: stage for stage in stages}
     for name in run:
@@ -65,12 +68,6 @@ def run_pipeline(recipe, stages=STAGES, run: list[str] | None = None, out: str |
     write_json(summary_path, summary)
     config.log(f"[pipeline] done in {summary['total_seconds']:.0f} s\n{write_results(summary, stages, paths, out)}")
     return summary
-
-
-def _device_name() -> str:
-    import torch  # deferred: heavy
-
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
 def results_markdown(summary: dict, stages=STAGES) -> str:
@@ -123,9 +120,8 @@ def recipe_help(stages, run_config: type = config.RunConfig) -> str:
     return "\n".join(lines) + "\ngrpo.*: any open_r1.grpo recipe key (open-r1-grpo --help-all)"
 
 
-def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", run=run_pipeline, run_config=None) -> int:
+def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", run=run_pipeline, run_config=config.RunConfig) -> int:
     """The CLI over `stages`; `run` (a runner) and `run_config` (the top-level keys): the stand-in's."""
-    run_config = run_config or config.RunConfig
     names = [stage.NAME for stage in stages]
     parser = cli_parser(prog, __doc__)
     parser.add_argument("--config", help="the recipe (configs/captioning/*.yaml); required but for --help-recipe")

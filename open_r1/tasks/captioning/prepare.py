@@ -236,9 +236,8 @@ def _load_part(root: str, part: str, needed: bool) -> dict:
         )
     if any(os.path.isfile(os.path.join(path, name)) for name in ("dataset_dict.json", "state.json")):
         loaded = datasets.load_from_disk(path)
-        if isinstance(loaded, datasets.DatasetDict):
-            return {split: (table, None) for split, table in loaded.items()}
-        return {"": (loaded, None)}
+        splits = loaded.items() if isinstance(loaded, datasets.DatasetDict) else [("", loaded)]
+        return {split: (table, None) for split, table in splits}
     files = defaultdict(list)
     for folder, _, found in sorted(os.walk(path)):
         for name in sorted(found):
@@ -290,8 +289,9 @@ def hub_source(root: str, report: Counter):
     ids = np.asarray(ratings.column("contest").to_numpy(zero_copy_only=False), dtype=np.int64)
     order = np.argsort(ids, kind="stable")
     bounds = np.flatnonzero(np.diff(ids[order])) + 1
-    named = all(s in HUB_SPLITS for s in order_of_splits)
-    hub_splits = {int(ids[r[0]]): HUB_SPLITS[order_of_splits[split_of_row[r[0]]]] for r in np.split(order, bounds)}
+    hub_splits = {}  # when every ratings split is named
+    if all(s in HUB_SPLITS for s in order_of_splits):
+        hub_splits = {int(ids[r[0]]): HUB_SPLITS[order_of_splits[split_of_row[r[0]]]] for r in np.split(order, bounds)}
 
     def contests():
         for rows in np.split(order, bounds):
@@ -332,7 +332,7 @@ def hub_source(root: str, report: Counter):
                 report["cartoons_matched_by_position"] += contest is not None
             if contest is not None and cell.get("bytes"):
                 cartoons[int(contest)] = cell["bytes"]
-    return contests(), cartoons, descriptions, (hub_splits if named else {})
+    return contests(), cartoons, descriptions, hub_splits
 
 
 def read_descriptions(path: str) -> dict[int, dict]:
@@ -343,11 +343,8 @@ def read_descriptions(path: str) -> dict[int, dict]:
                 if path.endswith(".jsonl")
                 else list(csv.DictReader(handle))
             )
-        out = {}
-        for row in rows:
-            row = {data.HUMOR_R1_RENAME.get(k, k): v for k, v in row.items()}
-            out[int(row["contest"])] = row
-        return out
+        renamed = ({data.HUMOR_R1_RENAME.get(k, k): v for k, v in row.items()} for row in rows)
+        return {int(row["contest"]): row for row in renamed}
     except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
         raise DataError(
             f"--descriptions {path}: unreadable ({exc!r}); give a csv or jsonl with a contest (or "

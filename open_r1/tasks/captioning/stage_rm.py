@@ -146,10 +146,7 @@ def index_pair_rows(dataset, index, blind: bool = False, swap: bool = False) -> 
 def held_out_index(cfg, paths, seed, split: str):
     """(the split's dataset, the row indices of its held-out pairs)."""
     dataset = cdata.load_captions(paths.split(split), check_images="none")
-    index = cdata.pair_indices(
-        dataset, k=cfg.k, se_from=cfg.se_from, cap_per_contest=cfg.eval_cap_per_contest, seed=seed + 7
-    )
-    return dataset, index
+    return dataset, cdata.pair_indices(dataset, cfg.k, cfg.se_from, cfg.eval_cap_per_contest, seed + 7)
 
 
 def _progress(label: str, every_s: float = 15.0):

@@ -78,15 +78,8 @@ def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list
     ]
     images = [r["image"] for r in records]
     texts = (_generate_vllm if use_vllm else _generate_hf)(model_path, processor, prompts, images, cfg)
-    counts = {
-        "rows": len(records),
-        "kept": 0,
-        "closed": 0,
-        "truncated": 0,
-        "empty": 0,
-        "leaks_caption": 0,
-        "engine": "vllm" if use_vllm else "hf",
-    }
+    reasons = ("kept", "closed", "truncated", "empty", "leaks_caption")
+    counts = {"rows": len(records), **dict.fromkeys(reasons, 0), "engine": "vllm" if use_vllm else "hf"}
     traces = []
     for record, text in zip(records, texts):
         thinking, reason = split_trace(text, cfg.close_unterminated)  # no closing tag: truncated (or closed)

@@ -79,9 +79,8 @@ class CaptioningTask(Task):
         )
         texts, _, _ = generate_texts(model, processor, [prompt], [self.probe_image()], protocol.MAX_NEW_TOKENS)
         parsed = protocol.parse_details(texts[0])
-        if not parsed.ok:
-            return texts[0], f"the sample completion has no parseable caption ({parsed.reason}): {one_line(texts[0])}"
-        return texts[0], None
+        problem = f"the sample completion has no parseable caption ({parsed.reason}): {one_line(texts[0])}"
+        return texts[0], None if parsed.ok else problem
 
     def training_meta(self) -> dict:
         sha = hashlib.sha1(protocol.SYSTEM_PROMPT.encode()).hexdigest()[:12]
