@@ -190,28 +190,28 @@ def top_k_rows(dataset, top_k: int = 3):
     return dataset.select(keep)
 
 
-def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, processor=None):
+def sft_rows(dataset, top_k: int = 3, processor=None):
     """TRL prompt-completion VLM rows (prompt, completion, images, contest) of the top-k captions with a trace.
 
     With ``processor``: text rows (generation prompt; ``format_target`` + end of turn), since Qwen3 Thinking
     templates rewrite an assistant turn's think block, so conversational rows would not train on what is generated.
     """
-    if thinking_column not in dataset.column_names:
+    if THINKING_COLUMN not in dataset.column_names:
         raise DataError(
-            f"sft_rows needs a {thinking_column!r} column (the synthesized trace of each caption); it "
+            f"sft_rows needs a {THINKING_COLUMN!r} column (the synthesized trace of each caption); it "
             f"has {dataset.column_names}. Run trace synthesis on data.top_k_rows(dataset) first (or, on "
             "the stand-in, standin.captioning.cartoons.add_templated_thinking)"
         )
     top = top_k_rows(dataset, top_k)
     desc_cols = _description_columns(top)
-    table = top.select_columns(["contest", "caption", thinking_column, *desc_cols])
+    table = top.select_columns(["contest", "caption", THINKING_COLUMN, *desc_cols])
     out = {"prompt": [], "completion": [], "contest": []}
     end_of_turn = _end_of_turn(processor) if processor is not None else None
     # a template whose generation prompt does not open the think block (an Instruct model): the completion opens it
     think_open = "" if processor is None or generation_prompt_opens_think(processor) else protocol.THINK_OPEN + "\n"
     keep = []
     for row, record in enumerate(table):
-        thinking = record[thinking_column]
+        thinking = record[THINKING_COLUMN]
         if thinking is None or not str(thinking).strip():
             continue
         keep.append(row)
@@ -361,7 +361,7 @@ def image_negative_indices(dataset, n: int, top_k: int = 3, seed: int = 0) -> np
     pick = rng.random(n)
     chosen = [tops[c][int(u * len(tops[c]))] for c, u in zip(own.tolist(), pick.tolist())]
     firsts = [groups[c][0] for c in other.tolist()]
-    return np.asarray([chosen, firsts], dtype=np.int64).T.reshape(n, 2)
+    return np.asarray([chosen, firsts], dtype=np.int64).T  # (n, 2), also for n = 0
 
 
 def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, seed: int = 0):

@@ -489,8 +489,9 @@ def prepare(args: argparse.Namespace) -> dict:
     own = lambda path: os.path.isfile(os.path.join(path, REPORT))  # noqa: E731 - a prepared set has its report
     check_target(out, "--out", "a prepared data set", inputs, own=own, force=args.force)
     report = Counter({**dict.fromkeys(COUNTS, 0), "bad_rows_where": [], "text_fix_examples": {}, "contest_files": {}})
-    source = hub_source(args.hub, report) if args.hub else ratings_source(args.ratings, report)
-    contests, cartoons, descriptions, hub_splits = source
+    contests, cartoons, descriptions, hub_splits = (
+        hub_source(args.hub, report) if args.hub else ratings_source(args.ratings, report)
+    )
     keep_hub = bool(hub_splits) and args.resplit is None
     seed = args.seed if args.resplit is None else args.resplit
     if args.descriptions:
