@@ -34,6 +34,7 @@ def load_captions(path: str | os.PathLike, split: str | None = None, *, check_im
     """The validated caption dataset at `path` (module docstring). ``check_images``: ``"first_per_contest"``,
     ``"all"`` or ``"none"``."""
     import datasets
+    import pyarrow.compute as pc
 
     path = os.fspath(path)
     if not os.path.isdir(path):
@@ -52,19 +53,11 @@ def load_captions(path: str | os.PathLike, split: str | None = None, *, check_im
         if split is None or split not in loaded:
             raise DataError(f"{path} holds splits {sorted(loaded)}; pass split= one of those (got {split!r})")
         loaded = loaded[split]
-    if loaded.features.get("image") == datasets.Value("string"):
-        loaded = _resolve_image_paths(loaded, path)
+    if loaded.features.get("image") == datasets.Value("string"):  # relative paths: absolute ones, by an Arrow join
+        absolute = pc.binary_join_element_wise(os.path.abspath(path) + os.sep, loaded.data.column("image"), "")
+        loaded = loaded.remove_columns("image").add_column("image", absolute).cast_column("image", datasets.Image())
     validate_captions(loaded, name=path, check_images=check_images)
     return loaded
-
-
-def _resolve_image_paths(dataset, path: str):
-    """Relative image paths -> a ``datasets.Image`` column of absolute ones (an Arrow join: no cache file written)."""
-    import datasets
-    import pyarrow.compute as pc
-
-    absolute = pc.binary_join_element_wise(os.path.abspath(path) + os.sep, dataset.data.column("image"), "")
-    return dataset.remove_columns("image").add_column("image", absolute).cast_column("image", datasets.Image())
 
 
 # The public humor-r1 data (yguooo/newyorker_caption_ranking) names the description fields canny / uncanny.
@@ -137,20 +130,17 @@ def validate_captions(dataset, name: str = "caption dataset", check_images: str 
         rows = range(len(dataset))
     else:
         rows = [group[0] for group in _contest_groups(dataset).values()]  # ascending: groups in order of first row
-    raw = dataset.cast_column("image", datasets.Image(decode=False))
-    for row in rows:
-        _decode_image(raw[row]["image"], row, name)
-
-
-def _decode_image(cell: Any, row: int, name: str) -> None:
     from PIL import Image  # deferred: heavy
 
-    try:
-        if not cell or not (cell.get("bytes") or cell.get("path")):
-            raise ValueError("no image bytes or path")
-        Image.open(io.BytesIO(cell["bytes"]) if cell.get("bytes") else cell["path"]).load()
-    except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
-        raise DataError(f"{name} row {row}: unreadable image ({exc}); re-encode or drop that cartoon") from None
+    raw = dataset.cast_column("image", datasets.Image(decode=False))
+    for row in rows:
+        cell = raw[row]["image"]
+        try:
+            if not cell or not (cell.get("bytes") or cell.get("path")):
+                raise ValueError("no image bytes or path")
+            Image.open(io.BytesIO(cell["bytes"]) if cell.get("bytes") else cell["path"]).load()
+        except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
+            raise DataError(f"{name} row {row}: unreadable image ({exc}); re-encode or drop that cartoon") from None
 
 
 def _contest_groups(dataset) -> dict[Any, list[int]]:

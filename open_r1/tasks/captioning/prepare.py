@@ -97,6 +97,7 @@ SIGNATURE = re.compile(
 # the Hub's parts: humor-r1's config name (a save_to_disk folder), then the repository's folder
 HUB_PARTS = {"1_rating": ("1_rating", "ranking"), "2_gpt4o_description": ("2_gpt4o_description", "gpt4o_description")}
 HUB_SPLITS = {"train": "train", "validation": "val", "val": "val", "test": "test"}
+SPLIT_NAME = re.compile(r"(train|validation|val|test)(?![a-z])")
 REPORT = "prepare_report.json"
 COUNTS = (
     "contests_read",
@@ -200,15 +201,6 @@ def read_summary(path: str, report: Counter | None = None) -> list[tuple]:
         raise DataError(f"{path} is not a readable UTF-8 csv ({exc}); re-download or remove the file") from None
 
 
-def _hub_split(path: str) -> str:
-    """The split a Hub file holds: ``train.jsonl``, ``validation-00000-of-00001.parquet``, or a split folder."""
-    for name in (os.path.basename(path), os.path.basename(os.path.dirname(path))):
-        match = re.match(r"(train|validation|val|test)(?![a-z])", name)
-        if match:
-            return match[1]
-    return ""
-
-
 def _load_part(root: str, part: str, needed: bool) -> dict:
     """{split: (dataset, its file or None)} of a Hub part: a save_to_disk Dataset ('' split) or DatasetDict, or the
     repository's files (jsonl or parquet, the split in the file name); {} if absent and not `needed`."""
@@ -241,8 +233,11 @@ def _load_part(root: str, part: str, needed: bool) -> dict:
     files = defaultdict(list)
     for folder, _, found in sorted(os.walk(path)):
         for name in sorted(found):
-            if name.endswith((".parquet", ".jsonl")):
-                files[_hub_split(os.path.join(folder, name))].append(os.path.join(folder, name))
+            if name.endswith(
+                (".parquet", ".jsonl")
+            ):  # its split: ``train.jsonl``, ``validation-0...``, or its folder's
+                split = next((m[1] for n in (name, os.path.basename(folder)) if (m := SPLIT_NAME.match(n))), "")
+                files[split].append(os.path.join(folder, name))
     if not files:
         raise DataError(f"{path} holds no save_to_disk dataset, jsonl or parquet files; download the part again")
     out = {}
