@@ -283,13 +283,13 @@ def hub_source(root: str, report: Counter):
     row_in_split = np.concatenate([np.arange(t.num_rows) for t in tables])
     ids = np.asarray(ratings.column("contest").to_numpy(zero_copy_only=False), dtype=np.int64)
     order = np.argsort(ids, kind="stable")
-    bounds = np.flatnonzero(np.diff(ids[order])) + 1
+    groups = np.split(order, np.flatnonzero(np.diff(ids[order])) + 1)  # the rows of each contest
     hub_splits = {}  # when every ratings split is named
     if all(s in HUB_SPLITS for s in order_of_splits):
-        hub_splits = {int(ids[r[0]]): HUB_SPLITS[order_of_splits[split_of_row[r[0]]]] for r in np.split(order, bounds)}
+        hub_splits = {int(ids[r[0]]): HUB_SPLITS[order_of_splits[split_of_row[r[0]]]] for r in groups}
 
     def contests():
-        for rows in np.split(order, bounds):
+        for rows in groups:
             part = ratings.take(rows).to_pydict()
             cats = zip(*(part[c] for c in CATEGORIES)) if has_cats else [None] * len(rows)
             kept = []

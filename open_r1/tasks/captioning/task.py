@@ -108,22 +108,19 @@ class CaptioningTask(Task):
                 "the captioning evaluation scores with the reward model: set "
                 "reward_kwargs.caption_rm.reward_model (or caption_eval_reward_model) in the recipe"
             )
-        settings = self.settings
-        n, temperature = settings.caption_eval_samples, settings.caption_eval_temperature
-        max_new_tokens = settings.caption_eval_max_new_tokens or protocol.MAX_NEW_TOKENS
-        dataset = data_lib.first_rows(dataset, limit)
+        settings, temperature = self.settings, self.settings.caption_eval_temperature
         start = time.perf_counter()
         records = evaluate_lib.evaluate_policy(
             model,
             processor,
             dataset,
             get_reward_model(path, device),
-            n=n,
-            max_new_tokens=max_new_tokens,
+            n=settings.caption_eval_samples,
+            max_new_tokens=settings.caption_eval_max_new_tokens or protocol.MAX_NEW_TOKENS,
             do_sample=temperature is not None,
             temperature=temperature if temperature is not None else 1.0,
             batch_size=batch_size,
-            seed=0,
+            max_cartoons=limit,
         )
         return self.report_from_records(name, records, time.perf_counter() - start)
 
