@@ -120,8 +120,7 @@ def validate_captions(dataset, name: str = "caption dataset", check_images: str 
             raise DataError(f"{name} row {row}: empty caption {value!r}; drop rows without a caption")
         if "\n" in value.strip() or "\r" in value.strip():
             raise DataError(f"{name} row {row}: caption {value!r} spans several lines; captions are one line")
-    contests = _column(dataset, "contest")
-    for row, value in enumerate(contests):
+    for row, value in enumerate(_column(dataset, "contest")):
         if value is None or (isinstance(value, str) and not value.strip()):
             raise DataError(f"{name} row {row}: missing contest id; every caption needs the id of its cartoon")
     if check_images == "none":

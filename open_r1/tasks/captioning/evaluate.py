@@ -181,7 +181,7 @@ def _fmt_ci(entry: dict | None) -> str:
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     """A markdown table's lines."""
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(row) + " |" for row in rows)]
+    return [f"| {' | '.join(head)} |", "|" + "---|" * len(head), *(f"| {' | '.join(row)} |" for row in rows)]
 
 
 def markdown_table(report: dict) -> str:

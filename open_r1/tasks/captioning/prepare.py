@@ -537,14 +537,14 @@ def prepare(args: argparse.Namespace) -> dict:
                     continue
                 if not rows:
                     continue
-                desc = descriptions.get(contest)
-                report["contests_without_description"] += bool(desc_cols) and desc is None
+                desc = descriptions.get(contest, {})
+                report["contests_without_description"] += bool(desc_cols) and not desc
                 image = f"../images/{os.path.basename(placed)}"  # relative to each split's folder (data.py)
                 batch = {
                     "contest": [contest] * len(rows),
                     "image": [image] * len(rows),
-                    **{name: [r[i] for r in rows] for i, name in enumerate(("caption", "mean", "precision", "votes"))},
-                    **{c: [protocol.field_text((desc or {}).get(c))] * len(rows) for c in desc_cols},
+                    **dict(zip(("caption", "mean", "precision", "votes"), map(list, zip(*rows)))),
+                    **{c: [protocol.field_text(desc.get(c))] * len(rows) for c in desc_cols},
                 }
                 writer.write_batch(pa.RecordBatch.from_pydict(batch, schema=features.arrow_schema))
         with pa.memory_map(staging) as source:
