@@ -320,12 +320,11 @@ def evaluate_policy(
     rows = cdata.first_rows(cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset, max_cartoons)
     contests = list(rows["contest"])
     images, descs = dict(zip(contests, rows["image"])), dict(zip(contests, cdata.descriptions(rows)))
-    prompt_text = {
-        c: processor.apply_chat_template(protocol.build_messages(descs[c]), tokenize=False, add_generation_prompt=True)
+    prompts = [
+        processor.apply_chat_template(protocol.build_messages(descs[c]), tokenize=False, add_generation_prompt=True)
         for c in contests
-    }
-    position = {c: i for i, c in enumerate(contests)}
-    jobs = [(c, k) for c in contests for k in range(n)]
+    ]
+    jobs = [(i, k) for i in range(len(contests)) for k in range(n)]  # (the cartoon's prompt row, the sample)
     sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k} if do_sample else {}
     gen_kwargs = {k: v for k, v in sampling.items() if v is not None}
     if use_stop:
@@ -337,19 +336,19 @@ def evaluate_policy(
         texts, lengths, truncated = generation.generate_texts(
             model,
             processor,
-            [prompt_text[c] for c, _ in batch],
-            [images[c] for c, _ in batch],
+            [prompts[i] for i, _ in batch],
+            [images[contests[i]] for i, _ in batch],
             max_new_tokens,
             do_sample=do_sample,
             decoder=decoder,
             **gen_kwargs,
         )
-        for (c, k), text, length, trunc in zip(batch, texts, lengths, truncated):
+        for (i, k), text, length, trunc in zip(batch, texts, lengths, truncated):
             parsed = protocol.parse_details(text)
             records.append(
                 {
-                    "contest": c,
-                    "index": position[c],
+                    "contest": contests[i],
+                    "index": i,
                     "sample_index": k,
                     "completion": text,
                     "caption": parsed.caption,

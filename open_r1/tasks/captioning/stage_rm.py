@@ -269,12 +269,13 @@ def score_held_out(cfg, paths, seed, model, blind: bool, tag: str = "[rm]", spli
         if not os.path.isdir(paths.split(split)):
             continue
         t0 = time.time()
-        held = index_pair_rows(*held_out_index(cfg, paths, seed, split), blind=blind)
+        dataset, index = held_out_index(cfg, paths, seed, split)
+        held = index_pair_rows(dataset, index, blind=blind)
         config.log(f"{tag} {split}: scoring {len(held)} held-out pairs (built in {time.time() - t0:.1f} s)")
         result = rm_lib.evaluate_pairs(
             model, held, batch_size=cfg.eval_batch_size, seed=seed, progress=_progress(f"{tag} {split}")
         )
-        swap = image_swap_accuracy(cfg, paths, seed, model, split, blind)
+        swap = image_swap_accuracy(cfg, seed, model, dataset, blind)
         if swap is not None:
             result["image_swap"] = swap
             config.log(
@@ -290,11 +291,10 @@ def score_held_out(cfg, paths, seed, model, blind: bool, tag: str = "[rm]", spli
     return results
 
 
-def image_swap_accuracy(cfg, paths, seed, model, split: str, blind: bool) -> dict | None:
+def image_swap_accuracy(cfg, seed, model, dataset, blind: bool) -> dict | None:
     """Does the RM read the image? The share of ``rm.eval_image_swaps`` top captions it scores higher under their
     own cartoon than another's, with the by-contest CI (0.5 when blind); None for 0 swaps or under two contests."""
     n = cfg.eval_image_swaps
-    dataset = cdata.load_captions(paths.split(split), check_images="none")
     if not n or len(set(dataset["contest"])) < 2:
         return None
     index = cdata.image_negative_indices(dataset, n, top_k=cfg.image_negative_top_k, seed=seed + 13)
