@@ -259,10 +259,9 @@ def write_report(
     report: dict, out_dir: str, records_by_policy: dict[str, list[dict]] | None = None, table: str | None = None
 ) -> dict[str, str]:
     """``bon_eval.md`` (`table` or `markdown_table`), ``bon_eval.json``, ``bon_curve.png``, ``samples.jsonl``."""
-    os.makedirs(out_dir, exist_ok=True)
     names = {"markdown": "bon_eval.md", "json": "bon_eval.json", "plot": "bon_curve.png"}
     paths = {kind: os.path.join(out_dir, name) for kind, name in names.items()}
-    write_text(paths["markdown"], markdown_table(report) if table is None else table)
+    write_text(paths["markdown"], markdown_table(report) if table is None else table)  # (makes out_dir)
     write_json(paths["json"], report)
     plot_bon(report, paths["plot"])
     if records_by_policy is not None:

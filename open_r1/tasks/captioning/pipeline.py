@@ -93,8 +93,7 @@ def results_markdown(summary: dict, stages=STAGES) -> str:
 def write_results(summary: dict, stages, paths: config.Paths, out: str | None) -> str:
     """``results.md``, and with `out` the small result files copied there (flat, at most 7)."""
     markdown = results_markdown(summary, stages)
-    os.makedirs(paths.results, exist_ok=True)
-    write_text(os.path.join(paths.results, "results.md"), markdown)
+    write_text(os.path.join(paths.results, "results.md"), markdown)  # (makes the folder)
     if out:
         os.makedirs(out, exist_ok=True)
         splits = sorted(d for d in os.listdir(paths.results) if d.startswith("eval_"))

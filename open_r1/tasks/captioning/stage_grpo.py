@@ -16,7 +16,6 @@ from typing import NamedTuple
 from open_r1 import grpo, modeling
 from open_r1.checks import check_loss_type
 from open_r1.errors import RecipeError, RewardConfigError
-from open_r1.grpo import recipe_keys
 from open_r1.rewards import parse_reward_kwargs
 from open_r1.run.budget import TimeBudgetCallback
 from open_r1.run.keep_best import has_weights, resolve_export_checkpoint
@@ -84,7 +83,7 @@ def parse(mapping, paths, settings_class: type = Settings) -> Section:
     mapping = dict(mapping or {})
     own = [f.name for f in dataclasses.fields(settings_class)]
     settings = config.parse_section(NAME, settings_class, {k: mapping.pop(k) for k in own if k in mapping})
-    config.check_keys(NAME, mapping, {*own, *recipe_keys()})
+    config.check_keys(NAME, mapping, {*own, *grpo.recipe_keys()})
     for key, instead in OWNED.items():
         config.require(key not in mapping, f"grpo.{key}: the pipeline sets {key} for each seed's run; set {instead}")
     config.require(

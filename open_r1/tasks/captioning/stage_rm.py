@@ -14,13 +14,11 @@ import time
 from open_r1 import reward_model as rm_lib
 from open_r1.errors import OpenR1Error
 from open_r1.jsonio import write_json
-from open_r1.reward_model import LORA_KEYS
 from open_r1.run.budget import TimeBudgetCallback
 from open_r1.submission.install import installing
 from open_r1.tasks.captioning import config, protocol
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field, require
-from open_r1.tasks.captioning.data import SE_FROM
 from open_r1.tasks.captioning.evaluate import _fmt
 
 NAME = "rm"
@@ -30,7 +28,7 @@ NAME = "rm"
 class Config:
     train_split: str = help_field("train", "the split the training pairs come from")
     k: float = help_field(3.0, "k-sigma rule: a pair when the mean gap exceeds k * sqrt(se1^2 + se2^2)")
-    se_from: str = help_field("precision", f"the standard error of a mean: {' | '.join(SE_FROM)}")
+    se_from: str = help_field("precision", f"the standard error of a mean: {' | '.join(cdata.SE_FROM)}")
     cap_per_contest: int | None = help_field(1000, "training pairs per contest, drawn at random (null: all)")
     max_pairs: int | None = help_field(None, "keep the first N of the shuffled pairs")
     image_negative_top_k: int = help_field(3, "the image swap's captions: each contest's top k")
@@ -68,7 +66,9 @@ class Config:
             self.lr_scheduler in schedulers,
             f"rm.lr_scheduler must be one of {', '.join(schedulers)}, got {self.lr_scheduler!r}",
         )
-        require(self.se_from in SE_FROM, f"rm.se_from must be one of {', '.join(SE_FROM)}, got {self.se_from!r}")
+        require(
+            self.se_from in cdata.SE_FROM, f"rm.se_from must be one of {', '.join(cdata.SE_FROM)}, got {self.se_from!r}"
+        )
         require(self.dtype in (None, "float32", "bfloat16", "float16", "auto"), f"rm.dtype: {self.dtype!r}?")
         require(
             self.learning_rate > 0 and self.epochs > 0 and 0 <= self.warmup_ratio <= 1,
@@ -93,7 +93,7 @@ class Config:
             f"rm.max_seconds must be > 0 or null, got {self.max_seconds!r}",
         )
         if self.lora is not None:
-            config.check_keys("rm.lora", self.lora, LORA_KEYS)
+            config.check_keys("rm.lora", self.lora, rm_lib.LORA_KEYS)
         if self.seeds is not None:
             config.seed_list("rm.seeds", self.seeds)
 
@@ -114,7 +114,7 @@ def index_pair_rows(dataset, index, blind: bool = False, swap: bool = False) -> 
     building the pair dataset (that copies a contest's image into each of its pairs). `swap`: pairs of
     ``data.image_negative_indices``, one conversation, chosen under its own cartoon, rejected under the other row's
     (``rejected_image``)."""
-    columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
+    columns = dataset.remove_columns("image").to_dict()
     contests, captions = columns["contest"], columns["caption"]
     first = {}
     for row in range(len(contests)) if swap else index[:, 0].tolist():  # swap: each contest's first row
