@@ -26,10 +26,10 @@ def check_keys(where: str, mapping: dict, valid) -> None:
     unknown = sorted(str(key) for key in mapping if str(key) not in valid)
     if unknown:
         prefix = f"{where}." if where else ""
-        named = []
-        for key in unknown:
-            match = closest_key(key, valid)
-            named.append(prefix + key + (f" (did you mean {prefix}{match}?)" if match else ""))
+        named = [
+            prefix + key + (f" (did you mean {prefix}{match}?)" if (match := closest_key(key, valid)) else "")
+            for key in unknown
+        ]
         listed = ", ".join(valid) if len(valid) <= 40 else "open-r1-grpo --help-all lists them"
         raise RecipeError(
             f"unknown key(s) {', '.join(named)} in {f'section {where}' if where else 'the recipe'}; valid: {listed}"
@@ -82,8 +82,7 @@ def parse_section(where: str, cls, mapping) -> Any:
         mapping = {}
     if not isinstance(mapping, dict):
         raise RecipeError(f"recipe section {where} must be a mapping, got {mapping!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    check_keys(where, mapping, fields)
+    check_keys(where, mapping, [f.name for f in dataclasses.fields(cls) if f.init])
     hints = typing.get_type_hints(cls)
     values, bad = {}, []
     for key, value in mapping.items():
@@ -191,9 +190,8 @@ def parse_recipe(path: str, overrides: list[str] | None, stages, run_config: typ
     paths)`` where a section needs more): top-level keys (`run_config`: the stand-in adds its own), then every
     stage's section in order, each once."""
     raw = load_yaml(path, overrides)
-    names = [stage.NAME for stage in stages]
     top = [f.name for f in dataclasses.fields(run_config)]
-    check_keys("", raw, [*top, *names])
+    check_keys("", raw, [*top, *(stage.NAME for stage in stages)])
     recipe = Recipe(path, overrides or [], parse_section("recipe", run_config, {k: raw[k] for k in top if k in raw}))
     for stage in stages:
         mapping = raw.get(stage.NAME)

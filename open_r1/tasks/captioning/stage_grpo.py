@@ -169,7 +169,8 @@ def run_seed(section, paths, seed) -> dict:
     trainer = grpo.main(script_args, training_args, model_args, task, callbacks=[cap])
     if trainer.run_safety.exit_code:
         raise RecipeError(f"GRPO seed {seed} stopped with exit code {trainer.run_safety.exit_code}")
-    history = [dict(e) for e in trainer.state.log_history]
+    keys = ("step", "reward", "caption_rm/format_ok", "caption_rm/sigmoid_mean", "kl", "completions/mean_length")
+    curve = [{k: e[k] for k in keys if k in e} for e in trainer.state.log_history if "reward" in e]
     steps = int(trainer.state.global_step)
     del trainer
     seconds = time.time() - started
@@ -177,8 +178,6 @@ def run_seed(section, paths, seed) -> dict:
     merged, _ = load_for_export(resolve_export_checkpoint(training_args.output_dir))
     processor = modeling.load_processor(training_args.output_dir)
     modeling.save_model_dir(merged, processor, paths.grpo_model(seed))
-    keys = ("reward", "caption_rm/format_ok", "caption_rm/sigmoid_mean", "kl", "completions/mean_length")
-    curve = [{k: e[k] for k in ("step", *keys) if k in e} for e in history if "reward" in e]
     config.log(
         f"[grpo] seed {seed}: {steps} steps in {seconds:.1f} s; reward "
         f"{curve[0].get('reward') if curve else None} -> {curve[-1].get('reward') if curve else None}"

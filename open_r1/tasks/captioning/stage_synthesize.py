@@ -58,8 +58,7 @@ def split_trace(text: str, close: bool = False) -> tuple[str | None, str]:
     if protocol.THINK_CLOSE not in text and not close:
         return None, "truncated"
     reason = "ok" if protocol.THINK_CLOSE in text else "closed"
-    thinking = text.split(protocol.THINK_CLOSE, 1)[0]
-    thinking = thinking.strip().removeprefix(protocol.THINK_OPEN).strip()
+    thinking = text.split(protocol.THINK_CLOSE, 1)[0].strip().removeprefix(protocol.THINK_OPEN).strip()
     return (thinking, reason) if thinking else (None, "empty")
 
 
