@@ -180,9 +180,8 @@ def training_index(cfg, seed, dataset):
 
 
 def training_pair_rows(cfg, paths, seed, blind: bool = False) -> list[dict]:
-    """The RM rows of the training pairs."""
-    path = config.check_inputs({"train": inputs(cfg, paths, seed)["train"]})["train"]
-    train = cdata.load_captions(path, check_images="none")
+    """The RM rows of the training pairs (`train` checked the split first)."""
+    train = cdata.load_captions(paths.split(cfg.train_split), check_images="none")
     return index_pair_rows(train, training_index(cfg, seed, train), blind=blind)
 
 
@@ -381,9 +380,11 @@ def markdown(rm: dict) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     kept = (rm.get("rm") or {}).get("selected")
-    labels = {"rm": "with image" + (f" (kept: seed {kept['seed']}, best on val)" if kept else "")}
-    labels.update({key: f"with image, seed {key[4:]}" for key in sorted(rm) if key.startswith("rm_s")})
-    labels["rm_blind"] = "image-blind"
+    labels = {
+        "rm": "with image" + (f" (kept: seed {kept['seed']}, best on val)" if kept else ""),
+        **{key: f"with image, seed {key[4:]}" for key in sorted(rm) if key.startswith("rm_s")},
+        "rm_blind": "image-blind",
+    }
     for key, label in labels.items():
         for split, r in ((rm.get(key) or {}).get("held_out") or {}).items():
             swap = r.get("image_swap")
