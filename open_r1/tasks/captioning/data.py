@@ -345,7 +345,7 @@ def image_negative_indices(dataset, n: int, top_k: int = 3, seed: int = 0) -> np
         raise DataError(f"image-negative pairs need at least 2 contests, the data has {len(groups)}")
     rng = np.random.default_rng(seed)
     own = rng.integers(len(groups), size=n)
-    other = rng.integers(len(groups) - 1, size=n) if n else np.empty(0, dtype=np.int64)
+    other = rng.integers(max(len(groups) - 1, 1), size=n)  # n = 0 with one contest: no draw
     other = other + (other >= own)  # uniform over the contests other than its own
     pick = rng.random(n)
     chosen = [tops[c][int(u * len(tops[c]))] for c, u in zip(own.tolist(), pick.tolist())]

@@ -121,7 +121,6 @@ def recipe_help(stages, run_config: type = config.RunConfig) -> str:
 
 def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", run=run_pipeline, run_config=config.RunConfig) -> int:
     """The CLI over `stages`; `run` (a runner) and `run_config` (the top-level keys): the stand-in's."""
-    names = [stage.NAME for stage in stages]
     parser = cli_parser(prog, __doc__)
     parser.add_argument("--config", help="the recipe (configs/captioning/*.yaml); required but for --help-recipe")
     parser.add_argument(
@@ -131,7 +130,9 @@ def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", run=run_pipeli
         metavar="SECTION.KEY=VALUE",
         help="override a recipe key (repeatable), e.g. --set rm.max_seconds=60",
     )
-    parser.add_argument("--stages", nargs="+", choices=names, help="a subset, in order (none given: all)")
+    parser.add_argument(
+        "--stages", nargs="+", choices=[stage.NAME for stage in stages], help="a subset, in order (none given: all)"
+    )
     parser.add_argument("--help-recipe", action="store_true", help="list every recipe key with its default and help")
     parser.add_argument("--out", help="copy the small result files here")
     args = parser.parse_args(argv)
