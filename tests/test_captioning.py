@@ -268,7 +268,10 @@ def test_split_by_contest_is_disjoint_and_complete():
     assert set(other["val"]["contest"]) != sets["val"] or set(other["test"]["contest"]) != sets["test"]
 
 
-def test_top_k_and_sft_rows_format():
+def test_top_k_and_sft_rows_format(tiny_model_dirs):
+    from open_r1 import modeling
+
+    processor = modeling.load_processor(str(tiny_model_dirs["qwen3_vl"]))
     rows = make_rows(
         [
             {"contest": 1, "caption": c, "mean": m}
@@ -278,16 +281,16 @@ def test_top_k_and_sft_rows_format():
     top = cdata.top_k_rows(rows, 2)
     assert sorted(top["caption"]) == ["mid", "top"]
     with pytest.raises(DataError, match="thinking"):
-        cdata.sft_rows(rows)
+        cdata.sft_rows(rows, processor=processor)
     top = top.add_column("thinking", ["Because.", None])  # one trace dropped by synthesis
-    sft = cdata.sft_rows(top, top_k=2)
+    sft = cdata.sft_rows(top, top_k=2, processor=processor)
     assert len(sft) == 1
     row = sft[0]
     kept = next(c for c, t in zip(top["caption"], top["thinking"]) if t)
-    assert row["completion"][0]["role"] == "assistant"
-    assert row["completion"][0]["content"][0]["text"] == P.format_target("Because.", kept)
-    assert row["prompt"][0]["content"][0]["text"] == P.SYSTEM_PROMPT
-    assert row["prompt"][1]["content"][1]["text"] == P.user_text({"scene": "scene 1"})
+    assert row["completion"] == P.format_target("Because.", kept) + "<|im_end|>\n"  # the template opened <think>
+    prompt = P.build_messages({"scene": "scene 1"})
+    assert row["prompt"] == processor.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    assert P.SYSTEM_PROMPT in row["prompt"] and P.user_text({"scene": "scene 1"}) in row["prompt"]
     assert len(row["images"]) == 1
 
 
@@ -682,7 +685,9 @@ def test_standin_image_dependence_on_a_fixed_color_scene():
     assert S.oracle_score(caption, meta) - S.oracle_score(caption, swapped) >= 2.0 + 0.5 + 1.5 - 1e-9
 
 
-def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir):
+def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir, tiny_model_dirs):
+    from open_r1 import modeling
+
     _, paths = standin_dir
     assert set(paths) == {"train", "val", "test", "ood"}
     contests = {name: set(cdata.load_captions(p)["contest"]) for name, p in paths.items()}
@@ -696,7 +701,10 @@ def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir):
     assert set(ood["renderer"]) == {"ood"} and set(train["renderer"]) == {"clevr"}
     # what training reads never has the oracle, even when loaded with it
     for rows in (
-        cdata.sft_rows(S.add_templated_thinking(cdata.top_k_rows(with_oracle, 3))),
+        cdata.sft_rows(
+            S.add_templated_thinking(cdata.top_k_rows(with_oracle, 3)),
+            processor=modeling.load_processor(str(tiny_model_dirs["qwen3_vl"])),
+        ),
         preference_pairs(with_oracle, cap_per_contest=20),
         cdata.prompt_rows(with_oracle),
         S.pretrain_rows(with_oracle),
@@ -770,10 +778,15 @@ def test_standin_is_deterministic_and_pretrain_rows_format(standin_dir):
         S.templated_thinking(train[0], template="short")
 
 
-def test_pretrain_and_sft_rows_pass_the_stored_images_through_without_reencoding(standin_dir, monkeypatch):
+def test_pretrain_and_sft_rows_pass_the_stored_images_through_without_reencoding(
+    standin_dir, tiny_model_dirs, monkeypatch
+):
     import datasets
     from PIL import Image
 
+    from open_r1 import modeling
+
+    processor = modeling.load_processor(str(tiny_model_dirs["qwen3_vl"]))
     _, paths = standin_dir
     train = cdata.load_captions(paths["train"])
 
@@ -783,7 +796,7 @@ def test_pretrain_and_sft_rows_pass_the_stored_images_through_without_reencoding
     stored = {image["bytes"] for image in train.cast_column("image", datasets.Image(decode=False))["image"]}
     traced = S.add_templated_thinking(cdata.top_k_rows(train, 2))
     monkeypatch.setattr(Image.Image, "save", no_save)
-    for rows in (S.pretrain_rows(train, per_contest=2), cdata.sft_rows(traced, top_k=2)):
+    for rows in (S.pretrain_rows(train, per_contest=2), cdata.sft_rows(traced, top_k=2, processor=processor)):
         assert rows.features["images"] == datasets.List(datasets.Image())
         raw = rows.cast_column("images", datasets.List(datasets.Image(decode=False)))["images"]
         assert all(len(r) == 1 and r[0]["bytes"] in stored for r in raw)

@@ -179,12 +179,10 @@ def top_k_rows(dataset, top_k: int = 3):
     return dataset.select(keep)
 
 
-def sft_rows(dataset, top_k: int = 3, processor=None):
-    """TRL prompt-completion VLM rows (prompt, completion, images, contest) of the top-k captions with a trace.
-
-    With ``processor``: text rows (generation prompt; ``format_target`` + end of turn), since Qwen3 Thinking
-    templates rewrite an assistant turn's think block, so conversational rows would not train on what is generated.
-    """
+def sft_rows(dataset, top_k: int = 3, *, processor):
+    """TRL prompt-completion VLM rows (prompt, completion, images, contest) of the top-k captions with a trace, as
+    text rendered by ``processor`` (generation prompt; ``format_target`` + end of turn): Qwen3 Thinking templates
+    rewrite an assistant turn's think block, so conversational rows would not train on what is generated."""
     if THINKING_COLUMN not in dataset.column_names:
         raise DataError(
             f"sft_rows needs a {THINKING_COLUMN!r} column (the synthesized trace of each caption); it "
@@ -195,23 +193,18 @@ def sft_rows(dataset, top_k: int = 3, processor=None):
     desc_cols = _description_columns(top)
     table = top.select_columns(["contest", "caption", THINKING_COLUMN, *desc_cols])
     out = {"prompt": [], "completion": [], "contest": []}
-    end_of_turn = _end_of_turn(processor) if processor is not None else None
+    end_of_turn = _end_of_turn(processor)
     # a template whose generation prompt does not open the think block (an Instruct model): the completion opens it
-    think_open = "" if processor is None or generation_prompt_opens_think(processor) else protocol.THINK_OPEN + "\n"
+    think_open = "" if generation_prompt_opens_think(processor) else protocol.THINK_OPEN + "\n"
     keep = []
     for row, record in enumerate(table):
         thinking = record[THINKING_COLUMN]
         if thinking is None or not str(thinking).strip():
             continue
         keep.append(row)
-        target = protocol.format_target(str(thinking), record["caption"])
         messages = protocol.build_messages(protocol.description_from_row(record))
-        if processor is None:
-            out["prompt"].append(messages)
-            out["completion"].append([{"role": "assistant", "content": [{"type": "text", "text": target}]}])
-        else:
-            out["prompt"].append(processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
-            out["completion"].append(think_open + target + end_of_turn)
+        out["prompt"].append(processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        out["completion"].append(think_open + protocol.format_target(str(thinking), record["caption"]) + end_of_turn)
         out["contest"].append(record["contest"])
     if len(keep) < len(table):
         logger.warning(
