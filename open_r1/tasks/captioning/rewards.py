@@ -100,20 +100,15 @@ def score_caption_rm(
             raise RuntimeError(f"the reward model returned {len(raw)} scores for {len(ok)} captions")
         for i, s in zip(ok, raw):
             rewards[i] = format_bonus + (1.0 - format_bonus) * sigmoid(s)
-    metrics = {
-        "format_ok": len(ok) / n if n else 0.0,
-        "reward_mean": _mean(rewards),
-        "caption_in_think": _mean([float(p.caption_in_think) for p in parses]),
-        **{
-            f"fail/{reason}": _mean([float(p.reason == reason) for p in parses])
-            for reason in protocol.PARSE_REASONS[1:]
-        },
-    }
+    _log(log_metric, "caption_rm/format_ok", len(ok) / n if n else 0.0)
     if raw:  # no caption parsed -> nothing to average; logging 0 would read as a real score
-        words = [protocol.count_words(parses[i].caption) for i in ok]
-        metrics.update(sigmoid_mean=_mean([sigmoid(s) for s in raw]), raw_mean=_mean(raw), caption_words=_mean(words))
-    for name, value in metrics.items():
-        _log(log_metric, f"caption_rm/{name}", value)
+        _log(log_metric, "caption_rm/sigmoid_mean", _mean([sigmoid(s) for s in raw]))
+        _log(log_metric, "caption_rm/raw_mean", _mean(raw))
+        _log(log_metric, "caption_rm/caption_words", _mean([protocol.count_words(parses[i].caption) for i in ok]))
+    _log(log_metric, "caption_rm/reward_mean", _mean(rewards))
+    _log(log_metric, "caption_rm/caption_in_think", _mean([float(p.caption_in_think) for p in parses]))
+    for reason in protocol.PARSE_REASONS[1:]:
+        _log(log_metric, f"caption_rm/fail/{reason}", _mean([float(p.reason == reason) for p in parses]))
     return rewards
 
 
