@@ -153,12 +153,12 @@ def load_yaml(path: str, overrides: list[str] | None = None) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise RecipeError(f"--set {item!r} is not section.key=value")
-        node = recipe
-        for part in key.split(".")[:-1]:
+        node, (*sections, leaf) = recipe, key.split(".")
+        for part in sections:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise RecipeError(f"--set {item!r}: {part} is not a section")
-        node[key.split(".")[-1]] = yaml.safe_load(value)
+        node[leaf] = yaml.safe_load(value)
     return recipe
 
 

@@ -191,9 +191,10 @@ def read_summary(path: str, report: Counter | None = None) -> list[tuple]:
             rows = []
             for fields in filter(any, reader) if report is not None else ():  # blank lines skipped
                 try:
-                    cats = [fields[col[c]] for c in CATEGORIES]
-                    number = (fields[col[c]] for c in ("mean", "precision", "votes"))
-                    rows.append((fields[col["caption"]], *rating_numbers(*number, cats)))
+                    mean, precision, votes, *cats = (
+                        fields[col[c]] for c in ("mean", "precision", "votes", *CATEGORIES)
+                    )
+                    rows.append((fields[col["caption"]], *rating_numbers(mean, precision, votes, cats)))
                 except (ValueError, IndexError) as exc:
                     bad_row(report, path, reader.line_num, exc if isinstance(exc, ValueError) else "too few fields")
             return rows
