@@ -244,15 +244,12 @@ def _end_of_turn(processor) -> str:
 def standard_errors(dataset, se_from: str = "precision") -> np.ndarray:
     """Each caption's standard error of the mean: ``"precision"`` (the column is the SE, the public data's
     convention) or ``"std_over_sqrt_votes"`` (it is the per-vote SD; 0 votes: infinite, never a pair)."""
-    if se_from == "precision":
-        se = np.asarray(_column(dataset, "precision"), dtype=np.float64)
-    elif se_from == "std_over_sqrt_votes":
-        std = np.asarray(_column(dataset, "precision"), dtype=np.float64)
-        votes = np.asarray(_column(dataset, "votes"), dtype=np.float64)
-        with np.errstate(divide="ignore"):
-            se = np.where(votes > 0, std / np.sqrt(np.maximum(votes, 1.0)), np.inf)
-    else:
+    if se_from not in SE_FROM:
         raise DataError(f"se_from must be one of {SE_FROM}, got {se_from!r}")
+    se = np.asarray(_column(dataset, "precision"), dtype=np.float64)
+    if se_from == "std_over_sqrt_votes":
+        votes = np.asarray(_column(dataset, "votes"), dtype=np.float64)
+        se = np.where(votes > 0, se / np.sqrt(np.maximum(votes, 1.0)), np.inf)
     bad = np.flatnonzero(np.isnan(se) | (se < 0))
     if len(bad):
         raise DataError(f"standard error of row {int(bad[0])} is {se[bad[0]]!r}; it must be a number >= 0")
