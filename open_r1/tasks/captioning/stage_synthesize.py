@@ -65,7 +65,7 @@ def split_trace(text: str, close: bool = False) -> tuple[str | None, str]:
 def synthesize(model_path: str, rows, cfg: Config, log=config.log) -> tuple[list[str | None], dict]:
     """Traces for caption rows (image, caption and description columns); None where dropped. (traces, counts)."""
     use_vllm = cfg.use_vllm and importlib.util.find_spec("vllm") is not None
-    records = [rows[i] for i in range(len(rows))]
+    records = list(rows)
     processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
     prompts = [
         processor.apply_chat_template(
