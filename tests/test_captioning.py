@@ -191,9 +191,6 @@ def test_sigma_gap_rule_with_explicit_standard_error():
     assert got == [("a", "b"), ("a", "c")]
     assert sorted(round(g, 6) for g in pairs["gap"]) == [1.0, 1.1]
     assert all(g > 0 for g in pairs["gap"])
-    # a callable SE
-    same = preference_pairs(rows, k=3.0, se_from=lambda r: r["precision"] / math.sqrt(r["votes"]))
-    assert sorted(zip(same["chosen"], same["rejected"])) == got
     assert set(pairs.column_names) >= {"contest", "image", "scene", "chosen", "rejected", "gap"}
     assert "oracle" not in pairs.column_names
 
@@ -271,7 +268,10 @@ def test_split_by_contest_is_disjoint_and_complete():
     assert set(other["val"]["contest"]) != sets["val"] or set(other["test"]["contest"]) != sets["test"]
 
 
-def test_top_k_and_sft_rows_format():
+def test_top_k_and_sft_rows_format(tiny_model_dirs):
+    from open_r1 import modeling
+
+    processor = modeling.load_processor(str(tiny_model_dirs["qwen3_vl"]))
     rows = make_rows(
         [
             {"contest": 1, "caption": c, "mean": m}
@@ -281,16 +281,16 @@ def test_top_k_and_sft_rows_format():
     top = cdata.top_k_rows(rows, 2)
     assert sorted(top["caption"]) == ["mid", "top"]
     with pytest.raises(DataError, match="thinking"):
-        cdata.sft_rows(rows)
+        cdata.sft_rows(rows, processor=processor)
     top = top.add_column("thinking", ["Because.", None])  # one trace dropped by synthesis
-    sft = cdata.sft_rows(top, top_k=2)
+    sft = cdata.sft_rows(top, top_k=2, processor=processor)
     assert len(sft) == 1
     row = sft[0]
     kept = next(c for c, t in zip(top["caption"], top["thinking"]) if t)
-    assert row["completion"][0]["role"] == "assistant"
-    assert row["completion"][0]["content"][0]["text"] == P.format_target("Because.", kept)
-    assert row["prompt"][0]["content"][0]["text"] == P.SYSTEM_PROMPT
-    assert row["prompt"][1]["content"][1]["text"] == P.user_text({"scene": "scene 1"})
+    assert row["completion"] == P.format_target("Because.", kept) + "<|im_end|>\n"  # the template opened <think>
+    prompt = P.build_messages({"scene": "scene 1"})
+    assert row["prompt"] == processor.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    assert P.SYSTEM_PROMPT in row["prompt"] and P.user_text({"scene": "scene 1"}) in row["prompt"]
     assert len(row["images"]) == 1
 
 
@@ -687,7 +687,9 @@ def test_standin_image_dependence_on_a_fixed_color_scene():
     assert S.oracle_score(caption, meta) - S.oracle_score(caption, swapped) >= 2.0 + 0.5 + 1.5 - 1e-9
 
 
-def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir):
+def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir, tiny_model_dirs):
+    from open_r1 import modeling
+
     _, paths = standin_dir
     assert set(paths) == {"train", "val", "test", "ood"}
     contests = {name: set(cdata.load_captions(p)["contest"]) for name, p in paths.items()}
@@ -701,7 +703,10 @@ def test_standin_splits_layout_and_oracle_kept_out_of_training(standin_dir):
     assert set(ood["renderer"]) == {"ood"} and set(train["renderer"]) == {"clevr"}
     # what training reads never has the oracle, even when loaded with it
     for rows in (
-        cdata.sft_rows(S.add_templated_thinking(cdata.top_k_rows(with_oracle, 3))),
+        cdata.sft_rows(
+            S.add_templated_thinking(cdata.top_k_rows(with_oracle, 3)),
+            processor=modeling.load_processor(str(tiny_model_dirs["qwen3_vl"])),
+        ),
         preference_pairs(with_oracle, cap_per_contest=20),
         cdata.prompt_rows(with_oracle),
         S.pretrain_rows(with_oracle),
@@ -775,10 +780,15 @@ def test_standin_is_deterministic_and_pretrain_rows_format(standin_dir):
         S.templated_thinking(train[0], template="short")
 
 
-def test_pretrain_and_sft_rows_pass_the_stored_images_through_without_reencoding(standin_dir, monkeypatch):
+def test_pretrain_and_sft_rows_pass_the_stored_images_through_without_reencoding(
+    standin_dir, tiny_model_dirs, monkeypatch
+):
     import datasets
     from PIL import Image
 
+    from open_r1 import modeling
+
+    processor = modeling.load_processor(str(tiny_model_dirs["qwen3_vl"]))
     _, paths = standin_dir
     train = cdata.load_captions(paths["train"])
 
@@ -788,7 +798,7 @@ def test_pretrain_and_sft_rows_pass_the_stored_images_through_without_reencoding
     stored = {image["bytes"] for image in train.cast_column("image", datasets.Image(decode=False))["image"]}
     traced = S.add_templated_thinking(cdata.top_k_rows(train, 2))
     monkeypatch.setattr(Image.Image, "save", no_save)
-    for rows in (S.pretrain_rows(train, per_contest=2), cdata.sft_rows(traced, top_k=2)):
+    for rows in (S.pretrain_rows(train, per_contest=2), cdata.sft_rows(traced, top_k=2, processor=processor)):
         assert rows.features["images"] == datasets.List(datasets.Image())
         raw = rows.cast_column("images", datasets.List(datasets.Image(decode=False)))["images"]
         assert all(len(r) == 1 and r[0]["bytes"] in stored for r in raw)
@@ -1026,7 +1036,7 @@ def test_the_sft_stage_trains_on_text_rows_rendered_by_the_bases_template(
     assert all(c.endswith("<|im_end|>\n") for c in rows["completion"])
 
 
-def test_filter_captions_and_rename(tmp_path):
+def test_filter_captions_and_the_humor_r1_names(tmp_path):
     rows = make_rows(
         [{"contest": 1, "caption": f"a{i}", "mean": 1.0, "votes": 10 + i} for i in range(3)]
         + [{"contest": 2, "caption": f"b{i}", "mean": 1.0, "votes": 5 + 5 * i} for i in range(3)]
@@ -1037,10 +1047,8 @@ def test_filter_captions_and_rename(tmp_path):
     with pytest.raises(DataError):
         cdata.filter_captions(rows, min_votes=100)
     rows.rename_columns({"scene": "canny", "contest": "contest_number"}).save_to_disk(str(tmp_path / "real"))
-    with pytest.raises(DataError, match="lacks column"):
+    with pytest.raises(DataError, match="lacks column"):  # humor-r1's names: open-r1-caption-prepare --hub renames
         cdata.load_captions(tmp_path / "real")
-    loaded = cdata.load_captions(tmp_path / "real", rename=cdata.HUMOR_R1_RENAME)
-    assert {"scene", "contest"} <= set(loaded.column_names)
 
 
 def test_evaluate_cli_from_records(tmp_path):
@@ -1241,7 +1249,9 @@ def training_pairs(recipe):
     cfg, paths, seed = recipe.args(stage_rm)
     max_pairs = cfg.max_pairs
     path = cconfig.check_inputs({"train": stage_rm.inputs(cfg, paths, seed)["train"]})["train"]
-    pairs = preference_pairs(cdata.load_captions(path, check_images="none"), **stage_rm.pair_rule(cfg, seed))
+    pairs = preference_pairs(
+        cdata.load_captions(path, check_images="none"), cfg.k, cfg.se_from, cfg.cap_per_contest, seed
+    )
     if max_pairs:
         pairs = pairs.select(range(min(max_pairs, len(pairs))))
     return pairs

@@ -244,7 +244,8 @@ def prepared(tmp_path_factory):
     )
     assert rc == 0
     splits = {
-        name: data.load_captions(os.path.join(out, name), check_images="all") for name in ("train", "val", "test")
+        name: data.load_captions(os.path.join(out, name))
+        for name in ("train", "val", "test")  # each cartoon decoded
     }
     return out, contests, planted, splits
 
@@ -319,11 +320,14 @@ def test_top_k_rows_and_three_sigma_pairs_equal_a_plain_computation(prepared):
     assert len(capped) == 5 * len(set(splits["train"]["contest"]))
 
 
-def test_sft_rows_and_descriptions_from_prepared_data(prepared):
+def test_sft_rows_and_descriptions_from_prepared_data(prepared, tiny_model_dirs):
+    from open_r1 import modeling
+
+    processor = modeling.load_processor(str(tiny_model_dirs["qwen3_vl"]))
     _, _, _, splits = prepared
     whole = [s for s in splits.values()]
     for split in whole:
-        rows = data.sft_rows(split.add_column("thinking", ["why"] * len(split)), top_k=3)
+        rows = data.sft_rows(split.add_column("thinking", ["why"] * len(split)), top_k=3, processor=processor)
         assert len(rows) == 3 * len(set(split["contest"]))
         assert rows[0]["images"][0].size == (16, 12)
     by_contest = {r["contest"]: r for s in whole for r in s.remove_columns("image")}

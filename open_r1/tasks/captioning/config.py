@@ -26,10 +26,10 @@ def check_keys(where: str, mapping: dict, valid) -> None:
     unknown = sorted(str(key) for key in mapping if str(key) not in valid)
     if unknown:
         prefix = f"{where}." if where else ""
-        named = []
-        for key in unknown:
-            match = closest_key(key, valid)
-            named.append(prefix + key + (f" (did you mean {prefix}{match}?)" if match else ""))
+        named = [
+            prefix + key + (f" (did you mean {prefix}{match}?)" if (match := closest_key(key, valid)) else "")
+            for key in unknown
+        ]
         listed = ", ".join(valid) if len(valid) <= 40 else "open-r1-grpo --help-all lists them"
         raise RecipeError(
             f"unknown key(s) {', '.join(named)} in {f'section {where}' if where else 'the recipe'}; valid: {listed}"
@@ -82,8 +82,7 @@ def parse_section(where: str, cls, mapping) -> Any:
         mapping = {}
     if not isinstance(mapping, dict):
         raise RecipeError(f"recipe section {where} must be a mapping, got {mapping!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    check_keys(where, mapping, fields)
+    check_keys(where, mapping, [f.name for f in dataclasses.fields(cls) if f.init])
     hints = typing.get_type_hints(cls)
     values, bad = {}, []
     for key, value in mapping.items():
@@ -154,12 +153,12 @@ def load_yaml(path: str, overrides: list[str] | None = None) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise RecipeError(f"--set {item!r} is not section.key=value")
-        node = recipe
-        for part in key.split(".")[:-1]:
+        node, (*sections, leaf) = recipe, key.split(".")
+        for part in sections:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise RecipeError(f"--set {item!r}: {part} is not a section")
-        node[key.split(".")[-1]] = yaml.safe_load(value)
+        node[leaf] = yaml.safe_load(value)
     return recipe
 
 
@@ -191,9 +190,8 @@ def parse_recipe(path: str, overrides: list[str] | None, stages, run_config: typ
     paths)`` where a section needs more): top-level keys (`run_config`: the stand-in adds its own), then every
     stage's section in order, each once."""
     raw = load_yaml(path, overrides)
-    names = [stage.NAME for stage in stages]
     top = [f.name for f in dataclasses.fields(run_config)]
-    check_keys("", raw, [*top, *names])
+    check_keys("", raw, [*top, *(stage.NAME for stage in stages)])
     recipe = Recipe(path, overrides or [], parse_section("recipe", run_config, {k: raw[k] for k in top if k in raw}))
     for stage in stages:
         mapping = raw.get(stage.NAME)
@@ -294,12 +292,6 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def cuda_devices() -> int:
-    import torch  # deferred: heavy
-
-    return torch.cuda.device_count()
-
-
 def check_device(key: str, value) -> None:
     """A RecipeError, before any model loads, unless `value` ('cpu', 'cuda', 'cuda:N') is a device of this machine."""
     import torch  # deferred: heavy
@@ -308,7 +300,7 @@ def check_device(key: str, value) -> None:
         found = torch.device(value)
     except (RuntimeError, TypeError):
         raise RecipeError(f"{key} {value!r} is not a device; use cpu, cuda or cuda:N (--set {key}=...)") from None
-    count = cuda_devices()
+    count = torch.cuda.device_count()
     if found.type == "cuda" and (found.index or 0) >= count:
         have = f"cuda:0 .. cuda:{count - 1}" if count else "no CUDA device: use cpu"
         raise RecipeError(f"{key} {value!r} is not on this machine ({have}); --set {key}=... to one that is")

@@ -14,7 +14,6 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,16 +30,11 @@ THINKING_COLUMN = "thinking"  # written by trace synthesis (or the stand-in's te
 SE_FROM = ("precision", "std_over_sqrt_votes")
 
 
-def load_captions(
-    path: str | os.PathLike,
-    split: str | None = None,
-    *,
-    check_images: str = "first_per_contest",
-    rename: dict[str, str] | None = None,
-):
-    """The validated caption dataset at `path` (module docstring). ``check_images``: ``"first_per_contest"``,
-    ``"all"`` or ``"none"``; ``rename``: source column names -> this layout's (e.g. ``HUMOR_R1_RENAME``)."""
+def load_captions(path: str | os.PathLike, split: str | None = None, *, check_images: str = "first_per_contest"):
+    """The validated caption dataset at `path` (module docstring). ``check_images``: ``"first_per_contest"`` (each
+    cartoon decoded once: its contest's first row) or ``"none"``."""
     import datasets
+    import pyarrow.compute as pc
 
     path = os.fspath(path)
     if not os.path.isdir(path):
@@ -59,25 +53,11 @@ def load_captions(
         if split is None or split not in loaded:
             raise DataError(f"{path} holds splits {sorted(loaded)}; pass split= one of those (got {split!r})")
         loaded = loaded[split]
-    if rename:
-        present = {k: v for k, v in rename.items() if k in loaded.column_names and k != v}
-        clash = sorted(v for v in present.values() if v in loaded.column_names)
-        if clash:
-            raise DataError(f"{path}: cannot rename to {clash}: the dataset already has those columns")
-        loaded = loaded.rename_columns(present)
-    if loaded.features.get("image") == datasets.Value("string"):
-        loaded = _resolve_image_paths(loaded, path)
+    if loaded.features.get("image") == datasets.Value("string"):  # relative paths: absolute ones, by an Arrow join
+        absolute = pc.binary_join_element_wise(os.path.abspath(path) + os.sep, loaded.data.column("image"), "")
+        loaded = loaded.remove_columns("image").add_column("image", absolute).cast_column("image", datasets.Image())
     validate_captions(loaded, name=path, check_images=check_images)
     return loaded
-
-
-def _resolve_image_paths(dataset, path: str):
-    """Relative image paths -> a ``datasets.Image`` column of absolute ones (an Arrow join: no cache file written)."""
-    import datasets
-    import pyarrow.compute as pc
-
-    absolute = pc.binary_join_element_wise(os.path.abspath(path) + os.sep, dataset.data.column("image"), "")
-    return dataset.remove_columns("image").add_column("image", absolute).cast_column("image", datasets.Image())
 
 
 # The public humor-r1 data (yguooo/newyorker_caption_ranking) names the description fields canny / uncanny.
@@ -111,8 +91,8 @@ def validate_captions(dataset, name: str = "caption dataset", check_images: str 
     """One DataError for the first problem found, naming the column, the row and the fix."""
     import datasets
 
-    if check_images not in ("first_per_contest", "all", "none"):
-        raise DataError(f"check_images must be 'first_per_contest', 'all' or 'none', got {check_images!r}")
+    if check_images not in ("first_per_contest", "none"):
+        raise DataError(f"check_images must be 'first_per_contest' or 'none', got {check_images!r}")
     if len(dataset) == 0:
         raise DataError(f"{name} is empty; it needs one row per caption")
     missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
@@ -140,37 +120,26 @@ def validate_captions(dataset, name: str = "caption dataset", check_images: str 
             raise DataError(f"{name} row {row}: empty caption {value!r}; drop rows without a caption")
         if "\n" in value.strip() or "\r" in value.strip():
             raise DataError(f"{name} row {row}: caption {value!r} spans several lines; captions are one line")
-    contests = _column(dataset, "contest")
-    for row, value in enumerate(contests):
+    for row, value in enumerate(_column(dataset, "contest")):
         if value is None or (isinstance(value, str) and not value.strip()):
             raise DataError(f"{name} row {row}: missing contest id; every caption needs the id of its cartoon")
     if check_images == "none":
         return
-    if check_images == "all":
-        rows = range(len(dataset))
-    else:
-        first: dict[Any, int] = {}
-        for row, contest in enumerate(contests):
-            first.setdefault(contest, row)
-        rows = sorted(first.values())
-    raw = dataset.cast_column("image", datasets.Image(decode=False))
-    for row in rows:
-        _decode_image(raw[row]["image"], row, name)
-
-
-def _decode_image(cell: Any, row: int, name: str) -> None:
     from PIL import Image  # deferred: heavy
 
-    try:
-        if not cell or not (cell.get("bytes") or cell.get("path")):
-            raise ValueError("no image bytes or path")
-        Image.open(io.BytesIO(cell["bytes"]) if cell.get("bytes") else cell["path"]).load()
-    except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
-        raise DataError(f"{name} row {row}: unreadable image ({exc}); re-encode or drop that cartoon") from None
+    raw = dataset.cast_column("image", datasets.Image(decode=False))
+    for row in (group[0] for group in _contest_groups(dataset).values()):  # each contest's first row
+        cell = raw[row]["image"]
+        try:
+            if not cell or not (cell.get("bytes") or cell.get("path")):
+                raise ValueError("no image bytes or path")
+            Image.open(io.BytesIO(cell["bytes"]) if cell.get("bytes") else cell["path"]).load()
+        except Exception as exc:  # noqa: BLE001 - re-raised as one clear error
+            raise DataError(f"{name} row {row}: unreadable image ({exc}); re-encode or drop that cartoon") from None
 
 
 def _contest_groups(dataset) -> dict[Any, list[int]]:
-    groups: dict[Any, list[int]] = {}
+    groups = {}
     for row, contest in enumerate(_column(dataset, "contest")):
         groups.setdefault(contest, []).append(row)
     return groups
@@ -178,6 +147,12 @@ def _contest_groups(dataset) -> dict[Any, list[int]]:
 
 def _description_columns(dataset) -> list[str]:
     return [c for c in DESCRIPTION_FIELDS if c in dataset.column_names]
+
+
+def descriptions(dataset) -> list[dict]:
+    """Each row's description (``protocol.description_from_row``), read in Arrow batches."""
+    columns = {c: _column(dataset, c) for c in _description_columns(dataset)}
+    return [protocol.description_from_row({c: v[row] for c, v in columns.items()}) for row in range(len(dataset))]
 
 
 def _top_k_by_contest(dataset, top_k: int, groups: list[list[int]] | None = None) -> list[list[int]]:
@@ -189,45 +164,43 @@ def _top_k_by_contest(dataset, top_k: int, groups: list[list[int]] | None = None
     return [sorted(rows, key=lambda r: (-means[r], -votes[r], r))[:top_k] for rows in groups]
 
 
+def first_rows(dataset, limit: int | None):
+    """The first `limit` rows (None: all)."""
+    return dataset if limit is None else dataset.select(range(min(limit, len(dataset))))
+
+
 def top_k_rows(dataset, top_k: int = 3):
     """The ``top_k`` captions of every contest (`_top_k_by_contest`) in row order: what trace synthesis explains."""
     keep = [row for top in _top_k_by_contest(dataset, top_k) for row in sorted(top)]
     return dataset.select(keep)
 
 
-def sft_rows(dataset, top_k: int = 3, thinking_column: str = THINKING_COLUMN, processor=None):
-    """TRL prompt-completion VLM rows (prompt, completion, images, contest) of the top-k captions with a trace.
-
-    With ``processor``: text rows (generation prompt; ``format_target`` + end of turn), since Qwen3 Thinking
-    templates rewrite an assistant turn's think block, so conversational rows would not train on what is generated.
-    """
-    if thinking_column not in dataset.column_names:
+def sft_rows(dataset, top_k: int = 3, *, processor):
+    """TRL prompt-completion VLM rows (prompt, completion, images, contest) of the top-k captions with a trace, as
+    text rendered by ``processor`` (generation prompt; ``format_target`` + end of turn): Qwen3 Thinking templates
+    rewrite an assistant turn's think block, so conversational rows would not train on what is generated."""
+    if THINKING_COLUMN not in dataset.column_names:
         raise DataError(
-            f"sft_rows needs a {thinking_column!r} column (the synthesized trace of each caption); it "
+            f"sft_rows needs a {THINKING_COLUMN!r} column (the synthesized trace of each caption); it "
             f"has {dataset.column_names}. Run trace synthesis on data.top_k_rows(dataset) first (or, on "
             "the stand-in, standin.captioning.cartoons.add_templated_thinking)"
         )
     top = top_k_rows(dataset, top_k)
     desc_cols = _description_columns(top)
-    table = top.select_columns(["contest", "caption", thinking_column, *desc_cols])
-    out: dict[str, list] = {"prompt": [], "completion": [], "contest": []}
-    end_of_turn = _end_of_turn(processor) if processor is not None else None
+    table = top.select_columns(["contest", "caption", THINKING_COLUMN, *desc_cols])
+    out = {"prompt": [], "completion": [], "contest": []}
+    end_of_turn = _end_of_turn(processor)
     # a template whose generation prompt does not open the think block (an Instruct model): the completion opens it
-    think_open = "" if processor is None or generation_prompt_opens_think(processor) else protocol.THINK_OPEN + "\n"
+    think_open = "" if generation_prompt_opens_think(processor) else protocol.THINK_OPEN + "\n"
     keep = []
     for row, record in enumerate(table):
-        thinking = record[thinking_column]
+        thinking = record[THINKING_COLUMN]
         if thinking is None or not str(thinking).strip():
             continue
         keep.append(row)
-        target = protocol.format_target(str(thinking), record["caption"])
         messages = protocol.build_messages(protocol.description_from_row(record))
-        if processor is None:
-            out["prompt"].append(messages)
-            out["completion"].append([{"role": "assistant", "content": [{"type": "text", "text": target}]}])
-        else:
-            out["prompt"].append(processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
-            out["completion"].append(think_open + target + end_of_turn)
+        out["prompt"].append(processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        out["completion"].append(think_open + protocol.format_target(str(thinking), record["caption"]) + end_of_turn)
         out["contest"].append(record["contest"])
     if len(keep) < len(table):
         logger.warning(
@@ -268,21 +241,15 @@ def _end_of_turn(processor) -> str:
     return tail
 
 
-def standard_errors(dataset, se_from: str | Callable[[dict], float] = "precision") -> np.ndarray:
+def standard_errors(dataset, se_from: str = "precision") -> np.ndarray:
     """Each caption's standard error of the mean: ``"precision"`` (the column is the SE, the public data's
-    convention), ``"std_over_sqrt_votes"`` (it is the per-vote SD; 0 votes: infinite, never a pair) or ``row -> se``."""
-    if callable(se_from):
-        table = dataset.select_columns([c for c in dataset.column_names if c != "image"])
-        se = np.array([float(se_from(row)) for row in table], dtype=np.float64)
-    elif se_from == "precision":
-        se = np.asarray(_column(dataset, "precision"), dtype=np.float64)
-    elif se_from == "std_over_sqrt_votes":
-        std = np.asarray(_column(dataset, "precision"), dtype=np.float64)
+    convention) or ``"std_over_sqrt_votes"`` (it is the per-vote SD; 0 votes: infinite, never a pair)."""
+    if se_from not in SE_FROM:
+        raise DataError(f"se_from must be one of {SE_FROM}, got {se_from!r}")
+    se = np.asarray(_column(dataset, "precision"), dtype=np.float64)
+    if se_from == "std_over_sqrt_votes":
         votes = np.asarray(_column(dataset, "votes"), dtype=np.float64)
-        with np.errstate(divide="ignore"):
-            se = np.where(votes > 0, std / np.sqrt(np.maximum(votes, 1.0)), np.inf)
-    else:
-        raise DataError(f"se_from must be one of {SE_FROM} or a callable row -> se, got {se_from!r}")
+        se = np.where(votes > 0, se / np.sqrt(np.maximum(votes, 1.0)), np.inf)
     bad = np.flatnonzero(np.isnan(se) | (se < 0))
     if len(bad):
         raise DataError(f"standard error of row {int(bad[0])} is {se[bad[0]]!r}; it must be a number >= 0")
@@ -324,7 +291,7 @@ def _contest_pairs(mean: np.ndarray, se: np.ndarray, k: float, cap: int | None, 
 def pair_indices(
     dataset,
     k: float = 3.0,
-    se_from: str | Callable[[dict], float] = "precision",
+    se_from: str = "precision",
     cap_per_contest: int | None = 1000,
     seed: int = 0,
 ) -> np.ndarray:
@@ -364,12 +331,12 @@ def image_negative_indices(dataset, n: int, top_k: int = 3, seed: int = 0) -> np
         raise DataError(f"image-negative pairs need at least 2 contests, the data has {len(groups)}")
     rng = np.random.default_rng(seed)
     own = rng.integers(len(groups), size=n)
-    other = rng.integers(len(groups) - 1, size=n) if n else np.empty(0, dtype=np.int64)
+    other = rng.integers(max(len(groups) - 1, 1), size=n)  # n = 0 with one contest: no draw
     other = other + (other >= own)  # uniform over the contests other than its own
     pick = rng.random(n)
     chosen = [tops[c][int(u * len(tops[c]))] for c, u in zip(own.tolist(), pick.tolist())]
     firsts = [groups[c][0] for c in other.tolist()]
-    return np.asarray([chosen, firsts], dtype=np.int64).T.reshape(n, 2)
+    return np.asarray([chosen, firsts], dtype=np.int64).T  # (n, 2), also for n = 0
 
 
 def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, seed: int = 0):
@@ -383,8 +350,7 @@ def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, see
     groups = list(_contest_groups(dataset).values())
     n = len(groups)
     order = np.random.default_rng(seed).permutation(n)
-    n_val = max(1, round(val_frac * n)) if val_frac > 0 else 0
-    n_test = max(1, round(test_frac * n)) if test_frac > 0 else 0
+    n_val, n_test = (max(1, round(frac * n)) if frac > 0 else 0 for frac in (val_frac, test_frac))
     if n - n_val - n_test < 1:
         raise DataError(f"{n} contests cannot fill val ({n_val}), test ({n_test}) and a train split; add contests")
     parts = {"train": order[n_val + n_test :], "val": order[:n_val], "test": order[n_val : n_val + n_test]}
@@ -395,13 +361,6 @@ def split_by_contest(dataset, val_frac: float = 0.1, test_frac: float = 0.1, see
 def prompt_rows(dataset):
     """One row per contest for GRPO and evaluation: ``prompt``, ``image``, ``contest`` and the description columns
     (the ``caption_rm`` reward reads them back)."""
-    groups = _contest_groups(dataset)
-    first = [rows[0] for rows in groups.values()]
-    desc_cols = _description_columns(dataset)
-    base = dataset.select_columns(["contest", "image", *desc_cols]).select(first)
-    table = base.select_columns(desc_cols) if desc_cols else None
-    prompts = [
-        protocol.build_messages(protocol.description_from_row(table[i]) if table is not None else None)
-        for i in range(len(base))
-    ]
-    return base.add_column("prompt", prompts)
+    first = [rows[0] for rows in _contest_groups(dataset).values()]
+    base = dataset.select_columns(["contest", "image", *_description_columns(dataset)]).select(first)
+    return base.add_column("prompt", [protocol.build_messages(d) for d in descriptions(base)])

@@ -9,7 +9,6 @@ per-cartoon difference to a baseline with a CI resampling cartoons. From saved r
     python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl --baseline sft --out DIR
 """
 
-import argparse
 import json
 import math
 import os
@@ -20,17 +19,17 @@ from typing import Any
 import numpy as np
 
 from open_r1 import generation
-from open_r1.errors import DataError, OpenR1Error, error_exit, setup_logging
+from open_r1.errors import DataError, OpenR1Error, cli_parser, error_exit, setup_logging
 from open_r1.jsonio import write_json, write_text
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning import protocol
-from open_r1.tasks.captioning.rewards import get_reward_model, sigmoid
+from open_r1.tasks.captioning.rewards import sigmoid
 
 BON_NS = (1, 2, 4, 8)
 
 
 def _group(records: Iterable[dict]) -> dict[Any, list[dict]]:
-    groups: dict[Any, list[dict]] = {}
+    groups = {}
     for record in records:
         groups.setdefault(record["contest"], []).append(record)
     for contest, rows in groups.items():
@@ -38,13 +37,6 @@ def _group(records: Iterable[dict]) -> dict[Any, list[dict]]:
         if None not in indices and len(set(indices)) != len(indices):
             raise ValueError(f"contest {contest!r} has duplicate sample_index values {sorted(indices)}")
     return groups
-
-
-def sample_value(record: dict) -> float:
-    """sigma(RM) of an emitted caption, 0 for a failed sample."""
-    if record.get("caption") is None or record.get("rm_raw") is None:
-        return 0.0
-    return sigmoid(float(record["rm_raw"]))
 
 
 def expected_max_of_subset(values: Sequence[float], n: int) -> float:
@@ -61,15 +53,16 @@ def per_cartoon(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> dict
     """Per cartoon: n, format, truncated, fail_as_zero, emitted_sigmoid/raw (None if nothing emitted), bon@n."""
     out = {}
     for contest, rows in _group(records).items():
-        values = [sample_value(r) for r in rows]
-        emitted = [r for r in rows if r.get("caption") is not None and r.get("rm_raw") is not None]
+        raw = [None if r.get("caption") is None or r.get("rm_raw") is None else float(r["rm_raw"]) for r in rows]
+        values = [0.0 if x is None else sigmoid(x) for x in raw]  # sigma(RM), a failed sample 0
+        emitted = [x for x in raw if x is not None]
         entry = {
             "n": len(rows),
             "format": sum(r.get("caption") is not None for r in rows) / len(rows),
             "truncated": sum(bool(r.get("truncated")) for r in rows) / len(rows),
             "fail_as_zero": float(np.mean(values)),
-            "emitted_sigmoid": float(np.mean([sigmoid(float(r["rm_raw"])) for r in emitted])) if emitted else None,
-            "emitted_raw": float(np.mean([float(r["rm_raw"]) for r in emitted])) if emitted else None,
+            "emitted_sigmoid": float(np.mean([sigmoid(x) for x in emitted])) if emitted else None,
+            "emitted_raw": float(np.mean(emitted)) if emitted else None,
         }
         for n in bon_ns:
             entry[f"bon@{n}"] = expected_max_of_subset(values, n) if n <= len(rows) else None
@@ -89,28 +82,24 @@ def policy_metrics(records: Iterable[dict], bon_ns: Sequence[int] = BON_NS) -> d
     records = list(records)
     cartoons = per_cartoon(records, bon_ns)
     n_samples = {c["n"] for c in cartoons.values()}
-    metrics = {
+    means = ["emitted_sigmoid", "emitted_raw", "fail_as_zero", *(f"bon@{n}" for n in bon_ns)]
+    return {
         "cartoons": len(cartoons),
         "samples": len(records),
         "samples_per_cartoon": min(n_samples) if len(n_samples) == 1 else sorted(n_samples),
         "format_rate": _mean_of(cartoons, "format"),
         "truncated_rate": _mean_of(cartoons, "truncated"),
-        "emitted_sigmoid": _mean_of(cartoons, "emitted_sigmoid"),
-        "emitted_raw": _mean_of(cartoons, "emitted_raw"),
-        "fail_as_zero": _mean_of(cartoons, "fail_as_zero"),
+        **{key: _mean_of(cartoons, key) for key in means},
+        **format_failures(records),
+        "per_cartoon": {str(k): v for k, v in cartoons.items()},
     }
-    for n in bon_ns:
-        metrics[f"bon@{n}"] = _mean_of(cartoons, f"bon@{n}")
-    metrics.update(format_failures(records))
-    metrics["per_cartoon"] = {str(k): v for k, v in cartoons.items()}
-    return metrics
 
 
 def format_failures(records: Sequence[dict], examples: int = 2, max_chars: int = 400) -> dict:
     """``format_failures`` ({parser reason: count}), ``top_failure`` (the commonest or None) and a few
     ``example_completions`` ({"failed": [...], "parsed": [...]}, cut to ``max_chars``)."""
-    counts: Counter = Counter()
-    shown: dict[str, list[str]] = {"failed": [], "parsed": []}
+    counts = Counter()
+    shown = {"failed": [], "parsed": []}
     for r in records:
         text = r.get("completion")
         kind = "parsed" if r.get("caption") is not None else "failed"
@@ -180,10 +169,10 @@ def evaluate_records(
     return {"baseline": baseline, "policies": policies, "comparisons": comparisons}
 
 
-def _fmt(value: Any, pct: bool = False, digits: int = 3) -> str:
+def _fmt(value: Any, pct: bool = False) -> str:
     if value is None:
         return "–"
-    return f"{100 * value:.1f}" if pct else f"{value:.{digits}f}"
+    return f"{100 * value:.1f}" if pct else f"{value:.3f}"
 
 
 def _fmt_ci(entry: dict | None) -> str:
@@ -192,7 +181,7 @@ def _fmt_ci(entry: dict | None) -> str:
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     """A markdown table's lines."""
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(row) + " |" for row in rows)]
+    return [f"| {' | '.join(head)} |", "|" + "---|" * len(head), *(f"| {' | '.join(row)} |" for row in rows)]
 
 
 def markdown_table(report: dict) -> str:
@@ -234,7 +223,7 @@ def markdown_table(report: dict) -> str:
             f"Paired differences to **{report['baseline']}** (policy − baseline, mean over shared cartoons, "
             f"{level} bootstrap CI resampling cartoons):"
         )
-        head = ["policy", "fail-as-0 σ(RM)", f"{bon[-1]}" if bon else "bon", "σ(RM) emitted"]
+        head = ["policy", "fail-as-0 σ(RM)", bon[-1] if bon else "bon", "σ(RM) emitted"]
         rows = [
             [name, _fmt_ci(c["fail_as_zero"]), _fmt_ci(c.get(bon[-1]) if bon else None), _fmt_ci(c["emitted_sigmoid"])]
             for name, c in report["comparisons"].items()
@@ -270,13 +259,9 @@ def write_report(
     report: dict, out_dir: str, records_by_policy: dict[str, list[dict]] | None = None, table: str | None = None
 ) -> dict[str, str]:
     """``bon_eval.md`` (`table` or `markdown_table`), ``bon_eval.json``, ``bon_curve.png``, ``samples.jsonl``."""
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {
-        "markdown": os.path.join(out_dir, "bon_eval.md"),
-        "json": os.path.join(out_dir, "bon_eval.json"),
-        "plot": os.path.join(out_dir, "bon_curve.png"),
-    }
-    write_text(paths["markdown"], markdown_table(report) if table is None else table)
+    names = {"markdown": "bon_eval.md", "json": "bon_eval.json", "plot": "bon_curve.png"}
+    paths = {kind: os.path.join(out_dir, name) for kind, name in names.items()}
+    write_text(paths["markdown"], markdown_table(report) if table is None else table)  # (makes out_dir)
     write_json(paths["json"], report)
     plot_bon(report, paths["plot"])
     if records_by_policy is not None:
@@ -294,10 +279,9 @@ def write_report(
 
 def score_records(records: list[dict], images_by_contest: dict, descs_by_contest: dict, reward_model) -> list[dict]:
     """Fill ``rm_raw`` of records with a caption, in place (``reward_model=None``: every ``rm_raw`` None)."""
-    model = get_reward_model(reward_model) if isinstance(reward_model, (str, os.PathLike)) else reward_model
-    todo = [r for r in records if r.get("caption") is not None] if model is not None else []
+    todo = [r for r in records if r.get("caption") is not None] if reward_model is not None else []
     if todo:
-        scores = model.score(
+        scores = reward_model.score(
             [images_by_contest[r["contest"]] for r in todo],
             [protocol.rm_messages(descs_by_contest[r["contest"]], r["caption"]) for r in todo],
         )
@@ -332,44 +316,38 @@ def evaluate_policy(
     ``decoder``: ``generation.generate_texts``'; ``top_p`` / ``top_k`` None: the policy's generation config's."""
     import torch  # deferred: heavy
 
-    rows = cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset
-    if max_cartoons is not None:
-        rows = rows.select(range(min(max_cartoons, len(rows))))
+    rows = cdata.first_rows(cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset, max_cartoons)
     contests = list(rows["contest"])
-    images = {c: img for c, img in zip(contests, rows["image"])}
-    desc_cols = [f for f in protocol.DESCRIPTION_FIELDS if f in rows.column_names]
-    table = rows.select_columns(desc_cols) if desc_cols else None
-    descs = {c: protocol.description_from_row(table[i]) if table is not None else None for i, c in enumerate(contests)}
-    prompt_text = {
-        c: processor.apply_chat_template(protocol.build_messages(descs[c]), tokenize=False, add_generation_prompt=True)
+    images, descs = dict(zip(contests, rows["image"])), dict(zip(contests, cdata.descriptions(rows)))
+    prompts = [
+        processor.apply_chat_template(protocol.build_messages(descs[c]), tokenize=False, add_generation_prompt=True)
         for c in contests
-    }
-    position = {c: i for i, c in enumerate(contests)}
-    jobs = [(c, k) for c in contests for k in range(n)]
+    ]
+    jobs = [(i, k) for i in range(len(contests)) for k in range(n)]  # (the cartoon's prompt row, the sample)
     sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k} if do_sample else {}
-    gen_kwargs: dict[str, Any] = {k: v for k, v in sampling.items() if v is not None}
+    gen_kwargs = {k: v for k, v in sampling.items() if v is not None}
     if use_stop:
         gen_kwargs.update(stop_strings=list(protocol.STOP), tokenizer=processor.tokenizer)
     torch.manual_seed(seed)
-    records: list[dict] = []
+    records = []
     for start in range(0, len(jobs), batch_size):
         batch = jobs[start : start + batch_size]
         texts, lengths, truncated = generation.generate_texts(
             model,
             processor,
-            [prompt_text[c] for c, _ in batch],
-            [images[c] for c, _ in batch],
+            [prompts[i] for i, _ in batch],
+            [images[contests[i]] for i, _ in batch],
             max_new_tokens,
             do_sample=do_sample,
             decoder=decoder,
             **gen_kwargs,
         )
-        for (c, k), text, length, trunc in zip(batch, texts, lengths, truncated):
+        for (i, k), text, length, trunc in zip(batch, texts, lengths, truncated):
             parsed = protocol.parse_details(text)
             records.append(
                 {
-                    "contest": c,
-                    "index": position[c],
+                    "contest": contests[i],
+                    "index": i,
                     "sample_index": k,
                     "completion": text,
                     "caption": parsed.caption,
@@ -404,10 +382,8 @@ def read_records(path: str) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
-    parser = argparse.ArgumentParser(
-        prog="python -m open_r1.tasks.captioning.evaluate",
-        description="Best-of-N report from per-sample records of several policies.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = cli_parser(
+        "python -m open_r1.tasks.captioning.evaluate", "Best-of-N report from per-sample records of several policies."
     )
     parser.add_argument(
         "--records",
@@ -416,10 +392,10 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=PATH",
         help="a policy name and its records (JSONL), e.g. base=runs/base.jsonl grpo=runs/grpo.jsonl",
     )
-    parser.add_argument("--baseline", default=None, help="policy the others are compared to (paired by cartoon)")
+    parser.add_argument("--baseline", help="policy the others are compared to (paired by cartoon)")
     parser.add_argument("--out", required=True, help="directory for bon_eval.md, bon_eval.json, bon_curve.png")
-    parser.add_argument("--n-boot", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of the CIs")
+    parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
         by_policy = {}

@@ -35,7 +35,7 @@ def preflight(recipe, stages, run: list[str]) -> None:
     """Each run stage's own checks, and its inputs on disk or written by a stage that runs before it: a chain whose
     work_dir is gone fails at once naming the stage to run, not minutes in."""
     makers = {path: stage.NAME for stage in stages for path in outputs(recipe, stage)}
-    produced: list[str] = []
+    produced = []
     for stage in stages:
         if stage.NAME in run:
             args = recipe.args(stage)
@@ -48,13 +48,16 @@ def preflight(recipe, stages, run: list[str]) -> None:
 def run_pipeline(recipe, stages=STAGES, run: list[str] | None = None, out: str | None = None, runner=None) -> dict:
     """Run the `run` stages (default: all) of `stages` in order; `runner(stage) -> (start time, result)` (default:
     the stage's `run`; the stand-in's runs sub-jobs as processes)."""
+    import torch  # deferred: heavy
+
     run = [stage.NAME for stage in stages] if run is None else list(run)
     runner = runner or (lambda stage: (time.time(), stage.run(*recipe.args(stage))))
     preflight(recipe, stages, run)  # before anything is written into the work_dir
     paths = recipe.paths
     summary_path = os.path.join(paths.results, "pipeline.json")
     summary = read_json(summary_path, default=None) or {"stages": {}}
-    summary.update(recipe=recipe.path, device=_device_name())
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    summary.update(recipe=recipe.path, device=device)
     started = time.time()
     by_name = {stage.NAME: stage for stage in stages}
     for name in run:
@@ -69,12 +72,6 @@ def run_pipeline(recipe, stages=STAGES, run: list[str] | None = None, out: str |
     logger.info(f"[pipeline] done in {summary['total_seconds']:.0f} s")
     print(write_results(summary, stages, paths, out))
     return summary
-
-
-def _device_name() -> str:
-    import torch  # deferred: heavy
-
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
 def results_markdown(summary: dict, stages=STAGES) -> str:
@@ -100,22 +97,14 @@ def results_markdown(summary: dict, stages=STAGES) -> str:
 def write_results(summary: dict, stages, paths: config.Paths, out: str | None) -> str:
     """``results.md``, and with `out` the small result files copied there (flat, at most 7)."""
     markdown = results_markdown(summary, stages)
-    os.makedirs(paths.results, exist_ok=True)
-    write_text(os.path.join(paths.results, "results.md"), markdown)
+    write_text(os.path.join(paths.results, "results.md"), markdown)  # (makes the folder)
     if out:
         os.makedirs(out, exist_ok=True)
         splits = sorted(d for d in os.listdir(paths.results) if d.startswith("eval_"))
-        files = [os.path.join(paths.results, f) for f in ("pipeline.json", "results.md")]
-        files += [os.path.join(paths.results, s, "bon_eval.json") for s in splits]
-        files += [os.path.join(paths.results, s, "bon_curve.png") for s in splits[:2]]
-        for path in [f for f in files if os.path.isfile(f)][:7]:
-            parent = os.path.basename(os.path.dirname(path))
-            shutil.copy(
-                path,
-                os.path.join(
-                    out, os.path.basename(path) if parent == "results" else f"{parent}_{os.path.basename(path)}"
-                ),
-            )
+        files = ["pipeline.json", "results.md", *(f"{s}/bon_eval.json" for s in splits)]
+        files += [f"{s}/bon_curve.png" for s in splits[:2]]
+        for name in [f for f in files if os.path.isfile(os.path.join(paths.results, f))][:7]:
+            shutil.copy(os.path.join(paths.results, name), os.path.join(out, name.replace("/", "_")))  # eval_x_...
     return markdown
 
 
@@ -134,11 +123,9 @@ def recipe_help(stages, run_config: type = config.RunConfig) -> str:
     return "\n".join(lines) + "\ngrpo.*: any open_r1.grpo recipe key (open-r1-grpo --help-all)"
 
 
-def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", run=run_pipeline, run_config=None) -> int:
+def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", run=run_pipeline, run_config=config.RunConfig) -> int:
     """The CLI over `stages`; `run` (a runner) and `run_config` (the top-level keys): the stand-in's."""
     setup_logging()
-    run_config = run_config or config.RunConfig
-    names = [stage.NAME for stage in stages]
     parser = cli_parser(prog, __doc__)
     parser.add_argument("--config", help="the recipe (configs/captioning/*.yaml); required but for --help-recipe")
     parser.add_argument(
@@ -148,9 +135,11 @@ def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", run=run_pipeli
         metavar="SECTION.KEY=VALUE",
         help="override a recipe key (repeatable), e.g. --set rm.max_seconds=60",
     )
-    parser.add_argument("--stages", nargs="+", default=None, choices=names, help="a subset, in order (none given: all)")
+    parser.add_argument(
+        "--stages", nargs="+", choices=[stage.NAME for stage in stages], help="a subset, in order (none given: all)"
+    )
     parser.add_argument("--help-recipe", action="store_true", help="list every recipe key with its default and help")
-    parser.add_argument("--out", default=None, help="copy the small result files here")
+    parser.add_argument("--out", help="copy the small result files here")
     args = parser.parse_args(argv)
     if args.help_recipe:
         print(recipe_help(stages, run_config))

@@ -50,7 +50,9 @@ cannot fill the splits, the report so far is written to ``OUT.prepare_report.jso
 
 import argparse
 import csv
+import functools
 import io
+import itertools
 import json
 import logging
 import math
@@ -98,6 +100,7 @@ SIGNATURE = re.compile(
 # the Hub's parts: humor-r1's config name (a save_to_disk folder), then the repository's folder
 HUB_PARTS = {"1_rating": ("1_rating", "ranking"), "2_gpt4o_description": ("2_gpt4o_description", "gpt4o_description")}
 HUB_SPLITS = {"train": "train", "validation": "val", "val": "val", "test": "test"}
+SPLIT_NAME = re.compile(r"(train|validation|val|test)(?![a-z])")
 REPORT = "prepare_report.json"
 COUNTS = (
     "contests_read",
@@ -143,8 +146,8 @@ def ratings_source(root: str, report: Counter):
             files[int(match[1])].append(os.path.join(summaries, name))
     if not files:
         raise DataError(f"{summaries} holds no <contest>[_<algorithm>].csv file; point --ratings to the repository")
-    for path in (path for group in files.values() for path in group):
-        read_header(path)  # every header checked before anything is written
+    for path in itertools.chain(*files.values()):
+        read_summary(path)  # every header checked before anything is written
     cartoons = {}
     folder = os.path.join(root, "cartoons")
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
@@ -153,20 +156,6 @@ def ratings_source(root: str, report: Counter):
             cartoons[int(stem)] = os.path.join(folder, name)
     contests = ((c, [(os.path.basename(p), read_summary(p, report)) for p in files[c]]) for c in sorted(files))
     return contests, cartoons, {}, {}
-
-
-def read_header(path: str) -> tuple:
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            header = tuple(h.strip() for h in next(csv.reader(handle), ()))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise DataError(f"{path} is not a readable UTF-8 csv ({exc}); re-download or remove the file") from None
-    if header not in (HEADER_OLD, HEADER_NEW):
-        raise DataError(
-            f"{path}: header {','.join(header)!r} is neither {','.join(HEADER_OLD)!r} nor "
-            f"{','.join(HEADER_NEW)!r}; fix the header or remove the file"
-        )
-    return header
 
 
 def rating_numbers(mean, precision, votes, cats=None) -> tuple:
@@ -190,32 +179,30 @@ def bad_row(report: Counter, file: str, line: int, problem) -> None:
         report["bad_rows_where"].append({"file": file, "line": line, "problem": str(problem)})
 
 
-def read_summary(path: str, report: Counter) -> list[tuple]:
-    col = {name: i for i, name in enumerate(read_header(path))}
+def read_summary(path: str, report: Counter | None = None) -> list[tuple]:
+    """A summary file's rows, the bad ones counted in `report` (rule 0); without `report` its header alone is read."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.reader(handle)
-            next(reader)
+            header = tuple(h.strip() for h in next(reader, ()))
+            if header not in (HEADER_OLD, HEADER_NEW):
+                raise DataError(
+                    f"{path}: header {','.join(header)!r} is neither {','.join(HEADER_OLD)!r} nor "
+                    f"{','.join(HEADER_NEW)!r}; fix the header or remove the file"
+                )
+            col = {name: i for i, name in enumerate(header)}
             rows = []
-            for fields in filter(any, reader):  # blank lines skipped
+            for fields in filter(any, reader) if report is not None else ():  # blank lines skipped
                 try:
-                    cats = [fields[col[c]] for c in CATEGORIES]
-                    number = (fields[col[c]] for c in ("mean", "precision", "votes"))
-                    rows.append((fields[col["caption"]], *rating_numbers(*number, cats)))
+                    mean, precision, votes, *cats = (
+                        fields[col[c]] for c in ("mean", "precision", "votes", *CATEGORIES)
+                    )
+                    rows.append((fields[col["caption"]], *rating_numbers(mean, precision, votes, cats)))
                 except (ValueError, IndexError) as exc:
                     bad_row(report, path, reader.line_num, exc if isinstance(exc, ValueError) else "too few fields")
             return rows
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise DataError(f"{path} is not a readable UTF-8 csv ({exc}); re-download or remove the file") from None
-
-
-def _hub_split(path: str) -> str:
-    """The split a Hub file holds: ``train.jsonl``, ``validation-00000-of-00001.parquet``, or a split folder."""
-    for name in (os.path.basename(path), os.path.basename(os.path.dirname(path))):
-        match = re.match(r"(train|validation|val|test)(?![a-z])", name)
-        if match:
-            return match[1]
-    return ""
 
 
 def _load_part(root: str, part: str, needed: bool) -> dict:
@@ -243,16 +230,18 @@ def _load_part(root: str, part: str, needed: bool) -> dict:
             f"{where} does not exist: hf download {repo} --repo-type dataset --local-dir {root}, or "
             f"datasets.load_dataset('{repo}', '{part}').save_to_disk('{os.path.join(root, part)}')"
         )
-    if os.path.isfile(os.path.join(path, "dataset_dict.json")) or os.path.isfile(os.path.join(path, "state.json")):
+    if any(os.path.isfile(os.path.join(path, name)) for name in ("dataset_dict.json", "state.json")):
         loaded = datasets.load_from_disk(path)
-        if isinstance(loaded, datasets.DatasetDict):
-            return {split: (table, None) for split, table in loaded.items()}
-        return {"": (loaded, None)}
+        splits = loaded.items() if isinstance(loaded, datasets.DatasetDict) else [("", loaded)]
+        return {split: (table, None) for split, table in splits}
     files = defaultdict(list)
     for folder, _, found in sorted(os.walk(path)):
         for name in sorted(found):
-            if name.endswith((".parquet", ".jsonl")):
-                files[_hub_split(os.path.join(folder, name))].append(os.path.join(folder, name))
+            if name.endswith(
+                (".parquet", ".jsonl")
+            ):  # its split: ``train.jsonl``, ``validation-0...``, or its folder's
+                split = next((m[1] for n in (name, os.path.basename(folder)) if (m := SPLIT_NAME.match(n))), "")
+                files[split].append(os.path.join(folder, name))
     if not files:
         raise DataError(f"{path} holds no save_to_disk dataset, jsonl or parquet files; download the part again")
     out = {}
@@ -272,10 +261,6 @@ def _need(table, columns, path):
         raise DataError(f"{path} lacks column(s) {missing} (has {table.column_names}); expected humor-r1's names")
 
 
-def _split_order(parts: dict) -> list[str]:
-    return sorted(parts, key=lambda s: (list(HUB_SPLITS).index(s) if s in HUB_SPLITS else 9, s))
-
-
 def hub_source(root: str, report: Counter):
     """(contests, cartoons, descriptions, {contest: our split name} when every ratings split is named)."""
     import datasets  # deferred: heavy
@@ -283,15 +268,16 @@ def hub_source(root: str, report: Counter):
     import pyarrow as pa
 
     parts = _load_part(root, "1_rating", True)
-    order_of_splits = _split_order(parts)
+    order_of_splits = sorted(parts, key=lambda s: (list(HUB_SPLITS).index(s) if s in HUB_SPLITS else 9, s))
     tables, where = [], []
     for split in order_of_splits:
         table, source = parts[split]
         if "contest_number" in table.column_names:
             table = table.rename_column("contest_number", "contest")
-        _need(table, ["contest", "caption", "mean", "precision", "votes"], source or os.path.join(root, "1_rating"))
+        name = source or os.path.join(root, "1_rating")
+        _need(table, ["contest", "caption", "mean", "precision", "votes"], name)
         tables.append(table.data.table.select([c for c in table.column_names if c != "image"]))
-        where.append(f"{source or os.path.join(root, '1_rating')}" + (f" [{split}]" if split and not source else ""))
+        where.append(name + (f" [{split}]" if split and not source else ""))
     try:  # permissive: one split's votes may be read as int, another's as double
         ratings = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -301,12 +287,13 @@ def hub_source(root: str, report: Counter):
     row_in_split = np.concatenate([np.arange(t.num_rows) for t in tables])
     ids = np.asarray(ratings.column("contest").to_numpy(zero_copy_only=False), dtype=np.int64)
     order = np.argsort(ids, kind="stable")
-    bounds = np.flatnonzero(np.diff(ids[order])) + 1
-    named = all(s in HUB_SPLITS for s in order_of_splits)
-    hub_splits = {int(ids[r[0]]): HUB_SPLITS[order_of_splits[split_of_row[r[0]]]] for r in np.split(order, bounds)}
+    groups = np.split(order, np.flatnonzero(np.diff(ids[order])) + 1)  # the rows of each contest
+    hub_splits = {}  # when every ratings split is named
+    if all(s in HUB_SPLITS for s in order_of_splits):
+        hub_splits = {int(ids[r[0]]): HUB_SPLITS[order_of_splits[split_of_row[r[0]]]] for r in groups}
 
     def contests():
-        for rows in np.split(order, bounds):
+        for rows in groups:
             part = ratings.take(rows).to_pydict()
             cats = zip(*(part[c] for c in CATEGORIES)) if has_cats else [None] * len(rows)
             kept = []
@@ -344,7 +331,7 @@ def hub_source(root: str, report: Counter):
                 report["cartoons_matched_by_position"] += contest is not None
             if contest is not None and cell.get("bytes"):
                 cartoons[int(contest)] = cell["bytes"]
-    return contests(), cartoons, descriptions, (hub_splits if named else {})
+    return contests(), cartoons, descriptions, hub_splits
 
 
 def read_descriptions(path: str) -> dict[int, dict]:
@@ -355,11 +342,8 @@ def read_descriptions(path: str) -> dict[int, dict]:
                 if path.endswith(".jsonl")
                 else list(csv.DictReader(handle))
             )
-        out = {}
-        for row in rows:
-            row = {data.HUMOR_R1_RENAME.get(k, k): v for k, v in row.items()}
-            out[int(row["contest"])] = row
-        return out
+        renamed = ({data.HUMOR_R1_RENAME.get(k, k): v for k, v in row.items()} for row in rows)
+        return {int(row["contest"]): row for row in renamed}
     except (OSError, ValueError, KeyError, TypeError, csv.Error) as exc:
         raise DataError(
             f"--descriptions {path}: unreadable ({exc!r}); give a csv or jsonl with a contest (or "
@@ -368,14 +352,6 @@ def read_descriptions(path: str) -> dict[int, dict]:
 
 
 # --- Rules (module docstring) ---
-def repair_mojibake(text: str) -> str:
-    return text if text.isascii() else ftfy.fix_text(text, MOJIBAKE_ONLY)
-
-
-def strip_controls(text: str) -> str:
-    return CONTROL.sub("", text)
-
-
 def strip_signature(text: str) -> str:
     """Rule 1: trailing signature lines removed while another line remains."""
     lines = text.strip().splitlines()
@@ -387,9 +363,9 @@ def strip_signature(text: str) -> str:
 
 
 TEXT_RULES = (
-    ("mojibake_repaired", repair_mojibake),
+    ("mojibake_repaired", lambda text: text if text.isascii() else ftfy.fix_text(text, MOJIBAKE_ONLY)),
     ("zero_width_removed", lambda text: text if text.isascii() else ZERO_WIDTH.sub("", text)),
-    ("control_chars_removed", strip_controls),
+    ("control_chars_removed", functools.partial(CONTROL.sub, "")),
     ("signatures_removed", strip_signature),
 )
 
@@ -431,7 +407,7 @@ def merge_copies(copies: list[tuple]) -> tuple[float, float, int]:
 def contest_rows(files: list[tuple], report: Counter, top_k: int, keep_raw: bool = False) -> list[tuple]:
     """(caption, mean, precision, votes) of one contest after rules 1-6, in source-file order."""
     report["contests_with_several_files"] += len(files) > 1
-    copies: dict[str, list] = {}
+    copies = {}
     for index, (_, rows) in enumerate(files):
         for raw, mean, precision, votes, cats in rows:
             report["vote_count_mismatches"] += cats is not None and cats != votes
@@ -512,24 +488,24 @@ def prepare(args: argparse.Namespace) -> dict:
     own = lambda path: os.path.isfile(os.path.join(path, REPORT))  # noqa: E731 - a prepared set has its report
     check_target(out, "--out", "a prepared data set", inputs, own=own, force=args.force)
     report = Counter({**dict.fromkeys(COUNTS, 0), "bad_rows_where": [], "text_fix_examples": {}, "contest_files": {}})
-    source = hub_source(args.hub, report) if args.hub else ratings_source(args.ratings, report)
-    contests, cartoons, descriptions, hub_splits = source
+    contests, cartoons, descriptions, hub_splits = (
+        hub_source(args.hub, report) if args.hub else ratings_source(args.ratings, report)
+    )
     keep_hub = bool(hub_splits) and args.resplit is None
     seed = args.seed if args.resplit is None else args.resplit
     if args.descriptions:
         descriptions = {**descriptions, **read_descriptions(args.descriptions)}
     desc_cols = list(data.DESCRIPTION_FIELDS) if descriptions else []
-    features = datasets.Features(
-        {
-            "contest": datasets.Value("int64"),
-            "image": datasets.Value("string"),
-            "caption": datasets.Value("string"),
-            "mean": datasets.Value("float64"),
-            "precision": datasets.Value("float64"),
-            "votes": datasets.Value("int64"),
-            **{c: datasets.Value("string") for c in desc_cols},
-        }
-    )
+    kinds = {
+        "contest": "int64",
+        "image": "string",
+        "caption": "string",
+        "mean": "float64",
+        "precision": "float64",
+        "votes": "int64",
+        **dict.fromkeys(desc_cols, "string"),
+    }
+    features = datasets.Features({name: datasets.Value(kind) for name, kind in kinds.items()})
     no_cartoon = []
 
     def summary(sizes) -> dict:
@@ -565,14 +541,14 @@ def prepare(args: argparse.Namespace) -> dict:
                     continue
                 if not rows:
                     continue
-                desc = descriptions.get(contest)
-                report["contests_without_description"] += bool(desc_cols) and desc is None
+                desc = descriptions.get(contest, {})
+                report["contests_without_description"] += bool(desc_cols) and not desc
                 image = f"../images/{os.path.basename(placed)}"  # relative to each split's folder (data.py)
                 batch = {
                     "contest": [contest] * len(rows),
                     "image": [image] * len(rows),
-                    **{name: [r[i] for r in rows] for i, name in enumerate(("caption", "mean", "precision", "votes"))},
-                    **{c: [protocol.field_text((desc or {}).get(c))] * len(rows) for c in desc_cols},
+                    **dict(zip(("caption", "mean", "precision", "votes"), map(list, zip(*rows)))),
+                    **{c: [protocol.field_text(desc.get(c))] * len(rows) for c in desc_cols},
                 }
                 writer.write_batch(pa.RecordBatch.from_pydict(batch, schema=features.arrow_schema))
         with pa.memory_map(staging) as source:
@@ -621,9 +597,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--val-frac", type=float, default=0.1, help="share of contests in val")
     parser.add_argument("--test-frac", type=float, default=0.1, help="share of contests in test")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split by contest (--ratings)")
-    parser.add_argument(
-        "--resplit", type=int, default=None, metavar="SEED", help="--hub: split by contest with SEED, not the Hub's"
-    )
+    parser.add_argument("--resplit", type=int, metavar="SEED", help="--hub: split by contest with SEED, not the Hub's")
     parser.add_argument(
         "--keep-raw", action="store_true", help="leave caption text as published (lines joined; rule 1 of the doc)"
     )

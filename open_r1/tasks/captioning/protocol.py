@@ -191,8 +191,7 @@ def synthesis_messages(description: dict | None, caption: str) -> list[dict]:
     """``build_messages(description)`` with the synthesis instruction appended to the user text (the SFT row uses
     the plain prompt: the policy never sees the caption it is asked to write)."""
     messages = build_messages(description)
-    user = messages[1]["content"][1]
-    user["text"] = user["text"] + "\n\n" + SYNTHESIS_INSTRUCTION.format(caption=caption.strip())
+    messages[1]["content"][1]["text"] += "\n\n" + SYNTHESIS_INSTRUCTION.format(caption=caption.strip())
     return messages
 
 

@@ -58,7 +58,7 @@ def _images(image: Any, images: Any, n: int) -> list:
 
 
 def _descriptions(columns: dict[str, Any], n: int) -> list[dict]:
-    descs: list[dict] = [{} for _ in range(n)]
+    descs = [{} for _ in range(n)]
     for field in protocol.DESCRIPTION_FIELDS:
         values = columns.get(field)
         if values is None:
@@ -75,10 +75,6 @@ def score_caption_rm(
     completions,
     image=None,
     images=None,
-    scene=None,
-    twist=None,
-    location=None,
-    entities=None,
     *,
     reward_model: str,
     fail_value: float = 0.0,
@@ -87,16 +83,16 @@ def score_caption_rm(
     device: str | None = None,
     batch_size: int = 16,
     log_metric: LogMetric = None,
-    **kwargs,
+    **columns,
 ) -> list[float]:
     n = len(completions)
     parses = [protocol.parse_details(c, max_words) for c in completions]
     ok = [i for i, p in enumerate(parses) if p.ok]
     rewards = [float(fail_value)] * n
-    raw: list[float] = []
+    raw = []
     if ok:
         imgs = _images(image, images, n)
-        descs = _descriptions({"scene": scene, "twist": twist, "location": location, "entities": entities}, n)
+        descs = _descriptions(columns, n)  # the description columns TRL passes
         model = get_reward_model(reward_model, device)
         messages = [protocol.rm_messages(descs[i], parses[i].caption) for i in ok]
         raw = [float(s) for s in model.score([imgs[i] for i in ok], messages, batch_size=batch_size)]

@@ -71,18 +71,8 @@ def policies(cfg, paths, grpo_seeds) -> dict[str, str]:
 
 def sampling_kwargs(cfg, seed) -> dict:
     """`evaluate.evaluate_policy`'s sampling settings from the ``eval`` section (the ratings round's too)."""
-    return dict(
-        n=cfg.n,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        batch_size=cfg.batch_size,
-        seed=seed,
-        max_cartoons=cfg.limit,
-        use_stop=cfg.use_stop,
-        decoder=cfg.decoder,
-        top_p=cfg.top_p,
-        top_k=cfg.top_k,
-    )
+    names = ("n", "max_new_tokens", "temperature", "batch_size", "use_stop", "decoder", "top_p", "top_k")
+    return {**{name: getattr(cfg, name) for name in names}, "seed": seed, "max_cartoons": cfg.limit}
 
 
 def check(cfg, paths, seed, grpo_seeds) -> None:
@@ -115,7 +105,7 @@ def run(cfg: Config, paths, seed, grpo_seeds, measure=ev) -> dict:
     rm = load_reward_model(found["rm"], device=device)
     named, score = policies(cfg, paths, grpo_seeds), getattr(measure, "score", None)
     data = {s: cdata.load_captions(paths.split(s), check_images="none") for s in cfg.splits}
-    records: dict[str, dict[str, list]] = {s: {} for s in cfg.splits}
+    records = {s: {} for s in cfg.splits}
     timings = {}
     for name, path in named.items():
         started = time.time()

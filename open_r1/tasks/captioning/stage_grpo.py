@@ -17,7 +17,6 @@ from typing import NamedTuple
 from open_r1 import grpo, modeling
 from open_r1.checks import check_loss_type
 from open_r1.errors import RecipeError, RewardConfigError
-from open_r1.grpo import recipe_keys
 from open_r1.rewards import parse_reward_kwargs
 from open_r1.run.budget import TimeBudgetCallback
 from open_r1.run.keep_best import has_weights, resolve_export_checkpoint
@@ -87,7 +86,7 @@ def parse(mapping, paths, settings_class: type = Settings) -> Section:
     mapping = dict(mapping or {})
     own = [f.name for f in dataclasses.fields(settings_class)]
     settings = config.parse_section(NAME, settings_class, {k: mapping.pop(k) for k in own if k in mapping})
-    config.check_keys(NAME, mapping, {*own, *recipe_keys()})
+    config.check_keys(NAME, mapping, {*own, *grpo.recipe_keys()})
     for key, instead in OWNED.items():
         config.require(key not in mapping, f"grpo.{key}: the pipeline sets {key} for each seed's run; set {instead}")
     config.require(
@@ -173,7 +172,8 @@ def run_seed(section, paths, seed) -> dict:
     trainer = grpo.main(script_args, training_args, model_args, task, callbacks=[cap])
     if trainer.run_safety.exit_code:
         raise RecipeError(f"GRPO seed {seed} stopped with exit code {trainer.run_safety.exit_code}")
-    history = [dict(e) for e in trainer.state.log_history]
+    keys = ("step", "reward", "caption_rm/format_ok", "caption_rm/sigmoid_mean", "kl", "completions/mean_length")
+    curve = [{k: e[k] for k in keys if k in e} for e in trainer.state.log_history if "reward" in e]
     steps = int(trainer.state.global_step)
     del trainer
     seconds = time.time() - started
@@ -181,8 +181,6 @@ def run_seed(section, paths, seed) -> dict:
     merged, _ = load_for_export(resolve_export_checkpoint(training_args.output_dir))
     processor = modeling.load_processor(training_args.output_dir)
     modeling.save_model_dir(merged, processor, paths.grpo_model(seed))
-    keys = ("reward", "caption_rm/format_ok", "caption_rm/sigmoid_mean", "kl", "completions/mean_length")
-    curve = [{k: e[k] for k in ("step", *keys) if k in e} for e in history if "reward" in e]
     logger.info(
         f"[grpo] seed {seed}: {steps} steps in {seconds:.1f} s; reward "
         f"{curve[0].get('reward') if curve else None} -> {curve[-1].get('reward') if curve else None}"

@@ -15,13 +15,11 @@ import time
 from open_r1 import reward_model as rm_lib
 from open_r1.errors import OpenR1Error
 from open_r1.jsonio import write_json
-from open_r1.reward_model import LORA_KEYS
 from open_r1.run.budget import TimeBudgetCallback
 from open_r1.submission.install import installing
 from open_r1.tasks.captioning import config, protocol
 from open_r1.tasks.captioning import data as cdata
 from open_r1.tasks.captioning.config import help_field, require
-from open_r1.tasks.captioning.data import SE_FROM
 from open_r1.tasks.captioning.evaluate import _fmt
 
 logger = logging.getLogger(__name__)
@@ -33,7 +31,7 @@ NAME = "rm"
 class Config:
     train_split: str = help_field("train", "the split the training pairs come from")
     k: float = help_field(3.0, "k-sigma rule: a pair when the mean gap exceeds k * sqrt(se1^2 + se2^2)")
-    se_from: str = help_field("precision", f"the standard error of a mean: {' | '.join(SE_FROM)}")
+    se_from: str = help_field("precision", f"the standard error of a mean: {' | '.join(cdata.SE_FROM)}")
     cap_per_contest: int | None = help_field(1000, "training pairs per contest, drawn at random (null: all)")
     max_pairs: int | None = help_field(None, "keep the first N of the shuffled pairs")
     image_negative_top_k: int = help_field(3, "the image swap's captions: each contest's top k")
@@ -71,7 +69,9 @@ class Config:
             self.lr_scheduler in schedulers,
             f"rm.lr_scheduler must be one of {', '.join(schedulers)}, got {self.lr_scheduler!r}",
         )
-        require(self.se_from in SE_FROM, f"rm.se_from must be one of {', '.join(SE_FROM)}, got {self.se_from!r}")
+        require(
+            self.se_from in cdata.SE_FROM, f"rm.se_from must be one of {', '.join(cdata.SE_FROM)}, got {self.se_from!r}"
+        )
         require(self.dtype in (None, "float32", "bfloat16", "float16", "auto"), f"rm.dtype: {self.dtype!r}?")
         require(
             self.learning_rate > 0 and self.epochs > 0 and 0 <= self.warmup_ratio <= 1,
@@ -96,7 +96,7 @@ class Config:
             f"rm.max_seconds must be > 0 or null, got {self.max_seconds!r}",
         )
         if self.lora is not None:
-            config.check_keys("rm.lora", self.lora, LORA_KEYS)
+            config.check_keys("rm.lora", self.lora, rm_lib.LORA_KEYS)
         if self.seeds is not None:
             config.seed_list("rm.seeds", self.seeds)
 
@@ -112,56 +112,34 @@ def contest_images(dataset, first_row: dict, blind: bool) -> dict:
     }
 
 
-def index_pair_rows(dataset, index, blind: bool = False) -> list[dict]:
-    """RM rows {image, chosen, rejected, group} of ``data.pair_indices``' pairs, without building the pair dataset
-    (that copies a contest's image into each of its pairs)."""
-    columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
+def index_pair_rows(dataset, index, blind: bool = False, swap: bool = False) -> list[dict]:
+    """RM rows {image, chosen, rejected, group} of ``data.pair_indices``' (chosen, rejected) row pairs, without
+    building the pair dataset (that copies a contest's image into each of its pairs). `swap`: pairs of
+    ``data.image_negative_indices``, one conversation, chosen under its own cartoon, rejected under the other row's
+    (``rejected_image``)."""
+    columns = dataset.remove_columns("image").to_dict()
     contests, captions = columns["contest"], columns["caption"]
-    first: dict = {}
-    for chosen, _ in index:
-        first.setdefault(contests[chosen], int(chosen))
+    first = {}
+    for row in range(len(contests)) if swap else index[:, 0].tolist():  # swap: each contest's first row
+        first.setdefault(contests[row], row)
     images = contest_images(dataset, first, blind)
-    prompts: dict = {}  # chosen row -> its prompt, built once
+    prompts = {}  # chosen row -> its prompt, built once
     rows = []
     for chosen, rejected in index.tolist():
         contest = contests[chosen]
+        if swap and contests[rejected] == contest:
+            raise ValueError(f"an image-negative pair of rows {chosen}, {rejected} has one contest ({contest!r})")
         if chosen not in prompts:
             prompts[chosen] = protocol.build_messages(
                 protocol.description_from_row({k: v[chosen] for k, v in columns.items()})
             )
-        prompt = prompts[chosen]
-        rows.append(
-            {
-                "image": images[contest],
-                "chosen": [*prompt, protocol.rm_turn(captions[chosen])],
-                "rejected": [*prompt, protocol.rm_turn(captions[rejected])],
-                "group": contest,
-            }
-        )
-    return rows
-
-
-def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
-    """RM rows of ``data.image_negative_indices``' pairs: one conversation, chosen under its own cartoon, rejected
-    under the other contest's (``rejected_image``)."""
-    columns = dataset.select_columns([c for c in dataset.column_names if c != "image"]).to_dict()
-    first = {}  # each contest's first row: its cartoon
-    for row, contest in enumerate(columns["contest"]):
-        first.setdefault(contest, row)
-    images, rows = contest_images(dataset, first, blind), []
-    for own, other in index.tolist():
-        contest = columns["contest"][own]
-        if columns["contest"][other] == contest:
-            raise ValueError(f"an image-negative pair of rows {own}, {other} has one contest ({contest!r})")
-        messages = protocol.rm_messages(
-            protocol.description_from_row({k: v[own] for k, v in columns.items()}), columns["caption"][own]
-        )
+        messages = [*prompts[chosen], protocol.rm_turn(captions[chosen])]
         rows.append(
             {
                 "image": images[contest],
                 "chosen": messages,
-                "rejected": messages,
-                "rejected_image": images[columns["contest"][other]],
+                "rejected": messages if swap else [*prompts[chosen], protocol.rm_turn(captions[rejected])],
+                **({"rejected_image": images[contests[rejected]]} if swap else {}),
                 "group": contest,
             }
         )
@@ -171,10 +149,7 @@ def image_negative_rows(dataset, index, blind: bool = False) -> list[dict]:
 def held_out_index(cfg, paths, seed, split: str):
     """(the split's dataset, the row indices of its held-out pairs)."""
     dataset = cdata.load_captions(paths.split(split), check_images="none")
-    index = cdata.pair_indices(
-        dataset, k=cfg.k, se_from=cfg.se_from, cap_per_contest=cfg.eval_cap_per_contest, seed=seed + 7
-    )
-    return dataset, index
+    return dataset, cdata.pair_indices(dataset, cfg.k, cfg.se_from, cfg.eval_cap_per_contest, seed + 7)
 
 
 def rm_seeds(cfg, seed) -> list[int]:
@@ -189,21 +164,15 @@ def scored_splits(cfg, seed) -> list[str]:
     return splits
 
 
-def pair_rule(cfg, seed) -> dict:
-    """The training pairs' ``data.pair_indices`` keyword arguments."""
-    return {"k": cfg.k, "se_from": cfg.se_from, "cap_per_contest": cfg.cap_per_contest, "seed": seed}
-
-
 def training_index(cfg, seed, dataset):
-    """The row indices of the pairs the RM trains on: `pair_rule`, then the ``rm.max_pairs`` prefix."""
-    index = cdata.pair_indices(dataset, **pair_rule(cfg, seed))
+    """The row indices of the pairs the RM trains on (the k-sigma rule), then the ``rm.max_pairs`` prefix."""
+    index = cdata.pair_indices(dataset, cfg.k, cfg.se_from, cfg.cap_per_contest, seed)
     return index[: cfg.max_pairs] if cfg.max_pairs else index
 
 
 def training_pair_rows(cfg, paths, seed, blind: bool = False) -> list[dict]:
-    """The RM rows of the training pairs."""
-    path = config.check_inputs({"train": inputs(cfg, paths, seed)["train"]})["train"]
-    train = cdata.load_captions(path, check_images="none")
+    """The RM rows of the training pairs (`train` checked the split first)."""
+    train = cdata.load_captions(paths.split(cfg.train_split), check_images="none")
     return index_pair_rows(train, training_index(cfg, seed, train), blind=blind)
 
 
@@ -290,7 +259,8 @@ def score_held_out(cfg, paths, seed, model, blind: bool, tag: str = "[rm]", spli
         if not os.path.isdir(paths.split(split)):
             continue
         t0 = time.time()
-        held = index_pair_rows(*held_out_index(cfg, paths, seed, split), blind=blind)
+        dataset, index = held_out_index(cfg, paths, seed, split)
+        held = index_pair_rows(dataset, index, blind=blind)
         logger.info(f"{tag} {split}: scoring {len(held)} held-out pairs (built in {time.time() - t0:.1f} s)")
         result = rm_lib.evaluate_pairs(
             model,
@@ -299,7 +269,7 @@ def score_held_out(cfg, paths, seed, model, blind: bool, tag: str = "[rm]", spli
             seed=seed,
             progress=config.progress_bar(f"{tag} {split}", "conversation"),
         )
-        swap = image_swap_accuracy(cfg, paths, seed, model, split, blind)
+        swap = image_swap_accuracy(cfg, seed, model, dataset, blind)
         if swap is not None:
             result["image_swap"] = swap
             logger.info(
@@ -315,32 +285,23 @@ def score_held_out(cfg, paths, seed, model, blind: bool, tag: str = "[rm]", spli
     return results
 
 
-def image_swap_accuracy(cfg, paths, seed, model, split: str, blind: bool) -> dict | None:
+def image_swap_accuracy(cfg, seed, model, dataset, blind: bool) -> dict | None:
     """Does the RM read the image? The share of ``rm.eval_image_swaps`` top captions it scores higher under their
     own cartoon than another's, with the by-contest CI (0.5 when blind); None for 0 swaps or under two contests."""
     n = cfg.eval_image_swaps
-    dataset = cdata.load_captions(paths.split(split), check_images="none")
     if not n or len(set(dataset["contest"])) < 2:
         return None
     index = cdata.image_negative_indices(dataset, n, top_k=cfg.image_negative_top_k, seed=seed + 13)
     result = rm_lib.evaluate_pairs(
-        model, image_negative_rows(dataset, index, blind=blind), batch_size=cfg.eval_batch_size, seed=seed
+        model, index_pair_rows(dataset, index, blind=blind, swap=True), batch_size=cfg.eval_batch_size, seed=seed
     )
     return {k: result[k] for k in ("accuracy", "ci_low", "ci_high", "n_pairs", "n_groups")}
 
 
 def inputs(cfg, paths, seed) -> dict[str, config.Input]:
-    split = cfg.train_split
-    train = (
-        config.split_input(paths, split)
-        if split == "train"
-        else config.Input(
-            paths.split(split),
-            f"the {split} split",
-            "set rm.train_split to an existing split",
-            config.DATASET_MARKER,
-        )
-    )
+    train = config.split_input(paths, cfg.train_split)
+    if cfg.train_split != "train":
+        train = train._replace(fix="set rm.train_split to an existing split")
     return {
         "backbone": config.Input(paths.rm_base, "the RM backbone", "set models.reward_backbone to a model dir"),
         "train": train,
@@ -414,9 +375,11 @@ def markdown(rm: dict) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     kept = (rm.get("rm") or {}).get("selected")
-    labels = {"rm": "with image" + (f" (kept: seed {kept['seed']}, best on val)" if kept else "")}
-    labels.update({key: f"with image, seed {key[4:]}" for key in sorted(rm) if key.startswith("rm_s")})
-    labels["rm_blind"] = "image-blind"
+    labels = {
+        "rm": "with image" + (f" (kept: seed {kept['seed']}, best on val)" if kept else ""),
+        **{key: f"with image, seed {key[4:]}" for key in sorted(rm) if key.startswith("rm_s")},
+        "rm_blind": "image-blind",
+    }
     for key, label in labels.items():
         for split, r in ((rm.get(key) or {}).get("held_out") or {}).items():
             swap = r.get("image_swap")

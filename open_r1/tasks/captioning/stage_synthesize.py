@@ -61,27 +61,28 @@ def split_trace(text: str, close: bool = False) -> tuple[str | None, str]:
     if protocol.THINK_CLOSE not in text and not close:
         return None, "truncated"
     reason = "ok" if protocol.THINK_CLOSE in text else "closed"
-    thinking = text.split(protocol.THINK_CLOSE, 1)[0]
-    thinking = thinking.strip().removeprefix(protocol.THINK_OPEN).strip()
+    thinking = text.split(protocol.THINK_CLOSE, 1)[0].strip().removeprefix(protocol.THINK_OPEN).strip()
     return (thinking, reason) if thinking else (None, "empty")
 
 
 def synthesize(model_path: str, rows, cfg: Config) -> tuple[list[str | None], dict]:
     """Traces for caption rows (image, caption and description columns); None where dropped. (traces, counts)."""
     use_vllm = cfg.use_vllm and importlib.util.find_spec("vllm") is not None
-    records = [rows[i] for i in range(len(rows))]
-    messages = [protocol.synthesis_messages(protocol.description_from_row(r), r["caption"]) for r in records]
-    texts = (_generate_vllm if use_vllm else _generate_hf)(model_path, records, messages, cfg)
-    counts = {
-        "rows": len(records),
-        "kept": 0,
-        "closed": 0,
-        "truncated": 0,
-        "empty": 0,
-        "leaks_caption": 0,
-        "engine": "vllm" if use_vllm else "hf",
-    }
-    traces: list[str | None] = []
+    records = list(rows)
+    processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
+    prompts = [
+        processor.apply_chat_template(
+            protocol.synthesis_messages(protocol.description_from_row(r), r["caption"]),
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        for r in records
+    ]
+    images = [r["image"] for r in records]
+    texts = (_generate_vllm if use_vllm else _generate_hf)(model_path, processor, prompts, images, cfg)
+    reasons = ("kept", "closed", "truncated", "empty", "leaks_caption")
+    counts = {"rows": len(records), **dict.fromkeys(reasons, 0), "engine": "vllm" if use_vllm else "hf"}
+    traces = []
     for record, text in zip(records, texts):
         thinking, reason = split_trace(text, cfg.close_unterminated)  # no closing tag: truncated (or closed)
         if thinking is not None and protocol.trace_leaks_caption(thinking, record["caption"]):
@@ -98,22 +99,15 @@ def synthesize(model_path: str, rows, cfg: Config) -> tuple[list[str | None], di
     return traces, counts
 
 
-def _generate_hf(model_path, records, messages, cfg: Config):
-    device = config.device()
-    model = modeling.load_model(model_path).to(device).eval()
-    processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
+def _generate_hf(model_path, processor, prompts, images, cfg: Config):
+    model = modeling.load_model(model_path).to(config.device()).eval()
     texts = []
-    for start in range(0, len(records), cfg.batch_size):
-        chunk = records[start : start + cfg.batch_size]
-        prompts = [
-            processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
-            for m in messages[start : start + cfg.batch_size]
-        ]
+    for start in range(0, len(prompts), cfg.batch_size):
         texts += generation.generate_texts(
             model,
             processor,
-            prompts,
-            [r["image"] for r in chunk],
+            prompts[start : start + cfg.batch_size],
+            images[start : start + cfg.batch_size],
             cfg.max_new_tokens,
             do_sample=True,
             temperature=cfg.temperature,
@@ -125,10 +119,9 @@ def _generate_hf(model_path, records, messages, cfg: Config):
     return texts
 
 
-def _generate_vllm(model_path, records, messages, cfg: Config):  # pragma: no cover - needs vLLM and a GPU
+def _generate_vllm(model_path, processor, prompts, images, cfg: Config):  # pragma: no cover - needs vLLM and a GPU
     from vllm import LLM, SamplingParams  # deferred: optional, heavy
 
-    processor = modeling.load_processor(model_path, cfg.min_pixels, cfg.max_pixels)
     llm = LLM(
         model=model_path,
         gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
@@ -142,15 +135,8 @@ def _generate_vllm(model_path, records, messages, cfg: Config):  # pragma: no co
         stop=[protocol.THINK_CLOSE],
         include_stop_str_in_output=True,
     )
-    inputs = [
-        {
-            "prompt": processor.apply_chat_template(m, tokenize=False, add_generation_prompt=True),
-            "multi_modal_data": {"image": r["image"]},
-        }
-        for r, m in zip(records, messages)
-    ]
-    outputs = llm.generate(inputs, params)
-    return [o.outputs[0].text for o in outputs]
+    inputs = [{"prompt": p, "multi_modal_data": {"image": i}} for p, i in zip(prompts, images)]
+    return [o.outputs[0].text for o in llm.generate(inputs, params)]
 
 
 def inputs(cfg, paths, *_) -> dict[str, config.Input]:
@@ -167,9 +153,7 @@ def outputs(cfg, paths, *_) -> list[str]:
 def run(cfg: Config, paths, seed, top_k) -> dict:
     model_path = config.check_inputs(inputs(cfg, paths))["model"]
     train = cdata.load_captions(paths.split("train"), check_images="none")
-    top = cdata.top_k_rows(train, top_k)
-    if cfg.limit:
-        top = top.select(range(min(cfg.limit, len(top))))
+    top = cdata.first_rows(cdata.top_k_rows(train, top_k), cfg.limit or None)  # limit 0: all
     traces, counts = synthesize(model_path, top, cfg)
     top.add_column(cdata.THINKING_COLUMN, traces).save_to_disk(paths.traces)
     counts["out"] = paths.traces

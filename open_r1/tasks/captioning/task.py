@@ -59,7 +59,7 @@ class CaptioningTask(Task):
             )
         # a split is picked only from a DatasetDict; a plain dataset dir is the split itself
         dataset = data_lib.load_captions(script_args.dataset_name, split=script_args.dataset_train_split)
-        return _first(data_lib.prompt_rows(dataset), script_args.max_train_samples)
+        return data_lib.first_rows(data_lib.prompt_rows(dataset), script_args.max_train_samples)
 
     generate_hint = (
         "open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out "
@@ -79,9 +79,8 @@ class CaptioningTask(Task):
         )
         texts, _, _ = generate_texts(model, processor, [prompt], [self.probe_image()], protocol.MAX_NEW_TOKENS)
         parsed = protocol.parse_details(texts[0])
-        if not parsed.ok:
-            return texts[0], f"the sample completion has no parseable caption ({parsed.reason}): {one_line(texts[0])}"
-        return texts[0], None
+        problem = f"the sample completion has no parseable caption ({parsed.reason}): {one_line(texts[0])}"
+        return texts[0], None if parsed.ok else problem
 
     def training_meta(self) -> dict:
         sha = hashlib.sha1(protocol.SYSTEM_PROMPT.encode()).hexdigest()[:12]
@@ -100,7 +99,7 @@ class CaptioningTask(Task):
         return self.settings.caption_eval_reward_model or kwargs.get("reward_model"), kwargs.get("device")
 
     def load_eval_set(self, path, limit=None):
-        return _first(data_lib.prompt_rows(data_lib.load_captions(path)), limit)
+        return data_lib.first_rows(data_lib.prompt_rows(data_lib.load_captions(path)), limit)
 
     def evaluate(self, model, processor, dataset, name, batch_size, limit=None, progress=False):
         path, device = self._rm_settings()
@@ -109,22 +108,19 @@ class CaptioningTask(Task):
                 "the captioning evaluation scores with the reward model: set "
                 "reward_kwargs.caption_rm.reward_model (or caption_eval_reward_model) in the recipe"
             )
-        settings = self.settings
-        n, temperature = settings.caption_eval_samples, settings.caption_eval_temperature
-        max_new_tokens = settings.caption_eval_max_new_tokens or protocol.MAX_NEW_TOKENS
-        dataset = _first(dataset, limit)
+        settings, temperature = self.settings, self.settings.caption_eval_temperature
         start = time.perf_counter()
         records = evaluate_lib.evaluate_policy(
             model,
             processor,
             dataset,
             get_reward_model(path, device),
-            n=n,
-            max_new_tokens=max_new_tokens,
+            n=settings.caption_eval_samples,
+            max_new_tokens=settings.caption_eval_max_new_tokens or protocol.MAX_NEW_TOKENS,
             do_sample=temperature is not None,
             temperature=temperature if temperature is not None else 1.0,
             batch_size=batch_size,
-            seed=0,
+            max_cartoons=limit,
         )
         return self.report_from_records(name, records, time.perf_counter() - start)
 
@@ -132,11 +128,6 @@ class CaptioningTask(Task):
         metrics = evaluate_lib.policy_metrics(records, bon_ns=(1,))
         metrics.pop("per_cartoon", None)
         return CaptionSetReport(name=name, n=metrics["cartoons"], seconds=seconds, metrics=metrics, records=records)
-
-
-def _first(rows, limit: int | None):
-    """The first `limit` rows (None: all)."""
-    return rows if limit is None else rows.select(range(min(limit, len(rows))))
 
 
 TASK = CaptioningTask
