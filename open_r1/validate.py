@@ -25,6 +25,7 @@ from open_r1.errors import BudgetError, OpenR1Error, RecipeError
 from open_r1.jsonio import read_json
 from open_r1.rewards import reward_kwargs_problems
 from open_r1.run.budget import parse_time_budget
+from open_r1.run.keep_best import has_weights
 from open_r1.run.resume import find_resume_checkpoint
 from open_r1.submission.export import TRAINING_META_FILE
 from open_r1.submission.verify import verify_submission
@@ -217,7 +218,8 @@ def check_resume_compat(
     if allow:
         logger.warning(f"[resume] warning: {message}; resuming anyway (resume_mismatch_ok)")
         return
+    # a fresh start over a finished run's final model is refused (run.resume), so it is offered only where none is
+    fresh = "" if has_weights(output_dir) else "start fresh with --auto_resume false, "
     raise RecipeError(
-        message + ". Use another --output_dir (OUTPUT_DIR), start fresh with --auto_resume false, "
-        "or resume anyway with --resume_mismatch_ok true"
+        f"{message}. Use another --output_dir (OUTPUT_DIR), {fresh}or resume anyway with --resume_mismatch_ok true"
     )

@@ -978,20 +978,22 @@ def test_resumed_run_with_a_longer_max_steps_trains_at_the_new_schedule(
     assert "this run's max_steps is 4" in err and "learning rate at step 2 set from this run's schedule" in err
 
 
-def test_a_run_dir_of_another_base_model_is_refused(tiny_model_dir, scene_data_dir, tmp_path):
+@pytest.mark.parametrize("finished", [False, True], ids=["checkpoints", "final_model"])
+def test_a_run_dir_of_another_base_model_is_refused(tiny_model_dir, scene_data_dir, tmp_path, finished):
     run_dir = tmp_path / "run"
     fake_checkpoint(tiny_model_dir, run_dir / "checkpoint-2", 2)
+    if finished:  # a finished run's final model beside its checkpoints: starting fresh there is refused too
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(os.path.join(tiny_model_dir, name), run_dir)
     meta = {"base_model": "/models/another-base", "use_peft": False, "reward_funcs": ["exact_count", "format"]}
     (run_dir / "training_meta.json").write_text(json.dumps(meta))
     before = tree_digest(run_dir)
     rc, _, err = py(*grpo_args(tiny_model_dir, os.path.join(scene_data_dir, "train"), run_dir))
     assert_clean_error(
-        rc,
-        err,
-        "holds a run trained with another base model /models/another-base",
-        "--resume_mismatch_ok true",
-        "--auto_resume false",
+        rc, err, "holds a run trained with another base model /models/another-base", "--resume_mismatch_ok true"
     )
+    # the fresh start is offered only where it would be accepted
+    assert ("--auto_resume false" in err) is not finished
     assert tree_digest(run_dir) == before  # training_meta.json still names the run's real base
 
 
