@@ -268,6 +268,34 @@ def test_the_ratings_stage_is_optional_and_checked(tmp_path):
     ) in table
 
 
+def test_the_ratings_round_rates_with_the_recipes_readers(tmp_path, monkeypatch, tiny_model_dirs):
+    """The simulated readers of a ratings round are the recipe's data section's (votes per caption), as the
+    contests' own candidates were rated; only the policy's sampling is replaced here."""
+    import shutil
+
+    import datasets
+
+    from standin.captioning import cartoons, stage_ratings
+
+    recipe = load(H200, [f"work_dir={tmp_path}", "data.min_votes=200", "data.mean_votes=250", "ratings.n=1"])
+    paths = recipe.paths
+    cartoons.write_standin(
+        paths.data, cartoons.StandinConfig(contests=4, ood_contests=0, captions=6, image_size=(64, 48), max_objects=4)
+    )
+    shutil.copytree(tiny_model_dirs["qwen3_vl"], paths.policy_sft)
+    train = datasets.load_from_disk(paths.split("train"))
+    contests = sorted(set(train["contest"]))
+
+    def sample(*args, **kwargs):  # one new caption per training contest
+        return [{"contest": c, "caption": f"a caption no reader saw {c}"} for c in contests]
+
+    monkeypatch.setattr(stage_ratings.ev, "evaluate_policy", sample)
+    summary = stage_ratings.run(*recipe.args(stage_ratings))
+    assert summary["counts"]["rated"] == len(contests)
+    rated = datasets.load_from_disk(summary["split"]).select(range(len(train), summary["rows"]))
+    assert min(rated["votes"]) >= 200  # the defaults' readers (min 10, mean 30) would give about 30
+
+
 def test_a_missing_input_fails_before_any_stage_runs_naming_the_stage_to_run(tmp_path, capsys):
     from open_r1 import modeling, reward_model
     from open_r1.errors import ModelError, RecipeError

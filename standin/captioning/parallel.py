@@ -95,7 +95,7 @@ def collect_parallel(stage, recipe, procs: list[tuple]) -> dict:
         handle.close()
         with open(log_path) as f:
             ours = [line.rstrip() for line in f if line.startswith("[") or "error" in line.lower()]
-        logger.info("\n".join(ours[-25:]))
+        print("\n".join(ours[-25:]), file=sys.stderr)  # the job's own log lines, already time-stamped
         if code != 0 or not os.path.isfile(result):
             failed.append(f"{' '.join(sets)} (exit {code}, log {log_path})")
         else:

@@ -26,7 +26,7 @@ from standin.captioning import cartoons
 logger = logging.getLogger(__name__)
 
 NAME = "ratings"
-TAKES = ("eval", "rm")  # the eval section's sampling; the RM's split and pair rule
+TAKES = ("eval", "rm", "data")  # the eval section's sampling; the RM's split and pair rule; the readers
 
 
 @dataclasses.dataclass
@@ -55,7 +55,7 @@ def outputs(cfg, paths, *_) -> list[str]:
     return [paths.split(cfg.split)]
 
 
-def run(cfg: Config, paths, seed, eval_cfg, rm_cfg) -> dict:
+def run(cfg: Config, paths, seed, eval_cfg, rm_cfg, data_cfg) -> dict:
     import datasets  # deferred: heavy
     import torch  # deferred: heavy
 
@@ -82,7 +82,7 @@ def run(cfg: Config, paths, seed, eval_cfg, rm_cfg) -> dict:
     del model
     sampled = time.time() - started
     parsed = [r for r in records if r["caption"] is not None]
-    rated, counts = cartoons.rate_captions(train, parsed, seed=seed)
+    rated, counts = cartoons.rate_captions(train, parsed, seed=seed, config=data_cfg)
     logger.info(f"[ratings] {len(parsed)} of {len(records)} samples parsed, {counts['rated']} new captions rated")
     out = paths.split(cfg.split)
     merged = datasets.concatenate_datasets([train, rated])  # the rated rows last
