@@ -296,6 +296,36 @@ def test_the_ratings_round_rates_with_the_recipes_readers(tmp_path, monkeypatch,
     assert min(rated["votes"]) >= 200  # the defaults' readers (min 10, mean 30) would give about 30
 
 
+def test_ctrl_c_in_a_stage_is_one_line_naming_the_stages_left(tmp_path, monkeypatch, capsys):
+    from standin.captioning import demo, stage_pretrain
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stage_pretrain, "run", interrupted)
+    code = demo.main(
+        [
+            "--config",
+            DEMO,
+            "--set",
+            f"work_dir={tmp_path}",
+            "--set",
+            "data.contests=4",
+            "--stages",
+            "data",
+            "pretrain",
+            "synthesize",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 130 and "Traceback" not in err
+    assert (
+        err.splitlines()[-1]
+        == "error: interrupted; stage pretrain did not finish; continue with --stages pretrain synthesize"
+    )
+    assert os.path.isfile(os.path.join(tmp_path, "data", "standin.json"))  # the finished stage's output stays
+
+
 def test_a_missing_input_fails_before_any_stage_runs_naming_the_stage_to_run(tmp_path, capsys):
     from open_r1 import modeling, reward_model
     from open_r1.errors import ModelError, RecipeError

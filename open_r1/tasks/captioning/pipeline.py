@@ -16,6 +16,8 @@ import dataclasses
 import logging
 import os
 import shutil
+import signal
+import sys
 import time
 
 from open_r1.errors import OpenR1Error, cli_parser, error_exit, setup_logging
@@ -62,7 +64,11 @@ def run_pipeline(recipe, stages=STAGES, run: list[str] | None = None, out: str |
     by_name = {stage.NAME: stage for stage in stages}
     for name in run:
         logger.info(f"[pipeline] stage {name} (elapsed {time.time() - started:.0f} s)")
-        t0, result = runner(by_name[name])
+        try:
+            t0, result = runner(by_name[name])
+        except KeyboardInterrupt:  # a stage installs its outputs whole or not at all: the finished ones stay
+            left = " ".join(run[run.index(name) :])
+            raise KeyboardInterrupt(f"stage {name} did not finish; continue with --stages {left}") from None
         summary["stages"][name] = {"seconds": time.time() - t0, "result": result}
         write_json(summary_path, summary)
         if out:  # after every stage: a run cut short still returns what it measured
@@ -151,6 +157,9 @@ def main(argv=None, stages=STAGES, prog: str = "open-r1-caption", run=run_pipeli
         run(recipe, stages, args.stages, args.out)
     except OpenR1Error as exc:
         return error_exit(exc)
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line, the status of a SIGINT
+        print(f"error: interrupted; {exc or 'no stage had started'}", file=sys.stderr)
+        return 128 + signal.SIGINT
     return 0
 
 
