@@ -1076,6 +1076,25 @@ def test_evaluate_cli_from_records(tmp_path):
         report = json.load(f)
     assert report["policies"]["grpo"]["fail_as_zero"] == pytest.approx(0.40)
     assert ev.main(["--records", "nonsense", "--out", str(out)]) == 2
+    assert ev.main(["--records", "base=", "--out", str(out)]) == 2
+
+
+def test_evaluate_cli_reports_again_from_the_eval_stages_samples(tmp_path, capsys):
+    """The eval stage's samples.jsonl (every policy's records, each naming its policy) gives the report that the
+    per-policy files give, without sampling again; a record without its policy is one error."""
+    by_policy = {"base": BASELINE, "grpo": POLICY}
+    stage = ev.write_report(ev.evaluate_records(by_policy, "base", 200, 0), str(tmp_path / "eval_test"), by_policy)
+    argv = ["--baseline", "base", "--n-boot", "200", "--out"]
+    assert ev.main(["--records", stage["samples"], *argv, str(tmp_path / "again")]) == 0
+    for name, records in by_policy.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    per_policy = [f"{name}={tmp_path / name}.jsonl" for name in by_policy]
+    assert ev.main(["--records", *per_policy, *argv, str(tmp_path / "files")]) == 0
+    again, files = (json.loads((tmp_path / d / "bon_eval.json").read_text()) for d in ("again", "files"))
+    assert again == files and set(again["policies"]) == {"base", "grpo"}
+    capsys.readouterr()
+    assert ev.main(["--records", str(tmp_path / "base.jsonl"), "--out", str(tmp_path / "x")]) == 2
+    assert "record 1 names no policy; pass NAME=PATH per policy" in capsys.readouterr().err
 
 
 def test_standin_has_no_text_only_leaks_from_size_or_other_renderers_puns():

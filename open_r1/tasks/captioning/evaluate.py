@@ -4,9 +4,11 @@ A record is one sample: contest, sample_index, completion, caption (None when it
 raw BT score), truncated, parse_reason. Per policy, each mean taken per cartoon first: ``format_rate``,
 ``truncated_rate``, ``emitted_sigmoid``, ``fail_as_zero`` (sigma(RM), a failure counting 0: raw BT scores have no
 fixed zero), ``bon@n`` (the exact expected max of sigma(RM) over n of the N samples). ``paired_bootstrap``: the
-per-cartoon difference to a baseline with a CI resampling cartoons. From saved records (JSONL)::
+per-cartoon difference to a baseline with a CI resampling cartoons. From saved records (JSONL), without sampling
+again (e.g. another baseline or more bootstrap resamples)::
 
     python -m open_r1.tasks.captioning.evaluate --records base=base.jsonl sft=sft.jsonl --baseline sft --out DIR
+    python -m open_r1.tasks.captioning.evaluate --records WORK_DIR/results/eval_test/samples.jsonl --out DIR
 """
 
 import json
@@ -362,6 +364,8 @@ def evaluate_policy(
 
 
 def read_records(path: str) -> list[dict]:
+    if not os.path.isfile(path):
+        raise DataError(f"{path} is not a file: pass NAME=PATH per policy, or the eval stage's samples.jsonl")
     records = []
     with open(path) as handle:
         for line_no, line in enumerate(handle, 1):
@@ -389,8 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         "--records",
         nargs="+",
         required=True,
-        metavar="NAME=PATH",
-        help="a policy name and its records (JSONL), e.g. base=runs/base.jsonl grpo=runs/grpo.jsonl",
+        metavar="NAME=PATH|PATH",
+        help="a policy name and its records (JSONL), e.g. base=runs/base.jsonl grpo=runs/grpo.jsonl, or the eval "
+        "stage's <work_dir>/results/eval_<split>/samples.jsonl (every policy's records, each naming its policy)",
     )
     parser.add_argument("--baseline", help="policy the others are compared to (paired by cartoon)")
     parser.add_argument("--out", required=True, help="directory for bon_eval.md, bon_eval.json, bon_curve.png")
@@ -401,9 +406,15 @@ def main(argv: list[str] | None = None) -> int:
         by_policy = {}
         for item in args.records:
             name, sep, path = item.partition("=")
-            if not sep or not name or not path:
+            if sep and not (name and path):
                 raise ValueError(f"--records {item!r} is not NAME=PATH")
-            by_policy[name] = read_records(path)
+            if sep:
+                by_policy[name] = read_records(path)
+                continue
+            for line_no, record in enumerate(read_records(item), 1):  # samples.jsonl: each record names its policy
+                if "policy" not in record:
+                    raise DataError(f"{item}: record {line_no} names no policy; pass NAME=PATH per policy")
+                by_policy.setdefault(record["policy"], []).append(record)
         report = evaluate_records(by_policy, args.baseline, args.n_boot, args.seed)
         paths = write_report(report, args.out)
     except (OpenR1Error, ValueError) as exc:
