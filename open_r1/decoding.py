@@ -289,9 +289,9 @@ def _inner_model(model):
     return inner if hasattr(inner, "rope_deltas") else model
 
 
-def check_zero3(deepspeed_plugin) -> None:
+def check_zero3(model) -> None:
     """Refuse a ZeRO-3 (sharded) model: the graph decoder needs the full weights at fixed addresses."""
-    if getattr(deepspeed_plugin, "zero_stage", 0) == 3:  # None: no DeepSpeed
+    if zero3_partitioned(model):
         raise RecipeError(
             "the CUDA-graph decoder cannot read a DeepSpeed ZeRO-3 model: the parameters are sharded and gathered "
             "around every generation, so a captured step would read freed memory. Use decoder 'hf' here; GRPO's "

@@ -71,7 +71,7 @@ def generate_texts(
 
     if choice != "hf" and decoding.zero3_partitioned(model):
         if (decoder or DEFAULT_DECODER) != "auto":
-            decoding.check_zero3(type("ZeRO3", (), {"zero_stage": 3})())  # the RecipeError that names the fix
+            decoding.check_zero3(model)  # the RecipeError that names the fix
         choice = "hf"  # ZeRO-3: gathered weights move between calls; a captured step cannot follow them
     if choice != "hf" and not compile_generation:
         try:

@@ -290,12 +290,11 @@ def test_unsupported_settings_and_zero3_are_refused():
     )
     assert settings.top_k == 0 and settings.top_p == 1.0 and settings.eos_token_ids == (5, 6)
 
-    class Plugin:
-        zero_stage = 3
-
+    sharded = torch.nn.Linear(2, 2)
+    sharded.weight.ds_id = 0  # what DeepSpeed ZeRO-3 marks its partitioned parameters with
     with pytest.raises(RecipeError, match="decoder .hf. here"):
-        check_zero3(Plugin())
-    check_zero3(None)
+        check_zero3(sharded)
+    check_zero3(torch.nn.Linear(2, 2))
 
 
 def test_training_rollouts_go_through_the_decoder_at_trls_generate_call(
