@@ -22,6 +22,7 @@
 #   MACHINE_RANK  this machine's rank, 0 .. NUM_MACHINES-1 (0); rank 0 exports once training ends
 #   MAIN_ADDR     address of rank 0 (required with NUM_MACHINES > 1); MAIN_PORT its port (29500)
 #   OUTPUT_DIR and SUBMISSION must then be on a filesystem every machine shares.
+# A second train.sh on the same OUTPUT_DIR is refused while the first runs (OUTPUT_DIR/.train.lock).
 # On a machine without a GPU it runs one CPU process (the demo: bash train.sh configs/demo.yaml).
 # Every input is checked before the model loads (open_r1/validate.py). SIGTERM/SIGINT reach the trainer, which
 # saves a checkpoint and stops; no export follows a stop (re-run the same command to resume, then export).
@@ -103,6 +104,20 @@ if [ -n "${GPU_MEMORY_CAP_GIB:-}" ] \
   echo "error: GPU_MEMORY_CAP_GIB=$GPU_MEMORY_CAP_GIB is not a positive number of GiB: set e.g. 48, or unset it" \
        "(no cap)" >&2
   exit 2
+fi
+
+# One run at a time per OUTPUT_DIR (a second would interleave its checkpoints with the first's): machine 0 locks
+# OUTPUT_DIR/.train.lock until every process it starts has ended (they inherit the lock). Needs flock (util-linux);
+# an OUTPUT_DIR that cannot be written is left to the checks in open_r1.grpo, which name the fix.
+LOCK=$OUTPUT_DIR/.train.lock
+if [ "$MACHINE_RANK" -eq 0 ] && command -v flock >/dev/null && mkdir -p "$OUTPUT_DIR" 2>/dev/null \
+   && { exec 9>>"$LOCK"; } 2>/dev/null; then
+  if ! flock -n 9; then
+    echo "error: another train.sh (pid $(cat "$LOCK" 2>/dev/null)) is training into OUTPUT_DIR=$OUTPUT_DIR; wait for" \
+         "it to end, or use another OUTPUT_DIR" >&2
+    exit 2
+  fi
+  echo $$ > "$LOCK"
 fi
 
 # A clean clone has no data for the demo recipe: render the demo's train split (open_r1.tasks.counting.demo's scenes).

@@ -1,5 +1,6 @@
 """The demo recipe end to end through train.sh (CPU): GRPO -> export -> selfcheck."""
 
+import fcntl
 import json
 import os
 import re
@@ -299,3 +300,26 @@ def test_readme_gpu_block_runs_verbatim_on_a_clean_clone_without_app(tiny_model_
     report = json.loads(open(os.path.join(clone, "submission", "selfcheck.json")).read())
     assert sorted(report["sets"]) == ["compositional", "ood_val", "val"] and os.path.isdir(data)
     assert json.loads(open(os.path.join(clone, "runs", "qwen2vl_2b_counting", "eval_history.json")).read())
+
+
+def test_a_second_run_on_one_output_dir_is_refused_while_the_first_trains(tmp_path):
+    """Two train.sh on one OUTPUT_DIR would interleave their checkpoints: while one holds OUTPUT_DIR/.train.lock
+    (its processes inherit it), a second is one error naming its pid, before the launch; other machines of a run
+    don't lock, and the lock goes with the run."""
+    lock = tmp_path / "run" / ".train.lock"
+    lock.parent.mkdir()
+    with open(lock, "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write_text("4242\n")
+        result, calls = fake_launch(tmp_path, "1")
+        assert result.returncode == 2 and not calls, result.stdout + result.stderr
+        assert result.stderr == (
+            f"error: another train.sh (pid 4242) is training into OUTPUT_DIR={tmp_path / 'run'}; wait for it to end, "
+            "or use another OUTPUT_DIR\n"
+        )
+        machines = {"NUM_MACHINES": "2", "MACHINE_RANK": "1", "MAIN_ADDR": "10.0.0.1"}
+        result, calls = fake_launch(tmp_path, "1", **machines)
+        assert result.returncode == 0 and calls, result.stderr
+    (tmp_path / "calls").unlink()
+    result, calls = fake_launch(tmp_path, "1")
+    assert result.returncode == 0 and "accelerate.commands.launch" in calls[0], result.stderr
