@@ -276,8 +276,7 @@ class TimeBudgetCallback(TrainerCallback):
                 else f"{step} plus the reserve (~{_fmt(self.estimator.reserve())}: {self.estimator.describe()}) "
                 f"would end after the deadline, {_fmt(self.deadline - now)} from now"
             )
-            if _is_rank0(state):
-                logger.info(f"[budget] stopping after step {state.global_step}/{state.max_steps}: {self.stop_reason}")
+            logger.info(f"[budget] stopping after step {state.global_step}/{state.max_steps}: {self.stop_reason}")
 
     def on_train_begin(self, args, state, control, **kwargs):
         now = self.clock()
@@ -288,16 +287,15 @@ class TimeBudgetCallback(TrainerCallback):
         if self.clock is time.time:  # imports + model/data loading + trainer set-up, which the export repeats
             self.estimator.startup_seconds = max(now - process_start_time(), 0.0)
         self._mark = now
-        if _is_rank0(state):
-            logger.info(
-                f"[budget] deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.deadline))} "
-                f"({_fmt(self.deadline - now)} from now); "
-                + (
-                    f"timings from a previous round: {self.estimator.describe()}"
-                    if loaded
-                    else "save time is measured with a checkpoint after the first step"
-                )
+        logger.info(
+            f"[budget] deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.deadline))} "
+            f"({_fmt(self.deadline - now)} from now); "
+            + (
+                f"timings from a previous round: {self.estimator.describe()}"
+                if loaded
+                else "save time is measured with a checkpoint after the first step"
             )
+        )
         return control
 
     def on_step_begin(self, args, state, control, **kwargs):

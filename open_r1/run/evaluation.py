@@ -188,8 +188,7 @@ class InTrainingEvalCallback(TrainerCallback):
             return False
         final = control.should_training_stop or step >= state.max_steps
         if final and not self.estimator.final_eval_allowed:
-            if _is_rank0(state):
-                logger.info(f"[eval] skipping the evaluation at step {step}: it does not fit in the time budget")
+            logger.info(f"[eval] skipping the evaluation at step {step}: it does not fit in the time budget")
             return False
         return final or step % self.every_n_steps == 0 or (self.eval_first_step and step == 1)
 
@@ -213,12 +212,11 @@ class InTrainingEvalCallback(TrainerCallback):
         )
         self._log_metrics(control, {f"eval/{name}_{self.task.metric}": value for name, value in scores.items()})
         control.should_save |= self.keep_best  # keep-best picks among evaluated checkpoints; without it, no 30 GB save
-        if _is_rank0(state):
-            logger.info(
-                f"[eval] step {step}: {self.task.metric} "
-                + ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
-                + f" ({seconds:.1f}s)"
-            )
+        logger.info(
+            f"[eval] step {step}: {self.task.metric} "
+            + ", ".join(f"{k} {v:.2f}" for k, v in scores.items())
+            + f" ({seconds:.1f}s)"
+        )
         self.estimator.last_eval_end = self.estimator.clock()
         return control
 
@@ -242,7 +240,7 @@ class InTrainingEvalCallback(TrainerCallback):
         if self.keep_best and entry["checkpoint"]:
             best = self._best()
             if best is not None:
-                if best["step"] == entry["step"] and _is_rank0(state):
+                if best["step"] == entry["step"]:
                     logger.info(f"[keep-best] new best: {name} ({self.primary} {entry['scores'][self.primary]:.2f}%)")
                 self._set_trainer_best(args, state, best)
         self._write_files(args, state)
