@@ -376,6 +376,11 @@ def is_hub_id(path_or_name: str) -> bool:
     return not os.path.isdir(path_or_name.split("/")[0])
 
 
+def first_rows(dataset, limit: int | None):
+    """The first `limit` rows (None: all)."""
+    return dataset if limit is None else dataset.select(range(min(limit, len(dataset))))
+
+
 def load_split(path_or_name: str, split: str = "train", generate_hint: str | None = None):
     """A split of a data set in the forms researchers have it, read by `datasets`' own loaders: a `save_to_disk` dir
     (a Dataset, or a DatasetDict holding `split`); a folder of data files, as `hf download --repo-type dataset ID

@@ -164,11 +164,6 @@ def _top_k_by_contest(dataset, top_k: int, groups: list[list[int]] | None = None
     return [sorted(rows, key=lambda r: (-means[r], -votes[r], r))[:top_k] for rows in groups]
 
 
-def first_rows(dataset, limit: int | None):
-    """The first `limit` rows (None: all)."""
-    return dataset if limit is None else dataset.select(range(min(limit, len(dataset))))
-
-
 def top_k_rows(dataset, top_k: int = 3):
     """The ``top_k`` captions of every contest (`_top_k_by_contest`) in row order: what trace synthesis explains."""
     keep = [row for top in _top_k_by_contest(dataset, top_k) for row in sorted(top)]

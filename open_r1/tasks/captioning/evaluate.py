@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from open_r1 import generation
+from open_r1.checks import first_rows
 from open_r1.errors import DataError, OpenR1Error, cli_parser, error_exit, setup_logging
 from open_r1.jsonio import write_json, write_text
 from open_r1.tasks.captioning import data as cdata
@@ -318,7 +319,7 @@ def evaluate_policy(
     ``decoder``: ``generation.generate_texts``'; ``top_p`` / ``top_k`` None: the policy's generation config's."""
     import torch  # deferred: heavy
 
-    rows = cdata.first_rows(cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset, max_cartoons)
+    rows = first_rows(cdata.prompt_rows(dataset) if "caption" in dataset.column_names else dataset, max_cartoons)
     contests = list(rows["contest"])
     images, descs = dict(zip(contests, rows["image"])), dict(zip(contests, cdata.descriptions(rows)))
     prompts = [

@@ -13,6 +13,7 @@ import logging
 import os
 
 from open_r1 import generation, modeling
+from open_r1.checks import first_rows
 from open_r1.decoding import DECODER_CHOICES
 from open_r1.jsonio import write_json
 from open_r1.tasks.captioning import config, protocol
@@ -153,7 +154,7 @@ def outputs(cfg, paths, *_) -> list[str]:
 def run(cfg: Config, paths, seed, top_k) -> dict:
     model_path = config.check_inputs(inputs(cfg, paths))["model"]
     train = cdata.load_captions(paths.split("train"), check_images="none")
-    top = cdata.first_rows(cdata.top_k_rows(train, top_k), cfg.limit or None)  # limit 0: all
+    top = first_rows(cdata.top_k_rows(train, top_k), cfg.limit or None)  # limit 0: all
     traces, counts = synthesize(model_path, top, cfg)
     top.add_column(cdata.THINKING_COLUMN, traces).save_to_disk(paths.traces)
     counts["out"] = paths.traces

@@ -13,6 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from open_r1.checks import first_rows
 from open_r1.errors import DataError, RecipeError
 from open_r1.tasks import Task, one_line
 from open_r1.tasks.captioning import data as data_lib
@@ -59,7 +60,7 @@ class CaptioningTask(Task):
             )
         # a split is picked only from a DatasetDict; a plain dataset dir is the split itself
         dataset = data_lib.load_captions(script_args.dataset_name, split=script_args.dataset_train_split)
-        return data_lib.first_rows(data_lib.prompt_rows(dataset), script_args.max_train_samples)
+        return first_rows(data_lib.prompt_rows(dataset), script_args.max_train_samples)
 
     generate_hint = (
         "open-r1-caption-prepare (the real data) or python -m standin.captioning.cartoons --out "
@@ -99,7 +100,7 @@ class CaptioningTask(Task):
         return self.settings.caption_eval_reward_model or kwargs.get("reward_model"), kwargs.get("device")
 
     def load_eval_set(self, path, limit=None):
-        return data_lib.first_rows(data_lib.prompt_rows(data_lib.load_captions(path)), limit)
+        return first_rows(data_lib.prompt_rows(data_lib.load_captions(path)), limit)
 
     def evaluate(self, model, processor, dataset, name, batch_size, limit=None, progress=False):
         path, device = self._rm_settings()

@@ -1,6 +1,7 @@
 """The counting task as the engine sees it: training prompts with template mixing, held-out sets scored with the
 grader's protocol (accuracy %, keep-best by the OOD set)."""
 
+from open_r1.checks import first_rows
 from open_r1.tasks import Task, one_line
 from open_r1.tasks.counting import data as data_lib
 from open_r1.tasks.counting import evaluate as evaluate_lib
@@ -18,8 +19,7 @@ class CountingTask(Task):
 
     def train_dataset(self, script_args, training_args):
         dataset = self.load_split(script_args.dataset_name, script_args.dataset_train_split)
-        if script_args.max_train_samples:
-            dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
+        dataset = first_rows(dataset, script_args.max_train_samples or None)
         data_lib.validate_counting_dataset(dataset, script_args.dataset_name, script_args.image_check_rows)
         templates = data_lib.TemplateMix.parse(self.settings.prompt_templates)
         return data_lib.to_grpo_dataset(dataset, templates, seed=training_args.seed)
@@ -29,9 +29,7 @@ class CountingTask(Task):
         return data_lib.counting_columns(dataset, path_or_name, self.settings.columns, self.settings.image_root)
 
     def load_eval_set(self, path, limit=None):
-        dataset, _ = data_lib.drop_non_counts(self.load_split(path), path)
-        if limit is not None:
-            dataset = dataset.select(range(min(limit, len(dataset))))
+        dataset = first_rows(data_lib.drop_non_counts(self.load_split(path), path)[0], limit)
         data_lib.validate_counting_dataset(dataset, path)
         return dataset
 
